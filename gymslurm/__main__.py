@@ -1,0 +1,5 @@
+"""``python -m gymslurm`` is the same as the ``gymslurm`` console script."""
+
+from gymslurm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""The ``gymslurm`` command: a table of subcommands, each imported only when it runs.
+
+``gymslurm --help`` must start in well under half a second, so this module imports nothing heavy:
+each subcommand lives in its own module exposing ``main(argv: list[str]) -> int`` and parses its own
+arguments (``collect`` takes Hydra overrides such as ``+output_jsonl_fpath=...``).
+User-facing errors (:class:`gymslurm.errors.GymslurmError`) print as one message, no traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, one-line help). Order is the order shown in --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "collect": ("gymslurm.commands.collect", "collect rollouts from Environment Servers (resumable)"),
+    "demo-server": ("gymslurm.demo.server", "run the built-in demo Environment Server"),
+    "aggregate": ("gymslurm.commands.aggregate", "merge shard outputs into one selected-result projection"),
+    "health": ("gymslurm.commands.health", "failure-rate and completeness checks over a run"),
+    "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),
+    "submit": ("gymslurm.launcher.cli", "submit a benchmark as self-healing Slurm job chains"),
+    "status": ("gymslurm.launcher.cli", "show the health of each chain of a run"),
+    "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
+    "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
+    "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
+}
+
+USAGE = "usage: gymslurm [-h] [--version] COMMAND [ARGS...]"
+
+
+def _help() -> str:
+    width = max(len(name) for name in COMMANDS)
+    rows = "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items())
+    return (
+        f"{USAGE}\n\ngymslurm: crash-safe LLM evaluation rollouts on Slurm.\n\ncommands:\n{rows}\n\n"
+        "Run 'gymslurm COMMAND --help' for a command's options. Docs: docs/index.md"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a subcommand; return its exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_help())
+        return 0
+    if args[0] == "--version":
+        from gymslurm import __version__
+
+        print(f"gymslurm {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"gymslurm: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    from gymslurm.errors import GymslurmError
+
+    try:
+        code: int = module.main(rest) if name not in _LAUNCHER else module.main(name, rest)
+    except GymslurmError as error:
+        print(f"gymslurm {name}: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+_LAUNCHER = {"submit", "status", "resubmit", "cancel", "chain-step"}

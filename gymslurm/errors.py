@@ -1,0 +1,82 @@
+"""The exception tree. Every error a user can cause says what is wrong, where to look and what to do.
+
+::
+
+    GymslurmError                 base; the CLI prints its message without a traceback (exit 2)
+    ├── ConfigError               bad settings or input, found before anything is written
+    │   ├── InvalidRolloutIdError an explicit _ng_rollout_id breaks the rules, or two collide
+    │   └── IdentityMismatchError a resume whose experiment identity differs (names the dotted keys)
+    ├── StoreError                the run's saved files cannot be trusted as they are
+    │   ├── CorruptRecordError    a malformed complete JSONL line, a conflicting or foreign record
+    │   ├── ManifestError         corrupt, unsupported, foreign or missing manifest / companions
+    │   └── InconsistentHistoryError  an interrupted fresh replacement; refused even when unsafe
+    ├── RunLockedError            another collector holds the run lock (names its pid, host, job)
+    ├── LockUnsupportedError      the filesystem cannot provide flock across writer nodes
+    ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
+    └── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
+
+Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
+once, at the module that touches the outside world; nothing above it knows which library was used.
+"""
+
+from __future__ import annotations
+
+
+class GymslurmError(Exception):
+    """Base of every error gymslurm raises on purpose; its message is meant for the user."""
+
+    exit_code: int = 2
+
+
+class ConfigError(GymslurmError):
+    """The configuration or the input is wrong; nothing has been written yet."""
+
+
+class InvalidRolloutIdError(ConfigError):
+    """An explicit rollout id is malformed, uses the reserved ``-a<N>`` suffix, or collides."""
+
+
+class IdentityMismatchError(ConfigError):
+    """The saved run measured something else: its semantic settings differ from this configuration."""
+
+    def __init__(self, message: str, differing_keys: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.differing_keys = list(differing_keys or [])
+
+
+class StoreError(GymslurmError):
+    """The run's saved files are not in a state that can be read or extended safely."""
+
+
+class CorruptRecordError(StoreError):
+    """A complete JSONL record is malformed, conflicts with another one, or belongs to another run."""
+
+
+class ManifestError(StoreError):
+    """The manifest or a required companion is corrupt, unsupported, foreign or missing."""
+
+
+class InconsistentHistoryError(StoreError):
+    """Old metadata sits beside partly replaced files: a fresh replacement was interrupted."""
+
+
+class RunLockedError(GymslurmError):
+    """Another live collector owns this output path."""
+
+    exit_code = 1
+
+
+class LockUnsupportedError(GymslurmError):
+    """The filesystem cannot give an exclusive lock across every node that may write the run."""
+
+
+class ProtocolError(GymslurmError):
+    """An Environment Server reply broke the protocol while failure routing was off."""
+
+    exit_code = 1
+
+
+class SlurmError(GymslurmError):
+    """A Slurm command failed; the message quotes the command, its exit code and its output."""
+
+    exit_code = 1
