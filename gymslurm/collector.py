@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,8 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from gymslurm.errors import ConfigError, ManifestError
-from gymslurm.progress import Counters, make_reporter, summary_table
+from gymslurm.errors import ConfigError
+from gymslurm.progress import Counters
 from gymslurm.selection import (
     SUCCESSFUL,
     BudgetPolicy,
@@ -67,7 +66,7 @@ CONFIG_ENDPOINT = "/global_config_dict_yaml"
 
 
 def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The resolved configuration a running (NeMo Gym) head server reports at ``GET /global_config_dict_yaml``."""
+    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint."""
     import httpx
     import yaml
 
@@ -79,7 +78,9 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
     try:
         response = httpx.get(where, timeout=timeout_s)
     except httpx.HTTPError as error:
-        raise ConfigError(f"cannot read the Environment Server's configuration from {where}: {error}. {advice}") from None
+        raise ConfigError(
+            f"cannot read the Environment Server's configuration from {where}: {error}. {advice}"
+        ) from None
     if response.status_code != 200:
         raise ConfigError(
             f"the Environment Server's configuration is required for the run's identity, but {where} "
@@ -136,7 +137,9 @@ def load_inputs(settings: CollectSettings) -> Inputs:
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise ConfigError(f"cannot read the input dataset {path}: {error.strerror}. Check +input_jsonl_fpath=") from None
+        raise ConfigError(
+            f"cannot read the input dataset {path}: {error.strerror}. Check +input_jsonl_fpath="
+        ) from None
     options = MaterializeOptions(
         dataset_name=settings.taskset or path.stem,
         num_repeats=settings.num_repeats,
@@ -146,7 +149,9 @@ def load_inputs(settings: CollectSettings) -> Inputs:
     )
     rows = parse_rows(data, str(path), settings.limit)
     if not rows:
-        raise ConfigError(f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect")
+        raise ConfigError(
+            f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
+        )
     return Inputs(path, source_digest(data), materialize(rows, options))
 
 
@@ -333,10 +338,15 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
     from gymslurm.coverage import completion_exit_code
 
     completion = completion_exit_code(
-        coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=require_complete
+        coverage,
+        retryable=coverage.retryable > 0,
+        made_progress=made_progress,
+        require_complete=require_complete,
     )
     if not require_complete and completion.warning is None:
-        strict = completion_exit_code(coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True)
+        strict = completion_exit_code(
+            coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
+        )
         if strict.code == 0 and strict.warning:
             return type(completion)(completion.code, completion.reason, strict.warning)
     return completion
@@ -404,26 +414,3 @@ def now_iso() -> str:
 def say(stream: IO[str], message: str) -> None:
     """One line for the person running the collection."""
     print(f"gymslurm collect: {message}", file=stream, flush=True)
-
-
-__all__ = [
-    "DispatchLoop",
-    "Inputs",
-    "LoopResult",
-    "RunView",
-    "build_coverage",
-    "decide_exit",
-    "environment_config",
-    "exhausted_message",
-    "fetch_environment_config",
-    "identity_config",
-    "initial_counters",
-    "load_inputs",
-    "pending_order",
-    "run_dispatch",
-    "say",
-    "summary_table",
-    "make_reporter",
-    "ManifestError",
-    "sys",
-]
