@@ -33,15 +33,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import signal
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from gymslurm.errors import ConfigError
-from gymslurm.progress import Counters
+from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.progress import Counters, make_reporter, summary_table
+from gymslurm.records import EpisodeId
 from gymslurm.selection import (
     SUCCESSFUL,
     BudgetPolicy,
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from gymslurm.coverage import Completion, Coverage
     from gymslurm.settings import CollectSettings
 
+construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
 TICK_S = 0.25
 CONFIG_ENDPOINT = "/global_config_dict_yaml"
@@ -160,23 +163,54 @@ def load_inputs(settings: CollectSettings) -> Inputs:
 
 @dataclass
 class RunView:
-    """A run's per-rollout state held in memory during a collection (plain lists, no models)."""
+    """A run's per-rollout state held in memory during a collection (plain lists, no models).
+
+    ``states`` starts as the store's reconciliation and is advanced as outcomes are saved, with the
+    same selection rules (:func:`advance`), so the loop never re-reads the run's files.
+    """
 
     tasks: list[dict[str, Any]]
     reserved: list[int]
-    outcomes: list[list[SavedOutcome]]
+    states: list[RolloutState]
     policy: BudgetPolicy
     run_id: str
     identity_verified: bool
     historical_failed_attempts: int
 
-    def state(self, index: int) -> RolloutState:
-        """The selected state of one rollout now."""
-        return select_rollout(self.reserved[index], self.outcomes[index], self.policy)
+    def __post_init__(self) -> None:
+        self.ids = [task["_ng_rollout_id"] for task in self.tasks]
+        self._wire: dict[int, dict[str, Any]] = {}
 
-    def states(self) -> list[RolloutState]:
-        """The selected state of every rollout."""
-        return [select_rollout(r, o, self.policy) for r, o in zip(self.reserved, self.outcomes, strict=True)]
+    def wire_task(self, index: int) -> dict[str, Any]:
+        """The ``task`` of a ``POST /run`` body: only ``task_id`` and ``task_input`` (servers reject more)."""
+        wire = self._wire.get(index)
+        if wire is None:
+            task = self.tasks[index]
+            wire = self._wire[index] = {"task_id": task["task_id"], "task_input": task["task_input"]}
+        return wire
+
+    def mark_reserved(self, index: int, attempt: int) -> None:
+        """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
+        self.reserved[index] = attempt + 1
+        state = self.states[index]
+        self.states[index] = RolloutState(Disposition.MISSING, None, state.counted_failures, True, False)
+
+    def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
+        """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""
+        state = self.states[index] = advance(self.states[index], saved, self.reserved[index], self.policy)
+        return state
+
+
+def advance(state: RolloutState, saved: SavedOutcome, reserved: int, policy: BudgetPolicy) -> RolloutState:
+    """The state after a new outcome for the newest execution, by ``select_rollout``'s own rules.
+
+    Older outcomes only matter through the failures they counted, so the selection runs on the new
+    outcome alone with the budget already spent taken off the limit.
+    """
+    spent = state.counted_failures
+    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
+    fresh = select_rollout(reserved, [saved], remaining)
+    return replace(fresh, counted_failures=spent + fresh.counted_failures)
 
 
 def pending_order(view: RunView, states: list[RolloutState], longest_first: bool) -> list[int]:
@@ -228,10 +262,10 @@ class DispatchLoop:
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
 
-    async def run(self, order: list[int], states: list[RolloutState]) -> LoopResult:
+    async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
         self._queue.extend(order)
-        self._category = [_category(state) for state in states]
+        self._category = [_category(state) for state in self.view.states]
         count = min(self.concurrency, max(len(order), 1))
         self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -254,12 +288,11 @@ class DispatchLoop:
                 return
             index = queue.popleft()
             attempt = self.reserve(index)
-            view.reserved[index] = attempt + 1
-            task = view.tasks[index]
-            episode = {"rollout_id": task["_ng_rollout_id"], "attempt": attempt}
+            view.mark_reserved(index, attempt)
+            episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
             counters.in_flight += 1
             try:
-                outcome = await self.client.run(self.urls[index], episode, task)
+                outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
             except asyncio.CancelledError:
                 raise
             except BaseException as error:
@@ -273,12 +306,11 @@ class DispatchLoop:
 
     def _record(self, index: int, saved: SavedOutcome) -> None:
         view, policy = self.view, self.view.policy
-        view.outcomes[index].append(saved)
         if establishes_progress(saved, policy):
             self.result.progress_outcomes += 1
         if saved.kind == "failure":
             self.result.new_failures += 1
-        state = view.state(index)
+        state = view.advance(index, saved)
         self._move(index, _category(state))
         if state.pending and self.retry_in_invocation and counts_against_budget(saved, policy):
             self._queue.append(index)
@@ -314,12 +346,12 @@ def initial_counters(states: list[RolloutState]) -> Counters:
     return counters
 
 
-def build_coverage(view: RunView, states: list[RolloutState], loop: LoopResult) -> Coverage:
+def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     """The coverage inventory after this invocation."""
     from gymslurm.coverage import compute_coverage
 
     return compute_coverage(
-        states,
+        view.states,
         run_id=view.run_id,
         attempts=sum(view.reserved),
         policy=view.policy,
@@ -386,7 +418,7 @@ class SignalStop:
 
 
 async def run_dispatch(
-    loop_: DispatchLoop, order: list[int], states: list[RolloutState], reporter_tick: Callable[[float], None]
+    loop_: DispatchLoop, order: list[int], reporter_tick: Callable[[float], None]
 ) -> LoopResult:
     """Run the dispatch loop with signal handling and a progress ticker."""
     aio = asyncio.get_running_loop()
@@ -394,7 +426,7 @@ async def run_dispatch(
     stopper.install(aio)
     ticker = asyncio.create_task(_tick(reporter_tick))
     try:
-        return await loop_.run(order, states)
+        return await loop_.run(order)
     finally:
         ticker.cancel()
         stopper.remove(aio)
@@ -414,3 +446,349 @@ def now_iso() -> str:
 def say(stream: IO[str], message: str) -> None:
     """One line for the person running the collection."""
     print(f"gymslurm collect: {message}", file=stream, flush=True)
+
+
+# --- preparing the run: fresh, resume, import ------------------------------------------------------
+
+REPORTING_KEYS = ("progress", "progress_interval_s", "summary")
+
+
+@dataclass
+class Prepared:
+    """An open, validated, reconciled run, ready to dispatch."""
+
+    store: Any  # gymslurm.store.RunStore
+    tasks: list[dict[str, Any]]
+    reconciliation: Any  # gymslurm.store.Reconciliation
+
+
+def build_run_identity(
+    settings: CollectSettings, raw: dict[str, Any], fetch: Callable[[str], dict[str, Any]]
+) -> dict[str, Any]:
+    """The identity: the collect settings (reporting aside) and the server's resolved configuration."""
+    from gymslurm.identity import build_identity
+
+    config = {key: value for key, value in raw.items() if key not in REPORTING_KEYS}
+    return build_identity(identity_config(config, environment_config(settings, fetch)))
+
+
+def prepare(
+    settings: CollectSettings,
+    raw: dict[str, Any],
+    paths: Any,
+    stderr: IO[str],
+    fetch: Callable[[str], dict[str, Any]],
+) -> Prepared:
+    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
+    from gymslurm.settings import max_rollout_attempts
+    from gymslurm.store import ExistingRun, existing_run
+
+    inputs = load_inputs(settings)
+    identity = build_run_identity(settings, raw, fetch)
+    existing = existing_run(paths)
+    if settings.resume_from_cache:
+        if existing is ExistingRun.MANIFEST:
+            store = _open_for_resume(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, settings, stderr)
+        if existing is ExistingRun.LEGACY:
+            store = _import_legacy(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, settings, stderr)
+        if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
+            say(
+                stderr,
+                f"Skipping resume_from_cache: {paths.output} holds only part of an initial cache "
+                "(no manifest, no saved outcomes); starting fresh from the current inputs",
+            )
+        else:
+            say(stderr, f"nothing to resume at {paths.output}; starting a fresh run")
+    elif existing is not ExistingRun.NOTHING:
+        replaced = [str(p) for p in paths.companions().values() if p.exists() and p != paths.lock]
+        say(
+            stderr,
+            f"replacing the existing run at {paths.output} (a fresh collection; add "
+            f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
+        )
+    store = _create_fresh(settings, paths, inputs, identity, max_rollout_attempts())
+    return _reconciled(store, settings, stderr)
+
+
+def _create_fresh(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], attempts: int
+) -> Any:
+    from gymslurm.identity import identity_digest
+    from gymslurm.store import RunStore
+
+    return RunStore.create_fresh(
+        paths,
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks,
+        identity=identity,
+        config_digest=identity_digest(identity),
+        max_rollout_attempts=attempts,
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
+
+
+def _import_legacy(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> Any:
+    from gymslurm.identity import identity_digest
+    from gymslurm.settings import max_rollout_attempts
+    from gymslurm.store import RunStore
+
+    if not settings.allow_unsafe_resume:
+        raise ManifestError(
+            f"{paths.output} has saved outcomes but no run manifest ({paths.manifest}), so its identity "
+            "cannot be checked. Restore the manifest with its companions from a backup; or, to reuse these "
+            "legacy results deliberately, add +allow_unsafe_resume=true (the run is then marked "
+            "identity_verified=false for good); or choose a new output path"
+        )
+    say(
+        stderr,
+        f"warning: importing the legacy run at {paths.output} without a manifest "
+        "(allow_unsafe_resume): its identity is unverified, now and on every later resume",
+    )
+    return RunStore.import_legacy(
+        paths,
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks,
+        identity=identity,
+        config_digest=identity_digest(identity),
+        max_rollout_attempts=max_rollout_attempts(),
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
+
+
+def _open_for_resume(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> Any:
+    """Open the saved run and check it measured the same experiment; raise before changing a byte."""
+    from gymslurm.errors import IdentityMismatchError
+    from gymslurm.identity import IdentityDiff, classify_differences, describe_differences, identity_digest
+    from gymslurm.store import RunStore
+
+    store = RunStore.open(paths)
+    try:
+        manifest = store.manifest
+        saved = store.saved_identity()
+        if saved is not None and identity_digest(saved) != manifest.config_digest:
+            raise ManifestError(
+                f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
+                "files were edited or mixed. Restore them together from a backup, or use a new output path"
+            )
+        diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
+        problems = _input_problems(manifest, inputs, store)
+        semantic = [*problems, *diff.semantic]
+        if saved is None and identity_digest(identity) != manifest.config_digest:
+            semantic.append("config_digest (no saved identity to compare keys)")
+        if semantic and not settings.allow_unsafe_resume:
+            message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
+            raise IdentityMismatchError(message, semantic)
+        if semantic:
+            say(
+                stderr,
+                f"warning: resuming across a changed identity ({', '.join(semantic)}) because of "
+                "allow_unsafe_resume; the run is marked identity_verified=false for good",
+            )
+            store.mark_identity_overridden()
+        if diff.operational:
+            say(
+                stderr,
+                f"warning: operational settings changed since the run was saved "
+                f"({', '.join(diff.operational)}); resuming, and noting it in {paths.resume_drift}",
+            )
+            store.append_drift(diff.operational)
+        if settings.explicit_retry_terminal_timeouts and (
+            settings.retry_terminal_timeouts != manifest.retry_terminal_timeouts
+        ):
+            store.update_policy(retry_terminal_timeouts=bool(settings.retry_terminal_timeouts))
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _input_problems(manifest: Any, inputs: Inputs, store: Any) -> list[str]:
+    """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks."""
+    problems = []
+    if manifest.source_digest != inputs.source_digest:
+        problems.append("source_digest (the input dataset's content changed)")
+    if manifest.rollout_count != len(inputs.tasks) or store.inputs() != inputs.tasks:
+        problems.append("inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)")
+    return problems
+
+
+def _reconciled(store: Any, settings: CollectSettings, stderr: IO[str]) -> Prepared:
+    """Repair torn tails (only after validation) and select every rollout's state."""
+    try:
+        repaired = store.repair_torn_tails()
+        if repaired:
+            say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
+        reconciliation = store.reconcile()
+        tasks = store.inputs()
+    except BaseException:
+        store.close()
+        raise
+    return Prepared(store, tasks, reconciliation)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def collect(
+    settings: CollectSettings,
+    raw: dict[str, Any],
+    *,
+    stderr: IO[str] = sys.stderr,
+    stdout: IO[str] = sys.stdout,
+    fetch: Callable[[str], dict[str, Any]] = fetch_environment_config,
+) -> int:
+    """Run one collection invocation; return its exit code (0 / 1 / 75 / 76)."""
+    from gymslurm.store import RunLock, RunPaths
+
+    paths = RunPaths.for_output(settings.output_jsonl_fpath)
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    with RunLock(paths.lock):
+        prepared = prepare(settings, raw, paths, stderr, fetch)
+        try:
+            return _collect_prepared(settings, prepared, paths, stderr, stdout)
+        finally:
+            prepared.store.close()
+
+
+def _collect_prepared(
+    settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
+) -> int:
+    store, rec = prepared.store, prepared.reconciliation
+    view = RunView(
+        tasks=prepared.tasks,
+        reserved=list(store.table.counts()),
+        states=list(rec.states),
+        policy=rec.policy,
+        run_id=store.run_id,
+        identity_verified=store.manifest.identity_verified,
+        historical_failed_attempts=rec.historical_failed_attempts,
+    )
+    order = pending_order(view, view.states, settings.dispatch_longest_first)
+    counters = initial_counters(view.states)
+    result = LoopResult()
+    if order:
+        store.write_coverage(build_coverage(view, result))
+        say(
+            stderr,
+            f"{len(order)} of {len(view.tasks)} rollouts to dispatch "
+            f"({counters.finished} already have an outcome); output {paths.output}",
+        )
+        result = asyncio.run(_dispatch(settings, store, view, order, counters))
+    coverage = build_coverage(view, result)
+    store.write_coverage(coverage)
+    _run_health_hook(paths, coverage)
+    return _report(settings, coverage, result, paths, stderr, stdout)
+
+
+async def _dispatch(
+    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters
+) -> LoopResult:
+    from gymslurm.dispatch import EnvironmentClient
+
+    urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
+    reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
+    deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
+    client = EnvironmentClient(
+        concurrency=settings.concurrency,
+        run_id=view.run_id,
+        route_failures=settings.route_failures_to_sidecar,
+        read_timeout=settings.request_timeout_s,
+    )
+    loop_ = DispatchLoop(
+        view=view,
+        client=client,
+        reserve=store.reserve,
+        save=saver(store),
+        urls=urls,
+        counters=counters,
+        concurrency=settings.concurrency,
+        retry_in_invocation=settings.retry_in_invocation,
+        deadline=deadline,
+    )
+    try:
+        result = await run_dispatch(loop_, order, reporter.tick)
+    finally:
+        reporter.close(time.monotonic())
+        await client.aclose()
+    return result
+
+
+def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
+    """Save a dispatch outcome (Completed / Failed / Omitted) through the store; returns its summary."""
+    from gymslurm.dispatch import Completed, Failed
+
+    append_result, append_failure, append_omission = (
+        store.append_result,
+        store.append_failure,
+        store.append_omission,
+    )
+
+    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
+        kind = type(outcome)
+        if kind is Completed:
+            return append_result(index, attempt, outcome.result)
+        if kind is Failed:
+            return append_failure(
+                index,
+                attempt,
+                outcome.record,
+                legacy_class=outcome.legacy_class,
+                response=outcome.response,
+                diagnostics=outcome.diagnostics,
+            )
+        return append_omission(index, attempt)
+
+    return save
+
+
+def _run_health_hook(paths: Any, coverage: Coverage) -> None:
+    """Run the automatic health report inside the lock when the health module provides one."""
+    try:
+        from gymslurm import health  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    hook = getattr(health, "after_collection", None)
+    if hook is not None:
+        hook(paths, coverage)
+
+
+def _report(  # noqa: PLR0917
+    settings: CollectSettings,
+    coverage: Coverage,
+    result: LoopResult,
+    paths: Any,
+    stderr: IO[str],
+    stdout: IO[str],
+) -> int:
+    if result.stopped_by and result.stopped_by != "error":
+        say(
+            stderr,
+            f"stopped by {result.stopped_by}: requests in flight were cancelled; their rollouts "
+            "stay unfinished (missing) and run again on resume",
+        )
+    if result.budget_drained:
+        say(
+            stderr,
+            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
+            "rollout(s) were not dispatched (no attempt spent); resume to run them",
+        )
+    exhausted = exhausted_message(coverage, paths.failures)
+    if exhausted:
+        say(stderr, exhausted)
+    if settings.summary:
+        summary_table(coverage.model_dump(), str(paths.coverage), stdout)
+    if result.error is not None:
+        raise result.error
+    completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
+    if completion.warning:
+        say(stderr, f"warning: {completion.warning}")
+    say(stderr, f"exit {completion.code}: {completion.reason}")
+    return completion.code

@@ -10,12 +10,13 @@ import pytest
 from gymslurm.collector import (
     DispatchLoop,
     RunView,
+    advance,
     build_coverage,
     decide_exit,
     initial_counters,
     pending_order,
 )
-from gymslurm.selection import BudgetPolicy, SavedOutcome
+from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
 
 POLICY = BudgetPolicy(max_rollout_attempts=3)
 
@@ -37,10 +38,14 @@ def not_sent(attempt: int) -> SavedOutcome:
 
 
 def view(n: int, tasks: list[dict[str, Any]] | None = None) -> RunView:
+    tasks = tasks or [{"_ng_rollout_id": f"t-{i}"} for i in range(n)]
+    for i, task in enumerate(tasks):
+        task.setdefault("task_id", {"taskset": "t", "task_id": str(i)})
+        task.setdefault("task_input", {})
     return RunView(
-        tasks=tasks or [{"_ng_rollout_id": f"t-{i}"} for i in range(n)],
+        tasks=tasks,
         reserved=[0] * n,
-        outcomes=[[] for _ in range(n)],
+        states=[select_rollout(0, [], POLICY) for _ in range(n)],
         policy=POLICY,
         run_id="run-x",
         identity_verified=True,
@@ -56,12 +61,13 @@ class ScriptedClient:
         self.hang = hang or set()
         self.sent: list[tuple[str, int]] = []
 
-    async def run(self, url: str, episode: dict[str, Any], task: dict[str, Any]) -> Any:
-        self.sent.append((episode["rollout_id"], episode["attempt"]))
-        if episode["rollout_id"] in self.hang:
+    async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
+        assert set(task) == {"task_id", "task_input"}
+        self.sent.append((episode.rollout_id, episode.attempt))
+        if episode.rollout_id in self.hang:
             await asyncio.sleep(3600)
         await asyncio.sleep(0)
-        return self.scripts[episode["rollout_id"]].pop(0)
+        return self.scripts[episode.rollout_id].pop(0)
 
 
 def make_loop(
@@ -75,22 +81,20 @@ def make_loop(
     def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
         return outcome(attempt)
 
-    states = v.states()
     return DispatchLoop(
         view=v,
         client=client,
         reserve=reserve,
         save=save,
         urls=["http://x"] * len(v.tasks),
-        counters=initial_counters(states),
+        counters=initial_counters(v.states),
         concurrency=kw.pop("concurrency", 4),
         **kw,
     )
 
 
 def run_loop(loop: DispatchLoop, v: RunView) -> Any:
-    states = v.states()
-    return asyncio.run(loop.run(pending_order(v, states, False), states))
+    return asyncio.run(loop.run(pending_order(v, v.states, False)))
 
 
 def test_each_dispatch_is_reserved_first_and_saved() -> None:
@@ -110,7 +114,7 @@ def test_retryable_failure_is_retried_in_the_same_invocation() -> None:
     client = ScriptedClient({"t-0": [retryable, retryable, result]})
     run_loop(make_loop(v, client, sent), v)
     assert client.sent == [("t-0", 0), ("t-0", 1), ("t-0", 2)]
-    assert v.state(0).disposition == "measured"
+    assert v.states[0].disposition == "measured"
 
 
 def test_retries_stop_at_the_failure_budget() -> None:
@@ -118,7 +122,7 @@ def test_retries_stop_at_the_failure_budget() -> None:
     v, sent = view(1), []
     client = ScriptedClient({"t-0": [retryable] * 5})
     run_loop(make_loop(v, client, sent), v)
-    assert len(client.sent) == 3 and v.state(0).exhausted
+    assert len(client.sent) == 3 and v.states[0].exhausted
 
 
 @pytest.mark.parametrize("maker", [terminal, not_sent])
@@ -135,7 +139,7 @@ def test_retry_in_invocation_can_be_turned_off() -> None:
     v, sent = view(1), []
     client = ScriptedClient({"t-0": [retryable, result]})
     run_loop(make_loop(v, client, sent, retry_in_invocation=False), v)
-    assert client.sent == [("t-0", 0)] and v.state(0).pending
+    assert client.sent == [("t-0", 0)] and v.states[0].pending
 
 
 def test_expired_dispatch_budget_reserves_nothing() -> None:
@@ -153,8 +157,7 @@ def test_stop_cancels_in_flight_and_leaves_reservations_missing() -> None:
     loop = make_loop(v, client, sent)
 
     async def scenario() -> Any:
-        states = v.states()
-        task = asyncio.create_task(loop.run(pending_order(v, states, False), states))
+        task = asyncio.create_task(loop.run(pending_order(v, v.states, False)))
         while loop.counters.done < 1 or loop.counters.in_flight < 1:
             await asyncio.sleep(0)
         loop.stop("SIGTERM")
@@ -162,8 +165,8 @@ def test_stop_cancels_in_flight_and_leaves_reservations_missing() -> None:
 
     outcome = asyncio.run(scenario())
     assert outcome.stopped_by == "SIGTERM"
-    assert [s.disposition for s in v.states()] == ["measured", "missing"]
-    coverage = build_coverage(v, v.states(), outcome)
+    assert [s.disposition for s in v.states] == ["measured", "missing"]
+    coverage = build_coverage(v, outcome)
     assert (coverage.missing, coverage.attempts, coverage.failed) == (1, 2, 0)
 
 
@@ -172,7 +175,7 @@ def test_client_error_stops_the_loop_and_is_reported() -> None:
     v, sent = view(2), []
 
     class Broken(ScriptedClient):
-        async def run(self, url: str, episode: dict[str, Any], task: dict[str, Any]) -> Any:
+        async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
             raise RuntimeError("malformed reply")
 
     outcome = run_loop(make_loop(v, Broken({}), sent, concurrency=1), v)
@@ -184,17 +187,28 @@ def test_longest_first_orders_by_expected_duration() -> None:
     tasks = [{"_ng_rollout_id": f"t-{i}", "_ng_expected_duration_s": d} for i, d in enumerate([1, 9, 5])]
     tasks.append({"_ng_rollout_id": "t-3"})
     v = view(4, tasks)
-    assert pending_order(v, v.states(), True) == [1, 2, 0, 3]
-    assert pending_order(v, v.states(), False) == [0, 1, 2, 3]
+    assert pending_order(v, v.states, True) == [1, 2, 0, 3]
+    assert pending_order(v, v.states, False) == [0, 1, 2, 3]
 
 
 def test_only_omissions_missing_warns_even_without_require_complete() -> None:
     """Only omissions missing: exit 0 with a warning naming completed, expected and omitted counts."""
     v = view(2)
     v.reserved = [1, 1]
-    v.outcomes = [[result(0)], [SavedOutcome(attempt=0, kind="omission", line=0)]]
-    coverage = build_coverage(v, v.states(), run_loop(make_loop(v, ScriptedClient({}), []), v))
+    omission = SavedOutcome(attempt=0, kind="omission", line=0)
+    v.states = [select_rollout(1, [result(0)], POLICY), select_rollout(1, [omission], POLICY)]
+    coverage = build_coverage(v, run_loop(make_loop(v, ScriptedClient({}), []), v))
     for require in (True, False):
         completion = decide_exit(coverage, require, made_progress=False)
         assert completion.code == 0
         assert completion.warning and "1 completed, 2 expected, 1 omitted" in completion.warning
+
+
+def test_advance_matches_selection_over_the_whole_history() -> None:
+    """Advancing a state by one outcome equals selecting over the full history."""
+    history = [retryable(0), not_sent(1), retryable(2)]
+    state = select_rollout(0, [], POLICY)
+    for outcome in history:
+        state = advance(state, outcome, outcome.attempt + 1, POLICY)
+        expected = select_rollout(outcome.attempt + 1, history[: outcome.attempt + 1], POLICY)
+        assert state == expected
