@@ -91,6 +91,8 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
         )
     try:
         parsed = yaml.safe_load(response.text)
+        if isinstance(parsed, str):  # NeMo Gym answers with the YAML text as a JSON string
+            parsed = yaml.safe_load(parsed)
     except yaml.YAMLError as error:
         raise ConfigError(f"{where} did not return YAML ({error}). {advice}") from None
     if not isinstance(parsed, dict) or not parsed:
