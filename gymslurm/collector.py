@@ -69,8 +69,13 @@ CONFIG_ENDPOINT = "/global_config_dict_yaml"
 
 
 def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint."""
-    import httpx
+    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
+
+    A one-off GET with the standard library: importing an HTTP client costs more than it saves here.
+    """
+    import urllib.error
+    import urllib.request
+
     import yaml
 
     where = url + CONFIG_ENDPOINT
@@ -79,18 +84,21 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
         "or give the configuration explicitly with +environment_config={...}"
     )
     try:
-        response = httpx.get(where, timeout=timeout_s)
-    except httpx.HTTPError as error:
-        raise ConfigError(
-            f"cannot read the Environment Server's configuration from {where}: {error}. {advice}"
-        ) from None
-    if response.status_code != 200:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # cluster-internal: no proxy
+        with opener.open(where, timeout=timeout_s) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as error:
         raise ConfigError(
             f"the Environment Server's configuration is required for the run's identity, but {where} "
-            f"answered HTTP {response.status_code}. {advice}"
-        )
+            f"answered HTTP {error.code}. {advice}"
+        ) from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConfigError(
+            f"cannot read the Environment Server's configuration from {where}: {reason}. {advice}"
+        ) from None
     try:
-        parsed = yaml.safe_load(response.text)
+        parsed = yaml.safe_load(text)
         if isinstance(parsed, str):  # NeMo Gym answers with the YAML text as a JSON string
             parsed = yaml.safe_load(parsed)
     except yaml.YAMLError as error:
@@ -452,7 +460,9 @@ def say(stream: IO[str], message: str) -> None:
 
 # --- preparing the run: fresh, resume, import ------------------------------------------------------
 
-REPORTING_KEYS = ("progress", "progress_interval_s", "summary")
+# Settings of one invocation that say nothing about what a run measures: left out of the identity so
+# that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
+INVOCATION_KEYS = ("progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume")
 
 
 @dataclass
@@ -467,10 +477,10 @@ class Prepared:
 def build_run_identity(
     settings: CollectSettings, raw: dict[str, Any], fetch: Callable[[str], dict[str, Any]]
 ) -> dict[str, Any]:
-    """The identity: the collect settings (reporting aside) and the server's resolved configuration."""
+    """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
     from gymslurm.identity import build_identity
 
-    config = {key: value for key, value in raw.items() if key not in REPORTING_KEYS}
+    config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
     return build_identity(identity_config(config, environment_config(settings, fetch)))
 
 
@@ -491,10 +501,11 @@ def prepare(
     if settings.resume_from_cache:
         if existing is ExistingRun.MANIFEST:
             store = _open_for_resume(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, settings, stderr)
+            same = store.manifest.identity_source == "verified"
+            return _reconciled(store, stderr, inputs.tasks if same else None)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, settings, stderr)
+            return _reconciled(store, stderr, inputs.tasks)
         if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
             say(
                 stderr,
@@ -511,7 +522,7 @@ def prepare(
             f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
         )
     store = _create_fresh(settings, paths, inputs, identity, max_rollout_attempts())
-    return _reconciled(store, settings, stderr)
+    return _reconciled(store, stderr, inputs.tasks)
 
 
 def _create_fresh(
@@ -581,7 +592,7 @@ def _open_for_resume(
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
-        problems = _input_problems(manifest, inputs, store)
+        problems = _input_problems(manifest, inputs)
         semantic = [*problems, *diff.semantic]
         if saved is None and identity_digest(identity) != manifest.config_digest:
             semantic.append("config_digest (no saved identity to compare keys)")
@@ -612,24 +623,31 @@ def _open_for_resume(
     return store
 
 
-def _input_problems(manifest: Any, inputs: Inputs, store: Any) -> list[str]:
+def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
     """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks."""
+    from gymslurm.tasks import inputs_digest
+
     problems = []
     if manifest.source_digest != inputs.source_digest:
         problems.append("source_digest (the input dataset's content changed)")
-    if manifest.rollout_count != len(inputs.tasks) or store.inputs() != inputs.tasks:
+    if manifest.rollout_count != len(inputs.tasks) or manifest.inputs_digest != inputs_digest(inputs.tasks):
         problems.append("inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)")
     return problems
 
 
-def _reconciled(store: Any, settings: CollectSettings, stderr: IO[str]) -> Prepared:
-    """Repair torn tails (only after validation) and select every rollout's state."""
+def _reconciled(store: Any, stderr: IO[str], tasks: list[dict[str, Any]] | None) -> Prepared:
+    """Repair torn tails (only after validation) and select every rollout's state.
+
+    ``tasks`` are the current materialization when it is known to equal the saved one (same digest);
+    otherwise (an unsafe override or import) the saved materialized tasks are reused, as spec 000 says.
+    """
     try:
         repaired = store.repair_torn_tails()
         if repaired:
             say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
         reconciliation = store.reconcile()
-        tasks = store.inputs()
+        if tasks is None:
+            tasks = store.inputs()
     except BaseException:
         store.close()
         raise

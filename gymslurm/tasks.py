@@ -168,3 +168,16 @@ def check_rollout_ids(tasks: list[dict[str, Any]]) -> None:
                 "_ng_rollout_id or task_id"
             )
         seen[rollout_id] = index
+
+
+def inputs_digest(tasks: list[dict[str, Any]]) -> str:
+    """The ``inputs_digest`` these tasks would have as ``<stem>_materialized_inputs.jsonl`` (docs/formats.md).
+
+    SHA-256 of the canonical lines (orjson, sorted keys, one ``\\n`` each): a resume compares the
+    current materialization with the saved run by digest, without reading the saved file.
+    """
+    sha = hashlib.sha256()
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+    for task in tasks:
+        sha.update(orjson.dumps(task, option=option))
+    return "sha256:" + sha.hexdigest()
