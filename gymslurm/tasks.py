@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
-from gymslurm.records import rollout_id_problem
+from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
 
 ROLLOUT_ID_KEY = "_ng_rollout_id"
 EXPECTED_DURATION_KEY = "_ng_expected_duration_s"
@@ -103,7 +103,7 @@ def _expand(position: int, row: dict[str, Any], options: MaterializeOptions) -> 
             "task_id": task_id,
             "task_input": task_input,
         }
-        if isinstance(duration, int | float) and not isinstance(duration, bool):
+        if type(duration) in (int, float):
             task[EXPECTED_DURATION_KEY] = duration
         copies.append(task)
     return copies
@@ -113,15 +113,15 @@ def _task_of(position: int, row: dict[str, Any], dataset_name: str) -> tuple[dic
     native_id = row.get("task_id")
     if isinstance(native_id, dict) and "task_input" in row:
         taskset, task_id = native_id.get("taskset"), native_id.get("task_id")
-        if not (isinstance(taskset, str) and taskset and isinstance(task_id, str) and task_id):
+        if not (type(taskset) is str and taskset and type(task_id) is str and task_id):
             raise ConfigError(
                 f"row {position}: task_id must be {{'taskset': str, 'task_id': str}}, both non-empty; "
                 f"got {native_id!r}"
             )
-        if not isinstance(row["task_input"], dict):
+        if type(row["task_input"]) is not dict:
             raise ConfigError(f"row {position}: task_input must be a JSON object")
         return {"taskset": taskset, "task_id": task_id}, row["task_input"]
-    own_id = native_id if isinstance(native_id, str | int) and not isinstance(native_id, bool) else position
+    own_id = native_id if type(native_id) in (str, int) else position
     task_input = {key: value for key, value in row.items() if not key.startswith("_ng_")}
     return {"taskset": dataset_name, "task_id": str(own_id)}, task_input
 
@@ -150,6 +150,12 @@ def _base_rollout_id(row: dict[str, Any], task_id: dict[str, str]) -> str:
 
 def check_rollout_ids(tasks: list[dict[str, Any]]) -> None:
     """Raise InvalidRolloutIdError for the first invalid or repeated rollout id."""
+    ids = [task["_ng_rollout_id"] for task in tasks]
+    valid = ROLLOUT_ID_PATTERN.fullmatch
+    if len(set(ids)) == len(ids) and all(
+        type(rollout_id) is str and valid(rollout_id) and "-a" not in rollout_id for rollout_id in ids
+    ):
+        return  # the common case, checked in one pass; the slow pass below names the culprit
     seen: dict[str, int] = {}
     for index, task in enumerate(tasks):
         rollout_id = task["_ng_rollout_id"]
