@@ -133,39 +133,54 @@ def identity_config(raw: dict[str, Any], env_config: dict[str, Any]) -> dict[str
 # --- preparing the run --------------------------------------------------------------------------
 
 
-@dataclass
 class Inputs:
-    """The source dataset as read and the tasks it materializes to."""
+    """The source dataset as read, and the tasks it materializes to (materialized on first use).
 
-    source_path: Path
-    source_digest: str
-    tasks: list[dict[str, Any]]
+    Materializing 100k rows costs a few tenths of a second; a resume of a finished run whose source
+    digest and identity match never needs the tasks, so they are computed only when asked for.
+    """
 
+    def __init__(self, settings: CollectSettings) -> None:
+        from gymslurm.tasks import source_digest
 
-def load_inputs(settings: CollectSettings) -> Inputs:
-    """Read and materialize the dataset (ConfigError when it cannot be read)."""
-    from gymslurm.tasks import MaterializeOptions, materialize, parse_rows, source_digest
+        self.source_path = settings.input_jsonl_fpath
+        try:
+            self._data: bytes | None = self.source_path.read_bytes()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot read the input dataset {self.source_path}: {error.strerror}. "
+                "Check +input_jsonl_fpath="
+            ) from None
+        self.source_digest = source_digest(self._data)
+        self._settings = settings
+        self._tasks: list[dict[str, Any]] | None = None
 
-    path = settings.input_jsonl_fpath
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ConfigError(
-            f"cannot read the input dataset {path}: {error.strerror}. Check +input_jsonl_fpath="
-        ) from None
-    options = MaterializeOptions(
-        dataset_name=settings.taskset or path.stem,
-        num_repeats=settings.num_repeats,
-        limit=settings.limit,
-        prompt_template=settings.prompt_template,
-        prompt_field=settings.prompt_field,
-    )
-    rows = parse_rows(data, str(path), settings.limit)
-    if not rows:
-        raise ConfigError(
-            f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """The materialized tasks (ConfigError / InvalidRolloutIdError when the rows are bad)."""
+        if self._tasks is None:
+            self._tasks = self._materialize()
+        return self._tasks
+
+    def _materialize(self) -> list[dict[str, Any]]:
+        from gymslurm.tasks import MaterializeOptions, materialize, parse_rows
+
+        settings, path = self._settings, self.source_path
+        assert self._data is not None
+        options = MaterializeOptions(
+            dataset_name=settings.taskset or path.stem,
+            num_repeats=settings.num_repeats,
+            limit=settings.limit,
+            prompt_template=settings.prompt_template,
+            prompt_field=settings.prompt_field,
         )
-    return Inputs(path, source_digest(data), materialize(rows, options))
+        rows = parse_rows(self._data, str(path), settings.limit)
+        self._data = None  # the bytes are not needed again
+        if not rows:
+            raise ConfigError(
+                f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
+            )
+        return materialize(rows, options)
 
 
 # --- the collection itself ------------------------------------------------------------------------
@@ -470,7 +485,7 @@ class Prepared:
     """An open, validated, reconciled run, ready to dispatch."""
 
     store: Any  # gymslurm.store.RunStore
-    tasks: list[dict[str, Any]]
+    load_tasks: Callable[[], list[dict[str, Any]]]
     reconciliation: Any  # gymslurm.store.Reconciliation
 
 
@@ -495,17 +510,16 @@ def prepare(
     from gymslurm.settings import max_rollout_attempts
     from gymslurm.store import ExistingRun, existing_run
 
-    inputs = load_inputs(settings)
+    inputs = Inputs(settings)
     identity = build_run_identity(settings, raw, fetch)
     existing = existing_run(paths)
     if settings.resume_from_cache:
         if existing is ExistingRun.MANIFEST:
             store = _open_for_resume(settings, paths, inputs, identity, stderr)
-            same = store.manifest.identity_source == "verified"
-            return _reconciled(store, stderr, inputs.tasks if same else None)
+            return _reconciled(store, stderr, store.inputs)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, inputs.tasks)
+            return _reconciled(store, stderr, lambda: inputs.tasks)
         if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
             say(
                 stderr,
@@ -514,7 +528,8 @@ def prepare(
             )
         else:
             say(stderr, f"nothing to resume at {paths.output}; starting a fresh run")
-    elif existing is not ExistingRun.NOTHING:
+    inputs.tasks  # noqa: B018  (materialize, and refuse bad rows, before anything is replaced)
+    if not settings.resume_from_cache and existing is not ExistingRun.NOTHING:
         replaced = [str(p) for p in paths.companions().values() if p.exists() and p != paths.lock]
         say(
             stderr,
@@ -522,7 +537,7 @@ def prepare(
             f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
         )
     store = _create_fresh(settings, paths, inputs, identity, max_rollout_attempts())
-    return _reconciled(store, stderr, inputs.tasks)
+    return _reconciled(store, stderr, lambda: inputs.tasks)
 
 
 def _create_fresh(
@@ -624,34 +639,41 @@ def _open_for_resume(
 
 
 def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
-    """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks."""
+    """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks.
+
+    Materialization is a pure function of the source bytes and of settings that are all semantic
+    identity keys; so with the same source digest, the same gymslurm version and no semantic identity
+    difference the tasks are equal by construction and are not materialized again (fast resume).
+    """
+    from gymslurm import __version__
     from gymslurm.tasks import inputs_digest
 
-    problems = []
     if manifest.source_digest != inputs.source_digest:
-        problems.append("source_digest (the input dataset's content changed)")
-    if manifest.rollout_count != len(inputs.tasks) or manifest.inputs_digest != inputs_digest(inputs.tasks):
-        problems.append("inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)")
-    return problems
+        return ["source_digest (the input dataset's content changed)"]
+    if manifest.gymslurm_version == __version__:
+        return []
+    tasks = inputs.tasks
+    if manifest.rollout_count != len(tasks) or manifest.inputs_digest != inputs_digest(tasks):
+        return ["inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)"]
+    return []
 
 
-def _reconciled(store: Any, stderr: IO[str], tasks: list[dict[str, Any]] | None) -> Prepared:
+def _reconciled(store: Any, stderr: IO[str], load_tasks: Callable[[], list[dict[str, Any]]]) -> Prepared:
     """Repair torn tails (only after validation) and select every rollout's state.
 
-    ``tasks`` are the current materialization when it is known to equal the saved one (same digest);
-    otherwise (an unsafe override or import) the saved materialized tasks are reused, as spec 000 says.
+    ``load_tasks`` gives the tasks to dispatch when some are pending: the saved materialized tasks on
+    a resume (equal to the current ones when verified; reused as spec 000 says when overridden), the
+    current materialization for a fresh run or an import.
     """
     try:
         repaired = store.repair_torn_tails()
         if repaired:
             say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
         reconciliation = store.reconcile()
-        if tasks is None:
-            tasks = store.inputs()
     except BaseException:
         store.close()
         raise
-    return Prepared(store, tasks, reconciliation)
+    return Prepared(store, load_tasks, reconciliation)
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -682,8 +704,9 @@ def _collect_prepared(
     settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
 ) -> int:
     store, rec = prepared.store, prepared.reconciliation
+    pending = any(state.pending for state in rec.states)
     view = RunView(
-        tasks=prepared.tasks,
+        tasks=prepared.load_tasks() if pending else [],
         reserved=list(store.table.counts()),
         states=list(rec.states),
         policy=rec.policy,
@@ -698,7 +721,7 @@ def _collect_prepared(
         store.write_coverage(build_coverage(view, result))
         say(
             stderr,
-            f"{len(order)} of {len(view.tasks)} rollouts to dispatch "
+            f"{len(order)} of {len(view.states)} rollouts to dispatch "
             f"({counters.finished} already have an outcome); output {paths.output}",
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
