@@ -93,7 +93,8 @@ def _words(name: object) -> list[str]:
 
 def is_credential_name(name: object) -> bool:
     """Whether a setting, header, environment variable or flag of this name holds a credential."""
-    words = _words(name)
+    stems = (word.rstrip("0123456789") for word in _words(name))  # SECRET_TOKEN_2, api_key2: numbered
+    words = [stem for stem in stems if stem]
     if not words:
         return False
     *head, last = words
@@ -272,10 +273,28 @@ def resolve(redacted: Mapping[str, Any]) -> dict[str, Any]:
     """
     from omegaconf import OmegaConf
 
-    protected = _map_strings(redacted, lambda text: _rewrite_interpolations(text, _protect_interpolation))
+    protected = _map_strings(redacted, _protect)
     resolved = _plain(OmegaConf.create(protected))
     assert isinstance(resolved, dict)
     return resolved
+
+
+# n backslashes before "${" are written 2n+1 times to stand for themselves and a literal "${".
+_LITERAL_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def _protect(text: str) -> str:
+    """Escape connection references; a string OmegaConf cannot parse (``${oc.decode:<redacted>}``) is
+    escaped whole, so it stays literal instead of failing the whole configuration."""
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar_parser import parse
+
+    protected = _rewrite_interpolations(text, _protect_interpolation)
+    try:
+        parse(protected)
+    except GrammarParseError:
+        return _LITERAL_INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", text)
+    return protected
 
 
 def _map_strings(value: Any, function: Callable[[str], str]) -> Any:
@@ -328,19 +347,28 @@ def drop_null_defaults(identity: Mapping[str, Any], defaults: Mapping[str, Any])
     return out
 
 
+_EXACT_INT = 2**53  # floats represent every integer below this exactly; JSON readers agree up to here
+
+
 def _canonical(value: Any) -> Any:
-    """Sorted string keys, lists for sequences, integral floats as ints, non-finite floats as text."""
+    """Sorted string keys, lists for sequences, one spelling per number (``1.0`` is ``1``)."""
     if isinstance(value, Mapping):
         return {str(key): _canonical(value[key]) for key in sorted(value, key=str)}
     if isinstance(value, list | tuple):
         return [_canonical(item) for item in value]
     if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        return int(value) if value.is_integer() else value
+        return _canonical_float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return str(value)  # beyond 64 bits JSON libraries disagree; text is unambiguous
     if value is None or isinstance(value, str | int):
         return value
     return str(value)
+
+
+def _canonical_float(value: float) -> float | int | str:
+    if not math.isfinite(value):
+        return str(value)
+    return int(value) if value.is_integer() and abs(value) < _EXACT_INT else value
 
 
 def build_identity(raw_config: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None) -> dict:
