@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import GrammarParseError, OmegaConfBaseException
+from omegaconf.grammar_parser import parse
 
 __all__ = [
     "REDACTED",
@@ -225,7 +228,12 @@ def _scrub_string(text: str) -> str:
 
 
 def redact_credentials(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``raw`` with every credential replaced by :data:`REDACTED`; idempotent."""
+    """A copy of ``raw`` with every credential replaced by :data:`REDACTED`; idempotent.
+
+    An OmegaConf container is first turned into plain data *unresolved*: iterating it would resolve.
+    """
+    if isinstance(raw, DictConfig):
+        raw = OmegaConf.to_container(raw, resolve=False)  # type: ignore[assignment]
     return _redact_mapping(raw, in_task_data=False)
 
 
@@ -271,8 +279,6 @@ def resolve(redacted: Mapping[str, Any]) -> dict[str, Any]:
     A value that cannot be resolved (an unset environment variable of an unused server, ``???``)
     stays as written: the identity records what the configuration says, the collector validates it.
     """
-    from omegaconf import OmegaConf
-
     protected = _map_strings(redacted, _protect)
     resolved = _plain(OmegaConf.create(protected))
     assert isinstance(resolved, dict)
@@ -286,9 +292,8 @@ _LITERAL_INTERPOLATION = re.compile(r"(\\*)\$\{")
 def _protect(text: str) -> str:
     """Escape connection references; a string OmegaConf cannot parse (``${oc.decode:<redacted>}``) is
     escaped whole, so it stays literal instead of failing the whole configuration."""
-    from omegaconf.errors import GrammarParseError
-    from omegaconf.grammar_parser import parse
-
+    if "${" not in text:
+        return text
     protected = _rewrite_interpolations(text, _protect_interpolation)
     try:
         parse(protected)
@@ -307,8 +312,6 @@ def _map_strings(value: Any, function: Callable[[str], str]) -> Any:
 
 def _plain(node: Any) -> Any:
     """The resolved plain value of an OmegaConf node, child by child so one failure stays local."""
-    from omegaconf import DictConfig, ListConfig
-
     if isinstance(node, DictConfig):
         return {key: _resolved_child(node, key) for key in node}
     if isinstance(node, ListConfig):
@@ -317,9 +320,6 @@ def _plain(node: Any) -> Any:
 
 
 def _resolved_child(parent: Any, key: Any) -> Any:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         return _plain(parent[key])
     except OmegaConfBaseException:

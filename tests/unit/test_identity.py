@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from gymslurm import identity
 from gymslurm.errors import IdentityMismatchError
@@ -204,6 +205,13 @@ def test_credential_environment_variable_is_not_resolved_even_when_set(
     """``${oc.env:SECRET_TOKEN}`` becomes the marker, never the variable's value."""
     monkeypatch.setenv("SECRET_TOKEN", "CANARY-env-only")
     assert build_identity({"x": "${oc.env:SECRET_TOKEN}"}) == {"x": REDACTED}
+
+
+def test_omegaconf_input_is_redacted_before_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DictConfig given directly is read unresolved, so its credential variables are not read either."""
+    monkeypatch.setenv("SECRET_TOKEN", "CANARY-dictconfig")
+    config = OmegaConf.create({"x": "${oc.env:SECRET_TOKEN}", "y": "${x}"})
+    assert build_identity(config) == {"x": REDACTED, "y": REDACTED}
 
 
 def test_other_environment_variables_are_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
