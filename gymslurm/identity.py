@@ -187,8 +187,10 @@ def _protect_interpolation(body: str) -> str | None:
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*):([^\s/@]+)@")
 _BEARER = re.compile(r"\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
 _BASIC = re.compile(r"\b(basic\s+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
-_ASSIGNMENT = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=(\"[^\"]*\"|'[^']*'|[^\s&;,]+)")
-_FLAG_VALUE = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)(\s+)(?!-)(\S+)")
+# A value: the inside of "..." or '...' (the quotes stay, so redacting twice changes nothing), or a bare word.
+_VALUE = r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"']+)"
+_ASSIGNMENT = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=" + _VALUE)
+_FLAG_VALUE = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)\s+(?!-)" + _VALUE)
 _QUOTED_PAIR = re.compile(r"([\"'])([\w\-.]+)\1(\s*:\s*)([\"'])(.*?)\4")
 
 
@@ -218,7 +220,7 @@ def _scrub_string(text: str) -> str:
         lambda m: m.group(1) + REDACTED if _is_basic_credential(m.group(2)) else m.group(), text
     )
     text = _ASSIGNMENT.sub(lambda m: _redact_if_named(m, 1, 2), text)
-    text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 3), text)
+    text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
     return _QUOTED_PAIR.sub(lambda m: _redact_if_named(m, 2, 5), text)
 
 
