@@ -146,11 +146,14 @@ def _rewrite_interpolations(text: str, rewrite: Callable[[str], str | None]) -> 
         end = _span_end(text, start)
         if end is None:
             break
-        replacement = None if text[start - 1 : start] == "\\" else rewrite(text[start + 2 : end - 1])
-        out.append(text[index:start] if replacement is None else text[index:start] + replacement)
-        if replacement is None:
-            out.append("${")
-        index = start + 2 if replacement is None else end
+        escaped = text[start - 1 : start] == "\\"
+        replacement = None if escaped else rewrite(text[start + 2 : end - 1])
+        if replacement is None:  # keep "${" and look inside it for nested interpolations
+            out.append(text[index : start + 2])
+            index = start + 2
+        else:
+            out.append(text[index:start] + replacement)
+            index = end
     out.append(text[index:])
     return "".join(out)
 
@@ -419,7 +422,7 @@ OPERATIONAL_NAMES = frozenset(
 # Any word of the last component that makes it operational: request_timeout_s, max_retries, wandb_project.
 OPERATIONAL_WORDS = _table("timeout timeouts retry retries wandb mlflow tensorboard health")
 # The first word that makes it operational: dispatch_budget_s, dispatch_longest_first.
-OPERATIONAL_FIRST_WORDS = frozenset({"dispatch"})
+OPERATIONAL_FIRST_WORDS = _table("dispatch")
 # An ancestor key that makes its whole subtree operational.
 OPERATIONAL_SECTIONS = _table(
     "wandb mlflow tensorboard tracking reporting logging health health_check transport http_client retry "
@@ -447,6 +450,8 @@ def is_operational(dotted_key: str) -> bool:
 def _is_operational_name(words: list[str]) -> bool:
     if not words:
         return False
+    if is_credential_name("_".join(words)):  # its value is redacted: only its presence can differ
+        return True
     if "_".join(words) in OPERATIONAL_NAMES or OPERATIONAL_WORDS.intersection(words):
         return True
     if words[0] in OPERATIONAL_FIRST_WORDS or _is_endpoint_name(words):
