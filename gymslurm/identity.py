@@ -284,10 +284,17 @@ def resolve(redacted: Mapping[str, Any]) -> dict[str, Any]:
     A value that cannot be resolved (an unset environment variable of an unused server, ``???``)
     stays as written: the identity records what the configuration says, the collector validates it.
     """
-    protected = _map_strings(redacted, _protect)
-    resolved = _plain(OmegaConf.create(protected))
+    try:
+        config = OmegaConf.create(_map_strings(redacted, _protect_references))
+    except GrammarParseError:  # rare: find the unparseable strings one by one (parsing is slow)
+        config = OmegaConf.create(_map_strings(redacted, _protect))
+    resolved = _plain(config)
     assert isinstance(resolved, dict)
     return resolved
+
+
+def _protect_references(text: str) -> str:
+    return _rewrite_interpolations(text, _protect_interpolation) if "${" in text else text
 
 
 # n backslashes before "${" are written 2n+1 times to stand for themselves and a literal "${".
@@ -299,7 +306,7 @@ def _protect(text: str) -> str:
     escaped whole, so it stays literal instead of failing the whole configuration."""
     if "${" not in text:
         return text
-    protected = _rewrite_interpolations(text, _protect_interpolation)
+    protected = _protect_references(text)
     try:
         parse(protected)
     except GrammarParseError:
