@@ -526,7 +526,10 @@ def _credential_values(value: Any) -> list[Any]:
         return []
     found = [item for key, item in value.items() if is_credential_name(key)]
     return found + [
-        hit for key, item in value.items() if key not in {"task_input"} for hit in _credential_values(item)
+        hit
+        for key, item in value.items()
+        if not identity._opens_task_data(key)
+        for hit in _credential_values(item)
     ]
 
 
