@@ -10,7 +10,7 @@ the configuration as ``OmegaConf.to_container(cfg, resolve=False)`` gives it, pu
    (``${policy_base_url}``, ``${policy_api_key}``, ``${oc.env:POLICY_HOST}``), which stay as their
    reference string so that changing what they point at changes nothing;
 3. a second redaction (a credential that reached a plain name through resolution, such as a password
-   in a URL read from ``${oc.env:DATABASE_URL}``), :func:`drop_null_defaults`, and canonical form.
+   in a DSN read from ``${oc.env:DATABASE_DSN}``), :func:`drop_null_defaults`, and canonical form.
 
 Its digest is the manifest's ``config_digest``. On resume the saved and current identities are
 compared key by key (:func:`classify_differences`): *operational* keys (concurrency, timeouts,
