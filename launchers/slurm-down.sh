@@ -94,7 +94,7 @@ main() {
     stop_daemon slurmd "$(conf_value "$CONF" SlurmdPidFile "$run/slurmd.pid")"
     stop_daemon slurmctld "$ctld_pidfile"
     stop_daemon slurmdbd "$(conf_value "$DBD_CONF" PidFile "$run/slurmdbd.pid")"
-    stop_daemon mariadbd "$run/mariadbd.pid"
+    stop_daemon mariadbd "$(dirname "$run")/db/mariadbd.pid"
     stop_daemon munged /run/munge/munged.pid
     local what="nothing was running"
     [[ ${#STOPPED[@]} -gt 0 ]] && what="stopped ${STOPPED[*]}"

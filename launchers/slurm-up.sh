@@ -25,6 +25,7 @@ TEST_USER="${GYMSLURM_TEST_USER:-slurmtest}"
 CONF=/etc/slurm/slurm.conf
 DBD_CONF=/etc/slurm/slurmdbd.conf
 NODE="$(hostname -s)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 T0="$(date +%s.%N)"
 
 log() { printf 'slurm-up: %s\n' "$*"; }
@@ -94,6 +95,7 @@ start_munged() {
     install -d -o munge -g munge -m 0755 /run/munge
     if running /run/munge/munged.pid munged; then return 0; fi
     runuser -u munge -- /usr/sbin/munged
+    STARTED+=(munged)
     wait_for 10 "munged (self-test 'munge -n | unmunge'; log /var/log/munge/munged.log)" \
         bash -c 'munge -n | unmunge'
 }
@@ -182,7 +184,16 @@ write_owned_file() {
     printf '%s\n' "$new" >"$path.tmp.$$"
     chmod "$mode" "$path.tmp.$$"
     mv -f "$path.tmp.$$" "$path"
-    echo changed
+}
+
+# If our slurm.conf is about to change while slurmctld runs (e.g. GYMSLURM_ACCOUNTING toggled),
+# stop the daemons first with the pid files of the *old* config; running jobs survive.
+restart_if_config_changes() {
+    [[ -e "$CONF" ]] && grep -qxF "$MARKER" "$CONF" || return 0
+    [[ "$(cat "$CONF")" != "$(render_slurm_conf)" ]] || return 0
+    running "$(conf_value SlurmctldPidFile)" slurmctld || return 0
+    log "slurm.conf changes while the cluster runs: restarting the daemons (jobs are kept)"
+    bash "$HERE/slurm-down.sh" --keep-jobs
 }
 
 conf_value() { sed -n "s/^$1=//p" "$CONF" | tail -n 1; }
@@ -199,13 +210,14 @@ start_accounting() {
             --auth-root-authentication-method=socket >"$DIR/log/mariadb-install.log" 2>&1 ||
             die "mariadb-install-db failed; see $DIR/log/mariadb-install.log"
     fi
-    if ! running "$DIR/run/mariadbd.pid" mariadbd; then
-        # --skip-networking: no TCP at all, socket only.
+    if ! running "$DIR/db/mariadbd.pid" mariadbd; then
+        # --skip-networking: no TCP at all, socket only. Pid and log live in the mysql-owned db dir.
         nohup /usr/sbin/mariadbd --user=mysql --datadir="$DIR/db/data" --skip-networking \
-            --socket=/run/mysqld/mysqld.sock --pid-file="$DIR/run/mariadbd.pid" \
-            --log-error="$DIR/log/mariadbd.log" >/dev/null 2>&1 &
-        wait_for 30 "mariadbd (log $DIR/log/mariadbd.log)" \
+            --socket=/run/mysqld/mysqld.sock --pid-file="$DIR/db/mariadbd.pid" \
+            --log-error="$DIR/db/mariadbd.log" >/dev/null 2>&1 &
+        wait_for 30 "mariadbd (log $DIR/db/mariadbd.log)" \
             mariadb --socket=/run/mysqld/mysqld.sock -e 'SELECT 1'
+        STARTED+=(mariadbd)
     fi
     write_owned_file "$DBD_CONF" 0600 >/dev/null <<EOF
 $MARKER
@@ -225,6 +237,7 @@ EOF
     if ! running "$DIR/run/slurmdbd.pid" slurmdbd; then
         /usr/sbin/slurmdbd >>"$DIR/log/slurmdbd.start.log" 2>&1 ||
             die "slurmdbd exited at start-up; see $DIR/log/slurmdbd.log"
+        STARTED+=(slurmdbd)
         wait_for 30 "slurmdbd (log $DIR/log/slurmdbd.log)" sacctmgr -n list cluster
     fi
     if ! sacctmgr -n -P list cluster format=cluster | grep -qx gymslurm; then
@@ -286,12 +299,12 @@ main() {
     ensure_packages slurmctld slurmd slurm-client munge
     ensure_hostname_resolves
     ensure_test_user
-    local conf_changed
-    conf_changed="$(render_slurm_conf | write_owned_file "$CONF" 0644)"
+    STARTED=()
+    restart_if_config_changes
+    render_slurm_conf | write_owned_file "$CONF" 0644
     DIR_CONF="$(dirname "$(conf_value SlurmctldPidFile)")"
     start_munged
     [[ "$ACCOUNTING" == 1 ]] && start_accounting
-    STARTED=()
     if ! running "$(conf_value SlurmctldPidFile)" slurmctld; then
         # A drained/INVAL node state survives restarts even after the config is fixed (pitfall 2);
         # jobs are kept (job_state is not touched).
@@ -299,10 +312,6 @@ main() {
     fi
     start_slurm_daemon slurmctld "$(conf_value SlurmctldPidFile)"
     start_slurm_daemon slurmd "$(conf_value SlurmdPidFile)"
-    if [[ -n "$conf_changed" && ${#STARTED[@]} -eq 0 ]]; then
-        log "slurm.conf changed while the daemons run: 'scontrol reconfigure' (node or port changes need slurm-down.sh --keep-jobs, then slurm-up.sh)"
-        scontrol reconfigure || true
-    fi
     wait_for_node
     local jobcomp
     jobcomp="$(conf_value JobCompLoc)"
