@@ -11,6 +11,8 @@ Fixtures (helpers and their docs are in ``helpers.py``; see also docs/slurm-sand
   a fresh scratch directory it owns, ``run(argv)``, ``write(name, text)`` and
   ``sbatch(script, *opts) -> job_id``; jobs it submitted and left unfinished are cancelled after
   the test.
+- ``slurm_python`` (session): a Python interpreter the job user can run, with this checkout's
+  gymslurm installed (a venv built from /usr/bin/python3 when root; ~20 s the first time).
 - ``wait_for_job(job_id, timeout=...)`` (import from ``.helpers``): poll until a final state.
 """
 
@@ -34,6 +36,7 @@ from .helpers import (
     cluster_problem,
     describe_cluster,
     ensure_test_user,
+    job_python_for,
     make_user_dir,
     prune_old_sessions,
     start_cluster,
@@ -81,3 +84,15 @@ def slurm_user(
     user = SlurmUser(name=name, workdir=workdir, as_root=_is_root())
     yield user
     user.cancel_leftovers()
+
+
+@pytest.fixture(scope="session")
+def slurm_python(slurm_cluster: SlurmCluster) -> Path:
+    """A Python the job user can execute, with this checkout's gymslurm and its dependencies."""
+    name = TEST_USER if _is_root() else getpass.getuser()
+    if _is_root():
+        ensure_test_user(name)
+    try:
+        return job_python_for(name, as_root=_is_root())
+    except SlurmTestError as exc:
+        pytest.fail(f"could not prepare a Python for Slurm jobs run as {name}:\n{exc}")

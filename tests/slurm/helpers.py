@@ -14,12 +14,16 @@ polls every ~10 s.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SLURM_UP = REPO_ROOT / "launchers" / "slurm-up.sh"
 TEST_USER = os.environ.get("GYMSLURM_TEST_USER", "slurmtest")
 SCRATCH_ROOT = Path("/tmp/gymslurm-slurmtests")
+SYSTEM_PYTHON = Path(os.environ.get("GYMSLURM_JOB_PYTHON_BASE", "/usr/bin/python3"))
 
 FINAL_STATES = frozenset(
     {
@@ -241,13 +246,63 @@ def make_user_dir(root: Path, label: str, owner: str | None) -> Path:
 
 
 def prune_old_sessions(root: Path, max_age_s: float = 24 * 3600) -> None:
-    """Delete session directories under ``root`` untouched for ``max_age_s`` seconds.
+    """Delete ``session-*`` directories under ``root`` untouched for ``max_age_s`` seconds.
 
     Age, not count, decides, so a pytest session running in parallel never loses its directory.
     """
     if not root.is_dir():
         return
     cutoff = time.time() - max_age_s
-    for old in root.iterdir():
+    for old in root.glob("session-*"):
         if old.is_dir() and old.stat().st_mtime < cutoff:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def project_dependencies(pyproject: Path) -> list[str]:
+    """The ``[project].dependencies`` requirement strings of a pyproject.toml."""
+    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+
+
+def build_job_python(venv: Path, repo: Path, *, base_python: Path = SYSTEM_PYTHON) -> Path:
+    """A venv other users can run, holding ``repo``'s dependencies and a copy of ``repo``'s package.
+
+    Why: as root, pytest's interpreter often lives under /root (mode 0700 here: pyenv), which the
+    test user cannot execute, so a job script run as that user needs its own interpreter. The
+    package is installed non-editable (the checkout may be unreadable for the user) and
+    reinstalled on every call, so jobs run the code under test. Dependencies are installed once
+    per set of requirements (a stamp file). A file lock serialises parallel pytest sessions.
+    Returns the venv's ``bin/python``.
+    """
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    venv.parent.chmod(0o755)
+    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        python = venv / "bin" / "python"
+        if not python.exists():
+            run([str(base_python), "-m", "venv", str(venv)], timeout=300)
+        deps = sorted([*project_dependencies(repo / "pyproject.toml"), "hatchling"])
+        stamp = venv / "gymslurm-deps.txt"
+        if not stamp.exists() or stamp.read_text() != "\n".join(deps):
+            _pip_install(python, *deps)
+            stamp.write_text("\n".join(deps))
+        _pip_install(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(repo))
+        return python
+
+
+def _pip_install(python: Path, *args: str) -> None:
+    run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], timeout=600)
+
+
+def job_python_for(user: str, as_root: bool, repo: Path = REPO_ROOT) -> Path:
+    """The interpreter a job of ``user`` should run gymslurm with (see build_job_python).
+
+    Not root: the current interpreter (the user can run it). Root: a venv under SCRATCH_ROOT
+    keyed by the checkout's path, so two worktrees never share one.
+    """
+    if not as_root:
+        return Path(sys.executable)
+    key = hashlib.sha1(str(repo).encode()).hexdigest()[:10]
+    python = build_job_python(SCRATCH_ROOT / "venvs" / key, repo)
+    probe = ["runuser", "-u", user, "--", str(python), "-c", "import gymslurm"]
+    run(probe, cwd=Path("/"))
+    return python

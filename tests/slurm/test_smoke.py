@@ -7,6 +7,8 @@ The parser rows pin real Slurm 22.05 output so the helpers fail loudly if it cha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .helpers import SlurmCluster, SlurmTestError, SlurmUser, parse_scontrol_job, wait_for_job
@@ -59,3 +61,11 @@ def test_job_exit_code_is_reported_by_slurm(
     assert (outcome.state, outcome.exit_code, outcome.signal) == (state, exit_code, 0), outcome.raw
     log = (slurm_user.workdir / f"gymslurm-test-{job_id}.out").read_text()
     assert log.strip() == f"running as {slurm_user.name}"
+
+
+@pytest.mark.slurm
+def test_job_user_runs_this_checkouts_gymslurm(slurm_user: SlurmUser, slurm_python: Path) -> None:
+    """A job of the test user imports gymslurm with slurm_python and exits 0."""
+    job_id = slurm_user.sbatch(f"#!/bin/bash\nexec {slurm_python} -c 'import gymslurm'\n")
+    outcome = wait_for_job(job_id, timeout=60)
+    assert (outcome.state, outcome.exit_code) == ("COMPLETED", 0), outcome.raw
