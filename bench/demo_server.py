@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 import psutil
@@ -105,8 +106,16 @@ class _Client(asyncio.Protocol):
             self.done.set_result(None)
 
 
+class Server(NamedTuple):
+    """The demo server under test: where it listens and its process (for its CPU time)."""
+
+    host: str
+    port: int
+    process: psutil.Process
+
+
 async def measure(
-    host: str, port: int, requests: list[bytes], concurrency: int, seconds: float, server: psutil.Process
+    server: Server, requests: list[bytes], concurrency: int, seconds: float
 ) -> tuple[float, float]:
     """Requests per second over ``seconds`` with ``concurrency`` connections (after a short warm-up),
     and the server's CPU seconds per wall second over the same window (1.0 = one core saturated)."""
@@ -117,13 +126,12 @@ async def measure(
         for index in range(concurrency):
             done: asyncio.Future[None] = loop.create_future()
             offset = index * (len(requests) // concurrency)
-            _, client = await loop.create_connection(
-                lambda o=offset, d=done: _Client(requests, o, deadline, d), host, port
-            )
+            client = _Client(requests, offset, deadline, done)
+            await loop.create_connection(lambda c=client: c, server.host, server.port)  # type: ignore[misc]
             clients.append(client)
-        started, cpu_before = time.perf_counter(), _cpu_seconds(server)
+        started, cpu_before = time.perf_counter(), _cpu_seconds(server.process)
         await asyncio.gather(*(client.done for client in clients))
-        elapsed, cpu = time.perf_counter() - started, _cpu_seconds(server) - cpu_before
+        elapsed, cpu = time.perf_counter() - started, _cpu_seconds(server.process) - cpu_before
     errors = sum(client.errors for client in clients)
     if errors:
         raise SystemExit(f"{errors} replies were not HTTP 200: check the server's stderr")
@@ -164,19 +172,19 @@ def main() -> int:
         run = run_requests(10_000, host)
         health = [f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()]
         pinned = f"server pinned to core {server_core}" if server_core is not None else "not pinned"
-        print(f"demo server bench: {args.seconds:g} s per figure, {pinned}, target {TARGET_RPS:,.0f} req/s")
-        server = psutil.Process(process.pid)
+        target = f"target {TARGET_RPS:,.0f} req/s per server core"
+        print(f"demo server bench: {args.seconds:g} s per figure, {pinned}, {target}")
+        server = Server(host, port, psutil.Process(process.pid))
         header = ("concurrency", "/run req/s", "server CPU", "/run per core-s", "/health req/s", "run/health")
         print("{:>11} {:>11} {:>10} {:>15} {:>13} {:>10}  run per core-s / target".format(*header))
         for concurrency in args.concurrency:
-            run_rps, run_cpu = asyncio.run(measure(host, port, run, concurrency, args.seconds, server))
-            health_rps, _ = asyncio.run(measure(host, port, health, concurrency, args.seconds, server))
+            run_rps, run_cpu = asyncio.run(measure(server, run, concurrency, args.seconds))
+            health_rps, _ = asyncio.run(measure(server, health, concurrency, args.seconds))
             per_core = run_rps / max(run_cpu, 1e-9)
             verdict = "" if per_core >= TARGET_RPS else "  BELOW TARGET"
-            print(
-                f"{concurrency:>11} {run_rps:>11,.0f} {run_cpu:>10.0%} {per_core:>15,.0f} {health_rps:>13,.0f} "
-                f"{run_rps / health_rps:>10.2f}  {per_core / TARGET_RPS:.2f}{verdict}"
-            )
+            figures = f"{concurrency:>11} {run_rps:>11,.0f} {run_cpu:>10.0%} {per_core:>15,.0f}"
+            ratios = f"{health_rps:>13,.0f} {run_rps / health_rps:>10.2f}  {per_core / TARGET_RPS:.2f}"
+            print(f"{figures} {ratios}{verdict}")
     finally:
         process.terminate()
         process.wait(timeout=10)

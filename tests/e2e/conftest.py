@@ -118,7 +118,7 @@ def launch_demo_server(
 
 @pytest.fixture
 def start_demo_server(tmp_path: Path) -> Iterator[Callable[..., DemoServer]]:
-    """A factory: ``start_demo_server(*args)`` starts a demo server with those options; all stop at teardown."""
+    """A factory: ``start_demo_server(*args)`` starts a server with those options; all stop at teardown."""
     servers: list[DemoServer] = []
 
     def start(*args: str) -> DemoServer:

@@ -107,7 +107,7 @@ def test_http503_fault_answers_503_with_retry_after(demo_server: DemoServer) -> 
 
 def test_fault_attempts_limit_lets_the_retry_succeed(demo_server: DemoServer) -> None:
     """With _demo_fault_attempts 1 attempt 0 fails and attempt 1 gets a result."""
-    body = {"_demo_fault": "retryable", "_demo_fault_attempts": 1}
+    body: dict[str, Any] = {"_demo_fault": "retryable", "_demo_fault_attempts": 1}
     first = httpx.post(f"{demo_server.url}/run", json=run_body(attempt=0, **body)).json()
     second = httpx.post(f"{demo_server.url}/run", json=run_body(attempt=1, **body)).json()
     assert "failure" in first
