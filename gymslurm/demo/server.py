@@ -58,7 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="seed of the policy, the fault draws and the dataset"
     )
     for name in RATE_ORDER:
-        parser.add_argument(f"--{name}-rate", type=float, default=0.0, metavar="P", help=f"P({FAULTS[name]})")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}-rate",
+            type=float,
+            default=0.0,
+            metavar="P",
+            help=f"P({FAULTS[name]})",
+        )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added before every /run reply")
     parser.add_argument(
         "--die-after", type=int, default=None, metavar="N", help="answer N /run requests, die on the next"

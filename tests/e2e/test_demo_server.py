@@ -114,6 +114,14 @@ def test_fault_attempts_limit_lets_the_retry_succeed(demo_server: DemoServer) ->
     assert "result" in second
 
 
+def test_rate_flag_faults_every_attempt(start_demo_server: Callable[..., DemoServer]) -> None:
+    """--terminal-rate 1 makes every attempt a terminal failure."""
+    server = start_demo_server("--terminal-rate", "1")
+    with httpx.Client(base_url=server.url) as client:
+        replies = [client.post("/run", json=run_body(f"r{i}")).json() for i in range(5)]
+    assert all(reply["failure"]["terminal"] is True for reply in replies)
+
+
 def test_die_fault_exits_without_answering(demo_server: DemoServer) -> None:
     """The die fault closes the connection unanswered and the process exits with DIE_EXIT_CODE."""
     with pytest.raises(httpx.TransportError):

@@ -37,3 +37,9 @@ def test_write_dataset_needs_n(tmp_path: Path) -> None:
     """--write-dataset without --n is a ConfigError."""
     with pytest.raises(ConfigError, match="--n"):
         main(["--write-dataset", str(tmp_path / "x.jsonl")])
+
+
+def test_underscored_fault_rate_flag_uses_dashes() -> None:
+    """A fault with an underscore gets a dashed flag (--kill-shaped-rate)."""
+    args = _parser().parse_args(["--kill-shaped-rate", "0.5"])
+    assert config_from_args(args).rates == (("kill_shaped", 0.5),)
