@@ -79,7 +79,7 @@ def task_fault_problems(task_input: dict[str, Any]) -> list[tuple[str, str]]:
     """The ``_demo_*`` fields of a task input that are malformed, with what is wrong with each."""
     problems: list[tuple[str, str]] = []
     fault = task_input.get(FAULT_FIELD)
-    if FAULT_FIELD in task_input and fault not in FAULTS:
+    if FAULT_FIELD in task_input and not (isinstance(fault, str) and fault in FAULTS):
         problems.append((FAULT_FIELD, f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}"))
     attempts = task_input.get(ATTEMPTS_FIELD)
     if ATTEMPTS_FIELD in task_input and not _non_negative_int(attempts):

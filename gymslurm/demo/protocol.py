@@ -143,7 +143,8 @@ def _task_input(value: object, errors: list[dict[str, Any]]) -> dict[str, Any] |
     for key in ("a", "b"):
         if not _is_int(task_input.get(key)):
             errors.append(_error((*loc, key), f"{key} must be an integer (the arith benchmark)", "int_type"))
-    if task_input.get("op") not in OPERATORS:
+    op = task_input.get("op")
+    if not isinstance(op, str) or op not in OPERATORS:
         allowed = sorted(OPERATORS)
         errors.append(_error((*loc, "op"), f"op must be one of {allowed}", "literal_error"))
     for key, message in task_fault_problems(task_input):

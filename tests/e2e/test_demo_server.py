@@ -141,10 +141,11 @@ def test_die_after_answers_n_requests_then_dies(start_demo_server: Callable[...,
     assert server.process.wait(timeout=10) == DIE_EXIT_CODE
 
 
-def test_sigterm_stops_cleanly(demo_server: DemoServer) -> None:
-    """SIGTERM makes the server exit 0 after printing its summary."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_cleanly(demo_server: DemoServer, signum: signal.Signals) -> None:
+    """SIGTERM and SIGINT make the server exit 0 after printing its summary."""
     httpx.post(f"{demo_server.url}/run", json=run_body())
-    demo_server.process.send_signal(signal.SIGTERM)
+    demo_server.process.send_signal(signum)
     assert demo_server.process.wait(timeout=10) == 0
     assert "stopped after 1 /run requests" in demo_server.stderr()
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gymslurm.demo.messages import Episode
 from gymslurm.demo.protocol import Invalid, invalid_reply, parse_json, validate_aggregate, validate_run
@@ -155,3 +157,42 @@ def test_unknown_field_message_names_the_allowed_fields() -> None:
 def test_validate_aggregate(body: object, valid: bool) -> None:
     """/aggregate_metrics takes exactly {"verify_responses": [object, ...]}."""
     assert isinstance(validate_aggregate(body), list) is valid
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(JSON_VALUES)
+def test_validation_never_raises_on_any_json(value: object) -> None:
+    """Any decoded JSON value is either an Episode or an Invalid with at least one detail."""
+    result = validate_run(value)
+    assert isinstance(result, Episode) or (isinstance(result, Invalid) and result.details)
+
+
+@given(st.sampled_from(["a", "op", "_demo_fault", "_demo_fault_attempts", "_demo_latency_ms"]), JSON_VALUES)
+def test_validation_never_raises_on_any_task_input_field(field: str, value: object) -> None:
+    """Any JSON value in a task_input field is validated without crashing."""
+    result = validate_run(body_with(("task", "task_input", field), value))
+    assert isinstance(result, Episode | Invalid)
+
+
+@pytest.mark.parametrize("field", ["op", "_demo_fault"])
+@pytest.mark.parametrize("value", [[1], {"x": 1}])
+def test_unhashable_enum_values_are_invalid(field: str, value: object) -> None:
+    """A list or object where a name is expected is a 422 error, not a crash."""
+    assert error_locs(body_with(("task", "task_input", field), value)) == [
+        ["body", "task", "task_input", field]
+    ]
+
+
+@given(st.sampled_from(["episode_id", "task"]), JSON_VALUES)
+def test_validation_never_raises_on_a_replaced_part(part: str, value: object) -> None:
+    """Replacing a part of a valid request by any JSON value never crashes validation."""
+    result = validate_run({**VALID, part: value})
+    assert isinstance(result, Episode | Invalid)
