@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gymslurm.demo.arith import (
     aggregate_metrics,
@@ -132,3 +135,26 @@ def test_metric_keys_are_flat_strings() -> None:
     metrics = aggregate_metrics([{"reward": 1.0}])
     for section in ("agent_metrics", "key_metrics"):
         assert all(isinstance(k, str) and not isinstance(v, dict | list) for k, v in metrics[section].items())
+
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)  # what orjson decodes as int
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=3)
+)
+ITEMS = st.lists(
+    st.fixed_dictionaries(
+        {}, optional={"reward": JSON_SCALARS, "mask_sample": JSON_SCALARS, "_ng_task_index": JSON_SCALARS}
+    ),
+    max_size=8,
+)
+
+
+@given(ITEMS)
+def test_aggregate_metrics_accepts_any_items(items: list[dict[str, Any]]) -> None:
+    """Any list of result objects gives metrics that encode as JSON."""
+    metrics = aggregate_metrics(items)
+    assert metrics["agent_metrics"]["num_verify_responses"] == len(items)
+    orjson.dumps(metrics)

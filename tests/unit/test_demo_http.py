@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gymslurm.demo.http import HttpConnection, encode_reply
 from gymslurm.demo.messages import TEXT, Reply
@@ -171,3 +173,14 @@ def test_encode_reply_extra_headers() -> None:
     encoded = encode_reply(Reply(503, b"x", TEXT, headers=((b"Retry-After", b"1"),)), keep_alive=True)
     assert encoded.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
     assert encoded.endswith(b"Content-Length: 1\r\nRetry-After: 1\r\n\r\nx")
+
+
+@given(
+    st.lists(st.binary(max_size=200) | st.sampled_from([b"\r\n\r\n", b"Content-Length: 3\r\n"]), max_size=6)
+)
+def test_arbitrary_bytes_never_crash_the_parser(chunks: list[bytes]) -> None:
+    """Any byte stream is answered or rejected, never raises out of data_received."""
+    connection, transport = connect()
+    for chunk in [b"POST /run HTTP/1.1\r\n", *chunks]:
+        connection.data_received(chunk)
+    assert transport.written == b"" or transport.written.startswith(b"HTTP/1.1 ")
