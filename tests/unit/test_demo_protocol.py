@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gymslurm.demo.messages import Episode
 from gymslurm.demo.protocol import Invalid, invalid_reply, parse_json, validate_aggregate, validate_run
+from gymslurm.records import EpisodeId
 
 VALID: dict[str, Any] = {
     "episode_id": {"rollout_id": "arith-17", "attempt": 2},
@@ -196,3 +197,26 @@ def test_validation_never_raises_on_a_replaced_part(part: str, value: object) ->
     """Replacing a part of a valid request by any JSON value never crashes validation."""
     result = validate_run({**VALID, part: value})
     assert isinstance(result, Episode | Invalid)
+
+
+ROLLOUT_IDS = st.text(alphabet="aZ09._- /-", max_size=8) | st.from_regex(
+    r"[A-Za-z0-9][A-Za-z0-9._-]*-a[0-9]{1,2}", fullmatch=True
+)
+
+
+@given(ROLLOUT_IDS, st.integers(-3, 3))
+def test_episode_id_rules_agree_with_the_shared_model(rollout_id: str, attempt: int) -> None:
+    """For string ids and integer attempts, hand validation accepts exactly what records.EpisodeId accepts."""
+    try:
+        EpisodeId(rollout_id=rollout_id, attempt=attempt)
+        shared_accepts = True
+    except ValueError:
+        shared_accepts = False
+    body = body_with(("episode_id",), {"rollout_id": rollout_id, "attempt": attempt})
+    assert isinstance(validate_run(body), Episode) is shared_accepts
+
+
+@pytest.mark.parametrize("attempt", ["1", True, 1.0])
+def test_attempt_is_stricter_than_pydantic_lax_mode(attempt: object) -> None:
+    """Deliberately stricter than pydantic's lax mode: "1", true and 1.0 are not attempts."""
+    assert error_locs(body_with(("episode_id", "attempt"), attempt)) == [["body", "episode_id", "attempt"]]
