@@ -15,6 +15,13 @@ Reuse them in any e2e test (they are collected for everything under tests/e2e/):
         flaky.process.wait(timeout=10)            # it died after answering 5 /run requests
         again = start_demo_server("--accuracy", "1.0")   # a new port: use again.url
 
+``shared_demo_server`` — one default server for the whole session (saves a start per test): only for
+tests that neither inject process-level faults (``die``, ``--die-after``) nor stop it; per-task
+faults through ``_demo_fault`` are fine, they change nothing for other tests.
+
+Outside fixtures (a benchmark, a session fixture of your own) call
+``launch_demo_server(args, stderr_path)`` and ``DemoServer.stop()`` yourself.
+
 Each server is ``python -m gymslurm demo-server --host 127.0.0.1 --port 0 ARGS`` started from the
 repository root (so the worktree's code runs). The factory waits until the server has printed its
 ``listening on`` line and answers ``GET /health``, then returns a :class:`DemoServer`; if it does not
@@ -137,3 +144,13 @@ def start_demo_server(tmp_path: Path) -> Iterator[Callable[..., DemoServer]]:
 def demo_server(start_demo_server: Callable[..., DemoServer]) -> DemoServer:
     """One demo server with default options (accuracy 0.8, seed 0, no faults)."""
     return start_demo_server()
+
+
+@pytest.fixture(scope="session")
+def shared_demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
+    """One default demo server for the whole session; never stop or crash it."""
+    server = launch_demo_server((), tmp_path_factory.mktemp("shared_demo_server") / "demo_server.stderr")
+    yield server
+    server.stop()
+    if server.process.stdout is not None:
+        server.process.stdout.close()

@@ -29,9 +29,9 @@ def run_body(rollout_id: str = "arith-17", attempt: int = 0, **extra: Any) -> di
     }
 
 
-def test_run_answers_a_graded_result(demo_server: DemoServer) -> None:
+def test_run_answers_a_graded_result(shared_demo_server: DemoServer) -> None:
     """A /run request gets a graded result echoing the episode and task ids."""
-    reply = httpx.post(f"{demo_server.url}/run", json=run_body())
+    reply = httpx.post(f"{shared_demo_server.url}/run", json=run_body())
     assert reply.status_code == 200
     payload = reply.json()
     assert payload["episode_id"] == {"rollout_id": "arith-17", "attempt": 0}
@@ -48,17 +48,17 @@ def test_accuracy_one_answers_every_task_correctly(start_demo_server: Callable[.
     assert rewards == [1.0] * 50
 
 
-def test_unknown_field_is_rejected_with_422(demo_server: DemoServer) -> None:
+def test_unknown_field_is_rejected_with_422(shared_demo_server: DemoServer) -> None:
     """An unknown request field is answered 422 with a JSON error naming it."""
-    reply = httpx.post(f"{demo_server.url}/run", json={**run_body(), "extra": 1})
+    reply = httpx.post(f"{shared_demo_server.url}/run", json={**run_body(), "extra": 1})
     assert reply.status_code == 422
     assert reply.json()["detail"][0]["loc"] == ["body", "extra"]
 
 
-def test_aggregate_metrics_reports_mean_reward(demo_server: DemoServer) -> None:
+def test_aggregate_metrics_reports_mean_reward(shared_demo_server: DemoServer) -> None:
     """/aggregate_metrics answers flat agent and key metrics with the mean reward."""
     items = [{"_ng_task_index": 0, "reward": 1.0}, {"_ng_task_index": 1, "reward": 0.0}]
-    reply = httpx.post(f"{demo_server.url}/aggregate_metrics", json={"verify_responses": items})
+    reply = httpx.post(f"{shared_demo_server.url}/aggregate_metrics", json={"verify_responses": items})
     assert reply.status_code == 200
     assert reply.json()["key_metrics"]["mean/reward"] == 0.5
     assert len(reply.json()["group_level_metrics"]) == 2
@@ -92,24 +92,24 @@ def test_global_config_text_changes_with_accuracy(start_demo_server: Callable[..
     ],
 )
 def test_scripted_fault_reply(
-    demo_server: DemoServer, fault: str, key: str, expected: dict[str, Any]
+    shared_demo_server: DemoServer, fault: str, key: str, expected: dict[str, Any]
 ) -> None:
     """A task's _demo_fault produces that fault's documented reply over the wire."""
-    payload = httpx.post(f"{demo_server.url}/run", json=run_body(_demo_fault=fault)).json()
+    payload = httpx.post(f"{shared_demo_server.url}/run", json=run_body(_demo_fault=fault)).json()
     assert expected.items() <= payload[key].items()
 
 
-def test_http503_fault_answers_503_with_retry_after(demo_server: DemoServer) -> None:
+def test_http503_fault_answers_503_with_retry_after(shared_demo_server: DemoServer) -> None:
     """The http503 fault answers HTTP 503 with a Retry-After header."""
-    reply = httpx.post(f"{demo_server.url}/run", json=run_body(_demo_fault="http503"))
+    reply = httpx.post(f"{shared_demo_server.url}/run", json=run_body(_demo_fault="http503"))
     assert (reply.status_code, reply.headers["retry-after"]) == (503, "1")
 
 
-def test_fault_attempts_limit_lets_the_retry_succeed(demo_server: DemoServer) -> None:
+def test_fault_attempts_limit_lets_the_retry_succeed(shared_demo_server: DemoServer) -> None:
     """With _demo_fault_attempts 1 attempt 0 fails and attempt 1 gets a result."""
     body: dict[str, Any] = {"_demo_fault": "retryable", "_demo_fault_attempts": 1}
-    first = httpx.post(f"{demo_server.url}/run", json=run_body(attempt=0, **body)).json()
-    second = httpx.post(f"{demo_server.url}/run", json=run_body(attempt=1, **body)).json()
+    first = httpx.post(f"{shared_demo_server.url}/run", json=run_body(attempt=0, **body)).json()
+    second = httpx.post(f"{shared_demo_server.url}/run", json=run_body(attempt=1, **body)).json()
     assert "failure" in first
     assert "result" in second
 
