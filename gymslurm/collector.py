@@ -493,10 +493,16 @@ def build_run_identity(
     settings: CollectSettings, raw: dict[str, Any], fetch: Callable[[str], dict[str, Any]]
 ) -> dict[str, Any]:
     """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
+    import yaml
+
     from gymslurm.identity import build_identity
+    from gymslurm.resources import configs_dir
 
     config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
-    return build_identity(identity_config(config, environment_config(settings, fetch)))
+    # collect.yaml's defaults: a null setting whose default is null is left out of the identity, so a
+    # setting added later with a null default does not make older runs look different.
+    defaults = yaml.safe_load((configs_dir() / "collect.yaml").read_text()) or {}
+    return build_identity(identity_config(config, environment_config(settings, fetch)), defaults=defaults)
 
 
 def prepare(
