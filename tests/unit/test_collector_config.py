@@ -1,0 +1,163 @@
+"""The collector's configuration pieces: server config for identity, the command line, progress text."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from gymslurm.collector import environment_config, fetch_environment_config, identity_config
+from gymslurm.commands.collect import main as collect_main
+from gymslurm.commands.collect import split_options
+from gymslurm.errors import ConfigError
+from gymslurm.progress import Counters, PlainReporter, make_reporter, plain_line, rate_and_eta
+from gymslurm.settings import load_settings
+
+BASE = ["+input_jsonl_fpath=/d/in.jsonl", "+output_jsonl_fpath=/r/out.jsonl"]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    routes: ClassVar[dict[str, tuple[int, bytes]]] = {}
+
+    def do_GET(self) -> None:
+        status, body = self.routes.get(self.path, (404, b"not found"))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def config_server() -> Iterator[tuple[str, dict[str, tuple[int, bytes]]]]:
+    routes: ClassVar[dict[str, tuple[int, bytes]]] = {}
+    handler = type("H", (_Handler,), {"routes": routes})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", routes
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"policy:\n  model: m1\n", b'"policy:\\n  model: m1\\n"'],
+    ids=["yaml", "yaml-as-json-string"],
+)
+def test_fetch_reads_yaml_and_nemo_gyms_json_string(config_server: tuple[str, dict], body: bytes) -> None:
+    """The head server's configuration is read as YAML, also when sent as a JSON string (NeMo Gym)."""
+    url, routes = config_server
+    routes["/global_config_dict_yaml"] = (200, body)
+    assert fetch_environment_config(url) == {"policy": {"model": "m1"}}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (404, b"", "answered HTTP 404"),
+        (200, b"", "empty or non-mapping"),
+        (200, b"a: [", "did not return YAML"),
+    ],
+)
+def test_fetch_failures_are_config_errors(
+    config_server: tuple[str, dict], status: int, body: bytes, message: str
+) -> None:
+    """A missing, empty or broken server configuration is a ConfigError saying what to do."""
+    url, routes = config_server
+    routes["/global_config_dict_yaml"] = (status, body)
+    with pytest.raises(ConfigError, match=message):
+        fetch_environment_config(url)
+
+
+def test_fetch_from_an_unreachable_server_is_a_config_error() -> None:
+    """No server at the address: a ConfigError naming the endpoint."""
+    with pytest.raises(ConfigError, match="cannot read the Environment Server's configuration"):
+        fetch_environment_config("http://127.0.0.1:9", timeout_s=2)
+
+
+def test_explicit_environment_config_is_not_fetched() -> None:
+    """environment_config in the settings is used as is; nothing is fetched."""
+    s, _ = load_settings([*BASE, "+environment_server_url=http://h:1", "+environment_config={model: m}"])
+    assert environment_config(s, lambda url: pytest.fail("fetched")) == {"model": "m"}
+
+
+def test_several_servers_are_asked_and_keyed_by_tasksets() -> None:
+    """Without a head server each distinct server is asked; answers are keyed by the tasksets it serves."""
+    s, _ = load_settings(
+        [*BASE, "+environment_server_urls={a: 'http://h1:1', b: 'http://h1:1', c: 'http://h2:2'}"]
+    )
+    answers = {"http://h1:1": {"model": "x"}, "http://h2:2": {"model": "y"}}
+    assert environment_config(s, answers.__getitem__) == {"a,b": {"model": "x"}, "c": {"model": "y"}}
+
+
+def test_head_server_is_preferred() -> None:
+    """head_server_url is where the configuration comes from when set."""
+    s, _ = load_settings([*BASE, "+environment_server_url=http://h:1", "+head_server_url=http://head:2"])
+    asked: list[str] = []
+    environment_config(s, lambda url: asked.append(url) or {"m": 1})
+    assert asked == ["http://head:2"]
+
+
+def test_identity_config_fills_the_fetched_configuration() -> None:
+    """The identity input is the raw config with environment_config filled in when it was null."""
+    assert identity_config({"a": 1, "environment_config": None}, {"m": 2}) == {
+        "a": 1,
+        "environment_config": {"m": 2},
+    }
+
+
+def test_split_options_separates_config_options_from_overrides() -> None:
+    """--config-dir/--config-name (both spellings) are options; the rest are overrides."""
+    config_dir, name, overrides = split_options(["--config-dir", "/c", "--config-name=b", "+limit=1"])
+    assert (config_dir, name, overrides) == (Path("/c"), "b", ["+limit=1"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), [(["--bogus"], "unknown option"), (["--config-dir"], "needs a value")]
+)
+def test_split_options_refuses_bad_options(argv: list[str], message: str) -> None:
+    """Unknown options and options without values are ConfigErrors."""
+    with pytest.raises(ConfigError, match=message):
+        split_options(argv)
+
+
+def test_help_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help prints the usage with the NeMo Gym spellings and exits 0."""
+    assert collect_main(["--help"]) == 0
+    assert "+resume_from_cache=true" in capsys.readouterr().out
+
+
+def test_rate_and_eta_count_this_invocation_only() -> None:
+    """Cached outcomes do not inflate the rate; the ETA divides what is left by the rate."""
+    counters = Counters(total=100, done=60, done_before=50, started_at=0.0)
+    rate, eta = rate_and_eta(counters, now=5.0)
+    assert rate == 2.0 and eta == 20.0
+
+
+def test_plain_line_shows_every_count() -> None:
+    """A plain progress line names done, failed, omitted, in flight, rate and ETA."""
+    line = plain_line(Counters(total=10, done=4, failed=1, omitted=1, in_flight=2, started_at=0.0), now=2.0)
+    assert "6/10" in line and "done=4 failed=1 omitted=1 in_flight=2" in line and "rate=3.0/s" in line
+
+
+def test_plain_reporter_prints_at_intervals() -> None:
+    """Plain lines are printed once per interval, and once at the end."""
+    stream = io.StringIO()
+    reporter = PlainReporter(Counters(total=1, started_at=0.0), interval_s=10, stream=stream)
+    for now in (1.0, 5.0, 11.0, 12.0):
+        reporter.tick(now)
+    reporter.close(13.0)
+    assert stream.getvalue().count("\n") == 2
+
+
+def test_auto_mode_is_plain_off_a_terminal() -> None:
+    """progress=auto gives plain lines when the stream is not a TTY."""
+    assert isinstance(make_reporter("auto", Counters(total=1), 30, io.StringIO()), PlainReporter)
