@@ -800,9 +800,11 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
 
 def _run_health_hook(paths: Any, coverage: Coverage) -> None:
     """Run the automatic health report inside the lock when the health module provides one."""
+    import importlib
+
     try:
-        from gymslurm import health  # type: ignore[attr-defined]
-    except ImportError:
+        health = importlib.import_module("gymslurm.health")
+    except ModuleNotFoundError:
         return
     hook = getattr(health, "after_collection", None)
     if hook is not None:
