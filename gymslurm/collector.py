@@ -307,6 +307,17 @@ class DispatchLoop:
             worker.cancel()
 
     async def _worker(self) -> None:
+        """One of ``concurrency`` workers; any error (protocol, store) stops every worker and is kept."""
+        try:
+            await self._work()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            if self.result.error is None:
+                self.result.error = error
+            self.stop("error")
+
+    async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -318,12 +329,6 @@ class DispatchLoop:
             counters.in_flight += 1
             try:
                 outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
-            except asyncio.CancelledError:
-                raise
-            except BaseException as error:
-                self.result.error = error
-                self.stop("error")
-                raise
             finally:
                 counters.in_flight -= 1
             self.result.dispatched += 1

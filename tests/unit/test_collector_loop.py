@@ -212,3 +212,18 @@ def test_advance_matches_selection_over_the_whole_history() -> None:
         state = advance(state, outcome, outcome.attempt + 1, POLICY)
         expected = select_rollout(outcome.attempt + 1, history[: outcome.attempt + 1], POLICY)
         assert state == expected
+
+
+def test_store_error_while_saving_stops_the_loop_and_is_kept() -> None:
+    """An error while saving an outcome (e.g. a full disk) stops every worker and is reported."""
+    v, sent = view(4), []
+    client = ScriptedClient({f"t-{i}": [result] for i in range(4)})
+    loop = make_loop(v, client, sent, concurrency=2)
+
+    def broken_save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
+        raise OSError("No space left on device")
+
+    loop.save = broken_save
+    outcome = run_loop(loop, v)
+    assert isinstance(outcome.error, OSError) and outcome.stopped_by == "error"
+    assert len(client.sent) == 2  # each worker's first request, then everything stopped
