@@ -16,10 +16,10 @@ requests in flight with:
 - ``dispatch``: ``EnvironmentClient.run`` itself (per-worker clients plus JSON encoding and the reply's
   classification), to see what the collector's own transport costs end to end.
 
-When ``gymslurm/demo/`` exists, the same clients are also measured against
-``python -m gymslurm demo-server --port 0``.
+When ``gymslurm/demo/`` exists (here, or in the checkout given by ``--demo-root``), the same clients
+are also measured against ``python -m gymslurm demo-server --port 0``.
 
-Run: ``python bench/transport.py [--seconds 3] [--levels 1,32,128]``.
+Run: ``python bench/transport.py [--seconds 1.5] [--rounds 3] [--levels 1,32,128] [--demo-root PATH]``.
 """
 
 from __future__ import annotations
@@ -201,26 +201,33 @@ async def _measure(name: str, url: str, concurrency: int, seconds: float) -> tup
     return len(latencies) / elapsed, statistics.median(latencies) * 1e3, p99 * 1e3
 
 
-def _run_suite(url: str, levels: list[int], seconds: float, title: str) -> None:
-    print(f"\n## {title} ({url})")
+def _run_suite(url: str, levels: list[int], seconds: float, rounds: int, title: str) -> None:
+    """Measure every client at every level; rounds interleave the clients, the best round counts.
+
+    The machine may be shared: interleaving and taking each client's best round keeps a burst of
+    foreign load from landing on one client only.
+    """
+    print(f"\n## {title} ({url}), best of {rounds} interleaved rounds of {seconds} s")
     print(f"{'client':<20} {'in flight':>9} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs raw':>7}")
     for concurrency in levels:
-        raw_rate = 0.0
-        for name in CLIENTS:
-            rate, p50, p99 = asyncio.run(_measure(name, url, concurrency, seconds))
-            raw_rate = rate if name == "raw" else raw_rate
-            print(
-                f"{name:<20} {concurrency:>9} {rate:>9.0f} {p50:>8.2f} {p99:>8.2f} {rate / raw_rate:>7.2f}",
-                flush=True,
-            )
+        best: dict[str, tuple[float, float, float]] = {}
+        for _ in range(rounds):
+            for name in CLIENTS:
+                figures = asyncio.run(_measure(name, url, concurrency, seconds))
+                if figures[0] > best.get(name, (0.0, 0.0, 0.0))[0]:
+                    best[name] = figures
+        for name, (rate, p50, p99) in best.items():
+            ratio = rate / best["raw"][0]
+            row = f"{name:<20} {concurrency:>9} {rate:>9.0f} {p50:>8.2f} {p99:>8.2f} {ratio:>7.2f}"
+            print(row, flush=True)
 
 
-def _start_demo_server() -> tuple[subprocess.Popen[str], str] | None:
-    if not (ROOT / "gymslurm" / "demo").is_dir():
+def _start_demo_server(root: Path) -> tuple[subprocess.Popen[str], str] | None:
+    if not (root / "gymslurm" / "demo" / "server.py").is_file():
         return None
     proc = subprocess.Popen(
         [sys.executable, "-m", "gymslurm", "demo-server", "--port", "0"],
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -241,8 +248,10 @@ def _start_demo_server() -> tuple[subprocess.Popen[str], str] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="measured time per client and level")
+    parser.add_argument("--seconds", type=float, default=1.5, help="measured time per client, level, round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each client's best counts")
     parser.add_argument("--levels", default="1,32,128", help="requests in flight, comma-separated")
+    parser.add_argument("--demo-root", type=Path, default=ROOT, help="checkout whose demo server to run")
     parser.add_argument("--clients", default=",".join(CLIENTS), help="which clients, comma-separated")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
@@ -253,16 +262,17 @@ def main() -> None:
     server = mp.Process(target=_server_process, args=(queue,), daemon=True)
     server.start()
     try:
-        _run_suite(f"http://127.0.0.1:{queue.get(timeout=10)}", levels, args.seconds, "raw asyncio server")
+        url = f"http://127.0.0.1:{queue.get(timeout=10)}"
+        _run_suite(url, levels, args.seconds, args.rounds, "raw asyncio server")
     finally:
         server.terminate()
         server.join()
 
-    demo = _start_demo_server()
+    demo = _start_demo_server(args.demo_root)
     if demo is not None:
         proc, url = demo
         try:
-            _run_suite(url, levels, args.seconds, "gymslurm demo-server")
+            _run_suite(url, levels, args.seconds, args.rounds, "gymslurm demo-server")
         finally:
             proc.terminate()
             proc.wait()

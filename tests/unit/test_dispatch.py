@@ -602,6 +602,43 @@ def test_transport_honours_connection_close() -> None:
     assert connections == 2
 
 
+def test_transport_drops_expired_idle_connections() -> None:
+    """An idle connection older than keepalive_expiry is closed, not reused."""
+    outcomes, connections = run_against(ok_response, requests=2, keepalive_expiry=0.0)
+    assert outcomes == [Completed({"reward": 1.0})] * 2
+    assert connections == 2
+
+
+def test_connection_closed_by_server_while_idle_is_not_reused() -> None:
+    """A keep-alive connection the server closed while idle is replaced, not written into."""
+
+    async def go() -> tuple[list[Outcome], int]:
+        closed, connections = asyncio.Event(), []
+
+        async def answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections.append(1)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            writer.write(ok_response(await reader.readexactly(length)))
+            writer.close()
+            await writer.wait_closed()
+            closed.set()
+
+        server = await asyncio.start_server(answer_once, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with server, EnvironmentClient(concurrency=1, run_id=RUN_ID) as client:
+            first = await client.run(url, EPISODE, TASK)
+            await closed.wait()
+            for _ in range(20):
+                await asyncio.sleep(0)  # let the client's event loop see the FIN
+            second = await client.run(url, EPISODE, TASK)
+        return [first, second], len(connections)
+
+    outcomes, connections = asyncio.run(go())
+    assert outcomes == [Completed({"reward": 1.0})] * 2
+    assert connections == 2
+
+
 def test_server_that_hangs_up_is_possibly_delivered() -> None:
     """A server that closes after receiving the request leaves delivery possible (peer drop)."""
     (outcome,), _ = run_against(lambda body: None)
