@@ -71,7 +71,7 @@ async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.Stream
         writer.close()
 
 
-def _server_process(port_queue: mp.Queue) -> None:  # type: ignore[type-arg]
+def _server_process(port_queue: mp.Queue) -> None:
     async def main() -> None:
         server = await asyncio.start_server(_serve_connection, "127.0.0.1", 0, backlog=1024)
         port_queue.put(server.sockets[0].getsockname()[1])
@@ -231,8 +231,8 @@ def _run_suite(url: str, levels: list[int], seconds: float, rounds: int, title: 
                     best[name] = figures
         for name, (rate, p50, p99, cpu) in best.items():
             ratio = rate / best["raw"][0]
-            figures = (f"{rate:.0f}", f"{p50:.2f}", f"{p99:.2f}", f"{ratio:.2f}", f"{cpu:.0f}")
-            print(ROW.format(name, concurrency, *figures), flush=True)
+            cells = (f"{rate:.0f}", f"{p50:.2f}", f"{p99:.2f}", f"{ratio:.2f}", f"{cpu:.0f}")
+            print(ROW.format(name, concurrency, *cells), flush=True)
 
 
 def _start_demo_server(root: Path) -> tuple[subprocess.Popen[str], str] | None:
@@ -271,7 +271,7 @@ def main() -> None:
     for name in set(CLIENTS) - set(args.clients.split(",")) - {"raw"}:
         del CLIENTS[name]
 
-    queue: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+    queue: mp.Queue = mp.Queue()
     server = mp.Process(target=_server_process, args=(queue,), daemon=True)
     server.start()
     try:
