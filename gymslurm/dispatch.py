@@ -189,13 +189,17 @@ def classify_reply(
     return call.violation(f"HTTP {status_code} answer to POST /run (a request this server will not serve)")
 
 
-def classify_exception(exc: BaseException, *, episode: EpisodeId, run_id: str) -> Failed:
+def classify_exception(
+    exc: BaseException, *, episode: EpisodeId, run_id: str, url: str | None = None
+) -> Failed:
     """The failure a transport exception stands for; anything that is not one is re-raised.
 
-    Programming errors and ``asyncio.CancelledError`` are never turned into failures.
+    Programming errors and ``asyncio.CancelledError`` are never turned into failures. ``url`` (the
+    server's base URL) names the request in the reason when the exception does not carry it.
     """
     kind, delivery = _exception_evidence(exc)
-    reason = _truncate(" ".join(filter(None, [type(exc).__name__, _request_url(exc)])) + f": {exc}")
+    where = f"POST {url.rstrip('/')}/run" if url else _request_url(exc)
+    reason = _truncate(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}")
     failure = EpisodeFailure(failure_reason=reason, terminal=False, failure_kind=kind)
     record = RolloutFailureRecord(
         episode_id=episode, run_id=run_id, source="collector", delivery=delivery, failure=failure
@@ -610,7 +614,7 @@ class EnvironmentClient:
         try:
             status, content = await self._exchange(self._target(url), body)
         except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
-            return classify_exception(exc, episode=episode, run_id=run_id)
+            return classify_exception(exc, episode=episode, run_id=run_id, url=url)
         return classify_reply(
             status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
             route_failures=self.route_failures, url=url,
@@ -667,19 +671,24 @@ class EnvironmentClient:
         self._all.append(slot)
         return slot
 
+    def _new_transport(self, scheme: str) -> httpx.AsyncBaseTransport:
+        """Plain http: the minimal transport; https: httpx's, one connection (read timeout per read)."""
+        if scheme == "http":
+            return Http11Transport(keepalive_expiry=self._keepalive_expiry)
+        limits = httpx.Limits(
+            max_connections=1, max_keepalive_connections=1, keepalive_expiry=self._keepalive_expiry
+        )
+        return httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+
     def _transport(self, slot: dict[str, httpx.AsyncBaseTransport], scheme: str) -> httpx.AsyncBaseTransport:
         if self._shared is not None:
             return self._shared
         if scheme not in slot:
-            slot[scheme] = (
-                Http11Transport(keepalive_expiry=self._keepalive_expiry) if scheme == "http" else
-                httpx.AsyncHTTPTransport(limits=_ONE_CONNECTION, trust_env=False)
-            )  # fmt: skip
+            slot[scheme] = self._new_transport(scheme)
         return slot[scheme]
 
 
 _REQUEST_HEADERS = {"content-type": "application/json", "accept": "application/json"}
-_ONE_CONNECTION = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=4.0)
 
 
 @dataclass(frozen=True)

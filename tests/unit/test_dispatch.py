@@ -669,8 +669,9 @@ def test_server_that_never_answers_is_a_timeout() -> None:
     )
 
 
-def test_refused_connection_is_not_sent() -> None:
-    """Nobody listening on the port: the request was never sent."""
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_refused_connection_is_not_sent(scheme: str) -> None:
+    """Nobody listening on the port: the request was never sent (plain and TLS transports alike)."""
 
     async def go() -> Outcome:
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
@@ -678,7 +679,7 @@ def test_refused_connection_is_not_sent() -> None:
         server.close()
         await server.wait_closed()
         async with EnvironmentClient(concurrency=1, run_id=RUN_ID) as client:
-            return await client.run(f"http://127.0.0.1:{port}", EPISODE, TASK)
+            return await client.run(f"{scheme}://127.0.0.1:{port}", EPISODE, TASK)
 
     outcome = asyncio.run(go())
     assert isinstance(outcome, Failed)
@@ -686,7 +687,7 @@ def test_refused_connection_is_not_sent() -> None:
         "not_sent",
         "transport_unreachable",
     )
-    assert "cannot connect to 127.0.0.1" in outcome.record.failure.failure_reason
+    assert f"ConnectError POST {scheme}://127.0.0.1:" in outcome.record.failure.failure_reason
 
 
 def test_malformed_http_is_a_peer_drop() -> None:
