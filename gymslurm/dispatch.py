@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ from gymslurm.records import (
     RolloutFailureRecord,
     Source,
 )
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "Completed",
@@ -608,6 +611,7 @@ class EnvironmentClient:
         self._free: list[dict[str, httpx.AsyncBaseTransport]] = []
         self._all: list[dict[str, httpx.AsyncBaseTransport]] = []
         self._targets: dict[str, _Target] = {}
+        self._warned_kinds: set[str] = set()
 
     async def run(
         self, url: str, episode: EpisodeId, task: Mapping[str, Any], *, run_id: str | None = None
@@ -624,9 +628,24 @@ class EnvironmentClient:
             status, content = await self._exchange(self._target(url), body)
         except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
-        return classify_reply(
+        outcome = classify_reply(
             status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
             route_failures=self.route_failures, url=url,
+        )  # fmt: skip
+        if isinstance(outcome, Failed):
+            self._warn_unregistered(outcome.record.failure.failure_kind, url)
+        return outcome
+
+    def _warn_unregistered(self, kind: str | None, url: str) -> None:
+        """One warning per unregistered, unnamespaced failure kind (PROTOCOL.md); it is kept as sent."""
+        if kind is None or kind in FAILURE_KINDS or ":" in kind or kind in self._warned_kinds:
+            return
+        self._warned_kinds.add(kind)
+        _log.warning(
+            "Environment Server %s reported failure_kind %r, which is not in the shared vocabulary "
+            "(gymslurm.records.FAILURE_KINDS); it is saved as sent. Use a registered kind, or namespace "
+            "the server's own as '<server>:<kind>'.",
+            url, kind,
         )  # fmt: skip
 
     async def aclose(self) -> None:
