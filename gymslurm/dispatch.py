@@ -198,7 +198,10 @@ def classify_reply(
                                       "transport_timeout", "delivered")  # fmt: skip
     if 500 <= status_code < 600 and status_code not in UNSERVABLE_5XX:
         return _server_error(call)
-    return call.violation(f"HTTP {status_code} answer to POST /run (a request this server will not serve)")
+    return call.violation(
+        f"HTTP {status_code} answer to POST /run: the server refuses the request as sent (check the "
+        "Environment Server URL, and that the server speaks this protocol)"
+    )
 
 
 def classify_exception(
