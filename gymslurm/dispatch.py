@@ -60,7 +60,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import orjson
@@ -70,6 +70,7 @@ from gymslurm.errors import ConfigError, ProtocolError
 from gymslurm.records import (
     FAILURE_KINDS,
     MAX_FAILURE_REASON,
+    Stage,
     Delivery,
     EpisodeFailure,
     EpisodeId,
@@ -132,7 +133,7 @@ LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE = (
     "_ng_failure_message",
 )
 LEGACY_CLASS_KINDS = {"timeout_exceeded": "agent_timeout"}  # 001: agent_timeout is the shared name
-STAGES = frozenset({"admission", "seed", "agent", "verification", "cleanup"})
+STAGES = frozenset(get_args(Stage))
 FAILURE_FIELDS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
 REPLY_FIELDS = frozenset({"episode_id", "task_id", "result", "failure", NO_PERSIST, "response"})
 DIAGNOSTIC_BODY_CHARS = 4000
@@ -182,6 +183,9 @@ def classify_reply(
         try:
             return _classify_episode_reply(call)
         except _StaleReplyError as stale:
+            # Retryable whatever the routing (reading 5). Kind transport_peer_drop: this attempt's own
+            # answer was lost between server and collector (a retry somewhere on the path replayed an
+            # older exchange), which is what a peer drop records; it is never the environment's verdict.
             reason = (
                 f"stale reply: the Environment Server answered attempt {stale.attempt!r} of rollout "
                 f"{episode.rollout_id!r} to the request for attempt {episode.attempt}; this attempt's "
