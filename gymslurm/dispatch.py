@@ -70,12 +70,12 @@ from gymslurm.errors import ConfigError, ProtocolError
 from gymslurm.records import (
     FAILURE_KINDS,
     MAX_FAILURE_REASON,
-    Stage,
     Delivery,
     EpisodeFailure,
     EpisodeId,
     RolloutFailureRecord,
     Source,
+    Stage,
 )
 
 _log = logging.getLogger(__name__)
