@@ -60,7 +60,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 import httpx
 import orjson
@@ -226,9 +226,8 @@ def classify_exception(
     return Failed(record, diagnostics={"exception": type(exc).__name__})
 
 
-@dataclass(frozen=True)
-class _Call:
-    """One classification's inputs: what was sent and what came back."""
+class _Call(NamedTuple):
+    """One classification's inputs: what was sent and what came back (a tuple: cheap to build per reply)."""
 
     episode: EpisodeId
     task_id: dict[str, Any]
