@@ -377,7 +377,7 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
     record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind)
     return Failed(
         record,
-        legacy_class=legacy_class if legacy_class != kind else None,
+        legacy_class=legacy_class if legacy_class != record.routing_class else None,
         response=result.get("response"),
         diagnostics=diagnostics or None,
     )
