@@ -233,6 +233,15 @@ def advance(state: RolloutState, saved: SavedOutcome, reserved: int, policy: Bud
     outcome alone with the budget already spent taken off the limit.
     """
     spent = state.counted_failures
+    if saved.kind == "result" and not saved.retry_masked:  # the hot path: a final result
+        disposition = (
+            Disposition.MASKED
+            if saved.masked
+            else Disposition.MEASURED
+            if saved.reward is not None
+            else Disposition.UNSCORED
+        )
+        return RolloutState(disposition, saved, spent, False, False)
     remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
     fresh = select_rollout(reserved, [saved], remaining)
     return replace(fresh, counted_failures=spent + fresh.counted_failures)

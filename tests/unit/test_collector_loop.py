@@ -204,9 +204,21 @@ def test_only_omissions_missing_warns_even_without_require_complete() -> None:
         assert completion.warning and "1 completed, 2 expected, 1 omitted" in completion.warning
 
 
-def test_advance_matches_selection_over_the_whole_history() -> None:
+@pytest.mark.parametrize(
+    "last",
+    [
+        result(3),
+        SavedOutcome(attempt=3, kind="result", line=0),
+        SavedOutcome(attempt=3, kind="result", line=0, masked=True, reward=0.0),
+        SavedOutcome(attempt=3, kind="result", line=0, masked=True, retry_masked=True),
+        SavedOutcome(attempt=3, kind="omission", line=0),
+        terminal(3),
+        retryable(3),
+    ],
+)
+def test_advance_matches_selection_over_the_whole_history(last: SavedOutcome) -> None:
     """Advancing a state by one outcome equals selecting over the full history."""
-    history = [retryable(0), not_sent(1), retryable(2)]
+    history = [retryable(0), not_sent(1), retryable(2), last]
     state = select_rollout(0, [], POLICY)
     for outcome in history:
         state = advance(state, outcome, outcome.attempt + 1, POLICY)
