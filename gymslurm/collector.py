@@ -735,9 +735,9 @@ def _collect_prepared(
         historical_failed_attempts=rec.historical_failed_attempts,
     )
     order = pending_order(view, view.states, settings.dispatch_longest_first)
-    counters = initial_counters(view.states)
     result = LoopResult()
     if order:
+        counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
             stderr,
