@@ -42,15 +42,18 @@ def write_tasks(path: Path, specs: list[dict[str, Any]]) -> Path:
     return path
 
 
-def collect_command(dataset: Path, output: Path, url: str, *overrides: str) -> list[str]:
+def collect_command(dataset: Path, output: Path, url: str | None, *overrides: str) -> list[str]:
+    server = [f"+environment_server_url={url}"] if url else []
     return [
         sys.executable, "-m", "gymslurm", "collect",
-        f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", f"+environment_server_url={url}",
+        f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", *server,
         "+progress=plain", "+summary=false", *overrides,
     ]  # fmt: skip
 
 
-def collect(dataset: Path, output: Path, url: str, *overrides: str, env: dict[str, str] | None = None) -> Any:
+def collect(
+    dataset: Path, output: Path, url: str | None, *overrides: str, env: dict[str, str] | None = None
+) -> Any:
     """Run one collection to its end; returns the CompletedProcess (text)."""
     return subprocess.run(
         collect_command(dataset, output, url, *overrides),
@@ -412,3 +415,23 @@ def test_exit_codes(  # noqa: PLR0917
     run = collect(dataset, tmp_path / "out.jsonl", server.url, "+require_complete=true", *overrides)
     assert run.returncode == code, run.stderr
     assert message in run.stderr
+
+
+def test_tasksets_are_routed_to_their_servers(start_demo_server: Callable[..., Any], tmp_path: Path) -> None:
+    """A taskset → server mapping sends each taskset's tasks to its server; both configs enter identity."""
+    healthy = start_demo_server("--accuracy", "1.0", "--model-name", "model-a")
+    failing = start_demo_server("--terminal-rate", "1.0", "--model-name", "model-b")
+    dataset = tmp_path / "d.jsonl"
+    rows = [{"task_id": {"taskset": ts, "task_id": str(i)}, "task_input": {"a": i, "b": 1, "op": "+"}}
+            for i, ts in enumerate(["alpha", "beta", "alpha", "beta"])]  # fmt: skip
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    output = tmp_path / "out.jsonl"
+    mapping = f"+environment_server_urls={{alpha: '{healthy.url}', beta: '{failing.url}'}}"
+    run = collect(dataset, output, None, mapping)
+    assert run.returncode == 0, run.stderr
+    chosen = selected(output)
+    assert {rid: kind for rid, (kind, _) in chosen.items()} == {
+        "alpha-0": "result", "beta-1": "failure", "alpha-2": "result", "beta-3": "failure",
+    }  # fmt: skip
+    identity = json.loads(companion(output, "_identity.json").read_text())
+    assert set(identity["environment_config"]) == {"alpha", "beta"}
