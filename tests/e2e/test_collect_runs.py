@@ -435,3 +435,56 @@ def test_tasksets_are_routed_to_their_servers(start_demo_server: Callable[..., A
     }  # fmt: skip
     identity = json.loads(companion(output, "_identity.json").read_text())
     assert set(identity["environment_config"]) == {"alpha", "beta"}
+
+
+def test_interrupted_fresh_replacement_is_refused_even_when_unsafe(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A manifest left 'replacing' by an interrupted fresh run refuses resume, even unsafe; fresh works."""
+    server = start_demo_server()
+    dataset = write_tasks(tmp_path / "d.jsonl", [{}])
+    output = tmp_path / "out.jsonl"
+    assert collect(dataset, output, server.url).returncode == 0
+    manifest = companion(output, "_manifest.json")
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "state": "replacing"}))
+    for extra in ([], ["+allow_unsafe_resume=true"]):
+        refused = collect(dataset, output, server.url, "+resume_from_cache=true", *extra)
+        assert refused.returncode == 2 and "interrupted" in refused.stderr
+    assert collect(dataset, output, server.url).returncode == 0
+
+
+def test_torn_tail_is_repaired_only_after_validation(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """An incomplete last line survives a refused resume and is removed by an accepted one."""
+    server = start_demo_server("--model-name", "model-a")
+    dataset = write_tasks(tmp_path / "d.jsonl", [{}, {}])
+    output = tmp_path / "out.jsonl"
+    assert collect(dataset, output, server.url).returncode == 0
+    with output.open("ab") as handle:
+        handle.write(b'{"reward": 1.0, "_ng_run')
+    torn = output.read_bytes()
+    other = start_demo_server("--model-name", "model-b")
+    assert collect(dataset, output, other.url, "+resume_from_cache=true").returncode == 2
+    assert output.read_bytes() == torn
+    resumed = collect(dataset, output, server.url, "+resume_from_cache=true")
+    assert resumed.returncode == 0 and "incomplete last line" in resumed.stderr
+    assert output.read_bytes() == torn[: torn.rindex(b"\n") + 1]
+
+
+def test_explicit_retry_terminal_timeouts_updates_the_saved_policy(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """retry_terminal_timeouts=true retries a terminal timeout and is saved; later resumes keep it."""
+    server = start_demo_server()
+    timeout_task = {"_demo_fault": "terminal", "_demo_failure_kind": "agent_timeout"}
+    dataset = write_tasks(tmp_path / "d.jsonl", [timeout_task])
+    output = tmp_path / "out.jsonl"
+    assert collect(dataset, output, server.url, "+require_complete=true").returncode == 76
+    assert reservations_of(output) == [1]
+    retried = collect(dataset, output, server.url, "+resume_from_cache=true", "+retry_terminal_timeouts=true")
+    assert retried.returncode == 0, retried.stderr
+    assert reservations_of(output) == [3]  # two more attempts: the budget of 3 counted failures
+    assert json.loads(companion(output, "_manifest.json").read_text())["retry_terminal_timeouts"] is True
+    collect(dataset, output, server.url, "+resume_from_cache=true")
+    assert coverage_of(output)["retry_terminal_timeouts"] is True
