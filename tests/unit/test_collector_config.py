@@ -15,7 +15,15 @@ from gymslurm.collector import environment_config, fetch_environment_config, ide
 from gymslurm.commands.collect import main as collect_main
 from gymslurm.commands.collect import split_options
 from gymslurm.errors import ConfigError
-from gymslurm.progress import Counters, PlainReporter, make_reporter, plain_line, rate_and_eta
+from gymslurm.progress import (
+    BarReporter,
+    Counters,
+    PlainReporter,
+    make_reporter,
+    plain_line,
+    rate_and_eta,
+    summary_table,
+)
 from gymslurm.settings import load_settings
 
 BASE = ["+input_jsonl_fpath=/d/in.jsonl", "+output_jsonl_fpath=/r/out.jsonl"]
@@ -161,3 +169,21 @@ def test_plain_reporter_prints_at_intervals() -> None:
 def test_auto_mode_is_plain_off_a_terminal() -> None:
     """progress=auto gives plain lines when the stream is not a TTY."""
     assert isinstance(make_reporter("auto", Counters(total=1), 30, io.StringIO()), PlainReporter)
+
+
+def test_bar_shows_done_failed_omitted_in_flight_rate_and_eta() -> None:
+    """The progress bar's line shows every count, the rate and the ETA."""
+    stream = io.StringIO()
+    reporter = BarReporter(
+        Counters(total=10, done=3, failed=1, omitted=1, in_flight=2, started_at=0.0), stream
+    )
+    reporter.close(2.0)
+    assert "3 done 1 failed 1 omitted 2 in flight  2/s  ETA 00:02" in stream.getvalue()
+
+
+def test_summary_table_lists_categories_and_failure_classes() -> None:
+    """The final table lists each coverage category and each failure class with its count."""
+    stream = io.StringIO()
+    summary_table({"expected": 7, "failed": 2, "failed_by_class": {"session_lost": 2}}, "c.json", stream)
+    text = stream.getvalue()
+    assert "expected" in text and "failed/session_lost" in text and "c.json" in text
