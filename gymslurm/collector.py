@@ -204,15 +204,11 @@ class RunView:
 
     def __post_init__(self) -> None:
         self.ids = [task["_ng_rollout_id"] for task in self.tasks]
-        self._wire: dict[int, dict[str, Any]] = {}
 
     def wire_task(self, index: int) -> dict[str, Any]:
         """The ``task`` of a ``POST /run`` body: only ``task_id`` and ``task_input`` (servers reject more)."""
-        wire = self._wire.get(index)
-        if wire is None:
-            task = self.tasks[index]
-            wire = self._wire[index] = {"task_id": task["task_id"], "task_input": task["task_input"]}
-        return wire
+        task = self.tasks[index]
+        return {"task_id": task["task_id"], "task_input": task["task_input"]}
 
     def mark_reserved(self, index: int, attempt: int) -> None:
         """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
