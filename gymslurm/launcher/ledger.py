@@ -209,6 +209,8 @@ class ChainState:
     decided: set[tuple[str, int]] = field(default_factory=set)
     total_walltime_s: float = 0.0
     epochs: int = 1
+    epoch_jobs: list[str] = field(default_factory=list)
+    resubmit_pending: bool = False
 
     @property
     def latest_job(self) -> str | None:
@@ -223,6 +225,7 @@ def summarize(records: Iterable[Record]) -> ChainState:
         if isinstance(record, Submitted):
             if record.job_id not in state.jobs:
                 state.jobs.append(record.job_id)
+                state.epoch_jobs.append(record.job_id)
             if record.after:
                 state.successor_of[record.after] = record.job_id
         elif isinstance(record, Started):
@@ -235,6 +238,8 @@ def summarize(records: Iterable[Record]) -> ChainState:
         elif isinstance(record, Resubmitted):
             state.finished = state.cancelled = False
             state.epochs += 1
+            state.epoch_jobs = []
+            state.resubmit_pending = True
             if record.reset_budget:
                 state.budgets = Budgets(jobs=state.budgets.jobs)
     return state
@@ -247,4 +252,6 @@ def _fold_decision(state: ChainState, record: DecisionRecord) -> None:
     state.last_decision = record
     state.budgets = record.budgets_after.budgets()
     state.total_walltime_s += record.elapsed_s
-    state.finished = record.decision in FINISHED
+    state.finished = state.cancelled or record.decision in FINISHED
+    if record.exit_code is not None:
+        state.resubmit_pending = False

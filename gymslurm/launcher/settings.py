@@ -98,7 +98,16 @@ class AggregationSettings(_Strict):
 
     enabled: bool = True
     on_failed_shard: Literal["fail", "aggregate-what-exists"] = "fail"
-    command: list[str] = Field(default_factory=lambda: ["python", "-m", "gymslurm", "aggregate"])
+    command: list[str] = Field(
+        default_factory=lambda: [
+            "python",
+            "-m",
+            "gymslurm",
+            "aggregate",
+            "{inputs}",
+            "+output_jsonl_fpath={output}",
+        ]
+    )
     time: str = "00:30:00"
 
 
