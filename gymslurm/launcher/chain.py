@@ -37,6 +37,8 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
+import psutil
+
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
@@ -271,6 +273,9 @@ def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: 
     successor = backend.submit(run.script(shard), after=[me])
     ledger.append(Submitted(job_id=successor, after=me, by=me))
     log(f"successor {successor} queued after {me}")
+    if summarize(ledger.read()).cancelled:  # cancel ran meanwhile (it looks again after recording)
+        backend.cancel([successor])
+        log(f"the run was cancelled meanwhile: cancelled {successor} again")
     return successor
 
 
@@ -289,6 +294,14 @@ def run_collector(
     if code >= 0:
         return code, None
     return None, (None if signals.received else -code)
+
+
+def job_started_at() -> float:
+    """When this job started: the batch shell (our parent) was created then; else this process."""
+    for pid in (os.getppid(), os.getpid()):
+        with contextlib.suppress(psutil.Error):
+            return float(psutil.Process(pid).create_time())
+    return time.time()
 
 
 def run_link(
@@ -310,10 +323,9 @@ def run_link(
     output = run.shard_output(shard, settings.output_stem)
     output.parent.mkdir(parents=True, exist_ok=True)
     before_progress = read_progress(output)
-    t0 = time.monotonic()
     with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at):
         code, killer, note = _collect(run, shard, settings, signals, state.resubmit_pending)
-    elapsed = time.monotonic() - t0
+    elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(slurm_state, code, elapsed, before_progress, read_progress(output), killer)
     verdict = decide(end, state.budgets, limits)

@@ -21,7 +21,7 @@ def _submit(argv: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. shards=3 slurm.partition=low")
     parser.add_argument("--dry-run", action="store_true", help="print the scripts; write and submit nothing")
     parser.add_argument("--backend", choices=["slurm", "local"], help="default: the benchmark's (auto)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.submit import submit
 
     return submit(args.benchmark, args.overrides, args.backend, args.dry_run)
@@ -34,7 +34,7 @@ def _status(argv: list[str]) -> int:
     parser.add_argument(
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.rundir import find_runs, resolve_run
     from gymslurm.launcher.status import print_table, run_status
     from gymslurm.launcher.submit import backend_for
@@ -116,7 +116,7 @@ def _resubmit(argv: list[str]) -> int:
     parser.add_argument(
         "--run-root", default=None, help="where runs live (default: the benchmark's run_root)"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.submit import resubmit
 
     return resubmit(args.run, args.benchmark, args.overrides, args.run_root)
@@ -126,7 +126,7 @@ def _cancel(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gymslurm cancel", description="Cancel every job of a run.")
     parser.add_argument("run", help="run name or path, or the id of one of its jobs")
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.submit import cancel
 
     return cancel(args.run, args.run_root)
@@ -140,7 +140,7 @@ def _chain_step(argv: list[str]) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--shard", type=int)
     which.add_argument("--aggregate", action="store_true")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.backend import current_job
     from gymslurm.launcher.chain import run_aggregation, run_link
     from gymslurm.launcher.rundir import RunDir

@@ -217,6 +217,13 @@ class ChainState:
         """The newest submitted link."""
         return self.jobs[-1] if self.jobs else None
 
+    @property
+    def current_job(self) -> str | None:
+        """The job to show: the one that wrote the final decision of a finished chain, else the newest."""
+        if self.finished and self.last_decision is not None:
+            return self.last_decision.job_id
+        return self.latest_job
+
 
 def summarize(records: Iterable[Record]) -> ChainState:
     """Fold ledger records into the chain's state (pure)."""

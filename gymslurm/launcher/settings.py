@@ -173,7 +173,7 @@ def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base=None, job_name="gymslurm"):
-            config = compose(config_name=path.stem, overrides=list(overrides))
+            config = compose(config_name=path.stem, overrides=[_add_or_override(o) for o in overrides])
         data = OmegaConf.to_container(config, resolve=False)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(f"benchmark {name!r} ({path}) with overrides {overrides}: {error}") from error
@@ -183,6 +183,12 @@ def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
         raise ConfigError(f"benchmark {path} is not a mapping")
     data.setdefault("name", path.stem)
     return {str(key): value for key, value in data.items()}
+
+
+def _add_or_override(override: str) -> str:
+    """``key=value`` → ``++key=value``: a benchmark may leave keys at their defaults, and the
+    settings model (not Hydra) rejects misspelt keys."""
+    return override if override.startswith(("+", "~")) else f"++{override}"
 
 
 def validate(data: dict[str, Any], where: str) -> BenchmarkSettings:

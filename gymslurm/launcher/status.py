@@ -41,6 +41,8 @@ def verdict(state: ChainState, live: list[QueueRow]) -> tuple[str, str]:
     running = [row for row in live if row.state in RUNNING_STATES]
     pending = [row for row in live if row.state not in RUNNING_STATES]
     if state.finished:
+        deciding = state.last_decision.job_id if state.last_decision else None
+        live = [row for row in live if row.job_id != deciding]  # it is only exiting
         if live:
             return "ORPHANED", f"the chain finished but job {live[0].job_id} is still {live[0].state}"
         if state.cancelled:
@@ -107,8 +109,8 @@ def shard_status(
     last = state.last_decision
     cap = "none" if cap_s is None else f"{cap_s:.0f}s"
     return ShardStatus(
-        shard=shard, verdict=word, why=why, job=state.latest_job,
-        job_state=_job_state(state.latest_job, queue, accounting), jobs=len(state.jobs),
+        shard=shard, verdict=word, why=why, job=state.current_job,
+        job_state=_job_state(state.current_job, queue, accounting), jobs=len(state.jobs),
         last_exit=last.exit_code if last else None, last_decision=str(last.decision) if last else None,
         retries=f"{state.budgets.infra_retries_used}/{limit}",
         walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
@@ -122,7 +124,7 @@ def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
     states = [summarize(run.ledger(s).read()) for s in range(info.shards)]
     aggregate = summarize(run.aggregate_ledger.read())
     queue = backend.queue()
-    forgotten = [s.latest_job for s in [*states, aggregate] if s.latest_job and s.latest_job not in queue]
+    forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
     accounting = backend.accounting(forgotten) if forgotten else {}
     limits = _limits_of(run)
     rows = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +23,7 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.ledger import Cancelled, Resubmitted, Submitted, summarize, utc_now
+from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
@@ -257,22 +256,25 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     return 0
 
 
+def _live_jobs(ledger: Ledger, queue: dict[str, Any]) -> list[str]:
+    return [
+        job for job in summarize(ledger.read()).epoch_jobs if job in queue and queue[job].state in LIVE_STATES
+    ]
+
+
 def cancel(ref: str, run_root: str) -> int:
     """``gymslurm cancel RUN``: cancel every job of the run and record it in the ledgers."""
     run = resolve_run_or_job(ref, Path(run_root).resolve())
     info = run.read_info()
     backend = backend_for(run, info.backend)
     ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
-    queue = backend.queue()
-    every: list[str] = []
+    first = backend.queue()
     for ledger in ledgers:
-        jobs = [
-            job
-            for job in summarize(ledger.read()).epoch_jobs
-            if job in queue and queue[job].state in LIVE_STATES
-        ]
-        ledger.append(Cancelled(job_ids=jobs))
-        every += jobs
+        ledger.append(Cancelled(job_ids=_live_jobs(ledger, first)))
+    # Look again after recording: a link that queued a successor before seeing our record is caught
+    # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
+    queue = backend.queue()
+    every = [job for ledger in ledgers for job in _live_jobs(ledger, queue)]
     backend.cancel(every)
-    print(f"run {run.name}: cancelled {len(every)} job(s) {' '.join(every)}".rstrip(), file=sys.stdout)
+    print(f"run {run.name}: cancelled {len(every)} job(s) {' '.join(every)}".rstrip())
     return 0

@@ -9,12 +9,14 @@ Usage (as the benchmark's ``collector.command``)::
 seconds (USR1/TERM/INT end the sleep and exit with ``on_signal``), then writes
 ``<stem>_coverage.json`` the way the real collector does (docs/formats.md: ``successful`` grows by
 ``progress``, ``progress_outcomes_recorded`` = ``progress``, a fresh ``written_at``) and exits with
-``exit``. Every invocation's argv is appended to ``<stem>_standin_calls.jsonl``.
+``exit``. Every invocation's argv (and the *names* of credential-like environment variables it
+saw) is appended to ``<stem>_standin_calls.jsonl``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -38,7 +40,10 @@ def main() -> int:
     count = len(calls.read_text().splitlines()) if calls.exists() else 0
     step = steps[min(count, len(steps) - 1)]
     with calls.open("a") as handle:
-        handle.write(json.dumps({"argv": overrides, "at": time.time()}) + "\n")
+        secret_keys = sorted(k for k in os.environ if k.endswith(("_API_KEY", "_TOKEN")))  # names only
+        handle.write(
+            json.dumps({"argv": overrides, "at": time.time(), "secret_env_keys": secret_keys}) + "\n"
+        )
     interrupted: list[int] = []
 
     def _stop(signum: int, _frame: object) -> None:
