@@ -16,7 +16,9 @@ def _data_dir(name: str) -> Path:
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"gymslurm's {name}/ folder is missing from this installation: reinstall gymslurm")
+    raise FileNotFoundError(
+        f"gymslurm's {name}/ folder is missing from this installation: reinstall gymslurm"
+    )
 
 
 def configs_dir() -> Path:

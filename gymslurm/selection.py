@@ -1,18 +1,221 @@
 """Selection (``latest_allocated``), the failure budget, and which rollouts are pending. Pure.
 
 The store reads a run's files into :class:`SavedOutcome` summaries grouped per rollout; this module
-decides, for each logical rollout, its disposition and whether another attempt may run. Rules (spec
-000, README "Readings" 1, 5, 7):
+decides, for each logical rollout, its disposition and whether another execution may start. Rules
+(spec 000; spec README, readings 1, 5 and 7, and "Easy to get wrong"):
 
-- The newest reserved execution decides: if it has an outcome, that outcome is selected; if it has
-  none, the rollout is ``missing`` (reserved, no outcome) and may restart without spending budget.
-  A rollout with no reservation is ``not_started``. Older outcomes never replace the newest.
+- The newest reserved execution decides. With an outcome, that outcome is selected; without one the
+  rollout is ``missing`` (reserved, no outcome) and restarts without spending budget. No reservation
+  at all is ``not_started``. An older outcome never replaces the newest nor counts twice.
 - Only recorded, non-terminal failures whose delivery is ``delivered`` or ``possibly_delivered`` and
   whose sidecar line is at or after the resubmit offset count against ``max_rollout_attempts``;
-  ``kill_shaped``, admission-stage and ``not_sent`` failures do not. A masked result whose kind is
-  evaluation-side and kept no answer (``retry_masked``) counts one failed attempt (main-file line at
-  or after the results offset). ``retry_terminal_timeouts`` makes terminal timeouts eligible and counted.
-- Terminal failures and omissions are final regardless of budget.
+  ``kill_shaped``, admission-stage and ``not_sent`` failures do not. ``retry_terminal_timeouts`` makes
+  terminal timeouts eligible, and then they count. A masked result whose kind is evaluation-side and
+  that kept no model answer (``retry_masked``) counts one failed attempt and may be retried.
+- Terminal failures and omissions are final whatever the budget.
+
+The execution number and the budget are different counters: three interruptions reserve executions
+0, 1 and 2 and spend nothing.
 """
 
-# Implementation lands with the run-store work (issue 2); the types below are the shared contract.
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+OutcomeKind = Literal["result", "failure", "omission"]
+
+COUNTED_DELIVERIES = frozenset({"delivered", "possibly_delivered"})
+NEVER_COUNTED_KINDS = frozenset({"kill_shaped"})
+TIMEOUT_KINDS = frozenset({"agent_timeout", "timeout_exceeded", "transport_timeout"})
+
+# Kinds a grader may put on a masked result that mean the evaluation's infrastructure, not the
+# evaluated model, left it unmeasured (001: masked_infrastructure_kind). Model-side kinds, judge
+# kinds (whose saved answer is graded again, not regenerated), unregistered and namespaced
+# kinds keep the masked row as the result. ``verifier_error`` is a verifier that could not run: with
+# no saved answer there is nothing to grade again, so the episode runs again.
+EVALUATION_SIDE_KINDS = frozenset(
+    {
+        "provider_unavailable", "provider_quota_exhausted", "provider_oom_killed",
+        "session_lost", "session_expired", "session_release_failed",
+        "transport_unreachable", "transport_peer_drop", "transport_timeout", "transport_local_resource",
+        "persistence_failed", "cohort_incomplete", "cancelled", "shutdown", "verifier_error",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SavedOutcome:
+    """What selection needs to know of one saved record: a result, a failure or an omission."""
+
+    attempt: int
+    kind: OutcomeKind
+    line: int  # 0-based line in its own file (results file or failure sidecar)
+    reward: float | None = None
+    masked: bool = False
+    retry_masked: bool = False
+    terminal: bool = False
+    delivery: str | None = None
+    failure_kind: str | None = None
+    stage: str | None = None
+    failure_class: str | None = None
+    legacy_class: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """The saved retry policy of a run and where its current budget starts (the resubmit offset)."""
+
+    max_rollout_attempts: int
+    retry_terminal_timeouts: bool = False
+    failure_offset: int = 0
+    result_offset: int = 0
+
+
+class Disposition(StrEnum):
+    """The coverage category of a logical rollout's selected state."""
+
+    MEASURED = "measured"
+    MASKED = "masked"
+    UNSCORED = "unscored"
+    FAILED = "failed"
+    OMITTED = "intentionally_omitted"
+    NOT_STARTED = "not_started"
+    MISSING = "missing"
+
+
+SUCCESSFUL = frozenset({Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED})
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutState:
+    """A logical rollout's selected state and whether another execution may start now."""
+
+    disposition: Disposition
+    selected: SavedOutcome | None
+    counted_failures: int
+    pending: bool
+    exhausted: bool
+
+
+def is_numeric_reward(value: object) -> bool:
+    """A reward counts as a score only when it is a real, finite number (never a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_timeout(outcome: SavedOutcome) -> bool:
+    """Whether a failure is a timeout by its canonical kind or its routing names."""
+    names = (outcome.failure_kind, outcome.failure_class, outcome.legacy_class)
+    return any(name in TIMEOUT_KINDS for name in names)
+
+
+def _is_kill_shaped(outcome: SavedOutcome) -> bool:
+    names = (outcome.failure_kind, outcome.failure_class, outcome.legacy_class)
+    return any(name in NEVER_COUNTED_KINDS for name in names)
+
+
+def retryable_in_kind(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
+    """Whether a failure may run again at all (budget aside): non-terminal, or an opted-in timeout."""
+    return not outcome.terminal or (policy.retry_terminal_timeouts and is_timeout(outcome))
+
+
+def _failure_counts(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
+    return (
+        retryable_in_kind(outcome, policy)
+        and outcome.delivery in COUNTED_DELIVERIES
+        and outcome.stage != "admission"
+        and not _is_kill_shaped(outcome)
+    )
+
+
+def counts_against_budget(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
+    """Whether this saved record spends one unit of the rollout's current failure budget."""
+    if outcome.kind == "failure":
+        return outcome.line >= policy.failure_offset and _failure_counts(outcome, policy)
+    if outcome.kind == "result":
+        return outcome.retry_masked and outcome.line >= policy.result_offset
+    return False
+
+
+def establishes_progress(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
+    """Whether a newly saved outcome is progress for exit code 75.
+
+    Successes, omissions, terminal failures and counted failures are; admission timeouts,
+    non-terminal ``kill_shaped`` replies and failures known not to have been sent are not.
+    """
+    if outcome.kind != "failure":
+        return True
+    return outcome.terminal or _failure_counts(outcome, policy)
+
+
+def history_problem(reserved: int, outcomes: Sequence[SavedOutcome]) -> str | None:
+    """Why a rollout's saved history cannot be trusted, or None: an unreserved or doubled execution."""
+    seen: set[int] = set()
+    for outcome in outcomes:
+        if outcome.attempt >= reserved or outcome.attempt < 0:
+            return (
+                f"an outcome for execution {outcome.attempt}, which was never reserved ({reserved} reserved)"
+            )
+        if outcome.attempt in seen:
+            return f"two outcomes for execution {outcome.attempt}"
+        seen.add(outcome.attempt)
+    return None
+
+
+def _result_disposition(outcome: SavedOutcome) -> Disposition:
+    if outcome.masked:
+        return Disposition.MASKED
+    return Disposition.MEASURED if outcome.reward is not None else Disposition.UNSCORED
+
+
+def select_rollout(reserved: int, outcomes: Sequence[SavedOutcome], policy: BudgetPolicy) -> RolloutState:
+    """Select a rollout's state under ``latest_allocated`` and decide whether it may run again."""
+    counted = sum(1 for outcome in outcomes if counts_against_budget(outcome, policy))
+    budget_left = counted < policy.max_rollout_attempts
+    if reserved == 0:
+        return RolloutState(Disposition.NOT_STARTED, None, counted, pending=True, exhausted=False)
+    newest = reserved - 1
+    selected = next((outcome for outcome in outcomes if outcome.attempt == newest), None)
+    if selected is None:
+        return RolloutState(Disposition.MISSING, None, counted, pending=True, exhausted=False)
+    if selected.kind == "result":
+        pending = selected.retry_masked and budget_left
+        return RolloutState(_result_disposition(selected), selected, counted, pending, exhausted=False)
+    if selected.kind == "omission":
+        return RolloutState(Disposition.OMITTED, selected, counted, pending=False, exhausted=False)
+    if not retryable_in_kind(selected, policy):
+        return RolloutState(Disposition.FAILED, selected, counted, pending=False, exhausted=False)
+    return RolloutState(Disposition.FAILED, selected, counted, pending=budget_left, exhausted=not budget_left)
+
+
+# --- reading result rows ------------------------------------------------------------------------
+
+
+def has_saved_generation(response: object) -> bool:
+    """Whether a response holds a model answer: output items or a finished status, or non-empty text.
+
+    A diagnostic error object, an empty mapping, or a response with neither output nor status is a
+    placeholder (an agent that never ran), not a generation.
+    """
+    if isinstance(response, str):
+        return bool(response.strip())
+    if not isinstance(response, Mapping):
+        return False
+    output = response.get("output")
+    return bool(output) or response.get("status") is not None or bool(response.get("answer"))
+
+
+def is_retry_masked(result_row: Mapping[str, object]) -> bool:
+    """Whether a saved masked result is an infrastructure miss to retry within the attempt cap.
+
+    Only a masked row whose ``failure_kind`` is evaluation-side and that kept no model answer: a
+    saved answer is never sampled again (001: masked_infrastructure_kind).
+    """
+    if result_row.get("mask_sample") is not True:
+        return False
+    if result_row.get("failure_kind") not in EVALUATION_SIDE_KINDS:
+        return False
+    return not has_saved_generation(result_row.get("response"))
