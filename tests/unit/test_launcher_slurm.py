@@ -17,23 +17,34 @@ from gymslurm.launcher.slurm import (
     parse_squeue,
 )
 
+# Pasted from the sandbox's Slurm 22.05.8 (squeue -h -t all -u slurmtest -o '%A|%j|%T|%r|%E|%M|%l|%S').
 SQUEUE = """\
-45|gs-demo-s000|PENDING|Dependency|afterany:44(unfulfilled)|0:00|1:00|N/A
-44|gs-demo-s000|RUNNING|None|(null)|0:07|1:00|2026-11-29T15:10:01
-43|gs-demo-s001|COMPLETED|None|(null)|0:03|1:00|2026-11-29T15:09:40
+12|capB|PENDING|Dependency|afterany:11(unfulfilled)|0:00|UNLIMITED|N/A
+10|capA|RUNNING|None|(null)|0:02|UNLIMITED|2026-11-29T15:17:18
+1|gymslurm-test|FAILED|NonZeroExitCode|(null)|0:00|UNLIMITED|2026-11-29T15:08:14
 """
+# sacct -n -P -X -o JobID,JobName,State,ExitCode,Start,End,ElapsedRaw: the sandbox has no slurmdbd, so
+# these rows follow the -P format RECIPE.md records from 22.05 with slurmdbd
+# (FAILED|75:0, "CANCELLED by UID").
 SACCT = """\
 44|gs-demo-s000|FAILED|75:0|2026-11-29T15:10:01|2026-11-29T15:10:09|8
 46|gs-demo-s001|CANCELLED by 1001|0:15|2026-11-29T15:11:00|2026-11-29T15:11:30|30
 47|gs-demo-s002|PENDING|0:0|Unknown|Unknown|0
 """
+# Pasted from the sandbox (scontrol show job -o 11, a job that exited 75), with Command= given a space.
 SCONTROL = (
-    "JobId=44 JobName=gs-demo-s000 UserId=slurmtest(1001) GroupId=slurmtest(1001) MCS_label=N/A "
-    "Priority=1 Nice=0 Account=(null) QOS=(null) JobState=FAILED Reason=NonZeroExitCode "
-    "Dependency=(null) Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 ExitCode=75:0 RunTime=00:00:08 "
-    "TimeLimit=00:01:00 TimeMin=N/A SubmitTime=2026-11-29T15:09:58 EligibleTime=2026-11-29T15:09:58 "
-    "StartTime=2026-11-29T15:10:01 EndTime=2026-11-29T15:10:09 Partition=debug NodeList=vm "
-    "Command=/tmp/my run/s.sh WorkDir=/tmp StdOut=/tmp/out-44.out Power="
+    "JobId=11 JobName=capA UserId=slurmtest(1001) GroupId=slurmtest(1001) MCS_label=N/A Priority=4294901749 "
+    "Nice=0 Account=(null) QOS=(null) JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 "
+    "Restarts=0 BatchFlag=1 Reboot=0 ExitCode=75:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-29T15:17:18 EligibleTime=2026-11-29T15:17:18 AccrueTime=2026-11-29T15:17:18 "
+    "StartTime=2026-11-29T15:17:18 EndTime=2026-11-29T15:17:21 Deadline=N/A SuspendTime=None "
+    "SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-29T15:17:18 Scheduler=Main Partition=debug AllocNode:Sid=localhost:5862 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 "
+    "CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* "
+    "CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+    "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/tmp/cap/my j.sh WorkDir=/tmp/cap "
+    "StdErr=/tmp/cap/o-11.out StdIn=/dev/null StdOut=/tmp/cap/o-11.out Power= "
 )
 
 
@@ -57,9 +68,9 @@ def test_parse_squeue_rows() -> None:
     """squeue's pipe-separated rows become QueueRows with state, reason and dependency."""
     rows = parse_squeue(SQUEUE)
     assert [(r.job_id, r.state, r.reason) for r in rows] == [
-        ("45", "PENDING", "Dependency"), ("44", "RUNNING", "None"), ("43", "COMPLETED", "None"),
+        ("12", "PENDING", "Dependency"), ("10", "RUNNING", "None"), ("1", "FAILED", "NonZeroExitCode"),
     ]  # fmt: skip
-    assert rows[0].dependency == "afterany:44(unfulfilled)"
+    assert rows[0].dependency == "afterany:11(unfulfilled)"
 
 
 def test_parse_squeue_rejects_other_format() -> None:
@@ -91,8 +102,8 @@ def test_parse_exit_code(text: str, parsed: tuple[int, int | None]) -> None:
 def test_parse_scontrol_job() -> None:
     """scontrol show job -o gives a mapping; a value with a space stays whole."""
     fields = parse_scontrol_job(SCONTROL)
-    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("FAILED", "75:0", "1")
-    assert fields["Command"] == "/tmp/my run/s.sh"
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("FAILED", "75:0", "0")
+    assert fields["Command"] == "/tmp/cap/my j.sh" and fields["AllocNode:Sid"] == "localhost:5862"
     assert fields["Power"] == ""
 
 
