@@ -63,7 +63,7 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
 from gymslurm.launcher.settings import BenchmarkSettings
 
 HEARTBEAT_S = 15.0
@@ -73,11 +73,6 @@ FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 def log(message: str) -> None:
     """One timestamped line on the job's output."""
     print(f"[gymslurm chain-step {utc_now()}] {message}", file=sys.stderr, flush=True)
-
-
-def coverage_path(output: Path) -> Path:
-    """``<stem>_coverage.json`` beside an output (docs/formats.md)."""
-    return output.with_name(f"{output.stem}_coverage.json")
 
 
 def read_progress(output: Path) -> Progress | None:

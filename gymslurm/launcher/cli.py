@@ -35,15 +35,15 @@ def _status(argv: list[str]) -> int:
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.backend import choose_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
     from gymslurm.launcher.status import print_table, run_status
-    from gymslurm.launcher.submit import backend_for
 
     root = Path(args.run_root).resolve()
     if args.run is None:
         return _list_runs(find_runs(root), args.json)
     run = resolve_run(args.run, root)
-    report = run_status(run, backend_for(run, run.read_info().backend))
+    report = run_status(run, choose_backend(run.read_info().backend, local_dir=run.local_dir))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gymslurm.launcher.settings import slurm_seconds
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
 
 TICK_S = 0.2
@@ -58,6 +57,8 @@ def script_options(text: str) -> ScriptOptions:
         match = _DIRECTIVE.match(line.strip())
         if match:
             options[match.group(1)] = (match.group(2) or "").strip()
+    from gymslurm.launcher.settings import slurm_seconds
+
     sig, lead = None, 0
     if options.get("signal", "").startswith("B:"):
         sig, _, lead_text = options["signal"][2:].partition("@")

@@ -24,13 +24,15 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger
-from gymslurm.launcher.settings import BenchmarkSettings, merge_secrets, validate
+
+if TYPE_CHECKING:
+    from gymslurm.launcher.settings import BenchmarkSettings
 
 SECRETS_ENV = "GYMSLURM_SECRETS"
 
@@ -48,6 +50,9 @@ class RunInfo(BaseModel):
     backend: Literal["slurm", "local"]
     shards: int
     workdir: str
+    output_stem: str
+    infra_retry_limit: int
+    max_walltime_s: float | None
 
 
 @dataclass(frozen=True)
@@ -135,12 +140,19 @@ class RunDir:
         """The saved benchmark with secrets put back from ``GYMSLURM_SECRETS`` in the environment."""
         from omegaconf import OmegaConf
 
+        from gymslurm.launcher.settings import merge_secrets, validate
+
         data = OmegaConf.to_container(OmegaConf.load(self.config_path), resolve=False)
         env = os.environ if environ is None else environ
         secrets = json.loads(env.get(SECRETS_ENV, "{}"))
         assert isinstance(data, dict)
         merged: dict[str, Any] = merge_secrets(data, secrets)
         return validate(merged, str(self.config_path))
+
+
+def coverage_path(output: Path) -> Path:
+    """``<stem>_coverage.json`` beside an output (docs/formats.md)."""
+    return output.with_name(f"{output.stem}_coverage.json")
 
 
 def find_runs(run_root: Path) -> list[RunDir]:

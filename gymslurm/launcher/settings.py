@@ -163,6 +163,7 @@ def benchmark_path(name: str) -> Path:
 
 def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
     """The benchmark config as a plain dict, composed by Hydra with command-line overrides."""
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -175,7 +176,7 @@ def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
         with initialize_config_dir(config_dir=str(path.parent), version_base=None, job_name="gymslurm"):
             config = compose(config_name=path.stem, overrides=[_add_or_override(o) for o in overrides])
         data = OmegaConf.to_container(config, resolve=False)
-    except (HydraException, OmegaConfBaseException) as error:
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:
         raise ConfigError(f"benchmark {name!r} ({path}) with overrides {overrides}: {error}") from error
     finally:
         GlobalHydra.instance().clear()

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.launcher.backend import LIVE_STATES, Backend
-from gymslurm.launcher.chain import coverage_path
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import ChainState, summarize
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.rundir import RunDir, coverage_path
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
@@ -110,7 +109,7 @@ def shard_status(
     cap = "none" if cap_s is None else f"{cap_s:.0f}s"
     return ShardStatus(
         shard=shard, verdict=word, why=why, job=state.current_job,
-        job_state=_job_state(state.current_job, queue, accounting), jobs=len(state.jobs),
+        job_state=_job_state(state.current_job, queue, accounting), jobs=len(state.decided),
         last_exit=last.exit_code if last else None, last_decision=str(last.decision) if last else None,
         retries=f"{state.budgets.infra_retries_used}/{limit}",
         walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
@@ -126,7 +125,7 @@ def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
     queue = backend.queue()
     forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
     accounting = backend.accounting(forgotten) if forgotten else {}
-    limits = _limits_of(run)
+    limits = (info.infra_retry_limit, info.max_walltime_s, info.output_stem)
     rows = [
         shard_status(
             i,
@@ -153,17 +152,6 @@ def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _limits_of(run: RunDir) -> tuple[int, float | None, str]:
-    """Retry limit, walltime cap and output stem from the saved config (no secrets needed)."""
-    from omegaconf import OmegaConf
-
-    from gymslurm.launcher.settings import BenchmarkSettings
-
-    data = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
-    settings = BenchmarkSettings.model_validate(data)
-    return settings.slurm.infra_retry_limit, settings.slurm.max_walltime_s, settings.output_stem
-
-
 def _shard_output(run: RunDir, shard: int, stem: str) -> Path:
     return run.shard_output(shard, stem)
 
@@ -171,7 +159,7 @@ def _shard_output(run: RunDir, shard: int, stem: str) -> Path:
 COLUMNS = [
     ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"), ("jobs", "jobs"),
     ("last_exit", "exit"), ("last_decision", "decision"), ("retries", "retries"), ("walltime", "walltime"),
-    ("coverage", "coverage"), ("why", "why"),
+    ("coverage", "coverage"),
 ]  # fmt: skip
 
 
@@ -191,5 +179,7 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(*cells)
     console = Console()
     console.print(table)
+    for row in report["shards"]:
+        console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}", highlight=False)
     agg = report["aggregation"]
     console.print(f"aggregation: {agg['job'] or '-'} {agg['state']}")

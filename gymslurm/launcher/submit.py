@@ -175,7 +175,8 @@ def submit(benchmark: str, overrides: list[str], backend_name: str | None, dry_r
     run.root.mkdir(parents=True)
     info = RunInfo(
         name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
-        backend=backend_kind, shards=settings.shards, workdir=str(workdir),
+        backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
+        infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
