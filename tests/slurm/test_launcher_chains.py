@@ -183,7 +183,7 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         chain.wait(timeout=400, aggregation=False)
     chain = Chain(_user(slurm_session_dir, "preempt"), slurm_python,
                   [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
-                  overrides=["slurm.partition=low", "slurm.extra_directives=[--cpus-per-task=8]",
+                  overrides=["slurm.partition=low", "slurm.extra_directives=['--cpus-per-task=8']",
                              "aggregation.enabled=false"])  # fmt: skip
     chain.submit()
     try:
