@@ -237,6 +237,9 @@ def summarize(records: Iterable[Record]) -> ChainState:
                 state.successor_of[record.after] = record.job_id
         elif isinstance(record, Started):
             state.open_runs.append(record)
+            if record.job_id not in state.jobs:  # its submitter died before recording it
+                state.jobs.append(record.job_id)
+                state.epoch_jobs.append(record.job_id)
         elif isinstance(record, DecisionRecord):
             _fold_decision(state, record)
         elif isinstance(record, Cancelled):

@@ -114,3 +114,9 @@ def test_cancel_finishes_and_resubmit_reopens_with_fresh_budget() -> None:
     assert summarize(records).cancelled
     state = summarize([*records, Resubmitted()])
     assert not state.finished and state.budgets == Budgets(jobs=4) and state.total_walltime_s == 10.0
+
+
+def test_a_job_whose_submission_was_never_recorded_is_known_from_its_start() -> None:
+    """If submit died between sbatch and the ledger, the job's own start record makes it part of the chain."""
+    state = summarize([Started(job_id="7")])
+    assert state.jobs == ["7"] and state.epoch_jobs == ["7"]
