@@ -10,7 +10,8 @@ seconds (USR1/TERM/INT end the sleep and exit with ``on_signal``), then writes
 ``<stem>_coverage.json`` the way the real collector does (docs/formats.md: ``successful`` grows by
 ``progress``, ``progress_outcomes_recorded`` = ``progress``, a fresh ``written_at``) and exits with
 ``exit``. Every invocation's argv (and the *names* of credential-like environment variables it
-saw) is appended to ``<stem>_standin_calls.jsonl``.
+saw, and whether the Environment Server at ``+environment_server_url`` answered ``GET /health``)
+is appended to ``<stem>_standin_calls.jsonl``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,6 +31,18 @@ def _override(argv: list[str], key: str) -> str:
         if arg.startswith(f"+{key}="):
             return arg.split("=", 1)[1]
     raise SystemExit(f"stand-in collector: missing +{key}= in {argv}")
+
+
+def _health(argv: list[str]) -> str | None:
+    """GET /health of the Environment Server named by +environment_server_url, if any."""
+    url = next((a.split("=", 1)[1] for a in argv if a.startswith("+environment_server_url=")), None)
+    if url is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+            return f"{reply.status} {url}"
+    except OSError as error:
+        return f"unreachable {url}: {error}"
 
 
 def main() -> int:
@@ -41,9 +55,9 @@ def main() -> int:
     step = steps[min(count, len(steps) - 1)]
     with calls.open("a") as handle:
         secret_keys = sorted(k for k in os.environ if k.endswith(("_API_KEY", "_TOKEN")))  # names only
-        handle.write(
-            json.dumps({"argv": overrides, "at": time.time(), "secret_env_keys": secret_keys}) + "\n"
-        )
+        server = _health(overrides)
+        record = {"argv": overrides, "at": time.time(), "secret_env_keys": secret_keys, "server": server}
+        handle.write(json.dumps(record) + "\n")
     interrupted: list[int] = []
 
     def _stop(signum: int, _frame: object) -> None:

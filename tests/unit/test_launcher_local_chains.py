@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.unit.launcher_chains_helpers import (
+    STANDIN,
     decisions,
     gymslurm,
     ledger,
@@ -162,3 +165,25 @@ def test_dry_run_prints_scripts_and_writes_nothing(tmp_path: Path) -> None:
     done = gymslurm("submit", str(bench), "--dry-run", "shards=2")
     assert done.stdout.count("#SBATCH --open-mode=append") == 3
     assert not (tmp_path / "runs").exists()
+
+
+def test_demo_benchmark_starts_checks_and_stops_its_server(tmp_path: Path) -> None:
+    """submit demo (local): each job starts the demo server, the collector reaches it, and it is stopped."""
+    steps = tmp_path / "steps.json"
+    steps.write_text(json.dumps([{"exit": 75}, {"exit": 0}]))
+    gymslurm(
+        "submit", "demo", "--backend", "local", "shards=1", f"run_root={tmp_path / 'runs'}",
+        f"dataset={tmp_path / 'demo.jsonl'}", f"collector.command=[{sys.executable},{STANDIN},{steps}]",
+        "aggregation.command=[/bin/true]",
+    )  # fmt: skip
+    run = only_run(tmp_path)
+    assert wait_until_final(run)["shards"][0]["verdict"] == "DONE"
+    calls = [
+        json.loads(c)
+        for c in (run / "output/shard-000/rollouts_standin_calls.jsonl").read_text().splitlines()
+    ]
+    assert [c["server"].split()[0] for c in calls] == ["200", "200"]
+    port = int(calls[-1]["server"].rsplit(":", 1)[1])
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # stopped with its job
+    assert len((run / "inputs/shard-000.jsonl").read_text().splitlines()) == 40
