@@ -39,6 +39,7 @@ from types import FrameType
 
 import psutil
 
+from gymslurm.errors import SlurmError
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
@@ -314,7 +315,11 @@ def run_link(
         return 0
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
     ledger.append(started)
-    successor = ensure_successor(run, shard, ledger, me[0], backend)
+    try:
+        successor: str | None = ensure_successor(run, shard, ledger, me[0], backend)
+    except SlurmError as error:  # collect anyway; queuing is tried again after the decision
+        log(f"could not queue a successor now: {error}")
+        successor = None
     output = run.shard_output(shard, settings.output_stem)
     output.parent.mkdir(parents=True, exist_ok=True)
     before_progress = read_progress(output)
@@ -356,7 +361,7 @@ def _collect(
 
 
 def _after_decision(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, successor: str,
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, successor: str | None,
     decision: Decision,
 ) -> None:  # fmt: skip
     ledger = run.ledger(shard)
@@ -367,7 +372,8 @@ def _after_decision(
         if not _live(successor, backend):
             ensure_successor(run, shard, ledger, me, backend)
         return
-    backend.cancel([successor])
+    if successor is not None:
+        backend.cancel([successor])
     log(f"chain of shard {shard} finished ({decision}); cancelled the queued successor {successor}")
     maybe_submit_aggregation(run, settings, backend, me)
 
