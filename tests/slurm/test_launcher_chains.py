@@ -197,3 +197,37 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
     finally:
         chain.cancel()
+
+
+def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """SIGKILL of submit after its first link: queued chains finish alone; resubmit starts the rest."""
+    chain = Chain(_user(slurm_session_dir, "killed"), slurm_python, [{"exit": 0}], overrides=["shards=3"])
+    work = chain.user.workdir
+    chain.user.write("standin.py", (Path(__file__).with_name("launcher_standin_collector.py")).read_text())
+    chain.user.write("steps.json", '[{"exit": 0}]', mode=0o644)
+    chain.user.write("data.jsonl", "".join(f'{{"q": {i}}}\n' for i in range(6)), mode=0o644)
+    bench = chain.user.write(
+        "bench.yaml",
+        f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\naggregation:\n  command: [/bin/true]\n"
+        f"collector:\n  command: [{slurm_python}, {work / 'standin.py'}, {work / 'steps.json'}]\n"
+        f"slurm:\n  python: {slurm_python}\n",
+        mode=0o644,
+    )
+    argv = chain.user.command([str(slurm_python), "-m", "gymslurm", "submit", str(bench), "shards=3"])
+    proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("shard 0:")
+    proc.kill()
+    proc.wait()
+    (chain.run,) = [p.parent for p in (work / "runs").glob("*/run.json")]
+    try:
+        report = chain.wait(aggregation=False)
+        if any(row["verdict"] == "STALLED" for row in report["shards"]):
+            chain.gymslurm("resubmit", str(chain.run), str(bench))
+            time.sleep(2)
+        report = chain.wait()
+        assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
+        assert report["aggregation"]["state"].startswith("DONE")
+    finally:
+        chain.cancel()
