@@ -487,7 +487,9 @@ def say(stream: IO[str], message: str) -> None:
 
 # Settings of one invocation that say nothing about what a run measures: left out of the identity so
 # that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
-INVOCATION_KEYS = ("progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume")
+INVOCATION_KEYS = (
+    "progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume", "resubmit",
+)  # fmt: skip
 
 
 @dataclass
@@ -532,10 +534,10 @@ def prepare(
     if settings.resume_from_cache:
         if existing is ExistingRun.MANIFEST:
             store = _open_for_resume(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, store.inputs)
+            return _reconciled(store, stderr, store.inputs, resubmit=settings.resubmit)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, lambda: inputs.tasks)
+            return _reconciled(store, stderr, lambda: inputs.tasks, resubmit=settings.resubmit)
         if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
             say(
                 stderr,
@@ -674,17 +676,27 @@ def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
     return []
 
 
-def _reconciled(store: Any, stderr: IO[str], load_tasks: Callable[[], list[dict[str, Any]]]) -> Prepared:
+def _reconciled(
+    store: Any, stderr: IO[str], load_tasks: Callable[[], list[dict[str, Any]]], *, resubmit: bool = False
+) -> Prepared:
     """Repair torn tails (only after validation) and select every rollout's state.
 
     ``load_tasks`` gives the tasks to dispatch when some are pending: the saved materialized tasks on
     a resume (equal to the current ones when verified; reused as spec 000 says when overridden), the
-    current materialization for a fresh run or an import.
+    current materialization for a fresh run or an import. ``resubmit`` starts a fresh failure budget
+    (after the repair, which it needs, and before selection, which reads it).
     """
     try:
         repaired = store.repair_torn_tails()
         if repaired:
             say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
+        if resubmit:
+            failures, results = store.resubmit()
+            say(
+                stderr,
+                f"resubmit: a fresh failure budget; the {failures} failure line(s) (and {results} result "
+                f"line(s)) saved so far no longer count against it ({store.paths.resubmit_offset})",
+            )
         reconciliation = store.reconcile()
     except BaseException:
         store.close()

@@ -50,6 +50,7 @@ class CollectSettings(BaseModel):
 
     resume_from_cache: bool = False
     allow_unsafe_resume: bool = False
+    resubmit: bool = False
     route_failures_to_sidecar: bool = False
     require_complete: bool = False
     retry_terminal_timeouts: bool | None = None
@@ -100,6 +101,10 @@ class CollectSettings(BaseModel):
             raise ValueError(
                 "allow_unsafe_resume=true only applies to a resume: add +resume_from_cache=true, "
                 "or drop +allow_unsafe_resume=true"
+            )
+        if self.resubmit and not self.resume_from_cache:
+            raise ValueError(
+                "resubmit=true resets the failure budget of a saved run: add +resume_from_cache=true"
             )
         if self.environment_server_url is None and not self.environment_server_urls:
             raise ValueError(

@@ -488,3 +488,22 @@ def test_explicit_retry_terminal_timeouts_updates_the_saved_policy(
     assert json.loads(companion(output, "_manifest.json").read_text())["retry_terminal_timeouts"] is True
     collect(dataset, output, server.url, "+resume_from_cache=true")
     assert coverage_of(output)["retry_terminal_timeouts"] is True
+
+
+def test_resubmit_gives_exhausted_rollouts_a_fresh_budget(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """+resubmit=true resets the failure budget once; execution numbers keep increasing."""
+    server = start_demo_server()
+    dataset = write_tasks(tmp_path / "d.jsonl", [{}, {"_demo_fault": "retryable", "_demo_fault_attempts": 4}])
+    output = tmp_path / "out.jsonl"
+    assert collect(dataset, output, server.url, "+require_complete=true").returncode == 76
+    assert reservations_of(output) == [1, 3] and coverage_of(output)["failure_budget_exhausted"] == 1
+    again = collect(dataset, output, server.url, "+resume_from_cache=true", "+require_complete=true")
+    assert again.returncode == 76 and reservations_of(output) == [1, 3]  # a plain resume does not reset
+    fresh = collect(
+        dataset, output, server.url, "+resume_from_cache=true", "+resubmit=true", "+require_complete=true"
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    assert reservations_of(output) == [1, 5]  # attempt 3 failed (counted anew), attempt 4 succeeded
+    assert companion(output, "_resubmit_offset").read_text().split()[0] == "3"

@@ -14,7 +14,8 @@ URL = "+environment_server_url=http://127.0.0.1:8000"
 
 
 def settings(*overrides: str):
-    return load_settings([*BASE, URL, *overrides])[0]
+    resume = ["+resume_from_cache=true"] if "+resubmit=true" in overrides else []
+    return load_settings([*BASE, URL, *resume, *overrides])[0]
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,7 @@ def settings(*overrides: str):
         ("+dispatch_budget_s=30.5", "dispatch_budget_s", 30.5),
         ("+dispatch_longest_first=true", "dispatch_longest_first", True),
         ("+retry_terminal_timeouts=true", "retry_terminal_timeouts", True),
+        ("+resubmit=true", "resubmit", True),
         ("+retry_terminal_timeouts=false", "retry_terminal_timeouts", False),
         ("+concurrency=8", "concurrency", 8),
         ("+num_samples_in_parallel=8", "concurrency", 8),
@@ -86,6 +88,7 @@ def test_unresolved_config_keeps_interpolations(monkeypatch: pytest.MonkeyPatch)
         ([*BASE, URL, "+concurency=3"], "unknown setting 'concurency'"),
         ([*BASE, "+environment_server_url=localhost:80"], "not an http"),
         ([*BASE, URL, "+allow_unsafe_resume=true"], "only applies to a resume"),
+        ([*BASE, URL, "+resubmit=true"], "add \\+resume_from_cache=true"),
         ([*BASE, URL, "+progress=fancy"], "progress"),
         (["+input_jsonl_fpath=/a.jsonl", "+output_jsonl_fpath=/a.jsonl", URL], "same file"),
         ([*BASE, URL, "not an override"], "cannot compose"),
