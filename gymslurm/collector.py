@@ -68,6 +68,16 @@ CONFIG_ENDPOINT = "/global_config_dict_yaml"
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
 
 
+class EnvironmentUnreachableError(ConfigError):
+    """The Environment Server could not be reached to read its configuration: retryable (exit 1).
+
+    Unlike a server that answers without a usable configuration (exit 2, a retry cannot help), a
+    connection failure is infrastructure: a Slurm chain may retry the job later.
+    """
+
+    exit_code = 1
+
+
 def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
     """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
 
@@ -94,7 +104,7 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
         ) from None
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise ConfigError(
+        raise EnvironmentUnreachableError(
             f"cannot read the Environment Server's configuration from {where}: {reason}. {advice}"
         ) from None
     try:

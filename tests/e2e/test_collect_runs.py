@@ -507,3 +507,23 @@ def test_resubmit_gives_exhausted_rollouts_a_fresh_budget(
     assert fresh.returncode == 0, fresh.stderr
     assert reservations_of(output) == [1, 5]  # attempt 3 failed (counted anew), attempt 4 succeeded
     assert companion(output, "_resubmit_offset").read_text().split()[0] == "3"
+
+
+def test_server_dying_mid_run_then_resume_on_a_new_server(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A server that dies mid-run leaves retryable work (exit 75); resume on a new address completes."""
+    dying = start_demo_server("--accuracy", "1.0", "--die-after", "5")
+    dataset = write_tasks(tmp_path / "d.jsonl", [{} for _ in range(12)])
+    output = tmp_path / "out.jsonl"
+    first = collect(dataset, output, dying.url, "+concurrency=1", "+require_complete=true")
+    assert first.returncode == 75, first.stderr
+    assert coverage_of(output)["successful"] == 5
+    dying.process.wait(timeout=10)
+    down = collect(dataset, output, dying.url, "+resume_from_cache=true", "+require_complete=true")
+    assert down.returncode == 1 and "cannot read the Environment Server's configuration" in down.stderr
+    healthy = start_demo_server("--accuracy", "1.0")
+    resumed = collect(dataset, output, healthy.url, "+resume_from_cache=true", "+require_complete=true")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "environment_server_url" in resumed.stderr  # operational drift, noted
+    assert coverage_of(output)["successful"] == 12
