@@ -168,7 +168,7 @@ def test_foreign_run_id_is_an_error(paths: RunPaths) -> None:
     append_raw(
         paths.results, {"_ng_run_id": "run-" + "f" * 32, "_ng_rollout_id": "demo-t0", "_ng_attempt": 0}
     )
-    with pytest.raises(CorruptRecordError, match="out.jsonl, line 1: belongs to run"):
+    with pytest.raises(CorruptRecordError, match=r"out\.jsonl, line 1: belongs to run"):
         RunStore.open(paths).reconcile()
 
 
