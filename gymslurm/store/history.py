@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
 from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
-from gymslurm.selection import SavedOutcome, is_numeric_reward, is_retry_masked
+from gymslurm.selection import SavedOutcome, is_retry_masked
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
 
 Group = SavedOutcome | list[SavedOutcome] | None
@@ -134,23 +135,25 @@ class _Reader:
         return index, attempt, True
 
     def read_results(self, path: Path) -> None:
-        intern = self.intern
+        # The hot loop: locals and positional SavedOutcome arguments on purpose (see bench/store.py).
+        intern, add, locate, run_id = self.intern, self.add, self.locate, self.run_id
+        index_of = self.keys.index_of
         for line, row in iter_records(path, self.history.results_tail):
-            index, attempt, _ = self.locate(path, line, row)
+            index = index_of.get(row.get("_ng_rollout_id"))
+            attempt = row.get("_ng_attempt")
+            if row.get("_ng_run_id") != run_id or index is None or type(attempt) is not int or attempt < 0:
+                index, attempt, _ = locate(path, line, row)
             reward = row.get("reward")
-            masked = row.get("mask_sample") is True
-            kind = row.get("failure_kind") if masked else None
-            self.add(
+            if (type(reward) is not float and type(reward) is not int) or not isfinite(reward):
+                reward = None
+            if row.get("mask_sample") is not True:
+                add(index, SavedOutcome(attempt, "result", line, reward))
+                continue
+            kind = row.get("failure_kind")
+            kind = intern[kind] if type(kind) is str else None
+            add(
                 index,
-                SavedOutcome(
-                    attempt,
-                    "result",
-                    line,
-                    reward=reward if is_numeric_reward(reward) else None,
-                    masked=masked,
-                    retry_masked=masked and is_retry_masked(row),
-                    failure_kind=intern[kind] if type(kind) is str else None,
-                ),
+                SavedOutcome(attempt, "result", line, reward, True, is_retry_masked(row), False, None, kind),
             )
 
     def read_failures(self, path: Path) -> None:

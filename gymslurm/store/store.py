@@ -296,18 +296,25 @@ class RunStore:
         ids = self.rollout_index.ids
         newest = array("q", [-1]) * len(counts)
         states: list[RolloutState] = []
+        add_state = states.append
+        groups = history.groups
         for index, reserved in enumerate(counts):
-            outcomes = history.outcomes(index)
-            if outcomes:
-                problem = history_problem(reserved, outcomes)
-                if problem:
-                    raise CorruptRecordError(
-                        f"rollout {ids[index]!r} has {problem} in {self.paths.results} / "
-                        f"{self.paths.failures}: its history conflicts with {self.paths.reservations}. "
-                        "Restore the run's files together from a backup, or use a new output path"
-                    )
+            group = groups[index]
+            if group is None:
+                add_state(select_rollout(reserved, (), policy))
+                continue
+            outcomes: Sequence[SavedOutcome] = (group,) if isinstance(group, SavedOutcome) else group
+            problem = history_problem(reserved, outcomes)
+            if problem:
+                raise CorruptRecordError(
+                    f"rollout {ids[index]!r} has {problem} in {self.paths.results} / "
+                    f"{self.paths.failures}: its history conflicts with {self.paths.reservations}. "
+                    "Restore the run's files together from a backup, or use a new output path"
+                )
+            newest[index] = reserved - 1  # history_problem guarantees every attempt < reserved ...
+            if not any(outcome.attempt == reserved - 1 for outcome in outcomes):  # ... not that one exists
                 newest[index] = max(outcome.attempt for outcome in outcomes)
-            states.append(select_rollout(reserved, outcomes, policy))
+            add_state(select_rollout(reserved, outcomes, policy))
         self._newest_outcome = newest
         return Reconciliation(
             states=states,
