@@ -9,10 +9,13 @@ to every outcome (rollout id, task index, repeat index, task id) are read into a
 from __future__ import annotations
 
 import hashlib
+import os
+from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from gymslurm.errors import ManifestError
 from gymslurm.store.atomic import publish_bytes
@@ -25,11 +28,17 @@ def digest_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def write_inputs(path: Path, rows: Sequence[dict[str, Any]]) -> str:
-    """Publish the materialized inputs and return their digest."""
-    data = b"".join(dump_line(row, canonical=True) for row in rows)
+def write_inputs(path: Path, rows: Sequence[dict[str, Any]]) -> tuple[str, RolloutIndex]:
+    """Publish the materialized inputs; return their digest and the index of the written file."""
+    index = RolloutIndex(path)
+    lines = []
+    for line, row in enumerate(rows):
+        data = dump_line(row, canonical=True)
+        index.add(line, row, len(data))
+        lines.append(data)
+    data = b"".join(lines)
     publish_bytes(path, data)
-    return digest_bytes(data)
+    return digest_bytes(data), index
 
 
 def digest_file(path: Path) -> tuple[str, int]:
@@ -49,58 +58,83 @@ def digest_file(path: Path) -> tuple[str, int]:
     return "sha256:" + sha.hexdigest(), lines
 
 
-@dataclass(slots=True)
 class RolloutIndex:
-    """What the store stamps on each outcome, per rollout index, and the id → index map."""
+    """The id → index map, and where each rollout's row sits in the file (for the stamps of appends).
 
-    ids: list[str] = field(default_factory=list)
-    task_index: list[int] = field(default_factory=list)
-    repeat_index: list[int] = field(default_factory=list)
-    task_ids: list[tuple[str, str]] = field(default_factory=list)
-    index_of: dict[str, int] = field(default_factory=dict)
+    Memory per rollout is the id string, one dict entry and one offset: the rows themselves are
+    read back (one ``pread``) only when an outcome is appended, so a 1,000,000-rollout run stays lean.
+    """
 
-    def add(self, path: Path, line: int, row: dict[str, Any]) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ids: list[str] = []
+        self.index_of: dict[str, int] = {}
+        self.offsets = array("Q", [0])
+        self._fd: int | None = None
+
+    def add(self, line: int, row: dict[str, Any], size: int) -> None:
         rollout_id = row.get("_ng_rollout_id")
-        task_id = row.get("task_id")
-        if type(rollout_id) is not str or type(task_id) is not dict:
+        if type(rollout_id) is not str or type(row.get("task_id")) is not dict:
             raise ManifestError(
-                f"{path}, line {line + 1}: a materialized input without _ng_rollout_id/task_id"
+                f"{self.path}, line {line + 1}: a materialized input without _ng_rollout_id or task_id"
             )
         if rollout_id in self.index_of:
-            raise ManifestError(f"{path}, line {line + 1}: rollout id {rollout_id!r} appears twice")
+            raise ManifestError(f"{self.path}, line {line + 1}: rollout id {rollout_id!r} appears twice")
         self.index_of[rollout_id] = len(self.ids)
         self.ids.append(rollout_id)
-        self.task_index.append(row.get("_ng_task_index", 0))
-        self.repeat_index.append(row.get("_ng_rollout_index", 0))
-        self.task_ids.append((str(task_id.get("taskset")), str(task_id.get("task_id"))))
+        self.offsets.append(self.offsets[-1] + size)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """The materialized row of rollout ``index``, read back from the file."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        start = self.offsets[index]
+        value: dict[str, Any] = orjson.loads(os.pread(self._fd, self.offsets[index + 1] - start, start))
+        return value
 
     def by_task(self) -> dict[tuple[int, int], int]:
         """(task index, repeat index) → rollout index, for legacy rows without a usable rollout id."""
-        return {key: index for index, key in enumerate(zip(self.task_index, self.repeat_index, strict=True))}
+        by_task = {}
+        for index, (_, row) in enumerate(iter_records(self.path)):
+            by_task[(row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0))] = index
+        return by_task
 
     def stamps(self, index: int, run_id: str, attempt: int) -> dict[str, Any]:
-        taskset, task_id = self.task_ids[index]
+        row = self.row(index)
+        task_id = row["task_id"]
         return {
             "_ng_run_id": run_id,
             "_ng_rollout_id": self.ids[index],
             "_ng_attempt": attempt,
-            "_ng_task_index": self.task_index[index],
-            "_ng_rollout_index": self.repeat_index[index],
-            "task_id": {"taskset": taskset, "task_id": task_id},
+            "_ng_task_index": row.get("_ng_task_index", 0),
+            "_ng_rollout_index": row.get("_ng_rollout_index", 0),
+            "task_id": {"taskset": task_id.get("taskset"), "task_id": task_id.get("task_id")},
         }
 
-
-def index_rows(rows: Sequence[dict[str, Any]], path: Path) -> RolloutIndex:
-    index = RolloutIndex()
-    for line, row in enumerate(rows):
-        index.add(path, line, row)
-    return index
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_index(path: Path) -> RolloutIndex:
-    index = RolloutIndex()
-    for line, row in iter_records(path):
-        index.add(path, line, row)
+    """Index the materialized inputs file (one parse of every row)."""
+    index = RolloutIndex(path)
+    line = -1
+    try:
+        handle = open(path, "rb", buffering=1 << 20)  # noqa: SIM115
+    except FileNotFoundError:
+        raise ManifestError(
+            f"the materialized inputs {path} are missing; restore them or use a new output"
+        ) from None
+    loads = orjson.loads
+    with handle:
+        for line, raw in enumerate(handle):
+            if raw[-1:] != b"\n":
+                raise ManifestError(
+                    f"{path}, line {line + 1}: incomplete; the materialized inputs are damaged"
+                )
+            index.add(line, loads(raw), len(raw))
     return index
 
 

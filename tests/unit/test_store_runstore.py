@@ -421,3 +421,22 @@ def test_legacy_row_matching_no_rollout_is_an_error(paths: RunPaths) -> None:
             config_digest=DIGEST, max_rollout_attempts=3,
         )  # fmt: skip
     assert not paths.manifest.exists()
+
+
+def test_appended_outcome_equals_the_one_read_back(paths: RunPaths) -> None:
+    """What an append returns (used for progress) is exactly what a later reconcile reads."""
+    store = create(paths, count=5)
+    store.reconcile()
+    returned = [
+        store.append_result(0, store.reserve(0), {"reward": 1, "mask_sample": True, "failure_kind": "session_lost"}),
+        store.append_result(1, store.reserve(1), {"reward": float("nan"), "response": "a"}),
+        store.append_result(2, store.reserve(2), {"reward": True}),
+        store.append_failure(
+            3, store.reserve(3), failure(store, 3, 0, kind="agent_timeout", delivery="not_sent"), legacy_class="x"
+        ),
+        store.append_omission(4, store.reserve(4)),
+    ]
+    history = RunStore.open(paths).read_history()
+    assert [history.outcomes(i)[0] for i in range(5)] == returned
+    assert returned[0].retry_masked and returned[0].masked
+    assert returned[1].reward is None and returned[2].reward is None
