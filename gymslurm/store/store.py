@@ -164,6 +164,11 @@ class RunStore:
                 "old and new files may be mixed, so it cannot be resumed (not even with "
                 "allow_unsafe_resume). Run a fresh collection again, or use a new output path"
             )
+        if not paths.results.exists():
+            raise ManifestError(
+                f"the results file {paths.results} is missing beside its manifest {paths.manifest}: "
+                "restore it from a backup (keep a run's files together) or start at a new output path"
+            )
         digest, lines = digest_file(paths.materialized_inputs)
         if digest != manifest.inputs_digest or lines != manifest.rollout_count:
             raise InconsistentHistoryError(

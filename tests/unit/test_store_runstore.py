@@ -311,11 +311,15 @@ def test_mixed_inputs_are_inconsistent(paths: RunPaths) -> None:
         RunStore.open(paths)
 
 
-def test_missing_companion_beside_a_manifest_is_an_error(paths: RunPaths) -> None:
-    """A manifest without its reservation table is an error, never a silent fresh start."""
+@pytest.mark.parametrize(
+    ("role", "message"),
+    [("reservations", "reservation table"), ("results", "results file"), ("materialized_inputs", "inputs")],
+)
+def test_missing_companion_beside_a_manifest_is_an_error(paths: RunPaths, role: str, message: str) -> None:
+    """A manifest without a required companion is an error, never a silent fresh start."""
     create(paths)
-    paths.reservations.unlink()
-    with pytest.raises(ManifestError, match="reservation table"):
+    paths.companions()[role].unlink()
+    with pytest.raises(ManifestError, match=message):
         RunStore.open(paths)
 
 
@@ -428,11 +432,16 @@ def test_appended_outcome_equals_the_one_read_back(paths: RunPaths) -> None:
     store = create(paths, count=5)
     store.reconcile()
     returned = [
-        store.append_result(0, store.reserve(0), {"reward": 1, "mask_sample": True, "failure_kind": "session_lost"}),
+        store.append_result(
+            0, store.reserve(0), {"reward": 1, "mask_sample": True, "failure_kind": "session_lost"}
+        ),
         store.append_result(1, store.reserve(1), {"reward": float("nan"), "response": "a"}),
         store.append_result(2, store.reserve(2), {"reward": True}),
         store.append_failure(
-            3, store.reserve(3), failure(store, 3, 0, kind="agent_timeout", delivery="not_sent"), legacy_class="x"
+            3,
+            store.reserve(3),
+            failure(store, 3, 0, kind="agent_timeout", delivery="not_sent"),
+            legacy_class="x",
         ),
         store.append_omission(4, store.reserve(4)),
     ]
@@ -440,3 +449,20 @@ def test_appended_outcome_equals_the_one_read_back(paths: RunPaths) -> None:
     assert [history.outcomes(i)[0] for i in range(5)] == returned
     assert returned[0].retry_masked and returned[0].masked
     assert returned[1].reward is None and returned[2].reward is None
+
+
+def test_public_api_is_pinned() -> None:
+    """The store package exports exactly its documented names (docs/store.md)."""
+    import gymslurm.store
+
+    assert sorted(gymslurm.store.__all__) == [
+        "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunStore", "existing_run",
+        "max_rollout_attempts_from_env", "read_resubmit_offset",
+    ]  # fmt: skip
+
+
+def test_read_only_open_cannot_reserve(paths: RunPaths) -> None:
+    """A store opened read-only (aggregation, health) refuses to reserve."""
+    create(paths).close()
+    with pytest.raises(StoreError, match="read-only"):
+        RunStore.open(paths, writable=False).reserve(0)
