@@ -199,9 +199,7 @@ def main() -> None:
             print(f"  N={size:>9,}: {cost * 1e6:7.2f} us/rollout (mean over the whole fill; load-sensitive)")
         print("reserve+append of a new execution, 2,000 random rollouts per round, sizes interleaved,")
         print(f"fastest of {args.rounds} rounds (same conditions for every size):")
-        best = {
-            size: min(sample_cost(outputs[size], 2000, rng) for _ in range(args.rounds)) for size in sizes
-        }
+        best = sample_costs(outputs, 2000, args.rounds)
         for size in sizes:
             print(f"  N={size:>9,}: {best[size] * 1e6:7.2f} us/rollout")
         flat = max(best.values()) / min(best.values())
