@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from gymslurm.errors import ManifestError
+from gymslurm.errors import ConfigError, ManifestError
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.jsonl import dump_line, iter_records
 
@@ -26,6 +26,19 @@ _CHUNK = 1 << 20
 
 def digest_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def check_rows(rows: Sequence[dict[str, Any]]) -> None:
+    """Refuse rows without a rollout id or task id, or with a repeated id, before anything is written."""
+    seen: set[object] = set()
+    for line, row in enumerate(rows):
+        rollout_id = row.get("_ng_rollout_id")
+        if type(rollout_id) is not str or type(row.get("task_id")) is not dict or rollout_id in seen:
+            raise ConfigError(
+                f"materialized task {line} has a missing or repeated _ng_rollout_id ({rollout_id!r}) or no "
+                "task_id; nothing was written. Fix the dataset or its rollout ids"
+            )
+        seen.add(rollout_id)
 
 
 def write_inputs(path: Path, rows: Sequence[dict[str, Any]]) -> tuple[str, RolloutIndex]:

@@ -44,7 +44,7 @@ from gymslurm.selection import (
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
 from gymslurm.store.history import History, RolloutKeys, read_history
-from gymslurm.store.inputs import RolloutIndex, digest_file, read_index, read_rows, write_inputs
+from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
 from gymslurm.store.jsonl import Appender, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
     IdentitySource,
@@ -125,6 +125,7 @@ class RunStore:
         identity_source: IdentitySource = "verified",
     ) -> RunStore:
         """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted)."""
+        check_rows(inputs)
         manifest = Manifest(
             run_id=new_run_id(),
             state="replacing",
@@ -201,6 +202,7 @@ class RunStore:
         """
         if paths.manifest.exists():
             raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        check_rows(inputs)
         run_id = new_run_id()
         keys = _keys_of_rows(inputs)
         history = read_history(

@@ -8,7 +8,13 @@ from typing import Any
 import orjson
 import pytest
 
-from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
+from gymslurm.errors import (
+    ConfigError,
+    CorruptRecordError,
+    InconsistentHistoryError,
+    ManifestError,
+    StoreError,
+)
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import Disposition
 from gymslurm.store import ExistingRun, RunPaths, RunStore, existing_run, read_resubmit_offset
@@ -466,3 +472,12 @@ def test_read_only_open_cannot_reserve(paths: RunPaths) -> None:
     create(paths).close()
     with pytest.raises(StoreError, match="read-only"):
         RunStore.open(paths, writable=False).reserve(0)
+
+
+def test_bad_inputs_are_refused_before_the_old_run_is_touched(paths: RunPaths) -> None:
+    """Repeated rollout ids refuse a fresh run before any file of the existing run changes."""
+    create(paths).close()
+    before = snapshot(paths.folder)
+    with pytest.raises(ConfigError, match="repeated"):
+        create(paths, inputs=make_inputs(2) + make_inputs(1))
+    assert snapshot(paths.folder) == before
