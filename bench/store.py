@@ -102,6 +102,25 @@ def peak_rss_mb() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
 
 
+def use_plain_dataclasses() -> None:
+    """Experiment: rebuild selection's SavedOutcome/RolloutState as non-frozen slots dataclasses.
+
+    Shows what reconcile would cost if selection.py dropped ``frozen=True`` on those two classes
+    (their construction dominates the per-rollout overhead). Only this benchmark's child does this.
+    """
+    import dataclasses
+
+    from gymslurm import selection
+
+    for name in ("SavedOutcome", "RolloutState"):
+        frozen = getattr(selection, name)
+        namespace: dict[str, object] = {"__annotations__": dict(frozen.__annotations__)}
+        for item in dataclasses.fields(frozen):
+            if item.default is not dataclasses.MISSING:
+                namespace[item.name] = item.default
+        setattr(selection, name, dataclasses.dataclass(slots=True)(type(name, (), namespace)))
+
+
 def child_bare(output: str) -> dict[str, float]:
     import orjson
 
@@ -127,12 +146,14 @@ def in_child(mode: str, output: Path) -> dict[str, float]:
 
 def report_reconcile(output: Path, rollouts: int, label: str, rounds: int) -> None:
     """Reconcile ``output`` and parse it bare in fresh processes, alternating; keep the fastest of each."""
-    bares, recs = [], []
+    bares, recs, plains = [], [], []
     for _ in range(rounds):
         bares.append(in_child("bare", output))
         recs.append(in_child("reconcile", output))
+        plains.append(in_child("reconcile_plain", output))
     bare = min(bares, key=lambda r: r["bare_parse_s"])
     rec = min(recs, key=lambda r: r["reconcile_s"])
+    plain = min(plains, key=lambda r: r["reconcile_s"])
     size_mb = sum(p.stat().st_size for p in output.parent.glob(f"{output.stem}*.jsonl")) / 2**20
     ratio = rec["reconcile_s"] / bare["bare_parse_s"]
     whole = (rec["open_s"] + rec["index_s"] + rec["reconcile_s"]) / bare["bare_parse_s"]
@@ -146,13 +167,18 @@ def report_reconcile(output: Path, rollouts: int, label: str, rounds: int) -> No
     print(f"  ratio reconcile / bare parse: {ratio:.2f}x (target <= 2x) {'OK' if ratio <= 2 else 'OVER'}")
     print(f"  ratio open+index+reconcile / bare parse: {whole:.2f}x")
     print(f"  reconcile overhead beyond parsing: {overhead:.1f} us/rollout")
+    print(
+        f"  experiment, selection's two dataclasses not frozen: reconcile {plain['reconcile_s']:.2f} s, "
+        f"ratio {plain['reconcile_s'] / bare['bare_parse_s']:.2f}x"
+    )
     verdict = "OK" if rss < 500 else "OVER"
     print(f"  peak RSS of the reconciling process: {rss:.0f} MB (target < 500 MB) {verdict}")
 
 
-def sample_costs(outputs: dict[int, Path], sample: int, rounds: int) -> dict[int, float]:
-    """Seconds per reserve+append of a new execution, per run size: ``sample`` random rollouts per
-    round, sizes interleaved within each round, fastest round kept."""
+def sample_costs(outputs: dict[int, Path], sample: int, rounds: int, contiguous: bool) -> dict[int, float]:
+    """Seconds per reserve+append of a new execution, per run size: ``sample`` rollouts per round
+    (random ones, or a contiguous block at a random start as a collector dispatching in index order
+    touches them), sizes interleaved within each round, fastest round kept."""
     from gymslurm.store import RunPaths, RunStore
 
     rng = random.Random(0)
@@ -162,7 +188,8 @@ def sample_costs(outputs: dict[int, Path], sample: int, rounds: int) -> dict[int
     best = dict.fromkeys(stores, float("inf"))
     for _ in range(rounds):
         for size, store in stores.items():
-            indices = [rng.randrange(size) for _ in range(sample)]
+            start = rng.randrange(size - sample)
+            indices = list(range(start, start + sample)) if contiguous else rng.sample(range(size), sample)
             started = time.perf_counter()
             for index in indices:
                 store.append_result(index, store.reserve(index), {"reward": 1.0, "response": "x" * 100})
@@ -186,7 +213,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         mode, output = args.child
-        print(json.dumps(child_reconcile(output) if mode == "reconcile" else child_bare(output)))
+        if mode == "reconcile_plain":
+            use_plain_dataclasses()
+        print(json.dumps(child_bare(output) if mode == "bare" else child_reconcile(output)))
         return
     sizes = [int(size) for size in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="gymslurm-bench-") as tmp:
@@ -197,15 +226,18 @@ def main() -> None:
         for size in sizes:
             outputs[size], cost = fill(folder / "small", size, args.cost_response_chars)
             print(f"  N={size:>9,}: {cost * 1e6:7.2f} us/rollout (mean over the whole fill; load-sensitive)")
-        print("reserve+append of a new execution, 2,000 random rollouts per round, sizes interleaved,")
+        print("reserve+append of a new execution, 2,000 rollouts per round, sizes interleaved,")
         print(f"fastest of {args.rounds} rounds (same conditions for every size):")
-        best = sample_costs(outputs, 2000, args.rounds)
-        for size in sizes:
-            print(f"  N={size:>9,}: {best[size] * 1e6:7.2f} us/rollout")
-        flat = max(best.values()) / min(best.values())
-        print(
-            f"  largest/smallest: {flat:.2f}x (target: flat, about 1x) {'OK' if flat < 1.5 else 'NOT FLAT'}"
-        )
+        for contiguous in (True, False):
+            best = sample_costs(outputs, 2000, args.rounds, contiguous)
+            order = (
+                "contiguous block (dispatch order)" if contiguous else "random rollouts (cache-unfriendly)"
+            )
+            print(f"  {order}:")
+            for size in sizes:
+                print(f"    N={size:>9,}: {best[size] * 1e6:7.2f} us/rollout")
+            flat = max(best.values()) / min(best.values())
+            print(f"    largest/smallest: {flat:.2f}x (target: flat) {'OK' if flat < 1.5 else 'NOT FLAT'}")
         report_reconcile(
             outputs[sizes[-1]], sizes[-1], f"{args.cost_response_chars}-char answers", args.rounds
         )
