@@ -1,0 +1,102 @@
+"""Where jobs run: Slurm, or local processes with the same scripts, chains, ledger and status.
+
+A :class:`Backend` submits a rendered script (optionally after other jobs end: ``afterany``),
+cancels jobs, and answers one queue query (and one accounting query) for ``status``. The chain
+logic above it does not know which backend runs it: the local backend executes the very same
+sbatch scripts with the same signals (USR1 ``signal_lead`` seconds before ``--time``, then TERM,
+then KILL) so that ``gymslurm submit demo`` behaves on a laptop as on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient
+
+# States in which a job still counts as part of a live chain.
+LIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+)  # fmt: skip
+
+
+class Backend(Protocol):
+    """What the launcher needs from a scheduler."""
+
+    name: str
+
+    @property
+    def queries(self) -> int:
+        """Scheduler commands run so far."""
+        ...
+
+    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
+        """Queue ``script``; it starts after every job in ``after`` ended (however it ended)."""
+        ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel these jobs (ended ones are ignored)."""
+        ...
+
+    def queue(self) -> dict[str, QueueRow]:
+        """Every job the scheduler still knows, by id: one query."""
+        ...
+
+    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
+        """Final states and exit codes of these jobs, or None without accounting: one query."""
+        ...
+
+
+class SlurmBackend:
+    """The Slurm backend: every command goes through :class:`SlurmClient`."""
+
+    name = "slurm"
+
+    def __init__(self, client: SlurmClient | None = None) -> None:
+        self.client = client or SlurmClient()
+
+    @property
+    def queries(self) -> int:
+        """Slurm commands run so far."""
+        return self.client.queries
+
+    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
+        """``sbatch --parsable [--dependency=afterany:...] SCRIPT``."""
+        return self.client.submit(script, after=after)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """``scancel``."""
+        self.client.cancel(job_ids)
+
+    def queue(self) -> dict[str, QueueRow]:
+        """One ``squeue`` call."""
+        return {row.job_id: row for row in self.client.queue()}
+
+    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
+        """One ``sacct`` call (None when accounting is disabled)."""
+        rows = self.client.accounting(list(job_ids))
+        return None if rows is None else {row.job_id: row for row in rows}
+
+
+def choose_backend(wanted: str, run_root: Path | None = None, local_dir: Path | None = None) -> Backend:
+    """``slurm``, ``local``, or ``auto`` (Slurm when ``sbatch`` is on PATH)."""
+    from gymslurm.launcher.local import LocalBackend
+
+    if wanted == "auto":
+        wanted = "slurm" if shutil.which("sbatch") else "local"
+    if wanted == "slurm":
+        return SlurmBackend()
+    if local_dir is None:
+        raise ValueError("the local backend needs the run's local/ folder")
+    return LocalBackend(local_dir)
+
+
+def current_job() -> tuple[str, int]:
+    """This job's id and restart count (Slurm's variables, or the local backend's)."""
+    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("GYMSLURM_JOB_ID") or f"pid-{os.getpid()}"
+    restarts = os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("GYMSLURM_RESTART_COUNT") or "0"
+    return job_id, int(restarts)

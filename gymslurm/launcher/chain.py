@@ -1,0 +1,456 @@
+"""One link of a chain, run inside a job: ``gymslurm chain-step --run-dir RUN --shard N``.
+
+Order of work, chosen so that a job killed at any moment still leaves the chain able to go on:
+
+1. account for runs that started but never wrote a decision (the predecessor was SIGKILLed, its
+   node failed, or this very job was requeued): one ``decision`` record each, ``accounted_by`` us;
+2. if the chain is already finished (a stop, a cancel), do nothing and exit 0;
+3. record our start, then make sure a successor is queued (``afterany`` on us) *before* running
+   anything, so that however this job ends, the next link starts after it. A requeued run of the
+   same job finds its successor still pending (Slurm does not release ``afterany`` for a requeued
+   job) and submits none: Slurm's requeue and the chain never both restart the same work;
+4. start configured Environment Servers, run the collector with resume, forwarding USR1/TERM/INT
+   to it once each, and writing a heartbeat every 15 s;
+5. stop the servers (whole process trees), decide (``decide.py``), write the decision;
+6. chain goes on: check the successor is still queued (resubmit it if someone cancelled it);
+   chain stops: cancel the successor, then submit the aggregation job if every shard's chain is
+   finished — exactly once, under a lock, even when shards end in the same second.
+
+The job exits with :func:`gymslurm.launcher.decide.job_exit_code` so Slurm's state agrees with the
+ledger (76 → FAILED). ``--aggregate`` runs the aggregation step instead of a link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+
+import psutil
+
+from gymslurm.errors import SlurmError
+from gymslurm.launcher import servers as server_mod
+from gymslurm.launcher.backend import LIVE_STATES, Backend
+from gymslurm.launcher.decide import (
+    EXIT_NO_PROGRESS,
+    EXIT_TERMINAL,
+    Budgets,
+    Decision,
+    JobEnd,
+    Limits,
+    Progress,
+    Verdict,
+    decide,
+    job_exit_code,
+)
+from gymslurm.launcher.ledger import (
+    BudgetsRecord,
+    ChainState,
+    DecisionRecord,
+    Ledger,
+    Started,
+    Submitted,
+    summarize,
+    utc_now,
+)
+from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
+from gymslurm.launcher.settings import BenchmarkSettings
+
+HEARTBEAT_S = 15.0
+FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+
+
+def log(message: str) -> None:
+    """One timestamped line on the job's output."""
+    print(f"[gymslurm chain-step {utc_now()}] {message}", file=sys.stderr, flush=True)
+
+
+def read_progress(output: Path) -> Progress | None:
+    """The progress counts of the collector's coverage file, or None when it has none yet."""
+    try:
+        data = json.loads(coverage_path(output).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return Progress(
+        successful=int(data.get("successful", 0)), failed=int(data.get("failed", 0)),
+        intentionally_omitted=int(data.get("intentionally_omitted", 0)),
+        progress_outcomes_recorded=int(data.get("progress_outcomes_recorded", 0)),
+        written_at=str(data.get("written_at", "")),
+    )  # fmt: skip
+
+
+def coverage_summary(output: Path) -> dict[str, int | bool] | None:
+    """The coverage fields the ledger keeps (for status without reading the collector's files)."""
+    try:
+        data = json.loads(coverage_path(output).read_text())
+    except (OSError, ValueError):
+        return None
+    keys = ("expected", "successful", "failed", "intentionally_omitted", "retryable", "complete")
+    return {k: data[k] for k in keys if isinstance(data.get(k), int | bool)}
+
+
+def read_resubmit_offset(output: Path) -> str | None:
+    """The collector's ``<stem>_resubmit_offset`` (first line), if any."""
+    try:
+        return output.with_name(f"{output.stem}_resubmit_offset").read_text().splitlines()[0].strip() or None
+    except (OSError, IndexError):
+        return None
+
+
+def collector_argv(
+    settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], resubmit: bool
+) -> list[str]:
+    """The collector command of one link: resume, require completion, the shard's files, servers."""
+    argv = [
+        *settings.collector.command,
+        f"+input_jsonl_fpath={run.shard_input(shard)}",
+        f"+output_jsonl_fpath={run.shard_output(shard, settings.output_stem)}",
+        "+resume_from_cache=true",
+        "+require_complete=true",
+    ]
+    argv += [f"{server.collector_override}={urls[server.name]}" for server in settings.servers]
+    argv += settings.collector.overrides
+    if resubmit:
+        argv.append(settings.collector.resubmit_override)
+    return argv
+
+
+@dataclass
+class Signals:
+    """Signals this step received, forwarded once each to the current child."""
+
+    received: list[int] = field(default_factory=list)
+    child: subprocess.Popen[bytes] | None = None
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        """Remember the signal and forward it to the child the first time it arrives."""
+        first = signum not in self.received
+        self.received.append(signum)
+        if first and self.child is not None and self.child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.child.send_signal(signum)
+
+    def install(self) -> None:
+        """Handle USR1, TERM and INT."""
+        for signum in FORWARDED:
+            signal.signal(signum, self.handle)
+
+    @property
+    def names(self) -> str:
+        """The received signals' names."""
+        return ",".join(dict.fromkeys(signal.Signals(s).name for s in self.received))
+
+
+class Heartbeat:
+    """Replaces the shard's heartbeat file every :data:`HEARTBEAT_S` seconds while a link runs."""
+
+    def __init__(self, path: Path, job_id: str, restart: int, start: str) -> None:
+        self.path, self.stop_event = path, threading.Event()
+        self.payload = {"job_id": job_id, "restart_count": restart, "start": start}
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def beat(self) -> None:
+        """Write one heartbeat now."""
+        data = {**self.payload, "at": utc_now(), "epoch": time.time()}
+        with contextlib.suppress(OSError):
+            atomic_write(self.path, json.dumps(data).encode())
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(HEARTBEAT_S):
+            self.beat()
+
+    def __enter__(self) -> Heartbeat:
+        self.beat()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop_event.set()
+        self.beat()
+
+
+def _seconds_between(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    try:
+        return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
+    except ValueError:
+        return 0.0
+
+
+def _limits(settings: BenchmarkSettings) -> Limits:
+    return Limits(settings.slurm.infra_retry_limit, settings.slurm.max_walltime_s)
+
+
+def _record(
+    ledger: Ledger, run: Started, end: JobEnd, before: Budgets, verdict: Verdict, **extra: object
+) -> DecisionRecord:
+    record = DecisionRecord(
+        job_id=run.job_id, restart_count=run.restart_count, start=run.at, end=utc_now(),
+        elapsed_s=end.elapsed_s, slurm_state=end.slurm_state, exit_code=end.exit_code,
+        decision=verdict.decision, reason=verdict.reason,
+        budgets_before=BudgetsRecord.of(before), budgets_after=BudgetsRecord.of(verdict.budgets_after),
+        **extra,  # type: ignore[arg-type]
+    )  # fmt: skip
+    ledger.append(record)
+    return record
+
+
+def _dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, heartbeat: Path) -> JobEnd:
+    """What is known of a run that never wrote its decision."""
+    state = "REQUEUED" if run.job_id == me[0] else _slurm_state(run.job_id, backend)
+    elapsed = 0.0
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        beat = json.loads(heartbeat.read_text())
+        if (beat["job_id"], beat["restart_count"]) == (run.job_id, run.restart_count):
+            elapsed = _seconds_between(run.at, beat["at"])
+    return JobEnd(slurm_state=state, exit_code=None, elapsed_s=elapsed)
+
+
+def _slurm_state(job_id: str, backend: Backend) -> str:
+    try:
+        rows = backend.accounting([job_id])
+        if rows and job_id in rows:
+            return rows[job_id].state
+        queued = backend.queue().get(job_id)
+    except Exception as error:  # a status query must not stop the chain from accounting
+        log(f"could not ask the scheduler about job {job_id}: {error}")
+        return "UNKNOWN"
+    return queued.state if queued else "VANISHED"
+
+
+def account_for_dead_runs(
+    state: ChainState,
+    ledger: Ledger,
+    me: tuple[str, int],
+    backend: Backend,
+    *,
+    heartbeat: Path,
+    limits: Limits,
+) -> ChainState:
+    """Write a decision for every run that started but never wrote one (except this run)."""
+    for run in list(state.open_runs):
+        if (run.job_id, run.restart_count) == me:
+            continue
+        end = _dead_run_facts(run, me, backend, heartbeat)
+        before = state.budgets
+        verdict = decide(end, before, limits)
+        log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
+        _record(ledger, run, end, before, verdict, accounted_by=me[0])
+        state = summarize(ledger.read())
+    return state
+
+
+def _live(job_id: str | None, backend: Backend) -> bool:
+    if job_id is None:
+        return False
+    row = backend.queue().get(job_id)
+    return row is not None and row.state in LIVE_STATES
+
+
+def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: Backend) -> str:
+    """The queued link that follows this job, submitting one if there is none."""
+    existing = summarize(ledger.read()).successor_of.get(me)
+    if existing and _live(existing, backend):
+        return existing
+    successor = backend.submit(run.script(shard), after=[me])
+    ledger.append(Submitted(job_id=successor, after=me, by=me))
+    log(f"successor {successor} queued after {me}")
+    if summarize(ledger.read()).cancelled:  # cancel ran meanwhile (it looks again after recording)
+        backend.cancel([successor])
+        log(f"the run was cancelled meanwhile: cancelled {successor} again")
+    return successor
+
+
+def run_collector(
+    argv: list[str], signals: Signals, env: dict[str, str] | None = None
+) -> tuple[int | None, int | None]:
+    """Run the collector; returns (exit code, signal that killed it when we had not forwarded one)."""
+    if signals.received:
+        log(f"received {signals.names} before the collector started; not starting it")
+        return None, None
+    log("collector: " + " ".join(argv))
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    signals.child = child
+    code = child.wait()
+    signals.child = None
+    if code >= 0:
+        return code, None
+    return None, (None if signals.received else -code)
+
+
+def job_started_at() -> float:
+    """When this job started: the batch shell (our parent) was created then; else this process."""
+    for pid in (os.getppid(), os.getpid()):
+        with contextlib.suppress(psutil.Error):
+            return float(psutil.Process(pid).create_time())
+    return time.time()
+
+
+def run_link(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]
+) -> int:
+    """Run one link of shard ``shard``'s chain as job ``me`` (job id, restart count)."""
+    signals = Signals()
+    signals.install()
+    ledger, limits = run.ledger(shard), _limits(settings)
+    state = account_for_dead_runs(
+        summarize(ledger.read()), ledger, me, backend, heartbeat=run.heartbeat(shard), limits=limits
+    )
+    if state.finished:
+        log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
+        return 0
+    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
+    ledger.append(started)
+    try:
+        successor: str | None = ensure_successor(run, shard, ledger, me[0], backend)
+    except SlurmError as error:  # collect anyway; queuing is tried again after the decision
+        log(f"could not queue a successor now: {error}")
+        successor = None
+    output = run.shard_output(shard, settings.output_stem)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    before_progress = read_progress(output)
+    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at):
+        code, killer, note = _collect(run, shard, settings, signals, state.resubmit_pending)
+    elapsed = time.time() - job_started_at()
+    slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
+    end = JobEnd(slurm_state, code, elapsed, before_progress, read_progress(output), killer)
+    verdict = decide(end, state.budgets, limits)
+    if note:
+        verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
+    log(f"decision {verdict.decision}: {verdict.reason}")
+    _record(ledger, started, end, state.budgets, verdict, resubmit_offset=read_resubmit_offset(output),
+            coverage=coverage_summary(output))  # fmt: skip
+    _after_decision(run, shard, settings, backend, me=me[0], successor=successor, decision=verdict.decision)
+    return job_exit_code(verdict.decision)
+
+
+def _collect(
+    run: RunDir, shard: int, settings: BenchmarkSettings, signals: Signals, resubmit: bool
+) -> tuple[int | None, int | None, str | None]:
+    started: list[server_mod.RunningServer] = []
+    try:
+        for wanted in settings.servers:
+            log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
+            started.append(server_mod.start(wanted, log_path))
+    except server_mod.ServerStartError as error:
+        for server in started:
+            server_mod.stop(server)
+        return EXIT_NO_PROGRESS, None, f"server start failed: {error}"
+    try:
+        urls = {server.settings.name: server.url for server in started}
+        argv = collector_argv(settings, run, shard, urls, resubmit)
+        env_code, killer = run_collector(argv, signals, settings.collector.env)
+    finally:
+        for server in started:
+            server_mod.stop(server)
+    return env_code, killer, None
+
+
+def _after_decision(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, successor: str | None,
+    decision: Decision,
+) -> None:  # fmt: skip
+    ledger = run.ledger(shard)
+    if summarize(ledger.read()).cancelled:
+        log(f"the chain of shard {shard} was cancelled; not queuing anything")
+        return
+    if decision.continues:
+        if not _live(successor, backend):
+            ensure_successor(run, shard, ledger, me, backend)
+        return
+    if successor is not None:
+        backend.cancel([successor])
+    log(f"chain of shard {shard} finished ({decision}); cancelled the queued successor {successor}")
+    maybe_submit_aggregation(run, settings, backend, me)
+
+
+def _finished_why(state: ChainState) -> str:
+    if state.cancelled:
+        return "cancelled"
+    return state.last_decision.decision if state.last_decision else "finished"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):  # type: ignore[no-untyped-def]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def maybe_submit_aggregation(
+    run: RunDir, settings: BenchmarkSettings, backend: Backend, me: str | None
+) -> str | None:
+    """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock)."""
+    if not settings.aggregation.enabled:
+        return None
+    with _locked(run.aggregate_lock):
+        states = [summarize(run.ledger(s).read()) for s in range(settings.shards)]
+        if not all(s.finished and not s.cancelled for s in states):
+            return None
+        if summarize(run.aggregate_ledger.read()).epoch_jobs:
+            return None
+        job = backend.submit(run.script(None), after=[me] if me else [])
+        run.aggregate_ledger.append(Submitted(job_id=job, after=me, by=me or "resubmit"))
+    log(f"every shard's chain finished: aggregation job {job} queued")
+    return job
+
+
+def aggregate_argv(settings: BenchmarkSettings, inputs: list[Path], output: Path) -> list[str]:
+    """The aggregation command with ``{inputs}`` expanded and ``{output}`` filled in."""
+    argv: list[str] = []
+    for part in settings.aggregation.command:
+        if part == "{inputs}":
+            argv += [str(path) for path in inputs]
+        else:
+            argv.append(part.replace("{output}", str(output)))
+    return argv
+
+
+def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int]) -> int:
+    """The aggregation step: apply the FAILED-shard policy, run ``aggregate``, record the outcome."""
+    signals = Signals()
+    signals.install()
+    ledger = run.aggregate_ledger
+    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
+    ledger.append(started)
+    states = [summarize(run.ledger(s).read()) for s in range(settings.shards)]
+    incomplete = [
+        s for s, st in enumerate(states) if not st.last_decision or st.last_decision.decision != Decision.DONE
+    ]
+    outputs = [run.shard_output(s, settings.output_stem) for s in range(settings.shards)]
+    t0 = time.monotonic()
+    if incomplete and settings.aggregation.on_failed_shard == "fail":
+        code: int | None = EXIT_TERMINAL
+        reason = f"shards {incomplete} did not complete and on_failed_shard=fail: nothing merged"
+    else:
+        existing = [path for path in outputs if path.exists()]
+        merged = run.merged_output(settings.output_stem)
+        merged.parent.mkdir(parents=True, exist_ok=True)
+        code, _ = run_collector(aggregate_argv(settings, existing, merged), signals)
+        reason = f"aggregate exited {code}"
+        if incomplete:
+            reason += f"; merged what exists: shards {incomplete} are incomplete (aggregate-what-exists)"
+    decision = Decision.DONE if code == 0 else Decision.STOP_FAILED
+    end = JobEnd("RUNNING", code, time.monotonic() - t0)
+    verdict = Verdict(decision, reason, Budgets(jobs=1, walltime_s=end.elapsed_s))
+    _record(ledger, started, end, Budgets(), verdict)
+    log(f"aggregation {decision}: {reason}")
+    return 0 if code == 0 else EXIT_TERMINAL

@@ -1,0 +1,168 @@
+"""The launcher's commands: ``submit``, ``status``, ``resubmit``, ``cancel`` and ``chain-step``.
+
+``gymslurm.cli`` routes each of these names here as ``main(command, argv)``; each parses its own
+arguments with argparse (benchmark overrides are Hydra's ``key=value`` and pass through).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RUN_ROOT = "gymslurm_runs"
+
+
+def _submit(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gymslurm submit", description="Submit a benchmark as job chains.")
+    parser.add_argument("benchmark", help="configs/benchmarks/<name>.yaml name, or a path to a YAML file")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. shards=3 slurm.partition=low")
+    parser.add_argument("--dry-run", action="store_true", help="print the scripts; write and submit nothing")
+    parser.add_argument("--backend", choices=["slurm", "local"], help="default: the benchmark's (auto)")
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.submit import submit
+
+    return submit(args.benchmark, args.overrides, args.backend, args.dry_run)
+
+
+def _status(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gymslurm status", description="Show each chain of a run.")
+    parser.add_argument("run", nargs="?", help="run name or path; omitted: list the runs")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
+    )
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.backend import choose_backend
+    from gymslurm.launcher.rundir import find_runs, resolve_run
+    from gymslurm.launcher.status import print_table, run_status
+
+    root = Path(args.run_root).resolve()
+    if args.run is None:
+        return _list_runs(find_runs(root), args.json)
+    run = resolve_run(args.run, root)
+    report = run_status(run, choose_backend(run.read_info().backend, local_dir=run.local_dir))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_table(report)
+    return 0
+
+
+def _list_runs(runs: list[Any], as_json: bool) -> int:
+    from gymslurm.launcher.backend import Backend
+    from gymslurm.launcher.local import LocalBackend
+    from gymslurm.launcher.status import run_status
+
+    shared: dict[str, Any] = {}
+    listed = []
+    for run in runs:
+        info = run.read_info()
+        backend: Backend = LocalBackend(run.local_dir) if info.backend == "local" else _SharedSlurm(shared)
+        report = run_status(run, backend)
+        verdicts = Counter(row["verdict"] for row in report["shards"])
+        listed.append(
+            {"run": run.name, "benchmark": info.benchmark, "backend": info.backend,
+             "created_at": info.created_at, "shards": dict(verdicts), "path": str(run.root)}
+        )  # fmt: skip
+    if as_json:
+        print(json.dumps(listed, indent=2))
+    elif not listed:
+        print("no runs yet; start one with: gymslurm submit demo")
+    for item in [] if as_json else listed:
+        summary = ", ".join(f"{n} {v}" for v, n in sorted(item["shards"].items()))
+        print(f"{item['run']:<40} {item['backend']:<6} {item['created_at'][:19]}  {summary}")
+    return 0
+
+
+class _SharedSlurm:
+    """A Slurm backend whose one squeue answer is shared by every run listed."""
+
+    name = "slurm"
+
+    def __init__(self, cache: dict[str, Any]) -> None:
+        from gymslurm.launcher.backend import SlurmBackend
+
+        self.cache, self.inner = cache, cache.setdefault("backend", SlurmBackend())
+
+    @property
+    def queries(self) -> int:
+        return int(self.inner.queries)
+
+    def queue(self) -> Any:
+        if "queue" not in self.cache:
+            self.cache["queue"] = self.inner.queue()
+        return self.cache["queue"]
+
+    def accounting(self, job_ids: Any) -> Any:
+        return {}  # the list shows verdicts only; per-run status asks sacct
+
+    def submit(self, script: Any, after: Any = ()) -> str:
+        raise NotImplementedError("listing runs never submits")
+
+    def cancel(self, job_ids: Any) -> None:
+        raise NotImplementedError("listing runs never cancels")
+
+
+def _resubmit(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm resubmit", description="Fresh budgets and new chains for a run's unfinished shards."
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("benchmark", help="the benchmark the run was submitted with")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (must not change the experiment)")
+    parser.add_argument(
+        "--run-root", default=None, help="where runs live (default: the benchmark's run_root)"
+    )
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.submit import resubmit
+
+    return resubmit(args.run, args.benchmark, args.overrides, args.run_root)
+
+
+def _cancel(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gymslurm cancel", description="Cancel every job of a run.")
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.submit import cancel
+
+    return cancel(args.run, args.run_root)
+
+
+def _chain_step(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm chain-step", description="(internal) one link, inside a job"
+    )
+    parser.add_argument("--run-dir", required=True, type=Path)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--shard", type=int)
+    which.add_argument("--aggregate", action="store_true")
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.backend import current_job
+    from gymslurm.launcher.chain import run_aggregation, run_link
+    from gymslurm.launcher.rundir import RunDir
+    from gymslurm.launcher.submit import backend_for
+
+    run = RunDir(args.run_dir.resolve())
+    info = run.read_info()
+    settings = run.load_settings()
+    if args.aggregate:
+        return run_aggregation(run, settings, current_job())
+    return run_link(run, args.shard, settings, backend_for(run, info.backend), current_job())
+
+
+COMMANDS = {
+    "submit": _submit,
+    "status": _status,
+    "resubmit": _resubmit,
+    "cancel": _cancel,
+    "chain-step": _chain_step,
+}
+
+
+def main(command: str, argv: list[str]) -> int:
+    """Run one launcher command with its arguments; returns the exit code."""
+    return COMMANDS[command](argv)

@@ -1,0 +1,267 @@
+"""The per-shard ledger: an append-only JSONL history of the shard's chain.
+
+Why: ``status`` and the chain's budgets must never depend on ``sacct`` or on the login node staying
+up, so every fact the chain acts on is written here by the job that learned it: a link was
+submitted, a run of a job started, a run ended with a decision, the chain was cancelled or
+resubmitted. A job that died without writing its decision is accounted for by its successor
+(a ``decision`` record with ``accounted_by``).
+
+Format (version 1): one JSON object per line, ``{"v": 1, "kind": ..., "at": ISO-8601 UTC, ...}``.
+The version is checked first and unknown fields are rejected. Writers append one whole line with
+one ``write`` under an exclusive ``flock`` (the job, its successor and ``cancel`` on the login node
+may write the same ledger); a line torn by a writer that died mid-write is dropped on read and cut
+off before the next append. A complete malformed line in the middle is corruption and raises.
+Guarantee: a writer killed at any instant loses at most its own unfinished line; not covered: a
+storage failure (the same promise as the collector's files, docs/formats.md).
+
+:func:`summarize` folds the records into the chain's state; it is pure.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from gymslurm.errors import CorruptRecordError
+from gymslurm.launcher.decide import Budgets, Decision
+
+LEDGER_VERSION = 1
+FINISHED = {Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME}
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC (the ledger's timestamp format)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+    at: str = Field(default_factory=utc_now)
+
+
+class BudgetsRecord(BaseModel):
+    """Budgets as stored (mirrors :class:`gymslurm.launcher.decide.Budgets`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    jobs: int = 0
+    walltime_s: float = 0.0
+    infra_retries_used: int = 0
+
+    @classmethod
+    def of(cls, budgets: Budgets) -> BudgetsRecord:
+        """Store a decide.Budgets."""
+        return cls(
+            jobs=budgets.jobs, walltime_s=budgets.walltime_s, infra_retries_used=budgets.infra_retries_used
+        )
+
+    def budgets(self) -> Budgets:
+        """Back to a decide.Budgets."""
+        return Budgets(self.jobs, self.walltime_s, self.infra_retries_used)
+
+
+class Submitted(_Record):
+    """A link was submitted (``after``: the job it waits for; ``by``: who submitted it)."""
+
+    kind: Literal["submitted"] = "submitted"
+    job_id: str
+    after: str | None = None
+    by: str = "submit"
+
+
+class Started(_Record):
+    """One run of a job started (``restart_count`` > 0 for a run Slurm requeued)."""
+
+    kind: Literal["start"] = "start"
+    job_id: str
+    restart_count: int = 0
+    host: str = ""
+
+
+class DecisionRecord(_Record):
+    """One run of one job ended, and what the chain does next."""
+
+    kind: Literal["decision"] = "decision"
+    job_id: str
+    restart_count: int = 0
+    start: str | None = None
+    end: str
+    elapsed_s: float
+    slurm_state: str
+    exit_code: int | None
+    decision: Decision
+    reason: str
+    budgets_before: BudgetsRecord
+    budgets_after: BudgetsRecord
+    resubmit_offset: str | None = None
+    coverage: dict[str, int | bool] | None = None
+    accounted_by: str | None = None
+
+
+class Cancelled(_Record):
+    """``gymslurm cancel`` cancelled these jobs; the chain is over."""
+
+    kind: Literal["cancelled"] = "cancelled"
+    job_ids: list[str]
+    by: str = "cancel"
+
+
+class Resubmitted(_Record):
+    """``gymslurm resubmit`` started a new chain with fresh budgets (history above is kept)."""
+
+    kind: Literal["resubmit"] = "resubmit"
+    reset_budget: bool = True
+
+
+Record = Annotated[
+    Submitted | Started | DecisionRecord | Cancelled | Resubmitted, Field(discriminator="kind")
+]
+_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+def parse_record(line: bytes, where: str) -> Record:
+    """One ledger line; the version is checked before anything else."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise CorruptRecordError(
+            f"{where}: not JSON ({error}); move the ledger aside to start over"
+        ) from error
+    if not isinstance(raw, dict) or raw.get("v") != LEDGER_VERSION:
+        version = raw.get("v") if isinstance(raw, dict) else None
+        raise CorruptRecordError(
+            f"{where}: ledger version {version!r} is not supported (expected {LEDGER_VERSION}); "
+            "use the gymslurm version that wrote it"
+        )
+    try:
+        return _ADAPTER.validate_python(raw)
+    except ValidationError as error:
+        raise CorruptRecordError(f"{where}: malformed ledger record: {error}") from error
+
+
+class Ledger:
+    """One shard's ledger file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> list[Record]:
+        """Every complete record; a torn last line (no newline) is ignored."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        complete = lines[:-1]  # the part after the last newline is empty or torn
+        return [parse_record(line, f"{self.path}:{n}") for n, line in enumerate(complete, 1) if line.strip()]
+
+    def append(self, record: _Record) -> None:
+        """Append one record as one line, under an exclusive lock, after cutting off a torn tail."""
+        line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _cut_torn_tail(fd)
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    keep = size
+    while keep > 0:
+        chunk_start = max(0, keep - 4096)
+        chunk = os.pread(fd, keep - chunk_start, chunk_start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = chunk_start + newline + 1
+            break
+        keep = chunk_start
+    os.ftruncate(fd, keep)
+
+
+@dataclass
+class ChainState:
+    """What the ledger says about a chain (the fold of its records)."""
+
+    budgets: Budgets = field(default_factory=Budgets)
+    jobs: list[str] = field(default_factory=list)
+    last_decision: DecisionRecord | None = None
+    finished: bool = False
+    cancelled: bool = False
+    successor_of: dict[str, str] = field(default_factory=dict)
+    open_runs: list[Started] = field(default_factory=list)
+    decided: set[tuple[str, int]] = field(default_factory=set)
+    total_walltime_s: float = 0.0
+    epochs: int = 1
+    epoch_jobs: list[str] = field(default_factory=list)
+    resubmit_pending: bool = False
+
+    @property
+    def latest_job(self) -> str | None:
+        """The newest submitted link."""
+        return self.jobs[-1] if self.jobs else None
+
+    @property
+    def current_job(self) -> str | None:
+        """The job to show: the one that wrote the final decision of a finished chain, else the newest."""
+        if self.finished and self.last_decision is not None:
+            return self.last_decision.job_id
+        return self.latest_job
+
+
+def summarize(records: Iterable[Record]) -> ChainState:
+    """Fold ledger records into the chain's state (pure)."""
+    state = ChainState()
+    for record in records:
+        if isinstance(record, Submitted):
+            if record.job_id not in state.jobs:
+                state.jobs.append(record.job_id)
+                state.epoch_jobs.append(record.job_id)
+            if record.after:
+                state.successor_of[record.after] = record.job_id
+        elif isinstance(record, Started):
+            state.open_runs.append(record)
+            if record.job_id not in state.jobs:  # its submitter died before recording it
+                state.jobs.append(record.job_id)
+                state.epoch_jobs.append(record.job_id)
+        elif isinstance(record, DecisionRecord):
+            _fold_decision(state, record)
+        elif isinstance(record, Cancelled):
+            state.cancelled = True
+            state.finished = True
+        elif isinstance(record, Resubmitted):
+            state.finished = state.cancelled = False
+            state.epochs += 1
+            state.epoch_jobs = []
+            state.resubmit_pending = True
+            if record.reset_budget:
+                state.budgets = Budgets(jobs=state.budgets.jobs)
+    return state
+
+
+def _fold_decision(state: ChainState, record: DecisionRecord) -> None:
+    key = (record.job_id, record.restart_count)
+    state.decided.add(key)
+    state.open_runs = [run for run in state.open_runs if (run.job_id, run.restart_count) != key]
+    state.last_decision = record
+    state.budgets = record.budgets_after.budgets()
+    state.total_walltime_s += record.elapsed_s
+    state.finished = state.cancelled or record.decision in FINISHED
+    if record.exit_code is not None:
+        state.resubmit_pending = False

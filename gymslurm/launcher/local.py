@@ -1,0 +1,312 @@
+"""The local backend: a tiny scheduler that runs the run's sbatch scripts as local processes.
+
+Why: with no Slurm on the machine (or ``--backend local``) the same chains must run with the same
+decisions, ledger and status. Rather than a second chain implementation, this backend executes the
+rendered sbatch scripts themselves, honouring what the chain relies on: ``afterany`` dependencies,
+``--output`` (appended), ``--time`` with ``--signal=B:USR1@N`` sent to the batch shell only, then
+TERM to the whole job and KILL after 10 s, and ``scancel``-like cancellation.
+
+How: each job is a JSON file in ``<run>/local/jobs/``, created by the submitter and from then on
+written only by the supervisor (atomically). One supervisor per run holds ``supervisor.lock``; it
+is started detached by the first submission and exits when nothing is pending or running.
+A submitter writes its job file *before* checking the lock, and an exiting supervisor rescans
+*after* releasing it, so a job is never left without a supervisor. Cancellation is a
+``<id>.cancel`` marker the supervisor acts on. Trade-off: 0.2 s polling instead of events, which
+is simple and cheap at the scale of a laptop run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gymslurm.launcher.slurm import AccountingRow, QueueRow
+
+TICK_S = 0.2
+KILL_WAIT_S = 10.0
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
+_DIRECTIVE = re.compile(r"^#SBATCH\s+--([a-z-]+)(?:=(.*))?$")
+
+
+@dataclass(frozen=True)
+class ScriptOptions:
+    """The #SBATCH options the local backend honours."""
+
+    name: str
+    output: str
+    time_s: int | None
+    signal: str | None
+    signal_lead_s: int
+
+
+def script_options(text: str) -> ScriptOptions:
+    """Read --job-name, --output, --time and --signal=B:SIG@N from a script's #SBATCH lines."""
+    options: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _DIRECTIVE.match(line.strip())
+        if match:
+            options[match.group(1)] = (match.group(2) or "").strip()
+    from gymslurm.launcher.settings import slurm_seconds
+
+    sig, lead = None, 0
+    if options.get("signal", "").startswith("B:"):
+        sig, _, lead_text = options["signal"][2:].partition("@")
+        lead = int(lead_text or 60)
+    time_s = slurm_seconds(options["time"]) if "time" in options else None
+    return ScriptOptions(
+        options.get("job-name", "job"), options.get("output", "local-%j.out"), time_s, sig, lead
+    )
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    tmp.replace(path)
+
+
+class LocalBackend:
+    """Submit, cancel and query jobs of one run's local queue."""
+
+    name = "local"
+
+    def __init__(self, local_dir: Path, python: str | None = None) -> None:
+        self.dir = local_dir
+        self.jobs_dir = local_dir / "jobs"
+        self.python = python or sys.executable
+        self.queries = 0
+
+    def _next_id(self) -> str:
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / "counter", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            count = int(os.pread(fd, 32, 0).decode() or "0") + 1
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(count).encode(), 0)
+        finally:
+            os.close(fd)
+        return f"local-{count}"
+
+    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
+        """Queue the script; start the supervisor if none is running."""
+        options = script_options(script.read_text())
+        job_id = self._next_id()
+        job = {
+            "id": job_id, "script": str(script), "after": list(after), "state": "PENDING",
+            "reason": "Dependency" if after else "None", "name": options.name, "output": options.output,
+            "time_s": options.time_s, "signal": options.signal, "signal_lead_s": options.signal_lead_s,
+            "workdir": os.getcwd(), "submitted_at": time.time(), "exit_code": None, "signal_code": None,
+            "pid": None, "started_at": None, "ended_at": None,
+        }  # fmt: skip
+        _write_json(self.jobs_dir / f"{job_id}.json", job)
+        self.ensure_supervisor()
+        return job_id
+
+    def ensure_supervisor(self) -> None:
+        """Start a detached supervisor unless one holds the lock."""
+        fd = os.open(self.dir / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return
+        os.close(fd)  # free: no supervisor; start one (a racing second one exits at once)
+        with (self.dir / "supervisor.log").open("ab") as log:
+            subprocess.Popen(
+                [self.python, "-m", "gymslurm.launcher.local", str(self.dir)],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Leave a cancel marker for the supervisor (it TERMs running jobs, KILLs after 10 s)."""
+        for job_id in job_ids:
+            if (self.jobs_dir / f"{job_id}.json").exists():
+                (self.jobs_dir / f"{job_id}.cancel").touch()
+        if job_ids:
+            self.ensure_supervisor()
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job file of this queue."""
+        found = []
+        for path in sorted(self.jobs_dir.glob("local-*.json")):
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                found.append(json.loads(path.read_text()))
+        return found
+
+    def queue(self) -> dict[str, QueueRow]:
+        """Every job of the queue as squeue would show it (one query)."""
+        self.queries += 1
+        rows = {}
+        for job in self.jobs():
+            used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
+            dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
+            rows[job["id"]] = QueueRow(
+                job["id"], job["name"], job["state"], job["reason"], dependency, f"{used}s",
+                str(job["time_s"]), str(job["started_at"] or "N/A"),
+            )  # fmt: skip
+        return rows
+
+    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
+        """Exit codes of ended jobs (the queue keeps them for ever: one query)."""
+        self.queries += 1
+        wanted = set(job_ids)
+        rows = {}
+        for job in self.jobs():
+            if job["id"] in wanted:
+                elapsed = (
+                    int(job["ended_at"] - job["started_at"])
+                    if job["ended_at"] and job["started_at"]
+                    else None
+                )
+                rows[job["id"]] = AccountingRow(
+                    job["id"], job["name"], job["state"], job["exit_code"], job["signal_code"],
+                    str(job["started_at"]), str(job["ended_at"]), elapsed,
+                )  # fmt: skip
+        return rows
+
+
+class Supervisor:
+    """Runs the queue's jobs; one per run (it holds supervisor.lock)."""
+
+    def __init__(self, local_dir: Path) -> None:
+        self.backend = LocalBackend(local_dir)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def tick(self) -> bool:
+        """One pass over the queue; True while something is pending or running."""
+        jobs = {job["id"]: job for job in self.backend.jobs()}
+        busy = False
+        for job in jobs.values():
+            if job["state"] == "PENDING":
+                self._maybe_start(job, jobs)
+            elif job["state"] == "RUNNING":
+                self._watch(job)
+            busy = busy or job["state"] in ("PENDING", "RUNNING")
+        return busy
+
+    def _save(self, job: dict[str, Any]) -> None:
+        _write_json(self.backend.jobs_dir / f"{job['id']}.json", job)
+
+    def _cancel_requested(self, job: dict[str, Any]) -> bool:
+        return (self.backend.jobs_dir / f"{job['id']}.cancel").exists()
+
+    def _maybe_start(self, job: dict[str, Any], jobs: dict[str, dict[str, Any]]) -> None:
+        if self._cancel_requested(job):
+            job.update(state="CANCELLED", reason="None", ended_at=time.time())
+            self._save(job)
+            return
+        if any(jobs.get(dep, {}).get("state", "COMPLETED") not in FINAL for dep in job["after"]):
+            return
+        log_path = Path(job["workdir"], job["output"].replace("%j", job["id"]))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GYMSLURM_JOB_ID": job["id"], "GYMSLURM_BACKEND": "local",
+               "GYMSLURM_RESTART_COUNT": "0"}  # fmt: skip
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                ["bash", job["script"]], cwd=job["workdir"], env=env, stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        self.procs[job["id"]] = proc
+        job.update(state="RUNNING", reason="None", pid=proc.pid, started_at=time.time())
+        self._save(job)
+
+    def _watch(self, job: dict[str, Any]) -> None:
+        proc = self.procs.get(job["id"])
+        if proc is None:  # started by a supervisor that died: we cannot collect its status
+            if not _alive(job["pid"]):
+                job.update(state="NODE_FAIL", reason="None", ended_at=time.time())
+                self._save(job)
+            return
+        code = proc.poll()
+        if code is not None:
+            self._finish(job, code)
+            return
+        self._enforce(job, proc)
+
+    def _enforce(self, job: dict[str, Any], proc: subprocess.Popen[bytes]) -> None:
+        now = time.time()
+        elapsed = now - job["started_at"]
+        limit = job["time_s"]
+        if self._cancel_requested(job) and not job.get("term_at"):
+            job.update(term_at=now, ended_by="CANCELLED")
+            _signal_group(proc.pid, signal.SIGTERM)
+        elif (
+            limit is not None
+            and job["signal"]
+            and not job.get("warned")
+            and elapsed >= limit - job["signal_lead_s"]
+        ):
+            job["warned"] = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(getattr(signal, f"SIG{job['signal']}"))  # B: the batch shell only
+        elif limit is not None and elapsed >= limit and not job.get("term_at"):
+            job.update(term_at=now, ended_by="TIMEOUT")
+            _signal_group(proc.pid, signal.SIGTERM)
+        elif job.get("term_at") and now - job["term_at"] >= KILL_WAIT_S:
+            _signal_group(proc.pid, signal.SIGKILL)
+        self._save(job)
+
+    def _finish(self, job: dict[str, Any], code: int) -> None:
+        _signal_group(job["pid"], signal.SIGKILL)  # like Slurm: nothing of the job outlives it
+        exit_code, sig = (code, None) if code >= 0 else (0, -code)
+        state = job.get("ended_by") or ("COMPLETED" if code == 0 else "FAILED")
+        job.update(state=state, exit_code=exit_code, signal_code=sig, ended_at=time.time())
+        self.procs.pop(job["id"], None)
+        self._save(job)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pid: int | None, sig: signal.Signals) -> None:
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+
+
+def supervise(local_dir: Path) -> int:
+    """Hold the lock and run the queue until it is empty (rescanning after letting go of the lock)."""
+    supervisor = Supervisor(local_dir)
+    while True:
+        fd = os.open(local_dir / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return 0  # another supervisor owns the queue
+        idle_since: float | None = None
+        while True:
+            if supervisor.tick():
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 1.0:
+                break
+            time.sleep(TICK_S)
+        os.close(fd)  # let go, then look once more: a job submitted meanwhile needs us
+        if not any(j["state"] in ("PENDING", "RUNNING") for j in supervisor.backend.jobs()):
+            return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(supervise(Path(sys.argv[1])))

@@ -1,0 +1,82 @@
+"""Render sbatch scripts from the readable templates in ``sbatch_templates/``.
+
+Rendering is a pure function of a :class:`ScriptValues` and the template text, so a recorded
+script in the tests pins it and ``submit --dry-run`` prints exactly what would be submitted.
+``string.Template`` (not Jinja) keeps the templates plain bash a reader can follow: the only
+syntax is ``$name`` and ``$$``; optional directives are assembled here, not in template logic.
+
+Secrets never reach a script: nothing here reads the environment, and :class:`ScriptValues`
+carries no configuration values other than the Slurm section's own.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from string import Template
+
+from gymslurm.errors import ConfigError
+from gymslurm.resources import templates_dir
+
+LINK_TEMPLATE = "link.sbatch"
+AGGREGATE_TEMPLATE = "aggregate.sbatch"
+
+
+@dataclass(frozen=True)
+class ScriptValues:
+    """Every variable a template may use (listed in sbatch_templates/README.md)."""
+
+    run_name: str
+    shard: str
+    job_name: str
+    script_path: str
+    log_path: str
+    ledger_path: str
+    signal_lead: int
+    time_limit: str
+    directives: str
+    env_setup: str
+    workdir: str
+    command: str
+
+
+def directives_block(partition: str | None, account: str | None, qos: str | None, extra: list[str]) -> str:
+    """The optional ``#SBATCH`` lines: partition, account and qos when set, then the extra ones."""
+    lines = [f"#SBATCH --{flag}={value}" for flag, value in
+             (("partition", partition), ("account", account), ("qos", qos)) if value]  # fmt: skip
+    for raw in extra:
+        line = raw.strip()
+        lines.append(line if line.startswith("#SBATCH") else f"#SBATCH {line}")
+    return "\n".join(lines) if lines else "# (no extra #SBATCH directives)"
+
+
+def env_setup_block(lines: list[str]) -> str:
+    """The environment setup lines, one per line, or a comment saying there are none."""
+    return "\n".join(lines) if lines else "# (no environment setup lines)"
+
+
+def command_line(argv: list[str]) -> str:
+    """A shell-quoted command line."""
+    return " ".join(shlex.quote(part) for part in argv)
+
+
+def render(template: str, values: ScriptValues) -> str:
+    """Fill ``template`` with ``values`` (``workdir`` shell-quoted); an unknown variable is an error."""
+    try:
+        text = Template(template).substitute({**asdict(values), "workdir": shlex.quote(values.workdir)})
+    except (KeyError, ValueError) as error:
+        raise ConfigError(
+            f"sbatch template uses an unknown or malformed variable ({error}); the variables are listed "
+            "in sbatch_templates/README.md"
+        ) from error
+    return text if text.endswith("\n") else text + "\n"
+
+
+def load_template(name: str, folder: Path | None = None) -> str:
+    """Read a template from ``sbatch_templates/`` (or ``folder``)."""
+    path = (folder or templates_dir()) / name
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read sbatch template {path}: {error}; reinstall gymslurm") from error

@@ -1,0 +1,265 @@
+"""The benchmark configuration: composed once with Hydra, validated once into pydantic models.
+
+A benchmark is ``configs/benchmarks/<name>.yaml`` (or a path to a YAML file) plus Hydra
+command-line overrides (``gymslurm submit demo slurm.partition=low shards=3``). Everything the
+launcher needs is resolved here, before anything is written or submitted; unknown keys are errors
+so a typo never silently falls back to a default.
+
+Secrets: a value below a credential-named key (``api_key``, ``token``, ``secret``, ``password``,
+``authorization``, ``credential``) or an override ``KEY=VALUE`` with such a key is a secret.
+:func:`split_secrets` takes them out of the config that is saved in the run directory; the job
+gets them back from its environment (``GYMSLURM_SECRETS``, exported by ``sbatch``). A literal
+interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gymslurm.errors import ConfigError
+from gymslurm.resources import configs_dir
+
+_CREDENTIAL_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|credential)", re.I)
+REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Strict):
+    """One Environment Server: a running address, or a command the job starts in its allocation."""
+
+    name: str = "env"
+    url: str | None = None
+    command: list[str] | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    health_path: str | None = None
+    startup_timeout_s: float = 60.0
+    env: dict[str, str] = Field(default_factory=dict)
+    collector_override: str = "+environment_server_url"
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("command must name a program; leave it unset to use url")
+        return value
+
+    def model_post_init(self, _context: Any) -> None:
+        """Exactly one of url and command."""
+        if (self.url is None) == (self.command is None):
+            raise ValueError(f"server {self.name!r}: set exactly one of url (a running server) or command")
+
+
+class CollectorSettings(_Strict):
+    """How each job runs the collector: the command (swappable) and Hydra overrides passed through."""
+
+    command: list[str] = Field(default_factory=lambda: ["python", "-m", "gymslurm", "collect"])
+    overrides: list[str] = Field(default_factory=list)
+    resubmit_override: str = "+resubmit=true"
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class SlurmSettings(_Strict):
+    """The Slurm section: where jobs run, how long, and the chain's caps."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "01:00:00"
+    max_walltime: str | None = None
+    infra_retry_limit: int = Field(default=3, ge=0)
+    signal_lead_s: int = Field(default=90, ge=0)
+    extra_directives: list[str] = Field(default_factory=list)
+    env_setup: list[str] = Field(default_factory=list)
+    python: str = "python"
+
+    @field_validator("time", "max_walltime")
+    @classmethod
+    def _valid_time(cls, value: str | None) -> str | None:
+        if value is not None:
+            slurm_seconds(value)
+        return value
+
+    @property
+    def max_walltime_s(self) -> float | None:
+        """``max_walltime`` in seconds, None when no cap is configured."""
+        return None if self.max_walltime is None else float(slurm_seconds(self.max_walltime))
+
+
+class AggregationSettings(_Strict):
+    """The aggregation job run once after every shard's chain ended."""
+
+    enabled: bool = True
+    on_failed_shard: Literal["fail", "aggregate-what-exists"] = "fail"
+    command: list[str] = Field(
+        default_factory=lambda: [
+            "python",
+            "-m",
+            "gymslurm",
+            "aggregate",
+            "{inputs}",
+            "+output_jsonl_fpath={output}",
+        ]
+    )
+    time: str = "00:30:00"
+
+
+class BenchmarkSettings(_Strict):
+    """A whole benchmark, as ``submit`` uses it."""
+
+    name: str
+    dataset: str
+    dataset_command: list[str] | None = None
+    output_stem: str = "rollouts"
+    shards: int = Field(default=1, ge=1)
+    run_root: str = "gymslurm_runs"
+    backend: Literal["auto", "slurm", "local"] = "auto"
+    servers: list[ServerSettings] = Field(default_factory=list)
+    collector: CollectorSettings = Field(default_factory=CollectorSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
+
+
+def slurm_seconds(text: str | int) -> int:
+    """Seconds in a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    raw = str(text).strip()
+    days, _, rest = raw.rpartition("-") if "-" in raw else ("0", "", raw)
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        raise ValueError(f"{text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+    numbers = [int(p) for p in parts]
+    if "-" in raw:  # D-HH[:MM[:SS]]
+        numbers += [0] * (3 - len(numbers))
+        hours, minutes, seconds = numbers
+    elif len(numbers) == 3:
+        hours, minutes, seconds = numbers
+    else:  # MM or MM:SS
+        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
+    return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def benchmark_path(name: str) -> Path:
+    """The YAML file of a benchmark name (``configs/benchmarks/<name>.yaml``) or of a path."""
+    given = Path(name)
+    if given.suffix in (".yaml", ".yml"):
+        if not given.is_file():
+            raise ConfigError(f"benchmark file {given} does not exist")
+        return given.resolve()
+    path = configs_dir() / "benchmarks" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (configs_dir() / "benchmarks").glob("*.yaml"))
+        raise ConfigError(
+            f"unknown benchmark {name!r}: no {path}. Known benchmarks: {', '.join(known) or 'none'}"
+        )
+    return path
+
+
+def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
+    """The benchmark config as a plain dict, composed by Hydra with command-line overrides."""
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = benchmark_path(name)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(path.parent), version_base=None, job_name="gymslurm"):
+            config = compose(config_name=path.stem, overrides=[_add_or_override(o) for o in overrides])
+        data = OmegaConf.to_container(config, resolve=False)
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:
+        raise ConfigError(f"benchmark {name!r} ({path}) with overrides {overrides}: {error}") from error
+    finally:
+        GlobalHydra.instance().clear()
+    if not isinstance(data, dict):
+        raise ConfigError(f"benchmark {path} is not a mapping")
+    data.setdefault("name", path.stem)
+    return {str(key): value for key, value in data.items()}
+
+
+def _add_or_override(override: str) -> str:
+    """``key=value`` → ``++key=value``: a benchmark may leave keys at their defaults, and the
+    settings model (not Hydra) rejects misspelt keys."""
+    return override if override.startswith(("+", "~")) else f"++{override}"
+
+
+def validate(data: dict[str, Any], where: str) -> BenchmarkSettings:
+    """Validate a composed benchmark; errors name the dotted key and the file."""
+    try:
+        return BenchmarkSettings.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()
+        )
+        raise ConfigError(f"benchmark {where} is invalid: {problems}") from error
+
+
+def load_benchmark(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, dict[str, Any]]:
+    """Compose and validate a benchmark; returns the settings and the composed dict."""
+    data = compose_benchmark(name, overrides)
+    return validate(data, name), data
+
+
+def _is_secret_key(key: str) -> bool:
+    return bool(_CREDENTIAL_KEY.search(key))
+
+
+def _is_interpolation(value: object) -> bool:
+    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
+
+
+def split_secrets(data: Any, path: str = "") -> tuple[Any, dict[str, Any]]:
+    """A copy of ``data`` with every secret replaced by a marker, and the secrets by dotted path."""
+    secrets: dict[str, Any] = {}
+    if isinstance(data, dict):
+        clean: dict[str, Any] = {}
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if (
+                _is_secret_key(str(key))
+                and not isinstance(value, dict | list)
+                and not _is_interpolation(value)
+            ):
+                secrets[where] = value
+                clean[key] = REDACTED
+            else:
+                clean[key], found = split_secrets(value, where)
+                secrets.update(found)
+        return clean, secrets
+    if isinstance(data, list):
+        items = []
+        for index, value in enumerate(data):
+            item, found = split_secrets(value, f"{path}[{index}]")
+            items.append(item)
+            secrets.update(found)
+        return items, secrets
+    if isinstance(data, str) and "=" in data:
+        key, _, value = data.partition("=")
+        if _is_secret_key(key) and value and not _is_interpolation(value):
+            return f"{key}={REDACTED}", {path: data}
+    return data, secrets
+
+
+def merge_secrets(data: Any, secrets: dict[str, Any], path: str = "") -> Any:
+    """Put secrets taken out by :func:`split_secrets` back; a missing one is a clear error."""
+    if isinstance(data, dict):
+        return {k: merge_secrets(v, secrets, f"{path}.{k}" if path else str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [merge_secrets(v, secrets, f"{path}[{i}]") for i, v in enumerate(data)]
+    if isinstance(data, str) and REDACTED in data:
+        if path not in secrets:
+            raise ConfigError(
+                f"the secret {path} is not in this job's environment (GYMSLURM_SECRETS); submit the run "
+                "again from an environment that has it, or use resubmit with the benchmark config"
+            )
+        return secrets[path]
+    return data

@@ -1,0 +1,189 @@
+"""The only module that runs ``sbatch``, ``squeue``, ``sacct``, ``scontrol`` and ``scancel``.
+
+Two layers: pure parsers of Slurm 22.05's text output (tested on pasted real output) and
+:class:`SlurmClient`, which runs the commands through one seam (:meth:`SlurmClient.run`) and
+counts the queries it makes (``bench/status.py`` reports them). We parse ``-P``/``-o`` text, never
+the 22.05 JSON: ``squeue --json`` ignores its filters and ``sacct --json`` reports wrong exit codes
+(shared/slurm/RECIPE.md). Text we do not recognise raises :class:`SlurmError` quoting it, rather
+than being guessed at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gymslurm.errors import SlurmError
+
+# %A job id, %j name, %T state, %r reason, %E dependency, %M time used, %l limit, %S start time.
+SQUEUE_FORMAT = "%A|%j|%T|%r|%E|%M|%l|%S"
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw"
+_SUBMITTED = re.compile(r"^Submitted batch job (\d+)(?: on cluster \S+)?$")
+_PARSABLE = re.compile(r"^(\d+)(?:;\S+)?$")
+_EXIT = re.compile(r"^(\d+):(\d+)$")
+_ACCOUNTING_OFF = "accounting storage is disabled"
+_UNKNOWN_JOB = "Invalid job id specified"
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One job as ``squeue`` shows it."""
+
+    job_id: str
+    name: str
+    state: str
+    reason: str
+    dependency: str
+    time_used: str
+    time_limit: str
+    start_time: str
+
+
+@dataclass(frozen=True)
+class AccountingRow:
+    """One job allocation as ``sacct -X`` shows it."""
+
+    job_id: str
+    name: str
+    state: str
+    exit_code: int | None
+    signal: int | None
+    start: str
+    end: str
+    elapsed_s: int | None
+
+
+def _quote(text: str) -> str:
+    return text if len(text) < 2000 else text[:2000] + "...[truncated]"
+
+
+def parse_sbatch(stdout: str) -> str:
+    """The job id from ``sbatch`` (plain ``Submitted batch job 42`` or ``--parsable`` ``42[;cluster]``)."""
+    text = stdout.strip()
+    for pattern in (_SUBMITTED, _PARSABLE):
+        match = pattern.match(text)
+        if match:
+            return match.group(1)
+    raise SlurmError(f"sbatch printed something that is not a job id: {_quote(text)!r}")
+
+
+def parse_squeue(stdout: str) -> list[QueueRow]:
+    """Rows of ``squeue -h -o '{SQUEUE_FORMAT}'``."""
+    rows = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 8 or not fields[0].strip().isdigit():
+            raise SlurmError(f"unexpected squeue line (format {SQUEUE_FORMAT}): {_quote(line)!r}")
+        rows.append(QueueRow(*(field.strip() for field in fields)))
+    return rows
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """``75:0`` → (75, None); ``0:9`` → (0, 9): the exit status and the signal that ended the job."""
+    match = _EXIT.match(text.strip())
+    if not match:
+        raise SlurmError(f"unexpected Slurm exit code {text!r}: expected STATUS:SIGNAL such as 75:0")
+    code, signal = int(match.group(1)), int(match.group(2))
+    return code, (signal or None)
+
+
+def parse_sacct(stdout: str) -> list[AccountingRow]:
+    """Rows of ``sacct -n -P -X -o {SACCT_FIELDS}``; ``CANCELLED by 1000`` becomes ``CANCELLED``."""
+    rows = []
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != 7 or not fields[0]:
+            raise SlurmError(f"unexpected sacct line (fields {SACCT_FIELDS}): {_quote(line)!r}")
+        job_id, name, state, exit_text, start, end, elapsed = fields
+        code, signal = parse_exit_code(exit_text)
+        state_word = state.split()[0] if state.strip() else "UNKNOWN"
+        elapsed_s = int(elapsed) if elapsed.isdigit() else None
+        rows.append(AccountingRow(job_id, name, state_word, code, signal, start, end, elapsed_s))
+    return rows
+
+
+def parse_scontrol_job(stdout: str) -> dict[str, str]:
+    """``scontrol show job -o ID`` as a mapping; a token without ``=`` continues the previous value."""
+    text = stdout.strip()
+    if not text.startswith("JobId="):
+        raise SlurmError(f"unexpected scontrol output (expected 'JobId=...'): {_quote(text)!r}")
+    fields: dict[str, str] = {}
+    last = ""
+    for token in text.split(" "):
+        key, sep, value = token.partition("=")
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_:/]*", key):
+            fields[key] = value
+            last = key
+        elif last:
+            fields[last] += " " + token
+    return fields
+
+
+class SlurmClient:
+    """Runs Slurm commands; every call goes through :meth:`run`, which counts it."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.queries = 0
+        self._env = dict(env) if env is not None else None
+
+    def run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run one Slurm command; a failure raises SlurmError with its command, code and output."""
+        self.queries += 1
+        try:
+            done = subprocess.run(list(argv), capture_output=True, text=True, env=self._env, check=False)
+        except OSError as error:
+            raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
+        if check and done.returncode != 0:
+            raise SlurmError(
+                f"{' '.join(argv)} exited {done.returncode}\nstdout: {_quote(done.stdout)}\n"
+                f"stderr: {_quote(done.stderr)}"
+            )
+        return done
+
+    def submit(self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = ()) -> str:
+        """``sbatch --parsable [--dependency=afterany:...] SCRIPT``; returns the job id."""
+        argv = ["sbatch", "--parsable", *extra]
+        if after:
+            argv.append("--dependency=afterany:" + ":".join(after))
+        return parse_sbatch(self.run([*argv, str(script)]).stdout)
+
+    def queue(self) -> list[QueueRow]:
+        """Every job of the current user that squeue still knows (finished ones for MinJobAge)."""
+        user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
+        argv = ["squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT]
+        if user:
+            argv += ["-u", user]
+        return parse_squeue(self.run(argv).stdout)
+
+    def accounting(self, job_ids: Sequence[str]) -> list[AccountingRow] | None:
+        """``sacct`` rows of these jobs, or None when the cluster keeps no accounting."""
+        if not job_ids:
+            return []
+        done = self.run(["sacct", "-n", "-P", "-X", "-o", SACCT_FIELDS, "-j", ",".join(job_ids)], check=False)
+        if _ACCOUNTING_OFF in (done.stderr + done.stdout):
+            return None
+        if done.returncode != 0:
+            raise SlurmError(f"sacct exited {done.returncode}: {_quote(done.stderr.strip())}")
+        return parse_sacct(done.stdout)
+
+    def show_job(self, job_id: str) -> dict[str, str] | None:
+        """``scontrol show job -o ID``, or None once Slurm forgot the job (after MinJobAge)."""
+        done = self.run(["scontrol", "show", "job", "-o", job_id], check=False)
+        if done.returncode != 0:
+            if _UNKNOWN_JOB in done.stderr:
+                return None
+            raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
+        return parse_scontrol_job(done.stdout)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """``scancel`` these jobs; jobs that already ended are not an error."""
+        if job_ids:
+            self.run(["scancel", *job_ids], check=False)

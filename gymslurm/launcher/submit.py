@@ -1,0 +1,281 @@
+"""``submit``, ``resubmit`` and ``cancel``: what the user types on a login node.
+
+``submit`` resolves the benchmark once, refuses when a run of the same benchmark is still live,
+creates the run directory (rundir.py), slices the dataset into shards, renders and saves every
+script, then queues the first link of each shard's chain and records it in the shard's ledger.
+Everything after that happens inside the jobs (chain.py), so the login-side process may die right
+after submitting: a link already queued runs, starts its own successor and writes its own ledger.
+Secrets go to the jobs only through the environment (``GYMSLURM_SECRETS``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from omegaconf import OmegaConf
+
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, choose_backend
+from gymslurm.launcher.chain import maybe_submit_aggregation
+from gymslurm.launcher.decide import Decision
+from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Submitted, summarize, utc_now
+from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.render import (
+    AGGREGATE_TEMPLATE,
+    LINK_TEMPLATE,
+    ScriptValues,
+    command_line,
+    directives_block,
+    env_setup_block,
+    load_template,
+    render,
+)
+from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
+from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, split_secrets
+
+
+def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
+    """``slurm`` or ``local``: the command-line choice, else the benchmark's, else auto."""
+    import shutil
+
+    wanted = forced or settings.backend
+    if wanted == "auto":
+        return "slurm" if shutil.which("sbatch") else "local"
+    return "slurm" if wanted == "slurm" else "local"
+
+
+def backend_for(run: RunDir, name: str) -> Backend:
+    """The backend that runs (or ran) ``run``."""
+    return choose_backend(name, local_dir=run.local_dir)
+
+
+def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> dict[Path, str]:
+    """Every script of the run, by the path it is saved at (pure apart from reading templates)."""
+    slurm = settings.slurm
+    common = {
+        "run_name": run.name, "signal_lead": slurm.signal_lead_s, "workdir": str(workdir),
+        "directives": directives_block(slurm.partition, slurm.account, slurm.qos, slurm.extra_directives),
+        "env_setup": env_setup_block(slurm.env_setup),
+    }  # fmt: skip
+    base = [slurm.python, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
+    scripts = {}
+    link = load_template(LINK_TEMPLATE)
+    for shard in range(settings.shards):
+        values = ScriptValues(
+            shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
+            log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
+            time_limit=slurm.time,
+            command=command_line([*base, "--shard", str(shard)]), **common,  # type: ignore[arg-type]
+        )  # fmt: skip
+        scripts[run.script(shard)] = render(link, values)
+    values = ScriptValues(
+        shard="aggregate", job_name=f"gs-{run.name}-agg", script_path=str(run.script(None)),
+        log_path=str(run.log_pattern(None)), ledger_path=str(run.aggregate_ledger.path),
+        time_limit=settings.aggregation.time, command=command_line([*base, "--aggregate"]),
+        **common,  # type: ignore[arg-type]
+    )  # fmt: skip
+    scripts[run.script(None)] = render(load_template(AGGREGATE_TEMPLATE), values)
+    return scripts
+
+
+def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
+    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken)."""
+    root = (workdir / settings.run_root).resolve()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = root / f"{settings.name}-{stamp}", 1
+    while candidate.exists():
+        n += 1
+        candidate = root / f"{settings.name}-{stamp}-{n}"
+    return RunDir(candidate)
+
+
+def chain_is_live(run: RunDir, queue: dict[str, Any], shards: int) -> bool:
+    """True while a job of any chain (or the aggregation) of ``run`` is queued or running."""
+    ledgers = [run.ledger(s) for s in range(shards)] + [run.aggregate_ledger]
+    for ledger in ledgers:
+        state = summarize(ledger.read())
+        if any(job in queue and queue[job].state in LIVE_STATES for job in state.epoch_jobs):
+            return True
+    return False
+
+
+def _queue_for(run: RunDir, info: RunInfo, slurm_queue: dict[str, Any] | None) -> dict[str, Any]:
+    if info.backend == "local":
+        return LocalBackend(run.local_dir).queue()
+    return slurm_queue if slurm_queue is not None else SlurmBackend().queue()
+
+
+def refuse_if_live(settings: BenchmarkSettings, workdir: Path) -> None:
+    """Refuse to submit a benchmark while one of its runs is live."""
+    slurm_queue: dict[str, Any] | None = None
+    for run in find_runs((workdir / settings.run_root).resolve()):
+        info = run.read_info()
+        if info.benchmark != settings.name:
+            continue
+        queue = _queue_for(run, info, slurm_queue)
+        if info.backend == "slurm":
+            slurm_queue = queue
+        if chain_is_live(run, queue, info.shards):
+            raise ConfigError(
+                f"benchmark {settings.name!r} already has a live run: {run.root}. Watch it with "
+                f"'gymslurm status {run.name}', or stop it with 'gymslurm cancel {run.name}' first"
+            )
+
+
+def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
+    """The dataset path, created with ``dataset_command`` when it does not exist yet."""
+    path = (workdir / settings.dataset).resolve()
+    if path.exists():
+        return path
+    if settings.dataset_command is None:
+        raise ConfigError(
+            f"dataset {path} does not exist and the benchmark has no dataset_command to create it"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    argv = [part.replace("{dataset}", str(path)) for part in settings.dataset_command]
+    done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not path.exists():
+        raise ConfigError(
+            f"dataset_command {' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}"
+        )
+    return path
+
+
+def split_dataset(dataset: Path, run: RunDir, shards: int) -> list[int]:
+    """Write each shard's contiguous slice of the dataset; returns the row counts."""
+    lines = [line for line in dataset.read_bytes().splitlines(keepends=True) if line.strip()]
+    counts = []
+    for shard in range(shards):
+        part = lines[shard * len(lines) // shards : (shard + 1) * len(lines) // shards]
+        atomic_write(run.shard_input(shard), b"".join(p if p.endswith(b"\n") else p + b"\n" for p in part))
+        counts.append(len(part))
+    return counts
+
+
+def submit(benchmark: str, overrides: list[str], backend_name: str | None, dry_run: bool) -> int:
+    """``gymslurm submit``: create the run and queue the first link of each shard."""
+    workdir = Path.cwd()
+    settings, data = load_benchmark(benchmark, overrides)
+    clean, secrets = split_secrets(data)
+    backend_kind = resolve_backend_name(settings, backend_name)
+    run = new_run_dir(settings, workdir)
+    scripts = render_scripts(run, settings, workdir)
+    if dry_run:
+        for path, text in scripts.items():
+            print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
+        print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
+        return 0
+    refuse_if_live(settings, workdir)
+    dataset = prepare_dataset(settings, workdir)
+    run.root.mkdir(parents=True)
+    info = RunInfo(
+        name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
+        backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
+        infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
+    )  # fmt: skip
+    atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
+    atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
+    for path, text in scripts.items():
+        atomic_write(path, text.encode())
+    counts = split_dataset(dataset, run, settings.shards)
+    (run.root / "logs").mkdir(exist_ok=True)
+    os.environ[SECRETS_ENV] = json.dumps(secrets)
+    backend = backend_for(run, backend_kind)
+    for shard in range(settings.shards):
+        job = backend.submit(run.script(shard))
+        run.ledger(shard).append(Submitted(job_id=job, by="submit"))
+        print(f"shard {shard}: {counts[shard]} rows, first link {job}")
+    print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
+    return 0
+
+
+def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
+    for run in reversed(find_runs(run_root)):
+        info = run.read_info()
+        ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
+        if any(job_id in summarize(ledger.read()).jobs for ledger in ledgers):
+            return run
+    return None
+
+
+def resolve_run_or_job(ref: str, run_root: Path) -> RunDir:
+    """A run named, given by path, or found by the id of one of its jobs."""
+    try:
+        return resolve_run(ref, run_root)
+    except ConfigError:
+        found = _find_run_by_job(ref, run_root)
+        if found is None:
+            raise
+        return found
+
+
+def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | None) -> int:
+    """``gymslurm resubmit RUN|JOB_ID BENCHMARK``: fresh budgets and new chains for unfinished shards."""
+    workdir = Path.cwd()
+    settings, data = load_benchmark(benchmark, overrides)
+    run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
+    info = run.read_info()
+    settings, data = load_benchmark(benchmark, [*info.overrides, *overrides])
+    if settings.name != info.benchmark:
+        raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
+    clean, secrets = split_secrets(data)
+    saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    if clean != saved:
+        raise ConfigError(
+            f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "
+            f"({run.config_path}); resubmit with the same configuration, or submit a new run"
+        )
+    backend = backend_for(run, info.backend)
+    if chain_is_live(run, backend.queue(), info.shards):
+        raise ConfigError(
+            f"run {run.name} still has live jobs; wait for them or 'gymslurm cancel {run.name}'"
+        )
+    os.environ[SECRETS_ENV] = json.dumps(secrets)
+    restarted = 0
+    for shard in range(info.shards):
+        state = summarize(run.ledger(shard).read())
+        if (
+            state.last_decision is not None
+            and state.last_decision.decision == Decision.DONE
+            and not state.cancelled
+        ):
+            continue
+        run.ledger(shard).append(Resubmitted())
+        job = backend.submit(run.script(shard))
+        run.ledger(shard).append(Submitted(job_id=job, by="resubmit"))
+        restarted += 1
+        print(f"shard {shard}: new chain, first link {job} (fresh retry and walltime budgets)")
+    run.aggregate_ledger.append(Resubmitted())
+    if restarted == 0:
+        job_id = maybe_submit_aggregation(run, settings, backend, None)
+        print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")
+    return 0
+
+
+def _live_jobs(ledger: Ledger, queue: dict[str, Any]) -> list[str]:
+    return [
+        job for job in summarize(ledger.read()).epoch_jobs if job in queue and queue[job].state in LIVE_STATES
+    ]
+
+
+def cancel(ref: str, run_root: str) -> int:
+    """``gymslurm cancel RUN``: cancel every job of the run and record it in the ledgers."""
+    run = resolve_run_or_job(ref, Path(run_root).resolve())
+    info = run.read_info()
+    backend = backend_for(run, info.backend)
+    ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
+    first = backend.queue()
+    for ledger in ledgers:
+        ledger.append(Cancelled(job_ids=_live_jobs(ledger, first)))
+    # Look again after recording: a link that queued a successor before seeing our record is caught
+    # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
+    queue = backend.queue()
+    every = [job for ledger in ledgers for job in _live_jobs(ledger, queue)]
+    backend.cancel(every)
+    print(f"run {run.name}: cancelled {len(every)} job(s) {' '.join(every)}".rstrip())
+    return 0

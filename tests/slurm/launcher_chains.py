@@ -1,0 +1,111 @@
+"""Helpers for the launcher's Slurm end-to-end tests: one submitted benchmark around the stand-in.
+
+A :class:`Chain` writes a benchmark whose collector is the scripted stand-in
+(``launcher_standin_collector.py``, copied into the user's directory), submits it with
+``gymslurm submit`` as the test user, and reads the run's ledgers and ``status --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .helpers import SlurmUser
+
+STANDIN = Path(__file__).with_name("launcher_standin_collector.py")
+FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED"}
+
+
+@dataclass
+class Chain:
+    """One benchmark submitted to the real Slurm as the test user."""
+
+    user: SlurmUser
+    python: Path
+    steps: list[dict[str, Any]]
+    overrides: list[str] = field(default_factory=list)
+    slurm_yaml: str = ""
+    run: Path | None = None
+
+    def gymslurm(self, *args: str, timeout: float = 120) -> str:
+        """Run ``gymslurm ARGS`` as the test user in its directory."""
+        return self.user.run([str(self.python), "-m", "gymslurm", *args], timeout=timeout)
+
+    def submit(self) -> Chain:
+        """Write the benchmark and submit it; remembers the run directory."""
+        work = self.user.workdir
+        time_line = "" if re.search(r"^\s+time:", self.slurm_yaml, re.M) else "  time: '00:05:00'\n"
+        standin = self.user.write("standin.py", STANDIN.read_text())
+        self.user.write("steps.json", json.dumps(self.steps), mode=0o644)
+        self.user.write("data.jsonl", "".join(json.dumps({"q": i}) + "\n" for i in range(4)), mode=0o644)
+        bench = self.user.write(
+            "bench.yaml",
+            f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\nshards: 1\n"
+            f"collector:\n  command: [{self.python}, {standin}, {work / 'steps.json'}]\n"
+            f"aggregation:\n  command: [/bin/true]\n"
+            f"slurm:\n  python: {self.python}\n{time_line}{self.slurm_yaml}",
+            mode=0o644,
+        )
+        out = self.gymslurm("submit", str(bench), *self.overrides)
+        match = re.search(r"gymslurm status (\S+)", out)
+        assert match, out
+        self.run = Path(match.group(1))
+        return self
+
+    def status(self) -> dict[str, Any]:
+        """``gymslurm status RUN --json``."""
+        report: dict[str, Any] = json.loads(self.gymslurm("status", str(self.run), "--json"))
+        return report
+
+    def wait(self, timeout: float = 240, aggregation: bool = True) -> dict[str, Any]:
+        """Poll until every shard is final (and the aggregation ended when enabled)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            report = self.status()
+            agg = report["aggregation"]["state"]
+            done = all(row["verdict"] in FINAL for row in report["shards"])
+            if done and (not aggregation or agg.startswith(("DONE", "STOP_FAILED"))):
+                return report
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.run} not finished after {timeout}s: {json.dumps(report, indent=1)}"
+                )
+            time.sleep(1.0)
+
+    def ledger(self, shard: int | None = 0) -> list[dict[str, Any]]:
+        """A shard's (None: the aggregation's) ledger records."""
+        assert self.run is not None
+        path = self.run / ("aggregate" if shard is None else f"shards/{shard:03d}") / "ledger.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def decisions(self, shard: int = 0) -> list[dict[str, Any]]:
+        """The decision records of a shard."""
+        return [r for r in self.ledger(shard) if r["kind"] == "decision"]
+
+    def calls(self, shard: int = 0) -> int:
+        """How many times the stand-in collector ran for a shard."""
+        assert self.run is not None
+        path = self.run / f"output/shard-{shard:03d}/rollouts_standin_calls.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def wait_for_calls(self, count: int, timeout: float = 120) -> str:
+        """Wait until the collector ran ``count`` times; returns the job id of the newest start record."""
+        deadline = time.monotonic() + timeout
+        while self.calls() < count:
+            assert time.monotonic() < deadline, f"collector ran {self.calls()} times, wanted {count}"
+            time.sleep(0.5)
+        starts = [r for r in self.ledger() if r["kind"] == "start"]
+        return str(starts[-1]["job_id"])
+
+    def cancel(self) -> None:
+        """Best-effort ``gymslurm cancel`` (cleanup)."""
+        if self.run is not None:
+            try:
+                self.gymslurm("cancel", str(self.run))
+            except Exception:  # cleanup must not hide the test's own failure
+                shutil.rmtree(self.run / "never", ignore_errors=True)

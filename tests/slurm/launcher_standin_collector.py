@@ -1,0 +1,86 @@
+"""A scripted stand-in for ``gymslurm collect``, for testing the launcher's chains.
+
+Usage (as the benchmark's ``collector.command``)::
+
+    python tests/slurm/launcher_standin_collector.py STEPS.json <collector overrides...>
+
+``STEPS.json`` is a list of steps, one per invocation on the same output (the last one repeats):
+``{"exit": 75, "progress": 2, "sleep": 0, "on_signal": 75}``. Each invocation sleeps ``sleep``
+seconds (USR1/TERM/INT end the sleep and exit with ``on_signal``), then writes
+``<stem>_coverage.json`` the way the real collector does (docs/formats.md: ``successful`` grows by
+``progress``, ``progress_outcomes_recorded`` = ``progress``, a fresh ``written_at``) and exits with
+``exit``. Every invocation's argv (and the *names* of credential-like environment variables it
+saw, and whether the Environment Server at ``+environment_server_url`` answered ``GET /health``)
+is appended to ``<stem>_standin_calls.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def _override(argv: list[str], key: str) -> str:
+    for arg in argv:
+        if arg.startswith(f"+{key}="):
+            return arg.split("=", 1)[1]
+    raise SystemExit(f"stand-in collector: missing +{key}= in {argv}")
+
+
+def _health(argv: list[str]) -> str | None:
+    """GET /health of the Environment Server named by +environment_server_url, if any."""
+    url = next((a.split("=", 1)[1] for a in argv if a.startswith("+environment_server_url=")), None)
+    if url is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+            return f"{reply.status} {url}"
+    except OSError as error:
+        return f"unreachable {url}: {error}"
+
+
+def main() -> int:
+    steps = json.loads(Path(sys.argv[1]).read_text())
+    overrides = sys.argv[2:]
+    output = Path(_override(overrides, "output_jsonl_fpath"))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    calls = output.with_name(f"{output.stem}_standin_calls.jsonl")
+    count = len(calls.read_text().splitlines()) if calls.exists() else 0
+    step = steps[min(count, len(steps) - 1)]
+    with calls.open("a") as handle:
+        secret_keys = sorted(k for k in os.environ if k.endswith(("_API_KEY", "_TOKEN")))  # names only
+        server = _health(overrides)
+        record = {"argv": overrides, "at": time.time(), "secret_env_keys": secret_keys, "server": server}
+        handle.write(json.dumps(record) + "\n")
+    interrupted: list[int] = []
+
+    def _stop(signum: int, _frame: object) -> None:
+        interrupted.append(signum)
+
+    for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    deadline = time.monotonic() + float(step.get("sleep", 0))
+    while time.monotonic() < deadline and not interrupted:
+        time.sleep(0.05)
+    coverage = output.with_name(f"{output.stem}_coverage.json")
+    old = json.loads(coverage.read_text()) if coverage.exists() else {"successful": 0}
+    progress = int(step.get("progress", 1 if step.get("exit") == 75 else 0))
+    data = {
+        "format_version": 1, "expected": 100, "successful": old["successful"] + progress, "failed": 0,
+        "intentionally_omitted": 0, "progress_outcomes_recorded": progress, "retryable": 1,
+        "complete": step.get("exit") == 0, "written_at": datetime.now(UTC).isoformat(),
+    }  # fmt: skip
+    coverage.write_text(json.dumps(data))
+    if interrupted:
+        return int(step.get("on_signal", 75))
+    return int(step["exit"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

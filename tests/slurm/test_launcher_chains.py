@@ -1,0 +1,233 @@
+"""The launcher's chains on the real one-node Slurm, with the scripted stand-in collector.
+
+Slurm's limit checks tick every ~30 s and requeues wait ~12 s, so every scenario is submitted
+first (one module fixture) and each test then waits for its own: the module takes about as long
+as its slowest scenario. The preemption scenario needs all 8 CPUs and runs last, on its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
+from .launcher_chains import Chain
+
+pytestmark = pytest.mark.slurm
+
+SCENARIOS = {
+    "progress": dict(steps=[{"exit": 75}, {"exit": 75}, {"exit": 75}, {"exit": 0}]),
+    "exhausted": dict(steps=[{"exit": 1}], slurm_yaml="  infra_retry_limit: 1\n"),
+    "failed": dict(steps=[{"exit": 76}]),
+    "no_progress": dict(steps=[{"exit": 75, "progress": 0}, {"exit": 0}]),
+    "time_limit": dict(
+        steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}],
+        slurm_yaml="  time: '1'\n  signal_lead_s: 60\n  max_walltime: '0:45'\n",
+    ),
+    "requeue": dict(steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]),
+    "scancel": dict(steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]),
+    "shards": dict(steps=[{"exit": 0}], overrides=["shards=3"]),
+}
+
+
+def _slurm(*argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
+
+
+def _user(session_dir: Path, label: str) -> SlurmUser:
+    ensure_test_user(TEST_USER)
+    return SlurmUser(
+        TEST_USER, make_user_dir(session_dir, f"launcher-{label}", owner=TEST_USER), as_root=True
+    )
+
+
+@pytest.fixture(scope="module")
+def chains(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> Iterator[dict[str, Chain]]:
+    """Every scenario submitted up front, so their Slurm waits overlap."""
+    submitted = {
+        name: Chain(_user(slurm_session_dir, name), slurm_python, **spec).submit()  # type: ignore[arg-type]
+        for name, spec in SCENARIOS.items()
+    }
+    yield submitted
+    for chain in submitted.values():
+        chain.cancel()
+
+
+def test_progress_chain_runs_four_jobs_without_spending_retries(chains: dict[str, Chain]) -> None:
+    """75,75,75,0 → four jobs, DONE, no retry spent, nothing left pending, aggregation once."""
+    chain = chains["progress"]
+    report = chain.wait()
+    assert [d["decision"] for d in chain.decisions()] == ["CONTINUE", "CONTINUE", "CONTINUE", "DONE"]
+    assert len({d["job_id"] for d in chain.decisions()}) == 4
+    assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
+    assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
+    queue = _slurm("squeue", "-h", "-u", TEST_USER, "-t", "PENDING", "-o", "%j")
+    assert chain.run is not None and chain.run.name not in queue
+
+
+def test_exit_1_until_budget_ends_then_resubmit(chains: dict[str, Chain]) -> None:
+    """Exit 1 spends the retry budget then stops; resubmit gives a fresh budget and keeps history."""
+    chain = chains["exhausted"]
+    report = chain.wait(aggregation=False)
+    assert [d["decision"] for d in chain.decisions()] == ["RETRY", "STOP_EXHAUSTED"]
+    assert report["shards"][0]["verdict"] == "EXHAUSTED"
+    chain.gymslurm("resubmit", str(chain.run), str(chain.user.workdir / "bench.yaml"))
+    time.sleep(2)
+    chain.wait(aggregation=False)
+    assert [d["decision"] for d in chain.decisions()] == [
+        "RETRY",
+        "STOP_EXHAUSTED",
+        "RETRY",
+        "STOP_EXHAUSTED",
+    ]
+
+
+def test_exit_76_stops_and_slurm_marks_the_job_failed(chains: dict[str, Chain]) -> None:
+    """Exit 76 → STOP_FAILED in the ledger, FAILED 76:0 in Slurm, verdict FAILED."""
+    chain = chains["failed"]
+    report = chain.wait(aggregation=False)
+    (decision,) = chain.decisions()
+    assert decision["decision"] == "STOP_FAILED"
+    shown = _slurm("scontrol", "show", "job", "-o", decision["job_id"])
+    assert "JobState=FAILED" in shown and "ExitCode=76:0" in shown
+    assert report["shards"][0]["verdict"] == "FAILED"
+
+
+def test_exit_75_without_progress_spends_a_retry(chains: dict[str, Chain]) -> None:
+    """A 75 whose coverage shows nothing new counts as exit 1 (a retry spent)."""
+    chain = chains["no_progress"]
+    report = chain.wait()
+    assert [d["decision"] for d in chain.decisions()] == ["RETRY", "DONE"]
+    assert report["shards"][0]["retries"] == "1/3"
+
+
+def test_time_limit_signal_stops_cleanly_and_the_walltime_cap_ends_the_chain(
+    chains: dict[str, Chain],
+) -> None:
+    """USR1 before --time → the collector exits 75, jobs end COMPLETED (not TIMEOUT), walltime cap stops."""
+    chain = chains["time_limit"]
+    report = chain.wait(timeout=400, aggregation=False)
+    decisions = chain.decisions()
+    assert [d["decision"] for d in decisions[:-1]] == ["CONTINUE"] * (len(decisions) - 1)
+    assert decisions[-1]["decision"] == "STOP_WALLTIME"
+    assert decisions[-1]["budgets_after"]["walltime_s"] >= 45
+    assert any(d["exit_code"] == 75 and d["slurm_state"] == "SIGNALLED:SIGUSR1" for d in decisions)
+    for d in decisions:
+        shown = _slurm("scontrol", "show", "job", "-o", d["job_id"])
+        assert "JobState=TIMEOUT" not in shown, shown
+    assert report["shards"][0]["verdict"] == "EXHAUSTED"
+
+
+def test_scontrol_requeue_reruns_the_same_job_without_a_doubled_link(chains: dict[str, Chain]) -> None:
+    """A requeued link reruns with the same id and restart count 1; only one successor ever exists."""
+    chain = chains["requeue"]
+    job = chain.wait_for_calls(1)
+    chain.user.run(["scontrol", "requeue", job])
+    chain.wait(timeout=180)
+    decisions = chain.decisions()
+    assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
+        (job, 0, "CONTINUE"), (job, 1, "DONE"),
+    ]  # fmt: skip
+    successors = [r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]
+    assert len(successors) == 1
+
+
+def test_scancel_of_a_running_link_lets_the_chain_go_on(chains: dict[str, Chain]) -> None:
+    """scancel of the running link: it records its end and its queued successor carries on to DONE."""
+    chain = chains["scancel"]
+    job = chain.wait_for_calls(1)
+    chain.user.run(["scancel", job])
+    report = chain.wait(timeout=180)
+    decisions = chain.decisions()
+    assert decisions[0]["job_id"] == job and decisions[0]["decision"] == "CONTINUE"
+    assert decisions[-1]["decision"] == "DONE" and decisions[-1]["job_id"] != job
+    assert report["shards"][0]["verdict"] == "DONE"
+
+
+def test_three_shards_ending_together_aggregate_exactly_once(chains: dict[str, Chain]) -> None:
+    """Three chains that end within the same seconds submit one aggregation job."""
+    chain = chains["shards"]
+    report = chain.wait()
+    assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
+    assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
+
+
+def test_status_while_pending_running_and_after(slurm_cluster: SlurmCluster, slurm_python: Path,
+                                                slurm_session_dir: Path) -> None:  # fmt: skip
+    """status says WAITING while held, HEALTHY while running, DONE after; one squeue + at most one sacct."""
+    chain = Chain(_user(slurm_session_dir, "status"), slurm_python, [{"exit": 0, "sleep": 8}],
+                  overrides=["slurm.extra_directives=[--hold]", "aggregation.enabled=false"])  # fmt: skip
+    chain.submit()
+    try:
+        report = chain.status()
+        assert report["shards"][0]["verdict"] == "WAITING" and report["queries"] <= 2
+        chain.user.run(["scontrol", "release", report["shards"][0]["job"]])
+        chain.wait_for_calls(1)
+        assert chain.status()["shards"][0]["verdict"] == "HEALTHY"
+        assert chain.wait(aggregation=False)["shards"][0]["verdict"] == "DONE"
+    finally:
+        chain.cancel()
+
+
+def test_preemption_requeues_the_link_and_the_chain_finishes(
+    chains: dict[str, Chain], slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
+    for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
+        chain.wait(timeout=400, aggregation=False)
+    chain = Chain(_user(slurm_session_dir, "preempt"), slurm_python,
+                  [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
+                  overrides=["slurm.partition=low", "slurm.extra_directives=['--cpus-per-task=8']",
+                             "aggregation.enabled=false"])  # fmt: skip
+    chain.submit()
+    try:
+        job = chain.wait_for_calls(1)
+        chain.user.run(["sbatch", "-p", "high", "-c", "8", "-o", "/dev/null", "--wrap", "sleep 3"])
+        chain.wait(timeout=240, aggregation=False)
+        decisions = chain.decisions()
+        assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
+            (job, 0, "CONTINUE"), (job, 1, "DONE"),
+        ]  # fmt: skip
+        assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
+    finally:
+        chain.cancel()
+
+
+def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """SIGKILL of submit after its first link: queued chains finish alone; resubmit starts the rest."""
+    chain = Chain(_user(slurm_session_dir, "killed"), slurm_python, [{"exit": 0}], overrides=["shards=3"])
+    work = chain.user.workdir
+    chain.user.write("standin.py", (Path(__file__).with_name("launcher_standin_collector.py")).read_text())
+    chain.user.write("steps.json", '[{"exit": 0}]', mode=0o644)
+    chain.user.write("data.jsonl", "".join(f'{{"q": {i}}}\n' for i in range(6)), mode=0o644)
+    bench = chain.user.write(
+        "bench.yaml",
+        f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\naggregation:\n  command: [/bin/true]\n"
+        f"collector:\n  command: [{slurm_python}, {work / 'standin.py'}, {work / 'steps.json'}]\n"
+        f"slurm:\n  python: {slurm_python}\n",
+        mode=0o644,
+    )
+    argv = chain.user.command([str(slurm_python), "-m", "gymslurm", "submit", str(bench), "shards=3"])
+    proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("shard 0:")
+    proc.kill()
+    proc.wait()
+    (chain.run,) = [p.parent for p in (work / "runs").glob("*/run.json")]
+    try:
+        report = chain.wait(aggregation=False)
+        if any(row["verdict"] == "STALLED" for row in report["shards"]):
+            chain.gymslurm("resubmit", str(chain.run), str(bench))
+            time.sleep(2)
+        report = chain.wait()
+        assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
+        assert report["aggregation"]["state"].startswith("DONE")
+    finally:
+        chain.cancel()

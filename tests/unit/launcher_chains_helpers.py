@@ -1,0 +1,80 @@
+"""Helpers for launcher end-to-end tests: a benchmark around the scripted stand-in collector."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = ROOT / "tests" / "slurm" / "launcher_standin_collector.py"
+FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED"}
+
+
+def write_benchmark(tmp: Path, steps: list[dict[str, Any]], extra: str = "", rows: int = 3) -> Path:
+    """A benchmark YAML whose collector is the stand-in following ``steps``."""
+    (tmp / "steps.json").write_text(json.dumps(steps))
+    (tmp / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(rows)))
+    path = tmp / "bench.yaml"
+    path.write_text(
+        f"dataset: {tmp / 'data.jsonl'}\nrun_root: {tmp / 'runs'}\n"
+        f"collector:\n  command: [{sys.executable}, {STANDIN}, {tmp / 'steps.json'}]\n{extra}"
+    )
+    return path
+
+
+def gymslurm(
+    *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m gymslurm`` from the worktree root (so jobs import this checkout)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gymslurm", *args], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, check=False,
+    )  # fmt: skip
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"gymslurm {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
+    return done
+
+
+def only_run(tmp: Path) -> Path:
+    """The single run directory under tmp/runs."""
+    (run,) = [p.parent for p in (tmp / "runs").glob("*/run.json")]
+    return run
+
+
+def status(run: Path) -> dict[str, Any]:
+    """``gymslurm status RUN --json``."""
+    report: dict[str, Any] = json.loads(gymslurm("status", str(run), "--json").stdout)
+    return report
+
+
+def wait_until_final(run: Path, timeout_s: float = 120.0, aggregation: bool = True) -> dict[str, Any]:
+    """Poll status until every shard has a final verdict (and the aggregation ended, if wanted)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        report = status(run)
+        shards_done = all(row["verdict"] in FINAL for row in report["shards"])
+        agg = report["aggregation"]["state"]
+        agg_done = not aggregation or agg.startswith(("DONE", "STOP_FAILED"))
+        if shards_done and agg_done:
+            return report
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run} did not finish in {timeout_s}s: {json.dumps(report, indent=1)}")
+        time.sleep(0.5)
+
+
+def ledger(run: Path, shard: int | None = 0) -> list[dict[str, Any]]:
+    """A shard's (or, for None, the aggregation's) ledger records."""
+    path = run / ("aggregate" if shard is None else f"shards/{shard:03d}") / "ledger.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def decisions(run: Path, shard: int = 0) -> list[str]:
+    """The decisions written to a shard's ledger, in order."""
+    return [r["decision"] for r in ledger(run, shard) if r["kind"] == "decision"]

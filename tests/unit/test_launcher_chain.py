@@ -1,0 +1,52 @@
+"""The chain step's command lines and coverage reading (the parts of chain.py without processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gymslurm.launcher.chain import aggregate_argv, collector_argv, read_progress
+from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.settings import BenchmarkSettings
+
+
+def _settings(**extra: object) -> BenchmarkSettings:
+    return BenchmarkSettings.model_validate(
+        {"name": "b", "dataset": "d.jsonl", "servers": [{"name": "env", "command": ["srv"]}],
+         "collector": {"command": ["stand-in"], "overrides": ["+limit=3"]}, **extra}
+    )  # fmt: skip
+
+
+def test_collector_argv_resumes_requires_completion_and_names_the_shard_files() -> None:
+    """Each link runs the configured collector with resume, require_complete, its shard files and servers."""
+    run = RunDir(Path("/runs/r"))
+    argv = collector_argv(_settings(), run, 2, {"env": "http://127.0.0.1:9"}, resubmit=False)
+    assert argv == [
+        "stand-in", "+input_jsonl_fpath=/runs/r/inputs/shard-002.jsonl",
+        "+output_jsonl_fpath=/runs/r/output/shard-002/rollouts.jsonl", "+resume_from_cache=true",
+        "+require_complete=true", "+environment_server_url=http://127.0.0.1:9", "+limit=3",
+    ]  # fmt: skip
+
+
+def test_first_link_after_resubmit_resets_the_collector_budget() -> None:
+    """The resubmit override is added only when the ledger says a resubmit is pending."""
+    argv = collector_argv(_settings(), RunDir(Path("/r")), 0, {"env": "u"}, resubmit=True)
+    assert argv[-1] == "+resubmit=true"
+
+
+def test_aggregate_argv_expands_inputs_and_output() -> None:
+    """{inputs} becomes one argument per shard output and {output} the merged path."""
+    settings = _settings(aggregation={"command": ["agg", "{inputs}", "+out={output}"]})
+    assert aggregate_argv(settings, [Path("/a.jsonl"), Path("/b.jsonl")], Path("/m.jsonl")) == [
+        "agg", "/a.jsonl", "/b.jsonl", "+out=/m.jsonl",
+    ]  # fmt: skip
+
+
+def test_read_progress_from_coverage(tmp_path: Path) -> None:
+    """The coverage file's counts and progress flag become a Progress; no file gives None."""
+    output = tmp_path / "rollouts.jsonl"
+    assert read_progress(output) is None
+    coverage = {"successful": 4, "failed": 1, "intentionally_omitted": 2, "progress_outcomes_recorded": 3}
+    (tmp_path / "rollouts_coverage.json").write_text(json.dumps({**coverage, "written_at": "t"}))
+    progress = read_progress(output)
+    assert progress is not None and (progress.outcomes, progress.progress_outcomes_recorded) == (7, 3)

@@ -1,0 +1,122 @@
+"""The per-shard ledger: versioned append-only records, torn tails, and the fold into chain state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gymslurm.errors import CorruptRecordError
+from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.launcher.ledger import (
+    BudgetsRecord,
+    Cancelled,
+    DecisionRecord,
+    Ledger,
+    Resubmitted,
+    Started,
+    Submitted,
+    summarize,
+)
+
+
+def _decision(job: str, decision: Decision, after: Budgets, restart: int = 0) -> DecisionRecord:
+    return DecisionRecord(
+        job_id=job, restart_count=restart, end="t", elapsed_s=10.0, slurm_state="RUNNING", exit_code=75,
+        decision=decision, reason="r", budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(after),
+    )  # fmt: skip
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    """Records read back equal to what was appended."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    records = [
+        Submitted(job_id="1"),
+        Started(job_id="1"),
+        _decision("1", Decision.CONTINUE, Budgets(1, 10, 0)),
+    ]
+    for record in records:
+        ledger.append(record)
+    assert ledger.read() == records
+
+
+def test_missing_ledger_is_empty(tmp_path: Path) -> None:
+    """A shard nobody wrote to yet has no records."""
+    assert Ledger(tmp_path / "none.jsonl").read() == []
+
+
+def test_torn_tail_is_ignored_then_cut(tmp_path: Path) -> None:
+    """A half-written last line is skipped on read and removed before the next append."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    ledger.append(Submitted(job_id="1"))
+    with ledger.path.open("ab") as handle:
+        handle.write(b'{"v": 1, "kind": "sta')
+    assert ledger.read() == [Submitted(job_id="1", at=ledger.read()[0].at)]
+    ledger.append(Started(job_id="1"))
+    assert [r.kind for r in ledger.read()] == ["submitted", "start"]
+
+
+def test_unknown_version_is_refused(tmp_path: Path) -> None:
+    """A record of another ledger version raises, naming the version."""
+    path = tmp_path / "ledger.jsonl"
+    path.write_text('{"v": 2, "kind": "start", "job_id": "1"}\n')
+    with pytest.raises(CorruptRecordError, match="version 2"):
+        Ledger(path).read()
+
+
+def test_unknown_field_is_refused(tmp_path: Path) -> None:
+    """A record with a field this version does not define raises."""
+    path = tmp_path / "ledger.jsonl"
+    path.write_text('{"v": 1, "kind": "start", "at": "t", "job_id": "1", "extra": 1}\n')
+    with pytest.raises(CorruptRecordError, match="extra"):
+        Ledger(path).read()
+
+
+def test_corrupt_middle_line_is_refused(tmp_path: Path) -> None:
+    """A complete line that is not JSON raises with its line number."""
+    path = tmp_path / "ledger.jsonl"
+    path.write_text('garbage\n{"v": 1, "kind": "start", "at": "t", "job_id": "1"}\n')
+    with pytest.raises(CorruptRecordError, match=":1"):
+        Ledger(path).read()
+
+
+def test_summary_tracks_budgets_and_successors() -> None:
+    """The fold keeps the latest budgets, the job list and who follows whom."""
+    state = summarize([
+        Submitted(job_id="1"), Started(job_id="1"), Submitted(job_id="2", after="1", by="1"),
+        _decision("1", Decision.RETRY, Budgets(1, 10, 1)),
+    ])  # fmt: skip
+    assert state.budgets == Budgets(1, 10, 1)
+    assert state.jobs == ["1", "2"] and state.successor_of == {"1": "2"}
+    assert not state.finished and state.open_runs == []
+
+
+def test_summary_lists_runs_without_a_decision() -> None:
+    """A run that started but never wrote its decision stays open for its successor to account for."""
+    state = summarize([Started(job_id="1"), _decision("1", Decision.CONTINUE, Budgets(1, 10, 0)),
+                       Started(job_id="1", restart_count=1)])  # fmt: skip
+    assert [(r.job_id, r.restart_count) for r in state.open_runs] == [("1", 1)]
+
+
+@pytest.mark.parametrize(
+    ("decision", "finished"),
+    [(Decision.DONE, True), (Decision.STOP_FAILED, True), (Decision.STOP_EXHAUSTED, True),
+     (Decision.STOP_WALLTIME, True), (Decision.CONTINUE, False), (Decision.RETRY, False)],
+)  # fmt: skip
+def test_summary_finished_after_a_stop(decision: Decision, finished: bool) -> None:
+    """A chain is finished after DONE or any STOP, not after CONTINUE or RETRY."""
+    assert summarize([_decision("1", decision, Budgets(1, 1, 0))]).finished is finished
+
+
+def test_cancel_finishes_and_resubmit_reopens_with_fresh_budget() -> None:
+    """cancel ends the chain; resubmit reopens it with fresh retries and walltime, history kept."""
+    records = [_decision("1", Decision.STOP_EXHAUSTED, Budgets(4, 99, 3)), Cancelled(job_ids=["2"])]
+    assert summarize(records).cancelled
+    state = summarize([*records, Resubmitted()])
+    assert not state.finished and state.budgets == Budgets(jobs=4) and state.total_walltime_s == 10.0
+
+
+def test_a_job_whose_submission_was_never_recorded_is_known_from_its_start() -> None:
+    """If submit died between sbatch and the ledger, the job's own start record makes it part of the chain."""
+    state = summarize([Started(job_id="7")])
+    assert state.jobs == ["7"] and state.epoch_jobs == ["7"]

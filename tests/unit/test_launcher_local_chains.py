@@ -1,0 +1,189 @@
+"""End-to-end chains on the local backend with the scripted stand-in collector (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.launcher_chains_helpers import (
+    STANDIN,
+    decisions,
+    gymslurm,
+    ledger,
+    only_run,
+    status,
+    wait_until_final,
+    write_benchmark,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def _submit(tmp_path: Path, steps: list[dict[str, object]], *overrides: str, extra: str = "") -> Path:
+    bench = write_benchmark(tmp_path, steps, extra)
+    gymslurm("submit", str(bench), "--backend", "local", "aggregation.command=[/bin/true]", *overrides)
+    return only_run(tmp_path)
+
+
+def test_progress_chain_runs_four_jobs_without_spending_retries(tmp_path: Path) -> None:
+    """75,75,75,0 → four jobs, DONE, no retry spent, nothing left queued, aggregation once."""
+    run = _submit(tmp_path, [{"exit": 75}, {"exit": 75}, {"exit": 75}, {"exit": 0}], "shards=1")
+    report = wait_until_final(run)
+    row = report["shards"][0]
+    assert decisions(run) == ["CONTINUE", "CONTINUE", "CONTINUE", "DONE"]
+    assert (row["verdict"], row["retries"]) == ("DONE", "0/3")
+    assert report["aggregation"]["state"].startswith("DONE")
+    calls = (run / "output/shard-000/rollouts_standin_calls.jsonl").read_text().splitlines()
+    assert all("+resume_from_cache=true" in json.loads(c)["argv"] for c in calls)
+
+
+def test_exit_1_until_the_budget_ends_stops_then_resubmit_gives_a_fresh_budget(tmp_path: Path) -> None:
+    """Exit 1 spends retries until none are left, then stops; resubmit starts a fresh budget, history kept."""
+    bench = write_benchmark(tmp_path, [{"exit": 1}], "slurm:\n  infra_retry_limit: 1\n")
+    gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.enabled=false")
+    run = only_run(tmp_path)
+    report = wait_until_final(run, aggregation=False)
+    assert decisions(run) == ["RETRY", "STOP_EXHAUSTED"]
+    assert report["shards"][0]["verdict"] == "EXHAUSTED"
+    gymslurm("resubmit", str(run), str(bench), "--run-root", str(tmp_path / "runs"))
+    time.sleep(1.0)
+    report = wait_until_final(run, aggregation=False)
+    assert decisions(run) == ["RETRY", "STOP_EXHAUSTED", "RETRY", "STOP_EXHAUSTED"]
+    calls = (run / "output/shard-000/rollouts_standin_calls.jsonl").read_text().splitlines()
+    assert (
+        "+resubmit=true" in json.loads(calls[2])["argv"]
+        and "+resubmit=true" not in json.loads(calls[3])["argv"]
+    )
+
+
+def test_exit_76_stops_failed(tmp_path: Path) -> None:
+    """Exit 76 stops the chain at once; the shard is FAILED and the job exits 76."""
+    run = _submit(tmp_path, [{"exit": 76}], "shards=1", "aggregation.enabled=false")
+    report = wait_until_final(run, aggregation=False)
+    assert decisions(run) == ["STOP_FAILED"]
+    assert report["shards"][0]["verdict"] == "FAILED"
+    job = report["shards"][0]["job"]
+    assert json.loads((run / f"local/jobs/{job}.json").read_text())["exit_code"] == 76
+
+
+def test_exit_75_without_progress_spends_a_retry(tmp_path: Path) -> None:
+    """A 75 whose coverage shows no new outcome counts as exit 1."""
+    run = _submit(
+        tmp_path, [{"exit": 75, "progress": 0}, {"exit": 0}], "shards=1", "aggregation.enabled=false"
+    )
+    report = wait_until_final(run, aggregation=False)
+    assert decisions(run) == ["RETRY", "DONE"]
+    assert report["shards"][0]["retries"] == "1/3"
+
+
+def test_time_limit_signal_stops_cleanly_and_walltime_cap_ends_the_chain(tmp_path: Path) -> None:
+    """USR1 before --time makes the collector exit 75; walltime accumulates until max_walltime stops it."""
+    extra = "slurm:\n  time: '0:04'\n  signal_lead_s: 2\n  max_walltime: '0:05'\n"
+    step = {"exit": 0, "sleep": 60, "on_signal": 75, "progress": 1}
+    run = _submit(tmp_path, [step], "shards=1", "aggregation.enabled=false", extra=extra)
+    report = wait_until_final(run, aggregation=False)
+    records = [r for r in ledger(run) if r["kind"] == "decision"]
+    assert [r["decision"] for r in records[:-1]] == ["CONTINUE"] * (len(records) - 1)
+    assert records[-1]["decision"] == "STOP_WALLTIME" and len(records) >= 2
+    assert all(r["exit_code"] == 75 and r["slurm_state"] == "SIGNALLED:SIGUSR1" for r in records)
+    assert records[-1]["budgets_after"]["walltime_s"] >= 5
+    assert report["shards"][0]["verdict"] == "EXHAUSTED"
+
+
+def test_three_shards_ending_together_aggregate_once(tmp_path: Path) -> None:
+    """Three chains that end at the same moment submit exactly one aggregation job."""
+    run = _submit(tmp_path, [{"exit": 0}], "shards=3")
+    report = wait_until_final(run)
+    assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
+    assert [r["kind"] for r in ledger(run, None)] == ["submitted", "start", "decision"]
+
+
+def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None:
+    """SIGKILL of a running link: its successor writes the missing decision and the chain goes on."""
+    run = _submit(tmp_path, [{"exit": 0, "sleep": 60}, {"exit": 0}], "shards=1", "aggregation.enabled=false")
+    deadline = time.monotonic() + 30
+    while not (run / "output/shard-000/rollouts_standin_calls.jsonl").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    job = json.loads((run / "local/jobs/local-1.json").read_text())
+    os.killpg(job["pid"], signal.SIGKILL)
+    wait_until_final(run, aggregation=False)
+    records = [r for r in ledger(run) if r["kind"] == "decision"]
+    assert records[0]["accounted_by"] == records[1]["job_id"] != records[0]["job_id"]
+    assert (records[0]["decision"], records[0]["exit_code"]) == ("CONTINUE", None)
+    assert records[1]["decision"] == "DONE"
+
+
+def test_status_while_running_then_cancel(tmp_path: Path) -> None:
+    """status shows HEALTHY while a link runs; cancel records it and leaves no live job."""
+    run = _submit(tmp_path, [{"exit": 0, "sleep": 60}], "shards=1", "aggregation.enabled=false")
+    deadline = time.monotonic() + 30
+    while status(run)["shards"][0]["verdict"] != "HEALTHY":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    gymslurm("cancel", str(run))
+    report = wait_until_final(run, aggregation=False)
+    assert report["shards"][0]["verdict"] == "STALLED"
+    assert any(r["kind"] == "cancelled" for r in ledger(run))
+
+
+def test_submit_refused_while_the_run_is_live(tmp_path: Path) -> None:
+    """A second submit of a benchmark whose run is live is refused, naming the run."""
+    run = _submit(tmp_path, [{"exit": 0, "sleep": 60}], "shards=1", "aggregation.enabled=false")
+    second = gymslurm("submit", str(tmp_path / "bench.yaml"), "--backend", "local", "shards=1", check=False)
+    assert second.returncode == 2 and run.name in second.stderr
+    gymslurm("cancel", str(run))
+
+
+def test_secrets_never_reach_run_files(tmp_path: Path) -> None:
+    """Canary secrets (benchmark and environment) reach the collector but no file of the run."""
+    extra = "  env:\n    OPENAI_API_KEY: canary-cfg-91\n"
+    bench = write_benchmark(tmp_path, [{"exit": 0}])
+    bench.write_text(bench.read_text() + extra)
+    gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.command=[/bin/true]",
+             env={"HF_TOKEN": "canary-env-77"})  # fmt: skip
+    run = only_run(tmp_path)
+    wait_until_final(run)
+    for path in run.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert b"canary-cfg-91" not in text and b"canary-env-77" not in text, path
+    call = json.loads((run / "output/shard-000/rollouts_standin_calls.jsonl").read_text().splitlines()[0])
+    assert {"OPENAI_API_KEY", "HF_TOKEN"} <= set(call["secret_env_keys"])
+
+
+def test_dry_run_prints_scripts_and_writes_nothing(tmp_path: Path) -> None:
+    """--dry-run prints every script and creates no run directory."""
+    bench = write_benchmark(tmp_path, [{"exit": 0}])
+    done = gymslurm("submit", str(bench), "--dry-run", "shards=2")
+    assert done.stdout.count("#SBATCH --open-mode=append") == 3
+    assert not (tmp_path / "runs").exists()
+
+
+def test_demo_benchmark_starts_checks_and_stops_its_server(tmp_path: Path) -> None:
+    """submit demo (local): each job starts the demo server, the collector reaches it, and it is stopped."""
+    steps = tmp_path / "steps.json"
+    steps.write_text(json.dumps([{"exit": 75}, {"exit": 0}]))
+    gymslurm(
+        "submit", "demo", "--backend", "local", "shards=1", f"run_root={tmp_path / 'runs'}",
+        f"dataset={tmp_path / 'demo.jsonl'}", f"collector.command=[{sys.executable},{STANDIN},{steps}]",
+        "aggregation.command=[/bin/true]",
+    )  # fmt: skip
+    run = only_run(tmp_path)
+    assert wait_until_final(run)["shards"][0]["verdict"] == "DONE"
+    calls = [
+        json.loads(c)
+        for c in (run / "output/shard-000/rollouts_standin_calls.jsonl").read_text().splitlines()
+    ]
+    assert [c["server"].split()[0] for c in calls] == ["200", "200"]
+    port = int(calls[-1]["server"].rsplit(":", 1)[1])
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # stopped with its job
+    assert len((run / "inputs/shard-000.jsonl").read_text().splitlines()) == 40

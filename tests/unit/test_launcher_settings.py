@@ -1,0 +1,85 @@
+"""Benchmark configs: Hydra composition, validation, Slurm times, and keeping secrets out of saved files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.settings import (
+    REDACTED,
+    ServerSettings,
+    load_benchmark,
+    merge_secrets,
+    slurm_seconds,
+    split_secrets,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 1800), ("1:30", 90), ("01:00:00", 3600), ("2-00", 172800), ("1-01:02", 90120),
+     ("1-00:00:05", 86405)],
+)  # fmt: skip
+def test_slurm_seconds(text: str, seconds: int) -> None:
+    """Every Slurm time format converts to seconds."""
+    assert slurm_seconds(text) == seconds
+
+
+def test_bad_slurm_time_is_refused() -> None:
+    """A time Slurm would not accept is an error naming the formats."""
+    with pytest.raises(ValueError, match="HH:MM:SS"):
+        slurm_seconds("1h")
+
+
+def test_demo_benchmark_composes_with_overrides() -> None:
+    """The shipped demo benchmark loads, and Hydra overrides change it."""
+    settings, _ = load_benchmark("demo", ["shards=3", "slurm.partition=low"])
+    assert (settings.name, settings.shards, settings.slurm.partition) == ("demo", 3, "low")
+    assert settings.servers[0].command is not None
+
+
+def test_unknown_key_is_refused(tmp_path: Path) -> None:
+    """A misspelt key is an error naming it, never silently ignored."""
+    path = tmp_path / "b.yaml"
+    path.write_text("dataset: d.jsonl\nslurm:\n  partiton: low\n")
+    with pytest.raises(ConfigError, match=r"slurm\.partiton"):
+        load_benchmark(str(path), [])
+
+
+def test_unknown_benchmark_lists_known_ones() -> None:
+    """An unknown benchmark name says which benchmarks exist."""
+    with pytest.raises(ConfigError, match="demo"):
+        load_benchmark("no-such-benchmark", [])
+
+
+def test_server_needs_exactly_one_of_url_and_command() -> None:
+    """A server with both url and command (or neither) is refused."""
+    with pytest.raises(ValueError, match="exactly one"):
+        ServerSettings(url="http://x", command=["srv"])
+    with pytest.raises(ValueError, match="exactly one"):
+        ServerSettings()
+
+
+def test_secrets_are_split_out_and_merged_back() -> None:
+    """Credential-named values and KEY=VALUE overrides leave the saved config and come back in the job."""
+    data = {
+        "servers": [{"env": {"OPENAI_API_KEY": "canary-1", "LOG": "x"}}],
+        "collector": {
+            "overrides": ["+api_key=canary-2", "+limit=3"],
+            "env": {"HF_TOKEN": "${oc.env:HF_TOKEN}"},
+        },
+    }
+    clean, secrets = split_secrets(data)
+    assert "canary" not in repr(clean)
+    assert clean["servers"][0]["env"]["OPENAI_API_KEY"] == REDACTED
+    assert clean["collector"]["env"]["HF_TOKEN"] == "${oc.env:HF_TOKEN}"
+    assert merge_secrets(clean, secrets) == data
+
+
+def test_missing_secret_in_job_is_a_clear_error() -> None:
+    """A job whose environment lacks a secret says which one and what to do."""
+    clean, _ = split_secrets({"token": "canary"})
+    with pytest.raises(ConfigError, match="token"):
+        merge_secrets(clean, {})

@@ -1,0 +1,161 @@
+"""Parsers of Slurm 22.05 output (sbatch, squeue, sacct, scontrol) and the client's command seam."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+
+import pytest
+
+from gymslurm.errors import SlurmError
+from gymslurm.launcher.slurm import (
+    SlurmClient,
+    parse_exit_code,
+    parse_sacct,
+    parse_sbatch,
+    parse_scontrol_job,
+    parse_squeue,
+)
+
+# Pasted from the sandbox's Slurm 22.05.8 (squeue -h -t all -u slurmtest -o '%A|%j|%T|%r|%E|%M|%l|%S').
+SQUEUE = """\
+12|capB|PENDING|Dependency|afterany:11(unfulfilled)|0:00|UNLIMITED|N/A
+10|capA|RUNNING|None|(null)|0:02|UNLIMITED|2026-11-29T15:17:18
+1|gymslurm-test|FAILED|NonZeroExitCode|(null)|0:00|UNLIMITED|2026-11-29T15:08:14
+"""
+# sacct -n -P -X -o JobID,JobName,State,ExitCode,Start,End,ElapsedRaw: the sandbox has no slurmdbd, so
+# these rows follow the -P format RECIPE.md records from 22.05 with slurmdbd
+# (FAILED|75:0, "CANCELLED by UID").
+SACCT = """\
+44|gs-demo-s000|FAILED|75:0|2026-11-29T15:10:01|2026-11-29T15:10:09|8
+46|gs-demo-s001|CANCELLED by 1001|0:15|2026-11-29T15:11:00|2026-11-29T15:11:30|30
+47|gs-demo-s002|PENDING|0:0|Unknown|Unknown|0
+"""
+# Pasted from the sandbox (scontrol show job -o 11, a job that exited 75), with Command= given a space.
+SCONTROL = (
+    "JobId=11 JobName=capA UserId=slurmtest(1001) GroupId=slurmtest(1001) MCS_label=N/A Priority=4294901749 "
+    "Nice=0 Account=(null) QOS=(null) JobState=FAILED Reason=NonZeroExitCode Dependency=(null) Requeue=1 "
+    "Restarts=0 BatchFlag=1 Reboot=0 ExitCode=75:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-29T15:17:18 EligibleTime=2026-11-29T15:17:18 AccrueTime=2026-11-29T15:17:18 "
+    "StartTime=2026-11-29T15:17:18 EndTime=2026-11-29T15:17:21 Deadline=N/A SuspendTime=None "
+    "SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-29T15:17:18 Scheduler=Main Partition=debug AllocNode:Sid=localhost:5862 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 "
+    "CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* "
+    "CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+    "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/tmp/cap/my j.sh WorkDir=/tmp/cap "
+    "StdErr=/tmp/cap/o-11.out StdIn=/dev/null StdOut=/tmp/cap/o-11.out Power= "
+)
+
+
+@pytest.mark.parametrize(
+    ("stdout", "job_id"),
+    [("Submitted batch job 42\n", "42"), ("42\n", "42"), ("42;gymslurm\n", "42"),
+     ("Submitted batch job 7 on cluster gymslurm\n", "7")],
+)  # fmt: skip
+def test_parse_sbatch(stdout: str, job_id: str) -> None:
+    """sbatch's plain and --parsable outputs both give the job id."""
+    assert parse_sbatch(stdout) == job_id
+
+
+def test_parse_sbatch_rejects_other_text() -> None:
+    """Unexpected sbatch output raises SlurmError quoting it."""
+    with pytest.raises(SlurmError, match="sbatch: error: Batch job submission failed"):
+        parse_sbatch("sbatch: error: Batch job submission failed: Invalid account")
+
+
+def test_parse_squeue_rows() -> None:
+    """squeue's pipe-separated rows become QueueRows with state, reason and dependency."""
+    rows = parse_squeue(SQUEUE)
+    assert [(r.job_id, r.state, r.reason) for r in rows] == [
+        ("12", "PENDING", "Dependency"), ("10", "RUNNING", "None"), ("1", "FAILED", "NonZeroExitCode"),
+    ]  # fmt: skip
+    assert rows[0].dependency == "afterany:11(unfulfilled)"
+
+
+def test_parse_squeue_rejects_other_format() -> None:
+    """A squeue line with the wrong number of fields raises SlurmError quoting it."""
+    with pytest.raises(SlurmError, match="JOBID PARTITION"):
+        parse_squeue("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n")
+
+
+def test_parse_sacct_rows() -> None:
+    """sacct -P rows give state (first word), exit code, signal and elapsed seconds."""
+    rows = parse_sacct(SACCT)
+    assert (rows[0].state, rows[0].exit_code, rows[0].signal, rows[0].elapsed_s) == ("FAILED", 75, None, 8)
+    assert (rows[1].state, rows[1].exit_code, rows[1].signal) == ("CANCELLED", 0, 15)
+    assert rows[2].state == "PENDING"
+
+
+def test_parse_sacct_rejects_other_text() -> None:
+    """sacct output that is not our -P fields raises SlurmError quoting it."""
+    with pytest.raises(SlurmError, match="accounting"):
+        parse_sacct("Slurm accounting storage is disabled\n")
+
+
+@pytest.mark.parametrize(("text", "parsed"), [("75:0", (75, None)), ("0:9", (0, 9)), ("139:0", (139, None))])
+def test_parse_exit_code(text: str, parsed: tuple[int, int | None]) -> None:
+    """Slurm's STATUS:SIGNAL exit codes split into the status and the signal."""
+    assert parse_exit_code(text) == parsed
+
+
+def test_parse_scontrol_job() -> None:
+    """scontrol show job -o gives a mapping; a value with a space stays whole."""
+    fields = parse_scontrol_job(SCONTROL)
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("FAILED", "75:0", "0")
+    assert fields["Command"] == "/tmp/cap/my j.sh" and fields["AllocNode:Sid"] == "localhost:5862"
+    assert fields["Power"] == ""
+
+
+def test_parse_scontrol_rejects_other_text() -> None:
+    """scontrol output that does not start with JobId= raises SlurmError quoting it."""
+    with pytest.raises(SlurmError, match="Invalid job id"):
+        parse_scontrol_job("slurm_load_jobs error: Invalid job id specified")
+
+
+class ScriptedClient(SlurmClient):
+    """A client whose commands return scripted output (the subprocess seam only)."""
+
+    def __init__(self, replies: dict[str, subprocess.CompletedProcess[str]]) -> None:
+        super().__init__()
+        self.replies = replies
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        self.queries += 1
+        self.calls.append(list(argv))
+        return self.replies[argv[0]]
+
+
+def _done(stdout: str = "", stderr: str = "", code: int = 0) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess([], code, stdout, stderr)
+
+
+def test_accounting_disabled_gives_none() -> None:
+    """sacct on a cluster without accounting storage reports None, not an error."""
+    client = ScriptedClient(
+        {"sacct": _done(stderr="sacct: error: Slurm accounting storage is disabled\n", code=1)}
+    )
+    assert client.accounting(["44"]) is None
+
+
+def test_show_job_after_min_job_age_gives_none() -> None:
+    """A job Slurm has forgotten (Invalid job id) gives None."""
+    client = ScriptedClient(
+        {"scontrol": _done(stderr="slurm_load_jobs error: Invalid job id specified\n", code=1)}
+    )
+    assert client.show_job("44") is None
+
+
+def test_submit_passes_afterany_dependency() -> None:
+    """submit asks for --parsable and an afterany dependency on every given job."""
+    client = ScriptedClient({"sbatch": _done("51\n")})
+    assert client.submit(__import__("pathlib").Path("/x.sbatch"), after=["44", "45"]) == "51"
+    assert client.calls[0] == ["sbatch", "--parsable", "--dependency=afterany:44:45", "/x.sbatch"]
+
+
+def test_failed_command_quotes_its_output() -> None:
+    """A Slurm command that fails raises SlurmError with its command line and stderr."""
+    client = SlurmClient()
+    with pytest.raises(SlurmError, match="exited 3"):
+        client.run(["bash", "-c", "echo boom >&2; exit 3"])
