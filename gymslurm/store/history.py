@@ -79,10 +79,20 @@ class _Interner(dict[Any, Any]):
 
 
 def read_history(
-    results: Path, failures: Path, *, run_id: str, keys: RolloutKeys, rollout_count: int, legacy: bool
+    results: Path,
+    failures: Path,
+    *,
+    run_id: str,
+    keys: RolloutKeys,
+    rollout_count: int,
+    legacy: bool,
+    manifest: Path | None = None,
 ) -> History:
     """Read the failure sidecar then the results file (that order numbers legacy rows by arrival)."""
+    """``manifest``: set while importing a legacy run (no manifest yet); a stamped row then means the
+    run's manifest was lost, which an import cannot repair."""
     reader = _Reader(run_id, keys, rollout_count, legacy)
+    reader.importing_beside = manifest
     reader.read_failures(failures)
     reader.read_results(results)
     return reader.history
@@ -96,6 +106,7 @@ class _Reader:
         if legacy:
             self.history.legacy_counts = [0] * rollout_count
         self.intern = _Interner()
+        self.importing_beside: Path | None = None
 
     def add(self, index: int, outcome: SavedOutcome) -> None:
         groups = self.history.groups
@@ -111,6 +122,14 @@ class _Reader:
         """``(rollout index, execution number, legacy?)`` of a row, or a CorruptRecordError."""
         stamped = row.get("_ng_run_id")
         if stamped != self.run_id:
+            if stamped is not None and self.importing_beside is not None:
+                raise malformed(
+                    path,
+                    line,
+                    f"was saved by gymslurm run {stamped!r}, whose manifest {self.importing_beside} is "
+                    "missing: an import cannot recreate its execution reservations. Restore the manifest "
+                    "from a backup, or start at a new output path",
+                )
             if stamped is not None or self.history.legacy_counts is None:
                 raise malformed(path, line, _foreign(stamped, self.run_id))
             return self._legacy(path, line, row)

@@ -206,7 +206,13 @@ class RunStore:
         run_id = new_run_id()
         keys = _keys_of_rows(inputs)
         history = read_history(
-            paths.results, paths.failures, run_id=run_id, keys=keys, rollout_count=len(inputs), legacy=True
+            paths.results,
+            paths.failures,
+            run_id=run_id,
+            keys=keys,
+            rollout_count=len(inputs),
+            legacy=True,
+            manifest=paths.manifest,
         )
         assert history.legacy_counts is not None
         manifest = Manifest(

@@ -481,3 +481,19 @@ def test_bad_inputs_are_refused_before_the_old_run_is_touched(paths: RunPaths) -
     with pytest.raises(ConfigError, match="repeated"):
         create(paths, inputs=make_inputs(2) + make_inputs(1))
     assert snapshot(paths.folder) == before
+
+
+def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
+    """Stamped rows without their manifest cannot be imported: lost reservations are not recreated."""
+    store = create(paths)
+    store.reconcile()
+    store.append_result(0, store.reserve(0), {"reward": 1.0})
+    store.close()
+    paths.manifest.unlink()
+    assert existing_run(paths) is ExistingRun.LEGACY
+    with pytest.raises(CorruptRecordError, match="Restore the manifest"):
+        RunStore.import_legacy(
+            paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
+            config_digest=DIGEST, max_rollout_attempts=3,
+        )  # fmt: skip
+    assert not paths.manifest.exists()
