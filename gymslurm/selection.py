@@ -47,9 +47,13 @@ EVALUATION_SIDE_KINDS = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SavedOutcome:
-    """What selection needs to know of one saved record: a result, a failure or an omission."""
+    """What selection needs to know of one saved record: a result, a failure or an omission.
+
+    Not frozen on purpose: a frozen dataclass costs about ten times as much to build, and the store
+    builds one per saved record when it reconciles a million-rollout run. Treat it as immutable.
+    """
 
     attempt: int
     kind: OutcomeKind
@@ -90,7 +94,7 @@ class Disposition(StrEnum):
 SUCCESSFUL = frozenset({Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RolloutState:
     """A logical rollout's selected state and whether another execution may start now."""
 

@@ -1,0 +1,155 @@
+"""The materialized inputs: one canonical JSON line per logical rollout, written once per run.
+
+Its SHA-256 (``inputs_digest`` in the manifest) is taken over the file's bytes, so a resume can check
+that the tasks on disk are the ones the run was created with by hashing, without parsing. Rows are
+written canonically (orjson, sorted keys, one ``\\n`` per line). The per-rollout stamps the store adds
+to every outcome (rollout id, task index, repeat index, task id) are read into a compact index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.jsonl import dump_line, iter_records
+
+_CHUNK = 1 << 20
+
+
+def digest_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def check_rows(rows: Sequence[dict[str, Any]]) -> None:
+    """Refuse rows without a rollout id or task id, or with a repeated id, before anything is written."""
+    seen: set[object] = set()
+    for line, row in enumerate(rows):
+        rollout_id = row.get("_ng_rollout_id")
+        if type(rollout_id) is not str or type(row.get("task_id")) is not dict or rollout_id in seen:
+            raise ConfigError(
+                f"materialized task {line} has a missing or repeated _ng_rollout_id ({rollout_id!r}) or no "
+                "task_id; nothing was written. Fix the dataset or its rollout ids"
+            )
+        seen.add(rollout_id)
+
+
+def write_inputs(path: Path, rows: Sequence[dict[str, Any]]) -> tuple[str, RolloutIndex]:
+    """Publish the materialized inputs; return their digest and the index of the written file."""
+    index = RolloutIndex(path)
+    lines = []
+    for line, row in enumerate(rows):
+        data = dump_line(row, canonical=True)
+        index.add(line, row, len(data))
+        lines.append(data)
+    data = b"".join(lines)
+    publish_bytes(path, data)
+    return digest_bytes(data), index
+
+
+def digest_file(path: Path) -> tuple[str, int]:
+    """``(digest, line count)`` of a file, streamed."""
+    sha = hashlib.sha256()
+    lines = 0
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                sha.update(chunk)
+                lines += chunk.count(b"\n")
+    except FileNotFoundError:
+        raise ManifestError(
+            f"the materialized inputs {path} are missing beside the run manifest; restore them from a "
+            "backup (keep a run's files together) or start at a new output path"
+        ) from None
+    return "sha256:" + sha.hexdigest(), lines
+
+
+class RolloutIndex:
+    """The id → index map, and where each rollout's row sits in the file (for the stamps of appends).
+
+    Memory per rollout is the id string, one dict entry and one offset: the rows themselves are
+    read back (one ``pread``) only when an outcome is appended, so a 1,000,000-rollout run stays lean.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ids: list[str] = []
+        self.index_of: dict[str, int] = {}
+        self.offsets = array("Q", [0])
+        self._fd: int | None = None
+
+    def add(self, line: int, row: dict[str, Any], size: int) -> None:
+        rollout_id = row.get("_ng_rollout_id")
+        if type(rollout_id) is not str or type(row.get("task_id")) is not dict:
+            raise ManifestError(
+                f"{self.path}, line {line + 1}: a materialized input without _ng_rollout_id or task_id"
+            )
+        if rollout_id in self.index_of:
+            raise ManifestError(f"{self.path}, line {line + 1}: rollout id {rollout_id!r} appears twice")
+        self.index_of[rollout_id] = len(self.ids)
+        self.ids.append(rollout_id)
+        self.offsets.append(self.offsets[-1] + size)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """The materialized row of rollout ``index``, read back from the file."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        start = self.offsets[index]
+        value: dict[str, Any] = orjson.loads(os.pread(self._fd, self.offsets[index + 1] - start, start))
+        return value
+
+    def by_task(self) -> dict[tuple[int, int], int]:
+        """(task index, repeat index) → rollout index, for legacy rows without a usable rollout id."""
+        by_task = {}
+        for index, (_, row) in enumerate(iter_records(self.path)):
+            by_task[(row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0))] = index
+        return by_task
+
+    def stamps(self, index: int, run_id: str, attempt: int) -> dict[str, Any]:
+        row = self.row(index)
+        task_id = row["task_id"]
+        return {
+            "_ng_run_id": run_id,
+            "_ng_rollout_id": self.ids[index],
+            "_ng_attempt": attempt,
+            "_ng_task_index": row.get("_ng_task_index", 0),
+            "_ng_rollout_index": row.get("_ng_rollout_index", 0),
+            "task_id": {"taskset": task_id.get("taskset"), "task_id": task_id.get("task_id")},
+        }
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_index(path: Path) -> RolloutIndex:
+    """Index the materialized inputs file (one parse of every row)."""
+    index = RolloutIndex(path)
+    line = -1
+    try:
+        handle = open(path, "rb", buffering=1 << 20)  # noqa: SIM115
+    except FileNotFoundError:
+        raise ManifestError(
+            f"the materialized inputs {path} are missing; restore them or use a new output"
+        ) from None
+    loads = orjson.loads
+    with handle:
+        for line, raw in enumerate(handle):
+            if raw[-1:] != b"\n":
+                raise ManifestError(
+                    f"{path}, line {line + 1}: incomplete; the materialized inputs are damaged"
+                )
+            index.add(line, loads(raw), len(raw))
+    return index
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return [row for _, row in iter_records(path)]
