@@ -543,8 +543,8 @@ def prepare(
     existing = existing_run(paths)
     if settings.resume_from_cache:
         if existing is ExistingRun.MANIFEST:
-            store = _open_for_resume(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, store.inputs, resubmit=settings.resubmit)
+            store, writes = _open_for_resume(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, stderr, store.inputs, writes=writes, resubmit=settings.resubmit)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
             return _reconciled(store, stderr, lambda: inputs.tasks, resubmit=settings.resubmit)
@@ -617,10 +617,17 @@ def _import_legacy(
     )
 
 
+Action = Callable[[], None]
+
+
 def _open_for_resume(
     settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
-) -> Any:
-    """Open the saved run and check it measured the same experiment; raise before changing a byte."""
+) -> tuple[Any, list[Action]]:
+    """Open the saved run and check it measured the same experiment; raise before changing a byte.
+
+    Returns the store and the writes the resume implies (override mark, drift line, policy update),
+    to be made only once the history has been validated too (see :func:`_reconciled`).
+    """
     from gymslurm.errors import IdentityMismatchError
     from gymslurm.identity import IdentityDiff, classify_differences, describe_differences, identity_digest
     from gymslurm.store import RunStore
@@ -635,35 +642,49 @@ def _open_for_resume(
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
-        problems = _input_problems(manifest, inputs)
-        semantic = [*problems, *diff.semantic]
+        semantic = [*_input_problems(manifest, inputs), *diff.semantic]
         if saved is None and identity_digest(identity) != manifest.config_digest:
             semantic.append("config_digest (no saved identity to compare keys)")
         if semantic and not settings.allow_unsafe_resume:
             message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
             raise IdentityMismatchError(message, semantic)
-        if semantic:
+    except BaseException:
+        store.close()
+        raise
+    return store, _resume_writes(settings, store, semantic, diff.operational, stderr)
+
+
+def _resume_writes(
+    settings: CollectSettings, store: Any, semantic: list[str], operational: list[str], stderr: IO[str]
+) -> list[Action]:
+    """The changes an accepted resume makes to the run's metadata, as deferred actions."""
+    actions: list[Action] = []
+    if semantic:
+
+        def override() -> None:
             say(
                 stderr,
                 f"warning: resuming across a changed identity ({', '.join(semantic)}) because of "
                 "allow_unsafe_resume; the run is marked identity_verified=false for good",
             )
             store.mark_identity_overridden()
-        if diff.operational:
+
+        actions.append(override)
+    if operational:
+
+        def drift() -> None:
             say(
                 stderr,
                 f"warning: operational settings changed since the run was saved "
-                f"({', '.join(diff.operational)}); resuming, and noting it in {paths.resume_drift}",
+                f"({', '.join(operational)}); resuming, and noting it in {store.paths.resume_drift}",
             )
-            store.append_drift(diff.operational)
-        if settings.explicit_retry_terminal_timeouts and (
-            settings.retry_terminal_timeouts != manifest.retry_terminal_timeouts
-        ):
-            store.update_policy(retry_terminal_timeouts=bool(settings.retry_terminal_timeouts))
-    except BaseException:
-        store.close()
-        raise
-    return store
+            store.append_drift(operational)
+
+        actions.append(drift)
+    wanted = settings.retry_terminal_timeouts
+    if wanted is not None and wanted != store.manifest.retry_terminal_timeouts:
+        actions.append(lambda: store.update_policy(retry_terminal_timeouts=wanted))
+    return actions
 
 
 def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
@@ -687,16 +708,25 @@ def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
 
 
 def _reconciled(
-    store: Any, stderr: IO[str], load_tasks: Callable[[], list[dict[str, Any]]], *, resubmit: bool = False
+    store: Any,
+    stderr: IO[str],
+    load_tasks: Callable[[], list[dict[str, Any]]],
+    *,
+    writes: list[Action] | None = None,
+    resubmit: bool = False,
 ) -> Prepared:
-    """Repair torn tails (only after validation) and select every rollout's state.
+    """Validate the history by selecting every rollout's state; only then write and repair.
 
-    ``load_tasks`` gives the tasks to dispatch when some are pending: the saved materialized tasks on
-    a resume (equal to the current ones when verified; reused as spec 000 says when overridden), the
-    current materialization for a fresh run or an import. ``resubmit`` starts a fresh failure budget
-    (after the repair, which it needs, and before selection, which reads it).
+    Order (spec 000): the history is validated (conflicts and foreign rows raise, no byte changed),
+    then the resume's metadata ``writes`` are made, torn tails repaired, and with ``resubmit`` a fresh
+    failure budget recorded; selection runs again when the policy changed. ``load_tasks`` gives the
+    tasks to dispatch when some are pending: the saved materialized tasks on a resume (equal to the
+    current ones when verified; reused as spec 000 says when overridden), the current ones otherwise.
     """
     try:
+        reconciliation = store.reconcile()
+        for write in writes or []:
+            write()
         repaired = store.repair_torn_tails()
         if repaired:
             say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
@@ -707,7 +737,8 @@ def _reconciled(
                 f"resubmit: a fresh failure budget; the {failures} failure line(s) (and {results} result "
                 f"line(s)) saved so far no longer count against it ({store.paths.resubmit_offset})",
             )
-        reconciliation = store.reconcile()
+        if store.policy() != reconciliation.policy:
+            reconciliation = store.reconcile()
     except BaseException:
         store.close()
         raise

@@ -527,3 +527,20 @@ def test_server_dying_mid_run_then_resume_on_a_new_server(
     assert resumed.returncode == 0, resumed.stderr
     assert "environment_server_url" in resumed.stderr  # operational drift, noted
     assert coverage_of(output)["successful"] == 12
+
+
+def test_foreign_record_refuses_before_any_write(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A record of another run is refused before the drift line or any other write is made."""
+    server = start_demo_server()
+    dataset = write_tasks(tmp_path / "d.jsonl", [{}, {}])
+    output = tmp_path / "run" / "out.jsonl"
+    assert collect(dataset, output, server.url).returncode == 0
+    foreign = {**read_jsonl(output)[0], "_ng_run_id": "run-" + "0" * 32}
+    with output.open("a") as handle:
+        handle.write(json.dumps(foreign) + "\n")
+    before = snapshot(output.parent)
+    refused = collect(dataset, output, server.url, "+resume_from_cache=true", "+concurrency=3")
+    assert refused.returncode == 2 and "belongs to run" in refused.stderr
+    assert snapshot(output.parent) == before
