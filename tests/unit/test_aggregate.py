@@ -25,7 +25,7 @@ def run(tmp_path: Path, *inputs: Path | str, output: str = "merged.jsonl", **opt
 
 
 def two_shards(tmp_path: Path) -> tuple[Path, Path]:
-    """Shard a: a retried failure, a masked result, an unscored result. Shard b: an omission, an interruption."""
+    """Shard a: a retried failure, a masked and an unscored result; b: an omission, an interruption."""
     a = ShardBuilder(tmp_path / "a" / "out.jsonl", 3)
     a.failure("arith-0").result("arith-0", 1.0).result("arith-1", 0.0, masked=True).result("arith-2", None)
     b = ShardBuilder(tmp_path / "b" / "out.jsonl", ["b-0", "b-1", "b-2"])
@@ -236,7 +236,7 @@ def test_merged_output_symlink_is_preserved(tmp_path: Path) -> None:
 
 
 def test_metrics_only_writes_aggregate_coverage_not_collector_coverage(tmp_path: Path) -> None:
-    """+merge_shards=false writes metrics and <output>_aggregate_coverage.json only, beside a collector run."""
+    """+merge_shards=false writes metrics and <output>_aggregate_coverage.json only, beside a run."""
     a, b = two_shards(tmp_path)
     collector_coverage = companion(a, "_coverage.json")
     collector_coverage.write_bytes(b'{"collector": true}')
