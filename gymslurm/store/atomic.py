@@ -1,0 +1,81 @@
+"""Publish a whole file atomically: readers see the old bytes or the new bytes, never a mix.
+
+Steps: write a temporary file in the target's folder, flush, fsync, copy the target's permission bits,
+``rename`` it over the target, fsync the folder. A symlinked target is written through: the rename goes
+to the symlink's resolved target, so the link survives and keeps pointing at the new content.
+
+Guarantee: a writer killed at any instant leaves the previous complete file (plus, at worst, a stray
+``.<name>.tmp-*`` file that the next publish ignores). Trade-off: one fsync of the file and one of the
+folder per publish; fine for manifests and coverage, not for per-record writes (those are appends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+import orjson
+
+from gymslurm.errors import StoreError
+
+DEFAULT_MODE = 0o666  # like open(): the umask applies
+
+
+def publish_bytes(target: Path, data: bytes) -> None:
+    """Replace ``target`` (through a symlink) with ``data`` atomically, keeping its permission bits."""
+    real = Path(os.path.realpath(target))
+    mode = _existing_mode(real)
+    tmp = real.with_name(f".{real.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            _write_all(fd, data)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, real)
+        fsync_folder(real.parent)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StoreError(
+            f"could not publish {real}: {error.strerror or error}; check that the folder "
+            f"{real.parent} is writable and has space, then run again"
+        ) from error
+
+
+def publish_json(target: Path, value: object) -> None:
+    """Publish ``value`` as indented, key-sorted JSON with a trailing newline."""
+    publish_bytes(target, orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+
+
+def publish_text(target: Path, text: str) -> None:
+    publish_bytes(target, text.encode())
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename or a creation in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _existing_mode(real: Path) -> int:
+    try:
+        return stat.S_IMODE(real.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return DEFAULT_MODE & ~umask
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

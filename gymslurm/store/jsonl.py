@@ -1,0 +1,168 @@
+"""JSONL records: fast reading that tolerates a torn tail, and a flush-per-record appender.
+
+A line is *complete* when it ends with ``\\n``. The appender writes each record and its newline with
+one ``os.write`` on an ``O_APPEND`` descriptor, so a collector killed at any instant leaves, at worst,
+one incomplete last line (a *torn tail*). Readers skip that tail and report its byte offset; only
+``repair_torn_tail`` removes it, and the store calls it only after the run's identity was validated
+(a refused resume changes no byte). A malformed *complete* line is never skipped: it raises
+:class:`CorruptRecordError` naming the file and line, and nothing is changed.
+
+Trade-offs: an unterminated last line is torn even if its bytes happen to parse (we never write one);
+blank complete lines are skipped but still counted, so line numbers stay physical (the resubmit offset
+counts lines). Each append reaches the kernel before the call returns (no Python buffering) but is
+not fsynced: the guarantee covers process death, not machine or storage loss (spec 000).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gymslurm.errors import CorruptRecordError, StoreError
+
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(slots=True)
+class TailReport:
+    """What a full read of one file found at its end."""
+
+    complete_lines: int = 0
+    torn_at: int | None = None  # byte offset where an incomplete last line starts
+    torn_bytes: int = 0
+
+    @property
+    def torn(self) -> bool:
+        return self.torn_at is not None
+
+
+def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line, record)`` for every complete non-blank line (0-based line numbers).
+
+    A missing file yields nothing. The torn tail, if any, is described in ``tail`` once exhausted.
+    """
+    report = tail if tail is not None else TailReport()
+    try:
+        handle = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    loads = orjson.loads
+    offset = 0
+    complete = 0
+    with handle:
+        for raw in handle:
+            if raw[-1:] != b"\n":
+                report.torn_at, report.torn_bytes = offset, len(raw)
+                break
+            line = complete
+            complete += 1
+            offset += len(raw)
+            if raw.isspace():
+                continue
+            try:
+                record = loads(raw)
+            except orjson.JSONDecodeError as error:
+                raise malformed(path, line, f"is not valid JSON ({error})") from None
+            if type(record) is not dict:
+                raise malformed(path, line, "is not a JSON object")
+            yield line, record
+    report.complete_lines = complete
+
+
+def malformed(path: Path, line: int, problem: str) -> CorruptRecordError:
+    """The error for a bad complete line (``line`` 0-based; the message counts from 1)."""
+    return CorruptRecordError(
+        f"{path}, line {line + 1}: {problem}. This complete record cannot be trusted and nothing was "
+        "changed; inspect and fix or remove that line (keep a backup), or start a new output path"
+    )
+
+
+def read_tail(path: Path) -> TailReport:
+    """Count complete lines and find a torn tail without parsing JSON."""
+    report = TailReport()
+    try:
+        handle = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115
+    except FileNotFoundError:
+        return report
+    with handle:
+        offset = 0
+        for raw in handle:
+            if raw[-1:] != b"\n":
+                report.torn_at, report.torn_bytes = offset, len(raw)
+                break
+            offset += len(raw)
+            report.complete_lines += 1
+    return report
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Truncate an incomplete last line; return how many bytes were removed (0 when none)."""
+    report = read_tail(path)
+    if report.torn_at is None:
+        return 0
+    try:
+        with open(path, "r+b") as handle:
+            handle.truncate(report.torn_at)
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise StoreError(f"could not repair the torn tail of {path}: {error}; check permissions") from error
+    return report.torn_bytes
+
+
+def ends_cleanly(path: Path) -> bool:
+    """True when the file is missing, empty, or ends with a newline."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return True
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
+    except FileNotFoundError:
+        return True
+
+
+def dump_line(record: Any, *, canonical: bool = False) -> bytes:
+    """One JSONL line; ``canonical`` sorts keys (for digested files)."""
+    option = orjson.OPT_APPEND_NEWLINE | (orjson.OPT_SORT_KEYS if canonical else 0)
+    return orjson.dumps(record, option=option)
+
+
+class Appender:
+    """Appends one record per line to a JSONL file; each ``append`` reaches the kernel before returning."""
+
+    def __init__(self, path: Path, next_line: int) -> None:
+        if not ends_cleanly(path):
+            raise StoreError(
+                f"{path} ends with an incomplete line; it must be repaired (after validation) before "
+                "new records are appended"
+            )
+        self.path = path
+        self.next_line = next_line
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+
+    def append(self, record: Any) -> int:
+        """Write ``record`` as one line; return its 0-based line number."""
+        if self._fd is None:
+            raise StoreError(f"appender for {self.path} is closed")
+        data = memoryview(dump_line(record))
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as error:
+            raise StoreError(
+                f"could not append to {self.path}: {error.strerror or error}; check space and permissions"
+            ) from error
+        line = self.next_line
+        self.next_line += 1
+        return line
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,124 @@
+"""The run manifest, format version 2: the run's identity, digests, saved budget and policy.
+
+The manifest is published atomically (``atomic.py``) and read strictly: the format version is checked
+first (anything else is an unsupported manifest, never silently reinterpreted), unknown fields are
+rejected, and every failure is a :class:`ManifestError` that names the file and says what to do.
+``max_rollout_attempts`` comes from ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` only when a run is created; a
+resume reuses the saved value whatever the environment says later.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gymslurm import __version__
+from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.store.atomic import publish_json
+
+FORMAT_VERSION = 2
+MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
+DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
+RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+ManifestState = Literal["ready", "replacing"]
+IdentitySource = Literal["verified", "imported", "overridden"]
+
+
+class Manifest(BaseModel):
+    """``<stem>_manifest.json`` (docs/formats.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: Literal[2] = 2
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
+    state: ManifestState = "ready"
+    created_at: str
+    source_path: str
+    source_digest: str = Field(pattern=DIGEST_PATTERN)
+    inputs_digest: str = Field(pattern=DIGEST_PATTERN)
+    config_digest: str = Field(pattern=DIGEST_PATTERN)
+    rollout_count: int = Field(ge=0)
+    max_rollout_attempts: int = Field(ge=1)
+    retry_terminal_timeouts: bool = False
+    identity_verified: bool = True
+    identity_source: IdentitySource = "verified"
+    selection_policy: Literal["latest_allocated"] = "latest_allocated"
+    gymslurm_version: str = __version__
+
+
+def new_run_id() -> str:
+    return f"run-{secrets.token_hex(16)}"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def max_rollout_attempts_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The counted-failure limit for a new run: ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``, default 3."""
+    raw = (os.environ if environ is None else environ).get(MAX_ATTEMPTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_ROLLOUT_ATTEMPTS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(
+            f"{MAX_ATTEMPTS_ENV}={raw!r} is not a positive integer; set it to e.g. 3 or unset it "
+            f"(default {DEFAULT_MAX_ROLLOUT_ATTEMPTS})"
+        )
+    return value
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest at ``path``, or None when there is none; anything unreadable is a ManifestError."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ManifestError(f"cannot read the run manifest {path}: {error}; check permissions") from error
+    return parse_manifest(path, raw)
+
+
+def parse_manifest(path: Path, raw: bytes) -> Manifest:
+    try:
+        data: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ManifestError(
+            f"the run manifest {path} is corrupt ({error}); restore it from a backup or start at a new "
+            "output path (its execution reservations cannot be recreated)"
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"the run manifest {path} is not a JSON object; restore it or use a new output")
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ManifestError(
+            f"the run manifest {path} has format_version {version!r}; this gymslurm reads version "
+            f"{FORMAT_VERSION} only. Read that run with the version that wrote it, or move its files "
+            "aside and start at a new output path"
+        )
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in error.errors()
+        )
+        raise ManifestError(
+            f"the run manifest {path} is invalid ({problems}); restore it from a backup or start at a "
+            "new output path"
+        ) from None
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    publish_json(path, manifest.model_dump(mode="json"))

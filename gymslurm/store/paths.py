@@ -1,0 +1,114 @@
+"""Where a run's files live: every companion of an output path, beside its resolved target.
+
+A symlinked output is resolved to its target once, here, and every companion is named beside the
+target (docs/formats.md), so two spellings of one run can never grow two histories. The symlink itself
+is kept: writers publish *through* it (see ``atomic.py``). Trade-off: a run moved by copying only the
+symlink's target folder keeps working; a run whose companions sit beside the alias instead is not found
+here on purpose (collection requires companions beside the resolved output, spec 000).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class RunPaths:
+    """The output as given, its resolved target, and every companion file of the run."""
+
+    output_as_given: Path
+    output: Path
+
+    @classmethod
+    def for_output(cls, path: str | os.PathLike[str]) -> RunPaths:
+        """Resolve a (possibly symlinked) output path; companions live beside the target."""
+        given = Path(path).expanduser().absolute()
+        return cls(output_as_given=given, output=given.resolve())
+
+    @property
+    def folder(self) -> Path:
+        return self.output.parent
+
+    @property
+    def stem(self) -> str:
+        return self.output.stem if self.output.suffix == ".jsonl" else self.output.name
+
+    def _companion(self, suffix: str) -> Path:
+        return self.folder / f"{self.stem}{suffix}"
+
+    @property
+    def results(self) -> Path:
+        return self.output
+
+    @property
+    def failures(self) -> Path:
+        return self._companion("_failures.jsonl")
+
+    @property
+    def manifest(self) -> Path:
+        return self._companion("_manifest.json")
+
+    @property
+    def identity(self) -> Path:
+        return self._companion("_identity.json")
+
+    @property
+    def reservations(self) -> Path:
+        return self._companion("_reservations.bin")
+
+    @property
+    def materialized_inputs(self) -> Path:
+        return self._companion("_materialized_inputs.jsonl")
+
+    @property
+    def coverage(self) -> Path:
+        return self._companion("_coverage.json")
+
+    @property
+    def resubmit_offset(self) -> Path:
+        return self._companion("_resubmit_offset")
+
+    @property
+    def resume_drift(self) -> Path:
+        return self._companion("_resume_drift.jsonl")
+
+    @property
+    def lock(self) -> Path:
+        return self._companion("_run.lock")
+
+    @property
+    def aggregate_metrics(self) -> Path:
+        return self._companion("_aggregate_metrics.json")
+
+    @property
+    def aggregate_coverage(self) -> Path:
+        return self._companion("_aggregate_coverage.json")
+
+    @property
+    def health(self) -> Path:
+        return self._companion("_health.json")
+
+    def companions(self) -> dict[str, Path]:
+        """Every file of the run by role (the output itself included as ``results``)."""
+        return {
+            "results": self.results,
+            "failures": self.failures,
+            "manifest": self.manifest,
+            "identity": self.identity,
+            "reservations": self.reservations,
+            "materialized_inputs": self.materialized_inputs,
+            "coverage": self.coverage,
+            "resubmit_offset": self.resubmit_offset,
+            "resume_drift": self.resume_drift,
+            "lock": self.lock,
+            "aggregate_metrics": self.aggregate_metrics,
+            "aggregate_coverage": self.aggregate_coverage,
+            "health": self.health,
+        }
+
+    def replaced_by_fresh_run(self) -> list[Path]:
+        """Companions a fresh collection replaces or removes (never the lock, never the manifest here)."""
+        keep = {"manifest", "lock"}
+        return [path for role, path in self.companions().items() if role not in keep]

@@ -1,0 +1,536 @@
+"""``RunStore``: the only writer of a run's files, used by the collector while it holds the run lock.
+
+Guarantees (docs/store.md):
+
+- *Open changes no byte.* ``RunStore.open`` validates the manifest (version first), refuses an
+  interrupted fresh replacement (``state: replacing``) whatever the caller allows, and checks the
+  reservation table's header and the materialized inputs' digest against the manifest. Torn tails are
+  repaired only when the caller asks (``repair_torn_tails``), after it validated the identity.
+- *Reserve before dispatch.* ``reserve`` makes the next execution number durable (one pwrite) before
+  it returns; numbers only grow.
+- *Every outcome is flushed when its append returns*, stamped with this run's id, the rollout id,
+  the execution number and the task identity.
+- *Fresh replacement is detectable.* ``create_fresh`` over existing files first publishes the new
+  manifest as ``replacing``, then replaces or removes every companion, then publishes ``ready`` last.
+
+The store knows nothing of HTTP or of the configuration's meaning; it persists the identity dict it is
+given (redaction is the identity module's job) and leaves selection and coverage to the pure modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
+from gymslurm.records import RolloutFailureRecord
+from gymslurm.selection import (
+    BudgetPolicy,
+    RolloutState,
+    SavedOutcome,
+    history_problem,
+    is_numeric_reward,
+    is_retry_masked,
+    select_rollout,
+)
+from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
+from gymslurm.store.history import History, RolloutKeys, read_history
+from gymslurm.store.inputs import RolloutIndex, digest_file, index_rows, read_index, read_rows, write_inputs
+from gymslurm.store.jsonl import Appender, read_tail, repair_torn_tail
+from gymslurm.store.manifest import (
+    IdentitySource,
+    Manifest,
+    new_run_id,
+    read_manifest,
+    utc_now,
+    write_manifest,
+)
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.reservations import ReservationTable, create_table
+
+RESULT_STAMPS = frozenset(
+    {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
+)
+LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})
+
+
+class ExistingRun(StrEnum):
+    """What an output path holds before a collection starts."""
+
+    NOTHING = "nothing"  # no manifest, no outcome file, no companion
+    PARTIAL_INITIAL_CACHE = "partial_initial_cache"  # no manifest, outcome files absent or empty
+    LEGACY = "legacy"  # no manifest but saved outcomes: importable only with allow_unsafe_resume
+    MANIFEST = "manifest"  # a manifest-backed run (maybe interrupted while being replaced)
+
+
+def existing_run(paths: RunPaths) -> ExistingRun:
+    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh."""
+    if paths.manifest.exists():
+        return ExistingRun.MANIFEST
+    if any(_size(path) > 0 for path in (paths.results, paths.failures)):
+        return ExistingRun.LEGACY
+    companions = [p for role, p in paths.companions().items() if role != "lock"]
+    if any(path.exists() for path in companions):
+        return ExistingRun.PARTIAL_INITIAL_CACHE
+    return ExistingRun.NOTHING
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """The run's selected state: one :class:`RolloutState` per rollout index, and the totals."""
+
+    states: list[RolloutState]
+    policy: BudgetPolicy
+    attempts: int
+    historical_failed_attempts: int
+    torn_results_bytes: int
+    torn_failures_bytes: int
+
+
+class RunStore:
+    """A validated, open run. Build it with ``create_fresh``, ``open`` or ``import_legacy``."""
+
+    def __init__(self, paths: RunPaths, manifest: Manifest, table: ReservationTable) -> None:
+        self.paths = paths
+        self.manifest = manifest
+        self.table = table
+        self._index: RolloutIndex | None = None
+        self._newest_outcome: array | None = None  # per rollout: newest execution with an outcome
+        self._results: Appender | None = None
+        self._failures: Appender | None = None
+
+    # --- building ------------------------------------------------------------------------------
+
+    @classmethod
+    def create_fresh(
+        cls,
+        paths: RunPaths,
+        *,
+        source_path: str,
+        source_digest: str,
+        inputs: Sequence[dict[str, Any]],
+        identity: Mapping[str, Any],
+        config_digest: str,
+        max_rollout_attempts: int,
+        retry_terminal_timeouts: bool = False,
+        identity_source: IdentitySource = "verified",
+    ) -> RunStore:
+        """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted)."""
+        index = index_rows(inputs, paths.materialized_inputs)
+        manifest = Manifest(
+            run_id=new_run_id(),
+            state="replacing",
+            created_at=utc_now(),
+            source_path=source_path,
+            source_digest=source_digest,
+            inputs_digest=source_digest,  # replaced below, once the inputs are written
+            config_digest=config_digest,
+            rollout_count=len(inputs),
+            max_rollout_attempts=max_rollout_attempts,
+            retry_terminal_timeouts=retry_terminal_timeouts,
+            identity_verified=identity_source == "verified",
+            identity_source=identity_source,
+        )
+        if existing_run(paths) is not ExistingRun.NOTHING:
+            write_manifest(paths.manifest, manifest)
+        _clear_companions(paths)
+        publish_bytes(paths.results, b"")
+        manifest = _write_run_files(paths, manifest, inputs, identity, len(inputs))
+        store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
+        store._index = index
+        store._newest_outcome = array("q", [-1]) * len(inputs)
+        return store
+
+    @classmethod
+    def open(cls, paths: RunPaths, *, writable: bool = True) -> RunStore:
+        """Open and validate a manifest-backed run. Changes no byte."""
+        manifest = read_manifest(paths.manifest)
+        if manifest is None:
+            raise ManifestError(
+                f"no run manifest {paths.manifest}; this output has no resumable run. Restore the "
+                "manifest from a backup, or start a fresh collection (or import a legacy run explicitly)"
+            )
+        if manifest.state != "ready":
+            raise InconsistentHistoryError(
+                f"{paths.manifest} says a fresh collection was replacing this run and was interrupted: "
+                "old and new files may be mixed, so it cannot be resumed (not even with "
+                "allow_unsafe_resume). Run a fresh collection again, or use a new output path"
+            )
+        digest, lines = digest_file(paths.materialized_inputs)
+        if digest != manifest.inputs_digest or lines != manifest.rollout_count:
+            raise InconsistentHistoryError(
+                f"the materialized inputs {paths.materialized_inputs} do not match the manifest "
+                f"{paths.manifest} (digest or row count differs): they belong to another run or were "
+                "edited. Restore the run's files together from a backup, or use a new output path"
+            )
+        table = ReservationTable(
+            paths.reservations, manifest.run_id, manifest.rollout_count, writable=writable
+        )
+        return cls(paths, manifest, table)
+
+    @classmethod
+    def import_legacy(
+        cls,
+        paths: RunPaths,
+        *,
+        source_path: str,
+        source_digest: str,
+        inputs: Sequence[dict[str, Any]],
+        identity: Mapping[str, Any],
+        config_digest: str,
+        max_rollout_attempts: int,
+        retry_terminal_timeouts: bool = False,
+    ) -> RunStore:
+        """Adopt a run without a manifest (``allow_unsafe_resume``): its identity is never verified.
+
+        Reservations are rebuilt from the saved outcomes, numbered by arrival per rollout, sidecar
+        before results. The outcome files are not rewritten; their unstamped rows stay legacy rows.
+        """
+        if paths.manifest.exists():
+            raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        index = index_rows(inputs, paths.materialized_inputs)
+        run_id = new_run_id()
+        keys = RolloutKeys(index.index_of, index.by_task)
+        history = read_history(
+            paths.results, paths.failures, run_id=run_id, keys=keys, rollout_count=len(inputs), legacy=True
+        )
+        assert history.legacy_counts is not None
+        manifest = Manifest(
+            run_id=run_id,
+            state="ready",
+            created_at=utc_now(),
+            source_path=source_path,
+            source_digest=source_digest,
+            inputs_digest=source_digest,
+            config_digest=config_digest,
+            rollout_count=len(inputs),
+            max_rollout_attempts=max_rollout_attempts,
+            retry_terminal_timeouts=retry_terminal_timeouts,
+            identity_verified=False,
+            identity_source="imported",
+        )
+        manifest = _write_run_files(paths, manifest, inputs, identity, history.legacy_counts)
+        store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
+        store._index = index
+        return store
+
+    def close(self) -> None:
+        for appender in (self._results, self._failures):
+            if appender is not None:
+                appender.close()
+        self.table.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reading -------------------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    @property
+    def rollout_index(self) -> RolloutIndex:
+        if self._index is None:
+            self._index = read_index(self.paths.materialized_inputs)
+        return self._index
+
+    def rollout_ids(self) -> list[str]:
+        return self.rollout_index.ids
+
+    def inputs(self) -> list[dict[str, Any]]:
+        """The materialized tasks, in rollout-index order."""
+        return read_rows(self.paths.materialized_inputs)
+
+    def saved_identity(self) -> dict[str, Any] | None:
+        """The identity saved beside the manifest, or None; the caller checks it against config_digest."""
+        try:
+            value = orjson.loads(self.paths.identity.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, orjson.JSONDecodeError) as error:
+            raise ManifestError(
+                f"the saved identity {self.paths.identity} is unreadable ({error}); restore it or use a "
+                "new output path"
+            ) from None
+        if not isinstance(value, dict):
+            raise ManifestError(f"the saved identity {self.paths.identity} is not a JSON object")
+        return value
+
+    def policy(self) -> BudgetPolicy:
+        failure_offset, result_offset = read_resubmit_offset(self.paths)
+        return BudgetPolicy(
+            max_rollout_attempts=self.manifest.max_rollout_attempts,
+            retry_terminal_timeouts=self.manifest.retry_terminal_timeouts,
+            failure_offset=failure_offset,
+            result_offset=result_offset,
+        )
+
+    def read_history(self) -> History:
+        index = self.rollout_index
+        return read_history(
+            self.paths.results,
+            self.paths.failures,
+            run_id=self.run_id,
+            keys=RolloutKeys(index.index_of, index.by_task),
+            rollout_count=self.manifest.rollout_count,
+            legacy=self.manifest.identity_source == "imported",
+        )
+
+    def reconcile(self) -> Reconciliation:
+        """Read every outcome, check it against the reservations, and select each rollout's state."""
+        history = self.read_history()
+        policy = self.policy()
+        counts = self.table.counts()
+        ids = self.rollout_index.ids
+        newest = array("q", [-1]) * len(counts)
+        states: list[RolloutState] = []
+        for index, reserved in enumerate(counts):
+            outcomes = history.outcomes(index)
+            if outcomes:
+                problem = history_problem(reserved, outcomes)
+                if problem:
+                    raise CorruptRecordError(
+                        f"rollout {ids[index]!r} has {problem} in {self.paths.results} / "
+                        f"{self.paths.failures}: its history conflicts with {self.paths.reservations}. "
+                        "Restore the run's files together from a backup, or use a new output path"
+                    )
+                newest[index] = max(outcome.attempt for outcome in outcomes)
+            states.append(select_rollout(reserved, outcomes, policy))
+        self._newest_outcome = newest
+        return Reconciliation(
+            states=states,
+            policy=policy,
+            attempts=sum(counts),
+            historical_failed_attempts=history.failure_lines,
+            torn_results_bytes=history.results_tail.torn_bytes,
+            torn_failures_bytes=history.failures_tail.torn_bytes,
+        )
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def repair_torn_tails(self) -> int:
+        """Remove incomplete last lines (call only after identity validation); bytes removed."""
+        return repair_torn_tail(self.paths.results) + repair_torn_tail(self.paths.failures)
+
+    def reserve(self, index: int) -> int:
+        """Durably reserve and return the next execution number of rollout ``index``."""
+        return self.table.reserve(index)
+
+    def append_result(self, index: int, attempt: int, result: Mapping[str, Any]) -> SavedOutcome:
+        """Save a completed result for a reserved execution; flushed when this returns."""
+        stray = sorted(k for k in result if k.startswith("_ng_") and k not in LEGACY_JUDGE_MARKERS)
+        if stray:
+            raise CorruptRecordError(
+                f"refusing to save a result for rollout {self.rollout_index.ids[index]!r} carrying "
+                f"collector-owned keys {stray}: the Environment Server must not send them"
+            )
+        row = {**result, **self._stamps(index, attempt)}
+        line = self._appender("results").append(row)
+        masked = row.get("mask_sample") is True
+        kind = row.get("failure_kind") if masked else None
+        reward = row.get("reward")
+        return self._saved(
+            index,
+            SavedOutcome(
+                attempt,
+                "result",
+                line,
+                reward=reward if is_numeric_reward(reward) else None,
+                masked=masked,
+                retry_masked=masked and is_retry_masked(row),
+                failure_kind=kind if isinstance(kind, str) else None,
+            ),
+        )
+
+    def append_failure(
+        self,
+        index: int,
+        attempt: int,
+        record: RolloutFailureRecord,
+        *,
+        legacy_class: str | None = None,
+        response: Any = None,
+        diagnostics: Mapping[str, Any] | None = None,
+    ) -> SavedOutcome:
+        """Save a failure record in the sidecar; flushed when this returns."""
+        rollout_id = self.rollout_index.ids[index]
+        if record.run_id != self.run_id or record.episode_id.rollout_id != rollout_id:
+            raise StoreError(
+                f"failure record for {record.episode_id} / {record.run_id} saved under {rollout_id}"
+            )
+        if record.episode_id.attempt != attempt:
+            raise StoreError(
+                f"failure record for attempt {record.episode_id.attempt} saved as attempt {attempt}"
+            )
+        failure = record.failure
+        row = self._stamps(index, attempt)
+        row["_ng_failure_record"] = record.model_dump(mode="json", exclude_none=True)
+        row["_ng_failure_class"] = record.routing_class
+        row["_ng_failure_terminal"] = failure.terminal
+        row["_ng_failure_message"] = failure.failure_reason
+        if legacy_class and legacy_class != record.routing_class:
+            row["_ng_failure_legacy_class"] = legacy_class
+        if response is not None:
+            row["_ng_failure_response"] = response
+        if diagnostics:
+            row["_ng_failure_diagnostics"] = dict(diagnostics)
+        line = self._appender("failures").append(row)
+        return self._saved(
+            index,
+            SavedOutcome(
+                attempt,
+                "failure",
+                line,
+                terminal=failure.terminal,
+                delivery=record.delivery,
+                failure_kind=failure.failure_kind,
+                stage=failure.stage,
+                failure_class=record.routing_class,
+                legacy_class=row.get("_ng_failure_legacy_class"),
+            ),
+        )
+
+    def append_omission(self, index: int, attempt: int) -> SavedOutcome:
+        """Save an intentional omission (``_ng_omitted: true``) in the sidecar."""
+        row = {**self._stamps(index, attempt), "_ng_omitted": True}
+        line = self._appender("failures").append(row)
+        return self._saved(index, SavedOutcome(attempt, "omission", line))
+
+    def write_coverage(self, coverage: BaseModel | Mapping[str, Any]) -> None:
+        value = coverage.model_dump(mode="json") if isinstance(coverage, BaseModel) else dict(coverage)
+        publish_json(self.paths.coverage, value)
+
+    def write_aggregate_metrics(self, metrics: Mapping[str, Any]) -> None:
+        publish_json(self.paths.aggregate_metrics, dict(metrics))
+
+    def write_health(self, report: Mapping[str, Any]) -> None:
+        publish_json(self.paths.health, dict(report))
+
+    def resubmit(self) -> tuple[int, int]:
+        """Give retryable failures a fresh budget: record the current line counts as the offset."""
+        results, failures = read_tail(self.paths.results), read_tail(self.paths.failures)
+        if results.torn or failures.torn:
+            raise StoreError("repair torn tails (after validation) before resubmitting")
+        publish_text(self.paths.resubmit_offset, f"{failures.complete_lines}\n{results.complete_lines}\n")
+        return failures.complete_lines, results.complete_lines
+
+    def update_policy(self, *, retry_terminal_timeouts: bool) -> None:
+        """Change the saved terminal-timeout policy (an explicit override only)."""
+        self._republish(retry_terminal_timeouts=retry_terminal_timeouts)
+
+    def mark_identity_overridden(self) -> None:
+        """Record an ``allow_unsafe_resume`` identity override; the run is never verified again."""
+        if self.manifest.identity_source == "verified":
+            self._republish(identity_verified=False, identity_source="overridden")
+
+    def append_drift(self, keys: Sequence[str]) -> None:
+        """Journal a resume that went on across operational configuration drift."""
+        line = {
+            "at": utc_now(),
+            "run_id": self.run_id,
+            "keys": list(keys),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        }
+        path = self.paths.resume_drift
+        repair_torn_tail(path)
+        appender = Appender(path, read_tail(path).complete_lines)
+        try:
+            appender.append(line)
+        finally:
+            appender.close()
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _republish(self, **changes: Any) -> None:
+        self.manifest = self.manifest.model_copy(update=changes)
+        write_manifest(self.paths.manifest, Manifest.model_validate(self.manifest.model_dump()))
+
+    def _stamps(self, index: int, attempt: int) -> dict[str, Any]:
+        if self._newest_outcome is None:
+            raise StoreError("reconcile() the run before appending to it")
+        if not self._newest_outcome[index] < attempt < self.table.count(index):
+            raise StoreError(
+                f"refusing an outcome for execution {attempt} of rollout {self.rollout_index.ids[index]!r}: "
+                f"{self.table.count(index)} reserved, newest saved outcome is execution "
+                f"{self._newest_outcome[index]} (each execution gets one outcome, after its reservation)"
+            )
+        return self.rollout_index.stamps(index, self.run_id, attempt)
+
+    def _saved(self, index: int, outcome: SavedOutcome) -> SavedOutcome:
+        assert self._newest_outcome is not None
+        self._newest_outcome[index] = outcome.attempt
+        return outcome
+
+    def _appender(self, which: str) -> Appender:
+        if which == "results":
+            if self._results is None:
+                self._results = Appender(self.paths.results, read_tail(self.paths.results).complete_lines)
+            return self._results
+        if self._failures is None:
+            self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
+        return self._failures
+
+
+def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:
+    """``(failure lines, result lines)`` excluded from the current budget; ``(0, 0)`` when absent."""
+    try:
+        text = paths.resubmit_offset.read_text()
+    except FileNotFoundError:
+        return 0, 0
+    values = text.split()
+    try:
+        parsed = [int(value) for value in values[:2]]
+    except ValueError:
+        parsed = [-1]
+    if not 1 <= len(values) <= 2 or min(parsed) < 0:
+        raise ManifestError(
+            f"{paths.resubmit_offset} must hold one or two non-negative line counts, found {text[:80]!r}; "
+            "restore it from a backup, or delete it to count every saved failure against the budget"
+        )
+    return parsed[0], parsed[1] if len(parsed) > 1 else 0
+
+
+def _write_run_files(
+    paths: RunPaths,
+    manifest: Manifest,
+    inputs: Sequence[dict[str, Any]],
+    identity: Mapping[str, Any],
+    counts: list[int] | int,
+) -> Manifest:
+    """Identity, inputs, reservations, then the ready manifest last (its presence means complete)."""
+    publish_json(paths.identity, dict(identity))
+    inputs_digest = write_inputs(paths.materialized_inputs, inputs)
+    create_table(paths.reservations, manifest.run_id, counts)
+    manifest = manifest.model_copy(update={"inputs_digest": inputs_digest, "state": "ready"})
+    write_manifest(paths.manifest, Manifest.model_validate(manifest.model_dump()))
+    return manifest
+
+
+def _clear_companions(paths: RunPaths) -> None:
+    for path in paths.replaced_by_fresh_run():
+        if path == paths.results:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _size(path: os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+__all__ = ["ExistingRun", "Reconciliation", "RunStore", "existing_run", "read_resubmit_offset"]
