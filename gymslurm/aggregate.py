@@ -26,7 +26,6 @@ from __future__ import annotations
 import glob
 import os
 import stat
-import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
-from gymslurm.errors import ConfigError, CorruptRecordError, ManifestError, StoreError
+from gymslurm.errors import ConfigError, StoreError
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
@@ -44,8 +43,9 @@ from gymslurm.selection import (
     SavedOutcome,
     is_numeric_reward,
     is_retry_masked,
-    select_rollout,
 )
+from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.jsonl import TailReport, iter_records
 
 AGGREGATE_COVERAGE_VERSION = 1
 _GLOB_CHARS = frozenset("*?[")
@@ -197,8 +197,8 @@ class Shard:
         )
 
 
-def iter_lines(path: Path, torn: list[int]) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line, raw)`` for every complete line; an incomplete last line's size goes to ``torn``."""
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line, raw)`` for every complete line (an incomplete last line is left out), unparsed."""
     try:
         handle = open(path, "rb", buffering=_CHUNK)  # noqa: SIM115
     except FileNotFoundError:
@@ -206,31 +206,8 @@ def iter_lines(path: Path, torn: list[int]) -> Iterator[tuple[int, bytes]]:
     with handle:
         for line, raw in enumerate(handle):
             if raw[-1:] != b"\n":
-                torn.append(len(raw))
                 return
             yield line, raw
-
-
-def iter_rows(path: Path, torn: list[int]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Parsed complete non-blank lines; a malformed complete line is an error naming file and line."""
-    loads = orjson.loads
-    for line, raw in iter_lines(path, torn):
-        if raw.isspace():
-            continue
-        try:
-            row = loads(raw)
-        except orjson.JSONDecodeError as error:
-            raise _corrupt(path, line, f"is not valid JSON ({error})") from None
-        if type(row) is not dict:
-            raise _corrupt(path, line, "is not a JSON object")
-        yield line, row
-
-
-def _corrupt(path: Path, line: int, problem: str) -> CorruptRecordError:
-    return CorruptRecordError(
-        f"{path}, line {line + 1}: {problem}. A complete record cannot be skipped; inspect and fix that "
-        "line (keep a backup) or leave this shard out of the aggregation"
-    )
 
 
 def result_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
@@ -291,123 +268,36 @@ def load_shard(source: ShardSource) -> Shard:
 
 def _load_legacy_shard(source: ShardSource) -> Shard:
     shard = Shard(source, run_id=None, identity_verified=False, policy=None)
-    torn: list[int] = []
-    for line, row in iter_rows(source.companion("_failures.jsonl"), torn):
+    failures_tail, results_tail = TailReport(), TailReport()
+    for line, row in iter_records(source.companion("_failures.jsonl"), failures_tail):
         outcome = sidecar_outcome(row, 0, line)
         shard.historical_failed_attempts += outcome.kind == "failure"
         shard.legacy_outcomes.append(outcome)
-    for line, row in iter_rows(source.results, torn):
+    for line, row in iter_records(source.results, results_tail):
         shard.legacy_outcomes.append(result_outcome(row, 0, line))
         shard.selected_result_lines.add(line)
-    shard.torn_bytes = sum(torn)
+    shard.torn_bytes = failures_tail.torn_bytes + results_tail.torn_bytes
     return shard
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as error:
-        raise ManifestError(f"cannot read {path}: {error}; restore it from a backup") from error
-    if not isinstance(value, dict):
-        raise ManifestError(f"{path} is not a JSON object; restore it from a backup")
-    return value
-
-
-def _read_manifest(source: ShardSource) -> dict[str, Any]:
-    path = source.companion("_manifest.json")
-    manifest = _read_json(path)
-    if manifest.get("format_version") != 2:
-        raise ManifestError(
-            f"{path} has format_version {manifest.get('format_version')!r}; this gymslurm reads version 2 "
-            "only. Aggregate it with the version that wrote it, or leave it out"
-        )
-    if manifest.get("state") != "ready":
-        raise ManifestError(
-            f"{path} is in state {manifest.get('state')!r}: a fresh replacement of this run was interrupted. "
-            "Finish the replacement (repeat the fresh collection) or leave this shard out"
-        )
-    return manifest
-
-
-_RESV_HEADER = struct.Struct("<8sII Q40s")
-
-
-def _read_reservations(source: ShardSource, run_id: str, count: int) -> list[int]:
-    path = source.companion("_reservations.bin")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ManifestError(f"the reservation table {path} is missing beside its manifest") from None
-    magic, _version, _, slots, rid = _RESV_HEADER.unpack_from(raw)
-    if magic != b"GSRESV\x00\x02" or slots != count or rid.rstrip(b"\x00").decode() != run_id:
-        raise ManifestError(f"the reservation table {path} disagrees with its manifest (run id or size)")
-    return list(struct.unpack_from(f"<{count}I", raw, 64))
-
-
-def _read_offset(source: ShardSource) -> tuple[int, int]:
-    path = source.companion("_resubmit_offset")
-    try:
-        lines = path.read_text().split()
-    except FileNotFoundError:
-        return 0, 0
-    values = [int(v) for v in lines[:2]] + [0, 0]
-    return values[0], values[1]
-
-
-def _rollout_index(source: ShardSource) -> dict[str, int]:
-    path = source.companion("_materialized_inputs.jsonl")
-    index: dict[str, int] = {}
-    for line, row in iter_rows(path, []):
-        index[row.get("_ng_rollout_id")] = line  # type: ignore[index]
-    return index
 
 
 def _load_manifest_shard(source: ShardSource) -> Shard:
-    manifest = _read_manifest(source)
-    run_id = manifest["run_id"]
-    count = int(manifest["rollout_count"])
-    reserved = _read_reservations(source, run_id, count)
-    failure_offset, result_offset = _read_offset(source)
-    policy = BudgetPolicy(
-        max_rollout_attempts=int(manifest["max_rollout_attempts"]),
-        retry_terminal_timeouts=bool(manifest.get("retry_terminal_timeouts", False)),
-        failure_offset=failure_offset,
-        result_offset=result_offset,
-    )
-    shard = Shard(source, run_id, bool(manifest.get("identity_verified", False)), policy)
-    index_of = _rollout_index(source)
-    groups: list[list[SavedOutcome]] = [[] for _ in range(count)]
-    torn: list[int] = []
-    for path, make in (
-        (source.companion("_failures.jsonl"), sidecar_outcome),
-        (source.results, result_outcome),
-    ):
-        for line, row in iter_rows(path, torn):
-            index = _locate(path, line, row, run_id, index_of)
-            outcome = make(row, row["_ng_attempt"], line)
-            shard.historical_failed_attempts += outcome.kind == "failure"
-            groups[index].append(outcome)
-    shard.torn_bytes = sum(torn)
-    shard.attempts = sum(reserved)
-    for index, outcomes in enumerate(groups):
-        state = select_rollout(reserved[index], outcomes, policy)
-        shard.states.append(state)
-        if state.disposition in SUCCESSFUL and state.selected is not None:
-            shard.selected_result_lines.add(state.selected.line)
+    """Open the run read-only through the store (validates manifest, reservations, inputs) and select."""
+    store = RunStore.open(RunPaths.for_output(source.results), writable=False)
+    try:
+        rec = store.reconcile()
+    finally:
+        store.close()
+    manifest = store.manifest
+    shard = Shard(source, manifest.run_id, manifest.identity_verified, rec.policy, states=rec.states)
+    shard.attempts = rec.attempts
+    shard.historical_failed_attempts = rec.historical_failed_attempts
+    shard.torn_bytes = rec.torn_results_bytes + rec.torn_failures_bytes
+    shard.selected_result_lines = {
+        state.selected.line
+        for state in rec.states
+        if state.disposition in SUCCESSFUL and state.selected is not None
+    }
     return shard
-
-
-def _locate(path: Path, line: int, row: dict[str, Any], run_id: str, index_of: dict[str, int]) -> int:
-    if row.get("_ng_run_id") != run_id:
-        raise _corrupt(path, line, f"belongs to run {row.get('_ng_run_id')!r}, not to {run_id}")
-    index = index_of.get(row.get("_ng_rollout_id"))  # type: ignore[arg-type]
-    if index is None:
-        raise _corrupt(
-            path, line, f"names rollout {row.get('_ng_rollout_id')!r}, which this run does not have"
-        )
-    if type(row.get("_ng_attempt")) is not int:
-        raise _corrupt(path, line, "has no integer _ng_attempt")
-    return index
 
 
 # --- safety checks ------------------------------------------------------------------------------
@@ -541,7 +431,7 @@ def iter_selected_lines(shards: Sequence[Shard]) -> Iterator[bytes]:
     """The selected completed results' raw lines, shard by shard, in file order (no re-serialization)."""
     for shard in shards:
         selected = shard.selected_result_lines
-        for line, raw in iter_lines(shard.source.results, []):
+        for line, raw in iter_lines(shard.source.results):
             if line in selected:
                 yield raw
 

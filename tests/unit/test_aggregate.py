@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gymslurm.aggregate import AggregateOptions, AggregateResult, MetricsUnavailableError, aggregate
-from gymslurm.errors import ConfigError, CorruptRecordError, ManifestError, StoreError
+from gymslurm.errors import ConfigError, CorruptRecordError, InconsistentHistoryError, StoreError
 from gymslurm.metrics import ScoringPolicy
 from tests.unit.test_aggregate_fixtures import ShardBuilder, companion, read_jsonl, write_legacy
 
@@ -287,7 +287,7 @@ def test_interrupted_replacement_is_refused(tmp_path: Path) -> None:
     path = ShardBuilder(tmp_path / "s" / "out.jsonl", 1).result("arith-0").finish()
     manifest = companion(path, "_manifest.json")
     manifest.write_bytes(manifest.read_bytes().replace(b'"ready"', b'"replacing"'))
-    with pytest.raises(ManifestError, match="replacing"):
+    with pytest.raises(InconsistentHistoryError, match="replacing"):
         run(tmp_path, path)
 
 
