@@ -28,8 +28,8 @@ once), with metrics and an aggregate coverage. Inputs are never modified.
 
 Docs: docs/aggregation.md. Exit codes: 0 written, 2 refused or unreadable input (nothing written)."""
 
-_TRUE = {"true", "yes", "1", "on"}
-_FALSE = {"false", "no", "0", "off"}
+_TRUE = {"true", "yes", "on"}
+_FALSE = {"false", "no", "off"}
 
 
 def parse_value(raw: str) -> Any:
