@@ -167,7 +167,7 @@ def test_index_then_truncate_is_detected(tmp_path: Path) -> None:
 
 def test_run_replaced_while_checking_is_detected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh collection replacing the run between index and read makes the check fail loudly."""
-    import gymslurm.health as health
+    from gymslurm import health
 
     first = (
         ShardBuilder(tmp_path / "out.jsonl", 2).result("arith-0").failure("arith-1", terminal=True).finish()
