@@ -330,7 +330,11 @@ def after_collection(paths: Any, coverage: Any = None, *, stderr: IO[str] = sys.
     """
     from gymslurm.commands.aggregate import now_iso
 
-    report = run_health_check(paths.output, standalone=False)
+    try:
+        report = run_health_check(paths.output, standalone=False)
+    except GymslurmError as error:
+        print(f"gymslurm collect: health check not completed: {error}", file=stderr)
+        return HealthReport(str(paths.output), "skipped", message=str(error))
     if report.status == "skipped":
         print(f"gymslurm collect: {report.message}", file=stderr)
         paths.health.unlink(missing_ok=True)
