@@ -117,10 +117,13 @@ def test_newer_judge_failure_without_answer_stops_reuse(tmp_path: Path) -> None:
 def test_nothing_eligible_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Never a silent 'nothing to re-verify': the command explains the counts and exits 1."""
     src = source(tmp_path, lambda b: judge_failed(b, "arith-0", answer=None))
-    code = cli_main(
-        ["reverify", "--judge-failed-only", f"+input_jsonl_fpath={src}", f"+output_jsonl_fpath={tmp_path / 'n.jsonl'}",
-         "+environment_server_url=http://127.0.0.1:9"]
-    )  # fmt: skip
+    out = tmp_path / "n.jsonl"
+    argv = [
+        f"+input_jsonl_fpath={src}",
+        f"+output_jsonl_fpath={out}",
+        "+environment_server_url=http://127.0.0.1:9",
+    ]
+    code = cli_main(["reverify", "--judge-failed-only", *argv])
     assert code == 1
     err = capsys.readouterr().err
     assert "1 have judge failures" in err and "1 of those kept no answer" in err
@@ -198,12 +201,23 @@ def test_exhausted_budget_is_left_alone() -> None:
     assert plan_rollout(0, 2, fails, state, lambda line: True).action == "skip"
 
 
+EPISODE = {"rollout_id": "x", "attempt": 0}
+TASK = {"taskset": "t", "task_id": "1"}
+FAILURE = {"failure_reason": "r", "terminal": False, "failure_kind": "judge_failed"}
 REPLIES = [
-    ("another episode", {"episode_id": {"rollout_id": "x", "attempt": 9}, "task_id": {"taskset": "t", "task_id": "1"}, "result": {}}, "environment_protocol_violation"),
-    ("neither result nor failure", {"episode_id": {"rollout_id": "x", "attempt": 0}, "task_id": {"taskset": "t", "task_id": "1"}}, "environment_protocol_violation"),
-    ("a failure", {"episode_id": {"rollout_id": "x", "attempt": 0}, "task_id": {"taskset": "t", "task_id": "1"}, "failure": {"failure_reason": "r", "terminal": False, "failure_kind": "judge_failed"}}, "judge_failed"),
+    (
+        "another episode",
+        {"episode_id": {**EPISODE, "attempt": 9}, "task_id": TASK, "result": {}},
+        "environment_protocol_violation",
+    ),
+    (
+        "neither result nor failure",
+        {"episode_id": EPISODE, "task_id": TASK},
+        "environment_protocol_violation",
+    ),
+    ("a failure", {"episode_id": EPISODE, "task_id": TASK, "failure": FAILURE}, "judge_failed"),
     ("not an object", [1], "environment_protocol_violation"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("reply", "kind"), [r[1:] for r in REPLIES], ids=[r[0] for r in REPLIES])
