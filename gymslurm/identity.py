@@ -1,0 +1,523 @@
+"""The configuration identity of a run: what its saved results depend on, credentials removed. Pure.
+
+A resume must refuse when the saved results measured something else, and must not refuse because a
+port, a timeout or an API key changed. So the collector keeps, beside the manifest, the *identity*:
+the configuration as ``OmegaConf.to_container(cfg, resolve=False)`` gives it, put through
+
+1. :func:`redact_credentials` — every credential becomes :data:`REDACTED` *before* interpolations
+   are resolved, so a secret is never read from the environment into the identity;
+2. :func:`resolve` — the remaining interpolations are resolved, except *connection references*
+   (``${policy_base_url}``, ``${policy_api_key}``, ``${oc.env:POLICY_HOST}``), which stay as their
+   reference string so that changing what they point at changes nothing;
+3. a second redaction (a credential that reached a plain name through resolution, such as a password
+   in a DSN read from ``${oc.env:DATABASE_DSN}``), :func:`drop_null_defaults`, and canonical form.
+
+Its digest is the manifest's ``config_digest``. On resume the saved and current identities are
+compared key by key (:func:`classify_differences`): *operational* keys (concurrency, timeouts,
+retries, transport, endpoints, output paths, reporting, tracking, dispatch and resume controls) may
+change with a warning; any other difference is *semantic* and refuses the resume. Unknown keys are
+semantic: a false refusal costs a new output path, a false acceptance mixes two experiments.
+
+Trade-offs: credentials are found by *name* and by a few string shapes (docs/identity.md lists
+them); a secret under an arbitrary name (``llm.key``) is not recognised — the spec says so too.
+Redaction errs towards redacting: a false positive only makes the identity blind to that value.
+Literal task data (``task_input``, ``tasks``, ``task_params``...) is never redacted by name, because
+a task's own ``api_key`` or ``port`` field is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import GrammarParseError, OmegaConfBaseException
+from omegaconf.grammar_parser import parse
+
+__all__ = [
+    "REDACTED",
+    "IdentityDiff",
+    "build_identity",
+    "classify_differences",
+    "describe_differences",
+    "drop_null_defaults",
+    "identity_digest",
+    "is_connection_name",
+    "is_credential_name",
+    "is_operational",
+    "redact_credentials",
+    "resolve",
+]
+
+REDACTED = "<redacted>"
+
+
+def _table(words: str) -> frozenset[str]:
+    """A table of names written as one space-separated string (easy to read and to extend)."""
+    return frozenset(words.split())
+
+
+# --------------------------------------------------------------------------------------------------
+# Names. A name is split into lower-case words: "OPENAI_API_KEY", "openaiApiKey", "X-Api-Key" and
+# "openai.api_key" all give [..., "api", "key"]. The rules look at the last word(s).
+# --------------------------------------------------------------------------------------------------
+
+# The last word of a credential name (HF_TOKEN, client_secret, db_password, basic_auth, Authorization).
+CREDENTIAL_LAST_WORDS = _table(
+    "token secret secrets password passwd passphrase credential credentials apikey auth authorization cookie"
+)
+# "<word>_key" is a credential for these words only: api_key, access_key, private_key; not sort_key.
+CREDENTIAL_KEY_QUALIFIERS = _table("api access private secret auth signing encryption ssh")
+# "<word>_token" that is a tokenizer's token, not a credential: eos_token, pad_token, stop_token.
+TOKENIZER_QUALIFIERS = _table("eos bos pad unk stop sep cls mask special start end")
+# The last word of a connection endpoint's name: base_url, environment_server_urls, policy_host, port.
+ENDPOINT_LAST_WORDS = _table("url urls host hostname port endpoint endpoints address")
+# A name with one of these words is task data, never an endpoint or an output path (dataset_url).
+DATA_WORDS = _table("data dataset datasets input inputs task tasks prompt prompts skill skills")
+# Subtrees of literal task data: no name-based redaction below them, and every key there is semantic.
+TASK_DATA_KEYS = _table("task tasks task_input task_inputs task_params task_parameters")
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
+
+
+def _words(name: object) -> list[str]:
+    """``"openaiApiKey"`` → ``["openai", "api", "key"]``; separators are anything but letters and digits."""
+    spaced = _CAMEL_BOUNDARY.sub("_", str(name))
+    return [word for word in _WORD_SEPARATORS.split(spaced.lower()) if word]
+
+
+def is_credential_name(name: object) -> bool:
+    """Whether a setting, header, environment variable or flag of this name holds a credential."""
+    stems = (word.rstrip("0123456789") for word in _words(name))  # SECRET_TOKEN_2, api_key2: numbered
+    words = [stem for stem in stems if stem]
+    if not words:
+        return False
+    *head, last = words
+    if last == "token":
+        return not head or head[-1] not in TOKENIZER_QUALIFIERS
+    if last == "key":
+        return bool(head) and head[-1] in CREDENTIAL_KEY_QUALIFIERS
+    return last in CREDENTIAL_LAST_WORDS
+
+
+def _is_endpoint_name(words: list[str]) -> bool:
+    """base_url, policy_host, environment_server_urls, api_base — but not dataset_url (task data)."""
+    if not words or DATA_WORDS.intersection(words):
+        return False
+    return words[-1] in ENDPOINT_LAST_WORDS or words[-2:] == ["api", "base"]
+
+
+def is_connection_name(name: object) -> bool:
+    """Whether a reference to this setting or variable is a connection reference (kept unresolved)."""
+    return is_credential_name(name) or _is_endpoint_name(_words(name))
+
+
+# --------------------------------------------------------------------------------------------------
+# Interpolations: ``${...}`` spans, found with brace matching so nested ones are seen.
+# --------------------------------------------------------------------------------------------------
+
+_ENV_BODY = re.compile(r"\s*(?:oc\.)?env\s*:\s*['\"]?([^,'\"\s}]+)['\"]?\s*(?:,.*)?", re.DOTALL)
+_NODE_BODY = re.compile(r"\s*\.*([\w\-\[\]]+(?:\.[\w\-\[\]]+)*)\s*")
+
+
+def _span_end(text: str, start: int) -> int | None:
+    """The index just past the ``}`` closing the interpolation opened at ``text[start:start+2] == "${"``."""
+    depth = 0
+    for index in range(start + 1, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[index], 0)
+        if depth == 0:
+            return index + 1
+    return None
+
+
+def _rewrite_interpolations(text: str, rewrite: Callable[[str], str | None]) -> str:
+    """Replace each ``${body}`` for which ``rewrite(body)`` gives a string; look inside the others."""
+    out: list[str] = []
+    index = 0
+    while (start := text.find("${", index)) >= 0:
+        end = _span_end(text, start)
+        if end is None:
+            break
+        escaped = text[start - 1 : start] == "\\"
+        replacement = None if escaped else rewrite(text[start + 2 : end - 1])
+        if replacement is None:  # keep "${" and look inside it for nested interpolations
+            out.append(text[index : start + 2])
+            index = start + 2
+        else:
+            out.append(text[index:start] + replacement)
+            index = end
+    out.append(text[index:])
+    return "".join(out)
+
+
+def _referenced_name(body: str) -> tuple[str, str] | None:
+    """``("env", "HF_TOKEN")`` for ``oc.env:HF_TOKEN``, ``("node", "api_key")`` for ``a.b.api_key``."""
+    if match := _ENV_BODY.fullmatch(body):
+        return "env", match.group(1)
+    if match := _NODE_BODY.fullmatch(body):
+        return "node", re.sub(r"\[.*?\]", "", match.group(1)).rsplit(".", 1)[-1]
+    return None
+
+
+def _redact_interpolation(body: str) -> str | None:
+    """A credential-named environment variable is replaced, so resolution never reads it."""
+    reference = _referenced_name(body)
+    if reference and reference[0] == "env" and is_credential_name(reference[1]):
+        return REDACTED
+    return None
+
+
+def _protect_interpolation(body: str) -> str | None:
+    """A connection reference is escaped, so OmegaConf leaves its reference string in place."""
+    reference = _referenced_name(body)
+    if reference and is_connection_name(reference[1]):
+        return "\\${" + body + "}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Credentials inside strings.
+# --------------------------------------------------------------------------------------------------
+
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*):([^\s/@]+)@")
+_BEARER = re.compile(r"\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
+_BASIC = re.compile(r"\b(basic\s+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
+# A value: the inside of "..." or '...' (the quotes stay, so redacting twice changes nothing), or a bare word.
+_VALUE = r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"']+)"
+_ASSIGNMENT = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=" + _VALUE)
+_FLAG_VALUE = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)\s+(?!-)" + _VALUE)
+_QUOTED_PAIR = re.compile(r"([\"'])([\w\-.]+)\1(\s*:\s*)([\"'])(.*?)\4")
+
+
+def _is_basic_credential(token: str) -> bool:
+    """HTTP Basic carries base64("user:password"); prose such as "Basic arithmetic" does not decode so."""
+    try:
+        return b":" in base64.b64decode(token, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _redact_if_named(match: re.Match[str], name_group: int, value_group: int) -> str:
+    """The match with its value group replaced when its name group is a credential name."""
+    if not is_credential_name(match.group(name_group)):
+        return match.group(0)
+    start, end = match.span(value_group)
+    base = match.start(0)
+    return match.group(0)[: start - base] + REDACTED + match.group(0)[end - base :]
+
+
+def _scrub_string(text: str) -> str:
+    """Redact every credential shape a string can carry (docs/identity.md, "Inside strings")."""
+    text = _rewrite_interpolations(text, _redact_interpolation)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BASIC.sub(
+        lambda m: m.group(1) + REDACTED if _is_basic_credential(m.group(2)) else m.group(), text
+    )
+    text = _ASSIGNMENT.sub(lambda m: _redact_if_named(m, 1, 2), text)
+    text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
+    return _QUOTED_PAIR.sub(lambda m: _redact_if_named(m, 2, 5), text)
+
+
+# --------------------------------------------------------------------------------------------------
+# Redaction over the configuration tree.
+# --------------------------------------------------------------------------------------------------
+
+
+def redact_credentials(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``raw`` with every credential replaced by :data:`REDACTED`; idempotent.
+
+    An OmegaConf container is first turned into plain data *unresolved*: iterating it would resolve.
+    """
+    if isinstance(raw, DictConfig):
+        raw = OmegaConf.to_container(raw, resolve=False)  # type: ignore[assignment]
+    return _redact_mapping(raw, in_task_data=False)
+
+
+def _redact(value: Any, in_task_data: bool) -> Any:
+    if isinstance(value, Mapping):
+        return _redact_mapping(value, in_task_data)
+    if isinstance(value, list | tuple):
+        return [_redact(item, in_task_data) for item in value]
+    if isinstance(value, str):
+        return _rewrite_interpolations(value, _redact_interpolation) if in_task_data else _scrub_string(value)
+    return value
+
+
+def _redact_mapping(mapping: Mapping[Any, Any], in_task_data: bool) -> dict[Any, Any]:
+    named_credential = not in_task_data and _is_name_value_credential(mapping)
+    out: dict[Any, Any] = {}
+    for key, value in mapping.items():
+        if not in_task_data and (is_credential_name(key) or (named_credential and key == "value")):
+            out[key] = REDACTED
+        else:
+            out[key] = _redact(value, in_task_data or _opens_task_data(key))
+    return out
+
+
+def _opens_task_data(key: object) -> bool:
+    """Whether this key holds literal task data (``task_input``, ``tasks``, ``task_params``...)."""
+    return "_".join(_words(key)) in TASK_DATA_KEYS
+
+
+def _is_name_value_credential(mapping: Mapping[Any, Any]) -> bool:
+    """``{name: HF_TOKEN, value: ...}`` (a Kubernetes/Slurm-style environment entry)."""
+    return "value" in mapping and isinstance(mapping.get("name"), str) and is_credential_name(mapping["name"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Resolution.
+# --------------------------------------------------------------------------------------------------
+
+
+def resolve(redacted: Mapping[str, Any]) -> dict[str, Any]:
+    """Resolve interpolations with OmegaConf, keeping connection references as their reference strings.
+
+    A value that cannot be resolved (an unset environment variable of an unused server, ``???``)
+    stays as written: the identity records what the configuration says, the collector validates it.
+    """
+    try:
+        config = OmegaConf.create(_map_strings(redacted, _protect_references))
+    except GrammarParseError:  # rare: find the unparseable strings one by one (parsing is slow)
+        config = OmegaConf.create(_map_strings(redacted, _protect))
+    resolved = _plain(config)
+    assert isinstance(resolved, dict)
+    return resolved
+
+
+def _protect_references(text: str) -> str:
+    return _rewrite_interpolations(text, _protect_interpolation) if "${" in text else text
+
+
+# n backslashes before "${" are written 2n+1 times to stand for themselves and a literal "${".
+_LITERAL_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def _protect(text: str) -> str:
+    """Escape connection references; a string OmegaConf cannot parse (``${oc.decode:<redacted>}``) is
+    escaped whole, so it stays literal instead of failing the whole configuration."""
+    if "${" not in text:
+        return text
+    protected = _protect_references(text)
+    try:
+        parse(protected)
+    except GrammarParseError:
+        return _LITERAL_INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", text)
+    return protected
+
+
+def _map_strings(value: Any, function: Callable[[str], str]) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _map_strings(item, function) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_map_strings(item, function) for item in value]
+    return function(value) if isinstance(value, str) else value
+
+
+def _plain(node: Any) -> Any:
+    """The resolved plain value of an OmegaConf node, child by child so one failure stays local."""
+    if isinstance(node, DictConfig):
+        return {key: _resolved_child(node, key) for key in node}
+    if isinstance(node, ListConfig):
+        return [_resolved_child(node, index) for index in range(len(node))]
+    return node
+
+
+def _resolved_child(parent: Any, key: Any) -> Any:
+    try:
+        return _plain(parent[key])
+    except OmegaConfBaseException:
+        return OmegaConf.to_container(parent, resolve=False)[key]  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------------------------------
+# Null defaults, canonical form, digest.
+# --------------------------------------------------------------------------------------------------
+
+
+def drop_null_defaults(identity: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity without null settings whose default is null: there null and absent are the same.
+
+    Elsewhere null is a value of its own (``max_turns: null`` may mean unlimited where its omission
+    means 30), so it stays. ``defaults`` mirrors the identity's nesting.
+    """
+    out: dict[str, Any] = {}
+    for key, value in identity.items():
+        default = defaults.get(key, ...)
+        if value is None and default is None:
+            continue
+        both_mappings = isinstance(value, Mapping) and isinstance(default, Mapping)
+        out[key] = drop_null_defaults(value, default) if both_mappings else value
+    return out
+
+
+_EXACT_INT = 2**53  # floats represent every integer below this exactly; JSON readers agree up to here
+
+
+def _canonical(value: Any) -> Any:
+    """Sorted string keys, lists for sequences, one spelling per number (``1.0`` is ``1``)."""
+    if isinstance(value, Mapping):
+        return {str(key): _canonical(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    if isinstance(value, float):
+        return _canonical_float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return str(value)  # beyond 64 bits JSON libraries disagree; text is unambiguous
+    if value is None or isinstance(value, str | int):
+        return value
+    return str(value)
+
+
+def _canonical_float(value: float) -> float | int | str:
+    if not math.isfinite(value):
+        return str(value)
+    return int(value) if value.is_integer() and abs(value) < _EXACT_INT else value
+
+
+def build_identity(raw_config: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None) -> dict:
+    """What ``<stem>_identity.json`` holds: redact → resolve → redact → drop null defaults → canonical."""
+    resolved = redact_credentials(resolve(redact_credentials(raw_config)))
+    if defaults is not None:
+        resolved = drop_null_defaults(resolved, defaults)
+    canonical = _canonical(resolved)
+    assert isinstance(canonical, dict)
+    return canonical
+
+
+def _canonical_bytes(value: Any) -> bytes:
+    return orjson.dumps(_canonical(value), option=orjson.OPT_SORT_KEYS)
+
+
+def identity_digest(identity: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the identity's canonical JSON; key order does not matter."""
+    return "sha256:" + hashlib.sha256(_canonical_bytes(identity)).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------------
+# Operational vs semantic keys. Extend the tables, not the code (docs/identity.md has the rationale).
+# --------------------------------------------------------------------------------------------------
+
+# Exact names (as words joined by "_") that are operational wherever they appear.
+OPERATIONAL_NAMES = frozenset(
+    {
+        # concurrency
+        "concurrency", "max_concurrency", "num_samples_in_parallel", "max_concurrent_requests",
+        "parallelism", "num_workers", "max_workers", "max_connections", "max_keepalive_connections",
+        # transport
+        "transport", "http2", "verify_ssl", "ssl_verify", "proxy", "proxies", "keepalive", "trust_env",
+        # reporting
+        "verbose", "quiet", "log_level", "progress", "progress_bar", "print_summary",
+        # memory and dispatch
+        "max_resident_tasks", "memory_limit", "keep_results_in_memory",
+        # retry controls
+        "max_rollout_attempts", "backoff", "backoff_s", "max_backoff_s",
+        # resume and reporting flags
+        "resume_from_cache", "allow_unsafe_resume", "require_complete", "route_failures_to_sidecar",
+        "count_missing_rollouts_as_zero", "count_failure_classes_as_zero", "disable_health_check",
+        "merge_shards",
+    }
+)  # fmt: skip
+# Any word of the last component that makes it operational: request_timeout_s, max_retries, wandb_project.
+OPERATIONAL_WORDS = _table("timeout timeouts retry retries wandb mlflow tensorboard health")
+# The first word that makes it operational: dispatch_budget_s, dispatch_longest_first.
+OPERATIONAL_FIRST_WORDS = _table("dispatch")
+# An ancestor key that makes its whole subtree operational.
+OPERATIONAL_SECTIONS = _table(
+    "wandb mlflow tensorboard tracking reporting logging health health_check transport http_client retry "
+    "slurm launcher capture"
+)
+# A path-like last word ...
+PATH_WORDS = _table("path fpath paths dir dirs directory folder file fname prefix")
+# ... is operational only with one of these words (output_jsonl_fpath, capture_dir); input paths are semantic.
+OUTPUT_PATH_WORDS = _table(
+    "output outputs capture captures log logs trace traces cache checkpoint tmp temp scratch report reports "
+    "result results"
+)
+
+
+def is_operational(dotted_key: str) -> bool:
+    """Whether a change of this setting may go on with a warning (else it refuses the resume)."""
+    components = dotted_key.split(".")
+    if any(_opens_task_data(component) for component in components):
+        return False
+    if any("_".join(_words(component)) in OPERATIONAL_SECTIONS for component in components[:-1]):
+        return True
+    return _is_operational_name(_words(components[-1]))
+
+
+def _is_operational_name(words: list[str]) -> bool:
+    if not words:
+        return False
+    if is_credential_name("_".join(words)):  # its value is redacted: only its presence can differ
+        return True
+    if "_".join(words) in OPERATIONAL_NAMES or OPERATIONAL_WORDS.intersection(words):
+        return True
+    if words[0] in OPERATIONAL_FIRST_WORDS or _is_endpoint_name(words):
+        return True
+    is_output_path = words[-1] in PATH_WORDS and bool(OUTPUT_PATH_WORDS.intersection(words))
+    return is_output_path and not DATA_WORDS.intersection(words)
+
+
+@dataclass(frozen=True)
+class IdentityDiff:
+    """Dotted keys whose values differ between a saved and a current identity, split by consequence."""
+
+    semantic: list[str] = field(default_factory=list)
+    operational: list[str] = field(default_factory=list)
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.semantic or self.operational)
+
+
+def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) for every leaf; a list and an empty mapping are one value each."""
+    if isinstance(value, Mapping) and (value or not prefix):
+        for key, item in value.items():
+            yield from _leaves(item, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, value
+
+
+def classify_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> IdentityDiff:
+    """Keys whose values differ (added and removed keys included), semantic and operational, sorted."""
+    old, new = dict(_leaves(saved)), dict(_leaves(current))
+    missing = object()
+    changed = sorted(
+        key
+        for key in old.keys() | new.keys()
+        if old.get(key, missing) is missing
+        or new.get(key, missing) is missing
+        or _canonical_bytes(old[key]) != _canonical_bytes(new[key])
+    )
+    return IdentityDiff(
+        semantic=[key for key in changed if not is_operational(key)],
+        operational=[key for key in changed if is_operational(key)],
+    )
+
+
+def describe_differences(diff: IdentityDiff) -> str:
+    """A message for the user: which settings differ and what to do (e.g. for IdentityMismatchError)."""
+    if not diff.semantic:
+        keys = ", ".join(diff.operational) or "none"
+        return f"Only operational settings differ from the saved run ({keys}); they do not block a resume."
+    message = (
+        "The saved run at this output measured a different experiment: these semantic settings differ "
+        f"from its saved identity (<stem>_identity.json beside the output): {', '.join(diff.semantic)}. "
+        "Either resume with the same configuration as the saved run, or choose a new output path to "
+        "evaluate the changed configuration. To reuse the saved results anyway, deliberately, add "
+        "+allow_unsafe_resume=true (the run is then reported with identity_verified=false)."
+    )
+    if diff.operational:
+        also = ", ".join(diff.operational)
+        message += f" Operational settings also differ, which alone would not block: {also}."
+    return message
