@@ -24,9 +24,12 @@ the original shards.
 from __future__ import annotations
 
 import glob
+import multiprocessing
 import os
 import stat
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,10 +303,77 @@ def _load_manifest_shard(source: ShardSource) -> Shard:
     return shard
 
 
+@dataclass
+class ShardSummary:
+    """What aggregation keeps of a read shard: its inventory, partial metrics and selected lines.
+
+    Small and picklable, so shards can be read in worker processes (the states stay there).
+    """
+
+    source: ShardSource
+    run_id: str | None
+    identity_verified: bool
+    torn_bytes: int
+    accumulator: MetricsAccumulator
+    selected_lines: array
+    coverage: dict[str, Any] | None = None  # manifest-backed shards: the exact inventory
+    observed: dict[str, Any] | None = None  # legacy shards: observed counts only
+
+    @property
+    def legacy(self) -> bool:
+        return self.run_id is None
+
+
+def summarize_shard(source: ShardSource, scoring: ScoringPolicy, written_at: str) -> ShardSummary:
+    """Read one shard and reduce it to a :class:`ShardSummary` (runs in a worker process)."""
+    shard = load_shard(source)
+    limit = shard.policy.max_rollout_attempts if shard.policy else None
+    accumulator = MetricsAccumulator(policy=scoring)
+    accumulator.add_shard(
+        max_rollout_attempts=limit, historical_failed_attempts=shard.historical_failed_attempts
+    )
+    for state in shard.states:
+        accumulator.add_state(state)
+    for outcome in shard.legacy_outcomes:
+        accumulator.add_legacy_outcome(outcome)
+    summary = ShardSummary(
+        source, shard.run_id, shard.identity_verified, shard.torn_bytes, accumulator,
+        array("q", sorted(shard.selected_result_lines)),
+    )  # fmt: skip
+    coverage = shard.coverage(written_at)
+    if coverage is not None:
+        summary.coverage = coverage.model_dump(exclude={"written_at"})
+    else:
+        observed = MetricsAccumulator()
+        observed.add_shard(
+            max_rollout_attempts=None, historical_failed_attempts=shard.historical_failed_attempts
+        )
+        for outcome in shard.legacy_outcomes:
+            observed.add_legacy_outcome(outcome)
+        summary.observed = observed.metrics()
+    return summary
+
+
+def summarize_shards(
+    sources: Sequence[ShardSource], scoring: ScoringPolicy, written_at: str, workers: int | None = None
+) -> list[ShardSummary]:
+    """Summaries of every shard, in input order; several shards are read in parallel processes.
+
+    ``workers``: None uses every CPU (at most one per shard); 1 reads in this process.
+    """
+    count = min(workers or os.cpu_count() or 1, len(sources))
+    if count <= 1:
+        return [summarize_shard(source, scoring, written_at) for source in sources]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        futures = [pool.submit(summarize_shard, source, scoring, written_at) for source in sources]
+        return [future.result() for future in futures]
+
+
 # --- safety checks ------------------------------------------------------------------------------
 
 
-def check_distinct_runs(shards: Sequence[Shard]) -> None:
+def check_distinct_runs(shards: Sequence[ShardSummary]) -> None:
     """Reject two inputs holding one manifest-backed run (a copy at another path has the same run id)."""
     seen: dict[str, Path] = {}
     for shard in shards:
@@ -357,7 +427,7 @@ class AggregateResult:
     warnings: list[str]
 
 
-def shard_coverage_entry(shard: Shard, written_at: str) -> dict[str, Any]:
+def shard_coverage_entry(shard: ShardSummary) -> dict[str, Any]:
     """One shard's entry in the aggregate coverage: where it is, whose it is, and its inventory."""
     entry: dict[str, Any] = {
         "path": str(shard.source.results),
@@ -367,17 +437,10 @@ def shard_coverage_entry(shard: Shard, written_at: str) -> dict[str, Any]:
         "identity_verified": shard.identity_verified,
         "torn_tail_bytes": shard.torn_bytes,
     }
-    coverage = shard.coverage(written_at)
-    if coverage is not None:
-        entry["coverage"] = coverage.model_dump(exclude={"written_at"})
+    if shard.coverage is not None:
+        entry["coverage"] = shard.coverage
     else:
-        observed = MetricsAccumulator()
-        observed.add_shard(
-            max_rollout_attempts=None, historical_failed_attempts=shard.historical_failed_attempts
-        )
-        for outcome in shard.legacy_outcomes:
-            observed.add_legacy_outcome(outcome)
-        entry["observed"] = observed.metrics()
+        entry["observed"] = shard.observed
     return entry
 
 
@@ -388,12 +451,12 @@ _SUMMED = (
 )  # fmt: skip
 
 
-def aggregate_coverage(shards: Sequence[Shard], written_at: str) -> dict[str, Any]:
+def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[str, Any]:
     """``<stem>_aggregate_coverage.json``: totals over manifest-backed shards and one entry per shard.
 
     With any legacy shard, completion is not claimed (``complete`` is null): its inventory is unknown.
     """
-    entries = [shard_coverage_entry(shard, written_at) for shard in shards]
+    entries = [shard_coverage_entry(shard) for shard in shards]
     verified = [e["coverage"] for e in entries if "coverage" in e]
     totals = {key: sum(c[key] for c in verified) for key in _SUMMED}
     limits = {c["max_rollout_attempts"] for c in verified}
@@ -412,28 +475,29 @@ def aggregate_coverage(shards: Sequence[Shard], written_at: str) -> dict[str, An
     }
 
 
-def compute_aggregate_metrics(shards: Sequence[Shard], policy: ScoringPolicy) -> dict[str, float | int]:
-    """The flat metrics of every shard together (metrics.py)."""
+def compute_aggregate_metrics(
+    shards: Sequence[ShardSummary], policy: ScoringPolicy
+) -> dict[str, float | int]:
+    """The flat metrics of every shard together: the shards' partial accumulators merged."""
     accumulator = MetricsAccumulator(policy=policy)
     for shard in shards:
-        limit = shard.policy.max_rollout_attempts if shard.policy else None
-        accumulator.add_shard(
-            max_rollout_attempts=limit, historical_failed_attempts=shard.historical_failed_attempts
-        )
-        for state in shard.states:
-            accumulator.add_state(state)
-        for outcome in shard.legacy_outcomes:
-            accumulator.add_legacy_outcome(outcome)
+        accumulator.merge(shard.accumulator)
     return accumulator.metrics()
 
 
-def iter_selected_lines(shards: Sequence[Shard]) -> Iterator[bytes]:
+def iter_selected_lines(shards: Sequence[ShardSummary]) -> Iterator[bytes]:
     """The selected completed results' raw lines, shard by shard, in file order (no re-serialization)."""
     for shard in shards:
-        selected = shard.selected_result_lines
+        wanted = iter(shard.selected_lines)
+        next_line = next(wanted, -1)
+        if next_line < 0:
+            continue
         for line, raw in iter_lines(shard.source.results):
-            if line in selected:
+            if line == next_line:
                 yield raw
+                next_line = next(wanted, -1)
+                if next_line < 0:
+                    break
 
 
 def publish_stream(target: Path, chunks: Iterable[bytes]) -> int:
@@ -495,6 +559,7 @@ class AggregateOptions:
     scoring: ScoringPolicy = field(default_factory=ScoringPolicy)
     environment_server_url: str | None = None
     timeout_s: float = 60.0
+    workers: int | None = None  # processes reading shards; None: one per CPU
 
 
 def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any = None) -> AggregateResult:
@@ -506,7 +571,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     sources = resolve_inputs(expand_inputs(options.inputs))
     if options.merge_shards:
         check_output(options.output, sources)
-    shards = [load_shard(source) for source in sources]
+    shards = summarize_shards(sources, options.scoring, written_at, options.workers)
     check_distinct_runs(shards)
     warnings = _warnings(shards)
     metrics = compute_aggregate_metrics(shards, options.scoring)
@@ -532,7 +597,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     return AggregateResult(metrics, coverage, merged, source_name, warnings)
 
 
-def _write_projection(output: Path, shards: Sequence[Shard]) -> int:
+def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:
     count = 0
 
     def counted() -> Iterator[bytes]:
@@ -545,7 +610,7 @@ def _write_projection(output: Path, shards: Sequence[Shard]) -> int:
     return count
 
 
-def _warnings(shards: Sequence[Shard]) -> list[str]:
+def _warnings(shards: Sequence[ShardSummary]) -> list[str]:
     out: list[str] = []
     for shard in shards:
         if shard.legacy:

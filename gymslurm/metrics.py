@@ -111,6 +111,21 @@ class MetricsAccumulator:
         else:
             self.max_attempts.add(max_rollout_attempts)
 
+    def merge(self, other: MetricsAccumulator) -> None:
+        """Add another accumulator's counts (a shard read elsewhere, under the same policy)."""
+        self.dispositions.update(other.dispositions)
+        self.failed_by_class.update(other.failed_by_class)
+        self.scored += other.scored
+        self.counted_zero += other.counted_zero
+        self.imputed += other.imputed
+        self.reward_sum += other.reward_sum
+        self.reward_count += other.reward_count
+        self.at_cap += other.at_cap
+        self.historical_failed_attempts += other.historical_failed_attempts
+        self.max_attempts |= other.max_attempts
+        self.legacy_shards += other.legacy_shards
+        self.shards += other.shards
+
     def add_state(self, state: RolloutState) -> None:
         """Count one logical rollout of a manifest-backed shard by its selected state."""
         disposition = state.disposition

@@ -339,3 +339,28 @@ def test_real_fetch_against_closed_port_raises_unavailable() -> None:
 
     with pytest.raises(MetricsUnavailableError):
         fetch_server_metrics("http://127.0.0.1:9", [], 2.0)
+
+
+def test_parallel_and_serial_reads_agree(tmp_path: Path) -> None:
+    """Reading shards in worker processes gives the same files as reading them in this process."""
+    a, b = two_shards(tmp_path)
+    outputs = {}
+    for workers in (1, 2):
+        output = tmp_path / f"merged{workers}.jsonl"
+        result = aggregate(
+            AggregateOptions(inputs=(str(a), str(b)), output=output, workers=workers), written_at=NOW
+        )
+        outputs[workers] = (output.read_bytes(), result.metrics, result.coverage["shards"])
+    assert outputs[1] == outputs[2]
+
+
+def test_worker_errors_reach_the_caller(tmp_path: Path) -> None:
+    """A corrupt shard read in a worker process raises the same error, and nothing is written."""
+    a, _ = two_shards(tmp_path)
+    bad = ShardBuilder(tmp_path / "bad" / "out.jsonl", 1).result("arith-0").finish(torn_tail=b"{oops\n")
+    with pytest.raises(CorruptRecordError):
+        aggregate(
+            AggregateOptions(inputs=(str(a), str(bad)), output=tmp_path / "m.jsonl", workers=2),
+            written_at=NOW,
+        )
+    assert not (tmp_path / "m.jsonl").exists()

@@ -266,3 +266,24 @@ def test_counts_never_exceed_expected(states: list[RolloutState], zero_all: bool
     )
     assert split + out["coverage/missing"] == expected
     assert sum(s.disposition is Disposition.FAILED for s in states) == out["coverage/failed"]
+
+
+def test_merged_accumulators_equal_one_pass() -> None:
+    """Merging per-shard accumulators gives the metrics of one accumulator over every shard."""
+    policy = ScoringPolicy(
+        count_failure_classes_as_zero=frozenset({"judge_failed"}), count_missing_rollouts_as_zero=True
+    )
+    shards = [
+        [state(result(1.0)), state(failure("judge_failed"))],
+        [MISSING, NOT_STARTED, state(result(0.0))],
+    ]
+    whole = MetricsAccumulator(policy=policy)
+    merged = MetricsAccumulator(policy=policy)
+    for states in shards:
+        part = MetricsAccumulator(policy=policy)
+        for acc in (whole, part):
+            acc.add_shard(max_rollout_attempts=3, historical_failed_attempts=1)
+            for st_ in states:
+                acc.add_state(st_)
+        merged.merge(part)
+    assert merged.metrics() == whole.metrics()
