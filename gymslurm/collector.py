@@ -1,0 +1,837 @@
+"""The collection loop: lock → validate/prepare → reconcile → reserve → dispatch → save → coverage → exit.
+
+This module ties the pieces together and owns no format of its own (docs/architecture.md):
+settings.py (typed configuration), tasks.py (materialization), identity.py (what a run measured),
+store/ (every file of the run), selection.py/coverage.py (pure decisions), dispatch.py (HTTP).
+
+Order matters and is the point of this module (spec 000):
+
+1. The run lock is taken on the *resolved* output path before anything is read or written.
+2. A resume validates identity before touching a byte: a semantic change is refused naming the keys;
+   an operational change goes on with a warning and a drift line. A run with no manifest is refused
+   unless ``allow_unsafe_resume`` (then imported, ``identity_verified=false`` forever); a partial
+   initial cache (no manifest, empty outcome files) prints ``Skipping resume_from_cache`` and starts
+   fresh. Only then are torn tails repaired.
+3. Every dispatch is preceded by a durable reservation of its execution number; an interruption
+   leaves the reservation without an outcome, so the rollout is *missing* (unfinished), not failed.
+4. Retryable failures that spent budget are dispatched again in the same invocation (README
+   reading 7) as new reservations, until their budget is spent.
+5. SIGTERM / SIGINT / SIGUSR1 stop dispatch at once and cancel in-flight requests; coverage is
+   written and the lock released; the exit code comes from ``completion_exit_code``.
+
+Hot-path trade-offs: the loop keeps per-rollout state in plain lists (no pydantic per rollout);
+progress is a handful of integer counters sampled by a ticker; outcomes are saved synchronously
+between two awaits, so a cancellation can only land while a request is in flight.
+
+Deviation from docs/architecture.md: fetching the Environment Server's resolved configuration
+(``GET /global_config_dict_yaml``) is a one-off synchronous GET done here rather than in dispatch.py,
+whose client is asynchronous and per-episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.progress import Counters, make_reporter, summary_table
+from gymslurm.records import EpisodeId
+from gymslurm.selection import (
+    SUCCESSFUL,
+    BudgetPolicy,
+    Disposition,
+    RolloutState,
+    SavedOutcome,
+    counts_against_budget,
+    establishes_progress,
+    select_rollout,
+)
+
+if TYPE_CHECKING:
+    from gymslurm.coverage import Completion, Coverage
+    from gymslurm.settings import CollectSettings
+
+construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
+SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
+TICK_S = 0.25
+CONFIG_ENDPOINT = "/global_config_dict_yaml"
+
+
+# --- the Environment Server's resolved configuration (part of the identity) ------------------------
+
+
+def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
+
+    A one-off GET with the standard library: importing an HTTP client costs more than it saves here.
+    """
+    import urllib.error
+    import urllib.request
+
+    import yaml
+
+    where = url + CONFIG_ENDPOINT
+    advice = (
+        "Start the Environment Server first, point +head_server_url= at the NeMo Gym head server, "
+        "or give the configuration explicitly with +environment_config={...}"
+    )
+    try:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # cluster-internal: no proxy
+        with opener.open(where, timeout=timeout_s) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as error:
+        raise ConfigError(
+            f"the Environment Server's configuration is required for the run's identity, but {where} "
+            f"answered HTTP {error.code}. {advice}"
+        ) from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ConfigError(
+            f"cannot read the Environment Server's configuration from {where}: {reason}. {advice}"
+        ) from None
+    try:
+        parsed = yaml.safe_load(text)
+        if isinstance(parsed, str):  # NeMo Gym answers with the YAML text as a JSON string
+            parsed = yaml.safe_load(parsed)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where} did not return YAML ({error}). {advice}") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f"{where} returned an empty or non-mapping configuration. {advice}")
+    return parsed
+
+
+def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The Environment Server configuration for identity: given in settings, else fetched from the server(s).
+
+    With several servers and no head server, each distinct server is asked and the answers are
+    keyed by the tasksets it serves (addresses are operational; what they serve is not).
+    """
+    if settings.environment_config:
+        return settings.environment_config
+    source = settings.config_source_url()
+    if source is not None:
+        return fetch(source)
+    by_url: dict[str, list[str]] = collections.defaultdict(list)
+    for taskset, url in sorted(settings.environment_server_urls.items()):
+        by_url[url].append(taskset)
+    return {",".join(tasksets): fetch(url) for url, tasksets in sorted(by_url.items(), key=lambda kv: kv[1])}
+
+
+def identity_config(raw: dict[str, Any], env_config: dict[str, Any]) -> dict[str, Any]:
+    """The unresolved collect configuration with the Environment Server's configuration filled in."""
+    return {**raw, "environment_config": raw.get("environment_config") or env_config}
+
+
+# --- preparing the run --------------------------------------------------------------------------
+
+
+class Inputs:
+    """The source dataset as read, and the tasks it materializes to (materialized on first use).
+
+    Materializing 100k rows costs a few tenths of a second; a resume of a finished run whose source
+    digest and identity match never needs the tasks, so they are computed only when asked for.
+    """
+
+    def __init__(self, settings: CollectSettings) -> None:
+        from gymslurm.tasks import source_digest
+
+        self.source_path = settings.input_jsonl_fpath
+        try:
+            self._data: bytes | None = self.source_path.read_bytes()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot read the input dataset {self.source_path}: {error.strerror}. "
+                "Check +input_jsonl_fpath="
+            ) from None
+        self.source_digest = source_digest(self._data)
+        self._settings = settings
+        self._tasks: list[dict[str, Any]] | None = None
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """The materialized tasks (ConfigError / InvalidRolloutIdError when the rows are bad)."""
+        if self._tasks is None:
+            self._tasks = self._materialize()
+        return self._tasks
+
+    def _materialize(self) -> list[dict[str, Any]]:
+        from gymslurm.tasks import MaterializeOptions, materialize, parse_rows
+
+        settings, path = self._settings, self.source_path
+        assert self._data is not None
+        options = MaterializeOptions(
+            dataset_name=settings.taskset or path.stem,
+            num_repeats=settings.num_repeats,
+            limit=settings.limit,
+            prompt_template=settings.prompt_template,
+            prompt_field=settings.prompt_field,
+        )
+        rows = parse_rows(self._data, str(path), settings.limit)
+        self._data = None  # the bytes are not needed again
+        if not rows:
+            raise ConfigError(
+                f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
+            )
+        return materialize(rows, options)
+
+
+# --- the collection itself ------------------------------------------------------------------------
+
+
+@dataclass
+class RunView:
+    """A run's per-rollout state held in memory during a collection (plain lists, no models).
+
+    ``states`` starts as the store's reconciliation and is advanced as outcomes are saved, with the
+    same selection rules (:func:`advance`), so the loop never re-reads the run's files.
+    """
+
+    tasks: list[dict[str, Any]]
+    reserved: list[int]
+    states: list[RolloutState]
+    policy: BudgetPolicy
+    run_id: str
+    identity_verified: bool
+    historical_failed_attempts: int
+
+    def __post_init__(self) -> None:
+        self.ids = [task["_ng_rollout_id"] for task in self.tasks]
+        self._wire: dict[int, dict[str, Any]] = {}
+
+    def wire_task(self, index: int) -> dict[str, Any]:
+        """The ``task`` of a ``POST /run`` body: only ``task_id`` and ``task_input`` (servers reject more)."""
+        wire = self._wire.get(index)
+        if wire is None:
+            task = self.tasks[index]
+            wire = self._wire[index] = {"task_id": task["task_id"], "task_input": task["task_input"]}
+        return wire
+
+    def mark_reserved(self, index: int, attempt: int) -> None:
+        """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
+        self.reserved[index] = attempt + 1
+        state = self.states[index]
+        self.states[index] = RolloutState(Disposition.MISSING, None, state.counted_failures, True, False)
+
+    def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
+        """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""
+        state = self.states[index] = advance(self.states[index], saved, self.reserved[index], self.policy)
+        return state
+
+
+def advance(state: RolloutState, saved: SavedOutcome, reserved: int, policy: BudgetPolicy) -> RolloutState:
+    """The state after a new outcome for the newest execution, by ``select_rollout``'s own rules.
+
+    Older outcomes only matter through the failures they counted, so the selection runs on the new
+    outcome alone with the budget already spent taken off the limit.
+    """
+    spent = state.counted_failures
+    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
+    fresh = select_rollout(reserved, [saved], remaining)
+    return replace(fresh, counted_failures=spent + fresh.counted_failures)
+
+
+def pending_order(view: RunView, states: list[RolloutState], longest_first: bool) -> list[int]:
+    """The rollouts to dispatch, in rollout order, or by expected duration (longest first) when asked."""
+    pending = [index for index, state in enumerate(states) if state.pending]
+    if longest_first:
+        tasks = view.tasks
+        pending.sort(key=lambda index: -float(tasks[index].get("_ng_expected_duration_s") or 0.0))
+    return pending
+
+
+_CATEGORY = {Disposition.FAILED: 2, Disposition.OMITTED: 3}
+
+
+def _category(state: RolloutState) -> int:
+    if state.disposition in SUCCESSFUL:
+        return 1
+    return _CATEGORY.get(state.disposition, 0)
+
+
+@dataclass
+class LoopResult:
+    """What one dispatch loop did."""
+
+    progress_outcomes: int = 0
+    new_failures: int = 0
+    stopped_by: str | None = None
+    budget_drained: int = 0
+    error: BaseException | None = None
+    dispatched: int = 0
+
+
+@dataclass
+class DispatchLoop:
+    """Dispatches pending rollouts with bounded concurrency until done, drained, or stopped."""
+
+    view: RunView
+    client: Any  # dispatch.EnvironmentClient: ``await run(url, episode, task)``
+    reserve: Callable[[int], int]
+    save: Callable[[int, int, Any], SavedOutcome]
+    urls: list[str]
+    counters: Counters
+    concurrency: int
+    retry_in_invocation: bool = True
+    deadline: float | None = None
+    result: LoopResult = field(default_factory=LoopResult)
+    _queue: collections.deque[int] = field(default_factory=collections.deque)
+    _category: list[int] = field(default_factory=list)
+    _workers: list[asyncio.Task[None]] = field(default_factory=list)
+    _stopping: bool = False
+
+    async def run(self, order: list[int]) -> LoopResult:
+        """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
+        self._queue.extend(order)
+        self._category = [_category(state) for state in self.view.states]
+        count = min(self.concurrency, max(len(order), 1))
+        self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        if self.deadline is not None and self._queue and not self._stopping:
+            self.result.budget_drained = len(self._queue)
+        return self.result
+
+    def stop(self, reason: str) -> None:
+        """Stop dispatching now and cancel the requests in flight (their reservations stay: missing)."""
+        if self.result.stopped_by is None:
+            self.result.stopped_by = reason
+        self._stopping = True
+        for worker in self._workers:
+            worker.cancel()
+
+    async def _worker(self) -> None:
+        queue, view, counters = self._queue, self.view, self.counters
+        while queue and not self._stopping:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                return
+            index = queue.popleft()
+            attempt = self.reserve(index)
+            view.mark_reserved(index, attempt)
+            episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
+            counters.in_flight += 1
+            try:
+                outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:
+                self.result.error = error
+                self.stop("error")
+                raise
+            finally:
+                counters.in_flight -= 1
+            self.result.dispatched += 1
+            self._record(index, self.save(index, attempt, outcome))
+
+    def _record(self, index: int, saved: SavedOutcome) -> None:
+        view, policy = self.view, self.view.policy
+        if establishes_progress(saved, policy):
+            self.result.progress_outcomes += 1
+        if saved.kind == "failure":
+            self.result.new_failures += 1
+        state = view.advance(index, saved)
+        self._move(index, _category(state))
+        if state.pending and self.retry_in_invocation and counts_against_budget(saved, policy):
+            self._queue.append(index)
+
+    def _move(self, index: int, new: int) -> None:
+        old = self._category[index]
+        if old == new:
+            return
+        counters = self.counters
+        for category, delta in ((old, -1), (new, 1)):
+            if category == 1:
+                counters.done += delta
+            elif category == 2:
+                counters.failed += delta
+            elif category == 3:
+                counters.omitted += delta
+        self._category[index] = new
+
+
+def initial_counters(states: list[RolloutState]) -> Counters:
+    """Counters showing what was already saved before this invocation."""
+    counters = Counters(total=len(states))
+    for state in states:
+        category = _category(state)
+        if category == 1:
+            counters.done += 1
+        elif category == 2:
+            counters.failed += 1
+        elif category == 3:
+            counters.omitted += 1
+    counters.done_before, counters.failed_before = counters.done, counters.failed
+    counters.omitted_before = counters.omitted
+    return counters
+
+
+def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
+    """The coverage inventory after this invocation."""
+    from gymslurm.coverage import compute_coverage
+
+    return compute_coverage(
+        view.states,
+        run_id=view.run_id,
+        attempts=sum(view.reserved),
+        policy=view.policy,
+        identity_verified=view.identity_verified,
+        historical_failed_attempts=view.historical_failed_attempts + loop.new_failures,
+        progress_outcomes_recorded=loop.progress_outcomes,
+        written_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    )
+
+
+def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool) -> Completion:
+    """The completion: ``completion_exit_code`` with retryability read from coverage.
+
+    Without ``require_complete`` a partial run exits 0; the only-omissions warning is still given.
+    """
+    from gymslurm.coverage import completion_exit_code
+
+    completion = completion_exit_code(
+        coverage,
+        retryable=coverage.retryable > 0,
+        made_progress=made_progress,
+        require_complete=require_complete,
+    )
+    if not require_complete and completion.warning is None:
+        strict = completion_exit_code(
+            coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
+        )
+        if strict.code == 0 and strict.warning:
+            return type(completion)(completion.code, completion.reason, strict.warning)
+    return completion
+
+
+def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
+    """What to say when rollouts ran out of failure budget: how many, and where their failures are."""
+    if not coverage.failure_budget_exhausted:
+        return None
+    return (
+        f"{coverage.failure_budget_exhausted} rollout(s) used up their failure budget "
+        f"(max_rollout_attempts={coverage.max_rollout_attempts}); their failures are in {failures_path}. "
+        "Fix the cause, then `gymslurm resubmit` gives them a fresh budget"
+    )
+
+
+class SignalStop:
+    """Routes SIGTERM/SIGINT/SIGUSR1 to ``loop.stop`` while installed (the loop's own event loop)."""
+
+    def __init__(self, on_signal: Callable[[str], None]) -> None:
+        self.on_signal = on_signal
+        self.installed: list[int] = []
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Route the stop signals to ``on_signal``."""
+        for name in SIGNAL_NAMES:
+            number = getattr(signal, name, None)
+            if number is not None:
+                loop.add_signal_handler(number, self.on_signal, name)
+                self.installed.append(number)
+
+    def remove(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Restore the default handlers."""
+        for number in self.installed:
+            loop.remove_signal_handler(number)
+        self.installed.clear()
+
+
+async def run_dispatch(
+    loop_: DispatchLoop, order: list[int], reporter_tick: Callable[[float], None]
+) -> LoopResult:
+    """Run the dispatch loop with signal handling and a progress ticker."""
+    aio = asyncio.get_running_loop()
+    stopper = SignalStop(loop_.stop)
+    stopper.install(aio)
+    ticker = asyncio.create_task(_tick(reporter_tick))
+    try:
+        return await loop_.run(order)
+    finally:
+        ticker.cancel()
+        stopper.remove(aio)
+
+
+async def _tick(reporter_tick: Callable[[float], None]) -> None:
+    while True:
+        await asyncio.sleep(TICK_S)
+        reporter_tick(time.monotonic())
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO-8601."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def say(stream: IO[str], message: str) -> None:
+    """One line for the person running the collection."""
+    print(f"gymslurm collect: {message}", file=stream, flush=True)
+
+
+# --- preparing the run: fresh, resume, import ------------------------------------------------------
+
+# Settings of one invocation that say nothing about what a run measures: left out of the identity so
+# that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
+INVOCATION_KEYS = ("progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume")
+
+
+@dataclass
+class Prepared:
+    """An open, validated, reconciled run, ready to dispatch."""
+
+    store: Any  # gymslurm.store.RunStore
+    load_tasks: Callable[[], list[dict[str, Any]]]
+    reconciliation: Any  # gymslurm.store.Reconciliation
+
+
+def build_run_identity(
+    settings: CollectSettings, raw: dict[str, Any], fetch: Callable[[str], dict[str, Any]]
+) -> dict[str, Any]:
+    """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
+    from gymslurm.identity import build_identity
+
+    config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
+    return build_identity(identity_config(config, environment_config(settings, fetch)))
+
+
+def prepare(
+    settings: CollectSettings,
+    raw: dict[str, Any],
+    paths: Any,
+    stderr: IO[str],
+    fetch: Callable[[str], dict[str, Any]],
+) -> Prepared:
+    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
+    from gymslurm.settings import max_rollout_attempts
+    from gymslurm.store import ExistingRun, existing_run
+
+    inputs = Inputs(settings)
+    identity = build_run_identity(settings, raw, fetch)
+    existing = existing_run(paths)
+    if settings.resume_from_cache:
+        if existing is ExistingRun.MANIFEST:
+            store = _open_for_resume(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, stderr, store.inputs)
+        if existing is ExistingRun.LEGACY:
+            store = _import_legacy(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, stderr, lambda: inputs.tasks)
+        if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
+            say(
+                stderr,
+                f"Skipping resume_from_cache: {paths.output} holds only part of an initial cache "
+                "(no manifest, no saved outcomes); starting fresh from the current inputs",
+            )
+        else:
+            say(stderr, f"nothing to resume at {paths.output}; starting a fresh run")
+    inputs.tasks  # noqa: B018  (materialize, and refuse bad rows, before anything is replaced)
+    if not settings.resume_from_cache and existing is not ExistingRun.NOTHING:
+        replaced = [str(p) for p in paths.companions().values() if p.exists() and p != paths.lock]
+        say(
+            stderr,
+            f"replacing the existing run at {paths.output} (a fresh collection; add "
+            f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
+        )
+    store = _create_fresh(settings, paths, inputs, identity, max_rollout_attempts())
+    return _reconciled(store, stderr, lambda: inputs.tasks)
+
+
+def _create_fresh(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], attempts: int
+) -> Any:
+    from gymslurm.identity import identity_digest
+    from gymslurm.store import RunStore
+
+    return RunStore.create_fresh(
+        paths,
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks,
+        identity=identity,
+        config_digest=identity_digest(identity),
+        max_rollout_attempts=attempts,
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
+
+
+def _import_legacy(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> Any:
+    from gymslurm.identity import identity_digest
+    from gymslurm.settings import max_rollout_attempts
+    from gymslurm.store import RunStore
+
+    if not settings.allow_unsafe_resume:
+        raise ManifestError(
+            f"{paths.output} has saved outcomes but no run manifest ({paths.manifest}), so its identity "
+            "cannot be checked. Restore the manifest with its companions from a backup; or, to reuse these "
+            "legacy results deliberately, add +allow_unsafe_resume=true (the run is then marked "
+            "identity_verified=false for good); or choose a new output path"
+        )
+    say(
+        stderr,
+        f"warning: importing the legacy run at {paths.output} without a manifest "
+        "(allow_unsafe_resume): its identity is unverified, now and on every later resume",
+    )
+    return RunStore.import_legacy(
+        paths,
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks,
+        identity=identity,
+        config_digest=identity_digest(identity),
+        max_rollout_attempts=max_rollout_attempts(),
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
+
+
+def _open_for_resume(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> Any:
+    """Open the saved run and check it measured the same experiment; raise before changing a byte."""
+    from gymslurm.errors import IdentityMismatchError
+    from gymslurm.identity import IdentityDiff, classify_differences, describe_differences, identity_digest
+    from gymslurm.store import RunStore
+
+    store = RunStore.open(paths)
+    try:
+        manifest = store.manifest
+        saved = store.saved_identity()
+        if saved is not None and identity_digest(saved) != manifest.config_digest:
+            raise ManifestError(
+                f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
+                "files were edited or mixed. Restore them together from a backup, or use a new output path"
+            )
+        diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
+        problems = _input_problems(manifest, inputs)
+        semantic = [*problems, *diff.semantic]
+        if saved is None and identity_digest(identity) != manifest.config_digest:
+            semantic.append("config_digest (no saved identity to compare keys)")
+        if semantic and not settings.allow_unsafe_resume:
+            message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
+            raise IdentityMismatchError(message, semantic)
+        if semantic:
+            say(
+                stderr,
+                f"warning: resuming across a changed identity ({', '.join(semantic)}) because of "
+                "allow_unsafe_resume; the run is marked identity_verified=false for good",
+            )
+            store.mark_identity_overridden()
+        if diff.operational:
+            say(
+                stderr,
+                f"warning: operational settings changed since the run was saved "
+                f"({', '.join(diff.operational)}); resuming, and noting it in {paths.resume_drift}",
+            )
+            store.append_drift(diff.operational)
+        if settings.explicit_retry_terminal_timeouts and (
+            settings.retry_terminal_timeouts != manifest.retry_terminal_timeouts
+        ):
+            store.update_policy(retry_terminal_timeouts=bool(settings.retry_terminal_timeouts))
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
+    """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks.
+
+    Materialization is a pure function of the source bytes and of settings that are all semantic
+    identity keys; so with the same source digest, the same gymslurm version and no semantic identity
+    difference the tasks are equal by construction and are not materialized again (fast resume).
+    """
+    from gymslurm import __version__
+    from gymslurm.tasks import inputs_digest
+
+    if manifest.source_digest != inputs.source_digest:
+        return ["source_digest (the input dataset's content changed)"]
+    if manifest.gymslurm_version == __version__:
+        return []
+    tasks = inputs.tasks
+    if manifest.rollout_count != len(tasks) or manifest.inputs_digest != inputs_digest(tasks):
+        return ["inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)"]
+    return []
+
+
+def _reconciled(store: Any, stderr: IO[str], load_tasks: Callable[[], list[dict[str, Any]]]) -> Prepared:
+    """Repair torn tails (only after validation) and select every rollout's state.
+
+    ``load_tasks`` gives the tasks to dispatch when some are pending: the saved materialized tasks on
+    a resume (equal to the current ones when verified; reused as spec 000 says when overridden), the
+    current materialization for a fresh run or an import.
+    """
+    try:
+        repaired = store.repair_torn_tails()
+        if repaired:
+            say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
+        reconciliation = store.reconcile()
+    except BaseException:
+        store.close()
+        raise
+    return Prepared(store, load_tasks, reconciliation)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def collect(
+    settings: CollectSettings,
+    raw: dict[str, Any],
+    *,
+    stderr: IO[str] = sys.stderr,
+    stdout: IO[str] = sys.stdout,
+    fetch: Callable[[str], dict[str, Any]] = fetch_environment_config,
+) -> int:
+    """Run one collection invocation; return its exit code (0 / 1 / 75 / 76)."""
+    from gymslurm.store import RunLock, RunPaths
+
+    paths = RunPaths.for_output(settings.output_jsonl_fpath)
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    with RunLock(paths.lock):
+        prepared = prepare(settings, raw, paths, stderr, fetch)
+        try:
+            return _collect_prepared(settings, prepared, paths, stderr, stdout)
+        finally:
+            prepared.store.close()
+
+
+def _collect_prepared(
+    settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
+) -> int:
+    store, rec = prepared.store, prepared.reconciliation
+    pending = any(state.pending for state in rec.states)
+    view = RunView(
+        tasks=prepared.load_tasks() if pending else [],
+        reserved=list(store.table.counts()),
+        states=list(rec.states),
+        policy=rec.policy,
+        run_id=store.run_id,
+        identity_verified=store.manifest.identity_verified,
+        historical_failed_attempts=rec.historical_failed_attempts,
+    )
+    order = pending_order(view, view.states, settings.dispatch_longest_first)
+    counters = initial_counters(view.states)
+    result = LoopResult()
+    if order:
+        store.write_coverage(build_coverage(view, result))
+        say(
+            stderr,
+            f"{len(order)} of {len(view.states)} rollouts to dispatch "
+            f"({counters.finished} already have an outcome); output {paths.output}",
+        )
+        result = asyncio.run(_dispatch(settings, store, view, order, counters))
+    coverage = build_coverage(view, result)
+    store.write_coverage(coverage)
+    _run_health_hook(paths, coverage)
+    return _report(settings, coverage, result, paths, stderr, stdout)
+
+
+async def _dispatch(
+    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters
+) -> LoopResult:
+    from gymslurm.dispatch import EnvironmentClient
+
+    urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
+    reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
+    deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
+    client = EnvironmentClient(
+        concurrency=settings.concurrency,
+        run_id=view.run_id,
+        route_failures=settings.route_failures_to_sidecar,
+        read_timeout=settings.request_timeout_s,
+    )
+    loop_ = DispatchLoop(
+        view=view,
+        client=client,
+        reserve=store.reserve,
+        save=saver(store),
+        urls=urls,
+        counters=counters,
+        concurrency=settings.concurrency,
+        retry_in_invocation=settings.retry_in_invocation,
+        deadline=deadline,
+    )
+    try:
+        result = await run_dispatch(loop_, order, reporter.tick)
+    finally:
+        reporter.close(time.monotonic())
+        await client.aclose()
+    return result
+
+
+def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
+    """Save a dispatch outcome (Completed / Failed / Omitted) through the store; returns its summary."""
+    from gymslurm.dispatch import Completed, Failed
+
+    append_result, append_failure, append_omission = (
+        store.append_result,
+        store.append_failure,
+        store.append_omission,
+    )
+
+    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
+        kind = type(outcome)
+        if kind is Completed:
+            return append_result(index, attempt, outcome.result)
+        if kind is Failed:
+            return append_failure(
+                index,
+                attempt,
+                outcome.record,
+                legacy_class=outcome.legacy_class,
+                response=outcome.response,
+                diagnostics=outcome.diagnostics,
+            )
+        return append_omission(index, attempt)
+
+    return save
+
+
+def _run_health_hook(paths: Any, coverage: Coverage) -> None:
+    """Run the automatic health report inside the lock when the health module provides one."""
+    try:
+        from gymslurm import health  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    hook = getattr(health, "after_collection", None)
+    if hook is not None:
+        hook(paths, coverage)
+
+
+def _report(  # noqa: PLR0917
+    settings: CollectSettings,
+    coverage: Coverage,
+    result: LoopResult,
+    paths: Any,
+    stderr: IO[str],
+    stdout: IO[str],
+) -> int:
+    if result.stopped_by and result.stopped_by != "error":
+        say(
+            stderr,
+            f"stopped by {result.stopped_by}: requests in flight were cancelled; their rollouts "
+            "stay unfinished (missing) and run again on resume",
+        )
+    if result.budget_drained:
+        say(
+            stderr,
+            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
+            "rollout(s) were not dispatched (no attempt spent); resume to run them",
+        )
+    exhausted = exhausted_message(coverage, paths.failures)
+    if exhausted:
+        say(stderr, exhausted)
+    if settings.summary:
+        summary_table(coverage.model_dump(), str(paths.coverage), stdout)
+    if result.error is not None:
+        raise result.error
+    completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
+    if completion.warning:
+        say(stderr, f"warning: {completion.warning}")
+    say(stderr, f"exit {completion.code}: {completion.reason}")
+    return completion.code

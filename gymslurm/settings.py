@@ -1,0 +1,248 @@
+"""The settings of ``gymslurm collect``, validated once from a Hydra config before anything is built.
+
+Why Hydra's compose API: users move between NeMo Gym and gymslurm with the same command-line
+spellings (``+output_jsonl_fpath=...``, ``+num_repeats=4``, interpolations such as ``${oc.env:X}``).
+The defaults live in ``configs/collect.yaml`` (every key commented); overrides are applied on top.
+Hydra's ``+key=value`` means "append a new key" and fails for a key that already has a value, so the
+NeMo Gym spelling is rewritten to ``++key=value`` (add or override); the plain ``key=value`` spelling
+works for keys that ``collect.yaml`` defines. A misspelled key is then rejected by the pydantic model
+(unknown keys are errors), naming the key and the valid ones.
+
+Two views of the configuration come out of here:
+
+- :class:`CollectSettings`, the typed, resolved settings the collector runs with;
+- the *unresolved* configuration (``OmegaConf.to_container(resolve=False)``), kept for the run's
+  identity: credentials must be redacted before interpolations are resolved, so identity never sees
+  a resolved secret (identity.py does the redaction).
+
+Trade-off: validation happens once, here; nothing deeper in the collector reads the raw config.
+Every error is a :class:`~gymslurm.errors.ConfigError` that says what is wrong and what to do,
+raised before any file is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gymslurm.errors import ConfigError
+
+MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
+DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
+CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
+
+
+class CollectSettings(BaseModel):
+    """Everything ``gymslurm collect`` needs, typed and checked (see configs/collect.yaml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_jsonl_fpath: Path
+    output_jsonl_fpath: Path
+    num_repeats: int = Field(default=1, ge=1)
+    limit: int | None = Field(default=None, ge=0)
+    taskset: str | None = None
+    prompt_template: str | None = None
+    prompt_field: str = Field(default="prompt", min_length=1)
+
+    resume_from_cache: bool = False
+    allow_unsafe_resume: bool = False
+    route_failures_to_sidecar: bool = False
+    require_complete: bool = False
+    retry_terminal_timeouts: bool | None = None
+    retry_in_invocation: bool = True
+
+    concurrency: int = Field(default=64, ge=1)
+    dispatch_budget_s: float | None = Field(default=None, ge=0)
+    dispatch_longest_first: bool = False
+    request_timeout_s: float = Field(default=3600, gt=0)
+
+    environment_server_url: str | None = None
+    environment_server_urls: dict[str, str] = Field(default_factory=dict)
+    environment_config: dict[str, Any] | None = None
+    head_server_url: str | None = None
+
+    progress: Literal["auto", "bar", "plain", "none"] = "auto"
+    progress_interval_s: float = Field(default=30, gt=0)
+    summary: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_concurrency_aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for alias in CONCURRENCY_ALIASES:
+                if alias in data:
+                    data = dict(data)
+                    data["concurrency"] = data.pop(alias)
+        return data
+
+    @field_validator("environment_server_url", "head_server_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_url(value)
+            return value.rstrip("/")
+        return value
+
+    @field_validator("environment_server_urls")
+    @classmethod
+    def _http_urls(cls, value: dict[str, str]) -> dict[str, str]:
+        for url in value.values():
+            _check_url(url)
+        return {taskset: url.rstrip("/") for taskset, url in value.items()}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CollectSettings:
+        if self.allow_unsafe_resume and not self.resume_from_cache:
+            raise ValueError(
+                "allow_unsafe_resume=true only applies to a resume: add +resume_from_cache=true, "
+                "or drop +allow_unsafe_resume=true"
+            )
+        if self.environment_server_url is None and not self.environment_server_urls:
+            raise ValueError(
+                "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
+                "(start one with `gymslurm demo-server`), or +environment_server_urls={taskset: URL, ...}"
+            )
+        if self.input_jsonl_fpath.resolve() == self.output_jsonl_fpath.resolve():
+            raise ValueError(
+                "input_jsonl_fpath and output_jsonl_fpath are the same file: choose another output path"
+            )
+        return self
+
+    def server_url_for(self, taskset: str) -> str:
+        """The Environment Server that runs ``taskset``'s episodes."""
+        url = self.environment_server_urls.get(taskset, self.environment_server_url)
+        if url is None:
+            known = ", ".join(sorted(self.environment_server_urls)) or "none"
+            raise ConfigError(
+                f"no Environment Server for taskset {taskset!r} (environment_server_urls has: {known}); "
+                f"add +environment_server_urls.{taskset}=http://HOST:PORT or set +environment_server_url="
+            )
+        return url
+
+    def config_source_url(self) -> str | None:
+        """The server whose ``GET /global_config_dict_yaml`` supplies the environment configuration."""
+        if self.head_server_url:
+            return self.head_server_url
+        if self.environment_server_url:
+            return self.environment_server_url
+        urls = set(self.environment_server_urls.values())
+        return urls.pop() if len(urls) == 1 else None
+
+    @property
+    def explicit_retry_terminal_timeouts(self) -> bool:
+        """Whether the terminal-timeout policy was set on this invocation (else the saved one holds)."""
+        return self.retry_terminal_timeouts is not None
+
+
+def _check_url(url: str) -> None:
+    if not (url.startswith("http://") or url.startswith("https://")) or len(url) <= len("http://"):
+        raise ValueError(f"{url!r} is not an http(s) URL: write it as http://HOST:PORT")
+
+
+def max_rollout_attempts(environ: dict[str, str] | None = None) -> int:
+    """``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` (a positive integer) or 3; saved in a new run's manifest."""
+    env = os.environ if environ is None else environ
+    raw = env.get(MAX_ATTEMPTS_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MAX_ROLLOUT_ATTEMPTS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{MAX_ATTEMPTS_ENV}={raw!r} is not a positive integer: unset it or set e.g. 3")
+    return value
+
+
+# --- composing the Hydra configuration -------------------------------------------------------------
+
+
+def normalize_overrides(overrides: list[str]) -> list[str]:
+    """NeMo Gym's ``+key=value`` becomes ``++key=value`` so it also overrides a key collect.yaml sets."""
+    return ["+" + item if item.startswith("+") and not item.startswith("++") else item for item in overrides]
+
+
+def compose_config(
+    overrides: list[str], config_dir: Path | None = None, config_name: str = "collect"
+) -> dict[str, Any]:
+    """Compose ``config_name`` with ``overrides``; return the *unresolved* configuration as a dict.
+
+    ``config_dir`` defaults to gymslurm's own configs; a user's folder is searched before it, so a
+    benchmark config there can start with ``defaults: [collect, _self_]``.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from gymslurm.resources import configs_dir
+
+    shipped = configs_dir()
+    folder = (config_dir or shipped).resolve()
+    extra = [] if folder == shipped.resolve() else [f"hydra.searchpath=[file://{shipped}]"]
+    try:
+        with initialize_config_dir(config_dir=str(folder), version_base=None):
+            cfg = compose(config_name=config_name, overrides=normalize_overrides(overrides) + extra)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(
+            f"cannot compose the collect configuration from {folder}/{config_name}.yaml with overrides "
+            f"{overrides}: {error}. Write overrides as +key=value (see configs/collect.yaml)"
+        ) from error
+    container = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)
+    container.pop("hydra", None)
+    return {str(key): value for key, value in container.items()}
+
+
+def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+    except OmegaConfBaseException as error:
+        raise ConfigError(
+            f"cannot resolve the collect configuration: {error}. Fix the interpolation or set the variable"
+        ) from error
+    assert isinstance(resolved, dict)
+    return {str(key): value for key, value in resolved.items()}
+
+
+def validate_settings(resolved: dict[str, Any]) -> CollectSettings:
+    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on."""
+    missing = [key for key in ("input_jsonl_fpath", "output_jsonl_fpath") if resolved.get(key) in (None, "")]
+    if missing:
+        spelled = " ".join(f"+{key}=PATH" for key in missing)
+        raise ConfigError(f"missing required setting(s) {', '.join(missing)}: add {spelled}")
+    try:
+        return CollectSettings.model_validate(resolved)
+    except ValidationError as error:
+        raise ConfigError(_explain(error)) from error
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    valid = ", ".join(sorted(CollectSettings.model_fields))
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "configuration"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"unknown setting {where!r} (a typo?). Valid settings: {valid}")
+        else:
+            value = item.get("input")
+            shown = "" if isinstance(value, dict) else f" (got {value!r})"
+            lines.append(f"{where}: {item['msg'].removeprefix('Value error, ')}{shown}")
+    body = "\n  ".join(lines)
+    return f"invalid collect configuration:\n  {body}\nSee configs/collect.yaml and docs/collector.md."
+
+
+def load_settings(
+    overrides: list[str], config_dir: Path | None = None, config_name: str = "collect"
+) -> tuple[CollectSettings, dict[str, Any]]:
+    """Compose, resolve and validate; return the settings and the unresolved config (for identity)."""
+    raw = compose_config(overrides, config_dir, config_name)
+    return validate_settings(resolve_config(raw)), raw

@@ -1,0 +1,189 @@
+"""Materialization: dataset rows become the logical rollouts a run collects. Pure (bytes in, dicts out).
+
+A run's tasks are fixed once, here, and saved through the run store as
+``<stem>_materialized_inputs.jsonl`` (docs/formats.md); their digest is part of the identity, so a
+changed dataset, ``limit``, ``num_repeats`` or prompt template changes what a resume compares.
+
+Row shapes accepted (one JSON object per line):
+
+- **native**: ``{"task_id": {"taskset": ..., "task_id": ...}, "task_input": {...}}`` — sent as is;
+- **plain**: any other object. The whole row (minus ``_ng_*`` keys) is the ``task_input``; its task
+  id is the row's ``task_id`` when that is a string or integer, else its position in the dataset; its
+  taskset is ``taskset`` (a setting) or the dataset file's stem.
+
+Rollout ids (docs/formats.md "Rollout identity"): an explicit ``_ng_rollout_id`` is kept for one copy
+and gets ``-r<k>`` for repeat ``k``; otherwise ``<taskset>-<task_id>`` (``-r<k>`` for repeats) with
+characters outside ``[A-Za-z0-9._-]`` replaced by ``_``. Every id is checked (pattern, the reserved
+``-a<N>`` suffix, uniqueness) before anything is dispatched.
+
+Trade-off: repeats are laid out row-major (row 0's copies, then row 1's ...), as NeMo Gym does, so
+the rollout index of a task depends on ``num_repeats``; that is fine because ``num_repeats`` is part
+of the identity anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gymslurm.errors import ConfigError, InvalidRolloutIdError
+from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
+
+ROLLOUT_ID_KEY = "_ng_rollout_id"
+EXPECTED_DURATION_KEY = "_ng_expected_duration_s"
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class MaterializeOptions:
+    """The settings that decide the materialized tasks (all part of the run's identity)."""
+
+    dataset_name: str
+    num_repeats: int = 1
+    limit: int | None = None
+    prompt_template: str | None = None
+    prompt_field: str = "prompt"
+
+
+def source_digest(data: bytes) -> str:
+    """``sha256:<hex>`` of the source dataset's bytes (the manifest's ``source_digest``)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def parse_rows(data: bytes, source: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL dataset (blank lines skipped), stopping after ``limit`` rows."""
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if limit is not None and len(rows) >= limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise ConfigError(
+                f"{source}:{number} is not valid JSON ({error}): fix or remove that line"
+            ) from None
+        if not isinstance(row, dict):
+            raise ConfigError(
+                f"{source}:{number} is a JSON {type(row).__name__}, not an object: one task per line"
+            )
+        rows.append(row)
+    return rows
+
+
+def materialize(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> list[dict[str, Any]]:
+    """The logical rollouts of ``rows`` in rollout-index order, ids checked; rows are not modified."""
+    tasks: list[dict[str, Any]] = []
+    for position, row in enumerate(rows):
+        if options.limit is not None and position >= options.limit:
+            break
+        tasks.extend(_expand(position, row, options))
+    check_rollout_ids(tasks)
+    return tasks
+
+
+def _expand(position: int, row: dict[str, Any], options: MaterializeOptions) -> list[dict[str, Any]]:
+    task_id, task_input = _task_of(position, row, options.dataset_name)
+    if options.prompt_template is not None:
+        task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, position)
+    base_id = _base_rollout_id(row, task_id)
+    duration = row.get(EXPECTED_DURATION_KEY)
+    copies = []
+    for repeat in range(options.num_repeats):
+        task: dict[str, Any] = {
+            "_ng_rollout_id": base_id if options.num_repeats == 1 else f"{base_id}-r{repeat}",
+            "_ng_task_index": position,
+            "_ng_rollout_index": repeat,
+            "task_id": task_id,
+            "task_input": task_input,
+        }
+        if type(duration) in (int, float):
+            task[EXPECTED_DURATION_KEY] = duration
+        copies.append(task)
+    return copies
+
+
+def _task_of(position: int, row: dict[str, Any], dataset_name: str) -> tuple[dict[str, str], dict[str, Any]]:
+    native_id = row.get("task_id")
+    if isinstance(native_id, dict) and "task_input" in row:
+        taskset, task_id = native_id.get("taskset"), native_id.get("task_id")
+        if not (type(taskset) is str and taskset and type(task_id) is str and task_id):
+            raise ConfigError(
+                f"row {position}: task_id must be {{'taskset': str, 'task_id': str}}, both non-empty; "
+                f"got {native_id!r}"
+            )
+        if type(row["task_input"]) is not dict:
+            raise ConfigError(f"row {position}: task_input must be a JSON object")
+        return {"taskset": taskset, "task_id": task_id}, row["task_input"]
+    own_id = native_id if type(native_id) in (str, int) else position
+    task_input = {key: value for key, value in row.items() if not key.startswith("_ng_")}
+    return {"taskset": dataset_name, "task_id": str(own_id)}, task_input
+
+
+def _apply_template(template: str, field: str, task_input: dict[str, Any], position: int) -> dict[str, Any]:
+    try:
+        rendered = template.format_map(task_input)
+    except KeyError as error:
+        raise ConfigError(
+            f"row {position}: prompt_template uses {{{error.args[0]}}}, which its task_input does not have "
+            f"(keys: {', '.join(sorted(task_input))}); fix the template or the dataset"
+        ) from None
+    except (IndexError, ValueError, AttributeError) as error:
+        raise ConfigError(f"prompt_template {template!r} is not a valid format string: {error}") from None
+    return {**task_input, field: rendered}
+
+
+def _base_rollout_id(row: dict[str, Any], task_id: dict[str, str]) -> str:
+    explicit = row.get(ROLLOUT_ID_KEY)
+    if explicit is not None:
+        if not isinstance(explicit, str):
+            raise InvalidRolloutIdError(f"_ng_rollout_id {explicit!r} must be a string")
+        return explicit
+    return _UNSAFE_ID_CHARS.sub("_", f"{task_id['taskset']}-{task_id['task_id']}")
+
+
+def check_rollout_ids(tasks: list[dict[str, Any]]) -> None:
+    """Raise InvalidRolloutIdError for the first invalid or repeated rollout id."""
+    ids = [task["_ng_rollout_id"] for task in tasks]
+    valid = ROLLOUT_ID_PATTERN.fullmatch
+    if len(set(ids)) == len(ids) and all(
+        type(rollout_id) is str and valid(rollout_id) and "-a" not in rollout_id for rollout_id in ids
+    ):
+        return  # the common case, checked in one pass; the slow pass below names the culprit
+    seen: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        rollout_id = task["_ng_rollout_id"]
+        problem = rollout_id_problem(rollout_id)
+        if problem:
+            raise InvalidRolloutIdError(
+                f"rollout {index} (dataset row {task['_ng_task_index']}): "
+                f"rollout id {rollout_id!r} {problem}. "
+                "Fix _ng_rollout_id (or the task_id/taskset it is built from) in the dataset"
+            )
+        if rollout_id in seen:
+            raise InvalidRolloutIdError(
+                f"rollout id {rollout_id!r} is used by dataset rows "
+                f"{tasks[seen[rollout_id]]['_ng_task_index']} "
+                f"and {task['_ng_task_index']}: rollout ids must be unique; give one row another "
+                "_ng_rollout_id or task_id"
+            )
+        seen[rollout_id] = index
+
+
+def inputs_digest(tasks: list[dict[str, Any]]) -> str:
+    """The ``inputs_digest`` these tasks would have as ``<stem>_materialized_inputs.jsonl`` (docs/formats.md).
+
+    SHA-256 of the canonical lines (orjson, sorted keys, one ``\\n`` each): a resume compares the
+    current materialization with the saved run by digest, without reading the saved file.
+    """
+    sha = hashlib.sha256()
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+    for task in tasks:
+        sha.update(orjson.dumps(task, option=option))
+    return "sha256:" + sha.hexdigest()

@@ -1,0 +1,214 @@
+"""The dispatch loop: reservations before requests, in-invocation retries, budget, stop on signal."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gymslurm.collector import (
+    DispatchLoop,
+    RunView,
+    advance,
+    build_coverage,
+    decide_exit,
+    initial_counters,
+    pending_order,
+)
+from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
+
+POLICY = BudgetPolicy(max_rollout_attempts=3)
+
+
+def result(attempt: int) -> SavedOutcome:
+    return SavedOutcome(attempt=attempt, kind="result", line=0, reward=1.0)
+
+
+def retryable(attempt: int) -> SavedOutcome:
+    return SavedOutcome(attempt=attempt, kind="failure", line=0, terminal=False, delivery="delivered")
+
+
+def terminal(attempt: int) -> SavedOutcome:
+    return SavedOutcome(attempt=attempt, kind="failure", line=0, terminal=True, delivery="delivered")
+
+
+def not_sent(attempt: int) -> SavedOutcome:
+    return SavedOutcome(attempt=attempt, kind="failure", line=0, terminal=False, delivery="not_sent")
+
+
+def view(n: int, tasks: list[dict[str, Any]] | None = None) -> RunView:
+    tasks = tasks or [{"_ng_rollout_id": f"t-{i}"} for i in range(n)]
+    for i, task in enumerate(tasks):
+        task.setdefault("task_id", {"taskset": "t", "task_id": str(i)})
+        task.setdefault("task_input", {})
+    return RunView(
+        tasks=tasks,
+        reserved=[0] * n,
+        states=[select_rollout(0, [], POLICY) for _ in range(n)],
+        policy=POLICY,
+        run_id="run-x",
+        identity_verified=True,
+        historical_failed_attempts=0,
+    )
+
+
+class ScriptedClient:
+    """Answers each rollout with the next outcome maker of its script; records what was sent."""
+
+    def __init__(self, scripts: dict[str, list[Any]], hang: set[str] | None = None) -> None:
+        self.scripts = scripts
+        self.hang = hang or set()
+        self.sent: list[tuple[str, int]] = []
+
+    async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
+        assert set(task) == {"task_id", "task_input"}
+        self.sent.append((episode.rollout_id, episode.attempt))
+        if episode.rollout_id in self.hang:
+            await asyncio.sleep(3600)
+        await asyncio.sleep(0)
+        return self.scripts[episode.rollout_id].pop(0)
+
+
+def make_loop(
+    v: RunView, client: ScriptedClient, reservations: list[tuple[int, int]], **kw: Any
+) -> DispatchLoop:
+    def reserve(index: int) -> int:
+        attempt = v.reserved[index]
+        reservations.append((index, attempt))
+        return attempt
+
+    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
+        return outcome(attempt)
+
+    return DispatchLoop(
+        view=v,
+        client=client,
+        reserve=reserve,
+        save=save,
+        urls=["http://x"] * len(v.tasks),
+        counters=initial_counters(v.states),
+        concurrency=kw.pop("concurrency", 4),
+        **kw,
+    )
+
+
+def run_loop(loop: DispatchLoop, v: RunView) -> Any:
+    return asyncio.run(loop.run(pending_order(v, v.states, False)))
+
+
+def test_each_dispatch_is_reserved_first_and_saved() -> None:
+    """Every request is preceded by a reservation; results land in the view and the counters."""
+    v, sent = view(3), []
+    client = ScriptedClient({f"t-{i}": [result] for i in range(3)})
+    loop = make_loop(v, client, sent)
+    outcome = run_loop(loop, v)
+    assert sorted(sent) == [(0, 0), (1, 0), (2, 0)]
+    assert v.reserved == [1, 1, 1] and outcome.progress_outcomes == 3
+    assert loop.counters.done == 3 and loop.counters.in_flight == 0
+
+
+def test_retryable_failure_is_retried_in_the_same_invocation() -> None:
+    """A counted retryable failure is dispatched again at once as a new attempt."""
+    v, sent = view(1), []
+    client = ScriptedClient({"t-0": [retryable, retryable, result]})
+    run_loop(make_loop(v, client, sent), v)
+    assert client.sent == [("t-0", 0), ("t-0", 1), ("t-0", 2)]
+    assert v.states[0].disposition == "measured"
+
+
+def test_retries_stop_at_the_failure_budget() -> None:
+    """After max_rollout_attempts counted failures the rollout is exhausted, not retried."""
+    v, sent = view(1), []
+    client = ScriptedClient({"t-0": [retryable] * 5})
+    run_loop(make_loop(v, client, sent), v)
+    assert len(client.sent) == 3 and v.states[0].exhausted
+
+
+@pytest.mark.parametrize("maker", [terminal, not_sent])
+def test_terminal_and_uncounted_failures_are_not_retried_now(maker: Any) -> None:
+    """Terminal failures and failures that spend no budget (not_sent) are not retried in-invocation."""
+    v, sent = view(1), []
+    client = ScriptedClient({"t-0": [maker, result]})
+    run_loop(make_loop(v, client, sent), v)
+    assert client.sent == [("t-0", 0)]
+
+
+def test_retry_in_invocation_can_be_turned_off() -> None:
+    """retry_in_invocation=false leaves a retryable failure for the next resume."""
+    v, sent = view(1), []
+    client = ScriptedClient({"t-0": [retryable, result]})
+    run_loop(make_loop(v, client, sent, retry_in_invocation=False), v)
+    assert client.sent == [("t-0", 0)] and v.states[0].pending
+
+
+def test_expired_dispatch_budget_reserves_nothing() -> None:
+    """With the dispatch budget spent, no rollout is reserved; all stay not_started."""
+    v, sent = view(3), []
+    client = ScriptedClient({f"t-{i}": [result] for i in range(3)})
+    outcome = run_loop(make_loop(v, client, sent, deadline=0.0), v)
+    assert sent == [] and v.reserved == [0, 0, 0] and outcome.budget_drained == 3
+
+
+def test_stop_cancels_in_flight_and_leaves_reservations_missing() -> None:
+    """A stop cancels requests in flight; their reservations remain, so they are missing, not failed."""
+    v, sent = view(2), []
+    client = ScriptedClient({"t-0": [result], "t-1": []}, hang={"t-1"})
+    loop = make_loop(v, client, sent)
+
+    async def scenario() -> Any:
+        task = asyncio.create_task(loop.run(pending_order(v, v.states, False)))
+        while loop.counters.done < 1 or loop.counters.in_flight < 1:
+            await asyncio.sleep(0)
+        loop.stop("SIGTERM")
+        return await task
+
+    outcome = asyncio.run(scenario())
+    assert outcome.stopped_by == "SIGTERM"
+    assert [s.disposition for s in v.states] == ["measured", "missing"]
+    coverage = build_coverage(v, outcome)
+    assert (coverage.missing, coverage.attempts, coverage.failed) == (1, 2, 0)
+
+
+def test_client_error_stops_the_loop_and_is_reported() -> None:
+    """An exception from the client (a protocol error with routing off) stops dispatch and is kept."""
+    v, sent = view(2), []
+
+    class Broken(ScriptedClient):
+        async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
+            raise RuntimeError("malformed reply")
+
+    outcome = run_loop(make_loop(v, Broken({}), sent, concurrency=1), v)
+    assert isinstance(outcome.error, RuntimeError) and outcome.stopped_by == "error"
+
+
+def test_longest_first_orders_by_expected_duration() -> None:
+    """dispatch_longest_first orders pending rollouts by _ng_expected_duration_s, largest first."""
+    tasks = [{"_ng_rollout_id": f"t-{i}", "_ng_expected_duration_s": d} for i, d in enumerate([1, 9, 5])]
+    tasks.append({"_ng_rollout_id": "t-3"})
+    v = view(4, tasks)
+    assert pending_order(v, v.states, True) == [1, 2, 0, 3]
+    assert pending_order(v, v.states, False) == [0, 1, 2, 3]
+
+
+def test_only_omissions_missing_warns_even_without_require_complete() -> None:
+    """Only omissions missing: exit 0 with a warning naming completed, expected and omitted counts."""
+    v = view(2)
+    v.reserved = [1, 1]
+    omission = SavedOutcome(attempt=0, kind="omission", line=0)
+    v.states = [select_rollout(1, [result(0)], POLICY), select_rollout(1, [omission], POLICY)]
+    coverage = build_coverage(v, run_loop(make_loop(v, ScriptedClient({}), []), v))
+    for require in (True, False):
+        completion = decide_exit(coverage, require, made_progress=False)
+        assert completion.code == 0
+        assert completion.warning and "1 completed, 2 expected, 1 omitted" in completion.warning
+
+
+def test_advance_matches_selection_over_the_whole_history() -> None:
+    """Advancing a state by one outcome equals selecting over the full history."""
+    history = [retryable(0), not_sent(1), retryable(2)]
+    state = select_rollout(0, [], POLICY)
+    for outcome in history:
+        state = advance(state, outcome, outcome.attempt + 1, POLICY)
+        expected = select_rollout(outcome.attempt + 1, history[: outcome.attempt + 1], POLICY)
+        assert state == expected

@@ -1,0 +1,159 @@
+"""Materialization: rows → logical rollouts with ids, repeats, limit and prompt templates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gymslurm.errors import ConfigError, InvalidRolloutIdError
+from gymslurm.tasks import MaterializeOptions, materialize, parse_rows, source_digest
+
+OPTS = MaterializeOptions(dataset_name="math")
+
+
+def ids(rows: list[dict[str, Any]], **options: Any) -> list[str]:
+    opts = MaterializeOptions(dataset_name="math", **options)
+    return [task["_ng_rollout_id"] for task in materialize(rows, opts)]
+
+
+def test_plain_rows_get_ids_from_position_and_dataset() -> None:
+    """A plain row's id is <dataset>-<position>; the row (minus _ng_ keys) is its task_input."""
+    tasks = materialize([{"q": "1+1"}, {"q": "2+2", "_ng_other": 1}], OPTS)
+    assert tasks[1] == {
+        "_ng_rollout_id": "math-1",
+        "_ng_task_index": 1,
+        "_ng_rollout_index": 0,
+        "task_id": {"taskset": "math", "task_id": "1"},
+        "task_input": {"q": "2+2"},
+    }
+
+
+def test_native_rows_keep_their_task_id_and_input() -> None:
+    """A native row's task_id and task_input are sent as they are."""
+    row = {"task_id": {"taskset": "code", "task_id": "t/7"}, "task_input": {"x": 1}}
+    (task,) = materialize([row], OPTS)
+    assert task["task_id"] == {"taskset": "code", "task_id": "t/7"} and task["task_input"] == {"x": 1}
+    assert task["_ng_rollout_id"] == "code-t_7"
+
+
+def test_plain_row_with_scalar_task_id_uses_it() -> None:
+    """A plain row with a string task_id is identified by it, not by its position."""
+    assert ids([{"task_id": "abc", "q": 1}]) == ["math-abc"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "repeats", "expected"),
+    [
+        ([{"q": 1}, {"q": 2}], 2, ["math-0-r0", "math-0-r1", "math-1-r0", "math-1-r1"]),
+        ([{"_ng_rollout_id": "mine"}], 1, ["mine"]),
+        ([{"_ng_rollout_id": "mine"}], 3, ["mine-r0", "mine-r1", "mine-r2"]),
+        ([{"q": 1}], 1, ["math-0"]),
+    ],
+)
+def test_rollout_ids(rows: list[dict[str, Any]], repeats: int, expected: list[str]) -> None:
+    """Ids follow docs/formats.md: explicit kept for one copy, -r<k> for repeats, row-major order."""
+    assert ids(rows, num_repeats=repeats) == expected
+
+
+def test_repeats_carry_their_repeat_index() -> None:
+    """Each copy records its task index and repeat index."""
+    tasks = materialize([{"q": 1}], MaterializeOptions(dataset_name="d", num_repeats=3))
+    assert [(t["_ng_task_index"], t["_ng_rollout_index"]) for t in tasks] == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_limit_keeps_the_first_rows() -> None:
+    """limit keeps the first N dataset rows (before repeats)."""
+    assert ids([{"q": i} for i in range(5)], limit=2, num_repeats=2) == [
+        "math-0-r0",
+        "math-0-r1",
+        "math-1-r0",
+        "math-1-r1",
+    ]
+
+
+def test_unsafe_characters_are_replaced() -> None:
+    """Characters outside [A-Za-z0-9._-] in a generated id become '_'."""
+    assert ids([{"task_id": "a b/c:d"}]) == ["math-a_b_c_d"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"_ng_rollout_id": "bad id"}], "must match"),
+        ([{"_ng_rollout_id": "run-a3"}], "-a<N>"),
+        ([{"_ng_rollout_id": "x"}, {"_ng_rollout_id": "x"}], "must be unique"),
+        ([{"_ng_rollout_id": 5}], "must be a string"),
+        ([{"_ng_rollout_id": ""}], "non-empty"),
+        ([{"task_id": "b1"}, {"task_id": "b1"}], "must be unique"),
+        ([{"task_id": "a1"}], "-a<N>"),
+    ],
+)
+def test_invalid_or_colliding_ids_are_refused(rows: list[dict[str, Any]], message: str) -> None:
+    """Invalid, reserved or colliding rollout ids raise InvalidRolloutIdError."""
+    with pytest.raises(InvalidRolloutIdError, match=message):
+        materialize(rows, OPTS)
+
+
+def test_explicit_id_colliding_with_a_generated_one_is_refused() -> None:
+    """An explicit id equal to another row's generated id is refused."""
+    with pytest.raises(InvalidRolloutIdError, match="unique"):
+        materialize([{"q": 1}, {"_ng_rollout_id": "math-0"}], OPTS)
+
+
+def test_prompt_template_renders_into_the_field() -> None:
+    """A prompt template is rendered from task_input into prompt_field."""
+    opts = MaterializeOptions(dataset_name="m", prompt_template="Q: {q}?", prompt_field="prompt")
+    (task,) = materialize([{"q": "1+1"}], opts)
+    assert task["task_input"] == {"q": "1+1", "prompt": "Q: 1+1?"}
+
+
+def test_changed_prompt_changes_the_tasks() -> None:
+    """A changed prompt template changes the materialized tasks (and hence the identity)."""
+    first = materialize([{"q": 1}], MaterializeOptions("m", prompt_template="A {q}"))
+    second = materialize([{"q": 1}], MaterializeOptions("m", prompt_template="B {q}"))
+    assert first != second
+
+
+def test_prompt_template_missing_key_is_a_config_error() -> None:
+    """A template field the row lacks is a ConfigError naming it."""
+    with pytest.raises(ConfigError, match="question"):
+        materialize([{"q": 1}], MaterializeOptions("m", prompt_template="{question}"))
+
+
+def test_input_rows_are_not_modified() -> None:
+    """Materialization never changes the caller's rows."""
+    row = {"q": 1, "_ng_rollout_id": "r"}
+    materialize([row], MaterializeOptions("m", num_repeats=2, prompt_template="{q}"))
+    assert row == {"q": 1, "_ng_rollout_id": "r"}
+
+
+def test_expected_duration_is_copied() -> None:
+    """_ng_expected_duration_s is copied from the row for longest-first dispatch."""
+    (task,) = materialize([{"q": 1, "_ng_expected_duration_s": 12.5}], OPTS)
+    assert task["_ng_expected_duration_s"] == 12.5 and "_ng_expected_duration_s" not in task["task_input"]
+
+
+def test_native_row_with_bad_task_id_is_a_config_error() -> None:
+    """A native row whose task_id lacks a field is a ConfigError."""
+    with pytest.raises(ConfigError, match="task_id must be"):
+        materialize([{"task_id": {"taskset": "x"}, "task_input": {}}], OPTS)
+
+
+def test_parse_rows_reads_jsonl_and_limit() -> None:
+    """parse_rows reads objects, skips blank lines and stops at limit."""
+    assert parse_rows(b'{"a":1}\n\n{"a":2}\n{"a":3}\n', "d.jsonl", limit=2) == [{"a": 1}, {"a": 2}]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"), [(b'{"a":1}\n{oops\n', "d.jsonl:2"), (b"[1]\n", "not an object")]
+)
+def test_parse_rows_names_the_bad_line(data: bytes, message: str) -> None:
+    """A malformed dataset line is a ConfigError naming file and line."""
+    with pytest.raises(ConfigError, match=message):
+        parse_rows(data, "d.jsonl")
+
+
+def test_source_digest_is_sha256_of_bytes() -> None:
+    """The source digest is sha256:<hex> of the bytes."""
+    assert source_digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
