@@ -1,0 +1,159 @@
+"""The demo Environment Server's application: its configuration and the answer to every request.
+
+``DemoApp.handle(method, path, body) -> Reply`` is the whole server minus sockets: it routes,
+validates, runs the policy, grades, injects faults and returns the bytes to send together with the
+actions to perform (wait ``delay_s``, or ``die``); gymslurm/demo/http.py performs them. The only
+state is the request counter ``--die-after`` needs and per-outcome tallies.
+
+``GET /global_config_dict_yaml`` answers like a NeMo Gym head server: the resolved configuration as
+YAML, JSON-encoded as a string (``yaml.safe_load(response.json())`` reads it). It holds only what
+decides the *measurement* (benchmark and its version, model name, policy accuracy, seed, verifier):
+a collector may put it in its identity, and a resume must not be refused because the server came
+back on another port or with other fault injection. Faults and latency are deliberately left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymslurm.demo.arith import (
+    BENCHMARK_VERSION,
+    DEFAULT_MODEL_NAME,
+    TASKSET,
+    VERIFIER_NAME,
+    aggregate_metrics,
+    draw,
+    expected_answer,
+    grade,
+    policy_answer,
+    response_object,
+)
+from gymslurm.demo.faults import Rates, choose_fault, delay_seconds, episode_reply, rates_problem
+from gymslurm.demo.messages import Reply, json_reply
+from gymslurm.demo.protocol import Invalid, invalid_reply, parse_json, validate_aggregate, validate_run
+
+DEFAULT_ACCURACY = 0.8
+SERVER_NAME = "gymslurm_demo"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Everything that decides how the demo server answers."""
+
+    model_name: str = DEFAULT_MODEL_NAME
+    accuracy: float = DEFAULT_ACCURACY
+    seed: int = 0
+    rates: Rates = ()
+    latency_ms: float = 0.0
+    die_after: int | None = None  # answer this many /run requests, then die on the next one
+
+    def problems(self) -> list[str]:
+        """What is wrong with this configuration, one sentence each; empty when it is usable."""
+        problems = []
+        if not (math.isfinite(self.accuracy) and 0.0 <= self.accuracy <= 1.0):
+            problems.append(f"--accuracy must be within [0, 1], got {self.accuracy}")
+        if not self.model_name:
+            problems.append("--model-name must not be empty")
+        rates = rates_problem(self.rates)
+        if rates:
+            problems.append(rates)
+        if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
+            problems.append(f"--latency-ms must be >= 0, got {self.latency_ms}")
+        if self.die_after is not None and self.die_after < 0:
+            problems.append(f"--die-after must be >= 0, got {self.die_after}")
+        return problems
+
+
+def config_dict(config: DemoConfig) -> dict[str, Any]:
+    """The resolved configuration served at /global_config_dict_yaml (semantic settings only)."""
+    return {
+        SERVER_NAME: {
+            "resources_servers": {
+                SERVER_NAME: {
+                    "entrypoint": "gymslurm.demo.server",
+                    "benchmark": TASKSET,
+                    "benchmark_version": BENCHMARK_VERSION,
+                    "verifier": VERIFIER_NAME,
+                }
+            }
+        },
+        "policy_model": {
+            "responses_api_models": {
+                "demo_policy": {"model": config.model_name, "accuracy": config.accuracy, "seed": config.seed}
+            }
+        },
+    }
+
+
+def config_yaml(config: DemoConfig) -> str:
+    """The configuration as YAML text, keys in a fixed order (the same config, the same text)."""
+    import yaml
+
+    return str(yaml.safe_dump(config_dict(config), sort_keys=True, default_flow_style=False))
+
+
+@dataclass
+class DemoApp:
+    """Routes requests to replies; holds the ``--die-after`` counter and the outcome tallies."""
+
+    config: DemoConfig
+    run_requests: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._routes: dict[tuple[bytes, bytes], Callable[[bytes], Reply]] = {
+            (b"POST", b"/run"): self.run,
+            (b"POST", b"/aggregate_metrics"): self.aggregate,
+            (b"GET", b"/health"): lambda body: self._health,
+            (b"GET", b"/global_config_dict_yaml"): lambda body: self._config,
+        }
+        self._paths = {path for _, path in self._routes}
+        self._health = json_reply(200, {"status": "ok", "server": SERVER_NAME})
+        self._config = json_reply(200, config_yaml(self.config))
+
+    def handle(self, method: bytes, target: bytes, body: bytes) -> Reply:
+        """The reply to one HTTP request (``target`` may carry a query string, which is ignored)."""
+        path = target.split(b"?", 1)[0]
+        route = self._routes.get((method, path))
+        if route is not None:
+            return route(body)
+        if path in self._paths:
+            allowed = b", ".join(m for m, p in self._routes if p == path)
+            return json_reply(405, {"detail": "Method Not Allowed"}, headers=((b"Allow", allowed),))
+        return json_reply(404, {"detail": "Not Found"})
+
+    def run(self, body: bytes) -> Reply:
+        """``POST /run``: one episode attempt, graded, unless a fault says otherwise."""
+        self.run_requests += 1
+        die_after = self.config.die_after
+        if die_after is not None and self.run_requests > die_after:
+            self.outcomes["die"] += 1
+            return Reply(0, b"", die=True)
+        data, bad = parse_json(body)
+        episode = bad or validate_run(data)
+        if isinstance(episode, Invalid):
+            self.outcomes["invalid"] += 1
+            return invalid_reply(episode)
+        task_input, attempt = episode.task_input, episode.attempt
+        draws = draw(self.config.seed, episode.rollout_id, attempt)
+        fault = choose_fault(task_input, attempt, draws.fault, self.config.rates)
+        expected = expected_answer(task_input["a"], task_input["b"], task_input["op"])
+        answer = policy_answer(expected, self.config.accuracy, draws)
+        reward = grade(answer, expected)
+        result = {"reward": reward, "response": response_object(answer), "expected_answer": expected}
+        reply = episode_reply(fault, episode, answer, expected, result)
+        self.outcomes[fault or ("correct" if reward else "wrong")] += 1
+        delay = delay_seconds(fault, task_input, self.config.latency_ms)
+        return reply._replace(delay_s=delay) if delay else reply
+
+    def aggregate(self, body: bytes) -> Reply:
+        """``POST /aggregate_metrics``: reward statistics over the given verify responses."""
+        data, bad = parse_json(body)
+        items = bad or validate_aggregate(data)
+        if isinstance(items, Invalid):
+            return invalid_reply(items)
+        return json_reply(200, aggregate_metrics(items))
