@@ -64,8 +64,9 @@ def shards(tmp_path_factory: pytest.TempPathFactory, shared_demo_server: Any) ->
     """Three collected shards: mixed outcomes; one resumed after a first run; one with a torn tail."""
     root = tmp_path_factory.mktemp("shards")
     url = shared_demo_server.url
+    retry_once = {"_demo_fault": "retryable", "_demo_fault_attempts": 1}
     specs = [
-        [{}, {"_demo_fault": "retryable", "_demo_fault_attempts": 1}, {"_demo_fault": "masked"}, {"_demo_fault": "omit"}],
+        [{}, retry_once, {"_demo_fault": "masked"}, {"_demo_fault": "omit"}],
         [{}, {"_demo_fault": "unscored"}, {"_demo_fault": "terminal"}],
         [{}, {}, {"_demo_fault": "retryable"}],
     ]  # fmt: skip
@@ -97,8 +98,9 @@ def test_merge_matches_the_collectors_coverage(
     metrics = load(companion(merged, "_aggregate_metrics.json"))
     m = metrics["metrics"]
     assert len(rows(merged)) == sum(c["successful"] for c in coverages) == 7
-    for key, field in [("measured", "measured"), ("masked", "masked"), ("unscored", "unscored"),
-                       ("failed", "failed"), ("omitted", "intentionally_omitted"), ("missing", "missing")]:  # fmt: skip
+    pairs = [("measured", "measured"), ("masked", "masked"), ("unscored", "unscored"), ("failed", "failed")]
+    pairs += [("omitted", "intentionally_omitted"), ("missing", "missing")]
+    for key, field in pairs:
         assert m[f"coverage/{key}"] == sum(c[field] for c in coverages), key
     assert m["retries/attempts"] == sum(c["historical_failed_attempts"] for c in coverages)
     assert metrics["metrics_source"].startswith("environment_server")
