@@ -15,10 +15,15 @@ rejected) → :func:`check_output` (refuse, before writing a byte, an output tha
 carries recovery companions) → write the projection (atomically, through an output symlink to its
 target), ``<stem>_aggregate_metrics.json`` and ``<stem>_aggregate_coverage.json``.
 
-Trade-offs: the projection is written by a second, parse-free pass over each results file that copies
-the selected lines' bytes as they are (no re-serialization), so a merge costs one JSON parse per saved
-line plus a line copy. The merged file is not a run: it has no manifest, and further recovery needs
-the original shards.
+Trade-offs: shards are read in worker processes (one per CPU, ``fork``), each reduced to a small
+picklable :class:`ShardSummary` (inventory, partial metrics, selected line numbers), so the states of
+a million rollouts never cross a pipe. The projection is then written by the main process, one shard
+at a time: the shard's results file is read whole and split at newlines, and the selected lines'
+bytes are copied as saved (no re-serialization) — memory peaks at about twice the largest shard.
+Manifest-backed shards are read through the store (``RunStore.open(writable=False)`` and
+``reconcile``), the same selection the collector uses; the store's reconciliation is most of the
+cost (see bench/aggregate.py). The merged file is not a run: it has no manifest, and further
+recovery needs the original shards.
 """
 
 from __future__ import annotations
