@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import stat
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -42,17 +43,20 @@ from typing import Any
 import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
-from gymslurm.errors import ConfigError, StoreError
+from gymslurm.errors import ConfigError, CorruptRecordError, StoreError
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
     BudgetPolicy,
     RolloutState,
     SavedOutcome,
+    history_problem,
     is_numeric_reward,
     is_retry_masked,
+    select_rollout,
 )
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 
 AGGREGATE_COVERAGE_VERSION = 1
@@ -331,7 +335,14 @@ class ShardSummary:
 
 def summarize_shard(source: ShardSource, scoring: ScoringPolicy, written_at: str) -> ShardSummary:
     """Read one shard and reduce it to a :class:`ShardSummary` (runs in a worker process)."""
-    shard = load_shard(source)
+    if source.has_manifest:
+        fast = _fast_manifest_summary(source, scoring, written_at)
+        if fast is not None:
+            return fast
+    return _summary_of(load_shard(source), scoring, written_at)
+
+
+def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardSummary:
     limit = shard.policy.max_rollout_attempts if shard.policy else None
     accumulator = MetricsAccumulator(policy=scoring)
     accumulator.add_shard(
@@ -342,7 +353,7 @@ def summarize_shard(source: ShardSource, scoring: ScoringPolicy, written_at: str
     for outcome in shard.legacy_outcomes:
         accumulator.add_legacy_outcome(outcome)
     summary = ShardSummary(
-        source, shard.run_id, shard.identity_verified, shard.torn_bytes, accumulator,
+        shard.source, shard.run_id, shard.identity_verified, shard.torn_bytes, accumulator,
         array("q", sorted(shard.selected_result_lines)),
     )  # fmt: skip
     coverage = shard.coverage(written_at)
@@ -357,6 +368,131 @@ def summarize_shard(source: ShardSource, scoring: ScoringPolicy, written_at: str
             observed.add_legacy_outcome(outcome)
         summary.observed = observed.metrics()
     return summary
+
+
+_ID_KEY = b'"_ng_rollout_id":"'
+
+
+def rollout_ids(path: Path, count: int) -> dict[str, int]:
+    """Rollout id → index from the materialized inputs, without parsing whole rows.
+
+    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so the
+    first ``"_ng_rollout_id":"`` of a line is the top-level one and ids hold no escapes (their
+    alphabet is ``[A-Za-z0-9._-]``). A line that does not look like that is parsed in full.
+    """
+    index: dict[str, int] = {}
+    lines = path.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines[:count]):
+        start = raw.find(_ID_KEY)
+        if start >= 0:
+            start += len(_ID_KEY)
+            rollout_id = raw[start : raw.index(b'"', start)].decode()
+        else:
+            rollout_id = orjson.loads(raw).get("_ng_rollout_id")
+        index[rollout_id] = number
+    if len(index) != count:
+        raise StoreError(f"{path}: rollout ids are not unique or lines are missing; restore the run's files")
+    return index
+
+
+def _fast_manifest_summary(
+    source: ShardSource, scoring: ScoringPolicy, written_at: str
+) -> ShardSummary | None:
+    """The summary of a manifest-backed shard, same result as the store's ``reconcile`` path, faster.
+
+    Validation is the store's (``RunStore.open`` and its history reader); the selection loop handles
+    the common case — a rollout whose only outcome is a completed result at its newest execution —
+    with counters, and gives every other rollout to ``select_rollout``. Imported runs (legacy rows
+    numbered by arrival) take the store's path (None).
+    """
+    paths = RunPaths.for_output(source.results)
+    store = RunStore.open(paths, writable=False)
+    try:
+        manifest, counts, policy = store.manifest, store.table.counts(), store.policy()
+    finally:
+        store.close()
+    if manifest.identity_source == "imported":
+        return None
+    count = manifest.rollout_count
+    index_of = rollout_ids(paths.materialized_inputs, count)
+    history = read_history(
+        paths.results, paths.failures, run_id=manifest.run_id,
+        keys=RolloutKeys(index_of, dict), rollout_count=count, legacy=False,
+    )  # fmt: skip
+    plain: Counter[str] = Counter()
+    reward_sum = 0.0
+    lines: list[int] = []
+    states: list[RolloutState] = []
+    groups = history.groups
+    for index in range(count):
+        group, reserved = groups[index], counts[index]
+        if (
+            type(group) is SavedOutcome
+            and group.kind == "result"
+            and group.attempt == reserved - 1
+            and not group.retry_masked
+        ):
+            lines.append(group.line)
+            if group.masked:
+                plain["masked"] += 1
+                plain["scored"] += group.reward is not None
+            elif group.reward is not None:
+                plain["measured"] += 1
+                reward_sum += group.reward
+            else:
+                plain["unscored"] += 1
+            continue
+        outcomes = history.outcomes(index)
+        problem = history_problem(reserved, outcomes) if outcomes else None
+        if problem:
+            raise CorruptRecordError(
+                f"rollout {next(r for r, i in index_of.items() if i == index)!r} has {problem} in "
+                f"{paths.results} / {paths.failures}: its history conflicts with {paths.reservations}. "
+                "Restore the run's files together from a backup, or leave this shard out"
+            )
+        state = select_rollout(reserved, outcomes, policy)
+        states.append(state)
+        if state.disposition in SUCCESSFUL and state.selected is not None:
+            lines.append(state.selected.line)
+    accumulator = MetricsAccumulator(policy=scoring)
+    accumulator.add_shard(
+        max_rollout_attempts=policy.max_rollout_attempts, historical_failed_attempts=history.failure_lines
+    )
+    for state in states:
+        accumulator.add_state(state)
+    accumulator.add_plain_results(
+        measured=plain["measured"], masked=plain["masked"], unscored=plain["unscored"],
+        scored=plain["measured"] + plain["scored"], reward_sum=reward_sum,
+    )  # fmt: skip
+    coverage = compute_coverage(
+        states, run_id=manifest.run_id, attempts=sum(counts), policy=policy,
+        identity_verified=manifest.identity_verified, historical_failed_attempts=history.failure_lines,
+        progress_outcomes_recorded=0, written_at=written_at,
+    )  # fmt: skip
+    torn = history.results_tail.torn_bytes + history.failures_tail.torn_bytes
+    lines.sort()
+    return ShardSummary(
+        source, manifest.run_id, manifest.identity_verified, torn, accumulator, array("q", lines),
+        coverage=_with_plain_results(coverage, plain).model_dump(exclude={"written_at"}),
+    )  # fmt: skip
+
+
+def _with_plain_results(coverage: Coverage, plain: Counter[str]) -> Coverage:
+    """Add the fast path's plain results to an inventory computed over the other rollouts."""
+    added = plain["measured"] + plain["masked"] + plain["unscored"]
+    successful = coverage.successful + added
+    expected = coverage.expected + added
+    return coverage.model_copy(
+        update={
+            "measured": coverage.measured + plain["measured"],
+            "masked": coverage.masked + plain["masked"],
+            "unscored": coverage.unscored + plain["unscored"],
+            "successful": successful,
+            "expected": expected,
+            "scored": coverage.scored + plain["measured"] + plain["scored"],
+            "complete": successful == expected,
+        }
+    )
 
 
 def summarize_shards(

@@ -136,6 +136,21 @@ class MetricsAccumulator:
             self.failed_by_class[failure_class_of(selected)] += 1
         self._score(disposition, selected, state)
 
+    def add_plain_results(
+        self, *, measured: int, masked: int, unscored: int, scored: int, reward_sum: float
+    ) -> None:
+        """Count rollouts whose only outcome is a completed result at their newest execution.
+
+        The same counts :meth:`add_state` would make one by one (no budget, no scoring policy applies
+        to a completed result); aggregation's fast path uses it for the common case.
+        """
+        self.dispositions[Disposition.MEASURED] += measured
+        self.dispositions[Disposition.MASKED] += masked
+        self.dispositions[Disposition.UNSCORED] += unscored
+        self.scored += scored
+        self.reward_sum += reward_sum
+        self.reward_count += measured
+
     def add_legacy_outcome(self, outcome: SavedOutcome) -> None:
         """Count one observed row of a legacy shard (no selection, no inventory)."""
         if outcome.kind == "result":

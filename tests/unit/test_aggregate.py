@@ -364,3 +364,39 @@ def test_worker_errors_reach_the_caller(tmp_path: Path) -> None:
             written_at=NOW,
         )
     assert not (tmp_path / "m.jsonl").exists()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_path_equals_store_reconciliation(tmp_path: Path, seed: int) -> None:
+    """The fast summary of a manifest-backed shard equals the one built from the store's reconcile()."""
+    import random
+
+    from gymslurm.aggregate import ShardSource, _fast_manifest_summary, _summary_of, load_shard
+
+    rng = random.Random(seed)
+    builder = ShardBuilder(tmp_path / "s" / "out.jsonl", 30, max_attempts=2)
+    steps = [
+        lambda rid: builder.result(rid, rng.choice([0.0, 1.0, None])),
+        lambda rid: builder.result(rid, 1.0, masked=True),
+        lambda rid: builder.result(
+            rid, None, masked=True, failure_kind="provider_unavailable", response=None
+        ),
+        lambda rid: builder.failure(rid, rng.choice(["judge_failed", "session_lost", None])),
+        lambda rid: builder.failure(rid, "agent_command_not_allowed", terminal=True),
+        lambda rid: builder.failure(rid, "kill_shaped", delivery="possibly_delivered"),
+        builder.omit,
+        builder.interrupt,
+    ]
+    for rid in builder.ids[1:]:
+        for _ in range(rng.choice([1, 1, 1, 2, 3])):
+            rng.choice(steps)(rid)
+    path = builder.finish(torn_tail=b'{"partial')
+    source = ShardSource(path, (path,), path)
+    policy = ScoringPolicy(frozenset({"judge_failed"}), count_missing_rollouts_as_zero=True)
+    fast = _fast_manifest_summary(source, policy, NOW)
+    slow = _summary_of(load_shard(source), policy, NOW)
+    assert fast is not None
+    assert fast.coverage == slow.coverage
+    assert fast.accumulator.metrics() == pytest.approx(slow.accumulator.metrics())
+    assert list(fast.selected_lines) == list(slow.selected_lines)
+    assert fast.torn_bytes == slow.torn_bytes
