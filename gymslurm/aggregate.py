@@ -20,9 +20,11 @@ picklable :class:`ShardSummary` (inventory, partial metrics, selected line numbe
 a million rollouts never cross a pipe. The projection is then written by the main process, one shard
 at a time: the shard's results file is read whole and split at newlines, and the selected lines'
 bytes are copied as saved (no re-serialization) — memory peaks at about twice the largest shard.
-Manifest-backed shards are read through the store (``RunStore.open(writable=False)`` and
-``reconcile``), the same selection the collector uses; the store's reconciliation is most of the
-cost (see bench/aggregate.py). The merged file is not a run: it has no manifest, and further
+Manifest-backed shards are validated and read by the store (``RunStore.open(writable=False)`` and
+its history reader) and selected with ``select_rollout``, the collector's own rule; only the common
+case (a rollout whose single outcome is the result of its newest execution) is counted inline, and a
+test pins the fast path to the store's ``reconcile()``. The store's row reader is most of the cost
+(bench/aggregate.py). The merged file is not a run: it has no manifest, and further
 recovery needs the original shards.
 """
 
