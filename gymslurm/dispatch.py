@@ -13,27 +13,36 @@ mid-answer, gateway answers 429/502/503/504) it is ``possibly_delivered``; any o
 ``delivered``. There are **no automatic transport retries**: a timeout may have run the episode, and
 delivery evidence never authorizes a replay (the collector decides, with a new reserved execution).
 
-Transport, chosen by measurement (``bench/transport.py``, 2 cores, loopback, client and a raw asyncio
-keep-alive server each on one core; requests per second, p99 in ms)::
+Transport, chosen by measurement (``bench/transport.py``: 2 cores shared with other work, loopback,
+a raw asyncio keep-alive server in its own process; best of 3 interleaved rounds; req/s, p99 ms, and
+the client's CPU time per request, the figure least disturbed by foreign load)::
 
-    in flight                      1             32             128
-    raw asyncio client      6470 / 0.2    55210 / 1.2     59874 / 4.0     (the physical limit)
-    httpx, shared client    1783 / 0.8      509 / 290       832 / 268
-    httpx, shared, tuned    1785 / 0.8      330 / 447        43 / 4952    (keep-alive = in flight)
-    httpx, per-worker       1532 / 1.0     2152 / 18       1902 / 104     (1 connection each)
+    in flight                 1                     32                     128
+    raw asyncio client   10729  1.1   24 µs    31885    1.6   16 µs    12546    22   22 µs
+    httpx, shared         1343  6.8  570 µs      558    346 1720 µs      379   623 1253 µs
+    httpx, shared, tuned   390   13  832 µs      339    432 2881 µs       40  5717 11081 µs
+    httpx, per-worker      672   14  675 µs     1288     76  567 µs     1080   189  581 µs
+    EnvironmentClient    11024 0.14   38 µs    12213     10   34 µs    10142    32   45 µs
 
-httpx's shared pool (httpcore) collapses as soon as requests queue: its pool bookkeeping is quadratic
-in connections and, past ``max_keepalive_connections``, it closes connections it has just used.
-Per-worker clients avoid the collapse, but httpx's per-request overhead (about 0.5 ms of Python on
-this machine) caps them at ~2,000 req/s: 3-4 % of the raw client, and the collector's target (4,000
-rollouts/s with its bookkeeping) would be out of reach. So plain-``http://`` servers are reached
-through :class:`Http11Transport`, a minimal HTTP/1.1 keep-alive transport on asyncio streams that
-implements httpx's transport interface (so tests inject ``httpx.MockTransport`` and exceptions are
-httpx's own), with one idle connection stack per origin and O(1) work per request. Its figures and
-those of :meth:`EnvironmentClient.run` end to end are in the module docstring of the benchmark's
-last run (see docs/outcomes.md) and in the report of the change that introduced it. ``https://``
-servers use per-worker ``httpx.AsyncHTTPTransport`` instances (one connection each), the best httpx
-setup measured. No aiohttp: it would be a new dependency for what 150 lines of asyncio do here.
+("tuned": keep-alive limit raised to the number in flight; "per-worker": one client of one
+connection per slot.) A quieter A/B run at 32 in flight: raw 67,439 req/s at 15 µs of CPU,
+EnvironmentClient 34,864 req/s at 29 µs (0.52×; both saturate the client's core). Against the demo
+Environment Server at 32 in flight: raw 11,942, EnvironmentClient 11,229 (0.94×), httpx per-worker
+1,101, httpx shared 302.
+
+httpx's shared pool (httpcore) collapses as soon as requests queue: it re-scans every connection and
+queued request on each change, and past ``max_keepalive_connections`` it closes connections it has
+just used; raising the limits makes it worse. Per-worker clients avoid the collapse, but httpx spends
+about 0.6 ms of CPU per request on this machine, which caps a core near 1,700 req/s: 4-9 % of the raw
+client, while the collector aims at 4,000 rollouts/s with its bookkeeping. So plain-``http://``
+servers are reached through :class:`Http11Transport`, a minimal HTTP/1.1 keep-alive transport on
+asyncio streams that implements httpx's transport interface (tests inject ``httpx.MockTransport``;
+errors are httpx's own exceptions), keeps an idle-connection stack per origin and does O(1) work per
+request; :class:`EnvironmentClient` calls its byte-level fast path without building httpx request or
+response objects. It costs about twice the raw client's CPU (validation and classification included)
+and reaches 0.5-1.0× its rate. ``https://`` servers use per-worker ``httpx.AsyncHTTPTransport``
+instances (one connection each), the best httpx setup measured. No aiohttp: a new dependency for
+what some 150 lines of asyncio do here.
 
 Trade-offs of :class:`Http11Transport`: no proxies (``HTTP_PROXY`` is ignored: Environment Servers
 are cluster-internal), no TLS, no compression, no ``Expect: 100-continue``; responses framed by
@@ -47,10 +56,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, get_args
 
 import httpx
 import orjson
@@ -65,7 +75,10 @@ from gymslurm.records import (
     EpisodeId,
     RolloutFailureRecord,
     Source,
+    Stage,
 )
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "Completed",
@@ -120,7 +133,7 @@ LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE = (
     "_ng_failure_message",
 )
 LEGACY_CLASS_KINDS = {"timeout_exceeded": "agent_timeout"}  # 001: agent_timeout is the shared name
-STAGES = frozenset({"admission", "seed", "agent", "verification", "cleanup"})
+STAGES = frozenset(get_args(Stage))
 FAILURE_FIELDS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
 REPLY_FIELDS = frozenset({"episode_id", "task_id", "result", "failure", NO_PERSIST, "response"})
 DIAGNOSTIC_BODY_CHARS = 4000
@@ -170,6 +183,9 @@ def classify_reply(
         try:
             return _classify_episode_reply(call)
         except _StaleReplyError as stale:
+            # Retryable whatever the routing (reading 5). Kind transport_peer_drop: this attempt's own
+            # answer was lost between server and collector (a retry somewhere on the path replayed an
+            # older exchange), which is what a peer drop records; it is never the environment's verdict.
             reason = (
                 f"stale reply: the Environment Server answered attempt {stale.attempt!r} of rollout "
                 f"{episode.rollout_id!r} to the request for attempt {episode.attempt}; this attempt's "
@@ -186,7 +202,10 @@ def classify_reply(
                                       "transport_timeout", "delivered")  # fmt: skip
     if 500 <= status_code < 600 and status_code not in UNSERVABLE_5XX:
         return _server_error(call)
-    return call.violation(f"HTTP {status_code} answer to POST /run (a request this server will not serve)")
+    return call.violation(
+        f"HTTP {status_code} answer to POST /run: the server refuses the request as sent (check the "
+        "Environment Server URL, and that the server speaks this protocol)"
+    )
 
 
 def classify_exception(
@@ -207,9 +226,8 @@ def classify_exception(
     return Failed(record, diagnostics={"exception": type(exc).__name__})
 
 
-@dataclass(frozen=True)
-class _Call:
-    """One classification's inputs: what was sent and what came back."""
+class _Call(NamedTuple):
+    """One classification's inputs: what was sent and what came back (a tuple: cheap to build per reply)."""
 
     episode: EpisodeId
     task_id: dict[str, Any]
@@ -359,7 +377,7 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
     record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind)
     return Failed(
         record,
-        legacy_class=legacy_class if legacy_class != kind else None,
+        legacy_class=legacy_class if legacy_class != record.routing_class else None,
         response=result.get("response"),
         diagnostics=diagnostics or None,
     )
@@ -599,6 +617,7 @@ class EnvironmentClient:
         self._free: list[dict[str, httpx.AsyncBaseTransport]] = []
         self._all: list[dict[str, httpx.AsyncBaseTransport]] = []
         self._targets: dict[str, _Target] = {}
+        self._warned_kinds: set[str] = set()
 
     async def run(
         self, url: str, episode: EpisodeId, task: Mapping[str, Any], *, run_id: str | None = None
@@ -615,9 +634,24 @@ class EnvironmentClient:
             status, content = await self._exchange(self._target(url), body)
         except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
-        return classify_reply(
+        outcome = classify_reply(
             status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
             route_failures=self.route_failures, url=url,
+        )  # fmt: skip
+        if isinstance(outcome, Failed):
+            self._warn_unregistered(outcome.record.failure.failure_kind, url)
+        return outcome
+
+    def _warn_unregistered(self, kind: str | None, url: str) -> None:
+        """One warning per unregistered, unnamespaced failure kind (PROTOCOL.md); it is kept as sent."""
+        if kind is None or kind in FAILURE_KINDS or ":" in kind or kind in self._warned_kinds:
+            return
+        self._warned_kinds.add(kind)
+        _log.warning(
+            "Environment Server %s reported failure_kind %r, which is not in the shared vocabulary "
+            "(gymslurm.records.FAILURE_KINDS); it is saved as sent. Use a registered kind, or namespace "
+            "the server's own as '<server>:<kind>'.",
+            url, kind,
         )  # fmt: skip
 
     async def aclose(self) -> None:

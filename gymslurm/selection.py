@@ -33,15 +33,16 @@ NEVER_COUNTED_KINDS = frozenset({"kill_shaped"})
 TIMEOUT_KINDS = frozenset({"agent_timeout", "timeout_exceeded", "transport_timeout"})
 
 # Kinds a grader may put on a masked result that mean the evaluation's infrastructure, not the
-# evaluated model, left it unmeasured (001: masked_infrastructure_kind). Model-side kinds, judge and
-# verifier kinds (whose saved answer is graded again, not regenerated), unregistered and namespaced
-# kinds keep the masked row as the result.
+# evaluated model, left it unmeasured (001: masked_infrastructure_kind). Model-side kinds, judge
+# kinds (whose saved answer is graded again, not regenerated), unregistered and namespaced
+# kinds keep the masked row as the result. ``verifier_error`` is a verifier that could not run: with
+# no saved answer there is nothing to grade again, so the episode runs again.
 EVALUATION_SIDE_KINDS = frozenset(
     {
         "provider_unavailable", "provider_quota_exhausted", "provider_oom_killed",
         "session_lost", "session_expired", "session_release_failed",
         "transport_unreachable", "transport_peer_drop", "transport_timeout", "transport_local_resource",
-        "persistence_failed", "cohort_incomplete", "cancelled", "shutdown",
+        "persistence_failed", "cohort_incomplete", "cancelled", "shutdown", "verifier_error",
     }
 )  # fmt: skip
 

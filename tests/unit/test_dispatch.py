@@ -121,6 +121,9 @@ def test_completed_replies(case: Case) -> None:
     [
         pytest.param(reply(result={"_ng_no_persist": True}), id="bare _ng_no_persist result"),
         pytest.param(reply(result={}, _ng_no_persist=True), id="_ng_no_persist beside an empty result"),
+        pytest.param(
+            reply(result={"_ng_no_persist": True, "note": "skipped"}), id="suppression with other fields"
+        ),
     ],
 )
 def test_suppression_without_failure_is_an_omission(body: dict) -> None:
@@ -199,6 +202,9 @@ ENVIRONMENT_FAILURES = [
     FailureCase("a legacy unregistered class has no canonical kind", 200,
                 reply(result={"_ng_failure_class": "gdpval_stage_fail", "_ng_failure_message": "m"}),
                 None, False, legacy_class="gdpval_stage_fail", reason="m"),
+    FailureCase("a legacy generic class is no kind and no separate legacy class", 200,
+                reply(result={"_ng_failure_class": "environment_server_failed", "_ng_failure_message": "m"}),
+                None, False, reason="m"),
     FailureCase("a legacy kill_shaped result with _ng_no_persist is saved, not omitted", 200,
                 reply(result={"_ng_failure_class": "kill_shaped", "_ng_no_persist": True,
                               "_ng_failure_message": "killed"}), "kill_shaped", False, reason="killed"),
@@ -221,6 +227,39 @@ def test_environment_failures(case: FailureCase) -> None:
     assert (outcome.response, outcome.diagnostics, outcome.legacy_class) == (
         case.response, case.diagnostics, case.legacy_class,
     )  # fmt: skip
+
+
+def test_unregistered_kind_is_kept_and_warned_once(caplog: pytest.LogCaptureFixture) -> None:
+    """An unregistered kind is saved as sent, with one warning per name; namespaced kinds need none."""
+
+    async def go() -> list[Outcome]:
+        kinds = iter(["disk_on_fire", "disk_on_fire", "harbor:disk_full", "session_lost"])
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, content=orjson.dumps(reply(failure=failure(failure_kind=next(kinds)))))
+
+        async with EnvironmentClient(
+            concurrency=1, run_id=RUN_ID, transport=httpx.MockTransport(handler)
+        ) as client:
+            return [await client.run(URL, EPISODE, TASK) for _ in range(4)]
+
+    with caplog.at_level("WARNING", logger="gymslurm.dispatch"):
+        outcomes = asyncio.run(go())
+    assert [o.record.failure.failure_kind for o in outcomes if isinstance(o, Failed)] == [
+        "disk_on_fire", "disk_on_fire", "harbor:disk_full", "session_lost",
+    ]  # fmt: skip
+    assert len(caplog.records) == 1
+    assert "'disk_on_fire'" in caplog.records[0].getMessage()
+
+
+def test_public_api_is_pinned() -> None:
+    """dispatch's public names are exactly these."""
+    import gymslurm.dispatch
+
+    assert sorted(gymslurm.dispatch.__all__) == [
+        "Completed", "EnvironmentClient", "Failed", "Http11Transport", "Omitted", "Outcome",
+        "classify_exception", "classify_reply",
+    ]  # fmt: skip
 
 
 def test_absent_kind_routes_as_environment_server_failed() -> None:

@@ -337,6 +337,15 @@ def test_async_iteration_and_context_manager() -> None:
     assert asyncio.run(go()) == ["arith-0", "arith-1"]
 
 
+def test_public_api_is_pinned() -> None:
+    """outcomes' public names are exactly these."""
+    import gymslurm.outcomes
+
+    assert sorted(gymslurm.outcomes.__all__) == [
+        "OutcomeFuture", "OutcomeStream", "RowOutcome", "new_run_id", "run_outcomes",
+    ]  # fmt: skip
+
+
 def test_needs_a_running_event_loop() -> None:
     """Called outside async code, run_outcomes says so."""
     with pytest.raises(RuntimeError, match="running event loop"):

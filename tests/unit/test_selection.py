@@ -257,6 +257,7 @@ RETRY_MASKED_CASES = [
     ("model-side kind is a result", {"mask_sample": True, "failure_kind": "agent_run_error"}, False),
     ("judge kind is regraded, not regenerated", {"mask_sample": True, "failure_kind": "judge_failed"}, False),
     ("no kind is a result", {"mask_sample": True}, False),
+    ("verifier could not run, no answer", {"mask_sample": True, "failure_kind": "verifier_error"}, True),
     ("namespaced kind is a result", {"mask_sample": True, "failure_kind": "env:session_lost"}, False),
     ("unmasked row with a kind is a result", {"failure_kind": "session_lost", "reward": 0.5}, False),
     (

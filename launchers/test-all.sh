@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The project's one test command, for people and CI alike: bash launchers/test-all.sh [pytest args]
+#
+# Steps: install gymslurm with its test extra (editable), bring up the one-node Slurm sandbox
+# (as root; otherwise say how), run the whole pytest suite (extra args pass through), then
+# `ruff check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
+# problems; the exit code is non-zero if any step failed. pytest's "no tests collected" (5)
+# counts as a failure: a suite that ran nothing must not look green.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+PY="${PYTHON:-python3}"
+FAILED=()
+T0="$(date +%s)"
+
+step() { printf '\n=== test-all: %s ===\n' "$*"; }
+fail() {
+    printf 'test-all: FAILED: %s\n' "$*" >&2
+    FAILED+=("$1")
+}
+
+step "install ($PY -m pip install -e '.[test]')"
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    printf 'test-all: ERROR: %s is %s; gymslurm needs Python >= 3.11 (set PYTHON=/path/to/python3.11)\n' \
+        "$PY" "$("$PY" -V 2>&1)" >&2
+    exit 1
+fi
+if ! "$PY" -m pip install --disable-pip-version-check -q -e '.[test]'; then
+    printf 'test-all: ERROR: installing the package failed (see pip output above); nothing was tested\n' >&2
+    exit 1
+fi
+
+step "Slurm sandbox"
+if [[ $EUID -eq 0 ]]; then
+    bash launchers/slurm-up.sh || fail "slurm-up (the Slurm tests will fail too; see the log tail above)"
+elif ! sinfo -h >/dev/null 2>&1; then
+    printf 'test-all: no Slurm cluster answers and this is not root, so the Slurm tests will fail.\n' >&2
+    printf '          start it once as root: sudo bash launchers/slurm-up.sh\n' >&2
+else
+    echo "test-all: not root; using the cluster that already answers sinfo"
+fi
+
+step "pytest $*"
+"$PY" -m pytest "$@"
+rc=$?
+case $rc in
+0) ;;
+5) fail "pytest collected no tests (exit 5): check the selection ($*) and that tests/ exists" ;;
+*) fail "pytest (exit $rc)" ;;
+esac
+
+step "ruff check"
+"$PY" -m ruff check . || fail "ruff check (run: $PY -m ruff check --fix .)"
+
+step "mypy"
+"$PY" -m mypy || fail "mypy"
+
+elapsed=$(($(date +%s) - T0))
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+    printf '\ntest-all: %d step(s) failed in %ss:\n' "${#FAILED[@]}" "$elapsed" >&2
+    printf '  - %s\n' "${FAILED[@]}" >&2
+    exit 1
+fi
+printf '\ntest-all: all steps passed in %ss\n' "$elapsed"

@@ -1,0 +1,308 @@
+"""Helpers for tests against the real one-node Slurm sandbox (launchers/slurm-up.sh).
+
+Why: the launcher's Slurm e2e tests and the smoke test need the same three things — a cluster
+that answers, a non-root user to submit as, and a way to wait for a job's final state. They
+live here (pure parsing apart from the subprocess calls) and are exposed as fixtures by
+``tests/slurm/conftest.py``; import them with ``from .helpers import ...`` from a test module
+in this package.
+
+Trade-offs: jobs are observed with ``scontrol show job -o`` (Slurm 22.05's JSON outputs ignore
+filters or carry wrong exit codes, see RECIPE.md), which forgets a job ``MinJobAge`` (600 s)
+after it ends — long enough for any test. Polling is used instead of ``sbatch --wait``, which
+polls every ~10 s.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SLURM_UP = REPO_ROOT / "launchers" / "slurm-up.sh"
+TEST_USER = os.environ.get("GYMSLURM_TEST_USER", "slurmtest")
+SCRATCH_ROOT = Path("/tmp/gymslurm-slurmtests")
+SYSTEM_PYTHON = Path(os.environ.get("GYMSLURM_JOB_PYTHON_BASE", "/usr/bin/python3"))
+
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "CANCELLED",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+UP_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+
+_FIELD = re.compile(r"(?:^|\s)(JobState|ExitCode|Reason|Restarts)=(\S+)")
+_SUBMITTED = re.compile(r"^(\d+)(?:;\S+)?$")
+
+
+class SlurmTestError(RuntimeError):
+    """A Slurm command in a test helper failed or printed something unexpected."""
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What ``scontrol show job -o`` says about a job: its state and ``ExitCode=code:signal``."""
+
+    job_id: int
+    state: str
+    exit_code: int
+    signal: int
+    reason: str
+    restarts: int
+    raw: str
+
+    @property
+    def is_final(self) -> bool:
+        """True once the job reached a state it will not leave by itself."""
+        return self.state in FINAL_STATES
+
+
+def parse_scontrol_job(job_id: int, text: str) -> JobOutcome:
+    """Parse one-line ``scontrol show job -o ID`` output into a JobOutcome.
+
+    For an array job the first line (the first task) is used. Raises SlurmTestError quoting the
+    text if JobState or ExitCode is missing.
+    """
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    fields = dict(_FIELD.findall(line))
+    if "JobState" not in fields or "ExitCode" not in fields:
+        raise SlurmTestError(f"no JobState/ExitCode in `scontrol show job -o {job_id}` output: {text!r}")
+    code, _, signal = fields["ExitCode"].partition(":")
+    return JobOutcome(
+        job_id=job_id,
+        state=fields["JobState"],
+        exit_code=int(code),
+        signal=int(signal or 0),
+        reason=fields.get("Reason", ""),
+        restarts=int(fields.get("Restarts", "0")),
+        raw=line,
+    )
+
+
+def parse_sbatch_parsable(text: str) -> int:
+    """Parse ``sbatch --parsable`` output (``ID`` or ``ID;cluster``) into the job id."""
+    match = _SUBMITTED.match(text.strip())
+    if match is None:
+        raise SlurmTestError(f"unexpected `sbatch --parsable` output: {text!r}")
+    return int(match.group(1))
+
+
+def run(args: Sequence[str], *, timeout: float = 60, cwd: Path | None = None) -> str:
+    """Run a command, return stdout; raise SlurmTestError with command, rc and stderr on failure."""
+    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
+    if proc.returncode != 0:
+        raise SlurmTestError(
+            f"`{shlex.join(args)}` exited {proc.returncode}\nstdout: {proc.stdout.strip()}\n"
+            f"stderr: {proc.stderr.strip()}"
+        )
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The sandbox cluster as ``sinfo`` sees it: the node name and the partition names."""
+
+    node: str
+    partitions: tuple[str, ...]
+
+
+def describe_cluster() -> SlurmCluster:
+    """Ask ``sinfo`` for the node and partitions (default partition first, without its ``*``)."""
+    node = run(["sinfo", "-h", "-N", "-o", "%N"]).split()[0]
+    names = run(["sinfo", "-h", "-o", "%P"]).split()
+    ordered = sorted(names, key=lambda n: not n.endswith("*"))
+    return SlurmCluster(node=node, partitions=tuple(n.rstrip("*") for n in ordered))
+
+
+def cluster_problem() -> str | None:
+    """None if ``sinfo`` reports the sandbox node up, else a sentence saying what is wrong."""
+    if shutil.which("sinfo") is None:
+        return "`sinfo` is not installed (the Slurm client packages are missing)"
+    try:
+        out = run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=30)
+    except (SlurmTestError, subprocess.TimeoutExpired) as exc:
+        return f"the Slurm controller does not answer: {exc}"
+    states = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    if not any(state in UP_NODE_STATES for state in states):
+        return f"no node is up (sinfo says {states or 'no nodes'})"
+    return None
+
+
+def start_cluster() -> str:
+    """Run launchers/slurm-up.sh (needs root); return its combined output, raise on failure."""
+    proc = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=600, check=False)
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise SlurmTestError(f"{SLURM_UP} exited {proc.returncode}:\n{output}")
+    return output
+
+
+def wait_for_job(job_id: int, *, timeout: float = 120, poll: float = 0.5) -> JobOutcome:
+    """Poll ``scontrol show job -o ID`` until the job is in a final state; return the outcome.
+
+    Raises SlurmTestError with the last seen line (state, reason) when ``timeout`` seconds pass.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = parse_scontrol_job(job_id, run(["scontrol", "show", "job", "-o", str(job_id)]))
+        if outcome.is_final:
+            return outcome
+        if time.monotonic() >= deadline:
+            raise SlurmTestError(
+                f"job {job_id} still {outcome.state} (Reason={outcome.reason}) after {timeout}s; "
+                f"last `scontrol show job -o {job_id}`: {outcome.raw}\n"
+                "look at `squeue -t all` and the slurmctld log under /var/lib/gymslurm-sandbox/log"
+            )
+        time.sleep(poll)
+
+
+@dataclass
+class SlurmUser:
+    """The user tests submit jobs as, with a scratch directory that user owns.
+
+    As root this is the non-root ``slurmtest`` (commands go through ``runuser -u``); as any other
+    user it is that user itself. ``submitted`` collects job ids so the fixture can cancel what a
+    test leaves behind.
+    """
+
+    name: str
+    workdir: Path
+    as_root: bool
+    submitted: list[int] = field(default_factory=list)
+
+    def command(self, args: Sequence[str]) -> list[str]:
+        """The argv that runs ``args`` as this user."""
+        return ["runuser", "-u", self.name, "--", *args] if self.as_root else list(args)
+
+    def run(self, args: Sequence[str], *, timeout: float = 60) -> str:
+        """Run ``args`` as this user in ``workdir``; return stdout, raise SlurmTestError on failure."""
+        return run(self.command(args), timeout=timeout, cwd=self.workdir)
+
+    def write(self, name: str, text: str, *, mode: int = 0o755) -> Path:
+        """Write a file into ``workdir`` owned by this user; return its path."""
+        path = self.workdir / name
+        path.write_text(text)
+        path.chmod(mode)
+        if self.as_root:
+            shutil.chown(path, self.name, self.name)
+        return path
+
+    def sbatch(self, script: str, *args: str, name: str = "gymslurm-test") -> int:
+        """Write ``script`` to workdir and submit it with ``sbatch --parsable``; return the job id.
+
+        Output goes to ``workdir/NAME-%j.out``; ``args`` are extra sbatch options.
+        """
+        path = self.write(f"{name}.sbatch", script)
+        out = self.run(["sbatch", "--parsable", "-J", name, "-o", f"{name}-%j.out", *args, str(path)])
+        job_id = parse_sbatch_parsable(out)
+        self.submitted.append(job_id)
+        return job_id
+
+    def cancel_leftovers(self) -> None:
+        """Cancel this user's submitted jobs that have not finished (best effort)."""
+        if self.submitted:
+            subprocess.run(
+                ["scancel", *map(str, self.submitted)], capture_output=True, timeout=30, check=False
+            )
+
+
+def ensure_test_user(name: str = TEST_USER) -> None:
+    """Create the non-root test user (``useradd -m``) if missing; needs root."""
+    if subprocess.run(["id", "-u", name], capture_output=True, check=False).returncode != 0:
+        run(["useradd", "-m", "-s", "/bin/bash", name])
+
+
+def make_user_dir(root: Path, label: str, owner: str | None) -> Path:
+    """Create a fresh directory under ``root`` named after ``label``, owned by ``owner`` if given.
+
+    ``root`` is world-traversable (0755) so the test user can reach its own directory.
+    """
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    root.chmod(0o755)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[-80:]
+    path = root / f"{safe}-{os.getpid()}-{time.monotonic_ns()}"
+    path.mkdir(mode=0o755)
+    if owner is not None:
+        shutil.chown(path, owner, owner)
+    return path
+
+
+def prune_old_sessions(root: Path, max_age_s: float = 24 * 3600) -> None:
+    """Delete ``session-*`` directories under ``root`` untouched for ``max_age_s`` seconds.
+
+    Age, not count, decides, so a pytest session running in parallel never loses its directory.
+    """
+    if not root.is_dir():
+        return
+    cutoff = time.time() - max_age_s
+    for old in root.glob("session-*"):
+        if old.is_dir() and old.stat().st_mtime < cutoff:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def project_dependencies(pyproject: Path) -> list[str]:
+    """The ``[project].dependencies`` requirement strings of a pyproject.toml."""
+    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+
+
+def build_job_python(venv: Path, repo: Path, *, base_python: Path = SYSTEM_PYTHON) -> Path:
+    """A venv other users can run, holding ``repo``'s dependencies and a copy of ``repo``'s package.
+
+    Why: as root, pytest's interpreter often lives under /root (mode 0700 here: pyenv), which the
+    test user cannot execute, so a job script run as that user needs its own interpreter. The
+    package is installed non-editable (the checkout may be unreadable for the user) and
+    reinstalled on every call, so jobs run the code under test. Dependencies are installed once
+    per set of requirements (a stamp file). A file lock serialises parallel pytest sessions.
+    Returns the venv's ``bin/python``.
+    """
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    venv.parent.chmod(0o755)
+    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        python = venv / "bin" / "python"
+        if not python.exists():
+            run([str(base_python), "-m", "venv", str(venv)], timeout=300)
+        deps = sorted([*project_dependencies(repo / "pyproject.toml"), "hatchling"])
+        stamp = venv / "gymslurm-deps.txt"
+        if not stamp.exists() or stamp.read_text() != "\n".join(deps):
+            _pip_install(python, *deps)
+            stamp.write_text("\n".join(deps))
+        _pip_install(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(repo))
+        return python
+
+
+def _pip_install(python: Path, *args: str) -> None:
+    run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], timeout=600)
+
+
+def job_python_for(user: str, as_root: bool, repo: Path = REPO_ROOT) -> Path:
+    """The interpreter a job of ``user`` should run gymslurm with (see build_job_python).
+
+    Not root: the current interpreter (the user can run it). Root: a venv under SCRATCH_ROOT
+    keyed by the checkout's path, so two worktrees never share one.
+    """
+    if not as_root:
+        return Path(sys.executable)
+    key = hashlib.sha1(str(repo).encode()).hexdigest()[:10]
+    python = build_job_python(SCRATCH_ROOT / "venvs" / key, repo)
+    probe = ["runuser", "-u", user, "--", str(python), "-c", "import gymslurm"]
+    run(probe, cwd=Path("/"))
+    return python
