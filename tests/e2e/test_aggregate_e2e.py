@@ -135,12 +135,22 @@ def test_collection_wrote_a_health_report(shards: list[Path]) -> None:
     assert report["counts"]["final_failures"] == 1
 
 
-def test_standalone_health_over_a_shard_and_the_merge(tmp_path: Path, shards: list[Path]) -> None:
-    """Standalone health: omissions never trip the rate; the merged projection is checkable."""
+def test_standalone_health_skips_superseded_then_checks_the_merge(tmp_path: Path, shards: list[Path]) -> None:
+    """A shard whose masked infrastructure result was retried holds superseded rows: health skips it
+    (exit 3) and says how to export a projection; the exported projection is checked (exit 0)."""
+    done = gymslurm("health", str(shards[0]), "+write_report=false")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "gymslurm aggregate" in done.stderr
+    merged = tmp_path / "m.jsonl"
+    assert gymslurm("aggregate", str(shards[0]), f"+output_jsonl_fpath={merged}").returncode == 0
+    checked = gymslurm("health", str(merged), "+min_completeness=0.0")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_exhausted_failure_counts_as_final(shards: list[Path]) -> None:
+    """Shard 2's persistent retryable failure, out of budget, is a final failure in the health check."""
     done = gymslurm(
-        "health", str(shards[0]), "+max_failure_rate=0.0", "+min_completeness=0.0", "+write_report=false"
+        "health", str(shards[2]), "+max_failure_rate=0.5", "+min_completeness=0.0", "+write_report=false"
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    merged = tmp_path / "m.jsonl"
-    assert gymslurm("aggregate", *map(str, shards), f"+output_jsonl_fpath={merged}").returncode == 0
-    assert gymslurm("health", str(merged)).returncode == 0
+    assert "1 final failures of 3 finished" in done.stdout
