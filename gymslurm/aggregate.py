@@ -1,0 +1,801 @@
+"""Merge shard outputs into one selected-result projection, with metrics and an aggregate coverage.
+
+A sharded evaluation is only honest once merged with every logical rollout counted once: the
+projection holds the *selected* completed result of each rollout (``latest_allocated``; an older
+attempt never counts again), failures stay apart from scores, and each shard's recovery history is
+left untouched — aggregation never writes a byte into an input or its companions, not even a torn
+tail repair (spec 000, "Offline aggregation").
+
+Steps: :func:`resolve_inputs` (paths or globs → one :class:`ShardSource` per *resolved* rollout
+file; aliases counted once; companions beside the resolved target, or, for a legacy run only,
+beside the alias) → :func:`load_shard` (manifest-backed: reservations + outcomes → per-rollout
+:class:`RolloutState`; legacy: every row as observed, ``identity_verified`` false, no claimed
+inventory) → :func:`check_distinct_runs` (a copy of a manifest-backed run has the same run id and is
+rejected) → :func:`check_output` (refuse, before writing a byte, an output that is an input or
+carries recovery companions) → write the projection (atomically, through an output symlink to its
+target), ``<stem>_aggregate_metrics.json`` and ``<stem>_aggregate_coverage.json``.
+
+Trade-offs: shards are read in worker processes (one per CPU, ``fork``), each reduced to a small
+picklable :class:`ShardSummary` (inventory, partial metrics, selected line numbers), so the states of
+a million rollouts never cross a pipe. The projection is then written by the main process, one shard
+at a time: the shard's results file is read whole and split at newlines, and the selected lines'
+bytes are copied as saved (no re-serialization) — memory peaks at about twice the largest shard.
+Manifest-backed shards are validated and read by the store (``RunStore.open(writable=False)`` and
+its history reader) and selected with ``select_rollout``, the collector's own rule; only the common
+case (a rollout whose single outcome is the result of its newest execution) is counted inline, and a
+test pins the fast path to the store's ``reconcile()``. The store's row reader is most of the cost
+(bench/aggregate.py). The merged file is not a run: it has no manifest, and further
+recovery needs the original shards.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing
+import os
+import stat
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gymslurm.coverage import Coverage, compute_coverage
+from gymslurm.errors import ConfigError, CorruptRecordError, StoreError
+from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
+from gymslurm.selection import (
+    SUCCESSFUL,
+    BudgetPolicy,
+    RolloutState,
+    SavedOutcome,
+    history_problem,
+    is_numeric_reward,
+    is_retry_masked,
+    select_rollout,
+)
+from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.history import RolloutKeys, read_history
+from gymslurm.store.jsonl import TailReport, iter_records
+
+AGGREGATE_COVERAGE_VERSION = 1
+_GLOB_CHARS = frozenset("*?[")
+_CHUNK = 1 << 20
+
+# Companion suffixes of a run (docs/formats.md). RECOVERY companions make a path an established run.
+COMPANION_SUFFIXES = (
+    "_failures.jsonl",
+    "_manifest.json",
+    "_identity.json",
+    "_reservations.bin",
+    "_materialized_inputs.jsonl",
+    "_coverage.json",
+    "_resubmit_offset",
+    "_resume_drift.jsonl",
+    "_run.lock",
+    "_aggregate_metrics.json",
+    "_aggregate_coverage.json",
+    "_health.json",
+)
+RECOVERY_SUFFIXES = ("_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin")
+_JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
+
+
+# --- paths ----------------------------------------------------------------------------------------
+
+
+def stem_of(output: Path) -> str:
+    """The run stem of an output path: the name without ``.jsonl``."""
+    return output.stem if output.suffix == ".jsonl" else output.name
+
+
+def companion(output: Path, suffix: str) -> Path:
+    """The companion file ``<dir>/<stem><suffix>`` of an output path (as spelled; resolve first)."""
+    return output.parent / f"{stem_of(output)}{suffix}"
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """One rollout file to aggregate: its resolved target, every spelling given, and its companions."""
+
+    results: Path
+    spellings: tuple[Path, ...]
+    companion_base: Path  # the path whose stem names the companions (the target, or a legacy alias)
+
+    def companion(self, suffix: str) -> Path:
+        return companion(self.companion_base, suffix)
+
+    @property
+    def has_manifest(self) -> bool:
+        return self.companion("_manifest.json").exists()
+
+
+def expand_inputs(patterns: Sequence[str]) -> list[Path]:
+    """Paths and globs → paths, in the order given; a glob skips companion files of its matches."""
+    found: list[Path] = []
+    for pattern in patterns:
+        if _GLOB_CHARS & set(pattern):
+            matches = [Path(m) for m in sorted(glob.glob(os.path.expanduser(pattern)))]
+            matches = [m for m in matches if not m.name.endswith(_JSONL_COMPANIONS) and m.is_file()]
+            if not matches:
+                raise ConfigError(f"the input glob {pattern!r} matches no rollout file; check the pattern")
+            found.extend(matches)
+        else:
+            found.append(Path(pattern).expanduser())
+    if not found:
+        raise ConfigError(
+            "no inputs given: pass shard outputs as +input_jsonl_fpaths=[a.jsonl,b.jsonl] or a glob"
+        )
+    return found
+
+
+def resolve_inputs(paths: Iterable[Path]) -> list[ShardSource]:
+    """Resolve symlinks, count aliases of one file once, and locate each file's companions."""
+    by_target: dict[Path, list[Path]] = {}
+    for path in paths:
+        if path.name.endswith(_JSONL_COMPANIONS):
+            raise ConfigError(
+                f"{path} is a companion file of a run, not its rollout output; pass the main output "
+                f"(<stem>.jsonl) instead"
+            )
+        target = path.resolve()
+        if not target.is_file():
+            raise ConfigError(f"input {path} does not exist (resolved to {target}); check the path")
+        by_target.setdefault(target, []).append(path.absolute())
+    return [_locate_companions(target, tuple(spellings)) for target, spellings in by_target.items()]
+
+
+def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource:
+    """Companions live beside the resolved target; a legacy run's may live only beside its alias."""
+    if _has_any(target, RECOVERY_SUFFIXES):
+        return ShardSource(target, spellings, target)
+    alias_bases = {s for s in spellings if s != target and _has_any(s, RECOVERY_SUFFIXES)}
+    if not alias_bases:
+        return ShardSource(target, spellings, target)
+    if len(alias_bases) > 1:
+        raise StoreError(
+            f"{target} has competing companion sets beside its aliases {sorted(map(str, alias_bases))}; "
+            "keep exactly one set of a run's files together (beside the resolved output) and aggregate again"
+        )
+    alias = next(iter(alias_bases))
+    if companion(alias, "_manifest.json").exists():
+        raise StoreError(
+            f"the manifest of {target} sits beside the symlink {alias}, not beside its target; move the "
+            "run's files together beside the resolved output and aggregate again"
+        )
+    return ShardSource(target, spellings, alias)
+
+
+def _has_any(output: Path, suffixes: Iterable[str]) -> bool:
+    return any(companion(output, suffix).exists() for suffix in suffixes)
+
+
+# --- reading a shard --------------------------------------------------------------------------------
+
+
+@dataclass
+class Shard:
+    """One input read: per-rollout selected states (manifest) or observed rows (legacy)."""
+
+    source: ShardSource
+    run_id: str | None
+    identity_verified: bool
+    policy: BudgetPolicy | None
+    states: list[RolloutState] = field(default_factory=list)
+    legacy_outcomes: list[SavedOutcome] = field(default_factory=list)
+    selected_result_lines: set[int] = field(default_factory=set)
+    attempts: int = 0
+    historical_failed_attempts: int = 0
+    torn_bytes: int = 0
+
+    @property
+    def legacy(self) -> bool:
+        return self.run_id is None
+
+    def coverage(self, written_at: str) -> Coverage | None:
+        """The shard's exact inventory (manifest-backed shards only)."""
+        if self.policy is None or self.run_id is None:
+            return None
+        return compute_coverage(
+            self.states,
+            run_id=self.run_id,
+            attempts=self.attempts,
+            policy=self.policy,
+            identity_verified=self.identity_verified,
+            historical_failed_attempts=self.historical_failed_attempts,
+            progress_outcomes_recorded=0,
+            written_at=written_at,
+        )
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line, raw)`` for every complete line (an incomplete last line is left out), unparsed."""
+    try:
+        handle = open(path, "rb", buffering=_CHUNK)  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    with handle:
+        for line, raw in enumerate(handle):
+            if raw[-1:] != b"\n":
+                return
+            yield line, raw
+
+
+def result_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
+    """What selection needs of a saved completed result."""
+    reward: Any = row.get("reward")
+    masked = row.get("mask_sample") is True
+    kind = row.get("failure_kind")
+    return SavedOutcome(
+        attempt,
+        "result",
+        line,
+        reward=float(reward) if is_numeric_reward(reward) else None,
+        masked=masked,
+        retry_masked=masked and is_retry_masked(row),
+        failure_kind=kind if masked and isinstance(kind, str) else None,
+    )
+
+
+def sidecar_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
+    """What selection needs of a failure-sidecar row: a failure record or an intentional omission.
+
+    A legacy omission may carry a failure payload (``_ng_failure_class: skipped``, terminal); its
+    class is kept so that an explicit ``skipped`` scoring entry can find it.
+    """
+    record = row.get("_ng_failure_record")
+    routing = row.get("_ng_failure_class")
+    legacy_class = row.get("_ng_failure_legacy_class")
+    if row.get("_ng_omitted") is True:
+        return SavedOutcome(
+            attempt,
+            "omission",
+            line,
+            terminal=row.get("_ng_failure_terminal") is True,
+            failure_class=routing if isinstance(routing, str) else None,
+        )
+    failure = record.get("failure", {}) if isinstance(record, dict) else {}
+    return SavedOutcome(
+        attempt,
+        "failure",
+        line,
+        terminal=bool(failure.get("terminal", row.get("_ng_failure_terminal") is True)),
+        delivery=record.get("delivery", "possibly_delivered")
+        if isinstance(record, dict)
+        else "possibly_delivered",
+        failure_kind=failure.get("failure_kind"),
+        stage=failure.get("stage"),
+        failure_class=routing if isinstance(routing, str) else None,
+        legacy_class=legacy_class if isinstance(legacy_class, str) else None,
+    )
+
+
+def load_shard(source: ShardSource) -> Shard:
+    """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
+    if source.has_manifest:
+        return _load_manifest_shard(source)
+    return _load_legacy_shard(source)
+
+
+def _load_legacy_shard(source: ShardSource) -> Shard:
+    shard = Shard(source, run_id=None, identity_verified=False, policy=None)
+    failures_tail, results_tail = TailReport(), TailReport()
+    for line, row in iter_records(source.companion("_failures.jsonl"), failures_tail):
+        outcome = sidecar_outcome(row, 0, line)
+        shard.historical_failed_attempts += outcome.kind == "failure"
+        shard.legacy_outcomes.append(outcome)
+    for line, row in iter_records(source.results, results_tail):
+        shard.legacy_outcomes.append(result_outcome(row, 0, line))
+        shard.selected_result_lines.add(line)
+    shard.torn_bytes = failures_tail.torn_bytes + results_tail.torn_bytes
+    return shard
+
+
+def _load_manifest_shard(source: ShardSource) -> Shard:
+    """Open the run read-only through the store (validates manifest, reservations, inputs) and select."""
+    store = RunStore.open(RunPaths.for_output(source.results), writable=False)
+    try:
+        rec = store.reconcile()
+    finally:
+        store.close()
+    manifest = store.manifest
+    shard = Shard(source, manifest.run_id, manifest.identity_verified, rec.policy, states=rec.states)
+    shard.attempts = rec.attempts
+    shard.historical_failed_attempts = rec.historical_failed_attempts
+    shard.torn_bytes = rec.torn_results_bytes + rec.torn_failures_bytes
+    shard.selected_result_lines = {
+        state.selected.line
+        for state in rec.states
+        if state.disposition in SUCCESSFUL and state.selected is not None
+    }
+    return shard
+
+
+@dataclass
+class ShardSummary:
+    """What aggregation keeps of a read shard: its inventory, partial metrics and selected lines.
+
+    Small and picklable, so shards can be read in worker processes (the states stay there).
+    """
+
+    source: ShardSource
+    run_id: str | None
+    identity_verified: bool
+    torn_bytes: int
+    accumulator: MetricsAccumulator
+    selected_lines: array
+    coverage: dict[str, Any] | None = None  # manifest-backed shards: the exact inventory
+    observed: dict[str, Any] | None = None  # legacy shards: observed counts only
+
+    @property
+    def legacy(self) -> bool:
+        return self.run_id is None
+
+
+def summarize_shard(source: ShardSource, scoring: ScoringPolicy, written_at: str) -> ShardSummary:
+    """Read one shard and reduce it to a :class:`ShardSummary` (runs in a worker process)."""
+    if source.has_manifest:
+        fast = _fast_manifest_summary(source, scoring, written_at)
+        if fast is not None:
+            return fast
+    return _summary_of(load_shard(source), scoring, written_at)
+
+
+def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardSummary:
+    limit = shard.policy.max_rollout_attempts if shard.policy else None
+    accumulator = MetricsAccumulator(policy=scoring)
+    accumulator.add_shard(
+        max_rollout_attempts=limit, historical_failed_attempts=shard.historical_failed_attempts
+    )
+    for state in shard.states:
+        accumulator.add_state(state)
+    for outcome in shard.legacy_outcomes:
+        accumulator.add_legacy_outcome(outcome)
+    summary = ShardSummary(
+        shard.source, shard.run_id, shard.identity_verified, shard.torn_bytes, accumulator,
+        array("q", sorted(shard.selected_result_lines)),
+    )  # fmt: skip
+    coverage = shard.coverage(written_at)
+    if coverage is not None:
+        summary.coverage = coverage.model_dump(exclude={"written_at"})
+    else:
+        observed = MetricsAccumulator()
+        observed.add_shard(
+            max_rollout_attempts=None, historical_failed_attempts=shard.historical_failed_attempts
+        )
+        for outcome in shard.legacy_outcomes:
+            observed.add_legacy_outcome(outcome)
+        summary.observed = observed.metrics()
+    return summary
+
+
+_ID_KEY = b'"_ng_rollout_id":"'
+
+
+def rollout_ids(path: Path, count: int) -> dict[str, int]:
+    """Rollout id → index from the materialized inputs, without parsing whole rows.
+
+    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so the
+    first ``"_ng_rollout_id":"`` of a line is the top-level one and ids hold no escapes (their
+    alphabet is ``[A-Za-z0-9._-]``). A line that does not look like that is parsed in full.
+    """
+    index: dict[str, int] = {}
+    lines = path.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines[:count]):
+        start = raw.find(_ID_KEY)
+        if start >= 0:
+            start += len(_ID_KEY)
+            rollout_id = raw[start : raw.index(b'"', start)].decode()
+        else:
+            rollout_id = orjson.loads(raw).get("_ng_rollout_id")
+        index[rollout_id] = number
+    if len(index) != count:
+        raise StoreError(f"{path}: rollout ids are not unique or lines are missing; restore the run's files")
+    return index
+
+
+def _fast_manifest_summary(
+    source: ShardSource, scoring: ScoringPolicy, written_at: str
+) -> ShardSummary | None:
+    """The summary of a manifest-backed shard, same result as the store's ``reconcile`` path, faster.
+
+    Validation is the store's (``RunStore.open`` and its history reader); the selection loop handles
+    the common case — a rollout whose only outcome is a completed result at its newest execution —
+    with counters, and gives every other rollout to ``select_rollout``. Imported runs (legacy rows
+    numbered by arrival) take the store's path (None).
+    """
+    paths = RunPaths.for_output(source.results)
+    store = RunStore.open(paths, writable=False)
+    try:
+        manifest, counts, policy = store.manifest, store.table.counts(), store.policy()
+    finally:
+        store.close()
+    if manifest.identity_source == "imported":
+        return None
+    count = manifest.rollout_count
+    index_of = rollout_ids(paths.materialized_inputs, count)
+    history = read_history(
+        paths.results, paths.failures, run_id=manifest.run_id,
+        keys=RolloutKeys(index_of, dict), rollout_count=count, legacy=False,
+    )  # fmt: skip
+    plain: Counter[str] = Counter()
+    reward_sum = 0.0
+    lines: list[int] = []
+    states: list[RolloutState] = []
+    groups = history.groups
+    for index in range(count):
+        group, reserved = groups[index], counts[index]
+        if (
+            type(group) is SavedOutcome
+            and group.kind == "result"
+            and group.attempt == reserved - 1
+            and not group.retry_masked
+        ):
+            lines.append(group.line)
+            if group.masked:
+                plain["masked"] += 1
+                plain["scored"] += group.reward is not None
+            elif group.reward is not None:
+                plain["measured"] += 1
+                reward_sum += group.reward
+            else:
+                plain["unscored"] += 1
+            continue
+        outcomes = history.outcomes(index)
+        problem = history_problem(reserved, outcomes) if outcomes else None
+        if problem:
+            raise CorruptRecordError(
+                f"rollout {next(r for r, i in index_of.items() if i == index)!r} has {problem} in "
+                f"{paths.results} / {paths.failures}: its history conflicts with {paths.reservations}. "
+                "Restore the run's files together from a backup, or leave this shard out"
+            )
+        state = select_rollout(reserved, outcomes, policy)
+        states.append(state)
+        if state.disposition in SUCCESSFUL and state.selected is not None:
+            lines.append(state.selected.line)
+    accumulator = MetricsAccumulator(policy=scoring)
+    accumulator.add_shard(
+        max_rollout_attempts=policy.max_rollout_attempts, historical_failed_attempts=history.failure_lines
+    )
+    for state in states:
+        accumulator.add_state(state)
+    accumulator.add_plain_results(
+        measured=plain["measured"], masked=plain["masked"], unscored=plain["unscored"],
+        scored=plain["measured"] + plain["scored"], reward_sum=reward_sum,
+    )  # fmt: skip
+    coverage = compute_coverage(
+        states, run_id=manifest.run_id, attempts=sum(counts), policy=policy,
+        identity_verified=manifest.identity_verified, historical_failed_attempts=history.failure_lines,
+        progress_outcomes_recorded=0, written_at=written_at,
+    )  # fmt: skip
+    torn = history.results_tail.torn_bytes + history.failures_tail.torn_bytes
+    lines.sort()
+    return ShardSummary(
+        source, manifest.run_id, manifest.identity_verified, torn, accumulator, array("q", lines),
+        coverage=_with_plain_results(coverage, plain).model_dump(exclude={"written_at"}),
+    )  # fmt: skip
+
+
+def _with_plain_results(coverage: Coverage, plain: Counter[str]) -> Coverage:
+    """Add the fast path's plain results to an inventory computed over the other rollouts."""
+    added = plain["measured"] + plain["masked"] + plain["unscored"]
+    successful = coverage.successful + added
+    expected = coverage.expected + added
+    return coverage.model_copy(
+        update={
+            "measured": coverage.measured + plain["measured"],
+            "masked": coverage.masked + plain["masked"],
+            "unscored": coverage.unscored + plain["unscored"],
+            "successful": successful,
+            "expected": expected,
+            "scored": coverage.scored + plain["measured"] + plain["scored"],
+            "complete": successful == expected,
+        }
+    )
+
+
+def summarize_shards(
+    sources: Sequence[ShardSource], scoring: ScoringPolicy, written_at: str, workers: int | None = None
+) -> list[ShardSummary]:
+    """Summaries of every shard, in input order; several shards are read in parallel processes.
+
+    ``workers``: None uses every CPU (at most one per shard); 1 reads in this process.
+    """
+    count = min(workers or os.cpu_count() or 1, len(sources))
+    if count <= 1:
+        return [summarize_shard(source, scoring, written_at) for source in sources]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        futures = [pool.submit(summarize_shard, source, scoring, written_at) for source in sources]
+        return [future.result() for future in futures]
+
+
+# --- safety checks ------------------------------------------------------------------------------
+
+
+def check_distinct_runs(shards: Sequence[ShardSummary]) -> None:
+    """Reject two inputs holding one manifest-backed run (a copy at another path has the same run id)."""
+    seen: dict[str, Path] = {}
+    for shard in shards:
+        if shard.run_id is None:
+            continue
+        first = seen.setdefault(shard.run_id, shard.source.results)
+        if first != shard.source.results:
+            raise ConfigError(
+                f"{shard.source.results} and {first} hold the same run {shard.run_id} (one is a copy); "
+                "supply each run once, at its original location"
+            )
+
+
+def check_output(output: Path, sources: Sequence[ShardSource]) -> None:
+    """Refuse, before writing a byte, an output that is an input, a companion, or an established run.
+
+    Both spellings are checked: the output as given and its resolved target.
+    """
+    target = output.resolve()
+    protected: dict[Path, Path] = {}
+    for source in sources:
+        protected[source.results] = source.results
+        for suffix in COMPANION_SUFFIXES:
+            protected[source.companion(suffix).resolve()] = source.results
+    if target in protected:
+        raise ConfigError(
+            f"the merged output {output} is (or is a file of) the input {protected[target]}; a merge would "
+            "destroy that run's output. Choose a new output path"
+        )
+    for base in {output.absolute(), target}:
+        present = [companion(base, s) for s in RECOVERY_SUFFIXES if companion(base, s).exists()]
+        if present:
+            raise ConfigError(
+                f"the merged output {output} belongs to an established run: {', '.join(map(str, present))} "
+                "exist beside it. Replacing its output would leave that history behind; choose a new "
+                "output path (or move that run away first)"
+            )
+
+
+# --- combining and writing ----------------------------------------------------------------------
+
+
+@dataclass
+class AggregateResult:
+    """What an aggregation produced, for the command to report."""
+
+    metrics: dict[str, Any]
+    coverage: dict[str, Any]
+    merged_rows: int
+    metrics_source: str
+    warnings: list[str]
+
+
+def shard_coverage_entry(shard: ShardSummary) -> dict[str, Any]:
+    """One shard's entry in the aggregate coverage: where it is, whose it is, and its inventory."""
+    entry: dict[str, Any] = {
+        "path": str(shard.source.results),
+        "spellings": [str(s) for s in shard.source.spellings],
+        "run_id": shard.run_id,
+        "legacy": shard.legacy,
+        "identity_verified": shard.identity_verified,
+        "torn_tail_bytes": shard.torn_bytes,
+    }
+    if shard.coverage is not None:
+        entry["coverage"] = shard.coverage
+    else:
+        entry["observed"] = shard.observed
+    return entry
+
+
+_SUMMED = (
+    "expected", "successful", "measured", "masked", "unscored", "failed", "intentionally_omitted",
+    "not_started", "missing", "scored", "attempts", "counted_failures", "failure_budget_exhausted",
+    "retryable", "historical_failed_attempts",
+)  # fmt: skip
+
+
+def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[str, Any]:
+    """``<stem>_aggregate_coverage.json``: totals over manifest-backed shards and one entry per shard.
+
+    With any legacy shard, completion is not claimed (``complete`` is null): its inventory is unknown.
+    """
+    entries = [shard_coverage_entry(shard) for shard in shards]
+    verified = [e["coverage"] for e in entries if "coverage" in e]
+    totals = {key: sum(c[key] for c in verified) for key in _SUMMED}
+    limits = {c["max_rollout_attempts"] for c in verified}
+    inventory_known = len(verified) == len(entries)
+    return {
+        "format_version": AGGREGATE_COVERAGE_VERSION,
+        "selection_policy": "latest_allocated",
+        "inventory_known": inventory_known,
+        "identity_verified": all(e["identity_verified"] for e in entries),
+        "complete": (totals["successful"] == totals["expected"]) if inventory_known else None,
+        "reconciled": (totals["missing"] == 0) if inventory_known else None,
+        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 else None,
+        **totals,
+        "shards": entries,
+        "written_at": written_at,
+    }
+
+
+def compute_aggregate_metrics(
+    shards: Sequence[ShardSummary], policy: ScoringPolicy
+) -> dict[str, float | int]:
+    """The flat metrics of every shard together: the shards' partial accumulators merged."""
+    accumulator = MetricsAccumulator(policy=policy)
+    for shard in shards:
+        accumulator.merge(shard.accumulator)
+    return accumulator.metrics()
+
+
+def iter_selected_lines(shards: Sequence[ShardSummary]) -> Iterator[bytes]:
+    """The selected completed results' raw lines, shard by shard, in file order (no re-serialization).
+
+    One shard at a time is read whole and split at newlines (C speed); line numbers are physical,
+    and a torn tail is never selected.
+    """
+    for shard in shards:
+        if not len(shard.selected_lines):
+            continue
+        lines = shard.source.results.read_bytes().split(b"\n")
+        picked = [lines[line] for line in shard.selected_lines]
+        yield b"\n".join(picked) + b"\n"
+
+
+def publish_stream(target: Path, chunks: Iterable[bytes]) -> int:
+    """Write ``chunks`` to ``target`` atomically (through a symlink to its target); return bytes written.
+
+    Temporary file in the target's folder, fsync, permission bits kept, rename, folder fsync: a reader
+    sees the old file or the new one, never a mix.
+    """
+    real = Path(os.path.realpath(target))
+    try:
+        mode = stat.S_IMODE(real.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    tmp = real.with_name(f".{real.name}.tmp-{os.getpid()}")
+    written = 0
+    try:
+        with open(tmp, "wb", buffering=_CHUNK) as handle:
+            for chunk in chunks:
+                written += handle.write(chunk)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(tmp, real)
+        _fsync_folder(real.parent)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(
+            f"could not write {real}: {error}; check space and permissions of {real.parent}"
+        ) from error
+    return written
+
+
+def publish_json(target: Path, value: object) -> None:
+    """Publish indented, key-sorted JSON atomically."""
+    publish_stream(target, [orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"])
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class AggregateOptions:
+    """What ``gymslurm aggregate`` was asked to do."""
+
+    inputs: tuple[str, ...]
+    output: Path
+    merge_shards: bool = True
+    scoring: ScoringPolicy = field(default_factory=ScoringPolicy)
+    environment_server_url: str | None = None
+    timeout_s: float = 60.0
+    workers: int | None = None  # processes reading shards; None: one per CPU
+
+
+def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any = None) -> AggregateResult:
+    """Resolve, read, check and write; every refusal happens before the first byte is written.
+
+    ``server_metrics`` is a callable ``(url, rows, timeout_s) -> dict`` (the HTTP seam; tests pass
+    their own); None uses :func:`fetch_server_metrics`.
+    """
+    sources = resolve_inputs(expand_inputs(options.inputs))
+    if options.merge_shards:
+        check_output(options.output, sources)
+    shards = summarize_shards(sources, options.scoring, written_at, options.workers)
+    check_distinct_runs(shards)
+    warnings = _warnings(shards)
+    metrics = compute_aggregate_metrics(shards, options.scoring)
+    source_name = METRICS_SOURCE_OWN
+    if options.environment_server_url:
+        fetch = server_metrics or fetch_server_metrics
+        rows = [orjson.loads(raw) for chunk in iter_selected_lines(shards) for raw in chunk.splitlines()]
+        try:
+            metrics.update(fetch(options.environment_server_url, rows, options.timeout_s))
+            source_name = f"environment_server ({options.environment_server_url}/aggregate_metrics)"
+        except MetricsUnavailableError as error:
+            warnings.append(f"{error}; reward metrics are gymslurm's own computation")
+    coverage = aggregate_coverage(shards, written_at)
+    coverage["metrics_source"] = source_name
+    merged = 0
+    if options.merge_shards:
+        merged = _write_projection(options.output, shards)
+    publish_json(
+        companion(options.output.resolve(), "_aggregate_metrics.json"),
+        {"metrics": metrics, "metrics_source": source_name, "written_at": written_at},
+    )
+    publish_json(companion(options.output.resolve(), "_aggregate_coverage.json"), coverage)
+    return AggregateResult(metrics, coverage, merged, source_name, warnings)
+
+
+def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:
+    count = 0
+
+    def counted() -> Iterator[bytes]:
+        nonlocal count
+        for chunk in iter_selected_lines(shards):
+            count += chunk.count(b"\n")
+            yield chunk
+
+    publish_stream(output, counted())
+    return count
+
+
+def _warnings(shards: Sequence[ShardSummary]) -> list[str]:
+    out: list[str] = []
+    for shard in shards:
+        if shard.legacy:
+            out.append(
+                f"{shard.source.results} has no manifest: read line by line as a legacy shard "
+                "(identity_verified false, no completion coverage claimed)"
+            )
+        if shard.torn_bytes:
+            out.append(
+                f"{shard.source.results}: an incomplete final line ({shard.torn_bytes} bytes) was ignored; "
+                "the shard was not modified (its next resume repairs it)"
+            )
+        if len(shard.source.spellings) > 1:
+            names = ", ".join(map(str, shard.source.spellings))
+            out.append(f"{names} are one file ({shard.source.results}); it was counted once")
+    return out
+
+
+class MetricsUnavailableError(Exception):
+    """The Environment Server's ``/aggregate_metrics`` could not be used."""
+
+
+def fetch_server_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """``POST <url>/aggregate_metrics`` with the projection; flat ``agent_metrics`` and ``key_metrics``."""
+    import httpx
+
+    try:
+        reply = httpx.post(
+            f"{url.rstrip('/')}/aggregate_metrics", json={"verify_responses": rows}, timeout=timeout_s
+        )
+        reply.raise_for_status()
+        body = reply.json()
+    except (httpx.HTTPError, ValueError) as error:
+        raise MetricsUnavailableError(
+            f"the Environment Server at {url} did not answer /aggregate_metrics ({error})"
+        ) from error
+    if not isinstance(body, dict):
+        raise MetricsUnavailableError(
+            f"the Environment Server at {url} answered /aggregate_metrics with a non-object"
+        )
+    out: dict[str, Any] = {}
+    for section in ("agent_metrics", "key_metrics"):
+        value = body.get(section)
+        if isinstance(value, dict):
+            out.update({str(k): v for k, v in value.items() if isinstance(v, int | float | str | bool)})
+    return out

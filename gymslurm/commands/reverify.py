@@ -1,0 +1,72 @@
+"""``gymslurm reverify --judge-failed-only``: re-grade saved judge-failed answers into a new output.
+
+Exit codes: 0 something was re-judged (see the summary), 1 nothing was eligible (the message says
+why; never a silent "nothing to re-verify"), 2 refused or unreadable input (nothing written).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+USAGE = """usage: gymslurm reverify --judge-failed-only +input_jsonl_fpath=RUN +output_jsonl_fpath=NEW
+                         +environment_server_url=URL [+request_timeout_s=60]
+
+Re-grade the answers saved with judge failures of a manifest-backed run, without running the agent,
+into a separate output; completed results are carried through unchanged. The source run is never
+written. A judge failure followed only by interruptions is re-judged in a new attempt; a newer
+recorded outcome without an answer stops the reuse (with a warning). The Environment Server grades
+through POST <URL>/verify (docs/aggregation.md, "Re-grading protocol").
+
+Docs: docs/aggregation.md. Exit codes: 0 re-judged, 1 nothing eligible (explained), 2 refused."""
+
+KNOWN = {
+    "input_jsonl_fpath": "",
+    "output_jsonl_fpath": "",
+    "environment_server_url": "",
+    "request_timeout_s": "",
+}
+
+
+def main(argv: list[str]) -> int:
+    """Run ``gymslurm reverify``; return its exit code."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(USAGE)
+        return 0
+    from gymslurm.commands.aggregate import parse_overrides
+    from gymslurm.errors import ConfigError
+    from gymslurm.reverify import http_regrader, reverify_judge_failed
+
+    flags = [arg for arg in argv if arg.startswith("--")]
+    if flags != ["--judge-failed-only"]:
+        raise ConfigError(
+            "only `gymslurm reverify --judge-failed-only` is supported: it re-grades saved judge failures; "
+            "to re-score other history, export a selected projection with `gymslurm aggregate`"
+        )
+    settings, plain = parse_overrides([a for a in argv if not a.startswith("--")], KNOWN)
+    missing = [
+        key
+        for key in ("input_jsonl_fpath", "output_jsonl_fpath", "environment_server_url")
+        if not settings.get(key)
+    ]
+    if missing or plain:
+        raise ConfigError(
+            f"missing settings {['+' + m for m in missing]} or stray arguments {plain} (see --help)"
+        )
+    url, timeout = str(settings["environment_server_url"]), float(settings.get("request_timeout_s", 60.0))
+    report = reverify_judge_failed(
+        Path(str(settings["input_jsonl_fpath"])).expanduser(),
+        Path(str(settings["output_jsonl_fpath"])).expanduser(),
+        lambda run_id: http_regrader(url, run_id, timeout_s=timeout),
+    )
+    for warning in report.warnings:
+        print(f"gymslurm reverify: warning: {warning}", file=sys.stderr)
+    if not report.rejudged:
+        print(f"gymslurm reverify: {report.nothing_to_do_message()}", file=sys.stderr)
+        return 1
+    print(
+        f"re-judged {report.rejudged} saved answers ({report.regraded_ok} graded, {report.regrade_failed} "
+        f"failed again, in the output's _failures.jsonl), carried {report.carried} completed results, "
+        f"skipped {report.skipped}; output {settings['output_jsonl_fpath']}"
+    )
+    return 0

@@ -1,0 +1,348 @@
+"""Health checks: failure rate and completeness over a run or a merged file, with a report on disk.
+
+Two callers share one code path (spec 000, "health"): the collector at the end of collection, inside
+its run lock and after identity validation (:func:`after_collection`), and ``gymslurm health``
+standalone (:func:`run_health_check`). For a run with a manifest, accounting uses the selected
+history (``latest_allocated``, the store's reconciliation), so:
+
+- failure rate = final failures / (completed + final failures); a failure is *final* when it is
+  terminal or its budget is exhausted (exhausted failures count as final), a retryable failure still
+  within budget is not yet an outcome, and intentional omissions are in neither count (an omission
+  never trips the limit);
+- completeness = completed / (expected − omitted).
+
+A checked file must hold selected attempts only. When the results file holds a superseded result
+(an older attempt of a rollout whose newest execution is another), the check is *skipped* with a
+message — old attempts are never counted as extra samples. Superseded failures in the separate
+sidecar do not matter. Standalone, the message explains how to export a selected projection with
+``gymslurm aggregate`` and check that instead.
+
+Stale offsets (the review case of spec 002): a file is indexed once — byte offsets of its lines and
+the ``(st_dev, st_ino)`` of the descriptor that read them — and rows are read later by offset. Every
+later read opens the path again and compares ``fstat`` with the indexed identity and size, so a file
+replaced in between (a fresh collection reusing the path) is an error instead of another run's bytes
+read through old offsets. Append-only growth keeps the inode and remains valid.
+
+Trade-off: the run case reads the run twice (the index pass without parsing, then the store's
+reconciliation); the index pass is a plain line scan.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from gymslurm.errors import GymslurmError, StoreError
+from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
+
+HEALTH_FORMAT_VERSION = 1
+EXAMPLES_PER_CLASS = 3
+_CHUNK = 1 << 20
+
+
+class StaleFileError(StoreError):
+    """A file changed identity (replaced) or shrank between indexing and reading."""
+
+
+# --- indexed reading ------------------------------------------------------------------------------
+
+
+@dataclass
+class LineIndex:
+    """Byte offsets of a file's complete lines and the identity of the file they were read from."""
+
+    path: Path
+    device: int
+    inode: int
+    size: int
+    offsets: array = field(default_factory=lambda: array("q"))  # start of line i; one extra at the end
+    blank: int = 0
+
+    @property
+    def lines(self) -> int:
+        return max(len(self.offsets) - 1, 0)
+
+
+def index_file(path: Path) -> LineIndex | None:
+    """Index a file's complete lines (torn tail left out); None when it does not exist."""
+    try:
+        handle = open(path, "rb", buffering=_CHUNK)  # noqa: SIM115
+    except FileNotFoundError:
+        return None
+    with handle:
+        info = os.fstat(handle.fileno())
+        index = LineIndex(path, info.st_dev, info.st_ino, info.st_size)
+        offsets = index.offsets
+        offset = 0
+        offsets.append(0)
+        for raw in handle:
+            if raw[-1:] != b"\n":
+                break
+            offset += len(raw)
+            offsets.append(offset)
+            index.blank += raw.isspace()
+    return index
+
+
+def verify_identity(index: LineIndex, handle: IO[bytes]) -> None:
+    """Raise :class:`StaleFileError` unless ``handle`` is the indexed file, not shrunk."""
+    info = os.fstat(handle.fileno())
+    if (info.st_dev, info.st_ino) != (index.device, index.inode) or info.st_size < index.offsets[-1]:
+        raise StaleFileError(
+            f"{index.path} was replaced or truncated after it was indexed (device/inode "
+            f"{index.device}/{index.inode} → {info.st_dev}/{info.st_ino}, size {index.size} → "
+            f"{info.st_size}); its indexed offsets would read another file's bytes. Nothing was "
+            "counted: run the health check again once no collection is replacing this output"
+        )
+
+
+def read_lines(index: LineIndex, lines: Iterable[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Parse the given (0-based) lines through the index, verifying the file's identity first."""
+    with open(index.path, "rb") as handle:
+        verify_identity(index, handle)
+        offsets = index.offsets
+        for line in sorted(lines):
+            handle.seek(offsets[line])
+            raw = handle.read(offsets[line + 1] - offsets[line])
+            if raw.isspace():
+                continue
+            yield line, orjson.loads(raw)
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthThresholds:
+    """The limits a healthy run stays within."""
+
+    max_failure_rate: float = 0.1
+    min_completeness: float = 1.0
+
+
+@dataclass
+class HealthReport:
+    """``<stem>_health.json``: the status, each check, the counts behind it, and failure examples."""
+
+    target: str
+    status: str  # "pass" | "fail" | "skipped"
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    failure_examples: dict[str, list[str]] = field(default_factory=dict)
+    message: str = ""
+    run_id: str | None = None
+
+    def to_json(self, written_at: str) -> dict[str, Any]:
+        return {
+            "format_version": HEALTH_FORMAT_VERSION,
+            "target": self.target,
+            "run_id": self.run_id,
+            "status": self.status,
+            "checks": self.checks,
+            "counts": self.counts,
+            "failure_examples": self.failure_examples,
+            "message": self.message,
+            "written_at": written_at,
+        }
+
+
+def count_states(states: Iterable[RolloutState]) -> dict[str, int]:
+    """Completed, final and pending failures, omissions and gaps, from selected states."""
+    counts: Counter[str] = Counter()
+    for state in states:
+        counts["expected"] += 1
+        disposition = state.disposition
+        if disposition in SUCCESSFUL:
+            counts["completed"] += 1
+        elif disposition is Disposition.FAILED:
+            counts["final_failures" if not state.pending else "retryable_failures"] += 1
+            counts["exhausted"] += state.exhausted
+        elif disposition is Disposition.OMITTED:
+            counts["omitted"] += 1
+        else:
+            counts["unfinished"] += 1
+    keys = (
+        "expected",
+        "completed",
+        "final_failures",
+        "retryable_failures",
+        "exhausted",
+        "omitted",
+        "unfinished",
+    )
+    return {key: counts[key] for key in keys}
+
+
+def evaluate(counts: dict[str, int], thresholds: HealthThresholds) -> list[dict[str, Any]]:
+    """The failure-rate and completeness checks over counts (omissions excluded from both)."""
+    finished = counts["completed"] + counts["final_failures"]
+    rate = counts["final_failures"] / finished if finished else 0.0
+    countable = counts["expected"] - counts["omitted"]
+    completeness = counts["completed"] / countable if countable else 1.0
+    return [
+        {
+            "name": "failure_rate",
+            "value": rate,
+            "limit": thresholds.max_failure_rate,
+            "passed": rate <= thresholds.max_failure_rate,
+            "detail": f"{counts['final_failures']} final failures of {finished} finished rollouts "
+            f"(omissions and retryable failures excluded)",
+        },
+        {
+            "name": "completeness",
+            "value": completeness,
+            "limit": thresholds.min_completeness,
+            "passed": completeness >= thresholds.min_completeness,
+            "detail": f"{counts['completed']} completed of {countable} expected (omissions excluded)",
+        },
+    ]
+
+
+def report_from(
+    target: Path, counts: dict[str, int], thresholds: HealthThresholds, run_id: str | None
+) -> HealthReport:
+    checks = evaluate(counts, thresholds)
+    status = "pass" if all(check["passed"] for check in checks) else "fail"
+    return HealthReport(str(target), status, checks, counts, run_id=run_id)
+
+
+def skipped(target: Path, *, standalone: bool, why: str) -> HealthReport:
+    """The report of a check that cannot count a file holding superseded outcomes."""
+    message = f"health check skipped for {target}: {why}; old attempts are never counted as extra samples"
+    if standalone:
+        message += (
+            ". Export a selected-result projection and check that instead: gymslurm aggregate "
+            f"{target} +output_jsonl_fpath=<new>.jsonl, then gymslurm health <new>.jsonl"
+        )
+    return HealthReport(str(target), "skipped", message=message)
+
+
+# --- checking a run or a file ---------------------------------------------------------------------
+
+
+def run_health_check(
+    output: Path, *, thresholds: HealthThresholds | None = None, standalone: bool = True
+) -> HealthReport:
+    """Check a manifest-backed run (its selected history) or a merged/legacy rollout file."""
+    from gymslurm.store import RunPaths
+
+    paths = RunPaths.for_output(output)
+    limits = thresholds or HealthThresholds()
+    if not paths.results.exists():
+        raise GymslurmError(f"{output} does not exist; pass a run's output or a merged file")
+    if paths.manifest.exists():
+        return _check_run(paths, limits, standalone)
+    return _check_file(paths.results, limits, standalone)
+
+
+def _check_run(paths: Any, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
+    from gymslurm.store import RunStore
+
+    results = index_file(paths.results)
+    failures = index_file(paths.failures)
+    store = RunStore.open(paths, writable=False)
+    try:
+        rec = store.reconcile()
+    finally:
+        store.close()
+    selected_results = [s.selected.line for s in rec.states if s.disposition in SUCCESSFUL and s.selected]
+    result_rows = results.lines - results.blank if results else 0
+    if result_rows > len(selected_results):
+        why = f"{result_rows - len(selected_results)} rows of {paths.results} are superseded attempts"
+        return skipped(paths.results, standalone=standalone, why=why)
+    for index in (results, failures):
+        if index is not None:
+            with open(index.path, "rb") as handle:
+                verify_identity(index, handle)
+    report = report_from(paths.results, count_states(rec.states), thresholds, store.run_id)
+    if failures is not None:
+        report.failure_examples = failure_examples(failures, rec.states)
+    return report
+
+
+def failure_examples(index: LineIndex, states: Sequence[RolloutState]) -> dict[str, list[str]]:
+    """A few failure messages per class, read from the sidecar through its verified index."""
+    wanted: dict[int, str] = {}
+    per_class: Counter[str] = Counter()
+    for state in states:
+        selected = state.selected
+        if state.disposition is Disposition.FAILED and selected is not None:
+            name = selected.failure_class or selected.failure_kind or "environment_server_failed"
+            if per_class[name] < EXAMPLES_PER_CLASS and selected.line < index.lines:
+                per_class[name] += 1
+                wanted[selected.line] = name
+    examples: dict[str, list[str]] = {}
+    for line, row in read_lines(index, wanted):
+        examples.setdefault(wanted[line], []).append(str(row.get("_ng_failure_message", ""))[:300])
+    return examples
+
+
+def _check_file(path: Path, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
+    """A merged projection or a legacy file: every row must be a distinct rollout's selected outcome."""
+    index = index_file(path)
+    assert index is not None
+    seen: set[tuple[Any, Any, Any]] = set()
+    counts = Counter({"expected": 0, "completed": 0, "final_failures": 0, "omitted": 0})
+    duplicates = 0
+    for line, row in read_lines(index, range(index.lines)):
+        rollout = row.get("_ng_rollout_id")
+        key = (row.get("_ng_run_id"), rollout, None if rollout else line)
+        duplicates += key in seen
+        seen.add(key)
+        counts["expected"] += 1
+        if row.get("_ng_omitted") is True:
+            counts["omitted"] += 1
+        elif isinstance(row.get("_ng_failure_class"), str):
+            counts["final_failures"] += 1
+        else:
+            counts["completed"] += 1
+    if duplicates:
+        why = f"{duplicates} rows repeat a rollout already in the file (superseded outcomes)"
+        return skipped(path, standalone=standalone, why=why)
+    full = {k: counts[k] for k in ("expected", "completed", "final_failures", "omitted")}
+    full.update(retryable_failures=0, exhausted=0, unfinished=0)
+    return report_from(path, full, thresholds, None)
+
+
+def write_report(output: Path, report: HealthReport, written_at: str) -> Path:
+    """Publish ``<stem>_health.json`` beside the (resolved) output."""
+    from gymslurm.store import RunPaths
+    from gymslurm.store.atomic import publish_json
+
+    target = RunPaths.for_output(output).health
+    publish_json(target, report.to_json(written_at))
+    return target
+
+
+def after_collection(paths: Any, coverage: Any = None, *, stderr: IO[str] = sys.stderr) -> HealthReport:
+    """The automatic check at the end of collection (inside the run lock, after identity validation).
+
+    Never raises for an unhealthy or skipped run: collection and scoring still finish. A skip removes
+    the previous report, which no longer describes the run.
+    """
+    from gymslurm.commands.aggregate import now_iso
+
+    try:
+        report = run_health_check(paths.output, standalone=False)
+    except GymslurmError as error:
+        print(f"gymslurm collect: health check not completed: {error}", file=stderr)
+        return HealthReport(str(paths.output), "skipped", message=str(error))
+    if report.status == "skipped":
+        print(f"gymslurm collect: {report.message}", file=stderr)
+        paths.health.unlink(missing_ok=True)
+        return report
+    write_report(paths.output, report, now_iso())
+    if report.status == "fail":
+        failed = ", ".join(
+            f"{c['name']} {c['value']:.3f} (limit {c['limit']})" for c in report.checks if not c["passed"]
+        )
+        print(f"gymslurm collect: health check failed: {failed}; see {paths.health}", file=stderr)
+    return report

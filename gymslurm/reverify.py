@@ -1,0 +1,396 @@
+"""Judge-only reverification: re-grade saved ``judge_failed`` answers into a separate output.
+
+``gymslurm reverify --judge-failed-only`` reads a manifest-backed run and writes a *separate* output:
+every rollout whose selected outcome is a completed result is carried through unchanged (its saved
+bytes), and every rollout whose history ends in a judge failure that kept the model's answer is
+graded again by the Environment Server without running the agent. The source run is never written:
+no reservation, no append, no repair (spec 000, "judge-only recovery"; README reading 2).
+
+Which answer may be reused (the review's policy, spec 002), walking a rollout's executions from the
+newest reservation down:
+
+- an execution reserved without an outcome (an interruption) is passed over;
+- the first *recorded* outcome decides: a ``judge_failed`` (or legacy ``judge_invalid``) failure whose
+  sidecar row kept the answer is re-judged, in a new attempt numbered after the newest reservation;
+- any other recorded outcome (an agent failure, a judge failure without an answer, an omission)
+  stops the walk: an older answer behind it is never reached, and a warning names both;
+- a rollout whose budget is exhausted is left alone (resubmit gives it a fresh budget first).
+
+Where the answer is: a judge failure's ``_ng_failure_response`` (the collector saves a legacy
+producer's response there). For every other kind that field is diagnostic only and never re-judged.
+
+The re-grade call (documented in docs/aggregation.md, "Re-grading protocol"): ``POST <url>/verify``
+with ``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", "task_input"}, "response": A}``,
+answered like ``POST /run``: ``{"episode_id", "task_id", "result": {...}}`` or ``{..., "failure"}``.
+
+Never silent: when nothing is eligible the command says why (how many judge failures, how many kept
+no answer, how many were stopped by a newer outcome) and exits 1. Trade-off: calls are sequential;
+judge-only recovery is for the handful of rollouts a judge outage left behind, not a bulk re-score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from gymslurm.aggregate import (
+    RECOVERY_SUFFIXES,
+    ShardSource,
+    check_output,
+    companion,
+    iter_lines,
+    publish_stream,
+)
+from gymslurm.errors import ConfigError
+from gymslurm.health import index_file, read_lines
+from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
+from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
+
+JUDGE_KINDS = frozenset({"judge_failed", "judge_invalid"})
+VERIFY_PATH = "/verify"
+
+Action = Literal["carry", "rejudge", "skip"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What reverification does with one rollout, and why."""
+
+    index: int
+    action: Action
+    line: int | None = None  # results line (carry) or sidecar line (rejudge)
+    source_attempt: int | None = None
+    new_attempt: int | None = None
+    reason: str = ""
+    warning: str | None = None
+
+
+def is_judge_failure(outcome: SavedOutcome) -> bool:
+    """A failure named ``judge_failed``/``judge_invalid`` by its kind, routing or legacy class."""
+    names = {outcome.failure_kind, outcome.failure_class, outcome.legacy_class}
+    return outcome.kind == "failure" and bool(names & JUDGE_KINDS)
+
+
+def plan_rollout(
+    index: int,
+    reserved: int,
+    outcomes: Sequence[SavedOutcome],
+    state: RolloutState,
+    answered: Callable[[int], bool],
+) -> Decision:
+    """Carry, re-judge or skip one rollout under the review's policy (module docstring). Pure."""
+    if state.disposition in SUCCESSFUL and state.selected is not None:
+        return Decision(index, "carry", line=state.selected.line, reason="completed result")
+    if state.exhausted:
+        return Decision(index, "skip", reason="failure budget exhausted")
+    by_attempt = {outcome.attempt: outcome for outcome in outcomes}
+    for attempt in range(reserved - 1, -1, -1):
+        outcome = by_attempt.get(attempt)
+        if outcome is None:
+            continue  # an interruption: look further back
+        if is_judge_failure(outcome) and answered(outcome.line):
+            return Decision(
+                index, "rejudge", line=outcome.line, source_attempt=attempt, new_attempt=reserved,
+                reason="judge failure with a saved answer",
+            )  # fmt: skip
+        return _stopped(index, outcome, by_attempt, answered)
+    return Decision(index, "skip", reason="no recorded outcome")
+
+
+def _stopped(
+    index: int, newest: SavedOutcome, by_attempt: Mapping[int, SavedOutcome], answered: Callable[[int], bool]
+) -> Decision:
+    what = _describe(newest, answered)
+    older = [o for a, o in sorted(by_attempt.items()) if a < newest.attempt and is_judge_failure(o)]
+    reusable = [o for o in older if answered(o.line)]
+    if not reusable:
+        return Decision(index, "skip", reason=what)
+    warning = (
+        f"a newer recorded outcome (execution {newest.attempt}: {what}) stops the reuse of the answer "
+        f"saved with the judge failure of execution {reusable[-1].attempt}; resume collection to generate "
+        "a new answer instead"
+    )
+    return Decision(index, "skip", reason="stopped by a newer recorded outcome", warning=warning)
+
+
+def _describe(outcome: SavedOutcome, answered: Callable[[int], bool]) -> str:
+    if is_judge_failure(outcome):
+        return "judge failure without a saved answer" if not answered(outcome.line) else "judge failure"
+    if outcome.kind == "failure":
+        return f"failure {outcome.failure_class or outcome.failure_kind or 'environment_server_failed'}"
+    return "intentional omission" if outcome.kind == "omission" else "completed result"
+
+
+# --- the re-grade call ----------------------------------------------------------------------------
+
+
+Regrade = Callable[[dict[str, Any]], "RegradeOutcome"]
+
+
+@dataclass(frozen=True)
+class RegradeOutcome:
+    """The server's new grade of a saved answer, or the failure that prevented it."""
+
+    result: dict[str, Any] | None = None
+    failure: RolloutFailureRecord | None = None
+
+
+def regrade_request(stamps: Mapping[str, Any], task_input: Any, answer: Any) -> dict[str, Any]:
+    """The ``POST /verify`` body for one saved answer."""
+    return {
+        "episode_id": {"rollout_id": stamps["_ng_rollout_id"], "attempt": stamps["_ng_attempt"]},
+        "task": {"task_id": stamps["task_id"], "task_input": task_input},
+        "response": answer,
+    }
+
+
+def classify_reply(request: Mapping[str, Any], reply: Any, run_id: str) -> RegradeOutcome:
+    """A ``/verify`` reply → result, or failure (a broken reply is a terminal protocol violation)."""
+    episode = EpisodeId.model_validate(request["episode_id"])
+    if not isinstance(reply, dict):
+        return _collector_failure(episode, run_id, "reply is not a JSON object", "delivered", terminal=True)
+    if reply.get("episode_id") != request["episode_id"] or reply.get("task_id") != request["task"]["task_id"]:
+        reason = "reply names another episode or task than the request"
+        return _collector_failure(episode, run_id, reason, "delivered", terminal=True)
+    result, failure = reply.get("result"), reply.get("failure")
+    if isinstance(result, dict) and failure is None:
+        return RegradeOutcome(result=result)
+    if isinstance(failure, dict) and result is None:
+        try:
+            parsed = EpisodeFailure.model_validate(failure)
+        except ValueError as error:
+            return _collector_failure(
+                episode, run_id, f"malformed failure: {error}"[:2000], "delivered", terminal=True
+            )
+        record = RolloutFailureRecord(
+            episode_id=episode, run_id=run_id, source="environment", delivery="delivered", failure=parsed
+        )
+        return RegradeOutcome(failure=record)
+    return _collector_failure(
+        episode, run_id, "reply has neither one result nor one failure", "delivered", terminal=True
+    )
+
+
+def _collector_failure(
+    episode: EpisodeId, run_id: str, reason: str, delivery: str, *, terminal: bool, kind: str | None = None
+) -> RegradeOutcome:
+    failure = EpisodeFailure(
+        failure_reason=reason,
+        terminal=terminal,
+        failure_kind=kind or ("environment_protocol_violation" if terminal else None),
+        stage="verification",
+    )
+    record = RolloutFailureRecord(
+        episode_id=episode,
+        run_id=run_id,
+        source="collector",
+        delivery=delivery,  # type: ignore[arg-type]
+        failure=failure,
+    )
+    return RegradeOutcome(failure=record)
+
+
+def http_regrader(url: str, run_id: str, *, timeout_s: float = 60.0, client: Any = None) -> Regrade:
+    """A :data:`Regrade` that POSTs to ``<url>/verify`` (the only HTTP here; httpx errors translated)."""
+    import httpx
+
+    http = client or httpx.Client(timeout=timeout_s)
+    endpoint = url.rstrip("/") + VERIFY_PATH
+
+    def regrade(request: dict[str, Any]) -> RegradeOutcome:
+        episode = EpisodeId.model_validate(request["episode_id"])
+        try:
+            reply = http.post(
+                endpoint, content=orjson.dumps(request), headers={"content-type": "application/json"}
+            )
+        except httpx.ConnectError as error:
+            return _collector_failure(
+                episode,
+                run_id,
+                f"{endpoint}: {error}",
+                "not_sent",
+                terminal=False,
+                kind="transport_unreachable",
+            )
+        except httpx.TimeoutException as error:
+            return _collector_failure(
+                episode,
+                run_id,
+                f"{endpoint}: {error}",
+                "possibly_delivered",
+                terminal=False,
+                kind="transport_timeout",
+            )
+        except httpx.HTTPError as error:
+            return _collector_failure(
+                episode, run_id, f"{endpoint}: {error}", "possibly_delivered", terminal=False
+            )
+        if reply.status_code != 200:
+            delivery = "possibly_delivered" if reply.status_code in (429, 502, 503, 504) else "delivered"
+            reason = f"{endpoint} answered HTTP {reply.status_code}: {reply.text[:500]}"
+            return _collector_failure(episode, run_id, reason, delivery, terminal=False)
+        try:
+            body = orjson.loads(reply.content)
+        except orjson.JSONDecodeError:
+            return _collector_failure(
+                episode, run_id, f"{endpoint} answered a body that is not JSON", "delivered", terminal=True
+            )
+        return classify_reply(request, body, run_id)
+
+    return regrade
+
+
+# --- the command's work ---------------------------------------------------------------------------
+
+
+@dataclass
+class ReverifyReport:
+    """What a reverification did, for the command to print."""
+
+    carried: int = 0
+    rejudged: int = 0
+    regraded_ok: int = 0
+    regrade_failed: int = 0
+    judge_failures_seen: int = 0
+    without_answer: int = 0
+    stopped: int = 0
+    skipped: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def nothing_to_do_message(self) -> str:
+        return (
+            f"nothing was re-verified: of the source's rollouts, {self.judge_failures_seen} have judge "
+            f"failures in their history, {self.without_answer} of those kept no answer, {self.stopped} "
+            f"were stopped by a newer recorded outcome without an answer, {self.skipped} were skipped in all "
+            f"({self.carried} completed results were carried through). Only a judge failure that kept the "
+            "model's answer, with nothing but interruptions after it, can be re-judged"
+        )
+
+
+def source_output(path: Path) -> Path:
+    """The run output a source names: a ``<stem>_failures.jsonl`` sidecar names ``<stem>.jsonl``."""
+    if path.name.endswith("_failures.jsonl"):
+        return path.with_name(path.name[: -len("_failures.jsonl")] + ".jsonl")
+    return path
+
+
+def check_reverify_output(output: Path, source: Path) -> None:
+    """Refuse to write into the source run (any spelling, ``unsafe_`` prefix) or any established run."""
+    target = source.resolve()
+    shard = ShardSource(target, (source.absolute(),), target)
+    check_output(output, [shard])
+    for spelling in {output.absolute(), output.resolve()}:
+        if spelling.name.startswith("unsafe_"):
+            check_output(spelling.with_name(spelling.name[len("unsafe_") :]), [shard])
+    if output.resolve() == target or any(companion(output.resolve(), s).exists() for s in RECOVERY_SUFFIXES):
+        raise ConfigError(f"{output} is an established run; reverification writes a separate output only")
+
+
+def reverify_judge_failed(
+    source: Path, output: Path, regrade_for: Callable[[str], Regrade]
+) -> ReverifyReport:
+    """Plan every rollout of ``source``, re-grade the eligible answers, write ``output`` (+ sidecar)."""
+    from gymslurm.store import RunPaths, RunStore
+
+    source = source_output(source)
+    paths = RunPaths.for_output(source)
+    if not paths.manifest.exists():
+        raise ConfigError(
+            f"{source} has no manifest ({paths.manifest}); judge-only reverification reads manifest-backed "
+            "runs only, whose history says which answer is still current"
+        )
+    check_reverify_output(output, source)
+    store = RunStore.open(paths, writable=False)
+    try:
+        rec = store.reconcile()
+        history = store.read_history()
+        reserved = store.table.counts()
+        inputs = store.inputs()
+        index = store.rollout_index
+    finally:
+        store.close()
+    sidecar = index_file(paths.failures)
+    answers = _judge_answers(sidecar, (history.outcomes(i) for i in range(len(rec.states))))
+    report = ReverifyReport()
+    decisions = []
+    for i, state in enumerate(rec.states):
+        outcomes = history.outcomes(i)
+        decision = plan_rollout(i, reserved[i], outcomes, state, answers.__contains__)
+        _tally(report, decision, outcomes, answers)
+        decisions.append(decision)
+    rejudge = [d for d in decisions if d.action == "rejudge"]
+    regrade = regrade_for(store.run_id) if rejudge else None
+    rows, failures = [], []
+    for decision in rejudge:
+        assert regrade is not None and decision.new_attempt is not None and decision.line is not None
+        stamps = index.stamps(decision.index, store.run_id, decision.new_attempt)
+        answer = answers[decision.line]
+        outcome = regrade(regrade_request(stamps, inputs[decision.index]["task_input"], answer))
+        provenance = {"source_attempt": decision.source_attempt, "source_run_id": store.run_id}
+        if outcome.result is not None:
+            rows.append(orjson.dumps({**outcome.result, **stamps, "_ng_reverify": provenance}) + b"\n")
+            report.regraded_ok += 1
+        else:
+            assert outcome.failure is not None
+            failures.append(orjson.dumps(_failure_row(stamps, outcome.failure, answer, provenance)) + b"\n")
+            report.regrade_failed += 1
+    if not rejudge:
+        return report
+    carried = {d.line for d in decisions if d.action == "carry"}
+    publish_stream(output, _chain((raw for line, raw in iter_lines(paths.results) if line in carried), rows))
+    if failures:
+        publish_stream(companion(output.resolve(), "_failures.jsonl"), failures)
+    return report
+
+
+def _chain(first: Iterable[bytes], second: Iterable[bytes]) -> Iterable[bytes]:
+    yield from first
+    yield from second
+
+
+def _failure_row(
+    stamps: Mapping[str, Any], record: RolloutFailureRecord, answer: Any, provenance: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        **stamps,
+        "_ng_failure_record": record.model_dump(mode="json", exclude_none=True),
+        "_ng_failure_class": record.routing_class,
+        "_ng_failure_terminal": record.failure.terminal,
+        "_ng_failure_message": record.failure.failure_reason,
+        "_ng_failure_response": answer,
+        "_ng_reverify": dict(provenance),
+    }
+
+
+def _judge_answers(sidecar: Any, groups: Iterable[Sequence[SavedOutcome]]) -> dict[int, Any]:
+    """Sidecar line → saved answer, for judge failures whose row kept a model answer."""
+    if sidecar is None:
+        return {}
+    lines = {o.line for group in groups for o in group if is_judge_failure(o) and o.line < sidecar.lines}
+    answers: dict[int, Any] = {}
+    for line, row in read_lines(sidecar, lines):
+        answer = row.get("_ng_failure_response")
+        if has_saved_generation(answer):
+            answers[line] = answer
+    return answers
+
+
+def _tally(
+    report: ReverifyReport, decision: Decision, outcomes: Sequence[SavedOutcome], answers: Mapping[int, Any]
+) -> None:
+    judge = [o for o in outcomes if is_judge_failure(o)]
+    report.judge_failures_seen += bool(judge)
+    report.without_answer += sum(o.line not in answers for o in judge)
+    if decision.action == "carry":
+        report.carried += 1
+    elif decision.action == "rejudge":
+        report.rejudged += 1
+    else:
+        report.skipped += 1
+        if decision.warning:
+            report.stopped += 1
+            report.warnings.append(f"rollout index {decision.index}: {decision.warning}")

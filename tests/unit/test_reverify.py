@@ -1,0 +1,262 @@
+"""Judge-only reverification: the review's reuse policy, separate output, and the re-grade call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gymslurm.cli import main as cli_main
+from gymslurm.errors import ConfigError
+from gymslurm.reverify import (
+    Regrade,
+    classify_reply,
+    http_regrader,
+    plan_rollout,
+    reverify_judge_failed,
+)
+from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
+from tests.unit.test_aggregate_fixtures import ShardBuilder, companion, read_jsonl
+
+ANSWER = {"output": [{"type": "message", "content": "4"}], "status": "completed"}
+
+
+class Grader:
+    """A judge over HTTP (httpx MockTransport): grades the saved answer it is sent, counts its calls."""
+
+    def __init__(self, *, status: int = 200, fail: bool = False) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.status = status
+        self.fail = fail
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.requests.append(body)
+        if self.status != 200:
+            return httpx.Response(self.status, text="unavailable")
+        reply: dict[str, Any] = {"episode_id": body["episode_id"], "task_id": body["task"]["task_id"]}
+        if self.fail:
+            reply["failure"] = {
+                "failure_reason": "judge down again",
+                "terminal": False,
+                "failure_kind": "judge_failed",
+            }
+        else:
+            reply["result"] = {
+                "reward": 1.0 if body["response"] == ANSWER else 0.0,
+                "response": body["response"],
+            }
+        return httpx.Response(200, json=reply)
+
+    def regrader(self, run_id: str) -> Regrade:
+        client = httpx.Client(transport=httpx.MockTransport(self.handler))
+        return http_regrader("http://judge", run_id, client=client)
+
+
+def judge_failed(builder: ShardBuilder, rid: str, answer: Any = ANSWER) -> ShardBuilder:
+    """A judge failure that kept the model's answer (or not, with ``answer=None``)."""
+    return builder.failure(rid, "judge_failed", response=answer)
+
+
+def source(tmp_path: Path, build: Any, rollouts: int = 1) -> Path:
+    """A run built by ``build(builder)``."""
+    builder = ShardBuilder(tmp_path / "run" / "out.jsonl", rollouts)
+    build(builder)
+    return builder.finish()
+
+
+def rows(path: Path) -> list[tuple[str, int, Any]]:
+    """(rollout id, attempt, reward) of every row."""
+    return [(r["_ng_rollout_id"], r["_ng_attempt"], r.get("reward")) for r in read_jsonl(path)]
+
+
+def test_judge_failure_with_answer_is_rejudged_and_results_carried(tmp_path: Path) -> None:
+    """A saved judge-failed answer is graded again in a new attempt; completed results pass unchanged."""
+    src = source(tmp_path, lambda b: judge_failed(b.result("arith-0", 0.0), "arith-1"), rollouts=2)
+    grader = Grader()
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", grader.regrader)
+    assert rows(tmp_path / "new.jsonl") == [("arith-0", 0, 0.0), ("arith-1", 1, 1.0)]
+    assert [r["response"] for r in grader.requests] == [ANSWER]
+    assert (report.rejudged, report.carried) == (1, 1)
+    assert read_jsonl(src)[0] == read_jsonl(tmp_path / "new.jsonl")[0]
+
+
+def test_judge_failed_then_interruptions_reuses_the_answer(tmp_path: Path) -> None:
+    """Review case: judge_failed (answer A) → interrupted → interrupted re-judges A in attempt 3."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0").interrupt("arith-0").interrupt("arith-0"))
+    grader = Grader()
+    reverify_judge_failed(src, tmp_path / "new.jsonl", grader.regrader)
+    assert rows(tmp_path / "new.jsonl") == [("arith-0", 3, 1.0)]
+    assert grader.requests[0]["episode_id"] == {"rollout_id": "arith-0", "attempt": 3}
+    assert read_jsonl(tmp_path / "new.jsonl")[0]["_ng_reverify"]["source_attempt"] == 0
+
+
+def test_newer_outcome_without_answer_stops_reuse_with_warning(tmp_path: Path) -> None:
+    """A newer recorded failure without an answer stops the reuse of A, with a warning; nothing written."""
+    src = source(
+        tmp_path,
+        lambda b: judge_failed(b, "arith-0").failure("arith-0", "agent_run_error").interrupt("arith-0"),
+    )
+    grader = Grader()
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", grader.regrader)
+    assert (report.rejudged, report.stopped, grader.requests) == (0, 1, [])
+    assert "stops the reuse" in report.warnings[0]
+    assert not (tmp_path / "new.jsonl").exists()
+
+
+def test_newer_judge_failure_without_answer_stops_reuse(tmp_path: Path) -> None:
+    """A newer judge failure that kept no answer also stops the walk."""
+    src = source(tmp_path, lambda b: judge_failed(judge_failed(b, "arith-0"), "arith-0", answer=None))
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", Grader().regrader)
+    assert (report.rejudged, report.stopped, report.without_answer) == (0, 1, 1)
+
+
+def test_nothing_eligible_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Never a silent 'nothing to re-verify': the command explains the counts and exits 1."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0", answer=None))
+    out = tmp_path / "n.jsonl"
+    argv = [
+        f"+input_jsonl_fpath={src}",
+        f"+output_jsonl_fpath={out}",
+        "+environment_server_url=http://127.0.0.1:9",
+    ]
+    code = cli_main(["reverify", "--judge-failed-only", *argv])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "1 have judge failures" in err and "1 of those kept no answer" in err
+
+
+def test_diagnostic_response_of_other_kinds_is_never_rejudged(tmp_path: Path) -> None:
+    """A partial response saved with a non-judge failure is diagnostic only."""
+    src = source(tmp_path, lambda b: b.failure("arith-0", "agent_run_error", response=ANSWER))
+    assert reverify_judge_failed(src, tmp_path / "new.jsonl", Grader().regrader).rejudged == 0
+
+
+def test_legacy_judge_invalid_class_is_matched(tmp_path: Path) -> None:
+    """A legacy producer's judge_invalid routing class counts as a judge failure."""
+    src = source(
+        tmp_path, lambda b: b.failure("arith-0", None, legacy_class="judge_invalid", response=ANSWER)
+    )
+    assert reverify_judge_failed(src, tmp_path / "new.jsonl", Grader().regrader).rejudged == 1
+
+
+def test_source_run_is_not_modified(tmp_path: Path) -> None:
+    """Reverification writes no byte into the source run."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0").interrupt("arith-0"))
+    before = {p.name: p.read_bytes() for p in src.parent.iterdir()}
+    reverify_judge_failed(src, tmp_path / "new.jsonl", Grader().regrader)
+    assert {p.name: p.read_bytes() for p in src.parent.iterdir()} == before
+
+
+def test_failed_regrade_goes_to_output_sidecar_with_answer(tmp_path: Path) -> None:
+    """A re-grade that fails again is saved in the output's sidecar, keeping the answer."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", Grader(fail=True).regrader)
+    (row,) = read_jsonl(companion(tmp_path / "new.jsonl", "_failures.jsonl"))
+    assert (report.regrade_failed, row["_ng_failure_class"], row["_ng_failure_response"]) == (
+        1,
+        "judge_failed",
+        ANSWER,
+    )
+
+
+@pytest.mark.parametrize("spelling", ["source", "source sidecar", "unsafe_ prefix", "established run"])
+def test_refuses_to_write_into_a_run(tmp_path: Path, spelling: str) -> None:
+    """The output may not be the source (any spelling, unsafe_ prefix) nor an established run."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    other = ShardBuilder(tmp_path / "other.jsonl", 1).result("arith-0").finish()
+    output = {
+        "source": src,
+        "source sidecar": companion(src, "_failures.jsonl"),
+        "unsafe_ prefix": src.with_name("unsafe_out.jsonl"),
+        "established run": other,
+    }[spelling]
+    grader = Grader()
+    with pytest.raises(ConfigError):
+        reverify_judge_failed(src, output, grader.regrader)
+    assert grader.requests == []
+
+
+def test_source_given_as_its_sidecar(tmp_path: Path) -> None:
+    """A source named by its _failures.jsonl sidecar reads the run it belongs to."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    report = reverify_judge_failed(
+        companion(src, "_failures.jsonl"), tmp_path / "new.jsonl", Grader().regrader
+    )
+    assert report.rejudged == 1
+
+
+def test_exhausted_budget_is_left_alone() -> None:
+    """A judge failure whose budget is exhausted is not re-judged (resubmit first)."""
+    fails = [
+        SavedOutcome(
+            a, "failure", a, delivery="delivered", failure_kind="judge_failed", failure_class="judge_failed"
+        )
+        for a in range(2)
+    ]
+    state = select_rollout(2, fails, BudgetPolicy(max_rollout_attempts=2))
+    assert plan_rollout(0, 2, fails, state, lambda line: True).action == "skip"
+
+
+EPISODE = {"rollout_id": "x", "attempt": 0}
+TASK = {"taskset": "t", "task_id": "1"}
+FAILURE = {"failure_reason": "r", "terminal": False, "failure_kind": "judge_failed"}
+REPLIES = [
+    (
+        "another episode",
+        {"episode_id": {**EPISODE, "attempt": 9}, "task_id": TASK, "result": {}},
+        "environment_protocol_violation",
+    ),
+    (
+        "neither result nor failure",
+        {"episode_id": EPISODE, "task_id": TASK},
+        "environment_protocol_violation",
+    ),
+    ("a failure", {"episode_id": EPISODE, "task_id": TASK, "failure": FAILURE}, "judge_failed"),
+    ("not an object", [1], "environment_protocol_violation"),
+]
+
+
+@pytest.mark.parametrize(("reply", "kind"), [r[1:] for r in REPLIES], ids=[r[0] for r in REPLIES])
+def test_classify_reply(reply: Any, kind: str) -> None:
+    """A /verify reply that is not exactly one result for this episode is a failure of the right kind."""
+    request = {
+        "episode_id": {"rollout_id": "x", "attempt": 0},
+        "task": {"task_id": {"taskset": "t", "task_id": "1"}},
+    }
+    outcome = classify_reply(request, reply, "run-" + "0" * 32)
+    assert outcome.failure is not None and outcome.failure.failure.failure_kind == kind
+
+
+@pytest.mark.parametrize(("status", "delivery"), [(503, "possibly_delivered"), (500, "delivered")])
+def test_http_errors_are_failures_with_delivery(status: int, delivery: str) -> None:
+    """HTTP errors from /verify become non-terminal failures with the protocol's delivery reading."""
+    grader = Grader(status=status)
+    request = {
+        "episode_id": {"rollout_id": "x", "attempt": 0},
+        "task": {"task_id": {"taskset": "t", "task_id": "1"}},
+        "response": ANSWER,
+    }
+    outcome = grader.regrader("run-" + "0" * 32)(request)
+    assert outcome.failure is not None
+    assert (outcome.failure.delivery, outcome.failure.failure.terminal) == (delivery, False)
+
+
+def test_refused_connection_is_not_sent() -> None:
+    """A refused connection to the judge is a not_sent, non-terminal failure."""
+    regrade = http_regrader("http://127.0.0.1:9", "run-" + "0" * 32, timeout_s=2.0)
+    request = {
+        "episode_id": {"rollout_id": "x", "attempt": 0},
+        "task": {"task_id": {"taskset": "t", "task_id": "1"}},
+        "response": ANSWER,
+    }
+    outcome = regrade(request)
+    assert outcome.failure is not None and outcome.failure.delivery == "not_sent"
+
+
+def test_only_judge_failed_only_mode_is_supported() -> None:
+    """Without --judge-failed-only the command refuses and says what is supported."""
+    assert cli_main(["reverify", "+input_jsonl_fpath=a.jsonl"]) == 2
