@@ -21,10 +21,15 @@ def _submit(argv: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. shards=3 slurm.partition=low")
     parser.add_argument("--dry-run", action="store_true", help="print the scripts; write and submit nothing")
     parser.add_argument("--backend", choices=["slurm", "local"], help="default: the benchmark's (auto)")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="stay until every chain and the aggregation ended, then show status",
+    )
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.submit import submit
 
-    return submit(args.benchmark, args.overrides, args.backend, args.dry_run)
+    return submit(args.benchmark, args.overrides, args.backend, args.dry_run, wait=args.wait)
 
 
 def _status(argv: list[str]) -> int:

@@ -16,6 +16,7 @@ up), DONE, FAILED (stopped on terminal failures).
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,10 @@ def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
     return {
         "run": run.name, "path": str(run.root), "backend": info.backend,
         "shards": [asdict(row) for row in rows],
-        "aggregation": {"job": aggregate.latest_job, "state": agg_state},
+        "aggregation": {
+            "job": aggregate.latest_job, "state": agg_state,
+            "finished": aggregate.last_decision is not None and not agg_live,
+        },
         "queries": backend.queries,
     }  # fmt: skip
 
@@ -177,7 +181,8 @@ def print_table(report: dict[str, Any]) -> None:
         cells = [str(row[key]) if row[key] is not None else "-" for key, _ in COLUMNS]
         cells[1] = f"[{colours.get(row['verdict'], 'white')}]{row['verdict']}[/]"
         table.add_row(*cells)
-    console = Console()
+    # Off a terminal (a batch log, a pipe) rich would squeeze the table into 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     console.print(table)
     for row in report["shards"]:
         console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}", highlight=False)

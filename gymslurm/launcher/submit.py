@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -157,7 +158,9 @@ def split_dataset(dataset: Path, run: RunDir, shards: int) -> list[int]:
     return counts
 
 
-def submit(benchmark: str, overrides: list[str], backend_name: str | None, dry_run: bool) -> int:
+def submit(
+    benchmark: str, overrides: list[str], backend_name: str | None, dry_run: bool, *, wait: bool = False
+) -> int:
     """``gymslurm submit``: create the run and queue the first link of each shard."""
     workdir = Path.cwd()
     settings, data = load_benchmark(benchmark, overrides)
@@ -191,7 +194,40 @@ def submit(benchmark: str, overrides: list[str], backend_name: str | None, dry_r
         run.ledger(shard).append(Submitted(job_id=job, by="submit"))
         print(f"shard {shard}: {counts[shard]} rows, first link {job}")
     print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
-    return 0
+    return wait_for_run(run, backend) if wait else 0
+
+
+FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "ORPHANED"})
+
+
+def run_has_ended(report: dict[str, Any]) -> bool:
+    """Whether no chain and no aggregation of a status report can still change by itself.
+
+    When every shard is DONE the aggregation is due even before its job appears (the last link
+    submits it right after writing its decision), so the run ends only with the aggregation's
+    own decision. Pure, for the ``--wait`` loop.
+    """
+    shards = report["shards"]
+    if any(row["verdict"] not in FINAL_VERDICTS for row in shards):
+        return False
+    aggregation = report["aggregation"]
+    if aggregation["job"] is None:
+        return not all(row["verdict"] == "DONE" for row in shards)
+    return bool(aggregation["finished"])
+
+
+def wait_for_run(run: RunDir, backend: Backend, poll_s: float = 1.0) -> int:
+    """Poll the run's status until it has ended (twice in a row), print it; 0 when all is DONE."""
+    from gymslurm.launcher.status import print_table, run_status
+
+    ended_polls = 0
+    while ended_polls < 2:
+        time.sleep(poll_s)
+        report = run_status(run, backend)
+        ended_polls = ended_polls + 1 if run_has_ended(report) else 0
+    print_table(report)
+    all_done = all(row["verdict"] == "DONE" for row in report["shards"])
+    return 0 if all_done and str(report["aggregation"]["state"]).startswith("DONE") else 1
 
 
 def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
