@@ -69,8 +69,11 @@ def test_exit_76_stops_failed(tmp_path: Path) -> None:
     report = wait_until_final(run, aggregation=False)
     assert decisions(run) == ["STOP_FAILED"]
     assert report["shards"][0]["verdict"] == "FAILED"
-    job = report["shards"][0]["job"]
-    assert json.loads((run / f"local/jobs/{job}.json").read_text())["exit_code"] == 76
+    job_file = run / f"local/jobs/{report['shards'][0]['job']}.json"
+    deadline = time.monotonic() + 30  # the ledger's decision lands before the process has exited
+    while json.loads(job_file.read_text()).get("exit_code") is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert json.loads(job_file.read_text())["exit_code"] == 76
 
 
 def test_exit_75_without_progress_spends_a_retry(tmp_path: Path) -> None:
