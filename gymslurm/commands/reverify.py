@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
         return 1
     print(
         f"re-judged {report.rejudged} saved answers ({report.regraded_ok} graded, {report.regrade_failed} "
-        f"failed again, in the output's _failures.jsonl), carried {report.carried} completed results, "
+        f"failed again and {report.regrade_omitted} omitted, in the output's _failures.jsonl), carried {report.carried} completed results, "
         f"skipped {report.skipped}; output {settings['output_jsonl_fpath']}"
     )
     return 0
