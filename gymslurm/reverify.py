@@ -235,6 +235,8 @@ def reverify_judge_failed(
         _tally(report, decision, outcomes, answers)
         decisions.append(decision)
     rejudge = [d for d in decisions if d.action == "rejudge"]
+    if rejudge:  # before any judge call: a write that cannot happen must not cost re-grades
+        _make_parent(output)
     regrade = regrade_for(store.run_id) if rejudge else None
     rows, failures = [], []
     for decision in rejudge:
@@ -260,6 +262,15 @@ def reverify_judge_failed(
     if failures:
         publish_stream(companion(output.resolve(), "_failures.jsonl"), failures)
     return report
+
+
+def _make_parent(output: Path) -> None:
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot create the folder of {output}: {error.strerror}; pick a writable output path"
+        ) from None
 
 
 def _chain(first: Iterable[bytes], second: Iterable[bytes]) -> Iterable[bytes]:

@@ -84,6 +84,13 @@ def test_judge_failure_with_answer_is_rejudged_and_results_carried(tmp_path: Pat
     assert read_jsonl(src)[0] == read_jsonl(tmp_path / "new.jsonl")[0]
 
 
+def test_output_folder_is_created(tmp_path: Path) -> None:
+    """An output in a folder that does not exist yet is written (the folder is made before grading)."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    reverify_judge_failed(src, tmp_path / "new" / "deeper" / "out.jsonl", Grader().regrader)
+    assert rows(tmp_path / "new" / "deeper" / "out.jsonl") == [("arith-0", 1, 1.0)]
+
+
 def test_judge_failed_then_interruptions_reuses_the_answer(tmp_path: Path) -> None:
     """Review case: judge_failed (answer A) → interrupted → interrupted re-judges A in attempt 3."""
     src = source(tmp_path, lambda b: judge_failed(b, "arith-0").interrupt("arith-0").interrupt("arith-0"))
