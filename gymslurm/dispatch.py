@@ -1,5 +1,8 @@
 """The only module that speaks HTTP: ``POST /run`` to an Environment Server, and what the answer means.
 
+(Also ``POST /verify``, judge-only re-grading of a saved answer: :func:`verify_answer`, answered and
+classified exactly like ``/run``; synchronous and sequential, see its docstring.)
+
 Two halves. The pure half, :func:`classify_reply` and :func:`classify_exception`, turns every HTTP
 answer or transport exception into exactly one outcome: :class:`Completed`, :class:`Failed` or
 :class:`Omitted` (docs/outcomes.md has the table; spec 000 "Environment Server boundary", README
@@ -89,6 +92,8 @@ __all__ = [
     "Outcome",
     "classify_exception",
     "classify_reply",
+    "verify_answer",
+    "verify_client",
 ]
 
 # ---------------------------------------------------------------------------------------------------
@@ -124,6 +129,7 @@ class Omitted:
 
 Outcome = Completed | Failed | Omitted
 
+RUN_PATH, VERIFY_PATH = "/run", "/verify"
 PROTOCOL_VIOLATION = "environment_protocol_violation"
 LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})
 NO_PERSIST = "_ng_no_persist"
@@ -173,12 +179,14 @@ def classify_reply(
     run_id: str,
     route_failures: bool,
     url: str | None = None,
+    path: str = RUN_PATH,
 ) -> Outcome:
     """The one outcome an HTTP answer to ``POST /run`` for ``episode`` stands for.
 
+    ``path`` names the endpoint in messages (``/verify`` answers are read by the same rules).
     Raises :class:`ProtocolError` for a protocol violation when ``route_failures`` is off.
     """
-    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body)
+    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path)
     if 200 <= status_code < 300:
         try:
             return _classify_episode_reply(call)
@@ -203,13 +211,13 @@ def classify_reply(
     if 500 <= status_code < 600 and status_code not in UNSERVABLE_5XX:
         return _server_error(call)
     return call.violation(
-        f"HTTP {status_code} answer to POST /run: the server refuses the request as sent (check the "
+        f"HTTP {status_code} answer to POST {path}: the server refuses the request as sent (check the "
         "Environment Server URL, and that the server speaks this protocol)"
     )
 
 
 def classify_exception(
-    exc: BaseException, *, episode: EpisodeId, run_id: str, url: str | None = None
+    exc: BaseException, *, episode: EpisodeId, run_id: str, url: str | None = None, path: str = RUN_PATH
 ) -> Failed:
     """The failure a transport exception stands for; anything that is not one is re-raised.
 
@@ -217,7 +225,7 @@ def classify_exception(
     server's base URL) names the request in the reason when the exception does not carry it.
     """
     kind, delivery = _exception_evidence(exc)
-    where = f"POST {url.rstrip('/')}/run" if url else _request_url(exc)
+    where = f"POST {url.rstrip('/')}{path}" if url else _request_url(exc)
     reason = _truncate(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}")
     failure = EpisodeFailure(failure_reason=reason, terminal=False, failure_kind=kind)
     record = RolloutFailureRecord(
@@ -236,6 +244,7 @@ class _Call(NamedTuple):
     url: str | None
     status_code: int
     body: bytes
+    path: str = "/run"
 
     def record(
         self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None
@@ -750,3 +759,44 @@ class _Target:
 
     def request_bytes(self, body: bytes) -> bytes:
         return self.head_prefix + str(len(body)).encode() + _HEAD_END + body
+
+
+# ---------------------------------------------------------------------------------------------------
+# Judge-only re-grading: POST /verify
+
+
+def verify_client(timeout_s: float | None = 60.0) -> httpx.Client:
+    """A blocking client for :func:`verify_answer` (no proxies from the environment, like ``/run``)."""
+    return httpx.Client(timeout=timeout_s, trust_env=False)
+
+
+def verify_answer(
+    client: httpx.Client,
+    url: str,
+    episode: EpisodeId,
+    task: Mapping[str, Any],
+    response: object,
+    *,
+    run_id: str,
+) -> Outcome:
+    """POST a saved answer to ``<url>/verify`` and classify the answer exactly like ``/run``'s.
+
+    The body is ``{"episode_id", "task", "response"}`` (docs/aggregation.md, "Re-grading protocol").
+    Protocol violations are recorded as terminal failures, never raised: a re-grade is saved either
+    way. Blocking httpx, one call at a time: judge-only recovery re-grades the few answers a judge
+    outage left behind, so the fast transport of :class:`EnvironmentClient` would buy nothing here.
+    """
+    payload = {
+        "episode_id": {"rollout_id": episode.rollout_id, "attempt": episode.attempt},
+        "task": dict(task),
+        "response": response,
+    }
+    endpoint = url.rstrip("/") + VERIFY_PATH
+    try:
+        reply = client.post(endpoint, content=orjson.dumps(payload), headers=_REQUEST_HEADERS)
+    except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
+        return classify_exception(exc, episode=episode, run_id=run_id, url=url, path=VERIFY_PATH)
+    return classify_reply(
+        reply.status_code, reply.content, episode=episode, task_id=task["task_id"], run_id=run_id,
+        route_failures=True, url=url, path=VERIFY_PATH,
+    )  # fmt: skip

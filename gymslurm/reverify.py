@@ -22,6 +22,9 @@ producer's response there). For every other kind that field is diagnostic only a
 The re-grade call (documented in docs/aggregation.md, "Re-grading protocol"): ``POST <url>/verify``
 with ``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", "task_input"}, "response": A}``,
 answered like ``POST /run``: ``{"episode_id", "task_id", "result": {...}}`` or ``{..., "failure"}``.
+gymslurm.dispatch sends it and classifies the answer by ``/run``'s rules (the only HTTP in gymslurm):
+a result is written to the output, a failure (the answer kept) to the output's sidecar, an
+intentional omission as an omission row there.
 
 Never silent: when nothing is eligible the command says why (how many judge failures, how many kept
 no answer, how many were stopped by a newer outcome) and exits 1. Trade-off: calls are sequential;
@@ -45,9 +48,10 @@ from gymslurm.aggregate import (
     iter_lines,
     publish_stream,
 )
+from gymslurm.dispatch import Completed, Failed, Outcome, verify_answer, verify_client
 from gymslurm.errors import ConfigError
 from gymslurm.health import index_file, read_lines
-from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
+from gymslurm.records import EpisodeId
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
 
 JUDGE_KINDS = frozenset({"judge_failed", "judge_invalid"})
@@ -128,15 +132,7 @@ def _describe(outcome: SavedOutcome, answered: Callable[[int], bool]) -> str:
 # --- the re-grade call ----------------------------------------------------------------------------
 
 
-Regrade = Callable[[dict[str, Any]], "RegradeOutcome"]
-
-
-@dataclass(frozen=True)
-class RegradeOutcome:
-    """The server's new grade of a saved answer, or the failure that prevented it."""
-
-    result: dict[str, Any] | None = None
-    failure: RolloutFailureRecord | None = None
+Regrade = Callable[[dict[str, Any]], Outcome]
 
 
 def regrade_request(stamps: Mapping[str, Any], task_input: Any, answer: Any) -> dict[str, Any]:
@@ -148,98 +144,13 @@ def regrade_request(stamps: Mapping[str, Any], task_input: Any, answer: Any) -> 
     }
 
 
-def classify_reply(request: Mapping[str, Any], reply: Any, run_id: str) -> RegradeOutcome:
-    """A ``/verify`` reply → result, or failure (a broken reply is a terminal protocol violation)."""
-    episode = EpisodeId.model_validate(request["episode_id"])
-    if not isinstance(reply, dict):
-        return _collector_failure(episode, run_id, "reply is not a JSON object", "delivered", terminal=True)
-    if reply.get("episode_id") != request["episode_id"] or reply.get("task_id") != request["task"]["task_id"]:
-        reason = "reply names another episode or task than the request"
-        return _collector_failure(episode, run_id, reason, "delivered", terminal=True)
-    result, failure = reply.get("result"), reply.get("failure")
-    if isinstance(result, dict) and failure is None:
-        return RegradeOutcome(result=result)
-    if isinstance(failure, dict) and result is None:
-        try:
-            parsed = EpisodeFailure.model_validate(failure)
-        except ValueError as error:
-            return _collector_failure(
-                episode, run_id, f"malformed failure: {error}"[:2000], "delivered", terminal=True
-            )
-        record = RolloutFailureRecord(
-            episode_id=episode, run_id=run_id, source="environment", delivery="delivered", failure=parsed
-        )
-        return RegradeOutcome(failure=record)
-    return _collector_failure(
-        episode, run_id, "reply has neither one result nor one failure", "delivered", terminal=True
-    )
-
-
-def _collector_failure(
-    episode: EpisodeId, run_id: str, reason: str, delivery: str, *, terminal: bool, kind: str | None = None
-) -> RegradeOutcome:
-    failure = EpisodeFailure(
-        failure_reason=reason,
-        terminal=terminal,
-        failure_kind=kind or ("environment_protocol_violation" if terminal else None),
-        stage="verification",
-    )
-    record = RolloutFailureRecord(
-        episode_id=episode,
-        run_id=run_id,
-        source="collector",
-        delivery=delivery,  # type: ignore[arg-type]
-        failure=failure,
-    )
-    return RegradeOutcome(failure=record)
-
-
 def http_regrader(url: str, run_id: str, *, timeout_s: float = 60.0, client: Any = None) -> Regrade:
-    """A :data:`Regrade` that POSTs to ``<url>/verify`` (the only HTTP here; httpx errors translated)."""
-    import httpx
+    """A :data:`Regrade` that POSTs to ``<url>/verify`` through :func:`gymslurm.dispatch.verify_answer`."""
+    http = client or verify_client(timeout_s)
 
-    http = client or httpx.Client(timeout=timeout_s)
-    endpoint = url.rstrip("/") + VERIFY_PATH
-
-    def regrade(request: dict[str, Any]) -> RegradeOutcome:
+    def regrade(request: dict[str, Any]) -> Outcome:
         episode = EpisodeId.model_validate(request["episode_id"])
-        try:
-            reply = http.post(
-                endpoint, content=orjson.dumps(request), headers={"content-type": "application/json"}
-            )
-        except httpx.ConnectError as error:
-            return _collector_failure(
-                episode,
-                run_id,
-                f"{endpoint}: {error}",
-                "not_sent",
-                terminal=False,
-                kind="transport_unreachable",
-            )
-        except httpx.TimeoutException as error:
-            return _collector_failure(
-                episode,
-                run_id,
-                f"{endpoint}: {error}",
-                "possibly_delivered",
-                terminal=False,
-                kind="transport_timeout",
-            )
-        except httpx.HTTPError as error:
-            return _collector_failure(
-                episode, run_id, f"{endpoint}: {error}", "possibly_delivered", terminal=False
-            )
-        if reply.status_code != 200:
-            delivery = "possibly_delivered" if reply.status_code in (429, 502, 503, 504) else "delivered"
-            reason = f"{endpoint} answered HTTP {reply.status_code}: {reply.text[:500]}"
-            return _collector_failure(episode, run_id, reason, delivery, terminal=False)
-        try:
-            body = orjson.loads(reply.content)
-        except orjson.JSONDecodeError:
-            return _collector_failure(
-                episode, run_id, f"{endpoint} answered a body that is not JSON", "delivered", terminal=True
-            )
-        return classify_reply(request, body, run_id)
+        return verify_answer(http, url, episode, request["task"], request["response"], run_id=run_id)
 
     return regrade
 
@@ -255,6 +166,7 @@ class ReverifyReport:
     rejudged: int = 0
     regraded_ok: int = 0
     regrade_failed: int = 0
+    regrade_omitted: int = 0
     judge_failures_seen: int = 0
     without_answer: int = 0
     stopped: int = 0
@@ -323,6 +235,8 @@ def reverify_judge_failed(
         _tally(report, decision, outcomes, answers)
         decisions.append(decision)
     rejudge = [d for d in decisions if d.action == "rejudge"]
+    if rejudge:  # before any judge call: a write that cannot happen must not cost re-grades
+        _make_parent(output)
     regrade = regrade_for(store.run_id) if rejudge else None
     rows, failures = [], []
     for decision in rejudge:
@@ -331,13 +245,16 @@ def reverify_judge_failed(
         answer = answers[decision.line]
         outcome = regrade(regrade_request(stamps, inputs[decision.index]["task_input"], answer))
         provenance = {"source_attempt": decision.source_attempt, "source_run_id": store.run_id}
-        if outcome.result is not None:
+        if isinstance(outcome, Completed):
             rows.append(orjson.dumps({**outcome.result, **stamps, "_ng_reverify": provenance}) + b"\n")
             report.regraded_ok += 1
-        else:
-            assert outcome.failure is not None
-            failures.append(orjson.dumps(_failure_row(stamps, outcome.failure, answer, provenance)) + b"\n")
+        elif isinstance(outcome, Failed):
+            failures.append(orjson.dumps(_failure_row(stamps, outcome, answer, provenance)) + b"\n")
             report.regrade_failed += 1
+        else:
+            omission = {**stamps, "_ng_omitted": True, "_ng_reverify": provenance}
+            failures.append(orjson.dumps(omission) + b"\n")
+            report.regrade_omitted += 1
     if not rejudge:
         return report
     carried = {d.line for d in decisions if d.action == "carry"}
@@ -347,23 +264,39 @@ def reverify_judge_failed(
     return report
 
 
+def _make_parent(output: Path) -> None:
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot create the folder of {output}: {error.strerror}; pick a writable output path"
+        ) from None
+
+
 def _chain(first: Iterable[bytes], second: Iterable[bytes]) -> Iterable[bytes]:
     yield from first
     yield from second
 
 
 def _failure_row(
-    stamps: Mapping[str, Any], record: RolloutFailureRecord, answer: Any, provenance: Mapping[str, Any]
+    stamps: Mapping[str, Any], failed: Failed, answer: Any, provenance: Mapping[str, Any]
 ) -> dict[str, Any]:
-    return {
+    """A sidecar failure row (docs/formats.md) keeping the saved answer, so it can be re-judged again."""
+    record = failed.record
+    row = {
         **stamps,
         "_ng_failure_record": record.model_dump(mode="json", exclude_none=True),
         "_ng_failure_class": record.routing_class,
         "_ng_failure_terminal": record.failure.terminal,
         "_ng_failure_message": record.failure.failure_reason,
-        "_ng_failure_response": answer,
-        "_ng_reverify": dict(provenance),
     }
+    if failed.legacy_class and failed.legacy_class != record.routing_class:
+        row["_ng_failure_legacy_class"] = failed.legacy_class
+    row["_ng_failure_response"] = answer
+    if failed.diagnostics:
+        row["_ng_failure_diagnostics"] = dict(failed.diagnostics)
+    row["_ng_reverify"] = dict(provenance)
+    return row
 
 
 def _judge_answers(sidecar: Any, groups: Iterable[Sequence[SavedOutcome]]) -> dict[int, Any]:

@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
         return 1
     print(
         f"re-judged {report.rejudged} saved answers ({report.regraded_ok} graded, {report.regrade_failed} "
-        f"failed again, in the output's _failures.jsonl), carried {report.carried} completed results, "
-        f"skipped {report.skipped}; output {settings['output_jsonl_fpath']}"
+        f"failed again and {report.regrade_omitted} omitted, in the output's _failures.jsonl), carried "
+        f"{report.carried} completed results, skipped {report.skipped};"
+        f" output {settings['output_jsonl_fpath']}"
     )
     return 0

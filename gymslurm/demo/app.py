@@ -3,7 +3,14 @@
 ``DemoApp.handle(method, path, body) -> Reply`` is the whole server minus sockets: it routes,
 validates, runs the policy, grades, injects faults and returns the bytes to send together with the
 actions to perform (wait ``delay_s``, or ``die``); gymslurm/demo/http.py performs them. The only
-state is the request counter ``--die-after`` needs and per-outcome tallies.
+state is the request counters (``--die-after`` needs the ``/run`` one; the shutdown summary reports
+both, which is how a test sees that re-grading never ran the policy) and per-outcome tallies.
+
+``POST /verify`` grades a saved answer without running the policy (judge-only re-grading,
+docs/aggregation.md "Re-grading protocol"): the same validation as ``/run`` plus ``response``, the
+same reply shapes. Only the task field ``_demo_verify_fault`` injects faults there; ``/run``'s
+``_demo_fault``, rates, latency and ``--die-after`` never apply, so a task scripted to fail judging
+on ``/run`` can be re-graded successfully.
 
 ``GET /global_config_dict_yaml`` answers like a NeMo Gym head server: the resolved configuration as
 YAML, JSON-encoded as a string (``yaml.safe_load(response.json())`` reads it). It holds only what
@@ -32,9 +39,25 @@ from gymslurm.demo.arith import (
     policy_answer,
     response_object,
 )
-from gymslurm.demo.faults import Rates, choose_fault, delay_seconds, episode_reply, rates_problem
+from gymslurm.demo.faults import (
+    VERIFY_FAULT_FIELD,
+    Rates,
+    choose_fault,
+    delay_seconds,
+    episode_reply,
+    rates_problem,
+    result_reply,
+    verify_fault_reply,
+)
 from gymslurm.demo.messages import Reply, json_reply
-from gymslurm.demo.protocol import Invalid, invalid_reply, parse_json, validate_aggregate, validate_run
+from gymslurm.demo.protocol import (
+    Invalid,
+    invalid_reply,
+    parse_json,
+    validate_aggregate,
+    validate_run,
+    validate_verify,
+)
 
 DEFAULT_ACCURACY = 0.8
 SERVER_NAME = "gymslurm_demo"
@@ -98,15 +121,18 @@ def config_yaml(config: DemoConfig) -> str:
 
 @dataclass
 class DemoApp:
-    """Routes requests to replies; holds the ``--die-after`` counter and the outcome tallies."""
+    """Routes requests to replies; holds the request counters and the outcome tallies."""
 
     config: DemoConfig
     run_requests: int = 0
+    verify_requests: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    verify_outcomes: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self._routes: dict[tuple[bytes, bytes], Callable[[bytes], Reply]] = {
             (b"POST", b"/run"): self.run,
+            (b"POST", b"/verify"): self.verify,
             (b"POST", b"/aggregate_metrics"): self.aggregate,
             (b"GET", b"/health"): lambda body: self._health,
             (b"GET", b"/global_config_dict_yaml"): lambda body: self._config,
@@ -149,6 +175,26 @@ class DemoApp:
         self.outcomes[fault or ("correct" if reward else "wrong")] += 1
         delay = delay_seconds(fault, task_input, self.config.latency_ms)
         return reply._replace(delay_s=delay) if delay else reply
+
+    def verify(self, body: bytes) -> Reply:
+        """``POST /verify``: grade the saved answer in ``response``; the policy is never asked."""
+        self.verify_requests += 1
+        data, bad = parse_json(body)
+        request = bad or validate_verify(data)
+        if isinstance(request, Invalid):
+            self.verify_outcomes["invalid"] += 1
+            return invalid_reply(request)
+        episode = request.episode
+        fault = episode.task_input.get(VERIFY_FAULT_FIELD)
+        if fault is not None:
+            self.verify_outcomes[fault] += 1
+            return verify_fault_reply(fault, episode)
+        task_input = episode.task_input
+        expected = expected_answer(task_input["a"], task_input["b"], task_input["op"])
+        reward = grade(request.answer, expected)
+        self.verify_outcomes["correct" if reward else "wrong"] += 1
+        result = {"reward": reward, "response": request.response, "expected_answer": expected}
+        return result_reply(episode, result)
 
     def aggregate(self, body: bytes) -> Reply:
         """``POST /aggregate_metrics``: reward statistics over the given verify responses."""

@@ -72,6 +72,29 @@ def response_object(answer: str) -> dict[str, Any]:
     return {"answer": answer, "output": [message]}
 
 
+def answer_text(response: object) -> str | None:
+    """The answer a saved response holds: a string, ``{"answer": str}``, or the text of its output.
+
+    Reads what :func:`response_object` writes and a Responses API output (the first ``output_text``
+    of an assistant message); None when the response holds no answer text.
+    """
+    if isinstance(response, str):
+        return response
+    if not isinstance(response, dict):
+        return None
+    answer = response.get("answer")
+    if isinstance(answer, str):
+        return answer
+    output = response.get("output")
+    for item in output if isinstance(output, list) else ():
+        content = item.get("content") if isinstance(item, dict) else None
+        for part in content if isinstance(content, list) else ():
+            text = part.get("text") if isinstance(part, dict) else None
+            if part.get("type") == "output_text" and isinstance(text, str):
+                return text
+    return None
+
+
 def question_text(a: int, b: int, op: str) -> str:
     """The prompt of one task."""
     return f"What is {a} {op} {b}?"

@@ -3,8 +3,11 @@
 Two ways to ask for faults, for tests and demos:
 - **per task**: ``task_input["_demo_fault"] = NAME`` scripts exactly what one task does;
   ``_demo_fault_attempts = k`` limits it to attempts ``< k`` (then the task answers normally, so a
-  resume test sees the retry succeed); ``_demo_latency_ms`` adds latency; ``_demo_failure_kind``
-  replaces the failure kind of a failure or masked fault. A scripted task never gets a rate fault.
+  resume test sees the retry succeed); a list ``[NAME | null, ...]`` scripts one fault per attempt
+  (attempt ``i`` gets item ``i``, ``null`` and attempts past the end answer normally);
+  ``_demo_latency_ms`` adds latency; ``_demo_failure_kind`` replaces the failure kind of a failure
+  or masked fault. A scripted task never gets a rate fault. ``_demo_verify_fault`` (one of
+  :data:`VERIFY_FAULTS`) is what ``POST /verify`` answers instead of a grade; ``/run`` ignores it.
 - **by rates** (CLI flags): one uniform draw per ``(seed, rollout_id, attempt)`` falls into the
   cumulative rate intervals in :data:`RATE_ORDER`; the same attempt always gets the same fault, a
   new attempt draws afresh.
@@ -45,6 +48,7 @@ FAULTS: dict[str, str] = {
     "http429": "HTTP 429 with Retry-After: 1",
     "slow": "normal result after _demo_latency_ms (default 1000 ms) on top of --latency-ms",
     "die": "the process exits at once (os._exit) after receiving the request, without answering",
+    "judge_failed": "legacy judge failure (_ng_failure_class judge_failed) keeping the answer in response",
 }
 
 # The faults the --<name>-rate flags draw, in the order their intervals are laid out on [0, 1).
@@ -52,12 +56,21 @@ FAULTS: dict[str, str] = {
 RATE_ORDER: tuple[str, ...] = (
     "retryable", "terminal", "masked", "unscored", "omit", "malformed", "stale", "http503",
     "unspecified", "admission", "kill_shaped", "masked_kept", "wrong_task", "http500", "http429",
+    "judge_failed",
 )  # fmt: skip
 SLOW_DEFAULT_MS = 1000.0
 FAULT_FIELD = "_demo_fault"
 ATTEMPTS_FIELD = "_demo_fault_attempts"
 LATENCY_FIELD = "_demo_latency_ms"
 KIND_FIELD = "_demo_failure_kind"
+VERIFY_FAULT_FIELD = "_demo_verify_fault"
+
+# What ``POST /verify`` can be told to do instead of grading (task field ``_demo_verify_fault``).
+VERIFY_FAULTS: dict[str, str] = {
+    "judge_failed": "non-terminal failure, failure_kind judge_failed, stage verification (the judge is down)",
+    "http503": "HTTP 503 with Retry-After: 1",
+    "malformed": "reply with neither result nor failure (breaks the schema)",
+}
 
 Rates = tuple[tuple[str, float], ...]
 
@@ -78,9 +91,14 @@ def rates_problem(rates: Rates) -> str | None:
 def task_fault_problems(task_input: dict[str, Any]) -> list[tuple[str, str]]:
     """The ``_demo_*`` fields of a task input that are malformed, with what is wrong with each."""
     problems: list[tuple[str, str]] = []
-    fault = task_input.get(FAULT_FIELD)
-    if FAULT_FIELD in task_input and not (isinstance(fault, str) and fault in FAULTS):
-        problems.append((FAULT_FIELD, f"unknown fault {fault!r}; known faults: {', '.join(FAULTS)}"))
+    if FAULT_FIELD in task_input:
+        problem = _fault_script_problem(task_input[FAULT_FIELD])
+        if problem:
+            problems.append((FAULT_FIELD, problem))
+    verify = task_input.get(VERIFY_FAULT_FIELD)
+    if VERIFY_FAULT_FIELD in task_input and not (isinstance(verify, str) and verify in VERIFY_FAULTS):
+        known = ", ".join(VERIFY_FAULTS)
+        problems.append((VERIFY_FAULT_FIELD, f"unknown /verify fault {verify!r}; known: {known}"))
     attempts = task_input.get(ATTEMPTS_FIELD)
     if ATTEMPTS_FIELD in task_input and not _non_negative_int(attempts):
         problems.append((ATTEMPTS_FIELD, f"must be an integer >= 0, got {attempts!r}"))
@@ -91,6 +109,18 @@ def task_fault_problems(task_input: dict[str, Any]) -> list[tuple[str, str]]:
     if KIND_FIELD in task_input and not (isinstance(kind, str) and kind):
         problems.append((KIND_FIELD, f"must be a non-empty string, got {kind!r}"))
     return problems
+
+
+def _fault_script_problem(fault: object) -> str | None:
+    """Why a ``_demo_fault`` value is unusable: a known name, or a list of known names and nulls."""
+    names = fault if isinstance(fault, list) else [fault]
+    for name in names:
+        if name is None and isinstance(fault, list):
+            continue
+        if not (isinstance(name, str) and name in FAULTS):
+            known = ", ".join(FAULTS)
+            return f"unknown fault {name!r} (a name, or a list of names and nulls); known: {known}"
+    return None
 
 
 def _non_negative_int(value: object) -> bool:
@@ -107,7 +137,12 @@ def choose_fault(task_input: dict[str, Any], attempt: int, draw: float, rates: R
     """The fault of one attempt: the task's scripted fault if it has one, else the rates' draw."""
     if FAULT_FIELD in task_input:
         limit = task_input.get(ATTEMPTS_FIELD)
-        return None if limit is not None and attempt >= limit else str(task_input[FAULT_FIELD])
+        if limit is not None and attempt >= limit:
+            return None
+        script = task_input[FAULT_FIELD]
+        if isinstance(script, list):
+            return script[attempt] if attempt < len(script) else None
+        return str(script)
     edge = 0.0
     for name, rate in rates:
         edge += rate
@@ -161,6 +196,18 @@ def _masked(episode: Episode, answer: str, expected: str, keep_answer: bool) -> 
     return result_reply(episode, result)
 
 
+def _judge_failed(episode: Episode, answer: str, expected: str) -> Reply:
+    """A legacy judge-failsafe result: the judge could not grade, the generated answer is kept."""
+    result = {
+        "_ng_failure_class": "judge_failed",
+        "_ng_failure_terminal": False,
+        "_ng_failure_message": _reason("judge_failed"),
+        "response": response_object(answer),
+        "expected_answer": expected,
+    }
+    return result_reply(episode, result)
+
+
 def _kill_shaped(episode: Episode) -> Reply:
     payload = _failure_payload(episode, _reason("kill_shaped"), False, "kill_shaped", None)
     payload["_ng_no_persist"] = True
@@ -210,6 +257,7 @@ _BUILDERS: dict[str, Callable[[Episode, str, str, dict[str, Any]], Reply]] = {
     "http503": lambda e, a, x, r: _retry_later(503),
     "http429": lambda e, a, x, r: _retry_later(429),
     "die": lambda e, a, x, r: Reply(0, b"", die=True),
+    "judge_failed": lambda e, a, x, r: _judge_failed(e, a, x),
 }
 
 
@@ -219,3 +267,13 @@ def episode_reply(
     """The reply to one episode attempt given its fault (None: the graded ``result``)."""
     builder = _BUILDERS.get(fault) if fault is not None else None
     return builder(episode, answer, expected, result) if builder else result_reply(episode, result)
+
+
+def verify_fault_reply(fault: str, episode: Episode) -> Reply:
+    """The reply ``POST /verify`` sends for a ``_demo_verify_fault`` instead of a grade."""
+    if fault == "judge_failed":
+        reason = f"demo-server: injected /verify fault 'judge_failed': {VERIFY_FAULTS['judge_failed']}"
+        return _failure(episode, reason, False, "judge_failed", "verification")
+    if fault == "http503":
+        return _retry_later(503)
+    return json_reply(200, {"episode_id": episode.episode_id, "task_id": episode.task_id})

@@ -43,6 +43,14 @@ class Episode(NamedTuple):
         return int(self.episode_id["attempt"])
 
 
+class VerifyRequest(NamedTuple):
+    """A validated ``POST /verify`` request: the episode to grade and the answer text it carries."""
+
+    episode: Episode
+    response: Any  # as sent, echoed in the graded result
+    answer: str
+
+
 def json_reply(status: int, payload: object, **actions: Any) -> Reply:
     """A JSON reply (orjson-encoded)."""
     return Reply(status, orjson.dumps(payload), JSON, **actions)

@@ -7,6 +7,9 @@ rollout id follows :func:`gymslurm.records.rollout_id_problem`, ``attempt`` is a
 (default 0), both task ids are non-empty strings. Errors come back as FastAPI-style 422 bodies
 (``{"detail": [{"loc", "msg", "type"}]}``) so clients written for NeMo Gym servers read them.
 
+``POST /verify`` (judge-only re-grading) takes the same body plus ``response``, the saved answer:
+a string, ``{"answer": str, ...}`` or a Responses-API-like object with an ``output_text``.
+
 ``task_input`` is the environment's own input; this benchmark needs integers ``a`` and ``b`` and an
 operator ``op``, accepts the ``_demo_*`` fault fields (docs/demo-server.md) and ignores other keys,
 so prompt templates may add fields. Pure: no I/O.
@@ -18,12 +21,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from gymslurm.demo.arith import OPERATORS
+from gymslurm.demo.arith import OPERATORS, answer_text
 from gymslurm.demo.faults import task_fault_problems
-from gymslurm.demo.messages import Episode, Reply, json_reply
+from gymslurm.demo.messages import Episode, Reply, VerifyRequest, json_reply
 from gymslurm.records import rollout_id_problem
 
 _RUN_KEYS = frozenset({"episode_id", "task"})
+_VERIFY_KEYS = frozenset({"episode_id", "task", "response"})
 _EPISODE_KEYS = frozenset({"rollout_id", "attempt"})
 _TASK_KEYS = frozenset({"task_id", "task_input"})
 _TASK_ID_KEYS = ("taskset", "task_id")
@@ -90,6 +94,33 @@ def validate_run(body: object) -> Episode | Invalid:
     if top is None:
         return Invalid(errors)
     _check_keys(top, _RUN_KEYS, ("episode_id", "task"), (), errors)
+    return _episode(top, errors)
+
+
+def validate_verify(body: object) -> VerifyRequest | Invalid:
+    """Validate a decoded ``POST /verify`` body: a ``/run`` body plus the ``response`` to grade."""
+    errors: list[dict[str, Any]] = []
+    top = _object(body, (), errors)
+    if top is None:
+        return Invalid(errors)
+    _check_keys(top, _VERIFY_KEYS, ("episode_id", "task", "response"), (), errors)
+    answer = answer_text(top.get("response"))
+    if "response" in top and answer is None:
+        errors.append(
+            _error(
+                ("response",),
+                "response holds no answer: send a string, {'answer': str} or an object whose output has "
+                "an output_text",
+                "value_error",
+            )
+        )
+    episode = _episode(top, errors)
+    if isinstance(episode, Invalid) or answer is None:
+        return Invalid(errors)
+    return VerifyRequest(episode, top["response"], answer)
+
+
+def _episode(top: dict[str, Any], errors: list[dict[str, Any]]) -> Episode | Invalid:
     episode_id = _episode_id(top.get("episode_id"), errors) if "episode_id" in top else None
     task = _object(top["task"], ("task",), errors) if "task" in top else None
     task_id = task_input = None

@@ -18,6 +18,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -110,6 +111,18 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def summary(app: DemoApp) -> str:
+    """The shutdown line: how many ``/run`` and ``/verify`` requests were answered, and how."""
+
+    def tally(outcomes: Counter[str]) -> str:
+        return ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items())) or "nothing"
+
+    return (
+        f"stopped after {app.run_requests} /run requests ({tally(app.outcomes)}) and "
+        f"{app.verify_requests} /verify requests ({tally(app.verify_outcomes)})"
+    )
+
+
 async def serve(config: DemoConfig, host: str, port: int) -> int:
     """Serve until SIGTERM or SIGINT; announce the address on stdout once listening."""
     app = DemoApp(config)
@@ -130,8 +143,7 @@ async def serve(config: DemoConfig, host: str, port: int) -> int:
     for connection in list(connections):
         connection.close()
     await server.wait_closed()
-    tally = ", ".join(f"{name} {count}" for name, count in sorted(app.outcomes.items())) or "nothing"
-    print(f"gymslurm demo-server: stopped after {app.run_requests} /run requests ({tally})", file=sys.stderr)
+    print(f"gymslurm demo-server: {summary(app)}", file=sys.stderr)
     return 0
 
 

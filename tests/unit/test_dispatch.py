@@ -258,7 +258,7 @@ def test_public_api_is_pinned() -> None:
 
     assert sorted(gymslurm.dispatch.__all__) == [
         "Completed", "EnvironmentClient", "Failed", "Http11Transport", "Omitted", "Outcome",
-        "classify_exception", "classify_reply",
+        "classify_exception", "classify_reply", "verify_answer", "verify_client",
     ]  # fmt: skip
 
 

@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from gymslurm.cli import main as cli_main
+from gymslurm.dispatch import Completed, Failed, Omitted
 from gymslurm.errors import ConfigError
 from gymslurm.reverify import (
     Regrade,
-    classify_reply,
     http_regrader,
     plan_rollout,
     reverify_judge_failed,
@@ -82,6 +82,13 @@ def test_judge_failure_with_answer_is_rejudged_and_results_carried(tmp_path: Pat
     assert [r["response"] for r in grader.requests] == [ANSWER]
     assert (report.rejudged, report.carried) == (1, 1)
     assert read_jsonl(src)[0] == read_jsonl(tmp_path / "new.jsonl")[0]
+
+
+def test_output_folder_is_created(tmp_path: Path) -> None:
+    """An output in a folder that does not exist yet is written (the folder is made before grading)."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    reverify_judge_failed(src, tmp_path / "new" / "deeper" / "out.jsonl", Grader().regrader)
+    assert rows(tmp_path / "new" / "deeper" / "out.jsonl") == [("arith-0", 1, 1.0)]
 
 
 def test_judge_failed_then_interruptions_reuses_the_answer(tmp_path: Path) -> None:
@@ -204,11 +211,18 @@ def test_exhausted_budget_is_left_alone() -> None:
 EPISODE = {"rollout_id": "x", "attempt": 0}
 TASK = {"taskset": "t", "task_id": "1"}
 FAILURE = {"failure_reason": "r", "terminal": False, "failure_kind": "judge_failed"}
+REQUEST = {"episode_id": EPISODE, "task": {"task_id": TASK, "task_input": {}}, "response": ANSWER}
+RUN_ID = "run-" + "0" * 32
 REPLIES = [
     (
-        "another episode",
-        {"episode_id": {**EPISODE, "attempt": 9}, "task_id": TASK, "result": {}},
+        "another rollout",
+        {"episode_id": {**EPISODE, "rollout_id": "y"}, "task_id": TASK, "result": {}},
         "environment_protocol_violation",
+    ),
+    (
+        "another attempt (stale, as for /run)",
+        {"episode_id": {**EPISODE, "attempt": 9}, "task_id": TASK, "result": {}},
+        "transport_peer_drop",
     ),
     (
         "neither result nor failure",
@@ -220,41 +234,56 @@ REPLIES = [
 ]
 
 
+def replying(reply: Any, status: int = 200) -> Regrade:
+    """A regrader whose /verify always answers ``reply``."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, json=reply))
+    return http_regrader("http://judge", RUN_ID, client=httpx.Client(transport=transport))
+
+
 @pytest.mark.parametrize(("reply", "kind"), [r[1:] for r in REPLIES], ids=[r[0] for r in REPLIES])
-def test_classify_reply(reply: Any, kind: str) -> None:
-    """A /verify reply that is not exactly one result for this episode is a failure of the right kind."""
-    request = {
-        "episode_id": {"rollout_id": "x", "attempt": 0},
-        "task": {"task_id": {"taskset": "t", "task_id": "1"}},
-    }
-    outcome = classify_reply(request, reply, "run-" + "0" * 32)
-    assert outcome.failure is not None and outcome.failure.failure.failure_kind == kind
+def test_verify_reply_classified_like_run(reply: Any, kind: str) -> None:
+    """A /verify reply that is not exactly one result for this episode is a failure of /run's kind."""
+    outcome = replying(reply)(REQUEST)
+    assert isinstance(outcome, Failed) and outcome.record.failure.failure_kind == kind
+
+
+def test_verify_result_is_completed() -> None:
+    """A /verify result for this episode is a completed outcome carrying the new grade."""
+    outcome = replying({"episode_id": EPISODE, "task_id": TASK, "result": {"reward": 1.0}})(REQUEST)
+    assert outcome == Completed({"reward": 1.0})
+
+
+def test_verify_omission_is_omitted() -> None:
+    """A bare _ng_no_persist result from /verify is an intentional omission."""
+    reply = {"episode_id": EPISODE, "task_id": TASK, "result": {"_ng_no_persist": True}}
+    assert replying(reply)(REQUEST) == Omitted()
 
 
 @pytest.mark.parametrize(("status", "delivery"), [(503, "possibly_delivered"), (500, "delivered")])
 def test_http_errors_are_failures_with_delivery(status: int, delivery: str) -> None:
     """HTTP errors from /verify become non-terminal failures with the protocol's delivery reading."""
-    grader = Grader(status=status)
-    request = {
-        "episode_id": {"rollout_id": "x", "attempt": 0},
-        "task": {"task_id": {"taskset": "t", "task_id": "1"}},
-        "response": ANSWER,
-    }
-    outcome = grader.regrader("run-" + "0" * 32)(request)
-    assert outcome.failure is not None
-    assert (outcome.failure.delivery, outcome.failure.failure.terminal) == (delivery, False)
+    outcome = Grader(status=status).regrader(RUN_ID)(REQUEST)
+    assert isinstance(outcome, Failed)
+    assert (outcome.record.delivery, outcome.record.failure.terminal) == (delivery, False)
 
 
 def test_refused_connection_is_not_sent() -> None:
-    """A refused connection to the judge is a not_sent, non-terminal failure."""
-    regrade = http_regrader("http://127.0.0.1:9", "run-" + "0" * 32, timeout_s=2.0)
-    request = {
-        "episode_id": {"rollout_id": "x", "attempt": 0},
-        "task": {"task_id": {"taskset": "t", "task_id": "1"}},
-        "response": ANSWER,
-    }
-    outcome = regrade(request)
-    assert outcome.failure is not None and outcome.failure.delivery == "not_sent"
+    """A refused connection to the judge is a not_sent, non-terminal failure naming POST /verify."""
+    outcome = http_regrader("http://127.0.0.1:9", RUN_ID, timeout_s=2.0)(REQUEST)
+    assert isinstance(outcome, Failed) and outcome.record.delivery == "not_sent"
+    assert "POST http://127.0.0.1:9/verify" in outcome.record.failure.failure_reason
+
+
+def test_omitted_regrade_is_an_omission_row(tmp_path: Path) -> None:
+    """A re-grade the server omits is written as an omission row in the output's sidecar."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+
+    def regrader(run_id: str) -> Regrade:
+        return lambda request: Omitted()
+
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", regrader)
+    (row,) = read_jsonl(companion(tmp_path / "new.jsonl", "_failures.jsonl"))
+    assert (report.regrade_omitted, row["_ng_omitted"], row["_ng_attempt"]) == (1, True, 1)
 
 
 def test_only_judge_failed_only_mode_is_supported() -> None:
