@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError, ManifestError
 from gymslurm.progress import Counters, make_reporter, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
@@ -66,16 +66,6 @@ CONFIG_ENDPOINT = "/global_config_dict_yaml"
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
-
-
-class EnvironmentUnreachableError(ConfigError):
-    """The Environment Server could not be reached to read its configuration: retryable (exit 1).
-
-    Unlike a server that answers without a usable configuration (exit 2, a retry cannot help), a
-    connection failure is infrastructure: a Slurm chain may retry the job later.
-    """
-
-    exit_code = 1
 
 
 def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
