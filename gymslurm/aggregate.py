@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
-from gymslurm.errors import ConfigError, CorruptRecordError, StoreError
+from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableError, StoreError
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
@@ -708,7 +708,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     """Resolve, read, check and write; every refusal happens before the first byte is written.
 
     ``server_metrics`` is a callable ``(url, rows, timeout_s) -> dict`` (the HTTP seam; tests pass
-    their own); None uses :func:`fetch_server_metrics`.
+    their own); None uses :func:`gymslurm.dispatch.fetch_aggregate_metrics`.
     """
     sources = resolve_inputs(expand_inputs(options.inputs))
     if options.merge_shards:
@@ -719,7 +719,9 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     metrics = compute_aggregate_metrics(shards, options.scoring)
     source_name = METRICS_SOURCE_OWN
     if options.environment_server_url:
-        fetch = server_metrics or fetch_server_metrics
+        from gymslurm.dispatch import fetch_aggregate_metrics
+
+        fetch = server_metrics or fetch_aggregate_metrics
         rows = [orjson.loads(raw) for chunk in iter_selected_lines(shards) for raw in chunk.splitlines()]
         try:
             metrics.update(fetch(options.environment_server_url, rows, options.timeout_s))
@@ -768,34 +770,4 @@ def _warnings(shards: Sequence[ShardSummary]) -> list[str]:
         if len(shard.source.spellings) > 1:
             names = ", ".join(map(str, shard.source.spellings))
             out.append(f"{names} are one file ({shard.source.results}); it was counted once")
-    return out
-
-
-class MetricsUnavailableError(Exception):
-    """The Environment Server's ``/aggregate_metrics`` could not be used."""
-
-
-def fetch_server_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    """``POST <url>/aggregate_metrics`` with the projection; flat ``agent_metrics`` and ``key_metrics``."""
-    import httpx
-
-    try:
-        reply = httpx.post(
-            f"{url.rstrip('/')}/aggregate_metrics", json={"verify_responses": rows}, timeout=timeout_s
-        )
-        reply.raise_for_status()
-        body = reply.json()
-    except (httpx.HTTPError, ValueError) as error:
-        raise MetricsUnavailableError(
-            f"the Environment Server at {url} did not answer /aggregate_metrics ({error})"
-        ) from error
-    if not isinstance(body, dict):
-        raise MetricsUnavailableError(
-            f"the Environment Server at {url} answered /aggregate_metrics with a non-object"
-        )
-    out: dict[str, Any] = {}
-    for section in ("agent_metrics", "key_metrics"):
-        value = body.get(section)
-        if isinstance(value, dict):
-            out.update({str(k): v for k, v in value.items() if isinstance(v, int | float | str | bool)})
     return out

@@ -15,6 +15,7 @@
     ├── RunLockedError            another collector holds the run lock (names its pid, host, job)
     ├── LockUnsupportedError      the filesystem cannot provide flock across writer nodes
     ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
+    ├── MetricsUnavailableError   the server's /aggregate_metrics is unusable (aggregation warns, goes on)
     └── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
 
 Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
@@ -86,6 +87,10 @@ class ProtocolError(GymslurmError):
     """An Environment Server reply broke the protocol while failure routing was off."""
 
     exit_code = 1
+
+
+class MetricsUnavailableError(GymslurmError):
+    """The Environment Server's ``/aggregate_metrics`` was unusable; aggregation keeps its own metrics."""
 
 
 class SlurmError(GymslurmError):
