@@ -33,7 +33,6 @@ from __future__ import annotations
 import glob
 import multiprocessing
 import os
-import stat
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -58,6 +57,7 @@ from gymslurm.selection import (
     select_rollout,
 )
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.atomic import publish_json, publish_stream
 from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 
@@ -640,55 +640,6 @@ def iter_selected_lines(shards: Sequence[ShardSummary]) -> Iterator[bytes]:
         lines = shard.source.results.read_bytes().split(b"\n")
         picked = [lines[line] for line in shard.selected_lines]
         yield b"\n".join(picked) + b"\n"
-
-
-def publish_stream(target: Path, chunks: Iterable[bytes]) -> int:
-    """Write ``chunks`` to ``target`` atomically (through a symlink to its target); return bytes written.
-
-    Temporary file in the target's folder, fsync, permission bits kept, rename, folder fsync: a reader
-    sees the old file or the new one, never a mix.
-    """
-    real = Path(os.path.realpath(target))
-    try:
-        mode = stat.S_IMODE(real.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    tmp = real.with_name(f".{real.name}.tmp-{os.getpid()}")
-    written = 0
-    try:
-        with open(tmp, "wb", buffering=_CHUNK) as handle:
-            for chunk in chunks:
-                written += handle.write(chunk)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(tmp, real)
-        _fsync_folder(real.parent)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(
-            f"could not write {real}: {error}; check space and permissions of {real.parent}"
-        ) from error
-    return written
-
-
-def publish_json(target: Path, value: object) -> None:
-    """Publish indented, key-sorted JSON atomically."""
-    publish_stream(target, [orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"])
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger
+from gymslurm.store.atomic import publish_bytes
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
@@ -172,11 +173,6 @@ def resolve_run(ref: str, run_root: Path) -> RunDir:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically (temporary file in the same folder, fsync, rename)."""
+    """Replace ``path`` atomically (store.atomic's publish), creating its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    publish_bytes(path, data)
