@@ -60,41 +60,20 @@ from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.atomic import publish_json, publish_stream
 from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
+from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
+from gymslurm.store.paths import companion_path as companion
 
 AGGREGATE_COVERAGE_VERSION = 1
 _GLOB_CHARS = frozenset("*?[")
 _CHUNK = 1 << 20
 
-# Companion suffixes of a run (docs/formats.md). RECOVERY companions make a path an established run.
-COMPANION_SUFFIXES = (
-    "_failures.jsonl",
-    "_manifest.json",
-    "_identity.json",
-    "_reservations.bin",
-    "_materialized_inputs.jsonl",
-    "_coverage.json",
-    "_resubmit_offset",
-    "_resume_drift.jsonl",
-    "_run.lock",
-    "_aggregate_metrics.json",
-    "_aggregate_coverage.json",
-    "_health.json",
-)
+# Companion suffixes of a run (store/paths.py). RECOVERY companions make a path an established run.
+COMPANION_SUFFIXES = tuple(PATH_SUFFIXES.values())
 RECOVERY_SUFFIXES = ("_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin")
 _JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
 
 
 # --- paths ----------------------------------------------------------------------------------------
-
-
-def stem_of(output: Path) -> str:
-    """The run stem of an output path: the name without ``.jsonl``."""
-    return output.stem if output.suffix == ".jsonl" else output.name
-
-
-def companion(output: Path, suffix: str) -> Path:
-    """The companion file ``<dir>/<stem><suffix>`` of an output path (as spelled; resolve first)."""
-    return output.parent / f"{stem_of(output)}{suffix}"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger
 from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
@@ -153,7 +154,7 @@ class RunDir:
 
 def coverage_path(output: Path) -> Path:
     """``<stem>_coverage.json`` beside an output (docs/formats.md)."""
-    return output.with_name(f"{output.stem}_coverage.json")
+    return companion_path(output, COMPANION_SUFFIXES["coverage"])
 
 
 def find_runs(run_root: Path) -> list[RunDir]:
