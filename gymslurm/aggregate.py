@@ -33,7 +33,6 @@ from __future__ import annotations
 import glob
 import multiprocessing
 import os
-import stat
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,7 +44,7 @@ from typing import Any
 import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
-from gymslurm.errors import ConfigError, CorruptRecordError, StoreError
+from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableError, StoreError
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
@@ -58,43 +57,23 @@ from gymslurm.selection import (
     select_rollout,
 )
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.atomic import publish_json, publish_stream
 from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
+from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
+from gymslurm.store.paths import companion_path as companion
 
 AGGREGATE_COVERAGE_VERSION = 1
 _GLOB_CHARS = frozenset("*?[")
 _CHUNK = 1 << 20
 
-# Companion suffixes of a run (docs/formats.md). RECOVERY companions make a path an established run.
-COMPANION_SUFFIXES = (
-    "_failures.jsonl",
-    "_manifest.json",
-    "_identity.json",
-    "_reservations.bin",
-    "_materialized_inputs.jsonl",
-    "_coverage.json",
-    "_resubmit_offset",
-    "_resume_drift.jsonl",
-    "_run.lock",
-    "_aggregate_metrics.json",
-    "_aggregate_coverage.json",
-    "_health.json",
-)
+# Companion suffixes of a run (store/paths.py). RECOVERY companions make a path an established run.
+COMPANION_SUFFIXES = tuple(PATH_SUFFIXES.values())
 RECOVERY_SUFFIXES = ("_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin")
 _JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
 
 
 # --- paths ----------------------------------------------------------------------------------------
-
-
-def stem_of(output: Path) -> str:
-    """The run stem of an output path: the name without ``.jsonl``."""
-    return output.stem if output.suffix == ".jsonl" else output.name
-
-
-def companion(output: Path, suffix: str) -> Path:
-    """The companion file ``<dir>/<stem><suffix>`` of an output path (as spelled; resolve first)."""
-    return output.parent / f"{stem_of(output)}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -642,55 +621,6 @@ def iter_selected_lines(shards: Sequence[ShardSummary]) -> Iterator[bytes]:
         yield b"\n".join(picked) + b"\n"
 
 
-def publish_stream(target: Path, chunks: Iterable[bytes]) -> int:
-    """Write ``chunks`` to ``target`` atomically (through a symlink to its target); return bytes written.
-
-    Temporary file in the target's folder, fsync, permission bits kept, rename, folder fsync: a reader
-    sees the old file or the new one, never a mix.
-    """
-    real = Path(os.path.realpath(target))
-    try:
-        mode = stat.S_IMODE(real.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    tmp = real.with_name(f".{real.name}.tmp-{os.getpid()}")
-    written = 0
-    try:
-        with open(tmp, "wb", buffering=_CHUNK) as handle:
-            for chunk in chunks:
-                written += handle.write(chunk)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(tmp, real)
-        _fsync_folder(real.parent)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(
-            f"could not write {real}: {error}; check space and permissions of {real.parent}"
-        ) from error
-    return written
-
-
-def publish_json(target: Path, value: object) -> None:
-    """Publish indented, key-sorted JSON atomically."""
-    publish_stream(target, [orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"])
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @dataclass(frozen=True)
 class AggregateOptions:
     """What ``gymslurm aggregate`` was asked to do."""
@@ -708,7 +638,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     """Resolve, read, check and write; every refusal happens before the first byte is written.
 
     ``server_metrics`` is a callable ``(url, rows, timeout_s) -> dict`` (the HTTP seam; tests pass
-    their own); None uses :func:`fetch_server_metrics`.
+    their own); None uses :func:`gymslurm.dispatch.fetch_aggregate_metrics`.
     """
     sources = resolve_inputs(expand_inputs(options.inputs))
     if options.merge_shards:
@@ -719,7 +649,9 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     metrics = compute_aggregate_metrics(shards, options.scoring)
     source_name = METRICS_SOURCE_OWN
     if options.environment_server_url:
-        fetch = server_metrics or fetch_server_metrics
+        from gymslurm.dispatch import fetch_aggregate_metrics
+
+        fetch = server_metrics or fetch_aggregate_metrics
         rows = [orjson.loads(raw) for chunk in iter_selected_lines(shards) for raw in chunk.splitlines()]
         try:
             metrics.update(fetch(options.environment_server_url, rows, options.timeout_s))
@@ -768,34 +700,4 @@ def _warnings(shards: Sequence[ShardSummary]) -> list[str]:
         if len(shard.source.spellings) > 1:
             names = ", ".join(map(str, shard.source.spellings))
             out.append(f"{names} are one file ({shard.source.results}); it was counted once")
-    return out
-
-
-class MetricsUnavailableError(Exception):
-    """The Environment Server's ``/aggregate_metrics`` could not be used."""
-
-
-def fetch_server_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    """``POST <url>/aggregate_metrics`` with the projection; flat ``agent_metrics`` and ``key_metrics``."""
-    import httpx
-
-    try:
-        reply = httpx.post(
-            f"{url.rstrip('/')}/aggregate_metrics", json={"verify_responses": rows}, timeout=timeout_s
-        )
-        reply.raise_for_status()
-        body = reply.json()
-    except (httpx.HTTPError, ValueError) as error:
-        raise MetricsUnavailableError(
-            f"the Environment Server at {url} did not answer /aggregate_metrics ({error})"
-        ) from error
-    if not isinstance(body, dict):
-        raise MetricsUnavailableError(
-            f"the Environment Server at {url} answered /aggregate_metrics with a non-object"
-        )
-    out: dict[str, Any] = {}
-    for section in ("agent_metrics", "key_metrics"):
-        value = body.get(section)
-        if isinstance(value, dict):
-            out.update({str(k): v for k, v in value.items() if isinstance(v, int | float | str | bool)})
     return out

@@ -22,10 +22,6 @@ Order matters and is the point of this module (spec 000):
 Hot-path trade-offs: the loop keeps per-rollout state in plain lists (no pydantic per rollout);
 progress is a handful of integer counters sampled by a ticker; outcomes are saved synchronously
 between two awaits, so a cancellation can only land while a request is in flight.
-
-Deviation from docs/architecture.md: fetching the Environment Server's resolved configuration
-(``GET /global_config_dict_yaml``) is a one-off synchronous GET done here rather than in dispatch.py,
-whose client is asynchronous and per-episode.
 """
 
 from __future__ import annotations
@@ -62,60 +58,9 @@ if TYPE_CHECKING:
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
 TICK_S = 0.25
-CONFIG_ENDPOINT = "/global_config_dict_yaml"
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
-
-
-class EnvironmentUnreachableError(ConfigError):
-    """The Environment Server could not be reached to read its configuration: retryable (exit 1).
-
-    Unlike a server that answers without a usable configuration (exit 2, a retry cannot help), a
-    connection failure is infrastructure: a Slurm chain may retry the job later.
-    """
-
-    exit_code = 1
-
-
-def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
-
-    A one-off GET with the standard library: importing an HTTP client costs more than it saves here.
-    """
-    import urllib.error
-    import urllib.request
-
-    import yaml
-
-    where = url + CONFIG_ENDPOINT
-    advice = (
-        "Start the Environment Server first, point +head_server_url= at the NeMo Gym head server, "
-        "or give the configuration explicitly with +environment_config={...}"
-    )
-    try:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # cluster-internal: no proxy
-        with opener.open(where, timeout=timeout_s) as response:
-            text = response.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as error:
-        raise ConfigError(
-            f"the Environment Server's configuration is required for the run's identity, but {where} "
-            f"answered HTTP {error.code}. {advice}"
-        ) from None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise EnvironmentUnreachableError(
-            f"cannot read the Environment Server's configuration from {where}: {reason}. {advice}"
-        ) from None
-    try:
-        parsed = yaml.safe_load(text)
-        if isinstance(parsed, str):  # NeMo Gym answers with the YAML text as a JSON string
-            parsed = yaml.safe_load(parsed)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{where} did not return YAML ({error}). {advice}") from None
-    if not isinstance(parsed, dict) or not parsed:
-        raise ConfigError(f"{where} returned an empty or non-mapping configuration. {advice}")
-    return parsed
 
 
 def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
@@ -754,15 +699,20 @@ def collect(
     *,
     stderr: IO[str] = sys.stderr,
     stdout: IO[str] = sys.stdout,
-    fetch: Callable[[str], dict[str, Any]] = fetch_environment_config,
+    fetch: Callable[[str], dict[str, Any]] | None = None,
 ) -> int:
-    """Run one collection invocation; return its exit code (0 / 1 / 75 / 76)."""
+    """Run one collection invocation; return its exit code (0 / 1 / 75 / 76).
+
+    ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
+    :func:`gymslurm.dispatch.fetch_environment_config`).
+    """
+    from gymslurm.dispatch import fetch_environment_config
     from gymslurm.store import RunLock, RunPaths
 
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     paths.folder.mkdir(parents=True, exist_ok=True)
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch)
+        prepared = prepare(settings, raw, paths, stderr, fetch or fetch_environment_config)
         try:
             return _collect_prepared(settings, prepared, paths, stderr, stdout)
         finally:

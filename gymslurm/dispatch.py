@@ -10,6 +10,11 @@ readings 4 and 5). The I/O half, :class:`EnvironmentClient`, sends one episode a
 answer to the pure half. Nothing above this module knows that httpx is used: transport exceptions are
 translated here, once.
 
+Two one-off synchronous calls cross the same boundary: :func:`fetch_environment_config`
+(``GET /global_config_dict_yaml``, once per ``collect`` invocation, for the run's identity) and
+:func:`fetch_aggregate_metrics` (``POST /aggregate_metrics``, once per aggregation). They are off the
+hot path, so they use a plain ``httpx.Client`` (no proxy) and the measurements below do not apply.
+
 Delivery evidence (reading 4): a connection that could not be made (refused, DNS, connect timeout) is
 ``not_sent``; once bytes may have reached the server (read/write timeouts, resets, a peer that closed
 mid-answer, gateway answers 429/502/503/504) it is ``possibly_delivered``; any other HTTP answer is
@@ -69,7 +74,7 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
-from gymslurm.errors import ConfigError, ProtocolError
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError, MetricsUnavailableError, ProtocolError
 from gymslurm.records import (
     FAILURE_KINDS,
     MAX_FAILURE_REASON,
@@ -92,6 +97,8 @@ __all__ = [
     "Outcome",
     "classify_exception",
     "classify_reply",
+    "fetch_aggregate_metrics",
+    "fetch_environment_config",
     "verify_answer",
     "verify_client",
 ]
@@ -800,3 +807,90 @@ def verify_answer(
         reply.status_code, reply.content, episode=episode, task_id=task["task_id"], run_id=run_id,
         route_failures=True, url=url, path=VERIFY_PATH,
     )  # fmt: skip
+
+
+# One-off calls: the server's configuration and its reward metrics (synchronous, off the hot path)
+
+CONFIG_ENDPOINT = "/global_config_dict_yaml"
+METRICS_ENDPOINT = "/aggregate_metrics"
+METRIC_SECTIONS = ("agent_metrics", "key_metrics")
+_CONFIG_ADVICE = (
+    "Start the Environment Server first, point +head_server_url= at the NeMo Gym head server, "
+    "or give the configuration explicitly with +environment_config={...}"
+)
+
+
+def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
+
+    Raises :class:`EnvironmentUnreachableError` (exit 1, retryable) when no connection can be made,
+    :class:`ConfigError` when the server answers without a usable configuration.
+    """
+    where = url.rstrip("/") + CONFIG_ENDPOINT
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
+            reply = http.get(where)  # trust_env off: servers are cluster-internal, no proxy
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as error:
+        raise ConfigError(
+            f"cannot read the configuration from {where!r}: {error}. {_CONFIG_ADVICE}"
+        ) from None
+    except httpx.TransportError as error:
+        raise EnvironmentUnreachableError(
+            f"cannot read the Environment Server's configuration from {where}: {error}. {_CONFIG_ADVICE}"
+        ) from None
+    if not reply.is_success:
+        raise ConfigError(
+            f"the Environment Server's configuration is required for the run's identity, but {where} "
+            f"answered HTTP {reply.status_code}. {_CONFIG_ADVICE}"
+        )
+    return parse_environment_config(reply.text, where)
+
+
+def parse_environment_config(text: str, where: str) -> dict[str, Any]:
+    """The mapping in a config endpoint's answer: YAML, or YAML inside a JSON string (NeMo Gym)."""
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(text)
+        if isinstance(parsed, str):  # NeMo Gym answers with the YAML text as a JSON string
+            parsed = yaml.safe_load(parsed)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where} did not return YAML ({error}). {_CONFIG_ADVICE}") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f"{where} returned an empty or non-mapping configuration. {_CONFIG_ADVICE}")
+    return parsed
+
+
+def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """``POST <url>/aggregate_metrics`` with the projection; its flat ``agent_metrics`` and ``key_metrics``.
+
+    Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body): the caller
+    falls back to its own metrics.
+    """
+    where = url.rstrip("/") + METRICS_ENDPOINT
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            reply = http.post(
+                where, content=orjson.dumps({"verify_responses": rows}), headers=_REQUEST_HEADERS
+            )
+        reply.raise_for_status()
+        body = orjson.loads(reply.content)
+    except (httpx.HTTPError, httpx.InvalidURL, orjson.JSONDecodeError) as error:
+        raise MetricsUnavailableError(
+            f"the Environment Server at {url} did not answer {METRICS_ENDPOINT} ({error})"
+        ) from error
+    if not isinstance(body, dict):
+        raise MetricsUnavailableError(
+            f"the Environment Server at {url} answered {METRICS_ENDPOINT} with a non-object"
+        )
+    return flat_metrics(body)
+
+
+def flat_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar entries of the reply's metric sections, merged (later sections win)."""
+    out: dict[str, Any] = {}
+    for section in METRIC_SECTIONS:
+        value = body.get(section)
+        if isinstance(value, dict):
+            out.update({str(k): v for k, v in value.items() if isinstance(v, int | float | str | bool)})
+    return out

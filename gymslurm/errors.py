@@ -5,7 +5,9 @@
     GymslurmError                 base; the CLI prints its message without a traceback (exit 2)
     ├── ConfigError               bad settings or input, found before anything is written
     │   ├── InvalidRolloutIdError an explicit _ng_rollout_id breaks the rules, or two collide
-    │   └── IdentityMismatchError a resume whose experiment identity differs (names the dotted keys)
+    │   ├── IdentityMismatchError a resume whose experiment identity differs (names the dotted keys)
+    │   └── EnvironmentUnreachableError  the server holding the run's configuration cannot be reached
+    │                                    (exit 1: infrastructure, a later job may succeed)
     ├── StoreError                the run's saved files cannot be trusted as they are
     │   ├── CorruptRecordError    a malformed complete JSONL line, a conflicting or foreign record
     │   ├── ManifestError         corrupt, unsupported, foreign or missing manifest / companions
@@ -13,6 +15,7 @@
     ├── RunLockedError            another collector holds the run lock (names its pid, host, job)
     ├── LockUnsupportedError      the filesystem cannot provide flock across writer nodes
     ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
+    ├── MetricsUnavailableError   the server's /aggregate_metrics is unusable (aggregation warns, goes on)
     └── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
 
 Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
@@ -42,6 +45,16 @@ class IdentityMismatchError(ConfigError):
     def __init__(self, message: str, differing_keys: list[str] | None = None) -> None:
         super().__init__(message)
         self.differing_keys = list(differing_keys or [])
+
+
+class EnvironmentUnreachableError(ConfigError):
+    """The Environment Server could not be reached to read its configuration: retryable (exit 1).
+
+    Unlike a server that answers without a usable configuration (exit 2, a retry cannot help), a
+    connection failure is infrastructure: a Slurm chain may retry the job later.
+    """
+
+    exit_code = 1
 
 
 class StoreError(GymslurmError):
@@ -74,6 +87,10 @@ class ProtocolError(GymslurmError):
     """An Environment Server reply broke the protocol while failure routing was off."""
 
     exit_code = 1
+
+
+class MetricsUnavailableError(GymslurmError):
+    """The Environment Server's ``/aggregate_metrics`` was unusable; aggregation keeps its own metrics."""
 
 
 class SlurmError(GymslurmError):

@@ -328,7 +328,7 @@ def after_collection(paths: Any, coverage: Any = None, *, stderr: IO[str] = sys.
     Never raises for an unhealthy or skipped run: collection and scoring still finish. A skip removes
     the previous report, which no longer describes the run.
     """
-    from gymslurm.commands.aggregate import now_iso
+    from gymslurm.store.manifest import utc_now
 
     try:
         report = run_health_check(paths.output, standalone=False)
@@ -339,7 +339,7 @@ def after_collection(paths: Any, coverage: Any = None, *, stderr: IO[str] = sys.
         print(f"gymslurm collect: {report.message}", file=stderr)
         paths.health.unlink(missing_ok=True)
         return report
-    write_report(paths.output, report, now_iso())
+    write_report(paths.output, report, utc_now())
     if report.status == "fail":
         failed = ", ".join(
             f"{c['name']} {c['value']:.3f} (limit {c['limit']})" for c in report.checks if not c["passed"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +79,10 @@ def as_list(value: Any) -> list[str]:
 
 
 def now_iso() -> str:
-    """The current UTC time, ISO-8601 with a ``Z``."""
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    """The current UTC time as run files stamp it (``store.manifest.utc_now``: ISO-8601, seconds, ``Z``)."""
+    from gymslurm.store.manifest import utc_now
+
+    return utc_now()
 
 
 KNOWN = {

@@ -13,7 +13,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient
 
@@ -82,13 +82,18 @@ class SlurmBackend:
         return None if rows is None else {row.job_id: row for row in rows}
 
 
+def backend_name(wanted: str) -> Literal["slurm", "local"]:
+    """``slurm`` or ``local`` for a wanted backend: ``auto`` is Slurm when ``sbatch`` is on PATH."""
+    if wanted == "auto":
+        return "slurm" if shutil.which("sbatch") else "local"
+    return "slurm" if wanted == "slurm" else "local"
+
+
 def choose_backend(wanted: str, run_root: Path | None = None, local_dir: Path | None = None) -> Backend:
-    """``slurm``, ``local``, or ``auto`` (Slurm when ``sbatch`` is on PATH)."""
+    """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`)."""
     from gymslurm.launcher.local import LocalBackend
 
-    if wanted == "auto":
-        wanted = "slurm" if shutil.which("sbatch") else "local"
-    if wanted == "slurm":
+    if backend_name(wanted) == "slurm":
         return SlurmBackend()
     if local_dir is None:
         raise ValueError("the local backend needs the run's local/ folder")

@@ -66,6 +66,7 @@ from gymslurm.launcher.ledger import (
 )
 from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
 HEARTBEAT_S = 15.0
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
@@ -105,7 +106,8 @@ def coverage_summary(output: Path) -> dict[str, int | bool] | None:
 def read_resubmit_offset(output: Path) -> str | None:
     """The collector's ``<stem>_resubmit_offset`` (first line), if any."""
     try:
-        return output.with_name(f"{output.stem}_resubmit_offset").read_text().splitlines()[0].strip() or None
+        text = companion_path(output, COMPANION_SUFFIXES["resubmit_offset"]).read_text()
+        return text.splitlines()[0].strip() or None
     except (OSError, IndexError):
         return None
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gymslurm.errors import CorruptRecordError
 from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 
 LEDGER_VERSION = 1
 FINISHED = {Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME}
@@ -157,13 +158,8 @@ class Ledger:
 
     def read(self) -> list[Record]:
         """Every complete record; a torn last line (no newline) is ignored."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        lines = data.split(b"\n")
-        complete = lines[:-1]  # the part after the last newline is empty or torn
-        return [parse_record(line, f"{self.path}:{n}") for n, line in enumerate(complete, 1) if line.strip()]
+        lines = iter_complete_lines(self.path)
+        return [parse_record(raw, f"{self.path}:{n + 1}") for n, raw in lines if not raw.isspace()]
 
     def append(self, record: _Record) -> None:
         """Append one record as one line, under an exclusive lock, after cutting off a torn tail."""
@@ -172,27 +168,11 @@ class Ledger:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _cut_torn_tail(fd)
+            cut_torn_tail(fd)
             os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _cut_torn_tail(fd: int) -> None:
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return
-    keep = size
-    while keep > 0:
-        chunk_start = max(0, keep - 4096)
-        chunk = os.pread(fd, keep - chunk_start, chunk_start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            keep = chunk_start + newline + 1
-            break
-        keep = chunk_start
-    os.ftruncate(fd, keep)
 
 
 @dataclass

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger
+from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
@@ -152,7 +154,7 @@ class RunDir:
 
 def coverage_path(output: Path) -> Path:
     """``<stem>_coverage.json`` beside an output (docs/formats.md)."""
-    return output.with_name(f"{output.stem}_coverage.json")
+    return companion_path(output, COMPANION_SUFFIXES["coverage"])
 
 
 def find_runs(run_root: Path) -> list[RunDir]:
@@ -172,11 +174,6 @@ def resolve_run(ref: str, run_root: Path) -> RunDir:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically (temporary file in the same folder, fsync, rename)."""
+    """Replace ``path`` atomically (store.atomic's publish), creating its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    publish_bytes(path, data)

@@ -5,8 +5,9 @@ command-line overrides (``gymslurm submit demo slurm.partition=low shards=3``). 
 launcher needs is resolved here, before anything is written or submitted; unknown keys are errors
 so a typo never silently falls back to a default.
 
-Secrets: a value below a credential-named key (``api_key``, ``token``, ``secret``, ``password``,
-``authorization``, ``credential``) or an override ``KEY=VALUE`` with such a key is a secret.
+Secrets: a value below a credential-named key or an override ``KEY=VALUE`` with such a key is a
+secret; what counts as a credential name is the one rule of :func:`gymslurm.identity.is_credential_name`
+(``api_key``, ``HF_TOKEN``, ``password``... but not ``max_tokens`` or ``eos_token``).
 :func:`split_secrets` takes them out of the config that is saved in the run directory; the job
 gets them back from its environment (``GYMSLURM_SECRETS``, exported by ``sbatch``). A literal
 interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept as written.
@@ -14,16 +15,15 @@ interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept a
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gymslurm.errors import ConfigError
+from gymslurm.identity import is_credential_name
 from gymslurm.resources import configs_dir
 
-_CREDENTIAL_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|credential)", re.I)
 REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
 
 
@@ -209,10 +209,6 @@ def load_benchmark(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, 
     return validate(data, name), data
 
 
-def _is_secret_key(key: str) -> bool:
-    return bool(_CREDENTIAL_KEY.search(key))
-
-
 def _is_interpolation(value: object) -> bool:
     return isinstance(value, str) and value.startswith("${") and value.endswith("}")
 
@@ -225,7 +221,7 @@ def split_secrets(data: Any, path: str = "") -> tuple[Any, dict[str, Any]]:
         for key, value in data.items():
             where = f"{path}.{key}" if path else str(key)
             if (
-                _is_secret_key(str(key))
+                is_credential_name(str(key))
                 and not isinstance(value, dict | list)
                 and not _is_interpolation(value)
             ):
@@ -244,7 +240,7 @@ def split_secrets(data: Any, path: str = "") -> tuple[Any, dict[str, Any]]:
         return items, secrets
     if isinstance(data, str) and "=" in data:
         key, _, value = data.partition("=")
-        if _is_secret_key(key) and value and not _is_interpolation(value):
+        if is_credential_name(key) and value and not _is_interpolation(value):
             return f"{key}={REDACTED}", {path: data}
     return data, secrets
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, choose_backend
+from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Submitted, summarize, utc_now
@@ -42,12 +42,7 @@ from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, split_
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
     """``slurm`` or ``local``: the command-line choice, else the benchmark's, else auto."""
-    import shutil
-
-    wanted = forced or settings.backend
-    if wanted == "auto":
-        return "slurm" if shutil.which("sbatch") else "local"
-    return "slurm" if wanted == "slurm" else "local"
+    return backend_name(forced or settings.backend)
 
 
 def backend_for(run: RunDir, name: str) -> Backend:

@@ -3,14 +3,33 @@
 ``RunStore`` is the facade the collector uses while holding ``RunLock``; the submodules are one
 concern each: ``paths`` (where), ``atomic`` (whole-file publish), ``jsonl`` (append and torn-tail
 reading), ``manifest``, ``reservations`` (durable execution numbers), ``lock``, ``inputs``
-(materialized tasks) and ``history`` (the fast outcome reader). Importing this package is cheap
-enough for commands that need it; the CLI imports it lazily.
+(materialized tasks) and ``history`` (the fast outcome reader).
+
+The package's names are imported on first use (PEP 562), so a module that needs only ``atomic`` or
+``jsonl`` (the launcher's ledgers and run folder) does not pay for the facade and its pydantic models.
 """
 
-from gymslurm.store.lock import RunLock
-from gymslurm.store.manifest import Manifest, max_rollout_attempts_from_env
-from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import ExistingRun, Reconciliation, RunStore, existing_run, read_resubmit_offset
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gymslurm.store.lock import RunLock
+    from gymslurm.store.manifest import Manifest
+    from gymslurm.store.paths import RunPaths
+    from gymslurm.store.store import ExistingRun, Reconciliation, RunStore, existing_run, read_resubmit_offset
+
+_HOMES = {
+    "ExistingRun": "store",
+    "Manifest": "manifest",
+    "Reconciliation": "store",
+    "RunLock": "lock",
+    "RunPaths": "paths",
+    "RunStore": "store",
+    "existing_run": "store",
+    "read_resubmit_offset": "store",
+}
 
 __all__ = [
     "ExistingRun",
@@ -20,6 +39,14 @@ __all__ = [
     "RunPaths",
     "RunStore",
     "existing_run",
-    "max_rollout_attempts_from_env",
     "read_resubmit_offset",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value

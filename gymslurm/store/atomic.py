@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -21,21 +22,31 @@ import orjson
 from gymslurm.errors import StoreError
 
 DEFAULT_MODE = 0o666  # like open(): the umask applies
+_CHUNK = 1 << 20
 
 
 def publish_bytes(target: Path, data: bytes) -> None:
     """Replace ``target`` (through a symlink) with ``data`` atomically, keeping its permission bits."""
+    publish_stream(target, (data,))
+
+
+def publish_stream(target: Path, chunks: Iterable[bytes]) -> int:
+    """Replace ``target`` (through a symlink) with the concatenated ``chunks``; return bytes written.
+
+    For outputs too large to hold in memory (aggregation's merged projection); the guarantee is the
+    same as :func:`publish_bytes`.
+    """
     real = Path(os.path.realpath(target))
     mode = _existing_mode(real)
     tmp = real.with_name(f".{real.name}.tmp-{os.getpid()}")
+    written = 0
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            _write_all(fd, data)
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb", _CHUNK) as handle:
+            for chunk in chunks:
+                written += handle.write(chunk)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
         os.replace(tmp, real)
         fsync_folder(real.parent)
     except OSError as error:
@@ -45,6 +56,7 @@ def publish_bytes(target: Path, data: bytes) -> None:
             f"could not publish {real}: {error.strerror or error}; check that the folder "
             f"{real.parent} is writable and has space, then run again"
         ) from error
+    return written
 
 
 def publish_json(target: Path, value: object) -> None:
@@ -72,10 +84,3 @@ def _existing_mode(real: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return DEFAULT_MODE & ~umask
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]

@@ -102,16 +102,58 @@ def read_tail(path: Path) -> TailReport:
 
 def repair_torn_tail(path: Path) -> int:
     """Truncate an incomplete last line; return how many bytes were removed (0 when none)."""
-    report = read_tail(path)
-    if report.torn_at is None:
-        return 0
     try:
-        with open(path, "r+b") as handle:
-            handle.truncate(report.torn_at)
-            os.fsync(handle.fileno())
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
     except OSError as error:
         raise StoreError(f"could not repair the torn tail of {path}: {error}; check permissions") from error
-    return report.torn_bytes
+    try:
+        removed = cut_torn_tail(fd)
+        if removed:
+            os.fsync(fd)
+    except OSError as error:
+        raise StoreError(f"could not repair the torn tail of {path}: {error}; check permissions") from error
+    finally:
+        os.close(fd)
+    return removed
+
+
+def cut_torn_tail(fd: int) -> int:
+    """Truncate the open file ``fd`` after its last newline; return the bytes removed.
+
+    Scans backwards from the end, so the cost is the length of the torn line, not of the file. For a
+    writer that already holds ``fd`` (and any lock on it); :func:`repair_torn_tail` opens by path.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    keep = size
+    while keep > 0:
+        chunk_start = max(0, keep - 4096)
+        newline = os.pread(fd, keep - chunk_start, chunk_start).rfind(b"\n")
+        if newline >= 0:
+            keep = chunk_start + newline + 1
+            break
+        keep = chunk_start
+    os.ftruncate(fd, keep)
+    return size - keep
+
+
+def iter_complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line, raw)`` for every complete line (0-based, unparsed); a torn tail is left out.
+
+    A missing file yields nothing. For small files whose records another module parses (ledgers).
+    """
+    try:
+        handle = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    with handle:
+        for line, raw in enumerate(handle):
+            if raw[-1:] != b"\n":
+                return
+            yield line, raw
 
 
 def ends_cleanly(path: Path) -> bool:

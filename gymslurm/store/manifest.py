@@ -9,9 +9,7 @@ resume reuses the saved value whatever the environment says later.
 
 from __future__ import annotations
 
-import os
 import secrets
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -20,12 +18,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gymslurm import __version__
-from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.errors import ManifestError
 from gymslurm.store.atomic import publish_json
 
 FORMAT_VERSION = 2
-MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
-DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
@@ -61,23 +57,6 @@ def new_run_id() -> str:
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def max_rollout_attempts_from_env(environ: Mapping[str, str] | None = None) -> int:
-    """The counted-failure limit for a new run: ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``, default 3."""
-    raw = (os.environ if environ is None else environ).get(MAX_ATTEMPTS_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_ROLLOUT_ATTEMPTS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(
-            f"{MAX_ATTEMPTS_ENV}={raw!r} is not a positive integer; set it to e.g. 3 or unset it "
-            f"(default {DEFAULT_MAX_ROLLOUT_ATTEMPTS})"
-        )
-    return value
 
 
 def read_manifest(path: Path) -> Manifest | None:

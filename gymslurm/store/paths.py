@@ -13,6 +13,32 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# Every companion of a run by role (docs/formats.md): ``<dir>/<stem><suffix>`` beside the output.
+COMPANION_SUFFIXES: dict[str, str] = {
+    "failures": "_failures.jsonl",
+    "manifest": "_manifest.json",
+    "identity": "_identity.json",
+    "reservations": "_reservations.bin",
+    "materialized_inputs": "_materialized_inputs.jsonl",
+    "coverage": "_coverage.json",
+    "resubmit_offset": "_resubmit_offset",
+    "resume_drift": "_resume_drift.jsonl",
+    "lock": "_run.lock",
+    "aggregate_metrics": "_aggregate_metrics.json",
+    "aggregate_coverage": "_aggregate_coverage.json",
+    "health": "_health.json",
+}
+
+
+def run_stem(output: Path) -> str:
+    """The run stem of an output path: its name without ``.jsonl``."""
+    return output.stem if output.suffix == ".jsonl" else output.name
+
+
+def companion_path(output: Path, suffix: str) -> Path:
+    """The companion file ``<dir>/<stem><suffix>`` of an output path, as spelled (resolve first)."""
+    return output.parent / f"{run_stem(output)}{suffix}"
+
 
 @dataclass(frozen=True, slots=True)
 class RunPaths:
@@ -33,10 +59,10 @@ class RunPaths:
 
     @property
     def stem(self) -> str:
-        return self.output.stem if self.output.suffix == ".jsonl" else self.output.name
+        return run_stem(self.output)
 
     def _companion(self, suffix: str) -> Path:
-        return self.folder / f"{self.stem}{suffix}"
+        return companion_path(self.output, suffix)
 
     @property
     def results(self) -> Path:

@@ -10,8 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from gymslurm.aggregate import AggregateOptions, AggregateResult, MetricsUnavailableError, aggregate
-from gymslurm.errors import ConfigError, CorruptRecordError, InconsistentHistoryError, StoreError
+from gymslurm.aggregate import AggregateOptions, AggregateResult, aggregate
+from gymslurm.errors import (
+    ConfigError,
+    CorruptRecordError,
+    InconsistentHistoryError,
+    MetricsUnavailableError,
+    StoreError,
+)
 from gymslurm.metrics import ScoringPolicy
 from tests.unit.test_aggregate_fixtures import ShardBuilder, companion, read_jsonl, write_legacy
 
@@ -335,10 +341,10 @@ def test_unreachable_server_falls_back_with_a_warning(tmp_path: Path) -> None:
 
 def test_real_fetch_against_closed_port_raises_unavailable() -> None:
     """The HTTP seam turns a refused connection into MetricsUnavailableError."""
-    from gymslurm.aggregate import fetch_server_metrics
+    from gymslurm.dispatch import fetch_aggregate_metrics
 
     with pytest.raises(MetricsUnavailableError):
-        fetch_server_metrics("http://127.0.0.1:9", [], 2.0)
+        fetch_aggregate_metrics("http://127.0.0.1:9", [], 2.0)
 
 
 def test_parallel_and_serial_reads_agree(tmp_path: Path) -> None:

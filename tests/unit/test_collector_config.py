@@ -11,10 +11,11 @@ from typing import ClassVar
 
 import pytest
 
-from gymslurm.collector import environment_config, fetch_environment_config, identity_config
+from gymslurm.collector import environment_config, identity_config
 from gymslurm.commands.collect import main as collect_main
 from gymslurm.commands.collect import split_options
-from gymslurm.errors import ConfigError
+from gymslurm.dispatch import fetch_environment_config
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError
 from gymslurm.progress import (
     BarReporter,
     Counters,
@@ -85,10 +86,12 @@ def test_fetch_failures_are_config_errors(
         fetch_environment_config(url)
 
 
-def test_fetch_from_an_unreachable_server_is_a_config_error() -> None:
-    """No server at the address: a ConfigError naming the endpoint."""
-    with pytest.raises(ConfigError, match="cannot read the Environment Server's configuration"):
+def test_fetch_from_an_unreachable_server_is_retryable() -> None:
+    """No server at the address: EnvironmentUnreachableError (a ConfigError, exit 1) naming the endpoint."""
+    expected = "cannot read the Environment Server's configuration"
+    with pytest.raises(EnvironmentUnreachableError, match=expected) as caught:
         fetch_environment_config("http://127.0.0.1:9", timeout_s=2)
+    assert caught.value.exit_code == 1
 
 
 def test_explicit_environment_config_is_not_fetched() -> None:

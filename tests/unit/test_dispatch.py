@@ -258,7 +258,8 @@ def test_public_api_is_pinned() -> None:
 
     assert sorted(gymslurm.dispatch.__all__) == [
         "Completed", "EnvironmentClient", "Failed", "Http11Transport", "Omitted", "Outcome",
-        "classify_exception", "classify_reply", "verify_answer", "verify_client",
+        "classify_exception", "classify_reply", "fetch_aggregate_metrics", "fetch_environment_config",
+        "verify_answer", "verify_client",
     ]  # fmt: skip
 
 
@@ -772,3 +773,11 @@ def test_http11_transport_speaks_httpx() -> None:
     response = asyncio.run(go())
     assert response.status_code == 200
     assert response.json()["result"] == {"reward": 1.0}
+
+
+def test_flat_metrics_keeps_scalars_of_both_sections() -> None:
+    """/aggregate_metrics replies flatten to the scalar entries of agent_metrics and key_metrics."""
+    from gymslurm.dispatch import flat_metrics
+
+    body = {"agent_metrics": {"a": 1, "nested": {"x": 1}}, "key_metrics": {"b": "s"}, "other": {"c": 2}}
+    assert flat_metrics(body) == {"a": 1, "b": "s"}

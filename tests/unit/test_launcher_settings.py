@@ -83,3 +83,14 @@ def test_missing_secret_in_job_is_a_clear_error() -> None:
     clean, _ = split_secrets({"token": "canary"})
     with pytest.raises(ConfigError, match="token"):
         merge_secrets(clean, {})
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [("OPENAI_API_KEY", True), ("+db_password", True), ("HF_TOKEN", True), ("max_tokens", False),
+     ("eos_token", False), ("sort_key", False)],
+)  # fmt: skip
+def test_secret_keys_follow_identitys_credential_rule(key: str, secret: bool) -> None:
+    """A key is a secret exactly when identity.is_credential_name says it names a credential."""
+    _, secrets = split_secrets({key: "v", "overrides": [f"{key}=v"]})
+    assert bool(secrets) is secret

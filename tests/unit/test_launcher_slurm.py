@@ -159,3 +159,19 @@ def test_failed_command_quotes_its_output() -> None:
     client = SlurmClient()
     with pytest.raises(SlurmError, match="exited 3"):
         client.run(["bash", "-c", "echo boom >&2; exit 3"])
+
+
+@pytest.mark.parametrize(
+    ("wanted", "sbatch_on_path", "expected"),
+    [("slurm", False, "slurm"), ("local", True, "local"), ("auto", True, "slurm"), ("auto", False, "local")],
+)
+def test_backend_name_resolves_auto_by_sbatch_on_path(
+    monkeypatch: pytest.MonkeyPatch, wanted: str, sbatch_on_path: bool, expected: str
+) -> None:
+    """'auto' is Slurm exactly when sbatch is on PATH; an explicit choice is kept."""
+    import shutil
+
+    from gymslurm.launcher.backend import backend_name
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/sbatch" if sbatch_on_path else None)
+    assert backend_name(wanted) == expected

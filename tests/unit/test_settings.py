@@ -111,7 +111,7 @@ def test_max_rollout_attempts_reads_the_environment(env: dict[str, str], expecte
     assert max_rollout_attempts(env) == expected
 
 
-@pytest.mark.parametrize("raw", ["0", "-1", "many"])
+@pytest.mark.parametrize("raw", ["0", "-1", "many", "1.5"])
 def test_bad_max_rollout_attempts_is_a_config_error(raw: str) -> None:
     """A non-positive or non-integer attempt limit is a ConfigError."""
     with pytest.raises(ConfigError, match="NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"):

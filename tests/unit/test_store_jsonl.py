@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from gymslurm.errors import CorruptRecordError, StoreError
-from gymslurm.store.jsonl import Appender, TailReport, iter_records, read_tail, repair_torn_tail
+from gymslurm.store.jsonl import (
+    Appender,
+    TailReport,
+    cut_torn_tail,
+    iter_complete_lines,
+    iter_records,
+    read_tail,
+    repair_torn_tail,
+)
 
 
 def test_torn_tail_is_ignored_and_reported(tmp_path: Path) -> None:
@@ -79,3 +88,30 @@ def test_appender_refuses_a_file_with_a_torn_tail(tmp_path: Path) -> None:
     path.write_bytes(b'{"a": 1}\n{"a"')
     with pytest.raises(StoreError, match="incomplete line"):
         Appender(path, next_line=1)
+
+
+@pytest.mark.parametrize(
+    ("data", "kept"),
+    [(b"", b""), (b"a\n", b"a\n"), (b"a\nb", b"a\n"), (b"torn", b""), (b"a\n" + b"x" * 9000, b"a\n")],
+    ids=["empty", "clean", "torn", "only-torn", "torn-longer-than-a-chunk"],
+)
+def test_cut_torn_tail_keeps_everything_up_to_the_last_newline(
+    tmp_path: Path, data: bytes, kept: bytes
+) -> None:
+    """cut_torn_tail truncates an open file after its last newline and says how much it removed."""
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert cut_torn_tail(fd) == len(data) - len(kept)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == kept
+
+
+def test_iter_complete_lines_leaves_out_the_torn_tail(tmp_path: Path) -> None:
+    """Complete lines come back raw with 0-based numbers; an incomplete last line does not."""
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n{"a"')
+    assert list(iter_complete_lines(path)) == [(0, b'{"a": 1}\n'), (1, b"\n"), (2, b'{"a": 2}\n')]
+    assert list(iter_complete_lines(tmp_path / "missing.jsonl")) == []

@@ -7,10 +7,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.errors import ManifestError
 from gymslurm.store.manifest import (
     Manifest,
-    max_rollout_attempts_from_env,
     new_run_id,
     read_manifest,
     utc_now,
@@ -87,16 +86,3 @@ def test_unknown_field_is_rejected(tmp_path: Path) -> None:
     path.write_bytes(orjson.dumps({**manifest().model_dump(), "extra": 1}))
     with pytest.raises(ManifestError, match="extra"):
         read_manifest(path)
-
-
-@pytest.mark.parametrize(("environ", "expected"), [({}, 3), ({"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": "5"}, 5)])
-def test_attempt_limit_from_environment(environ: dict[str, str], expected: int) -> None:
-    """NEMO_GYM_MAX_ROLLOUT_ATTEMPTS sets the limit of a new run; default 3."""
-    assert max_rollout_attempts_from_env(environ) == expected
-
-
-@pytest.mark.parametrize("raw", ["0", "-1", "three", "1.5"])
-def test_bad_attempt_limit_is_a_config_error(raw: str) -> None:
-    """A non-positive or non-integer limit is a configuration error naming the variable."""
-    with pytest.raises(ConfigError, match="NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"):
-        max_rollout_attempts_from_env({"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": raw})

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.store.atomic import publish_bytes, publish_json
-from gymslurm.store.paths import RunPaths
+from gymslurm.store.atomic import publish_bytes, publish_json, publish_stream
+from gymslurm.store.paths import RunPaths, companion_path
 
 
 def test_companions_sit_beside_the_output(tmp_path: Path) -> None:
@@ -72,3 +72,25 @@ def test_publish_into_a_missing_folder_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="missing"):
         publish_bytes(tmp_path / "missing" / "x.json", b"x")
     assert not os.path.exists(tmp_path / "missing")
+
+
+def test_publish_stream_writes_every_chunk_and_counts_bytes(tmp_path: Path) -> None:
+    """publish_stream replaces the target with the concatenated chunks and returns their length."""
+    target = tmp_path / "merged.jsonl"
+    target.write_bytes(b"old\n")
+    assert publish_stream(target, (b"a\n", b"", b"bc\n")) == 5
+    assert target.read_bytes() == b"a\nbc\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["merged.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("output", "companion"),
+    [
+        ("r/out.jsonl", "r/out_coverage.json"),
+        ("r/out.json", "r/out.json_coverage.json"),
+        ("out", "out_coverage.json"),
+    ],
+)
+def test_companion_path_strips_only_jsonl(output: str, companion: str) -> None:
+    """A companion's stem is the output name without .jsonl; other suffixes stay."""
+    assert companion_path(Path(output), "_coverage.json") == Path(companion)

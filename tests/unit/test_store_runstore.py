@@ -463,7 +463,7 @@ def test_public_api_is_pinned() -> None:
 
     assert sorted(gymslurm.store.__all__) == [
         "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunStore", "existing_run",
-        "max_rollout_attempts_from_env", "read_resubmit_offset",
+        "read_resubmit_offset",
     ]  # fmt: skip
 
 
