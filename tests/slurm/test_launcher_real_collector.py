@@ -11,7 +11,7 @@ Scenarios (submitted together by one module fixture, slowest first, so their Slu
 - ``faults``: three shards of a 15-task dataset against a server that fails 30 % of attempts
   retryably (deterministic with the server's seed: 4 failed attempts here). The collector retries
   them in the same invocation within its budget of 3 attempts, so every shard ends DONE after one job.
-- ``time_limit``: one shard whose collection (25 tasks × 2 s, one at a time) cannot finish within
+- ``time_limit``: one shard whose collection (50 tasks × 1 s, one at a time) cannot finish within
   ``--time=1``; Slurm sends USR1 20–50 s before the limit (it sends the warning up to one ~30 s
   limit-check tick *early*, so 10–40 s into the job: a lead ≥ 30 s could signal a 1-minute job
   before the collector has saved anything, a 75 without progress that spends a retry), the
@@ -43,9 +43,9 @@ ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZ
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "time_limit": dict(
-        tasks=25,
+        tasks=50,
         shards=1,
-        server_flags=["--latency-ms", "2000"],
+        server_flags=["--latency-ms", "1000"],
         collector=["+concurrency=1"],
         slurm="  time: '1'\n  signal_lead_s: 20\n",
     ),
@@ -177,8 +177,8 @@ def test_time_limit_mid_collection_resumes_without_counting_a_rollout_twice(
     assert [d["decision"] for d in decisions] == ["CONTINUE"] * (len(decisions) - 1) + ["DONE"]
     assert any(d["exit_code"] == 75 and d["slurm_state"] == "SIGNALLED:SIGUSR1" for d in decisions)
     assert report["shards"][0]["verdict"] == "DONE" and report["shards"][0]["retries"] == "0/3"
-    assert run.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(25)})
+    assert run.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(50)})
     assert run.rollout_ids(None) == run.rollout_ids(0)
     coverage = run.companion(0, "_coverage.json")
-    assert (coverage["expected"], coverage["successful"], coverage["complete"]) == (25, 25, True)
+    assert (coverage["expected"], coverage["successful"], coverage["complete"]) == (50, 50, True)
     assert coverage["counted_failures"] == 0
