@@ -17,8 +17,9 @@ Scenarios (submitted together by one module fixture, slowest first, so their Slu
   before the collector has saved anything, a 75 without progress that spends a retry), the
   collector stops cleanly and exits 75, and the next link resumes.
 
-Trade-off: the time-limit scenario takes 1.5–3 minutes of wall time, however fast the machine;
-it is the only way to see Slurm's own signal reach the real collector.
+Trade-off: the time-limit scenario takes 1–2 minutes of wall time (2–3 links of ≤ 1 minute),
+however fast the machine; it is the only way to see Slurm's own signal reach the real collector.
+The module adds ~1 minute to ``tests/slurm`` (the faults scenario overlaps it).
 """
 
 from __future__ import annotations
