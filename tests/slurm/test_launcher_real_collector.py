@@ -24,9 +24,6 @@ The module adds ~1 minute to ``tests/slurm`` (the faults scenario overlaps it).
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,12 +32,9 @@ from typing import Any
 import pytest
 
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
-from .launcher_chains import Chain
+from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
-
-COLLECTOR_OVERRIDES = ["+route_failures_to_sidecar=true", "+progress=plain"]
-ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "time_limit": dict(
@@ -58,67 +52,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         slurm="  time: '00:05:00'\n",
     ),
 }
-
-
-class RealChain(Chain):
-    """A demo benchmark with the real collector and a demo server started by command in each job."""
-
-    def __init__(self, user: SlurmUser, python: Path, spec: dict[str, Any]) -> None:
-        super().__init__(user, python, steps=[])
-        self.spec = spec
-
-    def submit(self) -> RealChain:
-        """Write the benchmark (its dataset is made by ``dataset_command``) and submit it."""
-        work, py, spec = self.user.workdir, self.python, self.spec
-        server = [str(py), "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}"]
-        aggregate = [str(py), "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
-        make_data = [str(py), "-m", "gymslurm", "demo-server", "--write-dataset", "{dataset}"]
-        bench = self.user.write(
-            "bench.yaml",
-            f"dataset: {work / 'data.jsonl'}\n"
-            f"dataset_command: {json.dumps([*make_data, '--n', str(spec['tasks'])])}\n"
-            f"run_root: {work / 'runs'}\nshards: {spec['shards']}\n"
-            "servers:\n  - name: demo\n"
-            f"    command: {json.dumps([*server, *spec['server_flags']])}\n"
-            "    host: 127.0.0.1\n    port: 0\n    health_path: /health\n"
-            "collector:\n"
-            f"  command: {json.dumps([str(py), '-m', 'gymslurm', 'collect'])}\n"
-            f"  overrides: {json.dumps([*COLLECTOR_OVERRIDES, *spec['collector']])}\n"
-            f"aggregation:\n  command: {json.dumps(aggregate)}\n"
-            f"slurm:\n  python: {py}\n{spec['slurm']}",
-            mode=0o644,
-        )
-        out = self.gymslurm("submit", str(bench))
-        match = re.search(r"gymslurm status (\S+)", out)
-        assert match, out
-        self.run = Path(match.group(1))
-        return self
-
-    def output(self, shard: int | None) -> Path:
-        """A shard's results file (None: the merged one)."""
-        assert self.run is not None
-        return self.run / "output" / ("merged" if shard is None else f"shard-{shard:03d}") / "rollouts.jsonl"
-
-    def rollout_ids(self, shard: int | None) -> Counter[str]:
-        """How many lines of a results file carry each rollout id."""
-        lines = self.output(shard).read_text().splitlines()
-        return Counter(json.loads(line)["_ng_rollout_id"] for line in lines)
-
-    def companion(self, shard: int | None, suffix: str) -> dict[str, Any]:
-        """A JSON companion of a results file, e.g. ``_coverage.json``."""
-        path = self.output(shard).with_name(f"rollouts{suffix}")
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-
-    def active_jobs(self) -> set[str]:
-        """Job ids of this run still in one of squeue's active states."""
-        ledgers = [*range(self.spec["shards"]), None]
-        mine = {r["job_id"] for s in ledgers for r in self.ledger(s) if "job_id" in r}
-        out = subprocess.run(
-            ["squeue", "-h", "-u", TEST_USER, "-t", ACTIVE_STATES, "-o", "%i"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        return mine & set(out.split())
 
 
 def _user(session_dir: Path, label: str) -> SlurmUser:
@@ -140,17 +73,10 @@ def runs(
         run.cancel()
 
 
-def _finished(run: RealChain, timeout: float) -> dict[str, Any]:
-    """Wait for every shard and the aggregation, then return ``status --json`` taken after squeue let go."""
-    run.wait(timeout=timeout)
-    assert run.active_jobs() == set(), "a job of the finished run is still active in squeue"
-    return run.status()
-
-
 def test_faulty_server_three_shards_end_done_and_merge_each_rollout_once(runs: dict[str, RealChain]) -> None:
     """Retryable faults are retried within the budget; 3 shards DONE in one job each; one merge."""
     run = runs["faults"]
-    report = _finished(run, timeout=300)
+    report = run.finished(timeout=300)
     assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
     assert [row["retries"] for row in report["shards"]] == ["0/3"] * 3
     assert [row["coverage"] for row in report["shards"]] == ["5/5 ok, 0 failed"] * 3
@@ -172,7 +98,7 @@ def test_time_limit_mid_collection_resumes_without_counting_a_rollout_twice(
 ) -> None:
     """USR1 before --time: the collector exits 75, the next link resumes, every rollout counted once."""
     run = runs["time_limit"]
-    report = _finished(run, timeout=420)
+    report = run.finished(timeout=420)
     decisions = run.decisions(0)
     assert len(decisions) >= 2, decisions
     assert [d["decision"] for d in decisions] == ["CONTINUE"] * (len(decisions) - 1) + ["DONE"]

@@ -1,8 +1,11 @@
 """A chain survives its node being set DOWN on the real one-node Slurm.
 
-Why: a node failure is the one event that kills a link without any signal the job can act on
-in time; the chain must still go on (Slurm requeues the ``--requeue`` job, or its successor
-runs) and end DONE with no doubled link.
+Why: a node failure kills a link without the time-limit warning; the chain must still go on
+(Slurm requeues the ``--requeue`` job, or its successor runs) and end DONE with no doubled link,
+and the real collector, stopped mid-collection, must resume without counting a rollout twice.
+Here the node returns to service within milliseconds (``ReturnToService=2``: slurmd's next
+answer brings it back), so what is exercised is Slurm killing and requeueing the link
+(``NODE FAILURE``), not a long outage.
 
 Setting the only node DOWN kills every job on the cluster, so the test first waits until no job
 but its own chain's is queued or running (other tests, other pytest sessions), and always resumes
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,12 +34,20 @@ from .helpers import (
     parse_scontrol_job,
     run,
 )
-from .launcher_chains import Chain
+from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
 
 ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
 QUIET_TIMEOUT_S = 600
+TASKS = 20
+SCENARIO: dict[str, Any] = dict(
+    tasks=TASKS,
+    shards=1,
+    server_flags=["--latency-ms", "1000"],
+    collector=["+concurrency=1"],
+    slurm="  time: '00:05:00'\n",
+)
 
 
 def active_jobs() -> set[str]:
@@ -83,17 +96,27 @@ def _job_state(job: str) -> str:
     return parse_scontrol_job(int(job), run(["scontrol", "show", "job", "-o", job])).state
 
 
-def test_node_set_down_while_a_link_runs_the_chain_still_ends_done(
+def _mid_collection(chain: RealChain, outcomes: int, timeout: float = 120) -> str:
+    """Wait until shard 0's collector saved ``outcomes`` results; the running link's job id."""
+    deadline = time.monotonic() + timeout
+    path = chain.output(0)
+    while not path.exists() or len(path.read_text().splitlines()) < outcomes:
+        assert time.monotonic() < deadline, f"{path}: fewer than {outcomes} results after {timeout}s"
+        time.sleep(0.5)
+    starts = [r for r in chain.ledger() if r["kind"] == "start"]
+    return str(starts[-1]["job_id"])
+
+
+def test_node_set_down_mid_collection_the_chain_ends_done_with_each_rollout_once(
     quiet_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
-    """Node DOWN mid-link, then resumed: the link is requeued or succeeded once, the chain ends DONE."""
+    """Node DOWN mid-collection, then resumed: the link reruns or its successor runs, DONE, no doubles."""
     ensure_test_user(TEST_USER)
     user = SlurmUser(TEST_USER, make_user_dir(slurm_session_dir, "node-down", owner=TEST_USER), as_root=True)
-    steps = [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]
-    chain = Chain(user, slurm_python, steps, overrides=["aggregation.enabled=false"]).submit()
+    chain = RealChain(user, slurm_python, SCENARIO).submit()
     node = quiet_cluster.node
     try:
-        job = chain.wait_for_calls(1)
+        job = _mid_collection(chain, outcomes=3)
         wait_until_alone({str(r["job_id"]) for r in chain.ledger() if "job_id" in r})
         run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test"])
         deadline = time.monotonic() + 60
@@ -101,12 +124,15 @@ def test_node_set_down_while_a_link_runs_the_chain_still_ends_done(
             assert time.monotonic() < deadline, f"job {job} still RUNNING 60 s after node {node} went DOWN"
             time.sleep(1.0)
         resume_node(node)
-        report = chain.wait(timeout=240, aggregation=False)
+        report = chain.finished(timeout=240)
         decisions = chain.decisions()
         assert decisions[0]["job_id"] == job and decisions[0]["decision"] == "CONTINUE", decisions
-        assert decisions[-1]["decision"] == "DONE" and report["shards"][0]["verdict"] == "DONE"
-        assert [(d["job_id"], d["restart_count"]) for d in decisions].count((job, 0)) == 1
+        assert [d["decision"] for d in decisions[1:]] == ["DONE"], decisions
+        assert report["shards"][0]["verdict"] == "DONE" and report["aggregation"]["state"].startswith("DONE")
         assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
-        assert chain.calls() == 2
+        assert chain.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(TASKS)})
+        assert chain.rollout_ids(None) == chain.rollout_ids(0)
+        # Known: Slurm TERMs the demo server with the collector, so the request in flight may end as a
+        # counted transport_peer_drop (one attempt of that rollout's budget) rather than missing.
     finally:
         chain.cancel()
