@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slurm
 
 ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
 QUIET_TIMEOUT_S = 600
-TASKS = 20
+TASKS = 10
 SCENARIO: dict[str, Any] = dict(
     tasks=TASKS,
     shards=1,
