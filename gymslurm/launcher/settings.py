@@ -145,6 +145,30 @@ def slurm_seconds(text: str | int) -> int:
     return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
+SLURM_LIMIT_TICK_S = 30  # slurmctld checks time limits (and sends --signal warnings) about this often
+MIN_WORK_BEFORE_SIGNAL_S = 60
+
+
+def early_signal_warning(slurm: SlurmSettings) -> str | None:
+    """A warning when Slurm may send USR1 before a job had a minute to work, else None.
+
+    slurmctld sends the ``--signal=B:USR1@lead`` warning at the first limit check (every ~30 s)
+    that finds at most ``lead + 30`` s left, so USR1 can come ``time - lead - 30`` s into a job.
+    A job signalled before the collector saved anything exits 75 without progress, which spends
+    an infrastructure retry: a chain of such jobs stops EXHAUSTED having done nothing.
+    """
+    window = slurm_seconds(slurm.time) - slurm.signal_lead_s - SLURM_LIMIT_TICK_S
+    if window >= MIN_WORK_BEFORE_SIGNAL_S:
+        return None
+    return (
+        f"slurm.time={slurm.time} with slurm.signal_lead_s={slurm.signal_lead_s}: Slurm may send USR1 "
+        f"{max(window, 0)} s into each job (it signals up to one ~{SLURM_LIMIT_TICK_S} s limit check early), "
+        "possibly before the collector saves an outcome, and a link without progress spends an "
+        "infrastructure retry; make slurm.time at least signal_lead_s + "
+        f"{SLURM_LIMIT_TICK_S + MIN_WORK_BEFORE_SIGNAL_S} s or lower slurm.signal_lead_s"
+    )
+
+
 def benchmark_path(name: str) -> Path:
     """The YAML file of a benchmark name (``configs/benchmarks/<name>.yaml``) or of a path."""
     given = Path(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ from gymslurm.launcher.render import (
     render,
 )
 from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
-from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, split_secrets
+from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -163,6 +164,8 @@ def submit(
     backend_kind = resolve_backend_name(settings, backend_name)
     run = new_run_dir(settings, workdir)
     scripts = render_scripts(run, settings, workdir)
+    if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
+        print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
     if dry_run:
         for path, text in scripts.items():
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")

@@ -10,6 +10,8 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.settings import (
     REDACTED,
     ServerSettings,
+    SlurmSettings,
+    early_signal_warning,
     load_benchmark,
     merge_secrets,
     slurm_seconds,
@@ -94,3 +96,18 @@ def test_secret_keys_follow_identitys_credential_rule(key: str, secret: bool) ->
     """A key is a secret exactly when identity.is_credential_name says it names a credential."""
     _, secrets = split_secrets({key: "v", "overrides": [f"{key}=v"]})
     assert bool(secrets) is secret
+
+
+@pytest.mark.parametrize(
+    ("time", "lead", "warns"),
+    [("01:00:00", 90, False), ("3", 90, False), ("2", 30, False), ("1", 60, True), ("1", 20, True),
+     ("2", 31, True)],
+)  # fmt: skip
+def test_early_signal_warning_when_usr1_may_come_before_a_minute_of_work(
+    time: str, lead: int, warns: bool
+) -> None:
+    """A job whose USR1 may come < 60 s in (Slurm signals up to a 30 s tick early) is warned about."""
+    warning = early_signal_warning(SlurmSettings(time=time, signal_lead_s=lead))
+    assert (warning is not None) == warns
+    if warning:
+        assert f"slurm.time={time}" in warning and "signal_lead_s" in warning

@@ -1,0 +1,91 @@
+"""Helpers for Slurm end-to-end tests with the REAL collector and demo Environment Server.
+
+A :class:`RealChain` is a :class:`~.launcher_chains.Chain` whose benchmark runs ``gymslurm
+collect`` against a ``gymslurm demo-server`` that every job starts inside its allocation (with
+the given fault and latency flags), on a dataset made by the benchmark's ``dataset_command``,
+and merges the shards with ``gymslurm aggregate``. A scenario is a dict: ``tasks``, ``shards``,
+``server_flags``, ``collector`` (extra collector overrides) and ``slurm`` (YAML lines of the
+``slurm`` section, indented by two spaces).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .helpers import TEST_USER, SlurmUser
+from .launcher_chains import Chain
+
+COLLECTOR_OVERRIDES = ["+route_failures_to_sidecar=true", "+progress=plain"]
+ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
+
+
+class RealChain(Chain):
+    """A demo benchmark with the real collector and a demo server started by command in each job."""
+
+    def __init__(self, user: SlurmUser, python: Path, spec: dict[str, Any]) -> None:
+        super().__init__(user, python, steps=[])
+        self.spec = spec
+
+    def submit(self) -> RealChain:
+        """Write the benchmark (its dataset is made by ``dataset_command``) and submit it."""
+        work, py, spec = self.user.workdir, self.python, self.spec
+        server = [str(py), "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}"]
+        aggregate = [str(py), "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
+        make_data = [str(py), "-m", "gymslurm", "demo-server", "--write-dataset", "{dataset}"]
+        bench = self.user.write(
+            "bench.yaml",
+            f"dataset: {work / 'data.jsonl'}\n"
+            f"dataset_command: {json.dumps([*make_data, '--n', str(spec['tasks'])])}\n"
+            f"run_root: {work / 'runs'}\nshards: {spec['shards']}\n"
+            "servers:\n  - name: demo\n"
+            f"    command: {json.dumps([*server, *spec['server_flags']])}\n"
+            "    host: 127.0.0.1\n    port: 0\n    health_path: /health\n"
+            "collector:\n"
+            f"  command: {json.dumps([str(py), '-m', 'gymslurm', 'collect'])}\n"
+            f"  overrides: {json.dumps([*COLLECTOR_OVERRIDES, *spec['collector']])}\n"
+            f"aggregation:\n  command: {json.dumps(aggregate)}\n"
+            f"slurm:\n  python: {py}\n{spec['slurm']}",
+            mode=0o644,
+        )
+        out = self.gymslurm("submit", str(bench))
+        match = re.search(r"gymslurm status (\S+)", out)
+        assert match, out
+        self.run = Path(match.group(1))
+        return self
+
+    def output(self, shard: int | None) -> Path:
+        """A shard's results file (None: the merged one)."""
+        assert self.run is not None
+        return self.run / "output" / ("merged" if shard is None else f"shard-{shard:03d}") / "rollouts.jsonl"
+
+    def rollout_ids(self, shard: int | None) -> Counter[str]:
+        """How many lines of a results file carry each rollout id."""
+        lines = self.output(shard).read_text().splitlines()
+        return Counter(json.loads(line)["_ng_rollout_id"] for line in lines)
+
+    def companion(self, shard: int | None, suffix: str) -> dict[str, Any]:
+        """A JSON companion of a results file, e.g. ``_coverage.json``."""
+        path = self.output(shard).with_name(f"rollouts{suffix}")
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
+    def active_jobs(self) -> set[str]:
+        """Job ids of this run still in one of squeue's active states."""
+        ledgers = [*range(self.spec["shards"]), None]
+        mine = {r["job_id"] for s in ledgers for r in self.ledger(s) if "job_id" in r}
+        out = subprocess.run(
+            ["squeue", "-h", "-u", TEST_USER, "-t", ACTIVE_STATES, "-o", "%i"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return mine & set(out.split())
+
+    def finished(self, timeout: float) -> dict[str, Any]:
+        """Wait for every shard and the aggregation; ``status --json`` once squeue let go of the run."""
+        self.wait(timeout=timeout)
+        assert self.active_jobs() == set(), "a job of the finished run is still active in squeue"
+        return self.status()

@@ -1,0 +1,111 @@
+"""``gymslurm submit`` on the real one-node Slurm with the REAL collector and demo Environment Server.
+
+Why: the chain tests (test_launcher_chains.py) script the collector's exit codes; these drive the
+whole path a user takes — the job starts ``gymslurm demo-server`` inside its allocation, runs
+``gymslurm collect`` with resume, decides, chains, and the aggregation job runs ``gymslurm
+aggregate`` — and check the artefacts a user reads: the merged output (every rollout once), the
+aggregate coverage, the ledgers and ``status --json`` once the jobs have left squeue.
+
+Scenarios (submitted together by one module fixture, slowest first, so their Slurm waits overlap):
+
+- ``faults``: three shards of a 15-task dataset against a server that fails 30 % of attempts
+  retryably (deterministic with the server's seed: 4 failed attempts here). The collector retries
+  them in the same invocation within its budget of 3 attempts, so every shard ends DONE after one job.
+- ``time_limit``: one shard whose collection (50 tasks × 1 s, one at a time) cannot finish within
+  ``--time=1``; Slurm sends USR1 20–50 s before the limit (it sends the warning up to one ~30 s
+  limit-check tick *early*, so 10–40 s into the job: a lead ≥ 30 s could signal a 1-minute job
+  before the collector has saved anything, a 75 without progress that spends a retry), the
+  collector stops cleanly and exits 75, and the next link resumes.
+
+Trade-off: the time-limit scenario takes 1–2 minutes of wall time (2–3 links of ≤ 1 minute),
+however fast the machine; it is the only way to see Slurm's own signal reach the real collector.
+The module adds ~1 minute to ``tests/slurm`` (the faults scenario overlaps it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
+from .launcher_real import RealChain
+
+pytestmark = pytest.mark.slurm
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "time_limit": dict(
+        tasks=50,
+        shards=1,
+        server_flags=["--latency-ms", "1000"],
+        collector=["+concurrency=1"],
+        slurm="  time: '1'\n  signal_lead_s: 20\n",
+    ),
+    "faults": dict(
+        tasks=15,
+        shards=3,
+        server_flags=["--retryable-rate", "0.3"],
+        collector=[],
+        slurm="  time: '00:05:00'\n",
+    ),
+}
+
+
+def _user(session_dir: Path, label: str) -> SlurmUser:
+    ensure_test_user(TEST_USER)
+    return SlurmUser(TEST_USER, make_user_dir(session_dir, f"real-{label}", owner=TEST_USER), as_root=True)
+
+
+@pytest.fixture(scope="module")
+def runs(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> Iterator[dict[str, RealChain]]:
+    """Every scenario submitted up front (slowest first), so their Slurm waits overlap."""
+    submitted = {
+        name: RealChain(_user(slurm_session_dir, name), slurm_python, spec).submit()
+        for name, spec in SCENARIOS.items()
+    }
+    yield submitted
+    for run in submitted.values():
+        run.cancel()
+
+
+def test_faulty_server_three_shards_end_done_and_merge_each_rollout_once(runs: dict[str, RealChain]) -> None:
+    """Retryable faults are retried within the budget; 3 shards DONE in one job each; one merge."""
+    run = runs["faults"]
+    report = run.finished(timeout=300)
+    assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
+    assert [row["retries"] for row in report["shards"]] == ["0/3"] * 3
+    assert [row["coverage"] for row in report["shards"]] == ["5/5 ok, 0 failed"] * 3
+    assert report["aggregation"]["state"].startswith("DONE") and report["queries"] <= 2
+    for shard in range(3):
+        assert [(d["decision"], d["exit_code"]) for d in run.decisions(shard)] == [("DONE", 0)]
+    assert [r["kind"] for r in run.ledger(None)] == ["submitted", "start", "decision"]
+    assert run.rollout_ids(None) == Counter({f"arith-{i}": 1 for i in range(15)})
+    totals = run.companion(None, "_aggregate_coverage.json")
+    assert (totals["expected"], totals["successful"], totals["failed"]) == (15, 15, 0) and totals["complete"]
+    assert len(totals["shards"]) == 3 and totals["historical_failed_attempts"] > 0
+    retried = sum(run.companion(s, "_coverage.json")["historical_failed_attempts"] for s in range(3))
+    metrics = run.companion(None, "_aggregate_metrics.json")["metrics"]
+    assert metrics["retries/attempts"] == totals["historical_failed_attempts"] == retried
+
+
+def test_time_limit_mid_collection_resumes_without_counting_a_rollout_twice(
+    runs: dict[str, RealChain],
+) -> None:
+    """USR1 before --time: the collector exits 75, the next link resumes, every rollout counted once."""
+    run = runs["time_limit"]
+    report = run.finished(timeout=420)
+    decisions = run.decisions(0)
+    assert len(decisions) >= 2, decisions
+    assert [d["decision"] for d in decisions] == ["CONTINUE"] * (len(decisions) - 1) + ["DONE"]
+    assert any(d["exit_code"] == 75 and d["slurm_state"] == "SIGNALLED:SIGUSR1" for d in decisions)
+    assert report["shards"][0]["verdict"] == "DONE" and report["shards"][0]["retries"] == "0/3"
+    assert run.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(50)})
+    assert run.rollout_ids(None) == run.rollout_ids(0)
+    coverage = run.companion(0, "_coverage.json")
+    assert (coverage["expected"], coverage["successful"], coverage["complete"]) == (50, 50, True)
+    assert coverage["counted_failures"] == 0
