@@ -292,6 +292,12 @@ class DispatchLoop:
             finally:
                 counters.in_flight -= 1
             self.result.dispatched += 1
+            if lost_connection(outcome):
+                # Slurm signals every process of a job at once (scancel, requeue, preemption, node
+                # failure): the Environment Server may drop our connection a moment before our own
+                # signal arrives. Wait for it briefly: a stop now makes this an interruption
+                # (missing, no budget spent), not a counted failure. Healthy runs never pay this.
+                await asyncio.sleep(STOP_GRACE_S)
             self._record(index, self.save(index, attempt, outcome))
 
     def _record(self, index: int, saved: SavedOutcome) -> None:
@@ -382,6 +388,20 @@ def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
         f"{coverage.failure_budget_exhausted} rollout(s) used up their failure budget "
         f"(max_rollout_attempts={coverage.max_rollout_attempts}); their failures are in {failures_path}. "
         "Fix the cause, then `gymslurm resubmit` gives them a fresh budget"
+    )
+
+
+STOP_GRACE_S = 0.5
+LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
+
+
+def lost_connection(outcome: Any) -> bool:
+    """Whether the collector saw the connection drop or fail (not an answer from the server)."""
+    record = getattr(outcome, "record", None)
+    return (
+        record is not None
+        and record.source == "collector"
+        and record.failure.failure_kind in LOST_CONNECTION_KINDS
     )
 
 

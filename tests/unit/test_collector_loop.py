@@ -16,6 +16,7 @@ from gymslurm.collector import (
     initial_counters,
     pending_order,
 )
+from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
 
 POLICY = BudgetPolicy(max_rollout_attempts=3)
@@ -168,6 +169,46 @@ def test_stop_cancels_in_flight_and_leaves_reservations_missing() -> None:
     assert [s.disposition for s in v.states] == ["measured", "missing"]
     coverage = build_coverage(v, outcome)
     assert (coverage.missing, coverage.attempts, coverage.failed) == (1, 2, 0)
+
+
+class Dropped:
+    """A collector-observed dropped connection (what a job-wide SIGTERM does to the server)."""
+
+    record = RolloutFailureRecord(
+        episode_id=EpisodeId(rollout_id="t-0", attempt=0), run_id="run-x", source="collector",
+        delivery="possibly_delivered",
+        failure=EpisodeFailure(failure_reason="dropped", terminal=False, failure_kind="transport_peer_drop"),
+    )  # fmt: skip
+
+    def __call__(self, attempt: int) -> SavedOutcome:
+        return retryable(attempt)
+
+
+def test_dropped_connection_right_before_a_stop_is_an_interruption() -> None:
+    """A connection the server dropped just before our own stop signal leaves the rollout missing."""
+    v, sent = view(1), []
+    client = ScriptedClient({"t-0": [Dropped(), result]})
+    loop = make_loop(v, client, sent)
+
+    async def scenario() -> Any:
+        task = asyncio.create_task(loop.run(pending_order(v, v.states, False)))
+        while not client.sent:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.05)  # the signal lands a moment after the drop
+        loop.stop("SIGTERM")
+        return await task
+
+    outcome = asyncio.run(scenario())
+    assert [s.disposition for s in v.states] == ["missing"]
+    assert (outcome.new_failures, v.states[0].counted_failures) == (0, 0)
+
+
+def test_dropped_connection_without_a_stop_is_a_counted_failure() -> None:
+    """With no stop signal, a dropped connection is saved as a failure and retried within budget."""
+    v, sent = view(1), []
+    client = ScriptedClient({"t-0": [Dropped(), result]})
+    run_loop(make_loop(v, client, sent), v)
+    assert client.sent == [("t-0", 0), ("t-0", 1)] and v.states[0].disposition == "measured"
 
 
 def test_client_error_stops_the_loop_and_is_reported() -> None:
