@@ -40,19 +40,14 @@ from typing import Any, Literal
 
 import orjson
 
-from gymslurm.aggregate import (
-    RECOVERY_SUFFIXES,
-    ShardSource,
-    check_output,
-    companion,
-    iter_lines,
-    publish_stream,
-)
+from gymslurm.aggregate import RECOVERY_SUFFIXES, ShardSource, check_output, iter_lines
 from gymslurm.dispatch import Completed, Failed, Outcome, verify_answer, verify_client
 from gymslurm.errors import ConfigError
 from gymslurm.health import index_file, read_lines
 from gymslurm.records import EpisodeId
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
+from gymslurm.store.atomic import publish_stream
+from gymslurm.store.paths import companion_path
 
 JUDGE_KINDS = frozenset({"judge_failed", "judge_invalid"})
 VERIFY_PATH = "/verify"
@@ -198,7 +193,9 @@ def check_reverify_output(output: Path, source: Path) -> None:
     for spelling in {output.absolute(), output.resolve()}:
         if spelling.name.startswith("unsafe_"):
             check_output(spelling.with_name(spelling.name[len("unsafe_") :]), [shard])
-    if output.resolve() == target or any(companion(output.resolve(), s).exists() for s in RECOVERY_SUFFIXES):
+    if output.resolve() == target or any(
+        companion_path(output.resolve(), s).exists() for s in RECOVERY_SUFFIXES
+    ):
         raise ConfigError(f"{output} is an established run; reverification writes a separate output only")
 
 
@@ -260,7 +257,7 @@ def reverify_judge_failed(
     carried = {d.line for d in decisions if d.action == "carry"}
     publish_stream(output, _chain((raw for line, raw in iter_lines(paths.results) if line in carried), rows))
     if failures:
-        publish_stream(companion(output.resolve(), "_failures.jsonl"), failures)
+        publish_stream(companion_path(output.resolve(), "_failures.jsonl"), failures)
     return report
 
 
