@@ -46,6 +46,16 @@ from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
 HEALTH_FORMAT_VERSION = 1
 EXAMPLES_PER_CLASS = 3
 _CHUNK = 1 << 20
+# The counts of a report, in order (``<stem>_health.json`` "counts").
+COUNT_KEYS = (
+    "expected",
+    "completed",
+    "final_failures",
+    "retryable_failures",
+    "exhausted",
+    "omitted",
+    "unfinished",
+)
 
 
 class StaleFileError(StoreError):
@@ -169,16 +179,7 @@ def count_states(states: Iterable[RolloutState]) -> dict[str, int]:
             counts["omitted"] += 1
         else:
             counts["unfinished"] += 1
-    keys = (
-        "expected",
-        "completed",
-        "final_failures",
-        "retryable_failures",
-        "exhausted",
-        "omitted",
-        "unfinished",
-    )
-    return {key: counts[key] for key in keys}
+    return {key: counts[key] for key in COUNT_KEYS}
 
 
 def evaluate(counts: dict[str, int], thresholds: HealthThresholds) -> list[dict[str, Any]]:
@@ -364,8 +365,8 @@ def _check_file(paths: Any, thresholds: HealthThresholds, standalone: bool) -> H
         why = f"{superseded} rows of {paths.results} are superseded by newer failures in {paths.failures}"
         return skipped(paths.results, standalone=standalone, why=why)
     tally = Counter(outcome.kind for outcome in selected.values())
-    counts = {"expected": len(selected), **{k: tally[k] for k in ("completed", "final_failures", "omitted")}}
-    counts.update(retryable_failures=0, exhausted=0, unfinished=0)
+    tally["expected"] = len(selected)
+    counts = {key: tally[key] for key in COUNT_KEYS}
     report = report_from(paths.results, counts, thresholds, None)
     if sidecar is not None:
         failed = [o.line for o in selected.values() if o.sidecar and o.kind == "final_failures"]

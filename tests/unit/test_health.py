@@ -12,6 +12,7 @@ import pytest
 from gymslurm.aggregate import AggregateOptions, aggregate
 from gymslurm.cli import main as cli_main
 from gymslurm.health import (
+    COUNT_KEYS,
     HealthThresholds,
     StaleFileError,
     after_collection,
@@ -30,19 +31,7 @@ LOOSE = HealthThresholds(max_failure_rate=0.5, min_completeness=0.0)
 
 def counts(**given: int) -> dict[str, int]:
     """Health counts with zeros for the rest."""
-    base = dict.fromkeys(
-        [
-            "expected",
-            "completed",
-            "final_failures",
-            "retryable_failures",
-            "exhausted",
-            "omitted",
-            "unfinished",
-        ],
-        0,
-    )
-    return {**base, **given}
+    return {**dict.fromkeys(COUNT_KEYS, 0), **given}
 
 
 def check(result: list[dict[str, object]], name: str) -> dict[str, object]:
