@@ -10,9 +10,10 @@ readings 4 and 5). The I/O half, :class:`EnvironmentClient`, sends one episode a
 answer to the pure half. Nothing above this module knows that httpx is used: transport exceptions are
 translated here, once.
 
-Two one-off synchronous calls cross the same boundary: :func:`fetch_environment_config`
-(``GET /global_config_dict_yaml``, once per ``collect`` invocation, for the run's identity) and
-:func:`fetch_aggregate_metrics` (``POST /aggregate_metrics``, once per aggregation). They are off the
+Three one-off synchronous calls cross the same boundary: :func:`fetch_environment_config`
+(``GET /global_config_dict_yaml``, once per ``collect`` invocation, for the run's identity),
+:func:`fetch_aggregate_metrics` (``POST /aggregate_metrics``, once per aggregation) and
+:func:`probe_health` (``GET <health_path>`` of a server a job started, while it comes up). They are off the
 hot path, so they use a plain ``httpx.Client`` (no proxy) and the measurements below do not apply.
 
 Delivery evidence (reading 4): a connection that could not be made (refused, DNS, connect timeout) is
@@ -99,6 +100,7 @@ __all__ = [
     "classify_reply",
     "fetch_aggregate_metrics",
     "fetch_environment_config",
+    "probe_health",
     "verify_answer",
     "verify_client",
 ]
@@ -823,8 +825,9 @@ _CONFIG_ADVICE = (
 def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
     """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
 
-    Raises :class:`EnvironmentUnreachableError` (exit 1, retryable) when no connection can be made,
-    :class:`ConfigError` when the server answers without a usable configuration.
+    Raises :class:`EnvironmentUnreachableError` (exit 1, retryable) when no connection can be made or
+    the answer is a gateway or "not now" status (429/502/503/504, :data:`GATEWAY_STATUS_KINDS`), and
+    :class:`ConfigError` (exit 2) when the server itself answers without a usable configuration.
     """
     where = url.rstrip("/") + CONFIG_ENDPOINT
     try:
@@ -838,12 +841,30 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
         raise EnvironmentUnreachableError(
             f"cannot read the Environment Server's configuration from {where}: {error}. {_CONFIG_ADVICE}"
         ) from None
+    if reply.status_code in GATEWAY_STATUS_KINDS:
+        raise EnvironmentUnreachableError(
+            f"cannot read the Environment Server's configuration from {where}: it answered HTTP "
+            f"{reply.status_code} (a gateway or an overloaded server; not now). Retry later. {_CONFIG_ADVICE}"
+        )
     if not reply.is_success:
         raise ConfigError(
             f"the Environment Server's configuration is required for the run's identity, but {where} "
             f"answered HTTP {reply.status_code}. {_CONFIG_ADVICE}"
         )
     return parse_environment_config(reply.text, where)
+
+
+def probe_health(url: str, path: str, timeout_s: float) -> bool:
+    """Whether ``GET <url><path>`` answers 2xx (redirects followed); false on any transport failure.
+
+    Used while waiting for a server a job started to come up (``launcher/servers.py``): a refused
+    connection or a 5xx just means "not yet", so this never raises for them.
+    """
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
+            return http.get(url.rstrip("/") + path).is_success
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
 
 
 def parse_environment_config(text: str, where: str) -> dict[str, Any]:

@@ -46,6 +46,16 @@ from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
 HEALTH_FORMAT_VERSION = 1
 EXAMPLES_PER_CLASS = 3
 _CHUNK = 1 << 20
+# The counts of a report, in order (``<stem>_health.json`` "counts").
+COUNT_KEYS = (
+    "expected",
+    "completed",
+    "final_failures",
+    "retryable_failures",
+    "exhausted",
+    "omitted",
+    "unfinished",
+)
 
 
 class StaleFileError(StoreError):
@@ -169,16 +179,7 @@ def count_states(states: Iterable[RolloutState]) -> dict[str, int]:
             counts["omitted"] += 1
         else:
             counts["unfinished"] += 1
-    keys = (
-        "expected",
-        "completed",
-        "final_failures",
-        "retryable_failures",
-        "exhausted",
-        "omitted",
-        "unfinished",
-    )
-    return {key: counts[key] for key in keys}
+    return {key: counts[key] for key in COUNT_KEYS}
 
 
 def evaluate(counts: dict[str, int], thresholds: HealthThresholds) -> list[dict[str, Any]]:
@@ -240,7 +241,7 @@ def run_health_check(
         raise GymslurmError(f"{output} does not exist; pass a run's output or a merged file")
     if paths.manifest.exists():
         return _check_run(paths, limits, standalone)
-    return _check_file(paths.results, limits, standalone)
+    return _check_file(paths, limits, standalone)
 
 
 def _check_run(paths: Any, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
@@ -285,31 +286,105 @@ def failure_examples(index: LineIndex, states: Sequence[RolloutState]) -> dict[s
     return examples
 
 
-def _check_file(path: Path, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
-    """A merged projection or a legacy file: every row must be a distinct rollout's selected outcome."""
-    index = index_file(path)
-    assert index is not None
-    seen: set[tuple[Any, Any, Any]] = set()
-    counts = Counter({"expected": 0, "completed": 0, "final_failures": 0, "omitted": 0})
+@dataclass(frozen=True)
+class _Outcome:
+    """One row of a manifest-less file, as selection across its two files needs it."""
+
+    attempt: int | None  # None when the row has no integer ``_ng_attempt`` (legacy)
+    kind: str  # "completed" | "final_failures" | "omitted"
+    line: int
+    sidecar: bool = False
+
+
+def _attempt(row: dict[str, Any]) -> int | None:
+    attempt = row.get("_ng_attempt")
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None
+
+
+def _supersedes(newer: _Outcome, older: _Outcome) -> bool:
+    """A sidecar outcome replaces another only when both attempts are known and it is newer."""
+    return newer.attempt is not None and older.attempt is not None and newer.attempt > older.attempt
+
+
+def _main_outcomes(index: LineIndex) -> tuple[dict[tuple[Any, ...], _Outcome], int]:
+    """Each results-file row as one rollout, keyed by (run id, rollout id); and how many repeat one."""
+    outcomes: dict[tuple[Any, ...], _Outcome] = {}
     duplicates = 0
     for line, row in read_lines(index, range(index.lines)):
         rollout = row.get("_ng_rollout_id")
         key = (row.get("_ng_run_id"), rollout, None if rollout else line)
-        duplicates += key in seen
-        seen.add(key)
-        counts["expected"] += 1
+        duplicates += key in outcomes
         if row.get("_ng_omitted") is True:
-            counts["omitted"] += 1
+            kind = "omitted"
         elif isinstance(row.get("_ng_failure_class"), str):
-            counts["final_failures"] += 1
+            kind = "final_failures"
         else:
-            counts["completed"] += 1
+            kind = "completed"
+        outcomes[key] = _Outcome(_attempt(row), kind, line)
+    return outcomes, duplicates
+
+
+def _sidecar_outcomes(index: LineIndex) -> dict[tuple[Any, ...], _Outcome]:
+    """The newest sidecar outcome per (run id, rollout id); rows without a rollout id are unmatched."""
+    newest: dict[tuple[Any, ...], _Outcome] = {}
+    for line, row in read_lines(index, range(index.lines)):
+        rollout = row.get("_ng_rollout_id")
+        if not rollout:
+            continue
+        kind = "omitted" if row.get("_ng_omitted") is True else "final_failures"
+        outcome = _Outcome(_attempt(row), kind, line, sidecar=True)
+        key = (row.get("_ng_run_id"), rollout, None)
+        current = newest.get(key)
+        if current is None or _supersedes(outcome, current):
+            newest[key] = outcome
+    return newest
+
+
+def _check_file(paths: Any, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
+    """A merged projection, a reverify output or a legacy file: one selected outcome per rollout.
+
+    Every results row is one rollout (a repeated rollout is a superseded outcome: skipped). A rollout
+    seen only in the failure sidecar is expected too: its newest sidecar row is its outcome (a final
+    failure, or an omission). A sidecar row older than the rollout's result is a superseded failure and
+    does not count; a result older than a sidecar row is a superseded result: skipped.
+    """
+    results = index_file(paths.results)
+    assert results is not None
+    selected, duplicates = _main_outcomes(results)
     if duplicates:
         why = f"{duplicates} rows repeat a rollout already in the file (superseded outcomes)"
-        return skipped(path, standalone=standalone, why=why)
-    full = {k: counts[k] for k in ("expected", "completed", "final_failures", "omitted")}
-    full.update(retryable_failures=0, exhausted=0, unfinished=0)
-    return report_from(path, full, thresholds, None)
+        return skipped(paths.results, standalone=standalone, why=why)
+    sidecar = index_file(paths.failures)
+    superseded = 0
+    for key, outcome in (_sidecar_outcomes(sidecar) if sidecar else {}).items():
+        current = selected.get(key)
+        if current is None or _supersedes(outcome, current):
+            superseded += current is not None
+            selected[key] = outcome
+    if superseded:
+        why = f"{superseded} rows of {paths.results} are superseded by newer failures in {paths.failures}"
+        return skipped(paths.results, standalone=standalone, why=why)
+    tally = Counter(outcome.kind for outcome in selected.values())
+    tally["expected"] = len(selected)
+    counts = {key: tally[key] for key in COUNT_KEYS}
+    report = report_from(paths.results, counts, thresholds, None)
+    if sidecar is not None:
+        failed = [o.line for o in selected.values() if o.sidecar and o.kind == "final_failures"]
+        report.failure_examples = _sidecar_examples(sidecar, failed)
+    return report
+
+
+def _sidecar_examples(index: LineIndex, lines: Iterable[int]) -> dict[str, list[str]]:
+    """A few failure messages per routing class from the given sidecar lines."""
+    examples: dict[str, list[str]] = {}
+    for _, row in read_lines(index, lines):
+        routing = row.get("_ng_failure_class")
+        messages = examples.setdefault(
+            routing if isinstance(routing, str) else "environment_server_failed", []
+        )
+        if len(messages) < EXAMPLES_PER_CLASS:
+            messages.append(str(row.get("_ng_failure_message", ""))[:300])
+    return examples
 
 
 def write_report(output: Path, report: HealthReport, written_at: str) -> Path:

@@ -33,26 +33,22 @@ judge-only recovery is for the handful of rollouts a judge outage left behind, n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from gymslurm.aggregate import (
-    RECOVERY_SUFFIXES,
-    ShardSource,
-    check_output,
-    companion,
-    iter_lines,
-    publish_stream,
-)
+from gymslurm.aggregate import RECOVERY_SUFFIXES, ShardSource, check_output
 from gymslurm.dispatch import Completed, Failed, Outcome, verify_answer, verify_client
 from gymslurm.errors import ConfigError
 from gymslurm.health import index_file, read_lines
 from gymslurm.records import EpisodeId
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
+from gymslurm.store.atomic import publish_stream
+from gymslurm.store.jsonl import iter_complete_lines
+from gymslurm.store.paths import companion_path
 
 JUDGE_KINDS = frozenset({"judge_failed", "judge_invalid"})
 VERIFY_PATH = "/verify"
@@ -198,7 +194,9 @@ def check_reverify_output(output: Path, source: Path) -> None:
     for spelling in {output.absolute(), output.resolve()}:
         if spelling.name.startswith("unsafe_"):
             check_output(spelling.with_name(spelling.name[len("unsafe_") :]), [shard])
-    if output.resolve() == target or any(companion(output.resolve(), s).exists() for s in RECOVERY_SUFFIXES):
+    if output.resolve() == target or any(
+        companion_path(output.resolve(), s).exists() for s in RECOVERY_SUFFIXES
+    ):
         raise ConfigError(f"{output} is an established run; reverification writes a separate output only")
 
 
@@ -258,10 +256,20 @@ def reverify_judge_failed(
     if not rejudge:
         return report
     carried = {d.line for d in decisions if d.action == "carry"}
-    publish_stream(output, _chain((raw for line, raw in iter_lines(paths.results) if line in carried), rows))
-    if failures:
-        publish_stream(companion(output.resolve(), "_failures.jsonl"), failures)
+    _publish(output, _chain(_lines_of(paths.results, carried), rows), failures)
     return report
+
+
+def _lines_of(path: Path, wanted: Container[int | None]) -> Iterable[bytes]:
+    """The raw bytes of the wanted (0-based) complete lines of ``path``, in file order."""
+    return (raw for line, raw in iter_complete_lines(path) if line in wanted)
+
+
+def _publish(output: Path, rows: Iterable[bytes], failures: Sequence[bytes]) -> None:
+    """Publish the output and, when there are failures, its sidecar beside the resolved output."""
+    publish_stream(output, rows)
+    if failures:
+        publish_stream(companion_path(output.resolve(), "_failures.jsonl"), failures)
 
 
 def _make_parent(output: Path) -> None:

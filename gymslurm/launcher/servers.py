@@ -2,7 +2,8 @@
 
 A server configured with ``command`` is started in its own session (so its whole process tree can
 be signalled), on ``host:port`` (port 0: a free port picked here), and must answer before
-``startup_timeout_s``: a 2xx to ``GET health_path`` when set, else a TCP connection. Stopping sends
+``startup_timeout_s``: a 2xx to ``GET health_path`` when set (``dispatch.probe_health``, the HTTP
+boundary), else a TCP connection. Stopping sends
 TERM to every process of the tree, then KILL to whatever is left after a grace period, so no
 server outlives its job (RECIPE pitfall 12: orphans escape proctrack/linuxproc).
 Trade-off: a free port picked here may in principle be taken before the server binds it; the
@@ -16,12 +17,12 @@ import os
 import socket
 import subprocess
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from gymslurm.dispatch import probe_health
 from gymslurm.launcher.settings import ServerSettings
 
 
@@ -51,11 +52,7 @@ def _healthy(host: str, port: int, health_path: str | None) -> bool:
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
             return True
         return False
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}{health_path}", timeout=2) as reply:
-            return 200 <= reply.status < 300
-    except OSError:
-        return False
+    return probe_health(f"http://{host}:{port}", health_path, timeout_s=2)
 
 
 def start(settings: ServerSettings, log: Path) -> RunningServer:

@@ -45,7 +45,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.e2e.helpers import REPO_ROOT
+
 LISTENING = "gymslurm demo-server listening on "
 START_TIMEOUT_S = 30.0
 

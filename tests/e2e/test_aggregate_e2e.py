@@ -7,56 +7,14 @@ real subprocess.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.helpers import collect, companion, gymslurm, load, read_jsonl, write_tasks
+
 pytestmark = pytest.mark.e2e
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def write_tasks(path: Path, specs: list[dict[str, Any]]) -> Path:
-    """One arithmetic task per spec; spec keys are extra task_input fields (demo faults)."""
-    with path.open("w") as handle:
-        for number, extra in enumerate(specs):
-            task_input = {"question": f"What is {number} + 1?", "a": number, "b": 1, "op": "+", **extra}
-            row = {"task_id": {"taskset": "arith", "task_id": str(number)}, "task_input": task_input}
-            handle.write(json.dumps(row) + "\n")
-    return path
-
-
-def gymslurm(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m gymslurm ARGS`` from the worktree root."""
-    return subprocess.run(
-        [sys.executable, "-m", "gymslurm", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-        timeout=300, env=dict(os.environ), check=False,
-    )  # fmt: skip
-
-
-def collect(dataset: Path, output: Path, url: str, *overrides: str) -> subprocess.CompletedProcess[str]:
-    """One collection run to its end."""
-    return gymslurm(
-        "collect", f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}",
-        f"+environment_server_url={url}", "+progress=plain", "+summary=false", *overrides,
-    )  # fmt: skip
-
-
-def companion(output: Path, suffix: str) -> Path:
-    return output.with_name(output.stem + suffix)
-
-
-def load(path: Path) -> Any:
-    return json.loads(path.read_text())
-
-
-def rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +55,14 @@ def test_merge_matches_the_collectors_coverage(
     coverages = [load(companion(s, "_coverage.json")) for s in shards]
     metrics = load(companion(merged, "_aggregate_metrics.json"))
     m = metrics["metrics"]
-    assert len(rows(merged)) == sum(c["successful"] for c in coverages) == 7
+    assert len(read_jsonl(merged)) == sum(c["successful"] for c in coverages) == 7
     pairs = [("measured", "measured"), ("masked", "masked"), ("unscored", "unscored"), ("failed", "failed")]
     pairs += [("omitted", "intentionally_omitted"), ("missing", "missing")]
     for key, field in pairs:
         assert m[f"coverage/{key}"] == sum(c[field] for c in coverages), key
     assert m["retries/attempts"] == sum(c["historical_failed_attempts"] for c in coverages)
     assert metrics["metrics_source"].startswith("environment_server")
-    ids = [(r["_ng_run_id"], r["_ng_rollout_id"]) for r in rows(merged)]
+    ids = [(r["_ng_run_id"], r["_ng_rollout_id"]) for r in read_jsonl(merged)]
     assert len(ids) == len(set(ids))
     assert "incomplete final line" in done.stderr
 

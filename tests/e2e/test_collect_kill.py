@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.helpers import REPO_ROOT, read_jsonl
+
 pytestmark = pytest.mark.e2e
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KILLS = 8
 TASKS = 400
 
@@ -60,12 +61,6 @@ def command(data: Path, output: Path, url: str, resume: bool) -> list[str]:
         "+progress=none", "+summary=false", "+concurrency=4",
         "+require_complete=true", f"+resume_from_cache={str(resume).lower()}",
     ]  # fmt: skip
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

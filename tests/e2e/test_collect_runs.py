@@ -6,13 +6,10 @@ operational drift, SIGTERM, and where every demo-server fault lands (coverage ca
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
-import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,67 +17,22 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+from tests.e2e.helpers import (
+    REPO_ROOT,
+    collect,
+    collect_command,
+    companion,
+    coverage_of,
+    read_jsonl,
+    reservations_of,
+    snapshot,
+    write_tasks,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def write_tasks(path: Path, specs: list[dict[str, Any]]) -> Path:
-    """A native dataset: one arithmetic task per spec; spec keys are extra task_input fields."""
-    with path.open("w") as handle:
-        for number, extra in enumerate(specs):
-            task_input = {"question": f"What is {number} + 1?", "a": number, "b": 1, "op": "+", **extra}
-            handle.write(
-                json.dumps(
-                    {"task_id": {"taskset": "arith", "task_id": str(number)}, "task_input": task_input}
-                )
-            )
-            handle.write("\n")
-    return path
-
-
-def collect_command(dataset: Path, output: Path, url: str | None, *overrides: str) -> list[str]:
-    server = [f"+environment_server_url={url}"] if url else []
-    return [
-        sys.executable, "-m", "gymslurm", "collect",
-        f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", *server,
-        "+progress=plain", "+summary=false", *overrides,
-    ]  # fmt: skip
-
-
-def collect(
-    dataset: Path, output: Path, url: str | None, *overrides: str, env: dict[str, str] | None = None
-) -> Any:
-    """Run one collection to its end; returns the CompletedProcess (text)."""
-    return subprocess.run(
-        collect_command(dataset, output, url, *overrides),
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})},
-        check=False,
-    )  # fmt: skip
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def companion(output: Path, suffix: str) -> Path:
-    return output.with_name(output.stem + suffix)
-
-
-def coverage_of(output: Path) -> dict[str, Any]:
-    return json.loads(companion(output, "_coverage.json").read_text())
-
-
-def reservations_of(output: Path) -> list[int]:
-    """The per-rollout reservation counts (docs/formats.md layout)."""
-    data = companion(output, "_reservations.bin").read_bytes()
-    (count,) = struct.unpack_from("<Q", data, 16)
-    return list(struct.unpack_from(f"<{count}I", data, 64))
 
 
 def selected(output: Path) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -96,15 +48,6 @@ def selected(output: Path) -> dict[str, tuple[str, dict[str, Any]]]:
         if row["_ng_attempt"] == newest[row["_ng_rollout_id"]]:
             chosen[row["_ng_rollout_id"]] = ("omission" if row.get("_ng_omitted") else "failure", row)
     return chosen
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Digest of every run file except the lock (its holder line is rewritten by every collector)."""
-    return {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.iterdir())
-        if not path.name.endswith("_run.lock")
-    }
 
 
 # --- resume --------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ and ``/verify`` requests apart; ``/run`` stays at what collection sent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import signal
@@ -31,18 +30,19 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import DemoServer, launch_demo_server
-from tests.e2e.test_collect_runs import (
+from tests.e2e.helpers import (
+    REPO_ROOT,
     collect,
     collect_command,
     companion,
     read_jsonl,
     reservations_of,
+    snapshot,
     write_tasks,
 )
 
 pytestmark = pytest.mark.e2e
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NO_RETRY = "+retry_in_invocation=false"
 INCOMPLETE_IS_75 = "+require_complete=true"
 RESUME = "+resume_from_cache=true"
@@ -75,15 +75,6 @@ def interrupt(dataset: Path, output: Path, hanging: DemoServer, reserved: list[i
     finally:
         process.send_signal(signal.SIGKILL)
         process.communicate()
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Digest of every run file except the lock (its holder line is rewritten by every opener)."""
-    return {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.iterdir())
-        if not path.name.endswith("_run.lock")
-    }
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_collect_runs import collect, write_tasks
+from tests.e2e.helpers import collect, write_tasks
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+from tests.e2e.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
 
 
 def run(argv: list[str], cwd: Path) -> str:

@@ -14,7 +14,7 @@ import pytest
 from gymslurm.collector import environment_config, identity_config
 from gymslurm.commands.collect import main as collect_main
 from gymslurm.commands.collect import split_options
-from gymslurm.dispatch import fetch_environment_config
+from gymslurm.dispatch import fetch_environment_config, probe_health
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError
 from gymslurm.progress import (
     BarReporter,
@@ -92,6 +92,31 @@ def test_fetch_from_an_unreachable_server_is_retryable() -> None:
     with pytest.raises(EnvironmentUnreachableError, match=expected) as caught:
         fetch_environment_config("http://127.0.0.1:9", timeout_s=2)
     assert caught.value.exit_code == 1
+
+
+@pytest.mark.parametrize("status", [429, 502, 503, 504])
+def test_fetch_gateway_or_not_now_answer_is_retryable(config_server: tuple[str, dict], status: int) -> None:
+    """A 429/502/503/504 config answer is EnvironmentUnreachableError (exit 1, retryable), not exit 2."""
+    url, routes = config_server
+    routes["/global_config_dict_yaml"] = (status, b"busy")
+    with pytest.raises(EnvironmentUnreachableError, match=f"answered HTTP {status}") as caught:
+        fetch_environment_config(url)
+    assert caught.value.exit_code == 1
+
+
+@pytest.mark.parametrize(("status", "healthy"), [(200, True), (204, True), (404, False), (503, False)])
+def test_probe_health_is_true_for_2xx_only(
+    config_server: tuple[str, dict], status: int, healthy: bool
+) -> None:
+    """probe_health is true when the health path answers 2xx, false for any other status."""
+    url, routes = config_server
+    routes["/health"] = (status, b"")
+    assert probe_health(url, "/health", timeout_s=5) is healthy
+
+
+def test_probe_health_of_an_unreachable_server_is_false() -> None:
+    """probe_health is false, never an exception, when no server listens."""
+    assert probe_health("http://127.0.0.1:9", "/health", timeout_s=2) is False
 
 
 def test_explicit_environment_config_is_not_fetched() -> None:

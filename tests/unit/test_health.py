@@ -12,6 +12,7 @@ import pytest
 from gymslurm.aggregate import AggregateOptions, aggregate
 from gymslurm.cli import main as cli_main
 from gymslurm.health import (
+    COUNT_KEYS,
     HealthThresholds,
     StaleFileError,
     after_collection,
@@ -30,19 +31,7 @@ LOOSE = HealthThresholds(max_failure_rate=0.5, min_completeness=0.0)
 
 def counts(**given: int) -> dict[str, int]:
     """Health counts with zeros for the rest."""
-    base = dict.fromkeys(
-        [
-            "expected",
-            "completed",
-            "final_failures",
-            "retryable_failures",
-            "exhausted",
-            "omitted",
-            "unfinished",
-        ],
-        0,
-    )
-    return {**base, **given}
+    return {**dict.fromkeys(COUNT_KEYS, 0), **given}
 
 
 def check(result: list[dict[str, object]], name: str) -> dict[str, object]:
@@ -227,3 +216,52 @@ def test_command_exit_codes(tmp_path: Path, build: object, code: int) -> None:
     builder = ShardBuilder(tmp_path / "out.jsonl", 2)
     build(builder)  # type: ignore[operator]
     assert cli_main(["health", str(builder.finish())]) == code
+
+
+def stamped(rollout: str, attempt: int, **extra: object) -> dict[str, object]:
+    """A row of a manifest-less file with run and rollout stamps."""
+    return {"_ng_run_id": "r", "_ng_rollout_id": rollout, "_ng_attempt": attempt, **extra}
+
+
+def sidecar_failure(rollout: str, attempt: int) -> dict[str, object]:
+    """A failure-sidecar row of a manifest-less file."""
+    return stamped(
+        rollout, attempt, _ng_failure_class="judge_failed", _ng_failure_message=f"judge failed on {rollout}"
+    )
+
+
+def test_sidecar_only_failure_counts_as_an_expected_rollout(tmp_path: Path) -> None:
+    """A file without a manifest: a rollout seen only in the sidecar is expected and fails completeness."""
+    rows = [stamped(f"a{i}", 0, reward=1) for i in range(3)]
+    path = write_legacy(tmp_path / "re.jsonl", rows, [sidecar_failure("a3", 1)])
+    report = run_health_check(path)
+    assert (report.counts["expected"], report.counts["completed"], report.counts["final_failures"]) == (
+        4,
+        3,
+        1,
+    )
+    assert check(report.checks, "completeness")["passed"] is False
+    assert report.failure_examples == {"judge_failed": ["judge failed on a3"]}
+
+
+def test_sidecar_only_omission_is_excluded_from_completeness(tmp_path: Path) -> None:
+    """A file without a manifest: an omission in the sidecar is expected but excluded, not a failure."""
+    rows = [stamped("a0", 0, reward=1)]
+    path = write_legacy(tmp_path / "re.jsonl", rows, [stamped("a1", 1, _ng_omitted=True)])
+    report = run_health_check(path)
+    assert (report.counts["expected"], report.counts["omitted"], report.status) == (2, 1, "pass")
+
+
+def test_older_sidecar_failure_of_a_result_is_superseded(tmp_path: Path) -> None:
+    """A file without a manifest: a sidecar failure older than the rollout's result is not counted."""
+    rows = [stamped("a0", 1, reward=1)]
+    path = write_legacy(tmp_path / "re.jsonl", rows, [sidecar_failure("a0", 0), sidecar_failure("a0", 0)])
+    report = run_health_check(path)
+    assert (report.counts["expected"], report.counts["completed"], report.status) == (1, 1, "pass")
+
+
+def test_result_superseded_by_newer_sidecar_failure_is_skipped(tmp_path: Path) -> None:
+    """A file without a manifest whose result is older than a sidecar failure of it is skipped."""
+    rows = [stamped("a0", 0, reward=1)]
+    path = write_legacy(tmp_path / "re.jsonl", rows, [sidecar_failure("a0", 1)])
+    assert run_health_check(path).status == "skipped"
