@@ -59,6 +59,7 @@ from gymslurm.selection import (
 )
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.history import RolloutKeys, read_history
+from gymslurm.store.inputs import read_index
 from gymslurm.store.jsonl import TailReport, iter_records
 
 AGGREGATE_COVERAGE_VERSION = 1
@@ -372,31 +373,6 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
     return summary
 
 
-_ID_KEY = b'"_ng_rollout_id":"'
-
-
-def rollout_ids(path: Path, count: int) -> dict[str, int]:
-    """Rollout id → index from the materialized inputs, without parsing whole rows.
-
-    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so the
-    first ``"_ng_rollout_id":"`` of a line is the top-level one and ids hold no escapes (their
-    alphabet is ``[A-Za-z0-9._-]``). A line that does not look like that is parsed in full.
-    """
-    index: dict[str, int] = {}
-    lines = path.read_bytes().split(b"\n")
-    for number, raw in enumerate(lines[:count]):
-        start = raw.find(_ID_KEY)
-        if start >= 0:
-            start += len(_ID_KEY)
-            rollout_id = raw[start : raw.index(b'"', start)].decode()
-        else:
-            rollout_id = orjson.loads(raw).get("_ng_rollout_id")
-        index[rollout_id] = number
-    if len(index) != count:
-        raise StoreError(f"{path}: rollout ids are not unique or lines are missing; restore the run's files")
-    return index
-
-
 def _fast_manifest_summary(
     source: ShardSource, scoring: ScoringPolicy, written_at: str
 ) -> ShardSummary | None:
@@ -416,10 +392,11 @@ def _fast_manifest_summary(
     if manifest.identity_source == "imported":
         return None
     count = manifest.rollout_count
-    index_of = rollout_ids(paths.materialized_inputs, count)
+    rollouts = read_index(paths.materialized_inputs)  # digest and line count checked by open
+    ids = rollouts.ids
     history = read_history(
         paths.results, paths.failures, run_id=manifest.run_id,
-        keys=RolloutKeys(index_of, dict), rollout_count=count, legacy=False,
+        keys=RolloutKeys(rollouts.index_of, dict, ids), rollout_count=count, legacy=False,
     )  # fmt: skip
     plain: Counter[str] = Counter()
     reward_sum = 0.0
@@ -448,7 +425,7 @@ def _fast_manifest_summary(
         problem = history_problem(reserved, outcomes) if outcomes else None
         if problem:
             raise CorruptRecordError(
-                f"rollout {next(r for r, i in index_of.items() if i == index)!r} has {problem} in "
+                f"rollout {ids[index]!r} has {problem} in "
                 f"{paths.results} / {paths.failures}: its history conflicts with {paths.reservations}. "
                 "Restore the run's files together from a backup, or leave this shard out"
             )
