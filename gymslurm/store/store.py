@@ -46,7 +46,7 @@ from gymslurm.selection import (
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
 from gymslurm.store.history import Group, History, RolloutKeys, read_history
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
-from gymslurm.store.jsonl import Appender, read_tail, repair_torn_tail
+from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
     IdentitySource,
     Manifest,
@@ -363,8 +363,13 @@ class RunStore:
     # --- writing -------------------------------------------------------------------------------
 
     def repair_torn_tails(self) -> int:
-        """Remove incomplete last lines (call only after identity validation); bytes removed."""
-        return repair_torn_tail(self.paths.results) + repair_torn_tail(self.paths.failures)
+        """Remove incomplete last lines (call only after identity validation); bytes removed.
+
+        A file that ends with a newline has no torn tail (only a last line can lack one), so it is
+        not scanned again (a resume would otherwise read its whole results file twice).
+        """
+        paths = (self.paths.results, self.paths.failures)
+        return sum(repair_torn_tail(path) for path in paths if not ends_cleanly(path))
 
     def reserve(self, index: int) -> int:
         """Durably reserve and return the next execution number of rollout ``index``."""
