@@ -59,7 +59,6 @@ from gymslurm.selection import (
 )
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.history import RolloutKeys, read_history
-from gymslurm.store.inputs import read_index
 from gymslurm.store.jsonl import TailReport, iter_records
 
 AGGREGATE_COVERAGE_VERSION = 1
@@ -373,6 +372,28 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
     return summary
 
 
+_ID_PREFIX = b'{"_ng_rollout_id":"'
+
+
+def rollout_ids(path: Path, count: int) -> list[str]:
+    """Rollout ids in index order from the materialized inputs, without parsing whole rows.
+
+    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so a line
+    starting with ``{"_ng_rollout_id":"`` holds its top-level id up to the next quote when that holds
+    no backslash; any other line (an escape, or a top-level key sorting first) is parsed in full.
+    Lighter than the store's ``read_index`` (no row offsets: aggregation never appends).
+    """
+    ids: list[str] = []
+    start = len(_ID_PREFIX)
+    for raw in path.read_bytes().split(b"\n")[:count]:
+        end = raw.find(b'"', start) if raw.startswith(_ID_PREFIX) else -1
+        if end > 0 and raw.find(b"\\", start, end) < 0:
+            ids.append(raw[start:end].decode())
+        else:
+            ids.append(orjson.loads(raw).get("_ng_rollout_id"))
+    return ids
+
+
 def _fast_manifest_summary(
     source: ShardSource, scoring: ScoringPolicy, written_at: str
 ) -> ShardSummary | None:
@@ -392,11 +413,15 @@ def _fast_manifest_summary(
     if manifest.identity_source == "imported":
         return None
     count = manifest.rollout_count
-    rollouts = read_index(paths.materialized_inputs)  # digest and line count checked by open
-    ids = rollouts.ids
+    ids = rollout_ids(paths.materialized_inputs, count)  # digest and line count checked by open
+    index_of = dict(zip(ids, range(count), strict=True))
+    if len(index_of) != count:
+        raise StoreError(
+            f"{paths.materialized_inputs}: rollout ids are not unique; restore the run's files together"
+        )
     history = read_history(
         paths.results, paths.failures, run_id=manifest.run_id,
-        keys=RolloutKeys(rollouts.index_of, dict, ids), rollout_count=count, legacy=False,
+        keys=RolloutKeys(index_of, dict, ids), rollout_count=count, legacy=False,
     )  # fmt: skip
     plain: Counter[str] = Counter()
     reward_sum = 0.0
