@@ -140,9 +140,10 @@ def read_index(path: Path) -> RolloutIndex:
     digest against the manifest), so a row starting with ``{"_ng_rollout_id":"`` has its top-level
     rollout id right there, up to the next quote — unless the id holds an escape (a backslash), or
     another top-level key sorts first (an upper-case or digit key): those rows are parsed in full,
-    with the same checks as before. This takes 1M rows from ~1.8 s to ~1.1 s of CPU (building the
-    id dict is most of what remains), on every open that needs the index. Trade-off: a lean row's ``task_id`` is not
-    type-checked here; the digest vouches for the bytes the store wrote after :func:`check_rows`.
+    with the same checks as before. This takes 1M rows from ~1.6 s to ~1.2 s of CPU (building the
+    id dict is most of what remains), on every open that needs the index. Trade-off: a lean row's
+    ``task_id`` is not type-checked here; the digest vouches for the bytes the store wrote after
+    :func:`check_rows`.
     """
     index = RolloutIndex(path)
     try:
