@@ -351,29 +351,26 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
     return summary
 
 
-_ID_KEY = b'"_ng_rollout_id":"'
+_ID_PREFIX = b'{"_ng_rollout_id":"'
 
 
-def rollout_ids(path: Path, count: int) -> dict[str, int]:
-    """Rollout id → index from the materialized inputs, without parsing whole rows.
+def rollout_ids(path: Path, count: int) -> list[str]:
+    """Rollout ids in index order from the materialized inputs, without parsing whole rows.
 
-    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so the
-    first ``"_ng_rollout_id":"`` of a line is the top-level one and ids hold no escapes (their
-    alphabet is ``[A-Za-z0-9._-]``). A line that does not look like that is parsed in full.
+    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so a line
+    starting with ``{"_ng_rollout_id":"`` holds its top-level id up to the next quote when that holds
+    no backslash; any other line (an escape, or a top-level key sorting first) is parsed in full.
+    Lighter than the store's ``read_index`` (no row offsets: aggregation never appends).
     """
-    index: dict[str, int] = {}
-    lines = path.read_bytes().split(b"\n")
-    for number, raw in enumerate(lines[:count]):
-        start = raw.find(_ID_KEY)
-        if start >= 0:
-            start += len(_ID_KEY)
-            rollout_id = raw[start : raw.index(b'"', start)].decode()
+    ids: list[str] = []
+    start = len(_ID_PREFIX)
+    for raw in path.read_bytes().split(b"\n")[:count]:
+        end = raw.find(b'"', start) if raw.startswith(_ID_PREFIX) else -1
+        if end > 0 and raw.find(b"\\", start, end) < 0:
+            ids.append(raw[start:end].decode())
         else:
-            rollout_id = orjson.loads(raw).get("_ng_rollout_id")
-        index[rollout_id] = number
-    if len(index) != count:
-        raise StoreError(f"{path}: rollout ids are not unique or lines are missing; restore the run's files")
-    return index
+            ids.append(orjson.loads(raw).get("_ng_rollout_id"))
+    return ids
 
 
 def _fast_manifest_summary(
@@ -395,10 +392,15 @@ def _fast_manifest_summary(
     if manifest.identity_source == "imported":
         return None
     count = manifest.rollout_count
-    index_of = rollout_ids(paths.materialized_inputs, count)
+    ids = rollout_ids(paths.materialized_inputs, count)  # digest and line count checked by open
+    index_of = dict(zip(ids, range(count), strict=True))
+    if len(index_of) != count:
+        raise StoreError(
+            f"{paths.materialized_inputs}: rollout ids are not unique; restore the run's files together"
+        )
     history = read_history(
         paths.results, paths.failures, run_id=manifest.run_id,
-        keys=RolloutKeys(index_of, dict), rollout_count=count, legacy=False,
+        keys=RolloutKeys(index_of, dict, ids), rollout_count=count, legacy=False,
     )  # fmt: skip
     plain: Counter[str] = Counter()
     reward_sum = 0.0
@@ -427,7 +429,7 @@ def _fast_manifest_summary(
         problem = history_problem(reserved, outcomes) if outcomes else None
         if problem:
             raise CorruptRecordError(
-                f"rollout {next(r for r, i in index_of.items() if i == index)!r} has {problem} in "
+                f"rollout {ids[index]!r} has {problem} in "
                 f"{paths.results} / {paths.failures}: its history conflicts with {paths.reservations}. "
                 "Restore the run's files together from a backup, or leave this shard out"
             )
