@@ -190,19 +190,6 @@ class Shard:
         )
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line, raw)`` for every complete line (an incomplete last line is left out), unparsed."""
-    try:
-        handle = open(path, "rb", buffering=_CHUNK)  # noqa: SIM115
-    except FileNotFoundError:
-        return
-    with handle:
-        for line, raw in enumerate(handle):
-            if raw[-1:] != b"\n":
-                return
-            yield line, raw
-
-
 def result_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
     """What selection needs of a saved completed result."""
     reward: Any = row.get("reward")
@@ -647,6 +634,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
         check_output(options.output, sources)
     shards = summarize_shards(sources, options.scoring, written_at, options.workers)
     check_distinct_runs(shards)
+    options.output.resolve().parent.mkdir(parents=True, exist_ok=True)  # every refusal is behind us
     warnings = _warnings(shards)
     metrics = compute_aggregate_metrics(shards, options.scoring)
     source_name = METRICS_SOURCE_OWN

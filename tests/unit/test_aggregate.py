@@ -52,6 +52,15 @@ def test_projection_holds_selected_completed_results_once(tmp_path: Path) -> Non
     assert result.merged_rows == 4
 
 
+@pytest.mark.parametrize("merge_shards", [True, False])
+def test_output_folder_is_created(tmp_path: Path, merge_shards: bool) -> None:
+    """An output in a folder that does not exist yet is written there, merged or metrics-only."""
+    a, b = two_shards(tmp_path)
+    run(tmp_path, a, b, output="new/folder/merged.jsonl", merge_shards=merge_shards)
+    assert (tmp_path / "new/folder/merged_aggregate_coverage.json").exists()
+    assert (tmp_path / "new/folder/merged.jsonl").exists() is merge_shards
+
+
 def test_older_result_under_newer_reservation_is_left_out(tmp_path: Path) -> None:
     """A result superseded by a newer reservation without outcome is not merged (latest_allocated)."""
     _, b = two_shards(tmp_path)
