@@ -299,7 +299,7 @@ def _check_selected(  # noqa: PLR0917
     thresholds: HealthThresholds,
     standalone: bool,
 ) -> HealthReport:
-    """Skip over superseded result rows, else count the selected states (shared by both callers)."""
+    """Skipped when result rows outnumber selected results, else counted states (both callers)."""
     states = selected.states
     selected_results = sum(1 for s in states if s.disposition in SUCCESSFUL and s.selected)
     result_rows = results.lines - results.blank if results else 0
