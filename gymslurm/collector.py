@@ -33,7 +33,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -345,6 +344,7 @@ def initial_counters(states: list[RolloutState]) -> Counters:
 def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     """The coverage inventory after this invocation."""
     from gymslurm.coverage import compute_coverage
+    from gymslurm.store.manifest import utc_now
 
     return compute_coverage(
         view.states,
@@ -354,7 +354,7 @@ def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
         identity_verified=view.identity_verified,
         historical_failed_attempts=view.historical_failed_attempts + loop.new_failures,
         progress_outcomes_recorded=loop.progress_outcomes,
-        written_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        written_at=utc_now(),
     )
 
 
@@ -446,11 +446,6 @@ async def _tick(reporter_tick: Callable[[float], None]) -> None:
     while True:
         await asyncio.sleep(TICK_S)
         reporter_tick(time.monotonic())
-
-
-def now_iso() -> str:
-    """The current UTC time, ISO-8601."""
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def say(stream: IO[str], message: str) -> None:
@@ -766,7 +761,7 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    _run_health_hook(paths, coverage)
+    _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
 
@@ -831,17 +826,15 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
     return save
 
 
-def _run_health_hook(paths: Any, coverage: Coverage) -> None:
-    """Run the automatic health report inside the lock when the health module provides one."""
-    import importlib
+def _run_health_hook(paths: Any, coverage: Coverage, view: RunView) -> None:
+    """The automatic health report, inside the lock, from the states the collection ends with.
 
-    try:
-        health = importlib.import_module("gymslurm.health")
-    except ModuleNotFoundError:
-        return
-    hook = getattr(health, "after_collection", None)
-    if hook is not None:
-        hook(paths, coverage)
+    ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
+    rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
+    """
+    from gymslurm.health import SelectedRun, after_collection
+
+    after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
 
 
 def _report(  # noqa: PLR0917
