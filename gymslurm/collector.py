@@ -761,6 +761,7 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
+    export_metrics(store, view, coverage)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
@@ -824,6 +825,19 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
         return append_omission(index, attempt)
 
     return save
+
+
+def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
+    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
+    from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+
+    metrics = compute_metrics(
+        view.states,
+        max_rollout_attempts=view.policy.max_rollout_attempts,
+        historical_failed_attempts=coverage.historical_failed_attempts,
+    )
+    body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
+    store.write_aggregate_metrics(body)
 
 
 def _run_health_hook(paths: Any, coverage: Coverage, view: RunView) -> None:
