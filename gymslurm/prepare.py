@@ -1,0 +1,356 @@
+"""Preparing a run before any dispatch: fresh, resume, legacy import, or a partial initial cache.
+
+Order matters and is the point of this module (spec 000): with the run lock held, a resume
+validates the experiment's identity (semantic change refused naming the keys, operational drift
+accepted with a warning and a journal line) and then the saved history, before a single byte
+changes; only then are the resume's metadata writes made and torn tails repaired. A fresh
+collection materializes (and so refuses bad rows) before it replaces an existing run.
+``collector.py`` runs the loop on what :func:`prepare` returns.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from gymslurm.errors import ConfigError, ManifestError
+
+if TYPE_CHECKING:
+    from gymslurm.settings import CollectSettings
+
+
+def say(stream: IO[str], message: str) -> None:
+    """One line for the person running the collection."""
+    print(f"gymslurm collect: {message}", file=stream, flush=True)
+
+
+# --- the Environment Server's resolved configuration (part of the identity) ------------------------
+
+
+def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The Environment Server configuration for identity: given in settings, else fetched from the server(s).
+
+    With several servers and no head server, each distinct server is asked and the answers are
+    keyed by the tasksets it serves (addresses are operational; what they serve is not).
+    """
+    if settings.environment_config:
+        return settings.environment_config
+    source = settings.config_source_url()
+    if source is not None:
+        return fetch(source)
+    by_url: dict[str, list[str]] = collections.defaultdict(list)
+    for taskset, url in sorted(settings.environment_server_urls.items()):
+        by_url[url].append(taskset)
+    return {",".join(tasksets): fetch(url) for url, tasksets in sorted(by_url.items(), key=lambda kv: kv[1])}
+
+
+def identity_config(raw: dict[str, Any], env_config: dict[str, Any]) -> dict[str, Any]:
+    """The unresolved collect configuration with the Environment Server's configuration filled in."""
+    return {**raw, "environment_config": raw.get("environment_config") or env_config}
+
+
+# --- preparing the run --------------------------------------------------------------------------
+
+
+class Inputs:
+    """The source dataset as read, and the tasks it materializes to (materialized on first use).
+
+    Materializing 100k rows costs a few tenths of a second; a resume of a finished run whose source
+    digest and identity match never needs the tasks, so they are computed only when asked for.
+    """
+
+    def __init__(self, settings: CollectSettings) -> None:
+        from gymslurm.tasks import source_digest
+
+        self.source_path = settings.input_jsonl_fpath
+        try:
+            self._data: bytes | None = self.source_path.read_bytes()
+        except OSError as error:
+            raise ConfigError(
+                f"cannot read the input dataset {self.source_path}: {error.strerror}. "
+                "Check +input_jsonl_fpath="
+            ) from None
+        self.source_digest = source_digest(self._data)
+        self._settings = settings
+        self._tasks: list[dict[str, Any]] | None = None
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """The materialized tasks (ConfigError / InvalidRolloutIdError when the rows are bad)."""
+        if self._tasks is None:
+            self._tasks = self._materialize()
+        return self._tasks
+
+    def _materialize(self) -> list[dict[str, Any]]:
+        from gymslurm.tasks import MaterializeOptions, materialize, parse_rows
+
+        settings, path = self._settings, self.source_path
+        assert self._data is not None
+        options = MaterializeOptions(
+            dataset_name=settings.taskset or path.stem,
+            num_repeats=settings.num_repeats,
+            limit=settings.limit,
+            prompt_template=settings.prompt_template,
+            prompt_field=settings.prompt_field,
+        )
+        rows = parse_rows(self._data, str(path), settings.limit)
+        self._data = None  # the bytes are not needed again
+        if not rows:
+            raise ConfigError(
+                f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
+            )
+        return materialize(rows, options)
+
+
+# --- preparing the run: fresh, resume, import ------------------------------------------------------
+
+# Settings of one invocation that say nothing about what a run measures: left out of the identity so
+# that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
+INVOCATION_KEYS = (
+    "progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume", "resubmit",
+)  # fmt: skip
+
+
+@dataclass
+class Prepared:
+    """An open, validated, reconciled run, ready to dispatch."""
+
+    store: Any  # gymslurm.store.RunStore
+    load_tasks: Callable[[], list[dict[str, Any]]]
+    reconciliation: Any  # gymslurm.store.Reconciliation
+
+
+def build_run_identity(
+    settings: CollectSettings, raw: dict[str, Any], fetch: Callable[[str], dict[str, Any]]
+) -> dict[str, Any]:
+    """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
+    import yaml
+
+    from gymslurm.identity import build_identity
+    from gymslurm.resources import configs_dir
+
+    config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
+    # collect.yaml's defaults: a null setting whose default is null is left out of the identity, so a
+    # setting added later with a null default does not make older runs look different.
+    defaults = yaml.safe_load((configs_dir() / "collect.yaml").read_text()) or {}
+    return build_identity(identity_config(config, environment_config(settings, fetch)), defaults=defaults)
+
+
+def prepare(
+    settings: CollectSettings,
+    raw: dict[str, Any],
+    paths: Any,
+    stderr: IO[str],
+    fetch: Callable[[str], dict[str, Any]],
+) -> Prepared:
+    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
+    from gymslurm.settings import max_rollout_attempts
+    from gymslurm.store import ExistingRun, existing_run
+
+    inputs = Inputs(settings)
+    identity = build_run_identity(settings, raw, fetch)
+    existing = existing_run(paths)
+    if settings.resume_from_cache:
+        if existing is ExistingRun.MANIFEST:
+            store, writes = _open_for_resume(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, stderr, store.inputs, writes=writes, resubmit=settings.resubmit)
+        if existing is ExistingRun.LEGACY:
+            store = _import_legacy(settings, paths, inputs, identity, stderr)
+            return _reconciled(store, stderr, lambda: inputs.tasks, resubmit=settings.resubmit)
+        if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
+            say(
+                stderr,
+                f"Skipping resume_from_cache: {paths.output} holds only part of an initial cache "
+                "(no manifest, no saved outcomes); starting fresh from the current inputs",
+            )
+        else:
+            say(stderr, f"nothing to resume at {paths.output}; starting a fresh run")
+    inputs.tasks  # noqa: B018  (materialize, and refuse bad rows, before anything is replaced)
+    if not settings.resume_from_cache and existing is not ExistingRun.NOTHING:
+        replaced = [str(p) for p in paths.companions().values() if p.exists() and p != paths.lock]
+        say(
+            stderr,
+            f"replacing the existing run at {paths.output} (a fresh collection; add "
+            f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
+        )
+    store = _create_fresh(settings, paths, inputs, identity, max_rollout_attempts())
+    return _reconciled(store, stderr, lambda: inputs.tasks)
+
+
+def _create_fresh(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], attempts: int
+) -> Any:
+    from gymslurm.identity import identity_digest
+    from gymslurm.store import RunStore
+
+    return RunStore.create_fresh(
+        paths,
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks,
+        identity=identity,
+        config_digest=identity_digest(identity),
+        max_rollout_attempts=attempts,
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
+
+
+def _import_legacy(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> Any:
+    from gymslurm.identity import identity_digest
+    from gymslurm.settings import max_rollout_attempts
+    from gymslurm.store import RunStore
+
+    if not settings.allow_unsafe_resume:
+        raise ManifestError(
+            f"{paths.output} has saved outcomes but no run manifest ({paths.manifest}), so its identity "
+            "cannot be checked. Restore the manifest with its companions from a backup; or, to reuse these "
+            "legacy results deliberately, add +allow_unsafe_resume=true (the run is then marked "
+            "identity_verified=false for good); or choose a new output path"
+        )
+    say(
+        stderr,
+        f"warning: importing the legacy run at {paths.output} without a manifest "
+        "(allow_unsafe_resume): its identity is unverified, now and on every later resume",
+    )
+    return RunStore.import_legacy(
+        paths,
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks,
+        identity=identity,
+        config_digest=identity_digest(identity),
+        max_rollout_attempts=max_rollout_attempts(),
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
+
+
+Action = Callable[[], None]
+
+
+def _open_for_resume(
+    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> tuple[Any, list[Action]]:
+    """Open the saved run and check it measured the same experiment; raise before changing a byte.
+
+    Returns the store and the writes the resume implies (override mark, drift line, policy update),
+    to be made only once the history has been validated too (see :func:`_reconciled`).
+    """
+    from gymslurm.errors import IdentityMismatchError
+    from gymslurm.identity import IdentityDiff, classify_differences, describe_differences, identity_digest
+    from gymslurm.store import RunStore
+
+    store = RunStore.open(paths)
+    try:
+        manifest = store.manifest
+        saved = store.saved_identity()
+        if saved is not None and identity_digest(saved) != manifest.config_digest:
+            raise ManifestError(
+                f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
+                "files were edited or mixed. Restore them together from a backup, or use a new output path"
+            )
+        diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
+        semantic = [*_input_problems(manifest, inputs), *diff.semantic]
+        if saved is None and identity_digest(identity) != manifest.config_digest:
+            semantic.append("config_digest (no saved identity to compare keys)")
+        if semantic and not settings.allow_unsafe_resume:
+            message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
+            raise IdentityMismatchError(message, semantic)
+    except BaseException:
+        store.close()
+        raise
+    return store, _resume_writes(settings, store, semantic, diff.operational, stderr)
+
+
+def _resume_writes(
+    settings: CollectSettings, store: Any, semantic: list[str], operational: list[str], stderr: IO[str]
+) -> list[Action]:
+    """The changes an accepted resume makes to the run's metadata, as deferred actions."""
+    actions: list[Action] = []
+    if semantic:
+
+        def override() -> None:
+            say(
+                stderr,
+                f"warning: resuming across a changed identity ({', '.join(semantic)}) because of "
+                "allow_unsafe_resume; the run is marked identity_verified=false for good",
+            )
+            store.mark_identity_overridden()
+
+        actions.append(override)
+    if operational:
+
+        def drift() -> None:
+            say(
+                stderr,
+                f"warning: operational settings changed since the run was saved "
+                f"({', '.join(operational)}); resuming, and noting it in {store.paths.resume_drift}",
+            )
+            store.append_drift(operational)
+
+        actions.append(drift)
+    wanted = settings.retry_terminal_timeouts
+    if wanted is not None and wanted != store.manifest.retry_terminal_timeouts:
+        actions.append(lambda: store.update_policy(retry_terminal_timeouts=wanted))
+    return actions
+
+
+def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
+    """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks.
+
+    Materialization is a pure function of the source bytes and of settings that are all semantic
+    identity keys; so with the same source digest, the same gymslurm version and no semantic identity
+    difference the tasks are equal by construction and are not materialized again (fast resume).
+    """
+    from gymslurm import __version__
+    from gymslurm.tasks import inputs_digest
+
+    if manifest.source_digest != inputs.source_digest:
+        return ["source_digest (the input dataset's content changed)"]
+    if manifest.gymslurm_version == __version__:
+        return []
+    tasks = inputs.tasks
+    if manifest.rollout_count != len(tasks) or manifest.inputs_digest != inputs_digest(tasks):
+        return ["inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)"]
+    return []
+
+
+def _reconciled(
+    store: Any,
+    stderr: IO[str],
+    load_tasks: Callable[[], list[dict[str, Any]]],
+    *,
+    writes: list[Action] | None = None,
+    resubmit: bool = False,
+) -> Prepared:
+    """Validate the history by selecting every rollout's state; only then write and repair.
+
+    Order (spec 000): the history is validated (conflicts and foreign rows raise, no byte changed),
+    then the resume's metadata ``writes`` are made, torn tails repaired, and with ``resubmit`` a fresh
+    failure budget recorded; selection runs again when the policy changed. ``load_tasks`` gives the
+    tasks to dispatch when some are pending: the saved materialized tasks on a resume (equal to the
+    current ones when verified; reused as spec 000 says when overridden), the current ones otherwise.
+    """
+    try:
+        reconciliation = store.reconcile()
+        for write in writes or []:
+            write()
+        repaired = store.repair_torn_tails()
+        if repaired:
+            say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
+        if resubmit:
+            failures, results = store.resubmit()
+            say(
+                stderr,
+                f"resubmit: a fresh failure budget; the {failures} failure line(s) (and {results} result "
+                f"line(s)) saved so far no longer count against it ({store.paths.resubmit_offset})",
+            )
+        if store.policy() != reconciliation.policy:
+            reconciliation = store.reconcile()
+    except BaseException:
+        store.close()
+        raise
+    return Prepared(store, load_tasks, reconciliation)
