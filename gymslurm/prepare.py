@@ -146,7 +146,6 @@ def prepare(
     fetch: Callable[[str], dict[str, Any]],
 ) -> Prepared:
     """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
-    from gymslurm.settings import max_rollout_attempts
     from gymslurm.store import ExistingRun, existing_run
 
     inputs = Inputs(settings)
@@ -175,33 +174,35 @@ def prepare(
             f"replacing the existing run at {paths.output} (a fresh collection; add "
             f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
         )
-    store = _create_fresh(settings, paths, inputs, identity, max_rollout_attempts())
+    store = _create_fresh(settings, paths, inputs, identity)
     return _reconciled(store, stderr, lambda: inputs.tasks)
 
 
-def _create_fresh(
-    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], attempts: int
-) -> Any:
+def _new_run(settings: CollectSettings, inputs: Inputs, identity: dict[str, Any]) -> dict[str, Any]:
+    """What a new manifest records, the same for a fresh run and a legacy import."""
     from gymslurm.identity import identity_digest
+    from gymslurm.settings import max_rollout_attempts
+
+    return {
+        "source_path": str(inputs.source_path),
+        "source_digest": inputs.source_digest,
+        "inputs": inputs.tasks,
+        "identity": identity,
+        "config_digest": identity_digest(identity),
+        "max_rollout_attempts": max_rollout_attempts(),
+        "retry_terminal_timeouts": bool(settings.retry_terminal_timeouts),
+    }
+
+
+def _create_fresh(settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any]) -> Any:
     from gymslurm.store import RunStore
 
-    return RunStore.create_fresh(
-        paths,
-        source_path=str(inputs.source_path),
-        source_digest=inputs.source_digest,
-        inputs=inputs.tasks,
-        identity=identity,
-        config_digest=identity_digest(identity),
-        max_rollout_attempts=attempts,
-        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
-    )
+    return RunStore.create_fresh(paths, **_new_run(settings, inputs, identity))
 
 
 def _import_legacy(
     settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
 ) -> Any:
-    from gymslurm.identity import identity_digest
-    from gymslurm.settings import max_rollout_attempts
     from gymslurm.store import RunStore
 
     if not settings.allow_unsafe_resume:
@@ -216,16 +217,7 @@ def _import_legacy(
         f"warning: importing the legacy run at {paths.output} without a manifest "
         "(allow_unsafe_resume): its identity is unverified, now and on every later resume",
     )
-    return RunStore.import_legacy(
-        paths,
-        source_path=str(inputs.source_path),
-        source_digest=inputs.source_digest,
-        inputs=inputs.tasks,
-        identity=identity,
-        config_digest=identity_digest(identity),
-        max_rollout_attempts=max_rollout_attempts(),
-        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
-    )
+    return RunStore.import_legacy(paths, **_new_run(settings, inputs, identity))
 
 
 Action = Callable[[], None]
