@@ -33,6 +33,9 @@ fi
 step "Slurm sandbox"
 if [[ $EUID -eq 0 ]]; then
     bash launchers/slurm-up.sh || fail "slurm-up (the Slurm tests will fail too; see the log tail above)"
+    # Jobs an interrupted earlier run left to the test user would compete with this run's jobs
+    # (and make the node-DOWN test wait for a quiet cluster): the sandbox user's queue starts empty.
+    scancel -u "${GYMSLURM_TEST_USER:-slurmtest}" 2>/dev/null || true
 elif ! sinfo -h >/dev/null 2>&1; then
     printf 'test-all: no Slurm cluster answers and this is not root, so the Slurm tests will fail.\n' >&2
     printf '          start it once as root: sudo bash launchers/slurm-up.sh\n' >&2
