@@ -35,7 +35,13 @@ if [[ $EUID -eq 0 ]]; then
     bash launchers/slurm-up.sh || fail "slurm-up (the Slurm tests will fail too; see the log tail above)"
     # Jobs an interrupted earlier run left to the test user would compete with this run's jobs
     # (and make the node-DOWN test wait for a quiet cluster): the sandbox user's queue starts empty.
-    scancel -u "${GYMSLURM_TEST_USER:-slurmtest}" 2>/dev/null || true
+    # A chain's running link may queue a successor as it dies, so cancel until the queue stays empty.
+    test_user="${GYMSLURM_TEST_USER:-slurmtest}"
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        [[ -z "$(squeue -h -u "$test_user" 2>/dev/null)" ]] && break
+        scancel -u "$test_user" 2>/dev/null || true
+        sleep 3
+    done
 elif ! sinfo -h >/dev/null 2>&1; then
     printf 'test-all: no Slurm cluster answers and this is not root, so the Slurm tests will fail.\n' >&2
     printf '          start it once as root: sudo bash launchers/slurm-up.sh\n' >&2
