@@ -78,13 +78,6 @@ def as_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def now_iso() -> str:
-    """The current UTC time as run files stamp it (``store.manifest.utc_now``: ISO-8601, seconds, ``Z``)."""
-    from gymslurm.store.manifest import utc_now
-
-    return utc_now()
-
-
 KNOWN = {
     "input_jsonl_fpaths": "shard outputs",
     "input_jsonl_fpath": "one shard output or a glob",
@@ -122,7 +115,9 @@ def main(argv: list[str]) -> int:
         environment_server_url=settings.get("environment_server_url") or None,
         timeout_s=float(settings.get("aggregate_metrics_timeout_s", 60.0)),
     )
-    result = aggregate(options, written_at=now_iso())
+    from gymslurm.store.manifest import utc_now
+
+    result = aggregate(options, written_at=utc_now())
     for warning in result.warnings:
         print(f"gymslurm aggregate: warning: {warning}", file=sys.stderr)
     _report(result, options)

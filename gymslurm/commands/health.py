@@ -35,9 +35,10 @@ def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return 0
-    from gymslurm.commands.aggregate import as_bool, now_iso, parse_overrides
+    from gymslurm.commands.aggregate import as_bool, parse_overrides
     from gymslurm.errors import ConfigError
     from gymslurm.health import HealthThresholds, run_health_check
+    from gymslurm.store.manifest import utc_now
 
     settings, plain = parse_overrides(argv, KNOWN)
     targets = plain + ([str(settings["output_jsonl_fpath"])] if settings.get("output_jsonl_fpath") else [])
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
     for name, messages in report.failure_examples.items():
         print(f"     {name}: e.g. {messages[0]}")
     if as_bool(settings, "write_report", True):
-        _write(target, report, now_iso())
+        _write(target, report, utc_now())
     return EXIT_PASS if report.status == "pass" else EXIT_FAIL
 
 
