@@ -166,11 +166,14 @@ class DispatchLoop:
     _category: list[int] = field(default_factory=list)
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
+    in_flight_since: dict[int, float] = field(default_factory=dict)
+    last_outcome_at: float = field(default_factory=time.monotonic)
 
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
         self._queue.extend(order)
         self._category = [_category(state) for state in self.view.states]
+        self.last_outcome_at = time.monotonic()
         count = min(self.concurrency, max(len(order), 1))
         self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -207,10 +210,12 @@ class DispatchLoop:
             view.mark_reserved(index, attempt)
             episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
             counters.in_flight += 1
+            self.in_flight_since[index] = time.monotonic()
             try:
                 outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
             finally:
                 counters.in_flight -= 1
+                self.in_flight_since.pop(index, None)
             self.result.dispatched += 1
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
@@ -222,6 +227,7 @@ class DispatchLoop:
 
     def _record(self, index: int, saved: SavedOutcome) -> None:
         view, policy = self.view, self.view.policy
+        self.last_outcome_at = time.monotonic()
         if establishes_progress(saved, policy):
             self.result.progress_outcomes += 1
         if saved.kind == "failure":
@@ -230,6 +236,10 @@ class DispatchLoop:
         self._move(index, _category(state))
         if state.pending and self.retry_in_invocation and counts_against_budget(saved, policy):
             self._queue.append(index)
+
+    def oldest_in_flight_s(self, now: float) -> float | None:
+        """Age of the oldest request still in flight, or None when none is."""
+        return max(now - min(self.in_flight_since.values()), 0.0) if self.in_flight_since else None
 
     def _move(self, index: int, new: int) -> None:
         old = self._category[index]
@@ -312,6 +322,84 @@ def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
     )
 
 
+def is_stalled(in_flight: int, quiet_s: float, window_s: float | None) -> bool:
+    """The stall rule: requests are in flight and no outcome was saved for ``window_s`` (pure)."""
+    return window_s is not None and in_flight > 0 and quiet_s >= window_s
+
+
+STALL = "stall"
+
+
+@dataclass
+class LiveWatch:
+    """Every tick: stop the loop on a stall, and replace the live progress record every interval.
+
+    The record (``<stem>_progress.json``, gymslurm/store/live.py) is what ``gymslurm status``
+    reads while a link runs. Writing it is best effort: a failure is said once on stderr and never
+    stops a collection (the outcomes themselves are written and checked elsewhere).
+    """
+
+    loop: DispatchLoop
+    path: Path
+    interval_s: float
+    stall_window_s: float | None
+    stderr: IO[str]
+    started_epoch: float = field(default_factory=time.time)
+    _last_write: float = float("-inf")
+    _warned: bool = False
+
+    def tick(self, now: float) -> None:
+        """Check the stall rule, then write the record when the interval has passed."""
+        loop = self.loop
+        if not loop._stopping and is_stalled(
+            loop.counters.in_flight, now - loop.last_outcome_at, self.stall_window_s
+        ):
+            say(
+                self.stderr,
+                f"stalled: no outcome saved for {self.stall_window_s:g}s (stall_window_s) while "
+                f"{loop.counters.in_flight} request(s) were in flight; a hung server or GPU? Cancelling "
+                "them (their rollouts stay unfinished, no budget spent) and exiting 1 so the chain moves "
+                "to a fresh link",
+            )
+            loop.stop(STALL)
+        if now - self._last_write >= self.interval_s:
+            self.write(now)
+
+    def write(self, now: float, ended: bool = False) -> None:
+        """Replace the live progress record now."""
+        from gymslurm.errors import StoreError
+        from gymslurm.store.live import write_progress
+
+        self._last_write = now
+        try:
+            write_progress(self.path, self.record(now, ended))
+        except StoreError as error:
+            if not self._warned:
+                self._warned = True
+                say(self.stderr, f"warning: the live progress record was not written: {error}")
+
+    def record(self, now: float, ended: bool) -> Any:
+        """The record for this moment (``now`` is the monotonic clock)."""
+        import os
+
+        from gymslurm.progress import rate_and_eta
+        from gymslurm.store.live import LiveProgress
+        from gymslurm.store.manifest import utc_now
+
+        counters, loop = self.loop.counters, self.loop
+        rate, _ = rate_and_eta(counters, now)
+        return LiveProgress(
+            written_at=utc_now(), epoch=time.time(), pid=os.getpid(),
+            job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("GYMSLURM_JOB_ID"),
+            expected=counters.total, successful=counters.done, failed=counters.failed,
+            intentionally_omitted=counters.omitted, in_flight=counters.in_flight,
+            new_outcomes=max(counters.new_outcomes, 0), started_epoch=self.started_epoch,
+            rate_per_s=max(rate, 0.0), oldest_in_flight_s=loop.oldest_in_flight_s(now),
+            last_outcome_age_s=max(now - loop.last_outcome_at, 0.0),
+            stalled=loop.result.stopped_by == STALL, ended=ended,
+        )  # fmt: skip
+
+
 STOP_GRACE_S = 0.5
 LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
 
@@ -349,13 +437,13 @@ class SignalStop:
 
 
 async def run_dispatch(
-    loop_: DispatchLoop, order: list[int], reporter_tick: Callable[[float], None]
+    loop_: DispatchLoop, order: list[int], *ticks: Callable[[float], None]
 ) -> LoopResult:
-    """Run the dispatch loop with signal handling and a progress ticker."""
+    """Run the dispatch loop with signal handling and a ticker calling each of ``ticks``."""
     aio = asyncio.get_running_loop()
     stopper = SignalStop(loop_.stop)
     stopper.install(aio)
-    ticker = asyncio.create_task(_tick(reporter_tick))
+    ticker = asyncio.create_task(_tick(*ticks))
     try:
         return await loop_.run(order)
     finally:
@@ -363,10 +451,12 @@ async def run_dispatch(
         stopper.remove(aio)
 
 
-async def _tick(reporter_tick: Callable[[float], None]) -> None:
+async def _tick(*ticks: Callable[[float], None]) -> None:
     while True:
         await asyncio.sleep(TICK_S)
-        reporter_tick(time.monotonic())
+        now = time.monotonic()
+        for tick in ticks:
+            tick(now)
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -422,7 +512,7 @@ def _collect_prepared(
             f"{len(order)} of {len(view.states)} rollouts to dispatch "
             f"({counters.finished} already have an outcome); output {paths.output}",
         )
-        result = asyncio.run(_dispatch(settings, store, view, order, counters))
+        result = asyncio.run(_dispatch(settings, store, view, order, counters, stderr))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
     export_metrics(store, view, coverage)
@@ -430,9 +520,10 @@ def _collect_prepared(
     return _report(settings, coverage, result, paths, stderr, stdout)
 
 
-async def _dispatch(
-    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters
-) -> LoopResult:
+async def _dispatch(  # noqa: PLR0917
+    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters,
+    stderr: IO[str],
+) -> LoopResult:  # fmt: skip
     from gymslurm.dispatch import EnvironmentClient
 
     urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
@@ -455,10 +546,15 @@ async def _dispatch(
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
     )
+    watch = LiveWatch(
+        loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, stderr
+    )
+    watch.write(time.monotonic())
     try:
-        result = await run_dispatch(loop_, order, reporter.tick)
+        result = await run_dispatch(loop_, order, reporter.tick, watch.tick)
     finally:
         reporter.close(time.monotonic())
+        watch.write(time.monotonic(), ended=True)
         await client.aclose()
     return result
 
@@ -542,6 +638,11 @@ def _report(  # noqa: PLR0917
         summary_table(coverage.model_dump(), str(paths.coverage), stdout)
     if result.error is not None:
         raise result.error
+    if result.stopped_by == STALL:
+        from gymslurm.coverage import EXIT_RETRY
+
+        say(stderr, f"exit {EXIT_RETRY}: stalled (stall_window_s={settings.stall_window_s:g})")
+        return EXIT_RETRY
     completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
     if completion.warning:
         say(stderr, f"warning: {completion.warning}")

@@ -110,6 +110,7 @@ class Inputs:
 # that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
 INVOCATION_KEYS = (
     "progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume", "resubmit",
+    "live_progress_interval_s", "stall_window_s",
 )  # fmt: skip
 
 

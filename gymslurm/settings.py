@@ -60,6 +60,7 @@ class CollectSettings(BaseModel):
     dispatch_budget_s: float | None = Field(default=None, ge=0)
     dispatch_longest_first: bool = False
     request_timeout_s: float = Field(default=3600, gt=0)
+    stall_window_s: float | None = Field(default=None, gt=0)
 
     environment_server_url: str | None = None
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
@@ -68,6 +69,7 @@ class CollectSettings(BaseModel):
 
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
+    live_progress_interval_s: float = Field(default=5, gt=0)
     summary: bool = True
 
     @model_validator(mode="before")

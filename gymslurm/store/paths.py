@@ -27,6 +27,7 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "aggregate_metrics": "_aggregate_metrics.json",
     "aggregate_coverage": "_aggregate_coverage.json",
     "health": "_health.json",
+    "progress": "_progress.json",
 }
 
 
@@ -116,6 +117,10 @@ class RunPaths:
     def health(self) -> Path:
         return self._companion("_health.json")
 
+    @property
+    def progress(self) -> Path:
+        return self._companion("_progress.json")
+
     def companions(self) -> dict[str, Path]:
         """Every file of the run by role (the output itself included as ``results``)."""
         return {
@@ -132,6 +137,7 @@ class RunPaths:
             "aggregate_metrics": self.aggregate_metrics,
             "aggregate_coverage": self.aggregate_coverage,
             "health": self.health,
+            "progress": self.progress,
         }
 
     def replaced_by_fresh_run(self) -> list[Path]:

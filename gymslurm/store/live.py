@@ -1,0 +1,129 @@
+"""The two small "still alive" files a running link leaves for ``status``: progress and heartbeat.
+
+Why: ``status`` must tell the truth while a link runs, long before the link writes its decision.
+Two writers leave a sign of life, each the only writer of its file, each replacing it whole
+(``atomic.publish_json``) so a reader sees the previous record or the new one, never a mix:
+
+- ``<stem>_progress.json`` beside a collector's output: the **live progress record**, written by
+  the collector every ``live_progress_interval_s`` while it dispatches (and once at its start and
+  end): counts by category, this invocation's rate, requests in flight and the age of the oldest.
+- ``shards/NNN/heartbeat.json`` of a launcher run: the chain step's **heartbeat**, written every
+  ``interval_s`` (15 s) while a link runs: which job, since when, its pid and host.
+
+Format: both are version 1 (``format_version``), unknown fields rejected, the version checked
+before anything else (:func:`read_progress`, :func:`read_heartbeat`). A reader gets ``None`` when
+the file does not exist yet; a file it cannot trust raises :class:`~gymslurm.errors.CorruptRecordError`
+naming it. Guarantee: a writer killed at any instant leaves the previous whole record. Not
+covered: clocks that disagree between the compute node and the login node (ages are computed from
+the writer's wall clock; a skew of seconds only shifts them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gymslurm.errors import CorruptRecordError
+from gymslurm.store.atomic import publish_json
+
+LIVE_VERSION = 1
+
+
+class _Live(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: Literal[1] = LIVE_VERSION
+
+
+_T = TypeVar("_T", bound=_Live)
+
+
+class LiveProgress(_Live):
+    """``<stem>_progress.json``: what a running collector has done so far (version 1)."""
+
+    written_at: str
+    epoch: float = Field(description="written_at as seconds since the epoch (writer's clock)")
+    job_id: str | None = None
+    pid: int
+    expected: int = Field(ge=0)
+    successful: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    intentionally_omitted: int = Field(ge=0)
+    in_flight: int = Field(ge=0)
+    new_outcomes: int = Field(ge=0, description="outcomes saved by this invocation")
+    started_epoch: float
+    rate_per_s: float = Field(ge=0, description="new outcomes per second over this invocation")
+    oldest_in_flight_s: float | None = Field(default=None, ge=0)
+    last_outcome_age_s: float | None = Field(default=None, ge=0)
+    stalled: bool = False
+    ended: bool = False
+
+    @property
+    def finished(self) -> int:
+        """Rollouts with an outcome (successful, failed or omitted)."""
+        return self.successful + self.failed + self.intentionally_omitted
+
+
+class Heartbeat(_Live):
+    """``shards/NNN/heartbeat.json``: the running link's last sign of life (version 1)."""
+
+    job_id: str
+    restart_count: int = 0
+    start: str
+    at: str
+    epoch: float
+    interval_s: float = Field(gt=0)
+    pid: int
+    host: str = ""
+
+
+def progress_path(output: Path) -> Path:
+    """``<stem>_progress.json`` beside a collector output (docs/formats.md)."""
+    from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
+
+    return companion_path(output, COMPANION_SUFFIXES["progress"])
+
+
+def write_progress(path: Path, record: LiveProgress) -> None:
+    """Replace the live progress record (the collector is its only writer)."""
+    publish_json(path, record.model_dump(mode="json"))
+
+
+def write_heartbeat(path: Path, record: Heartbeat) -> None:
+    """Replace the heartbeat (the running chain step is its only writer)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    publish_json(path, record.model_dump(mode="json"))
+
+
+def read_progress(path: Path) -> LiveProgress | None:
+    """The live progress record at ``path``, or None when no collector wrote one yet."""
+    return _read(path, LiveProgress, "live progress record")
+
+
+def read_heartbeat(path: Path) -> Heartbeat | None:
+    """The heartbeat at ``path``, or None when no link wrote one yet."""
+    return _read(path, Heartbeat, "heartbeat")
+
+
+def _read(path: Path, model: type[_T], what: str) -> _T | None:
+    try:
+        raw = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise CorruptRecordError(
+            f"{path}: the {what} cannot be read ({error}); delete it, the next writer replaces it"
+        ) from error
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if version != LIVE_VERSION:
+        raise CorruptRecordError(
+            f"{path}: {what} version {version!r} is not supported (expected {LIVE_VERSION}); "
+            "use the gymslurm version that wrote it, or delete the file (its writer replaces it)"
+        )
+    try:
+        return model.model_validate(raw)
+    except ValidationError as error:
+        raise CorruptRecordError(f"{path}: malformed {what}: {error}") from error
