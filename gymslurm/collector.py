@@ -436,9 +436,7 @@ class SignalStop:
         self.installed.clear()
 
 
-async def run_dispatch(
-    loop_: DispatchLoop, order: list[int], *ticks: Callable[[float], None]
-) -> LoopResult:
+async def run_dispatch(loop_: DispatchLoop, order: list[int], *ticks: Callable[[float], None]) -> LoopResult:
     """Run the dispatch loop with signal handling and a ticker calling each of ``ticks``."""
     aio = asyncio.get_running_loop()
     stopper = SignalStop(loop_.stop)

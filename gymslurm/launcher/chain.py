@@ -39,7 +39,7 @@ from types import FrameType
 
 import psutil
 
-from gymslurm.errors import SlurmError
+from gymslurm.errors import SlurmError, StoreError
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
@@ -64,8 +64,9 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
+from gymslurm.launcher.rundir import RunDir, coverage_path
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.store import live
 from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
 HEARTBEAT_S = 15.0
@@ -157,21 +158,30 @@ class Signals:
 
 
 class Heartbeat:
-    """Replaces the shard's heartbeat file every :data:`HEARTBEAT_S` seconds while a link runs."""
+    """Replaces the shard's heartbeat file every :data:`HEARTBEAT_S` seconds while a link runs.
 
-    def __init__(self, path: Path, job_id: str, restart: int, start: str) -> None:
-        self.path, self.stop_event = path, threading.Event()
+    The file (``store/live.py``, version 1) names the job, the run's start, this process and its
+    host, and the interval, so ``status`` can call a RUNNING link whose beats stopped UNRESPONSIVE.
+    """
+
+    def __init__(
+        self, path: Path, job_id: str, restart: int, start: str, interval_s: float = HEARTBEAT_S
+    ) -> None:
+        self.path, self.stop_event, self.interval_s = path, threading.Event(), interval_s
         self.payload = {"job_id": job_id, "restart_count": restart, "start": start}
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def beat(self) -> None:
         """Write one heartbeat now."""
-        data = {**self.payload, "at": utc_now(), "epoch": time.time()}
-        with contextlib.suppress(OSError):
-            atomic_write(self.path, json.dumps(data).encode())
+        record = live.Heartbeat(
+            **self.payload, at=utc_now(), epoch=time.time(), interval_s=self.interval_s,  # type: ignore[arg-type]
+            pid=os.getpid(), host=socket.gethostname(),
+        )  # fmt: skip
+        with contextlib.suppress(StoreError):
+            live.write_heartbeat(self.path, record)
 
     def _loop(self) -> None:
-        while not self.stop_event.wait(HEARTBEAT_S):
+        while not self.stop_event.wait(self.interval_s):
             self.beat()
 
     def __enter__(self) -> Heartbeat:
@@ -215,10 +225,10 @@ def _dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, heartbe
     """What is known of a run that never wrote its decision."""
     state = "REQUEUED" if run.job_id == me[0] else _slurm_state(run.job_id, backend)
     elapsed = 0.0
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        beat = json.loads(heartbeat.read_text())
-        if (beat["job_id"], beat["restart_count"]) == (run.job_id, run.restart_count):
-            elapsed = _seconds_between(run.at, beat["at"])
+    with contextlib.suppress(StoreError):
+        beat = live.read_heartbeat(heartbeat)
+        if beat is not None and (beat.job_id, beat.restart_count) == (run.job_id, run.restart_count):
+            elapsed = _seconds_between(run.at, beat.at)
     return JobEnd(slurm_state=state, exit_code=None, elapsed_s=elapsed)
 
 

@@ -35,7 +35,7 @@ LIVE_VERSION = 1
 class _Live(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format_version: Literal[1] = LIVE_VERSION
+    format_version: Literal[1] = 1
 
 
 _T = TypeVar("_T", bound=_Live)
