@@ -69,7 +69,7 @@ from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.store import live
 from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
-HEARTBEAT_S = 15.0
+HEARTBEAT_S = live.HEARTBEAT_S
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 
 

@@ -55,6 +55,7 @@ class RunInfo(BaseModel):
     output_stem: str
     infra_retry_limit: int
     max_walltime_s: float | None
+    accounting: bool | None = None  # Slurm keeps job accounting (sacct); None: not known (local, older runs)
 
 
 @dataclass(frozen=True)

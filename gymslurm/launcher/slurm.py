@@ -127,6 +127,19 @@ def parse_scontrol_job(stdout: str) -> dict[str, str]:
     return fields
 
 
+_ACCOUNTING_TYPE = re.compile(r"^AccountingStorageType\s*=\s*(\S+)\s*$", re.M)
+
+
+def parse_accounting_storage(config: str) -> bool:
+    """Whether ``scontrol show config`` says the cluster keeps job accounting (``sacct`` answers)."""
+    match = _ACCOUNTING_TYPE.search(config)
+    if match is None:
+        raise SlurmError(
+            f"no AccountingStorageType line in `scontrol show config` output: {_quote(config.strip())!r}"
+        )
+    return match.group(1) != "accounting_storage/none"
+
+
 class SlurmClient:
     """Runs Slurm commands; every call goes through :meth:`run`, which counts it."""
 
@@ -182,6 +195,10 @@ class SlurmClient:
                 return None
             raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
         return parse_scontrol_job(done.stdout)
+
+    def accounting_enabled(self) -> bool:
+        """One ``scontrol show config``: does the cluster keep accounting? (submit records it in run.json)."""
+        return parse_accounting_storage(self.run(["scontrol", "show", "config"]).stdout)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel`` these jobs; jobs that already ended are not an error."""

@@ -1,32 +1,44 @@
-"""``gymslurm status [RUN]``: one row per shard, from the ledgers plus one scheduler query.
+"""``gymslurm status [RUN]``: a row per shard and a run summary, from the run's files and one ``squeue``.
 
-The ledgers (written by the jobs) carry budgets, decisions and exit codes, so status never needs
-``sacct`` to say how a chain is doing; the scheduler is asked once (``squeue``) for the jobs that
-are still queued or running, plus once (``sacct``, when accounting exists) for the final state of
-current jobs that ``squeue`` has forgotten after ``MinJobAge``. That is at most two queries
-however many chains a run has. :func:`verdict` is pure.
+What it reads: the ledgers (budgets, decisions, exit codes: written by the jobs), each running
+link's heartbeat and its collector's live progress record (``store/live.py``), the collector's
+coverage file, and **one** ``squeue``. ``sacct`` is asked at most once, for current jobs that
+``squeue`` has forgotten after ``MinJobAge``, and never when the run recorded at submit that the
+cluster keeps no accounting. :func:`verdict` and the other row functions are pure; the clock is
+passed in.
 
-Verdicts: HEALTHY (a link is running), WAITING (a link is pending: dependency, priority, begin
-time...), STALLED (no live job and the chain is not finished: resubmit it), ORPHANED (a job is
-queued that the chain will never use: a link left after the chain finished, two links running at
-once, or a dependency that can never be satisfied), EXHAUSTED (stopped: retries or walltime used
-up), DONE, FAILED (stopped on terminal failures).
+Verdicts (docs/launcher.md): HEALTHY (a link is running and beating), UNRESPONSIVE (a RUNNING link
+whose heartbeat stopped for more than :data:`STALE_BEATS` intervals: the step is frozen or lost
+its node), WAITING (a link is pending), STALLED (no live job and the chain is not finished:
+resubmit it), CANCELLED (``gymslurm cancel`` stopped it), ORPHANED (a job is queued that the chain
+will never use), EXHAUSTED (retries or walltime used up), DONE, FAILED (terminal failures).
+
+The report (``--json``) is :data:`STATUS_SCHEMA` version :data:`STATUS_VERSION`; the HTML report
+embeds the same document (docs/launcher.md, "The status document").
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import LIVE_STATES, Backend
-from gymslurm.launcher.decide import Decision
+from gymslurm.launcher.decide import Decision, job_exit_code
 from gymslurm.launcher.ledger import ChainState, summarize
-from gymslurm.launcher.rundir import RunDir, coverage_path
+from gymslurm.launcher.rundir import RunDir, RunInfo, coverage_path
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.store import live
 
+STATUS_SCHEMA = "gymslurm.status"
+STATUS_VERSION = 1
+STALE_BEATS = 2.0
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
 VERDICT_OF_STOP = {
     Decision.DONE: "DONE",
@@ -36,17 +48,31 @@ VERDICT_OF_STOP = {
 }
 
 
-def verdict(state: ChainState, live: list[QueueRow]) -> tuple[str, str]:
-    """The chain's verdict and why, from its ledger state and its jobs still in the queue."""
-    running = [row for row in live if row.state in RUNNING_STATES]
-    pending = [row for row in live if row.state not in RUNNING_STATES]
+@dataclass(frozen=True)
+class Beat:
+    """How long the running link has been silent: seconds since its last heartbeat, and the interval."""
+
+    age_s: float
+    interval_s: float
+    since_start: bool = False  # no heartbeat of this job yet: the age counts from its start record
+
+    @property
+    def stale(self) -> bool:
+        """Silent for more than :data:`STALE_BEATS` intervals."""
+        return self.age_s > STALE_BEATS * self.interval_s
+
+
+def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = None) -> tuple[str, str]:
+    """The chain's verdict and why: from its ledger, its jobs in the queue and the running link's beat."""
+    running = [row for row in live_jobs if row.state in RUNNING_STATES]
+    pending = [row for row in live_jobs if row.state not in RUNNING_STATES]
     if state.finished:
         deciding = state.last_decision.job_id if state.last_decision else None
-        live = [row for row in live if row.job_id != deciding]  # it is only exiting
-        if live:
-            return "ORPHANED", f"the chain finished but job {live[0].job_id} is still {live[0].state}"
+        left = [row for row in live_jobs if row.job_id != deciding]  # the decider is only exiting
+        if left:
+            return "ORPHANED", f"the chain finished but job {left[0].job_id} is still {left[0].state}"
         if state.cancelled:
-            return "STALLED", "cancelled; 'gymslurm resubmit' starts it again"
+            return "CANCELLED", "stopped by 'gymslurm cancel'; 'gymslurm resubmit' starts it again"
         assert state.last_decision is not None
         return VERDICT_OF_STOP[state.last_decision.decision], state.last_decision.reason
     if len(running) > 1:
@@ -55,35 +81,185 @@ def verdict(state: ChainState, live: list[QueueRow]) -> tuple[str, str]:
     if never:
         return "ORPHANED", f"job {never[0].job_id} waits on a dependency that can never be satisfied"
     if running:
-        return "HEALTHY", f"job {running[0].job_id} {running[0].state}"
+        job = running[0]
+        if beat is not None and beat.stale and job.state == "RUNNING":
+            what = "it wrote no heartbeat since it started" if beat.since_start else "its heartbeat stopped"
+            return "UNRESPONSIVE", (
+                f"job {job.job_id} is RUNNING but {what} {human_duration(beat.age_s)} ago (one every "
+                f"{beat.interval_s:g}s): the step is frozen or lost its node; read 'gymslurm logs', "
+                f"then 'scancel {job.job_id}' lets the chain go on with a fresh link"
+            )
+        return "HEALTHY", f"job {job.job_id} {job.state}"
     if pending:
         return "WAITING", f"job {pending[0].job_id} pending ({pending[0].reason})"
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
 
 
+def human_duration(seconds: float | None) -> str:
+    """``45s``, ``12m05s``, ``3h04m``, ``2d03h`` (``-`` for unknown)."""
+    if seconds is None:
+        return "-"
+    total = round(max(seconds, 0.0))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+@dataclass
+class Counts:
+    """A shard's coverage counts, from the live record while a collector runs, else its coverage file."""
+
+    expected: int | None = None
+    successful: int = 0
+    failed: int = 0
+    omitted: int = 0
+    in_flight: int = 0
+    rate_per_s: float | None = None
+    live: bool = False
+    failed_by_class: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """``30/200 ok, 1 failed`` (``-`` before any collector wrote anything)."""
+        if self.expected is None:
+            return "-"
+        return f"{self.successful}/{self.expected} ok, {self.failed} failed"
+
+    @property
+    def left(self) -> int:
+        """Rollouts without an outcome yet."""
+        return max((self.expected or 0) - self.successful - self.failed - self.omitted, 0)
+
+
+def counts_of(coverage: dict[str, Any] | None, record: live.LiveProgress | None, running: bool) -> Counts:
+    """The newest of the coverage file and the live progress record; a rate only while a link runs (pure)."""
+    counts = Counts()
+    if coverage is not None:
+        counts = Counts(
+            coverage.get("expected"), int(coverage.get("successful", 0)), int(coverage.get("failed", 0)),
+            int(coverage.get("intentionally_omitted", 0)),
+            failed_by_class=dict(coverage.get("failed_by_class") or {}),
+        )  # fmt: skip
+    if record is not None and (coverage is None or record.epoch >= _epoch(coverage.get("written_at"))):
+        counts = Counts(
+            record.expected, record.successful, record.failed, record.intentionally_omitted,
+            record.in_flight if running else 0, record.rate_per_s if running and not record.ended else None,
+            live=running and not record.ended, failed_by_class=counts.failed_by_class,
+        )  # fmt: skip
+    return counts
+
+
+def _epoch(iso: object) -> float:
+    try:
+        return datetime.fromisoformat(str(iso)).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def eta_s(counts: Counts, running: bool) -> float | None:
+    """Seconds left at the running collector's rate, or None when nothing runs or no rate is known."""
+    if not running or not counts.rate_per_s:
+        return None
+    return counts.left / counts.rate_per_s
+
+
+def walltime_text(total_s: float, budget_s: float, cap_s: float | None, epochs: int) -> str:
+    """``1h02m/24h00m``; after a resubmit, total and budget: ``3h10m (1h02m/24h00m since resubmit)``."""
+    cap = "none" if cap_s is None else human_duration(cap_s)
+    if epochs > 1 and round(total_s) != round(budget_s):
+        return f"{human_duration(total_s)} ({human_duration(budget_s)}/{cap} since resubmit)"
+    return f"{human_duration(budget_s)}/{cap}"
+
+
 @dataclass
 class ShardStatus:
-    """One row of the status table."""
+    """One row of the status table (one entry of ``shards`` in the status document)."""
 
     shard: int
     verdict: str
     why: str
     job: str | None
     job_state: str
+    successor: str | None
+    successor_state: str
     jobs: int
     last_exit: int | None
+    collector_exit: int | None
     last_decision: str | None
     retries: str
     walltime: str
+    walltime_used_s: float
+    walltime_budget_s: float
+    walltime_cap_s: float | None
     coverage: str
+    expected: int | None
+    successful: int
+    failed: int
+    omitted: int
+    in_flight: int
+    live: bool
+    rate_per_s: float | None
+    eta_s: float | None
+    eta: str
+    heartbeat_age_s: float | None
+    log: str | None
+    server_logs: list[str]
+    failed_by_class: dict[str, int]
 
 
-def _coverage(path: Path) -> str:
+@dataclass(frozen=True)
+class ShardFiles:
+    """What a shard's files say (read once per shard by :func:`read_shard_files`)."""
+
+    coverage: dict[str, Any] | None
+    progress: live.LiveProgress | None
+    heartbeat: live.Heartbeat | None
+    problems: tuple[str, ...] = ()
+
+
+def _coverage(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-        return f"{data['successful']}/{data['expected']} ok, {data.get('failed', 0)} failed"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "-"
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format_version") == 1 else None
+
+
+def read_shard_files(run: RunDir, shard: int, stem: str) -> ShardFiles:
+    """The shard's coverage file, live progress record and heartbeat (an unreadable one is named)."""
+    output = run.shard_output(shard, stem)
+    problems: list[str] = []
+    progress = heartbeat = None
+    try:
+        progress = live.read_progress(live.progress_path(output))
+    except StoreError as error:
+        problems.append(str(error))
+    try:
+        heartbeat = live.read_heartbeat(run.heartbeat(shard))
+    except StoreError as error:
+        problems.append(str(error))
+    return ShardFiles(_coverage(coverage_path(output)), progress, heartbeat, tuple(problems))
+
+
+def beat_of(
+    state: ChainState, running: QueueRow | None, heartbeat: live.Heartbeat | None, now: float
+) -> Beat | None:
+    """The running link's silence: from its heartbeat, else from its start record (pure)."""
+    if running is None:
+        return None
+    if heartbeat is not None and heartbeat.job_id == running.job_id:
+        return Beat(max(now - heartbeat.epoch, 0.0), heartbeat.interval_s)
+    starts = [run for run in state.open_runs if run.job_id == running.job_id]
+    if starts:
+        return Beat(max(now - _epoch(starts[-1].at), 0.0), live.HEARTBEAT_S, since_start=True)
+    return None
 
 
 def _job_state(
@@ -101,41 +277,136 @@ def _job_state(
 
 def shard_status(
     shard: int, state: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
-    *, limit: int, cap_s: float | None, output: Path,
+    *, info: RunInfo, files: ShardFiles, now: float, logs: LogIndex,
 ) -> ShardStatus:  # fmt: skip
-    """One shard's row."""
-    live = [queue[j] for j in state.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
-    word, why = verdict(state, live)
+    """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock)."""
+    live_jobs = [queue[j] for j in state.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
+    running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
+    beat = beat_of(state, running, files.heartbeat, now)
+    word, why = verdict(state, live_jobs, beat)
+    if files.problems:
+        why = f"{why}; {'; '.join(files.problems)}"
+    job = running.job_id if running else state.current_job
+    successor = state.successor_of.get(job) if job else None
+    if successor == job or (successor is not None and successor not in queue):
+        successor = None
     last = state.last_decision
-    cap = "none" if cap_s is None else f"{cap_s:.0f}s"
+    running_s = 0.0
+    if running is not None:
+        starts = [run for run in state.open_runs if run.job_id == running.job_id]
+        running_s = max(now - _epoch(starts[-1].at), 0.0) if starts else 0.0
+    used, budget = state.total_walltime_s + running_s, state.budgets.walltime_s + running_s
+    counts = counts_of(files.coverage, files.progress, running is not None)
+    eta = eta_s(counts, running is not None and word == "HEALTHY")
     return ShardStatus(
-        shard=shard, verdict=word, why=why, job=state.current_job,
-        job_state=_job_state(state.current_job, queue, accounting), jobs=len(state.decided),
-        last_exit=last.exit_code if last else None, last_decision=str(last.decision) if last else None,
-        retries=f"{state.budgets.infra_retries_used}/{limit}",
-        walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
-        coverage=_coverage(coverage_path(output)),
+        shard=shard, verdict=word, why=why, job=job, job_state=_job_state(job, queue, accounting),
+        successor=successor, successor_state=_job_state(successor, queue, accounting) if successor else "-",
+        jobs=len(state.decided),
+        last_exit=job_exit_code(last.decision) if last and last.accounted_by is None else None,
+        collector_exit=last.exit_code if last else None,
+        last_decision=str(last.decision) if last else None,
+        retries=f"{state.budgets.infra_retries_used}/{info.infra_retry_limit}",
+        walltime=walltime_text(used, budget, info.max_walltime_s, state.epochs),
+        walltime_used_s=round(used, 1), walltime_budget_s=round(budget, 1),
+        walltime_cap_s=info.max_walltime_s,
+        coverage=counts.text, expected=counts.expected, successful=counts.successful, failed=counts.failed,
+        omitted=counts.omitted, in_flight=counts.in_flight, live=counts.live,
+        rate_per_s=None if counts.rate_per_s is None else round(counts.rate_per_s, 3),
+        eta_s=None if eta is None else round(eta, 1), eta=human_duration(eta),
+        heartbeat_age_s=None if beat is None else round(beat.age_s, 1),
+        log=logs.job_log(shard, job), server_logs=logs.server_logs(shard),
+        failed_by_class=counts.failed_by_class,
     )  # fmt: skip
 
 
-def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
-    """Every shard's status and the aggregation's, with one queue query (+ one accounting query)."""
+@dataclass(frozen=True)
+class LogIndex:
+    """Where a run's logs are (one listing of ``logs/``, so status stays one pass however many shards)."""
+
+    folder: Path
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, run: RunDir) -> LogIndex:
+        """List ``logs/`` once."""
+        folder = run.root / "logs"
+        try:
+            return cls(folder, frozenset(os.listdir(folder)))
+        except OSError:
+            return cls(folder, frozenset())
+
+    def job_log(self, shard: int | None, job: str | None) -> str | None:
+        """A job's output file (``logs/shard-NNN-<job>.out``), if it exists."""
+        if job is None:
+            return None
+        name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{job}.out"
+        return str(self.folder / name) if name in self.names else None
+
+    def server_logs(self, shard: int) -> list[str]:
+        """The shard's Environment Server logs (``logs/server-<name>-sNNN.log``)."""
+        suffix = f"-s{shard:03d}.log"
+        names = [n for n in self.names if n.startswith("server-") and n.endswith(suffix)]
+        return sorted(str(self.folder / n) for n in names)
+
+
+def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
+    """The run-level line: rollouts done of expected, ETA at the summed rate of running links, failures."""
+    expected = sum(row.expected or 0 for row in rows)
+    finished = sum(row.successful + row.failed + row.omitted for row in rows)
+    rate = sum(row.rate_per_s or 0.0 for row in rows if row.verdict == "HEALTHY")
+    by_class: dict[str, int] = {}
+    for row in rows:
+        for name, n in row.failed_by_class.items():
+            by_class[name] = by_class.get(name, 0) + n
+    verdicts: dict[str, int] = {}
+    for row in rows:
+        verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
+    eta = (expected - finished) / rate if rate > 0 and expected > finished else None
+    return {
+        "expected": expected, "successful": sum(row.successful for row in rows),
+        "failed": sum(row.failed for row in rows), "omitted": sum(row.omitted for row in rows),
+        "rate_per_s": round(rate, 3), "eta_s": None if eta is None else round(eta, 1),
+        "eta": human_duration(eta), "failed_by_class": dict(sorted(by_class.items())),
+        "verdicts": dict(sorted(verdicts.items())),
+        "walltime_used_s": round(sum(row.walltime_used_s for row in rows), 1),
+    }  # fmt: skip
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    """``run: 120/400 ok, 3 failed (timeout 2, http_5xx 1), 0 omitted; 2 HEALTHY, 1 DONE; ETA 12m30s``."""
+    classes = ", ".join(f"{name} {n}" for name, n in summary["failed_by_class"].items())
+    verdicts = ", ".join(f"{n} {v}" for v, n in summary["verdicts"].items())
+    return (
+        f"run: {summary['successful']}/{summary['expected']} ok, {summary['failed']} failed"
+        f"{f' ({classes})' if classes else ''}, {summary['omitted']} omitted; {verdicts}; "
+        f"ETA {summary['eta']}; walltime {human_duration(summary['walltime_used_s'])}"
+    )
+
+
+def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[str, Any]:
+    """The status document of a run: every shard, the aggregation and the summary, with one queue query.
+
+    ``sacct`` (one more query) only for current jobs ``squeue`` forgot, and never when the run's
+    ``run.json`` says the cluster keeps no accounting.
+    """
+    now = time.time() if now is None else now
     info = run.read_info()
     states = [summarize(run.ledger(s).read()) for s in range(info.shards)]
     aggregate = summarize(run.aggregate_ledger.read())
     queue = backend.queue()
     forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
-    accounting = backend.accounting(forgotten) if forgotten else {}
-    limits = (info.infra_retry_limit, info.max_walltime_s, info.output_stem)
+    accounting = backend.accounting(forgotten) if forgotten and info.accounting is not False else {}
+    logs = LogIndex.of(run)
     rows = [
         shard_status(
             i,
             st,
             queue,
             accounting,
-            limit=limits[0],
-            cap_s=limits[1],
-            output=_shard_output(run, i, limits[2]),
+            info=info,
+            files=read_shard_files(run, i, info.output_stem),
+            now=now,
+            logs=logs,
         )
         for i, st in enumerate(states)
     ]
@@ -146,45 +417,49 @@ def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
     if aggregate.last_decision and not agg_live:
         agg_state = f"{aggregate.last_decision.decision}: {aggregate.last_decision.reason}"
     return {
-        "run": run.name, "path": str(run.root), "backend": info.backend,
+        "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
+        "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
+        "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
+        "summary": summary_of(rows),
         "shards": [asdict(row) for row in rows],
         "aggregation": {
             "job": aggregate.latest_job, "state": agg_state,
             "finished": aggregate.last_decision is not None and not agg_live,
+            "log": logs.job_log(None, aggregate.latest_job),
         },
         "queries": backend.queries,
     }  # fmt: skip
 
 
-def _shard_output(run: RunDir, shard: int, stem: str) -> Path:
-    return run.shard_output(shard, stem)
-
-
 COLUMNS = [
-    ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"), ("jobs", "jobs"),
-    ("last_exit", "exit"), ("last_decision", "decision"), ("retries", "retries"), ("walltime", "walltime"),
-    ("coverage", "coverage"),
+    ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"),
+    ("successor", "next"), ("jobs", "links"), ("last_exit", "exit"), ("last_decision", "decision"),
+    ("retries", "retries"), ("walltime", "walltime"), ("coverage", "coverage"), ("eta", "eta"),
 ]  # fmt: skip
+COLOURS = {"HEALTHY": "green", "DONE": "green", "WAITING": "cyan", "STALLED": "yellow", "CANCELLED": "yellow",
+           "UNRESPONSIVE": "red", "ORPHANED": "magenta", "EXHAUSTED": "red", "FAILED": "red"}  # fmt: skip
 
 
 def print_table(report: dict[str, Any]) -> None:
-    """The status as a rich table (plain text when not on a terminal)."""
+    """The status as a rich table (plain text when not on a terminal), the reasons and the summary line."""
     from rich.console import Console
     from rich.table import Table
 
-    colours = {"HEALTHY": "green", "DONE": "green", "WAITING": "cyan", "STALLED": "yellow",
-               "ORPHANED": "magenta", "EXHAUSTED": "red", "FAILED": "red"}  # fmt: skip
     table = Table(title=f"run {report['run']} ({report['backend']})")
     for _, title in COLUMNS:
         table.add_column(title)
     for row in report["shards"]:
         cells = [str(row[key]) if row[key] is not None else "-" for key, _ in COLUMNS]
-        cells[1] = f"[{colours.get(row['verdict'], 'white')}]{row['verdict']}[/]"
+        cells[1] = f"[{COLOURS.get(row['verdict'], 'white')}]{row['verdict']}[/]"
+        if row["live"]:
+            cells[10] += " (live)"
         table.add_row(*cells)
     # Off a terminal (a batch log, a pipe) rich would squeeze the table into 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = Console() if sys.stdout.isatty() else Console(width=180)
     console.print(table)
     for row in report["shards"]:
-        console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}", highlight=False)
+        where = f" (log {row['log']})" if row["log"] and row["verdict"] not in ("DONE",) else ""
+        console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}{where}", highlight=False)
     agg = report["aggregation"]
-    console.print(f"aggregation: {agg['job'] or '-'} {agg['state']}")
+    console.print(f"aggregation: {agg['job'] or '-'} {agg['state']}", highlight=False)
+    console.print(summary_line(report["summary"]), highlight=False)

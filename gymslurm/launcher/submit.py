@@ -174,10 +174,13 @@ def submit(
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
     run.root.mkdir(parents=True)
+    backend = backend_for(run, backend_kind)
+    accounting = backend.client.accounting_enabled() if isinstance(backend, SlurmBackend) else None
     info = RunInfo(
         name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
+        accounting=accounting,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
@@ -186,7 +189,6 @@ def submit(
     counts = split_dataset(dataset, run, settings.shards)
     (run.root / "logs").mkdir(exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
-    backend = backend_for(run, backend_kind)
     for shard in range(settings.shards):
         job = backend.submit(run.script(shard))
         run.ledger(shard).append(Submitted(job_id=job, by="submit"))
@@ -195,7 +197,7 @@ def submit(
     return wait_for_run(run, backend) if wait else 0
 
 
-FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "ORPHANED"})
+FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED"})
 
 
 def run_has_ended(report: dict[str, Any]) -> bool:

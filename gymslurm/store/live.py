@@ -30,6 +30,7 @@ from gymslurm.errors import CorruptRecordError
 from gymslurm.store.atomic import publish_json
 
 LIVE_VERSION = 1
+HEARTBEAT_S = 15.0  # how often a running chain step replaces its heartbeat
 
 
 class _Live(BaseModel):

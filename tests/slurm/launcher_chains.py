@@ -18,7 +18,7 @@ from typing import Any
 from .helpers import SlurmUser
 
 STANDIN = Path(__file__).with_name("launcher_standin_collector.py")
-FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED"}
+FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED"}
 
 
 @dataclass

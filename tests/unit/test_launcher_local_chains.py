@@ -125,7 +125,7 @@ def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None
 
 
 def test_status_while_running_then_cancel(tmp_path: Path) -> None:
-    """status shows HEALTHY while a link runs; cancel records it and leaves no live job."""
+    """status shows HEALTHY while a link runs; after cancel it reads CANCELLED and no job is live."""
     run = _submit(tmp_path, [{"exit": 0, "sleep": 60}], "shards=1", "aggregation.enabled=false")
     deadline = time.monotonic() + 30
     while status(run)["shards"][0]["verdict"] != "HEALTHY":
@@ -133,7 +133,7 @@ def test_status_while_running_then_cancel(tmp_path: Path) -> None:
         time.sleep(0.2)
     gymslurm("cancel", str(run))
     report = wait_until_final(run, aggregation=False)
-    assert report["shards"][0]["verdict"] == "STALLED"
+    assert report["shards"][0]["verdict"] == "CANCELLED"
     assert any(r["kind"] == "cancelled" for r in ledger(run))
 
 
