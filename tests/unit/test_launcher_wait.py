@@ -21,6 +21,8 @@ CASES = [
     ("a FAILED shard without aggregation is the end", report(["DONE", "FAILED"]), True),
     ("an EXHAUSTED shard with an aggregation still running is not", report(["EXHAUSTED"], "9"), False),
     ("a STALLED chain is the end (resubmit restarts it)", report(["STALLED", "DONE"]), True),
+    ("a CANCELLED chain is the end", report(["CANCELLED", "CANCELLED"]), True),
+    ("an UNRESPONSIVE link has not ended (Slurm or a cancel will end it)", report(["UNRESPONSIVE"]), False),
 ]
 
 
