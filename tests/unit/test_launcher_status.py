@@ -190,7 +190,7 @@ def test_exit_column_is_the_jobs_exit_and_the_collectors_is_its_own() -> None:
     """`exit` is what the job gave Slurm; a CONTINUE after the collector's 75 is a job exit 0."""
     row = _shard([*GOING], [_row("2", "PENDING")], ShardFiles(None, None, None))
     assert (row["last_exit"], row["collector_exit"]) == (0, 0)
-    after_75 = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE, code=75), Submitted(job_id="2", after="1")]
+    after_75 = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE, code=75), GOING[2]]
     row = _shard(after_75, [_row("2", "PENDING")], ShardFiles(None, None, None))
     assert (row["last_exit"], row["collector_exit"]) == (0, 75)
 
