@@ -74,12 +74,19 @@ def _list_runs(runs: list[Any], as_json: bool) -> int:
         )  # fmt: skip
     if as_json:
         print(json.dumps(listed, indent=2))
-    elif not listed:
-        print("no runs yet; start one with: gymslurm submit demo")
-    for item in [] if as_json else listed:
+        return 0
+    print(list_header())
+    if not listed:
+        print("(no runs yet; start one with: gymslurm submit demo)")
+    for item in listed:
         summary = ", ".join(f"{n} {v}" for v, n in sorted(item["shards"].items()))
-        print(f"{item['run']:<40} {item['backend']:<6} {item['created_at'][:19]}  {summary}")
+        print(f"{item['run']:<40} {item['backend']:<7} {item['created_at'][:19]:<19}  {summary}")
     return 0
+
+
+def list_header() -> str:
+    """The header of ``gymslurm status`` with no run: always printed, even with no run."""
+    return f"{'run':<40} {'backend':<7} {'created (UTC)':<19}  shards by verdict"
 
 
 class _SharedSlurm:

@@ -262,3 +262,15 @@ def test_status_document_is_versioned_and_lists_columns_and_summary(tmp_path: Pa
     assert report["queries"] == 2  # accounting not known: squeue + the one sacct for the forgotten job
     assert {"verdict", "job", "successor", "walltime", "coverage", "eta", "log"} <= set(report["shards"][0])
     assert {"expected", "successful", "eta", "failed_by_class", "verdicts"} <= set(report["summary"])
+
+
+def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gymslurm status` with no run prints the column header, with no run and with runs."""
+    from gymslurm.launcher.cli import list_header, main
+
+    assert main("status", ["--run-root", str(tmp_path / "none")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == list_header()
+    _run_with_forgotten_job(tmp_path / "runs", accounting=None)
+    assert main("status", ["--run-root", str(tmp_path / "runs")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == list_header() and lines[1].startswith("run ") and "1 STALLED" in lines[1]
