@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),
     "submit": ("gymslurm.launcher.cli", "submit a benchmark as self-healing Slurm job chains"),
     "status": ("gymslurm.launcher.cli", "show the health of each chain of a run"),
+    "logs": ("gymslurm.launcher.cli", "print a link's job log and its servers' logs (--follow)"),
     "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
     "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
     "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
@@ -65,4 +66,4 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-_LAUNCHER = {"submit", "status", "resubmit", "cancel", "chain-step"}
+_LAUNCHER = {"submit", "status", "logs", "resubmit", "cancel", "chain-step"}

@@ -1,4 +1,4 @@
-"""The launcher's commands: ``submit``, ``status``, ``resubmit``, ``cancel`` and ``chain-step``.
+"""The launcher's commands: ``submit``, ``status``, ``logs``, ``resubmit``, ``cancel`` and ``chain-step``.
 
 ``gymslurm.cli`` routes each of these names here as ``main(command, argv)``; each parses its own
 arguments with argparse (benchmark overrides are Hydra's ``key=value`` and pass through).
@@ -118,6 +118,27 @@ class _SharedSlurm:
         raise NotImplementedError("listing runs never cancels")
 
 
+def _logs(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm logs", description="Print a link's job log and its Environment Servers' logs."
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--shard", type=int, default=0, help="the shard (default 0)")
+    which.add_argument("--aggregate", action="store_true", help="the aggregation job's log")
+    parser.add_argument(
+        "--link", type=int, default=-1, help="1 = the chain's first job, -1 = newest (default)"
+    )
+    parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the link decided")
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.logs import show
+    from gymslurm.launcher.submit import resolve_run_or_job
+
+    run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
+    return show(run, None if args.aggregate else args.shard, args.link, args.follow)
+
+
 def _resubmit(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="gymslurm resubmit", description="Fresh budgets and new chains for a run's unfinished shards."
@@ -169,6 +190,7 @@ def _chain_step(argv: list[str]) -> int:
 COMMANDS = {
     "submit": _submit,
     "status": _status,
+    "logs": _logs,
     "resubmit": _resubmit,
     "cancel": _cancel,
     "chain-step": _chain_step,

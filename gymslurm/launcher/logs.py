@@ -1,0 +1,115 @@
+"""``gymslurm logs RUN [--shard N | --aggregate] [--link K] [--follow]``: a link's job and server logs.
+
+Why: the logs a user needs sit in ``<run>/logs/`` under names they should not have to rebuild
+(``shard-NNN-<job>.out`` per job, appended across requeues; ``server-<name>-sNNN.log`` per shard and
+server, appended across links). The link is picked from the shard's ledger (no scheduler query):
+``--link 1`` is the first job of the chain that started, ``--link -1`` (default) the newest.
+``--follow`` keeps printing what is appended until the link has written its decision (or Ctrl-C).
+
+:func:`pick_job` and :func:`log_files` are pure; :func:`show` does the reading and printing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.ledger import Ledger, Record, Started, summarize
+from gymslurm.launcher.rundir import RunDir
+
+
+def chain_links(records: list[Record]) -> list[str]:
+    """The chain's links in order: the jobs that started, else (none started yet) the jobs submitted."""
+    started = list(dict.fromkeys(r.job_id for r in records if isinstance(r, Started)))
+    return started or summarize(records).jobs
+
+
+def pick_job(jobs: list[str], link: int, where: str) -> str:
+    """The job of link ``link`` (1-based; negative counts from the newest) of :func:`chain_links`."""
+    if not jobs:
+        raise ConfigError(f"{where} has no job yet: nothing was submitted (its ledger is empty)")
+    if link == 0 or not -len(jobs) <= link <= len(jobs):
+        raise ConfigError(f"{where} has {len(jobs)} link(s): --link takes 1..{len(jobs)} or -1..-{len(jobs)}")
+    return jobs[link - 1 if link > 0 else link]
+
+
+@dataclass(frozen=True)
+class LogFiles:
+    """A link's job log and the Environment Server logs of its shard."""
+
+    job: str
+    job_log: Path
+    server_logs: list[Path]
+
+
+def log_files(run: RunDir, shard: int | None, job: str, listing: list[str]) -> LogFiles:
+    """Where a job's log and its shard's server logs are, given the names in ``logs/`` (pure)."""
+    folder = run.root / "logs"
+    job_log = Path(str(run.log_pattern(shard)).replace("%j", job))
+    suffix = "" if shard is None else f"-s{shard:03d}.log"
+    servers = sorted(
+        folder / n for n in listing if shard is not None and n.startswith("server-") and n.endswith(suffix)
+    )
+    return LogFiles(job, job_log, servers)
+
+
+def _ledger(run: RunDir, shard: int | None) -> Ledger:
+    return run.aggregate_ledger if shard is None else run.ledger(shard)
+
+
+def show(run: RunDir, shard: int | None, link: int, follow: bool, out: IO[str] = sys.stdout) -> int:
+    """Print the link's job log then its servers' logs; with ``follow``, keep printing until it decided."""
+    info = run.read_info()
+    if shard is not None and not 0 <= shard < info.shards:
+        raise ConfigError(f"run {run.name} has shards 0..{info.shards - 1}, not {shard}")
+    where = f"run {run.name} {'aggregation' if shard is None else f'shard {shard}'}"
+    job = pick_job(chain_links(_ledger(run, shard).read()), link, where)
+    folder = run.root / "logs"
+    listing = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    files = log_files(run, shard, job, listing)
+    offsets: dict[Path, int] = {}
+    for path in [files.job_log, *files.server_logs]:
+        offsets[path] = _print_file(path, out, 0, header=True)
+    if not files.server_logs and shard is not None:
+        print(
+            f"(no server logs: the benchmark's servers are given by url, or none started yet in {folder})",
+            file=out,
+        )
+    while follow and not _settled(run, shard, job):
+        time.sleep(1.0)
+        for path in [files.job_log, *files.server_logs]:
+            offsets[path] = _print_file(path, out, offsets[path], header=False)
+    if follow:
+        for path in [files.job_log, *files.server_logs]:
+            offsets[path] = _print_file(path, out, offsets[path], header=False)
+        print(f"(job {job} has written its decision, or the chain ended; stopped following)", file=out)
+    return 0
+
+
+def _settled(run: RunDir, shard: int | None, job: str) -> bool:
+    state = summarize(_ledger(run, shard).read())
+    decided = any(decided_job == job for decided_job, _ in state.decided)
+    return state.finished or (decided and not any(started.job_id == job for started in state.open_runs))
+
+
+def _print_file(path: Path, out: IO[str], offset: int, header: bool) -> int:
+    """Print ``path`` from ``offset``; returns the new offset."""
+    if header:
+        print(f"==> {path} <==", file=out)
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        if header:
+            print(
+                "(not written yet: the job has not started, or Slurm writes its output elsewhere)", file=out
+            )
+        return offset
+    out.write(data.decode(errors="replace"))
+    out.flush()
+    return offset + len(data)
