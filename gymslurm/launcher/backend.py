@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -68,6 +68,10 @@ class SlurmBackend:
         """``sbatch --parsable [--dependency=afterany:...] SCRIPT``."""
         return self.client.submit(script, after=after)
 
+    def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
+        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] SCRIPT``: the array job's id."""
+        return self.client.submit(script, after=after, array=indices)
+
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel``."""
         self.client.cancel(job_ids)
@@ -100,8 +104,18 @@ def choose_backend(wanted: str, run_root: Path | None = None, local_dir: Path | 
     return LocalBackend(local_dir)
 
 
-def current_job() -> tuple[str, int]:
-    """This job's id and restart count (Slurm's variables, or the local backend's)."""
-    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("GYMSLURM_JOB_ID") or f"pid-{os.getpid()}"
-    restarts = os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("GYMSLURM_RESTART_COUNT") or "0"
+def current_job(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """This job's id and restart count (Slurm's variables, or the local backend's).
+
+    An array task is ``ARRAYJOB_TASK`` (``162_7``), the id ``sbatch``, ``squeue -r``, ``scancel`` and
+    ``--dependency`` all use for it; its own ``SLURM_JOB_ID`` is known only once it runs.
+    """
+    env = os.environ if environ is None else environ
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    job_id = (
+        f"{array}_{task}"
+        if array and task
+        else env.get("SLURM_JOB_ID") or env.get("GYMSLURM_JOB_ID") or f"pid-{os.getpid()}"
+    )
+    restarts = env.get("SLURM_RESTART_COUNT") or env.get("GYMSLURM_RESTART_COUNT") or "0"
     return job_id, int(restarts)

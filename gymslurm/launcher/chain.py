@@ -64,7 +64,7 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, coverage_path
+from gymslurm.launcher.rundir import RunDir, coverage_path, ensure_shard_input
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.store import live
 from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
@@ -273,12 +273,21 @@ def _live(job_id: str | None, backend: Backend) -> bool:
     return row is not None and row.state in LIVE_STATES
 
 
+def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:
+    """Queue a link of ``shard``: a one-task array of ``scripts/links.sbatch`` in an array run."""
+    from gymslurm.launcher.backend import SlurmBackend
+
+    if isinstance(backend, SlurmBackend) and run.read_info().array:
+        return f"{backend.submit_array(run.links_script, str(shard), after=after)}_{shard}"
+    return backend.submit(run.script(shard), after=after)
+
+
 def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: Backend) -> str:
     """The queued link that follows this job, submitting one if there is none."""
     existing = summarize(ledger.read()).successor_of.get(me)
     if existing and _live(existing, backend):
         return existing
-    successor = backend.submit(run.script(shard), after=[me])
+    successor = submit_link(run, shard, backend, after=[me])
     ledger.append(Submitted(job_id=successor, after=me, by=me))
     log(f"successor {successor} queued after {me}")
     if summarize(ledger.read()).cancelled:  # cancel ran meanwhile (it looks again after recording)
@@ -334,6 +343,8 @@ def run_link(
         successor = None
     output = run.shard_output(shard, settings.output_stem)
     output.parent.mkdir(parents=True, exist_ok=True)
+    if run.read_info().array:
+        ensure_shard_input(run, shard, settings.shards)
     before_progress = read_progress(output)
     with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at):
         code, killer, note = _collect(run, shard, settings, signals, state.resubmit_pending)

@@ -49,7 +49,7 @@ class LogFiles:
 def log_files(run: RunDir, shard: int | None, job: str, listing: list[str]) -> LogFiles:
     """Where a job's log and its shard's server logs are, given the names in ``logs/`` (pure)."""
     folder = run.root / "logs"
-    job_log = Path(str(run.log_pattern(shard)).replace("%j", job))
+    job_log = folder / f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{job}.out"
     suffix = "" if shard is None else f"-s{shard:03d}.log"
     servers = sorted(
         folder / n for n in listing if shard is not None and n.startswith("server-") and n.endswith(suffix)
@@ -67,7 +67,8 @@ def show(run: RunDir, shard: int | None, link: int, follow: bool, out: IO[str] =
     if shard is not None and not 0 <= shard < info.shards:
         raise ConfigError(f"run {run.name} has shards 0..{info.shards - 1}, not {shard}")
     where = f"run {run.name} {'aggregation' if shard is None else f'shard {shard}'}"
-    job = pick_job(chain_links(_ledger(run, shard).read()), link, where)
+    records = _ledger(run, shard).read() if shard is None else run.chain_records(shard, run.read_array())
+    job = pick_job(chain_links(records), link, where)
     folder = run.root / "logs"
     listing = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     files = log_files(run, shard, job, listing)

@@ -11,6 +11,9 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     output/merged/<stem>.jsonl    the aggregation's merged output
     shards/NNN/ledger.jsonl       each shard's chain ledger (gymslurm/launcher/ledger.py)
     shards/NNN/heartbeat.json     the running link's last sign of life (replaced atomically)
+    array.json                    an array run: the job array of every shard's first link (written once)
+    scripts/links.sbatch          an array run's one link script (instead of scripts/shard-NNN.sbatch)
+    inputs/dataset.jsonl          an array run's dataset copy (each first link cuts inputs/shard-NNN.jsonl)
     aggregate/ledger.jsonl        the aggregation job's ledger; aggregate/lock serialises its submission
     logs/                         job output (appended across requeues)
     local/                        the local backend's job queue
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.ledger import Ledger
+from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
@@ -56,6 +59,28 @@ class RunInfo(BaseModel):
     infra_retry_limit: int
     max_walltime_s: float | None
     accounting: bool | None = None  # Slurm keeps job accounting (sacct); None: not known (local, older runs)
+    array: bool = False  # first links are one job array (array.json); every link runs scripts/links.sbatch
+
+
+class ArrayRecord(BaseModel):
+    """``array.json`` (version 1): the job array holding every shard's first link, written once at submit.
+
+    Shard ``i``'s first link is array task ``<job_id>_<i>``; its ledger records nothing until the
+    task starts (so submitting 1,000 shards writes no 1,000 ledgers): readers prepend that link
+    (:meth:`RunDir.chain_records`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+    job_id: str
+    shards: int
+    max_running: int | None
+    at: str
+
+    def task(self, shard: int) -> str:
+        """Shard ``shard``'s first link."""
+        return f"{self.job_id}_{shard}"
 
 
 @dataclass(frozen=True)
@@ -95,6 +120,48 @@ class RunDir:
         """A shard's link script, or the aggregation script for None."""
         name = "aggregate" if shard is None else f"shard-{shard:03d}"
         return self.root / "scripts" / f"{name}.sbatch"
+
+    @property
+    def links_script(self) -> Path:
+        """The one link script of an array run (the shard is ``SLURM_ARRAY_TASK_ID``)."""
+        return self.root / "scripts" / "links.sbatch"
+
+    @property
+    def links_log_pattern(self) -> Path:
+        """An array run's job output path: ``shard-NNN-<array>_<shard>.out``, the ledger's job id."""
+        return self.root / "logs" / "shard-%3a-%A_%a.out"
+
+    @property
+    def array_path(self) -> Path:
+        """``array.json``."""
+        return self.root / "array.json"
+
+    @property
+    def dataset_copy(self) -> Path:
+        """An array run's copy of the dataset; each shard's first link cuts its own slice from it."""
+        return self.root / "inputs" / "dataset.jsonl"
+
+    def read_array(self) -> ArrayRecord | None:
+        """``array.json``, or None for a run whose first links were submitted one by one."""
+        try:
+            return ArrayRecord.model_validate_json(self.array_path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValidationError as error:
+            raise ConfigError(
+                f"{self.array_path} is not an array.json this gymslurm understands: {error}"
+            ) from error
+
+    def chain_records(self, shard: int, array: ArrayRecord | None) -> list[Record]:
+        """A shard's ledger records, preceded by its first link's submission when that was an array task."""
+        records = self.ledger(shard).read()
+        if array is None:
+            return records
+        return [Submitted(job_id=array.task(shard), by="submit (array)", at=array.at), *records]
+
+    def chain_state(self, shard: int, array: ArrayRecord | None) -> ChainState:
+        """The fold of :meth:`chain_records` (the one way launcher code reads a shard's chain)."""
+        return summarize(self.chain_records(shard, array))
 
     def log_pattern(self, shard: int | None) -> Path:
         """Job output path with ``%j`` for the job id."""
@@ -172,6 +239,24 @@ def resolve_run(ref: str, run_root: Path) -> RunDir:
             return RunDir(candidate.resolve())
     known = ", ".join(r.name for r in find_runs(run_root)[-5:]) or "none"
     raise ConfigError(f"no run {ref!r} (looked at {ref} and {run_root / ref}); recent runs: {known}")
+
+
+def shard_slice(lines: list[bytes], shards: int, shard: int) -> list[bytes]:
+    """Shard ``shard``'s contiguous slice of a dataset's non-empty lines (the one split rule; pure)."""
+    return lines[shard * len(lines) // shards : (shard + 1) * len(lines) // shards]
+
+
+def dataset_lines(data: bytes) -> list[bytes]:
+    """A dataset's non-empty lines, each ending in a newline."""
+    return [p if p.endswith(b"\n") else p + b"\n" for p in data.splitlines(keepends=True) if p.strip()]
+
+
+def ensure_shard_input(run: RunDir, shard: int, shards: int) -> Path:
+    """An array run's shard input, cut from the dataset copy by the shard's first link if missing."""
+    path = run.shard_input(shard)
+    if not path.exists():
+        atomic_write(path, b"".join(shard_slice(dataset_lines(run.dataset_copy.read_bytes()), shards, shard)))
+    return path
 
 
 def atomic_write(path: Path, data: bytes) -> None:

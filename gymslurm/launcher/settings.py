@@ -79,6 +79,8 @@ class SlurmSettings(_Strict):
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
     python: str = "python"
+    array: bool = True
+    max_running: int | None = Field(default=None, ge=1)
 
     @field_validator("time", "max_walltime")
     @classmethod

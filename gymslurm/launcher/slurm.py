@@ -19,8 +19,11 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError
 
-# %A job id, %j name, %T state, %r reason, %E dependency, %M time used, %l limit, %S start time.
-SQUEUE_FORMAT = "%A|%j|%T|%r|%E|%M|%l|%S"
+# %i job id (``ARRAY_TASK`` form for array tasks, e.g. 162_7; -r lists each pending task on its own
+# line), %j name, %T state, %r reason, %E dependency, %M time used, %l limit, %S start time.
+SQUEUE_FORMAT = "%i|%j|%T|%r|%E|%M|%l|%S"
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw"
 _SUBMITTED = re.compile(r"^Submitted batch job (\d+)(?: on cluster \S+)?$")
 _PARSABLE = re.compile(r"^(\d+)(?:;\S+)?$")
@@ -78,7 +81,7 @@ def parse_squeue(stdout: str) -> list[QueueRow]:
         if not line.strip():
             continue
         fields = line.split("|")
-        if len(fields) != 8 or not fields[0].strip().isdigit():
+        if len(fields) != 8 or not _JOB_ID.match(fields[0].strip()):
             raise SlurmError(f"unexpected squeue line (format {SQUEUE_FORMAT}): {_quote(line)!r}")
         rows.append(QueueRow(*(field.strip() for field in fields)))
     return rows
@@ -161,9 +164,13 @@ class SlurmClient:
             )
         return done
 
-    def submit(self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = ()) -> str:
-        """``sbatch --parsable [--dependency=afterany:...] SCRIPT``; returns the job id."""
+    def submit(
+        self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = (), array: str | None = None
+    ) -> str:
+        """``sbatch --parsable [--array=...] [--dependency=afterany:...] SCRIPT``: the (array) job id."""
         argv = ["sbatch", "--parsable", *extra]
+        if array is not None:
+            argv.append(f"--array={array}")
         if after:
             argv.append("--dependency=afterany:" + ":".join(after))
         return parse_sbatch(self.run([*argv, str(script)]).stdout)
@@ -171,7 +178,7 @@ class SlurmClient:
     def queue(self) -> list[QueueRow]:
         """Every job of the current user that squeue still knows (finished ones for MinJobAge)."""
         user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
-        argv = ["squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT]
+        argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT]
         if user:
             argv += ["-u", user]
         return parse_squeue(self.run(argv).stdout)

@@ -391,7 +391,8 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
     """
     now = time.time() if now is None else now
     info = run.read_info()
-    states = [summarize(run.ledger(s).read()) for s in range(info.shards)]
+    array = run.read_array()
+    states = [run.chain_state(s, array) for s in range(info.shards)]
     aggregate = summarize(run.aggregate_ledger.read())
     queue = backend.queue()
     forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]

@@ -25,7 +25,7 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Submitted, summarize, utc_now
+from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
@@ -37,8 +37,19 @@ from gymslurm.launcher.render import (
     load_template,
     render,
 )
-from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
+from gymslurm.launcher.rundir import (
+    SECRETS_ENV,
+    ArrayRecord,
+    RunDir,
+    RunInfo,
+    atomic_write,
+    dataset_lines,
+    find_runs,
+    resolve_run,
+    shard_slice,
+)
 from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
+from gymslurm.launcher.slurm import MAX_ARRAY_SIZE
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -51,8 +62,17 @@ def backend_for(run: RunDir, name: str) -> Backend:
     return choose_backend(name, local_dir=run.local_dir)
 
 
-def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> dict[Path, str]:
-    """Every script of the run, by the path it is saved at (pure apart from reading templates)."""
+ARRAY_TASK, TASK_VARIABLE = "__SLURM_ARRAY_TASK_ID__", '"$SLURM_ARRAY_TASK_ID"'
+
+
+def render_scripts(
+    run: RunDir, settings: BenchmarkSettings, workdir: Path, array: bool = False
+) -> dict[Path, str]:
+    """Every script of the run, by the path it is saved at (pure apart from reading templates).
+
+    ``array``: one link script for every shard and link (``scripts/links.sbatch``, the shard is
+    ``$SLURM_ARRAY_TASK_ID``) instead of one script per shard.
+    """
     slurm = settings.slurm
     common = {
         "run_name": run.name, "signal_lead": slurm.signal_lead_s, "workdir": str(workdir),
@@ -62,7 +82,17 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
     base = [slurm.python, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
-    for shard in range(settings.shards):
+    if array:
+        values = ScriptValues(
+            shard="$SLURM_ARRAY_TASK_ID (the array task id)", job_name=f"gs-{run.name}",
+            script_path=f"{run.links_script} (sbatch --array=SHARD to rerun one shard's link)",
+            log_path=str(run.links_log_pattern),
+            ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"), time_limit=slurm.time,
+            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, TASK_VARIABLE),
+            **common,  # type: ignore[arg-type]
+        )  # fmt: skip
+        scripts[run.links_script] = render(link, values)
+    for shard in range(0 if array else settings.shards):
         values = ScriptValues(
             shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
             log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
@@ -80,6 +110,36 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
     return scripts
 
 
+def use_array(settings: BenchmarkSettings, backend_kind: str) -> bool:
+    """Whether the first links go as one job array: on Slurm, unless ``slurm.array=false`` (pure).
+
+    Refused above Slurm's default ``MaxArraySize`` (task ids 0..1000), before anything is written.
+    """
+    if backend_kind != "slurm" or not settings.slurm.array:
+        return False
+    if settings.shards > MAX_ARRAY_SIZE:
+        raise ConfigError(
+            f"shards={settings.shards} is more than one job array holds (task ids 0..{MAX_ARRAY_SIZE - 1}, "
+            "Slurm's default MaxArraySize): use fewer, larger shards, or slurm.array=false to submit "
+            "each first link on its own"
+        )
+    return True
+
+
+def array_indices(shards: list[int], max_running: int | None) -> str:
+    """``--array`` of these shards: ``0-999%10`` for a contiguous range, ``3,7,9`` otherwise (pure)."""
+    ranges: list[str] = []
+    for shard in sorted(shards):
+        if ranges and "-" not in ranges[-1].split(",")[-1] and int(ranges[-1]) == shard - 1:
+            ranges[-1] = f"{ranges[-1]}-{shard}"
+        elif ranges and "-" in ranges[-1] and int(ranges[-1].split("-")[1]) == shard - 1:
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{shard}"
+        else:
+            ranges.append(str(shard))
+    text = ",".join(ranges)
+    return f"{text}%{max_running}" if max_running else text
+
+
 def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
     """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken)."""
     root = (workdir / settings.run_root).resolve()
@@ -91,11 +151,15 @@ def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
     return RunDir(candidate)
 
 
+def chain_states(run: RunDir, shards: int) -> list[ChainState]:
+    """Every shard's chain state, then the aggregation's (array runs: first links from array.json)."""
+    array = run.read_array()
+    return [run.chain_state(s, array) for s in range(shards)] + [summarize(run.aggregate_ledger.read())]
+
+
 def chain_is_live(run: RunDir, queue: dict[str, Any], shards: int) -> bool:
     """True while a job of any chain (or the aggregation) of ``run`` is queued or running."""
-    ledgers = [run.ledger(s) for s in range(shards)] + [run.aggregate_ledger]
-    for ledger in ledgers:
-        state = summarize(ledger.read())
+    for state in chain_states(run, shards):
         if any(job in queue and queue[job].state in LIVE_STATES for job in state.epoch_jobs):
             return True
     return False
@@ -143,13 +207,20 @@ def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
     return path
 
 
-def split_dataset(dataset: Path, run: RunDir, shards: int) -> list[int]:
-    """Write each shard's contiguous slice of the dataset; returns the row counts."""
-    lines = [line for line in dataset.read_bytes().splitlines(keepends=True) if line.strip()]
+def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) -> list[int]:
+    """Write each shard's contiguous slice of the dataset; returns the row counts.
+
+    ``array``: write one copy of the dataset instead; each shard's first link cuts its own slice
+    (:func:`gymslurm.launcher.rundir.ensure_shard_input`), so submit writes one file, not N.
+    """
+    lines = dataset_lines(dataset.read_bytes())
+    if array:
+        atomic_write(run.dataset_copy, b"".join(lines))
+        return [len(shard_slice(lines, shards, shard)) for shard in range(shards)]
     counts = []
     for shard in range(shards):
-        part = lines[shard * len(lines) // shards : (shard + 1) * len(lines) // shards]
-        atomic_write(run.shard_input(shard), b"".join(p if p.endswith(b"\n") else p + b"\n" for p in part))
+        part = shard_slice(lines, shards, shard)
+        atomic_write(run.shard_input(shard), b"".join(part))
         counts.append(len(part))
     return counts
 
@@ -162,8 +233,9 @@ def submit(
     settings, data = load_benchmark(benchmark, overrides)
     clean, secrets = split_secrets(data)
     backend_kind = resolve_backend_name(settings, backend_name)
+    array = use_array(settings, backend_kind)
     run = new_run_dir(settings, workdir)
-    scripts = render_scripts(run, settings, workdir)
+    scripts = render_scripts(run, settings, workdir, array)
     if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
         print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
     if dry_run:
@@ -180,21 +252,37 @@ def submit(
         name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
-        accounting=accounting,
+        accounting=accounting, array=array,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
     for path, text in scripts.items():
         atomic_write(path, text.encode())
-    counts = split_dataset(dataset, run, settings.shards)
+    counts = split_dataset(dataset, run, settings.shards, array)
     (run.root / "logs").mkdir(exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
-    for shard in range(settings.shards):
+    if array:
+        assert isinstance(backend, SlurmBackend)
+        submit_array(run, backend, settings.shards, settings.slurm.max_running, counts)
+    for shard in [] if array else range(settings.shards):
         job = backend.submit(run.script(shard))
         run.ledger(shard).append(Submitted(job_id=job, by="submit"))
         print(f"shard {shard}: {counts[shard]} rows, first link {job}")
     print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
     return wait_for_run(run, backend) if wait else 0
+
+
+def submit_array(
+    run: RunDir, backend: SlurmBackend, shards: int, max_running: int | None, counts: list[int]
+) -> str:
+    """Every shard's first link as one job array (one ``sbatch``), recorded once in ``array.json``."""
+    job = backend.submit_array(run.links_script, array_indices(list(range(shards)), max_running))
+    record = ArrayRecord(job_id=job, shards=shards, max_running=max_running, at=utc_now())
+    atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
+    throttle = f", at most {max_running} running at once" if max_running else ""
+    print(f"{shards} shards ({min(counts)}-{max(counts)} rows each): first links are job array {job}"
+          f" (tasks {job}_0 .. {job}_{shards - 1}{throttle})")  # fmt: skip
+    return job
 
 
 FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED"})
@@ -216,14 +304,30 @@ def run_has_ended(report: dict[str, Any]) -> bool:
     return bool(aggregation["finished"])
 
 
-def wait_for_run(run: RunDir, backend: Backend, poll_s: float = 1.0) -> int:
-    """Poll the run's status until it has ended (twice in a row), print it; 0 when all is DONE."""
+WAIT_FIRST_S, WAIT_FACTOR, WAIT_MAX_S = 1.0, 1.5, 30.0
+
+
+def next_poll_s(previous: float, changed: bool) -> float:
+    """``--wait``'s backoff: 1 s, ×1.5 up to 30 s while nothing changes, 1 s again after a change (pure)."""
+    return WAIT_FIRST_S if changed else min(previous * WAIT_FACTOR, WAIT_MAX_S)
+
+
+def _progress_key(report: dict[str, Any]) -> tuple[Any, ...]:
+    rows = tuple((r["verdict"], r["job"], r["successful"], r["failed"]) for r in report["shards"])
+    return (rows, report["aggregation"]["state"])
+
+
+def wait_for_run(run: RunDir, backend: Backend, poll_s: float = WAIT_FIRST_S) -> int:
+    """Poll the run's status with backoff until it has ended (twice in a row), print it; 0 when all DONE."""
     from gymslurm.launcher.status import print_table, run_status
 
-    ended_polls = 0
+    ended_polls, last = 0, None
     while ended_polls < 2:
         time.sleep(poll_s)
         report = run_status(run, backend)
+        key = _progress_key(report)
+        poll_s = next_poll_s(poll_s, changed=key != last)
+        last = key
         ended_polls = ended_polls + 1 if run_has_ended(report) else 0
     print_table(report)
     all_done = all(row["verdict"] == "DONE" for row in report["shards"])
@@ -232,9 +336,10 @@ def wait_for_run(run: RunDir, backend: Backend, poll_s: float = 1.0) -> int:
 
 def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
     for run in reversed(find_runs(run_root)):
-        info = run.read_info()
-        ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
-        if any(job_id in summarize(ledger.read()).jobs for ledger in ledgers):
+        array = run.read_array()
+        if array is not None and job_id == array.job_id:
+            return run
+        if any(job_id in state.jobs for state in chain_states(run, run.read_info().shards)):
             return run
     return None
 
@@ -272,20 +377,23 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
             f"run {run.name} still has live jobs; wait for them or 'gymslurm cancel {run.name}'"
         )
     os.environ[SECRETS_ENV] = json.dumps(secrets)
-    restarted = 0
-    for shard in range(info.shards):
-        state = summarize(run.ledger(shard).read())
-        if (
-            state.last_decision is not None
-            and state.last_decision.decision == Decision.DONE
-            and not state.cancelled
-        ):
-            continue
+    states = chain_states(run, info.shards)[:-1]
+    todo = [
+        shard
+        for shard, state in enumerate(states)
+        if not (state.last_decision is not None and state.last_decision.decision == Decision.DONE
+                and not state.cancelled)
+    ]  # fmt: skip
+    for shard in todo:
         run.ledger(shard).append(Resubmitted())
-        job = backend.submit(run.script(shard))
+    if info.array and todo:  # one sbatch for every restarted shard
+        assert isinstance(backend, SlurmBackend)
+        array_job = backend.submit_array(run.links_script, array_indices(todo, settings.slurm.max_running))
+    for shard in todo:
+        job = f"{array_job}_{shard}" if info.array else backend.submit(run.script(shard))
         run.ledger(shard).append(Submitted(job_id=job, by="resubmit"))
-        restarted += 1
         print(f"shard {shard}: new chain, first link {job} (fresh retry and walltime budgets)")
+    restarted = len(todo)
     run.aggregate_ledger.append(Resubmitted())
     if restarted == 0:
         job_id = maybe_submit_aggregation(run, settings, backend, None)
@@ -293,10 +401,8 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     return 0
 
 
-def _live_jobs(ledger: Ledger, queue: dict[str, Any]) -> list[str]:
-    return [
-        job for job in summarize(ledger.read()).epoch_jobs if job in queue and queue[job].state in LIVE_STATES
-    ]
+def _live_jobs(state: ChainState, queue: dict[str, Any]) -> list[str]:
+    return [job for job in state.epoch_jobs if job in queue and queue[job].state in LIVE_STATES]
 
 
 def cancel(ref: str, run_root: str) -> int:
@@ -306,12 +412,12 @@ def cancel(ref: str, run_root: str) -> int:
     backend = backend_for(run, info.backend)
     ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
     first = backend.queue()
-    for ledger in ledgers:
-        ledger.append(Cancelled(job_ids=_live_jobs(ledger, first)))
+    for ledger, state in zip(ledgers, chain_states(run, info.shards), strict=True):
+        ledger.append(Cancelled(job_ids=_live_jobs(state, first)))
     # Look again after recording: a link that queued a successor before seeing our record is caught
     # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
     queue = backend.queue()
-    every = [job for ledger in ledgers for job in _live_jobs(ledger, queue)]
+    every = [job for state in chain_states(run, info.shards) for job in _live_jobs(state, queue)]
     backend.cancel(every)
     print(f"run {run.name}: cancelled {len(every)} job(s) {' '.join(every)}".rstrip())
     return 0

@@ -17,11 +17,16 @@ from gymslurm.launcher.slurm import (
     parse_squeue,
 )
 
-# Pasted from the sandbox's Slurm 22.05.8 (squeue -h -t all -u slurmtest -o '%A|%j|%T|%r|%E|%M|%l|%S').
+# Pasted from the sandbox's Slurm 22.05.8 (squeue -h -r -t all -u slurmtest -o '%i|%j|%T|%r|%E|%M|%l|%S'):
+# plain jobs, then array tasks (a finished one, a one-task successor array, held pending ones).
 SQUEUE = """\
 12|capB|PENDING|Dependency|afterany:11(unfulfilled)|0:00|UNLIMITED|N/A
 10|capA|RUNNING|None|(null)|0:02|UNLIMITED|2026-11-29T15:17:18
 1|gymslurm-test|FAILED|NonZeroExitCode|(null)|0:00|UNLIMITED|2026-11-29T15:08:14
+162_3|wrap|COMPLETED|None|(null)|0:05|UNLIMITED|2026-12-01T09:54:18
+166_7|wrap|COMPLETED|None|(null)|0:00|UNLIMITED|2026-12-01T09:54:29
+167_0|arrB|PENDING|JobHeldUser|(null)|0:00|UNLIMITED|N/A
+167_1|arrB|PENDING|JobHeldUser|(null)|0:00|UNLIMITED|N/A
 """
 # sacct -n -P -X -o JobID,JobName,State,ExitCode,Start,End,ElapsedRaw: the sandbox has no slurmdbd, so
 # these rows follow the -P format RECIPE.md records from 22.05 with slurmdbd
@@ -67,16 +72,39 @@ def test_parse_sbatch_rejects_other_text() -> None:
 def test_parse_squeue_rows() -> None:
     """squeue's pipe-separated rows become QueueRows with state, reason and dependency."""
     rows = parse_squeue(SQUEUE)
-    assert [(r.job_id, r.state, r.reason) for r in rows] == [
+    assert [(r.job_id, r.state, r.reason) for r in rows[:3]] == [
         ("12", "PENDING", "Dependency"), ("10", "RUNNING", "None"), ("1", "FAILED", "NonZeroExitCode"),
     ]  # fmt: skip
     assert rows[0].dependency == "afterany:11(unfulfilled)"
+
+
+def test_parse_squeue_keeps_array_tasks_apart() -> None:
+    """Array tasks are ARRAY_TASK ids (one row each with -r), so each shard's first link has its own id."""
+    rows = parse_squeue(SQUEUE)
+    assert [(r.job_id, r.state) for r in rows[3:]] == [
+        ("162_3", "COMPLETED"), ("166_7", "COMPLETED"), ("167_0", "PENDING"), ("167_1", "PENDING"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "job"),
+    [({"SLURM_JOB_ID": "165", "SLURM_ARRAY_JOB_ID": "162", "SLURM_ARRAY_TASK_ID": "2"}, ("162_2", 0)),
+     ({"SLURM_JOB_ID": "165", "SLURM_RESTART_COUNT": "1"}, ("165", 1)),
+     ({"GYMSLURM_JOB_ID": "local-3"}, ("local-3", 0))],
+)  # fmt: skip
+def test_a_job_knows_its_own_id_as_the_scheduler_names_it(env: dict[str, str], job: tuple[str, int]) -> None:
+    """An array task is ARRAY_TASK (what sbatch, squeue -r, scancel and afterany use), else SLURM_JOB_ID."""
+    from gymslurm.launcher.backend import current_job
+
+    assert current_job(env) == job
 
 
 def test_parse_squeue_rejects_other_format() -> None:
     """A squeue line with the wrong number of fields raises SlurmError quoting it."""
     with pytest.raises(SlurmError, match="JOBID PARTITION"):
         parse_squeue("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n")
+    with pytest.raises(SlurmError, match=r"167_\[2-3%2\]"):  # a collapsed pending array: -r was not given
+        parse_squeue("167_[2-3%2]|arrB|PENDING|JobArrayTaskLimit|(null)|0:00|UNLIMITED|N/A\n")
 
 
 def test_parse_sacct_rows() -> None:
