@@ -436,15 +436,27 @@ def maybe_submit_aggregation(
     return job
 
 
-def aggregate_argv(settings: BenchmarkSettings, inputs: list[Path], output: Path) -> list[str]:
-    """The aggregation command with ``{inputs}`` expanded and ``{output}`` filled in."""
+def aggregate_argv(
+    settings: BenchmarkSettings, inputs: list[Path], output: Path, inputs_glob: str = ""
+) -> list[str]:
+    """The aggregation command: ``{inputs}`` becomes one argument per shard output, ``{inputs_glob}``
+    one glob matching them all (no per-file argv at 1,000 shards), ``{output}`` the merged path."""
     argv: list[str] = []
     for part in settings.aggregation.command:
         if part == "{inputs}":
             argv += [str(path) for path in inputs]
+        elif part == "{inputs_glob}":
+            argv.append(inputs_glob)
         else:
             argv.append(part.replace("{output}", str(output)))
     return argv
+
+
+def shard_outputs_glob(run: RunDir, stem: str) -> str:
+    """A glob matching every shard's output of a run (and nothing else: not the merged output)."""
+    import glob
+
+    return f"{glob.escape(str(run.root / 'output'))}/shard-*/{glob.escape(stem)}.jsonl"
 
 
 def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int]) -> int:
@@ -467,7 +479,8 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
         existing = [path for path in outputs if path.exists()]
         merged = run.merged_output(settings.output_stem)
         merged.parent.mkdir(parents=True, exist_ok=True)
-        code, _ = run_collector(aggregate_argv(settings, existing, merged), signals)
+        pattern = shard_outputs_glob(run, settings.output_stem)
+        code, _ = run_collector(aggregate_argv(settings, existing, merged, pattern), signals)
         reason = f"aggregate exited {code}"
         if incomplete:
             reason += f"; merged what exists: shards {incomplete} are incomplete (aggregate-what-exists)"

@@ -106,7 +106,7 @@ class AggregationSettings(_Strict):
             "-m",
             "gymslurm",
             "aggregate",
-            "{inputs}",
+            "{inputs_glob}",
             "+output_jsonl_fpath={output}",
         ]
     )

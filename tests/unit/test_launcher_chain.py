@@ -42,6 +42,17 @@ def test_aggregate_argv_expands_inputs_and_output() -> None:
     ]  # fmt: skip
 
 
+def test_aggregate_argv_passes_one_glob_not_one_argument_per_shard() -> None:
+    """{inputs_glob} (the default command's) is one argument matching every shard output, however many."""
+    from gymslurm.launcher.chain import shard_outputs_glob
+
+    settings = _settings()
+    pattern = shard_outputs_glob(RunDir(Path("/runs/r[1]")), "rollouts")
+    argv = aggregate_argv(settings, [Path(f"/o{i}.jsonl") for i in range(1000)], Path("/m.jsonl"), pattern)
+    assert argv[-2:] == ["/runs/r[[]1]/output/shard-*/rollouts.jsonl", "+output_jsonl_fpath=/m.jsonl"]
+    assert len(argv) == 6
+
+
 def test_read_progress_from_coverage(tmp_path: Path) -> None:
     """The coverage file's counts and progress flag become a Progress; no file gives None."""
     output = tmp_path / "rollouts.jsonl"
