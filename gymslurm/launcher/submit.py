@@ -23,7 +23,6 @@ from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
-from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
@@ -396,6 +395,8 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     restarted = len(todo)
     run.aggregate_ledger.append(Resubmitted())
     if restarted == 0:
+        from gymslurm.launcher.chain import maybe_submit_aggregation  # the job side: servers, HTTP
+
         job_id = maybe_submit_aggregation(run, settings, backend, None)
         print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")
     return 0
