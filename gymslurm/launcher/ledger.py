@@ -131,7 +131,16 @@ _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
 
 def parse_record(line: bytes, where: str) -> Record:
-    """One ledger line; the version is checked before anything else."""
+    """One ledger line; the version is checked before anything else.
+
+    The fast path validates the bytes in one call (pydantic-core parses the JSON itself; the model
+    pins ``v`` to 1, so a line of another version cannot pass it); any failure is explained by the
+    slow path below, version first.
+    """
+    try:
+        return _ADAPTER.validate_json(line)
+    except ValidationError:
+        pass
     try:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError as error:

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -232,8 +232,11 @@ def _coverage(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("format_version") == 1 else None
 
 
-def read_shard_files(run: RunDir, shard: int, stem: str) -> ShardFiles:
-    """The shard's coverage file, live progress record and heartbeat (an unreadable one is named)."""
+def read_shard_files(run: RunDir, shard: int, stem: str, running: bool) -> ShardFiles:
+    """The shard's coverage file, live progress record and (while a link runs) heartbeat.
+
+    An unreadable live file is named in the row's reason, not fatal.
+    """
     output = run.shard_output(shard, stem)
     problems: list[str] = []
     progress = heartbeat = None
@@ -242,7 +245,7 @@ def read_shard_files(run: RunDir, shard: int, stem: str) -> ShardFiles:
     except StoreError as error:
         problems.append(str(error))
     try:
-        heartbeat = live.read_heartbeat(run.heartbeat(shard))
+        heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running else None
     except StoreError as error:
         problems.append(str(error))
     return ShardFiles(_coverage(coverage_path(output)), progress, heartbeat, tuple(problems))
@@ -275,13 +278,21 @@ def _job_state(
     return "gone from squeue"
 
 
+def _live_jobs(state: ChainState, queue: dict[str, QueueRow]) -> list[QueueRow]:
+    return [queue[j] for j in state.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
+
+
+def _running(state: ChainState, queue: dict[str, QueueRow]) -> QueueRow | None:
+    return next((row for row in _live_jobs(state, queue) if row.state in RUNNING_STATES), None)
+
+
 def shard_status(
     shard: int, state: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
     *, info: RunInfo, files: ShardFiles, now: float, logs: LogIndex,
 ) -> ShardStatus:  # fmt: skip
     """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock)."""
-    live_jobs = [queue[j] for j in state.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
-    running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
+    live_jobs = _live_jobs(state, queue)
+    running = _running(state, queue)
     beat = beat_of(state, running, files.heartbeat, now)
     word, why = verdict(state, live_jobs, beat)
     if files.problems:
@@ -405,7 +416,7 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
             queue,
             accounting,
             info=info,
-            files=read_shard_files(run, i, info.output_stem),
+            files=read_shard_files(run, i, info.output_stem, running=_running(st, queue) is not None),
             now=now,
             logs=logs,
         )
@@ -422,7 +433,7 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
         "summary": summary_of(rows),
-        "shards": [asdict(row) for row in rows],
+        "shards": [dict(vars(row)) for row in rows],
         "aggregation": {
             "job": aggregate.latest_job, "state": agg_state,
             "finished": aggregate.last_decision is not None and not agg_live,
@@ -437,30 +448,38 @@ COLUMNS = [
     ("successor", "next"), ("jobs", "links"), ("last_exit", "exit"), ("last_decision", "decision"),
     ("retries", "retries"), ("walltime", "walltime"), ("coverage", "coverage"), ("eta", "eta"),
 ]  # fmt: skip
-COLOURS = {"HEALTHY": "green", "DONE": "green", "WAITING": "cyan", "STALLED": "yellow", "CANCELLED": "yellow",
-           "UNRESPONSIVE": "red", "ORPHANED": "magenta", "EXHAUSTED": "red", "FAILED": "red"}  # fmt: skip
+ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
+        "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31"}  # fmt: skip
+
+
+def table_lines(report: dict[str, Any], colour: bool = False) -> list[str]:
+    """The status table as fixed-width lines, header first (pure; plain text stays fast at 1,000 rows)."""
+    rows = []
+    for row in report["shards"]:
+        cells = ["-" if row[key] is None else str(row[key]) for key, _ in COLUMNS]
+        if row["live"]:
+            cells[10] += " (live)"
+        rows.append(cells)
+    widths = [max([len(title), *(len(cells[i]) for cells in rows)]) for i, (_, title) in enumerate(COLUMNS)]
+    lines = [
+        "  ".join(title.ljust(width) for (_, title), width in zip(COLUMNS, widths, strict=True)).rstrip()
+    ]
+    for cells in rows:
+        text = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
+        if colour and cells[1] in ANSI:
+            text[1] = f"\033[{ANSI[cells[1]]}m{text[1]}\033[0m"
+        lines.append("  ".join(text).rstrip())
+    return lines
 
 
 def print_table(report: dict[str, Any]) -> None:
-    """The status as a rich table (plain text when not on a terminal), the reasons and the summary line."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"run {report['run']} ({report['backend']})")
-    for _, title in COLUMNS:
-        table.add_column(title)
+    """The table (verdicts coloured on a terminal), each shard's reason, the aggregation, the summary."""
+    out = [f"run {report['run']} ({report['backend']}, {report['path']})"]
+    out += table_lines(report, colour=sys.stdout.isatty())
     for row in report["shards"]:
-        cells = [str(row[key]) if row[key] is not None else "-" for key, _ in COLUMNS]
-        cells[1] = f"[{COLOURS.get(row['verdict'], 'white')}]{row['verdict']}[/]"
-        if row["live"]:
-            cells[10] += " (live)"
-        table.add_row(*cells)
-    # Off a terminal (a batch log, a pipe) rich would squeeze the table into 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=180)
-    console.print(table)
-    for row in report["shards"]:
-        where = f" (log {row['log']})" if row["log"] and row["verdict"] not in ("DONE",) else ""
-        console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}{where}", highlight=False)
+        where = f" (log {row['log']})" if row["log"] and row["verdict"] != "DONE" else ""
+        out.append(f"shard {row['shard']}: {row['verdict']}: {row['why']}{where}")
     agg = report["aggregation"]
-    console.print(f"aggregation: {agg['job'] or '-'} {agg['state']}", highlight=False)
-    console.print(summary_line(report["summary"]), highlight=False)
+    out.append(f"aggregation: {agg['job'] or '-'} {agg['state']}")
+    out.append(summary_line(report["summary"]))
+    sys.stdout.write("\n".join(out) + "\n")

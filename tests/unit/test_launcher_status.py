@@ -274,3 +274,13 @@ def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.Ca
     assert main("status", ["--run-root", str(tmp_path / "runs")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == list_header() and lines[1].startswith("run ") and "1 STALLED" in lines[1]
+
+
+def test_the_table_has_a_header_and_one_aligned_line_per_shard(tmp_path: Path) -> None:
+    """The status table is plain fixed-width text: a header, then one line per shard."""
+    from gymslurm.launcher.status import COLUMNS, table_lines
+
+    run = _run_with_forgotten_job(tmp_path, accounting=False)
+    lines = table_lines(run_status(run, LocalBackend(run.local_dir), now=T0))
+    assert lines[0].split() == [title for _, title in COLUMNS] and len(lines) == 2
+    assert lines[1].split()[:3] == ["0", "STALLED", "gone-1"]
