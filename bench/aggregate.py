@@ -14,7 +14,9 @@ Each is measured ``--repeat`` times (default 2) and the best wall time kept, bec
 shared; prints both wall times and their ratio (the limit applies to it) and, for information, the
 CPU seconds of each (aggregation's worker processes included). Exits 1 when the wall ratio exceeds
 ``--limit`` (default 3.0).
-Usage: ``python bench/aggregate.py [--rollouts 1000000] [--shards 64] [--limit 3.0] [--keep DIR]``.
+Usage: ``python bench/aggregate.py [--rollouts 1000000] [--shards 64] [--limit 3.0] [--keep DIR] [--glob]``
+(``--glob``: the inputs are one glob, as the launcher's aggregation job passes them; issue 14's
+target is ``--shards 1000 --glob``).
 """
 
 from __future__ import annotations
@@ -176,10 +178,15 @@ def main() -> int:
         "--workers", type=int, default=None, help="aggregation worker processes (default: CPUs)"
     )
     parser.add_argument("--keep", type=Path, default=None, help="build (or reuse) shards in this folder")
+    parser.add_argument(
+        "--glob",
+        action="store_true",
+        help="give aggregation one glob of the shard outputs, not one path each",
+    )
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="gymslurm-bench-aggregate-"))
     try:
-        outputs = [root / f"shard{s:02d}" / "out.jsonl" for s in range(args.shards)]
+        outputs = [root / f"shard{s:04d}" / "out.jsonl" for s in range(args.shards)]
         per = args.rollouts // args.shards
         started = time.perf_counter()
         for s, output in enumerate(outputs):
@@ -193,9 +200,9 @@ def main() -> int:
         files = [p for o in outputs for p in _read_files(o)]
         bare_parse(files)  # warm the page cache for both measurements
         floor, floor_cpu, rows = _best(args.repeat, lambda: bare_parse(files))
-        options = AggregateOptions(
-            inputs=tuple(map(str, outputs)), output=root / "merged.jsonl", workers=args.workers
-        )
+        inputs = (str(root / "shard*" / "out.jsonl"),) if args.glob else tuple(map(str, outputs))
+        options = AggregateOptions(inputs=inputs, output=root / "merged.jsonl", workers=args.workers)
+        print(f"inputs:     {'one glob, ' + inputs[0] if args.glob else f'{len(inputs)} paths'}")
         took, took_cpu, result = _best(args.repeat, lambda: aggregate(options, written_at="bench"))
         ratio = took / floor
         lines = f"{rows} lines (results, sidecars, materialized inputs)"

@@ -212,7 +212,7 @@ def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
         "bench.yaml",
         f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\naggregation:\n  command: [/bin/true]\n"
         f"collector:\n  command: [{slurm_python}, {work / 'standin.py'}, {work / 'steps.json'}]\n"
-        f"slurm:\n  python: {slurm_python}\n",
+        f"slurm:\n  python: {slurm_python}\n  array: false\n",  # link by link: a submit can die midway
         mode=0o644,
     )
     argv = chain.user.command([str(slurm_python), "-m", "gymslurm", "submit", str(bench), "shards=3"])
