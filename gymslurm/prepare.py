@@ -180,7 +180,7 @@ def prepare(
 
 def _new_run(settings: CollectSettings, inputs: Inputs, identity: dict[str, Any]) -> dict[str, Any]:
     """What a new manifest records, the same for a fresh run and a legacy import."""
-    from gymslurm.identity import identity_digest
+    from gymslurm.identity import config_digest
     from gymslurm.settings import max_rollout_attempts
 
     return {
@@ -188,7 +188,7 @@ def _new_run(settings: CollectSettings, inputs: Inputs, identity: dict[str, Any]
         "source_digest": inputs.source_digest,
         "inputs": inputs.tasks,
         "identity": identity,
-        "config_digest": identity_digest(identity),
+        "config_digest": config_digest(identity),
         "max_rollout_attempts": max_rollout_attempts(),
         "retry_terminal_timeouts": bool(settings.retry_terminal_timeouts),
     }
@@ -232,21 +232,21 @@ def _open_for_resume(
     to be made only once the history has been validated too (see :func:`_reconciled`).
     """
     from gymslurm.errors import IdentityMismatchError
-    from gymslurm.identity import IdentityDiff, classify_differences, describe_differences, identity_digest
+    from gymslurm.identity import IdentityDiff, classify_differences, config_digest, describe_differences
     from gymslurm.store import RunStore
 
     store = RunStore.open(paths)
     try:
         manifest = store.manifest
         saved = store.saved_identity()
-        if saved is not None and identity_digest(saved) != manifest.config_digest:
+        if saved is not None and config_digest(saved) != manifest.config_digest:
             raise ManifestError(
                 f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
         semantic = [*_input_problems(manifest, inputs), *diff.semantic]
-        if saved is None and identity_digest(identity) != manifest.config_digest:
+        if saved is None and config_digest(identity) != manifest.config_digest:
             semantic.append("config_digest (no saved identity to compare keys)")
         if semantic and not settings.allow_unsafe_resume:
             message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
