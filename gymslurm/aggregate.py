@@ -69,7 +69,9 @@ _CHUNK = 1 << 20
 
 # Companion suffixes of a run (store/paths.py). RECOVERY companions make a path an established run.
 COMPANION_SUFFIXES = tuple(PATH_SUFFIXES.values())
-RECOVERY_SUFFIXES = ("_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin")
+RECOVERY_SUFFIXES = (
+    "_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin", "_attempts.jsonl",
+)  # fmt: skip
 _JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
 
 
@@ -128,17 +130,23 @@ def resolve_inputs(paths: Iterable[Path]) -> list[ShardSource]:
 
 
 def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource:
-    """Companions live beside the resolved target; a legacy run's may live only beside its alias."""
+    """Companions live beside the resolved target; a legacy run's may live only beside its alias.
+
+    Two sets (beside the target and beside an alias, or beside two aliases) compete: which one holds
+    the run's history cannot be told, so that is an error (000), never a silent choice.
+    """
+    alias_bases = {s for s in spellings if s != target and _own_companions(s, target)}
     if _has_any(target, RECOVERY_SUFFIXES):
-        return ShardSource(target, spellings, target)
-    alias_bases = {s for s in spellings if s != target and _has_any(s, RECOVERY_SUFFIXES)}
+        alias_bases.add(target)
     if not alias_bases:
         return ShardSource(target, spellings, target)
     if len(alias_bases) > 1:
         raise StoreError(
-            f"{target} has competing companion sets beside its aliases {sorted(map(str, alias_bases))}; "
-            "keep exactly one set of a run's files together (beside the resolved output) and aggregate again"
+            f"{target} has competing companion sets beside {sorted(map(str, alias_bases))}; keep exactly "
+            "one set of a run's files together (beside the resolved output) and aggregate again"
         )
+    if target in alias_bases:
+        return ShardSource(target, spellings, target)
     alias = next(iter(alias_bases))
     if companion(alias, "_manifest.json").exists():
         raise StoreError(
@@ -150,6 +158,15 @@ def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource
 
 def _has_any(output: Path, suffixes: Iterable[str]) -> bool:
     return any(companion(output, suffix).exists() for suffix in suffixes)
+
+
+def _own_companions(alias: Path, target: Path) -> bool:
+    """Whether recovery companions exist beside ``alias`` that are not the target's own (via links)."""
+    return any(
+        companion(alias, suffix).exists()
+        and companion(alias, suffix).resolve() != companion(target, suffix).resolve()
+        for suffix in RECOVERY_SUFFIXES
+    )
 
 
 # --- reading a shard --------------------------------------------------------------------------------
@@ -241,6 +258,9 @@ def sidecar_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcom
 
 def load_shard(source: ShardSource) -> Shard:
     """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
+    from gymslurm.store.store import refuse_retired_journal
+
+    refuse_retired_journal(source.companion("_attempts.jsonl"))
     if source.has_manifest:
         return _load_manifest_shard(source)
     return _load_legacy_shard(source)

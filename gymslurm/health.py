@@ -241,6 +241,9 @@ def run_health_check(
     paths = RunPaths.for_output(output)
     limits = thresholds or HealthThresholds()
     _require_results(paths, output)
+    from gymslurm.store.store import refuse_retired_journal
+
+    refuse_retired_journal(paths.attempts_journal)
     if paths.manifest.exists():
         return _check_run(paths, limits, standalone)
     return _check_file(paths, limits, standalone)

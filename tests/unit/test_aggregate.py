@@ -169,6 +169,41 @@ def test_competing_companion_sets_are_an_error(tmp_path: Path) -> None:
         run(tmp_path, tmp_path / "l1.jsonl", tmp_path / "l2.jsonl")
 
 
+def test_sidecars_beside_alias_and_target_compete(tmp_path: Path) -> None:
+    """A legacy file with one sidecar beside its symlink and another beside its target: an error (000),
+    not a silent choice of the target's sidecar that drops the alias's failure."""
+    target = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}], [{"_ng_failure_class": "x"}])
+    alias = tmp_path / "alias.jsonl"
+    alias.symlink_to(target)
+    write_legacy(tmp_path / "unused.jsonl", [], [{"_ng_failure_class": "judge_failed"}])
+    os.replace(companion(tmp_path / "unused.jsonl", "_failures.jsonl"), companion(alias, "_failures.jsonl"))
+    with pytest.raises(StoreError, match="competing companion sets"):
+        run(tmp_path, alias)
+    assert not (tmp_path / "merged.jsonl").exists()
+
+
+def test_companions_linked_to_the_targets_do_not_compete(tmp_path: Path) -> None:
+    """A sidecar beside the alias that is a link to the target's own sidecar is the same set."""
+    target = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}], [{"_ng_failure_class": "x"}])
+    alias = tmp_path / "alias.jsonl"
+    alias.symlink_to(target)
+    companion(alias, "_failures.jsonl").symlink_to(companion(target, "_failures.jsonl"))
+    assert run(tmp_path, alias).metrics["coverage/failed/x"] == 1
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+def test_retired_attempt_journal_is_reported_not_ignored(tmp_path: Path, manifest: bool) -> None:
+    """000: a shard with the retired draft <stem>_attempts.jsonl is a format mismatch; nothing written."""
+    if manifest:
+        shard, _ = two_shards(tmp_path)
+    else:
+        shard = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}])
+    companion(shard, "_attempts.jsonl").write_bytes(b'{"attempt": 0}\n')
+    with pytest.raises(StoreError, match=r"_attempts\.jsonl is the attempt journal of an earlier"):
+        run(tmp_path, shard)
+    assert not (tmp_path / "merged.jsonl").exists()
+
+
 def test_manifest_beside_alias_only_is_an_error(tmp_path: Path) -> None:
     """A manifest beside a symlink rather than its target is refused: companions belong with the target."""
     target = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}])
@@ -207,9 +242,12 @@ def test_output_with_recovery_companions_is_refused(tmp_path: Path) -> None:
     assert established.exists()
 
 
-@pytest.mark.parametrize("suffix", ["_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl"])
+@pytest.mark.parametrize(
+    "suffix", ["_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_attempts.jsonl"]
+)
 def test_any_recovery_companion_blocks_the_merge(tmp_path: Path, suffix: str) -> None:
-    """A manifest, materialized inputs or a failure sidecar alone makes the output an established run."""
+    """A manifest, materialized inputs, a failure sidecar or a retired attempt journal alone makes the
+    output an established run (000: a merge into a target that has only the journal refuses)."""
     a, _ = two_shards(tmp_path)
     companion(tmp_path / "merged.jsonl", suffix).write_bytes(b"")
     with pytest.raises(ConfigError, match="established run"):
