@@ -59,7 +59,7 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
         "directives": directives_block(slurm.partition, slurm.account, slurm.qos, slurm.extra_directives),
         "env_setup": env_setup_block(slurm.env_setup),
     }  # fmt: skip
-    base = [slurm.python, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
+    base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
     for shard in range(settings.shards):
