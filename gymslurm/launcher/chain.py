@@ -40,11 +40,10 @@ from types import FrameType
 import psutil
 
 from gymslurm.errors import SlurmError
+from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
-    EXIT_NO_PROGRESS,
-    EXIT_TERMINAL,
     Budgets,
     Decision,
     JobEnd,
@@ -314,7 +313,7 @@ def run_link(
     )
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
-        return 0
+        return ExitCode.DONE
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
     ledger.append(started)
     try:
@@ -351,7 +350,7 @@ def _collect(
     except server_mod.ServerStartError as error:
         for server in started:
             server_mod.stop(server)
-        return EXIT_NO_PROGRESS, None, f"server start failed: {error}"
+        return ExitCode.RETRY, None, f"server start failed: {error}"
     try:
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
@@ -440,7 +439,7 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     outputs = [run.shard_output(s, settings.output_stem) for s in range(settings.shards)]
     t0 = time.monotonic()
     if incomplete and settings.aggregation.on_failed_shard == "fail":
-        code: int | None = EXIT_TERMINAL
+        code: int | None = ExitCode.STOP
         reason = f"shards {incomplete} did not complete and on_failed_shard=fail: nothing merged"
     else:
         existing = [path for path in outputs if path.exists()]
@@ -455,4 +454,4 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     verdict = Verdict(decision, reason, Budgets(jobs=1, walltime_s=end.elapsed_s))
     _record(ledger, started, end, Budgets(), verdict)
     log(f"aggregation {decision}: {reason}")
-    return 0 if code == 0 else EXIT_TERMINAL
+    return ExitCode.DONE if code == ExitCode.DONE else ExitCode.STOP
