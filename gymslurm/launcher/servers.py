@@ -157,16 +157,20 @@ def reap(pid: int, create_time: float) -> bool:
     or ours started later) has another create time and is left alone. Orphaned members of the
     server's session whose leader already died are found by their session id.
     """
-    killed = False
-    with contextlib.suppress(psutil.Error):
-        if abs(psutil.Process(pid).create_time() - create_time) <= 0.01:
-            killed = _kill_tree(pid, create_time)
-    if not killed:  # the leader is gone: its session may live on in grandchildren started after it
-        for proc in psutil.process_iter(["pid", "create_time"]):
-            with contextlib.suppress(psutil.Error, OSError):
-                if os.getsid(proc.pid) == pid and proc.info["create_time"] >= create_time - 0.01:
-                    proc.kill()
-                    killed = True
+    try:
+        leader_time = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        leader_time = None
+    except psutil.Error:
+        return False
+    if leader_time is not None:
+        return abs(leader_time - create_time) <= 0.01 and _kill_tree(pid, create_time)
+    killed = False  # the leader is gone: its session may live on in processes started after it
+    for proc in psutil.process_iter(["pid", "create_time"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == pid and proc.info["create_time"] >= create_time - 0.01:
+                proc.kill()
+                killed = True
     return killed
 
 

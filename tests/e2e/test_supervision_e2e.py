@@ -24,7 +24,9 @@ from tests.unit.launcher_chains_helpers import decisions, gymslurm, ledger, only
 pytestmark = pytest.mark.e2e
 
 
-def _benchmark(tmp: Path, marker: str, *, rows: int = 40, latency_ms: int = 400, extra_server: str = "") -> Path:
+def _benchmark(
+    tmp: Path, marker: str, *, rows: int = 40, latency_ms: int = 400, extra_server: str = ""
+) -> Path:
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
     path = tmp / "bench.yaml"
@@ -108,16 +110,12 @@ def test_a_server_dying_past_its_restart_limit_stops_the_link_with_exit_1(tmp_pa
     bench = _benchmark(tmp_path, marker, rows=24, latency_ms=100, extra_server="    restart_limit: 1\n")
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    killed: set[int] = set()
-
-    def kill_twice() -> bool:
-        for pid in _server_pids(marker):
-            if pid not in killed and _results(run) >= 2 * (len(killed) + 1):
-                killed.add(pid)
-                os.kill(pid, signal.SIGKILL)
-        return len(killed) >= 2
-
-    _wait_for(kill_twice, 90, "two server deaths")
+    (first,) = _wait_for(lambda: _server_pids(marker), 60, "the demo server to start")
+    _wait_for(lambda: _results(run) >= 2, 60, "some outcomes before the first kill")
+    os.kill(first, signal.SIGKILL)
+    _wait_for(lambda: any(r.get("event") == "restarted" for r in ledger(run)), 60, "the restart")
+    (second,) = _server_pids(marker)
+    os.kill(second, signal.SIGKILL)
     report = wait_until_final(run, timeout_s=180, aggregation=False)
     assert decisions(run)[0] == "RETRY" and decisions(run)[-1] == "DONE"
     first = next(r for r in ledger(run) if r["kind"] == "decision")
@@ -125,5 +123,8 @@ def test_a_server_dying_past_its_restart_limit_stops_the_link_with_exit_1(tmp_pa
     assert report["shards"][0]["verdict"] == "DONE"
     assert _coverage(run)["counted_failures"] == 0
     assert [r["event"] for r in ledger(run) if r["kind"] == "server"][:4] == [
-        "started", "down", "restarted", "down"
+        "started",
+        "down",
+        "restarted",
+        "down",
     ]
