@@ -11,7 +11,9 @@ and, through :class:`Supervised`:
 - stops dispatch when the link gave up on a server (past its ``restart_limit``).
 
 Without the variable, nothing changes: the collector's own circuit breaker is the outside view.
-If the channel closes (the link died), pending failures are the rollouts' own, as without it.
+If the channel closes (the link died, taking its servers with it), that is the job stopping: a
+failure from then on (or up to one probe interval before) is an interruption; the collector
+itself gets SIGTERM from the kernel when its link dies (``PR_SET_PDEATHSIG``) and stops.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from gymslurm.supervision import (
     SUPERVISION_FD_ENV,
     Judgement,
+    ServerEvent,
     SupervisionError,
     Timeline,
     evidence_wait_s,
@@ -96,6 +99,8 @@ class Supervised:
         finally:
             self.closed = True
             transport.close()
+            gone = "the link supervising the job's servers ended (its servers die with it)"
+            self.timeline.apply(ServerEvent("stopping", time.monotonic(), cause=gone))
             async with self._changed:
                 self._changed.notify_all()
 

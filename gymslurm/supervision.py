@@ -15,7 +15,9 @@ Events:
   start of the last round that found it healthy, so the death happened in ``[since, at]``;
 - ``up``: ``server`` was restarted in place and is healthy again (``restarts`` so far);
 - ``gave_up``: ``server`` died more often than its ``restart_limit``: the link stops the collector;
-- ``stopping``: the job is being stopped (SIGTERM, SIGUSR1, SIGINT reached the link).
+- ``stopping``: the job is being stopped (SIGTERM, SIGUSR1, SIGINT reached the link). The
+  collector reads the end of the channel the same way: a link that is gone (SIGKILL, a crash)
+  took its servers with it (``PR_SET_PDEATHSIG``), so what fails from then on is not the rollouts'.
 
 The rule (docs/spec-readings.md, "a server death the job owns"): a failure of a request whose
 span ``[sent, failed]`` overlaps an outage ``[since, up]`` of any supervised server, or that
@@ -121,6 +123,7 @@ class Timeline:
     outages: list[Outage] = field(default_factory=list)
     checked_until: float = float("-inf")
     stopping_at: float | None = None
+    stop_cause: str = "the job was being stopped"
     gave_up: str | None = None
     restarts: dict[str, int] = field(default_factory=dict)
 
@@ -142,6 +145,7 @@ class Timeline:
             self.gave_up = event.server or "a server"
         elif event.kind == "stopping" and self.stopping_at is None:
             self.stopping_at = event.at
+            self.stop_cause = event.cause or self.stop_cause
 
     @property
     def down(self) -> bool:
@@ -169,7 +173,8 @@ def judge_failure(sent_at: float, failed_at: float, timeline: Timeline) -> Judge
             return Judgement("interruption", evidence)
     stopping = timeline.stopping_at
     if stopping is not None and failed_at >= stopping - timeline.interval_s:
-        return Judgement("interruption", {"cause": "job_stopping", "stopping_at": stopping})
+        evidence = {"cause": "job_stopping", "how": timeline.stop_cause, "stopping_at": stopping}
+        return Judgement("interruption", evidence)
     if failed_at <= timeline.checked_until:
         return Judgement("rollout")
     return Judgement("wait")
@@ -185,7 +190,7 @@ def interruption_record(original: RolloutFailureRecord, evidence: dict[str, Any]
     if evidence.get("cause") == "server_died":
         what = f"supervised server {evidence.get('server')!r} died ({evidence.get('how')})"
     else:
-        what = "the job was being stopped"
+        what = str(evidence.get("how") or "the job was being stopped")
     own = original.failure
     reason = (
         f"interrupted: {what} while this request was in flight; no failure budget spent "

@@ -306,7 +306,10 @@ def run_collector(
         child_env[SUPERVISION_FD_ENV] = str(read_fd)
         pass_fds = (read_fd,)
         supervisor.begin()
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds)
+    child = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
+        preexec_fn=server_mod.stop_with_parent,  # noqa: PLW1509  a collector never outlives its link
+    )  # fmt: skip
     if read_fd is not None:
         os.close(read_fd)
     signals.child, signals.supervisor = child, supervisor

@@ -76,10 +76,15 @@ def probe(host: str, port: int, settings: ServerSettings) -> bool:
     return probe_health(f"http://{host}:{port}", settings.health_path, timeout_s=settings.probe_timeout_s)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(signum: int = signal.SIGKILL) -> None:  # runs in the child between fork and exec
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+
+
+def stop_with_parent() -> None:
+    """In a child between fork and exec: SIGTERM it when its parent dies (the collector of a link)."""
+    _die_with_parent(signal.SIGTERM)
 
 
 def start(settings: ServerSettings, log: Path, port: int | None = None) -> RunningServer:
