@@ -107,7 +107,10 @@ def start(settings: ServerSettings, log: Path, port: int | None = None) -> Runni
     deadline = t0 + settings.startup_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ServerStartError(f"server {settings.name!r} exited with {process.returncode}; see {log}")
+            raise ServerStartError(
+                f"server {settings.name!r} exited with {process.returncode}; see {log}"
+                + log_tail(log, settings)
+            )
         healthy = probe(settings.host, port, settings)
         server.probes.append(f"{time.monotonic() - t0:.1f}s {'ok' if healthy else 'not yet'}")
         if healthy:
@@ -116,9 +119,31 @@ def start(settings: ServerSettings, log: Path, port: int | None = None) -> Runni
         time.sleep(0.2)
     stop(server)
     raise ServerStartError(
-        f"server {settings.name!r} ({' '.join(argv)}) was not healthy after {settings.startup_timeout_s}s; "
-        f"see {log}"
+        f"server {settings.name!r} was not healthy after {settings.startup_timeout_s}s "
+        f"(probes: {', '.join(server.probes[-5:])}); see {log}{log_tail(log, settings)}"
     )
+
+
+LOG_TAIL_LINES = 15
+LOG_TAIL_CHARS = 1500
+
+
+def log_tail(log: Path, settings: ServerSettings) -> str:
+    """The end of a server's log for an error message, with credentials redacted (never a secret)."""
+    from gymslurm.identity import is_credential_name, redact_credentials
+
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - 64 * 1024))
+            lines = handle.read().decode(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return ""
+    text = "\n".join(lines)[-LOG_TAIL_CHARS:]
+    for key, value in settings.env.items():  # a server may print the key it was given
+        if is_credential_name(key) and value:
+            text = text.replace(value, "<redacted>")
+    scrubbed = redact_credentials({"log": text})["log"]
+    return f"; its log ends with:\n{scrubbed}" if scrubbed.strip() else ""
 
 
 def restart(server: RunningServer) -> RunningServer:

@@ -100,6 +100,7 @@ def test_sigkill_of_the_environment_server_mid_run_spends_no_failure_budget(tmp_
     assert decisions(run) == ["DONE"], "restarted in place: the same link finished"
     events = [r["event"] for r in ledger(run) if r["kind"] == "server"]
     assert events == ["started", "down", "restarted"]
+    assert report["shards"][0]["server_restarts"] == "env:1", "status shows each server's restarts"
     assert not _server_pids(marker), "no server outlives its link"
 
 
@@ -128,3 +129,26 @@ def test_a_server_dying_past_its_restart_limit_stops_the_link_with_exit_1(tmp_pa
         "restarted",
         "down",
     ]
+
+
+def test_a_hung_environment_server_is_detected_by_its_probe_and_restarted(tmp_path: Path) -> None:
+    """SIGSTOP of the server: its probes time out, the link kills and restarts it in place, the
+    requests it held are interruptions (0 counted failures) and the same link finishes."""
+    marker = f"hung-{uuid.uuid4().hex[:8]}"
+    bench = _benchmark(tmp_path, marker, rows=30, latency_ms=300)
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    (pid,) = _wait_for(lambda: _server_pids(marker), 60, "the demo server to start")
+    _wait_for(lambda: _results(run) >= 8, 60, "some outcomes before the hang")
+    os.kill(pid, signal.SIGSTOP)
+    report = wait_until_final(run, timeout_s=180, aggregation=False)
+    coverage = _coverage(run)
+    assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
+        "DONE",
+        30,
+        0,
+    )
+    down = next(r for r in ledger(run) if r["kind"] == "server" and r["event"] == "down")
+    assert "probe(s) in a row failed" in down["cause"]
+    assert decisions(run) == ["DONE"]
+    assert any(row["_ng_failure_class"] == "kill_shaped" for row in _failures(run))

@@ -109,3 +109,16 @@ def _sid(pid: int) -> int | None:
         return os.getsid(pid)
     except OSError:
         return None
+
+
+def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tmp_path: Path) -> None:
+    """Not healthy in time: the error (the ledger's reason) carries the probes and the end of the
+    server's log, with the key it was given and credential-shaped text redacted."""
+    script = 'echo "starting with key $OPENAI_API_KEY"; echo "Authorization: Bearer sk-live-123456"; sleep 60'
+    settings = ServerSettings(name="stuck", command=["bash", "-c", script], startup_timeout_s=1.5,
+                              env={"OPENAI_API_KEY": "sk-secret-abcdef123"})  # fmt: skip
+    with pytest.raises(ServerStartError) as caught:
+        start(settings, tmp_path / "server.log")
+    message = str(caught.value)
+    assert "not healthy after 1.5s" in message and "probes:" in message and "starting with key" in message
+    assert "sk-secret-abcdef123" not in message and "sk-live-123456" not in message
