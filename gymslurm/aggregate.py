@@ -35,7 +35,7 @@ import multiprocessing
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -582,16 +582,43 @@ _SUMMED = (
 )  # fmt: skip
 
 
-def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[str, Any]:
-    """``<stem>_aggregate_coverage.json``: totals over manifest-backed shards and one entry per shard.
+# Coverage fields that the aggregate metrics (the same selected states, the scoring policy applied)
+# also count: the coverage file takes them from there, so the two files cannot disagree.
+_FROM_METRICS = {
+    "measured": "coverage/measured",
+    "masked": "coverage/masked",
+    "unscored": "coverage/unscored",
+    "failed": "coverage/failed",
+    "intentionally_omitted": "coverage/omitted",
+    "not_started": "coverage/not_started",
+    "missing": "coverage/missing",
+    "expected": "coverage/expected",
+    "scored": "coverage/scored",
+    "failure_budget_exhausted": "retries/at_cap",
+    "historical_failed_attempts": "retries/attempts",
+}
 
-    With any legacy shard, completion is not claimed (``complete`` is null): its inventory is unknown.
+
+def aggregate_coverage(
+    shards: Sequence[ShardSummary], written_at: str, metrics: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``<stem>_aggregate_coverage.json``: totals over the shards and one entry per shard.
+
+    The totals agree with gymslurm's own aggregate ``metrics`` (computed from the same states): with
+    ``count_failure_classes_as_zero``, ``scored`` includes the failures counted as zero (000). With any
+    legacy shard the inventory is unknown: completion is not claimed (``complete`` is null), the
+    inventory categories are null, and the observed measured / masked / unscored counts stay (000:
+    "observed measured/masked counts remain available").
     """
     entries = [shard_coverage_entry(shard) for shard in shards]
     verified = [e["coverage"] for e in entries if "coverage" in e]
-    totals = {key: sum(c[key] for c in verified) for key in _SUMMED}
-    limits = {c["max_rollout_attempts"] for c in verified}
     inventory_known = len(verified) == len(entries)
+    totals: dict[str, Any] = {key: sum(c[key] for c in verified) for key in _SUMMED}
+    if not inventory_known:
+        totals = dict.fromkeys(_SUMMED)
+    totals.update({key: metrics.get(name) for key, name in _FROM_METRICS.items()})
+    totals["successful"] = totals["measured"] + totals["masked"] + totals["unscored"]
+    limits = {c["max_rollout_attempts"] for c in verified}
     return {
         "format_version": AGGREGATE_COVERAGE_VERSION,
         "selection_policy": "latest_allocated",
@@ -599,7 +626,7 @@ def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[
         "identity_verified": all(e["identity_verified"] for e in entries),
         "complete": (totals["successful"] == totals["expected"]) if inventory_known else None,
         "reconciled": (totals["missing"] == 0) if inventory_known else None,
-        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 else None,
+        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 and inventory_known else None,
         **totals,
         "shards": entries,
         "written_at": written_at,
@@ -657,6 +684,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     options.output.resolve().parent.mkdir(parents=True, exist_ok=True)  # every refusal is behind us
     warnings = _warnings(shards)
     metrics = compute_aggregate_metrics(shards, options.scoring)
+    coverage = aggregate_coverage(shards, written_at, metrics)  # from gymslurm's own counts
     source_name = METRICS_SOURCE_OWN
     if options.environment_server_url:
         from gymslurm.dispatch import fetch_aggregate_metrics
@@ -668,7 +696,6 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
             source_name = f"environment_server ({options.environment_server_url}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
-    coverage = aggregate_coverage(shards, written_at)
     coverage["metrics_source"] = source_name
     merged = 0
     if options.merge_shards:

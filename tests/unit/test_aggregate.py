@@ -148,6 +148,31 @@ def test_legacy_shard_read_line_by_line(tmp_path: Path) -> None:
     assert result.metrics["coverage/measured"] == 2
 
 
+def test_legacy_coverage_keeps_observed_counts_and_leaves_the_inventory_unknown(tmp_path: Path) -> None:
+    """000: for a legacy shard "observed measured/masked counts remain available" in the coverage file
+    too (as in the metrics), while the inventory categories cannot be determined (null, not 0)."""
+    rows = [{"reward": 1.0}, {"reward": 0.0}, {"reward": 0.0, "mask_sample": True}]
+    result = run(tmp_path, write_legacy(tmp_path / "legacy.jsonl", rows))
+    cov, m = result.coverage, result.metrics
+    assert (cov["measured"], cov["masked"], cov["successful"]) == (2, 1, 3)
+    assert (m["coverage/measured"], m["coverage/masked"]) == (2, 1)
+    assert (cov["expected"], cov["not_started"], cov["missing"], cov["retryable"]) == (None, None, None, None)
+    assert cov["complete"] is None
+
+
+def test_coverage_scored_counts_failures_counted_as_zero(tmp_path: Path) -> None:
+    """000: scored counts numeric rewards "plus failures explicitly counted as zero when aggregating":
+    the coverage file's scored equals the metrics' coverage/scored."""
+    shard = ShardBuilder(tmp_path / "a" / "out.jsonl", 3)
+    shard.result("arith-0", 1.0).failure("arith-1", "judge_failed", terminal=True)
+    shard.failure("arith-2", "judge_failed", terminal=True)
+    scoring = ScoringPolicy(count_failure_classes_as_zero=frozenset({"judge_failed"}))
+    result = run(tmp_path, shard.finish(), scoring=scoring)
+    assert result.metrics["coverage/scored"] == 3
+    assert result.coverage["scored"] == 3
+    assert (result.coverage["failed"], result.coverage["measured"]) == (2, 1)
+
+
 def test_legacy_companions_beside_alias_are_used(tmp_path: Path) -> None:
     """A legacy run whose sidecar sits only beside the alias is read with that sidecar."""
     target = write_legacy(tmp_path / "data" / "run.jsonl", [{"reward": 1.0}])
