@@ -57,7 +57,9 @@ COUNT_KEYS = (
     "retryable_failures",
     "exhausted",
     "omitted",
-    "unfinished",
+    "not_started",  # no execution reserved yet
+    "missing",  # the newest reserved execution has no outcome (000: as `missing` in coverage)
+    "unfinished",  # not_started + missing
 )
 
 
@@ -181,6 +183,7 @@ def count_states(states: Iterable[RolloutState]) -> dict[str, int]:
         elif disposition is Disposition.OMITTED:
             counts["omitted"] += 1
         else:
+            counts["missing" if disposition is Disposition.MISSING else "not_started"] += 1
             counts["unfinished"] += 1
     return {key: counts[key] for key in COUNT_KEYS}
 
