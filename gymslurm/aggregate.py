@@ -518,27 +518,31 @@ def check_distinct_runs(shards: Sequence[ShardSummary]) -> None:
             )
 
 
-def check_output(output: Path, sources: Sequence[ShardSource]) -> None:
+def check_output(
+    output: Path, sources: Sequence[ShardSource], *, what: str = "the merged output", source: str = "input"
+) -> None:
     """Refuse, before writing a byte, an output that is an input, a companion, or an established run.
 
-    Both spellings are checked: the output as given and its resolved target.
+    Both spellings are checked: the output as given and its resolved target. ``what`` and ``source``
+    name the output and its inputs in the message (reverification writes a reverified output of a
+    source run, not a merged output of inputs).
     """
     target = output.resolve()
     protected: dict[Path, Path] = {}
-    for source in sources:
-        protected[source.results] = source.results
+    for shard in sources:
+        protected[shard.results] = shard.results
         for suffix in COMPANION_SUFFIXES:
-            protected[source.companion(suffix).resolve()] = source.results
+            protected[shard.companion(suffix).resolve()] = shard.results
     if target in protected:
         raise ConfigError(
-            f"the merged output {output} is (or is a file of) the input {protected[target]}; a merge would "
+            f"{what} {output} is (or is a file of) the {source} {protected[target]}; writing it would "
             "destroy that run's output. Choose a new output path"
         )
     for base in {output.absolute(), target}:
         present = [companion(base, s) for s in RECOVERY_SUFFIXES if companion(base, s).exists()]
         if present:
             raise ConfigError(
-                f"the merged output {output} belongs to an established run: {', '.join(map(str, present))} "
+                f"{what} {output} belongs to an established run: {', '.join(map(str, present))} "
                 "exist beside it. Replacing its output would leave that history behind; choose a new "
                 "output path (or move that run away first)"
             )
