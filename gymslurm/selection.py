@@ -36,15 +36,19 @@ TIMEOUT_KINDS = frozenset({"agent_timeout", "timeout_exceeded", "transport_timeo
 # evaluated model, left it unmeasured (001: masked_infrastructure_kind). Model-side kinds, judge
 # kinds (whose saved answer is graded again, not regenerated), unregistered and namespaced
 # kinds keep the masked row as the result. ``verifier_error`` is a verifier that could not run: with
-# no saved answer there is nothing to grade again, so the episode runs again.
+# no saved answer there is nothing to grade again, so the episode runs again. The ``transport_*``
+# kinds are not here: on a graded (masked) result they are the verify call's transport, and 001
+# grades such a saved answer again instead of regenerating it (_MASKED_REGRADE_KINDS).
 EVALUATION_SIDE_KINDS = frozenset(
     {
         "provider_unavailable", "provider_quota_exhausted", "provider_oom_killed",
         "session_lost", "session_expired", "session_release_failed",
-        "transport_unreachable", "transport_peer_drop", "transport_timeout", "transport_local_resource",
         "persistence_failed", "cohort_incomplete", "cancelled", "shutdown", "verifier_error",
     }
 )  # fmt: skip
+# Registered provider/session kinds that are model-side at the agent stage (001: "agent OOM remains
+# model-side while seed OOM is evaluation-side when its originating stage is available").
+MODEL_SIDE_AT_AGENT_STAGE = frozenset({"provider_oom_killed"})
 
 
 @dataclass(slots=True)
@@ -220,6 +224,9 @@ def is_retry_masked(result_row: Mapping[str, object]) -> bool:
     """
     if result_row.get("mask_sample") is not True:
         return False
-    if result_row.get("failure_kind") not in EVALUATION_SIDE_KINDS:
+    kind = result_row.get("failure_kind")
+    if kind not in EVALUATION_SIDE_KINDS:
+        return False
+    if kind in MODEL_SIDE_AT_AGENT_STAGE and result_row.get("stage") == "agent":
         return False
     return not has_saved_generation(result_row.get("response"))

@@ -265,6 +265,23 @@ RETRY_MASKED_CASES = [
         {"mask_sample": True, "failure_kind": "provider_unavailable", "response": {}},
         True,
     ),
+    (
+        "agent-stage OOM is model-side (001)",
+        {"mask_sample": True, "failure_kind": "provider_oom_killed", "stage": "agent"},
+        False,
+    ),
+    (
+        "seed-stage OOM is evaluation-side",
+        {"mask_sample": True, "failure_kind": "provider_oom_killed", "stage": "seed"},
+        True,
+    ),
+    ("OOM, no stage: evaluation-side", {"mask_sample": True, "failure_kind": "provider_oom_killed"}, True),
+    (
+        "transport kind of a graded result is its verify call: regraded, kept (001)",
+        {"mask_sample": True, "failure_kind": "transport_timeout"},
+        False,
+    ),
+    ("masked peer drop is kept too", {"mask_sample": True, "failure_kind": "transport_peer_drop"}, False),
 ]
 
 
