@@ -318,6 +318,23 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
     return completion
 
 
+def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
+    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
+
+    With progress, the next job goes on; without any, the budget itself stopped the work, and a
+    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
+    margin if they prevented all work").
+    """
+    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
+    if made_progress:
+        return f"{said}; resume to run them"
+    return (
+        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
+        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
+        "job's end), then resume"
+    )
+
+
 def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
     """What to say when rollouts ran out of failure budget: how many, and where their failures are."""
     if not coverage.failure_budget_exhausted:
@@ -561,11 +578,8 @@ def _report(  # noqa: PLR0917
             "budget spent",
         )
     if result.budget_drained:
-        say(
-            stderr,
-            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
-            "rollout(s) were not dispatched (no attempt spent); resume to run them",
-        )
+        made_progress = result.progress_outcomes > 0
+        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
     exhausted = exhausted_message(coverage, paths.failures)
     if exhausted:
         say(stderr, exhausted)
