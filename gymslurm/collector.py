@@ -30,7 +30,7 @@ import collections
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -459,7 +459,7 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage)
+    export_metrics(store, view, coverage, settings.count_failure_classes_as_zero)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
@@ -532,14 +532,21 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
     return save
 
 
-def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
-    from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+def export_metrics(
+    store: Any, view: RunView, coverage: Coverage, count_failure_classes_as_zero: Sequence[str] = ()
+) -> None:
+    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states.
+
+    ``count_failure_classes_as_zero`` is the same scoring policy as aggregation's (000: "live and
+    offline count_failure_classes_as_zero selection" match either name and count the row once).
+    """
+    from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(count_failure_classes_as_zero)),
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
     store.write_aggregate_metrics(body)

@@ -55,6 +55,7 @@ class CollectSettings(BaseModel):
     require_complete: bool = False
     retry_terminal_timeouts: bool | None = None
     retry_in_invocation: bool = True
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list)
 
     concurrency: int = Field(default=64, ge=1)
     dispatch_budget_s: float | None = Field(default=None, ge=0)
