@@ -54,6 +54,7 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store import RunPaths, RunStore
@@ -253,6 +254,9 @@ def sidecar_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcom
         stage=failure.get("stage"),
         failure_class=routing if isinstance(routing, str) else None,
         legacy_class=legacy_class if isinstance(legacy_class, str) else None,
+        kept_answer=kept_timeout_answer(
+            (failure.get("failure_kind"), routing, legacy_class), row.get("_ng_failure_response")
+        ),
     )
 
 

@@ -41,6 +41,7 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
@@ -476,6 +477,9 @@ class RunStore:
                 stage=failure.stage,
                 failure_class=record.routing_class,
                 legacy_class=row.get("_ng_failure_legacy_class"),
+                kept_answer=kept_timeout_answer(
+                    (failure.failure_kind, record.routing_class, legacy_class), response
+                ),
             ),
         )
 

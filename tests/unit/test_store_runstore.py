@@ -497,3 +497,20 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
             config_digest=DIGEST, max_rollout_attempts=3,
         )  # fmt: skip
     assert not paths.manifest.exists()
+
+
+def test_agent_timeout_that_kept_its_answer_is_not_retried_after_reopen(paths: RunPaths) -> None:
+    """001: a non-terminal agent_timeout that kept a response with output stays final when saved and
+    when the run is read again (resume never regenerates the model's answer)."""
+    store = create(paths, 2)
+    store.reconcile()
+    answer = {"output": [{"type": "message", "content": "42"}]}
+    for index in (0, 1):
+        attempt = store.reserve(index)
+        record = failure(store, index, attempt, kind="agent_timeout")
+        saved = store.append_failure(index, attempt, record, response=answer if index == 0 else None)
+        assert saved.kept_answer is (index == 0)
+    store.close()
+    states = RunStore.open(paths).reconcile().states
+    assert [state.pending for state in states] == [False, True]
+    assert [state.disposition for state in states] == [Disposition.FAILED, Disposition.FAILED]
