@@ -43,7 +43,7 @@ from typing import IO, Any
 
 import orjson
 
-from gymslurm.errors import GymslurmError, StoreError
+from gymslurm.errors import GymslurmError, StaleFileError
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
 
 HEALTH_FORMAT_VERSION = 1
@@ -59,10 +59,6 @@ COUNT_KEYS = (
     "omitted",
     "unfinished",
 )
-
-
-class StaleFileError(StoreError):
-    """A file changed identity (replaced) or shrank between indexing and reading."""
 
 
 # --- indexed reading ------------------------------------------------------------------------------

@@ -23,11 +23,8 @@ from pathlib import Path
 import psutil
 
 from gymslurm.dispatch import probe_health
+from gymslurm.errors import ServerStartError
 from gymslurm.launcher.settings import ServerSettings
-
-
-class ServerStartError(Exception):
-    """A configured server did not become healthy in time."""
 
 
 @dataclass
