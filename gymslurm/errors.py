@@ -18,7 +18,8 @@
     ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
     ├── MetricsUnavailableError   the server's /aggregate_metrics is unusable (aggregation warns, goes on)
     ├── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
-    └── ServerStartError          an Environment Server a job started did not become healthy (exit 1)
+    ├── ServerStartError          an Environment Server a job started did not become healthy (exit 1)
+    └── SupervisionError          a link's supervision event could not be read (version mismatch?)
 
 Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
 once, at the module that touches the outside world; nothing above it knows which library was used.
@@ -111,3 +112,7 @@ class ServerStartError(GymslurmError):
     """A configured Environment Server did not become healthy in time (infrastructure: retryable)."""
 
     exit_code = ExitCode.RETRY
+
+
+class SupervisionError(GymslurmError):
+    """A supervision event could not be read (a gymslurm link and collector of different versions?)."""

@@ -46,6 +46,13 @@ class ServerSettings(_Strict):
     startup_timeout_s: float = 60.0
     env: dict[str, str] = Field(default_factory=dict)
     collector_override: str = "+environment_server_url"
+    # Supervision while the collector runs (docs/servers.md): probe every probe_interval_s, a probe
+    # answering after probe_timeout_s fails; probe_failures failures in a row (or the process
+    # exiting) make the server down; it is restarted in place at most restart_limit times.
+    probe_interval_s: float = Field(default=5.0, gt=0)
+    probe_timeout_s: float = Field(default=5.0, gt=0)
+    probe_failures: int = Field(default=2, ge=1)
+    restart_limit: int = Field(default=3, ge=0)
 
     @field_validator("command")
     @classmethod
