@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gymslurm.exitcodes import ExitCode
 from gymslurm.prepare import Prepared, prepare, say
 from gymslurm.progress import Counters, make_reporter, summary_table
 from gymslurm.records import EpisodeId
@@ -312,7 +313,7 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
         strict = completion_exit_code(
             coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
         )
-        if strict.code == 0 and strict.warning:
+        if strict.code == ExitCode.DONE and strict.warning:
             return type(completion)(completion.code, completion.reason, strict.warning)
     return completion
 

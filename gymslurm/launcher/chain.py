@@ -45,11 +45,10 @@ from urllib.parse import urlsplit
 import psutil
 
 from gymslurm.errors import SlurmError
+from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
-    EXIT_NO_PROGRESS,
-    EXIT_TERMINAL,
     Budgets,
     Decision,
     JobEnd,
@@ -368,7 +367,7 @@ def run_link(
     )
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
-        return 0
+        return ExitCode.DONE
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
     ledger.append(started)
     reap_predecessors(state, ledger, me)
@@ -420,7 +419,7 @@ def _collect(  # noqa: PLR0917
                 if server.process is not None:
                     note("started", server, f"healthy at {server.url} after {server.startup_s:.1f}s")
         except server_mod.ServerStartError as error:
-            return EXIT_NO_PROGRESS, None, f"server start failed: {error}"
+            return ExitCode.RETRY, None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
@@ -429,7 +428,7 @@ def _collect(  # noqa: PLR0917
             name = supervisor.gave_up
             limit = next(s.settings.restart_limit for s in started if s.settings.name == name)
             return (
-                EXIT_NO_PROGRESS,
+                ExitCode.RETRY,
                 None,
                 (
                     f"server {name!r} went down more than restart_limit={limit} times; the collector was "
@@ -545,7 +544,7 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     outputs = [run.shard_output(s, settings.output_stem) for s in range(settings.shards)]
     t0 = time.monotonic()
     if incomplete and settings.aggregation.on_failed_shard == "fail":
-        code: int | None = EXIT_TERMINAL
+        code: int | None = ExitCode.STOP
         reason = f"shards {incomplete} did not complete and on_failed_shard=fail: nothing merged"
     else:
         existing = [path for path in outputs if path.exists()]
@@ -560,4 +559,4 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     verdict = Verdict(decision, reason, Budgets(jobs=1, walltime_s=end.elapsed_s))
     _record(ledger, started, end, Budgets(), verdict)
     log(f"aggregation {decision}: {reason}")
-    return 0 if code == 0 else EXIT_TERMINAL
+    return ExitCode.DONE if code == ExitCode.DONE else ExitCode.STOP

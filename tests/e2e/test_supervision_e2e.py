@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.unit.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
+from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
 
 pytestmark = pytest.mark.e2e
 
