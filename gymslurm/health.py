@@ -43,7 +43,7 @@ from typing import IO, Any
 
 import orjson
 
-from gymslurm.errors import GymslurmError, StoreError
+from gymslurm.errors import GymslurmError, StaleFileError
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
 
 HEALTH_FORMAT_VERSION = 1
@@ -61,10 +61,6 @@ COUNT_KEYS = (
     "missing",  # the newest reserved execution has no outcome (000: as `missing` in coverage)
     "unfinished",  # not_started + missing
 )
-
-
-class StaleFileError(StoreError):
-    """A file changed identity (replaced) or shrank between indexing and reading."""
 
 
 # --- indexed reading ------------------------------------------------------------------------------

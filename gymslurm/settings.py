@@ -23,6 +23,7 @@ raised before any file is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gymslurm.errors import ConfigError
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
+FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
 DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
 
@@ -70,6 +72,10 @@ class CollectSettings(BaseModel):
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
     summary: bool = True
+
+    # Not a config key: resolved from NEMO_GYM_MAX_ROLLOUT_ATTEMPTS by validate_settings (as NeMo
+    # Gym reads it), saved in a new run's manifest; a resume keeps the saved value.
+    max_rollout_attempts: int = Field(default=DEFAULT_MAX_ROLLOUT_ATTEMPTS, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -149,7 +155,7 @@ def _check_url(url: str) -> None:
         raise ValueError(f"{url!r} is not an http(s) URL: write it as http://HOST:PORT")
 
 
-def max_rollout_attempts(environ: dict[str, str] | None = None) -> int:
+def max_rollout_attempts(environ: Mapping[str, str] | None = None) -> int:
     """``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` (a positive integer) or 3; saved in a new run's manifest."""
     env = os.environ if environ is None else environ
     raw = env.get(MAX_ATTEMPTS_ENV)
@@ -259,21 +265,34 @@ def _resolve_leniently(node: Any) -> Any:
     return out
 
 
-def validate_settings(resolved: dict[str, Any]) -> CollectSettings:
-    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on."""
+def validate_settings(resolved: dict[str, Any], environ: Mapping[str, str] | None = None) -> CollectSettings:
+    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on.
+
+    ``max_rollout_attempts`` is resolved here too, from ``environ`` (default ``os.environ``), so that
+    nothing deeper reads the environment and a bad value is refused before anything is written.
+    """
     missing = [key for key in ("input_jsonl_fpath", "output_jsonl_fpath") if resolved.get(key) in (None, "")]
     if missing:
         spelled = " ".join(f"+{key}=PATH" for key in missing)
         raise ConfigError(f"missing required setting(s) {', '.join(missing)}: add {spelled}")
+    if FROM_ENVIRONMENT in resolved:
+        raise ConfigError(
+            f"unknown setting {FROM_ENVIRONMENT!r}: the failure budget comes from the environment, as in "
+            f"NeMo Gym; drop the override and set {MAX_ATTEMPTS_ENV}=N instead. Valid settings: {_valid()}"
+        )
     try:
-        return CollectSettings.model_validate(resolved)
+        return CollectSettings.model_validate({**resolved, FROM_ENVIRONMENT: max_rollout_attempts(environ)})
     except ValidationError as error:
         raise ConfigError(_explain(error)) from error
 
 
+def _valid() -> str:
+    return ", ".join(sorted(name for name in CollectSettings.model_fields if name != FROM_ENVIRONMENT))
+
+
 def _explain(error: ValidationError) -> str:
     lines = []
-    valid = ", ".join(sorted(CollectSettings.model_fields))
+    valid = _valid()
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "configuration"
         if item["type"] == "extra_forbidden":
