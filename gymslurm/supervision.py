@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gymslurm.errors import GymslurmError
+from gymslurm.errors import SupervisionError
 from gymslurm.records import MAX_FAILURE_REASON, EpisodeFailure, RolloutFailureRecord
 
 SUPERVISION_FD_ENV = "GYMSLURM_SUPERVISION_FD"
@@ -46,10 +46,6 @@ EventKind = Literal["watching", "healthy", "down", "up", "gave_up", "stopping"]
 EVENT_KINDS: frozenset[str] = frozenset({"watching", "healthy", "down", "up", "gave_up", "stopping"})
 _FIELDS = frozenset({"v", "kind", "at", "server", "since", "cause", "restarts", "interval_s"})
 Verdict = Literal["interruption", "rollout", "wait"]
-
-
-class SupervisionError(GymslurmError):
-    """A supervision event could not be read (a gymslurm link and collector of different versions?)."""
 
 
 @dataclass(frozen=True)

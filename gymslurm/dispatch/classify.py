@@ -203,9 +203,9 @@ class _Call(NamedTuple):
             raise ProtocolError(
                 f"The Environment Server reply{where} for rollout {self.episode.rollout_id!r} attempt "
                 f"{self.episode.attempt} (task {self.task_id!r}) breaks the protocol: {problem}. Fix the "
-                "producer (../shared/spec/PROTOCOL.md), or set +route_failures_to_sidecar=true to record "
-                "such replies as terminal environment_protocol_violation failures and let the other "
-                "tasks continue."
+                "producer (the reply shapes are in gymslurm's docs/outcomes.md), or set "
+                "+route_failures_to_sidecar=true to record such replies as terminal "
+                "environment_protocol_violation failures and let the other tasks continue."
             )
         record = self.record(f"protocol violation: {problem}", source="collector", delivery="delivered",
                              terminal=True, kind=PROTOCOL_VIOLATION)  # fmt: skip

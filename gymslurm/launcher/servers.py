@@ -35,11 +35,8 @@ from urllib.parse import urlsplit
 import psutil
 
 from gymslurm.dispatch import probe_completion, probe_health
+from gymslurm.errors import ServerStartError
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
-
-
-class ServerStartError(Exception):
-    """A configured server did not become healthy in time."""
 
 
 @dataclass

@@ -360,6 +360,14 @@ def test_violation_without_routing_stops_collection(case: Case) -> None:
     assert "+route_failures_to_sidecar=true" in message
 
 
+def test_protocol_error_points_at_the_projects_own_docs() -> None:
+    """The protocol-error text names a page of gymslurm's docs, never a path outside the project."""
+    with pytest.raises(ProtocolError) as raised:
+        run_once(200, {"not": "an episode reply"}, route_failures=False)
+    message = str(raised.value)
+    assert "docs/outcomes.md" in message and "shared/spec" not in message
+
+
 # ---------------------------------------------------------------------------------------------------
 # HTTP errors
 
