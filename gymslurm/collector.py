@@ -55,7 +55,7 @@ from gymslurm.selection import (
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
 from gymslurm.store.manifest import utc_now
-from gymslurm.supervised import Supervised
+from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -148,6 +148,7 @@ class LoopResult:
     error: BaseException | None = None
     dispatched: int = 0
     interruptions: int = 0
+    server_dead: str | None = None
 
 
 @dataclass
@@ -164,6 +165,7 @@ class DispatchLoop:
     retry_in_invocation: bool = True
     deadline: float | None = None
     supervised: Supervised | None = None  # the link's view of the job's servers, if any
+    breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
@@ -202,12 +204,13 @@ class DispatchLoop:
 
     async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
-        supervised = self.supervised
+        supervised, breaker = self.supervised, self.breaker
+        watch = supervised or breaker  # the link's view of the job's servers, or the breaker's
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
-            if supervised is not None:
-                await supervised.wait_dispatchable()  # a server of the job is down: pause
+            if watch is not None:
+                await watch.wait_dispatchable()  # a server is down: pause
                 if not queue or self._stopping:
                     return
             index = queue.popleft()
@@ -226,6 +229,13 @@ class DispatchLoop:
                 outcome, interrupted = await supervised.review(outcome, sent_at)
                 self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
                 continue
+            if breaker is not None:
+                if getattr(outcome, "record", None) is None:
+                    breaker.answered()
+                else:  # a transport failure waits for the breaker's verdict: the server's or the rollout's
+                    outcome, interrupted = await breaker.review(outcome, self.urls[index], sent_at)
+                    self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                    continue
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
                 # failure): the Environment Server may drop our connection a moment before our own
@@ -456,7 +466,15 @@ async def _dispatch(
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
     )
-    supervised = Supervised.from_environment(lambda why: loop_.stop(why), lambda m: say(sys.stderr, m))  # noqa: PLW0108
+
+    def tell(message: str) -> None:
+        say(sys.stderr, message)
+
+    supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
+    breaker = None
+    if supervised is None and settings.dispatch_breaker_failures:
+        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
+                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
     loop_ = DispatchLoop(
         view=view,
         client=client,
@@ -468,6 +486,7 @@ async def _dispatch(
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
         supervised=supervised,
+        breaker=breaker,
     )
     if supervised is not None:
         await supervised.start()
@@ -478,6 +497,8 @@ async def _dispatch(
         await client.aclose()
         if supervised is not None:
             await supervised.close()
+    if breaker is not None and breaker.dead is not None:
+        result.server_dead = breaker.dead
     return result
 
 
@@ -564,6 +585,14 @@ def _report(  # noqa: PLR0917
         summary_table(coverage.model_dump(), str(paths.coverage), stdout)
     if result.error is not None:
         raise result.error
+    if result.server_dead is not None:
+        say(
+            stderr,
+            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
+            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
+            "and run again with +resume_from_cache=true",
+        )
+        return ExitCode.RETRY
     completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
     if completion.warning:
         say(stderr, f"warning: {completion.warning}")

@@ -62,6 +62,8 @@ class CollectSettings(BaseModel):
     concurrency: int = Field(default=64, ge=1)
     dispatch_budget_s: float | None = Field(default=None, ge=0)
     dispatch_longest_first: bool = False
+    dispatch_breaker_failures: int = Field(default=3, ge=0)
+    dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
     request_timeout_s: float = Field(default=3600, gt=0)
 
     environment_server_url: str | None = None

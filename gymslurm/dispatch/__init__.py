@@ -16,6 +16,7 @@ The transport's measurements and the reasons for it are in docs/transport.md.
 from gymslurm.dispatch.calls import (
     fetch_aggregate_metrics,
     fetch_environment_config,
+    probe_answers,
     probe_completion,
     probe_health,
     verify_answer,
@@ -43,6 +44,7 @@ __all__ = [
     "classify_reply",
     "fetch_aggregate_metrics",
     "fetch_environment_config",
+    "probe_answers",
     "probe_completion",
     "probe_health",
     "verify_answer",

@@ -117,6 +117,16 @@ def probe_health(url: str, path: str, timeout_s: float) -> bool:
         return False
 
 
+def probe_answers(url: str, timeout_s: float) -> bool:
+    """Whether anything answers HTTP at ``url`` (any status): the collector's circuit-breaker probe."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            http.get(url.rstrip("/") + "/")
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
+    return True
+
+
 def probe_completion(url: str, chat: bool, model: str | None, timeout_s: float) -> bool:
     """Whether an OpenAI-compatible server generates: a one-token completion must come back with text.
 
