@@ -27,19 +27,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
-from gymslurm.prepare import Prepared, prepare, say
-from gymslurm.progress import Counters, make_reporter, summary_table
+from gymslurm.coverage import Completion, Coverage, completion_exit_code, compute_coverage
+from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Outcome, fetch_environment_config
+from gymslurm.errors import StoreError
+from gymslurm.exitcodes import ExitCode
+from gymslurm.health import SelectedRun, after_collection
+from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
+from gymslurm.prepare import Prepared, Task, prepare
+from gymslurm.progress import Counters, make_reporter, rate_and_eta, say, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
-    SUCCESSFUL,
     BudgetPolicy,
     Disposition,
     RolloutState,
@@ -48,10 +54,11 @@ from gymslurm.selection import (
     establishes_progress,
     select_rollout,
 )
-
-if TYPE_CHECKING:
-    from gymslurm.coverage import Completion, Coverage
-    from gymslurm.settings import CollectSettings
+from gymslurm.settings import CollectSettings
+from gymslurm.store import RunLock, RunPaths, RunStore
+from gymslurm.store.live import LiveProgress, write_progress
+from gymslurm.store.manifest import utc_now
+from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -69,7 +76,7 @@ class RunView:
     same selection rules (:func:`advance`), so the loop never re-reads the run's files.
     """
 
-    tasks: list[dict[str, Any]]
+    tasks: list[Task]
     reserved: list[int]
     states: list[RolloutState]
     policy: BudgetPolicy
@@ -127,13 +134,10 @@ def pending_order(view: RunView, states: list[RolloutState], longest_first: bool
     return pending
 
 
-_CATEGORY = {Disposition.FAILED: 2, Disposition.OMITTED: 3}
+class RolloutClient(Protocol):
+    """What the loop needs of a client (``dispatch.EnvironmentClient``): one episode attempt."""
 
-
-def _category(state: RolloutState) -> int:
-    if state.disposition in SUCCESSFUL:
-        return 1
-    return _CATEGORY.get(state.disposition, 0)
+    async def run(self, url: str, episode: EpisodeId, task: Mapping[str, Any]) -> Outcome: ...
 
 
 @dataclass
@@ -146,6 +150,8 @@ class LoopResult:
     budget_drained: int = 0
     error: BaseException | None = None
     dispatched: int = 0
+    interruptions: int = 0
+    server_dead: str | None = None
 
 
 @dataclass
@@ -153,17 +159,19 @@ class DispatchLoop:
     """Dispatches pending rollouts with bounded concurrency until done, drained, or stopped."""
 
     view: RunView
-    client: Any  # dispatch.EnvironmentClient: ``await run(url, episode, task)``
+    client: RolloutClient
     reserve: Callable[[int], int]
-    save: Callable[[int, int, Any], SavedOutcome]
+    save: Callable[[int, int, Outcome], SavedOutcome]
     urls: list[str]
     counters: Counters
     concurrency: int
     retry_in_invocation: bool = True
     deadline: float | None = None
+    supervised: Supervised | None = None  # the link's view of the job's servers, if any
+    breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
-    _category: list[int] = field(default_factory=list)
+    _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
     in_flight_since: dict[int, float] = field(default_factory=dict)
@@ -172,7 +180,7 @@ class DispatchLoop:
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
         self._queue.extend(order)
-        self._category = [_category(state) for state in self.view.states]
+        self._shown = [state.disposition for state in self.view.states]
         self.last_outcome_at = time.monotonic()
         count = min(self.concurrency, max(len(order), 1))
         self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
@@ -202,21 +210,40 @@ class DispatchLoop:
 
     async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
+        supervised, breaker = self.supervised, self.breaker
+        watch = supervised or breaker  # the link's view of the job's servers, or the breaker's
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
+            if watch is not None:
+                await watch.wait_dispatchable()  # a server is down: pause
+                if not queue or self._stopping:
+                    return
             index = queue.popleft()
             attempt = self.reserve(index)
             view.mark_reserved(index, attempt)
             episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
             counters.in_flight += 1
-            self.in_flight_since[index] = time.monotonic()
+            sent_at = time.monotonic()
+            self.in_flight_since[index] = sent_at
             try:
                 outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
             finally:
                 counters.in_flight -= 1
                 self.in_flight_since.pop(index, None)
             self.result.dispatched += 1
+            if supervised is not None and getattr(outcome, "record", None) is not None:
+                # Whose failure is it? A supervised server's death or the job's stop: an interruption.
+                outcome, interrupted = await supervised.review(outcome, sent_at)
+                self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                continue
+            if breaker is not None:
+                if getattr(outcome, "record", None) is None:
+                    breaker.answered()
+                else:  # a transport failure waits for the breaker's verdict: the server's or the rollout's
+                    outcome, interrupted = await breaker.review(outcome, self.urls[index], sent_at)
+                    self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                    continue
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
                 # failure): the Environment Server may drop our connection a moment before our own
@@ -225,48 +252,39 @@ class DispatchLoop:
                 await asyncio.sleep(STOP_GRACE_S)
             self._record(index, self.save(index, attempt, outcome))
 
-    def _record(self, index: int, saved: SavedOutcome) -> None:
+    def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:
         view, policy = self.view, self.view.policy
         self.last_outcome_at = time.monotonic()
         if establishes_progress(saved, policy):
             self.result.progress_outcomes += 1
         if saved.kind == "failure":
             self.result.new_failures += 1
+        if interrupted:
+            self.result.interruptions += 1
         state = view.advance(index, saved)
-        self._move(index, _category(state))
-        if state.pending and self.retry_in_invocation and counts_against_budget(saved, policy):
+        self._move(index, state.disposition)
+        retry = interrupted or counts_against_budget(saved, policy)  # an interruption runs again free
+        if state.pending and self.retry_in_invocation and retry:
             self._queue.append(index)
 
     def oldest_in_flight_s(self, now: float) -> float | None:
         """Age of the oldest request still in flight, or None when none is."""
         return max(now - min(self.in_flight_since.values()), 0.0) if self.in_flight_since else None
 
-    def _move(self, index: int, new: int) -> None:
-        old = self._category[index]
-        if old == new:
+    def _move(self, index: int, new: Disposition) -> None:
+        old = self._shown[index]
+        if old is new:
             return
-        counters = self.counters
-        for category, delta in ((old, -1), (new, 1)):
-            if category == 1:
-                counters.done += delta
-            elif category == 2:
-                counters.failed += delta
-            elif category == 3:
-                counters.omitted += delta
-        self._category[index] = new
+        self.counters.tally(old, -1)
+        self.counters.tally(new, 1)
+        self._shown[index] = new
 
 
 def initial_counters(states: list[RolloutState]) -> Counters:
     """Counters showing what was already saved before this invocation."""
     counters = Counters(total=len(states))
     for state in states:
-        category = _category(state)
-        if category == 1:
-            counters.done += 1
-        elif category == 2:
-            counters.failed += 1
-        elif category == 3:
-            counters.omitted += 1
+        counters.tally(state.disposition, 1)
     counters.done_before, counters.failed_before = counters.done, counters.failed
     counters.omitted_before = counters.omitted
     return counters
@@ -274,9 +292,6 @@ def initial_counters(states: list[RolloutState]) -> Counters:
 
 def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     """The coverage inventory after this invocation."""
-    from gymslurm.coverage import compute_coverage
-    from gymslurm.store.manifest import utc_now
-
     return compute_coverage(
         view.states,
         run_id=view.run_id,
@@ -294,8 +309,6 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
 
     Without ``require_complete`` a partial run exits 0; the only-omissions warning is still given.
     """
-    from gymslurm.coverage import completion_exit_code
-
     completion = completion_exit_code(
         coverage,
         retryable=coverage.retryable > 0,
@@ -306,9 +319,26 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
         strict = completion_exit_code(
             coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
         )
-        if strict.code == 0 and strict.warning:
-            return type(completion)(completion.code, completion.reason, strict.warning)
+        if strict.code == ExitCode.DONE and strict.warning:
+            return Completion(completion.code, completion.reason, strict.warning)
     return completion
+
+
+def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
+    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
+
+    With progress, the next job goes on; without any, the budget itself stopped the work, and a
+    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
+    margin if they prevented all work").
+    """
+    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
+    if made_progress:
+        return f"{said}; resume to run them"
+    return (
+        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
+        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
+        "job's end), then resume"
+    )
 
 
 def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
@@ -367,9 +397,6 @@ class LiveWatch:
 
     def write(self, now: float, ended: bool = False) -> None:
         """Replace the live progress record now."""
-        from gymslurm.errors import StoreError
-        from gymslurm.store.live import write_progress
-
         self._last_write = now
         try:
             write_progress(self.path, self.record(now, ended))
@@ -378,14 +405,8 @@ class LiveWatch:
                 self._warned = True
                 say(self.stderr, f"warning: the live progress record was not written: {error}")
 
-    def record(self, now: float, ended: bool) -> Any:
+    def record(self, now: float, ended: bool) -> LiveProgress:
         """The record for this moment (``now`` is the monotonic clock)."""
-        import os
-
-        from gymslurm.progress import rate_and_eta
-        from gymslurm.store.live import LiveProgress
-        from gymslurm.store.manifest import utc_now
-
         counters, loop = self.loop.counters, self.loop
         rate, _ = rate_and_eta(counters, now)
         return LiveProgress(
@@ -404,9 +425,9 @@ STOP_GRACE_S = 0.5
 LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
 
 
-def lost_connection(outcome: Any) -> bool:
+def lost_connection(outcome: Outcome) -> bool:
     """Whether the collector saw the connection drop or fail (not an answer from the server)."""
-    record = getattr(outcome, "record", None)
+    record = getattr(outcome, "record", None)  # only a Failed has one
     return (
         record is not None
         and record.source == "collector"
@@ -467,15 +488,12 @@ def collect(
     stderr: IO[str] = sys.stderr,
     stdout: IO[str] = sys.stdout,
     fetch: Callable[[str], dict[str, Any]] | None = None,
-) -> int:
+) -> ExitCode:
     """Run one collection invocation; return its exit code (0 / 1 / 75 / 76).
 
     ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
     :func:`gymslurm.dispatch.fetch_environment_config`).
     """
-    from gymslurm.dispatch import fetch_environment_config
-    from gymslurm.store import RunLock, RunPaths
-
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     paths.folder.mkdir(parents=True, exist_ok=True)
     with RunLock(paths.lock):
@@ -487,8 +505,8 @@ def collect(
 
 
 def _collect_prepared(
-    settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
-) -> int:
+    settings: CollectSettings, prepared: Prepared, paths: RunPaths, stderr: IO[str], stdout: IO[str]
+) -> ExitCode:
     store, rec = prepared.store, prepared.reconciliation
     pending = any(state.pending for state in rec.states)
     view = RunView(
@@ -510,20 +528,17 @@ def _collect_prepared(
             f"{len(order)} of {len(view.states)} rollouts to dispatch "
             f"({counters.finished} already have an outcome); output {paths.output}",
         )
-        result = asyncio.run(_dispatch(settings, store, view, order, counters, stderr))
+        result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage)
+    export_metrics(store, view, coverage, settings.count_failure_classes_as_zero)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
 
-async def _dispatch(  # noqa: PLR0917
-    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters,
-    stderr: IO[str],
-) -> LoopResult:  # fmt: skip
-    from gymslurm.dispatch import EnvironmentClient
-
+async def _dispatch(
+    settings: CollectSettings, store: RunStore, view: RunView, order: list[int], counters: Counters
+) -> LoopResult:
     urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
     reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
     deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
@@ -533,6 +548,15 @@ async def _dispatch(  # noqa: PLR0917
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
     )
+
+    def tell(message: str) -> None:
+        say(sys.stderr, message)
+
+    supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
+    breaker = None
+    if supervised is None and settings.dispatch_breaker_failures:
+        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
+                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
     loop_ = DispatchLoop(
         view=view,
         client=client,
@@ -543,35 +567,40 @@ async def _dispatch(  # noqa: PLR0917
         concurrency=settings.concurrency,
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
+        supervised=supervised,
+        breaker=breaker,
     )
     watch = LiveWatch(
-        loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, stderr
+        loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, sys.stderr
     )
     watch.write(time.monotonic())
+    if supervised is not None:
+        await supervised.start()
     try:
         result = await run_dispatch(loop_, order, reporter.tick, watch.tick)
     finally:
         reporter.close(time.monotonic())
         watch.write(time.monotonic(), ended=True)
         await client.aclose()
+        if supervised is not None:
+            await supervised.close()
+    if breaker is not None and breaker.dead is not None:
+        result.server_dead = breaker.dead
     return result
 
 
-def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
+def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
     """Save a dispatch outcome (Completed / Failed / Omitted) through the store; returns its summary."""
-    from gymslurm.dispatch import Completed, Failed
-
     append_result, append_failure, append_omission = (
         store.append_result,
         store.append_failure,
         store.append_omission,
     )
 
-    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
-        kind = type(outcome)
-        if kind is Completed:
+    def save(index: int, attempt: int, outcome: Outcome) -> SavedOutcome:
+        if type(outcome) is Completed:
             return append_result(index, attempt, outcome.result)
-        if kind is Failed:
+        if type(outcome) is Failed:
             return append_failure(
                 index,
                 attempt,
@@ -585,27 +614,30 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
     return save
 
 
-def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
-    from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+def export_metrics(
+    store: RunStore, view: RunView, coverage: Coverage, count_failure_classes_as_zero: Sequence[str] = ()
+) -> None:
+    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states.
 
+    ``count_failure_classes_as_zero`` is the same scoring policy as aggregation's (000: "live and
+    offline count_failure_classes_as_zero selection" match either name and count the row once).
+    """
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(count_failure_classes_as_zero)),
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
     store.write_aggregate_metrics(body)
 
 
-def _run_health_hook(paths: Any, coverage: Coverage, view: RunView) -> None:
+def _run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:
     """The automatic health report, inside the lock, from the states the collection ends with.
 
     ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
     rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
     """
-    from gymslurm.health import SelectedRun, after_collection
-
     after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
 
 
@@ -613,22 +645,26 @@ def _report(  # noqa: PLR0917
     settings: CollectSettings,
     coverage: Coverage,
     result: LoopResult,
-    paths: Any,
+    paths: RunPaths,
     stderr: IO[str],
     stdout: IO[str],
-) -> int:
+) -> ExitCode:
     if result.stopped_by and result.stopped_by != "error":
         say(
             stderr,
             f"stopped by {result.stopped_by}: requests in flight were cancelled; their rollouts "
             "stay unfinished (missing) and run again on resume",
         )
-    if result.budget_drained:
+    if result.interruptions:
         say(
             stderr,
-            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
-            "rollout(s) were not dispatched (no attempt spent); resume to run them",
+            f"{result.interruptions} attempt(s) in flight were interrupted by a supervised server's death "
+            f"or the job's stop: recorded in {paths.failures} as kill_shaped with the evidence, no failure "
+            "budget spent",
         )
+    if result.budget_drained:
+        made_progress = result.progress_outcomes > 0
+        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
     exhausted = exhausted_message(coverage, paths.failures)
     if exhausted:
         say(stderr, exhausted)
@@ -637,10 +673,16 @@ def _report(  # noqa: PLR0917
     if result.error is not None:
         raise result.error
     if result.stopped_by == STALL:
-        from gymslurm.coverage import EXIT_RETRY
-
-        say(stderr, f"exit {EXIT_RETRY}: stalled (stall_window_s={settings.stall_window_s:g})")
-        return EXIT_RETRY
+        say(stderr, f"exit 1: stalled (stall_window_s={settings.stall_window_s:g})")
+        return ExitCode.RETRY
+    if result.server_dead is not None:
+        say(
+            stderr,
+            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
+            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
+            "and run again with +resume_from_cache=true",
+        )
+        return ExitCode.RETRY
     completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
     if completion.warning:
         say(stderr, f"warning: {completion.warning}")

@@ -212,6 +212,7 @@ class ShardStatus:
     log: str | None
     server_logs: list[str]
     failed_by_class: dict[str, int]
+    server_restarts: str = "-"
 
 
 @dataclass(frozen=True)
@@ -326,8 +327,15 @@ def shard_status(
         eta_s=None if eta is None else round(eta, 1), eta=human_duration(eta),
         heartbeat_age_s=None if beat is None else round(beat.age_s, 1),
         log=logs.job_log(shard, job), server_logs=logs.server_logs(shard),
-        failed_by_class=counts.failed_by_class,
+        failed_by_class=counts.failed_by_class, server_restarts=_restarts(state),
     )  # fmt: skip
+
+
+def _restarts(state: ChainState) -> str:
+    """Each supervised server's restarts over the chain (ledger ``server`` records), e.g. ``policy:2``."""
+    if not state.server_restarts:
+        return "-"
+    return ", ".join(f"{name}:{count}" for name, count in sorted(state.server_restarts.items()))
 
 
 @dataclass(frozen=True)
@@ -447,6 +455,7 @@ COLUMNS = [
     ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"),
     ("successor", "next"), ("jobs", "links"), ("last_exit", "exit"), ("last_decision", "decision"),
     ("retries", "retries"), ("walltime", "walltime"), ("coverage", "coverage"), ("eta", "eta"),
+    ("server_restarts", "restarts"),
 ]  # fmt: skip
 ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
         "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31"}  # fmt: skip

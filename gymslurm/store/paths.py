@@ -28,6 +28,9 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "aggregate_coverage": "_aggregate_coverage.json",
     "health": "_health.json",
     "progress": "_progress.json",
+    # The retired draft attempt journal of earlier development revisions (000): never written, only
+    # detected (a resume and aggregation refuse it; a fresh collection replaces it).
+    "attempts_journal": "_attempts.jsonl",
 }
 
 
@@ -121,6 +124,10 @@ class RunPaths:
     def progress(self) -> Path:
         return self._companion("_progress.json")
 
+    @property
+    def attempts_journal(self) -> Path:
+        return self._companion("_attempts.jsonl")
+
     def companions(self) -> dict[str, Path]:
         """Every file of the run by role (the output itself included as ``results``)."""
         return {
@@ -138,6 +145,7 @@ class RunPaths:
             "aggregate_coverage": self.aggregate_coverage,
             "health": self.health,
             "progress": self.progress,
+            "attempts_journal": self.attempts_journal,
         }
 
     def replaced_by_fresh_run(self) -> list[Path]:

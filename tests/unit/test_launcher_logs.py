@@ -1,10 +1,7 @@
-"""`gymslurm logs`: which link's log it prints, and printing/following a real local run's logs."""
+"""`gymslurm logs`: which link's log it prints (pure); tests/e2e/test_launcher_logs_e2e.py runs it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,14 +10,6 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Started, Submitted
 from gymslurm.launcher.logs import chain_links, log_files, pick_job
 from gymslurm.launcher.rundir import RunDir
-from tests.unit.launcher_chains_helpers import (
-    ROOT,
-    gymslurm,
-    only_run,
-    status,
-    wait_until_final,
-    write_benchmark,
-)
 
 CHAIN = ["11", "12", "13"]
 
@@ -51,27 +40,3 @@ def test_log_files_are_the_jobs_output_and_the_shards_server_logs() -> None:
     files = log_files(run, 2, "13", ["server-demo-s002.log", "server-demo-s001.log", "shard-002-13.out"])
     assert files.job_log == Path("/r/logs/shard-002-13.out")
     assert files.server_logs == [Path("/r/logs/server-demo-s002.log")]
-
-
-@pytest.mark.e2e
-def test_logs_prints_the_links_job_log_and_follow_stops_after_its_decision(tmp_path: Path) -> None:
-    """On a local run: `logs --follow` prints the running link's log and ends once it decided."""
-    bench = write_benchmark(tmp_path, [{"exit": 0, "sleep": 3}])
-    gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.enabled=false")
-    run = only_run(tmp_path)
-    deadline = time.monotonic() + 30
-    while status(run)["shards"][0]["verdict"] != "HEALTHY":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    follow = subprocess.run(
-        [sys.executable, "-m", "gymslurm", "logs", str(run), "--follow"], cwd=ROOT, capture_output=True,
-        text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert follow.returncode == 0, follow.stderr
-    assert "==> " in follow.stdout and "shard-000-local-1.out <==" in follow.stdout
-    assert "decision DONE" in follow.stdout and "stopped following" in follow.stdout
-    wait_until_final(run, aggregation=False)
-    again = gymslurm("logs", str(run), "--link", "1")
-    assert "decision DONE" in again.stdout
-    refused = gymslurm("logs", str(run), "--link", "5", check=False)
-    assert refused.returncode == 2 and "has 1 link(s)" in refused.stderr

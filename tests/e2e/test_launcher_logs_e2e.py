@@ -1,0 +1,44 @@
+"""`gymslurm logs` on a real local run: printing a link's log, and following it until it decided."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.launcher_chains_helpers import (
+    ROOT,
+    gymslurm,
+    only_run,
+    status,
+    wait_until_final,
+    write_benchmark,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_logs_prints_the_links_job_log_and_follow_stops_after_its_decision(tmp_path: Path) -> None:
+    """On a local run: `logs --follow` prints the running link's log and ends once it decided."""
+    bench = write_benchmark(tmp_path, [{"exit": 0, "sleep": 3}])
+    gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.enabled=false")
+    run = only_run(tmp_path)
+    deadline = time.monotonic() + 30
+    while status(run)["shards"][0]["verdict"] != "HEALTHY":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    follow = subprocess.run(
+        [sys.executable, "-m", "gymslurm", "logs", str(run), "--follow"], cwd=ROOT, capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert follow.returncode == 0, follow.stderr
+    assert "==> " in follow.stdout and "shard-000-local-1.out <==" in follow.stdout
+    assert "decision DONE" in follow.stdout and "stopped following" in follow.stdout
+    wait_until_final(run, aggregation=False)
+    again = gymslurm("logs", str(run), "--link", "1")
+    assert "decision DONE" in again.stdout
+    refused = gymslurm("logs", str(run), "--link", "5", check=False)
+    assert refused.returncode == 2 and "has 1 link(s)" in refused.stderr
