@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("gymslurm.launcher.cli", "submit a benchmark as self-healing Slurm job chains"),
     "status": ("gymslurm.launcher.cli", "show the health of each chain of a run"),
     "logs": ("gymslurm.launcher.cli", "print a link's job log and its servers' logs (--follow)"),
+    "report": ("gymslurm.launcher.cli", "write a run's self-contained report.html"),
     "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
     "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
     "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
@@ -69,4 +70,4 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-_LAUNCHER = {"submit", "status", "logs", "resubmit", "cancel", "chain-step"}
+_LAUNCHER = {"submit", "status", "logs", "report", "resubmit", "cancel", "chain-step"}

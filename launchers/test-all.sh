@@ -2,7 +2,8 @@
 # The project's one test command, for people and CI alike: bash launchers/test-all.sh [pytest args]
 #
 # Steps: install gymslurm with its test extra (editable), bring up the one-node Slurm sandbox
-# (as root; otherwise say how), run the whole pytest suite (extra args pass through), then
+# (as root; otherwise say how), install Debian's chromium for the report's browser test (as root),
+# run the whole pytest suite (extra args pass through), then
 # `ruff check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
 # problems; the exit code is non-zero if any step failed. pytest's "no tests collected" (5)
 # counts as a failure: a suite that ran nothing must not look green.
@@ -47,6 +48,17 @@ elif ! sinfo -h >/dev/null 2>&1; then
     printf '          start it once as root: sudo bash launchers/slurm-up.sh\n' >&2
 else
     echo "test-all: not root; using the cluster that already answers sinfo"
+fi
+
+step "headless browser (Debian's chromium, for the report.html test)"
+if command -v chromium >/dev/null 2>&1; then
+    echo "test-all: $(chromium --version 2>/dev/null || echo chromium) is installed"
+elif [[ $EUID -eq 0 ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null ||
+        fail "apt-get install chromium (the report browser test will fail too)"
+else
+    printf 'test-all: chromium is missing and this is not root; the report test will fail.\n' >&2
+    printf '          install it once as root: sudo apt-get install -y chromium\n' >&2
 fi
 
 step "pytest $*"

@@ -412,7 +412,18 @@ def run_link(
     _record(ledger, started, end, state.budgets, verdict, resubmit_offset=read_resubmit_offset(output),
             coverage=coverage_summary(output))  # fmt: skip
     _after_decision(run, shard, settings, backend, me=me[0], successor=successor, decision=verdict.decision)
+    refresh_report(run, backend)
     return job_exit_code(verdict.decision)
+
+
+def refresh_report(run: RunDir, backend: Backend) -> None:
+    """Rewrite ``report.html`` (best effort: a report that cannot be written never fails a link)."""
+    from gymslurm.launcher.report import write_report
+
+    try:
+        log(f"report: {write_report(run, backend)}")
+    except Exception as error:  # the report is a view; the ledger already holds the truth
+        log(f"could not rewrite the report: {error}")
 
 
 def _collect(  # noqa: PLR0917
@@ -593,4 +604,7 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     verdict = Verdict(decision, reason, Budgets(jobs=1, walltime_s=end.elapsed_s))
     _record(ledger, started, end, Budgets(), verdict)
     log(f"aggregation {decision}: {reason}")
+    from gymslurm.launcher.backend import choose_backend
+
+    refresh_report(run, choose_backend(run.read_info().backend, local_dir=run.local_dir))
     return ExitCode.DONE if code == ExitCode.DONE else ExitCode.STOP

@@ -141,6 +141,24 @@ def _logs(argv: list[str]) -> int:
     return show(run, None if args.aggregate else args.shard, args.link, args.follow)
 
 
+def _report(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm report", description="Write the run's self-contained report.html (no server needed)."
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("--output", type=Path, help="where to write it (default: <run>/report.html)")
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.backend import choose_backend
+    from gymslurm.launcher.report import write_report
+    from gymslurm.launcher.submit import resolve_run_or_job
+
+    run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
+    path = write_report(run, choose_backend(run.read_info().backend, local_dir=run.local_dir), args.output)
+    print(f"wrote {path} (open it in a browser; it needs no server and no network)")
+    return 0
+
+
 def _resubmit(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="gymslurm resubmit", description="Fresh budgets and new chains for a run's unfinished shards."
@@ -193,6 +211,7 @@ COMMANDS = {
     "submit": _submit,
     "status": _status,
     "logs": _logs,
+    "report": _report,
     "resubmit": _resubmit,
     "cancel": _cancel,
     "chain-step": _chain_step,

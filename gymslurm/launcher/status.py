@@ -279,6 +279,10 @@ def _job_state(
     return "gone from squeue"
 
 
+def _is_live(row: QueueRow | None) -> bool:
+    return row is not None and row.state in LIVE_STATES
+
+
 def _live_jobs(state: ChainState, queue: dict[str, QueueRow]) -> list[QueueRow]:
     return [queue[j] for j in state.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
 
@@ -300,7 +304,7 @@ def shard_status(
         why = f"{why}; {'; '.join(files.problems)}"
     job = running.job_id if running else state.current_job
     successor = state.successor_of.get(job) if job else None
-    if successor == job or (successor is not None and successor not in queue):
+    if successor == job or (successor is not None and not _is_live(queue.get(successor))):
         successor = None
     last = state.last_decision
     running_s = 0.0
@@ -402,6 +406,21 @@ def summary_line(summary: dict[str, Any]) -> str:
     )
 
 
+def aggregation_status(
+    aggregate: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None
+) -> dict[str, Any]:
+    """The aggregation's job, state and whether it finished (pure); its deciding job is only exiting."""
+    decider = aggregate.last_decision.job_id if aggregate.last_decision else None
+    agg_live = [queue[j] for j in aggregate.epoch_jobs if j != decider and _is_live(queue.get(j))]
+    agg_state = (
+        "not submitted" if not aggregate.epoch_jobs else _job_state(aggregate.latest_job, queue, accounting)
+    )
+    if aggregate.last_decision and not agg_live:
+        agg_state = f"{aggregate.last_decision.decision}: {aggregate.last_decision.reason}"
+    return {"job": aggregate.latest_job, "state": agg_state,
+            "finished": aggregate.last_decision is not None and not agg_live}  # fmt: skip
+
+
 def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[str, Any]:
     """The status document of a run: every shard, the aggregation and the summary, with one queue query.
 
@@ -430,23 +449,14 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
         )
         for i, st in enumerate(states)
     ]
-    agg_live = [queue[j] for j in aggregate.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
-    agg_state = (
-        "not submitted" if not aggregate.epoch_jobs else _job_state(aggregate.latest_job, queue, accounting)
-    )
-    if aggregate.last_decision and not agg_live:
-        agg_state = f"{aggregate.last_decision.decision}: {aggregate.last_decision.reason}"
     return {
         "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
         "summary": summary_of(rows),
         "shards": [dict(vars(row)) for row in rows],
-        "aggregation": {
-            "job": aggregate.latest_job, "state": agg_state,
-            "finished": aggregate.last_decision is not None and not agg_live,
-            "log": logs.job_log(None, aggregate.latest_job),
-        },
+        "aggregation": {**aggregation_status(aggregate, queue, accounting),
+                        "log": logs.job_log(None, aggregate.latest_job)},
         "queries": backend.queries,
     }  # fmt: skip
 

@@ -284,3 +284,22 @@ def test_the_table_has_a_header_and_one_aligned_line_per_shard(tmp_path: Path) -
     lines = table_lines(run_status(run, LocalBackend(run.local_dir), now=T0))
     assert lines[0].split() == [title for _, title in COLUMNS] and len(lines) == 2
     assert lines[1].split()[:3] == ["0", "STALLED", "gone-1"]
+
+
+def test_a_cancelled_successor_is_not_shown_as_next() -> None:
+    """After DONE the successor was cancelled: `next` shows nothing, although squeue still lists it."""
+    records = [*GOING, STARTED_2, Submitted(job_id="3", after="2"), _decided("2", Decision.DONE)]
+    row = _shard(records, [_row("2", "COMPLETED"), _row("3", "CANCELLED")], ShardFiles(None, None, None))
+    assert (row["verdict"], row["job"], row["successor"]) == ("DONE", "2", None)
+
+
+def test_an_aggregation_that_decided_reads_as_finished_while_its_job_exits() -> None:
+    """The aggregation job writes its decision and then still runs for a moment: it is finished."""
+    from gymslurm.launcher.status import aggregation_status
+
+    state = summarize([Submitted(job_id="9"), Started(job_id="9"), _decided("9", Decision.DONE)])
+    agg = aggregation_status(state, {"9": _row("9", "RUNNING")}, {})
+    assert agg["finished"] and agg["state"] == "DONE: why"
+    assert not aggregation_status(summarize([Submitted(job_id="9")]), {"9": _row("9", "RUNNING")}, {})[
+        "finished"
+    ]

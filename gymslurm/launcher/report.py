@@ -1,0 +1,213 @@
+"""``report.html``: one self-contained page of a run, rewritten at the end of every link.
+
+Why: a user looks again from a phone or a laptop days later, maybe from a copied folder or a shared
+filesystem with no gymslurm at hand. The page needs no server, no network and no other file: CSS is
+inline, the timeline is plain HTML, and the data it was drawn from is embedded as JSON
+(``<script type="application/json" id="gymslurm-report">``).
+
+The data (:func:`report_data`, schema ``gymslurm.report`` version 1) holds the status document
+unchanged (``status``: schema ``gymslurm.status``, the same as ``gymslurm status --json``) plus
+what only the report shows: each shard's timeline of links (``links``: start, end, how each ended,
+decision), faults survived, and the merged metrics once aggregation wrote them. :func:`render` is a
+pure function of that data; :func:`write_report` reads, renders and publishes atomically.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gymslurm.launcher.backend import Backend
+from gymslurm.launcher.ledger import DecisionRecord, Record, Started
+from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.status import COLUMNS, human_duration, run_status, summary_line
+
+REPORT_SCHEMA, REPORT_VERSION = "gymslurm.report", 1
+REPORT_NAME = "report.html"
+DECISION_COLOURS = {"DONE": "#2e7d32", "CONTINUE": "#1565c0", "RETRY": "#ef6c00",
+                    "STOP_FAILED": "#c62828", "STOP_EXHAUSTED": "#c62828", "STOP_WALLTIME": "#c62828",
+                    "RUNNING": "#9e9e9e"}  # fmt: skip
+
+
+def links_of(records: list[Record]) -> list[dict[str, Any]]:
+    """Each run of a job of a chain, in order: start, end, how it ended, the decision (pure)."""
+    links: list[dict[str, Any]] = []
+    open_runs: dict[tuple[str, int], dict[str, Any]] = {}
+    for record in records:
+        if isinstance(record, Started):
+            link = {"job": record.job_id, "restart": record.restart_count, "start": record.at, "end": None,
+                    "elapsed_s": None, "slurm_state": "RUNNING", "exit_code": None, "decision": None,
+                    "reason": "running (no decision yet)", "accounted_by": None}  # fmt: skip
+            open_runs[(record.job_id, record.restart_count)] = link
+            links.append(link)
+        elif isinstance(record, DecisionRecord):
+            found = open_runs.pop((record.job_id, record.restart_count), None)
+            link = found if found is not None else {}
+            if found is None:
+                link.update(job=record.job_id, restart=record.restart_count, start=record.start)
+                links.append(link)
+            link.update(
+                end=record.end, elapsed_s=round(record.elapsed_s, 1), slurm_state=record.slurm_state,
+                exit_code=record.exit_code, decision=str(record.decision), reason=record.reason,
+                accounted_by=record.accounted_by,
+            )  # fmt: skip
+    return links
+
+
+def faults_survived(links: list[dict[str, Any]]) -> dict[str, int]:
+    """What the chain lived through: requeues, links that died unrecorded, retries, Slurm-ended links."""
+    faults = {"requeued": 0, "died_unrecorded": 0, "retried": 0, "ended_by_slurm": 0}
+    for link in links:
+        faults["requeued"] += link["restart"] > 0
+        faults["died_unrecorded"] += link.get("accounted_by") is not None
+        faults["retried"] += link.get("decision") == "RETRY"
+        faults["ended_by_slurm"] += link.get("decision") == "CONTINUE" and link.get("exit_code") is None
+    return faults
+
+
+def report_data(run: RunDir, backend: Backend) -> dict[str, Any]:
+    """The report's data: the status document plus timelines, faults and merged metrics."""
+    status = run_status(run, backend)
+    info, array = run.read_info(), run.read_array()
+    shards = []
+    for shard in range(info.shards):
+        links = links_of(run.chain_records(shard, array))
+        shards.append({"shard": shard, "links": links, "faults": faults_survived(links)})
+    metrics_path = run.merged_output(info.output_stem).with_name(f"{info.output_stem}_aggregate_metrics.json")
+    try:
+        metrics = json.loads(metrics_path.read_text()).get("metrics")
+    except (OSError, ValueError, AttributeError):
+        metrics = None
+    return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
+            "metrics": metrics}  # fmt: skip
+
+
+def _epoch(iso: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+def _e(value: object) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def _timeline(data: dict[str, Any], now: float) -> str:
+    spans = [(_epoch(link.get("start")), _epoch(link.get("end")) or now)
+             for shard in data["shards"] for link in shard["links"]]  # fmt: skip
+    starts = [s for s, _ in spans if s is not None]
+    if not starts:
+        return '<p id="timeline" class="timeline">no link has started yet</p>'
+    t0, t1 = min(starts), max(end for _, end in spans)
+    width = max(t1 - t0, 1.0)
+    rows = []
+    for shard in data["shards"]:
+        bars = []
+        for link in shard["links"]:
+            start, end = _epoch(link.get("start")), _epoch(link.get("end")) or now
+            if start is None:
+                continue
+            left, span = 100 * (start - t0) / width, max(100 * (end - start) / width, 0.4)
+            colour = DECISION_COLOURS.get(link.get("decision") or "RUNNING", "#6a1b9a")
+            title = (f"job {link['job']} (run {link['restart']}): {link.get('decision') or 'running'}; "
+                     f"{link.get('slurm_state')}, exit {link.get('exit_code')}; "
+                     f"{link.get('reason')}")  # fmt: skip
+            bars.append(f'<span class="bar" style="left:{left:.2f}%;width:{span:.2f}%;background:{colour}" '
+                        f'title="{_e(title)}"></span>')  # fmt: skip
+        rows.append(f'<div class="lane"><span class="label">shard {shard["shard"]}</span>'
+                    f'<span class="track">{"".join(bars)}</span></div>')  # fmt: skip
+    legend = " ".join(
+        f'<span class="key" style="background:{c}"></span>{_e(d)}' for d, c in DECISION_COLOURS.items()
+    )
+    return (f'<div id="timeline" class="timeline">{"".join(rows)}</div>'
+            f'<p class="legend">{legend} &middot; {human_duration(t1 - t0)} '
+            "from the first link's start</p>")  # fmt: skip
+
+
+def _table(headers: list[str], rows: list[list[object]], table_id: str) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#212121}h1{font-size:1.4em}
+h2{font-size:1.15em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left}
+th{background:#f1f1f1}.summary{font-weight:600}.timeline{border:1px solid #ccc;padding:.4em}
+.lane{display:flex;align-items:center;height:18px}.label{width:6em;font-size:12px}
+.track{position:relative;flex:1;height:12px;background:#f6f6f6}.bar{position:absolute;top:0;height:12px}
+.legend{font-size:12px}.key{display:inline-block;width:10px;height:10px;margin:0 .25em 0 .6em}
+"""
+
+
+def render(data: dict[str, Any], now: float | None = None) -> str:
+    """The whole page, from :func:`report_data`'s output (pure apart from ``now``'s default)."""
+    status = data["status"]
+    now = datetime.now().timestamp() if now is None else now
+    shard_rows = [[row[key] for key, _ in COLUMNS] for row in status["shards"]]
+    coverage_rows = [[row["shard"], row["expected"], row["successful"], row["failed"], row["omitted"],
+                      row["in_flight"]] for row in status["shards"]]  # fmt: skip
+    classes = sorted(status["summary"]["failed_by_class"].items())
+    fault_rows = [[s["shard"], *s["faults"].values()] for s in data["shards"]]
+    fault_headers = (
+        ["shard", *(name.replace("_", " ") for name in data["shards"][0]["faults"])]
+        if data["shards"]
+        else ["shard"]
+    )
+    link_rows = [[s["shard"], link["job"], link["restart"], link.get("start"), link.get("end"),
+                  human_duration(link.get("elapsed_s")), link.get("slurm_state"), link.get("exit_code"),
+                  link.get("decision"), link.get("reason")]
+                 for s in data["shards"] for link in s["links"]]  # fmt: skip
+    metrics = data.get("metrics") or {}
+    embedded = json.dumps(data).replace("</", "<\\/")
+    parts = [
+        f"<h1>gymslurm run {_e(status['run'])}</h1>",
+        f"<p>benchmark {_e(status['benchmark'])} &middot; {_e(status['backend'])} &middot; "
+        f"{_e(status['path'])} &middot; written {_e(status['generated_at'])}</p>",
+        f'<p class="summary" id="summary">{_e(summary_line(status["summary"]))}</p>',
+        f"<p>aggregation: {_e(status['aggregation']['job'])} {_e(status['aggregation']['state'])}</p>",
+        "<h2>Shards</h2>", _table([t for _, t in COLUMNS], shard_rows, "shards"),
+        "<h2>Timeline of links</h2>", _timeline(data, now),
+        "<h2>Coverage by category</h2>",
+        _table(["shard", "expected", "successful", "failed", "omitted", "in flight"], coverage_rows,
+               "coverage"),
+        "<h2>Failure classes</h2>",
+        _table(["class", "selected failures"], [list(c) for c in classes], "failures") if classes
+        else "<p>no selected failures</p>",
+        "<h2>Faults survived</h2>", _table(fault_headers, fault_rows, "faults"),
+        "<h2>Walltime</h2>",
+        _table(["shard", "walltime"], [[r["shard"], r["walltime"]] for r in status["shards"]], "walltime"),
+        "<h2>Links</h2>",
+        _table(["shard", "job", "run", "start", "end", "elapsed", "Slurm", "exit", "decision", "reason"],
+               link_rows, "links"),
+        "<h2>Final metrics</h2>",
+        _table(["metric", "value"], [[k, v] for k, v in sorted(metrics.items())], "metrics") if metrics
+        else "<p>not merged yet (the aggregation writes them)</p>",
+    ]  # fmt: skip
+    script = ("document.body.dataset.rendered = String(JSON.parse("
+              "document.getElementById('gymslurm-report').textContent).status.shards.length);")  # fmt: skip
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>gymslurm {_e(status['run'])}</title><style>{CSS}</style></head><body>"
+        + "\n".join(parts)
+        + f'\n<script type="application/json" id="gymslurm-report">{embedded}</script>'
+        + f"\n<script>{script}</script>\n</body></html>\n"
+    )
+
+
+def report_path(run: RunDir) -> Path:
+    """``<run>/report.html``."""
+    return run.root / REPORT_NAME
+
+
+def write_report(run: RunDir, backend: Backend, output: Path | None = None) -> Path:
+    """Read the run, render the page and replace ``report.html`` atomically; returns its path."""
+    path = output or report_path(run)
+    atomic_write(path, render(report_data(run, backend)).encode())
+    return path

@@ -1,0 +1,70 @@
+"""report.html's pure parts: the timeline of links, faults survived, and the page around the data."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
+from gymslurm.launcher.report import REPORT_SCHEMA, faults_survived, links_of, render
+
+
+def _decided(
+    job: str, decision: Decision, code: int | None, restart: int = 0, by: str | None = None
+) -> DecisionRecord:
+    return DecisionRecord(
+        job_id=job, restart_count=restart, start="2026-12-01T10:00:00+00:00", end="2026-12-01T10:10:00+00:00",
+        elapsed_s=600, slurm_state="RUNNING", exit_code=code, decision=decision, reason="why",
+        budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(Budgets(1, 600, 0)), accounted_by=by,
+    )  # fmt: skip
+
+
+RECORDS = [
+    Submitted(job_id="1"), Started(job_id="1", at="2026-12-01T10:00:00+00:00"),
+    _decided("1", Decision.CONTINUE, None), Started(job_id="1", restart_count=1, at="2026-12-01T10:11:00+00:00"),  # noqa: E501
+    _decided("1", Decision.RETRY, 1, restart=1), Started(job_id="2", at="2026-12-01T10:20:00+00:00"),
+    _decided("2", Decision.CONTINUE, None, by="3"), Started(job_id="3", at="2026-12-01T10:30:00+00:00"),
+]  # fmt: skip
+
+
+def test_links_are_each_run_of_each_job_with_how_it_ended() -> None:
+    """One link per run of a job (a requeue is a second run), the last one still running."""
+    links = links_of(RECORDS)  # type: ignore[arg-type]
+    assert [(link["job"], link["restart"], link["decision"]) for link in links] == [
+        ("1", 0, "CONTINUE"), ("1", 1, "RETRY"), ("2", 0, "CONTINUE"), ("3", 0, None),
+    ]  # fmt: skip
+    assert links[-1]["end"] is None and links[-1]["reason"].startswith("running")
+
+
+def test_faults_survived_count_requeues_unrecorded_deaths_retries_and_slurm_ends() -> None:
+    """What the chain lived through, from its links."""
+    faults = faults_survived(links_of(RECORDS))  # type: ignore[arg-type]
+    assert faults == {"requeued": 1, "died_unrecorded": 1, "retried": 1, "ended_by_slurm": 2}
+
+
+def _data() -> dict[str, object]:
+    shard = {"shard": 0, "verdict": "HEALTHY", "why": "w", "job": "3", "job_state": "RUNNING", "successor": None,  # noqa: E501
+             "jobs": 3, "last_exit": 0, "last_decision": "CONTINUE", "retries": "1/3", "walltime": "30m00s/none",  # noqa: E501
+             "coverage": "5/9 ok, 0 failed", "eta": "-", "server_restarts": "-", "expected": 9, "successful": 5,  # noqa: E501
+             "failed": 0, "omitted": 0, "in_flight": 1}  # fmt: skip
+    status = {"schema": "gymslurm.status", "version": 1, "run": "r<1>", "benchmark": "b", "backend": "slurm",
+              "path": "/p", "generated_at": "t", "shards": [shard],
+              "summary": {"expected": 9, "successful": 5, "failed": 0, "omitted": 0, "eta": "-",
+                          "failed_by_class": {}, "verdicts": {"HEALTHY": 1}, "walltime_used_s": 1800},
+              "aggregation": {"job": None, "state": "not submitted"}}  # fmt: skip
+    links = links_of(RECORDS)  # type: ignore[arg-type]
+    return {"schema": REPORT_SCHEMA, "version": 1, "status": status,
+            "shards": [{"shard": 0, "links": links, "faults": faults_survived(links)}], "metrics": None}  # fmt: skip  # noqa: E501
+
+
+def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
+    """Self-contained: the data is embedded (and parses back equal), no external URL, a bar per link."""
+    data = _data()
+    page = render(data, now=1796119800.0)
+    embedded = re.search(r'<script type="application/json" id="gymslurm-report">(.*?)</script>', page, re.S)
+    assert embedded and json.loads(embedded.group(1)) == data
+    assert page.count('class="bar"') == 4 and "r&lt;1&gt;" in page
+    assert not re.search(r'(src|href)="(https?:)?//', page), "no network resource"
+    for table in ("shards", "coverage", "faults", "walltime", "links"):
+        assert f'id="{table}"' in page
