@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from gymslurm.errors import ConfigError, ManifestError
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError, ManifestError
 
 if TYPE_CHECKING:
     from gymslurm.settings import CollectSettings
@@ -30,20 +30,48 @@ def say(stream: IO[str], message: str) -> None:
 
 
 def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-    """The Environment Server configuration for identity: given in settings, else fetched from the server(s).
+    """The Environment Server configuration for identity: given in settings, else fetched.
 
-    With several servers and no head server, each distinct server is asked and the answers are
+    The sources of :meth:`CollectSettings.config_sources` are asked in order and the first answer
+    wins; a source that cannot be reached or does not serve the endpoint passes to the next. With
+    several servers and no head server answering, each distinct server is asked and the answers are
     keyed by the tasksets it serves (addresses are operational; what they serve is not).
     """
     if settings.environment_config:
         return settings.environment_config
-    source = settings.config_source_url()
-    if source is not None:
-        return fetch(source)
     by_url: dict[str, list[str]] = collections.defaultdict(list)
     for taskset, url in sorted(settings.environment_server_urls.items()):
         by_url[url].append(taskset)
-    return {",".join(tasksets): fetch(url) for url, tasksets in sorted(by_url.items(), key=lambda kv: kv[1])}
+    refusals: list[tuple[str, ConfigError]] = []
+    for source in settings.config_sources():
+        try:
+            return fetch(source)
+        except ConfigError as error:  # EnvironmentUnreachableError too
+            if source == settings.head_server_url:
+                raise  # the source the user named: its own message says what to do
+            refusals.append((source, error))
+    if len(by_url) > 1:
+        by_tasksets = sorted(by_url.items(), key=lambda kv: kv[1])
+        return {",".join(tasksets): fetch(url) for url, tasksets in by_tasksets}
+    raise no_config_error(refusals)
+
+
+def no_config_error(refusals: list[tuple[str, ConfigError]]) -> ConfigError:
+    """No source answered: retryable when the Environment Server itself is down, else a config error."""
+    asked = "; ".join(
+        f"{url} ({'unreachable' if isinstance(error, EnvironmentUnreachableError) else 'no configuration'})"
+        for url, error in refusals
+    )
+    message = (
+        f"no server answered GET /global_config_dict_yaml with the environment configuration the run's "
+        f"identity needs (asked, in order: {asked}). Point +head_server_url=http://HOST:PORT at the "
+        "NeMo Gym head server (gym env start prints its address; NeMo Gym's default is "
+        "127.0.0.1:11000), or give the configuration with +environment_config={...}"
+    )
+    last = refusals[-1][1]
+    if isinstance(last, EnvironmentUnreachableError):
+        return EnvironmentUnreachableError(message)
+    return ConfigError(message)
 
 
 def identity_config(raw: dict[str, Any], env_config: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from gymslurm.errors import ConfigError
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
+# NeMo Gym's head server default address (nemo_gym/global_config.py: host 127.0.0.1, port 11000).
+DEFAULT_HEAD_SERVER_URL = "http://127.0.0.1:11000"
 
 
 class CollectSettings(BaseModel):
@@ -128,14 +130,22 @@ class CollectSettings(BaseModel):
             )
         return url
 
-    def config_source_url(self) -> str | None:
-        """The server whose ``GET /global_config_dict_yaml`` supplies the environment configuration."""
+    def config_sources(self) -> list[str]:
+        """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.
+
+        ``head_server_url`` alone when set. Otherwise NeMo Gym's default, the head server at its
+        default address (:data:`DEFAULT_HEAD_SERVER_URL`, as ``gym eval run --no-serve`` does), then
+        the Environment Server itself when there is one (gymslurm's demo server serves its own
+        configuration; NeMo Gym's Environment Servers do not). Empty: ask each server of
+        ``environment_server_urls`` (prepare.environment_config).
+        """
         if self.head_server_url:
-            return self.head_server_url
-        if self.environment_server_url:
-            return self.environment_server_url
+            return [self.head_server_url]
+        servers = [self.environment_server_url] if self.environment_server_url else []
         urls = set(self.environment_server_urls.values())
-        return urls.pop() if len(urls) == 1 else None
+        if not servers and len(urls) == 1:
+            servers = [urls.pop()]
+        return [DEFAULT_HEAD_SERVER_URL, *servers]
 
     @property
     def explicit_retry_terminal_timeouts(self) -> bool:
