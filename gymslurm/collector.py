@@ -85,6 +85,11 @@ class RunView:
         task = self.tasks[index]
         return {"task_id": task["task_id"], "task_input": task["task_input"]}
 
+    def indices(self, index: int) -> tuple[int, int]:
+        """(task index, repeat index) of rollout ``index``: what a flat legacy row is stamped with."""
+        task = self.tasks[index]
+        return task.get("_ng_task_index", 0), task.get("_ng_rollout_index", 0)
+
     def mark_reserved(self, index: int, attempt: int) -> None:
         """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
         self.reserved[index] = attempt + 1
@@ -208,7 +213,9 @@ class DispatchLoop:
             episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
             counters.in_flight += 1
             try:
-                outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
+                outcome = await self.client.run(
+                    self.urls[index], episode, view.wire_task(index), indices=view.indices(index)
+                )
             finally:
                 counters.in_flight -= 1
             self.result.dispatched += 1
@@ -443,6 +450,7 @@ async def _dispatch(
         run_id=view.run_id,
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
+        protocol=settings.protocol,
     )
     loop_ = DispatchLoop(
         view=view,

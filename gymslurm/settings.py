@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gymslurm.dispatch.classify import Protocol
 from gymslurm.errors import ConfigError
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
@@ -67,6 +68,7 @@ class CollectSettings(BaseModel):
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
     environment_config: dict[str, Any] | None = None
     head_server_url: str | None = None
+    environment_protocol: Protocol | None = None  # None: "episode" (null keeps older identities equal)
 
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
@@ -146,6 +148,11 @@ class CollectSettings(BaseModel):
         if not servers and len(urls) == 1:
             servers = [urls.pop()]
         return [DEFAULT_HEAD_SERVER_URL, *servers]
+
+    @property
+    def protocol(self) -> Protocol:
+        """How the Environment Servers speak (gymslurm.dispatch.classify, docs/nemo-gym.md)."""
+        return self.environment_protocol or "episode"
 
     @property
     def explicit_retry_terminal_timeouts(self) -> bool:

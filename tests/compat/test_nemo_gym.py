@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.nemogym import TYPED, Stack
+from tests.compat.nemogym import ADAPTER, RELAY, TYPED, Stack
 from tests.e2e.helpers import collect_args, gymslurm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
@@ -41,3 +41,23 @@ def test_the_typed_environment_server_runs_every_task(nemo_gym_stack: Stack, tmp
     assert done.returncode == 0, done.stderr
     results = rows(output)
     assert len(results) == ROWS and {row["reward"] for row in results} == {1.0}
+
+
+def test_the_legacy_agent_relay_runs_every_task(nemo_gym_stack: Stack, tmp_path: Path) -> None:
+    """legacy_agent (the relay 435 shipped benchmarks use): the flat row out, the verify response back, 5/5."""
+    output = tmp_path / "relay.jsonl"
+    done = collect(nemo_gym_stack, output, RELAY, "+environment_protocol=legacy_agent")
+    assert done.returncode == 0, done.stderr
+    results = rows(output)
+    assert len(results) == ROWS and {row["reward"] for row in results} == {1.0}
+    assert not (tmp_path / "relay_failures.jsonl").exists() or not rows(tmp_path / "relay_failures.jsonl")
+
+
+def test_the_legacy_adapter_runs_every_task(nemo_gym_stack: Stack, tmp_path: Path) -> None:
+    """single_agent_turn_legacy: the typed request answered flat is read as a legacy result, 5/5."""
+    output = tmp_path / "adapter.jsonl"
+    done = collect(nemo_gym_stack, output, ADAPTER, "+environment_protocol=legacy_reply")
+    assert done.returncode == 0, done.stderr
+    results = rows(output)
+    assert len(results) == ROWS and {row["reward"] for row in results} == {1.0}
+    assert {row["agent_ref"]["name"] for row in results} == {"weather_agent"}
