@@ -397,16 +397,40 @@ def collect(
 
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     paths.folder.mkdir(parents=True, exist_ok=True)
+    fetched: list[dict[str, Any]] = []  # the configurations read for identity, kept for NeMo Gym's stamps
+
+    def fetch_config(url: str) -> dict[str, Any]:
+        fetched.append((fetch or fetch_environment_config)(url))
+        return fetched[-1]
+
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch or fetch_environment_config)
+        prepared = prepare(settings, raw, paths, stderr, fetch_config)
+        origins = server_origins(settings, settings.environment_config or _merged(fetched))
         try:
-            return _collect_prepared(settings, prepared, paths, stderr, stdout)
+            return _collect_prepared(settings, prepared, paths, stderr, stdout, origins)
         finally:
             prepared.store.close()
 
 
-def _collect_prepared(
-    settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
+def _merged(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    return configs[0] if len(configs) == 1 else {str(number): config for number, config in enumerate(configs)}
+
+
+def server_origins(settings: CollectSettings, config: dict[str, Any]) -> dict[str, Any]:
+    """Each configured server URL → the NeMo Gym :class:`~gymslurm.nemogym.ServerOrigin` listening there."""
+    from gymslurm.nemogym import server_origin
+
+    urls = [*settings.environment_server_urls.values(), settings.environment_server_url]
+    return {url: server_origin(config, url) for url in urls if url}
+
+
+def _collect_prepared(  # noqa: PLR0917
+    settings: CollectSettings,
+    prepared: Prepared,
+    paths: Any,
+    stderr: IO[str],
+    stdout: IO[str],
+    origins: dict[str, Any],
 ) -> int:
     store, rec = prepared.store, prepared.reconciliation
     pending = any(state.pending for state in rec.states)
@@ -422,6 +446,9 @@ def _collect_prepared(
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
+        tasksets = {task["task_id"]["taskset"] for task in view.tasks}
+        store.stamp_origins({taskset: origin.stamps() for taskset in tasksets
+                             if (origin := origins.get(settings.server_url_for(taskset)))})  # fmt: skip
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
@@ -432,7 +459,7 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage)
+    export_metrics(settings, store, view, coverage, origins, stderr)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
@@ -499,9 +526,29 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
     return save
 
 
-def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
+METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
+
+
+def export_metrics(  # noqa: PLR0917
+    settings: CollectSettings,
+    store: Any,
+    view: RunView,
+    coverage: Coverage,
+    origins: dict[str, Any],
+    stderr: IO[str],
+    post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
+) -> None:
+    """The metrics files, inside the lock, from the states the collection ends with.
+
+    ``<stem>_gymslurm_metrics.json``: gymslurm's own metrics, the same ``gymslurm aggregate`` computes.
+    ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
+    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
+    that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
+    """
+    from gymslurm.dispatch import post_aggregate_metrics
+    from gymslurm.errors import MetricsUnavailableError
     from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+    from gymslurm.nemogym import metrics_entry, row_for_metrics
 
     metrics = compute_metrics(
         view.states,
@@ -509,7 +556,22 @@ def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
         historical_failed_attempts=coverage.historical_failed_attempts,
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
-    store.write_aggregate_metrics(body)
+    store.write_gymslurm_metrics(body)
+    by_url: dict[str, list[dict[str, Any]]] = {}
+    for _, row in store.selected_results(view.states):
+        url = settings.server_url_for(row["task_id"]["taskset"])
+        by_url.setdefault(url, []).append(row_for_metrics(row))
+    entries = []
+    for url, rows in sorted(by_url.items()):
+        try:
+            answer = (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S)
+            entries.append(metrics_entry(origins.get(url), url, answer))
+        except MetricsUnavailableError as error:
+            note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
+            say(stderr, f"warning: {note}")
+            entry = metrics_entry(origins.get(url), url, {"agent_metrics": metrics})
+            entries.append({**entry, "gymslurm_note": note})
+    store.write_aggregate_metrics(entries)
 
 
 def _run_health_hook(paths: Any, coverage: Coverage, view: RunView) -> None:

@@ -16,6 +16,7 @@ The transport's measurements and the reasons for it are in docs/transport.md.
 from gymslurm.dispatch.calls import (
     fetch_aggregate_metrics,
     fetch_environment_config,
+    post_aggregate_metrics,
     probe_health,
     verify_answer,
     verify_client,
@@ -42,6 +43,7 @@ __all__ = [
     "classify_reply",
     "fetch_aggregate_metrics",
     "fetch_environment_config",
+    "post_aggregate_metrics",
     "probe_health",
     "verify_answer",
     "verify_client",

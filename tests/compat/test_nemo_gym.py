@@ -44,7 +44,7 @@ def test_the_typed_environment_server_runs_every_task(nemo_gym_stack: Stack, tmp
 
 
 def test_the_legacy_agent_relay_runs_every_task(nemo_gym_stack: Stack, tmp_path: Path) -> None:
-    """legacy_agent (the relay 435 shipped benchmarks use): the flat row out, the verify response back, 5/5."""
+    """legacy_agent (the relay of 435 shipped benchmarks): the flat row out, the verify response back, 5/5."""
     output = tmp_path / "relay.jsonl"
     done = collect(nemo_gym_stack, output, RELAY, "+environment_protocol=legacy_agent")
     assert done.returncode == 0, done.stderr

@@ -12,16 +12,16 @@ pytestmark = pytest.mark.e2e
 
 
 def test_collection_and_aggregation_export_the_same_metrics(tmp_path: Path, demo_server) -> None:
-    """<stem>_aggregate_metrics.json after collecting equals a metrics-only aggregation of the run."""
+    """<stem>_gymslurm_metrics.json after collecting equals a metrics-only aggregation of the run."""
     faults = [{}, {"_demo_fault": "terminal"}, {"_demo_fault": "omit"}, {"_demo_fault": "unscored"}, {}]
     dataset = write_tasks(tmp_path / "tasks.jsonl", faults)
     output = tmp_path / "run" / "out.jsonl"
     assert collect(dataset, output, demo_server.url, "+route_failures_to_sidecar=true").returncode == 0
-    collected = load(companion(output, "_aggregate_metrics.json"))
+    collected = load(companion(output, "_gymslurm_metrics.json"))
     merged = tmp_path / "merged" / "all.jsonl"
     done = gymslurm("aggregate", str(output), f"+output_jsonl_fpath={merged}", "+merge_shards=false")
     assert done.returncode == 0, done.stderr
-    aggregated = load(companion(merged, "_aggregate_metrics.json"))
+    aggregated = load(companion(merged, "_gymslurm_metrics.json"))
     assert collected["metrics"] == aggregated["metrics"]
     metrics = collected["metrics"]
     assert (metrics["coverage/measured"], metrics["coverage/failed"], metrics["coverage/omitted"]) == (

@@ -62,7 +62,9 @@ class ScriptedClient:
         self.hang = hang or set()
         self.sent: list[tuple[str, int]] = []
 
-    async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
+    async def run(
+        self, url: str, episode: Any, task: dict[str, Any], *, indices: tuple[int, int] = (0, 0)
+    ) -> Any:
         assert set(task) == {"task_id", "task_input"}
         self.sent.append((episode.rollout_id, episode.attempt))
         if episode.rollout_id in self.hang:

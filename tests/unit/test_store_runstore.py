@@ -284,13 +284,16 @@ def test_fresh_replacement_clears_every_companion(paths: RunPaths) -> None:
     old.resubmit()
     old.write_coverage({"old": True})
     old.write_health({"old": True})
-    old.write_aggregate_metrics({"old": True})
+    old.write_aggregate_metrics([{"old": True}])
+    old.write_gymslurm_metrics({"old": True})
     old.close()
     new = create(paths)
     assert new.run_id != old.run_id
     assert not paths.failures.exists() and paths.results.read_bytes() == b""
     assert not any(
-        p.exists() for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics)
+        p.exists()
+        for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics,
+                  paths.gymslurm_metrics)
     )
     assert RunStore.open(paths).reconcile().attempts == 0
 
