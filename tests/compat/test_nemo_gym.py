@@ -11,13 +11,17 @@ gymslurm's outputs. Every answer of the fake model is right, so every rollout ea
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.compat.nemogym import ADAPTER, RELAY, TYPED, Stack
-from tests.e2e.helpers import collect_args, gymslurm
+from tests.compat.nemogym import ADAPTER, HEAD_PORT, RELAY, TYPED, Stack
+from tests.e2e.helpers import REPO_ROOT, collect_args, gymslurm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 
@@ -61,3 +65,65 @@ def test_the_legacy_adapter_runs_every_task(nemo_gym_stack: Stack, tmp_path: Pat
     results = rows(output)
     assert len(results) == ROWS and {row["reward"] for row in results} == {1.0}
     assert {row["agent_ref"]["name"] for row in results} == {"weather_agent"}
+
+
+# --- NeMo Gym's tools on gymslurm's outputs --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def relay_run(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One collection through the legacy relay, killed (SIGKILL) after its first result, then resumed."""
+    output = tmp_path_factory.mktemp("relay-kill") / "relay.jsonl"
+    args = collect_args(nemo_gym_stack.dataset, output, nemo_gym_stack.urls[RELAY], "+taskset=weather",
+                        "+environment_protocol=legacy_agent", "+concurrency=1")  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "gymslurm", *args], cwd=REPO_ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (output.exists() and output.read_bytes().count(b"\n") >= 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert output.read_bytes().count(b"\n") < ROWS, "the collection finished before it could be killed"
+    done = gymslurm(*args, "+resume_from_cache=true", timeout=600)
+    assert done.returncode == 0, done.stderr
+    return output
+
+
+def test_a_killed_relay_collection_resumes_to_every_task(relay_run: Path) -> None:
+    """SIGKILL mid-run, then +resume_from_cache=true: every task once in the selection, reward 1.0."""
+    merged = relay_run.parent / "merged.jsonl"
+    done = gymslurm("aggregate", str(relay_run), f"+output_jsonl_fpath={merged}")
+    assert done.returncode == 0, done.stderr
+    selected = rows(merged)
+    assert sorted(row["_ng_rollout_id"] for row in selected) == [f"weather-{n}" for n in range(ROWS)]
+    assert {row["reward"] for row in selected} == {1.0}
+
+
+def test_rows_are_stamped_as_nemo_gym_stamps_them(relay_run: Path) -> None:
+    """Each row names its Environment Server, that server's type, its agent and its task id."""
+    for row in rows(relay_run):
+        assert row["_ng_environment_server"] == RELAY and row["_ng_result_type"] == "legacy_agent"
+        assert row["agent_ref"] == {"name": "weather_agent"}
+        assert row["_ng_task_id"] == row["task_id"]
+
+
+def test_collect_writes_nemo_gyms_metrics_file_from_the_server(relay_run: Path) -> None:
+    """<stem>_aggregate_metrics.json: NeMo Gym's list of per-server entries, from POST /aggregate_metrics."""
+    (entry,) = json.loads((relay_run.parent / "relay_aggregate_metrics.json").read_text())
+    assert entry["_ng_environment_server"] == RELAY and entry["agent_ref"] == {"name": "weather_agent"}
+    assert entry["agent_metrics"] and "gymslurm_note" not in entry
+    own = json.loads((relay_run.parent / "relay_gymslurm_metrics.json").read_text())
+    assert own["metrics"]["coverage/measured"] == ROWS
+
+
+def test_nemo_gyms_aggregate_reads_gymslurms_outputs(nemo_gym_stack: Stack, relay_run: Path) -> None:
+    """gym eval aggregate on gymslurm's results file computes full metrics (not an empty list)."""
+    output = relay_run.parent / "ng" / "ng.jsonl"
+    done = nemo_gym_stack.gym_command(
+        "eval", "aggregate", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
+        f"+input_glob={relay_run}", f"+output_jsonl_fpath={output}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    entries = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
+    assert [entry["_ng_environment_server"] for entry in entries] == [RELAY]
+    assert entries[0]["agent_metrics"]

@@ -30,3 +30,16 @@ def test_collection_and_aggregation_export_the_same_metrics(tmp_path: Path, demo
         1,
     )
     assert metrics["coverage/unscored"] == 1 and collected["metrics_source"] == aggregated["metrics_source"]
+
+
+def test_collect_writes_nemo_gyms_metrics_file(tmp_path: Path, demo_server) -> None:
+    """<stem>_aggregate_metrics.json is NeMo Gym's list: an entry from the server's /aggregate_metrics."""
+    dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}, {}])
+    output = tmp_path / "run" / "out.jsonl"
+    assert collect(dataset, output, demo_server.url).returncode == 0
+    (entry,) = load(companion(output, "_aggregate_metrics.json"))
+    assert entry["_ng_environment_server"] == demo_server.url and "gymslurm_note" not in entry
+    sections = {"agent_metrics", "key_metrics", "group_level_metrics", "repeat_level_metrics"}
+    assert set(entry) >= {"agent_ref", *sections}
+    assert entry["key_metrics"]["num_scored"] == 3
+
