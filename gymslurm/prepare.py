@@ -32,32 +32,37 @@ def say(stream: IO[str], message: str) -> None:
 def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """The Environment Server configuration for identity: given in settings, else fetched.
 
-    The sources of :meth:`CollectSettings.config_sources` are asked in order and the first answer
-    wins; a source that cannot be reached or does not serve the endpoint passes to the next. With
-    several servers and no head server answering, each distinct server is asked and the answers are
-    keyed by the tasksets it serves (addresses are operational; what they serve is not).
+    Asked in the order of :meth:`CollectSettings.config_sources`: the head server when one is named;
+    else the Environment Server(s) — several are each asked, and their answers keyed by the tasksets
+    they serve (addresses are operational; what they serve is not) — and, when a server answers
+    without a configuration (NeMo Gym's do not serve the endpoint), NeMo Gym's default head server.
+    An Environment Server that cannot be reached stops here, retryably: it is needed to run anyway.
     """
     if settings.environment_config:
         return settings.environment_config
+    if settings.head_server_url:
+        return fetch(settings.head_server_url)
     by_url: dict[str, list[str]] = collections.defaultdict(list)
     for taskset, url in sorted(settings.environment_server_urls.items()):
         by_url[url].append(taskset)
-    refusals: list[tuple[str, ConfigError]] = []
-    for source in settings.config_sources():
-        try:
-            return fetch(source)
-        except ConfigError as error:  # EnvironmentUnreachableError too
-            if source == settings.head_server_url:
-                raise  # the source the user named: its own message says what to do
-            refusals.append((source, error))
-    if len(by_url) > 1:
+    *servers, default_head = settings.config_sources()
+    try:
+        if servers:
+            return fetch(servers[0])
         by_tasksets = sorted(by_url.items(), key=lambda kv: kv[1])
         return {",".join(tasksets): fetch(url) for url, tasksets in by_tasksets}
-    raise no_config_error(refusals)
+    except EnvironmentUnreachableError:
+        raise
+    except ConfigError as refusal:
+        asked = servers[0] if servers else "the Environment Servers"
+        try:
+            return fetch(default_head)
+        except ConfigError as error:
+            raise no_config_error([(asked, refusal), (default_head, error)]) from None
 
 
 def no_config_error(refusals: list[tuple[str, ConfigError]]) -> ConfigError:
-    """No source answered: retryable when the Environment Server itself is down, else a config error."""
+    """No source gave a configuration: a config error naming +head_server_url (exit 2)."""
     asked = "; ".join(
         f"{url} ({'unreachable' if isinstance(error, EnvironmentUnreachableError) else 'no configuration'})"
         for url, error in refusals
@@ -68,9 +73,6 @@ def no_config_error(refusals: list[tuple[str, ConfigError]]) -> ConfigError:
         "NeMo Gym head server (gym env start prints its address; NeMo Gym's default is "
         "127.0.0.1:11000), or give the configuration with +environment_config={...}"
     )
-    last = refusals[-1][1]
-    if isinstance(last, EnvironmentUnreachableError):
-        return EnvironmentUnreachableError(message)
     return ConfigError(message)
 
 

@@ -135,11 +135,11 @@ class CollectSettings(BaseModel):
     def config_sources(self) -> list[str]:
         """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.
 
-        ``head_server_url`` alone when set. Otherwise NeMo Gym's default, the head server at its
-        default address (:data:`DEFAULT_HEAD_SERVER_URL`, as ``gym eval run --no-serve`` does), then
-        the Environment Server itself when there is one (gymslurm's demo server serves its own
-        configuration; NeMo Gym's Environment Servers do not). Empty: ask each server of
-        ``environment_server_urls`` (prepare.environment_config).
+        ``head_server_url`` alone when set. Otherwise the Environment Server itself when there is one
+        (gymslurm's demo server serves its own configuration), then NeMo Gym's default, the head server
+        at its default address (:data:`DEFAULT_HEAD_SERVER_URL`, as ``gym eval run --no-serve`` does):
+        NeMo Gym's Environment Servers do not serve the endpoint. With several servers, each is asked
+        (prepare.environment_config) before the default head server.
         """
         if self.head_server_url:
             return [self.head_server_url]
@@ -147,7 +147,7 @@ class CollectSettings(BaseModel):
         urls = set(self.environment_server_urls.values())
         if not servers and len(urls) == 1:
             servers = [urls.pop()]
-        return [DEFAULT_HEAD_SERVER_URL, *servers]
+        return [*servers, DEFAULT_HEAD_SERVER_URL]
 
     @property
     def protocol(self) -> Protocol:

@@ -1,6 +1,6 @@
 """Fixtures of the NeMo Gym compatibility suite: NeMo Gym 0.7.0's own servers, started once per session.
 
-``nemo_gym_stack`` (session) installs NeMo Gym into its cached venv if needed and starts the stack with
+``nemo_gym_stack`` (module: the head server leaves NeMo Gym's default port as soon as the module ends) installs NeMo Gym into its cached venv if needed and starts the stack with
 ``gym env start`` (tests/compat/nemogym.py). Setup problems **fail** the tests that use it, never skip
 them. At teardown every process of the stack's sessions is stopped by pid, and a process still alive
 afterwards is an error of the suite.
@@ -16,7 +16,7 @@ import pytest
 from tests.compat.nemogym import NemoGymSetupError, Stack, ensure_nemo_gym, start_stack
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def nemo_gym_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir: Path = tmp_path_factory.mktemp("nemo-gym-stack")
     try:

@@ -148,14 +148,14 @@ def test_several_servers_are_asked_and_keyed_by_tasksets() -> None:
 @pytest.mark.parametrize(
     ("overrides", "sources"),
     [
-        (["+environment_server_url=http://e:1"], [DEFAULT_HEAD_SERVER_URL, "http://e:1"]),
+        (["+environment_server_url=http://e:1"], ["http://e:1", DEFAULT_HEAD_SERVER_URL]),
         (["+environment_server_url=http://e:1", "+head_server_url=http://head:2"], ["http://head:2"]),
-        (["+environment_server_urls={a: 'http://e:1'}"], [DEFAULT_HEAD_SERVER_URL, "http://e:1"]),
+        (["+environment_server_urls={a: 'http://e:1'}"], ["http://e:1", DEFAULT_HEAD_SERVER_URL]),
         (["+environment_server_urls={a: 'http://e:1', b: 'http://f:1'}"], [DEFAULT_HEAD_SERVER_URL]),
     ],
 )
 def test_config_sources_follow_nemo_gyms_default(overrides: list[str], sources: list[str]) -> None:
-    """Without +head_server_url the head server's default address is asked first, then the server itself."""
+    """Without +head_server_url the server itself is asked first, then NeMo Gym's default head server."""
     s, _ = load_settings([*BASE, *overrides])
     assert s.config_sources() == sources
     assert DEFAULT_HEAD_SERVER_URL == "http://127.0.0.1:11000"
@@ -173,14 +173,27 @@ def test_a_nemo_gym_environment_server_gets_its_config_from_the_default_head_ser
     assert environment_config(s, fetch) == {"head": 1}
 
 
-def test_the_environment_server_answers_when_no_head_server_runs() -> None:
-    """With nothing at the default head address, a server that serves its own config (the demo) is used."""
+def test_a_server_serving_its_own_config_is_used_first() -> None:
+    """A server that serves its own configuration (the demo) is used; the default head is not asked."""
     s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
-    assert environment_config(s, _fetch_from({"http://e:1": {"demo": 1}})) == {"demo": 1}
+    both = _fetch_from({"http://e:1": {"demo": 1}, DEFAULT_HEAD_SERVER_URL: {"head": 1}})
+    assert environment_config(s, both) == {"demo": 1}
+
+
+def test_several_nemo_gym_servers_fall_back_to_the_default_head_server() -> None:
+    """Several servers none of which serves the endpoint: the default head server's config is used."""
+    s, _ = load_settings([*BASE, "+environment_server_urls={a: 'http://e:1', b: 'http://f:1'}"])
+
+    def fetch(url: str) -> dict:
+        if url == DEFAULT_HEAD_SERVER_URL:
+            return {"head": 1}
+        raise ConfigError("HTTP 404")
+
+    assert environment_config(s, fetch) == {"head": 1}
 
 
 def test_no_config_anywhere_names_head_server_url() -> None:
-    """Neither the default head server nor the Environment Server answers: exit 2 naming +head_server_url."""
+    """Neither the Environment Server nor the default head server has it: exit 2 naming +head_server_url."""
     s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
 
     def fetch(url: str) -> dict:
@@ -191,14 +204,14 @@ def test_no_config_anywhere_names_head_server_url() -> None:
     with pytest.raises(ConfigError, match=r"\+head_server_url=") as caught:
         environment_config(s, fetch)
     assert not isinstance(caught.value, EnvironmentUnreachableError)
-    assert "127.0.0.1:11000 (unreachable); http://e:1 (no configuration)" in str(caught.value)
+    assert "http://e:1 (no configuration); http://127.0.0.1:11000 (unreachable)" in str(caught.value)
 
 
 def test_an_unreachable_environment_server_stays_retryable() -> None:
-    """Nothing answers at all (servers not up yet): retryable exit 1, still naming +head_server_url."""
+    """The Environment Server is down (not up yet): retryable exit 1; the default head is not asked."""
     s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
-    with pytest.raises(EnvironmentUnreachableError, match=r"\+head_server_url="):
-        environment_config(s, _fetch_from({}))
+    with pytest.raises(EnvironmentUnreachableError, match="nothing listens at http://e:1"):
+        environment_config(s, _fetch_from({DEFAULT_HEAD_SERVER_URL: {"head": 1}}))
 
 
 def test_head_server_is_preferred() -> None:
