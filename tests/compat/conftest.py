@@ -1,8 +1,9 @@
-"""Fixtures of the NeMo Gym compatibility suite: NeMo Gym 0.7.0's own servers, started once per session.
+"""Fixtures of the NeMo Gym compatibility suite: NeMo Gym 0.7.0's own servers, started once per module.
 
-``nemo_gym_stack`` (module: the head server leaves NeMo Gym's default port as soon as the module ends) installs NeMo Gym into its cached venv if needed and starts the stack with
-``gym env start`` (tests/compat/nemogym.py). Setup problems **fail** the tests that use it, never skip
-them. At teardown every process of the stack's sessions is stopped by pid, and a process still alive
+``nemo_gym_stack`` (module scope, so the head server leaves NeMo Gym's default port when the module
+ends) installs NeMo Gym into its cached venv if needed and starts the stack with ``gym env start``
+(tests/compat/nemogym.py). Setup problems **fail** the tests that use it, never skip them. At
+teardown every process of the stack's sessions is stopped by pid, and a process still alive
 afterwards is an error of the suite.
 """
 
