@@ -11,10 +11,13 @@ from __future__ import annotations
 import importlib
 import sys
 
+from gymslurm.exitcodes import ExitCode
+
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("gymslurm.commands.collect", "collect rollouts from Environment Servers (resumable)"),
     "demo-server": ("gymslurm.demo.server", "run the built-in demo Environment Server"),
+    "demo-model-server": ("gymslurm.demo.model_server", "run the demo OpenAI-compatible model server"),
     "aggregate": ("gymslurm.commands.aggregate", "merge shard outputs into one selected-result projection"),
     "health": ("gymslurm.commands.health", "failure-rate and completeness checks over a run"),
     "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"gymslurm: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
-        return 2
+        return ExitCode.REFUSED
     module = importlib.import_module(COMMANDS[name][0])
     from gymslurm.errors import GymslurmError
 
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gymslurm {name}: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     return code
 
 

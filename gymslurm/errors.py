@@ -2,7 +2,7 @@
 
 ::
 
-    GymslurmError                 base; the CLI prints its message without a traceback (exit 2)
+    GymslurmError                 base; the CLI prints its message without a traceback (ExitCode.REFUSED, 2)
     ├── ConfigError               bad settings or input, found before anything is written
     │   ├── InvalidRolloutIdError an explicit _ng_rollout_id breaks the rules, or two collide
     │   ├── IdentityMismatchError a resume whose experiment identity differs (names the dotted keys)
@@ -11,12 +11,15 @@
     ├── StoreError                the run's saved files cannot be trusted as they are
     │   ├── CorruptRecordError    a malformed complete JSONL line, a conflicting or foreign record
     │   ├── ManifestError         corrupt, unsupported, foreign or missing manifest / companions
-    │   └── InconsistentHistoryError  an interrupted fresh replacement; refused even when unsafe
+    │   ├── InconsistentHistoryError  an interrupted fresh replacement; refused even when unsafe
+    │   └── StaleFileError        a file was replaced or shrank between indexing and reading it
     ├── RunLockedError            another collector holds the run lock (names its pid, host, job)
     ├── LockUnsupportedError      the filesystem cannot provide flock across writer nodes
     ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
     ├── MetricsUnavailableError   the server's /aggregate_metrics is unusable (aggregation warns, goes on)
-    └── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
+    ├── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
+    ├── ServerStartError          an Environment Server a job started did not become healthy (exit 1)
+    └── SupervisionError          a link's supervision event could not be read (version mismatch?)
 
 Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
 once, at the module that touches the outside world; nothing above it knows which library was used.
@@ -24,11 +27,13 @@ once, at the module that touches the outside world; nothing above it knows which
 
 from __future__ import annotations
 
+from gymslurm.exitcodes import ExitCode
+
 
 class GymslurmError(Exception):
     """Base of every error gymslurm raises on purpose; its message is meant for the user."""
 
-    exit_code: int = 2
+    exit_code: int = ExitCode.REFUSED
 
 
 class ConfigError(GymslurmError):
@@ -54,7 +59,7 @@ class EnvironmentUnreachableError(ConfigError):
     connection failure is infrastructure: a Slurm chain may retry the job later.
     """
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
 
 
 class StoreError(GymslurmError):
@@ -73,10 +78,14 @@ class InconsistentHistoryError(StoreError):
     """Old metadata sits beside partly replaced files: a fresh replacement was interrupted."""
 
 
+class StaleFileError(StoreError):
+    """A file changed identity (replaced) or shrank between indexing and reading."""
+
+
 class RunLockedError(GymslurmError):
     """Another live collector owns this output path."""
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
 
 
 class LockUnsupportedError(GymslurmError):
@@ -86,7 +95,7 @@ class LockUnsupportedError(GymslurmError):
 class ProtocolError(GymslurmError):
     """An Environment Server reply broke the protocol while failure routing was off."""
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
 
 
 class MetricsUnavailableError(GymslurmError):
@@ -96,4 +105,14 @@ class MetricsUnavailableError(GymslurmError):
 class SlurmError(GymslurmError):
     """A Slurm command failed; the message quotes the command, its exit code and its output."""
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
+
+
+class ServerStartError(GymslurmError):
+    """A configured Environment Server did not become healthy in time (infrastructure: retryable)."""
+
+    exit_code = ExitCode.RETRY
+
+
+class SupervisionError(GymslurmError):
+    """A supervision event could not be read (a gymslurm link and collector of different versions?)."""

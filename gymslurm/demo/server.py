@@ -28,6 +28,7 @@ from gymslurm.demo.arith import DEFAULT_MODEL_NAME, dataset_rows
 from gymslurm.demo.faults import FAULTS, RATE_ORDER
 from gymslurm.demo.http import DIE_EXIT_CODE, start_server
 from gymslurm.errors import ConfigError
+from gymslurm.exitcodes import ExitCode
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8123
@@ -70,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--die-after", type=int, default=None, metavar="N", help="answer N /run requests, die on the next"
     )
+    parser.add_argument(
+        "--policy-url", default=None, metavar="URL",
+        help="an OpenAI-compatible model server answering for the policy (e.g. gymslurm demo-model-server)",
+    )  # fmt: skip
     dataset = parser.add_argument_group("dataset")
     dataset.add_argument("--write-dataset", type=Path, metavar="PATH", help="write a JSONL dataset and exit")
     dataset.add_argument(
@@ -91,6 +96,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         rates=tuple((name, rate) for name, rate in rates if rate),
         latency_ms=args.latency_ms,
         die_after=args.die_after,
+        policy_url=args.policy_url,
     )
     problems = config.problems()
     if problems:
@@ -144,7 +150,7 @@ async def serve(config: DemoConfig, host: str, port: int) -> int:
         connection.close()
     await server.wait_closed()
     print(f"gymslurm demo-server: {summary(app)}", file=sys.stderr)
-    return 0
+    return ExitCode.DONE
 
 
 def main(argv: list[str]) -> int:
@@ -155,5 +161,5 @@ def main(argv: list[str]) -> int:
             raise ConfigError("--write-dataset needs --n N (the number of tasks, >= 0)")
         write_dataset(args.write_dataset, args.n, args.seed, with_task_ids=not args.no_task_ids)
         print(f"wrote {args.n} tasks to {args.write_dataset}")
-        return 0
+        return ExitCode.DONE
     return asyncio.run(serve(config_from_args(args), args.host, args.port))

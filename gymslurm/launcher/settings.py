@@ -15,6 +15,8 @@ interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept a
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,14 +27,25 @@ from gymslurm.identity import is_credential_name
 from gymslurm.resources import configs_dir
 
 REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
+# A command item that stands for the interpreter running gymslurm (slurm.python overrides it).
+PYTHON = "{python}"
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
+
+
 class ServerSettings(_Strict):
-    """One Environment Server: a running address, or a command the job starts in its allocation."""
+    """One server of the job's stack: a running address, or a command the job starts in its allocation.
+
+    Servers start in the order listed; a later server's ``command``, ``env`` and the collector's
+    overrides may name an earlier one's address as ``{servers.NAME.url}`` (or ``.host``, ``.port``).
+    ``collector_override`` null: the collector is not given this server's URL (a model server that
+    only the Environment Servers call).
+    """
 
     name: str = "env"
     url: str | None = None
@@ -42,7 +55,18 @@ class ServerSettings(_Strict):
     health_path: str | None = None
     startup_timeout_s: float = 60.0
     env: dict[str, str] = Field(default_factory=dict)
-    collector_override: str = "+environment_server_url"
+    collector_override: str | None = "+environment_server_url"
+    # The start-up and supervision probe: health (GET health_path, or a TCP connection when it is
+    # null), or a one-token chat_completions / completions request that must return text.
+    probe: Literal["health", "chat_completions", "completions"] = "health"
+    probe_model: str | None = None
+    # Supervision while the collector runs (docs/servers.md): probe every probe_interval_s, a probe
+    # answering after probe_timeout_s fails; probe_failures failures in a row (or the process
+    # exiting) make the server down; it is restarted in place at most restart_limit times.
+    probe_interval_s: float = Field(default=5.0, gt=0)
+    probe_timeout_s: float = Field(default=5.0, gt=0)
+    probe_failures: int = Field(default=2, ge=1)
+    restart_limit: int = Field(default=3, ge=0)
 
     @field_validator("command")
     @classmethod
@@ -60,7 +84,7 @@ class ServerSettings(_Strict):
 class CollectorSettings(_Strict):
     """How each job runs the collector: the command (swappable) and Hydra overrides passed through."""
 
-    command: list[str] = Field(default_factory=lambda: ["python", "-m", "gymslurm", "collect"])
+    command: list[str] = Field(default_factory=lambda: [PYTHON, "-m", "gymslurm", "collect"])
     overrides: list[str] = Field(default_factory=list)
     resubmit_override: str = "+resubmit=true"
     env: dict[str, str] = Field(default_factory=dict)
@@ -78,7 +102,7 @@ class SlurmSettings(_Strict):
     signal_lead_s: int = Field(default=90, ge=0)
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
-    python: str = "python"
+    python: str | None = None
 
     @field_validator("time", "max_walltime")
     @classmethod
@@ -92,6 +116,15 @@ class SlurmSettings(_Strict):
         """``max_walltime`` in seconds, None when no cap is configured."""
         return None if self.max_walltime is None else float(slurm_seconds(self.max_walltime))
 
+    @property
+    def interpreter(self) -> str:
+        """The Python that runs gymslurm in jobs: ``python`` when set, else the one running now.
+
+        On Slurm the login node and the compute nodes share the filesystem, so the path of the
+        interpreter that runs ``submit`` is the right default there too.
+        """
+        return self.python or sys.executable
+
 
 class AggregationSettings(_Strict):
     """The aggregation job run once after every shard's chain ended."""
@@ -100,7 +133,7 @@ class AggregationSettings(_Strict):
     on_failed_shard: Literal["fail", "aggregate-what-exists"] = "fail"
     command: list[str] = Field(
         default_factory=lambda: [
-            "python",
+            PYTHON,
             "-m",
             "gymslurm",
             "aggregate",
@@ -125,6 +158,27 @@ class BenchmarkSettings(_Strict):
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
+
+    def model_post_init(self, _context: Any) -> None:
+        """Server names are unique and ``{servers.NAME.*}`` names a server listed earlier."""
+        seen: list[str] = []
+        for server in self.servers:
+            if server.name in seen:
+                raise ValueError(f"servers: two servers are named {server.name!r}")
+            texts = [*(server.command or []), *server.env.values()]
+            _check_references(texts, seen, f"server {server.name!r}")
+            seen.append(server.name)
+        _check_references(self.collector.overrides, seen, "collector.overrides")
+
+
+def _check_references(texts: list[str], earlier: list[str], where: str) -> None:
+    for text in texts:
+        for name, _ in SERVER_REFERENCE.findall(text):
+            if name not in earlier:
+                raise ValueError(
+                    f"{where} refers to {{servers.{name}...}}, which is not a server listed before it "
+                    f"(servers start in order; earlier: {', '.join(earlier) or 'none'})"
+                )
 
 
 def slurm_seconds(text: str | int) -> int:
@@ -219,12 +273,40 @@ def _add_or_override(override: str) -> str:
 def validate(data: dict[str, Any], where: str) -> BenchmarkSettings:
     """Validate a composed benchmark; errors name the dotted key and the file."""
     try:
-        return BenchmarkSettings.model_validate(data)
+        settings = BenchmarkSettings.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()
         )
         raise ConfigError(f"benchmark {where} is invalid: {problems}") from error
+    return with_interpreter(settings)
+
+
+def with_interpreter(settings: BenchmarkSettings) -> BenchmarkSettings:
+    """``settings`` with every ``{python}`` command item replaced by ``slurm.interpreter``.
+
+    The one place the interpreter is chosen: the dataset, server, collector and aggregation
+    commands and the chain-step line of every script all run the same Python.
+    """
+    python = settings.slurm.interpreter
+
+    def fill(command: list[str]) -> list[str]:
+        return [python if part == PYTHON else part for part in command]
+
+    servers = [
+        server if server.command is None else server.model_copy(update={"command": fill(server.command)})
+        for server in settings.servers
+    ]
+    return settings.model_copy(
+        update={
+            "dataset_command": None if settings.dataset_command is None else fill(settings.dataset_command),
+            "servers": servers,
+            "collector": settings.collector.model_copy(update={"command": fill(settings.collector.command)}),
+            "aggregation": settings.aggregation.model_copy(
+                update={"command": fill(settings.aggregation.command)}
+            ),
+        }
+    )
 
 
 def load_benchmark(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, dict[str, Any]]:

@@ -28,6 +28,9 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "gymslurm_metrics": "_gymslurm_metrics.json",
     "aggregate_coverage": "_aggregate_coverage.json",
     "health": "_health.json",
+    # The retired draft attempt journal of earlier development revisions (000): never written, only
+    # detected (a resume and aggregation refuse it; a fresh collection replaces it).
+    "attempts_journal": "_attempts.jsonl",
 }
 
 
@@ -123,6 +126,10 @@ class RunPaths:
     def health(self) -> Path:
         return self._companion("_health.json")
 
+    @property
+    def attempts_journal(self) -> Path:
+        return self._companion("_attempts.jsonl")
+
     def companions(self) -> dict[str, Path]:
         """Every file of the run by role (the output itself included as ``results``)."""
         return {
@@ -140,6 +147,7 @@ class RunPaths:
             "gymslurm_metrics": self.gymslurm_metrics,
             "aggregate_coverage": self.aggregate_coverage,
             "health": self.health,
+            "attempts_journal": self.attempts_journal,
         }
 
     def replaced_by_fresh_run(self) -> list[Path]:

@@ -43,3 +43,19 @@ def test_collect_writes_nemo_gyms_metrics_file(tmp_path: Path, demo_server) -> N
     assert set(entry) >= {"agent_ref", *sections}
     assert entry["key_metrics"]["num_scored"] == 3
 
+
+def test_collect_honours_count_failure_classes_as_zero(tmp_path: Path, demo_server) -> None:
+    """000: live and offline selection both honour count_failure_classes_as_zero: collect accepts it,
+    and its exported metrics score the listed failure as a zero, as aggregation does."""
+    dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {"_demo_fault": "terminal"}])
+    output = tmp_path / "run" / "out.jsonl"
+    policy = "+count_failure_classes_as_zero=[agent_command_not_allowed]"
+    run = collect(dataset, output, demo_server.url, policy)
+    assert run.returncode == 0, run.stderr
+    collected = load(companion(output, "_gymslurm_metrics.json"))["metrics"]
+    merged = tmp_path / "merged" / "all.jsonl"
+    done = gymslurm("aggregate", str(output), f"+output_jsonl_fpath={merged}", "+merge_shards=false", policy)
+    assert done.returncode == 0, done.stderr
+    assert collected == load(companion(merged, "_gymslurm_metrics.json"))["metrics"]
+    assert (collected["coverage/scored"], collected["scoring/counted_failures_as_zero"]) == (2, 1)
+    assert collected["coverage/failed"] == 1
