@@ -30,7 +30,7 @@ import collections
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -39,7 +39,7 @@ from gymslurm.coverage import Completion, Coverage, completion_exit_code, comput
 from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Outcome, fetch_environment_config
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
-from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 from gymslurm.prepare import Prepared, Task, prepare
 from gymslurm.progress import Counters, make_reporter, say, summary_table
 from gymslurm.records import EpisodeId
@@ -55,7 +55,7 @@ from gymslurm.selection import (
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
 from gymslurm.store.manifest import utc_now
-from gymslurm.supervised import Supervised
+from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -148,6 +148,7 @@ class LoopResult:
     error: BaseException | None = None
     dispatched: int = 0
     interruptions: int = 0
+    server_dead: str | None = None
 
 
 @dataclass
@@ -164,6 +165,7 @@ class DispatchLoop:
     retry_in_invocation: bool = True
     deadline: float | None = None
     supervised: Supervised | None = None  # the link's view of the job's servers, if any
+    breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
@@ -202,12 +204,13 @@ class DispatchLoop:
 
     async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
-        supervised = self.supervised
+        supervised, breaker = self.supervised, self.breaker
+        watch = supervised or breaker  # the link's view of the job's servers, or the breaker's
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
-            if supervised is not None:
-                await supervised.wait_dispatchable()  # a server of the job is down: pause
+            if watch is not None:
+                await watch.wait_dispatchable()  # a server is down: pause
                 if not queue or self._stopping:
                     return
             index = queue.popleft()
@@ -226,6 +229,13 @@ class DispatchLoop:
                 outcome, interrupted = await supervised.review(outcome, sent_at)
                 self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
                 continue
+            if breaker is not None:
+                if getattr(outcome, "record", None) is None:
+                    breaker.answered()
+                else:  # a transport failure waits for the breaker's verdict: the server's or the rollout's
+                    outcome, interrupted = await breaker.review(outcome, self.urls[index], sent_at)
+                    self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                    continue
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
                 # failure): the Environment Server may drop our connection a moment before our own
@@ -299,6 +309,23 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
         if strict.code == ExitCode.DONE and strict.warning:
             return Completion(completion.code, completion.reason, strict.warning)
     return completion
+
+
+def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
+    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
+
+    With progress, the next job goes on; without any, the budget itself stopped the work, and a
+    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
+    margin if they prevented all work").
+    """
+    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
+    if made_progress:
+        return f"{said}; resume to run them"
+    return (
+        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
+        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
+        "job's end), then resume"
+    )
 
 
 def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
@@ -422,7 +449,7 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage)
+    export_metrics(store, view, coverage, settings.count_failure_classes_as_zero)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
@@ -439,7 +466,15 @@ async def _dispatch(
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
     )
-    supervised = Supervised.from_environment(lambda why: loop_.stop(why), lambda m: say(sys.stderr, m))  # noqa: PLW0108
+
+    def tell(message: str) -> None:
+        say(sys.stderr, message)
+
+    supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
+    breaker = None
+    if supervised is None and settings.dispatch_breaker_failures:
+        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
+                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
     loop_ = DispatchLoop(
         view=view,
         client=client,
@@ -451,6 +486,7 @@ async def _dispatch(
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
         supervised=supervised,
+        breaker=breaker,
     )
     if supervised is not None:
         await supervised.start()
@@ -461,6 +497,8 @@ async def _dispatch(
         await client.aclose()
         if supervised is not None:
             await supervised.close()
+    if breaker is not None and breaker.dead is not None:
+        result.server_dead = breaker.dead
     return result
 
 
@@ -489,12 +527,19 @@ def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
     return save
 
 
-def export_metrics(store: RunStore, view: RunView, coverage: Coverage) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
+def export_metrics(
+    store: RunStore, view: RunView, coverage: Coverage, count_failure_classes_as_zero: Sequence[str] = ()
+) -> None:
+    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states.
+
+    ``count_failure_classes_as_zero`` is the same scoring policy as aggregation's (000: "live and
+    offline count_failure_classes_as_zero selection" match either name and count the row once).
+    """
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(count_failure_classes_as_zero)),
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
     store.write_aggregate_metrics(body)
@@ -531,11 +576,8 @@ def _report(  # noqa: PLR0917
             "budget spent",
         )
     if result.budget_drained:
-        say(
-            stderr,
-            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
-            "rollout(s) were not dispatched (no attempt spent); resume to run them",
-        )
+        made_progress = result.progress_outcomes > 0
+        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
     exhausted = exhausted_message(coverage, paths.failures)
     if exhausted:
         say(stderr, exhausted)
@@ -543,6 +585,14 @@ def _report(  # noqa: PLR0917
         summary_table(coverage.model_dump(), str(paths.coverage), stdout)
     if result.error is not None:
         raise result.error
+    if result.server_dead is not None:
+        say(
+            stderr,
+            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
+            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
+            "and run again with +resume_from_cache=true",
+        )
+        return ExitCode.RETRY
     completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
     if completion.warning:
         say(stderr, f"warning: {completion.warning}")

@@ -58,7 +58,9 @@ COUNT_KEYS = (
     "retryable_failures",
     "exhausted",
     "omitted",
-    "unfinished",
+    "not_started",  # no execution reserved yet
+    "missing",  # the newest reserved execution has no outcome (000: as `missing` in coverage)
+    "unfinished",  # not_started + missing
 )
 
 
@@ -178,6 +180,7 @@ def count_states(states: Iterable[RolloutState]) -> dict[str, int]:
         elif disposition is Disposition.OMITTED:
             counts["omitted"] += 1
         else:
+            counts["missing" if disposition is Disposition.MISSING else "not_started"] += 1
             counts["unfinished"] += 1
     return {key: counts[key] for key in COUNT_KEYS}
 
@@ -238,6 +241,9 @@ def run_health_check(
     paths = RunPaths.for_output(output)
     limits = thresholds or HealthThresholds()
     _require_results(paths, output)
+    from gymslurm.store.store import refuse_retired_journal
+
+    refuse_retired_journal(paths.attempts_journal)
     if paths.manifest.exists():
         return _check_run(paths, limits, standalone)
     return _check_file(paths, limits, standalone)

@@ -23,8 +23,8 @@ from gymslurm.identity import (
     IdentityDiff,
     build_identity,
     classify_differences,
+    config_digest,
     describe_differences,
-    identity_digest,
 )
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
@@ -157,7 +157,7 @@ def prepare(
             return _reconciled(store, stderr, store.inputs, writes=writes, resubmit=settings.resubmit)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, lambda: inputs.tasks, resubmit=settings.resubmit)
+            return _reconciled(store, stderr, store.inputs, resubmit=settings.resubmit)
         if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
             say(
                 stderr,
@@ -178,14 +178,19 @@ def prepare(
     return _reconciled(store, stderr, lambda: inputs.tasks)
 
 
-def _new_run(settings: CollectSettings, inputs: Inputs, identity: dict[str, Any]) -> RunSpec:
-    """What a new manifest records, the same for a fresh run and a legacy import."""
+def _new_run(
+    settings: CollectSettings,
+    inputs: Inputs,
+    identity: dict[str, Any],
+    tasks: list[dict[str, Any]] | None = None,
+) -> RunSpec:
+    """What a new manifest records, the same for a fresh run and a legacy import (``tasks``: saved ones)."""
     return RunSpec(
         source_path=str(inputs.source_path),
         source_digest=inputs.source_digest,
-        inputs=inputs.tasks,
+        inputs=inputs.tasks if tasks is None else tasks,
         identity=identity,
-        config_digest=identity_digest(identity),
+        config_digest=config_digest(identity),
         max_rollout_attempts=settings.max_rollout_attempts,
         retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
     )
@@ -207,12 +212,19 @@ def _import_legacy(
             "legacy results deliberately, add +allow_unsafe_resume=true (the run is then marked "
             "identity_verified=false for good); or choose a new output path"
         )
+    saved = RunStore.legacy_inputs(paths)
+    reused = (
+        f"reusing its {len(saved)} saved materialized tasks ({paths.materialized_inputs})"
+        if saved is not None
+        else f"with the tasks materialized from {inputs.source_path} (it saved none)"
+    )
     say(
         stderr,
         f"warning: importing the legacy run at {paths.output} without a manifest "
-        "(allow_unsafe_resume): its identity is unverified, now and on every later resume",
+        f"(allow_unsafe_resume), {reused}: its identity is unverified, now and on every later resume "
+        "(each needs +allow_unsafe_resume=true)",
     )
-    return RunStore.import_legacy(paths, _new_run(settings, inputs, identity))
+    return RunStore.import_legacy(paths, _new_run(settings, inputs, identity, saved))
 
 
 Action = Callable[[], None]
@@ -230,18 +242,26 @@ def _open_for_resume(
     try:
         manifest = store.manifest
         saved = store.saved_identity()
-        if saved is not None and identity_digest(saved) != manifest.config_digest:
+        if saved is not None and config_digest(saved) != manifest.config_digest:
             raise ManifestError(
                 f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
         semantic = [*_input_problems(manifest, inputs), *diff.semantic]
-        if saved is None and identity_digest(identity) != manifest.config_digest:
+        if saved is None and config_digest(identity) != manifest.config_digest:
             semantic.append("config_digest (no saved identity to compare keys)")
         if semantic and not settings.allow_unsafe_resume:
             message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
             raise IdentityMismatchError(message, semantic)
+        if not manifest.identity_verified and not settings.allow_unsafe_resume:
+            raise IdentityMismatchError(
+                f"the run at {paths.output} was {manifest.identity_source} with +allow_unsafe_resume=true "
+                f"(its manifest {paths.manifest} says identity_verified=false), so its identity cannot be "
+                "verified: every resume of it needs +allow_unsafe_resume=true too (000). Add it to resume "
+                "these results deliberately, or choose a new output path for a verified run",
+                ["identity_verified"],
+            )
     except BaseException:
         store.close()
         raise
@@ -275,6 +295,17 @@ def _resume_writes(
             store.append_drift(operational)
 
         actions.append(drift)
+    if store.manifest.adopted_max_rollout_attempts:
+
+        def record_limit() -> None:
+            say(
+                stderr,
+                f"the manifest {store.paths.manifest} had no max_rollout_attempts (an older draft): "
+                f"recording the current setting, {store.manifest.max_rollout_attempts}",
+            )
+            store.record_max_rollout_attempts()
+
+        actions.append(record_limit)
     wanted = settings.retry_terminal_timeouts
     if wanted is not None and wanted != store.manifest.retry_terminal_timeouts:
         actions.append(lambda: store.update_policy(retry_terminal_timeouts=wanted))

@@ -57,10 +57,13 @@ class CollectSettings(BaseModel):
     require_complete: bool = False
     retry_terminal_timeouts: bool | None = None
     retry_in_invocation: bool = True
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list)
 
     concurrency: int = Field(default=64, ge=1)
     dispatch_budget_s: float | None = Field(default=None, ge=0)
     dispatch_longest_first: bool = False
+    dispatch_breaker_failures: int = Field(default=3, ge=0)
+    dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
     request_timeout_s: float = Field(default=3600, gt=0)
 
     environment_server_url: str | None = None
@@ -209,19 +212,59 @@ def compose_config(
     return {str(key): value for key, value in container.items()}
 
 
+# Settings the collector never interprets: they only enter the run's identity (the Environment
+# Server's configuration, one block per server). A value there that cannot be resolved (an unset
+# ``${oc.env:...}`` of a server this run does not use) stays as written instead of stopping the run:
+# 000, "unused server configurations need not resolve in the collector".
+IDENTITY_ONLY_KEYS = ("environment_config",)
+
+
 def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references)."""
-    from omegaconf import OmegaConf
+    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references).
+
+    Every setting the collector uses must resolve; below :data:`IDENTITY_ONLY_KEYS` each value is
+    resolved on its own and one that cannot be stays as written.
+    """
+    from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    def strictly(value: Any) -> Any:
+        container = isinstance(value, DictConfig | ListConfig)
+        return OmegaConf.to_container(value, resolve=True) if container else value
+
     try:
-        resolved = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+        config = OmegaConf.create(raw)
+        resolved = {
+            str(key): _resolve_leniently(config[key]) if key in IDENTITY_ONLY_KEYS else strictly(config[key])
+            for key in config
+        }
     except OmegaConfBaseException as error:
         raise ConfigError(
             f"cannot resolve the collect configuration: {error}. Fix the interpolation or set the variable"
         ) from error
-    assert isinstance(resolved, dict)
-    return {str(key): value for key, value in resolved.items()}
+    return resolved
+
+
+def _resolve_leniently(node: Any) -> Any:
+    """The plain value of an OmegaConf node, child by child; an unresolvable child stays as written."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(node, DictConfig | ListConfig):
+        return node
+    keys = list(node) if isinstance(node, DictConfig) else range(len(node))
+    written = OmegaConf.to_container(node, resolve=False)
+    out: dict[Any, Any] | list[Any] = {} if isinstance(node, DictConfig) else []
+    for key in keys:
+        try:
+            value = _resolve_leniently(node[key])
+        except OmegaConfBaseException:
+            value = written[key]  # type: ignore[index]
+        if isinstance(out, dict):
+            out[key] = value
+        else:
+            out.append(value)
+    return out
 
 
 def validate_settings(resolved: dict[str, Any], environ: Mapping[str, str] | None = None) -> CollectSettings:

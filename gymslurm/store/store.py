@@ -42,6 +42,7 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
@@ -76,8 +77,12 @@ class ExistingRun(StrEnum):
 
 
 def existing_run(paths: RunPaths) -> ExistingRun:
-    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh."""
-    if paths.manifest.exists():
+    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh.
+
+    A retired attempt journal counts as a manifest: its history must not be dropped by the
+    partial-cache fallback; opening it reports the format mismatch (:func:`refuse_retired_journal`).
+    """
+    if paths.manifest.exists() or paths.attempts_journal.exists():
         return ExistingRun.MANIFEST
     if any(_size(path) > 0 for path in (paths.results, paths.failures)):
         return ExistingRun.LEGACY
@@ -85,6 +90,17 @@ def existing_run(paths: RunPaths) -> ExistingRun:
     if any(path.exists() for path in companions):
         return ExistingRun.PARTIAL_INITIAL_CACHE
     return ExistingRun.NOTHING
+
+
+def refuse_retired_journal(journal: os.PathLike[str]) -> None:
+    """Report a run written with the retired draft attempt journal instead of dropping its history (000)."""
+    if os.path.lexists(journal):
+        raise ManifestError(
+            f"{journal} is the attempt journal of an earlier development revision: this gymslurm reads "
+            "manifest version 2 runs only and would silently drop that history. Read the run with the "
+            "revision that wrote it, or move its files aside (keep them together) and start a new run; "
+            "a fresh collection (without +resume_from_cache=true) replaces it"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +180,7 @@ class RunStore:
     @classmethod
     def open(cls, paths: RunPaths, *, writable: bool = True) -> RunStore:
         """Open and validate a manifest-backed run. Changes no byte."""
+        refuse_retired_journal(paths.attempts_journal)
         manifest = read_manifest(paths.manifest)
         if manifest is None:
             raise ManifestError(
@@ -202,6 +219,7 @@ class RunStore:
         """
         if paths.manifest.exists():
             raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        refuse_retired_journal(paths.attempts_journal)
         inputs = spec.inputs
         check_rows(inputs)
         run_id = new_run_id()
@@ -221,6 +239,19 @@ class RunStore:
         store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
         store._index = index
         return store
+
+    @staticmethod
+    def legacy_inputs(paths: RunPaths) -> list[dict[str, Any]] | None:
+        """The materialized tasks a legacy run (no manifest) saved, or None when it saved none.
+
+        An unsafe import reuses them (000: "Gym warns and reuses the saved materialized tasks"): the
+        saved outcomes belong to those tasks, not to whatever the dataset holds now.
+        """
+        if paths.manifest.exists():
+            raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        if _size(paths.materialized_inputs) == 0:
+            return None
+        return read_rows(paths.materialized_inputs)
 
     def close(self) -> None:
         for appender in (self._results, self._failures):
@@ -433,6 +464,9 @@ class RunStore:
                 stage=failure.stage,
                 failure_class=record.routing_class,
                 legacy_class=row.get("_ng_failure_legacy_class"),
+                kept_answer=kept_timeout_answer(
+                    (failure.failure_kind, record.routing_class, legacy_class), response
+                ),
             ),
         )
 
@@ -465,6 +499,12 @@ class RunStore:
     def update_policy(self, *, retry_terminal_timeouts: bool) -> None:
         """Change the saved terminal-timeout policy (an explicit override only)."""
         self._republish(retry_terminal_timeouts=retry_terminal_timeouts)
+
+    def record_max_rollout_attempts(self) -> None:
+        """Save the attempt limit an older manifest lacked (adopted from the current setting, 000)."""
+        if self.manifest.adopted_max_rollout_attempts:
+            self._republish()
+            self.manifest._adopted = False
 
     def mark_identity_overridden(self) -> None:
         """Record an ``allow_unsafe_resume`` identity override; the run is never verified again."""
@@ -633,4 +673,11 @@ def _size(path: os.PathLike[str]) -> int:
         return 0
 
 
-__all__ = ["ExistingRun", "Reconciliation", "RunStore", "existing_run", "read_resubmit_offset"]
+__all__ = [
+    "ExistingRun",
+    "Reconciliation",
+    "RunStore",
+    "existing_run",
+    "read_resubmit_offset",
+    "refuse_retired_journal",
+]

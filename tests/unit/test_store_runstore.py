@@ -499,6 +499,23 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
     assert not paths.manifest.exists()
 
 
+def test_agent_timeout_that_kept_its_answer_is_not_retried_after_reopen(paths: RunPaths) -> None:
+    """001: a non-terminal agent_timeout that kept a response with output stays final when saved and
+    when the run is read again (resume never regenerates the model's answer)."""
+    store = create(paths, 2)
+    store.reconcile()
+    answer = {"output": [{"type": "message", "content": "42"}]}
+    for index in (0, 1):
+        attempt = store.reserve(index)
+        record = failure(store, index, attempt, kind="agent_timeout")
+        saved = store.append_failure(index, attempt, record, response=answer if index == 0 else None)
+        assert saved.kept_answer is (index == 0)
+    store.close()
+    states = RunStore.open(paths).reconcile().states
+    assert [state.pending for state in states] == [False, True]
+    assert [state.disposition for state in states] == [Disposition.FAILED, Disposition.FAILED]
+
+
 def test_one_run_spec_describes_a_fresh_run_and_a_legacy_import(tmp_path: Path) -> None:
     """The same RunSpec gives a fresh run and an imported one the same recorded description."""
     spec = RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(2), identity={"model": "m"},
