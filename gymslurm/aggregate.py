@@ -63,8 +63,9 @@ from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
+from gymslurm.store.versions import version_of
 
-AGGREGATE_COVERAGE_VERSION = 1
+AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
 _GLOB_CHARS = frozenset("*?[")
 _CHUNK = 1 << 20
 

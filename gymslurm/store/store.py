@@ -29,8 +29,9 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel
+from pydantic import ValidationError
 
+from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.records import RolloutFailureRecord
 from gymslurm.selection import (
@@ -58,6 +59,7 @@ from gymslurm.store.manifest import (
 )
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import ReservationTable, create_table
+from gymslurm.store.versions import check_version
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
@@ -487,9 +489,11 @@ class RunStore:
         line = self._appender("failures").append(row)
         return self._saved(index, SavedOutcome(attempt, "omission", line))
 
-    def write_coverage(self, coverage: BaseModel | Mapping[str, Any]) -> None:
-        value = coverage.model_dump(mode="json") if isinstance(coverage, BaseModel) else dict(coverage)
-        publish_json(self.paths.coverage, value)
+    def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
+        if isinstance(coverage, Coverage):
+            write_coverage(self.paths, coverage)
+        else:  # a hand-made companion (tests of what a fresh replacement clears)
+            publish_json(self.paths.coverage, dict(coverage))
 
     def write_aggregate_metrics(self, entries: Sequence[Mapping[str, Any]]) -> None:
         """NeMo Gym's ``<stem>_aggregate_metrics.json``: one entry per Environment Server (nemogym.py)."""
@@ -585,6 +589,45 @@ class RunStore:
         if self._failures is None:
             self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
         return self._failures
+
+
+def read_coverage(paths: RunPaths) -> Coverage | None:
+    """``<stem>_coverage.json``, version-checked and validated; None when none was written yet.
+
+    The one reader of the collector's coverage: the chain reads progress and status its summary
+    through it, so collector and launcher cannot drift apart. Unreadable, foreign-version or
+    malformed files raise :class:`ManifestError` naming the file.
+    """
+    where = paths.coverage
+    try:
+        raw = where.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ManifestError(
+            f"cannot read the coverage file {where}: {error.strerror}; check permissions"
+        ) from None
+    try:
+        data: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ManifestError(
+            f"the coverage file {where} is not JSON ({error}); the collector rewrites it on its next run"
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"the coverage file {where} is not a JSON object; the collector rewrites it")
+    check_version("coverage", data.get("format_version"), str(where))
+    try:
+        return Coverage.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ManifestError(
+            f"the coverage file {where} is malformed ({problems}); the collector rewrites it on its next run"
+        ) from None
+
+
+def write_coverage(paths: RunPaths, coverage: Coverage) -> None:
+    """Replace ``<stem>_coverage.json`` atomically (the one writer; :func:`read_coverage` reads it)."""
+    publish_json(paths.coverage, coverage.model_dump(mode="json"))
 
 
 def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:
