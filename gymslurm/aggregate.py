@@ -63,6 +63,7 @@ from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
+from gymslurm.store.store import write_gymslurm_metrics
 from gymslurm.store.versions import version_of
 
 AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
@@ -717,7 +718,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     merged = 0
     if options.merge_shards:
         merged = _write_projection(options.output, shards)
-    publish_json(
+    write_gymslurm_metrics(
         companion(options.output.resolve(), "_gymslurm_metrics.json"),
         {"metrics": metrics, "metrics_source": source_name, "written_at": written_at},
     )

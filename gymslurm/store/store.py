@@ -26,6 +26,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -59,7 +60,7 @@ from gymslurm.store.manifest import (
 )
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import ReservationTable, create_table
-from gymslurm.store.versions import check_version
+from gymslurm.store.versions import check_version, version_of
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
@@ -500,8 +501,8 @@ class RunStore:
         publish_json(self.paths.aggregate_metrics, [dict(entry) for entry in entries])
 
     def write_gymslurm_metrics(self, metrics: Mapping[str, Any]) -> None:
-        """``<stem>_gymslurm_metrics.json``: ``{metrics, metrics_source, written_at}`` (docs/formats.md)."""
-        publish_json(self.paths.gymslurm_metrics, dict(metrics))
+        """``<stem>_gymslurm_metrics.json``: ``{format_version, metrics, metrics_source, written_at}``."""
+        write_gymslurm_metrics(self.paths.gymslurm_metrics, metrics)
 
     def selected_results(self, states: Sequence[RolloutState]) -> list[tuple[int, dict[str, Any]]]:
         """(rollout index, saved row) of every selected result, read back from the results file."""
@@ -623,6 +624,27 @@ def read_coverage(paths: RunPaths) -> Coverage | None:
         raise ManifestError(
             f"the coverage file {where} is malformed ({problems}); the collector rewrites it on its next run"
         ) from None
+
+
+def read_gymslurm_metrics(path: Path) -> dict[str, Any] | None:
+    """gymslurm's metrics file, version-checked first; None when none was written yet."""
+    try:
+        data: Any = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise ManifestError(
+            f"cannot read the metrics file {path} ({error}); the next collection rewrites it"
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"the metrics file {path} is not a JSON object; the next collection rewrites it")
+    check_version("gymslurm_metrics", data.get("format_version"), str(path))
+    return data
+
+
+def write_gymslurm_metrics(path: Path, metrics: Mapping[str, Any]) -> None:
+    """Replace gymslurm's metrics file (collector and aggregate alike), stamped with its format version."""
+    publish_json(path, {"format_version": version_of("gymslurm_metrics"), **metrics})
 
 
 def write_coverage(paths: RunPaths, coverage: Coverage) -> None:
