@@ -19,7 +19,6 @@ embeds the same document (docs/launcher.md, "The status document").
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -32,9 +31,11 @@ from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision, job_exit_code
 from gymslurm.launcher.ledger import ChainState, summarize
-from gymslurm.launcher.rundir import RunDir, RunInfo, coverage_path
+from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
 from gymslurm.store import live
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.store import read_coverage
 
 STATUS_SCHEMA = "gymslurm.status"
 STATUS_VERSION = 1
@@ -225,12 +226,13 @@ class ShardFiles:
     problems: tuple[str, ...] = ()
 
 
-def _coverage(path: Path) -> dict[str, Any] | None:
+def _coverage(output: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The collector's coverage of ``output``, read through the store (as a dict), and any problem."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format_version") == 1 else None
+        coverage = read_coverage(RunPaths.for_output(output))
+    except StoreError as error:
+        return None, str(error)
+    return (None if coverage is None else coverage.model_dump(mode="json")), None
 
 
 def read_shard_files(run: RunDir, shard: int, stem: str, running: bool) -> ShardFiles:
@@ -249,7 +251,9 @@ def read_shard_files(run: RunDir, shard: int, stem: str, running: bool) -> Shard
         heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running else None
     except StoreError as error:
         problems.append(str(error))
-    return ShardFiles(_coverage(coverage_path(output)), progress, heartbeat, tuple(problems))
+    coverage, problem = _coverage(output)
+    problems += [problem] if problem else []
+    return ShardFiles(coverage, progress, heartbeat, tuple(problems))
 
 
 def beat_of(
