@@ -573,7 +573,8 @@ def _collect_prepared(  # noqa: PLR0917
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(settings, store, view, coverage, origins, stderr)
+    post = _not_asked_after_a_stall if result.stopped_by == STALL else None
+    export_metrics(settings, store, view, coverage, origins, stderr, post)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
@@ -658,6 +659,14 @@ def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
 
 
 METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
+
+
+def _not_asked_after_a_stall(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """A collection stopped by its stall window does not wait on the server that stalled it."""
+    raise MetricsUnavailableError(
+        f"POST {url}/aggregate_metrics not asked: the collection stalled (stall_window_s), so the server "
+        "may hang again; the next link asks it"
+    )
 
 
 def export_metrics(  # noqa: PLR0917
