@@ -229,7 +229,9 @@ class ShardFiles:
 def _coverage(output: Path) -> tuple[dict[str, Any] | None, str | None]:
     """The collector's coverage of ``output``, read through the store (as a dict), and any problem."""
     try:
-        coverage = read_coverage(RunPaths.for_output(output))
+        # The launcher made these folders under the (resolved) run root and never links them, so
+        # the per-shard realpath of RunPaths.for_output (0.5 s at 1,000 shards) is not needed.
+        coverage = read_coverage(RunPaths(output_as_given=output, output=output))
     except StoreError as error:
         return None, str(error)
     return (None if coverage is None else coverage.model_dump(mode="json")), None
