@@ -11,7 +11,8 @@ Scenarios (submitted together by the module fixture, so their waits overlap, ~2 
   first link; then the chain step is frozen (SIGSTOP: its heartbeat stops while the job stays
   RUNNING) and status must say UNRESPONSIVE within two heartbeat intervals; then ``gymslurm cancel``
   and status must say CANCELLED.
-- ``hung``: one shard of 400 tasks at 0.2 s, ``stall_window_s=10``. Once outcomes are saved the
+- ``hung`` (run first, while its first link is young): one shard of 800 tasks at 0.2 s,
+  ``stall_window_s=10``. Once outcomes are saved the
   demo server the job started is stopped with SIGSTOP (its socket accepts and never answers): the
   collector must exit 1 after the window, the link decide RETRY, and the next link (a fresh
   server) finish the shard DONE.
@@ -40,7 +41,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         collector=["+concurrency=1", "+live_progress_interval_s=1"], slurm="  time: '00:10:00'\n",
     ),
     "hung": dict(
-        tasks=400, shards=1, server_flags=["--latency-ms", "200"],
+        tasks=800, shards=1, server_flags=["--latency-ms", "200"],
         collector=["+concurrency=2", "+live_progress_interval_s=1", "+stall_window_s=10"],
         slurm="  time: '00:10:00'\n",
     ),
@@ -84,6 +85,30 @@ def _heartbeat(run: RealChain) -> dict[str, Any]:
     return data
 
 
+def _demo_server_of(run: RealChain) -> psutil.Process:
+    step = psutil.Process(_heartbeat(run)["pid"])
+    servers = [p for p in step.children(recursive=True) if "demo-server" in " ".join(p.cmdline())]
+    assert servers, [p.cmdline() for p in step.children(recursive=True)]
+    return servers[0]
+
+
+def test_hung_server_ends_the_link_with_exit_1_and_the_chain_goes_on(runs: dict[str, RealChain]) -> None:
+    """SIGSTOP the job's server: the collector exits 1 after stall_window_s, RETRY, a new link finishes."""
+    run = runs["hung"]
+    _poll(run, lambda r: r["shards"][0]["successful"] >= 5 and r["shards"][0]["live"], 240, "first outcomes")
+    _demo_server_of(run).send_signal(signal.SIGSTOP)
+    report = run.finished(timeout=420)
+    decisions = run.decisions(0)
+    assert [(d["decision"], d["exit_code"]) for d in decisions] == [("RETRY", 1), ("DONE", 0)], decisions
+    assert report["shards"][0]["verdict"] == "DONE" and report["shards"][0]["retries"] == "1/3"
+    coverage = run.companion(0, "_coverage.json")
+    assert (coverage["successful"], coverage["counted_failures"]) == (800, 0)
+    assert run.rollout_ids(0) == run.rollout_ids(None)
+    assert run.run is not None
+    log = "".join(p.read_text() for p in (run.run / "logs").glob("shard-000-*.out"))
+    assert "stalled: no outcome saved for 10s (stall_window_s)" in log
+
+
 def test_live_coverage_rises_then_frozen_step_is_unresponsive_then_cancelled(
     runs: dict[str, RealChain],
 ) -> None:
@@ -116,27 +141,3 @@ def test_live_coverage_rises_then_frozen_step_is_unresponsive_then_cancelled(
     run.gymslurm("cancel", str(run.run))
     final = _poll(run, lambda r: r["shards"][0]["verdict"] == "CANCELLED", 90, "CANCELLED")
     assert "gymslurm resubmit" in final["shards"][0]["why"]
-
-
-def _demo_server_of(run: RealChain) -> psutil.Process:
-    step = psutil.Process(_heartbeat(run)["pid"])
-    servers = [p for p in step.children(recursive=True) if "demo-server" in " ".join(p.cmdline())]
-    assert servers, [p.cmdline() for p in step.children(recursive=True)]
-    return servers[0]
-
-
-def test_hung_server_ends_the_link_with_exit_1_and_the_chain_goes_on(runs: dict[str, RealChain]) -> None:
-    """SIGSTOP the job's server: the collector exits 1 after stall_window_s, RETRY, a new link finishes."""
-    run = runs["hung"]
-    _poll(run, lambda r: r["shards"][0]["successful"] >= 5 and r["shards"][0]["live"], 240, "first outcomes")
-    _demo_server_of(run).send_signal(signal.SIGSTOP)
-    report = run.finished(timeout=420)
-    decisions = run.decisions(0)
-    assert [(d["decision"], d["exit_code"]) for d in decisions] == [("RETRY", 1), ("DONE", 0)], decisions
-    assert report["shards"][0]["verdict"] == "DONE" and report["shards"][0]["retries"] == "1/3"
-    coverage = run.companion(0, "_coverage.json")
-    assert (coverage["successful"], coverage["counted_failures"]) == (400, 0)
-    assert run.rollout_ids(0) == run.rollout_ids(None)
-    assert run.run is not None
-    log = "".join(p.read_text() for p in (run.run / "logs").glob("shard-000-*.out"))
-    assert "stalled: no outcome saved for 10s (stall_window_s)" in log
