@@ -7,7 +7,8 @@ through ``gymslurm status RUN --json`` run as the submitting user.
 
 Scenarios (submitted together by the module fixture, so their waits overlap, ~2 minutes):
 
-- ``live``: one shard of 120 tasks at 1 s each, one at a time. Live coverage must rise during the
+- ``live``: one shard of 900 tasks at 1 s each, one at a time (it runs while ``hung`` is tested and is
+  cancelled by its own test). Live coverage must rise during the
   first link; then the chain step is frozen (SIGSTOP: its heartbeat stops while the job stays
   RUNNING) and status must say UNRESPONSIVE within two heartbeat intervals; then ``gymslurm cancel``
   and status must say CANCELLED.
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.slurm
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "live": dict(
-        tasks=120, shards=1, server_flags=["--latency-ms", "1000"],
+        tasks=900, shards=1, server_flags=["--latency-ms", "1000"],
         collector=["+concurrency=1", "+live_progress_interval_s=1"], slurm="  time: '00:10:00'\n",
     ),
     "hung": dict(
