@@ -5,6 +5,11 @@ script in the tests pins it and ``submit --dry-run`` prints exactly what would b
 ``string.Template`` (not Jinja) keeps the templates plain bash a reader can follow: the only
 syntax is ``$name`` and ``$$``; optional directives are assembled here, not in template logic.
 
+Values reach a script only after the settings boundary checked them (``scriptsafe.py``: one line,
+slugs for names, what sbatch takes in ``#SBATCH`` lines); :func:`render` checks every single-line
+slot again, so a value with a newline can never end a line of the script. Commands are
+shell-quoted (:func:`command_line`, the work directory); ``env_setup`` lines run as written.
+
 Secrets never reach a script: nothing here reads the environment, and :class:`ScriptValues`
 carries no configuration values other than the Slurm section's own.
 """
@@ -17,6 +22,7 @@ from pathlib import Path
 from string import Template
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.scriptsafe import control_problem
 from gymslurm.resources import templates_dir
 
 LINK_TEMPLATE = "link.sbatch"
@@ -61,8 +67,18 @@ def command_line(argv: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in argv)
 
 
+_MULTI_LINE_OR_QUOTED = frozenset({"directives", "env_setup", "workdir", "command"})
+
+
 def render(template: str, values: ScriptValues) -> str:
-    """Fill ``template`` with ``values`` (``workdir`` shell-quoted); an unknown variable is an error."""
+    """Fill ``template`` with ``values`` (``workdir`` shell-quoted); an unknown variable is an error.
+
+    Every slot but the assembled blocks (``directives``, ``env_setup``) and the shell-quoted ones must
+    be one line: a value that got past the settings boundary with a newline is refused here too.
+    """
+    for name, value in asdict(values).items():
+        if name not in _MULTI_LINE_OR_QUOTED and (problem := control_problem(name, str(value))):
+            raise ConfigError(f"cannot render a job script: {problem}")
     try:
         text = Template(template).substitute({**asdict(values), "workdir": shlex.quote(values.workdir)})
     except (KeyError, ValueError) as error:

@@ -18,10 +18,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gymslurm.errors import ConfigError
 from gymslurm.identity import is_credential_name
+from gymslurm.launcher import scriptsafe
 from gymslurm.resources import configs_dir
 
 REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
@@ -29,6 +38,36 @@ REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _one_line(value: str | None, info: ValidationInfo) -> str | None:
+    """A value that reaches a job script: one line, no control characters (launcher/scriptsafe.py)."""
+    if value is not None:
+        _refuse(scriptsafe.control_problem(str(info.field_name), value))
+    return value
+
+
+def _slug(value: str, info: ValidationInfo) -> str:
+    """A name that becomes a folder, file or job name: a safe slug (launcher/scriptsafe.py)."""
+    _refuse(scriptsafe.slug_problem(str(info.field_name), value))
+    return value
+
+
+def _nul_free(value: Any, key: str) -> None:
+    """No string anywhere in a benchmark holds a NUL: it could reach no process intact."""
+    if isinstance(value, str):
+        _refuse(scriptsafe.nul_problem(key, value))
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            _nul_free(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _nul_free(item, f"{key}[{index}]")
 
 
 class ServerSettings(_Strict):
@@ -43,6 +82,8 @@ class ServerSettings(_Strict):
     startup_timeout_s: float = 60.0
     env: dict[str, str] = Field(default_factory=dict)
     collector_override: str = "+environment_server_url"
+
+    _name_is_slug = field_validator("name")(_slug)
 
     @field_validator("command")
     @classmethod
@@ -82,10 +123,35 @@ class SlurmSettings(_Strict):
 
     @field_validator("time", "max_walltime")
     @classmethod
-    def _valid_time(cls, value: str | None) -> str | None:
+    def _valid_time(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
+            _one_line(value, info)
             slurm_seconds(value)
         return value
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _valid_directive(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            _refuse(scriptsafe.directive_problem(str(info.field_name), value))
+        return value
+
+    @field_validator("extra_directives")
+    @classmethod
+    def _valid_extra(cls, value: list[str]) -> list[str]:
+        for index, line in enumerate(value):
+            _refuse(scriptsafe.extra_directive_problem(f"extra_directives[{index}]", line))
+        return value
+
+    @field_validator("env_setup")
+    @classmethod
+    def _one_line_each(cls, value: list[str]) -> list[str]:
+        """Each item runs as written, as one line of the job's shell (docs/security.md)."""
+        for index, line in enumerate(value):
+            _refuse(scriptsafe.control_problem(f"env_setup[{index}]", line, allow_tab=True))
+        return value
+
+    _python_one_line = field_validator("python")(_one_line)
 
     @property
     def max_walltime_s(self) -> float | None:
@@ -110,6 +176,13 @@ class AggregationSettings(_Strict):
     )
     time: str = "00:30:00"
 
+    @field_validator("time")
+    @classmethod
+    def _valid_time(cls, value: str, info: ValidationInfo) -> str:
+        _one_line(value, info)
+        slurm_seconds(value)
+        return value
+
 
 class BenchmarkSettings(_Strict):
     """A whole benchmark, as ``submit`` uses it."""
@@ -125,6 +198,15 @@ class BenchmarkSettings(_Strict):
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
+
+    _names_are_slugs = field_validator("name", "output_stem")(_slug)
+    _run_root_one_line = field_validator("run_root")(_one_line)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul_anywhere(cls, data: Any) -> Any:
+        _nul_free(data, "")
+        return data
 
 
 def slurm_seconds(text: str | int) -> int:
@@ -222,7 +304,8 @@ def validate(data: dict[str, Any], where: str) -> BenchmarkSettings:
         return BenchmarkSettings.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors()
         )
         raise ConfigError(f"benchmark {where} is invalid: {problems}") from error
 

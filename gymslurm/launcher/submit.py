@@ -38,6 +38,7 @@ from gymslurm.launcher.render import (
     render,
 )
 from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
+from gymslurm.launcher.scriptsafe import path_directive_problem
 from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
 
 
@@ -81,13 +82,20 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
 
 
 def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
-    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken)."""
+    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken), always inside ``run_root``.
+
+    Its path lands in ``#SBATCH --output=`` lines, so it must be one that sbatch can read there.
+    """
     root = (workdir / settings.run_root).resolve()
+    if problem := path_directive_problem("run_root", str(root)):
+        raise ConfigError(f"run_root {settings.run_root!r} resolves to {root}: {problem}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     candidate, n = root / f"{settings.name}-{stamp}", 1
     while candidate.exists():
         n += 1
         candidate = root / f"{settings.name}-{stamp}-{n}"
+    if candidate.resolve().parent != root:  # the name is a slug (settings), so this holds; say so if not
+        raise ConfigError(f"the run directory {candidate} would not be inside run_root {root}")
     return RunDir(candidate)
 
 
