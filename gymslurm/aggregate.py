@@ -670,7 +670,7 @@ def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:
             count += chunk.count(b"\n")
             yield chunk
 
-    publish_stream(output, counted())
+    publish_stream(output, counted(), follow_link=True)  # the output path keeps its symlink (spec 000)
     return count
 
 

@@ -387,9 +387,12 @@ def collect(
     """
     from gymslurm.dispatch import fetch_environment_config
     from gymslurm.store import RunLock, RunPaths
+    from gymslurm.store.paths import others_writable_warning
 
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     paths.folder.mkdir(parents=True, exist_ok=True)
+    if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
+        say(stderr, f"warning: {warning}")
     with RunLock(paths.lock):
         prepared = prepare(settings, raw, paths, stderr, fetch or fetch_environment_config)
         try:

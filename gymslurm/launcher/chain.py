@@ -66,6 +66,7 @@ from gymslurm.launcher.ledger import (
 )
 from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.store.atomic import open_run_file
 from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
 HEARTBEAT_S = 15.0
@@ -389,7 +390,7 @@ def _finished_why(state: ChainState) -> str:
 @contextlib.contextmanager
 def _locked(path: Path):  # type: ignore[no-untyped-def]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_run_file(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import CorruptRecordError, StoreError
+from gymslurm.store.atomic import open_run_file
 
 _READ_CHUNK = 1 << 20
 
@@ -103,7 +104,7 @@ def read_tail(path: Path) -> TailReport:
 def repair_torn_tail(path: Path) -> int:
     """Truncate an incomplete last line; return how many bytes were removed (0 when none)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = open_run_file(path, os.O_RDWR)
     except FileNotFoundError:
         return 0
     except OSError as error:
@@ -186,7 +187,7 @@ class Appender:
             )
         self.path = path
         self.next_line = next_line
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._fd: int | None = open_run_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def append(self, record: Any) -> int:
         """Write ``record`` as one line; return its 0-based line number."""
