@@ -45,6 +45,7 @@ import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableError, StoreError
+from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
@@ -645,7 +646,8 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
         rows = [orjson.loads(raw) for chunk in iter_selected_lines(shards) for raw in chunk.splitlines()]
         try:
             metrics.update(fetch(options.environment_server_url, rows, options.timeout_s))
-            source_name = f"environment_server ({options.environment_server_url}/aggregate_metrics)"
+            shown = redact_text(options.environment_server_url)
+            source_name = f"environment_server ({shown}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
     coverage = aggregate_coverage(shards, written_at)

@@ -53,6 +53,8 @@ __all__ = [
     "is_credential_name",
     "is_operational",
     "redact_credentials",
+    "redact_text",
+    "redact_value",
     "resolve",
 ]
 
@@ -195,6 +197,13 @@ _VALUE = r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"']+)"
 _ASSIGNMENT = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=" + _VALUE)
 _FLAG_VALUE = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)\s+(?!-)" + _VALUE)
 _QUOTED_PAIR = re.compile(r"([\"'])([\w\-.]+)\1(\s*:\s*)([\"'])(.*?)\4")
+# "{name: HF_TOKEN, value: X}" written inside a string (a Hydra override of an environment list).
+_NAME_VALUE = re.compile(
+    r"\bname\s*[:=]\s*[\"']?([\w\-.]+)[\"']?\s*,\s*value\s*[:=]\s*"
+    r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"'}\]]+)"
+)
+# A command-line flag that names a credential, as one list item: ["--api-key", "V"].
+_FLAG_ITEM = re.compile(r"--?[A-Za-z][\w\-]*")
 
 
 def _is_basic_credential(token: str) -> bool:
@@ -224,7 +233,22 @@ def _scrub_string(text: str) -> str:
     )
     text = _ASSIGNMENT.sub(lambda m: _redact_if_named(m, 1, 2), text)
     text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
+    text = _NAME_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
     return _QUOTED_PAIR.sub(lambda m: _redact_if_named(m, 2, 5), text)
+
+
+def redact_text(text: str) -> str:
+    """Any text (a message, a log line, an override, a URL) with every credential shape redacted.
+
+    The one rule every writer and message applies (docs/security.md): the same shapes as in the
+    identity (URL passwords, Bearer/Basic, ``NAME=V``, ``--flag V``, quoted pairs, name/value pairs).
+    """
+    return _scrub_string(text)
+
+
+def redact_value(value: Any) -> Any:
+    """A plain value (mapping, list, string...) with every credential redacted, by name and by shape."""
+    return _redact(value, in_task_data=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,10 +270,19 @@ def _redact(value: Any, in_task_data: bool) -> Any:
     if isinstance(value, Mapping):
         return _redact_mapping(value, in_task_data)
     if isinstance(value, list | tuple):
-        return [_redact(item, in_task_data) for item in value]
+        items = [_redact(item, in_task_data) for item in value]
+        if not in_task_data:  # an argv: ["--api-key", "V"] carries V as the item after its flag
+            for index in range(1, len(items)):
+                if _is_credential_flag(value[index - 1]) and isinstance(items[index], str):
+                    items[index] = REDACTED
+        return items
     if isinstance(value, str):
         return _rewrite_interpolations(value, _redact_interpolation) if in_task_data else _scrub_string(value)
     return value
+
+
+def _is_credential_flag(item: object) -> bool:
+    return isinstance(item, str) and bool(_FLAG_ITEM.fullmatch(item)) and is_credential_name(item)
 
 
 def _redact_mapping(mapping: Mapping[Any, Any], in_task_data: bool) -> dict[Any, Any]:

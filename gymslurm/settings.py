@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gymslurm.errors import ConfigError
+from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
@@ -145,7 +146,35 @@ class CollectSettings(BaseModel):
 
 def _check_url(url: str) -> None:
     if not (url.startswith("http://") or url.startswith("https://")) or len(url) <= len("http://"):
-        raise ValueError(f"{url!r} is not an http(s) URL: write it as http://HOST:PORT")
+        raise ValueError(f"{redact_text(url)!r} is not an http(s) URL: write it as http://HOST:PORT")
+
+
+SECRET_OVERRIDES_ENV = "GYMSLURM_COLLECT_OVERRIDES"
+
+
+def secret_overrides(environ: dict[str, str] | None = None) -> list[str]:
+    """Overrides passed in the environment (a JSON list of strings), appended after the command line's.
+
+    The channel for overrides that carry a credential: a command line is visible to every user of
+    the machine (``ps``, ``/proc/*/cmdline``), a process's environment only to its owner. The chain
+    step passes each credential-bearing override here (docs/security.md).
+    """
+    import json
+
+    env = os.environ if environ is None else environ
+    raw = env.get(SECRET_OVERRIDES_ENV)
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ConfigError(
+            f"{SECRET_OVERRIDES_ENV} in the environment is not a JSON list of override strings; unset it "
+            'or set it like \'["+policy_api_key=..."]\''
+        )
+    return items
 
 
 def max_rollout_attempts(environ: dict[str, str] | None = None) -> int:
@@ -195,7 +224,8 @@ def compose_config(
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(
             f"cannot compose the collect configuration from {folder}/{config_name}.yaml with overrides "
-            f"{overrides}: {error}. Write overrides as +key=value (see configs/collect.yaml)"
+            f"{redact_value(overrides)}: {redact_text(str(error))}. Write overrides as +key=value "
+            "(see configs/collect.yaml)"
         ) from error
     container = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
@@ -212,7 +242,8 @@ def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
         resolved = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
     except OmegaConfBaseException as error:
         raise ConfigError(
-            f"cannot resolve the collect configuration: {error}. Fix the interpolation or set the variable"
+            f"cannot resolve the collect configuration: {redact_text(str(error))}. Fix the interpolation "
+            "or set the variable"
         ) from error
     assert isinstance(resolved, dict)
     return {str(key): value for key, value in resolved.items()}
@@ -230,6 +261,13 @@ def validate_settings(resolved: dict[str, Any]) -> CollectSettings:
         raise ConfigError(_explain(error)) from error
 
 
+def _shown(loc: tuple[Any, ...], value: Any) -> str:
+    """A rejected value as a message may show it: redacted by the identity's rule (and by its name)."""
+    if any(is_credential_name(part) for part in loc if isinstance(part, str)):
+        return repr(REDACTED)
+    return redact_text(repr(value))
+
+
 def _explain(error: ValidationError) -> str:
     lines = []
     valid = ", ".join(sorted(CollectSettings.model_fields))
@@ -239,7 +277,7 @@ def _explain(error: ValidationError) -> str:
             lines.append(f"unknown setting {where!r} (a typo?). Valid settings: {valid}")
         else:
             value = item.get("input")
-            shown = "" if isinstance(value, dict) else f" (got {value!r})"
+            shown = "" if isinstance(value, dict) else f" (got {_shown(item['loc'], value)})"
             lines.append(f"{where}: {item['msg'].removeprefix('Value error, ')}{shown}")
     body = "\n  ".join(lines)
     return f"invalid collect configuration:\n  {body}\nSee configs/collect.yaml and docs/collector.md."

@@ -23,6 +23,7 @@ import orjson
 from pydantic import ValidationError
 
 from gymslurm.errors import ProtocolError
+from gymslurm.identity import redact_text
 from gymslurm.records import (
     FAILURE_KINDS,
     MAX_FAILURE_REASON,
@@ -161,7 +162,7 @@ def classify_exception(
     """
     kind, delivery = _exception_evidence(exc)
     where = f"POST {url.rstrip('/')}{path}" if url else _request_url(exc)
-    reason = _truncate(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}")
+    reason = _truncate(redact_text(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}"))
     failure = EpisodeFailure(failure_reason=reason, terminal=False, failure_kind=kind)
     record = RolloutFailureRecord(
         episode_id=episode, run_id=run_id, source="collector", delivery=delivery, failure=failure
@@ -184,7 +185,8 @@ class _Call(NamedTuple):
     def record(
         self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None
     ) -> RolloutFailureRecord:
-        failure = EpisodeFailure(failure_reason=_truncate(reason), terminal=terminal, failure_kind=kind)
+        reason = _truncate(redact_text(reason))
+        failure = EpisodeFailure(failure_reason=reason, terminal=terminal, failure_kind=kind)
         return RolloutFailureRecord(
             episode_id=self.episode, run_id=self.run_id, source=source, delivery=delivery, failure=failure
         )
@@ -199,7 +201,7 @@ class _Call(NamedTuple):
     def violation(self, problem: str) -> Failed:
         """A terminal protocol-violation failure, or ProtocolError when routing is off."""
         if not self.route_failures:
-            where = f" from {self.url}" if self.url else ""
+            where = f" from {redact_text(self.url)}" if self.url else ""
             raise ProtocolError(
                 f"The Environment Server reply{where} for rollout {self.episode.rollout_id!r} attempt "
                 f"{self.episode.attempt} (task {self.task_id!r}) breaks the protocol: {problem}. Fix the "

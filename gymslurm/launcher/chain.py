@@ -40,6 +40,7 @@ from types import FrameType
 import psutil
 
 from gymslurm.errors import SlurmError
+from gymslurm.identity import redact_text
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
@@ -64,8 +65,9 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
+from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, atomic_write, coverage_path
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.settings import SECRET_OVERRIDES_ENV
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
@@ -75,7 +77,7 @@ FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 
 def log(message: str) -> None:
     """One timestamped line on the job's output."""
-    print(f"[gymslurm chain-step {utc_now()}] {message}", file=sys.stderr, flush=True)
+    print(f"[gymslurm chain-step {utc_now()}] {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 def read_progress(output: Path) -> Progress | None:
@@ -278,15 +280,43 @@ def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: 
     return successor
 
 
+def split_secret_arguments(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
+    """(the command line, the overrides that carry a credential): the latter go in the environment.
+
+    A command line is readable by every user of the node (``ps``, ``/proc/*/cmdline``); an override
+    that the one redaction rule would change (``+policy_api_key=V``, a URL with a password...) is
+    passed in ``GYMSLURM_COLLECT_OVERRIDES`` instead, which the collector appends to its overrides.
+    Pure.
+    """
+    public = argv[:first_override]
+    secret: list[str] = []
+    for item in argv[first_override:]:
+        (secret if redact_text(item) != item else public).append(item)
+    return public, secret
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This job's environment for a child process, without the benchmark's secrets bundle.
+
+    Each process gets only its own secrets: the collector its overrides and ``collector.env``, each
+    server its ``env`` (already merged back into the settings), never ``GYMSLURM_SECRETS``.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in (SECRETS_ENV, SECRET_OVERRIDES_ENV)}
+    return {**env, **(extra or {})}
+
+
 def run_collector(
-    argv: list[str], signals: Signals, env: dict[str, str] | None = None
+    argv: list[str], signals: Signals, env: dict[str, str] | None = None, first_override: int | None = None
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one)."""
     if signals.received:
         log(f"received {signals.names} before the collector started; not starting it")
         return None, None
-    log("collector: " + " ".join(argv))
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    public, secret = split_secret_arguments(argv, len(argv) if first_override is None else first_override)
+    hidden = f" (+{len(secret)} override(s) with credentials, in {SECRET_OVERRIDES_ENV})" if secret else ""
+    log("collector: " + " ".join(public) + hidden)
+    extra = {**(env or {}), **({SECRET_OVERRIDES_ENV: json.dumps(secret)} if secret else {})}
+    child = subprocess.Popen(public, stdin=subprocess.DEVNULL, env=child_environment(extra))
     signals.child = child
     code = child.wait()
     signals.child = None
@@ -356,7 +386,9 @@ def _collect(
     try:
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
-        env_code, killer = run_collector(argv, signals, settings.collector.env)
+        env_code, killer = run_collector(
+            argv, signals, settings.collector.env, first_override=len(settings.collector.command)
+        )
     finally:
         for server in started:
             server_mod.stop(server)

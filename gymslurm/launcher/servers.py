@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -23,6 +24,8 @@ from pathlib import Path
 import psutil
 
 from gymslurm.dispatch import probe_health
+from gymslurm.identity import redact_text
+from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
 
 
@@ -66,7 +69,7 @@ def start(settings: ServerSettings, log: Path) -> RunningServer:
     with log.open("ab") as handle:
         process = subprocess.Popen(
             argv, stdout=handle, stderr=handle, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **settings.env},
+            env={**{k: v for k, v in os.environ.items() if k != SECRETS_ENV}, **settings.env},  # its own only
         )  # fmt: skip
     server = RunningServer(settings, f"http://{settings.host}:{port}", process)
     deadline = time.monotonic() + settings.startup_timeout_s
@@ -78,7 +81,8 @@ def start(settings: ServerSettings, log: Path) -> RunningServer:
         time.sleep(0.2)
     stop(server)
     raise ServerStartError(
-        f"server {settings.name!r} ({' '.join(argv)}) was not healthy after {settings.startup_timeout_s}s; "
+        f"server {settings.name!r} ({redact_text(shlex.join(argv))}) was not healthy after "
+        f"{settings.startup_timeout_s}s; "
         f"see {log}"
     )
 

@@ -5,12 +5,12 @@ command-line overrides (``gymslurm submit demo slurm.partition=low shards=3``). 
 launcher needs is resolved here, before anything is written or submitted; unknown keys are errors
 so a typo never silently falls back to a default.
 
-Secrets: a value below a credential-named key or an override ``KEY=VALUE`` with such a key is a
-secret; what counts as a credential name is the one rule of :func:`gymslurm.identity.is_credential_name`
-(``api_key``, ``HF_TOKEN``, ``password``... but not ``max_tokens`` or ``eos_token``).
+Secrets: whatever the identity's one redaction rule redacts (:func:`gymslurm.identity.redact_value`:
+credential-named keys such as ``api_key``, ``HF_TOKEN``, ``password`` but not ``max_tokens``;
+``--api-key V``; ``NAME=V``; Bearer/Basic; URL passwords; name/value pairs) is a secret.
 :func:`split_secrets` takes them out of the config that is saved in the run directory; the job
-gets them back from its environment (``GYMSLURM_SECRETS``, exported by ``sbatch``). A literal
-interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept as written.
+gets them back from its environment (``GYMSLURM_SECRETS``, exported by ``sbatch``), and hands each
+process only its own (docs/security.md).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pydantic import (
 )
 
 from gymslurm.errors import ConfigError
-from gymslurm.identity import is_credential_name
+from gymslurm.identity import REDACTED, redact_value
 from gymslurm.launcher import scriptsafe
 from gymslurm.resources import configs_dir
 
-REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
+SECRETS_HINT = "GYMSLURM_SECRETS, exported by sbatch from where the run was submitted"
 
 
 class _Strict(BaseModel):
@@ -56,6 +56,17 @@ def _slug(value: str, info: ValidationInfo) -> str:
     """A name that becomes a folder, file or job name: a safe slug (launcher/scriptsafe.py)."""
     _refuse(scriptsafe.slug_problem(str(info.field_name), value))
     return value
+
+
+def _credential_in_script(key: str, line: str) -> str | None:
+    """A script line may not carry a credential: scripts are saved, printed by --dry-run, read by admins."""
+    if redact_value(line) == line:
+        return None
+    return (
+        f"{key} carries a credential (it would be {redact_value(line)!r} with it redacted); a job script is "
+        "saved in the run directory and printed by --dry-run. Export the variable in your shell before "
+        "submitting (sbatch passes your environment to the job), or put it in collector.env / servers[].env"
+    )
 
 
 def _nul_free(value: Any, key: str) -> None:
@@ -141,6 +152,7 @@ class SlurmSettings(_Strict):
     def _valid_extra(cls, value: list[str]) -> list[str]:
         for index, line in enumerate(value):
             _refuse(scriptsafe.extra_directive_problem(f"extra_directives[{index}]", line))
+            _refuse(_credential_in_script(f"extra_directives[{index}]", line))
         return value
 
     @field_validator("env_setup")
@@ -149,6 +161,7 @@ class SlurmSettings(_Strict):
         """Each item runs as written, as one line of the job's shell (docs/security.md)."""
         for index, line in enumerate(value):
             _refuse(scriptsafe.control_problem(f"env_setup[{index}]", line, allow_tab=True))
+            _refuse(_credential_in_script(f"env_setup[{index}]", line))
         return value
 
     _python_one_line = field_validator("python")(_one_line)
@@ -316,53 +329,42 @@ def load_benchmark(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, 
     return validate(data, name), data
 
 
-def _is_interpolation(value: object) -> bool:
-    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
+def split_secrets(data: Any) -> tuple[Any, dict[str, Any]]:
+    """A copy of ``data`` with every credential redacted, and the original values by dotted path.
 
-
-def split_secrets(data: Any, path: str = "") -> tuple[Any, dict[str, Any]]:
-    """A copy of ``data`` with every secret replaced by a marker, and the secrets by dotted path."""
+    The rule is the identity's (:func:`gymslurm.identity.redact_value`: credential-named keys,
+    ``secrets`` mappings, ``--api-key V`` items, ``NAME=V`` strings, Bearer/Basic, URL passwords,
+    name/value pairs, credential-named ``${oc.env:...}``): wherever redaction changed a value, the
+    saved config has the redacted form and the original travels in the job's environment.
+    """
+    clean = redact_value(data)
     secrets: dict[str, Any] = {}
-    if isinstance(data, dict):
-        clean: dict[str, Any] = {}
-        for key, value in data.items():
-            where = f"{path}.{key}" if path else str(key)
-            if (
-                is_credential_name(str(key))
-                and not isinstance(value, dict | list)
-                and not _is_interpolation(value)
-            ):
-                secrets[where] = value
-                clean[key] = REDACTED
-            else:
-                clean[key], found = split_secrets(value, where)
-                secrets.update(found)
-        return clean, secrets
-    if isinstance(data, list):
-        items = []
-        for index, value in enumerate(data):
-            item, found = split_secrets(value, f"{path}[{index}]")
-            items.append(item)
-            secrets.update(found)
-        return items, secrets
-    if isinstance(data, str) and "=" in data:
-        key, _, value = data.partition("=")
-        if is_credential_name(key) and value and not _is_interpolation(value):
-            return f"{key}={REDACTED}", {path: data}
-    return data, secrets
+    _differences(data, clean, "", secrets)
+    return clean, secrets
+
+
+def _differences(original: Any, clean: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(original, dict) and isinstance(clean, dict):
+        for key, value in original.items():
+            _differences(value, clean[key], f"{path}.{key}" if path else str(key), out)
+    elif isinstance(original, list) and isinstance(clean, list) and len(original) == len(clean):
+        for index, (value, redacted) in enumerate(zip(original, clean, strict=True)):
+            _differences(value, redacted, f"{path}[{index}]", out)
+    elif original != clean:
+        out[path] = original
 
 
 def merge_secrets(data: Any, secrets: dict[str, Any], path: str = "") -> Any:
     """Put secrets taken out by :func:`split_secrets` back; a missing one is a clear error."""
+    if path in secrets:
+        return secrets[path]
     if isinstance(data, dict):
         return {k: merge_secrets(v, secrets, f"{path}.{k}" if path else str(k)) for k, v in data.items()}
     if isinstance(data, list):
         return [merge_secrets(v, secrets, f"{path}[{i}]") for i, v in enumerate(data)]
     if isinstance(data, str) and REDACTED in data:
-        if path not in secrets:
-            raise ConfigError(
-                f"the secret {path} is not in this job's environment (GYMSLURM_SECRETS); submit the run "
-                "again from an environment that has it, or use resubmit with the benchmark config"
-            )
-        return secrets[path]
+        raise ConfigError(
+            f"the secret {path} is not in this job's environment ({SECRETS_HINT}); submit the run again "
+            "from an environment that has it, or resubmit passing it again as an override"
+        )
     return data

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
+from gymslurm.identity import redact_value
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
@@ -39,7 +40,13 @@ from gymslurm.launcher.render import (
 )
 from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
 from gymslurm.launcher.scriptsafe import path_directive_problem
-from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
+from gymslurm.launcher.settings import (
+    BenchmarkSettings,
+    early_signal_warning,
+    load_benchmark,
+    merge_secrets,
+    split_secrets,
+)
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -181,9 +188,11 @@ def submit(
         return 0
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
-    run.root.mkdir(parents=True)
+    run.root.parent.mkdir(parents=True, exist_ok=True)
+    run.root.mkdir(mode=0o700)
+    run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
     info = RunInfo(
-        name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
+        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
     )  # fmt: skip
@@ -192,7 +201,7 @@ def submit(
     for path, text in scripts.items():
         atomic_write(path, text.encode())
     counts = split_dataset(dataset, run, settings.shards)
-    (run.root / "logs").mkdir(exist_ok=True)
+    (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     backend = backend_for(run, backend_kind)
     for shard in range(settings.shards):
@@ -267,6 +276,7 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     clean, secrets = split_secrets(data)
     saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
     if clean != saved:
         raise ConfigError(
             f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "

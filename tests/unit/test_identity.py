@@ -36,7 +36,7 @@ def test_public_api_is_pinned() -> None:
         [
             "REDACTED", "IdentityDiff", "build_identity", "classify_differences", "describe_differences",
             "drop_null_defaults", "identity_digest", "is_connection_name", "is_credential_name",
-            "is_operational", "redact_credentials", "resolve",
+            "is_operational", "redact_credentials", "redact_text", "redact_value", "resolve",
         ]
     )  # fmt: skip
 
@@ -115,6 +115,12 @@ def test_credential_name_rule(name: str, credential: bool) -> None:
         ({"cmd": "run --api-key sk-1 --n 3"}, ("cmd",), f"run --api-key {REDACTED} --n 3"),
         ({"cmd": "run --api-key=sk-1"}, ("cmd",), f"run --api-key={REDACTED}"),
         ({"cmd": "run --max-tokens 5"}, ("cmd",), "run --max-tokens 5"),
+        ({"command": ["serve", "--api-key", "sk-1", "--n", "3"]}, ("command", 2), REDACTED),
+        ({"command": ["serve", "--token", "t", "--n", "3"]}, ("command", 4), "3"),
+        ({"command": ["serve", "--max-tokens", "5"]}, ("command", 2), "5"),
+        ({"o": ["+env=[{name: HF_TOKEN, value: v1}]"]}, ("o", 0), f"+env=[{{name: HF_TOKEN, value: {REDACTED}}}]"),
+        ({"o": "{name: 'GH_TOKEN', value: 'a b'}"}, ("o",), f"{{name: 'GH_TOKEN', value: '{REDACTED}'}}"),
+        ({"o": "{name: HF_HOME, value: /h}"}, ("o",), "{name: HF_HOME, value: /h}"),
         (
             {"note": "curl -H 'Authorization: Bearer sk.1/x='"},
             ("note",),
