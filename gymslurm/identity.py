@@ -202,6 +202,13 @@ _NAME_VALUE = re.compile(
     r"\bname\s*[:=]\s*[\"']?([\w\-.]+)[\"']?\s*,\s*value\s*[:=]\s*"
     r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"'}\]]+)"
 )
+# "api_key: V" inside a string (a YAML/Hydra flow mapping such as an override "+x={api_key: V}"): the
+# name, then its value — a quoted string, a one-level {...} or [...], or a bare word (not "Bearer",
+# whose credential the Bearer rule already took).
+_FLOW_NAME = re.compile(r"(?<![\w\-.])([A-Za-z_][\w\-.]*)\s*:\s+")
+_FLOW_VALUE = re.compile(
+    r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"[^\"]*\"|(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
+)
 # A command-line flag that names a credential, as one list item: ["--api-key", "V"].
 _FLAG_ITEM = re.compile(r"--?[A-Za-z][\w\-]*")
 
@@ -234,7 +241,25 @@ def _scrub_string(text: str) -> str:
     text = _ASSIGNMENT.sub(lambda m: _redact_if_named(m, 1, 2), text)
     text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
     text = _NAME_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
+    text = _redact_flow_pairs(text)
     return _QUOTED_PAIR.sub(lambda m: _redact_if_named(m, 2, 5), text)
+
+
+def _redact_flow_pairs(text: str) -> str:
+    """``api_key: V`` → ``api_key: <redacted>``; a quoted value keeps its quotes (idempotence)."""
+    out: list[str] = []
+    index = 0
+    for name in _FLOW_NAME.finditer(text):
+        if name.start() < index or not is_credential_name(name.group(1)):
+            continue
+        value = _FLOW_VALUE.match(text, name.end())
+        if value is None:
+            continue
+        quote = value.group()[0] if value.group()[:1] in ("'", '"') else ""
+        out.append(text[index : name.end()] + quote + REDACTED + quote)
+        index = value.end()
+    out.append(text[index:])
+    return "".join(out)
 
 
 def redact_text(text: str) -> str:

@@ -249,7 +249,7 @@ def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
     return {str(key): value for key, value in resolved.items()}
 
 
-def validate_settings(resolved: dict[str, Any]) -> CollectSettings:
+def validate_settings(resolved: dict[str, Any], raw: dict[str, Any] | None = None) -> CollectSettings:
     """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on."""
     missing = [key for key in ("input_jsonl_fpath", "output_jsonl_fpath") if resolved.get(key) in (None, "")]
     if missing:
@@ -258,17 +258,26 @@ def validate_settings(resolved: dict[str, Any]) -> CollectSettings:
     try:
         return CollectSettings.model_validate(resolved)
     except ValidationError as error:
-        raise ConfigError(_explain(error)) from error
+        raise ConfigError(_explain(error, raw or {})) from error
 
 
-def _shown(loc: tuple[Any, ...], value: Any) -> str:
-    """A rejected value as a message may show it: redacted by the identity's rule (and by its name)."""
+def _shown(loc: tuple[Any, ...], value: Any, raw: dict[str, Any]) -> str:
+    """A rejected value as a message may show it: redacted by the identity's rule (and by its name).
+
+    A value that came from an interpolation (``${oc.env:MY_API_KEY}``) is shown as the interpolation
+    as written, never as what it resolved to.
+    """
     if any(is_credential_name(part) for part in loc if isinstance(part, str)):
         return repr(REDACTED)
+    written: Any = raw
+    for part in loc:
+        written = written.get(part) if isinstance(written, dict) else None
+    if isinstance(written, str) and "${" in written:
+        return f"{redact_text(written)!r} resolved"
     return redact_text(repr(value))
 
 
-def _explain(error: ValidationError) -> str:
+def _explain(error: ValidationError, raw: dict[str, Any]) -> str:
     lines = []
     valid = ", ".join(sorted(CollectSettings.model_fields))
     for item in error.errors():
@@ -277,7 +286,7 @@ def _explain(error: ValidationError) -> str:
             lines.append(f"unknown setting {where!r} (a typo?). Valid settings: {valid}")
         else:
             value = item.get("input")
-            shown = "" if isinstance(value, dict) else f" (got {_shown(item['loc'], value)})"
+            shown = "" if isinstance(value, dict) else f" (got {_shown(item['loc'], value, raw)})"
             lines.append(f"{where}: {item['msg'].removeprefix('Value error, ')}{shown}")
     body = "\n  ".join(lines)
     return f"invalid collect configuration:\n  {body}\nSee configs/collect.yaml and docs/collector.md."
@@ -288,4 +297,4 @@ def load_settings(
 ) -> tuple[CollectSettings, dict[str, Any]]:
     """Compose, resolve and validate; return the settings and the unresolved config (for identity)."""
     raw = compose_config(overrides, config_dir, config_name)
-    return validate_settings(resolve_config(raw)), raw
+    return validate_settings(resolve_config(raw), raw), raw

@@ -46,6 +46,7 @@ from gymslurm.launcher.settings import (
     load_benchmark,
     merge_secrets,
     split_secrets,
+    visible_credential_warnings,
 )
 
 
@@ -180,6 +181,8 @@ def submit(
     run = new_run_dir(settings, workdir)
     scripts = render_scripts(run, settings, workdir)
     if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
+        print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
+    for warning in visible_credential_warnings(settings):
         print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
     if dry_run:
         for path, text in scripts.items():
