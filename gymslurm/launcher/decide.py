@@ -29,11 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-EXIT_COMPLETE = 0
-EXIT_NO_PROGRESS = 1
-EXIT_CONFIG = 2
-EXIT_PROGRESS = 75
-EXIT_TERMINAL = 76
+from gymslurm.exitcodes import ExitCode
 
 
 class Decision(StrEnum):
@@ -126,13 +122,13 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
     """Map one ended job to the chain's next step (rules in the module docstring, in order)."""
     spent = replace(budgets, jobs=budgets.jobs + 1, walltime_s=budgets.walltime_s + max(end.elapsed_s, 0.0))
     code = end.exit_code
-    if code == EXIT_COMPLETE:
+    if code == ExitCode.DONE:
         return Verdict(Decision.DONE, "collector exit 0: every rollout has an outcome", spent)
-    if code == EXIT_TERMINAL:
+    if code == ExitCode.STOP:
         return Verdict(
             Decision.STOP_FAILED, "collector exit 76: terminal failures or exhausted budgets", spent
         )
-    if code == EXIT_CONFIG:
+    if code == ExitCode.REFUSED:
         return Verdict(
             Decision.STOP_FAILED, "collector exit 2: it refused its configuration; fix it and resubmit", spent
         )
@@ -143,7 +139,7 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
             f"accumulated walltime {spent.walltime_s:.0f}s reached max_walltime {cap:.0f}s",
             spent,
         )
-    if code == EXIT_PROGRESS and made_progress(end.progress_before, end.progress_after):
+    if code == ExitCode.CONTINUE and made_progress(end.progress_before, end.progress_after):
         return Verdict(Decision.CONTINUE, "collector exit 75: progress made, work remains", spent)
     if code is None and end.collector_signal is None:
         return Verdict(Decision.CONTINUE, f"job ended by Slurm ({end.slurm_state}); no retry spent", spent)
@@ -151,11 +147,11 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
 
 
 def _retry_or_exhausted(end: JobEnd, spent: Budgets, limits: Limits) -> Verdict:
-    if end.exit_code == EXIT_PROGRESS:
+    if end.exit_code == ExitCode.CONTINUE:
         why = "collector exit 75 but its coverage shows no new outcome (counted as exit 1)"
     elif end.exit_code is None:
         why = f"collector killed by signal {end.collector_signal} that Slurm did not send"
-    elif end.exit_code == EXIT_NO_PROGRESS:
+    elif end.exit_code == ExitCode.RETRY:
         why = "collector exit 1: retryable work remains but no progress was made"
     else:
         why = f"collector exit {end.exit_code}: unexpected, treated as an infrastructure failure"
@@ -174,10 +170,10 @@ def job_exit_code(decision: Decision) -> int:
     FAILED; STOP_EXHAUSTED exits 1; STOP_WALLTIME exits 75 (incomplete, resumable by resubmit).
     """
     return {
-        Decision.DONE: 0,
-        Decision.CONTINUE: 0,
-        Decision.RETRY: 0,
-        Decision.STOP_FAILED: EXIT_TERMINAL,
-        Decision.STOP_EXHAUSTED: EXIT_NO_PROGRESS,
-        Decision.STOP_WALLTIME: EXIT_PROGRESS,
+        Decision.DONE: ExitCode.DONE,
+        Decision.CONTINUE: ExitCode.DONE,
+        Decision.RETRY: ExitCode.DONE,
+        Decision.STOP_FAILED: ExitCode.STOP,
+        Decision.STOP_EXHAUSTED: ExitCode.RETRY,
+        Decision.STOP_WALLTIME: ExitCode.CONTINUE,
     }[decision]
