@@ -210,7 +210,7 @@ def test_a_server_that_never_gets_healthy_leaks_no_canary_in_ledger_log_or_statu
     status = gymslurm("status", str(run))
     assert "carries a credential on its command line" in done.stderr, "submit warns that ps would show it"
     ledger = (run / "shards" / "000" / "ledger.jsonl").read_text()
-    assert "server start failed" in ledger and "<redacted>" in ledger
+    assert "server start failed" in ledger
     texts = {**_files(tmp_path), "submit": done.stdout + done.stderr, "status": status.stdout + status.stderr}
     del texts[str(bench)]
     assert _leaks({"flag": canary, "env": env_canary}, texts) == []
