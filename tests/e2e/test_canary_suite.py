@@ -253,3 +253,21 @@ def test_transport_failures_and_config_fetch_errors_redact_the_url_password(tmp_
         "fetch": fetch.stdout + fetch.stderr,
     }
     assert _leaks({"url": "CNRY-DEAD-q17"}, texts) == []
+
+
+def test_the_collector_takes_an_override_from_its_environment(tmp_path: Path, shared_demo_server) -> None:
+    """``GYMSLURM_COLLECT_OVERRIDES`` is a real channel: the server URL given only there is used."""
+    dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}])
+    output = tmp_path / "out" / "o.jsonl"
+    url = shared_demo_server.url.replace("http://", "http://judge:CNRY-CHANNEL-r18@")
+    done = collect(
+        dataset,
+        output,
+        None,
+        env={"GYMSLURM_COLLECT_OVERRIDES": json.dumps([f"+environment_server_url={url}"])},
+    )
+    assert done.returncode == 0, done.stderr
+    assert output.read_text().count("\n") == 2
+    assert (
+        _leaks({"channel": "CNRY-CHANNEL-r18"}, {**_files(tmp_path), "out": done.stdout + done.stderr}) == []
+    )
