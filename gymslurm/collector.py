@@ -464,6 +464,7 @@ async def _dispatch(
         run_id=view.run_id,
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
+        max_reply_bytes=settings.max_reply_bytes,
     )
     supervised = Supervised.from_environment(lambda why: loop_.stop(why), lambda m: say(sys.stderr, m))  # noqa: PLW0108
     loop_ = DispatchLoop(

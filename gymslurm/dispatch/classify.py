@@ -22,6 +22,7 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from gymslurm.dispatch.http11 import ReplyTooLargeError
 from gymslurm.errors import ProtocolError
 from gymslurm.identity import redact_text
 from gymslurm.records import (
@@ -216,6 +217,8 @@ class _Call(NamedTuple):
 
 def _exception_evidence(exc: BaseException) -> tuple[str, Delivery]:
     """(failure_kind, delivery) for a transport exception; re-raises what is not one."""
+    if isinstance(exc, ReplyTooLargeError):
+        return REPLY_TOO_LARGE, "delivered"  # the server answered; the answer was refused unread
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | ConnectionRefusedError):
         return "transport_unreachable", "not_sent"
     if isinstance(exc, httpx.PoolTimeout):
@@ -227,6 +230,9 @@ def _exception_evidence(exc: BaseException) -> tuple[str, Delivery]:
     if isinstance(exc, httpx.TransportError | httpx.DecodingError | OSError):
         return "transport_peer_drop", "possibly_delivered"
     raise exc
+
+
+REPLY_TOO_LARGE = "gymslurm:reply_too_large"  # namespaced: the collector's own kind (PROTOCOL.md)
 
 
 def _request_url(exc: BaseException) -> str:
