@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gymslurm.exitcodes import ExitCode
-from gymslurm.prepare import Prepared, prepare, say
+from gymslurm.prepare import Prepared, prepare, refuse_before_writing, say
 from gymslurm.progress import Counters, make_reporter, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
@@ -407,6 +407,7 @@ def collect(
     from gymslurm.store.paths import others_writable_warning
 
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
+    refuse_before_writing(settings, paths.output)
     paths.folder.mkdir(parents=True, exist_ok=True)
     if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
         say(stderr, f"warning: {warning}")
