@@ -35,7 +35,7 @@ import multiprocessing
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +55,7 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store import RunPaths, RunStore
@@ -63,14 +64,17 @@ from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
+from gymslurm.store.versions import version_of
 
-AGGREGATE_COVERAGE_VERSION = 1
+AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
 _GLOB_CHARS = frozenset("*?[")
 _CHUNK = 1 << 20
 
 # Companion suffixes of a run (store/paths.py). RECOVERY companions make a path an established run.
 COMPANION_SUFFIXES = tuple(PATH_SUFFIXES.values())
-RECOVERY_SUFFIXES = ("_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin")
+RECOVERY_SUFFIXES = (
+    "_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin", "_attempts.jsonl",
+)  # fmt: skip
 _JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
 
 
@@ -129,17 +133,23 @@ def resolve_inputs(paths: Iterable[Path]) -> list[ShardSource]:
 
 
 def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource:
-    """Companions live beside the resolved target; a legacy run's may live only beside its alias."""
+    """Companions live beside the resolved target; a legacy run's may live only beside its alias.
+
+    Two sets (beside the target and beside an alias, or beside two aliases) compete: which one holds
+    the run's history cannot be told, so that is an error (000), never a silent choice.
+    """
+    alias_bases = {s for s in spellings if s != target and _own_companions(s, target)}
     if _has_any(target, RECOVERY_SUFFIXES):
-        return ShardSource(target, spellings, target)
-    alias_bases = {s for s in spellings if s != target and _has_any(s, RECOVERY_SUFFIXES)}
+        alias_bases.add(target)
     if not alias_bases:
         return ShardSource(target, spellings, target)
     if len(alias_bases) > 1:
         raise StoreError(
-            f"{target} has competing companion sets beside its aliases {sorted(map(str, alias_bases))}; "
-            "keep exactly one set of a run's files together (beside the resolved output) and aggregate again"
+            f"{target} has competing companion sets beside {sorted(map(str, alias_bases))}; keep exactly "
+            "one set of a run's files together (beside the resolved output) and aggregate again"
         )
+    if target in alias_bases:
+        return ShardSource(target, spellings, target)
     alias = next(iter(alias_bases))
     if companion(alias, "_manifest.json").exists():
         raise StoreError(
@@ -151,6 +161,15 @@ def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource
 
 def _has_any(output: Path, suffixes: Iterable[str]) -> bool:
     return any(companion(output, suffix).exists() for suffix in suffixes)
+
+
+def _own_companions(alias: Path, target: Path) -> bool:
+    """Whether recovery companions exist beside ``alias`` that are not the target's own (via links)."""
+    return any(
+        companion(alias, suffix).exists()
+        and companion(alias, suffix).resolve() != companion(target, suffix).resolve()
+        for suffix in RECOVERY_SUFFIXES
+    )
 
 
 # --- reading a shard --------------------------------------------------------------------------------
@@ -237,11 +256,17 @@ def sidecar_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcom
         stage=failure.get("stage"),
         failure_class=routing if isinstance(routing, str) else None,
         legacy_class=legacy_class if isinstance(legacy_class, str) else None,
+        kept_answer=kept_timeout_answer(
+            (failure.get("failure_kind"), routing, legacy_class), row.get("_ng_failure_response")
+        ),
     )
 
 
 def load_shard(source: ShardSource) -> Shard:
     """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
+    from gymslurm.store.store import refuse_retired_journal
+
+    refuse_retired_journal(source.companion("_attempts.jsonl"))
     if source.has_manifest:
         return _load_manifest_shard(source)
     return _load_legacy_shard(source)
@@ -499,27 +524,31 @@ def check_distinct_runs(shards: Sequence[ShardSummary]) -> None:
             )
 
 
-def check_output(output: Path, sources: Sequence[ShardSource]) -> None:
+def check_output(
+    output: Path, sources: Sequence[ShardSource], *, what: str = "the merged output", source: str = "input"
+) -> None:
     """Refuse, before writing a byte, an output that is an input, a companion, or an established run.
 
-    Both spellings are checked: the output as given and its resolved target.
+    Both spellings are checked: the output as given and its resolved target. ``what`` and ``source``
+    name the output and its inputs in the message (reverification writes a reverified output of a
+    source run, not a merged output of inputs).
     """
     target = output.resolve()
     protected: dict[Path, Path] = {}
-    for source in sources:
-        protected[source.results] = source.results
+    for shard in sources:
+        protected[shard.results] = shard.results
         for suffix in COMPANION_SUFFIXES:
-            protected[source.companion(suffix).resolve()] = source.results
+            protected[shard.companion(suffix).resolve()] = shard.results
     if target in protected:
         raise ConfigError(
-            f"the merged output {output} is (or is a file of) the input {protected[target]}; a merge would "
+            f"{what} {output} is (or is a file of) the {source} {protected[target]}; writing it would "
             "destroy that run's output. Choose a new output path"
         )
     for base in {output.absolute(), target}:
         present = [companion(base, s) for s in RECOVERY_SUFFIXES if companion(base, s).exists()]
         if present:
             raise ConfigError(
-                f"the merged output {output} belongs to an established run: {', '.join(map(str, present))} "
+                f"{what} {output} belongs to an established run: {', '.join(map(str, present))} "
                 "exist beside it. Replacing its output would leave that history behind; choose a new "
                 "output path (or move that run away first)"
             )
@@ -563,16 +592,43 @@ _SUMMED = (
 )  # fmt: skip
 
 
-def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[str, Any]:
-    """``<stem>_aggregate_coverage.json``: totals over manifest-backed shards and one entry per shard.
+# Coverage fields that the aggregate metrics (the same selected states, the scoring policy applied)
+# also count: the coverage file takes them from there, so the two files cannot disagree.
+_FROM_METRICS = {
+    "measured": "coverage/measured",
+    "masked": "coverage/masked",
+    "unscored": "coverage/unscored",
+    "failed": "coverage/failed",
+    "intentionally_omitted": "coverage/omitted",
+    "not_started": "coverage/not_started",
+    "missing": "coverage/missing",
+    "expected": "coverage/expected",
+    "scored": "coverage/scored",
+    "failure_budget_exhausted": "retries/at_cap",
+    "historical_failed_attempts": "retries/attempts",
+}
 
-    With any legacy shard, completion is not claimed (``complete`` is null): its inventory is unknown.
+
+def aggregate_coverage(
+    shards: Sequence[ShardSummary], written_at: str, metrics: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``<stem>_aggregate_coverage.json``: totals over the shards and one entry per shard.
+
+    The totals agree with gymslurm's own aggregate ``metrics`` (computed from the same states): with
+    ``count_failure_classes_as_zero``, ``scored`` includes the failures counted as zero (000). With any
+    legacy shard the inventory is unknown: completion is not claimed (``complete`` is null), the
+    inventory categories are null, and the observed measured / masked / unscored counts stay (000:
+    "observed measured/masked counts remain available").
     """
     entries = [shard_coverage_entry(shard) for shard in shards]
     verified = [e["coverage"] for e in entries if "coverage" in e]
-    totals = {key: sum(c[key] for c in verified) for key in _SUMMED}
-    limits = {c["max_rollout_attempts"] for c in verified}
     inventory_known = len(verified) == len(entries)
+    totals: dict[str, Any] = {key: sum(c[key] for c in verified) for key in _SUMMED}
+    if not inventory_known:
+        totals = dict.fromkeys(_SUMMED)
+    totals.update({key: metrics.get(name) for key, name in _FROM_METRICS.items()})
+    totals["successful"] = totals["measured"] + totals["masked"] + totals["unscored"]
+    limits = {c["max_rollout_attempts"] for c in verified}
     return {
         "format_version": AGGREGATE_COVERAGE_VERSION,
         "selection_policy": "latest_allocated",
@@ -580,7 +636,7 @@ def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[
         "identity_verified": all(e["identity_verified"] for e in entries),
         "complete": (totals["successful"] == totals["expected"]) if inventory_known else None,
         "reconciled": (totals["missing"] == 0) if inventory_known else None,
-        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 else None,
+        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 and inventory_known else None,
         **totals,
         "shards": entries,
         "written_at": written_at,
@@ -628,7 +684,8 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     """Resolve, read, check and write; every refusal happens before the first byte is written.
 
     ``server_metrics`` is a callable ``(url, rows, timeout_s) -> dict`` (the HTTP seam; tests pass
-    their own); None uses :func:`gymslurm.dispatch.fetch_aggregate_metrics`.
+    their own) answering like ``POST /aggregate_metrics``; None uses
+    :func:`gymslurm.dispatch.post_aggregate_metrics`.
     """
     sources = resolve_inputs(expand_inputs(options.inputs))
     if options.merge_shards:
@@ -638,29 +695,52 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     options.output.resolve().parent.mkdir(parents=True, exist_ok=True)  # every refusal is behind us
     warnings = _warnings(shards)
     metrics = compute_aggregate_metrics(shards, options.scoring)
+    coverage = aggregate_coverage(shards, written_at, metrics)  # from gymslurm's own counts
     source_name = METRICS_SOURCE_OWN
-    if options.environment_server_url:
-        from gymslurm.dispatch import fetch_aggregate_metrics
+    url = options.environment_server_url
+    entry: dict[str, Any] | None = None
+    if url:
+        from gymslurm.dispatch import post_aggregate_metrics
+        from gymslurm.dispatch.calls import flat_metrics
+        from gymslurm.nemogym import metrics_entry, row_for_metrics
 
-        fetch = server_metrics or fetch_aggregate_metrics
-        rows = [orjson.loads(raw) for chunk in iter_selected_lines(shards) for raw in chunk.splitlines()]
+        post = server_metrics or post_aggregate_metrics
+        raw_rows = (raw for chunk in iter_selected_lines(shards) for raw in chunk.splitlines())
+        rows = [row_for_metrics(orjson.loads(raw)) for raw in raw_rows]
         try:
-            metrics.update(fetch(options.environment_server_url, rows, options.timeout_s))
-            shown = redact_text(options.environment_server_url)
-            source_name = f"environment_server ({shown}/aggregate_metrics)"
+            answer = post(url, rows, options.timeout_s)
+            metrics.update(flat_metrics(answer))
+            entry = metrics_entry(None, url, answer)
+            source_name = f"environment_server ({redact_text(url)}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
-    coverage = aggregate_coverage(shards, written_at)
     coverage["metrics_source"] = source_name
     merged = 0
     if options.merge_shards:
         merged = _write_projection(options.output, shards)
     publish_json(
-        companion(options.output.resolve(), "_aggregate_metrics.json"),
+        companion(options.output.resolve(), "_gymslurm_metrics.json"),
         {"metrics": metrics, "metrics_source": source_name, "written_at": written_at},
     )
+    nemo_gym_file = companion(options.output.resolve(), "_aggregate_metrics.json")
+    publish_json(nemo_gym_file, nemo_gym_metrics(entry, metrics))
     publish_json(companion(options.output.resolve(), "_aggregate_coverage.json"), coverage)
     return AggregateResult(metrics, coverage, merged, source_name, warnings)
+
+
+def nemo_gym_metrics(entry: dict[str, Any] | None, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """NeMo Gym's ``<stem>_aggregate_metrics.json``: the server's entry, else gymslurm's metrics with a note.
+
+    Offline aggregation asks at most one server (``+environment_server_url``); NeMo Gym's own
+    ``gym eval aggregate`` asks each server its rows name, since gymslurm's rows carry its stamps.
+    """
+    if entry is not None:
+        return [entry]
+    from gymslurm.nemogym import metrics_entry
+
+    note = ("no Environment Server's POST /aggregate_metrics was asked (+environment_server_url); "
+            "these are gymslurm's own metrics (<stem>_gymslurm_metrics.json)")  # fmt: skip
+    return [{**metrics_entry(None, "gymslurm", {"agent_metrics": metrics}), "gymslurm_note": note}]
 
 
 def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:

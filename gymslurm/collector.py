@@ -30,17 +30,29 @@ import collections
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
+from gymslurm.coverage import Completion, Coverage, completion_exit_code, compute_coverage
+from gymslurm.dispatch import (
+    Completed,
+    EnvironmentClient,
+    Failed,
+    Outcome,
+    fetch_environment_config,
+    post_aggregate_metrics,
+)
+from gymslurm.errors import MetricsUnavailableError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.prepare import Prepared, prepare, refuse_before_writing, say
-from gymslurm.progress import Counters, make_reporter, summary_table
+from gymslurm.health import SelectedRun, after_collection
+from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
+from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics, server_origin
+from gymslurm.prepare import Prepared, Task, prepare, refuse_before_writing
+from gymslurm.progress import Counters, make_reporter, say, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
-    SUCCESSFUL,
     BudgetPolicy,
     Disposition,
     RolloutState,
@@ -49,10 +61,11 @@ from gymslurm.selection import (
     establishes_progress,
     select_rollout,
 )
-
-if TYPE_CHECKING:
-    from gymslurm.coverage import Completion, Coverage
-    from gymslurm.settings import CollectSettings
+from gymslurm.settings import CollectSettings
+from gymslurm.store import RunLock, RunPaths, RunStore
+from gymslurm.store.manifest import utc_now
+from gymslurm.store.paths import others_writable_warning
+from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -70,7 +83,7 @@ class RunView:
     same selection rules (:func:`advance`), so the loop never re-reads the run's files.
     """
 
-    tasks: list[dict[str, Any]]
+    tasks: list[Task]
     reserved: list[int]
     states: list[RolloutState]
     policy: BudgetPolicy
@@ -85,6 +98,11 @@ class RunView:
         """The ``task`` of a ``POST /run`` body: only ``task_id`` and ``task_input`` (servers reject more)."""
         task = self.tasks[index]
         return {"task_id": task["task_id"], "task_input": task["task_input"]}
+
+    def indices(self, index: int) -> tuple[int, int]:
+        """(task index, repeat index) of rollout ``index``: what a flat legacy row is stamped with."""
+        task = self.tasks[index]
+        return task.get("_ng_task_index", 0), task.get("_ng_rollout_index", 0)
 
     def mark_reserved(self, index: int, attempt: int) -> None:
         """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
@@ -128,13 +146,12 @@ def pending_order(view: RunView, states: list[RolloutState], longest_first: bool
     return pending
 
 
-_CATEGORY = {Disposition.FAILED: 2, Disposition.OMITTED: 3}
+class RolloutClient(Protocol):
+    """What the loop needs of a client (``dispatch.EnvironmentClient``): one episode attempt."""
 
-
-def _category(state: RolloutState) -> int:
-    if state.disposition in SUCCESSFUL:
-        return 1
-    return _CATEGORY.get(state.disposition, 0)
+    async def run(
+        self, url: str, episode: EpisodeId, task: Mapping[str, Any], *, indices: tuple[int, int] = (0, 0)
+    ) -> Outcome: ...
 
 
 @dataclass
@@ -148,6 +165,7 @@ class LoopResult:
     error: BaseException | None = None
     dispatched: int = 0
     interruptions: int = 0
+    server_dead: str | None = None
 
 
 @dataclass
@@ -155,25 +173,26 @@ class DispatchLoop:
     """Dispatches pending rollouts with bounded concurrency until done, drained, or stopped."""
 
     view: RunView
-    client: Any  # dispatch.EnvironmentClient: ``await run(url, episode, task)``
+    client: RolloutClient
     reserve: Callable[[int], int]
-    save: Callable[[int, int, Any], SavedOutcome]
+    save: Callable[[int, int, Outcome], SavedOutcome]
     urls: list[str]
     counters: Counters
     concurrency: int
     retry_in_invocation: bool = True
     deadline: float | None = None
-    supervised: Any = None  # supervised.Supervised: the link's view of the job's servers, if any
+    supervised: Supervised | None = None  # the link's view of the job's servers, if any
+    breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
-    _category: list[int] = field(default_factory=list)
+    _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
 
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
         self._queue.extend(order)
-        self._category = [_category(state) for state in self.view.states]
+        self._shown = [state.disposition for state in self.view.states]
         count = min(self.concurrency, max(len(order), 1))
         self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -202,12 +221,13 @@ class DispatchLoop:
 
     async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
-        supervised = self.supervised
+        supervised, breaker = self.supervised, self.breaker
+        watch = supervised or breaker  # the link's view of the job's servers, or the breaker's
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
-            if supervised is not None:
-                await supervised.wait_dispatchable()  # a server of the job is down: pause
+            if watch is not None:
+                await watch.wait_dispatchable()  # a server is down: pause
                 if not queue or self._stopping:
                     return
             index = queue.popleft()
@@ -217,7 +237,9 @@ class DispatchLoop:
             counters.in_flight += 1
             sent_at = time.monotonic()
             try:
-                outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
+                outcome = await self.client.run(
+                    self.urls[index], episode, view.wire_task(index), indices=view.indices(index)
+                )
             finally:
                 counters.in_flight -= 1
             self.result.dispatched += 1
@@ -226,6 +248,13 @@ class DispatchLoop:
                 outcome, interrupted = await supervised.review(outcome, sent_at)
                 self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
                 continue
+            if breaker is not None:
+                if getattr(outcome, "record", None) is None:
+                    breaker.answered()
+                else:  # a transport failure waits for the breaker's verdict: the server's or the rollout's
+                    outcome, interrupted = await breaker.review(outcome, self.urls[index], sent_at)
+                    self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                    continue
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
                 # failure): the Environment Server may drop our connection a moment before our own
@@ -243,37 +272,25 @@ class DispatchLoop:
         if interrupted:
             self.result.interruptions += 1
         state = view.advance(index, saved)
-        self._move(index, _category(state))
+        self._move(index, state.disposition)
         retry = interrupted or counts_against_budget(saved, policy)  # an interruption runs again free
         if state.pending and self.retry_in_invocation and retry:
             self._queue.append(index)
 
-    def _move(self, index: int, new: int) -> None:
-        old = self._category[index]
-        if old == new:
+    def _move(self, index: int, new: Disposition) -> None:
+        old = self._shown[index]
+        if old is new:
             return
-        counters = self.counters
-        for category, delta in ((old, -1), (new, 1)):
-            if category == 1:
-                counters.done += delta
-            elif category == 2:
-                counters.failed += delta
-            elif category == 3:
-                counters.omitted += delta
-        self._category[index] = new
+        self.counters.tally(old, -1)
+        self.counters.tally(new, 1)
+        self._shown[index] = new
 
 
 def initial_counters(states: list[RolloutState]) -> Counters:
     """Counters showing what was already saved before this invocation."""
     counters = Counters(total=len(states))
     for state in states:
-        category = _category(state)
-        if category == 1:
-            counters.done += 1
-        elif category == 2:
-            counters.failed += 1
-        elif category == 3:
-            counters.omitted += 1
+        counters.tally(state.disposition, 1)
     counters.done_before, counters.failed_before = counters.done, counters.failed
     counters.omitted_before = counters.omitted
     return counters
@@ -281,9 +298,6 @@ def initial_counters(states: list[RolloutState]) -> Counters:
 
 def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     """The coverage inventory after this invocation."""
-    from gymslurm.coverage import compute_coverage
-    from gymslurm.store.manifest import utc_now
-
     return compute_coverage(
         view.states,
         run_id=view.run_id,
@@ -301,8 +315,6 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
 
     Without ``require_complete`` a partial run exits 0; the only-omissions warning is still given.
     """
-    from gymslurm.coverage import completion_exit_code
-
     completion = completion_exit_code(
         coverage,
         retryable=coverage.retryable > 0,
@@ -314,8 +326,25 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
             coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
         )
         if strict.code == ExitCode.DONE and strict.warning:
-            return type(completion)(completion.code, completion.reason, strict.warning)
+            return Completion(completion.code, completion.reason, strict.warning)
     return completion
+
+
+def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
+    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
+
+    With progress, the next job goes on; without any, the budget itself stopped the work, and a
+    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
+    margin if they prevented all work").
+    """
+    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
+    if made_progress:
+        return f"{said}; resume to run them"
+    return (
+        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
+        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
+        "job's end), then resume"
+    )
 
 
 def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
@@ -333,9 +362,9 @@ STOP_GRACE_S = 0.5
 LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
 
 
-def lost_connection(outcome: Any) -> bool:
+def lost_connection(outcome: Outcome) -> bool:
     """Whether the collector saw the connection drop or fail (not an answer from the server)."""
-    record = getattr(outcome, "record", None)
+    record = getattr(outcome, "record", None)  # only a Failed has one
     return (
         record is not None
         and record.source == "collector"
@@ -396,32 +425,50 @@ def collect(
     stderr: IO[str] = sys.stderr,
     stdout: IO[str] = sys.stdout,
     fetch: Callable[[str], dict[str, Any]] | None = None,
-) -> int:
+) -> ExitCode:
     """Run one collection invocation; return its exit code (0 / 1 / 75 / 76).
 
     ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
     :func:`gymslurm.dispatch.fetch_environment_config`).
     """
-    from gymslurm.dispatch import fetch_environment_config
-    from gymslurm.store import RunLock, RunPaths
-    from gymslurm.store.paths import others_writable_warning
-
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     refuse_before_writing(settings, paths.output)
     paths.folder.mkdir(parents=True, exist_ok=True)
     if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
         say(stderr, f"warning: {warning}")
+    fetched: list[dict[str, Any]] = []  # the configurations read for identity, kept for NeMo Gym's stamps
+
+    def fetch_config(url: str) -> dict[str, Any]:
+        fetched.append((fetch or fetch_environment_config)(url))
+        return fetched[-1]
+
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch or fetch_environment_config)
+        prepared = prepare(settings, raw, paths, stderr, fetch_config)
+        origins = server_origins(settings, settings.environment_config or _merged(fetched))
         try:
-            return _collect_prepared(settings, prepared, paths, stderr, stdout)
+            return _collect_prepared(settings, prepared, paths, stderr, stdout, origins)
         finally:
             prepared.store.close()
 
 
-def _collect_prepared(
-    settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
-) -> int:
+def _merged(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    return configs[0] if len(configs) == 1 else {str(number): config for number, config in enumerate(configs)}
+
+
+def server_origins(settings: CollectSettings, config: dict[str, Any]) -> dict[str, ServerOrigin | None]:
+    """Each configured server URL → the NeMo Gym :class:`~gymslurm.nemogym.ServerOrigin` listening there."""
+    urls = [*settings.environment_server_urls.values(), settings.environment_server_url]
+    return {url: server_origin(config, url) for url in urls if url}
+
+
+def _collect_prepared(  # noqa: PLR0917
+    settings: CollectSettings,
+    prepared: Prepared,
+    paths: RunPaths,
+    stderr: IO[str],
+    stdout: IO[str],
+    origins: dict[str, ServerOrigin | None],
+) -> ExitCode:
     store, rec = prepared.store, prepared.reconciliation
     pending = any(state.pending for state in rec.states)
     view = RunView(
@@ -436,6 +483,9 @@ def _collect_prepared(
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
+        tasksets = {task["task_id"]["taskset"] for task in view.tasks}
+        store.stamp_origins({taskset: origin.stamps() for taskset in tasksets
+                             if (origin := origins.get(settings.server_url_for(taskset)))})  # fmt: skip
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
@@ -446,17 +496,14 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage)
+    export_metrics(settings, store, view, coverage, origins, stderr)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
 
 async def _dispatch(
-    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters
+    settings: CollectSettings, store: RunStore, view: RunView, order: list[int], counters: Counters
 ) -> LoopResult:
-    from gymslurm.dispatch import EnvironmentClient
-    from gymslurm.supervised import Supervised
-
     urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
     reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
     deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
@@ -466,8 +513,17 @@ async def _dispatch(
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
         max_reply_bytes=settings.max_reply_bytes,
+        protocol=settings.protocol,
     )
-    supervised = Supervised.from_environment(lambda why: loop_.stop(why), lambda m: say(sys.stderr, m))  # noqa: PLW0108
+
+    def tell(message: str) -> None:
+        say(sys.stderr, message)
+
+    supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
+    breaker = None
+    if supervised is None and settings.dispatch_breaker_failures:
+        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
+                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
     loop_ = DispatchLoop(
         view=view,
         client=client,
@@ -479,6 +535,7 @@ async def _dispatch(
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
         supervised=supervised,
+        breaker=breaker,
     )
     if supervised is not None:
         await supervised.start()
@@ -489,24 +546,23 @@ async def _dispatch(
         await client.aclose()
         if supervised is not None:
             await supervised.close()
+    if breaker is not None and breaker.dead is not None:
+        result.server_dead = breaker.dead
     return result
 
 
-def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
+def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
     """Save a dispatch outcome (Completed / Failed / Omitted) through the store; returns its summary."""
-    from gymslurm.dispatch import Completed, Failed
-
     append_result, append_failure, append_omission = (
         store.append_result,
         store.append_failure,
         store.append_omission,
     )
 
-    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
-        kind = type(outcome)
-        if kind is Completed:
+    def save(index: int, attempt: int, outcome: Outcome) -> SavedOutcome:
+        if type(outcome) is Completed:
             return append_result(index, attempt, outcome.result)
-        if kind is Failed:
+        if type(outcome) is Failed:
             return append_failure(
                 index,
                 attempt,
@@ -520,27 +576,58 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
     return save
 
 
-def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
-    from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
 
+
+def export_metrics(  # noqa: PLR0917
+    settings: CollectSettings,
+    store: RunStore,
+    view: RunView,
+    coverage: Coverage,
+    origins: dict[str, ServerOrigin | None],
+    stderr: IO[str],
+    post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
+) -> None:
+    """The metrics files, inside the lock, from the states the collection ends with.
+
+    ``<stem>_gymslurm_metrics.json``: gymslurm's own metrics, the same ``gymslurm aggregate`` computes
+    (with the same ``count_failure_classes_as_zero`` scoring policy; 000: "live and offline
+    count_failure_classes_as_zero selection" match either name and count the row once).
+    ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
+    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
+    that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
+    """
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(settings.count_failure_classes_as_zero)),
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
-    store.write_aggregate_metrics(body)
+    store.write_gymslurm_metrics(body)
+    by_url: dict[str, list[dict[str, Any]]] = {}
+    for _, row in store.selected_results(view.states):
+        url = settings.server_url_for(row["task_id"]["taskset"])
+        by_url.setdefault(url, []).append(row_for_metrics(row))
+    entries = []
+    for url, rows in sorted(by_url.items()):
+        try:
+            answer = (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S)
+            entries.append(metrics_entry(origins.get(url), url, answer))
+        except MetricsUnavailableError as error:
+            note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
+            say(stderr, f"warning: {note}")
+            entry = metrics_entry(origins.get(url), url, {"agent_metrics": metrics})
+            entries.append({**entry, "gymslurm_note": note})
+    store.write_aggregate_metrics(entries)
 
 
-def _run_health_hook(paths: Any, coverage: Coverage, view: RunView) -> None:
+def _run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:
     """The automatic health report, inside the lock, from the states the collection ends with.
 
     ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
     rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
     """
-    from gymslurm.health import SelectedRun, after_collection
-
     after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
 
 
@@ -548,10 +635,10 @@ def _report(  # noqa: PLR0917
     settings: CollectSettings,
     coverage: Coverage,
     result: LoopResult,
-    paths: Any,
+    paths: RunPaths,
     stderr: IO[str],
     stdout: IO[str],
-) -> int:
+) -> ExitCode:
     if result.stopped_by and result.stopped_by != "error":
         say(
             stderr,
@@ -566,11 +653,8 @@ def _report(  # noqa: PLR0917
             "budget spent",
         )
     if result.budget_drained:
-        say(
-            stderr,
-            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
-            "rollout(s) were not dispatched (no attempt spent); resume to run them",
-        )
+        made_progress = result.progress_outcomes > 0
+        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
     exhausted = exhausted_message(coverage, paths.failures)
     if exhausted:
         say(stderr, exhausted)
@@ -578,6 +662,14 @@ def _report(  # noqa: PLR0917
         summary_table(coverage.model_dump(), str(paths.coverage), stdout)
     if result.error is not None:
         raise result.error
+    if result.server_dead is not None:
+        say(
+            stderr,
+            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
+            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
+            "and run again with +resume_from_cache=true",
+        )
+        return ExitCode.RETRY
     completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
     if completion.warning:
         say(stderr, f"warning: {completion.warning}")

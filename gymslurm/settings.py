@@ -23,17 +23,22 @@ raised before any file is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gymslurm.dispatch.classify import Protocol
 from gymslurm.errors import ConfigError
 from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
+FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
 DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
+# NeMo Gym's head server default address (nemo_gym/global_config.py: host 127.0.0.1, port 11000).
+DEFAULT_HEAD_SERVER_URL = "http://127.0.0.1:11000"
 
 
 class CollectSettings(BaseModel):
@@ -56,10 +61,13 @@ class CollectSettings(BaseModel):
     require_complete: bool = False
     retry_terminal_timeouts: bool | None = None
     retry_in_invocation: bool = True
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list)
 
     concurrency: int = Field(default=64, ge=1)
     dispatch_budget_s: float | None = Field(default=None, ge=0)
     dispatch_longest_first: bool = False
+    dispatch_breaker_failures: int = Field(default=3, ge=0)
+    dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
     request_timeout_s: float = Field(default=3600, gt=0)
     max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
@@ -67,10 +75,15 @@ class CollectSettings(BaseModel):
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
     environment_config: dict[str, Any] | None = None
     head_server_url: str | None = None
+    environment_protocol: Protocol | None = None  # None: "episode" (null keeps older identities equal)
 
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
     summary: bool = True
+
+    # Not a config key: resolved from NEMO_GYM_MAX_ROLLOUT_ATTEMPTS by validate_settings (as NeMo
+    # Gym reads it), saved in a new run's manifest; a resume keeps the saved value.
+    max_rollout_attempts: int = Field(default=DEFAULT_MAX_ROLLOUT_ATTEMPTS, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -130,14 +143,27 @@ class CollectSettings(BaseModel):
             )
         return url
 
-    def config_source_url(self) -> str | None:
-        """The server whose ``GET /global_config_dict_yaml`` supplies the environment configuration."""
+    def config_sources(self) -> list[str]:
+        """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.
+
+        ``head_server_url`` alone when set. Otherwise the Environment Server itself when there is one
+        (gymslurm's demo server serves its own configuration), then NeMo Gym's default, the head server
+        at its default address (:data:`DEFAULT_HEAD_SERVER_URL`, as ``gym eval run --no-serve`` does):
+        NeMo Gym's Environment Servers do not serve the endpoint. With several servers, each is asked
+        (prepare.environment_config) before the default head server.
+        """
         if self.head_server_url:
-            return self.head_server_url
-        if self.environment_server_url:
-            return self.environment_server_url
+            return [self.head_server_url]
+        servers = [self.environment_server_url] if self.environment_server_url else []
         urls = set(self.environment_server_urls.values())
-        return urls.pop() if len(urls) == 1 else None
+        if not servers and len(urls) == 1:
+            servers = [urls.pop()]
+        return [*servers, DEFAULT_HEAD_SERVER_URL]
+
+    @property
+    def protocol(self) -> Protocol:
+        """How the Environment Servers speak (gymslurm.dispatch.classify, docs/nemo-gym.md)."""
+        return self.environment_protocol or "episode"
 
     @property
     def explicit_retry_terminal_timeouts(self) -> bool:
@@ -178,7 +204,7 @@ def secret_overrides(environ: dict[str, str] | None = None) -> list[str]:
     return items
 
 
-def max_rollout_attempts(environ: dict[str, str] | None = None) -> int:
+def max_rollout_attempts(environ: Mapping[str, str] | None = None) -> int:
     """``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` (a positive integer) or 3; saved in a new run's manifest."""
     env = os.environ if environ is None else environ
     raw = env.get(MAX_ATTEMPTS_ENV)
@@ -234,32 +260,89 @@ def compose_config(
     return {str(key): value for key, value in container.items()}
 
 
+# Settings the collector never interprets: they only enter the run's identity (the Environment
+# Server's configuration, one block per server). A value there that cannot be resolved (an unset
+# ``${oc.env:...}`` of a server this run does not use) stays as written instead of stopping the run:
+# 000, "unused server configurations need not resolve in the collector".
+IDENTITY_ONLY_KEYS = ("environment_config",)
+
+
 def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references)."""
-    from omegaconf import OmegaConf
+    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references).
+
+    Every setting the collector uses must resolve; below :data:`IDENTITY_ONLY_KEYS` each value is
+    resolved on its own and one that cannot be stays as written.
+    """
+    from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    def strictly(value: Any) -> Any:
+        container = isinstance(value, DictConfig | ListConfig)
+        return OmegaConf.to_container(value, resolve=True) if container else value
+
     try:
-        resolved = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+        config = OmegaConf.create(raw)
+        resolved = {
+            str(key): _resolve_leniently(config[key]) if key in IDENTITY_ONLY_KEYS else strictly(config[key])
+            for key in config
+        }
     except OmegaConfBaseException as error:
         raise ConfigError(
             f"cannot resolve the collect configuration: {redact_text(str(error))}. Fix the interpolation "
             "or set the variable"
         ) from error
-    assert isinstance(resolved, dict)
-    return {str(key): value for key, value in resolved.items()}
+    return resolved
 
 
-def validate_settings(resolved: dict[str, Any], raw: dict[str, Any] | None = None) -> CollectSettings:
-    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on."""
+def _resolve_leniently(node: Any) -> Any:
+    """The plain value of an OmegaConf node, child by child; an unresolvable child stays as written."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(node, DictConfig | ListConfig):
+        return node
+    keys = list(node) if isinstance(node, DictConfig) else range(len(node))
+    written = OmegaConf.to_container(node, resolve=False)
+    out: dict[Any, Any] | list[Any] = {} if isinstance(node, DictConfig) else []
+    for key in keys:
+        try:
+            value = _resolve_leniently(node[key])
+        except OmegaConfBaseException:
+            value = written[key]  # type: ignore[index]
+        if isinstance(out, dict):
+            out[key] = value
+        else:
+            out.append(value)
+    return out
+
+
+def validate_settings(
+    resolved: dict[str, Any], environ: Mapping[str, str] | None = None, raw: dict[str, Any] | None = None
+) -> CollectSettings:
+    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on.
+
+    ``raw`` (the unresolved configuration) lets a message show an interpolation as written rather
+    than its resolved value. ``max_rollout_attempts`` is resolved here too, from ``environ`` (default
+    ``os.environ``), so that nothing deeper reads the environment and a bad value is refused before
+    anything is written.
+    """
     missing = [key for key in ("input_jsonl_fpath", "output_jsonl_fpath") if resolved.get(key) in (None, "")]
     if missing:
         spelled = " ".join(f"+{key}=PATH" for key in missing)
         raise ConfigError(f"missing required setting(s) {', '.join(missing)}: add {spelled}")
+    if FROM_ENVIRONMENT in resolved:
+        raise ConfigError(
+            f"unknown setting {FROM_ENVIRONMENT!r}: the failure budget comes from the environment, as in "
+            f"NeMo Gym; drop the override and set {MAX_ATTEMPTS_ENV}=N instead. Valid settings: {_valid()}"
+        )
     try:
-        return CollectSettings.model_validate(resolved)
+        return CollectSettings.model_validate({**resolved, FROM_ENVIRONMENT: max_rollout_attempts(environ)})
     except ValidationError as error:
         raise ConfigError(_explain(error, raw or {})) from error
+
+
+def _valid() -> str:
+    return ", ".join(sorted(name for name in CollectSettings.model_fields if name != FROM_ENVIRONMENT))
 
 
 def _shown(loc: tuple[Any, ...], value: Any, raw: dict[str, Any]) -> str:
@@ -280,7 +363,7 @@ def _shown(loc: tuple[Any, ...], value: Any, raw: dict[str, Any]) -> str:
 
 def _explain(error: ValidationError, raw: dict[str, Any]) -> str:
     lines = []
-    valid = ", ".join(sorted(CollectSettings.model_fields))
+    valid = _valid()
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "configuration"
         if item["type"] == "extra_forbidden":
@@ -298,4 +381,4 @@ def load_settings(
 ) -> tuple[CollectSettings, dict[str, Any]]:
     """Compose, resolve and validate; return the settings and the unresolved config (for identity)."""
     raw = compose_config(overrides, config_dir, config_name)
-    return validate_settings(resolve_config(raw), raw), raw
+    return validate_settings(resolve_config(raw), raw=raw), raw

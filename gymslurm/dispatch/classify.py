@@ -9,6 +9,22 @@ Delivery evidence (reading 4): a connection that could not be made (refused, DNS
 mid-answer, gateway answers 429/502/503/504) it is ``possibly_delivered``; any other HTTP answer is
 ``delivered``. There are **no automatic transport retries**: a timeout may have run the episode, and
 delivery evidence never authorizes a replay (the collector decides, with a new reserved execution).
+
+Three wire protocols (:data:`Protocol`, the ``environment_protocol`` setting; docs/nemo-gym.md):
+
+- ``episode`` (the default): the typed request ``{episode_id, task}``, answered by the typed envelope
+  ``{episode_id, task_id, result | failure}``;
+- ``legacy_agent``: NeMo Gym's legacy agent ``/run`` (the ``legacy_agent`` relay): the flat row goes out
+  (``task_input`` plus ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_rollout_id`` and
+  ``_ng_attempt_index``, as NeMo Gym's collector sends it), and the flat verify response comes back;
+- ``legacy_reply``: the typed request, answered flat (the ``single_agent_turn_legacy`` adapter).
+
+A flat answer is read by the spec's legacy rules: ``_ng_failure_class`` (with ``_ng_failure_terminal``,
+``_ng_failure_message``, ``_ng_failure_stage``, ``_ng_failure_partial_response``) is a failure, a bare
+``_ng_no_persist`` an omission, anything else a result (``execute_only`` results without a reward
+stay unscored results). The request's own stamps echoed back are checked (another rollout: a protocol
+violation; another attempt: stale) and dropped; every other ``_ng_*`` key is refused as for a typed
+result. A flat answer is never accepted from a server declared ``episode``.
 """
 
 from __future__ import annotations
@@ -16,13 +32,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import httpx
 import orjson
 from pydantic import ValidationError
 
-from gymslurm.dispatch.http11 import ReplyTooLargeError
+from gymslurm.dispatch.http11 import _ReplyTooLarge
 from gymslurm.errors import ProtocolError
 from gymslurm.identity import redact_text
 from gymslurm.records import (
@@ -35,6 +51,7 @@ from gymslurm.records import (
     Source,
     Stage,
 )
+from gymslurm.selection import is_numeric_reward
 
 
 @dataclass(frozen=True)
@@ -79,7 +96,43 @@ LEGACY_CLASS_KINDS = {"timeout_exceeded": "agent_timeout"}  # 001: agent_timeout
 STAGES = frozenset(get_args(Stage))
 FAILURE_FIELDS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
 REPLY_FIELDS = frozenset({"episode_id", "task_id", "result", "failure", NO_PERSIST, "response"})
+# The fields of the collector's RolloutFailureRecord around the episode's failure: the collector
+# observes them (who saw the failure, whether the request reached the server); an agent cannot choose
+# them (000), so a failure that claims one is a protocol violation, not data.
+COLLECTOR_OWNED_FIELDS = frozenset(
+    {"source", "delivery", "run_id", "schema_version", "episode_id", "failure"}
+)  # fmt: skip
+OBSERVATION_FIELDS = frozenset({"source", "delivery"})
 DIAGNOSTIC_BODY_CHARS = 4000
+
+Protocol = Literal["episode", "legacy_agent", "legacy_reply"]
+PROTOCOLS: frozenset[str] = frozenset(get_args(Protocol))
+LEGACY_STAGE, LEGACY_PARTIAL = "_ng_failure_stage", "_ng_failure_partial_response"
+# Keys of a legacy failure that are not copied into its diagnostics: the markers themselves (read into
+# the record) and the old reward/response placeholders (spec 000: "not copied into the failure record").
+LEGACY_PLACEHOLDERS = frozenset({LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward",
+                                 "response", LEGACY_PARTIAL})  # fmt: skip
+# The stamps a flat legacy row carries (NeMo Gym's key names); echoed back, they are checked and dropped.
+TASK_INDEX, ROLLOUT_INDEX, ROLLOUT_ID, ATTEMPT_INDEX = (
+    "_ng_task_index", "_ng_rollout_index", "_ng_rollout_id", "_ng_attempt_index",
+)  # fmt: skip
+
+
+def request_body(
+    protocol: Protocol, episode: EpisodeId, task: Mapping[str, Any], indices: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
+    """The ``POST /run`` body of one attempt: the typed request, or the flat legacy row.
+
+    ``indices`` are the rollout's (task index, repeat index), stamped on a flat row as NeMo Gym does.
+    """
+    if protocol != "legacy_agent":
+        return {"episode_id": {"rollout_id": episode.rollout_id, "attempt": episode.attempt}, "task": task}
+    return {**task["task_input"], **_legacy_stamps(episode, indices)}
+
+
+def _legacy_stamps(episode: EpisodeId, indices: tuple[int, int]) -> dict[str, Any]:
+    return {TASK_INDEX: indices[0], ROLLOUT_INDEX: indices[1], ROLLOUT_ID: episode.rollout_id,
+            ATTEMPT_INDEX: episode.attempt}  # fmt: skip
 
 # Gateway and throttling answers: the Environment Server may or may not have seen the request.
 # 429 and 503 say "not now" (the serving side is overloaded or throttling) → provider_unavailable;
@@ -117,16 +170,20 @@ def classify_reply(
     route_failures: bool,
     url: str | None = None,
     path: str = RUN_PATH,
+    protocol: Protocol = "episode",
+    indices: tuple[int, int] = (0, 0),
 ) -> Outcome:
     """The one outcome an HTTP answer to ``POST /run`` for ``episode`` stands for.
 
-    ``path`` names the endpoint in messages (``/verify`` answers are read by the same rules).
+    ``path`` names the endpoint in messages (``/verify`` answers are read by the same rules);
+    ``protocol`` says how the server answers (module docstring), ``indices`` what a flat row carried.
     Raises :class:`ProtocolError` for a protocol violation when ``route_failures`` is off.
     """
-    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path)
+    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path, protocol,
+                 indices)  # fmt: skip
     if 200 <= status_code < 300:
         try:
-            return _classify_episode_reply(call)
+            return _classify_2xx(call)
         except _StaleReplyError as stale:
             # Retryable whatever the routing (reading 5). Kind transport_peer_drop: this attempt's own
             # answer was lost between server and collector (a retry somewhere on the path replayed an
@@ -182,12 +239,15 @@ class _Call(NamedTuple):
     status_code: int
     body: bytes
     path: str = "/run"
+    protocol: Protocol = "episode"
+    indices: tuple[int, int] = (0, 0)
 
     def record(
-        self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None
+        self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None,
+        stage: Stage | None = None,
     ) -> RolloutFailureRecord:
-        reason = _truncate(redact_text(reason))
-        failure = EpisodeFailure(failure_reason=reason, terminal=terminal, failure_kind=kind)
+        failure = EpisodeFailure(failure_reason=_truncate(redact_text(reason)), terminal=terminal,
+                                 failure_kind=kind, stage=stage)  # fmt: skip
         return RolloutFailureRecord(
             episode_id=self.episode, run_id=self.run_id, source=source, delivery=delivery, failure=failure
         )
@@ -206,9 +266,9 @@ class _Call(NamedTuple):
             raise ProtocolError(
                 f"The Environment Server reply{where} for rollout {self.episode.rollout_id!r} attempt "
                 f"{self.episode.attempt} (task {self.task_id!r}) breaks the protocol: {problem}. Fix the "
-                "producer (../shared/spec/PROTOCOL.md), or set +route_failures_to_sidecar=true to record "
-                "such replies as terminal environment_protocol_violation failures and let the other "
-                "tasks continue."
+                "producer (the reply shapes are in gymslurm's docs/outcomes.md), or set "
+                "+route_failures_to_sidecar=true to record such replies as terminal "
+                "environment_protocol_violation failures and let the other tasks continue."
             )
         record = self.record(f"protocol violation: {problem}", source="collector", delivery="delivered",
                              terminal=True, kind=PROTOCOL_VIOLATION)  # fmt: skip
@@ -217,7 +277,7 @@ class _Call(NamedTuple):
 
 def _exception_evidence(exc: BaseException) -> tuple[str, Delivery]:
     """(failure_kind, delivery) for a transport exception; re-raises what is not one."""
-    if isinstance(exc, ReplyTooLargeError):
+    if isinstance(exc, _ReplyTooLarge):
         return REPLY_TOO_LARGE, "delivered"  # the server answered; the answer was refused unread
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | ConnectionRefusedError):
         return "transport_unreachable", "not_sent"
@@ -240,6 +300,38 @@ def _request_url(exc: BaseException) -> str:
         return f"POST {exc.request.url}" if isinstance(exc, httpx.RequestError) else ""
     except RuntimeError:  # httpx raises when the exception carries no request
         return ""
+
+
+def _classify_2xx(call: _Call) -> Outcome:
+    return _classify_episode_reply(call) if call.protocol == "episode" else _classify_flat_reply(call)
+
+
+def _classify_flat_reply(call: _Call) -> Outcome:
+    """A legacy server's flat answer (module docstring); a typed envelope is read as one."""
+    reply = _parse_object(call.body)
+    if isinstance(reply.get("episode_id"), dict) and ("result" in reply or "failure" in reply):
+        return _classify_episode_reply(call)
+    reply = _drop_echoed_stamps(reply, call)
+    if LEGACY_CLASS in reply:
+        return _legacy_failure(call, reply)
+    if reply.get(NO_PERSIST) is True:
+        return Omitted()  # a suppression without a reported failure
+    return Completed(_checked_result(reply))
+
+
+def _drop_echoed_stamps(reply: dict[str, Any], call: _Call) -> dict[str, Any]:
+    """The reply without the stamps of the request; raise when they name another rollout or attempt."""
+    sent = _legacy_stamps(call.episode, call.indices)
+    echoed = {key: reply[key] for key in sent if key in reply}
+    if not echoed:
+        return reply
+    attempt = echoed.pop(ATTEMPT_INDEX, call.episode.attempt)
+    other = {key: value for key, value in echoed.items() if value != sent[key]}
+    if other:
+        raise _BadReplyError(f"reply for another rollout: {other}, sent {sent}")
+    if attempt != call.episode.attempt:
+        raise _StaleReplyError(attempt)
+    return {key: value for key, value in reply.items() if key not in sent}
 
 
 def _classify_episode_reply(call: _Call) -> Outcome:
@@ -289,6 +381,13 @@ def _native_failure(call: _Call, reply: dict[str, Any], failure: object) -> Fail
     """The environment's own failure: kind (even absent), terminal and stage kept; extras aside."""
     if not isinstance(failure, dict):
         raise _BadReplyError(f"'failure' must be a JSON object, got {type(failure).__name__}")
+    claimed = sorted(COLLECTOR_OWNED_FIELDS.intersection(failure) | OBSERVATION_FIELDS.intersection(reply))
+    if claimed:
+        raise _BadReplyError(
+            f"the failure claims the collector-owned record fields {claimed}: the collector observes "
+            "who saw a failure and whether the request was delivered; report only failure_reason, "
+            "terminal, failure_kind and stage"
+        )
     extra = {key: value for key, value in failure.items() if key not in FAILURE_FIELDS}
     response = extra.pop("response", reply.get("response"))
     extra.pop(NO_PERSIST, None)  # a reported failure is saved even when suppression was asked (spec 000)
@@ -322,20 +421,35 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
     kind: str | None = LEGACY_CLASS_KINDS.get(legacy_class, legacy_class)
     kind = kind if kind in FAILURE_KINDS or ":" in legacy_class else None
     reason = message or f"legacy producer reported failure class {legacy_class!r} without a message"
-    dropped = {LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward", "response"}
-    diagnostics = {key: value for key, value in result.items() if key not in dropped}
+    diagnostics = {key: value for key, value in result.items() if key not in LEGACY_PLACEHOLDERS}
+    stage = result.get(LEGACY_STAGE)
+    if stage in STAGES:
+        diagnostics.pop(LEGACY_STAGE)  # kept in the record; an unknown stage stays here (spec 000)
     if len(reason) > MAX_FAILURE_REASON:
         diagnostics[LEGACY_MESSAGE] = reason  # the canonical reason is cut; the whole text stays here
-    record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind)
+    record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind,
+                         stage=stage if stage in STAGES else None)  # fmt: skip
+    response = result.get("response")
     return Failed(
         record,
         legacy_class=legacy_class if legacy_class != record.routing_class else None,
-        response=result.get("response"),
+        response=response if response is not None else result.get(LEGACY_PARTIAL),
         diagnostics=diagnostics or None,
     )
 
 
 def _checked_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A completed result as sent, once it is valid: no reserved keys, and a reward that is a number.
+
+    A reward may be absent or null (unscored, no zero invented) but a present one must be a real,
+    finite number: ``"abc"``, ``[1]``, ``true`` or ``"1.0"`` are malformed, never a score or an
+    unscored completion (000: "Present invalid rewards ... still fail validation").
+    """
+    reward = result.get("reward")
+    if reward is not None and not is_numeric_reward(reward):
+        raise _BadReplyError(
+            f"'reward' must be a number (or absent / null for an unscored result), got {reward!r:.100}"
+        )
     if result.get(NO_PERSIST) is False:
         result = {key: value for key, value in result.items() if key != NO_PERSIST}
     reserved = sorted(key for key in result if key.startswith("_ng_") and key not in LEGACY_JUDGE_MARKERS)
@@ -350,7 +464,7 @@ def _checked_result(result: dict[str, Any]) -> dict[str, Any]:
 def _server_error(call: _Call) -> Failed:
     """A 5xx answer: the environment's own well-formed failure if it sent one, else a bare failure."""
     with contextlib.suppress(_BadReplyError, _StaleReplyError):
-        outcome = _classify_episode_reply(call)
+        outcome = _classify_2xx(call)
         if isinstance(outcome, Failed):
             return outcome
     reason = f"HTTP {call.status_code} from the Environment Server: {_excerpt(call.body, 500)}"

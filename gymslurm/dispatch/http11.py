@@ -42,8 +42,12 @@ DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024  # a /run reply larger than this is a
 _READ_CHUNK = 1 << 20
 
 
-class ReplyTooLargeError(httpx.TransportError):
-    """The server's answer is larger than the collector's ``max_reply_bytes``; it was not read whole."""
+class _ReplyTooLarge(httpx.TransportError):
+    """The server's answer is larger than ``max_reply_bytes``; it was not read whole.
+
+    Private to dispatch: classify.py turns it into a ``gymslurm:reply_too_large`` failure, so it never
+    reaches a caller (the exception tree of errors.py is for what does).
+    """
 
     def __init__(self, size: int | None, limit: int) -> None:
         said = f"{size} bytes" if size is not None else f"more than {limit} bytes"
@@ -176,7 +180,7 @@ async def _read_response(
     elif b"content-length" in fields:
         size = int(fields[b"content-length"])
         if max_body is not None and size > max_body:
-            raise ReplyTooLargeError(size, max_body)  # refused before reading a byte of it
+            raise _ReplyTooLarge(size, max_body)  # refused before reading a byte of it
         content = await reader.readexactly(size)
     elif status < 200 or status in (204, 304):
         content = b""
@@ -195,7 +199,7 @@ async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None) -> 
     while chunk := await reader.read(_READ_CHUNK):
         total += len(chunk)
         if max_body is not None and total > max_body:
-            raise ReplyTooLargeError(None, max_body)
+            raise _ReplyTooLarge(None, max_body)
         parts.append(chunk)
     return b"".join(parts)
 
@@ -205,7 +209,7 @@ async def _read_chunked(reader: asyncio.StreamReader, max_body: int | None = Non
     while size := int((await reader.readuntil(CRLF)).split(b";", 1)[0], 16):
         total += size
         if max_body is not None and total > max_body:
-            raise ReplyTooLargeError(None, max_body)
+            raise _ReplyTooLarge(None, max_body)
         parts.append(await reader.readexactly(size))
         await reader.readexactly(2)
     while await reader.readuntil(CRLF) != CRLF:  # trailers

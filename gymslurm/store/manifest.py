@@ -4,7 +4,9 @@ The manifest is published atomically (``atomic.py``) and read strictly: the form
 first (anything else is an unsupported manifest, never silently reinterpreted), unknown fields are
 rejected, and every failure is a :class:`ManifestError` that names the file and says what to do.
 ``max_rollout_attempts`` comes from ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` only when a run is created; a
-resume reuses the saved value whatever the environment says later.
+resume reuses the saved value whatever the environment says later. An older draft manifest without
+the field is read with the current setting (000), marked :attr:`Manifest.adopted_max_rollout_attempts`
+so that the first validated resume records it; every other reader just uses it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymslurm import __version__
 from gymslurm.errors import ManifestError
 from gymslurm.store.atomic import publish_json
+from gymslurm.store.versions import check_version, version_of
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = version_of("manifest")
 RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
@@ -50,8 +53,16 @@ class Manifest(BaseModel):
     selection_policy: Literal["latest_allocated"] = "latest_allocated"
     gymslurm_version: str = __version__
 
+    _adopted: bool = PrivateAttr(default=False)
+
+    @property
+    def adopted_max_rollout_attempts(self) -> bool:
+        """Read from a manifest that did not record ``max_rollout_attempts``: the current setting."""
+        return self._adopted
+
 
 def new_run_id() -> str:
+    """A fresh ``run-<32 hex>`` id (docs/formats.md): the one maker of run ids (store and outcomes.py)."""
     return f"run-{secrets.token_hex(16)}"
 
 
@@ -80,15 +91,14 @@ def parse_manifest(path: Path, raw: bytes) -> Manifest:
         ) from None
     if not isinstance(data, dict):
         raise ManifestError(f"the run manifest {path} is not a JSON object; restore it or use a new output")
-    version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ManifestError(
-            f"the run manifest {path} has format_version {version!r}; this gymslurm reads version "
-            f"{FORMAT_VERSION} only. Read that run with the version that wrote it, or move its files "
-            "aside and start at a new output path"
-        )
+    check_version("manifest", data.get("format_version"), str(path))
+    adopted = "max_rollout_attempts" not in data
+    if adopted:
+        from gymslurm.settings import max_rollout_attempts  # the one reader of the environment setting
+
+        data = {**data, "max_rollout_attempts": max_rollout_attempts()}
     try:
-        return Manifest.model_validate(data)
+        manifest = Manifest.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in error.errors()
@@ -97,6 +107,8 @@ def parse_manifest(path: Path, raw: bytes) -> Manifest:
             f"the run manifest {path} is invalid ({problems}); restore it from a backup or start at a "
             "new output path"
         ) from None
+    manifest._adopted = adopted
+    return manifest
 
 
 def write_manifest(path: Path, manifest: Manifest) -> None:

@@ -26,11 +26,12 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel
+from pydantic import ValidationError
 
+from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.records import RolloutFailureRecord
 from gymslurm.selection import (
@@ -41,12 +42,13 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
 from gymslurm.store.history import Group, History, RolloutKeys, read_history
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
-from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
+from gymslurm.store.jsonl import Appender, ends_cleanly, iter_complete_lines, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
     IdentitySource,
     Manifest,
@@ -57,6 +59,7 @@ from gymslurm.store.manifest import (
 )
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import ReservationTable, create_table
+from gymslurm.store.versions import check_version
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
@@ -74,8 +77,12 @@ class ExistingRun(StrEnum):
 
 
 def existing_run(paths: RunPaths) -> ExistingRun:
-    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh."""
-    if paths.manifest.exists():
+    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh.
+
+    A retired attempt journal counts as a manifest: its history must not be dropped by the
+    partial-cache fallback; opening it reports the format mismatch (:func:`refuse_retired_journal`).
+    """
+    if paths.manifest.exists() or paths.attempts_journal.exists():
         return ExistingRun.MANIFEST
     if any(_size(path) > 0 for path in (paths.results, paths.failures)):
         return ExistingRun.LEGACY
@@ -83,6 +90,17 @@ def existing_run(paths: RunPaths) -> ExistingRun:
     if any(path.exists() for path in companions):
         return ExistingRun.PARTIAL_INITIAL_CACHE
     return ExistingRun.NOTHING
+
+
+def refuse_retired_journal(journal: os.PathLike[str]) -> None:
+    """Report a run written with the retired draft attempt journal instead of dropping its history (000)."""
+    if os.path.lexists(journal):
+        raise ManifestError(
+            f"{journal} is the attempt journal of an earlier development revision: this gymslurm reads "
+            "manifest version 2 runs only and would silently drop that history. Read the run with the "
+            "revision that wrote it, or move its files aside (keep them together) and start a new run; "
+            "a fresh collection (without +resume_from_cache=true) replaces it"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +115,36 @@ class Reconciliation:
     torn_failures_bytes: int
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """What a new run records: the same for a fresh collection and a legacy import."""
+
+    source_path: str
+    source_digest: str
+    inputs: Sequence[dict[str, Any]]
+    identity: Mapping[str, Any]
+    config_digest: str
+    max_rollout_attempts: int
+    retry_terminal_timeouts: bool = False
+
+    def manifest(self, run_id: str, state: Literal["replacing", "ready"], source: IdentitySource) -> Manifest:
+        """The new run's manifest; ``inputs_digest`` is replaced once the inputs are written."""
+        return Manifest(
+            run_id=run_id,
+            state=state,
+            created_at=utc_now(),
+            source_path=self.source_path,
+            source_digest=self.source_digest,
+            inputs_digest=self.source_digest,
+            config_digest=self.config_digest,
+            rollout_count=len(self.inputs),
+            max_rollout_attempts=self.max_rollout_attempts,
+            retry_terminal_timeouts=self.retry_terminal_timeouts,
+            identity_verified=source == "verified",
+            identity_source=source,
+        )
+
+
 class RunStore:
     """A validated, open run. Build it with ``create_fresh``, ``open`` or ``import_legacy``."""
 
@@ -105,47 +153,26 @@ class RunStore:
         self.manifest = manifest
         self.table = table
         self._index: RolloutIndex | None = None
-        self._newest_outcome: array | None = None  # per rollout: newest execution with an outcome
+        self._newest_outcome: array[int] | None = None  # per rollout: newest execution with an outcome
         self._results: Appender | None = None
         self._failures: Appender | None = None
+        self._origins: Mapping[str, Mapping[str, Any]] = {}
 
     # --- building ------------------------------------------------------------------------------
 
     @classmethod
     def create_fresh(
-        cls,
-        paths: RunPaths,
-        *,
-        source_path: str,
-        source_digest: str,
-        inputs: Sequence[dict[str, Any]],
-        identity: Mapping[str, Any],
-        config_digest: str,
-        max_rollout_attempts: int,
-        retry_terminal_timeouts: bool = False,
-        identity_source: IdentitySource = "verified",
+        cls, paths: RunPaths, spec: RunSpec, *, identity_source: IdentitySource = "verified"
     ) -> RunStore:
         """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted)."""
+        inputs = spec.inputs
         check_rows(inputs)
-        manifest = Manifest(
-            run_id=new_run_id(),
-            state="replacing",
-            created_at=utc_now(),
-            source_path=source_path,
-            source_digest=source_digest,
-            inputs_digest=source_digest,  # replaced below, once the inputs are written
-            config_digest=config_digest,
-            rollout_count=len(inputs),
-            max_rollout_attempts=max_rollout_attempts,
-            retry_terminal_timeouts=retry_terminal_timeouts,
-            identity_verified=identity_source == "verified",
-            identity_source=identity_source,
-        )
+        manifest = spec.manifest(new_run_id(), "replacing", identity_source)
         if existing_run(paths) is not ExistingRun.NOTHING:
             write_manifest(paths.manifest, manifest)
         _clear_companions(paths)
         publish_bytes(paths.results, b"")
-        manifest, index = _write_run_files(paths, manifest, inputs, identity, len(inputs))
+        manifest, index = _write_run_files(paths, manifest, inputs, spec.identity, len(inputs))
         store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
         store._index = index
         store._newest_outcome = array("q", [-1]) * len(inputs)
@@ -154,6 +181,7 @@ class RunStore:
     @classmethod
     def open(cls, paths: RunPaths, *, writable: bool = True) -> RunStore:
         """Open and validate a manifest-backed run. Changes no byte."""
+        refuse_retired_journal(paths.attempts_journal)
         manifest = read_manifest(paths.manifest)
         if manifest is None:
             raise ManifestError(
@@ -184,18 +212,7 @@ class RunStore:
         return cls(paths, manifest, table)
 
     @classmethod
-    def import_legacy(
-        cls,
-        paths: RunPaths,
-        *,
-        source_path: str,
-        source_digest: str,
-        inputs: Sequence[dict[str, Any]],
-        identity: Mapping[str, Any],
-        config_digest: str,
-        max_rollout_attempts: int,
-        retry_terminal_timeouts: bool = False,
-    ) -> RunStore:
+    def import_legacy(cls, paths: RunPaths, spec: RunSpec) -> RunStore:
         """Adopt a run without a manifest (``allow_unsafe_resume``): its identity is never verified.
 
         Reservations are rebuilt from the saved outcomes, numbered by arrival per rollout, sidecar
@@ -203,6 +220,8 @@ class RunStore:
         """
         if paths.manifest.exists():
             raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        refuse_retired_journal(paths.attempts_journal)
+        inputs = spec.inputs
         check_rows(inputs)
         run_id = new_run_id()
         keys = _keys_of_rows(inputs)
@@ -216,24 +235,24 @@ class RunStore:
             manifest=paths.manifest,
         )
         assert history.legacy_counts is not None
-        manifest = Manifest(
-            run_id=run_id,
-            state="ready",
-            created_at=utc_now(),
-            source_path=source_path,
-            source_digest=source_digest,
-            inputs_digest=source_digest,
-            config_digest=config_digest,
-            rollout_count=len(inputs),
-            max_rollout_attempts=max_rollout_attempts,
-            retry_terminal_timeouts=retry_terminal_timeouts,
-            identity_verified=False,
-            identity_source="imported",
-        )
-        manifest, index = _write_run_files(paths, manifest, inputs, identity, history.legacy_counts)
+        manifest = spec.manifest(run_id, "ready", "imported")
+        manifest, index = _write_run_files(paths, manifest, inputs, spec.identity, history.legacy_counts)
         store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
         store._index = index
         return store
+
+    @staticmethod
+    def legacy_inputs(paths: RunPaths) -> list[dict[str, Any]] | None:
+        """The materialized tasks a legacy run (no manifest) saved, or None when it saved none.
+
+        An unsafe import reuses them (000: "Gym warns and reuses the saved materialized tasks"): the
+        saved outcomes belong to those tasks, not to whatever the dataset holds now.
+        """
+        if paths.manifest.exists():
+            raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        if _size(paths.materialized_inputs) == 0:
+            return None
+        return read_rows(paths.materialized_inputs)
 
     def close(self) -> None:
         for appender in (self._results, self._failures):
@@ -344,7 +363,7 @@ class RunStore:
         )
 
     def _select(
-        self, index: int, reserved: int, group: Group, policy: BudgetPolicy, newest: array
+        self, index: int, reserved: int, group: Group, policy: BudgetPolicy, newest: array[int]
     ) -> RolloutState:
         """Check one rollout's outcomes against its reservations, then select its state."""
         if group is None:
@@ -371,6 +390,15 @@ class RunStore:
         paths = (self.paths.results, self.paths.failures)
         return sum(repair_torn_tail(path) for path in paths if not ends_cleanly(path))
 
+    def stamp_origins(self, origins: Mapping[str, Mapping[str, Any]]) -> None:
+        """Stamp every record written from now on with NeMo Gym's origin of its taskset's server.
+
+        ``origins`` maps a taskset to ``gymslurm.nemogym.ServerOrigin.stamps()`` (``_ng_environment_server``,
+        ``_ng_result_type``, ``agent_ref``); such records get ``_ng_task_id`` too, as NeMo Gym stamps it.
+        A result's own ``agent_ref`` is kept.
+        """
+        self._origins = dict(origins)
+
     def reserve(self, index: int) -> int:
         """Durably reserve and return the next execution number of rollout ``index``."""
         return self.table.reserve(index)
@@ -383,7 +411,10 @@ class RunStore:
                 f"refusing to save a result for rollout {self.rollout_index.ids[index]!r} carrying "
                 f"collector-owned keys {stray}: the Environment Server must not send them"
             )
-        row = {**result, **self._stamps(index, attempt)}
+        stamps = self._stamps(index, attempt)
+        if "agent_ref" in result:
+            stamps.pop("agent_ref", None)
+        row = {**result, **stamps}
         line = self._appender("results").append(row)
         masked = row.get("mask_sample") is True
         kind = row.get("failure_kind") if masked else None
@@ -446,6 +477,9 @@ class RunStore:
                 stage=failure.stage,
                 failure_class=record.routing_class,
                 legacy_class=row.get("_ng_failure_legacy_class"),
+                kept_answer=kept_timeout_answer(
+                    (failure.failure_kind, record.routing_class, legacy_class), response
+                ),
             ),
         )
 
@@ -455,12 +489,28 @@ class RunStore:
         line = self._appender("failures").append(row)
         return self._saved(index, SavedOutcome(attempt, "omission", line))
 
-    def write_coverage(self, coverage: BaseModel | Mapping[str, Any]) -> None:
-        value = coverage.model_dump(mode="json") if isinstance(coverage, BaseModel) else dict(coverage)
-        publish_json(self.paths.coverage, value)
+    def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
+        if isinstance(coverage, Coverage):
+            write_coverage(self.paths, coverage)
+        else:  # a hand-made companion (tests of what a fresh replacement clears)
+            publish_json(self.paths.coverage, dict(coverage))
 
-    def write_aggregate_metrics(self, metrics: Mapping[str, Any]) -> None:
-        publish_json(self.paths.aggregate_metrics, dict(metrics))
+    def write_aggregate_metrics(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """NeMo Gym's ``<stem>_aggregate_metrics.json``: one entry per Environment Server (nemogym.py)."""
+        publish_json(self.paths.aggregate_metrics, [dict(entry) for entry in entries])
+
+    def write_gymslurm_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """``<stem>_gymslurm_metrics.json``: ``{metrics, metrics_source, written_at}`` (docs/formats.md)."""
+        publish_json(self.paths.gymslurm_metrics, dict(metrics))
+
+    def selected_results(self, states: Sequence[RolloutState]) -> list[tuple[int, dict[str, Any]]]:
+        """(rollout index, saved row) of every selected result, read back from the results file."""
+        wanted = {state.selected.line: index for index, state in enumerate(states)
+                  if state.selected is not None and state.selected.kind == "result"}  # fmt: skip
+        if not wanted:
+            return []
+        return [(wanted[line], orjson.loads(raw)) for line, raw in iter_complete_lines(self.paths.results)
+                if line in wanted]  # fmt: skip
 
     def write_health(self, report: Mapping[str, Any]) -> None:
         publish_json(self.paths.health, dict(report))
@@ -476,6 +526,12 @@ class RunStore:
     def update_policy(self, *, retry_terminal_timeouts: bool) -> None:
         """Change the saved terminal-timeout policy (an explicit override only)."""
         self._republish(retry_terminal_timeouts=retry_terminal_timeouts)
+
+    def record_max_rollout_attempts(self) -> None:
+        """Save the attempt limit an older manifest lacked (adopted from the current setting, 000)."""
+        if self.manifest.adopted_max_rollout_attempts:
+            self._republish()
+            self.manifest._adopted = False
 
     def mark_identity_overridden(self) -> None:
         """Record an ``allow_unsafe_resume`` identity override; the run is never verified again."""
@@ -513,7 +569,12 @@ class RunStore:
                 f"{self.table.count(index)} reserved, newest saved outcome is execution "
                 f"{self._newest_outcome[index]} (each execution gets one outcome, after its reservation)"
             )
-        return self.rollout_index.stamps(index, self.run_id, attempt)
+        stamps = self.rollout_index.stamps(index, self.run_id, attempt)
+        origin = self._origins.get(stamps["task_id"]["taskset"]) if self._origins else None
+        if origin:
+            stamps.update(origin)
+            stamps["_ng_task_id"] = stamps["task_id"]
+        return stamps
 
     def _saved(self, index: int, outcome: SavedOutcome) -> SavedOutcome:
         assert self._newest_outcome is not None
@@ -528,6 +589,45 @@ class RunStore:
         if self._failures is None:
             self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
         return self._failures
+
+
+def read_coverage(paths: RunPaths) -> Coverage | None:
+    """``<stem>_coverage.json``, version-checked and validated; None when none was written yet.
+
+    The one reader of the collector's coverage: the chain reads progress and status its summary
+    through it, so collector and launcher cannot drift apart. Unreadable, foreign-version or
+    malformed files raise :class:`ManifestError` naming the file.
+    """
+    where = paths.coverage
+    try:
+        raw = where.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ManifestError(
+            f"cannot read the coverage file {where}: {error.strerror}; check permissions"
+        ) from None
+    try:
+        data: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ManifestError(
+            f"the coverage file {where} is not JSON ({error}); the collector rewrites it on its next run"
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"the coverage file {where} is not a JSON object; the collector rewrites it")
+    check_version("coverage", data.get("format_version"), str(where))
+    try:
+        return Coverage.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ManifestError(
+            f"the coverage file {where} is malformed ({problems}); the collector rewrites it on its next run"
+        ) from None
+
+
+def write_coverage(paths: RunPaths, coverage: Coverage) -> None:
+    """Replace ``<stem>_coverage.json`` atomically (the one writer; :func:`read_coverage` reads it)."""
+    publish_json(paths.coverage, coverage.model_dump(mode="json"))
 
 
 def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:
@@ -605,4 +705,11 @@ def _size(path: os.PathLike[str]) -> int:
         return 0
 
 
-__all__ = ["ExistingRun", "Reconciliation", "RunStore", "existing_run", "read_resubmit_offset"]
+__all__ = [
+    "ExistingRun",
+    "Reconciliation",
+    "RunStore",
+    "existing_run",
+    "read_resubmit_offset",
+    "refuse_retired_journal",
+]

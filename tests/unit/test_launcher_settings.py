@@ -116,6 +116,25 @@ def test_early_signal_warning_when_usr1_may_come_before_a_minute_of_work(
         assert f"slurm.time={time}" in warning and "signal_lead_s" in warning
 
 
+def test_a_server_may_name_only_an_earlier_server_s_address() -> None:
+    """``{servers.NAME.url}`` must name a server listed before (servers start in order)."""
+    from gymslurm.errors import ConfigError
+    from gymslurm.launcher.settings import validate
+
+    def bench(servers: list[dict[str, object]]) -> dict[str, object]:
+        return {"name": "b", "dataset": "d.jsonl", "servers": servers}
+
+    policy = {"name": "policy", "command": ["m", "{port}"], "collector_override": None}
+    env = {"name": "env", "command": ["e", "--policy-url", "{servers.policy.url}"]}
+    assert [s.name for s in validate(bench([policy, env]), "b").servers] == ["policy", "env"]
+    with pytest.raises(
+        ConfigError, match=r"refers to \{servers.policy...\}, which is not a server listed before"
+    ):
+        validate(bench([env, policy]), "b")
+    with pytest.raises(ConfigError, match="two servers are named"):
+        validate(bench([policy, policy]), "b")
+
+
 def test_demo_commands_run_with_the_interpreter_that_runs_gymslurm() -> None:
     """slurm.python unset: the demo dataset, server, collector and aggregation commands run sys.executable."""
     settings, _ = load_benchmark("demo", [])
@@ -147,3 +166,12 @@ def test_chain_step_lines_use_the_interpreter(tmp_path: Path) -> None:
     scripts = render_scripts(RunDir(tmp_path / "run"), settings, tmp_path)
     assert len(scripts) == 3
     assert all(f"{sys.executable} -m gymslurm chain-step" in text for text in scripts.values())
+
+
+def test_the_nemo_gym_benchmark_config_validates() -> None:
+    """configs/benchmarks/nemo_gym_weather.yaml validates: gym env start, the relay, legacy_agent."""
+    settings, _ = load_benchmark("nemo_gym_weather", [])
+    (server,) = settings.servers
+    assert server.command is not None and server.command[1:3] == ["env", "start"]
+    assert (server.port, server.collector_override) == (18314, "+environment_server_url")
+    assert "+environment_protocol=legacy_agent" in settings.collector.overrides

@@ -17,7 +17,7 @@ from gymslurm.errors import (
 )
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import Disposition
-from gymslurm.store import ExistingRun, RunPaths, RunStore, existing_run, read_resubmit_offset
+from gymslurm.store import ExistingRun, RunPaths, RunSpec, RunStore, existing_run, read_resubmit_offset
 from gymslurm.store.manifest import read_manifest
 
 DIGEST = "sha256:" + "1" * 64
@@ -45,7 +45,7 @@ def create(paths: RunPaths, count: int = 3, **changes: Any) -> RunStore:
         "config_digest": DIGEST,
         "max_rollout_attempts": 2,
     }
-    return RunStore.create_fresh(paths, **{**options, **changes})
+    return RunStore.create_fresh(paths, RunSpec(**{**options, **changes}))
 
 
 def failure(store: RunStore, index: int, attempt: int, *, terminal: bool = False, kind: str | None = None,
@@ -284,13 +284,16 @@ def test_fresh_replacement_clears_every_companion(paths: RunPaths) -> None:
     old.resubmit()
     old.write_coverage({"old": True})
     old.write_health({"old": True})
-    old.write_aggregate_metrics({"old": True})
+    old.write_aggregate_metrics([{"old": True}])
+    old.write_gymslurm_metrics({"old": True})
     old.close()
     new = create(paths)
     assert new.run_id != old.run_id
     assert not paths.failures.exists() and paths.results.read_bytes() == b""
     assert not any(
-        p.exists() for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics)
+        p.exists()
+        for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics,
+                  paths.gymslurm_metrics)
     )
     assert RunStore.open(paths).reconcile().attempts == 0
 
@@ -405,8 +408,8 @@ def test_legacy_import_orders_sidecar_before_results(paths: RunPaths) -> None:
     append_raw(paths.results, {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0})
     assert existing_run(paths) is ExistingRun.LEGACY
     store = RunStore.import_legacy(
-        paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
-        config_digest=DIGEST, max_rollout_attempts=3,
+        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
+        config_digest=DIGEST, max_rollout_attempts=3),
     )  # fmt: skip
     recon = store.reconcile()
     assert list(store.table.counts()) == [2, 1, 0]
@@ -427,8 +430,8 @@ def test_legacy_row_matching_no_rollout_is_an_error(paths: RunPaths) -> None:
     append_raw(paths.results, {"_ng_rollout_id": "gone", "reward": 1.0})
     with pytest.raises(CorruptRecordError, match="legacy row"):
         RunStore.import_legacy(
-            paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(1), identity={},
-            config_digest=DIGEST, max_rollout_attempts=3,
+            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(1), identity={},
+            config_digest=DIGEST, max_rollout_attempts=3),
         )  # fmt: skip
     assert not paths.manifest.exists()
 
@@ -462,8 +465,8 @@ def test_public_api_is_pinned() -> None:
     import gymslurm.store
 
     assert sorted(gymslurm.store.__all__) == [
-        "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunStore", "existing_run",
-        "read_resubmit_offset",
+        "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunSpec", "RunStore",
+        "existing_run", "read_resubmit_offset",
     ]  # fmt: skip
 
 
@@ -493,7 +496,79 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
     assert existing_run(paths) is ExistingRun.LEGACY
     with pytest.raises(CorruptRecordError, match="Restore the manifest"):
         RunStore.import_legacy(
-            paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
-            config_digest=DIGEST, max_rollout_attempts=3,
+            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
+            config_digest=DIGEST, max_rollout_attempts=3),
         )  # fmt: skip
     assert not paths.manifest.exists()
+
+
+ORIGIN = {"_ng_environment_server": "weather_env", "_ng_result_type": "single_agent_turn",
+          "agent_ref": {"name": "weather_agent"}}  # fmt: skip
+
+
+def test_records_carry_nemo_gyms_origin_stamps(paths: RunPaths) -> None:
+    """With origins set, results and failures name their server, its type and agent, and _ng_task_id."""
+    store = create(paths)
+    store.reconcile()
+    taskset = store.inputs()[0]["task_id"]["taskset"]
+    store.stamp_origins({taskset: ORIGIN})
+    store.append_result(0, store.reserve(0), {"reward": 1.0})
+    store.append_failure(1, store.reserve(1), failure(store, 1, 0))
+    for row in (rows(paths.results)[0], rows(paths.failures)[0]):
+        assert {key: row[key] for key in ORIGIN} == ORIGIN
+        assert row["_ng_task_id"] == row["task_id"]
+
+
+def test_a_results_own_agent_ref_is_kept(paths: RunPaths) -> None:
+    """The legacy adapter's agent_ref in its result wins over the configured one."""
+    store = create(paths)
+    store.reconcile()
+    store.stamp_origins({store.inputs()[0]["task_id"]["taskset"]: ORIGIN})
+    store.append_result(0, store.reserve(0), {"reward": 1.0, "agent_ref": {"name": "its_own"}})
+    assert rows(paths.results)[0]["agent_ref"] == {"name": "its_own"}
+
+
+def test_selected_results_are_read_back(paths: RunPaths) -> None:
+    """selected_results gives each selected result row with its rollout index (failures left out)."""
+    store = create(paths)
+    store.reconcile()
+    store.append_result(0, store.reserve(0), {"reward": 0.5})
+    store.append_failure(1, store.reserve(1), failure(store, 1, 0, terminal=True))
+    store.append_result(2, store.reserve(2), {"reward": 1.0})
+    store.close()
+    again = RunStore.open(paths)
+    picked = again.selected_results(again.reconcile().states)
+    assert [(index, row["reward"]) for index, row in picked] == [(0, 0.5), (2, 1.0)]
+
+
+def test_agent_timeout_that_kept_its_answer_is_not_retried_after_reopen(paths: RunPaths) -> None:
+    """001: a non-terminal agent_timeout that kept a response with output stays final when saved and
+    when the run is read again (resume never regenerates the model's answer)."""
+    store = create(paths, 2)
+    store.reconcile()
+    answer = {"output": [{"type": "message", "content": "42"}]}
+    for index in (0, 1):
+        attempt = store.reserve(index)
+        record = failure(store, index, attempt, kind="agent_timeout")
+        saved = store.append_failure(index, attempt, record, response=answer if index == 0 else None)
+        assert saved.kept_answer is (index == 0)
+    store.close()
+    states = RunStore.open(paths).reconcile().states
+    assert [state.pending for state in states] == [False, True]
+    assert [state.disposition for state in states] == [Disposition.FAILED, Disposition.FAILED]
+
+
+def test_one_run_spec_describes_a_fresh_run_and_a_legacy_import(tmp_path: Path) -> None:
+    """The same RunSpec gives a fresh run and an imported one the same recorded description."""
+    spec = RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(2), identity={"model": "m"},
+                   config_digest=DIGEST, max_rollout_attempts=4, retry_terminal_timeouts=True)  # fmt: skip
+    (tmp_path / "a").mkdir()
+    fresh = RunStore.create_fresh(RunPaths.for_output(tmp_path / "a" / "out.jsonl"), spec).manifest
+    legacy_paths = RunPaths.for_output(tmp_path / "b" / "out.jsonl")
+    legacy_paths.folder.mkdir()
+    append_raw(legacy_paths.results, {"_ng_rollout_id": "demo-t0", "reward": 1.0})
+    legacy = RunStore.import_legacy(legacy_paths, spec).manifest
+    fields = ("source_path", "source_digest", "inputs_digest", "config_digest", "rollout_count",
+              "max_rollout_attempts", "retry_terminal_timeouts")  # fmt: skip
+    assert [getattr(fresh, f) for f in fields] == [getattr(legacy, f) for f in fields]
+    assert (fresh.identity_source, legacy.identity_source) == ("verified", "imported")
