@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -48,9 +48,9 @@ from gymslurm.selection import (
     Disposition,
     RolloutState,
     SavedOutcome,
+    advance_state,
     counts_against_budget,
     establishes_progress,
-    select_rollout,
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
@@ -70,7 +70,8 @@ class RunView:
     """A run's per-rollout state held in memory during a collection (plain lists, no models).
 
     ``states`` starts as the store's reconciliation and is advanced as outcomes are saved, with the
-    same selection rules (:func:`advance`), so the loop never re-reads the run's files.
+    same selection rules (:func:`gymslurm.selection.advance_state`), so the loop never re-reads the
+    run's files.
     """
 
     tasks: list[Task]
@@ -97,29 +98,9 @@ class RunView:
 
     def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
         """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""
-        state = self.states[index] = advance(self.states[index], saved, self.reserved[index], self.policy)
+        state = advance_state(self.states[index], saved, self.reserved[index], self.policy)
+        self.states[index] = state
         return state
-
-
-def advance(state: RolloutState, saved: SavedOutcome, reserved: int, policy: BudgetPolicy) -> RolloutState:
-    """The state after a new outcome for the newest execution, by ``select_rollout``'s own rules.
-
-    Older outcomes only matter through the failures they counted, so the selection runs on the new
-    outcome alone with the budget already spent taken off the limit.
-    """
-    spent = state.counted_failures
-    if saved.kind == "result" and not saved.retry_masked:  # the hot path: a final result
-        disposition = (
-            Disposition.MASKED
-            if saved.masked
-            else Disposition.MEASURED
-            if saved.reward is not None
-            else Disposition.UNSCORED
-        )
-        return RolloutState(disposition, saved, spent, False, False)
-    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
-    fresh = select_rollout(reserved, [saved], remaining)
-    return replace(fresh, counted_failures=spent + fresh.counted_failures)
 
 
 def pending_order(view: RunView, states: list[RolloutState], longest_first: bool) -> list[int]:

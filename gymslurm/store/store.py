@@ -36,17 +36,15 @@ from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, Manife
 from gymslurm.records import RolloutFailureRecord
 from gymslurm.selection import (
     BudgetPolicy,
-    Disposition,
     RolloutState,
     SavedOutcome,
-    history_problem,
     is_numeric_reward,
     is_retry_masked,
     kept_timeout_answer,
-    select_rollout,
+    select_rollouts,
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
-from gymslurm.store.history import Group, History, RolloutKeys, read_history
+from gymslurm.store.history import History, RolloutKeys, read_history
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
@@ -330,27 +328,12 @@ class RunStore:
         history = self.read_history()
         policy = self.policy()
         counts = self.table.counts()
-        newest = array("q", [-1]) * len(counts)
-        states: list[RolloutState] = []
-        add_state = states.append
-        groups = history.groups
-        measured, masked, unscored = Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED
-        for index, reserved in enumerate(counts):
-            group = groups[index]
-            # The hot path, inlined on purpose (bench/store.py): a single final result for the newest
-            # execution is what select_rollout would select, with nothing counted and nothing pending
-            # (a valid history too: its one execution was reserved). Everything else takes the rules.
-            if (
-                type(group) is SavedOutcome
-                and group.attempt == reserved - 1
-                and group.kind == "result"
-                and not group.retry_masked
-            ):
-                newest[index] = reserved - 1
-                disposition = masked if group.masked else unscored if group.reward is None else measured
-                add_state(RolloutState(disposition, group, 0, False, False))
-            else:
-                add_state(self._select(index, reserved, group, policy, newest))
+        ids = self.rollout_index.ids
+
+        def conflict(index: int, problem: str) -> CorruptRecordError:
+            return history_conflict(self.paths, ids[index], problem)
+
+        states, newest = select_rollouts(counts, history.groups, policy, conflict)
         self._newest_outcome = newest
         return Reconciliation(
             states=states,
@@ -360,23 +343,6 @@ class RunStore:
             torn_results_bytes=history.results_tail.torn_bytes,
             torn_failures_bytes=history.failures_tail.torn_bytes,
         )
-
-    def _select(
-        self, index: int, reserved: int, group: Group, policy: BudgetPolicy, newest: array[int]
-    ) -> RolloutState:
-        """Check one rollout's outcomes against its reservations, then select its state."""
-        if group is None:
-            return select_rollout(reserved, (), policy)
-        outcomes: Sequence[SavedOutcome] = (group,) if type(group) is SavedOutcome else group  # type: ignore[assignment]
-        newest[index] = max([outcome.attempt for outcome in outcomes])
-        problem = history_problem(reserved, outcomes)
-        if problem:
-            raise CorruptRecordError(
-                f"rollout {self.rollout_index.ids[index]!r} has {problem} in {self.paths.results} / "
-                f"{self.paths.failures}: its history conflicts with {self.paths.reservations}. "
-                "Restore the run's files together from a backup, or use a new output path"
-            )
-        return select_rollout(reserved, outcomes, policy)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -557,6 +523,16 @@ class RunStore:
         if self._failures is None:
             self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
         return self._failures
+
+
+def history_conflict(
+    paths: RunPaths, rollout_id: str, problem: str, remedy: str = "use a new output path"
+) -> CorruptRecordError:
+    """The one error for a rollout whose saved history conflicts with its reservations."""
+    return CorruptRecordError(
+        f"rollout {rollout_id!r} has {problem} in {paths.results} / {paths.failures}: its history "
+        f"conflicts with {paths.reservations}. Restore the run's files together from a backup, or {remedy}"
+    )
 
 
 def read_coverage(paths: RunPaths) -> Coverage | None:
