@@ -246,3 +246,17 @@ def test_interrupted_fallback_fresh_start_is_finished_by_the_next_resume(
     run.store.close()
     assert "Skipping resume_from_cache" in stderr.getvalue()
     assert manifest_of(output)["state"] == "ready" and run.store.manifest.rollout_count == 4
+
+
+def test_run_saved_with_a_whole_identity_digest_still_resumes(dataset: Path, tmp_path: Path) -> None:
+    """A run saved before config_digest covered only the semantic identity (its digest is of the whole
+    identity) still resumes: the saved identity is checked against either form."""
+    from gymslurm.identity import identity_digest
+
+    output = tmp_path / "out.jsonl"
+    run_once(dataset, output, URL, results=1)
+    saved = json.loads(output.with_name("out_identity.json").read_text())
+    data = manifest_of(output)
+    data["config_digest"] = identity_digest(saved)
+    output.with_name("out_manifest.json").write_text(json.dumps(data))
+    prepared(dataset, output, URL, "+resume_from_cache=true").store.close()
