@@ -117,6 +117,16 @@ def probe_health(url: str, path: str, timeout_s: float) -> bool:
         return False
 
 
+def probe_answers(url: str, timeout_s: float) -> bool:
+    """Whether anything answers HTTP at ``url`` (any status): the collector's circuit-breaker probe."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            http.get(url.rstrip("/") + "/")
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
+    return True
+
+
 def probe_completion(url: str, chat: bool, model: str | None, timeout_s: float) -> bool:
     """Whether an OpenAI-compatible server generates: a one-token completion must come back with text.
 
@@ -165,6 +175,14 @@ def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: flo
     Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body): the caller
     falls back to its own metrics.
     """
+    return flat_metrics(post_aggregate_metrics(url, rows, timeout_s))
+
+
+def post_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """``POST <url>/aggregate_metrics`` with ``{"verify_responses": rows}``; the answer object as sent.
+
+    Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body).
+    """
     where = url.rstrip("/") + METRICS_ENDPOINT
     try:
         with httpx.Client(timeout=timeout_s, trust_env=False) as http:
@@ -181,7 +199,7 @@ def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: flo
         raise MetricsUnavailableError(
             f"the Environment Server at {url} answered {METRICS_ENDPOINT} with a non-object"
         )
-    return flat_metrics(body)
+    return body
 
 
 def flat_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
