@@ -44,7 +44,7 @@ from gymslurm.dispatch import (
     fetch_environment_config,
     post_aggregate_metrics,
 )
-from gymslurm.errors import MetricsUnavailableError
+from gymslurm.errors import DiskFullError, MetricsUnavailableError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
@@ -472,10 +472,34 @@ def _collect_prepared(  # noqa: PLR0917
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
-    store.write_coverage(coverage)
-    export_metrics(settings, store, view, coverage, origins, stderr)
-    _run_health_hook(paths, coverage, view)
+    _publish_reports(
+        [
+            lambda: store.write_coverage(coverage),
+            lambda: export_metrics(settings, store, view, coverage, origins, stderr),
+            lambda: _run_health_hook(paths, coverage, view),
+        ],
+        result,
+        stderr,
+    )
     return _report(settings, coverage, result, paths, stderr, stdout)
+
+
+def _publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> None:
+    """Publish the end-of-collection reports (coverage snapshot, metrics, health), in order.
+
+    On a full disk the reports are snapshots that a resume or an aggregation rebuilds (000), so a
+    report that cannot be written does not hide what matters: after a failed append, that first
+    error stays the one reported; when this invocation dispatched nothing (a resume of a finished
+    run) nothing new needs saving and the exit code stands, with a warning. Otherwise the disk-full
+    error names the report file and stops (exit 1, resumable).
+    """
+    for step in steps:
+        try:
+            step()
+        except DiskFullError as error:
+            if result.error is None and result.dispatched:
+                raise
+            say(stderr, f"warning: {error}")
 
 
 async def _dispatch(

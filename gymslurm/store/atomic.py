@@ -12,6 +12,7 @@ folder per publish; fine for manifests and coverage, not for per-record writes (
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import orjson
 
-from gymslurm.errors import StoreError
+from gymslurm.errors import DiskFullError, StoreError
 
 DEFAULT_MODE = 0o666  # like open(): the umask applies
 _CHUNK = 1 << 20
@@ -52,11 +53,30 @@ def publish_stream(target: Path, chunks: Iterable[bytes]) -> int:
     except OSError as error:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise StoreError(
-            f"could not publish {real}: {error.strerror or error}; check that the folder "
-            f"{real.parent} is writable and has space, then run again"
-        ) from error
+        raise write_error(error, f"could not publish {real}", real.parent) from error
     return written
+
+
+# errno values that mean "no room to write": the disk (or the user's quota) is full.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def write_error(error: OSError, what: str, folder: Path) -> StoreError:
+    """The store's error for a failed write of a run file: ``DiskFullError`` when no space was left.
+
+    The one translation of a write's OSError: ``what`` names the file and the action ("could not
+    append to X"); the message says what to do.
+    """
+    if error.errno in NO_SPACE:
+        return DiskFullError(
+            f"disk full: {what} ({error.strerror}); the filesystem holding {folder} has no space or "
+            "quota left. Every outcome saved before this is intact: free space, then resume with "
+            "+resume_from_cache=true"
+        )
+    return StoreError(
+        f"{what}: {error.strerror or error}; check that the folder {folder} is writable and has space, "
+        "then run again"
+    )
 
 
 def publish_json(target: Path, value: object) -> None:

@@ -155,6 +155,7 @@ class RunStore:
         self._newest_outcome: array[int] | None = None  # per rollout: newest execution with an outcome
         self._results: Appender | None = None
         self._failures: Appender | None = None
+        self._save_error: StoreError | None = None  # the first failed append stops all saving
         self._origins: Mapping[str, Mapping[str, Any]] = {}
 
     # --- building ------------------------------------------------------------------------------
@@ -163,11 +164,18 @@ class RunStore:
     def create_fresh(
         cls, paths: RunPaths, spec: RunSpec, *, identity_source: IdentitySource = "verified"
     ) -> RunStore:
-        """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted)."""
+        """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted).
+
+        The ``replacing`` mark protects saved history: it is published first only when something was
+        saved there (a manifest-backed or legacy run). Over nothing, or over a partial initial cache
+        (no manifest, no saved outcome), there is nothing to protect, and an interruption must leave
+        a partial initial cache again, which the next resume finishes by starting fresh (000), instead
+        of a mark that refuses every resume, unsafe ones too.
+        """
         inputs = spec.inputs
         check_rows(inputs)
         manifest = spec.manifest(new_run_id(), "replacing", identity_source)
-        if existing_run(paths) is not ExistingRun.NOTHING:
+        if existing_run(paths) in (ExistingRun.MANIFEST, ExistingRun.LEGACY):
             write_manifest(paths.manifest, manifest)
         _clear_companions(paths)
         publish_bytes(paths.results, b"")
@@ -382,7 +390,7 @@ class RunStore:
         if "agent_ref" in result:
             stamps.pop("agent_ref", None)
         row = {**result, **stamps}
-        line = self._appender("results").append(row)
+        line = self._append("results", row)
         masked = row.get("mask_sample") is True
         kind = row.get("failure_kind") if masked else None
         reward = row.get("reward")
@@ -431,7 +439,7 @@ class RunStore:
             row["_ng_failure_response"] = response
         if diagnostics:
             row["_ng_failure_diagnostics"] = dict(diagnostics)
-        line = self._appender("failures").append(row)
+        line = self._append("failures", row)
         return self._saved(
             index,
             SavedOutcome(
@@ -453,7 +461,7 @@ class RunStore:
     def append_omission(self, index: int, attempt: int) -> SavedOutcome:
         """Save an intentional omission (``_ng_omitted: true``) in the sidecar."""
         row = {**self._stamps(index, attempt), "_ng_omitted": True}
-        line = self._appender("failures").append(row)
+        line = self._append("failures", row)
         return self._saved(index, SavedOutcome(attempt, "omission", line))
 
     def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
@@ -547,6 +555,24 @@ class RunStore:
         assert self._newest_outcome is not None
         self._newest_outcome[index] = outcome.attempt
         return outcome
+
+    def _append(self, which: str, row: Mapping[str, Any]) -> int:
+        """Append one outcome row; after the first failed append nothing more is saved (either file).
+
+        A full disk fails one append; saving on (other workers' outcomes, the other file) would leave
+        a history with holes in arrival order and bury the first error under later ones. The run stays
+        resumable: executions reserved but not saved are missing, and run again on resume.
+        """
+        if self._save_error is not None:
+            raise type(self._save_error)(
+                f"nothing more is saved after the first failed append: {self._save_error}"
+            )
+        appender = self._appender(which)  # refuses a torn file before writing: not a failed append
+        try:
+            return appender.append(row)
+        except StoreError as error:
+            self._save_error = error
+            raise
 
     def _appender(self, which: str) -> Appender:
         if which == "results":
