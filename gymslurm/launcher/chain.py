@@ -438,7 +438,10 @@ def _collect(  # noqa: PLR0917
                 server = server_mod.start(wanted, log_path, started=known)
                 started.append(server)
                 if server.process is not None:
-                    note("started", server, f"healthy at {server.url} after {server.startup_s:.1f}s")
+                    probes = ", ".join(server.probes[-5:])
+                    note(
+                        "started", server, f"healthy at {server.url} after {server.startup_s:.1f}s ({probes})"
+                    )
         except server_mod.ServerStartError as error:
             return ExitCode.RETRY, None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
