@@ -104,6 +104,9 @@ class _SharedSlurm:
     def accounting(self, job_ids: Any) -> Any:
         return {}  # the list shows verdicts only; per-run status asks sacct
 
+    def ended(self, job_id: str) -> Any:
+        return None  # the list never accounts for a job
+
     def submit(self, script: Any, after: Any = ()) -> str:
         raise NotImplementedError("listing runs never submits")
 

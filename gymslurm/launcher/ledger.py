@@ -35,7 +35,10 @@ from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 
 LEDGER_VERSION = 1
-FINISHED = {Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME}
+FINISHED = {
+    Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME,
+    Decision.STOP_NO_PROGRESS,
+}  # fmt: skip
 
 
 def utc_now() -> str:
@@ -58,17 +61,19 @@ class BudgetsRecord(BaseModel):
     jobs: int = 0
     walltime_s: float = 0.0
     infra_retries_used: int = 0
+    links_without_progress: int = 0
 
     @classmethod
     def of(cls, budgets: Budgets) -> BudgetsRecord:
         """Store a decide.Budgets."""
         return cls(
-            jobs=budgets.jobs, walltime_s=budgets.walltime_s, infra_retries_used=budgets.infra_retries_used
-        )
+            jobs=budgets.jobs, walltime_s=budgets.walltime_s, infra_retries_used=budgets.infra_retries_used,
+            links_without_progress=budgets.links_without_progress,
+        )  # fmt: skip
 
     def budgets(self) -> Budgets:
         """Back to a decide.Budgets."""
-        return Budgets(self.jobs, self.walltime_s, self.infra_retries_used)
+        return Budgets(self.jobs, self.walltime_s, self.infra_retries_used, self.links_without_progress)
 
 
 class Submitted(_Record):
@@ -87,6 +92,7 @@ class Started(_Record):
     job_id: str
     restart_count: int = 0
     host: str = ""
+    saved_bytes: int | None = None
 
 
 class DecisionRecord(_Record):

@@ -127,6 +127,27 @@ def parse_scontrol_job(stdout: str) -> dict[str, str]:
     return fields
 
 
+def _run_time_s(text: str) -> int | None:
+    """``RunTime`` of ``scontrol show job`` (``[D-]HH:MM:SS``) in seconds, None when unreadable."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts) or not (days.isdigit() or days == ""):
+        return None
+    hours, minutes, seconds = (int(p) for p in parts)
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def end_from_scontrol(fields: Mapping[str, str]) -> AccountingRow:
+    """How a job ended as ``scontrol show job`` says it (for clusters without accounting)."""
+    code, signal = parse_exit_code(fields.get("ExitCode", "0:0"))
+    return AccountingRow(
+        job_id=fields.get("JobId", ""), name=fields.get("JobName", ""),
+        state=(fields.get("JobState") or "UNKNOWN").split()[0], exit_code=code, signal=signal,
+        start=fields.get("StartTime", ""), end=fields.get("EndTime", ""),
+        elapsed_s=_run_time_s(fields.get("RunTime", "")),
+    )  # fmt: skip
+
+
 class SlurmClient:
     """Runs Slurm commands; every call goes through :meth:`run`, which counts it."""
 

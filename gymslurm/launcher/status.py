@@ -33,6 +33,7 @@ VERDICT_OF_STOP = {
     Decision.STOP_FAILED: "FAILED",
     Decision.STOP_EXHAUSTED: "EXHAUSTED",
     Decision.STOP_WALLTIME: "EXHAUSTED",
+    Decision.STOP_NO_PROGRESS: "EXHAUSTED",
 }
 
 
