@@ -17,11 +17,15 @@ from typing import Literal, Protocol
 
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient, end_from_scontrol
 
-# States in which a job still counts as part of a live chain.
+# States in which a job still counts as part of a live chain. The held ones (REQUEUE_HOLD,
+# SPECIAL_EXIT: requeued and held by RequeueExitHold or ``scontrol requeuehold``; RESV_DEL_HOLD)
+# never run again by themselves, but they are queued: ``cancel`` must cancel them and ``status``
+# must show them.
 LIVE_STATES = frozenset(
     {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
 )  # fmt: skip
+HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 
 
 class Backend(Protocol):

@@ -381,6 +381,8 @@ def _run_link_locked(
     state = account_for_dead_runs(summarize(ledger.read()), ledger, me, backend, output=output, limits=limits)
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
+        if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
+            maybe_submit_aggregation(run, settings, backend, me[0])
         return 0
     bytes_before = saved_bytes(output)
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)

@@ -140,6 +140,25 @@ def _cancel(argv: list[str]) -> int:
     return cancel(args.run, args.run_root)
 
 
+def _doctor(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm doctor",
+        description="Check the Slurm settings job chains rely on: what each breaks, and the fix.",
+    )
+    parser.add_argument("--partition", help="check this partition only (and that it exists)")
+    parser.add_argument("--shards", type=int, help="check queue limits against this many shards")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--probe", metavar="RUN_ROOT", default=None,
+        help="also run a tiny job: Python and gymslurm on the compute node, flock on RUN_ROOT, clock",
+    )  # fmt: skip
+    parser.add_argument("--python", default="python", help="the Python the probe job runs (slurm.python)")
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.doctor import run_doctor
+
+    return run_doctor(args.partition, args.shards, args.json, args.probe, args.python)
+
+
 def _chain_step(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="gymslurm chain-step", description="(internal) one link, inside a job"
@@ -167,6 +186,7 @@ COMMANDS = {
     "status": _status,
     "resubmit": _resubmit,
     "cancel": _cancel,
+    "doctor": _doctor,
     "chain-step": _chain_step,
 }
 

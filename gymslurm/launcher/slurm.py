@@ -115,6 +115,36 @@ def parse_scontrol_job(stdout: str) -> dict[str, str]:
     text = stdout.strip()
     if not text.startswith("JobId="):
         raise SlurmError(f"unexpected scontrol output (expected 'JobId=...'): {_quote(text)!r}")
+    return _key_values(text)
+
+
+def parse_config(stdout: str) -> dict[str, str]:
+    """``scontrol show config``: its ``Key = Value`` lines (the first of a repeated key wins)."""
+    config: dict[str, str] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition(" = ")
+        key = key.strip()
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
+            config.setdefault(key, value.strip())
+    if "SLURM_VERSION" not in config and "ClusterName" not in config:
+        raise SlurmError(f"unexpected 'scontrol show config' output (no SLURM_VERSION): {_quote(stdout)!r}")
+    return config
+
+
+def parse_partitions(stdout: str) -> dict[str, dict[str, str]]:
+    """``scontrol show partition -o``: one mapping per partition, by name."""
+    partitions = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith("PartitionName="):
+            raise SlurmError(f"unexpected 'scontrol show partition -o' line: {_quote(line)!r}")
+        fields = _key_values(line.strip())
+        partitions[fields["PartitionName"]] = fields
+    return partitions
+
+
+def _key_values(text: str) -> dict[str, str]:
     fields: dict[str, str] = {}
     last = ""
     for token in text.split(" "):

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gymslurm.launcher.backend import LIVE_STATES, Backend
+from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import ChainState, summarize
 from gymslurm.launcher.rundir import RunDir, coverage_path
@@ -57,6 +57,13 @@ def verdict(state: ChainState, live: list[QueueRow]) -> tuple[str, str]:
         return "ORPHANED", f"job {never[0].job_id} waits on a dependency that can never be satisfied"
     if running:
         return "HEALTHY", f"job {running[0].job_id} {running[0].state}"
+    held = [row for row in pending if row.state in HELD_STATES or row.reason.startswith("JobHeld")]
+    if held:
+        row = held[0]
+        return "WAITING", (
+            f"job {row.job_id} is held ({row.state}, {row.reason}) and will not run by itself: "
+            f"'scontrol release {row.job_id}' lets it run, 'gymslurm cancel RUN' stops the run"
+        )
     if pending:
         return "WAITING", f"job {pending[0].job_id} pending ({pending[0].reason})"
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"

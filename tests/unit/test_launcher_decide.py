@@ -164,7 +164,8 @@ def test_dead_link_walltime_is_its_real_elapsed_time(facts: DeadRun, elapsed: fl
 
 def test_walltime_cap_stops_a_fast_crash_loop() -> None:
     """Crashing links that each live seconds still reach max_walltime (their elapsed is real)."""
-    budgets, limits = Budgets(), Limits(infra_retry_limit=100, max_walltime_s=30, max_links_without_progress=None)
+    budgets = Budgets()
+    limits = Limits(infra_retry_limit=100, max_walltime_s=30, max_links_without_progress=None)
     decisions = []
     for _ in range(10):
         verdict = decide(dead_run_end(DeadRun("FAILED", 5.0, 137)), budgets, limits)
@@ -179,7 +180,7 @@ NO_PROGRESS = JobEnd("CANCELLED", None, 30)
 
 
 def test_consecutive_links_without_progress_stop_the_chain() -> None:
-    """N links in a row that saved nothing stop the chain with STOP_NO_PROGRESS, even when Slurm ended each."""
+    """N links in a row that saved nothing stop the chain (STOP_NO_PROGRESS), even when Slurm ended each."""
     budgets, limits = Budgets(), Limits(max_links_without_progress=3)
     decisions = []
     for _ in range(3):
@@ -205,5 +206,6 @@ def test_a_link_with_progress_resets_the_no_progress_count(end: JobEnd) -> None:
 
 def test_no_progress_stop_off_when_unset() -> None:
     """max_links_without_progress=None never stops a chain for lack of progress."""
-    verdict = decide(NO_PROGRESS, Budgets(links_without_progress=1000), Limits(max_links_without_progress=None))
+    unset = Limits(max_links_without_progress=None)
+    verdict = decide(NO_PROGRESS, Budgets(links_without_progress=1000), unset)
     assert verdict.decision is Decision.CONTINUE
