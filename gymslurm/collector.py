@@ -2,7 +2,7 @@
 
 This module ties the pieces together and owns no format of its own (docs/architecture.md):
 settings.py (typed configuration), tasks.py (materialization), identity.py (what a run measured),
-store/ (every file of the run), selection.py/coverage.py (pure decisions), dispatch.py (HTTP).
+store/ (every file of the run), selection.py/coverage.py (pure decisions), dispatch/ (HTTP).
 
 Order matters and is the point of this module (spec 000):
 

@@ -777,7 +777,7 @@ def test_http11_transport_speaks_httpx() -> None:
 
 def test_flat_metrics_keeps_scalars_of_both_sections() -> None:
     """/aggregate_metrics replies flatten to the scalar entries of agent_metrics and key_metrics."""
-    from gymslurm.dispatch import flat_metrics
+    from gymslurm.dispatch.calls import flat_metrics
 
     body = {"agent_metrics": {"a": 1, "nested": {"x": 1}}, "key_metrics": {"b": "s"}, "other": {"c": 2}}
     assert flat_metrics(body) == {"a": 1, "b": "s"}

@@ -1,0 +1,167 @@
+"""The synchronous calls off the hot path: ``POST /verify``, the config endpoint, metrics, health probes.
+
+They use a plain blocking ``httpx.Client`` (no proxy from the environment): each is made once per
+invocation or one at a time, so the fast transport of the client would buy nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from gymslurm.dispatch.classify import (
+    GATEWAY_STATUS_KINDS,
+    VERIFY_PATH,
+    Outcome,
+    classify_exception,
+    classify_reply,
+)
+from gymslurm.dispatch.client import REQUEST_HEADERS
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError, MetricsUnavailableError
+from gymslurm.records import EpisodeId
+
+
+def verify_client(timeout_s: float | None = 60.0) -> httpx.Client:
+    """A blocking client for :func:`verify_answer` (no proxies from the environment, like ``/run``)."""
+    return httpx.Client(timeout=timeout_s, trust_env=False)
+
+
+def verify_answer(
+    client: httpx.Client,
+    url: str,
+    episode: EpisodeId,
+    task: Mapping[str, Any],
+    response: object,
+    *,
+    run_id: str,
+) -> Outcome:
+    """POST a saved answer to ``<url>/verify`` and classify the answer exactly like ``/run``'s.
+
+    The body is ``{"episode_id", "task", "response"}`` (docs/aggregation.md, "Re-grading protocol").
+    Protocol violations are recorded as terminal failures, never raised: a re-grade is saved either
+    way. Blocking httpx, one call at a time: judge-only recovery re-grades the few answers a judge
+    outage left behind, so the fast transport of :class:`EnvironmentClient` would buy nothing here.
+    """
+    payload = {
+        "episode_id": {"rollout_id": episode.rollout_id, "attempt": episode.attempt},
+        "task": dict(task),
+        "response": response,
+    }
+    endpoint = url.rstrip("/") + VERIFY_PATH
+    try:
+        reply = client.post(endpoint, content=orjson.dumps(payload), headers=REQUEST_HEADERS)
+    except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
+        return classify_exception(exc, episode=episode, run_id=run_id, url=url, path=VERIFY_PATH)
+    return classify_reply(
+        reply.status_code, reply.content, episode=episode, task_id=task["task_id"], run_id=run_id,
+        route_failures=True, url=url, path=VERIFY_PATH,
+    )  # fmt: skip
+
+
+# One-off calls: the server's configuration and its reward metrics (synchronous, off the hot path)
+
+CONFIG_ENDPOINT = "/global_config_dict_yaml"
+METRICS_ENDPOINT = "/aggregate_metrics"
+METRIC_SECTIONS = ("agent_metrics", "key_metrics")
+_CONFIG_ADVICE = (
+    "Start the Environment Server first, point +head_server_url= at the NeMo Gym head server, "
+    "or give the configuration explicitly with +environment_config={...}"
+)
+
+
+def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The resolved configuration a running (NeMo Gym) head server reports at its config endpoint.
+
+    Raises :class:`EnvironmentUnreachableError` (exit 1, retryable) when no connection can be made or
+    the answer is a gateway or "not now" status (429/502/503/504, :data:`GATEWAY_STATUS_KINDS`), and
+    :class:`ConfigError` (exit 2) when the server itself answers without a usable configuration.
+    """
+    where = url.rstrip("/") + CONFIG_ENDPOINT
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
+            reply = http.get(where)  # trust_env off: servers are cluster-internal, no proxy
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as error:
+        raise ConfigError(
+            f"cannot read the configuration from {where!r}: {error}. {_CONFIG_ADVICE}"
+        ) from None
+    except httpx.TransportError as error:
+        raise EnvironmentUnreachableError(
+            f"cannot read the Environment Server's configuration from {where}: {error}. {_CONFIG_ADVICE}"
+        ) from None
+    if reply.status_code in GATEWAY_STATUS_KINDS:
+        raise EnvironmentUnreachableError(
+            f"cannot read the Environment Server's configuration from {where}: it answered HTTP "
+            f"{reply.status_code} (a gateway or an overloaded server; not now). Retry later. {_CONFIG_ADVICE}"
+        )
+    if not reply.is_success:
+        raise ConfigError(
+            f"the Environment Server's configuration is required for the run's identity, but {where} "
+            f"answered HTTP {reply.status_code}. {_CONFIG_ADVICE}"
+        )
+    return parse_environment_config(reply.text, where)
+
+
+def probe_health(url: str, path: str, timeout_s: float) -> bool:
+    """Whether ``GET <url><path>`` answers 2xx (redirects followed); false on any transport failure.
+
+    Used while waiting for a server a job started to come up (``launcher/servers.py``): a refused
+    connection or a 5xx just means "not yet", so this never raises for them.
+    """
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
+            return http.get(url.rstrip("/") + path).is_success
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
+
+
+def parse_environment_config(text: str, where: str) -> dict[str, Any]:
+    """The mapping in a config endpoint's answer: YAML, or YAML inside a JSON string (NeMo Gym)."""
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(text)
+        if isinstance(parsed, str):  # NeMo Gym answers with the YAML text as a JSON string
+            parsed = yaml.safe_load(parsed)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where} did not return YAML ({error}). {_CONFIG_ADVICE}") from None
+    if not isinstance(parsed, dict) or not parsed:
+        raise ConfigError(f"{where} returned an empty or non-mapping configuration. {_CONFIG_ADVICE}")
+    return parsed
+
+
+def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """``POST <url>/aggregate_metrics`` with the projection; its flat ``agent_metrics`` and ``key_metrics``.
+
+    Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body): the caller
+    falls back to its own metrics.
+    """
+    where = url.rstrip("/") + METRICS_ENDPOINT
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            reply = http.post(
+                where, content=orjson.dumps({"verify_responses": rows}), headers=REQUEST_HEADERS
+            )
+        reply.raise_for_status()
+        body = orjson.loads(reply.content)
+    except (httpx.HTTPError, httpx.InvalidURL, orjson.JSONDecodeError) as error:
+        raise MetricsUnavailableError(
+            f"the Environment Server at {url} did not answer {METRICS_ENDPOINT} ({error})"
+        ) from error
+    if not isinstance(body, dict):
+        raise MetricsUnavailableError(
+            f"the Environment Server at {url} answered {METRICS_ENDPOINT} with a non-object"
+        )
+    return flat_metrics(body)
+
+
+def flat_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar entries of the reply's metric sections, merged (later sections win)."""
+    out: dict[str, Any] = {}
+    for section in METRIC_SECTIONS:
+        value = body.get(section)
+        if isinstance(value, dict):
+            out.update({str(k): v for k, v in value.items() if isinstance(v, int | float | str | bool)})
+    return out

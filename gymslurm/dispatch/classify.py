@@ -1,0 +1,365 @@
+"""What an Environment Server's answer means: outcome types and the pure classification of replies.
+
+:func:`classify_reply` and :func:`classify_exception` turn every HTTP answer or transport exception
+into exactly one outcome: :class:`Completed`, :class:`Failed` or :class:`Omitted` (docs/outcomes.md
+has the table; spec 000 "Environment Server boundary", README readings 4 and 5). No I/O here.
+
+Delivery evidence (reading 4): a connection that could not be made (refused, DNS, connect timeout) is
+``not_sent``; once bytes may have reached the server (read/write timeouts, resets, a peer that closed
+mid-answer, gateway answers 429/502/503/504) it is ``possibly_delivered``; any other HTTP answer is
+``delivered``. There are **no automatic transport retries**: a timeout may have run the episode, and
+delivery evidence never authorizes a replay (the collector decides, with a new reserved execution).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, get_args
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from gymslurm.errors import ProtocolError
+from gymslurm.records import (
+    FAILURE_KINDS,
+    MAX_FAILURE_REASON,
+    Delivery,
+    EpisodeFailure,
+    EpisodeId,
+    RolloutFailureRecord,
+    Source,
+    Stage,
+)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A completed episode: the environment's result as sent (masked, unscored or measured alike)."""
+
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A failed episode attempt: the canonical record plus what stays outside it in the sidecar row.
+
+    ``legacy_class`` is a legacy producer's own routing class when it differs from the canonical kind
+    (``_ng_failure_legacy_class``); ``response`` a partial response kept for inspection only
+    (``_ng_failure_response``); ``diagnostics`` other producer fields (``_ng_failure_diagnostics``).
+    """
+
+    record: RolloutFailureRecord
+    legacy_class: str | None = None
+    response: object | None = None
+    diagnostics: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Omitted:
+    """An intentional omission: the environment suppressed the result and reported no failure."""
+
+
+Outcome = Completed | Failed | Omitted
+
+RUN_PATH, VERIFY_PATH = "/run", "/verify"
+PROTOCOL_VIOLATION = "environment_protocol_violation"
+LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})
+NO_PERSIST = "_ng_no_persist"
+LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE = (
+    "_ng_failure_class",
+    "_ng_failure_terminal",
+    "_ng_failure_message",
+)
+LEGACY_CLASS_KINDS = {"timeout_exceeded": "agent_timeout"}  # 001: agent_timeout is the shared name
+STAGES = frozenset(get_args(Stage))
+FAILURE_FIELDS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
+REPLY_FIELDS = frozenset({"episode_id", "task_id", "result", "failure", NO_PERSIST, "response"})
+DIAGNOSTIC_BODY_CHARS = 4000
+
+# Gateway and throttling answers: the Environment Server may or may not have seen the request.
+# 429 and 503 say "not now" (the serving side is overloaded or throttling) → provider_unavailable;
+# 502 says the upstream answered the gateway badly or hung up → transport_peer_drop; 504 that the
+# gateway gave up waiting → transport_timeout, the same evidence as our own read timeout.
+GATEWAY_STATUS_KINDS = {429: "provider_unavailable", 502: "transport_peer_drop",
+                        503: "provider_unavailable", 504: "transport_timeout"}  # fmt: skip
+# Answered by the server but saying nothing about the episode: resending the same request cannot help.
+UNSERVABLE_5XX = frozenset({501, 505})
+
+
+class _BadReplyError(Exception):
+    """A 2xx reply that breaks the protocol; the message says what is wrong."""
+
+
+class _StaleReplyError(Exception):
+    """A reply for another attempt of the same rollout and task."""
+
+    def __init__(self, attempt: object) -> None:
+        super().__init__(attempt)
+        self.attempt = attempt
+
+
+# ---------------------------------------------------------------------------------------------------
+# Classification (pure)
+
+
+def classify_reply(
+    status_code: int,
+    body: bytes,
+    *,
+    episode: EpisodeId,
+    task_id: Mapping[str, Any],
+    run_id: str,
+    route_failures: bool,
+    url: str | None = None,
+    path: str = RUN_PATH,
+) -> Outcome:
+    """The one outcome an HTTP answer to ``POST /run`` for ``episode`` stands for.
+
+    ``path`` names the endpoint in messages (``/verify`` answers are read by the same rules).
+    Raises :class:`ProtocolError` for a protocol violation when ``route_failures`` is off.
+    """
+    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path)
+    if 200 <= status_code < 300:
+        try:
+            return _classify_episode_reply(call)
+        except _StaleReplyError as stale:
+            # Retryable whatever the routing (reading 5). Kind transport_peer_drop: this attempt's own
+            # answer was lost between server and collector (a retry somewhere on the path replayed an
+            # older exchange), which is what a peer drop records; it is never the environment's verdict.
+            reason = (
+                f"stale reply: the Environment Server answered attempt {stale.attempt!r} of rollout "
+                f"{episode.rollout_id!r} to the request for attempt {episode.attempt}; this attempt's "
+                "own answer was lost in transit"
+            )
+            return call.collector_failure(reason, "transport_peer_drop", "delivered")
+        except _BadReplyError as bad:
+            return call.violation(str(bad))
+    if status_code in GATEWAY_STATUS_KINDS:
+        reason = f"HTTP {status_code} from a gateway or the server: the request may not have reached it"
+        return call.collector_failure(reason, GATEWAY_STATUS_KINDS[status_code], "possibly_delivered")
+    if status_code == 408:
+        return call.collector_failure("HTTP 408: the server timed out reading the request",
+                                      "transport_timeout", "delivered")  # fmt: skip
+    if 500 <= status_code < 600 and status_code not in UNSERVABLE_5XX:
+        return _server_error(call)
+    return call.violation(
+        f"HTTP {status_code} answer to POST {path}: the server refuses the request as sent (check the "
+        "Environment Server URL, and that the server speaks this protocol)"
+    )
+
+
+def classify_exception(
+    exc: BaseException, *, episode: EpisodeId, run_id: str, url: str | None = None, path: str = RUN_PATH
+) -> Failed:
+    """The failure a transport exception stands for; anything that is not one is re-raised.
+
+    Programming errors and ``asyncio.CancelledError`` are never turned into failures. ``url`` (the
+    server's base URL) names the request in the reason when the exception does not carry it.
+    """
+    kind, delivery = _exception_evidence(exc)
+    where = f"POST {url.rstrip('/')}{path}" if url else _request_url(exc)
+    reason = _truncate(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}")
+    failure = EpisodeFailure(failure_reason=reason, terminal=False, failure_kind=kind)
+    record = RolloutFailureRecord(
+        episode_id=episode, run_id=run_id, source="collector", delivery=delivery, failure=failure
+    )
+    return Failed(record, diagnostics={"exception": type(exc).__name__})
+
+
+class _Call(NamedTuple):
+    """One classification's inputs: what was sent and what came back (a tuple: cheap to build per reply)."""
+
+    episode: EpisodeId
+    task_id: dict[str, Any]
+    run_id: str
+    route_failures: bool
+    url: str | None
+    status_code: int
+    body: bytes
+    path: str = "/run"
+
+    def record(
+        self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None
+    ) -> RolloutFailureRecord:
+        failure = EpisodeFailure(failure_reason=_truncate(reason), terminal=terminal, failure_kind=kind)
+        return RolloutFailureRecord(
+            episode_id=self.episode, run_id=self.run_id, source=source, delivery=delivery, failure=failure
+        )
+
+    def http_diagnostics(self) -> dict[str, Any]:
+        return {"http_status": self.status_code, "body": _excerpt(self.body, DIAGNOSTIC_BODY_CHARS)}
+
+    def collector_failure(self, reason: str, kind: str, delivery: Delivery) -> Failed:
+        record = self.record(reason, source="collector", delivery=delivery, terminal=False, kind=kind)
+        return Failed(record, diagnostics=self.http_diagnostics())
+
+    def violation(self, problem: str) -> Failed:
+        """A terminal protocol-violation failure, or ProtocolError when routing is off."""
+        if not self.route_failures:
+            where = f" from {self.url}" if self.url else ""
+            raise ProtocolError(
+                f"The Environment Server reply{where} for rollout {self.episode.rollout_id!r} attempt "
+                f"{self.episode.attempt} (task {self.task_id!r}) breaks the protocol: {problem}. Fix the "
+                "producer (../shared/spec/PROTOCOL.md), or set +route_failures_to_sidecar=true to record "
+                "such replies as terminal environment_protocol_violation failures and let the other "
+                "tasks continue."
+            )
+        record = self.record(f"protocol violation: {problem}", source="collector", delivery="delivered",
+                             terminal=True, kind=PROTOCOL_VIOLATION)  # fmt: skip
+        return Failed(record, diagnostics=self.http_diagnostics())
+
+
+def _exception_evidence(exc: BaseException) -> tuple[str, Delivery]:
+    """(failure_kind, delivery) for a transport exception; re-raises what is not one."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | ConnectionRefusedError):
+        return "transport_unreachable", "not_sent"
+    if isinstance(exc, httpx.PoolTimeout):
+        return "transport_local_resource", "not_sent"
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return "transport_timeout", "possibly_delivered"
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
+        raise exc  # the URL or the request we built is wrong: a configuration or programming error
+    if isinstance(exc, httpx.TransportError | httpx.DecodingError | OSError):
+        return "transport_peer_drop", "possibly_delivered"
+    raise exc
+
+
+def _request_url(exc: BaseException) -> str:
+    try:
+        return f"POST {exc.request.url}" if isinstance(exc, httpx.RequestError) else ""
+    except RuntimeError:  # httpx raises when the exception carries no request
+        return ""
+
+
+def _classify_episode_reply(call: _Call) -> Outcome:
+    reply = _parse_object(call.body)
+    _check_identity(reply, call.episode, call.task_id)
+    result, failure = reply.get("result"), reply.get("failure")
+    if (result is None) == (failure is None):
+        raise _BadReplyError("the reply must carry exactly one of 'result' and 'failure'")
+    if failure is not None:
+        return _native_failure(call, reply, failure)
+    if not isinstance(result, dict):
+        raise _BadReplyError(f"'result' must be a JSON object, got {type(result).__name__}")
+    if LEGACY_CLASS in result:
+        return _legacy_failure(call, result)
+    if result.get(NO_PERSIST) is True or reply.get(NO_PERSIST) is True:
+        return Omitted()  # a suppression without a reported failure
+    return Completed(_checked_result(result))
+
+
+def _parse_object(body: bytes) -> dict[str, Any]:
+    try:
+        reply = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _BadReplyError(f"the body is not JSON ({exc}): {_excerpt(body, 200)!r}") from None
+    if not isinstance(reply, dict):
+        raise _BadReplyError(f"the body must be a JSON object, got {type(reply).__name__}")
+    return reply
+
+
+def _check_identity(reply: dict[str, Any], episode: EpisodeId, task_id: dict[str, Any]) -> None:
+    """Raise unless the reply names the rollout and task that were sent; stale for another attempt."""
+    got_episode, got_task = reply.get("episode_id"), reply.get("task_id")
+    if not isinstance(got_episode, dict) or set(got_episode) - {"rollout_id", "attempt"}:
+        raise _BadReplyError(f"'episode_id' must be {{rollout_id, attempt}}, got {got_episode!r}")
+    if got_episode.get("rollout_id") != episode.rollout_id:
+        raise _BadReplyError(f"reply for another rollout: {got_episode.get('rollout_id')!r}")
+    if got_task != task_id:
+        raise _BadReplyError(f"reply for another task: task_id {got_task!r}, sent {task_id!r}")
+    attempt = got_episode.get("attempt", 0)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+        raise _BadReplyError(f"'episode_id.attempt' must be an integer >= 0, got {attempt!r}")
+    if attempt != episode.attempt:
+        raise _StaleReplyError(attempt)
+
+
+def _native_failure(call: _Call, reply: dict[str, Any], failure: object) -> Failed:
+    """The environment's own failure: kind (even absent), terminal and stage kept; extras aside."""
+    if not isinstance(failure, dict):
+        raise _BadReplyError(f"'failure' must be a JSON object, got {type(failure).__name__}")
+    extra = {key: value for key, value in failure.items() if key not in FAILURE_FIELDS}
+    response = extra.pop("response", reply.get("response"))
+    extra.pop(NO_PERSIST, None)  # a reported failure is saved even when suppression was asked (spec 000)
+    stage = failure.get("stage")
+    if isinstance(stage, str) and stage not in STAGES:
+        extra["stage"] = stage  # "Unknown stages remain unset" (spec 000); the raw value is kept
+        stage = None
+    fields = {key: value for key, value in failure.items() if key in FAILURE_FIELDS} | {"stage": stage}
+    try:
+        canonical = EpisodeFailure.model_validate(fields, strict=True)
+    except ValidationError as exc:
+        raise _BadReplyError(f"'failure' breaks the EpisodeFailure schema: {_first_error(exc)}") from None
+    envelope = {key: value for key, value in reply.items() if key not in REPLY_FIELDS}
+    record = RolloutFailureRecord(
+        episode_id=call.episode, run_id=call.run_id, source="environment", delivery="delivered",
+        failure=canonical,
+    )  # fmt: skip
+    return Failed(record, response=response, diagnostics=(envelope | extra) or None)
+
+
+def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
+    """A legacy result tagged ``_ng_failure_class``: converted explicitly, placeholders dropped."""
+    legacy_class, terminal = result[LEGACY_CLASS], result.get(LEGACY_TERMINAL, False)
+    message = result.get(LEGACY_MESSAGE)
+    if not isinstance(legacy_class, str) or not legacy_class:
+        raise _BadReplyError(f"'{LEGACY_CLASS}' must be a non-empty string, got {legacy_class!r}")
+    if not isinstance(terminal, bool):
+        raise _BadReplyError(f"'{LEGACY_TERMINAL}' must be a boolean, got {terminal!r}")
+    if message is not None and not isinstance(message, str):
+        raise _BadReplyError(f"'{LEGACY_MESSAGE}' must be a string, got {message!r}")
+    kind: str | None = LEGACY_CLASS_KINDS.get(legacy_class, legacy_class)
+    kind = kind if kind in FAILURE_KINDS or ":" in legacy_class else None
+    reason = message or f"legacy producer reported failure class {legacy_class!r} without a message"
+    dropped = {LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward", "response"}
+    diagnostics = {key: value for key, value in result.items() if key not in dropped}
+    if len(reason) > MAX_FAILURE_REASON:
+        diagnostics[LEGACY_MESSAGE] = reason  # the canonical reason is cut; the whole text stays here
+    record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind)
+    return Failed(
+        record,
+        legacy_class=legacy_class if legacy_class != record.routing_class else None,
+        response=result.get("response"),
+        diagnostics=diagnostics or None,
+    )
+
+
+def _checked_result(result: dict[str, Any]) -> dict[str, Any]:
+    if result.get(NO_PERSIST) is False:
+        result = {key: value for key, value in result.items() if key != NO_PERSIST}
+    reserved = sorted(key for key in result if key.startswith("_ng_") and key not in LEGACY_JUDGE_MARKERS)
+    if reserved:
+        raise _BadReplyError(
+            f"the result carries reserved keys {reserved}: only the collector writes _ng_* fields "
+            f"(besides the legacy judge markers {sorted(LEGACY_JUDGE_MARKERS)})"
+        )
+    return result
+
+
+def _server_error(call: _Call) -> Failed:
+    """A 5xx answer: the environment's own well-formed failure if it sent one, else a bare failure."""
+    with contextlib.suppress(_BadReplyError, _StaleReplyError):
+        outcome = _classify_episode_reply(call)
+        if isinstance(outcome, Failed):
+            return outcome
+    reason = f"HTTP {call.status_code} from the Environment Server: {_excerpt(call.body, 500)}"
+    record = call.record(reason, source="environment", delivery="delivered", terminal=False, kind=None)
+    return Failed(record, diagnostics=call.http_diagnostics())
+
+
+def _excerpt(body: bytes, limit: int) -> str:
+    text = body[: limit * 4].decode("utf-8", errors="replace")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _truncate(reason: str) -> str:
+    return reason if len(reason) <= MAX_FAILURE_REASON else reason[: MAX_FAILURE_REASON - 1] + "…"
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "failure"
+    return f"{where}: {error['msg']} (got {error.get('input')!r:.100})"
