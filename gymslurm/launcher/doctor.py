@@ -64,28 +64,39 @@ def _requeue_rules(config: Mapping[str, str]) -> list[Finding]:
     loop = exit_codes(config.get("RequeueExit", ""))
     bad = sorted(loop & set(CHAIN_EXIT_CODES))
     if bad:
-        found.append(Finding(
-            "error", "RequeueExit", config["RequeueExit"],
-            f"a link whose job exits {bad} (75: max_walltime stop, 76: terminal failures) is requeued and "
-            "rerun by Slurm: an empty rerun after the chain stopped, and Slurm shows COMPLETED while "
-            "gymslurm shows EXHAUSTED or FAILED",
-            "remove 75 and 76 from RequeueExit in slurm.conf, then 'scontrol reconfigure'",
-        ))  # fmt: skip
+        found.append(
+            Finding(
+                "error",
+                "RequeueExit",
+                config["RequeueExit"],
+                f"a link whose job exits {bad} (75: max_walltime stop, 76: terminal failures) is "
+                "requeued and rerun by Slurm: an empty rerun after the chain stopped, and Slurm shows "
+                "COMPLETED while gymslurm shows EXHAUSTED or FAILED",
+                "remove 75 and 76 from RequeueExit in slurm.conf, then 'scontrol reconfigure'",
+            )
+        )
     hold = exit_codes(config.get("RequeueExitHold", ""))
     held = sorted(hold & set(CHAIN_EXIT_CODES))
     if held:
-        found.append(Finding(
-            "error", "RequeueExitHold", config["RequeueExitHold"],
-            f"a link whose job exits {held} is requeued held (SPECIAL_EXIT, JobHeldUser) for ever: the "
-            "aggregation waiting on it pends for ever and 'submit --wait' never returns",
-            "remove 75 and 76 from RequeueExitHold in slurm.conf, then 'scontrol reconfigure'",
-        ))  # fmt: skip
+        found.append(
+            Finding(
+                "error",
+                "RequeueExitHold",
+                config["RequeueExitHold"],
+                f"a link whose job exits {held} is requeued held (SPECIAL_EXIT, JobHeldUser) for ever: the "
+                "aggregation waiting on it pends for ever and 'submit --wait' never returns",
+                "remove 75 and 76 from RequeueExitHold in slurm.conf, then 'scontrol reconfigure'",
+            )
+        )
     if not bad and not held:
-        found.append(Finding(
-            "ok", "RequeueExit/RequeueExitHold",
-            f"{config.get('RequeueExit', '(null)')} / {config.get('RequeueExitHold', '(null)')}",
-            "neither contains 75 or 76: a stopped link is not rerun or held by Slurm",
-        ))  # fmt: skip
+        found.append(
+            Finding(
+                "ok",
+                "RequeueExit/RequeueExitHold",
+                f"{config.get('RequeueExit', '(null)')} / {config.get('RequeueExitHold', '(null)')}",
+                "neither contains 75 or 76: a stopped link is not rerun or held by Slurm",
+            )
+        )
     return found
 
 
@@ -98,18 +109,36 @@ def _preempt_rules(config: Mapping[str, str], partitions: Mapping[str, Mapping[s
         mode = fields.get("PreemptMode", config.get("PreemptMode", "OFF")).upper()
         setting, value = f"PreemptMode[{name}]", f"{mode} (GraceTime={fields.get('GraceTime', '0')})"
         if mode.startswith("REQUEUE"):
-            found.append(Finding("ok", setting, value,
-                "supported: a preempted link gets SIGTERM, writes CONTINUE, and Slurm reruns it under the "
-                "same id; its queued successor stays pending"))  # fmt: skip
+            found.append(
+                Finding(
+                    "ok",
+                    setting,
+                    value,
+                    "supported: a preempted link gets SIGTERM, writes CONTINUE, and Slurm reruns it "
+                    "under the same id; its queued successor stays pending",
+                )
+            )
         elif mode.startswith("CANCEL"):
-            found.append(Finding("ok", setting, value,
-                "supported: a preempted link gets SIGTERM, writes CONTINUE and ends CANCELLED; its "
-                "queued successor carries on"))  # fmt: skip
+            found.append(
+                Finding(
+                    "ok",
+                    setting,
+                    value,
+                    "supported: a preempted link gets SIGTERM, writes CONTINUE and ends CANCELLED; its "
+                    "queued successor carries on",
+                )
+            )
         elif mode.startswith(("SUSPEND", "GANG")):
-            found.append(Finding("warning", setting, value,
-                "a preempted link is suspended: Slurm keeps counting its time limit while the "
-                "collector is frozen, and the chain sees nothing",
-                "use PreemptMode=REQUEUE or CANCEL for partitions that run chains"))  # fmt: skip
+            found.append(
+                Finding(
+                    "warning",
+                    setting,
+                    value,
+                    "a preempted link is suspended: Slurm keeps counting its time limit while the "
+                    "collector is frozen, and the chain sees nothing",
+                    "use PreemptMode=REQUEUE or CANCEL for partitions that run chains",
+                )
+            )
         else:
             found.append(Finding("info", setting, value, "jobs of this partition are not preempted"))
     return found
@@ -120,20 +149,36 @@ def _accounting_rules(config: Mapping[str, str]) -> list[Finding]:
     age = _seconds(config.get("MinJobAge", "300"))
     found = []
     if accounting.endswith("/none"):
-        found.append(Finding("info", "AccountingStorageType", accounting,
-            "no accounting: status and budgets come from the ledgers alone; a job's final state and "
-            f"exit code are visible to squeue/scontrol only for MinJobAge ({age} s) after it ends",
-        ))  # fmt: skip
+        found.append(
+            Finding(
+                "info",
+                "AccountingStorageType",
+                accounting,
+                "no accounting: status and budgets come from the ledgers alone; a job's final state and "
+                f"exit code are visible to squeue/scontrol only for MinJobAge ({age} s) after it ends",
+            )
+        )
         if age is not None and age < SHORT_MIN_JOB_AGE_S:
-            found.append(Finding("warning", "MinJobAge", str(age),
-                "without accounting, a link that crashed may be forgotten by Slurm before its successor "
-                "accounts for it: the crash is then judged from its start record alone (an unknown end "
-                "within a minute with nothing saved is a crash) and status shows 'gone from squeue'",
-                f"MinJobAge >= {SHORT_MIN_JOB_AGE_S} (default 300), or enable accounting (slurmdbd)",
-            ))  # fmt: skip
+            found.append(
+                Finding(
+                    "warning",
+                    "MinJobAge",
+                    str(age),
+                    "without accounting, a link that crashed may be forgotten by Slurm before its successor "
+                    "accounts for it: the crash is then judged from its start record alone (an unknown end "
+                    "within a minute with nothing saved is a crash) and status shows 'gone from squeue'",
+                    f"MinJobAge >= {SHORT_MIN_JOB_AGE_S} (default 300), or enable accounting (slurmdbd)",
+                )
+            )
     else:
-        found.append(Finding("ok", "AccountingStorageType", accounting,
-            "sacct gives every link's final state, exit code and elapsed time for ever"))  # fmt: skip
+        found.append(
+            Finding(
+                "ok",
+                "AccountingStorageType",
+                accounting,
+                "sacct gives every link's final state, exit code and elapsed time for ever",
+            )
+        )
     return found
 
 
@@ -141,30 +186,60 @@ def _process_rules(config: Mapping[str, str], signal_lead_s: int) -> list[Findin
     found = []
     proctrack = config.get("ProctrackType", "")
     if proctrack.endswith("linuxproc") or proctrack.endswith("pgid"):
-        found.append(Finding("warning", "ProctrackType", proctrack,
-            "Slurm kills only processes it can trace to the job: a process that escapes a link (an "
-            "Environment Server whose chain step was SIGKILLed) keeps running after the job",
-            "proctrack/cgroup kills everything a job started"))  # fmt: skip
+        found.append(
+            Finding(
+                "warning",
+                "ProctrackType",
+                proctrack,
+                "Slurm kills only processes it can trace to the job: a process that escapes a link (an "
+                "Environment Server whose chain step was SIGKILLed) keeps running after the job",
+                "proctrack/cgroup kills everything a job started",
+            )
+        )
     else:
         found.append(Finding("ok", "ProctrackType", proctrack, "every process of a job ends with it"))
     kill_wait = _seconds(config.get("KillWait", "30"))
     if kill_wait is not None and kill_wait < MIN_KILL_WAIT_S:
-        found.append(Finding("warning", "KillWait", f"{kill_wait} s",
-            "after SIGTERM (scancel, requeue, preemption, the time limit) Slurm sends SIGKILL this soon: "
-            "a link may be killed before its collector saved coverage and the link wrote its decision",
-            f"KillWait >= {MIN_KILL_WAIT_S} s"))  # fmt: skip
+        found.append(
+            Finding(
+                "warning",
+                "KillWait",
+                f"{kill_wait} s",
+                "after SIGTERM (scancel, requeue, preemption, the time limit) Slurm sends SIGKILL this soon: "
+                "a link may be killed before its collector saved coverage and the link wrote its decision",
+                f"KillWait >= {MIN_KILL_WAIT_S} s",
+            )
+        )
     else:
-        found.append(Finding("ok", "KillWait", f"{kill_wait} s",
-            "a link has this long after SIGTERM to stop its collector and write its decision"))  # fmt: skip
+        found.append(
+            Finding(
+                "ok",
+                "KillWait",
+                f"{kill_wait} s",
+                "a link has this long after SIGTERM to stop its collector and write its decision",
+            )
+        )
     if signal_lead_s < MIN_SIGNAL_LEAD_S:
-        found.append(Finding("warning", "signal_lead_s", f"{signal_lead_s} s",
-            "slurmctld checks time limits about every 30 s, so the USR1 warning can come up to 30 s late "
-            "relative to the limit's kill: the collector may get too little time to stop",
-            f"slurm.signal_lead_s >= {MIN_SIGNAL_LEAD_S}"))  # fmt: skip
+        found.append(
+            Finding(
+                "warning",
+                "signal_lead_s",
+                f"{signal_lead_s} s",
+                "slurmctld checks time limits about every 30 s, so the USR1 warning can come up to 30 s late "
+                "relative to the limit's kill: the collector may get too little time to stop",
+                f"slurm.signal_lead_s >= {MIN_SIGNAL_LEAD_S}",
+            )
+        )
     requeue = config.get("JobRequeue", "1")
-    found.append(Finding("ok" if requeue == "1" else "info", "JobRequeue", requeue,
-        "links are submitted with --requeue, so a preempted or requeued link reruns under the same id "
-        "whatever the default"))  # fmt: skip
+    found.append(
+        Finding(
+            "ok" if requeue == "1" else "info",
+            "JobRequeue",
+            requeue,
+            "links are submitted with --requeue, so a preempted or requeued link reruns under the same id "
+            "whatever the default",
+        )
+    )
     return found
 
 
@@ -174,15 +249,27 @@ def _size_rules(config: Mapping[str, str], shards: int | None) -> list[Finding]:
     if shards is not None and max_jobs is not None:
         need = 2 * shards + 1  # each chain keeps a link and its successor queued, plus the aggregation
         level: Level = "error" if need > max_jobs else "ok"
-        found.append(Finding(level, "MaxJobCount", str(max_jobs),
-            f"{shards} shards keep up to {need} jobs queued (a link and its successor each, plus the "
-            "aggregation); other users' jobs count too",
-            "" if level == "ok" else "fewer shards, or a larger MaxJobCount"))  # fmt: skip
+        found.append(
+            Finding(
+                level,
+                "MaxJobCount",
+                str(max_jobs),
+                f"{shards} shards keep up to {need} jobs queued (a link and its successor each, plus the "
+                "aggregation); other users' jobs count too",
+                "" if level == "ok" else "fewer shards, or a larger MaxJobCount",
+            )
+        )
     array = config.get("MaxArraySize", "1001")
     found.append(Finding("info", "MaxArraySize", array, "gymslurm submits no job arrays: not a limit"))
-    found.append(Finding("info", "MaxSubmitJobs", "per association/QOS",
-        "a per-user limit set in the accounting database (sacctmgr show assoc); if it is below "
-        "2 x shards + 1, queuing a successor fails and that chain stalls"))  # fmt: skip
+    found.append(
+        Finding(
+            "info",
+            "MaxSubmitJobs",
+            "per association/QOS",
+            "a per-user limit set in the accounting database (sacctmgr show assoc); if it is below "
+            "2 x shards + 1, queuing a successor fails and that chain stalls",
+        )
+    )
     return found
 
 
@@ -191,8 +278,15 @@ def _partition_rules(partitions: Mapping[str, Mapping[str, str]], partition: str
         return []
     if partition not in partitions:
         known = ", ".join(sorted(partitions)) or "none"
-        return [Finding("error", "partition", partition, f"no such partition (known: {known})",
-                        "set slurm.partition to one of them")]  # fmt: skip
+        return [
+            Finding(
+                "error",
+                "partition",
+                partition,
+                f"no such partition (known: {known})",
+                "set slurm.partition to one of them",
+            )
+        ]
     state = partitions[partition].get("State", "UP")
     level: Level = "ok" if state == "UP" else "warning"
     return [Finding(level, f"State[{partition}]", state, "jobs of this partition start when State=UP")]
@@ -233,7 +327,8 @@ def refusal(findings: list[Finding]) -> str | None:
     lines = [f"{f.setting} = {f.value}: {f.meaning}; fix: {f.fix}" for f in errors]
     return (
         "this cluster's settings would make job chains hang or loop, so nothing was submitted:\n  "
-        + "\n  ".join(lines) + "\n'gymslurm doctor' shows every setting chains rely on"
+        + "\n  ".join(lines)
+        + "\n'gymslurm doctor' shows every setting chains rely on"
     )
 
 
@@ -246,9 +341,12 @@ def site_refusal(settings: BenchmarkSettings, client: SlurmClient | None = None)
         return None
     slurm = settings.slurm
     findings = check(
-        config, partitions, partition=slurm.partition, shards=settings.shards,
+        config,
+        partitions,
+        partition=slurm.partition,
+        shards=settings.shards,
         signal_lead_s=slurm.signal_lead_s,
-    )  # fmt: skip
+    )
     return refusal(findings)
 
 
@@ -282,8 +380,15 @@ def run_doctor(
 
         findings += probe_findings(client, os.path.abspath(probe_root), partition, python)
     if as_json:
-        print(json.dumps({"slurm_version": config.get("SLURM_VERSION", "?"),
-                          "findings": [asdict(f) for f in findings]}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "slurm_version": config.get("SLURM_VERSION", "?"),
+                    "findings": [asdict(f) for f in findings],
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"Slurm {config.get('SLURM_VERSION', '?')}, cluster {config.get('ClusterName', '?')}")
         print(format_findings(findings))

@@ -107,9 +107,7 @@ def test_a_short_signal_lead_is_a_warning() -> None:
     assert _find(check(_config(), _partitions(), signal_lead_s=30), "signal_lead_s").level == "warning"
 
 
-@pytest.mark.parametrize(
-    ("text", "codes"), [("(null)", set()), ("75", {75}), ("1,75-77", {1, 75, 76, 77})]
-)
+@pytest.mark.parametrize(("text", "codes"), [("(null)", set()), ("75", {75}), ("1,75-77", {1, 75, 76, 77})])
 def test_exit_code_lists(text: str, codes: set[int]) -> None:
     """RequeueExit lists and ranges are read as sets of exit codes."""
     assert exit_codes(text) == codes
