@@ -176,6 +176,14 @@ class Heartbeat:
         self.payload = {"job_id": job_id, "restart_count": restart, "start": start}
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
+    def publish(self, **pids: object) -> None:
+        """Add the pids of the link's processes (``collector_pid``, ``server_pids``) and beat now.
+
+        ``gymslurm inject`` reads them to send a fault to the collector or a server of this link.
+        """
+        self.payload.update(pids)
+        self.beat()
+
     def beat(self) -> None:
         """Write one heartbeat now."""
         data = {**self.payload, "at": utc_now(), "epoch": time.time()}
@@ -302,7 +310,7 @@ def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: 
 
 
 def run_collector(
-    argv: list[str], signals: Signals, env: dict[str, str] | None = None
+    argv: list[str], signals: Signals, env: dict[str, str] | None = None, heartbeat: Heartbeat | None = None
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one)."""
     if signals.received:
@@ -311,6 +319,8 @@ def run_collector(
     log("collector: " + " ".join(argv))
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     signals.child = child
+    if heartbeat is not None:
+        heartbeat.publish(collector_pid=child.pid)
     code = child.wait()
     signals.child = None
     if code >= 0:
@@ -394,8 +404,9 @@ def _run_link_locked(
         successor = None
     output.parent.mkdir(parents=True, exist_ok=True)
     before_progress = read_progress(output)
-    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at):
-        code, killer, note = _collect(run, shard, settings, signals, state.resubmit_pending)
+    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
+        resubmit = state.resubmit_pending
+        code, killer, note = _collect(run, shard, settings, signals, resubmit, heartbeat=heartbeat)
     elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(
@@ -413,8 +424,9 @@ def _run_link_locked(
 
 
 def _collect(
-    run: RunDir, shard: int, settings: BenchmarkSettings, signals: Signals, resubmit: bool
-) -> tuple[int | None, int | None, str | None]:
+    run: RunDir, shard: int, settings: BenchmarkSettings, signals: Signals, resubmit: bool, *,
+    heartbeat: Heartbeat,
+) -> tuple[int | None, int | None, str | None]:  # fmt: skip
     started: list[server_mod.RunningServer] = []
     try:
         for wanted in settings.servers:
@@ -426,8 +438,9 @@ def _collect(
         return EXIT_NO_PROGRESS, None, f"server start failed: {error}"
     try:
         urls = {server.settings.name: server.url for server in started}
+        heartbeat.publish(server_pids=[s.process.pid for s in started if s.process is not None])
         argv = collector_argv(settings, run, shard, urls, resubmit)
-        env_code, killer = run_collector(argv, signals, settings.collector.env)
+        env_code, killer = run_collector(argv, signals, settings.collector.env, heartbeat)
     finally:
         for server in started:
             server_mod.stop(server)

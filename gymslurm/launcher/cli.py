@@ -159,6 +159,26 @@ def _doctor(argv: list[str]) -> int:
     return run_doctor(args.partition, args.shards, args.json, args.probe, args.python)
 
 
+def _inject(argv: list[str]) -> int:
+    from gymslurm.launcher.ledger import FAULTS
+
+    parser = argparse.ArgumentParser(
+        prog="gymslurm inject",
+        description="Send one fault to a shard's live link (recorded in its ledger); docs/inject.md.",
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("shard", type=int)
+    parser.add_argument("--kind", required=True, choices=FAULTS)
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.inject import inject
+    from gymslurm.launcher.submit import backend_for, resolve_run_or_job
+
+    run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
+    print(inject(run, args.shard, args.kind, backend_for(run, run.read_info().backend)))
+    return 0
+
+
 def _chain_step(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="gymslurm chain-step", description="(internal) one link, inside a job"
@@ -187,6 +207,7 @@ COMMANDS = {
     "resubmit": _resubmit,
     "cancel": _cancel,
     "doctor": _doctor,
+    "inject": _inject,
     "chain-step": _chain_step,
 }
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -123,6 +123,20 @@ class Cancelled(_Record):
     by: str = "cancel"
 
 
+Fault = Literal["timeout", "preempt", "cancel", "requeue", "crash", "server-crash", "hang"]
+FAULTS: tuple[str, ...] = get_args(Fault)
+
+
+class Injected(_Record):
+    """``gymslurm inject`` sent a fault to the shard's live link (``how``: what it ran)."""
+
+    kind: Literal["injected"] = "injected"
+    job_id: str
+    fault: Fault
+    how: str
+    by: str = "inject"
+
+
 class Resubmitted(_Record):
     """``gymslurm resubmit`` started a new chain with fresh budgets (history above is kept)."""
 
@@ -131,7 +145,7 @@ class Resubmitted(_Record):
 
 
 Record = Annotated[
-    Submitted | Started | DecisionRecord | Cancelled | Resubmitted, Field(discriminator="kind")
+    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | Injected, Field(discriminator="kind")
 ]
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
@@ -197,6 +211,7 @@ class ChainState:
     epochs: int = 1
     epoch_jobs: list[str] = field(default_factory=list)
     resubmit_pending: bool = False
+    injected: list[Injected] = field(default_factory=list)
 
     @property
     def latest_job(self) -> str | None:
@@ -231,6 +246,8 @@ def summarize(records: Iterable[Record]) -> ChainState:
         elif isinstance(record, Cancelled):
             state.cancelled = True
             state.finished = True
+        elif isinstance(record, Injected):
+            state.injected.append(record)
         elif isinstance(record, Resubmitted):
             state.finished = state.cancelled = False
             state.epochs += 1

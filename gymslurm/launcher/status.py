@@ -84,6 +84,7 @@ class ShardStatus:
     retries: str
     walltime: str
     coverage: str
+    injected: list[str]
 
 
 def _coverage(path: Path) -> str:
@@ -123,6 +124,7 @@ def shard_status(
         retries=f"{state.budgets.infra_retries_used}/{limit}",
         walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
         coverage=_coverage(coverage_path(output)),
+        injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
 
 
@@ -194,5 +196,8 @@ def print_table(report: dict[str, Any]) -> None:
     console.print(table)
     for row in report["shards"]:
         console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}", highlight=False)
+        if row["injected"]:
+            faults = ", ".join(row["injected"])
+            console.print(f"shard {row['shard']}: injected faults: {faults}", highlight=False)
     agg = report["aggregation"]
     console.print(f"aggregation: {agg['job'] or '-'} {agg['state']}")

@@ -32,6 +32,9 @@ SCENARIOS = {
     ),
     "hand_rerun": dict(steps=[{"exit": 0, "sleep": 25, "progress": 1}]),
     "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_crash": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
 }  # fmt: skip
 
 
@@ -118,3 +121,34 @@ def test_a_held_link_is_reported_and_cancelled(chains: dict[str, Chain]) -> None
     outcome = wait_for_job(int(job), timeout=60)
     assert outcome.state == "CANCELLED", outcome.raw
     assert chain.status()["shards"][0]["verdict"] == "STALLED"
+
+
+def _inject(chain: Chain, kind: str) -> str:
+    job = chain.wait_for_calls(1)
+    out = chain.gymslurm("inject", str(chain.run), "0", "--kind", kind)
+    assert f"{kind} sent to job {job}" in out, out
+    return job
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "code", "decision"),
+    [("timeout", "SIGNALLED:SIGUSR1", 75, "CONTINUE"), ("preempt", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
+     ("crash", "RUNNING", None, "RETRY")],
+)  # fmt: skip
+def test_an_injected_fault_is_survived_and_recorded(
+    chains: dict[str, Chain], kind: str, state: str, code: int | None, decision: str
+) -> None:
+    """gymslurm inject sends the fault to the live link; the chain survives it and the ledger records it."""
+    chain = chains[f"inject_{kind}"]
+    job = _inject(chain, kind)
+    report = chain.wait(timeout=180, aggregation=False)
+    first, last = chain.decisions()
+    assert (first["job_id"], first["slurm_state"], first["exit_code"], first["decision"]) == (
+        job, state, code, decision,
+    ), first  # fmt: skip
+    assert last["decision"] == "DONE" and last["job_id"] != job
+    (record,) = [r for r in chain.ledger() if r["kind"] == "injected"]
+    assert (record["job_id"], record["fault"]) == (job, kind)
+    row = report["shards"][0]
+    assert row["verdict"] == "DONE" and row["injected"] and row["injected"][0].startswith(kind)
+    assert row["retries"] == ("1/3" if kind == "crash" else "0/3")
