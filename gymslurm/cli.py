@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from gymslurm.exitcodes import ExitCode
+
 # name -> (module, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("gymslurm.commands.collect", "collect rollouts from Environment Servers (resumable)"),
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"gymslurm: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
-        return 2
+        return ExitCode.REFUSED
     module = importlib.import_module(COMMANDS[name][0])
     from gymslurm.errors import GymslurmError
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gymslurm {name}: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     return code
 
 

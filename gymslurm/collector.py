@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gymslurm.exitcodes import ExitCode
 from gymslurm.prepare import Prepared, prepare, say
 from gymslurm.progress import Counters, make_reporter, summary_table
 from gymslurm.records import EpisodeId
@@ -146,6 +147,7 @@ class LoopResult:
     budget_drained: int = 0
     error: BaseException | None = None
     dispatched: int = 0
+    interruptions: int = 0
 
 
 @dataclass
@@ -161,6 +163,7 @@ class DispatchLoop:
     concurrency: int
     retry_in_invocation: bool = True
     deadline: float | None = None
+    supervised: Any = None  # supervised.Supervised: the link's view of the job's servers, if any
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _category: list[int] = field(default_factory=list)
@@ -199,19 +202,30 @@ class DispatchLoop:
 
     async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
+        supervised = self.supervised
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
+            if supervised is not None:
+                await supervised.wait_dispatchable()  # a server of the job is down: pause
+                if not queue or self._stopping:
+                    return
             index = queue.popleft()
             attempt = self.reserve(index)
             view.mark_reserved(index, attempt)
             episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
             counters.in_flight += 1
+            sent_at = time.monotonic()
             try:
                 outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
             finally:
                 counters.in_flight -= 1
             self.result.dispatched += 1
+            if supervised is not None and getattr(outcome, "record", None) is not None:
+                # Whose failure is it? A supervised server's death or the job's stop: an interruption.
+                outcome, interrupted = await supervised.review(outcome, sent_at)
+                self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                continue
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
                 # failure): the Environment Server may drop our connection a moment before our own
@@ -220,15 +234,18 @@ class DispatchLoop:
                 await asyncio.sleep(STOP_GRACE_S)
             self._record(index, self.save(index, attempt, outcome))
 
-    def _record(self, index: int, saved: SavedOutcome) -> None:
+    def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:
         view, policy = self.view, self.view.policy
         if establishes_progress(saved, policy):
             self.result.progress_outcomes += 1
         if saved.kind == "failure":
             self.result.new_failures += 1
+        if interrupted:
+            self.result.interruptions += 1
         state = view.advance(index, saved)
         self._move(index, _category(state))
-        if state.pending and self.retry_in_invocation and counts_against_budget(saved, policy):
+        retry = interrupted or counts_against_budget(saved, policy)  # an interruption runs again free
+        if state.pending and self.retry_in_invocation and retry:
             self._queue.append(index)
 
     def _move(self, index: int, new: int) -> None:
@@ -296,7 +313,7 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
         strict = completion_exit_code(
             coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
         )
-        if strict.code == 0 and strict.warning:
+        if strict.code == ExitCode.DONE and strict.warning:
             return type(completion)(completion.code, completion.reason, strict.warning)
     return completion
 
@@ -434,6 +451,7 @@ async def _dispatch(
     settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters
 ) -> LoopResult:
     from gymslurm.dispatch import EnvironmentClient
+    from gymslurm.supervised import Supervised
 
     urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
     reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
@@ -444,6 +462,7 @@ async def _dispatch(
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
     )
+    supervised = Supervised.from_environment(lambda why: loop_.stop(why), lambda m: say(sys.stderr, m))  # noqa: PLW0108
     loop_ = DispatchLoop(
         view=view,
         client=client,
@@ -454,12 +473,17 @@ async def _dispatch(
         concurrency=settings.concurrency,
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
+        supervised=supervised,
     )
+    if supervised is not None:
+        await supervised.start()
     try:
         result = await run_dispatch(loop_, order, reporter.tick)
     finally:
         reporter.close(time.monotonic())
         await client.aclose()
+        if supervised is not None:
+            await supervised.close()
     return result
 
 
@@ -528,6 +552,13 @@ def _report(  # noqa: PLR0917
             stderr,
             f"stopped by {result.stopped_by}: requests in flight were cancelled; their rollouts "
             "stay unfinished (missing) and run again on resume",
+        )
+    if result.interruptions:
+        say(
+            stderr,
+            f"{result.interruptions} attempt(s) in flight were interrupted by a supervised server's death "
+            f"or the job's stop: recorded in {paths.failures} as kill_shaped with the evidence, no failure "
+            "budget spent",
         )
     if result.budget_drained:
         say(

@@ -30,13 +30,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from gymslurm.exitcodes import ExitCode
 from gymslurm.records import ROUTING_CLASS_UNSPECIFIED
 from gymslurm.selection import SUCCESSFUL, BudgetPolicy, Disposition, RolloutState
-
-EXIT_COMPLETE = 0
-EXIT_RETRY = 1
-EXIT_CONTINUE = 75
-EXIT_STOP = 76
 
 COVERAGE_FORMAT_VERSION = 1
 
@@ -144,7 +140,7 @@ def compute_coverage(
 class Completion:
     """The exit code a collection ends with, why, and a warning to print (if any)."""
 
-    code: int
+    code: ExitCode
     reason: str
     warning: str | None = None
 
@@ -158,27 +154,27 @@ def completion_exit_code(
     saved outcomes that establish progress) are explicit: cached outcomes alone are not progress.
     """
     if coverage.complete:
-        return Completion(EXIT_COMPLETE, "complete")
+        return Completion(ExitCode.DONE, "complete")
     counts = f"{coverage.successful} of {coverage.expected} completed"
     if not require_complete:
-        return Completion(EXIT_COMPLETE, f"partial results accepted ({counts}; require_complete is off)")
+        return Completion(ExitCode.DONE, f"partial results accepted ({counts}; require_complete is off)")
     omitted = coverage.intentionally_omitted
     if omitted and coverage.expected - coverage.successful == omitted:
         if coverage.successful == 0:
             return Completion(
-                EXIT_STOP, f"every one of {coverage.expected} rollouts was intentionally omitted"
+                ExitCode.STOP, f"every one of {coverage.expected} rollouts was intentionally omitted"
             )
         warning = (
             f"only intentional omissions are missing: {coverage.successful} completed, "
             f"{coverage.expected} expected, {omitted} omitted"
         )
-        return Completion(EXIT_COMPLETE, "complete except intentional omissions", warning)
+        return Completion(ExitCode.DONE, "complete except intentional omissions", warning)
     if retryable:
         if made_progress:
-            return Completion(EXIT_CONTINUE, f"incomplete, progress made ({counts}); resume to continue")
-        return Completion(EXIT_RETRY, f"incomplete and no progress this time ({counts})")
+            return Completion(ExitCode.CONTINUE, f"incomplete, progress made ({counts}); resume to continue")
+        return Completion(ExitCode.RETRY, f"incomplete and no progress this time ({counts})")
     return Completion(
-        EXIT_STOP,
+        ExitCode.STOP,
         f"incomplete: only terminal failures or exhausted budgets remain ({counts}, "
         f"{coverage.failed} failed, {coverage.failure_budget_exhausted} out of budget)",
     )

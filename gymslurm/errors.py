@@ -2,7 +2,7 @@
 
 ::
 
-    GymslurmError                 base; the CLI prints its message without a traceback (exit 2)
+    GymslurmError                 base; the CLI prints its message without a traceback (ExitCode.REFUSED, 2)
     ├── ConfigError               bad settings or input, found before anything is written
     │   ├── InvalidRolloutIdError an explicit _ng_rollout_id breaks the rules, or two collide
     │   ├── IdentityMismatchError a resume whose experiment identity differs (names the dotted keys)
@@ -24,11 +24,13 @@ once, at the module that touches the outside world; nothing above it knows which
 
 from __future__ import annotations
 
+from gymslurm.exitcodes import ExitCode
+
 
 class GymslurmError(Exception):
     """Base of every error gymslurm raises on purpose; its message is meant for the user."""
 
-    exit_code: int = 2
+    exit_code: int = ExitCode.REFUSED
 
 
 class ConfigError(GymslurmError):
@@ -54,7 +56,7 @@ class EnvironmentUnreachableError(ConfigError):
     connection failure is infrastructure: a Slurm chain may retry the job later.
     """
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
 
 
 class StoreError(GymslurmError):
@@ -76,7 +78,7 @@ class InconsistentHistoryError(StoreError):
 class RunLockedError(GymslurmError):
     """Another live collector owns this output path."""
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
 
 
 class LockUnsupportedError(GymslurmError):
@@ -86,7 +88,7 @@ class LockUnsupportedError(GymslurmError):
 class ProtocolError(GymslurmError):
     """An Environment Server reply broke the protocol while failure routing was off."""
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY
 
 
 class MetricsUnavailableError(GymslurmError):
@@ -96,4 +98,4 @@ class MetricsUnavailableError(GymslurmError):
 class SlurmError(GymslurmError):
     """A Slurm command failed; the message quotes the command, its exit code and its output."""
 
-    exit_code = 1
+    exit_code = ExitCode.RETRY

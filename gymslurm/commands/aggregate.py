@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gymslurm.exitcodes import ExitCode
+
 USAGE = """usage: gymslurm aggregate [INPUT...] OVERRIDE...
 
 Merge shard outputs into one selected-result projection (each rollout's selected completed result,
@@ -94,7 +96,7 @@ def main(argv: list[str]) -> int:
     """Run ``gymslurm aggregate``; return its exit code."""
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
-        return 0
+        return ExitCode.DONE
     from gymslurm.aggregate import AggregateOptions, aggregate
     from gymslurm.errors import ConfigError
     from gymslurm.metrics import ScoringPolicy
@@ -121,7 +123,7 @@ def main(argv: list[str]) -> int:
     for warning in result.warnings:
         print(f"gymslurm aggregate: warning: {warning}", file=sys.stderr)
     _report(result, options)
-    return 0
+    return ExitCode.DONE
 
 
 def _report(result: Any, options: Any) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gymslurm.exitcodes import ExitCode
+
 USAGE = """usage: gymslurm collect [--config-dir DIR] [--config-name NAME] OVERRIDE...
 
 Collect rollouts from Environment Servers into a crash-safe, resumable run.
@@ -66,7 +68,7 @@ def main(argv: list[str]) -> int:
     """Run ``gymslurm collect``; return its exit code."""
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
-        return 0
+        return ExitCode.DONE
     from gymslurm.collector import collect
     from gymslurm.settings import load_settings
 

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gymslurm.exitcodes import HealthExit
+
 if TYPE_CHECKING:
     from gymslurm.health import HealthReport
 
@@ -24,8 +26,6 @@ collector holds the run's lock (then it only prints).
   +write_report=false        print only
 
 Docs: docs/health.md. Exit codes: 0 pass, 1 a check failed, 3 skipped (superseded outcomes), 2 error."""
-
-EXIT_PASS, EXIT_FAIL, EXIT_SKIPPED = 0, 1, 3
 
 KNOWN = {"max_failure_rate": "", "min_completeness": "", "write_report": "", "output_jsonl_fpath": ""}
 
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     report = run_health_check(target, thresholds=thresholds, standalone=True)
     if report.status == "skipped":
         print(report.message, file=sys.stderr)
-        return EXIT_SKIPPED
+        return HealthExit.SKIPPED
     for check in report.checks:
         mark = "ok  " if check["passed"] else "FAIL"
         print(f"{mark} {check['name']}: {check['value']:.4f} (limit {check['limit']}) — {check['detail']}")
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
         print(f"     {name}: e.g. {messages[0]}")
     if as_bool(settings, "write_report", True):
         _write(target, report, utc_now())
-    return EXIT_PASS if report.status == "pass" else EXIT_FAIL
+    return HealthExit.PASS if report.status == "pass" else HealthExit.FAIL
 
 
 def _write(target: Path, report: HealthReport, written_at: str) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gymslurm.exitcodes import ExitCode
+
 USAGE = """usage: gymslurm reverify --judge-failed-only +input_jsonl_fpath=RUN +output_jsonl_fpath=NEW
                          +environment_server_url=URL [+request_timeout_s=60]
 
@@ -32,7 +34,7 @@ def main(argv: list[str]) -> int:
     """Run ``gymslurm reverify``; return its exit code."""
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
-        return 0
+        return ExitCode.DONE
     from gymslurm.commands.aggregate import parse_overrides
     from gymslurm.errors import ConfigError
     from gymslurm.reverify import http_regrader, reverify_judge_failed
@@ -63,11 +65,11 @@ def main(argv: list[str]) -> int:
         print(f"gymslurm reverify: warning: {warning}", file=sys.stderr)
     if not report.rejudged:
         print(f"gymslurm reverify: {report.nothing_to_do_message()}", file=sys.stderr)
-        return 1
+        return ExitCode.RETRY
     print(
         f"re-judged {report.rejudged} saved answers ({report.regraded_ok} graded, {report.regrade_failed} "
         f"failed again and {report.regrade_omitted} omitted, in the output's _failures.jsonl), carried "
         f"{report.carried} completed results, skipped {report.skipped};"
         f" output {settings['output_jsonl_fpath']}"
     )
-    return 0
+    return ExitCode.DONE

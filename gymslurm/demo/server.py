@@ -28,6 +28,7 @@ from gymslurm.demo.arith import DEFAULT_MODEL_NAME, dataset_rows
 from gymslurm.demo.faults import FAULTS, RATE_ORDER
 from gymslurm.demo.http import DIE_EXIT_CODE, start_server
 from gymslurm.errors import ConfigError
+from gymslurm.exitcodes import ExitCode
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8123
@@ -144,7 +145,7 @@ async def serve(config: DemoConfig, host: str, port: int) -> int:
         connection.close()
     await server.wait_closed()
     print(f"gymslurm demo-server: {summary(app)}", file=sys.stderr)
-    return 0
+    return ExitCode.DONE
 
 
 def main(argv: list[str]) -> int:
@@ -155,5 +156,5 @@ def main(argv: list[str]) -> int:
             raise ConfigError("--write-dataset needs --n N (the number of tasks, >= 0)")
         write_dataset(args.write_dataset, args.n, args.seed, with_task_ids=not args.no_task_ids)
         print(f"wrote {args.n} tasks to {args.write_dataset}")
-        return 0
+        return ExitCode.DONE
     return asyncio.run(serve(config_from_args(args), args.host, args.port))

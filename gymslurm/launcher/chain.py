@@ -16,9 +16,13 @@ Order of work, chosen so that a job killed at any moment still leaves the chain 
    anything, so that however this job ends, the next link starts after it. A requeued run of the
    same job finds its successor still pending (Slurm does not release ``afterany`` for a requeued
    job) and submits none: Slurm's requeue and the chain never both restart the same work;
-4. start configured Environment Servers, run the collector with resume, forwarding USR1/TERM/INT
-   to it once each, and writing a heartbeat every 15 s;
-5. stop the servers (whole process trees), decide (``decide.py``), write the decision;
+4. reap what is left on this host of a predecessor's servers (pid + create time in the ledger),
+   start configured servers (each recorded in the ledger with its pid, create time, start-up
+   time and probes), run the collector with resume, forwarding USR1/TERM/INT to it once each,
+   writing a heartbeat every 15 s, and supervising the servers (``supervise.py``: probes,
+   restarts in place, the evidence channel that keeps a server's death off the rollouts' budget);
+5. stop the servers (whole process trees, on every exit path), decide (``decide.py``), write the
+   decision;
 6. chain goes on: check the successor is still queued (resubmit it if someone cancelled it);
    chain stops: cancel the successor, then submit the aggregation job if every shard's chain is
    finished — exactly once, under a lock, even when shards end in the same second.
@@ -47,11 +51,10 @@ from types import FrameType
 import psutil
 
 from gymslurm.errors import SlurmError
+from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
-    EXIT_NO_PROGRESS,
-    EXIT_TERMINAL,
     Budgets,
     DeadRun,
     Decision,
@@ -68,6 +71,7 @@ from gymslurm.launcher.ledger import (
     ChainState,
     DecisionRecord,
     Ledger,
+    ServerRecord,
     Started,
     Submitted,
     summarize,
@@ -75,8 +79,10 @@ from gymslurm.launcher.ledger import (
 )
 from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.supervise import Supervisor
 from gymslurm.store.paths import COMPANION_SUFFIXES, RunPaths, companion_path
 from gymslurm.store.store import saved_outcome_bytes
+from gymslurm.supervision import SUPERVISION_FD_ENV
 
 HEARTBEAT_S = 15.0
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
@@ -148,11 +154,14 @@ class Signals:
 
     received: list[int] = field(default_factory=list)
     child: subprocess.Popen[bytes] | None = None
+    supervisor: Supervisor | None = None
 
     def handle(self, signum: int, _frame: FrameType | None) -> None:
         """Remember the signal and forward it to the child the first time it arrives."""
         first = signum not in self.received
         self.received.append(signum)
+        if self.supervisor is not None:
+            self.supervisor.stop_requested()
         if first and self.child is not None and self.child.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.child.send_signal(signum)
@@ -177,9 +186,10 @@ class Heartbeat:
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def publish(self, **pids: object) -> None:
-        """Add the pids of the link's processes (``collector_pid``, ``server_pids``) and beat now.
+        """Add the pid of the link's collector (``collector_pid``) and beat now.
 
-        ``gymslurm inject`` reads them to send a fault to the collector or a server of this link.
+        ``gymslurm inject`` reads it to send a fault to the collector of this link (servers' pids
+        are in the ledger's ``server`` records).
         """
         self.payload.update(pids)
         self.beat()
@@ -310,22 +320,61 @@ def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: 
 
 
 def run_collector(
-    argv: list[str], signals: Signals, env: dict[str, str] | None = None, heartbeat: Heartbeat | None = None
+    argv: list[str],
+    signals: Signals,
+    env: dict[str, str] | None = None,
+    supervisor: Supervisor | None = None,
+    heartbeat: Heartbeat | None = None,
 ) -> tuple[int | None, int | None]:
-    """Run the collector; returns (exit code, signal that killed it when we had not forwarded one)."""
+    """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
+
+    With a ``supervisor``, the collector inherits the read end of the supervision channel and
+    this thread runs a probe round every ``interval_s`` until the collector exits.
+    """
     if signals.received:
         log(f"received {signals.names} before the collector started; not starting it")
         return None, None
     log("collector: " + " ".join(argv))
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
-    signals.child = child
+    child_env, read_fd = {**os.environ, **(env or {})}, None
+    pass_fds: tuple[int, ...] = ()
+    if supervisor is not None:
+        read_fd, supervisor.write_fd = os.pipe()
+        child_env[SUPERVISION_FD_ENV] = str(read_fd)
+        pass_fds = (read_fd,)
+        supervisor.begin()
+    child = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
+        preexec_fn=server_mod.stop_with_parent,  # noqa: PLW1509  a collector never outlives its link
+    )  # fmt: skip
+    if read_fd is not None:
+        os.close(read_fd)
+    signals.child, signals.supervisor = child, supervisor
     if heartbeat is not None:
         heartbeat.publish(collector_pid=child.pid)
-    code = child.wait()
-    signals.child = None
+    try:
+        code = _wait_supervising(child, supervisor)
+    finally:
+        signals.child = signals.supervisor = None
+        if supervisor is not None and supervisor.write_fd is not None:
+            os.close(supervisor.write_fd)
+            supervisor.write_fd = None
     if code >= 0:
         return code, None
     return None, (None if signals.received else -code)
+
+
+def _wait_supervising(child: subprocess.Popen[bytes], supervisor: Supervisor | None) -> int:
+    if supervisor is None:
+        return child.wait()
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return child.wait(timeout=supervisor.interval_s)
+        supervisor.round()
+        if supervisor.gave_up is not None and not supervisor.stopping:
+            supervisor.stop_requested()  # the collector stops itself on gave_up; TERM in case it hangs
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return child.wait(timeout=30)
+            child.terminate()
 
 
 def job_started_at() -> float:
@@ -393,10 +442,11 @@ def _run_link_locked(
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
         if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
             maybe_submit_aggregation(run, settings, backend, me[0])
-        return 0
+        return ExitCode.DONE
     bytes_before = saved_bytes(output)
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
     ledger.append(started)
+    reap_predecessors(state, ledger, me)
     try:
         successor: str | None = ensure_successor(run, shard, ledger, me[0], backend)
     except SlurmError as error:  # collect anyway; queuing is tried again after the decision
@@ -406,7 +456,7 @@ def _run_link_locked(
     before_progress = read_progress(output)
     with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
         resubmit = state.resubmit_pending
-        code, killer, note = _collect(run, shard, settings, signals, resubmit, heartbeat=heartbeat)
+        code, killer, note = _collect(run, shard, settings, signals, resubmit, me, heartbeat=heartbeat)
     elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(
@@ -423,28 +473,77 @@ def _run_link_locked(
     return job_exit_code(verdict.decision)
 
 
-def _collect(
-    run: RunDir, shard: int, settings: BenchmarkSettings, signals: Signals, resubmit: bool, *,
+def _collect(  # noqa: PLR0917
+    run: RunDir,
+    shard: int,
+    settings: BenchmarkSettings,
+    signals: Signals,
+    resubmit: bool,
+    me: tuple[str, int],
+    *,
     heartbeat: Heartbeat,
-) -> tuple[int | None, int | None, str | None]:  # fmt: skip
+) -> tuple[int | None, int | None, str | None]:
+    ledger, host = run.ledger(shard), socket.gethostname()
+
+    def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
+        log(f"server {server.settings.name!r} {event}: {cause}")
+        ledger.append(_server_record(me, host, event, server, cause))
+
     started: list[server_mod.RunningServer] = []
     try:
-        for wanted in settings.servers:
-            log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
-            started.append(server_mod.start(wanted, log_path))
-    except server_mod.ServerStartError as error:
-        for server in started:
-            server_mod.stop(server)
-        return EXIT_NO_PROGRESS, None, f"server start failed: {error}"
-    try:
+        try:
+            for wanted in settings.servers:
+                log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
+                server = server_mod.start(wanted, log_path)
+                started.append(server)
+                if server.process is not None:
+                    note("started", server, f"healthy at {server.url} after {server.startup_s:.1f}s")
+        except server_mod.ServerStartError as error:
+            return ExitCode.RETRY, None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
-        heartbeat.publish(server_pids=[s.process.pid for s in started if s.process is not None])
         argv = collector_argv(settings, run, shard, urls, resubmit)
-        env_code, killer = run_collector(argv, signals, settings.collector.env, heartbeat)
+        supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
+        env_code, killer = run_collector(argv, signals, settings.collector.env, supervisor, heartbeat)
+        if supervisor is not None and supervisor.gave_up is not None:
+            name = supervisor.gave_up
+            limit = next(s.settings.restart_limit for s in started if s.settings.name == name)
+            return (
+                ExitCode.RETRY,
+                None,
+                (
+                    f"server {name!r} went down more than restart_limit={limit} times; the collector was "
+                    f"stopped (exit {env_code}, counted as 1: retryable, the next link starts it afresh)"
+                ),
+            )
     finally:
-        for server in started:
+        for server in started:  # every exit path: a return, an exception, a signal's unwinding
             server_mod.stop(server)
     return env_code, killer, None
+
+
+def _server_record(
+    me: tuple[str, int], host: str, event: str, server: server_mod.RunningServer, cause: str | None
+) -> ServerRecord:
+    return ServerRecord(
+        job_id=me[0], restart_count=me[1], name=server.settings.name, event=event,  # type: ignore[arg-type]
+        host=host, pid=server.pid, create_time=server.create_time or None, url=server.url,
+        startup_s=round(server.startup_s, 3) if event in ("started", "restarted") else None,
+        restarts=server.restarts, cause=cause, probes=server.probes[-20:],
+    )  # fmt: skip
+
+
+def reap_predecessors(state: ChainState, ledger: Ledger, me: tuple[str, int]) -> int:
+    """Kill what is left on this host of earlier links' servers (proved theirs by pid + create time)."""
+    host, reaped = socket.gethostname(), 0
+    for record in state.server_processes:
+        if (record.job_id, record.restart_count) == me or record.host != host or record.pid is None:
+            continue
+        if server_mod.reap(record.pid, record.create_time or 0.0):
+            reaped += 1
+            log(f"reaped server {record.name!r} (pid {record.pid}) left by job {record.job_id}")
+            cause = f"left running; reaped by job {me[0]}"
+            ledger.append(record.model_copy(update={"event": "reaped", "cause": cause}))
+    return reaped
 
 
 def _after_decision(
@@ -525,7 +624,7 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     outputs = [run.shard_output(s, settings.output_stem) for s in range(settings.shards)]
     t0 = time.monotonic()
     if incomplete and settings.aggregation.on_failed_shard == "fail":
-        code: int | None = EXIT_TERMINAL
+        code: int | None = ExitCode.STOP
         reason = f"shards {incomplete} did not complete and on_failed_shard=fail: nothing merged"
     else:
         existing = [path for path in outputs if path.exists()]
@@ -540,4 +639,4 @@ def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int
     verdict = Verdict(decision, reason, Budgets(jobs=1, walltime_s=end.elapsed_s))
     _record(ledger, started, end, Budgets(), verdict)
     log(f"aggregation {decision}: {reason}")
-    return 0 if code == 0 else EXIT_TERMINAL
+    return ExitCode.DONE if code == ExitCode.DONE else ExitCode.STOP

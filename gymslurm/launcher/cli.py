@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gymslurm.exitcodes import ExitCode
+
 DEFAULT_RUN_ROOT = "gymslurm_runs"
 
 
@@ -53,7 +55,7 @@ def _status(argv: list[str]) -> int:
         print(json.dumps(report, indent=2))
     else:
         print_table(report)
-    return 0
+    return ExitCode.DONE
 
 
 def _list_runs(runs: list[Any], as_json: bool) -> int:
@@ -79,7 +81,7 @@ def _list_runs(runs: list[Any], as_json: bool) -> int:
     for item in [] if as_json else listed:
         summary = ", ".join(f"{n} {v}" for v, n in sorted(item["shards"].items()))
         print(f"{item['run']:<40} {item['backend']:<6} {item['created_at'][:19]}  {summary}")
-    return 0
+    return ExitCode.DONE
 
 
 class _SharedSlurm:

@@ -39,11 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-EXIT_COMPLETE = 0
-EXIT_NO_PROGRESS = 1
-EXIT_CONFIG = 2
-EXIT_PROGRESS = 75
-EXIT_TERMINAL = 76
+from gymslurm.exitcodes import ExitCode
 
 
 class Decision(StrEnum):
@@ -200,13 +196,13 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
     """Map one ended job to the chain's next step (rules in the module docstring, in order)."""
     spent = replace(budgets, jobs=budgets.jobs + 1, walltime_s=budgets.walltime_s + max(end.elapsed_s, 0.0))
     code = end.exit_code
-    if code == EXIT_COMPLETE:
+    if code == ExitCode.DONE:
         return Verdict(Decision.DONE, "collector exit 0: every rollout has an outcome", spent)
-    if code == EXIT_TERMINAL:
+    if code == ExitCode.STOP:
         return Verdict(
             Decision.STOP_FAILED, "collector exit 76: terminal failures or exhausted budgets", spent
         )
-    if code == EXIT_CONFIG:
+    if code == ExitCode.REFUSED:
         return Verdict(
             Decision.STOP_FAILED, "collector exit 2: it refused its configuration; fix it and resubmit", spent
         )
@@ -227,7 +223,7 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
             f"(max_links_without_progress={stall})",
             spent,
         )
-    if code == EXIT_PROGRESS and end.progressed:
+    if code == ExitCode.CONTINUE and end.progressed:
         return Verdict(Decision.CONTINUE, "collector exit 75: progress made, work remains", spent)
     if code is None and end.collector_signal is None and end.crash is None:
         return Verdict(Decision.CONTINUE, f"{_why(end)}; no retry spent", spent)
@@ -236,7 +232,7 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
 
 def _why(end: JobEnd) -> str:
     """Why the run ended, in words (shared by every reason)."""
-    if end.exit_code == EXIT_PROGRESS:
+    if end.exit_code == ExitCode.CONTINUE:
         return "collector exit 75 but its coverage shows no new outcome (counted as exit 1)"
     if end.crash is not None:
         return f"the link crashed: {end.crash}"
@@ -244,7 +240,7 @@ def _why(end: JobEnd) -> str:
         return f"collector killed by signal {end.collector_signal} that Slurm did not send"
     if end.exit_code is None:
         return f"job ended by Slurm ({end.slurm_state})"
-    if end.exit_code == EXIT_NO_PROGRESS:
+    if end.exit_code == ExitCode.RETRY:
         return "collector exit 1: retryable work remains but no progress was made"
     return f"collector exit {end.exit_code}: unexpected, treated as an infrastructure failure"
 
@@ -267,11 +263,11 @@ def job_exit_code(decision: Decision) -> int:
     resumable by resubmit).
     """
     return {
-        Decision.DONE: 0,
-        Decision.CONTINUE: 0,
-        Decision.RETRY: 0,
-        Decision.STOP_FAILED: EXIT_TERMINAL,
-        Decision.STOP_EXHAUSTED: EXIT_NO_PROGRESS,
-        Decision.STOP_WALLTIME: EXIT_PROGRESS,
-        Decision.STOP_NO_PROGRESS: EXIT_NO_PROGRESS,
+        Decision.DONE: ExitCode.DONE,
+        Decision.CONTINUE: ExitCode.DONE,
+        Decision.RETRY: ExitCode.DONE,
+        Decision.STOP_FAILED: ExitCode.STOP,
+        Decision.STOP_EXHAUSTED: ExitCode.RETRY,
+        Decision.STOP_WALLTIME: ExitCode.CONTINUE,
+        Decision.STOP_NO_PROGRESS: ExitCode.RETRY,
     }[decision]

@@ -10,11 +10,12 @@ preempt        ``scancel --signal=TERM --full JOB``: what a preemption sends fir
 cancel         ``scancel JOB``
 requeue        ``scontrol requeue JOB``
 crash          SIGKILL of the collector inside the job (``srun --jobid=JOB --overlap kill``)
-server-crash   SIGKILL of the link's first Environment Server process
+server-crash   SIGKILL of the link's newest Environment Server process
 hang           SIGSTOP of the collector (the link then hangs until its time limit)
 =============  ===========================================================================
 
-The collector's and servers' pids come from the shard's heartbeat, which the live link writes.
+The collector's pid comes from the shard's heartbeat, which the live link writes; a server's from
+the ledger's ``server`` records (issue 13).
 The fault is recorded in the shard's ledger (an ``injected`` record) *before* it is sent, so
 ``status`` and the final report show which faults a run survived. On the local backend, signals
 go to the processes directly and cancel/requeue are the local queue's.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from pathlib import Path
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.backend import Backend
@@ -51,19 +51,21 @@ def live_link(run: RunDir, shard: int, backend: Backend) -> str:
     return running[-1]
 
 
-def target_pid(heartbeat: Path, job: str, fault: str) -> int:
-    """The pid a process fault goes to, from the live link's heartbeat."""
+def target_pid(run: RunDir, shard: int, job: str, fault: str) -> int:
+    """The pid a process fault goes to: the collector's from the live link's heartbeat, a server's
+    from the newest ``server`` record (started or restarted) of that job in the ledger."""
+    if fault == "server-crash":
+        servers = [r for r in summarize(run.ledger(shard).read()).server_processes if r.job_id == job]
+        if not servers or servers[-1].pid is None:
+            raise ConfigError(f"job {job} started no Environment Server (benchmark servers use url only)")
+        return servers[-1].pid
+    heartbeat = run.heartbeat(shard)
     try:
         beat = json.loads(heartbeat.read_text())
     except (OSError, ValueError) as error:
         raise ConfigError(f"cannot read the link's heartbeat {heartbeat}: {error}; is it running?") from error
     if str(beat.get("job_id")) != job:
         raise ConfigError(f"the heartbeat {heartbeat} is of job {beat.get('job_id')}, not {job}; try again")
-    if fault == "server-crash":
-        pids = beat.get("server_pids") or []
-        if not pids:
-            raise ConfigError(f"job {job} started no Environment Server (benchmark servers use url only)")
-        return int(pids[0])
     pid = beat.get("collector_pid")
     if pid is None:
         raise ConfigError(f"job {job} has not started its collector yet; try again in a few seconds")
@@ -89,7 +91,7 @@ def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
     if fault not in FAULTS:
         raise ConfigError(f"unknown fault {fault!r}; one of: {', '.join(FAULTS)}")
     job = live_link(run, shard, backend)
-    pid = target_pid(run.heartbeat(shard), job, fault) if fault in _PROCESS_SIGNAL else None
+    pid = target_pid(run, shard, job, fault) if fault in _PROCESS_SIGNAL else None
     if backend.name == "slurm":
         argv = slurm_argv(fault, job, pid)
         how = " ".join(argv)

@@ -144,8 +144,34 @@ class Resubmitted(_Record):
     reset_budget: bool = True
 
 
+ServerEventName = Literal["started", "down", "restarted", "restart_failed", "gave_up", "reaped"]
+
+
+class ServerRecord(_Record):
+    """A server of a link started, went down, was restarted or given up on, or reaped by a successor.
+
+    ``pid`` and ``create_time`` prove which process it was: a later link on the same ``host`` kills
+    a predecessor's leftover server only when both still match (``servers.reap``).
+    """
+
+    kind: Literal["server"] = "server"
+    job_id: str
+    restart_count: int = 0
+    name: str
+    event: ServerEventName
+    host: str = ""
+    pid: int | None = None
+    create_time: float | None = None
+    url: str | None = None
+    startup_s: float | None = None
+    restarts: int = 0
+    cause: str | None = None
+    probes: list[str] = Field(default_factory=list)
+
+
 Record = Annotated[
-    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | Injected, Field(discriminator="kind")
+    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected,
+    Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
@@ -211,6 +237,8 @@ class ChainState:
     epochs: int = 1
     epoch_jobs: list[str] = field(default_factory=list)
     resubmit_pending: bool = False
+    server_restarts: dict[str, int] = field(default_factory=dict)
+    server_processes: list[ServerRecord] = field(default_factory=list)
     injected: list[Injected] = field(default_factory=list)
 
     @property
@@ -255,7 +283,16 @@ def summarize(records: Iterable[Record]) -> ChainState:
             state.resubmit_pending = True
             if record.reset_budget:
                 state.budgets = Budgets(jobs=state.budgets.jobs)
+        elif isinstance(record, ServerRecord):
+            _fold_server(state, record)
     return state
+
+
+def _fold_server(state: ChainState, record: ServerRecord) -> None:
+    if record.event == "restarted":
+        state.server_restarts[record.name] = state.server_restarts.get(record.name, 0) + 1
+    if record.event in ("started", "restarted") and record.pid is not None:
+        state.server_processes.append(record)
 
 
 def _fold_decision(state: ChainState, record: DecisionRecord) -> None:

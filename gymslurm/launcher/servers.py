@@ -6,6 +6,12 @@ be signalled), on ``host:port`` (port 0: a free port picked here), and must answ
 boundary), else a TCP connection. Stopping sends
 TERM to every process of the tree, then KILL to whatever is left after a grace period, so no
 server outlives its job (RECIPE pitfall 12: orphans escape proctrack/linuxproc).
+
+No server outlives its link on any exit path: the link stops them in a ``finally``; the kernel
+kills a server whose link died (``PR_SET_PDEATHSIG``: SIGKILL when the link's process is gone);
+and a next link on the same host reaps what is left of a predecessor's servers (grandchildren of
+a killed link), but only processes it can prove are that predecessor's: the pid *and* the process
+create time recorded in the ledger when the server started (:func:`reap`).
 Trade-off: a free port picked here may in principle be taken before the server binds it; the
 health check then fails and the job ends with exit 1 (a retry), which is rare and bounded.
 """
@@ -13,11 +19,14 @@ health check then fails and the job ends with exit 1 (a retry), which is rare an
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -37,6 +46,17 @@ class RunningServer:
     settings: ServerSettings
     url: str
     process: subprocess.Popen[bytes] | None = None
+    port: int = 0
+    log: Path | None = None
+    create_time: float = 0.0
+    startup_s: float = 0.0
+    restarts: int = 0
+    probes: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (its session and process group have the same number)."""
+        return None if self.process is None else self.process.pid
 
 
 def free_port(host: str) -> int:
@@ -47,40 +67,141 @@ def free_port(host: str) -> int:
         return port
 
 
-def _healthy(host: str, port: int, health_path: str | None) -> bool:
-    if health_path is None:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+def probe(host: str, port: int, settings: ServerSettings) -> bool:
+    """One health probe: ``GET health_path`` answering 2xx, or the port accepting a connection."""
+    if settings.health_path is None:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), settings.probe_timeout_s):
             return True
         return False
-    return probe_health(f"http://{host}:{port}", health_path, timeout_s=2)
+    return probe_health(f"http://{host}:{port}", settings.health_path, timeout_s=settings.probe_timeout_s)
 
 
-def start(settings: ServerSettings, log: Path) -> RunningServer:
+def _die_with_parent(signum: int = signal.SIGKILL) -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
+
+
+def stop_with_parent() -> None:
+    """In a child between fork and exec: SIGTERM it when its parent dies (the collector of a link)."""
+    _die_with_parent(signal.SIGTERM)
+
+
+def start(settings: ServerSettings, log: Path, port: int | None = None) -> RunningServer:
     """Start one server (or adopt its ``url``) and wait until it is healthy."""
     if settings.command is None:
         assert settings.url is not None
         return RunningServer(settings, settings.url)
-    port = settings.port or free_port(settings.host)
+    port = port or settings.port or free_port(settings.host)
     argv = [part.replace("{port}", str(port)).replace("{host}", settings.host) for part in settings.command]
     log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
     with log.open("ab") as handle:
         process = subprocess.Popen(
             argv, stdout=handle, stderr=handle, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **settings.env},
+            env={**os.environ, **settings.env}, preexec_fn=_die_with_parent,  # noqa: PLW1509
         )  # fmt: skip
-    server = RunningServer(settings, f"http://{settings.host}:{port}", process)
-    deadline = time.monotonic() + settings.startup_timeout_s
+    server = RunningServer(settings, f"http://{settings.host}:{port}", process, port, log)
+    with contextlib.suppress(psutil.Error):
+        server.create_time = psutil.Process(process.pid).create_time()
+    deadline = t0 + settings.startup_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ServerStartError(f"server {settings.name!r} exited with {process.returncode}; see {log}")
-        if _healthy(settings.host, port, settings.health_path):
+            raise ServerStartError(
+                f"server {settings.name!r} exited with {process.returncode}; see {log}"
+                + log_tail(log, settings)
+            )
+        healthy = probe(settings.host, port, settings)
+        server.probes.append(f"{time.monotonic() - t0:.1f}s {'ok' if healthy else 'not yet'}")
+        if healthy:
+            server.startup_s = time.monotonic() - t0
             return server
         time.sleep(0.2)
     stop(server)
     raise ServerStartError(
-        f"server {settings.name!r} ({' '.join(argv)}) was not healthy after {settings.startup_timeout_s}s; "
-        f"see {log}"
+        f"server {settings.name!r} was not healthy after {settings.startup_timeout_s}s "
+        f"(probes: {', '.join(server.probes[-5:])}); see {log}{log_tail(log, settings)}"
     )
+
+
+LOG_TAIL_LINES = 15
+LOG_TAIL_CHARS = 1500
+
+
+def log_tail(log: Path, settings: ServerSettings) -> str:
+    """The end of a server's log for an error message, with credentials redacted (never a secret)."""
+    from gymslurm.identity import is_credential_name, redact_credentials
+
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - 64 * 1024))
+            lines = handle.read().decode(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return ""
+    text = "\n".join(lines)[-LOG_TAIL_CHARS:]
+    for key, value in settings.env.items():  # a server may print the key it was given
+        if is_credential_name(key) and value:
+            text = text.replace(value, "<redacted>")
+    scrubbed = redact_credentials({"log": text})["log"]
+    return f"; its log ends with:\n{scrubbed}" if scrubbed.strip() else ""
+
+
+def restart(server: RunningServer) -> RunningServer:
+    """Kill what is left of ``server`` at once and start it again on the same port."""
+    kill_now(server)
+    assert server.log is not None
+    fresh = start(server.settings, server.log, port=server.port)
+    fresh.restarts = server.restarts + 1
+    return fresh
+
+
+def kill_now(server: RunningServer) -> None:
+    """SIGKILL the server's session and tree (a hung or stopped server handles no TERM)."""
+    if server.process is None:
+        return
+    _kill_tree(server.process.pid, server.create_time)
+    with contextlib.suppress(ChildProcessError):
+        server.process.wait()
+
+
+def _kill_tree(pid: int, create_time: float) -> bool:
+    try:
+        root = psutil.Process(pid)
+        if create_time and abs(root.create_time() - create_time) > 0.01:
+            return False  # the pid was reused by someone else's process
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        tree = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return bool(tree)
+
+
+def reap(pid: int, create_time: float) -> bool:
+    """Kill a predecessor's server session if ``pid`` is still the process that was recorded.
+
+    Proof of ownership is the pid *and* the create time: a recycled pid (another user's process,
+    or ours started later) has another create time and is left alone. Orphaned members of the
+    server's session whose leader already died are found by their session id.
+    """
+    try:
+        leader_time = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        leader_time = None
+    except psutil.Error:
+        return False
+    if leader_time is not None:
+        return abs(leader_time - create_time) <= 0.01 and _kill_tree(pid, create_time)
+    killed = False  # the leader is gone: its session may live on in processes started after it
+    for proc in psutil.process_iter(["pid", "create_time"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == pid and proc.info["create_time"] >= create_time - 0.01:
+                proc.kill()
+                killed = True
+    return killed
 
 
 def stop(server: RunningServer, grace_s: float = 5.0) -> None:
@@ -101,4 +222,5 @@ def stop(server: RunningServer, grace_s: float = 5.0) -> None:
             proc.kill()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(server.process.pid, 9)  # anything that escaped the tree but kept the session
-    server.process.wait()
+    with contextlib.suppress(ChildProcessError):
+        server.process.wait()

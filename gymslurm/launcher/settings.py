@@ -15,6 +15,7 @@ interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept a
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,8 @@ from gymslurm.identity import is_credential_name
 from gymslurm.resources import configs_dir
 
 REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
+# A command item that stands for the interpreter running gymslurm (slurm.python overrides it).
+PYTHON = "{python}"
 
 
 class _Strict(BaseModel):
@@ -43,6 +46,13 @@ class ServerSettings(_Strict):
     startup_timeout_s: float = 60.0
     env: dict[str, str] = Field(default_factory=dict)
     collector_override: str = "+environment_server_url"
+    # Supervision while the collector runs (docs/servers.md): probe every probe_interval_s, a probe
+    # answering after probe_timeout_s fails; probe_failures failures in a row (or the process
+    # exiting) make the server down; it is restarted in place at most restart_limit times.
+    probe_interval_s: float = Field(default=5.0, gt=0)
+    probe_timeout_s: float = Field(default=5.0, gt=0)
+    probe_failures: int = Field(default=2, ge=1)
+    restart_limit: int = Field(default=3, ge=0)
 
     @field_validator("command")
     @classmethod
@@ -60,7 +70,7 @@ class ServerSettings(_Strict):
 class CollectorSettings(_Strict):
     """How each job runs the collector: the command (swappable) and Hydra overrides passed through."""
 
-    command: list[str] = Field(default_factory=lambda: ["python", "-m", "gymslurm", "collect"])
+    command: list[str] = Field(default_factory=lambda: [PYTHON, "-m", "gymslurm", "collect"])
     overrides: list[str] = Field(default_factory=list)
     resubmit_override: str = "+resubmit=true"
     env: dict[str, str] = Field(default_factory=dict)
@@ -79,7 +89,7 @@ class SlurmSettings(_Strict):
     signal_lead_s: int = Field(default=90, ge=0)
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
-    python: str = "python"
+    python: str | None = None
 
     @field_validator("time", "max_walltime")
     @classmethod
@@ -93,6 +103,15 @@ class SlurmSettings(_Strict):
         """``max_walltime`` in seconds, None when no cap is configured."""
         return None if self.max_walltime is None else float(slurm_seconds(self.max_walltime))
 
+    @property
+    def interpreter(self) -> str:
+        """The Python that runs gymslurm in jobs: ``python`` when set, else the one running now.
+
+        On Slurm the login node and the compute nodes share the filesystem, so the path of the
+        interpreter that runs ``submit`` is the right default there too.
+        """
+        return self.python or sys.executable
+
 
 class AggregationSettings(_Strict):
     """The aggregation job run once after every shard's chain ended."""
@@ -101,7 +120,7 @@ class AggregationSettings(_Strict):
     on_failed_shard: Literal["fail", "aggregate-what-exists"] = "fail"
     command: list[str] = Field(
         default_factory=lambda: [
-            "python",
+            PYTHON,
             "-m",
             "gymslurm",
             "aggregate",
@@ -220,12 +239,40 @@ def _add_or_override(override: str) -> str:
 def validate(data: dict[str, Any], where: str) -> BenchmarkSettings:
     """Validate a composed benchmark; errors name the dotted key and the file."""
     try:
-        return BenchmarkSettings.model_validate(data)
+        settings = BenchmarkSettings.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()
         )
         raise ConfigError(f"benchmark {where} is invalid: {problems}") from error
+    return with_interpreter(settings)
+
+
+def with_interpreter(settings: BenchmarkSettings) -> BenchmarkSettings:
+    """``settings`` with every ``{python}`` command item replaced by ``slurm.interpreter``.
+
+    The one place the interpreter is chosen: the dataset, server, collector and aggregation
+    commands and the chain-step line of every script all run the same Python.
+    """
+    python = settings.slurm.interpreter
+
+    def fill(command: list[str]) -> list[str]:
+        return [python if part == PYTHON else part for part in command]
+
+    servers = [
+        server if server.command is None else server.model_copy(update={"command": fill(server.command)})
+        for server in settings.servers
+    ]
+    return settings.model_copy(
+        update={
+            "dataset_command": None if settings.dataset_command is None else fill(settings.dataset_command),
+            "servers": servers,
+            "collector": settings.collector.model_copy(update={"command": fill(settings.collector.command)}),
+            "aggregation": settings.aggregation.model_copy(
+                update={"command": fill(settings.aggregation.command)}
+            ),
+        }
+    )
 
 
 def load_benchmark(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, dict[str, Any]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,8 @@ class ShardStatus:
     retries: str
     walltime: str
     coverage: str
-    injected: list[str]
+    server_restarts: str = "-"
+    injected: list[str] = field(default_factory=list)
 
 
 def _coverage(path: Path) -> str:
@@ -123,9 +124,16 @@ def shard_status(
         last_exit=last.exit_code if last else None, last_decision=str(last.decision) if last else None,
         retries=f"{state.budgets.infra_retries_used}/{limit}",
         walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
-        coverage=_coverage(coverage_path(output)),
+        coverage=_coverage(coverage_path(output)), server_restarts=_restarts(state),
         injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
+
+
+def _restarts(state: ChainState) -> str:
+    """Each supervised server's restarts over the chain (ledger ``server`` records), e.g. ``policy:2``."""
+    if not state.server_restarts:
+        return "-"
+    return ", ".join(f"{name}:{count}" for name, count in sorted(state.server_restarts.items()))
 
 
 def run_status(run: RunDir, backend: Backend) -> dict[str, Any]:
@@ -173,7 +181,7 @@ def _shard_output(run: RunDir, shard: int, stem: str) -> Path:
 COLUMNS = [
     ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"), ("jobs", "jobs"),
     ("last_exit", "exit"), ("last_decision", "decision"), ("retries", "retries"), ("walltime", "walltime"),
-    ("coverage", "coverage"),
+    ("coverage", "coverage"), ("server_restarts", "restarts"),
 ]  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
+from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
@@ -60,7 +61,7 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
         "directives": directives_block(slurm.partition, slurm.account, slurm.qos, slurm.extra_directives),
         "env_setup": env_setup_block(slurm.env_setup),
     }  # fmt: skip
-    base = [slurm.python, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
+    base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
     for shard in range(settings.shards):
@@ -171,7 +172,7 @@ def submit(
         for path, text in scripts.items():
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
-        return 0
+        return ExitCode.DONE
     if backend_kind == "slurm" and (why := site_refusal(settings)):
         raise ConfigError(why)
     refuse_if_live(settings, workdir)
@@ -228,7 +229,8 @@ def wait_for_run(run: RunDir, backend: Backend, poll_s: float = 1.0) -> int:
         ended_polls = ended_polls + 1 if run_has_ended(report) else 0
     print_table(report)
     all_done = all(row["verdict"] == "DONE" for row in report["shards"])
-    return 0 if all_done and str(report["aggregation"]["state"]).startswith("DONE") else 1
+    done = all_done and str(report["aggregation"]["state"]).startswith("DONE")
+    return ExitCode.DONE if done else ExitCode.RETRY
 
 
 def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
@@ -291,7 +293,7 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     if restarted == 0:
         job_id = maybe_submit_aggregation(run, settings, backend, None)
         print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")
-    return 0
+    return ExitCode.DONE
 
 
 def _live_jobs(ledger: Ledger, queue: dict[str, Any]) -> list[str]:
@@ -315,4 +317,4 @@ def cancel(ref: str, run_root: str) -> int:
     every = [job for ledger in ledgers for job in _live_jobs(ledger, queue)]
     backend.cancel(every)
     print(f"run {run.name}: cancelled {len(every)} job(s) {' '.join(every)}".rstrip())
-    return 0
+    return ExitCode.DONE

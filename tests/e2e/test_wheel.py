@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import site
 import subprocess
 import sys
 import venv
@@ -29,12 +30,13 @@ def test_wheel_ships_configs_and_templates(tmp_path: Path) -> None:
     )
     wheel = next(dist.glob("gymslurm-*.whl"))
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
     python = str(env_dir / "bin" / "python")
     pip = [sys.executable, "-m", "pip", "--python", python] if _pip_has_python_flag() else None
     if pip is None:
         pytest.fail("pip is too old for --python; upgrade pip (python3 -m pip install -U pip)")
     run([*pip, "install", "--no-deps", "--force-reinstall", "-q", str(wheel)], cwd=tmp_path)
+    see_test_dependencies(python)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     probe = "import gymslurm.resources as r; print(r.configs_dir()); print(r.templates_dir())"
@@ -44,6 +46,26 @@ def test_wheel_ships_configs_and_templates(tmp_path: Path) -> None:
         [python, "-m", "gymslurm", "submit", "demo", "--dry-run", "--backend", "slurm"], cwd=elsewhere
     )
     assert "#SBATCH --kill-on-invalid-dep=yes" in script
+
+
+def see_test_dependencies(python: str) -> None:
+    """Let the fresh venv of ``python`` import the dependencies of the interpreter running the tests.
+
+    Why: the wheel is installed with ``--no-deps`` (no package index needed), so its dependencies
+    must come from somewhere. ``system_site_packages`` would give the *base* interpreter's
+    packages, which lack them when the tests run from a venv; a ``.pth`` naming the running
+    interpreter's own site directories gives exactly what the tests import. Plain path lines in a
+    ``.pth`` do not process the ``.pth`` files found there, so an editable install of this checkout
+    stays invisible and the probe sees only the wheel. Written after the wheel is installed, so pip
+    never sees this checkout's installed copy.
+    """
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = [*site.getsitepackages(), site.getusersitepackages()]
+    seen = "".join(f"{path}\n" for path in ours if Path(path).is_dir())
+    (Path(purelib) / "gymslurm_test_dependencies.pth").write_text(seen)
 
 
 def _pip_has_python_flag() -> bool:

@@ -4,8 +4,9 @@ A :class:`RealChain` is a :class:`~.launcher_chains.Chain` whose benchmark runs 
 collect`` against a ``gymslurm demo-server`` that every job starts inside its allocation (with
 the given fault and latency flags), on a dataset made by the benchmark's ``dataset_command``,
 and merges the shards with ``gymslurm aggregate``. A scenario is a dict: ``tasks``, ``shards``,
-``server_flags``, ``collector`` (extra collector overrides) and ``slurm`` (YAML lines of the
-``slurm`` section, indented by two spaces).
+``server_flags``, ``collector`` (extra collector overrides), ``slurm`` (YAML lines of the
+``slurm`` section, indented by two spaces) and optionally ``server_yaml`` (more keys of the
+server, indented by four spaces).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class RealChain(Chain):
             "servers:\n  - name: demo\n"
             f"    command: {json.dumps([*server, *spec['server_flags']])}\n"
             "    host: 127.0.0.1\n    port: 0\n    health_path: /health\n"
+            f"{spec.get('server_yaml', '')}"
             "collector:\n"
             f"  command: {json.dumps([str(py), '-m', 'gymslurm', 'collect'])}\n"
             f"  overrides: {json.dumps([*COLLECTOR_OVERRIDES, *spec['collector']])}\n"

@@ -120,3 +120,17 @@ def test_a_job_whose_submission_was_never_recorded_is_known_from_its_start() -> 
     """If submit died between sbatch and the ledger, the job's own start record makes it part of the chain."""
     state = summarize([Started(job_id="7")])
     assert state.jobs == ["7"] and state.epoch_jobs == ["7"]
+
+
+def test_server_records_fold_into_restarts_and_the_processes_a_successor_may_reap() -> None:
+    """Each ``restarted`` record counts one restart of its server; started and restarted processes
+    (pid + create time) are what a later link may reap."""
+    from gymslurm.launcher.ledger import ServerRecord
+
+    def server(event: str, pid: int) -> ServerRecord:
+        return ServerRecord(job_id="7", name="policy", event=event, pid=pid, create_time=100.0 + pid)  # type: ignore[arg-type]
+
+    state = summarize([server("started", 1), server("down", 1), server("restarted", 2), server("down", 2),
+                       server("restarted", 3)])  # fmt: skip
+    assert state.server_restarts == {"policy": 2}
+    assert [(r.pid, r.create_time) for r in state.server_processes] == [(1, 101.0), (2, 102.0), (3, 103.0)]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from gymslurm.launcher.servers import ServerStartError, start, stop
+from gymslurm.launcher.servers import ServerStartError, reap, start, stop
 from gymslurm.launcher.settings import ServerSettings
 
 pytestmark = pytest.mark.e2e
@@ -39,3 +42,83 @@ def test_server_given_by_url_is_adopted() -> None:
     """A server given by url is used as it is, with nothing started."""
     server = start(ServerSettings(name="up", url="http://10.0.0.1:80"), Path("/nonexistent.log"))
     assert (server.url, server.process) == ("http://10.0.0.1:80", None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+LINK = """
+import sys, time
+from pathlib import Path
+from gymslurm.launcher.servers import start
+from gymslurm.launcher.settings import ServerSettings
+script = "sleep 300 & exec " + sys.executable + " -m http.server --bind 127.0.0.1 {port}"
+server = start(ServerSettings(name="web", command=["bash", "-c", script], health_path="/"), Path(sys.argv[1]))
+print(server.process.pid, server.create_time, flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_link_leaves_no_server_and_its_successor_reaps_the_rest(tmp_path: Path) -> None:
+    """SIGKILL of the process that started a server: the kernel kills the server (PDEATHSIG); what
+    it had started itself (a grandchild in its session) is reaped by pid + create time."""
+    link = subprocess.Popen(
+        [sys.executable, "-c", LINK, str(tmp_path / "server.log")], stdout=subprocess.PIPE, text=True
+    )
+    assert link.stdout is not None
+    pid_text, create_text = link.stdout.readline().split()
+    pid, create_time = int(pid_text), float(create_text)
+    session = [p.pid for p in psutil.process_iter() if _sid(p.pid) == pid]
+    assert pid in session and len(session) >= 2
+    link.kill()
+    link.wait()
+    assert pid not in _wait_gone([pid]), "the server died with its link"
+    left = [p for p in session if _alive(p)]
+    assert left, "a grandchild outlives the link until reaped (proctrack/linuxproc does not see it)"
+    assert reap(pid, create_time)
+    assert not _wait_gone(left)
+
+
+def test_reap_leaves_a_process_whose_create_time_differs(tmp_path: Path) -> None:
+    """A recorded pid now used by another process (another create time) is never killed."""
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        real = psutil.Process(other.pid).create_time()
+        assert not reap(other.pid, real - 100.0)
+        assert _alive(other.pid)
+        assert reap(other.pid, real)
+        assert not _wait_gone([other.pid])
+    finally:
+        other.kill()
+        other.wait()
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tmp_path: Path) -> None:
+    """Not healthy in time: the error (the ledger's reason) carries the probes and the end of the
+    server's log, with the key it was given and credential-shaped text redacted."""
+    script = 'echo "starting with key $OPENAI_API_KEY"; echo "Authorization: Bearer sk-live-123456"; sleep 60'
+    settings = ServerSettings(name="stuck", command=["bash", "-c", script], startup_timeout_s=1.5,
+                              env={"OPENAI_API_KEY": "sk-secret-abcdef123"})  # fmt: skip
+    with pytest.raises(ServerStartError) as caught:
+        start(settings, tmp_path / "server.log")
+    message = str(caught.value)
+    assert "not healthy after 1.5s" in message and "probes:" in message and "starting with key" in message
+    assert "sk-secret-abcdef123" not in message and "sk-live-123456" not in message

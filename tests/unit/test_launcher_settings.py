@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import (
     REDACTED,
     ServerSettings,
@@ -17,6 +19,7 @@ from gymslurm.launcher.settings import (
     slurm_seconds,
     split_secrets,
 )
+from gymslurm.launcher.submit import render_scripts
 
 
 @pytest.mark.parametrize(
@@ -111,3 +114,36 @@ def test_early_signal_warning_when_usr1_may_come_before_a_minute_of_work(
     assert (warning is not None) == warns
     if warning:
         assert f"slurm.time={time}" in warning and "signal_lead_s" in warning
+
+
+def test_demo_commands_run_with_the_interpreter_that_runs_gymslurm() -> None:
+    """slurm.python unset: the demo dataset, server, collector and aggregation commands run sys.executable."""
+    settings, _ = load_benchmark("demo", [])
+    commands = [
+        settings.dataset_command, settings.servers[0].command, settings.collector.command,
+        settings.aggregation.command,
+    ]  # fmt: skip
+    assert [command[0] if command else None for command in commands] == [sys.executable] * 4
+    assert settings.slurm.interpreter == sys.executable
+
+
+def test_slurm_python_overrides_the_interpreter_of_every_command() -> None:
+    """slurm.python=/opt/py/bin/python: every ``{python}`` item, defaults included, becomes that path."""
+    settings, _ = load_benchmark("demo", ["slurm.python=/opt/py/bin/python", "~collector.command"])
+    assert settings.collector.command == ["/opt/py/bin/python", "-m", "gymslurm", "collect"]
+    assert settings.servers[0].command is not None and settings.servers[0].command[0] == "/opt/py/bin/python"
+    assert settings.slurm.interpreter == "/opt/py/bin/python"
+
+
+def test_a_command_naming_its_own_program_is_kept() -> None:
+    """A command that names a program (not ``{python}``) runs exactly as written."""
+    settings, _ = load_benchmark("demo", ["collector.command=[python,-m,gymslurm,collect]"])
+    assert settings.collector.command == ["python", "-m", "gymslurm", "collect"]
+
+
+def test_chain_step_lines_use_the_interpreter(tmp_path: Path) -> None:
+    """Every rendered script runs ``chain-step`` with slurm.interpreter (sys.executable by default)."""
+    settings, _ = load_benchmark("demo", [])
+    scripts = render_scripts(RunDir(tmp_path / "run"), settings, tmp_path)
+    assert len(scripts) == 3
+    assert all(f"{sys.executable} -m gymslurm chain-step" in text for text in scripts.values())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.launcher_chains_helpers import (
+from tests.e2e.launcher_chains_helpers import (
     STANDIN,
     decisions,
     gymslurm,
@@ -190,3 +190,20 @@ def test_demo_benchmark_starts_checks_and_stops_its_server(tmp_path: Path) -> No
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0  # stopped with its job
     assert len((run / "inputs/shard-000.jsonl").read_text().splitlines()) == 40
+
+
+def test_demo_runs_from_an_unactivated_venv(tmp_path: Path) -> None:
+    """submit demo --wait by path, a foreign ``python`` first on PATH: every step runs, the run is DONE."""
+    foreign = tmp_path / "bin"
+    foreign.mkdir()
+    (foreign / "python").write_text("#!/bin/sh\necho 'not the interpreter running gymslurm' >&2\nexit 127\n")
+    (foreign / "python").chmod(0o755)
+    done = gymslurm(
+        "submit", "demo", "--backend", "local", "--wait", f"run_root={tmp_path / 'runs'}",
+        f"dataset={tmp_path / 'demo.jsonl'}",
+        env={"PATH": f"{foreign}:{os.environ['PATH']}", "VIRTUAL_ENV": ""}, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    run = only_run(tmp_path)
+    assert [row["verdict"] for row in status(run)["shards"]] == ["DONE", "DONE"]
+    assert (run / "output/merged/rollouts.jsonl").is_file()

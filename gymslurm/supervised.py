@@ -1,0 +1,143 @@
+"""The collector's end of the supervision channel (rule and format: :mod:`gymslurm.supervision`).
+
+When ``GYMSLURM_SUPERVISION_FD`` names an inherited pipe (a link started the collector and watches
+the job's servers), the collector reads its events into a :class:`~gymslurm.supervision.Timeline`
+and, through :class:`Supervised`:
+
+- pauses dispatch while a server is down (requests in flight finish or time out);
+- holds each failure until the timeline says whose it is, and records an interruption (a
+  collector-side ``kill_shaped`` failure with the evidence) instead of the attempt's own failure
+  when a supervised server died while it was in flight or the job is being stopped;
+- stops dispatch when the link gave up on a server (past its ``restart_limit``).
+
+Without the variable, nothing changes: the collector's own circuit breaker is the outside view.
+If the channel closes (the link died, taking its servers with it), that is the job stopping: a
+failure from then on (or up to one probe interval before) is an interruption; the collector
+itself gets SIGTERM from the kernel when its link dies (``PR_SET_PDEATHSIG``) and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from gymslurm.supervision import (
+    SUPERVISION_FD_ENV,
+    Judgement,
+    ServerEvent,
+    SupervisionError,
+    Timeline,
+    evidence_wait_s,
+    interruption_diagnostics,
+    interruption_record,
+    parse_event,
+)
+
+
+class Supervised:
+    """Reads the channel on the collector's event loop and answers the dispatch loop's questions."""
+
+    def __init__(self, fd: int, on_gave_up: Callable[[str], None], say: Callable[[str], None]) -> None:
+        self.fd, self.on_gave_up, self.say = fd, on_gave_up, say
+        self.timeline = Timeline()
+        self.closed = False
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_environment(
+        cls, on_gave_up: Callable[[str], None], say: Callable[[str], None]
+    ) -> Supervised | None:
+        """The channel named by ``GYMSLURM_SUPERVISION_FD``, or None when there is none."""
+        raw = os.environ.get(SUPERVISION_FD_ENV)
+        if not raw:
+            return None
+        try:
+            fd = int(raw)
+            os.fstat(fd)
+        except (ValueError, OSError) as error:
+            raise SupervisionError(
+                f"{SUPERVISION_FD_ENV}={raw!r} does not name an open pipe ({error}); it is set by "
+                "`gymslurm chain-step` for its collector: unset it to collect by hand"
+            ) from None
+        return cls(fd, on_gave_up, say)
+
+    async def start(self) -> None:
+        """Start reading events."""
+        self._task = asyncio.create_task(self._read())
+
+    async def close(self) -> None:
+        """Stop reading."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        pipe = os.fdopen(self.fd, "rb", buffering=0, closefd=True)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        try:
+            while line := await reader.readline():
+                event = parse_event(line)
+                was_down = self.timeline.down
+                self.timeline.apply(event)
+                if event.kind in ("down", "up", "gave_up"):
+                    self.say(f"supervision: {event.kind} {event.server or ''} {event.cause or ''}".rstrip())
+                if not was_down and self.timeline.down:
+                    self.say("dispatch paused until the server is back")
+                if event.kind == "gave_up":
+                    self.on_gave_up(f"supervision: the link gave up on server {event.server!r}")
+                async with self._changed:
+                    self._changed.notify_all()
+        finally:
+            self.closed = True
+            transport.close()
+            gone = "the link supervising the job's servers ended (its servers die with it)"
+            self.timeline.apply(ServerEvent("stopping", time.monotonic(), cause=gone))
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def wait_dispatchable(self) -> None:
+        """Return once no supervised server is down (at once when none is)."""
+        if not self.timeline.down:
+            return
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self.timeline.down or self.closed)
+
+    async def judge(self, sent_at: float, failed_at: float) -> Judgement:
+        """Whose a failure is, waiting (bounded) for the supervisor's next round when unknown yet."""
+        from gymslurm.supervision import judge_failure
+
+        verdict = judge_failure(sent_at, failed_at, self.timeline)
+        if verdict.verdict != "wait" or self.closed:
+            return verdict if verdict.verdict != "wait" else Judgement("rollout")
+
+        def known() -> bool:
+            return self.closed or judge_failure(sent_at, failed_at, self.timeline).verdict != "wait"
+
+        with contextlib.suppress(TimeoutError):
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(known), evidence_wait_s(self.timeline))
+        verdict = judge_failure(sent_at, failed_at, self.timeline)
+        return verdict if verdict.verdict != "wait" else Judgement("rollout")
+
+    async def review(self, outcome: Any, sent_at: float) -> tuple[Any, bool]:
+        """The outcome to save for a failed request, and whether it is an interruption."""
+        failed_at = time.monotonic()
+        judgement = await self.judge(sent_at, failed_at)
+        if judgement.verdict != "interruption" or judgement.evidence is None:
+            return outcome, False
+        record = outcome.record
+        diagnostics = {
+            **(outcome.diagnostics or {}),
+            **interruption_diagnostics(record, judgement.evidence, sent_at, failed_at),
+        }
+        new = interruption_record(record, judgement.evidence)
+        return replace(outcome, record=new, legacy_class=None, diagnostics=diagnostics), True

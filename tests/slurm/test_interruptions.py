@@ -1,0 +1,145 @@
+"""A job's own stop costs no rollout its failure budget, and no process of a link outlives it (real Slurm).
+
+Why: ``scancel`` and ``scontrol requeue`` send SIGTERM to every process of the job at once, the
+job's Environment Server included: its in-flight requests drop a moment before (or after) the
+collector hears its own signal. They must be interruptions (no budget spent), whatever the order.
+And on ``proctrack/linuxproc`` a process that left the link's process tree escapes Slurm's
+cleanup: a SIGKILLed link must leave no server behind.
+
+Scenarios (submitted together by one module fixture, each interrupted by a watcher loop as soon as
+its first link has saved a few outcomes with 8 requests in flight, so their Slurm waits overlap):
+
+- ``scancel``: plain ``scancel`` of the running link (SIGCONT+SIGTERM to all its processes);
+- ``requeue``: ``scontrol requeue`` of the running link (the same job id runs again);
+- ``kill9``: SIGKILL of the link's ``chain-step`` process (its server must die with it).
+
+Each chain must then finish DONE with every rollout once, 0 counted failures, and the first
+link's server process (pid + create time from the ledger) must be gone once the link has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
+from .launcher_real import RealChain
+
+pytestmark = pytest.mark.slurm
+
+TASKS = 60
+SPEC: dict[str, Any] = dict(
+    tasks=TASKS,
+    shards=1,
+    server_flags=["--latency-ms", "1500"],
+    collector=["+concurrency=8"],
+    slurm="  time: '00:05:00'\n",
+    server_yaml="    probe_interval_s: 1\n    probe_timeout_s: 3\n",
+)
+KINDS = ("scancel", "requeue", "kill9")
+
+
+def _results(chain: RealChain) -> int:
+    path = chain.output(0)
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _first_server(chain: RealChain) -> dict[str, Any] | None:
+    """The running first link's job id and its demo server's pid + create time (found by its cwd)."""
+    starts = [r for r in chain.ledger() if r["kind"] == "start"]
+    if not starts:
+        return None
+    for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        with contextlib.suppress(psutil.Error):
+            if "demo-server" in (proc.info["cmdline"] or []) and Path(proc.cwd()) == chain.user.workdir:
+                return {
+                    "job_id": starts[0]["job_id"],
+                    "pid": proc.pid,
+                    "create_time": proc.info["create_time"],
+                }
+    return None
+
+
+def _chain_step_pid(chain: RealChain) -> int | None:
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "chain-step" in cmdline and str(chain.run) in cmdline:
+            return int(proc.info["pid"])
+    return None
+
+
+def _interrupt(kind: str, chain: RealChain, job: str) -> None:
+    if kind == "scancel":
+        subprocess.run(["scancel", job], check=True)
+    elif kind == "requeue":
+        subprocess.run(["scontrol", "requeue", job], check=True)
+    else:
+        pid = _chain_step_pid(chain)
+        assert pid is not None, "the running link's chain-step process"
+        os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int, create_time: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(scope="module")
+def interrupted(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> Iterator[dict[str, tuple[RealChain, dict[str, Any]]]]:
+    """Every scenario submitted, then each interrupted once its first link has saved 8 outcomes."""
+    ensure_test_user(TEST_USER)
+    chains = {}
+    for kind in KINDS:
+        user = SlurmUser(
+            TEST_USER, make_user_dir(slurm_session_dir, f"interrupt-{kind}", owner=TEST_USER), True
+        )
+        chains[kind] = RealChain(user, slurm_python, SPEC).submit()
+    done: dict[str, tuple[RealChain, dict[str, Any]]] = {}
+    deadline = time.monotonic() + 300
+    try:
+        while len(done) < len(KINDS):
+            assert time.monotonic() < deadline, f"not every link got to 8 outcomes in time: {sorted(done)}"
+            for kind, chain in chains.items():
+                server = _first_server(chain)
+                if kind in done or server is None or _results(chain) < 8:
+                    continue
+                _interrupt(kind, chain, str(server["job_id"]))
+                done[kind] = (chain, server)
+            time.sleep(0.3)
+        yield done
+    finally:
+        for chain in chains.values():
+            chain.cancel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_interrupted_link_spends_no_failure_budget_and_leaves_no_server(
+    interrupted: dict[str, tuple[RealChain, dict[str, Any]]], kind: str
+) -> None:
+    """scancel / requeue / SIGKILL of a link with 8 requests in flight: the chain ends DONE with every
+    rollout once and 0 counted failures, and the interrupted link's server did not outlive it."""
+    chain, server = interrupted[kind]
+    report = chain.finished(timeout=400)
+    coverage = chain.companion(0, "_coverage.json")
+    assert report["shards"][0]["verdict"] == "DONE"
+    assert (coverage["successful"], coverage["counted_failures"]) == (TASKS, 0), json.dumps(coverage)
+    assert set(chain.rollout_ids(0).values()) == {1}
+    assert not _alive(server["pid"], server["create_time"]), (
+        f"the server of job {server['job_id']} outlived it"
+    )
+    assert len([r for r in chain.ledger() if r["kind"] == "start"]) >= 2, "a second run finished the work"
