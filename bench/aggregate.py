@@ -35,7 +35,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gymslurm.aggregate import AggregateOptions, aggregate
-from gymslurm.store import RunPaths, RunStore
+from gymslurm.store import RunPaths, RunSpec, RunStore
 from gymslurm.store.reservations import create_table
 
 DIGEST = "sha256:" + "0" * 64
@@ -102,8 +102,8 @@ def build_shard(output: Path, first: int, count: int, seed: int) -> None:
     ]
     paths = RunPaths.for_output(output)
     store = RunStore.create_fresh(
-        paths, source_path="tasks.jsonl", source_digest=DIGEST, inputs=inputs, identity={"m": 1},
-        config_digest=DIGEST, max_rollout_attempts=3,
+        paths, RunSpec(source_path="tasks.jsonl", source_digest=DIGEST, inputs=inputs, identity={"m": 1},
+        config_digest=DIGEST, max_rollout_attempts=3),
     )  # fmt: skip
     run_id = store.run_id
     store.close()

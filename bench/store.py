@@ -41,13 +41,13 @@ def inputs(count: int) -> list[dict[str, object]]:
 def fill(folder: Path, count: int, response_chars: int) -> tuple[Path, float]:
     """Create a run of ``count`` rollouts and write its history; return its path and seconds per rollout."""
     from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
-    from gymslurm.store import RunPaths, RunStore
+    from gymslurm.store import RunPaths, RunSpec, RunStore
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = RunPaths.for_output(folder / f"run{count}.jsonl")
     store = RunStore.create_fresh(
-        paths, source_path="d", source_digest=DIGEST, inputs=inputs(count), identity={},
-        config_digest=DIGEST, max_rollout_attempts=3,
+        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=inputs(count), identity={},
+        config_digest=DIGEST, max_rollout_attempts=3),
     )  # fmt: skip
     store.reconcile()
     ids = store.rollout_ids()

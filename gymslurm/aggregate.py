@@ -35,7 +35,7 @@ import multiprocessing
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +54,7 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store import RunPaths, RunStore
@@ -69,7 +70,9 @@ _CHUNK = 1 << 20
 
 # Companion suffixes of a run (store/paths.py). RECOVERY companions make a path an established run.
 COMPANION_SUFFIXES = tuple(PATH_SUFFIXES.values())
-RECOVERY_SUFFIXES = ("_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin")
+RECOVERY_SUFFIXES = (
+    "_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin", "_attempts.jsonl",
+)  # fmt: skip
 _JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
 
 
@@ -128,17 +131,23 @@ def resolve_inputs(paths: Iterable[Path]) -> list[ShardSource]:
 
 
 def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource:
-    """Companions live beside the resolved target; a legacy run's may live only beside its alias."""
+    """Companions live beside the resolved target; a legacy run's may live only beside its alias.
+
+    Two sets (beside the target and beside an alias, or beside two aliases) compete: which one holds
+    the run's history cannot be told, so that is an error (000), never a silent choice.
+    """
+    alias_bases = {s for s in spellings if s != target and _own_companions(s, target)}
     if _has_any(target, RECOVERY_SUFFIXES):
-        return ShardSource(target, spellings, target)
-    alias_bases = {s for s in spellings if s != target and _has_any(s, RECOVERY_SUFFIXES)}
+        alias_bases.add(target)
     if not alias_bases:
         return ShardSource(target, spellings, target)
     if len(alias_bases) > 1:
         raise StoreError(
-            f"{target} has competing companion sets beside its aliases {sorted(map(str, alias_bases))}; "
-            "keep exactly one set of a run's files together (beside the resolved output) and aggregate again"
+            f"{target} has competing companion sets beside {sorted(map(str, alias_bases))}; keep exactly "
+            "one set of a run's files together (beside the resolved output) and aggregate again"
         )
+    if target in alias_bases:
+        return ShardSource(target, spellings, target)
     alias = next(iter(alias_bases))
     if companion(alias, "_manifest.json").exists():
         raise StoreError(
@@ -150,6 +159,15 @@ def _locate_companions(target: Path, spellings: tuple[Path, ...]) -> ShardSource
 
 def _has_any(output: Path, suffixes: Iterable[str]) -> bool:
     return any(companion(output, suffix).exists() for suffix in suffixes)
+
+
+def _own_companions(alias: Path, target: Path) -> bool:
+    """Whether recovery companions exist beside ``alias`` that are not the target's own (via links)."""
+    return any(
+        companion(alias, suffix).exists()
+        and companion(alias, suffix).resolve() != companion(target, suffix).resolve()
+        for suffix in RECOVERY_SUFFIXES
+    )
 
 
 # --- reading a shard --------------------------------------------------------------------------------
@@ -236,11 +254,17 @@ def sidecar_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcom
         stage=failure.get("stage"),
         failure_class=routing if isinstance(routing, str) else None,
         legacy_class=legacy_class if isinstance(legacy_class, str) else None,
+        kept_answer=kept_timeout_answer(
+            (failure.get("failure_kind"), routing, legacy_class), row.get("_ng_failure_response")
+        ),
     )
 
 
 def load_shard(source: ShardSource) -> Shard:
     """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
+    from gymslurm.store.store import refuse_retired_journal
+
+    refuse_retired_journal(source.companion("_attempts.jsonl"))
     if source.has_manifest:
         return _load_manifest_shard(source)
     return _load_legacy_shard(source)
@@ -498,27 +522,31 @@ def check_distinct_runs(shards: Sequence[ShardSummary]) -> None:
             )
 
 
-def check_output(output: Path, sources: Sequence[ShardSource]) -> None:
+def check_output(
+    output: Path, sources: Sequence[ShardSource], *, what: str = "the merged output", source: str = "input"
+) -> None:
     """Refuse, before writing a byte, an output that is an input, a companion, or an established run.
 
-    Both spellings are checked: the output as given and its resolved target.
+    Both spellings are checked: the output as given and its resolved target. ``what`` and ``source``
+    name the output and its inputs in the message (reverification writes a reverified output of a
+    source run, not a merged output of inputs).
     """
     target = output.resolve()
     protected: dict[Path, Path] = {}
-    for source in sources:
-        protected[source.results] = source.results
+    for shard in sources:
+        protected[shard.results] = shard.results
         for suffix in COMPANION_SUFFIXES:
-            protected[source.companion(suffix).resolve()] = source.results
+            protected[shard.companion(suffix).resolve()] = shard.results
     if target in protected:
         raise ConfigError(
-            f"the merged output {output} is (or is a file of) the input {protected[target]}; a merge would "
+            f"{what} {output} is (or is a file of) the {source} {protected[target]}; writing it would "
             "destroy that run's output. Choose a new output path"
         )
     for base in {output.absolute(), target}:
         present = [companion(base, s) for s in RECOVERY_SUFFIXES if companion(base, s).exists()]
         if present:
             raise ConfigError(
-                f"the merged output {output} belongs to an established run: {', '.join(map(str, present))} "
+                f"{what} {output} belongs to an established run: {', '.join(map(str, present))} "
                 "exist beside it. Replacing its output would leave that history behind; choose a new "
                 "output path (or move that run away first)"
             )
@@ -562,16 +590,43 @@ _SUMMED = (
 )  # fmt: skip
 
 
-def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[str, Any]:
-    """``<stem>_aggregate_coverage.json``: totals over manifest-backed shards and one entry per shard.
+# Coverage fields that the aggregate metrics (the same selected states, the scoring policy applied)
+# also count: the coverage file takes them from there, so the two files cannot disagree.
+_FROM_METRICS = {
+    "measured": "coverage/measured",
+    "masked": "coverage/masked",
+    "unscored": "coverage/unscored",
+    "failed": "coverage/failed",
+    "intentionally_omitted": "coverage/omitted",
+    "not_started": "coverage/not_started",
+    "missing": "coverage/missing",
+    "expected": "coverage/expected",
+    "scored": "coverage/scored",
+    "failure_budget_exhausted": "retries/at_cap",
+    "historical_failed_attempts": "retries/attempts",
+}
 
-    With any legacy shard, completion is not claimed (``complete`` is null): its inventory is unknown.
+
+def aggregate_coverage(
+    shards: Sequence[ShardSummary], written_at: str, metrics: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``<stem>_aggregate_coverage.json``: totals over the shards and one entry per shard.
+
+    The totals agree with gymslurm's own aggregate ``metrics`` (computed from the same states): with
+    ``count_failure_classes_as_zero``, ``scored`` includes the failures counted as zero (000). With any
+    legacy shard the inventory is unknown: completion is not claimed (``complete`` is null), the
+    inventory categories are null, and the observed measured / masked / unscored counts stay (000:
+    "observed measured/masked counts remain available").
     """
     entries = [shard_coverage_entry(shard) for shard in shards]
     verified = [e["coverage"] for e in entries if "coverage" in e]
-    totals = {key: sum(c[key] for c in verified) for key in _SUMMED}
-    limits = {c["max_rollout_attempts"] for c in verified}
     inventory_known = len(verified) == len(entries)
+    totals: dict[str, Any] = {key: sum(c[key] for c in verified) for key in _SUMMED}
+    if not inventory_known:
+        totals = dict.fromkeys(_SUMMED)
+    totals.update({key: metrics.get(name) for key, name in _FROM_METRICS.items()})
+    totals["successful"] = totals["measured"] + totals["masked"] + totals["unscored"]
+    limits = {c["max_rollout_attempts"] for c in verified}
     return {
         "format_version": AGGREGATE_COVERAGE_VERSION,
         "selection_policy": "latest_allocated",
@@ -579,7 +634,7 @@ def aggregate_coverage(shards: Sequence[ShardSummary], written_at: str) -> dict[
         "identity_verified": all(e["identity_verified"] for e in entries),
         "complete": (totals["successful"] == totals["expected"]) if inventory_known else None,
         "reconciled": (totals["missing"] == 0) if inventory_known else None,
-        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 else None,
+        "max_rollout_attempts": next(iter(limits)) if len(limits) == 1 and inventory_known else None,
         **totals,
         "shards": entries,
         "written_at": written_at,
@@ -637,6 +692,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     options.output.resolve().parent.mkdir(parents=True, exist_ok=True)  # every refusal is behind us
     warnings = _warnings(shards)
     metrics = compute_aggregate_metrics(shards, options.scoring)
+    coverage = aggregate_coverage(shards, written_at, metrics)  # from gymslurm's own counts
     source_name = METRICS_SOURCE_OWN
     if options.environment_server_url:
         from gymslurm.dispatch import fetch_aggregate_metrics
@@ -648,7 +704,6 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
             source_name = f"environment_server ({options.environment_server_url}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
-    coverage = aggregate_coverage(shards, written_at)
     coverage["metrics_source"] = source_name
     merged = 0
     if options.merge_shards:

@@ -17,6 +17,7 @@ from gymslurm.exitcodes import ExitCode
 COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("gymslurm.commands.collect", "collect rollouts from Environment Servers (resumable)"),
     "demo-server": ("gymslurm.demo.server", "run the built-in demo Environment Server"),
+    "demo-model-server": ("gymslurm.demo.model_server", "run the demo OpenAI-compatible model server"),
     "aggregate": ("gymslurm.commands.aggregate", "merge shard outputs into one selected-result projection"),
     "health": ("gymslurm.commands.health", "failure-rate and completeness checks over a run"),
     "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),

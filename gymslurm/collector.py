@@ -30,17 +30,20 @@ import collections
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
+from gymslurm.coverage import Completion, Coverage, completion_exit_code, compute_coverage
+from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Outcome, fetch_environment_config
 from gymslurm.exitcodes import ExitCode
-from gymslurm.prepare import Prepared, prepare, say
-from gymslurm.progress import Counters, make_reporter, summary_table
+from gymslurm.health import SelectedRun, after_collection
+from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
+from gymslurm.prepare import Prepared, Task, prepare
+from gymslurm.progress import Counters, make_reporter, say, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
-    SUCCESSFUL,
     BudgetPolicy,
     Disposition,
     RolloutState,
@@ -49,10 +52,10 @@ from gymslurm.selection import (
     establishes_progress,
     select_rollout,
 )
-
-if TYPE_CHECKING:
-    from gymslurm.coverage import Completion, Coverage
-    from gymslurm.settings import CollectSettings
+from gymslurm.settings import CollectSettings
+from gymslurm.store import RunLock, RunPaths, RunStore
+from gymslurm.store.manifest import utc_now
+from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -70,7 +73,7 @@ class RunView:
     same selection rules (:func:`advance`), so the loop never re-reads the run's files.
     """
 
-    tasks: list[dict[str, Any]]
+    tasks: list[Task]
     reserved: list[int]
     states: list[RolloutState]
     policy: BudgetPolicy
@@ -128,13 +131,10 @@ def pending_order(view: RunView, states: list[RolloutState], longest_first: bool
     return pending
 
 
-_CATEGORY = {Disposition.FAILED: 2, Disposition.OMITTED: 3}
+class RolloutClient(Protocol):
+    """What the loop needs of a client (``dispatch.EnvironmentClient``): one episode attempt."""
 
-
-def _category(state: RolloutState) -> int:
-    if state.disposition in SUCCESSFUL:
-        return 1
-    return _CATEGORY.get(state.disposition, 0)
+    async def run(self, url: str, episode: EpisodeId, task: Mapping[str, Any]) -> Outcome: ...
 
 
 @dataclass
@@ -148,6 +148,7 @@ class LoopResult:
     error: BaseException | None = None
     dispatched: int = 0
     interruptions: int = 0
+    server_dead: str | None = None
 
 
 @dataclass
@@ -155,25 +156,26 @@ class DispatchLoop:
     """Dispatches pending rollouts with bounded concurrency until done, drained, or stopped."""
 
     view: RunView
-    client: Any  # dispatch.EnvironmentClient: ``await run(url, episode, task)``
+    client: RolloutClient
     reserve: Callable[[int], int]
-    save: Callable[[int, int, Any], SavedOutcome]
+    save: Callable[[int, int, Outcome], SavedOutcome]
     urls: list[str]
     counters: Counters
     concurrency: int
     retry_in_invocation: bool = True
     deadline: float | None = None
-    supervised: Any = None  # supervised.Supervised: the link's view of the job's servers, if any
+    supervised: Supervised | None = None  # the link's view of the job's servers, if any
+    breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
-    _category: list[int] = field(default_factory=list)
+    _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
 
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
         self._queue.extend(order)
-        self._category = [_category(state) for state in self.view.states]
+        self._shown = [state.disposition for state in self.view.states]
         count = min(self.concurrency, max(len(order), 1))
         self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -202,12 +204,13 @@ class DispatchLoop:
 
     async def _work(self) -> None:
         queue, view, counters = self._queue, self.view, self.counters
-        supervised = self.supervised
+        supervised, breaker = self.supervised, self.breaker
+        watch = supervised or breaker  # the link's view of the job's servers, or the breaker's
         while queue and not self._stopping:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
-            if supervised is not None:
-                await supervised.wait_dispatchable()  # a server of the job is down: pause
+            if watch is not None:
+                await watch.wait_dispatchable()  # a server is down: pause
                 if not queue or self._stopping:
                     return
             index = queue.popleft()
@@ -226,6 +229,13 @@ class DispatchLoop:
                 outcome, interrupted = await supervised.review(outcome, sent_at)
                 self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
                 continue
+            if breaker is not None:
+                if getattr(outcome, "record", None) is None:
+                    breaker.answered()
+                else:  # a transport failure waits for the breaker's verdict: the server's or the rollout's
+                    outcome, interrupted = await breaker.review(outcome, self.urls[index], sent_at)
+                    self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
+                    continue
             if lost_connection(outcome):
                 # Slurm signals every process of a job at once (scancel, requeue, preemption, node
                 # failure): the Environment Server may drop our connection a moment before our own
@@ -243,37 +253,25 @@ class DispatchLoop:
         if interrupted:
             self.result.interruptions += 1
         state = view.advance(index, saved)
-        self._move(index, _category(state))
+        self._move(index, state.disposition)
         retry = interrupted or counts_against_budget(saved, policy)  # an interruption runs again free
         if state.pending and self.retry_in_invocation and retry:
             self._queue.append(index)
 
-    def _move(self, index: int, new: int) -> None:
-        old = self._category[index]
-        if old == new:
+    def _move(self, index: int, new: Disposition) -> None:
+        old = self._shown[index]
+        if old is new:
             return
-        counters = self.counters
-        for category, delta in ((old, -1), (new, 1)):
-            if category == 1:
-                counters.done += delta
-            elif category == 2:
-                counters.failed += delta
-            elif category == 3:
-                counters.omitted += delta
-        self._category[index] = new
+        self.counters.tally(old, -1)
+        self.counters.tally(new, 1)
+        self._shown[index] = new
 
 
 def initial_counters(states: list[RolloutState]) -> Counters:
     """Counters showing what was already saved before this invocation."""
     counters = Counters(total=len(states))
     for state in states:
-        category = _category(state)
-        if category == 1:
-            counters.done += 1
-        elif category == 2:
-            counters.failed += 1
-        elif category == 3:
-            counters.omitted += 1
+        counters.tally(state.disposition, 1)
     counters.done_before, counters.failed_before = counters.done, counters.failed
     counters.omitted_before = counters.omitted
     return counters
@@ -281,9 +279,6 @@ def initial_counters(states: list[RolloutState]) -> Counters:
 
 def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     """The coverage inventory after this invocation."""
-    from gymslurm.coverage import compute_coverage
-    from gymslurm.store.manifest import utc_now
-
     return compute_coverage(
         view.states,
         run_id=view.run_id,
@@ -301,8 +296,6 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
 
     Without ``require_complete`` a partial run exits 0; the only-omissions warning is still given.
     """
-    from gymslurm.coverage import completion_exit_code
-
     completion = completion_exit_code(
         coverage,
         retryable=coverage.retryable > 0,
@@ -314,8 +307,25 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
             coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
         )
         if strict.code == ExitCode.DONE and strict.warning:
-            return type(completion)(completion.code, completion.reason, strict.warning)
+            return Completion(completion.code, completion.reason, strict.warning)
     return completion
+
+
+def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
+    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
+
+    With progress, the next job goes on; without any, the budget itself stopped the work, and a
+    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
+    margin if they prevented all work").
+    """
+    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
+    if made_progress:
+        return f"{said}; resume to run them"
+    return (
+        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
+        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
+        "job's end), then resume"
+    )
 
 
 def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
@@ -333,9 +343,9 @@ STOP_GRACE_S = 0.5
 LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
 
 
-def lost_connection(outcome: Any) -> bool:
+def lost_connection(outcome: Outcome) -> bool:
     """Whether the collector saw the connection drop or fail (not an answer from the server)."""
-    record = getattr(outcome, "record", None)
+    record = getattr(outcome, "record", None)  # only a Failed has one
     return (
         record is not None
         and record.source == "collector"
@@ -396,15 +406,12 @@ def collect(
     stderr: IO[str] = sys.stderr,
     stdout: IO[str] = sys.stdout,
     fetch: Callable[[str], dict[str, Any]] | None = None,
-) -> int:
+) -> ExitCode:
     """Run one collection invocation; return its exit code (0 / 1 / 75 / 76).
 
     ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
     :func:`gymslurm.dispatch.fetch_environment_config`).
     """
-    from gymslurm.dispatch import fetch_environment_config
-    from gymslurm.store import RunLock, RunPaths
-
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     paths.folder.mkdir(parents=True, exist_ok=True)
     with RunLock(paths.lock):
@@ -416,8 +423,8 @@ def collect(
 
 
 def _collect_prepared(
-    settings: CollectSettings, prepared: Prepared, paths: Any, stderr: IO[str], stdout: IO[str]
-) -> int:
+    settings: CollectSettings, prepared: Prepared, paths: RunPaths, stderr: IO[str], stdout: IO[str]
+) -> ExitCode:
     store, rec = prepared.store, prepared.reconciliation
     pending = any(state.pending for state in rec.states)
     view = RunView(
@@ -442,17 +449,14 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage)
+    export_metrics(store, view, coverage, settings.count_failure_classes_as_zero)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
 
 async def _dispatch(
-    settings: CollectSettings, store: Any, view: RunView, order: list[int], counters: Counters
+    settings: CollectSettings, store: RunStore, view: RunView, order: list[int], counters: Counters
 ) -> LoopResult:
-    from gymslurm.dispatch import EnvironmentClient
-    from gymslurm.supervised import Supervised
-
     urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
     reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
     deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
@@ -462,7 +466,15 @@ async def _dispatch(
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
     )
-    supervised = Supervised.from_environment(lambda why: loop_.stop(why), lambda m: say(sys.stderr, m))  # noqa: PLW0108
+
+    def tell(message: str) -> None:
+        say(sys.stderr, message)
+
+    supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
+    breaker = None
+    if supervised is None and settings.dispatch_breaker_failures:
+        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
+                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
     loop_ = DispatchLoop(
         view=view,
         client=client,
@@ -474,6 +486,7 @@ async def _dispatch(
         retry_in_invocation=settings.retry_in_invocation,
         deadline=deadline,
         supervised=supervised,
+        breaker=breaker,
     )
     if supervised is not None:
         await supervised.start()
@@ -484,24 +497,23 @@ async def _dispatch(
         await client.aclose()
         if supervised is not None:
             await supervised.close()
+    if breaker is not None and breaker.dead is not None:
+        result.server_dead = breaker.dead
     return result
 
 
-def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
+def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
     """Save a dispatch outcome (Completed / Failed / Omitted) through the store; returns its summary."""
-    from gymslurm.dispatch import Completed, Failed
-
     append_result, append_failure, append_omission = (
         store.append_result,
         store.append_failure,
         store.append_omission,
     )
 
-    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
-        kind = type(outcome)
-        if kind is Completed:
+    def save(index: int, attempt: int, outcome: Outcome) -> SavedOutcome:
+        if type(outcome) is Completed:
             return append_result(index, attempt, outcome.result)
-        if kind is Failed:
+        if type(outcome) is Failed:
             return append_failure(
                 index,
                 attempt,
@@ -515,27 +527,30 @@ def saver(store: Any) -> Callable[[int, int, Any], SavedOutcome]:
     return save
 
 
-def export_metrics(store: Any, view: RunView, coverage: Coverage) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states."""
-    from gymslurm.metrics import METRICS_SOURCE_OWN, compute_metrics
+def export_metrics(
+    store: RunStore, view: RunView, coverage: Coverage, count_failure_classes_as_zero: Sequence[str] = ()
+) -> None:
+    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states.
 
+    ``count_failure_classes_as_zero`` is the same scoring policy as aggregation's (000: "live and
+    offline count_failure_classes_as_zero selection" match either name and count the row once).
+    """
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(count_failure_classes_as_zero)),
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
     store.write_aggregate_metrics(body)
 
 
-def _run_health_hook(paths: Any, coverage: Coverage, view: RunView) -> None:
+def _run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:
     """The automatic health report, inside the lock, from the states the collection ends with.
 
     ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
     rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
     """
-    from gymslurm.health import SelectedRun, after_collection
-
     after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
 
 
@@ -543,10 +558,10 @@ def _report(  # noqa: PLR0917
     settings: CollectSettings,
     coverage: Coverage,
     result: LoopResult,
-    paths: Any,
+    paths: RunPaths,
     stderr: IO[str],
     stdout: IO[str],
-) -> int:
+) -> ExitCode:
     if result.stopped_by and result.stopped_by != "error":
         say(
             stderr,
@@ -561,11 +576,8 @@ def _report(  # noqa: PLR0917
             "budget spent",
         )
     if result.budget_drained:
-        say(
-            stderr,
-            f"dispatch_budget_s={settings.dispatch_budget_s} ran out: {result.budget_drained} "
-            "rollout(s) were not dispatched (no attempt spent); resume to run them",
-        )
+        made_progress = result.progress_outcomes > 0
+        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
     exhausted = exhausted_message(coverage, paths.failures)
     if exhausted:
         say(stderr, exhausted)
@@ -573,6 +585,14 @@ def _report(  # noqa: PLR0917
         summary_table(coverage.model_dump(), str(paths.coverage), stdout)
     if result.error is not None:
         raise result.error
+    if result.server_dead is not None:
+        say(
+            stderr,
+            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
+            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
+            "and run again with +resume_from_cache=true",
+        )
+        return ExitCode.RETRY
     completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
     if completion.warning:
         say(stderr, f"warning: {completion.warning}")

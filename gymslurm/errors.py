@@ -11,12 +11,15 @@
     ├── StoreError                the run's saved files cannot be trusted as they are
     │   ├── CorruptRecordError    a malformed complete JSONL line, a conflicting or foreign record
     │   ├── ManifestError         corrupt, unsupported, foreign or missing manifest / companions
-    │   └── InconsistentHistoryError  an interrupted fresh replacement; refused even when unsafe
+    │   ├── InconsistentHistoryError  an interrupted fresh replacement; refused even when unsafe
+    │   └── StaleFileError        a file was replaced or shrank between indexing and reading it
     ├── RunLockedError            another collector holds the run lock (names its pid, host, job)
     ├── LockUnsupportedError      the filesystem cannot provide flock across writer nodes
     ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
     ├── MetricsUnavailableError   the server's /aggregate_metrics is unusable (aggregation warns, goes on)
-    └── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
+    ├── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
+    ├── ServerStartError          an Environment Server a job started did not become healthy (exit 1)
+    └── SupervisionError          a link's supervision event could not be read (version mismatch?)
 
 Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
 once, at the module that touches the outside world; nothing above it knows which library was used.
@@ -75,6 +78,10 @@ class InconsistentHistoryError(StoreError):
     """Old metadata sits beside partly replaced files: a fresh replacement was interrupted."""
 
 
+class StaleFileError(StoreError):
+    """A file changed identity (replaced) or shrank between indexing and reading."""
+
+
 class RunLockedError(GymslurmError):
     """Another live collector owns this output path."""
 
@@ -99,3 +106,13 @@ class SlurmError(GymslurmError):
     """A Slurm command failed; the message quotes the command, its exit code and its output."""
 
     exit_code = ExitCode.RETRY
+
+
+class ServerStartError(GymslurmError):
+    """A configured Environment Server did not become healthy in time (infrastructure: retryable)."""
+
+    exit_code = ExitCode.RETRY
+
+
+class SupervisionError(GymslurmError):
+    """A supervision event could not be read (a gymslurm link and collector of different versions?)."""

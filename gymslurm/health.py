@@ -43,7 +43,7 @@ from typing import IO, Any
 
 import orjson
 
-from gymslurm.errors import GymslurmError, StoreError
+from gymslurm.errors import GymslurmError, StaleFileError
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
 
 HEALTH_FORMAT_VERSION = 1
@@ -57,12 +57,10 @@ COUNT_KEYS = (
     "retryable_failures",
     "exhausted",
     "omitted",
-    "unfinished",
+    "not_started",  # no execution reserved yet
+    "missing",  # the newest reserved execution has no outcome (000: as `missing` in coverage)
+    "unfinished",  # not_started + missing
 )
-
-
-class StaleFileError(StoreError):
-    """A file changed identity (replaced) or shrank between indexing and reading."""
 
 
 # --- indexed reading ------------------------------------------------------------------------------
@@ -181,6 +179,7 @@ def count_states(states: Iterable[RolloutState]) -> dict[str, int]:
         elif disposition is Disposition.OMITTED:
             counts["omitted"] += 1
         else:
+            counts["missing" if disposition is Disposition.MISSING else "not_started"] += 1
             counts["unfinished"] += 1
     return {key: counts[key] for key in COUNT_KEYS}
 
@@ -241,6 +240,9 @@ def run_health_check(
     paths = RunPaths.for_output(output)
     limits = thresholds or HealthThresholds()
     _require_results(paths, output)
+    from gymslurm.store.store import refuse_retired_journal
+
+    refuse_retired_journal(paths.attempts_journal)
     if paths.manifest.exists():
         return _check_run(paths, limits, standalone)
     return _check_file(paths, limits, standalone)

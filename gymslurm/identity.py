@@ -12,10 +12,13 @@ the configuration as ``OmegaConf.to_container(cfg, resolve=False)`` gives it, pu
 3. a second redaction (a credential that reached a plain name through resolution, such as a password
    in a DSN read from ``${oc.env:DATABASE_DSN}``), :func:`drop_null_defaults`, and canonical form.
 
-Its digest is the manifest's ``config_digest``. On resume the saved and current identities are
-compared key by key (:func:`classify_differences`): *operational* keys (concurrency, timeouts,
-retries, transport, endpoints, output paths, reporting, tracking, dispatch and resume controls) may
-change with a warning; any other difference is *semantic* and refuses the resume. Unknown keys are
+The digest of its semantic part (:func:`config_digest`) is the manifest's ``config_digest``, so
+one experiment has one digest whatever its output path or ports. On resume the saved and current
+identities are compared key by key (:func:`classify_differences`): *operational* keys (concurrency,
+timeouts, retries, transport, endpoint addresses, output paths, reporting, tracking, dispatch and
+resume controls) may change with a warning; any other difference is *semantic* and refuses the
+resume. An endpoint setting that holds a connection reference keeps the reference and its URL
+template in the identity, and a change of those is semantic. Unknown keys are
 semantic: a false refusal costs a new output path, a false acceptance mixes two experiments.
 
 Trade-offs: credentials are found by *name* and by a few string shapes (docs/identity.md lists
@@ -46,6 +49,7 @@ __all__ = [
     "IdentityDiff",
     "build_identity",
     "classify_differences",
+    "config_digest",
     "describe_differences",
     "drop_null_defaults",
     "identity_digest",
@@ -54,6 +58,7 @@ __all__ = [
     "is_operational",
     "redact_credentials",
     "resolve",
+    "semantic_identity",
 ]
 
 REDACTED = "<redacted>"
@@ -435,6 +440,9 @@ OPERATIONAL_SECTIONS = _table(
     "wandb mlflow tensorboard tracking reporting logging health health_check transport http_client retry "
     "slurm launcher capture"
 )
+# A key whose last word is one of these holds a mapping of addresses by name
+# (environment_server_urls: {taskset: URL}): every value below it is an endpoint address.
+ADDRESS_MAP_WORDS = _table("urls")
 # A path-like last word ...
 PATH_WORDS = _table("path fpath paths dir dirs directory folder file fname prefix")
 # ... is operational only with one of these words (output_jsonl_fpath, capture_dir); input paths are semantic.
@@ -451,7 +459,31 @@ def is_operational(dotted_key: str) -> bool:
         return False
     if any("_".join(_words(component)) in OPERATIONAL_SECTIONS for component in components[:-1]):
         return True
+    if any(_is_address_map(_words(component)) for component in components[:-1]):
+        return True
     return _is_operational_name(_words(components[-1]))
+
+
+def _is_address_map(words: list[str]) -> bool:
+    """``environment_server_urls``: its entries (``.ts2``) are addresses, operational as the map is."""
+    return bool(words) and words[-1] in ADDRESS_MAP_WORDS and _is_endpoint_name(words)
+
+
+def _holds_reference(value: Any) -> bool:
+    """A string the identity kept with an unresolved ``${...}``: a connection reference and its template."""
+    return isinstance(value, str) and "${" in value
+
+
+def _is_operational_value(dotted_key: str, *values: Any) -> bool:
+    """:func:`is_operational` for a key holding these values.
+
+    An endpoint setting is operational as an address; but when it holds a connection reference the
+    identity keeps the reference name and its surrounding URL template (001), and those are semantic:
+    ``${policy_base_url}/v1`` → ``${policy_base_url}/v2`` is another API, not another port.
+    """
+    if not is_operational(dotted_key):
+        return False
+    return not any(_holds_reference(value) for value in values)
 
 
 def _is_operational_name(words: list[str]) -> bool:
@@ -499,10 +531,38 @@ def classify_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -
         or new.get(key, missing) is missing
         or _canonical_bytes(old[key]) != _canonical_bytes(new[key])
     )
+    operational = {key for key in changed if _is_operational_value(key, old.get(key), new.get(key))}
     return IdentityDiff(
-        semantic=[key for key in changed if not is_operational(key)],
-        operational=[key for key in changed if is_operational(key)],
+        semantic=[key for key in changed if key not in operational],
+        operational=[key for key in changed if key in operational],
     )
+
+
+def semantic_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity without its operational settings: what the results depend on, and nothing else.
+
+    Two runs of one experiment at different output paths, ports or concurrency have the same semantic
+    identity, so the same :func:`config_digest`. A mapping left empty by the removal is dropped.
+    """
+    return _semantic_part(identity, "")
+
+
+def _semantic_part(mapping: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            part = _semantic_part(value, dotted)
+            if part:
+                out[key] = part
+        elif not _is_operational_value(dotted, value):
+            out[key] = value
+    return out
+
+
+def config_digest(identity: Mapping[str, Any]) -> str:
+    """The manifest's ``config_digest``: the digest of the identity's semantic part only (000)."""
+    return identity_digest(semantic_identity(identity))
 
 
 def describe_differences(diff: IdentityDiff) -> str:

@@ -13,17 +13,28 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from gymslurm.errors import ConfigError, ManifestError
+import yaml
 
-if TYPE_CHECKING:
-    from gymslurm.settings import CollectSettings
+from gymslurm import __version__
+from gymslurm.errors import ConfigError, IdentityMismatchError, ManifestError
+from gymslurm.identity import (
+    IdentityDiff,
+    build_identity,
+    classify_differences,
+    config_digest,
+    describe_differences,
+)
+from gymslurm.progress import say
+from gymslurm.resources import configs_dir
+from gymslurm.settings import CollectSettings
+from gymslurm.store.manifest import Manifest
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
+from gymslurm.tasks import MaterializeOptions, inputs_digest, materialize, parse_rows, source_digest
 
-
-def say(stream: IO[str], message: str) -> None:
-    """One line for the person running the collection."""
-    print(f"gymslurm collect: {message}", file=stream, flush=True)
+Task = dict[str, Any]
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
@@ -62,8 +73,6 @@ class Inputs:
     """
 
     def __init__(self, settings: CollectSettings) -> None:
-        from gymslurm.tasks import source_digest
-
         self.source_path = settings.input_jsonl_fpath
         try:
             self._data: bytes | None = self.source_path.read_bytes()
@@ -74,18 +83,16 @@ class Inputs:
             ) from None
         self.source_digest = source_digest(self._data)
         self._settings = settings
-        self._tasks: list[dict[str, Any]] | None = None
+        self._tasks: list[Task] | None = None
 
     @property
-    def tasks(self) -> list[dict[str, Any]]:
+    def tasks(self) -> list[Task]:
         """The materialized tasks (ConfigError / InvalidRolloutIdError when the rows are bad)."""
         if self._tasks is None:
             self._tasks = self._materialize()
         return self._tasks
 
-    def _materialize(self) -> list[dict[str, Any]]:
-        from gymslurm.tasks import MaterializeOptions, materialize, parse_rows
-
+    def _materialize(self) -> list[Task]:
         settings, path = self._settings, self.source_path
         assert self._data is not None
         options = MaterializeOptions(
@@ -117,20 +124,15 @@ INVOCATION_KEYS = (
 class Prepared:
     """An open, validated, reconciled run, ready to dispatch."""
 
-    store: Any  # gymslurm.store.RunStore
-    load_tasks: Callable[[], list[dict[str, Any]]]
-    reconciliation: Any  # gymslurm.store.Reconciliation
+    store: RunStore
+    load_tasks: Callable[[], list[Task]]
+    reconciliation: Reconciliation
 
 
 def build_run_identity(
     settings: CollectSettings, raw: dict[str, Any], fetch: Callable[[str], dict[str, Any]]
 ) -> dict[str, Any]:
     """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
-    import yaml
-
-    from gymslurm.identity import build_identity
-    from gymslurm.resources import configs_dir
-
     config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
     # collect.yaml's defaults: a null setting whose default is null is left out of the identity, so a
     # setting added later with a null default does not make older runs look different.
@@ -141,13 +143,11 @@ def build_run_identity(
 def prepare(
     settings: CollectSettings,
     raw: dict[str, Any],
-    paths: Any,
+    paths: RunPaths,
     stderr: IO[str],
     fetch: Callable[[str], dict[str, Any]],
 ) -> Prepared:
     """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
-    from gymslurm.store import ExistingRun, existing_run
-
     inputs = Inputs(settings)
     identity = build_run_identity(settings, raw, fetch)
     existing = existing_run(paths)
@@ -157,7 +157,7 @@ def prepare(
             return _reconciled(store, stderr, store.inputs, writes=writes, resubmit=settings.resubmit)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, lambda: inputs.tasks, resubmit=settings.resubmit)
+            return _reconciled(store, stderr, store.inputs, resubmit=settings.resubmit)
         if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
             say(
                 stderr,
@@ -178,33 +178,33 @@ def prepare(
     return _reconciled(store, stderr, lambda: inputs.tasks)
 
 
-def _new_run(settings: CollectSettings, inputs: Inputs, identity: dict[str, Any]) -> dict[str, Any]:
-    """What a new manifest records, the same for a fresh run and a legacy import."""
-    from gymslurm.identity import identity_digest
-    from gymslurm.settings import max_rollout_attempts
+def _new_run(
+    settings: CollectSettings,
+    inputs: Inputs,
+    identity: dict[str, Any],
+    tasks: list[dict[str, Any]] | None = None,
+) -> RunSpec:
+    """What a new manifest records, the same for a fresh run and a legacy import (``tasks``: saved ones)."""
+    return RunSpec(
+        source_path=str(inputs.source_path),
+        source_digest=inputs.source_digest,
+        inputs=inputs.tasks if tasks is None else tasks,
+        identity=identity,
+        config_digest=config_digest(identity),
+        max_rollout_attempts=settings.max_rollout_attempts,
+        retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+    )
 
-    return {
-        "source_path": str(inputs.source_path),
-        "source_digest": inputs.source_digest,
-        "inputs": inputs.tasks,
-        "identity": identity,
-        "config_digest": identity_digest(identity),
-        "max_rollout_attempts": max_rollout_attempts(),
-        "retry_terminal_timeouts": bool(settings.retry_terminal_timeouts),
-    }
 
-
-def _create_fresh(settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any]) -> Any:
-    from gymslurm.store import RunStore
-
-    return RunStore.create_fresh(paths, **_new_run(settings, inputs, identity))
+def _create_fresh(
+    settings: CollectSettings, paths: RunPaths, inputs: Inputs, identity: dict[str, Any]
+) -> RunStore:
+    return RunStore.create_fresh(paths, _new_run(settings, inputs, identity))
 
 
 def _import_legacy(
-    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
-) -> Any:
-    from gymslurm.store import RunStore
-
+    settings: CollectSettings, paths: RunPaths, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> RunStore:
     if not settings.allow_unsafe_resume:
         raise ManifestError(
             f"{paths.output} has saved outcomes but no run manifest ({paths.manifest}), so its identity "
@@ -212,45 +212,56 @@ def _import_legacy(
             "legacy results deliberately, add +allow_unsafe_resume=true (the run is then marked "
             "identity_verified=false for good); or choose a new output path"
         )
+    saved = RunStore.legacy_inputs(paths)
+    reused = (
+        f"reusing its {len(saved)} saved materialized tasks ({paths.materialized_inputs})"
+        if saved is not None
+        else f"with the tasks materialized from {inputs.source_path} (it saved none)"
+    )
     say(
         stderr,
         f"warning: importing the legacy run at {paths.output} without a manifest "
-        "(allow_unsafe_resume): its identity is unverified, now and on every later resume",
+        f"(allow_unsafe_resume), {reused}: its identity is unverified, now and on every later resume "
+        "(each needs +allow_unsafe_resume=true)",
     )
-    return RunStore.import_legacy(paths, **_new_run(settings, inputs, identity))
+    return RunStore.import_legacy(paths, _new_run(settings, inputs, identity, saved))
 
 
 Action = Callable[[], None]
 
 
 def _open_for_resume(
-    settings: CollectSettings, paths: Any, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
-) -> tuple[Any, list[Action]]:
+    settings: CollectSettings, paths: RunPaths, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
+) -> tuple[RunStore, list[Action]]:
     """Open the saved run and check it measured the same experiment; raise before changing a byte.
 
     Returns the store and the writes the resume implies (override mark, drift line, policy update),
     to be made only once the history has been validated too (see :func:`_reconciled`).
     """
-    from gymslurm.errors import IdentityMismatchError
-    from gymslurm.identity import IdentityDiff, classify_differences, describe_differences, identity_digest
-    from gymslurm.store import RunStore
-
     store = RunStore.open(paths)
     try:
         manifest = store.manifest
         saved = store.saved_identity()
-        if saved is not None and identity_digest(saved) != manifest.config_digest:
+        if saved is not None and config_digest(saved) != manifest.config_digest:
             raise ManifestError(
                 f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
         semantic = [*_input_problems(manifest, inputs), *diff.semantic]
-        if saved is None and identity_digest(identity) != manifest.config_digest:
+        if saved is None and config_digest(identity) != manifest.config_digest:
             semantic.append("config_digest (no saved identity to compare keys)")
         if semantic and not settings.allow_unsafe_resume:
             message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
             raise IdentityMismatchError(message, semantic)
+        if not manifest.identity_verified and not settings.allow_unsafe_resume:
+            raise IdentityMismatchError(
+                f"the run at {paths.output} was {manifest.identity_source} with +allow_unsafe_resume=true "
+                f"(its manifest {paths.manifest} says identity_verified=false), so its identity cannot be "
+                "verified: every resume of it needs +allow_unsafe_resume=true too (000). Add it to resume "
+                "these results deliberately, or choose a new output path for a verified run",
+                ["identity_verified"],
+            )
     except BaseException:
         store.close()
         raise
@@ -258,7 +269,7 @@ def _open_for_resume(
 
 
 def _resume_writes(
-    settings: CollectSettings, store: Any, semantic: list[str], operational: list[str], stderr: IO[str]
+    settings: CollectSettings, store: RunStore, semantic: list[str], operational: list[str], stderr: IO[str]
 ) -> list[Action]:
     """The changes an accepted resume makes to the run's metadata, as deferred actions."""
     actions: list[Action] = []
@@ -284,22 +295,30 @@ def _resume_writes(
             store.append_drift(operational)
 
         actions.append(drift)
+    if store.manifest.adopted_max_rollout_attempts:
+
+        def record_limit() -> None:
+            say(
+                stderr,
+                f"the manifest {store.paths.manifest} had no max_rollout_attempts (an older draft): "
+                f"recording the current setting, {store.manifest.max_rollout_attempts}",
+            )
+            store.record_max_rollout_attempts()
+
+        actions.append(record_limit)
     wanted = settings.retry_terminal_timeouts
     if wanted is not None and wanted != store.manifest.retry_terminal_timeouts:
         actions.append(lambda: store.update_policy(retry_terminal_timeouts=wanted))
     return actions
 
 
-def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
+def _input_problems(manifest: Manifest, inputs: Inputs) -> list[str]:
     """Semantic differences of the data itself: the source dataset's bytes and the materialized tasks.
 
     Materialization is a pure function of the source bytes and of settings that are all semantic
     identity keys; so with the same source digest, the same gymslurm version and no semantic identity
     difference the tasks are equal by construction and are not materialized again (fast resume).
     """
-    from gymslurm import __version__
-    from gymslurm.tasks import inputs_digest
-
     if manifest.source_digest != inputs.source_digest:
         return ["source_digest (the input dataset's content changed)"]
     if manifest.gymslurm_version == __version__:
@@ -311,9 +330,9 @@ def _input_problems(manifest: Any, inputs: Inputs) -> list[str]:
 
 
 def _reconciled(
-    store: Any,
+    store: RunStore,
     stderr: IO[str],
-    load_tasks: Callable[[], list[dict[str, Any]]],
+    load_tasks: Callable[[], list[Task]],
     *,
     writes: list[Action] | None = None,
     resubmit: bool = False,

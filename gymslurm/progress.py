@@ -16,6 +16,13 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from gymslurm.selection import SUCCESSFUL, Disposition
+
+
+def say(stream: IO[str], message: str) -> None:
+    """One line for the person running the collection."""
+    print(f"gymslurm collect: {message}", file=stream, flush=True)
+
 
 @dataclass
 class Counters:
@@ -30,6 +37,15 @@ class Counters:
     failed_before: int = 0
     omitted_before: int = 0
     started_at: float = field(default_factory=time.monotonic)
+
+    def tally(self, disposition: Disposition, delta: int) -> None:
+        """Count a rollout whose selected state is ``disposition`` (``delta`` -1 takes it back)."""
+        if disposition in SUCCESSFUL:
+            self.done += delta
+        elif disposition is Disposition.FAILED:
+            self.failed += delta
+        elif disposition is Disposition.OMITTED:
+            self.omitted += delta
 
     @property
     def finished(self) -> int:

@@ -190,10 +190,11 @@ def check_reverify_output(output: Path, source: Path) -> None:
     """Refuse to write into the source run (any spelling, ``unsafe_`` prefix) or any established run."""
     target = source.resolve()
     shard = ShardSource(target, (source.absolute(),), target)
-    check_output(output, [shard])
+    names = {"what": "the reverification output", "source": "source run"}
+    check_output(output, [shard], **names)
     for spelling in {output.absolute(), output.resolve()}:
         if spelling.name.startswith("unsafe_"):
-            check_output(spelling.with_name(spelling.name[len("unsafe_") :]), [shard])
+            check_output(spelling.with_name(spelling.name[len("unsafe_") :]), [shard], **names)
     if output.resolve() == target or any(
         companion_path(output.resolve(), s).exists() for s in RECOVERY_SUFFIXES
     ):
@@ -230,7 +231,7 @@ def reverify_judge_failed(
     for i, state in enumerate(rec.states):
         outcomes = history.outcomes(i)
         decision = plan_rollout(i, reserved[i], outcomes, state, answers.__contains__)
-        _tally(report, decision, outcomes, answers)
+        _tally(report, decision, outcomes, answers, index.ids[i])
         decisions.append(decision)
     rejudge = [d for d in decisions if d.action == "rejudge"]
     if rejudge:  # before any judge call: a write that cannot happen must not cost re-grades
@@ -321,7 +322,11 @@ def _judge_answers(sidecar: Any, groups: Iterable[Sequence[SavedOutcome]]) -> di
 
 
 def _tally(
-    report: ReverifyReport, decision: Decision, outcomes: Sequence[SavedOutcome], answers: Mapping[int, Any]
+    report: ReverifyReport,
+    decision: Decision,
+    outcomes: Sequence[SavedOutcome],
+    answers: Mapping[int, Any],
+    rollout_id: str,
 ) -> None:
     judge = [o for o in outcomes if is_judge_failure(o)]
     report.judge_failures_seen += bool(judge)
@@ -334,4 +339,4 @@ def _tally(
         report.skipped += 1
         if decision.warning:
             report.stopped += 1
-            report.warnings.append(f"rollout index {decision.index}: {decision.warning}")
+            report.warnings.append(f"rollout {rollout_id!r}: {decision.warning}")

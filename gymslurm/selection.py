@@ -21,7 +21,7 @@ The execution number and the budget are different counters: three interruptions 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -36,15 +36,19 @@ TIMEOUT_KINDS = frozenset({"agent_timeout", "timeout_exceeded", "transport_timeo
 # evaluated model, left it unmeasured (001: masked_infrastructure_kind). Model-side kinds, judge
 # kinds (whose saved answer is graded again, not regenerated), unregistered and namespaced
 # kinds keep the masked row as the result. ``verifier_error`` is a verifier that could not run: with
-# no saved answer there is nothing to grade again, so the episode runs again.
+# no saved answer there is nothing to grade again, so the episode runs again. The ``transport_*``
+# kinds are not here: on a graded (masked) result they are the verify call's transport, and 001
+# grades such a saved answer again instead of regenerating it (_MASKED_REGRADE_KINDS).
 EVALUATION_SIDE_KINDS = frozenset(
     {
         "provider_unavailable", "provider_quota_exhausted", "provider_oom_killed",
         "session_lost", "session_expired", "session_release_failed",
-        "transport_unreachable", "transport_peer_drop", "transport_timeout", "transport_local_resource",
         "persistence_failed", "cohort_incomplete", "cancelled", "shutdown", "verifier_error",
     }
 )  # fmt: skip
+# Registered provider/session kinds that are model-side at the agent stage (001: "agent OOM remains
+# model-side while seed OOM is evaluation-side when its originating stage is available").
+MODEL_SIDE_AT_AGENT_STAGE = frozenset({"provider_oom_killed"})
 
 
 @dataclass(slots=True)
@@ -67,6 +71,7 @@ class SavedOutcome:
     stage: str | None = None
     failure_class: str | None = None
     legacy_class: str | None = None
+    kept_answer: bool = False  # an agent_timeout failure that kept the model's answer (001): final
 
 
 @dataclass(frozen=True)
@@ -122,8 +127,27 @@ def _is_kill_shaped(outcome: SavedOutcome) -> bool:
 
 
 def retryable_in_kind(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
-    """Whether a failure may run again at all (budget aside): non-terminal, or an opted-in timeout."""
+    """Whether a failure may run again at all (budget aside): non-terminal, or an opted-in timeout.
+
+    An agent timeout that kept its answer never runs again, terminal or not: the deadline was the
+    agent's, so what it kept is the evaluated model's final result (001).
+    """
+    if outcome.kept_answer:
+        return False
     return not outcome.terminal or (policy.retry_terminal_timeouts and is_timeout(outcome))
+
+
+# The names of an agent running out of its own deadline (timeout_exceeded: the older routing class).
+AGENT_TIMEOUT_NAMES = frozenset({"agent_timeout", "timeout_exceeded"})
+
+
+def kept_timeout_answer(names: Iterable[object], response: object) -> bool:
+    """Whether a failure is an agent timeout that kept the model's answer (001: its final result).
+
+    ``names`` are the failure's kind and routing names; ``response`` the response the failure kept
+    (``_ng_failure_response``). A timeout that kept no answer keeps its retry policy.
+    """
+    return any(name in AGENT_TIMEOUT_NAMES for name in names) and has_saved_generation(response)
 
 
 def _failure_counts(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
@@ -152,7 +176,7 @@ def establishes_progress(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
     """
     if outcome.kind != "failure":
         return True
-    return outcome.terminal or _failure_counts(outcome, policy)
+    return outcome.terminal or outcome.kept_answer or _failure_counts(outcome, policy)
 
 
 def history_problem(reserved: int, outcomes: Sequence[SavedOutcome]) -> str | None:
@@ -220,6 +244,9 @@ def is_retry_masked(result_row: Mapping[str, object]) -> bool:
     """
     if result_row.get("mask_sample") is not True:
         return False
-    if result_row.get("failure_kind") not in EVALUATION_SIDE_KINDS:
+    kind = result_row.get("failure_kind")
+    if kind not in EVALUATION_SIDE_KINDS:
+        return False
+    if kind in MODEL_SIDE_AT_AGENT_STAGE and result_row.get("stage") == "agent":
         return False
     return not has_saved_generation(result_row.get("response"))

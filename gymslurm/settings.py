@@ -23,6 +23,7 @@ raised before any file is written.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gymslurm.errors import ConfigError
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
+FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
 DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
 
@@ -55,10 +57,13 @@ class CollectSettings(BaseModel):
     require_complete: bool = False
     retry_terminal_timeouts: bool | None = None
     retry_in_invocation: bool = True
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list)
 
     concurrency: int = Field(default=64, ge=1)
     dispatch_budget_s: float | None = Field(default=None, ge=0)
     dispatch_longest_first: bool = False
+    dispatch_breaker_failures: int = Field(default=3, ge=0)
+    dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
     request_timeout_s: float = Field(default=3600, gt=0)
 
     environment_server_url: str | None = None
@@ -69,6 +74,10 @@ class CollectSettings(BaseModel):
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
     summary: bool = True
+
+    # Not a config key: resolved from NEMO_GYM_MAX_ROLLOUT_ATTEMPTS by validate_settings (as NeMo
+    # Gym reads it), saved in a new run's manifest; a resume keeps the saved value.
+    max_rollout_attempts: int = Field(default=DEFAULT_MAX_ROLLOUT_ATTEMPTS, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -148,7 +157,7 @@ def _check_url(url: str) -> None:
         raise ValueError(f"{url!r} is not an http(s) URL: write it as http://HOST:PORT")
 
 
-def max_rollout_attempts(environ: dict[str, str] | None = None) -> int:
+def max_rollout_attempts(environ: Mapping[str, str] | None = None) -> int:
     """``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` (a positive integer) or 3; saved in a new run's manifest."""
     env = os.environ if environ is None else environ
     raw = env.get(MAX_ATTEMPTS_ENV)
@@ -203,36 +212,89 @@ def compose_config(
     return {str(key): value for key, value in container.items()}
 
 
+# Settings the collector never interprets: they only enter the run's identity (the Environment
+# Server's configuration, one block per server). A value there that cannot be resolved (an unset
+# ``${oc.env:...}`` of a server this run does not use) stays as written instead of stopping the run:
+# 000, "unused server configurations need not resolve in the collector".
+IDENTITY_ONLY_KEYS = ("environment_config",)
+
+
 def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references)."""
-    from omegaconf import OmegaConf
+    """Resolve the interpolations of an unresolved configuration (``${oc.env:...}`` and references).
+
+    Every setting the collector uses must resolve; below :data:`IDENTITY_ONLY_KEYS` each value is
+    resolved on its own and one that cannot be stays as written.
+    """
+    from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    def strictly(value: Any) -> Any:
+        container = isinstance(value, DictConfig | ListConfig)
+        return OmegaConf.to_container(value, resolve=True) if container else value
+
     try:
-        resolved = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+        config = OmegaConf.create(raw)
+        resolved = {
+            str(key): _resolve_leniently(config[key]) if key in IDENTITY_ONLY_KEYS else strictly(config[key])
+            for key in config
+        }
     except OmegaConfBaseException as error:
         raise ConfigError(
             f"cannot resolve the collect configuration: {error}. Fix the interpolation or set the variable"
         ) from error
-    assert isinstance(resolved, dict)
-    return {str(key): value for key, value in resolved.items()}
+    return resolved
 
 
-def validate_settings(resolved: dict[str, Any]) -> CollectSettings:
-    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on."""
+def _resolve_leniently(node: Any) -> Any:
+    """The plain value of an OmegaConf node, child by child; an unresolvable child stays as written."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(node, DictConfig | ListConfig):
+        return node
+    keys = list(node) if isinstance(node, DictConfig) else range(len(node))
+    written = OmegaConf.to_container(node, resolve=False)
+    out: dict[Any, Any] | list[Any] = {} if isinstance(node, DictConfig) else []
+    for key in keys:
+        try:
+            value = _resolve_leniently(node[key])
+        except OmegaConfBaseException:
+            value = written[key]  # type: ignore[index]
+        if isinstance(out, dict):
+            out[key] = value
+        else:
+            out.append(value)
+    return out
+
+
+def validate_settings(resolved: dict[str, Any], environ: Mapping[str, str] | None = None) -> CollectSettings:
+    """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on.
+
+    ``max_rollout_attempts`` is resolved here too, from ``environ`` (default ``os.environ``), so that
+    nothing deeper reads the environment and a bad value is refused before anything is written.
+    """
     missing = [key for key in ("input_jsonl_fpath", "output_jsonl_fpath") if resolved.get(key) in (None, "")]
     if missing:
         spelled = " ".join(f"+{key}=PATH" for key in missing)
         raise ConfigError(f"missing required setting(s) {', '.join(missing)}: add {spelled}")
+    if FROM_ENVIRONMENT in resolved:
+        raise ConfigError(
+            f"unknown setting {FROM_ENVIRONMENT!r}: the failure budget comes from the environment, as in "
+            f"NeMo Gym; drop the override and set {MAX_ATTEMPTS_ENV}=N instead. Valid settings: {_valid()}"
+        )
     try:
-        return CollectSettings.model_validate(resolved)
+        return CollectSettings.model_validate({**resolved, FROM_ENVIRONMENT: max_rollout_attempts(environ)})
     except ValidationError as error:
         raise ConfigError(_explain(error)) from error
 
 
+def _valid() -> str:
+    return ", ".join(sorted(name for name in CollectSettings.model_fields if name != FROM_ENVIRONMENT))
+
+
 def _explain(error: ValidationError) -> str:
     lines = []
-    valid = ", ".join(sorted(CollectSettings.model_fields))
+    valid = _valid()
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "configuration"
         if item["type"] == "extra_forbidden":

@@ -141,3 +141,114 @@ class Supervised:
         }
         new = interruption_record(record, judgement.evidence)
         return replace(outcome, record=new, legacy_class=None, diagnostics=diagnostics), True
+
+
+HOLD_S = 5.0  # a held transport failure waits at most this long for the streak to decide
+
+
+class Breaker:
+    """The collector's circuit breaker for servers nobody supervises (docs/servers.md).
+
+    ``dispatch_breaker_failures`` transport failures in a row across different rollouts (held,
+    unsaved, meanwhile) trigger one probe of the server (``dispatch.probe_answers``: any HTTP
+    answer). A server that answers: the held failures are the rollouts' own. One that does not:
+    they are interruptions (``cause: server_unreachable``), dispatch pauses, and the server is
+    probed every ``interval_s`` for ``wait_s``; back: dispatch resumes; still down: ``on_dead``
+    stops the invocation (exit 1, retryable) having charged nobody. A held failure waits at most
+    :data:`HOLD_S` for the streak (with one request in flight there is no streak): then it is
+    probed on its own.
+    """
+
+    def __init__(
+        self, threshold: int, wait_s: float, on_dead: Callable[[str], None], say: Callable[[str], None],
+        *, interval_s: float = 1.0, probe: Callable[[str], bool] | None = None,
+    ) -> None:  # fmt: skip
+        from gymslurm.supervision import Streak
+
+        self.streak, self.wait_s, self.interval_s = Streak(threshold), wait_s, interval_s
+        self.on_dead, self.say = on_dead, say
+        self.probe = probe or _probe_answers
+        self.held: list[asyncio.Future[bool]] = []
+        self.down_url: str | None = None
+        self.dead: str | None = None
+        self._back = asyncio.Event()
+        self._back.set()
+        self._probing: asyncio.Task[None] | None = None
+
+    async def wait_dispatchable(self) -> None:
+        """Return once the breaker is closed."""
+        await self._back.wait()
+
+    def answered(self) -> None:
+        """A server answered a request: the streak breaks and held failures are the rollouts' own."""
+        self.streak.broken()
+        self._release(False)
+
+    def _release(self, server_fault: bool) -> None:
+        for future in self.held:
+            if not future.done():
+                future.set_result(server_fault)
+        self.held.clear()
+
+    async def review(self, outcome: Any, url: str, sent_at: float) -> tuple[Any, bool]:
+        """The outcome to save for a failed request, and whether it is an interruption."""
+        from gymslurm.supervision import is_transport_failure
+
+        record = outcome.record
+        if not is_transport_failure(record):
+            self.answered()
+            return outcome, False
+        if self.down_url is None:
+            future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self.held.append(future)
+            if self.streak.add(record.episode_id.rollout_id) == "probe":
+                self._start_probe(url)
+            try:
+                server_fault = await asyncio.wait_for(asyncio.shield(future), HOLD_S)
+            except TimeoutError:
+                self._start_probe(url)
+                server_fault = await future
+            if not server_fault:
+                return outcome, False
+        evidence = {
+            "cause": "server_unreachable", "server": url,
+            "how": f"transport failures in a row across {self.streak.threshold} rollouts and {url} "
+                   "did not answer a probe",
+        }  # fmt: skip
+        failed_at = time.monotonic()
+        diagnostics = {
+            **(outcome.diagnostics or {}),
+            **interruption_diagnostics(record, evidence, sent_at, failed_at),
+        }
+        return replace(outcome, record=interruption_record(record, evidence), diagnostics=diagnostics), True
+
+    def _start_probe(self, url: str) -> None:
+        if self._probing is None or self._probing.done():
+            self._probing = asyncio.create_task(self._probe(url))
+
+    async def _probe(self, url: str) -> None:
+        if await asyncio.to_thread(self.probe, url):
+            self.answered()
+            return
+        self.down_url = url
+        self._back.clear()
+        self._release(True)
+        self.say(f"circuit breaker open: {url} does not answer; dispatch paused for up to {self.wait_s:g}s")
+        deadline = time.monotonic() + self.wait_s
+        while time.monotonic() < deadline:
+            await asyncio.sleep(self.interval_s)
+            if await asyncio.to_thread(self.probe, url):
+                self.say(f"circuit breaker closed: {url} answers again; dispatch resumes")
+                self.down_url = None
+                self.streak.broken()
+                self._back.set()
+                return
+        self.dead = url
+        self.on_dead(f"circuit breaker: {url} did not answer for {self.wait_s:g}s")
+        self._back.set()
+
+
+def _probe_answers(url: str) -> bool:
+    from gymslurm.dispatch import probe_answers
+
+    return probe_answers(url, timeout_s=5.0)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gymslurm.errors import GymslurmError
+from gymslurm.errors import SupervisionError
 from gymslurm.records import MAX_FAILURE_REASON, EpisodeFailure, RolloutFailureRecord
 
 SUPERVISION_FD_ENV = "GYMSLURM_SUPERVISION_FD"
@@ -46,10 +46,6 @@ EventKind = Literal["watching", "healthy", "down", "up", "gave_up", "stopping"]
 EVENT_KINDS: frozenset[str] = frozenset({"watching", "healthy", "down", "up", "gave_up", "stopping"})
 _FIELDS = frozenset({"v", "kind", "at", "server", "since", "cause", "restarts", "interval_s"})
 Verdict = Literal["interruption", "rollout", "wait"]
-
-
-class SupervisionError(GymslurmError):
-    """A supervision event could not be read (a gymslurm link and collector of different versions?)."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +174,39 @@ def judge_failure(sent_at: float, failed_at: float, timeline: Timeline) -> Judge
     if failed_at <= timeline.checked_until:
         return Judgement("rollout")
     return Judgement("wait")
+
+
+TRANSPORT_KINDS = frozenset({"transport_unreachable", "transport_peer_drop", "transport_timeout"})
+
+
+def is_transport_failure(record: RolloutFailureRecord) -> bool:
+    """A failure the collector saw on the wire (no answer from the server), not one it reported."""
+    return record.source == "collector" and record.failure.failure_kind in TRANSPORT_KINDS
+
+
+@dataclass
+class Streak:
+    """The circuit breaker's count: transport failures in a row, across different rollouts.
+
+    Outside a job nobody watches the server, so the collector judges from the outside: a failure
+    that may be the server's is *held* (not saved yet) until either the server answers another
+    request (the streak breaks: the held failures are the rollouts' own) or ``threshold`` different
+    rollouts failed in a row (:meth:`add` says ``probe``): then a probe decides. The same rollout
+    failing twice counts once.
+    """
+
+    threshold: int
+    rollouts: list[str] = field(default_factory=list)
+
+    def add(self, rollout_id: str) -> Literal["hold", "probe"]:
+        """One more held transport failure; ``probe`` once ``threshold`` rollouts are in the streak."""
+        if rollout_id not in self.rollouts:
+            self.rollouts.append(rollout_id)
+        return "probe" if len(self.rollouts) >= self.threshold else "hold"
+
+    def broken(self) -> None:
+        """The server answered: the streak starts again."""
+        self.rollouts.clear()
 
 
 def evidence_wait_s(timeline: Timeline) -> float:

@@ -37,6 +37,7 @@ from gymslurm.demo.arith import (
     expected_answer,
     grade,
     policy_answer,
+    question_text,
     response_object,
 )
 from gymslurm.demo.faults import (
@@ -45,11 +46,12 @@ from gymslurm.demo.faults import (
     choose_fault,
     delay_seconds,
     episode_reply,
+    provider_failure,
     rates_problem,
     result_reply,
     verify_fault_reply,
 )
-from gymslurm.demo.messages import Reply, json_reply
+from gymslurm.demo.messages import Episode, Reply, json_reply
 from gymslurm.demo.protocol import (
     Invalid,
     invalid_reply,
@@ -73,6 +75,7 @@ class DemoConfig:
     rates: Rates = ()
     latency_ms: float = 0.0
     die_after: int | None = None  # answer this many /run requests, then die on the next one
+    policy_url: str | None = None  # an OpenAI-compatible model server answering for the policy
 
     def problems(self) -> list[str]:
         """What is wrong with this configuration, one sentence each; empty when it is usable."""
@@ -164,11 +167,29 @@ class DemoApp:
         if isinstance(episode, Invalid):
             self.outcomes["invalid"] += 1
             return invalid_reply(episode)
+        if self.config.policy_url is not None:
+            return Reply(0, b"", later=self._ask_policy(episode))
+        return self._episode(episode, None)
+
+    async def _ask_policy(self, episode: Episode) -> Reply:
+        """Ask the model server for the policy's answer, then answer like :meth:`run`."""
+        from gymslurm.demo.policy import ask
+
+        question = question_text(episode.task_input["a"], episode.task_input["b"], episode.task_input["op"])
+        answer, problem = await ask(self.config, question, f"{episode.rollout_id}/{episode.attempt}")
+        if problem is not None:
+            self.outcomes["provider_unavailable"] += 1
+            return provider_failure(episode, f"the policy model server failed: {problem}")
+        return self._episode(episode, answer)
+
+    def _episode(self, episode: Episode, model_answer: str | None) -> Reply:
         task_input, attempt = episode.task_input, episode.attempt
         draws = draw(self.config.seed, episode.rollout_id, attempt)
         fault = choose_fault(task_input, attempt, draws.fault, self.config.rates)
         expected = expected_answer(task_input["a"], task_input["b"], task_input["op"])
-        answer = policy_answer(expected, self.config.accuracy, draws)
+        answer = (
+            policy_answer(expected, self.config.accuracy, draws) if model_answer is None else model_answer
+        )
         reward = grade(answer, expected)
         result = {"reward": reward, "response": response_object(answer), "expected_answer": expected}
         reply = episode_reply(fault, episode, answer, expected, result)

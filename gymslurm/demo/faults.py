@@ -181,6 +181,11 @@ def _failure(episode: Episode, reason: str, terminal: bool, kind: str | None, st
     return json_reply(200, _failure_payload(episode, reason, terminal, kind, stage))
 
 
+def provider_failure(episode: Episode, reason: str) -> Reply:
+    """The model server (``--policy-url``) did not answer: a non-terminal ``provider_unavailable``."""
+    return _failure(episode, reason[:500], False, "provider_unavailable", "agent")
+
+
 def _reason(name: str) -> str:
     return f"demo-server: injected fault {name!r}: {FAULTS[name]}"
 

@@ -11,8 +11,9 @@ Trade-offs: no TLS, no chunked bodies, no header folding, no ``Date`` header; a 
 (injected latency) holds back the replies pipelined behind it on the same connection, as HTTP/1.1
 requires. Replies are ``header prefix (precomputed per status and type) + length + body``.
 The application (gymslurm/demo/app.py) decides what to answer; this module only does the I/O and
-the two actions a reply may carry: wait ``delay_s`` (``loop.call_later``, no task per request) and
-``die`` (``os._exit``, without answering).
+the actions a reply may carry: wait ``delay_s`` (``loop.call_later``, no task per request),
+``die`` (``os._exit``, without answering), ``hang`` (stop answering anything) and ``later`` (an
+awaitable whose reply is sent once it is done: the Environment Server asking its model server).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from http import HTTPStatus
@@ -162,6 +164,11 @@ class HttpConnection(asyncio.Protocol):
             if request is None:
                 return
             reply = self._answer(request)
+            if reply.later is not None:
+                self._waiting = True
+                task = asyncio.ensure_future(reply.later)
+                task.add_done_callback(lambda done, r=request: self._send_later(done, r.keep_alive))
+                return
             if reply.delay_s > 0:
                 self._waiting = True
                 loop = asyncio.get_running_loop()
@@ -198,6 +205,8 @@ class HttpConnection(asyncio.Protocol):
     def _send(self, reply: Reply, keep_alive: bool) -> None:
         if reply.die:
             _die()
+        if reply.hang:
+            _hang()
         transport = self._transport
         if transport is None:
             return
@@ -205,6 +214,17 @@ class HttpConnection(asyncio.Protocol):
         if not keep_alive:
             transport.close()
             self._transport = None
+
+    def _send_later(self, done: asyncio.Future[Reply], keep_alive: bool) -> None:
+        try:
+            reply = done.result()
+        except Exception:  # a bug in the application: answer 500 and keep serving
+            traceback.print_exc(file=sys.stderr)
+            reply = Reply(500, b"Internal Server Error: see the demo server's stderr", TEXT)
+        if reply.delay_s > 0:
+            asyncio.get_running_loop().call_later(reply.delay_s, self._send_delayed, reply, keep_alive)
+            return
+        self._send_delayed(reply, keep_alive)
 
     def _send_delayed(self, reply: Reply, keep_alive: bool) -> None:
         self._waiting = False
@@ -214,6 +234,13 @@ class HttpConnection(asyncio.Protocol):
     def _reject(self, error: _BadRequestError) -> None:
         body = f"{error}\n".encode()
         self._send(Reply(error.status, body, TEXT), keep_alive=False)
+
+
+def _hang() -> None:
+    sys.stderr.write("gymslurm demo: injected fault 'hang': no longer answering anything\n")
+    sys.stderr.flush()
+    while True:  # block the event loop, as a hung GPU blocks a model server (SIGKILL ends it)
+        time.sleep(3600)
 
 
 def _die() -> None:

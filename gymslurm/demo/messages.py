@@ -15,7 +15,11 @@ TEXT = b"text/plain; charset=utf-8"
 
 
 class Reply(NamedTuple):
-    """What the HTTP layer sends: a status, a body, and the two actions it performs (wait, or die)."""
+    """What the HTTP layer sends: a status, a body, and the actions it performs (wait, die, hang).
+
+    ``later``: an awaitable giving the reply to send instead, once done (the demo Environment
+    Server waiting for its model server); ``hang``: stop answering anything (a hung process).
+    """
 
     status: int
     body: bytes
@@ -23,6 +27,8 @@ class Reply(NamedTuple):
     delay_s: float = 0.0
     die: bool = False
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    hang: bool = False
+    later: Any = None
 
 
 class Episode(NamedTuple):

@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--die-after", type=int, default=None, metavar="N", help="answer N /run requests, die on the next"
     )
+    parser.add_argument(
+        "--policy-url", default=None, metavar="URL",
+        help="an OpenAI-compatible model server answering for the policy (e.g. gymslurm demo-model-server)",
+    )  # fmt: skip
     dataset = parser.add_argument_group("dataset")
     dataset.add_argument("--write-dataset", type=Path, metavar="PATH", help="write a JSONL dataset and exit")
     dataset.add_argument(
@@ -92,6 +96,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         rates=tuple((name, rate) for name, rate in rates if rate),
         latency_ms=args.latency_ms,
         die_after=args.die_after,
+        policy_url=args.policy_url,
     )
     problems = config.problems()
     if problems:

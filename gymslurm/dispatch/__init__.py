@@ -16,6 +16,8 @@ The transport's measurements and the reasons for it are in docs/transport.md.
 from gymslurm.dispatch.calls import (
     fetch_aggregate_metrics,
     fetch_environment_config,
+    probe_answers,
+    probe_completion,
     probe_health,
     verify_answer,
     verify_client,
@@ -42,6 +44,8 @@ __all__ = [
     "classify_reply",
     "fetch_aggregate_metrics",
     "fetch_environment_config",
+    "probe_answers",
+    "probe_completion",
     "probe_health",
     "verify_answer",
     "verify_client",

@@ -117,6 +117,43 @@ def probe_health(url: str, path: str, timeout_s: float) -> bool:
         return False
 
 
+def probe_answers(url: str, timeout_s: float) -> bool:
+    """Whether anything answers HTTP at ``url`` (any status): the collector's circuit-breaker probe."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            http.get(url.rstrip("/") + "/")
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
+    return True
+
+
+def probe_completion(url: str, chat: bool, model: str | None, timeout_s: float) -> bool:
+    """Whether an OpenAI-compatible server generates: a one-token completion must come back with text.
+
+    A model server's ``/health`` can answer while generation is broken (an engine-dead vLLM, a hung
+    GPU), so a job probes it with a real request: ``POST /v1/chat/completions`` (``chat``) or
+    ``POST /v1/completions``, ``max_tokens: 1``. False on any transport failure, a non-2xx or no text.
+    """
+    body: dict[str, Any] = {"max_tokens": 1, "temperature": 0}
+    if model:
+        body["model"] = model
+    if chat:
+        body["messages"] = [{"role": "user", "content": "ping"}]
+    else:
+        body["prompt"] = "ping"
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            reply = http.post(url.rstrip("/") + path, json=body)
+        if not reply.is_success:
+            return False
+        choice = reply.json()["choices"][0]
+        text = choice["message"]["content"] if chat else choice["text"]
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, KeyError, IndexError, TypeError):
+        return False
+    return isinstance(text, str) and bool(text)
+
+
 def parse_environment_config(text: str, where: str) -> dict[str, Any]:
     """The mapping in a config endpoint's answer: YAML, or YAML inside a JSON string (NeMo Gym)."""
     import yaml

@@ -33,6 +33,7 @@ from gymslurm.records import (
     Source,
     Stage,
 )
+from gymslurm.selection import is_numeric_reward
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ LEGACY_CLASS_KINDS = {"timeout_exceeded": "agent_timeout"}  # 001: agent_timeout
 STAGES = frozenset(get_args(Stage))
 FAILURE_FIELDS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
 REPLY_FIELDS = frozenset({"episode_id", "task_id", "result", "failure", NO_PERSIST, "response"})
+# The fields of the collector's RolloutFailureRecord around the episode's failure: the collector
+# observes them (who saw the failure, whether the request reached the server); an agent cannot choose
+# them (000), so a failure that claims one is a protocol violation, not data.
+COLLECTOR_OWNED_FIELDS = frozenset(
+    {"source", "delivery", "run_id", "schema_version", "episode_id", "failure"}
+)  # fmt: skip
+OBSERVATION_FIELDS = frozenset({"source", "delivery"})
 DIAGNOSTIC_BODY_CHARS = 4000
 
 # Gateway and throttling answers: the Environment Server may or may not have seen the request.
@@ -203,9 +211,9 @@ class _Call(NamedTuple):
             raise ProtocolError(
                 f"The Environment Server reply{where} for rollout {self.episode.rollout_id!r} attempt "
                 f"{self.episode.attempt} (task {self.task_id!r}) breaks the protocol: {problem}. Fix the "
-                "producer (../shared/spec/PROTOCOL.md), or set +route_failures_to_sidecar=true to record "
-                "such replies as terminal environment_protocol_violation failures and let the other "
-                "tasks continue."
+                "producer (the reply shapes are in gymslurm's docs/outcomes.md), or set "
+                "+route_failures_to_sidecar=true to record such replies as terminal "
+                "environment_protocol_violation failures and let the other tasks continue."
             )
         record = self.record(f"protocol violation: {problem}", source="collector", delivery="delivered",
                              terminal=True, kind=PROTOCOL_VIOLATION)  # fmt: skip
@@ -281,6 +289,13 @@ def _native_failure(call: _Call, reply: dict[str, Any], failure: object) -> Fail
     """The environment's own failure: kind (even absent), terminal and stage kept; extras aside."""
     if not isinstance(failure, dict):
         raise _BadReplyError(f"'failure' must be a JSON object, got {type(failure).__name__}")
+    claimed = sorted(COLLECTOR_OWNED_FIELDS.intersection(failure) | OBSERVATION_FIELDS.intersection(reply))
+    if claimed:
+        raise _BadReplyError(
+            f"the failure claims the collector-owned record fields {claimed}: the collector observes "
+            "who saw a failure and whether the request was delivered; report only failure_reason, "
+            "terminal, failure_kind and stage"
+        )
     extra = {key: value for key, value in failure.items() if key not in FAILURE_FIELDS}
     response = extra.pop("response", reply.get("response"))
     extra.pop(NO_PERSIST, None)  # a reported failure is saved even when suppression was asked (spec 000)
@@ -328,6 +343,17 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
 
 
 def _checked_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A completed result as sent, once it is valid: no reserved keys, and a reward that is a number.
+
+    A reward may be absent or null (unscored, no zero invented) but a present one must be a real,
+    finite number: ``"abc"``, ``[1]``, ``true`` or ``"1.0"`` are malformed, never a score or an
+    unscored completion (000: "Present invalid rewards ... still fail validation").
+    """
+    reward = result.get("reward")
+    if reward is not None and not is_numeric_reward(reward):
+        raise _BadReplyError(
+            f"'reward' must be a number (or absent / null for an unscored result), got {reward!r:.100}"
+        )
     if result.get(NO_PERSIST) is False:
         result = {key: value for key, value in result.items() if key != NO_PERSIST}
     reserved = sorted(key for key in result if key.startswith("_ng_") and key not in LEGACY_JUDGE_MARKERS)

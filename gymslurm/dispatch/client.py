@@ -24,6 +24,7 @@ from gymslurm.records import FAILURE_KINDS, EpisodeId
 
 _log = logging.getLogger(__name__)
 
+
 class EnvironmentClient:
     """Sends episode attempts to Environment Servers with at most ``concurrency`` requests in flight.
 

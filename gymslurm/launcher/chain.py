@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -78,7 +79,7 @@ from gymslurm.launcher.ledger import (
     utc_now,
 )
 from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
-from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
 from gymslurm.launcher.supervise import Supervisor
 from gymslurm.store.paths import COMPANION_SUFFIXES, RunPaths, companion_path
 from gymslurm.store.store import saved_outcome_bytes
@@ -130,6 +131,11 @@ def read_resubmit_offset(output: Path) -> str | None:
         return None
 
 
+def _address(url: str, part: str) -> str:
+    parts = urlsplit(url)
+    return {"url": url, "host": parts.hostname or "", "port": str(parts.port or "")}[part]
+
+
 def collector_argv(
     settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], resubmit: bool
 ) -> list[str]:
@@ -141,8 +147,11 @@ def collector_argv(
         "+resume_from_cache=true",
         "+require_complete=true",
     ]
-    argv += [f"{server.collector_override}={urls[server.name]}" for server in settings.servers]
-    argv += settings.collector.overrides
+    argv += [f"{s.collector_override}={urls[s.name]}" for s in settings.servers if s.collector_override]
+    argv += [
+        SERVER_REFERENCE.sub(lambda m: _address(urls[m.group(1)], m.group(2)), o)
+        for o in settings.collector.overrides
+    ]
     if resubmit:
         argv.append(settings.collector.resubmit_override)
     return argv
@@ -494,7 +503,8 @@ def _collect(  # noqa: PLR0917
         try:
             for wanted in settings.servers:
                 log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
-                server = server_mod.start(wanted, log_path)
+                known = {s.settings.name: s for s in started}
+                server = server_mod.start(wanted, log_path, started=known)
                 started.append(server)
                 if server.process is not None:
                     note("started", server, f"healthy at {server.url} after {server.startup_s:.1f}s")

@@ -21,22 +21,22 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 
-from gymslurm.dispatch import probe_health
-from gymslurm.launcher.settings import ServerSettings
-
-
-class ServerStartError(Exception):
-    """A configured server did not become healthy in time."""
+from gymslurm.dispatch import probe_completion, probe_health
+from gymslurm.errors import ServerStartError
+from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
 
 
 @dataclass
@@ -52,6 +52,7 @@ class RunningServer:
     startup_s: float = 0.0
     restarts: int = 0
     probes: list[str] = field(default_factory=list)
+    started: dict[str, RunningServer] = field(default_factory=dict, repr=False)
 
     @property
     def pid(self) -> int | None:
@@ -68,7 +69,10 @@ def free_port(host: str) -> int:
 
 
 def probe(host: str, port: int, settings: ServerSettings) -> bool:
-    """One health probe: ``GET health_path`` answering 2xx, or the port accepting a connection."""
+    """One probe: a completion returning text, ``GET health_path`` answering 2xx, or a TCP connect."""
+    if settings.probe != "health":
+        chat = settings.probe == "chat_completions"
+        return probe_completion(f"http://{host}:{port}", chat, settings.probe_model, settings.probe_timeout_s)
     if settings.health_path is None:
         with contextlib.suppress(OSError), socket.create_connection((host, port), settings.probe_timeout_s):
             return True
@@ -87,21 +91,46 @@ def stop_with_parent() -> None:
     _die_with_parent(signal.SIGTERM)
 
 
-def start(settings: ServerSettings, log: Path, port: int | None = None) -> RunningServer:
-    """Start one server (or adopt its ``url``) and wait until it is healthy."""
+def interpolate(text: str, started: Mapping[str, RunningServer], host: str = "", port: int = 0) -> str:
+    """``{host}``, ``{port}`` (this server's) and ``{servers.NAME.url|host|port}`` (an earlier one's)."""
+
+    def earlier(match: re.Match[str]) -> str:
+        server = started[match.group(1)]
+        parts = urlsplit(server.url)
+        values = {"url": server.url, "host": parts.hostname or "", "port": str(parts.port or "")}
+        return values[match.group(2)]
+
+    text = SERVER_REFERENCE.sub(earlier, text)
+    return text.replace("{port}", str(port)).replace("{host}", host) if port else text
+
+
+def start(
+    settings: ServerSettings,
+    log: Path,
+    port: int | None = None,
+    started: Mapping[str, RunningServer] | None = None,
+) -> RunningServer:
+    """Start one server (or adopt its ``url``) and wait until it is healthy.
+
+    ``started``: the servers already running, by name, whose addresses ``{servers.NAME.url}`` names.
+    """
     if settings.command is None:
         assert settings.url is not None
         return RunningServer(settings, settings.url)
     port = port or settings.port or free_port(settings.host)
-    argv = [part.replace("{port}", str(port)).replace("{host}", settings.host) for part in settings.command]
+    known = started or {}
+    argv = [interpolate(part, known, settings.host, port) for part in settings.command]
+    env = {key: interpolate(value, known, settings.host, port) for key, value in settings.env.items()}
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with log.open("ab") as handle:
         process = subprocess.Popen(
             argv, stdout=handle, stderr=handle, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **settings.env}, preexec_fn=_die_with_parent,  # noqa: PLW1509
+            env={**os.environ, **env}, preexec_fn=_die_with_parent,  # noqa: PLW1509
         )  # fmt: skip
-    server = RunningServer(settings, f"http://{settings.host}:{port}", process, port, log)
+    server = RunningServer(
+        settings, f"http://{settings.host}:{port}", process, port, log, started=dict(known)
+    )
     with contextlib.suppress(psutil.Error):
         server.create_time = psutil.Process(process.pid).create_time()
     deadline = t0 + settings.startup_timeout_s
@@ -150,7 +179,7 @@ def restart(server: RunningServer) -> RunningServer:
     """Kill what is left of ``server`` at once and start it again on the same port."""
     kill_now(server)
     assert server.log is not None
-    fresh = start(server.settings, server.log, port=server.port)
+    fresh = start(server.settings, server.log, port=server.port, started=server.started)
     fresh.restarts = server.restarts + 1
     return fresh
 

@@ -15,6 +15,7 @@ interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept a
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -34,8 +35,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
+
+
 class ServerSettings(_Strict):
-    """One Environment Server: a running address, or a command the job starts in its allocation."""
+    """One server of the job's stack: a running address, or a command the job starts in its allocation.
+
+    Servers start in the order listed; a later server's ``command``, ``env`` and the collector's
+    overrides may name an earlier one's address as ``{servers.NAME.url}`` (or ``.host``, ``.port``).
+    ``collector_override`` null: the collector is not given this server's URL (a model server that
+    only the Environment Servers call).
+    """
 
     name: str = "env"
     url: str | None = None
@@ -45,7 +55,11 @@ class ServerSettings(_Strict):
     health_path: str | None = None
     startup_timeout_s: float = 60.0
     env: dict[str, str] = Field(default_factory=dict)
-    collector_override: str = "+environment_server_url"
+    collector_override: str | None = "+environment_server_url"
+    # The start-up and supervision probe: health (GET health_path, or a TCP connection when it is
+    # null), or a one-token chat_completions / completions request that must return text.
+    probe: Literal["health", "chat_completions", "completions"] = "health"
+    probe_model: str | None = None
     # Supervision while the collector runs (docs/servers.md): probe every probe_interval_s, a probe
     # answering after probe_timeout_s fails; probe_failures failures in a row (or the process
     # exiting) make the server down; it is restarted in place at most restart_limit times.
@@ -145,6 +159,27 @@ class BenchmarkSettings(_Strict):
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
+
+    def model_post_init(self, _context: Any) -> None:
+        """Server names are unique and ``{servers.NAME.*}`` names a server listed earlier."""
+        seen: list[str] = []
+        for server in self.servers:
+            if server.name in seen:
+                raise ValueError(f"servers: two servers are named {server.name!r}")
+            texts = [*(server.command or []), *server.env.values()]
+            _check_references(texts, seen, f"server {server.name!r}")
+            seen.append(server.name)
+        _check_references(self.collector.overrides, seen, "collector.overrides")
+
+
+def _check_references(texts: list[str], earlier: list[str], where: str) -> None:
+    for text in texts:
+        for name, _ in SERVER_REFERENCE.findall(text):
+            if name not in earlier:
+                raise ValueError(
+                    f"{where} refers to {{servers.{name}...}}, which is not a server listed before it "
+                    f"(servers start in order; earlier: {', '.join(earlier) or 'none'})"
+                )
 
 
 def slurm_seconds(text: str | int) -> int:

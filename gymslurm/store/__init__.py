@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     from gymslurm.store.lock import RunLock
     from gymslurm.store.manifest import Manifest
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.store import ExistingRun, Reconciliation, RunStore, existing_run, read_resubmit_offset
+    from gymslurm.store.store import (
+        ExistingRun,
+        Reconciliation,
+        RunSpec,
+        RunStore,
+        existing_run,
+        read_resubmit_offset,
+    )
 
 _HOMES = {
     "ExistingRun": "store",
@@ -26,6 +33,7 @@ _HOMES = {
     "Reconciliation": "store",
     "RunLock": "lock",
     "RunPaths": "paths",
+    "RunSpec": "store",
     "RunStore": "store",
     "existing_run": "store",
     "read_resubmit_offset": "store",
@@ -37,6 +45,7 @@ __all__ = [
     "Reconciliation",
     "RunLock",
     "RunPaths",
+    "RunSpec",
     "RunStore",
     "existing_run",
     "read_resubmit_offset",

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
-from gymslurm.selection import SavedOutcome, is_retry_masked
+from gymslurm.selection import SavedOutcome, is_retry_masked, kept_timeout_answer
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
 
 _READ_CHUNK = 1 << 20
@@ -257,6 +257,7 @@ class _Reader:
             stage=intern[failure.get("stage")],
             failure_class=intern[row["_ng_failure_class"]],
             legacy_class=intern[row.get("_ng_failure_legacy_class")],
+            kept_answer=_kept_answer(row, failure.get("failure_kind")),
         )
 
     def _legacy_failure(self, row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
@@ -270,7 +271,14 @@ class _Reader:
             delivery="possibly_delivered",  # unknown for legacy rows: the conservative reading
             failure_kind=self.intern[routing] if routing in FAILURE_KINDS else None,
             failure_class=self.intern[routing],
+            kept_answer=_kept_answer(row, routing),
         )
+
+
+def _kept_answer(row: Mapping[str, Any], kind: object) -> bool:
+    """An agent timeout that kept its answer (selection.kept_timeout_answer), read from a sidecar row."""
+    names = (kind, row.get("_ng_failure_class"), row.get("_ng_failure_legacy_class"))
+    return kept_timeout_answer(names, row.get("_ng_failure_response"))
 
 
 def _foreign(stamped: object, run_id: str) -> str:

@@ -4,7 +4,9 @@ The manifest is published atomically (``atomic.py``) and read strictly: the form
 first (anything else is an unsupported manifest, never silently reinterpreted), unknown fields are
 rejected, and every failure is a :class:`ManifestError` that names the file and says what to do.
 ``max_rollout_attempts`` comes from ``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` only when a run is created; a
-resume reuses the saved value whatever the environment says later.
+resume reuses the saved value whatever the environment says later. An older draft manifest without
+the field is read with the current setting (000), marked :attr:`Manifest.adopted_max_rollout_attempts`
+so that the first validated resume records it; every other reader just uses it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymslurm import __version__
 from gymslurm.errors import ManifestError
@@ -49,6 +51,13 @@ class Manifest(BaseModel):
     identity_source: IdentitySource = "verified"
     selection_policy: Literal["latest_allocated"] = "latest_allocated"
     gymslurm_version: str = __version__
+
+    _adopted: bool = PrivateAttr(default=False)
+
+    @property
+    def adopted_max_rollout_attempts(self) -> bool:
+        """Read from a manifest that did not record ``max_rollout_attempts``: the current setting."""
+        return self._adopted
 
 
 def new_run_id() -> str:
@@ -87,8 +96,13 @@ def parse_manifest(path: Path, raw: bytes) -> Manifest:
             f"{FORMAT_VERSION} only. Read that run with the version that wrote it, or move its files "
             "aside and start at a new output path"
         )
+    adopted = "max_rollout_attempts" not in data
+    if adopted:
+        from gymslurm.settings import max_rollout_attempts  # the one reader of the environment setting
+
+        data = {**data, "max_rollout_attempts": max_rollout_attempts()}
     try:
-        return Manifest.model_validate(data)
+        manifest = Manifest.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in error.errors()
@@ -97,6 +111,8 @@ def parse_manifest(path: Path, raw: bytes) -> Manifest:
             f"the run manifest {path} is invalid ({problems}); restore it from a backup or start at a "
             "new output path"
         ) from None
+    manifest._adopted = adopted
+    return manifest
 
 
 def write_manifest(path: Path, manifest: Manifest) -> None:

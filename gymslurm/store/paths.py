@@ -27,6 +27,9 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "aggregate_metrics": "_aggregate_metrics.json",
     "aggregate_coverage": "_aggregate_coverage.json",
     "health": "_health.json",
+    # The retired draft attempt journal of earlier development revisions (000): never written, only
+    # detected (a resume and aggregation refuse it; a fresh collection replaces it).
+    "attempts_journal": "_attempts.jsonl",
 }
 
 
@@ -116,6 +119,10 @@ class RunPaths:
     def health(self) -> Path:
         return self._companion("_health.json")
 
+    @property
+    def attempts_journal(self) -> Path:
+        return self._companion("_attempts.jsonl")
+
     def companions(self) -> dict[str, Path]:
         """Every file of the run by role (the output itself included as ``results``)."""
         return {
@@ -132,6 +139,7 @@ class RunPaths:
             "aggregate_metrics": self.aggregate_metrics,
             "aggregate_coverage": self.aggregate_coverage,
             "health": self.health,
+            "attempts_journal": self.attempts_journal,
         }
 
     def replaced_by_fresh_run(self) -> list[Path]:

@@ -26,7 +26,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel
@@ -41,6 +41,7 @@ from gymslurm.selection import (
     history_problem,
     is_numeric_reward,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
@@ -74,8 +75,12 @@ class ExistingRun(StrEnum):
 
 
 def existing_run(paths: RunPaths) -> ExistingRun:
-    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh."""
-    if paths.manifest.exists():
+    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh.
+
+    A retired attempt journal counts as a manifest: its history must not be dropped by the
+    partial-cache fallback; opening it reports the format mismatch (:func:`refuse_retired_journal`).
+    """
+    if paths.manifest.exists() or paths.attempts_journal.exists():
         return ExistingRun.MANIFEST
     if any(_size(path) > 0 for path in (paths.results, paths.failures)):
         return ExistingRun.LEGACY
@@ -83,6 +88,17 @@ def existing_run(paths: RunPaths) -> ExistingRun:
     if any(path.exists() for path in companions):
         return ExistingRun.PARTIAL_INITIAL_CACHE
     return ExistingRun.NOTHING
+
+
+def refuse_retired_journal(journal: os.PathLike[str]) -> None:
+    """Report a run written with the retired draft attempt journal instead of dropping its history (000)."""
+    if os.path.lexists(journal):
+        raise ManifestError(
+            f"{journal} is the attempt journal of an earlier development revision: this gymslurm reads "
+            "manifest version 2 runs only and would silently drop that history. Read the run with the "
+            "revision that wrote it, or move its files aside (keep them together) and start a new run; "
+            "a fresh collection (without +resume_from_cache=true) replaces it"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +113,36 @@ class Reconciliation:
     torn_failures_bytes: int
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """What a new run records: the same for a fresh collection and a legacy import."""
+
+    source_path: str
+    source_digest: str
+    inputs: Sequence[dict[str, Any]]
+    identity: Mapping[str, Any]
+    config_digest: str
+    max_rollout_attempts: int
+    retry_terminal_timeouts: bool = False
+
+    def manifest(self, run_id: str, state: Literal["replacing", "ready"], source: IdentitySource) -> Manifest:
+        """The new run's manifest; ``inputs_digest`` is replaced once the inputs are written."""
+        return Manifest(
+            run_id=run_id,
+            state=state,
+            created_at=utc_now(),
+            source_path=self.source_path,
+            source_digest=self.source_digest,
+            inputs_digest=self.source_digest,
+            config_digest=self.config_digest,
+            rollout_count=len(self.inputs),
+            max_rollout_attempts=self.max_rollout_attempts,
+            retry_terminal_timeouts=self.retry_terminal_timeouts,
+            identity_verified=source == "verified",
+            identity_source=source,
+        )
+
+
 class RunStore:
     """A validated, open run. Build it with ``create_fresh``, ``open`` or ``import_legacy``."""
 
@@ -105,7 +151,7 @@ class RunStore:
         self.manifest = manifest
         self.table = table
         self._index: RolloutIndex | None = None
-        self._newest_outcome: array | None = None  # per rollout: newest execution with an outcome
+        self._newest_outcome: array[int] | None = None  # per rollout: newest execution with an outcome
         self._results: Appender | None = None
         self._failures: Appender | None = None
 
@@ -113,39 +159,17 @@ class RunStore:
 
     @classmethod
     def create_fresh(
-        cls,
-        paths: RunPaths,
-        *,
-        source_path: str,
-        source_digest: str,
-        inputs: Sequence[dict[str, Any]],
-        identity: Mapping[str, Any],
-        config_digest: str,
-        max_rollout_attempts: int,
-        retry_terminal_timeouts: bool = False,
-        identity_source: IdentitySource = "verified",
+        cls, paths: RunPaths, spec: RunSpec, *, identity_source: IdentitySource = "verified"
     ) -> RunStore:
         """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted)."""
+        inputs = spec.inputs
         check_rows(inputs)
-        manifest = Manifest(
-            run_id=new_run_id(),
-            state="replacing",
-            created_at=utc_now(),
-            source_path=source_path,
-            source_digest=source_digest,
-            inputs_digest=source_digest,  # replaced below, once the inputs are written
-            config_digest=config_digest,
-            rollout_count=len(inputs),
-            max_rollout_attempts=max_rollout_attempts,
-            retry_terminal_timeouts=retry_terminal_timeouts,
-            identity_verified=identity_source == "verified",
-            identity_source=identity_source,
-        )
+        manifest = spec.manifest(new_run_id(), "replacing", identity_source)
         if existing_run(paths) is not ExistingRun.NOTHING:
             write_manifest(paths.manifest, manifest)
         _clear_companions(paths)
         publish_bytes(paths.results, b"")
-        manifest, index = _write_run_files(paths, manifest, inputs, identity, len(inputs))
+        manifest, index = _write_run_files(paths, manifest, inputs, spec.identity, len(inputs))
         store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
         store._index = index
         store._newest_outcome = array("q", [-1]) * len(inputs)
@@ -154,6 +178,7 @@ class RunStore:
     @classmethod
     def open(cls, paths: RunPaths, *, writable: bool = True) -> RunStore:
         """Open and validate a manifest-backed run. Changes no byte."""
+        refuse_retired_journal(paths.attempts_journal)
         manifest = read_manifest(paths.manifest)
         if manifest is None:
             raise ManifestError(
@@ -184,18 +209,7 @@ class RunStore:
         return cls(paths, manifest, table)
 
     @classmethod
-    def import_legacy(
-        cls,
-        paths: RunPaths,
-        *,
-        source_path: str,
-        source_digest: str,
-        inputs: Sequence[dict[str, Any]],
-        identity: Mapping[str, Any],
-        config_digest: str,
-        max_rollout_attempts: int,
-        retry_terminal_timeouts: bool = False,
-    ) -> RunStore:
+    def import_legacy(cls, paths: RunPaths, spec: RunSpec) -> RunStore:
         """Adopt a run without a manifest (``allow_unsafe_resume``): its identity is never verified.
 
         Reservations are rebuilt from the saved outcomes, numbered by arrival per rollout, sidecar
@@ -203,6 +217,8 @@ class RunStore:
         """
         if paths.manifest.exists():
             raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        refuse_retired_journal(paths.attempts_journal)
+        inputs = spec.inputs
         check_rows(inputs)
         run_id = new_run_id()
         keys = _keys_of_rows(inputs)
@@ -216,24 +232,24 @@ class RunStore:
             manifest=paths.manifest,
         )
         assert history.legacy_counts is not None
-        manifest = Manifest(
-            run_id=run_id,
-            state="ready",
-            created_at=utc_now(),
-            source_path=source_path,
-            source_digest=source_digest,
-            inputs_digest=source_digest,
-            config_digest=config_digest,
-            rollout_count=len(inputs),
-            max_rollout_attempts=max_rollout_attempts,
-            retry_terminal_timeouts=retry_terminal_timeouts,
-            identity_verified=False,
-            identity_source="imported",
-        )
-        manifest, index = _write_run_files(paths, manifest, inputs, identity, history.legacy_counts)
+        manifest = spec.manifest(run_id, "ready", "imported")
+        manifest, index = _write_run_files(paths, manifest, inputs, spec.identity, history.legacy_counts)
         store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
         store._index = index
         return store
+
+    @staticmethod
+    def legacy_inputs(paths: RunPaths) -> list[dict[str, Any]] | None:
+        """The materialized tasks a legacy run (no manifest) saved, or None when it saved none.
+
+        An unsafe import reuses them (000: "Gym warns and reuses the saved materialized tasks"): the
+        saved outcomes belong to those tasks, not to whatever the dataset holds now.
+        """
+        if paths.manifest.exists():
+            raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
+        if _size(paths.materialized_inputs) == 0:
+            return None
+        return read_rows(paths.materialized_inputs)
 
     def close(self) -> None:
         for appender in (self._results, self._failures):
@@ -344,7 +360,7 @@ class RunStore:
         )
 
     def _select(
-        self, index: int, reserved: int, group: Group, policy: BudgetPolicy, newest: array
+        self, index: int, reserved: int, group: Group, policy: BudgetPolicy, newest: array[int]
     ) -> RolloutState:
         """Check one rollout's outcomes against its reservations, then select its state."""
         if group is None:
@@ -446,6 +462,9 @@ class RunStore:
                 stage=failure.stage,
                 failure_class=record.routing_class,
                 legacy_class=row.get("_ng_failure_legacy_class"),
+                kept_answer=kept_timeout_answer(
+                    (failure.failure_kind, record.routing_class, legacy_class), response
+                ),
             ),
         )
 
@@ -476,6 +495,12 @@ class RunStore:
     def update_policy(self, *, retry_terminal_timeouts: bool) -> None:
         """Change the saved terminal-timeout policy (an explicit override only)."""
         self._republish(retry_terminal_timeouts=retry_terminal_timeouts)
+
+    def record_max_rollout_attempts(self) -> None:
+        """Save the attempt limit an older manifest lacked (adopted from the current setting, 000)."""
+        if self.manifest.adopted_max_rollout_attempts:
+            self._republish()
+            self.manifest._adopted = False
 
     def mark_identity_overridden(self) -> None:
         """Record an ``allow_unsafe_resume`` identity override; the run is never verified again."""
@@ -615,6 +640,11 @@ def _size(path: os.PathLike[str]) -> int:
 
 
 __all__ = [
-    "ExistingRun", "Reconciliation", "RunStore", "existing_run", "read_resubmit_offset",
+    "ExistingRun",
+    "Reconciliation",
+    "RunStore",
+    "existing_run",
+    "read_resubmit_offset",
+    "refuse_retired_journal",
     "saved_outcome_bytes",
-]  # fmt: skip
+]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import InconsistentHistoryError
-from gymslurm.store import RunPaths, RunStore
+from gymslurm.store import RunPaths, RunSpec, RunStore
 from gymslurm.store.jsonl import read_tail
 
 pytestmark = pytest.mark.crash
@@ -36,8 +36,8 @@ def inputs(count: int) -> list[dict[str, object]]:
 
 def create(paths: RunPaths, count: int = ROLLOUTS) -> RunStore:
     return RunStore.create_fresh(
-        paths, source_path="d", source_digest=DIGEST, inputs=inputs(count), identity={"model": "m"},
-        config_digest=DIGEST, max_rollout_attempts=3,
+        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=inputs(count), identity={"model": "m"},
+        config_digest=DIGEST, max_rollout_attempts=3),
     )  # fmt: skip
 
 
@@ -97,12 +97,13 @@ def test_killed_writer_loses_nothing_flushed(tmp_path: Path, seed: int) -> None:
 
 REPLACER = """
 import sys
-from gymslurm.store import RunPaths, RunStore
+from gymslurm.store import RunPaths, RunSpec, RunStore
 rows = [{"_ng_rollout_id": f"crash-t{i}", "task_id": {"taskset": "crash", "task_id": f"t{i}"}}
         for i in range(REPLACEMENT_ROLLOUTS)]
 print("start", flush=True)
-RunStore.create_fresh(RunPaths.for_output(sys.argv[1]), source_path="d", source_digest="DIGEST", inputs=rows,
-                      identity={}, config_digest="DIGEST", max_rollout_attempts=3).close()
+spec = RunSpec(source_path="d", source_digest="DIGEST", inputs=rows, identity={}, config_digest="DIGEST",
+               max_rollout_attempts=3)
+RunStore.create_fresh(RunPaths.for_output(sys.argv[1]), spec).close()
 """.replace("DIGEST", DIGEST).replace("REPLACEMENT_ROLLOUTS", str(REPLACEMENT_ROLLOUTS))
 
 

@@ -30,3 +30,20 @@ def test_collection_and_aggregation_export_the_same_metrics(tmp_path: Path, demo
         1,
     )
     assert metrics["coverage/unscored"] == 1 and collected["metrics_source"] == aggregated["metrics_source"]
+
+
+def test_collect_honours_count_failure_classes_as_zero(tmp_path: Path, demo_server) -> None:
+    """000: live and offline selection both honour count_failure_classes_as_zero: collect accepts it,
+    and its exported metrics score the listed failure as a zero, as aggregation does."""
+    dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {"_demo_fault": "terminal"}])
+    output = tmp_path / "run" / "out.jsonl"
+    policy = "+count_failure_classes_as_zero=[agent_command_not_allowed]"
+    run = collect(dataset, output, demo_server.url, policy)
+    assert run.returncode == 0, run.stderr
+    collected = load(companion(output, "_aggregate_metrics.json"))["metrics"]
+    merged = tmp_path / "merged" / "all.jsonl"
+    done = gymslurm("aggregate", str(output), f"+output_jsonl_fpath={merged}", "+merge_shards=false", policy)
+    assert done.returncode == 0, done.stderr
+    assert collected == load(companion(merged, "_aggregate_metrics.json"))["metrics"]
+    assert (collected["coverage/scored"], collected["scoring/counted_failures_as_zero"]) == (2, 1)
+    assert collected["coverage/failed"] == 1

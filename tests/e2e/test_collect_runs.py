@@ -341,7 +341,7 @@ def test_every_fault_lands_in_its_coverage_category(
         ([{"_demo_fault": "malformed"}], [], 1, "protocol"),
         ([{"_demo_fault": "malformed"}], ["+route_failures_to_sidecar=true"], 76, "only terminal failures"),
         ([{"_demo_fault": "terminal"}], ["+require_complete=false"], 0, "partial results accepted"),
-        ([{}, {}], ["+dispatch_budget_s=0"], 1, "were not dispatched"),
+        ([{}, {}], ["+dispatch_budget_s=0"], 1, "Increase the dispatch budget (+dispatch_budget_s) or"),
     ],
 )
 def test_exit_codes(  # noqa: PLR0917

@@ -152,3 +152,79 @@ def test_a_hung_environment_server_is_detected_by_its_probe_and_restarted(tmp_pa
     assert "probe(s) in a row failed" in down["cause"]
     assert decisions(run) == ["DONE"]
     assert any(row["_ng_failure_class"] == "kill_shaped" for row in _failures(run))
+
+
+def _stack_benchmark(
+    tmp: Path, marker: str, *, rows: int, model_flags: str = "", policy_extra: str = ""
+) -> Path:
+    dataset = tmp / "data.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
+    path = tmp / "bench.yaml"
+    py = sys.executable
+    path.write_text(
+        f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 1\nservers:\n"
+        f"  - name: policy\n    command: [{py}, -m, gymslurm, demo-model-server, --host, '{{host}}', --port,"
+        f" '{{port}}', --model-name, {marker}{model_flags}]\n"
+        "    probe: chat_completions\n    probe_interval_s: 0.5\n    probe_timeout_s: 2\n"
+        f"    collector_override: null\n{policy_extra}"
+        f"  - name: env\n    command: [{py}, -m, gymslurm, demo-server, --host, '{{host}}',"
+        " --port, '{port}', --policy-url, '{servers.policy.url}']\n"
+        "    health_path: /health\n    probe_interval_s: 0.5\n"
+        f"collector:\n  command: [{py}, -m, gymslurm, collect]\n"
+        "  overrides: [+route_failures_to_sidecar=true, +concurrency=8, +progress=none]\n"
+        f"slurm:\n  python: {py}\naggregation:\n  enabled: false\n"
+    )
+    return path
+
+
+def _model_pids(marker: str) -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "demo-model-server" in cmdline and marker in cmdline:
+            pids.append(proc.info["pid"])
+    return pids
+
+
+def test_sigkill_of_the_model_server_mid_run_restarts_it_and_spends_no_budget(tmp_path: Path) -> None:
+    """kill -9 of the model server the Environment Server calls: the Environment Server's failures
+    (provider_unavailable) during the outage are interruptions, the model server is restarted in
+    place, 0 counted failures, coverage complete in the same link."""
+    marker = f"model-{uuid.uuid4().hex[:8]}"
+    bench = _stack_benchmark(tmp_path, marker, rows=40, model_flags=", --latency-ms, '400'")
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    (pid,) = _wait_for(lambda: _model_pids(marker), 60, "the model server to start")
+    _wait_for(lambda: _results(run) >= 8, 60, "some outcomes before the kill")
+    os.kill(pid, signal.SIGKILL)
+    report = wait_until_final(run, timeout_s=180, aggregation=False)
+    coverage = _coverage(run)
+    assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
+        "DONE",
+        40,
+        0,
+    )
+    assert decisions(run) == ["DONE"] and report["shards"][0]["server_restarts"] == "policy:1"
+    interrupted = [r for r in _failures(run) if r["_ng_failure_class"] == "kill_shaped"]
+    assert interrupted and all(
+        r["_ng_failure_diagnostics"]["interruption"]["server"] == "policy" for r in interrupted
+    )
+    started = [r for r in ledger(run) if r["kind"] == "server" and r["event"] == "started"]
+    assert [r["name"] for r in started] == ["policy", "env"] and all(r["startup_s"] > 0 for r in started)
+
+
+def test_a_model_server_that_never_answers_a_completion_stops_the_link_with_its_log_tail(
+    tmp_path: Path,
+) -> None:
+    """A model server whose /health answers but that never generates (hang at the first completion):
+    the chat-completion probe never passes, the link exits 1 and the ledger's reason has its log."""
+    marker = f"never-{uuid.uuid4().hex[:8]}"
+    extra = "    startup_timeout_s: 4\n"
+    bench = _stack_benchmark(tmp_path, marker, rows=4, model_flags=", --hang-after, '0'", policy_extra=extra)
+    gymslurm("submit", str(bench), "--backend", "local", "slurm.infra_retry_limit=0")
+    run = only_run(tmp_path)
+    wait_until_final(run, timeout_s=120, aggregation=False)
+    first = next(r for r in ledger(run) if r["kind"] == "decision")
+    assert first["exit_code"] == 1 and "server 'policy' was not healthy after 4.0s" in first["reason"]
+    assert "injected fault 'hang'" in first["reason"], "the server's log tail is in the reason"
+    assert not _model_pids(marker)

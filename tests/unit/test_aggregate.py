@@ -148,6 +148,31 @@ def test_legacy_shard_read_line_by_line(tmp_path: Path) -> None:
     assert result.metrics["coverage/measured"] == 2
 
 
+def test_legacy_coverage_keeps_observed_counts_and_leaves_the_inventory_unknown(tmp_path: Path) -> None:
+    """000: for a legacy shard "observed measured/masked counts remain available" in the coverage file
+    too (as in the metrics), while the inventory categories cannot be determined (null, not 0)."""
+    rows = [{"reward": 1.0}, {"reward": 0.0}, {"reward": 0.0, "mask_sample": True}]
+    result = run(tmp_path, write_legacy(tmp_path / "legacy.jsonl", rows))
+    cov, m = result.coverage, result.metrics
+    assert (cov["measured"], cov["masked"], cov["successful"]) == (2, 1, 3)
+    assert (m["coverage/measured"], m["coverage/masked"]) == (2, 1)
+    assert (cov["expected"], cov["not_started"], cov["missing"], cov["retryable"]) == (None, None, None, None)
+    assert cov["complete"] is None
+
+
+def test_coverage_scored_counts_failures_counted_as_zero(tmp_path: Path) -> None:
+    """000: scored counts numeric rewards "plus failures explicitly counted as zero when aggregating":
+    the coverage file's scored equals the metrics' coverage/scored."""
+    shard = ShardBuilder(tmp_path / "a" / "out.jsonl", 3)
+    shard.result("arith-0", 1.0).failure("arith-1", "judge_failed", terminal=True)
+    shard.failure("arith-2", "judge_failed", terminal=True)
+    scoring = ScoringPolicy(count_failure_classes_as_zero=frozenset({"judge_failed"}))
+    result = run(tmp_path, shard.finish(), scoring=scoring)
+    assert result.metrics["coverage/scored"] == 3
+    assert result.coverage["scored"] == 3
+    assert (result.coverage["failed"], result.coverage["measured"]) == (2, 1)
+
+
 def test_legacy_companions_beside_alias_are_used(tmp_path: Path) -> None:
     """A legacy run whose sidecar sits only beside the alias is read with that sidecar."""
     target = write_legacy(tmp_path / "data" / "run.jsonl", [{"reward": 1.0}])
@@ -167,6 +192,41 @@ def test_competing_companion_sets_are_an_error(tmp_path: Path) -> None:
         companion(tmp_path / name, "_failures.jsonl").write_bytes(b"")
     with pytest.raises(StoreError, match="competing companion sets"):
         run(tmp_path, tmp_path / "l1.jsonl", tmp_path / "l2.jsonl")
+
+
+def test_sidecars_beside_alias_and_target_compete(tmp_path: Path) -> None:
+    """A legacy file with one sidecar beside its symlink and another beside its target: an error (000),
+    not a silent choice of the target's sidecar that drops the alias's failure."""
+    target = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}], [{"_ng_failure_class": "x"}])
+    alias = tmp_path / "alias.jsonl"
+    alias.symlink_to(target)
+    write_legacy(tmp_path / "unused.jsonl", [], [{"_ng_failure_class": "judge_failed"}])
+    os.replace(companion(tmp_path / "unused.jsonl", "_failures.jsonl"), companion(alias, "_failures.jsonl"))
+    with pytest.raises(StoreError, match="competing companion sets"):
+        run(tmp_path, alias)
+    assert not (tmp_path / "merged.jsonl").exists()
+
+
+def test_companions_linked_to_the_targets_do_not_compete(tmp_path: Path) -> None:
+    """A sidecar beside the alias that is a link to the target's own sidecar is the same set."""
+    target = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}], [{"_ng_failure_class": "x"}])
+    alias = tmp_path / "alias.jsonl"
+    alias.symlink_to(target)
+    companion(alias, "_failures.jsonl").symlink_to(companion(target, "_failures.jsonl"))
+    assert run(tmp_path, alias).metrics["coverage/failed/x"] == 1
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+def test_retired_attempt_journal_is_reported_not_ignored(tmp_path: Path, manifest: bool) -> None:
+    """000: a shard with the retired draft <stem>_attempts.jsonl is a format mismatch; nothing written."""
+    if manifest:
+        shard, _ = two_shards(tmp_path)
+    else:
+        shard = write_legacy(tmp_path / "l" / "run.jsonl", [{"reward": 1.0}])
+    companion(shard, "_attempts.jsonl").write_bytes(b'{"attempt": 0}\n')
+    with pytest.raises(StoreError, match=r"_attempts\.jsonl is the attempt journal of an earlier"):
+        run(tmp_path, shard)
+    assert not (tmp_path / "merged.jsonl").exists()
 
 
 def test_manifest_beside_alias_only_is_an_error(tmp_path: Path) -> None:
@@ -207,9 +267,12 @@ def test_output_with_recovery_companions_is_refused(tmp_path: Path) -> None:
     assert established.exists()
 
 
-@pytest.mark.parametrize("suffix", ["_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl"])
+@pytest.mark.parametrize(
+    "suffix", ["_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_attempts.jsonl"]
+)
 def test_any_recovery_companion_blocks_the_merge(tmp_path: Path, suffix: str) -> None:
-    """A manifest, materialized inputs or a failure sidecar alone makes the output an established run."""
+    """A manifest, materialized inputs, a failure sidecar or a retired attempt journal alone makes the
+    output an established run (000: a merge into a target that has only the journal refuses)."""
     a, _ = two_shards(tmp_path)
     companion(tmp_path / "merged.jsonl", suffix).write_bytes(b"")
     with pytest.raises(ConfigError, match="established run"):

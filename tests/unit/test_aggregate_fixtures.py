@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
-from gymslurm.store import RunPaths, RunStore
+from gymslurm.store import RunPaths, RunSpec, RunStore
 
 TASKSET = "arith"
 DIGEST = "sha256:" + "1" * 64
@@ -46,8 +46,9 @@ class ShardBuilder:
             for i, rid in enumerate(ids)
         ]
         self.store = RunStore.create_fresh(
-            RunPaths.for_output(output), source_path="tasks.jsonl", source_digest=DIGEST, inputs=inputs,
-            identity={"model": "m"}, config_digest=DIGEST, max_rollout_attempts=max_attempts,
+            RunPaths.for_output(output),
+            RunSpec(source_path="tasks.jsonl", source_digest=DIGEST, inputs=inputs, identity={"model": "m"},
+                    config_digest=DIGEST, max_rollout_attempts=max_attempts),
         )  # fmt: skip
         self.ids = ids
 

@@ -11,6 +11,7 @@ from gymslurm.collector import (
     DispatchLoop,
     RunView,
     advance,
+    budget_message,
     build_coverage,
     decide_exit,
     initial_counters,
@@ -280,3 +281,18 @@ def test_store_error_while_saving_stops_the_loop_and_is_kept() -> None:
     outcome = run_loop(loop, v)
     assert isinstance(outcome.error, OSError) and outcome.stopped_by == "error"
     assert len(client.sent) == 2  # each worker's first request, then everything stopped
+
+
+@pytest.mark.parametrize(
+    ("made_progress", "says"),
+    [
+        (True, "resume to run them"),
+        (False, "Increase the dispatch budget (+dispatch_budget_s) or reduce the drain margin"),
+    ],
+)
+def test_budget_message_says_what_to_do(made_progress: bool, says: str) -> None:
+    """000: a dispatch budget that prevented all work says to increase it or reduce the drain margin;
+    with progress, resuming runs the rest."""
+    message = budget_message(0, 2, made_progress)
+    assert "2 rollout(s) were not dispatched" in message and says in message
+    assert ("resume to run them" in message) is made_progress

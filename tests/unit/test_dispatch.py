@@ -92,8 +92,8 @@ COMPLETED = [
          {"result": {"reward": 1.0, "mask_sample": True}}),
     Case("a result without reward stays without one (unscored)", 200, reply(result={"answer": "x"}),
          {"result": {"answer": "x"}}),
-    Case("a non-numeric reward is kept, not replaced", 200, reply(result={"reward": "n/a"}),
-         {"result": {"reward": "n/a"}}),
+    Case("a null reward is an unscored result, kept as sent", 200, reply(result={"reward": None}),
+         {"result": {"reward": None}}),
     Case("an old execute_only result is completed", 200, reply(result={"execute_only": True}),
          {"result": {"execute_only": True}}),
     Case("the two legacy judge markers are accepted", 200,
@@ -259,7 +259,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(gymslurm.dispatch.__all__) == [
         "Completed", "EnvironmentClient", "Failed", "Http11Transport", "Omitted", "Outcome",
         "classify_exception", "classify_reply", "fetch_aggregate_metrics", "fetch_environment_config",
-        "probe_health", "verify_answer", "verify_client",
+        "probe_answers", "probe_completion", "probe_health", "verify_answer", "verify_client",
     ]  # fmt: skip
 
 
@@ -329,6 +329,18 @@ VIOLATIONS = [
     Case("a failure that is not an object", 200, reply(failure="boom")),
     Case("a legacy terminal flag that is not a boolean", 200,
          reply(result={"_ng_failure_class": "judge_failed", "_ng_failure_terminal": "yes"})),
+    Case("a reward that is text", 200, reply(result={"reward": "abc"})),
+    Case("a reward that is numeric text", 200, reply(result={"reward": "1.0"})),
+    Case("a reward that is a list", 200, reply(result={"reward": [1]})),
+    Case("a reward that is a boolean", 200, reply(result={"reward": True})),
+    Case("a masked result with an invalid reward", 200, reply(result={"reward": "n/a", "mask_sample": True})),
+    Case("a failure claiming the collector's source and delivery", 200,
+         reply(failure=failure(source="collector", delivery="not_sent"))),
+    Case("a failure claiming a run id", 200, reply(failure=failure(run_id="run-" + "0" * 32))),
+    Case("a whole failure record instead of a failure", 200,
+         reply(failure={"schema_version": 1, "failure": failure(), "source": "environment"})),
+    Case("a reply claiming the delivery beside its failure", 200,
+         reply(failure=failure()) | {"delivery": "not_sent"}),
     Case("HTTP 404 (wrong endpoint)", 404, b"Not Found"),
     Case("HTTP 422 (request rejected)", 422, {"detail": "bad task_input"}),
     Case("HTTP 501 (no POST /run)", 501, b""),
@@ -358,6 +370,14 @@ def test_violation_without_routing_stops_collection(case: Case) -> None:
     assert "'arith-7' attempt 2" in message
     assert URL in message
     assert "+route_failures_to_sidecar=true" in message
+
+
+def test_protocol_error_points_at_the_projects_own_docs() -> None:
+    """The protocol-error text names a page of gymslurm's docs, never a path outside the project."""
+    with pytest.raises(ProtocolError) as raised:
+        run_once(200, {"not": "an episode reply"}, route_failures=False)
+    message = str(raised.value)
+    assert "docs/outcomes.md" in message and "shared/spec" not in message
 
 
 # ---------------------------------------------------------------------------------------------------

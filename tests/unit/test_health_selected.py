@@ -89,14 +89,15 @@ def test_automatic_report_equals_gymslurm_health(
 
 
 def test_selected_check_counts_the_selected_states(tmp_path: Path) -> None:
-    """The in-memory check counts final failures, pending ones, omissions and gaps from the states."""
+    """The in-memory check counts final failures, pending ones, omissions and gaps from the states;
+    a gap is not started or missing (000: the health report's missing matches coverage's)."""
     run = ShardBuilder(tmp_path / "out.jsonl", 9)
     mixed(run)
     out = run.finish()
     report = check_selected(RunPaths.for_output(out), reconciled(out))
     assert report.counts == {
         "expected": 9, "completed": 3, "final_failures": 2, "retryable_failures": 1, "exhausted": 1,
-        "omitted": 1, "unfinished": 2,
+        "omitted": 1, "not_started": 1, "missing": 1, "unfinished": 2,
     }  # fmt: skip
     assert set(report.failure_examples) == {"agent_command_not_allowed", "session_lost"}
 

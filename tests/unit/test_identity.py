@@ -18,6 +18,7 @@ from gymslurm.identity import (
     IdentityDiff,
     build_identity,
     classify_differences,
+    config_digest,
     describe_differences,
     drop_null_defaults,
     identity_digest,
@@ -34,9 +35,9 @@ def test_public_api_is_pinned() -> None:
     """The module exports exactly the documented API."""
     assert sorted(identity.__all__) == sorted(
         [
-            "REDACTED", "IdentityDiff", "build_identity", "classify_differences", "describe_differences",
-            "drop_null_defaults", "identity_digest", "is_connection_name", "is_credential_name",
-            "is_operational", "redact_credentials", "resolve",
+            "REDACTED", "IdentityDiff", "build_identity", "classify_differences", "config_digest",
+            "describe_differences", "drop_null_defaults", "identity_digest", "is_connection_name",
+            "is_credential_name", "is_operational", "redact_credentials", "resolve", "semantic_identity",
         ]
     )  # fmt: skip
 
@@ -254,6 +255,30 @@ def test_connection_reference_values_changing_is_not_semantic() -> None:
     assert classify_differences(saved, current) == IdentityDiff(operational=["policy_base_url"])
 
 
+def test_url_template_around_a_connection_reference_is_semantic() -> None:
+    """001 keeps the template around a reference: ``${policy_base_url}/v1`` → ``/v2`` refuses a resume."""
+    saved = build_identity(_agent_config("http://a:1", "k1"))
+    current_config = _agent_config("http://a:1", "k1")
+    current_config["agent"]["client"]["base_url"] = "${policy_base_url}/v2"
+    assert classify_differences(saved, build_identity(current_config)) == IdentityDiff(
+        semantic=["agent.client.base_url"]
+    )
+
+
+def test_reference_name_of_an_endpoint_setting_is_semantic() -> None:
+    """Pointing a client at another reference (``${judge_base_url}``) is a semantic difference."""
+    saved = {"agent": {"base_url": "${policy_base_url}"}}
+    current = {"agent": {"base_url": "${judge_base_url}"}}
+    assert classify_differences(saved, current).semantic == ["agent.base_url"]
+
+
+def test_moving_one_server_of_environment_server_urls_is_operational() -> None:
+    """Endpoint addresses are operational (000), also one entry of the taskset → URL map."""
+    saved = build_identity({"environment_server_urls": {"ts1": "http://h:1", "ts2": "http://h:2"}})
+    current = build_identity({"environment_server_urls": {"ts1": "http://h:1", "ts2": "http://h:9"}})
+    assert classify_differences(saved, current) == IdentityDiff(operational=["environment_server_urls.ts2"])
+
+
 def test_model_name_reference_is_resolved_and_semantic() -> None:
     """A model name behind a reference is resolved, so changing it is a semantic difference."""
     saved = build_identity(_agent_config("http://a:1", "k1", model="m1"))
@@ -354,6 +379,22 @@ def test_digest_ignores_key_order() -> None:
     assert identity_digest(a) == identity_digest(b)
 
 
+def test_config_digest_leaves_operational_settings_out() -> None:
+    """One experiment at two output paths and ports has one config_digest (000: digest of what the
+    results depend on); a model change still changes it."""
+    base = {"input_jsonl_fpath": "d.jsonl", "model": "m1", "environment_config": {"x": 1}}
+    here = {**base, "output_jsonl_fpath": "/a/o.jsonl", "environment_server_url": "http://h:1"}
+    there = {**base, "output_jsonl_fpath": "/b/r.jsonl", "environment_server_url": "http://g:2"}
+    assert config_digest(build_identity(here)) == config_digest(build_identity(there))
+    assert config_digest(build_identity({**here, "model": "m2"})) != config_digest(build_identity(here))
+
+
+def test_semantic_identity_keeps_endpoint_templates() -> None:
+    """The semantic part drops addresses but keeps a reference's URL template and every other key."""
+    identity_ = {"policy_base_url": "http://a:1", "agent": {"base_url": "${policy_base_url}/v1", "port": 3}}
+    assert identity.semantic_identity(identity_) == {"agent": {"base_url": "${policy_base_url}/v1"}}
+
+
 def test_digest_has_the_manifest_form() -> None:
     """The digest is ``sha256:`` and 64 hex digits."""
     digest = identity_digest({"x": 1})
@@ -397,6 +438,8 @@ def test_build_identity_sorts_keys() -> None:
         ("head_server.host", True),
         ("environment_server_url", True),
         ("environment_server_urls", True),
+        ("environment_server_urls.ts2", True),
+        ("dataset_urls.ts2", False),
         ("agent.client.base_url", True),
         ("health.max_failure_rate", True),
         ("disable_health_check", True),

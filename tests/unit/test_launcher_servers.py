@@ -122,3 +122,14 @@ def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tm
     message = str(caught.value)
     assert "not healthy after 1.5s" in message and "probes:" in message and "starting with key" in message
     assert "sk-secret-abcdef123" not in message and "sk-live-123456" not in message
+
+
+def test_interpolate_fills_this_server_s_port_and_an_earlier_server_s_address() -> None:
+    """{host}/{port} are this server's; {servers.NAME.url|host|port} an earlier one's."""
+    from gymslurm.launcher.servers import RunningServer, interpolate
+
+    policy = RunningServer(ServerSettings(name="policy", url="http://10.1.2.3:8000"), "http://10.1.2.3:8000")
+    text = "--port {port} --model {servers.policy.url}/v1 --on {servers.policy.host}:{servers.policy.port}"
+    assert interpolate(text, {"policy": policy}, "127.0.0.1", 4242) == (
+        "--port 4242 --model http://10.1.2.3:8000/v1 --on 10.1.2.3:8000"
+    )

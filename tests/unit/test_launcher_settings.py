@@ -116,6 +116,25 @@ def test_early_signal_warning_when_usr1_may_come_before_a_minute_of_work(
         assert f"slurm.time={time}" in warning and "signal_lead_s" in warning
 
 
+def test_a_server_may_name_only_an_earlier_server_s_address() -> None:
+    """``{servers.NAME.url}`` must name a server listed before (servers start in order)."""
+    from gymslurm.errors import ConfigError
+    from gymslurm.launcher.settings import validate
+
+    def bench(servers: list[dict[str, object]]) -> dict[str, object]:
+        return {"name": "b", "dataset": "d.jsonl", "servers": servers}
+
+    policy = {"name": "policy", "command": ["m", "{port}"], "collector_override": None}
+    env = {"name": "env", "command": ["e", "--policy-url", "{servers.policy.url}"]}
+    assert [s.name for s in validate(bench([policy, env]), "b").servers] == ["policy", "env"]
+    with pytest.raises(
+        ConfigError, match=r"refers to \{servers.policy...\}, which is not a server listed before"
+    ):
+        validate(bench([env, policy]), "b")
+    with pytest.raises(ConfigError, match="two servers are named"):
+        validate(bench([policy, policy]), "b")
+
+
 def test_demo_commands_run_with_the_interpreter_that_runs_gymslurm() -> None:
     """slurm.python unset: the demo dataset, server, collector and aggregation commands run sys.executable."""
     settings, _ = load_benchmark("demo", [])

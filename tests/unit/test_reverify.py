@@ -114,6 +114,28 @@ def test_newer_outcome_without_answer_stops_reuse_with_warning(tmp_path: Path) -
     assert not (tmp_path / "new.jsonl").exists()
 
 
+def test_warning_names_the_rollout_by_id(tmp_path: Path) -> None:
+    """A stopped reuse is reported with the rollout's id (what the files and the user know it by)."""
+    src = source(
+        tmp_path,
+        lambda b: judge_failed(b, "arith-0").failure("arith-0", "agent_run_error"),
+    )
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", Grader().regrader)
+    assert report.warnings[0].startswith("rollout 'arith-0': ")
+
+
+@pytest.mark.parametrize("spelling", ["source", "source sidecar"])
+def test_refusal_names_the_source_run_not_a_merged_output(tmp_path: Path, spelling: str) -> None:
+    """Writing over the source run is refused with reverification's own words, not aggregation's."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    output = src if spelling == "source" else companion(src, "_failures.jsonl")
+    with pytest.raises(ConfigError) as refused:
+        reverify_judge_failed(src, output, Grader().regrader)
+    message = str(refused.value)
+    assert "the reverification output" in message and "source run" in message
+    assert "merged output" not in message
+
+
 def test_newer_judge_failure_without_answer_stops_reuse(tmp_path: Path) -> None:
     """A newer judge failure that kept no answer also stops the walk."""
     src = source(tmp_path, lambda b: judge_failed(judge_failed(b, "arith-0"), "arith-0", answer=None))

@@ -13,6 +13,7 @@ from gymslurm.selection import (
     has_saved_generation,
     history_problem,
     is_retry_masked,
+    kept_timeout_answer,
     select_rollout,
 )
 
@@ -265,6 +266,23 @@ RETRY_MASKED_CASES = [
         {"mask_sample": True, "failure_kind": "provider_unavailable", "response": {}},
         True,
     ),
+    (
+        "agent-stage OOM is model-side (001)",
+        {"mask_sample": True, "failure_kind": "provider_oom_killed", "stage": "agent"},
+        False,
+    ),
+    (
+        "seed-stage OOM is evaluation-side",
+        {"mask_sample": True, "failure_kind": "provider_oom_killed", "stage": "seed"},
+        True,
+    ),
+    ("OOM, no stage: evaluation-side", {"mask_sample": True, "failure_kind": "provider_oom_killed"}, True),
+    (
+        "transport kind of a graded result is its verify call: regraded, kept (001)",
+        {"mask_sample": True, "failure_kind": "transport_timeout"},
+        False,
+    ),
+    ("masked peer drop is kept too", {"mask_sample": True, "failure_kind": "transport_peer_drop"}, False),
 ]
 
 
@@ -279,3 +297,38 @@ def test_is_retry_masked(row, retried):
 def test_finished_response_with_empty_output_is_a_generation():
     """A response with a status was finished by a producer even with no assistant text."""
     assert has_saved_generation({"output": [], "status": "completed"})
+
+
+def kept_timeout(attempt: int, *, terminal: bool = False) -> SavedOutcome:
+    """A non-terminal agent_timeout failure that kept the model's answer."""
+    return SavedOutcome(attempt, "failure", 0, terminal=terminal, delivery="delivered",
+                        failure_kind="agent_timeout", kept_answer=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "policy", [POLICY, BudgetPolicy(max_rollout_attempts=3, retry_terminal_timeouts=True)]
+)
+def test_agent_timeout_that_kept_its_answer_is_final(policy: BudgetPolicy) -> None:
+    """001: an agent timeout that kept its answer is the model's final result, never run again (even
+    under the terminal-timeout opt-in), spends no budget and is progress."""
+    state = select_rollout(1, [kept_timeout(0)], policy)
+    assert (state.disposition, state.pending, state.exhausted) == (Disposition.FAILED, False, False)
+    assert not counts_against_budget(kept_timeout(0), policy)
+    assert establishes_progress(kept_timeout(0), policy)
+
+
+@pytest.mark.parametrize(
+    ("names", "response", "kept"),
+    [
+        (("agent_timeout", "agent_timeout", None), {"output": [{"type": "message"}]}, True),
+        ((None, "timeout_exceeded", None), {"output": [{"type": "message"}]}, True),
+        ((None, "environment_server_failed", "timeout_exceeded"), "the answer", True),
+        (("agent_timeout", "agent_timeout", None), None, False),
+        (("agent_timeout", "agent_timeout", None), {}, False),
+        (("agent_timeout", "agent_timeout", None), {"error": "x"}, False),
+        (("session_lost", "session_lost", None), {"output": [{"type": "message"}]}, False),
+    ],
+)
+def test_kept_timeout_answer(names: tuple, response: object, kept: bool) -> None:
+    """Only an agent timeout (either name) with a real answer (not a placeholder) kept its answer."""
+    assert kept_timeout_answer(names, response) is kept

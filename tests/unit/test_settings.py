@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
-from gymslurm.settings import load_settings, max_rollout_attempts, normalize_overrides
+from gymslurm.settings import (
+    load_settings,
+    max_rollout_attempts,
+    normalize_overrides,
+    resolve_config,
+    validate_settings,
+)
 
 BASE = ["+input_jsonl_fpath=/data/in.jsonl", "+output_jsonl_fpath=/runs/out.jsonl"]
 URL = "+environment_server_url=http://127.0.0.1:8000"
@@ -123,3 +129,31 @@ def test_user_config_dir_extends_collect_yaml(tmp_path: Path) -> None:
     (tmp_path / "bench.yaml").write_text("defaults: [collect, _self_]\nnum_repeats: 3\n")
     s, _ = load_settings([*BASE, URL], config_dir=tmp_path, config_name="bench")
     assert s.num_repeats == 3 and s.concurrency == 64
+
+
+def test_unused_server_block_need_not_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """000: an unresolvable value in a server block the collector does not use stays as written."""
+    monkeypatch.delenv("GS_UNSET_FOR_TEST", raising=False)
+    monkeypatch.setenv("GS_SET_FOR_TEST", "m1")
+    raw = {
+        "input_jsonl_fpath": "d.jsonl",
+        "output_jsonl_fpath": "o.jsonl",
+        "environment_server_url": "http://h:1",
+        "environment_config": {
+            "used": {"model": "${oc.env:GS_SET_FOR_TEST}"},
+            "unused": {"endpoint": "${oc.env:GS_UNSET_FOR_TEST}", "models": ["${oc.env:GS_UNSET_FOR_TEST}"]},
+        },
+    }
+    settings = validate_settings(resolve_config(raw))
+    assert settings.environment_config == {
+        "used": {"model": "m1"},
+        "unused": {"endpoint": "${oc.env:GS_UNSET_FOR_TEST}", "models": ["${oc.env:GS_UNSET_FOR_TEST}"]},
+    }
+
+
+def test_a_setting_the_collector_uses_must_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unresolvable collector setting is still a configuration error naming the way out."""
+    monkeypatch.delenv("GS_UNSET_FOR_TEST", raising=False)
+    raw = {"input_jsonl_fpath": "${oc.env:GS_UNSET_FOR_TEST}", "output_jsonl_fpath": "o.jsonl"}
+    with pytest.raises(ConfigError, match="cannot resolve the collect configuration"):
+        resolve_config(raw)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import select_rollout
-from gymslurm.store import RunPaths, RunStore
+from gymslurm.store import RunPaths, RunSpec, RunStore
 
 DIGEST = "sha256:" + "4" * 64
 ROLLOUTS = 4
@@ -54,8 +54,8 @@ def test_reopened_store_agrees_with_what_was_saved(ops: list[tuple[int, str]]) -
             for i in range(ROLLOUTS)
         ]
         store = RunStore.create_fresh(
-            paths, source_path="d", source_digest=DIGEST, inputs=rows, identity={}, config_digest=DIGEST,
-            max_rollout_attempts=2,
+            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=rows, identity={},
+                           config_digest=DIGEST, max_rollout_attempts=2),
         )  # fmt: skip
         store.reconcile()
         for index, kind in ops:

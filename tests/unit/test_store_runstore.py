@@ -17,7 +17,7 @@ from gymslurm.errors import (
 )
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import Disposition
-from gymslurm.store import ExistingRun, RunPaths, RunStore, existing_run, read_resubmit_offset
+from gymslurm.store import ExistingRun, RunPaths, RunSpec, RunStore, existing_run, read_resubmit_offset
 from gymslurm.store.manifest import read_manifest
 
 DIGEST = "sha256:" + "1" * 64
@@ -45,7 +45,7 @@ def create(paths: RunPaths, count: int = 3, **changes: Any) -> RunStore:
         "config_digest": DIGEST,
         "max_rollout_attempts": 2,
     }
-    return RunStore.create_fresh(paths, **{**options, **changes})
+    return RunStore.create_fresh(paths, RunSpec(**{**options, **changes}))
 
 
 def failure(store: RunStore, index: int, attempt: int, *, terminal: bool = False, kind: str | None = None,
@@ -405,8 +405,8 @@ def test_legacy_import_orders_sidecar_before_results(paths: RunPaths) -> None:
     append_raw(paths.results, {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0})
     assert existing_run(paths) is ExistingRun.LEGACY
     store = RunStore.import_legacy(
-        paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
-        config_digest=DIGEST, max_rollout_attempts=3,
+        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
+        config_digest=DIGEST, max_rollout_attempts=3),
     )  # fmt: skip
     recon = store.reconcile()
     assert list(store.table.counts()) == [2, 1, 0]
@@ -427,8 +427,8 @@ def test_legacy_row_matching_no_rollout_is_an_error(paths: RunPaths) -> None:
     append_raw(paths.results, {"_ng_rollout_id": "gone", "reward": 1.0})
     with pytest.raises(CorruptRecordError, match="legacy row"):
         RunStore.import_legacy(
-            paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(1), identity={},
-            config_digest=DIGEST, max_rollout_attempts=3,
+            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(1), identity={},
+            config_digest=DIGEST, max_rollout_attempts=3),
         )  # fmt: skip
     assert not paths.manifest.exists()
 
@@ -462,8 +462,8 @@ def test_public_api_is_pinned() -> None:
     import gymslurm.store
 
     assert sorted(gymslurm.store.__all__) == [
-        "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunStore", "existing_run",
-        "read_resubmit_offset",
+        "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunSpec", "RunStore",
+        "existing_run", "read_resubmit_offset",
     ]  # fmt: skip
 
 
@@ -493,7 +493,40 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
     assert existing_run(paths) is ExistingRun.LEGACY
     with pytest.raises(CorruptRecordError, match="Restore the manifest"):
         RunStore.import_legacy(
-            paths, source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
-            config_digest=DIGEST, max_rollout_attempts=3,
+            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
+            config_digest=DIGEST, max_rollout_attempts=3),
         )  # fmt: skip
     assert not paths.manifest.exists()
+
+
+def test_agent_timeout_that_kept_its_answer_is_not_retried_after_reopen(paths: RunPaths) -> None:
+    """001: a non-terminal agent_timeout that kept a response with output stays final when saved and
+    when the run is read again (resume never regenerates the model's answer)."""
+    store = create(paths, 2)
+    store.reconcile()
+    answer = {"output": [{"type": "message", "content": "42"}]}
+    for index in (0, 1):
+        attempt = store.reserve(index)
+        record = failure(store, index, attempt, kind="agent_timeout")
+        saved = store.append_failure(index, attempt, record, response=answer if index == 0 else None)
+        assert saved.kept_answer is (index == 0)
+    store.close()
+    states = RunStore.open(paths).reconcile().states
+    assert [state.pending for state in states] == [False, True]
+    assert [state.disposition for state in states] == [Disposition.FAILED, Disposition.FAILED]
+
+
+def test_one_run_spec_describes_a_fresh_run_and_a_legacy_import(tmp_path: Path) -> None:
+    """The same RunSpec gives a fresh run and an imported one the same recorded description."""
+    spec = RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(2), identity={"model": "m"},
+                   config_digest=DIGEST, max_rollout_attempts=4, retry_terminal_timeouts=True)  # fmt: skip
+    (tmp_path / "a").mkdir()
+    fresh = RunStore.create_fresh(RunPaths.for_output(tmp_path / "a" / "out.jsonl"), spec).manifest
+    legacy_paths = RunPaths.for_output(tmp_path / "b" / "out.jsonl")
+    legacy_paths.folder.mkdir()
+    append_raw(legacy_paths.results, {"_ng_rollout_id": "demo-t0", "reward": 1.0})
+    legacy = RunStore.import_legacy(legacy_paths, spec).manifest
+    fields = ("source_path", "source_digest", "inputs_digest", "config_digest", "rollout_count",
+              "max_rollout_attempts", "retry_terminal_timeouts")  # fmt: skip
+    assert [getattr(fresh, f) for f in fields] == [getattr(legacy, f) for f in fields]
+    assert (fresh.identity_source, legacy.identity_source) == ("verified", "imported")

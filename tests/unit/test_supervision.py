@@ -194,3 +194,35 @@ def test_restarts_and_give_up_are_folded_into_the_timeline() -> None:
     assert not folded.down and folded.restarts == {"policy": 1}
     folded.apply(ServerEvent("gave_up", 40.0, server="policy"))
     assert folded.gave_up == "policy"
+
+
+def test_the_breaker_streak_probes_after_threshold_different_rollouts() -> None:
+    """Transport failures are held until ``threshold`` different rollouts failed in a row; the same
+    rollout twice counts once; an answer from the server breaks the streak."""
+    from gymslurm.supervision import Streak
+
+    streak = Streak(3)
+    assert [streak.add("a"), streak.add("a"), streak.add("b")] == ["hold", "hold", "hold"]
+    assert streak.add("c") == "probe"
+    streak.broken()
+    assert streak.add("d") == "hold"
+
+
+@pytest.mark.parametrize(
+    ("source", "kind", "transport"),
+    [("collector", "transport_peer_drop", True), ("collector", "transport_unreachable", True),
+     ("collector", "transport_timeout", True), ("environment", "transport_peer_drop", False),
+     ("collector", "environment_protocol_violation", False)],
+    ids=["a dropped connection", "a refused connection", "a timeout", "a kind the server reported",
+         "a protocol violation"],
+)  # fmt: skip
+def test_only_what_the_collector_saw_on_the_wire_is_a_transport_failure(
+    source: str, kind: str, transport: bool
+) -> None:
+    """The breaker weighs only failures where the server gave no answer."""
+    from gymslurm.supervision import is_transport_failure
+
+    failure = EpisodeFailure(failure_reason="x", terminal=False, failure_kind=kind)
+    record = RolloutFailureRecord(episode_id=EpisodeId(rollout_id="r"), run_id="run", source=source,  # type: ignore[arg-type]
+                                  delivery="possibly_delivered", failure=failure)  # fmt: skip
+    assert is_transport_failure(record) is transport

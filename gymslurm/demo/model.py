@@ -1,0 +1,181 @@
+"""The demo model server's application: a deterministic OpenAI-compatible "model" with faults.
+
+``gymslurm demo-model-server`` stands in for vLLM / SGLang / llama.cpp in the demo stack: the demo
+Environment Server asks it for its policy's answer (``--policy-url``), as a real Environment Server
+asks the model under test. It speaks the part of the OpenAI API that servers and probes use:
+
+- ``POST /v1/chat/completions`` and ``POST /v1/completions``: the answer to an arithmetic question
+  (``What is A op B?``, the last user message or the prompt) — correct with probability
+  ``accuracy``, else a near miss, decided by a BLAKE2b draw over ``(seed, prompt, request seed)``
+  so the same request always gets the same answer; anything else gets ``pong``, which is what a
+  probe's one-token request sees;
+- ``GET /v1/models`` (the served model), ``GET /health`` (200 once listening).
+
+Faults, to rehearse what real model servers do: ``latency_ms`` before each completion;
+``http500_rate`` (an "engine dead" 500, a deterministic draw per request); ``die_after`` N
+completions (the process exits, like a CUDA OOM); ``hang_after`` N completions (the process stops
+answering anything, health included, like a hung GPU); slow start is the CLI's ``--slow-start-s``
+(it listens only after that long, like a model loading its weights).
+
+``ModelApp.handle(method, path, body) -> Reply`` is pure apart from its request counter; the HTTP
+layer (gymslurm/demo/http.py) performs the reply's actions (wait, die, hang).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gymslurm.demo.arith import OPERATORS, expected_answer
+from gymslurm.demo.messages import Reply, json_reply
+
+DEFAULT_MODEL = "demo-policy"
+PROBE_ANSWER = "pong"
+_QUESTION = re.compile(r"What is (-?\d+) ([+*-]) (-?\d+)\?")
+_TWO_56 = float(1 << 56)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How the demo model answers."""
+
+    model_name: str = DEFAULT_MODEL
+    accuracy: float = 0.8
+    seed: int = 0
+    latency_ms: float = 0.0
+    http500_rate: float = 0.0
+    die_after: int | None = None
+    hang_after: int | None = None
+
+    def problems(self) -> list[str]:
+        """What is wrong with this configuration, one sentence each."""
+        problems = []
+        for name in ("accuracy", "http500_rate"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                problems.append(f"--{name.replace('_', '-')} must be within [0, 1], got {value}")
+        if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
+            problems.append(f"--latency-ms must be >= 0, got {self.latency_ms}")
+        for name in ("die_after", "hang_after"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                problems.append(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        if not self.model_name:
+            problems.append("--model-name must not be empty")
+        return problems
+
+
+def _draw(seed: int, prompt: str, request_seed: object, salt: str) -> tuple[float, int]:
+    text = f"{seed}\x1f{prompt}\x1f{request_seed}\x1f{salt}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:7], "little") / _TWO_56, digest[7]
+
+
+def answer(config: ModelConfig, prompt: str, request_seed: object) -> str:
+    """The model's answer to ``prompt``: deterministic in (seed, prompt, request seed)."""
+    match = _QUESTION.search(prompt)
+    if match is None or match.group(2) not in OPERATORS:
+        return PROBE_ANSWER
+    expected = expected_answer(int(match.group(1)), int(match.group(3)), match.group(2))
+    policy, byte = _draw(config.seed, prompt, request_seed, "policy")
+    if policy < config.accuracy:
+        return expected
+    return str(int(expected) + (1 if byte & 0x80 else -1) * (1 + byte % 9))
+
+
+def _prompt(body: dict[str, Any], chat: bool) -> str | None:
+    if not chat:
+        prompt = body.get("prompt")
+        return prompt if isinstance(prompt, str) else None
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):  # [{"type": "text", "text": ...}]
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return None
+
+
+def _error(status: int, message: str, kind: str) -> Reply:
+    return json_reply(status, {"error": {"message": message, "type": kind, "code": status}})
+
+
+@dataclass
+class ModelApp:
+    """Routes requests; counts completions (``die_after`` / ``hang_after`` need the count)."""
+
+    config: ModelConfig
+    completions: int = 0
+
+    def handle(self, method: bytes, target: bytes, body: bytes) -> Reply:
+        """The reply to one HTTP request."""
+        path = target.split(b"?", 1)[0]
+        if method == b"GET" and path == b"/health":
+            return json_reply(200, {"status": "ok"})
+        if method == b"GET" and path == b"/v1/models":
+            model = {"id": self.config.model_name, "object": "model", "owned_by": "gymslurm-demo"}
+            return json_reply(200, {"object": "list", "data": [model]})
+        if method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
+            return self.complete(body, chat=path == b"/v1/chat/completions")
+        return _error(404, f"no route {method.decode()} {path.decode(errors='replace')}", "not_found")
+
+    def complete(self, raw: bytes, chat: bool) -> Reply:
+        """One completion, unless a fault says otherwise."""
+        self.completions += 1
+        config, count = self.config, self.completions
+        if config.die_after is not None and count > config.die_after:
+            return Reply(0, b"", die=True)
+        if config.hang_after is not None and count > config.hang_after:
+            return Reply(0, b"", hang=True)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return _error(400, "the body is not JSON", "invalid_request_error")
+        prompt = _prompt(body, chat) if isinstance(body, dict) else None
+        if prompt is None:
+            field = "messages (with a user message)" if chat else "prompt"
+            return _error(400, f"the request needs {field}", "invalid_request_error")
+        seed = body.get("seed")
+        if (
+            config.http500_rate
+            and _draw(config.seed, prompt, f"{seed}/{count}", "fault")[0] < config.http500_rate
+        ):
+            return _error(500, "EngineDeadError: the engine loop has stopped (injected)", "server_error")
+        text = answer(config, prompt, seed)
+        return json_reply(
+            200, _completion(config.model_name, text, chat, count), delay_s=config.latency_ms / 1000
+        )
+
+
+def _completion(model: str, text: str, chat: bool, count: int) -> dict[str, Any]:
+    usage = {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9}
+    if chat:
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                  "finish_reason": "stop"}  # fmt: skip
+        kind = "chat.completion"
+    else:
+        choice, kind = {"index": 0, "text": text, "finish_reason": "stop"}, "text_completion"
+    return {"id": f"cmpl-demo-{count}", "object": kind, "created": 0, "model": model, "choices": [choice],
+            "usage": usage}  # fmt: skip
+
+
+def completion_text(reply: object) -> str | None:
+    """The generated text of a chat completion or completion reply, or None when it has none."""
+    if not isinstance(reply, dict):
+        return None
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else choice.get("text")
+    return text if isinstance(text, str) else None

@@ -1,0 +1,80 @@
+"""``gymslurm demo-model-server``: the demo stack's OpenAI-compatible model server (docs/servers.md).
+
+Serves :class:`gymslurm.demo.model.ModelApp` on the demo HTTP layer until SIGTERM/SIGINT. With
+``--slow-start-s S`` it listens only after S seconds (a model loading its weights), so a job's
+start-up probe sees a server that is not ready yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+
+from gymslurm.demo.http import start_server
+from gymslurm.demo.model import DEFAULT_MODEL, ModelApp, ModelConfig
+from gymslurm.errors import ConfigError
+
+LISTENING = "gymslurm demo-model-server listening on"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm demo-model-server",
+        description="A deterministic OpenAI-compatible model server for the demo stack (no GPU).",
+        epilog="Docs: docs/servers.md",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    parser.add_argument("--model-name", default=DEFAULT_MODEL, help="the served model's name")
+    parser.add_argument("--accuracy", type=float, default=0.8, help="P(a correct answer)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the answers and the fault draws")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="added before every completion")
+    parser.add_argument("--http500-rate", type=float, default=0.0, metavar="P", help="P(a 500 'engine dead')")
+    parser.add_argument("--die-after", type=int, default=None, metavar="N", help="exit on completion N+1")
+    parser.add_argument(
+        "--hang-after", type=int, default=None, metavar="N", help="stop answering anything at completion N+1"
+    )
+    parser.add_argument("--slow-start-s", type=float, default=0.0, help="wait this long before listening")
+    return parser
+
+
+async def serve(config: ModelConfig, host: str, port: int) -> int:
+    """Serve until SIGTERM or SIGINT."""
+    app = ModelApp(config)
+    try:
+        server, connections = await start_server(app.handle, host, port)
+    except OSError as error:
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}. Pick another --port.") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"{LISTENING} http://{host}:{server.sockets[0].getsockname()[1]}", flush=True)
+    await stop.wait()
+    server.close()
+    for connection in list(connections):
+        connection.close()
+    await server.wait_closed()
+    print(f"gymslurm demo-model-server: stopped after {app.completions} completions", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``gymslurm demo-model-server``."""
+    args = _parser().parse_args(argv)
+    config = ModelConfig(
+        model_name=args.model_name, accuracy=args.accuracy, seed=args.seed, latency_ms=args.latency_ms,
+        http500_rate=args.http500_rate, die_after=args.die_after, hang_after=args.hang_after,
+    )  # fmt: skip
+    problems = config.problems()
+    if args.slow_start_s < 0:
+        problems.append(f"--slow-start-s must be >= 0, got {args.slow_start_s}")
+    if problems:
+        raise ConfigError("invalid demo-model-server options: " + "; ".join(problems) + ". See --help.")
+    if args.slow_start_s:
+        print(f"gymslurm demo-model-server: loading (slow start, {args.slow_start_s}s)", flush=True)
+        time.sleep(args.slow_start_s)
+    return asyncio.run(serve(config, args.host, args.port))

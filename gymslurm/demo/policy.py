@@ -1,0 +1,56 @@
+"""The demo Environment Server's policy when it has a model server: one chat completion per episode.
+
+With ``--policy-url URL`` the demo Environment Server asks an OpenAI-compatible server (the demo
+model server in the demo stack, or any real one) for its answer instead of drawing it, as a real
+Environment Server calls the model under test. The request carries ``seed`` (rollout id and
+attempt), so a deterministic server answers a retry afresh and a rerun the same. A failed call
+(refused, reset, timed out, a 5xx, no text) is returned as the problem, which the server reports
+as a non-terminal ``provider_unavailable`` failure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from gymslurm.demo.model import completion_text
+
+if TYPE_CHECKING:
+    from gymslurm.demo.app import DemoConfig
+
+_clients: dict[int, httpx.AsyncClient] = {}
+TIMEOUT_S = 120.0
+
+
+def _client() -> httpx.AsyncClient:
+    import asyncio
+
+    loop = id(asyncio.get_running_loop())
+    if loop not in _clients:
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        _clients[loop] = httpx.AsyncClient(timeout=TIMEOUT_S, limits=limits, trust_env=False)
+    return _clients[loop]
+
+
+async def ask(config: DemoConfig, question: str, seed: str) -> tuple[str, str | None]:
+    """The model's answer to ``question``, or ``("", problem)`` when the call failed."""
+    assert config.policy_url is not None
+    body: dict[str, Any] = {
+        "model": config.model_name, "messages": [{"role": "user", "content": question}],
+        "max_tokens": 16, "temperature": 0, "seed": seed,
+    }  # fmt: skip
+    url = config.policy_url.rstrip("/") + "/v1/chat/completions"
+    try:
+        reply = await _client().post(url, json=body)
+    except httpx.HTTPError as error:
+        return "", f"{type(error).__name__} calling {url}: {error}"
+    if reply.status_code != 200:
+        return "", f"HTTP {reply.status_code} from {url}: {reply.text[:200]}"
+    try:
+        text = completion_text(reply.json())
+    except ValueError:
+        text = None
+    if text is None:
+        return "", f"no completion text in the reply of {url}"
+    return text.strip(), None

@@ -1,0 +1,221 @@
+"""Preparing a resume (spec 000, "Resume saved results", "Legacy artifacts and explicit overrides").
+
+Each test prepares real runs on disk in-process (``prepare`` with the store, no dispatch): the
+environment configuration is given explicitly, so nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gymslurm.errors import IdentityMismatchError, ManifestError
+from gymslurm.prepare import Prepared, prepare
+from gymslurm.settings import MAX_ATTEMPTS_ENV, load_settings
+from gymslurm.store import RunPaths
+from tests.e2e.helpers import read_jsonl, write_tasks
+
+
+def no_fetch(url: str) -> dict[str, Any]:
+    raise AssertionError(f"nothing should be fetched ({url})")
+
+
+def prepared(dataset: Path, output: Path, *overrides: str, stderr: io.StringIO | None = None) -> Prepared:
+    """``prepare`` as the collector calls it, with the model configuration given explicitly."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    base = [f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", "+environment_config={m: 1}"]
+    settings, raw = load_settings([*base, *overrides])
+    return prepare(settings, raw, RunPaths.for_output(output), stderr or io.StringIO(), no_fetch)
+
+
+def run_once(dataset: Path, output: Path, *overrides: str, results: int = 0) -> Prepared:
+    """Prepare a run and save a completed result for its first ``results`` rollouts; the store is closed."""
+    run = prepared(dataset, output, *overrides)
+    for index in range(results):
+        run.store.append_result(index, run.store.reserve(index), {"reward": 1.0})
+    run.store.close()
+    return run
+
+
+URL = "+environment_server_url=http://127.0.0.1:9"
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return write_tasks(tmp_path / "d.jsonl", [{}, {}, {}, {}])
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every run file's bytes, the lock aside (each opener rewrites its holder line)."""
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and "lock" not in p.name}
+
+
+def manifest_of(output: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(output.with_name(output.stem + "_manifest.json").read_text())
+    return data
+
+
+# --- identity ----------------------------------------------------------------------------------
+
+
+def test_moving_one_of_several_servers_resumes_as_drift(dataset: Path, tmp_path: Path) -> None:
+    """000: endpoint addresses are operational, one server of environment_server_urls too."""
+    output = tmp_path / "out.jsonl"
+    urls = "+environment_server_urls={arith: 'http://127.0.0.1:1', other: 'http://127.0.0.1:2'}"
+    run_once(dataset, output, urls)
+    moved = "+environment_server_urls={arith: 'http://127.0.0.1:1', other: 'http://127.0.0.1:3'}"
+    stderr = io.StringIO()
+    prepared(dataset, output, moved, "+resume_from_cache=true", stderr=stderr).store.close()
+    assert "operational settings changed" in stderr.getvalue()
+    assert "environment_server_urls.other" in stderr.getvalue()
+
+
+def test_identical_experiments_at_two_outputs_share_a_config_digest(dataset: Path, tmp_path: Path) -> None:
+    """config_digest is taken over the semantic identity only: output path and port are left out."""
+    run_once(dataset, tmp_path / "a" / "out.jsonl", URL)
+    run_once(dataset, tmp_path / "b" / "other.jsonl", "+environment_server_url=http://127.0.0.1:7")
+    a, b = manifest_of(tmp_path / "a" / "out.jsonl"), manifest_of(tmp_path / "b" / "other.jsonl")
+    assert a["config_digest"] == b["config_digest"] and a["run_id"] != b["run_id"]
+
+
+# --- legacy import -------------------------------------------------------------------------------
+
+
+def make_legacy(dataset: Path, output: Path, results: int) -> None:
+    """A run of an older collector: outcomes and materialized inputs, no manifest or reservations."""
+    run_once(dataset, output, URL, results=results)
+    for suffix in ("_manifest.json", "_reservations.bin", "_identity.json", "_coverage.json"):
+        output.with_name(output.stem + suffix).unlink(missing_ok=True)
+    rows = [{k: v for k, v in row.items() if k != "_ng_run_id"} for row in read_jsonl(output)]
+    output.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+
+
+def test_unsafe_import_reuses_the_saved_materialized_tasks(dataset: Path, tmp_path: Path) -> None:
+    """000: the import "reuses the saved materialized tasks", not the dataset as it is now."""
+    output = tmp_path / "out.jsonl"
+    make_legacy(dataset, output, results=3)
+    saved_inputs = output.with_name("out_materialized_inputs.jsonl").read_bytes()
+    changed = write_tasks(tmp_path / "d.jsonl", [{}, {}, {}, {"b": 7}, {}])  # one changed, one added
+    assert changed == dataset
+    run = prepared(dataset, output, URL, "+resume_from_cache=true", "+allow_unsafe_resume=true")
+    try:
+        assert run.store.manifest.rollout_count == 4
+        assert [state.pending for state in run.reconciliation.states] == [False, False, False, True]
+        assert run.load_tasks()[3]["task_input"]["b"] == 1  # the saved input, not the changed one
+    finally:
+        run.store.close()
+    assert output.with_name("out_materialized_inputs.jsonl").read_bytes() == saved_inputs
+
+
+def test_resume_after_an_unsafe_import_still_needs_the_override(dataset: Path, tmp_path: Path) -> None:
+    """000: after an import "future resumes continue to require the override"; with it they go on."""
+    output = tmp_path / "out.jsonl"
+    make_legacy(dataset, output, results=2)
+    run_once(dataset, output, URL, "+resume_from_cache=true", "+allow_unsafe_resume=true")
+    before = files(tmp_path)
+    with pytest.raises(IdentityMismatchError, match=r"\+allow_unsafe_resume=true") as refused:
+        prepared(dataset, output, URL, "+resume_from_cache=true")
+    assert "identity_verified=false" in str(refused.value)
+    assert files(tmp_path) == before
+    run_once(dataset, output, URL, "+resume_from_cache=true", "+allow_unsafe_resume=true")
+
+
+def test_resume_after_an_identity_override_still_needs_the_override(dataset: Path, tmp_path: Path) -> None:
+    """An overridden identity is never verified again: a later plain resume is refused too."""
+    output = tmp_path / "out.jsonl"
+    run_once(dataset, output, URL, results=1)
+    run_once(dataset, output, URL, "+limit=3", "+resume_from_cache=true", "+allow_unsafe_resume=true")
+    assert manifest_of(output)["identity_source"] == "overridden"
+    with pytest.raises(IdentityMismatchError, match=r"\+allow_unsafe_resume=true"):
+        prepared(dataset, output, URL, "+limit=3", "+resume_from_cache=true")
+
+
+# --- the retired draft attempt journal ---------------------------------------------------------
+
+
+JournalSetup = Callable[[Path, Path], None]
+
+
+def with_manifest(dataset: Path, output: Path) -> None:
+    run_once(dataset, output, URL, results=1)
+
+
+def journal_only(dataset: Path, output: Path) -> None:
+    output.write_bytes(b"")
+
+
+@pytest.mark.parametrize(
+    "setup", [with_manifest, journal_only, make_legacy], ids=["manifest", "only", "legacy"]
+)
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_retired_attempt_journal_refuses_every_resume(
+    dataset: Path, tmp_path: Path, setup: Any, unsafe: bool
+) -> None:
+    """000: a run with the retired <stem>_attempts.jsonl reports the format mismatch, even unsafe,
+    and changes no byte (it is not dropped, nor taken for a partial initial cache)."""
+    output = tmp_path / "out.jsonl"
+    if setup is make_legacy:
+        make_legacy(dataset, output, results=1)
+    else:
+        setup(dataset, output)
+    journal = tmp_path / "out_attempts.jsonl"
+    journal.write_bytes(b'{"rollout": 0, "attempt": 0}\n')
+    before = files(tmp_path)
+    unsafe_flag = ["+allow_unsafe_resume=true"] if unsafe else []
+    with pytest.raises(ManifestError, match=r"out_attempts\.jsonl is the attempt journal of an earlier"):
+        prepared(dataset, output, URL, "+resume_from_cache=true", *unsafe_flag)
+    assert files(tmp_path) == before
+
+
+def test_fresh_collection_replaces_a_retired_attempt_journal(dataset: Path, tmp_path: Path) -> None:
+    """000: a non-resume collection replaces "any retired draft attempt journal", and says so."""
+    output = tmp_path / "out.jsonl"
+    journal = tmp_path / "out_attempts.jsonl"
+    journal.write_bytes(b'{"rollout": 0, "attempt": 0}\n')
+    stderr = io.StringIO()
+    prepared(dataset, output, URL, stderr=stderr).store.close()
+    assert not journal.exists() and "replacing the existing run" in stderr.getvalue()
+    assert str(journal) in stderr.getvalue()
+
+
+# --- a manifest without max_rollout_attempts -----------------------------------------------------
+
+
+def test_manifest_without_attempt_limit_adopts_the_current_setting(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """000: an older draft manifest without max_rollout_attempts uses the current setting and records
+    it on its first validated resume."""
+    output = tmp_path / "out.jsonl"
+    run_once(dataset, output, URL, results=1)
+    manifest_path = output.with_name("out_manifest.json")
+    data = manifest_of(output)
+    del data["max_rollout_attempts"]
+    manifest_path.write_text(json.dumps(data))
+    monkeypatch.setenv(MAX_ATTEMPTS_ENV, "5")
+    run = prepared(dataset, output, URL, "+resume_from_cache=true")
+    run.store.close()
+    assert run.reconciliation.policy.max_rollout_attempts == 5
+    assert manifest_of(output)["max_rollout_attempts"] == 5
+
+
+def test_refused_resume_does_not_record_the_adopted_limit(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit is recorded on a *validated* resume only: a refused one leaves the manifest as it was."""
+    output = tmp_path / "out.jsonl"
+    run_once(dataset, output, URL, results=1)
+    manifest_path = output.with_name("out_manifest.json")
+    data = manifest_of(output)
+    del data["max_rollout_attempts"]
+    manifest_path.write_text(json.dumps(data))
+    before = manifest_path.read_bytes()
+    with pytest.raises(IdentityMismatchError):
+        prepared(dataset, output, URL, "+limit=2", "+resume_from_cache=true")
+    assert manifest_path.read_bytes() == before

@@ -1,0 +1,112 @@
+"""The seams docs/architecture.md promises are kept by the code: typed, imported visibly, acyclic."""
+
+from __future__ import annotations
+
+import ast
+from io import StringIO
+from pathlib import Path
+
+import pytest
+
+from gymslurm.progress import Counters, say
+from gymslurm.selection import Disposition
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gymslurm"
+SEAMS = ["prepare.py", "collector.py"]
+
+
+def _tree(name: str) -> ast.Module:
+    return ast.parse((PACKAGE / name).read_text())
+
+
+@pytest.mark.parametrize("name", SEAMS)
+def test_no_seam_is_typed_any(name: str) -> None:
+    """No parameter, return or attribute of prepare.py / collector.py is annotated bare ``Any``."""
+    bare = []
+    for node in ast.walk(_tree(name)):
+        annotations: list[ast.expr | None] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            every = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            annotations = [a.annotation for a in every] + [node.returns]
+        elif isinstance(node, ast.AnnAssign):
+            annotations = [node.annotation]
+        bare += [node.lineno for a in annotations if isinstance(a, ast.Name) and a.id == "Any"]
+    assert bare == []
+
+
+@pytest.mark.parametrize("name", SEAMS)
+def test_imports_are_visible(name: str) -> None:
+    """prepare.py and collector.py import at the top of the module, never inside a function."""
+    hidden = [
+        inner.lineno
+        for node in ast.walk(_tree(name))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for inner in ast.walk(node)
+        if isinstance(inner, ast.Import | ast.ImportFrom)
+    ]
+    assert hidden == []
+
+
+def _module_imports(path: Path) -> set[str]:
+    """gymslurm modules imported at module level (TYPE_CHECKING blocks and functions excluded)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("gymslurm")}
+
+
+def test_import_graph_has_no_cycle() -> None:
+    """Following module-level imports, no module of the package reaches itself again."""
+    modules = {
+        ".".join(("gymslurm", *p.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__"): p
+        for p in PACKAGE.rglob("*.py")
+    }
+    graph = {
+        name: {m for m in _module_imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    # a package's __init__ re-exporting its own modules is not a cycle through the package
+    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in graph.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = 1
+        for dep in sorted(graph[name]):
+            if state.get(dep) == 1:
+                cycles.append([*trail[trail.index(dep):], dep] if dep in trail else [name, dep])
+            elif dep not in state:
+                visit(dep, [*trail, dep])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_say_lives_with_the_other_output_for_people() -> None:
+    """progress.say prints one ``gymslurm collect:`` line."""
+    stream = StringIO()
+    say(stream, "hello")
+    assert stream.getvalue() == "gymslurm collect: hello\n"
+
+
+@pytest.mark.parametrize(
+    ("disposition", "shown"),
+    [(Disposition.MEASURED, "done"), (Disposition.MASKED, "done"), (Disposition.UNSCORED, "done"),
+     (Disposition.FAILED, "failed"), (Disposition.OMITTED, "omitted"), (Disposition.MISSING, None),
+     (Disposition.NOT_STARTED, None)],
+)  # fmt: skip
+def test_progress_counts_by_disposition(disposition: Disposition, shown: str | None) -> None:
+    """Each selected state is counted as done, failed, omitted or not at all; -1 takes it back."""
+    counters = Counters(total=1)
+    counters.tally(disposition, 1)
+    counts = {"done": counters.done, "failed": counters.failed, "omitted": counters.omitted}
+    assert counts == {key: int(key == shown) for key in counts}
+    counters.tally(disposition, -1)
+    assert (counters.done, counters.failed, counters.omitted) == (0, 0, 0)
