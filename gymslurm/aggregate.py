@@ -63,8 +63,10 @@ from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
+from gymslurm.store.store import write_gymslurm_metrics
+from gymslurm.store.versions import version_of
 
-AGGREGATE_COVERAGE_VERSION = 1
+AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
 _GLOB_CHARS = frozenset("*?[")
 _CHUNK = 1 << 20
 
@@ -682,7 +684,8 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     """Resolve, read, check and write; every refusal happens before the first byte is written.
 
     ``server_metrics`` is a callable ``(url, rows, timeout_s) -> dict`` (the HTTP seam; tests pass
-    their own); None uses :func:`gymslurm.dispatch.fetch_aggregate_metrics`.
+    their own) answering like ``POST /aggregate_metrics``; None uses
+    :func:`gymslurm.dispatch.post_aggregate_metrics`.
     """
     sources = resolve_inputs(expand_inputs(options.inputs))
     if options.merge_shards:
@@ -694,26 +697,50 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     metrics = compute_aggregate_metrics(shards, options.scoring)
     coverage = aggregate_coverage(shards, written_at, metrics)  # from gymslurm's own counts
     source_name = METRICS_SOURCE_OWN
-    if options.environment_server_url:
-        from gymslurm.dispatch import fetch_aggregate_metrics
+    url = options.environment_server_url
+    entry: dict[str, Any] | None = None
+    if url:
+        from gymslurm.dispatch import post_aggregate_metrics
+        from gymslurm.dispatch.calls import flat_metrics
+        from gymslurm.nemogym import metrics_entry, row_for_metrics
 
-        fetch = server_metrics or fetch_aggregate_metrics
-        rows = [orjson.loads(raw) for chunk in iter_selected_lines(shards) for raw in chunk.splitlines()]
+        post = server_metrics or post_aggregate_metrics
+        raw_rows = (raw for chunk in iter_selected_lines(shards) for raw in chunk.splitlines())
+        rows = [row_for_metrics(orjson.loads(raw)) for raw in raw_rows]
         try:
-            metrics.update(fetch(options.environment_server_url, rows, options.timeout_s))
-            source_name = f"environment_server ({options.environment_server_url}/aggregate_metrics)"
+            answer = post(url, rows, options.timeout_s)
+            metrics.update(flat_metrics(answer))
+            entry = metrics_entry(None, url, answer)
+            source_name = f"environment_server ({url}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
     coverage["metrics_source"] = source_name
     merged = 0
     if options.merge_shards:
         merged = _write_projection(options.output, shards)
-    publish_json(
-        companion(options.output.resolve(), "_aggregate_metrics.json"),
+    write_gymslurm_metrics(
+        companion(options.output.resolve(), "_gymslurm_metrics.json"),
         {"metrics": metrics, "metrics_source": source_name, "written_at": written_at},
     )
+    nemo_gym_file = companion(options.output.resolve(), "_aggregate_metrics.json")
+    publish_json(nemo_gym_file, nemo_gym_metrics(entry, metrics))
     publish_json(companion(options.output.resolve(), "_aggregate_coverage.json"), coverage)
     return AggregateResult(metrics, coverage, merged, source_name, warnings)
+
+
+def nemo_gym_metrics(entry: dict[str, Any] | None, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """NeMo Gym's ``<stem>_aggregate_metrics.json``: the server's entry, else gymslurm's metrics with a note.
+
+    Offline aggregation asks at most one server (``+environment_server_url``); NeMo Gym's own
+    ``gym eval aggregate`` asks each server its rows name, since gymslurm's rows carry its stamps.
+    """
+    if entry is not None:
+        return [entry]
+    from gymslurm.nemogym import metrics_entry
+
+    note = ("no Environment Server's POST /aggregate_metrics was asked (+environment_server_url); "
+            "these are gymslurm's own metrics (<stem>_gymslurm_metrics.json)")  # fmt: skip
+    return [{**metrics_entry(None, "gymslurm", {"agent_metrics": metrics}), "gymslurm_note": note}]
 
 
 def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:

@@ -30,16 +30,25 @@ import collections
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from gymslurm.coverage import Completion, Coverage, completion_exit_code, compute_coverage
-from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Outcome, fetch_environment_config
+from gymslurm.dispatch import (
+    Completed,
+    EnvironmentClient,
+    Failed,
+    Outcome,
+    fetch_environment_config,
+    post_aggregate_metrics,
+)
+from gymslurm.errors import MetricsUnavailableError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
+from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics, server_origin
 from gymslurm.prepare import Prepared, Task, prepare
 from gymslurm.progress import Counters, make_reporter, say, summary_table
 from gymslurm.records import EpisodeId
@@ -89,6 +98,11 @@ class RunView:
         task = self.tasks[index]
         return {"task_id": task["task_id"], "task_input": task["task_input"]}
 
+    def indices(self, index: int) -> tuple[int, int]:
+        """(task index, repeat index) of rollout ``index``: what a flat legacy row is stamped with."""
+        task = self.tasks[index]
+        return task.get("_ng_task_index", 0), task.get("_ng_rollout_index", 0)
+
     def mark_reserved(self, index: int, attempt: int) -> None:
         """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
         self.reserved[index] = attempt + 1
@@ -134,7 +148,9 @@ def pending_order(view: RunView, states: list[RolloutState], longest_first: bool
 class RolloutClient(Protocol):
     """What the loop needs of a client (``dispatch.EnvironmentClient``): one episode attempt."""
 
-    async def run(self, url: str, episode: EpisodeId, task: Mapping[str, Any]) -> Outcome: ...
+    async def run(
+        self, url: str, episode: EpisodeId, task: Mapping[str, Any], *, indices: tuple[int, int] = (0, 0)
+    ) -> Outcome: ...
 
 
 @dataclass
@@ -220,7 +236,9 @@ class DispatchLoop:
             counters.in_flight += 1
             sent_at = time.monotonic()
             try:
-                outcome = await self.client.run(self.urls[index], episode, view.wire_task(index))
+                outcome = await self.client.run(
+                    self.urls[index], episode, view.wire_task(index), indices=view.indices(index)
+                )
             finally:
                 counters.in_flight -= 1
             self.result.dispatched += 1
@@ -414,16 +432,38 @@ def collect(
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     paths.folder.mkdir(parents=True, exist_ok=True)
+    fetched: list[dict[str, Any]] = []  # the configurations read for identity, kept for NeMo Gym's stamps
+
+    def fetch_config(url: str) -> dict[str, Any]:
+        fetched.append((fetch or fetch_environment_config)(url))
+        return fetched[-1]
+
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch or fetch_environment_config)
+        prepared = prepare(settings, raw, paths, stderr, fetch_config)
+        origins = server_origins(settings, settings.environment_config or _merged(fetched))
         try:
-            return _collect_prepared(settings, prepared, paths, stderr, stdout)
+            return _collect_prepared(settings, prepared, paths, stderr, stdout, origins)
         finally:
             prepared.store.close()
 
 
-def _collect_prepared(
-    settings: CollectSettings, prepared: Prepared, paths: RunPaths, stderr: IO[str], stdout: IO[str]
+def _merged(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    return configs[0] if len(configs) == 1 else {str(number): config for number, config in enumerate(configs)}
+
+
+def server_origins(settings: CollectSettings, config: dict[str, Any]) -> dict[str, ServerOrigin | None]:
+    """Each configured server URL → the NeMo Gym :class:`~gymslurm.nemogym.ServerOrigin` listening there."""
+    urls = [*settings.environment_server_urls.values(), settings.environment_server_url]
+    return {url: server_origin(config, url) for url in urls if url}
+
+
+def _collect_prepared(  # noqa: PLR0917
+    settings: CollectSettings,
+    prepared: Prepared,
+    paths: RunPaths,
+    stderr: IO[str],
+    stdout: IO[str],
+    origins: dict[str, ServerOrigin | None],
 ) -> ExitCode:
     store, rec = prepared.store, prepared.reconciliation
     pending = any(state.pending for state in rec.states)
@@ -439,6 +479,9 @@ def _collect_prepared(
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
+        tasksets = {task["task_id"]["taskset"] for task in view.tasks}
+        store.stamp_origins({taskset: origin.stamps() for taskset in tasksets
+                             if (origin := origins.get(settings.server_url_for(taskset)))})  # fmt: skip
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
@@ -449,7 +492,7 @@ def _collect_prepared(
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
     store.write_coverage(coverage)
-    export_metrics(store, view, coverage, settings.count_failure_classes_as_zero)
+    export_metrics(settings, store, view, coverage, origins, stderr)
     _run_health_hook(paths, coverage, view)
     return _report(settings, coverage, result, paths, stderr, stdout)
 
@@ -465,6 +508,7 @@ async def _dispatch(
         run_id=view.run_id,
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
+        protocol=settings.protocol,
     )
 
     def tell(message: str) -> None:
@@ -527,22 +571,50 @@ def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
     return save
 
 
-def export_metrics(
-    store: RunStore, view: RunView, coverage: Coverage, count_failure_classes_as_zero: Sequence[str] = ()
-) -> None:
-    """``<stem>_aggregate_metrics.json``: the metrics aggregation exports too, from the same states.
+METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
 
-    ``count_failure_classes_as_zero`` is the same scoring policy as aggregation's (000: "live and
-    offline count_failure_classes_as_zero selection" match either name and count the row once).
+
+def export_metrics(  # noqa: PLR0917
+    settings: CollectSettings,
+    store: RunStore,
+    view: RunView,
+    coverage: Coverage,
+    origins: dict[str, ServerOrigin | None],
+    stderr: IO[str],
+    post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
+) -> None:
+    """The metrics files, inside the lock, from the states the collection ends with.
+
+    ``<stem>_gymslurm_metrics.json``: gymslurm's own metrics, the same ``gymslurm aggregate`` computes
+    (with the same ``count_failure_classes_as_zero`` scoring policy; 000: "live and offline
+    count_failure_classes_as_zero selection" match either name and count the row once).
+    ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
+    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
+    that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
     """
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
-        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(count_failure_classes_as_zero)),
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(settings.count_failure_classes_as_zero)),
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
-    store.write_aggregate_metrics(body)
+    store.write_gymslurm_metrics(body)
+    by_url: dict[str, list[dict[str, Any]]] = {}
+    for _, row in store.selected_results(view.states):
+        url = settings.server_url_for(row["task_id"]["taskset"])
+        by_url.setdefault(url, []).append(row_for_metrics(row))
+    entries = []
+    for url, rows in sorted(by_url.items()):
+        try:
+            answer = (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S)
+            entries.append(metrics_entry(origins.get(url), url, answer))
+        except MetricsUnavailableError as error:
+            note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
+            say(stderr, f"warning: {note}")
+            entry = metrics_entry(origins.get(url), url, {"agent_metrics": metrics})
+            entries.append({**entry, "gymslurm_note": note})
+    store.write_aggregate_metrics(entries)
 
 
 def _run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:

@@ -33,8 +33,9 @@ from pydantic import BaseModel, ConfigDict
 from gymslurm.exitcodes import ExitCode
 from gymslurm.records import ROUTING_CLASS_UNSPECIFIED
 from gymslurm.selection import SUCCESSFUL, BudgetPolicy, Disposition, RolloutState
+from gymslurm.store.versions import version_of
 
-COVERAGE_FORMAT_VERSION = 1
+COVERAGE_FORMAT_VERSION = version_of("coverage")
 
 
 class Coverage(BaseModel):

@@ -45,8 +45,9 @@ import orjson
 
 from gymslurm.errors import GymslurmError, StaleFileError
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
+from gymslurm.store.versions import version_of
 
-HEALTH_FORMAT_VERSION = 1
+HEALTH_FORMAT_VERSION = version_of("health")
 EXAMPLES_PER_CLASS = 3
 _CHUNK = 1 << 20
 # The counts of a report, in order (``<stem>_health.json`` "counts").

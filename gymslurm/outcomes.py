@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,16 +34,12 @@ import httpx
 from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Omitted, Outcome
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
 from gymslurm.records import EpisodeId, RolloutFailureRecord, TaskId, rollout_id_problem
+from gymslurm.store.manifest import new_run_id
 
 __all__ = ["OutcomeFuture", "OutcomeStream", "RowOutcome", "new_run_id", "run_outcomes"]
 
 RowOutcome = tuple[dict[str, Any], dict[str, Any] | RolloutFailureRecord]
 STAMPS = ("_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index", "task_id")
-
-
-def new_run_id() -> str:
-    """A fresh ``run-<32 hex>`` id (docs/formats.md)."""
-    return f"run-{uuid.uuid4().hex}"
 
 
 def run_outcomes(

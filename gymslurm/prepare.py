@@ -18,7 +18,7 @@ from typing import IO, Any
 import yaml
 
 from gymslurm import __version__
-from gymslurm.errors import ConfigError, IdentityMismatchError, ManifestError
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError, IdentityMismatchError, ManifestError
 from gymslurm.identity import (
     IdentityDiff,
     build_identity,
@@ -41,20 +41,50 @@ Task = dict[str, Any]
 
 
 def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-    """The Environment Server configuration for identity: given in settings, else fetched from the server(s).
+    """The Environment Server configuration for identity: given in settings, else fetched.
 
-    With several servers and no head server, each distinct server is asked and the answers are
-    keyed by the tasksets it serves (addresses are operational; what they serve is not).
+    Asked in the order of :meth:`CollectSettings.config_sources`: the head server when one is named;
+    else the Environment Server(s) — several are each asked, and their answers keyed by the tasksets
+    they serve (addresses are operational; what they serve is not) — and, when a server answers
+    without a configuration (NeMo Gym's do not serve the endpoint), NeMo Gym's default head server.
+    An Environment Server that cannot be reached stops here, retryably: it is needed to run anyway.
     """
     if settings.environment_config:
         return settings.environment_config
-    source = settings.config_source_url()
-    if source is not None:
-        return fetch(source)
+    if settings.head_server_url:
+        return fetch(settings.head_server_url)
     by_url: dict[str, list[str]] = collections.defaultdict(list)
     for taskset, url in sorted(settings.environment_server_urls.items()):
         by_url[url].append(taskset)
-    return {",".join(tasksets): fetch(url) for url, tasksets in sorted(by_url.items(), key=lambda kv: kv[1])}
+    *servers, default_head = settings.config_sources()
+    try:
+        if servers:
+            return fetch(servers[0])
+        by_tasksets = sorted(by_url.items(), key=lambda kv: kv[1])
+        return {",".join(tasksets): fetch(url) for url, tasksets in by_tasksets}
+    except EnvironmentUnreachableError:
+        raise
+    except ConfigError as refusal:
+        asked = servers[0] if servers else "the Environment Servers"
+        try:
+            return fetch(default_head)
+        except ConfigError as error:
+            raise no_config_error([(asked, refusal), (default_head, error)]) from None
+
+
+def no_config_error(refusals: list[tuple[str, ConfigError]]) -> ConfigError:
+    """No source gave a configuration: a config error naming +head_server_url (exit 2)."""
+    asked = "; ".join(
+        f"{url} ({'unreachable' if isinstance(error, EnvironmentUnreachableError) else 'no configuration'})"
+        for url, error in refusals
+    )
+    message = (
+        f"no server answered GET /global_config_dict_yaml with the environment configuration the run's "
+        f"identity needs (asked, in order: {asked}). Point +head_server_url=http://HOST:PORT at the "
+        "NeMo Gym head server (gym env start prints its address; NeMo Gym's default is "
+        "127.0.0.1:11000), or give the configuration with +environment_config={...}"
+    )
+    return ConfigError(message)
 
 
 def identity_config(raw: dict[str, Any], env_config: dict[str, Any]) -> dict[str, Any]:

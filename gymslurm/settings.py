@@ -29,12 +29,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gymslurm.dispatch.classify import Protocol
 from gymslurm.errors import ConfigError
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
 DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
+# NeMo Gym's head server default address (nemo_gym/global_config.py: host 127.0.0.1, port 11000).
+DEFAULT_HEAD_SERVER_URL = "http://127.0.0.1:11000"
 
 
 class CollectSettings(BaseModel):
@@ -70,6 +73,7 @@ class CollectSettings(BaseModel):
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
     environment_config: dict[str, Any] | None = None
     head_server_url: str | None = None
+    environment_protocol: Protocol | None = None  # None: "episode" (null keeps older identities equal)
 
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
@@ -137,14 +141,27 @@ class CollectSettings(BaseModel):
             )
         return url
 
-    def config_source_url(self) -> str | None:
-        """The server whose ``GET /global_config_dict_yaml`` supplies the environment configuration."""
+    def config_sources(self) -> list[str]:
+        """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.
+
+        ``head_server_url`` alone when set. Otherwise the Environment Server itself when there is one
+        (gymslurm's demo server serves its own configuration), then NeMo Gym's default, the head server
+        at its default address (:data:`DEFAULT_HEAD_SERVER_URL`, as ``gym eval run --no-serve`` does):
+        NeMo Gym's Environment Servers do not serve the endpoint. With several servers, each is asked
+        (prepare.environment_config) before the default head server.
+        """
         if self.head_server_url:
-            return self.head_server_url
-        if self.environment_server_url:
-            return self.environment_server_url
+            return [self.head_server_url]
+        servers = [self.environment_server_url] if self.environment_server_url else []
         urls = set(self.environment_server_urls.values())
-        return urls.pop() if len(urls) == 1 else None
+        if not servers and len(urls) == 1:
+            servers = [urls.pop()]
+        return [*servers, DEFAULT_HEAD_SERVER_URL]
+
+    @property
+    def protocol(self) -> Protocol:
+        """How the Environment Servers speak (gymslurm.dispatch.classify, docs/nemo-gym.md)."""
+        return self.environment_protocol or "episode"
 
     @property
     def explicit_retry_terminal_timeouts(self) -> bool:

@@ -38,9 +38,10 @@ import orjson
 
 from gymslurm.errors import SupervisionError
 from gymslurm.records import MAX_FAILURE_REASON, EpisodeFailure, RolloutFailureRecord
+from gymslurm.store.versions import check_version, version_of
 
 SUPERVISION_FD_ENV = "GYMSLURM_SUPERVISION_FD"
-EVENT_VERSION = 1
+EVENT_VERSION = version_of("supervision_event")
 INTERRUPTION_KIND = "kill_shaped"
 EventKind = Literal["watching", "healthy", "down", "up", "gave_up", "stopping"]
 EVENT_KINDS: frozenset[str] = frozenset({"watching", "healthy", "down", "up", "gave_up", "stopping"})
@@ -79,12 +80,8 @@ def parse_event(line: bytes) -> ServerEvent:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError as error:
         raise SupervisionError(f"{where} sent a line that is not JSON ({error}): {line[:200]!r}") from None
-    if not isinstance(raw, dict) or raw.get("v") != EVENT_VERSION:
-        version = raw.get("v") if isinstance(raw, dict) else None
-        raise SupervisionError(
-            f"{where} sent event version {version!r}, expected {EVENT_VERSION}: run the link and the "
-            "collector from the same gymslurm installation"
-        )
+    version = raw.get("v") if isinstance(raw, dict) else None
+    check_version("supervision_event", version, where, SupervisionError)
     unknown = set(raw) - _FIELDS
     kind, at = raw.get("kind"), raw.get("at")
     if unknown or kind not in EVENT_KINDS or not isinstance(at, int | float):

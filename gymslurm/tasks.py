@@ -16,6 +16,12 @@ and gets ``-r<k>`` for repeat ``k``; otherwise ``<taskset>-<task_id>`` (``-r<k>`
 characters outside ``[A-Za-z0-9._-]`` replaced by ``_``. Every id is checked (pattern, the reserved
 ``-a<N>`` suffix, uniqueness) before anything is dispatched.
 
+**Repeated rows** (NeMo Gym's materialized file of a ``num_repeats > 1`` run): a row carrying both
+``_ng_task_index`` and ``_ng_rollout_index`` (integers >= 0) is already one rollout. It keeps those
+indices and NeMo Gym's id, ``_ng_rollout_id`` or else ``<task index>-<rollout index>`` (NeMo Gym's
+``maybe_rollout_id_from_run_body``); a plain row's task id is its ``task_id`` or its task index, so the
+copies of one task share it. Such a file is not repeated again: ``num_repeats > 1`` is refused.
+
 Trade-off: repeats are laid out row-major (row 0's copies, then row 1's ...), as NeMo Gym does, so
 the rollout index of a task depends on ``num_repeats``; that is fine because ``num_repeats`` is part
 of the identity anyway.
@@ -35,6 +41,7 @@ from gymslurm.errors import ConfigError, InvalidRolloutIdError
 from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
 
 ROLLOUT_ID_KEY = "_ng_rollout_id"
+TASK_INDEX_KEY, ROLLOUT_INDEX_KEY = "_ng_task_index", "_ng_rollout_index"
 EXPECTED_DURATION_KEY = "_ng_expected_duration_s"
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -89,6 +96,9 @@ def materialize(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> 
 
 
 def _expand(position: int, row: dict[str, Any], options: MaterializeOptions) -> list[dict[str, Any]]:
+    indices = repeated_row_indices(position, row)
+    if indices is not None:
+        return [_repeated_copy(position, row, indices, options)]
     task_id, task_input = _task_of(position, row, options.dataset_name)
     if options.prompt_template is not None:
         task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, position)
@@ -109,7 +119,50 @@ def _expand(position: int, row: dict[str, Any], options: MaterializeOptions) -> 
     return copies
 
 
+def repeated_row_indices(position: int, row: dict[str, Any]) -> tuple[int, int] | None:
+    """(task index, rollout index) of a row NeMo Gym already repeated, else None (module docstring)."""
+    task_index, rollout_index = row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)
+    if task_index is None and rollout_index is None:
+        return None
+    if not all(type(value) is int and value >= 0 for value in (task_index, rollout_index)):
+        raise ConfigError(
+            f"row {position}: {TASK_INDEX_KEY}={task_index!r} and {ROLLOUT_INDEX_KEY}={rollout_index!r} must "
+            "both be integers >= 0 (a NeMo Gym materialized row carries both); fix or drop them"
+        )
+    assert type(task_index) is int and type(rollout_index) is int
+    return task_index, rollout_index
+
+
+def _repeated_copy(
+    position: int, row: dict[str, Any], indices: tuple[int, int], options: MaterializeOptions
+) -> dict[str, Any]:
+    if options.num_repeats != 1:
+        raise ConfigError(
+            f"row {position} is already a repeated rollout ({TASK_INDEX_KEY}={indices[0]}, "
+            f"{ROLLOUT_INDEX_KEY}={indices[1]}: a NeMo Gym materialized file); it is not repeated again. "
+            f"Set +num_repeats=1, or use the original dataset with +num_repeats={options.num_repeats}"
+        )
+    task_id, task_input = _task_of(indices[0], row, options.dataset_name)
+    if options.prompt_template is not None:
+        task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, position)
+    explicit = row.get(ROLLOUT_ID_KEY)
+    if explicit is not None and not isinstance(explicit, str):
+        raise InvalidRolloutIdError(f"_ng_rollout_id {explicit!r} must be a string")
+    task: dict[str, Any] = {
+        ROLLOUT_ID_KEY: explicit or f"{indices[0]}-{indices[1]}",
+        TASK_INDEX_KEY: indices[0],
+        ROLLOUT_INDEX_KEY: indices[1],
+        "task_id": task_id,
+        "task_input": task_input,
+    }
+    duration = row.get(EXPECTED_DURATION_KEY)
+    if type(duration) in (int, float):
+        task[EXPECTED_DURATION_KEY] = duration
+    return task
+
+
 def _task_of(position: int, row: dict[str, Any], dataset_name: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The task id and input of a row; ``position`` is its task index (a plain row's default id)."""
     native_id = row.get("task_id")
     if isinstance(native_id, dict) and "task_input" in row:
         taskset, task_id = native_id.get("taskset"), native_id.get("task_id")

@@ -16,6 +16,7 @@ The transport's measurements and the reasons for it are in docs/transport.md.
 from gymslurm.dispatch.calls import (
     fetch_aggregate_metrics,
     fetch_environment_config,
+    post_aggregate_metrics,
     probe_answers,
     probe_completion,
     probe_health,
@@ -44,6 +45,7 @@ __all__ = [
     "classify_reply",
     "fetch_aggregate_metrics",
     "fetch_environment_config",
+    "post_aggregate_metrics",
     "probe_answers",
     "probe_completion",
     "probe_health",

@@ -175,6 +175,14 @@ def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: flo
     Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body): the caller
     falls back to its own metrics.
     """
+    return flat_metrics(post_aggregate_metrics(url, rows, timeout_s))
+
+
+def post_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """``POST <url>/aggregate_metrics`` with ``{"verify_responses": rows}``; the answer object as sent.
+
+    Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body).
+    """
     where = url.rstrip("/") + METRICS_ENDPOINT
     try:
         with httpx.Client(timeout=timeout_s, trust_env=False) as http:
@@ -191,7 +199,7 @@ def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: flo
         raise MetricsUnavailableError(
             f"the Environment Server at {url} answered {METRICS_ENDPOINT} with a non-object"
         )
-    return flat_metrics(body)
+    return body
 
 
 def flat_metrics(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,22 @@ Delivery evidence (reading 4): a connection that could not be made (refused, DNS
 mid-answer, gateway answers 429/502/503/504) it is ``possibly_delivered``; any other HTTP answer is
 ``delivered``. There are **no automatic transport retries**: a timeout may have run the episode, and
 delivery evidence never authorizes a replay (the collector decides, with a new reserved execution).
+
+Three wire protocols (:data:`Protocol`, the ``environment_protocol`` setting; docs/nemo-gym.md):
+
+- ``episode`` (the default): the typed request ``{episode_id, task}``, answered by the typed envelope
+  ``{episode_id, task_id, result | failure}``;
+- ``legacy_agent``: NeMo Gym's legacy agent ``/run`` (the ``legacy_agent`` relay): the flat row goes out
+  (``task_input`` plus ``_ng_task_index``, ``_ng_rollout_index``, ``_ng_rollout_id`` and
+  ``_ng_attempt_index``, as NeMo Gym's collector sends it), and the flat verify response comes back;
+- ``legacy_reply``: the typed request, answered flat (the ``single_agent_turn_legacy`` adapter).
+
+A flat answer is read by the spec's legacy rules: ``_ng_failure_class`` (with ``_ng_failure_terminal``,
+``_ng_failure_message``, ``_ng_failure_stage``, ``_ng_failure_partial_response``) is a failure, a bare
+``_ng_no_persist`` an omission, anything else a result (``execute_only`` results without a reward
+stay unscored results). The request's own stamps echoed back are checked (another rollout: a protocol
+violation; another attempt: stale) and dropped; every other ``_ng_*`` key is refused as for a typed
+result. A flat answer is never accepted from a server declared ``episode``.
 """
 
 from __future__ import annotations
@@ -16,7 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import httpx
 import orjson
@@ -87,6 +103,35 @@ COLLECTOR_OWNED_FIELDS = frozenset(
 OBSERVATION_FIELDS = frozenset({"source", "delivery"})
 DIAGNOSTIC_BODY_CHARS = 4000
 
+Protocol = Literal["episode", "legacy_agent", "legacy_reply"]
+PROTOCOLS: frozenset[str] = frozenset(get_args(Protocol))
+LEGACY_STAGE, LEGACY_PARTIAL = "_ng_failure_stage", "_ng_failure_partial_response"
+# Keys of a legacy failure that are not copied into its diagnostics: the markers themselves (read into
+# the record) and the old reward/response placeholders (spec 000: "not copied into the failure record").
+LEGACY_PLACEHOLDERS = frozenset({LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward",
+                                 "response", LEGACY_PARTIAL})  # fmt: skip
+# The stamps a flat legacy row carries (NeMo Gym's key names); echoed back, they are checked and dropped.
+TASK_INDEX, ROLLOUT_INDEX, ROLLOUT_ID, ATTEMPT_INDEX = (
+    "_ng_task_index", "_ng_rollout_index", "_ng_rollout_id", "_ng_attempt_index",
+)  # fmt: skip
+
+
+def request_body(
+    protocol: Protocol, episode: EpisodeId, task: Mapping[str, Any], indices: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
+    """The ``POST /run`` body of one attempt: the typed request, or the flat legacy row.
+
+    ``indices`` are the rollout's (task index, repeat index), stamped on a flat row as NeMo Gym does.
+    """
+    if protocol != "legacy_agent":
+        return {"episode_id": {"rollout_id": episode.rollout_id, "attempt": episode.attempt}, "task": task}
+    return {**task["task_input"], **_legacy_stamps(episode, indices)}
+
+
+def _legacy_stamps(episode: EpisodeId, indices: tuple[int, int]) -> dict[str, Any]:
+    return {TASK_INDEX: indices[0], ROLLOUT_INDEX: indices[1], ROLLOUT_ID: episode.rollout_id,
+            ATTEMPT_INDEX: episode.attempt}  # fmt: skip
+
 # Gateway and throttling answers: the Environment Server may or may not have seen the request.
 # 429 and 503 say "not now" (the serving side is overloaded or throttling) → provider_unavailable;
 # 502 says the upstream answered the gateway badly or hung up → transport_peer_drop; 504 that the
@@ -123,16 +168,20 @@ def classify_reply(
     route_failures: bool,
     url: str | None = None,
     path: str = RUN_PATH,
+    protocol: Protocol = "episode",
+    indices: tuple[int, int] = (0, 0),
 ) -> Outcome:
     """The one outcome an HTTP answer to ``POST /run`` for ``episode`` stands for.
 
-    ``path`` names the endpoint in messages (``/verify`` answers are read by the same rules).
+    ``path`` names the endpoint in messages (``/verify`` answers are read by the same rules);
+    ``protocol`` says how the server answers (module docstring), ``indices`` what a flat row carried.
     Raises :class:`ProtocolError` for a protocol violation when ``route_failures`` is off.
     """
-    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path)
+    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path, protocol,
+                 indices)  # fmt: skip
     if 200 <= status_code < 300:
         try:
-            return _classify_episode_reply(call)
+            return _classify_2xx(call)
         except _StaleReplyError as stale:
             # Retryable whatever the routing (reading 5). Kind transport_peer_drop: this attempt's own
             # answer was lost between server and collector (a retry somewhere on the path replayed an
@@ -188,11 +237,15 @@ class _Call(NamedTuple):
     status_code: int
     body: bytes
     path: str = "/run"
+    protocol: Protocol = "episode"
+    indices: tuple[int, int] = (0, 0)
 
     def record(
-        self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None
+        self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None,
+        stage: Stage | None = None,
     ) -> RolloutFailureRecord:
-        failure = EpisodeFailure(failure_reason=_truncate(reason), terminal=terminal, failure_kind=kind)
+        failure = EpisodeFailure(failure_reason=_truncate(reason), terminal=terminal, failure_kind=kind,
+                                 stage=stage)  # fmt: skip
         return RolloutFailureRecord(
             episode_id=self.episode, run_id=self.run_id, source=source, delivery=delivery, failure=failure
         )
@@ -240,6 +293,38 @@ def _request_url(exc: BaseException) -> str:
         return f"POST {exc.request.url}" if isinstance(exc, httpx.RequestError) else ""
     except RuntimeError:  # httpx raises when the exception carries no request
         return ""
+
+
+def _classify_2xx(call: _Call) -> Outcome:
+    return _classify_episode_reply(call) if call.protocol == "episode" else _classify_flat_reply(call)
+
+
+def _classify_flat_reply(call: _Call) -> Outcome:
+    """A legacy server's flat answer (module docstring); a typed envelope is read as one."""
+    reply = _parse_object(call.body)
+    if isinstance(reply.get("episode_id"), dict) and ("result" in reply or "failure" in reply):
+        return _classify_episode_reply(call)
+    reply = _drop_echoed_stamps(reply, call)
+    if LEGACY_CLASS in reply:
+        return _legacy_failure(call, reply)
+    if reply.get(NO_PERSIST) is True:
+        return Omitted()  # a suppression without a reported failure
+    return Completed(_checked_result(reply))
+
+
+def _drop_echoed_stamps(reply: dict[str, Any], call: _Call) -> dict[str, Any]:
+    """The reply without the stamps of the request; raise when they name another rollout or attempt."""
+    sent = _legacy_stamps(call.episode, call.indices)
+    echoed = {key: reply[key] for key in sent if key in reply}
+    if not echoed:
+        return reply
+    attempt = echoed.pop(ATTEMPT_INDEX, call.episode.attempt)
+    other = {key: value for key, value in echoed.items() if value != sent[key]}
+    if other:
+        raise _BadReplyError(f"reply for another rollout: {other}, sent {sent}")
+    if attempt != call.episode.attempt:
+        raise _StaleReplyError(attempt)
+    return {key: value for key, value in reply.items() if key not in sent}
 
 
 def _classify_episode_reply(call: _Call) -> Outcome:
@@ -329,15 +414,19 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
     kind: str | None = LEGACY_CLASS_KINDS.get(legacy_class, legacy_class)
     kind = kind if kind in FAILURE_KINDS or ":" in legacy_class else None
     reason = message or f"legacy producer reported failure class {legacy_class!r} without a message"
-    dropped = {LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward", "response"}
-    diagnostics = {key: value for key, value in result.items() if key not in dropped}
+    diagnostics = {key: value for key, value in result.items() if key not in LEGACY_PLACEHOLDERS}
+    stage = result.get(LEGACY_STAGE)
+    if stage in STAGES:
+        diagnostics.pop(LEGACY_STAGE)  # kept in the record; an unknown stage stays here (spec 000)
     if len(reason) > MAX_FAILURE_REASON:
         diagnostics[LEGACY_MESSAGE] = reason  # the canonical reason is cut; the whole text stays here
-    record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind)
+    record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind,
+                         stage=stage if stage in STAGES else None)  # fmt: skip
+    response = result.get("response")
     return Failed(
         record,
         legacy_class=legacy_class if legacy_class != record.routing_class else None,
-        response=result.get("response"),
+        response=response if response is not None else result.get(LEGACY_PARTIAL),
         diagnostics=diagnostics or None,
     )
 
@@ -368,7 +457,7 @@ def _checked_result(result: dict[str, Any]) -> dict[str, Any]:
 def _server_error(call: _Call) -> Failed:
     """A 5xx answer: the environment's own well-formed failure if it sent one, else a bare failure."""
     with contextlib.suppress(_BadReplyError, _StaleReplyError):
-        outcome = _classify_episode_reply(call)
+        outcome = _classify_2xx(call)
         if isinstance(outcome, Failed):
             return outcome
     reason = f"HTTP {call.status_code} from the Environment Server: {_excerpt(call.body, 500)}"

@@ -17,7 +17,14 @@ from typing import Any
 import httpx
 import orjson
 
-from gymslurm.dispatch.classify import Failed, Outcome, classify_exception, classify_reply
+from gymslurm.dispatch.classify import (
+    Failed,
+    Outcome,
+    Protocol,
+    classify_exception,
+    classify_reply,
+    request_body,
+)
 from gymslurm.dispatch.http11 import HEAD_END, Http11Transport
 from gymslurm.errors import ConfigError
 from gymslurm.records import FAILURE_KINDS, EpisodeId
@@ -46,10 +53,11 @@ class EnvironmentClient:
         write_timeout: float | None = 60.0,
         keepalive_expiry: float = 4.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        protocol: Protocol = "episode",
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.run_id, self.route_failures = run_id, route_failures
+        self.run_id, self.route_failures, self.protocol = run_id, route_failures, protocol
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}
         self._keepalive_expiry = keepalive_expiry
         self._shared = transport
@@ -60,15 +68,21 @@ class EnvironmentClient:
         self._warned_kinds: set[str] = set()
 
     async def run(
-        self, url: str, episode: EpisodeId, task: Mapping[str, Any], *, run_id: str | None = None
+        self,
+        url: str,
+        episode: EpisodeId,
+        task: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        indices: tuple[int, int] = (0, 0),
     ) -> Outcome:
         """POST one episode attempt to ``<url>/run`` and classify the answer (see :func:`classify_reply`).
 
-        ``run_id`` overrides the client's for this attempt's failure record. Transport errors become
-        failures; programming errors and cancellation propagate.
+        ``run_id`` overrides the client's for this attempt's failure record; ``indices`` (task index,
+        repeat index) are stamped on a flat legacy row. Transport errors become failures; programming
+        errors and cancellation propagate.
         """
-        payload = {"episode_id": {"rollout_id": episode.rollout_id, "attempt": episode.attempt}, "task": task}
-        body = orjson.dumps(payload)
+        body = orjson.dumps(request_body(self.protocol, episode, task, indices))
         run_id = run_id or self.run_id
         try:
             status, content = await self._exchange(self._target(url), body)
@@ -76,7 +90,7 @@ class EnvironmentClient:
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
         outcome = classify_reply(
             status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
-            route_failures=self.route_failures, url=url,
+            route_failures=self.route_failures, url=url, protocol=self.protocol, indices=indices,
         )  # fmt: skip
         if isinstance(outcome, Failed):
             self._warn_unregistered(outcome.record.failure.failure_kind, url)

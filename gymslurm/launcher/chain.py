@@ -51,7 +51,8 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from gymslurm.errors import SlurmError
+from gymslurm.coverage import Coverage
+from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
@@ -78,11 +79,12 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, atomic_write, coverage_path
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
 from gymslurm.launcher.supervise import Supervisor
-from gymslurm.store.paths import COMPANION_SUFFIXES, RunPaths, companion_path
-from gymslurm.store.store import saved_outcome_bytes
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.store import read_coverage, saved_outcome_bytes
+from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 HEARTBEAT_S = 15.0
@@ -96,39 +98,57 @@ def log(message: str) -> None:
     print(f"[gymslurm chain-step {utc_now()}] {message}", file=sys.stderr, flush=True)
 
 
+def saved_coverage(output: Path) -> Coverage | None:
+    """The collector's coverage of ``output``, read through the store; None when none is usable.
+
+    An unreadable or foreign-version file is said on the job's output and treated as no coverage
+    (no evidence of progress), as a missing one is: the chain never stops on it.
+    """
+    try:
+        return read_coverage(RunPaths.for_output(output))
+    except StoreError as error:
+        log(f"no usable coverage: {error}")
+        return None
+
+
 def read_progress(output: Path) -> Progress | None:
     """The progress counts of the collector's coverage file, or None when it has none yet."""
-    try:
-        data = json.loads(coverage_path(output).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
+    coverage = saved_coverage(output)
+    if coverage is None:
         return None
     return Progress(
-        successful=int(data.get("successful", 0)), failed=int(data.get("failed", 0)),
-        intentionally_omitted=int(data.get("intentionally_omitted", 0)),
-        progress_outcomes_recorded=int(data.get("progress_outcomes_recorded", 0)),
-        written_at=str(data.get("written_at", "")),
+        successful=coverage.successful, failed=coverage.failed,
+        intentionally_omitted=coverage.intentionally_omitted,
+        progress_outcomes_recorded=coverage.progress_outcomes_recorded, written_at=coverage.written_at,
     )  # fmt: skip
+
+
+LEDGER_COVERAGE_KEYS = ("expected", "successful", "failed", "intentionally_omitted", "retryable", "complete")
 
 
 def coverage_summary(output: Path) -> dict[str, int | bool] | None:
     """The coverage fields the ledger keeps (for status without reading the collector's files)."""
-    try:
-        data = json.loads(coverage_path(output).read_text())
-    except (OSError, ValueError):
+    coverage = saved_coverage(output)
+    if coverage is None:
         return None
-    keys = ("expected", "successful", "failed", "intentionally_omitted", "retryable", "complete")
-    return {k: data[k] for k in keys if isinstance(data.get(k), int | bool)}
+    fields = coverage.model_dump()
+    return {key: fields[key] for key in LEDGER_COVERAGE_KEYS}
 
 
 def read_resubmit_offset(output: Path) -> str | None:
-    """The collector's ``<stem>_resubmit_offset`` (first line), if any."""
-    try:
-        text = companion_path(output, COMPANION_SUFFIXES["resubmit_offset"]).read_text()
-        return text.splitlines()[0].strip() or None
-    except (OSError, IndexError):
+    """The failure-line count of the collector's ``<stem>_resubmit_offset`` (what the ledger keeps), if any.
+
+    Parsed by the store's one reader; a malformed file is said on the job's output and kept as None.
+    """
+    paths = RunPaths.for_output(output)
+    if not paths.resubmit_offset.exists():
         return None
+    try:
+        failures, _ = store_resubmit_offset(paths)
+    except StoreError as error:
+        log(f"unreadable resubmit offset: {error}")
+        return None
+    return str(failures)
 
 
 def _address(url: str, part: str) -> str:
@@ -507,7 +527,10 @@ def _collect(  # noqa: PLR0917
                 server = server_mod.start(wanted, log_path, started=known)
                 started.append(server)
                 if server.process is not None:
-                    note("started", server, f"healthy at {server.url} after {server.startup_s:.1f}s")
+                    probes = ", ".join(server.probes[-5:])
+                    note(
+                        "started", server, f"healthy at {server.url} after {server.startup_s:.1f}s ({probes})"
+                    )
         except server_mod.ServerStartError as error:
             return ExitCode.RETRY, None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}

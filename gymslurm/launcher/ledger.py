@@ -33,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from gymslurm.errors import CorruptRecordError
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
+from gymslurm.store.versions import check_version, version_of
 
-LEDGER_VERSION = 1
+LEDGER_VERSION = version_of("ledger")
 FINISHED = {
     Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME,
     Decision.STOP_NO_PROGRESS,
@@ -184,12 +185,7 @@ def parse_record(line: bytes, where: str) -> Record:
         raise CorruptRecordError(
             f"{where}: not JSON ({error}); move the ledger aside to start over"
         ) from error
-    if not isinstance(raw, dict) or raw.get("v") != LEDGER_VERSION:
-        version = raw.get("v") if isinstance(raw, dict) else None
-        raise CorruptRecordError(
-            f"{where}: ledger version {version!r} is not supported (expected {LEDGER_VERSION}); "
-            "use the gymslurm version that wrote it"
-        )
+    check_version("ledger", raw.get("v") if isinstance(raw, dict) else None, where, CorruptRecordError)
     try:
         return _ADAPTER.validate_python(raw)
     except ValidationError as error:

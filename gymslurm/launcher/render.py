@@ -39,6 +39,7 @@ class ScriptValues:
     env_setup: str
     workdir: str
     command: str
+    servers: str = "#   (none)"
 
 
 def directives_block(partition: str | None, account: str | None, qos: str | None, extra: list[str]) -> str:
@@ -49,6 +50,22 @@ def directives_block(partition: str | None, account: str | None, qos: str | None
         line = raw.strip()
         lines.append(line if line.startswith("#SBATCH") else f"#SBATCH {line}")
     return "\n".join(lines) if lines else "# (no extra #SBATCH directives)"
+
+
+def servers_block(commands: list[tuple[str, list[str] | None, str | None]]) -> str:
+    """Comment lines naming each server a link starts, in order: ``(name, argv, url)``; argv None: a
+    running server at ``url``. ``{port}`` is left as written: each job picks its own. Credential
+    shapes (``--api-key VALUE``, ``TOKEN=...``, URL passwords) are redacted: a script holds no secret."""
+    from gymslurm.identity import redact_credentials
+
+    if not commands:
+        return "#   (none)"
+    lines = [
+        f"{name}: {command_line(argv)}" if argv is not None else f"{name}: already running at {url}"
+        for name, argv, url in commands
+    ]
+    clean = redact_credentials({"lines": lines})["lines"]
+    return "\n".join(f"#   {line}" for line in clean)
 
 
 def env_setup_block(lines: list[str]) -> str:

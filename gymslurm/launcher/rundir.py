@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger
 from gymslurm.store.atomic import publish_bytes
-from gymslurm.store.paths import COMPANION_SUFFIXES, companion_path
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
@@ -155,11 +154,6 @@ class RunDir:
         assert isinstance(data, dict)
         merged: dict[str, Any] = merge_secrets(data, secrets)
         return validate(merged, str(self.config_path))
-
-
-def coverage_path(output: Path) -> Path:
-    """``<stem>_coverage.json`` beside an output (docs/formats.md)."""
-    return companion_path(output, COMPANION_SUFFIXES["coverage"])
 
 
 def find_runs(run_root: Path) -> list[RunDir]:

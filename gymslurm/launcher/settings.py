@@ -35,6 +35,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ContainerSettings(_Strict):
+    """Run a server's command in a container: Pyxis/enroot (``srun --container-image``) or Apptainer."""
+
+    runtime: Literal["pyxis", "apptainer"]
+    image: str = Field(min_length=1)
+    mounts: list[str] = Field(default_factory=list)  # SRC:DST[:ro]
+    gpus: bool = False  # apptainer: --nv (Pyxis sees the job's GPUs already)
+    extra_args: list[str] = Field(default_factory=list)
+
+
 SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
 
 
@@ -60,6 +70,7 @@ class ServerSettings(_Strict):
     # null), or a one-token chat_completions / completions request that must return text.
     probe: Literal["health", "chat_completions", "completions"] = "health"
     probe_model: str | None = None
+    container: ContainerSettings | None = None
     # Supervision while the collector runs (docs/servers.md): probe every probe_interval_s, a probe
     # answering after probe_timeout_s fails; probe_failures failures in a row (or the process
     # exiting) make the server down; it is restarted in place at most restart_limit times.

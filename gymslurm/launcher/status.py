@@ -15,17 +15,19 @@ up), DONE, FAILED (stopped on terminal failures).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import ChainState, summarize
-from gymslurm.launcher.rundir import RunDir, coverage_path
+from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.store import read_coverage
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
 VERDICT_OF_STOP = {
@@ -88,12 +90,15 @@ class ShardStatus:
     injected: list[str] = field(default_factory=list)
 
 
-def _coverage(path: Path) -> str:
+def _coverage(output: Path) -> str:
+    """The collector's coverage of ``output`` in a few words, read through the store; ``-`` if none."""
     try:
-        data = json.loads(path.read_text())
-        return f"{data['successful']}/{data['expected']} ok, {data.get('failed', 0)} failed"
-    except (OSError, ValueError, KeyError, TypeError):
+        coverage = read_coverage(RunPaths.for_output(output))
+    except StoreError:
         return "-"
+    if coverage is None:
+        return "-"
+    return f"{coverage.successful}/{coverage.expected} ok, {coverage.failed} failed"
 
 
 def _job_state(
@@ -124,7 +129,7 @@ def shard_status(
         last_exit=last.exit_code if last else None, last_decision=str(last.decision) if last else None,
         retries=f"{state.budgets.infra_retries_used}/{limit}",
         walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
-        coverage=_coverage(coverage_path(output)), server_restarts=_restarts(state),
+        coverage=_coverage(output), server_restarts=_restarts(state),
         injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
 

@@ -38,8 +38,10 @@ from gymslurm.launcher.render import (
     env_setup_block,
     load_template,
     render,
+    servers_block,
 )
 from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
+from gymslurm.launcher.servers import container_argv
 from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
 
 
@@ -61,6 +63,9 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
         "directives": directives_block(slurm.partition, slurm.account, slurm.qos, slurm.extra_directives),
         "env_setup": env_setup_block(slurm.env_setup),
     }  # fmt: skip
+    servers = servers_block([
+        (s.name, None if s.command is None else container_argv(s, s.command), s.url) for s in settings.servers
+    ])  # fmt: skip
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
@@ -69,7 +74,8 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
             shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
             log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
             time_limit=slurm.time,
-            command=command_line([*base, "--shard", str(shard)]), **common,  # type: ignore[arg-type]
+            command=command_line([*base, "--shard", str(shard)]), servers=servers,
+            **common,  # type: ignore[arg-type]
         )  # fmt: skip
         scripts[run.script(shard)] = render(link, values)
     values = ScriptValues(

@@ -29,6 +29,7 @@ import orjson
 from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
 from gymslurm.selection import SavedOutcome, is_retry_masked, kept_timeout_answer
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
+from gymslurm.store.versions import version_problem
 
 _READ_CHUNK = 1 << 20
 
@@ -295,8 +296,9 @@ def failure_row_problem(row: Mapping[str, Any], attempt: int) -> str | None:
     record = row.get("_ng_failure_record")
     if type(record) is not dict:
         return "_ng_failure_record is missing or not an object"
-    if record.get("schema_version") != 1:
-        return f"unsupported schema_version {record.get('schema_version')!r}"
+    problem = version_problem("failure_record", record.get("schema_version"))
+    if problem is not None:
+        return problem
     if not record.keys() <= RECORD_KEYS:
         return f"unknown fields {sorted(record.keys() - RECORD_KEYS)}"
     episode, failure = record.get("episode_id"), record.get("failure")

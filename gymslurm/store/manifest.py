@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from gymslurm import __version__
 from gymslurm.errors import ManifestError
 from gymslurm.store.atomic import publish_json
+from gymslurm.store.versions import check_version, version_of
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = version_of("manifest")
 RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 
@@ -61,6 +62,7 @@ class Manifest(BaseModel):
 
 
 def new_run_id() -> str:
+    """A fresh ``run-<32 hex>`` id (docs/formats.md): the one maker of run ids (store and outcomes.py)."""
     return f"run-{secrets.token_hex(16)}"
 
 
@@ -89,13 +91,7 @@ def parse_manifest(path: Path, raw: bytes) -> Manifest:
         ) from None
     if not isinstance(data, dict):
         raise ManifestError(f"the run manifest {path} is not a JSON object; restore it or use a new output")
-    version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ManifestError(
-            f"the run manifest {path} has format_version {version!r}; this gymslurm reads version "
-            f"{FORMAT_VERSION} only. Read that run with the version that wrote it, or move its files "
-            "aside and start at a new output path"
-        )
+    check_version("manifest", data.get("format_version"), str(path))
     adopted = "max_rollout_attempts" not in data
     if adopted:
         from gymslurm.settings import max_rollout_attempts  # the one reader of the environment setting

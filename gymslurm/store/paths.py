@@ -25,6 +25,7 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "resume_drift": "_resume_drift.jsonl",
     "lock": "_run.lock",
     "aggregate_metrics": "_aggregate_metrics.json",
+    "gymslurm_metrics": "_gymslurm_metrics.json",
     "aggregate_coverage": "_aggregate_coverage.json",
     "health": "_health.json",
     # The retired draft attempt journal of earlier development revisions (000): never written, only
@@ -109,7 +110,13 @@ class RunPaths:
 
     @property
     def aggregate_metrics(self) -> Path:
+        """NeMo Gym's metrics file: a list of per-Environment-Server entries (gymslurm.nemogym)."""
         return self._companion("_aggregate_metrics.json")
+
+    @property
+    def gymslurm_metrics(self) -> Path:
+        """gymslurm's own metrics (coverage/*, retries/*, reward means), beside NeMo Gym's file."""
+        return self._companion("_gymslurm_metrics.json")
 
     @property
     def aggregate_coverage(self) -> Path:
@@ -137,6 +144,7 @@ class RunPaths:
             "resume_drift": self.resume_drift,
             "lock": self.lock,
             "aggregate_metrics": self.aggregate_metrics,
+            "gymslurm_metrics": self.gymslurm_metrics,
             "aggregate_coverage": self.aggregate_coverage,
             "health": self.health,
             "attempts_journal": self.attempts_journal,

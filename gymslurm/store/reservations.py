@@ -19,9 +19,10 @@ from pathlib import Path
 
 from gymslurm.errors import InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.versions import check_version, version_of
 
 MAGIC = b"GSRESV\x00\x02"
-TABLE_VERSION = 1
+TABLE_VERSION = version_of("reservations")
 HEADER = struct.Struct("<8sII Q40s")
 HEADER_SIZE = 64
 SLOT = struct.Struct("<I")
@@ -98,11 +99,11 @@ def _parse(path: Path, raw: bytes, run_id: str, slot_count: int) -> array:
     if len(raw) < HEADER_SIZE:
         raise ManifestError(f"the reservation table {path} is truncated; restore it or use a new output path")
     magic, version, _, slots, stored_id = HEADER.unpack_from(raw)
-    if magic != MAGIC or version != TABLE_VERSION:
+    if magic != MAGIC:
         raise ManifestError(
-            f"{path} is not a version-{TABLE_VERSION} gymslurm reservation table; restore it or use a new "
-            "output path"
+            f"{path} is not a gymslurm reservation table; restore it or use a new output path"
         )
+    check_version("reservations", version, str(path))
     stored = stored_id.rstrip(b"\x00").decode("ascii", "replace")
     if stored != run_id or slots != slot_count:
         raise InconsistentHistoryError(

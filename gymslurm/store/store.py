@@ -26,11 +26,13 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel
+from pydantic import ValidationError
 
+from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.records import RolloutFailureRecord
 from gymslurm.selection import (
@@ -47,7 +49,7 @@ from gymslurm.selection import (
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
 from gymslurm.store.history import Group, History, RolloutKeys, read_history
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
-from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
+from gymslurm.store.jsonl import Appender, ends_cleanly, iter_complete_lines, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
     IdentitySource,
     Manifest,
@@ -58,6 +60,7 @@ from gymslurm.store.manifest import (
 )
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import ReservationTable, create_table
+from gymslurm.store.versions import check_version, version_of
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
@@ -154,6 +157,7 @@ class RunStore:
         self._newest_outcome: array[int] | None = None  # per rollout: newest execution with an outcome
         self._results: Appender | None = None
         self._failures: Appender | None = None
+        self._origins: Mapping[str, Mapping[str, Any]] = {}
 
     # --- building ------------------------------------------------------------------------------
 
@@ -387,6 +391,15 @@ class RunStore:
         paths = (self.paths.results, self.paths.failures)
         return sum(repair_torn_tail(path) for path in paths if not ends_cleanly(path))
 
+    def stamp_origins(self, origins: Mapping[str, Mapping[str, Any]]) -> None:
+        """Stamp every record written from now on with NeMo Gym's origin of its taskset's server.
+
+        ``origins`` maps a taskset to ``gymslurm.nemogym.ServerOrigin.stamps()`` (``_ng_environment_server``,
+        ``_ng_result_type``, ``agent_ref``); such records get ``_ng_task_id`` too, as NeMo Gym stamps it.
+        A result's own ``agent_ref`` is kept.
+        """
+        self._origins = dict(origins)
+
     def reserve(self, index: int) -> int:
         """Durably reserve and return the next execution number of rollout ``index``."""
         return self.table.reserve(index)
@@ -399,7 +412,10 @@ class RunStore:
                 f"refusing to save a result for rollout {self.rollout_index.ids[index]!r} carrying "
                 f"collector-owned keys {stray}: the Environment Server must not send them"
             )
-        row = {**result, **self._stamps(index, attempt)}
+        stamps = self._stamps(index, attempt)
+        if "agent_ref" in result:
+            stamps.pop("agent_ref", None)
+        row = {**result, **stamps}
         line = self._appender("results").append(row)
         masked = row.get("mask_sample") is True
         kind = row.get("failure_kind") if masked else None
@@ -474,12 +490,28 @@ class RunStore:
         line = self._appender("failures").append(row)
         return self._saved(index, SavedOutcome(attempt, "omission", line))
 
-    def write_coverage(self, coverage: BaseModel | Mapping[str, Any]) -> None:
-        value = coverage.model_dump(mode="json") if isinstance(coverage, BaseModel) else dict(coverage)
-        publish_json(self.paths.coverage, value)
+    def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
+        if isinstance(coverage, Coverage):
+            write_coverage(self.paths, coverage)
+        else:  # a hand-made companion (tests of what a fresh replacement clears)
+            publish_json(self.paths.coverage, dict(coverage))
 
-    def write_aggregate_metrics(self, metrics: Mapping[str, Any]) -> None:
-        publish_json(self.paths.aggregate_metrics, dict(metrics))
+    def write_aggregate_metrics(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """NeMo Gym's ``<stem>_aggregate_metrics.json``: one entry per Environment Server (nemogym.py)."""
+        publish_json(self.paths.aggregate_metrics, [dict(entry) for entry in entries])
+
+    def write_gymslurm_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """``<stem>_gymslurm_metrics.json``: ``{format_version, metrics, metrics_source, written_at}``."""
+        write_gymslurm_metrics(self.paths.gymslurm_metrics, metrics)
+
+    def selected_results(self, states: Sequence[RolloutState]) -> list[tuple[int, dict[str, Any]]]:
+        """(rollout index, saved row) of every selected result, read back from the results file."""
+        wanted = {state.selected.line: index for index, state in enumerate(states)
+                  if state.selected is not None and state.selected.kind == "result"}  # fmt: skip
+        if not wanted:
+            return []
+        return [(wanted[line], orjson.loads(raw)) for line, raw in iter_complete_lines(self.paths.results)
+                if line in wanted]  # fmt: skip
 
     def write_health(self, report: Mapping[str, Any]) -> None:
         publish_json(self.paths.health, dict(report))
@@ -538,7 +570,12 @@ class RunStore:
                 f"{self.table.count(index)} reserved, newest saved outcome is execution "
                 f"{self._newest_outcome[index]} (each execution gets one outcome, after its reservation)"
             )
-        return self.rollout_index.stamps(index, self.run_id, attempt)
+        stamps = self.rollout_index.stamps(index, self.run_id, attempt)
+        origin = self._origins.get(stamps["task_id"]["taskset"]) if self._origins else None
+        if origin:
+            stamps.update(origin)
+            stamps["_ng_task_id"] = stamps["task_id"]
+        return stamps
 
     def _saved(self, index: int, outcome: SavedOutcome) -> SavedOutcome:
         assert self._newest_outcome is not None
@@ -553,6 +590,66 @@ class RunStore:
         if self._failures is None:
             self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
         return self._failures
+
+
+def read_coverage(paths: RunPaths) -> Coverage | None:
+    """``<stem>_coverage.json``, version-checked and validated; None when none was written yet.
+
+    The one reader of the collector's coverage: the chain reads progress and status its summary
+    through it, so collector and launcher cannot drift apart. Unreadable, foreign-version or
+    malformed files raise :class:`ManifestError` naming the file.
+    """
+    where = paths.coverage
+    try:
+        raw = where.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ManifestError(
+            f"cannot read the coverage file {where}: {error.strerror}; check permissions"
+        ) from None
+    try:
+        data: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ManifestError(
+            f"the coverage file {where} is not JSON ({error}); the collector rewrites it on its next run"
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"the coverage file {where} is not a JSON object; the collector rewrites it")
+    check_version("coverage", data.get("format_version"), str(where))
+    try:
+        return Coverage.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ManifestError(
+            f"the coverage file {where} is malformed ({problems}); the collector rewrites it on its next run"
+        ) from None
+
+
+def read_gymslurm_metrics(path: Path) -> dict[str, Any] | None:
+    """gymslurm's metrics file, version-checked first; None when none was written yet."""
+    try:
+        data: Any = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise ManifestError(
+            f"cannot read the metrics file {path} ({error}); the next collection rewrites it"
+        ) from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"the metrics file {path} is not a JSON object; the next collection rewrites it")
+    check_version("gymslurm_metrics", data.get("format_version"), str(path))
+    return data
+
+
+def write_gymslurm_metrics(path: Path, metrics: Mapping[str, Any]) -> None:
+    """Replace gymslurm's metrics file (collector and aggregate alike), stamped with its format version."""
+    publish_json(path, {"format_version": version_of("gymslurm_metrics"), **metrics})
+
+
+def write_coverage(paths: RunPaths, coverage: Coverage) -> None:
+    """Replace ``<stem>_coverage.json`` atomically (the one writer; :func:`read_coverage` reads it)."""
+    publish_json(paths.coverage, coverage.model_dump(mode="json"))
 
 
 def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:

@@ -53,7 +53,7 @@ def test_merge_matches_the_collectors_coverage(
                     f"+environment_server_url={shared_demo_server.url}")  # fmt: skip
     assert done.returncode == 0, done.stderr
     coverages = [load(companion(s, "_coverage.json")) for s in shards]
-    metrics = load(companion(merged, "_aggregate_metrics.json"))
+    metrics = load(companion(merged, "_gymslurm_metrics.json"))
     m = metrics["metrics"]
     assert len(read_jsonl(merged)) == sum(c["successful"] for c in coverages) == 7
     pairs = [("measured", "measured"), ("masked", "masked"), ("unscored", "unscored"), ("failed", "failed")]

@@ -197,7 +197,8 @@ def test_newer_outcome_without_answer_stops_reuse(scenario: Scenario) -> None:
 
 
 @pytest.mark.parametrize(
-    ("target", "message"), [("the source", "the source run"), ("another run", "belongs to an established run")]
+    ("target", "message"),
+    [("the source", "the source run"), ("another run", "belongs to an established run")],
 )
 def test_refuses_to_write_into_an_established_run(scenario: Scenario, target: str, message: str) -> None:
     """An output that is the source or another run is refused (exit 2, saying why); no byte changes."""

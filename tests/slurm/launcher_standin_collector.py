@@ -7,11 +7,12 @@ Usage (as the benchmark's ``collector.command``)::
 ``STEPS.json`` is a list of steps, one per invocation on the same output (the last one repeats):
 ``{"exit": 75, "progress": 2, "sleep": 0, "on_signal": 75}``. Each invocation sleeps ``sleep``
 seconds (USR1/TERM/INT end the sleep and exit with ``on_signal``), then writes
-``<stem>_coverage.json`` the way the real collector does (docs/formats.md: ``successful`` grows by
-``progress``, ``progress_outcomes_recorded`` = ``progress``, a fresh ``written_at``) and exits with
-``exit``. Every invocation's argv (and the *names* of credential-like environment variables it
-saw, and whether the Environment Server at ``+environment_server_url`` answered ``GET /health``)
-is appended to ``<stem>_standin_calls.jsonl``.
+``<stem>_coverage.json`` through the store's own writer, as a full :class:`~gymslurm.coverage.Coverage`
+(so the stand-in and the chain read and write one format: ``successful`` grows by ``progress``,
+``progress_outcomes_recorded`` = ``progress``, a fresh ``written_at``) and exits with ``exit``.
+Every invocation's argv (and the *names* of credential-like environment variables it saw, and
+whether the Environment Server at ``+environment_server_url`` answered ``GET /health``) is appended
+to ``<stem>_standin_calls.jsonl``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,33 @@ import signal
 import sys
 import time
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gymslurm.coverage import Coverage
+
+# gymslurm is imported only once the signal handlers are in place (see main): a link signalled a
+# moment after it started (a short --time under load) must find the stand-in already listening.
+EXPECTED = 100
+
+
+def standin_coverage(
+    successful: int, *, progress: int, complete: bool, failed: int = 0, omitted: int = 0
+) -> Coverage:
+    """A coverage of ``EXPECTED`` rollouts with these counts, every other field consistent with them."""
+    from gymslurm.coverage import Coverage
+    from gymslurm.store.manifest import utc_now
+
+    return Coverage(
+        run_id="run-standin", expected=EXPECTED, successful=successful, measured=successful, masked=0,
+        unscored=0, failed=failed, intentionally_omitted=omitted,
+        not_started=max(EXPECTED - successful - failed - omitted, 0), missing=0, complete=complete,
+        reconciled=True, scored=successful, attempts=successful + failed, counted_failures=failed,
+        failure_budget_exhausted=0, max_rollout_attempts=3, retry_terminal_timeouts=False, retryable=1,
+        progress_outcomes_recorded=progress, failed_by_class={}, historical_failed_attempts=failed,
+        identity_verified=True, written_at=utc_now(),
+    )  # fmt: skip
 
 
 def _override(argv: list[str], key: str) -> str:
@@ -65,18 +91,19 @@ def main() -> int:
 
     for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
+    # Now that a signal is caught, load the store (pydantic takes a moment under load): by the time
+    # a signal ends the sleep, writing the coverage is instant, well before Slurm's kill.
+    from gymslurm.store.paths import RunPaths
+    from gymslurm.store.store import read_coverage, write_coverage
+
     deadline = time.monotonic() + float(step.get("sleep", 0))
     while time.monotonic() < deadline and not interrupted:
         time.sleep(0.05)
-    coverage = output.with_name(f"{output.stem}_coverage.json")
-    old = json.loads(coverage.read_text()) if coverage.exists() else {"successful": 0}
+    paths = RunPaths.for_output(output)
+    old = read_coverage(paths)
     progress = int(step.get("progress", 1 if step.get("exit") == 75 else 0))
-    data = {
-        "format_version": 1, "expected": 100, "successful": old["successful"] + progress, "failed": 0,
-        "intentionally_omitted": 0, "progress_outcomes_recorded": progress, "retryable": 1,
-        "complete": step.get("exit") == 0, "written_at": datetime.now(UTC).isoformat(),
-    }  # fmt: skip
-    coverage.write_text(json.dumps(data))
+    successful = (old.successful if old else 0) + progress
+    write_coverage(paths, standin_coverage(successful, progress=progress, complete=step.get("exit") == 0))
     if interrupted:
         return int(step.get("on_signal", 75))
     return int(step["exit"])

@@ -89,7 +89,7 @@ def test_faulty_server_three_shards_end_done_and_merge_each_rollout_once(runs: d
     assert (totals["expected"], totals["successful"], totals["failed"]) == (15, 15, 0) and totals["complete"]
     assert len(totals["shards"]) == 3 and totals["historical_failed_attempts"] > 0
     retried = sum(run.companion(s, "_coverage.json")["historical_failed_attempts"] for s in range(3))
-    metrics = run.companion(None, "_aggregate_metrics.json")["metrics"]
+    metrics = run.companion(None, "_gymslurm_metrics.json")["metrics"]
     assert metrics["retries/attempts"] == totals["historical_failed_attempts"] == retried
 
 

@@ -80,7 +80,7 @@ def test_metrics_are_own_computation_without_server(tmp_path: Path) -> None:
     """Without an Environment Server, metrics are gymslurm's own and say so."""
     a, b = two_shards(tmp_path)
     result = run(tmp_path, a, b)
-    metrics = orjson.loads(companion(tmp_path / "merged.jsonl", "_aggregate_metrics.json").read_bytes())
+    metrics = orjson.loads(companion(tmp_path / "merged.jsonl", "_gymslurm_metrics.json").read_bytes())
     assert metrics["metrics_source"] == "gymslurm"
     m = metrics["metrics"]
     assert (m["coverage/measured"], m["coverage/masked"], m["coverage/unscored"]) == (2, 1, 1)
@@ -389,7 +389,7 @@ def test_server_metrics_are_used_and_named(tmp_path: Path) -> None:
 
     def server(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         seen.append(len(rows))
-        return {"arith/accuracy": 0.5}
+        return {"agent_metrics": {"arith/accuracy": 0.5}, "key_metrics": {}}
 
     opts = AggregateOptions(inputs=(str(a),), output=tmp_path / "m.jsonl", environment_server_url="http://x")
     result = aggregate(opts, written_at=NOW, server_metrics=server)

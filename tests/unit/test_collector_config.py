@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.server
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,7 +25,7 @@ from gymslurm.progress import (
     rate_and_eta,
     summary_table,
 )
-from gymslurm.settings import load_settings
+from gymslurm.settings import DEFAULT_HEAD_SERVER_URL, load_settings
 
 BASE = ["+input_jsonl_fpath=/d/in.jsonl", "+output_jsonl_fpath=/r/out.jsonl"]
 
@@ -125,13 +125,93 @@ def test_explicit_environment_config_is_not_fetched() -> None:
     assert environment_config(s, lambda url: pytest.fail("fetched")) == {"model": "m"}
 
 
+def _fetch_from(answers: dict[str, dict]) -> Callable[[str], dict]:
+    """A fetch that answers for the given URLs; nothing listens anywhere else."""
+
+    def fetch(url: str) -> dict:
+        if url not in answers:
+            raise EnvironmentUnreachableError(f"nothing listens at {url}")
+        return answers[url]
+
+    return fetch
+
+
 def test_several_servers_are_asked_and_keyed_by_tasksets() -> None:
     """Without a head server each distinct server is asked; answers are keyed by the tasksets it serves."""
     s, _ = load_settings(
         [*BASE, "+environment_server_urls={a: 'http://h1:1', b: 'http://h1:1', c: 'http://h2:2'}"]
     )
     answers = {"http://h1:1": {"model": "x"}, "http://h2:2": {"model": "y"}}
-    assert environment_config(s, answers.__getitem__) == {"a,b": {"model": "x"}, "c": {"model": "y"}}
+    assert environment_config(s, _fetch_from(answers)) == {"a,b": {"model": "x"}, "c": {"model": "y"}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "sources"),
+    [
+        (["+environment_server_url=http://e:1"], ["http://e:1", DEFAULT_HEAD_SERVER_URL]),
+        (["+environment_server_url=http://e:1", "+head_server_url=http://head:2"], ["http://head:2"]),
+        (["+environment_server_urls={a: 'http://e:1'}"], ["http://e:1", DEFAULT_HEAD_SERVER_URL]),
+        (["+environment_server_urls={a: 'http://e:1', b: 'http://f:1'}"], [DEFAULT_HEAD_SERVER_URL]),
+    ],
+)
+def test_config_sources_follow_nemo_gyms_default(overrides: list[str], sources: list[str]) -> None:
+    """Without +head_server_url the server itself is asked first, then NeMo Gym's default head server."""
+    s, _ = load_settings([*BASE, *overrides])
+    assert s.config_sources() == sources
+    assert DEFAULT_HEAD_SERVER_URL == "http://127.0.0.1:11000"
+
+
+def test_a_nemo_gym_environment_server_gets_its_config_from_the_default_head_server() -> None:
+    """An Environment Server that does not serve the config endpoint is no error when the head server does."""
+    s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
+
+    def fetch(url: str) -> dict:
+        if url == DEFAULT_HEAD_SERVER_URL:
+            return {"head": 1}
+        raise ConfigError(f"{url}/global_config_dict_yaml answered HTTP 404")
+
+    assert environment_config(s, fetch) == {"head": 1}
+
+
+def test_a_server_serving_its_own_config_is_used_first() -> None:
+    """A server that serves its own configuration (the demo) is used; the default head is not asked."""
+    s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
+    both = _fetch_from({"http://e:1": {"demo": 1}, DEFAULT_HEAD_SERVER_URL: {"head": 1}})
+    assert environment_config(s, both) == {"demo": 1}
+
+
+def test_several_nemo_gym_servers_fall_back_to_the_default_head_server() -> None:
+    """Several servers none of which serves the endpoint: the default head server's config is used."""
+    s, _ = load_settings([*BASE, "+environment_server_urls={a: 'http://e:1', b: 'http://f:1'}"])
+
+    def fetch(url: str) -> dict:
+        if url == DEFAULT_HEAD_SERVER_URL:
+            return {"head": 1}
+        raise ConfigError("HTTP 404")
+
+    assert environment_config(s, fetch) == {"head": 1}
+
+
+def test_no_config_anywhere_names_head_server_url() -> None:
+    """Neither the Environment Server nor the default head server has it: exit 2 naming +head_server_url."""
+    s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
+
+    def fetch(url: str) -> dict:
+        if url == DEFAULT_HEAD_SERVER_URL:
+            raise EnvironmentUnreachableError("refused")
+        raise ConfigError("HTTP 404")
+
+    with pytest.raises(ConfigError, match=r"\+head_server_url=") as caught:
+        environment_config(s, fetch)
+    assert not isinstance(caught.value, EnvironmentUnreachableError)
+    assert "http://e:1 (no configuration); http://127.0.0.1:11000 (unreachable)" in str(caught.value)
+
+
+def test_an_unreachable_environment_server_stays_retryable() -> None:
+    """The Environment Server is down (not up yet): retryable exit 1; the default head is not asked."""
+    s, _ = load_settings([*BASE, "+environment_server_url=http://e:1"])
+    with pytest.raises(EnvironmentUnreachableError, match="nothing listens at http://e:1"):
+        environment_config(s, _fetch_from({DEFAULT_HEAD_SERVER_URL: {"head": 1}}))
 
 
 def test_head_server_is_preferred() -> None:

@@ -63,7 +63,9 @@ class ScriptedClient:
         self.hang = hang or set()
         self.sent: list[tuple[str, int]] = []
 
-    async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
+    async def run(
+        self, url: str, episode: Any, task: dict[str, Any], *, indices: tuple[int, int] = (0, 0)
+    ) -> Any:
         assert set(task) == {"task_id", "task_input"}
         self.sent.append((episode.rollout_id, episode.attempt))
         if episode.rollout_id in self.hang:
@@ -217,7 +219,7 @@ def test_client_error_stops_the_loop_and_is_reported() -> None:
     v, sent = view(2), []
 
     class Broken(ScriptedClient):
-        async def run(self, url: str, episode: Any, task: dict[str, Any]) -> Any:
+        async def run(self, url: str, episode: Any, task: dict[str, Any], **_: Any) -> Any:
             raise RuntimeError("malformed reply")
 
     outcome = run_loop(make_loop(v, Broken({}), sent, concurrency=1), v)

@@ -259,7 +259,8 @@ def test_public_api_is_pinned() -> None:
     assert sorted(gymslurm.dispatch.__all__) == [
         "Completed", "EnvironmentClient", "Failed", "Http11Transport", "Omitted", "Outcome",
         "classify_exception", "classify_reply", "fetch_aggregate_metrics", "fetch_environment_config",
-        "probe_answers", "probe_completion", "probe_health", "verify_answer", "verify_client",
+        "post_aggregate_metrics", "probe_answers", "probe_completion", "probe_health", "verify_answer",
+        "verify_client",
     ]  # fmt: skip
 
 

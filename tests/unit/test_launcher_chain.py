@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gymslurm.launcher.chain import aggregate_argv, collector_argv, read_progress
+import pytest
+
+from gymslurm.launcher.chain import aggregate_argv, collector_argv, read_progress, read_resubmit_offset
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
+from gymslurm.store.store import write_coverage
+from tests.slurm.launcher_standin_collector import standin_coverage
 
 
 def _settings(**extra: object) -> BenchmarkSettings:
@@ -46,7 +52,38 @@ def test_read_progress_from_coverage(tmp_path: Path) -> None:
     """The coverage file's counts and progress flag become a Progress; no file gives None."""
     output = tmp_path / "rollouts.jsonl"
     assert read_progress(output) is None
-    coverage = {"successful": 4, "failed": 1, "intentionally_omitted": 2, "progress_outcomes_recorded": 3}
-    (tmp_path / "rollouts_coverage.json").write_text(json.dumps({**coverage, "written_at": "t"}))
+    coverage = standin_coverage(4, failed=1, omitted=2, progress=3, complete=False)
+    write_coverage(RunPaths.for_output(output), coverage)  # the collector's own writer and format
     progress = read_progress(output)
     assert progress is not None and (progress.outcomes, progress.progress_outcomes_recorded) == (7, 3)
+
+
+def test_coverage_of_another_version_is_no_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A coverage file the store does not read (format_version 2) is no evidence of progress, and is said."""
+    output = tmp_path / "rollouts.jsonl"
+    data = standin_coverage(4, progress=3, complete=False).model_dump(mode="json") | {"format_version": 2}
+    RunPaths.for_output(output).coverage.write_text(json.dumps(data))
+    assert read_progress(output) is None
+    assert "format_version 2" in capsys.readouterr().err
+
+
+def test_hand_made_partial_coverage_is_no_progress(tmp_path: Path) -> None:
+    """A coverage file missing the collector's fields is not read with made-up zeros: no progress."""
+    output = tmp_path / "rollouts.jsonl"
+    partial = {"format_version": 1, "successful": 4, "progress_outcomes_recorded": 3, "written_at": "t"}
+    RunPaths.for_output(output).coverage.write_text(json.dumps(partial))
+    assert read_progress(output) is None
+
+
+@pytest.mark.parametrize(("text", "recorded"), [("5\n2\n", "5"), ("7\n", "7"), ("x y\n", None), (None, None)])
+def test_resubmit_offset_is_read_by_the_store(tmp_path: Path, text: str | None, recorded: str | None) -> None:
+    """The ledger keeps the failure-line count the store's one reader parses; a malformed file is None."""
+    output = tmp_path / "rollouts.jsonl"
+    paths = RunPaths.for_output(output)
+    if text is not None:
+        paths.resubmit_offset.write_text(text)
+    assert read_resubmit_offset(output) == recorded
+    if recorded is not None:
+        assert str(store_resubmit_offset(paths)[0]) == recorded

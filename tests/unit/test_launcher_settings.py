@@ -166,3 +166,12 @@ def test_chain_step_lines_use_the_interpreter(tmp_path: Path) -> None:
     scripts = render_scripts(RunDir(tmp_path / "run"), settings, tmp_path)
     assert len(scripts) == 3
     assert all(f"{sys.executable} -m gymslurm chain-step" in text for text in scripts.values())
+
+
+def test_the_nemo_gym_benchmark_config_validates() -> None:
+    """configs/benchmarks/nemo_gym_weather.yaml validates: gym env start, the relay, legacy_agent."""
+    settings, _ = load_benchmark("nemo_gym_weather", [])
+    (server,) = settings.servers
+    assert server.command is not None and server.command[1:3] == ["env", "start"]
+    assert (server.port, server.collector_override) == (18314, "+environment_server_url")
+    assert "+environment_protocol=legacy_agent" in settings.collector.overrides

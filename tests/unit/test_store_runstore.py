@@ -284,13 +284,16 @@ def test_fresh_replacement_clears_every_companion(paths: RunPaths) -> None:
     old.resubmit()
     old.write_coverage({"old": True})
     old.write_health({"old": True})
-    old.write_aggregate_metrics({"old": True})
+    old.write_aggregate_metrics([{"old": True}])
+    old.write_gymslurm_metrics({"old": True})
     old.close()
     new = create(paths)
     assert new.run_id != old.run_id
     assert not paths.failures.exists() and paths.results.read_bytes() == b""
     assert not any(
-        p.exists() for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics)
+        p.exists()
+        for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics,
+                  paths.gymslurm_metrics)
     )
     assert RunStore.open(paths).reconcile().attempts == 0
 
@@ -497,6 +500,45 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
             config_digest=DIGEST, max_rollout_attempts=3),
         )  # fmt: skip
     assert not paths.manifest.exists()
+
+
+ORIGIN = {"_ng_environment_server": "weather_env", "_ng_result_type": "single_agent_turn",
+          "agent_ref": {"name": "weather_agent"}}  # fmt: skip
+
+
+def test_records_carry_nemo_gyms_origin_stamps(paths: RunPaths) -> None:
+    """With origins set, results and failures name their server, its type and agent, and _ng_task_id."""
+    store = create(paths)
+    store.reconcile()
+    taskset = store.inputs()[0]["task_id"]["taskset"]
+    store.stamp_origins({taskset: ORIGIN})
+    store.append_result(0, store.reserve(0), {"reward": 1.0})
+    store.append_failure(1, store.reserve(1), failure(store, 1, 0))
+    for row in (rows(paths.results)[0], rows(paths.failures)[0]):
+        assert {key: row[key] for key in ORIGIN} == ORIGIN
+        assert row["_ng_task_id"] == row["task_id"]
+
+
+def test_a_results_own_agent_ref_is_kept(paths: RunPaths) -> None:
+    """The legacy adapter's agent_ref in its result wins over the configured one."""
+    store = create(paths)
+    store.reconcile()
+    store.stamp_origins({store.inputs()[0]["task_id"]["taskset"]: ORIGIN})
+    store.append_result(0, store.reserve(0), {"reward": 1.0, "agent_ref": {"name": "its_own"}})
+    assert rows(paths.results)[0]["agent_ref"] == {"name": "its_own"}
+
+
+def test_selected_results_are_read_back(paths: RunPaths) -> None:
+    """selected_results gives each selected result row with its rollout index (failures left out)."""
+    store = create(paths)
+    store.reconcile()
+    store.append_result(0, store.reserve(0), {"reward": 0.5})
+    store.append_failure(1, store.reserve(1), failure(store, 1, 0, terminal=True))
+    store.append_result(2, store.reserve(2), {"reward": 1.0})
+    store.close()
+    again = RunStore.open(paths)
+    picked = again.selected_results(again.reconcile().states)
+    assert [(index, row["reward"]) for index, row in picked] == [(0, 0.5), (2, 1.0)]
 
 
 def test_agent_timeout_that_kept_its_answer_is_not_retried_after_reopen(paths: RunPaths) -> None:

@@ -157,3 +157,53 @@ def test_parse_rows_names_the_bad_line(data: bytes, message: str) -> None:
 def test_source_digest_is_sha256_of_bytes() -> None:
     """The source digest is sha256:<hex> of the bytes."""
     assert source_digest(b"") == "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+# --- repeated rows: NeMo Gym's materialized file of a num_repeats > 1 run -----------------------------
+
+NG_REPEATED = [
+    {"task_id": {"taskset": "weather", "task_id": "w0"}, "task_input": {"q": "sf"},
+     "_ng_task_index": 0, "_ng_rollout_index": 0},
+    {"task_id": {"taskset": "weather", "task_id": "w0"}, "task_input": {"q": "sf"},
+     "_ng_task_index": 0, "_ng_rollout_index": 1},
+    {"q": "nyc", "_ng_task_index": 1, "_ng_rollout_index": 0},
+    {"q": "nyc", "_ng_task_index": 1, "_ng_rollout_index": 1},
+]  # fmt: skip
+
+
+def test_repeated_rows_are_accepted_with_nemo_gyms_ids() -> None:
+    """Rows carrying _ng_task_index/_ng_rollout_index keep them, with NeMo Gym's ids <task>-<rollout>."""
+    tasks = materialize(NG_REPEATED, OPTS)
+    assert [task["_ng_rollout_id"] for task in tasks] == ["0-0", "0-1", "1-0", "1-1"]
+    pairs = [(task["_ng_task_index"], task["_ng_rollout_index"]) for task in tasks]
+    assert pairs == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_repeated_plain_rows_share_the_task_id_of_their_task_index() -> None:
+    """The copies of one plain task get one task id (its task index), not one per line."""
+    tasks = materialize(NG_REPEATED, OPTS)
+    assert tasks[2]["task_id"] == tasks[3]["task_id"] == {"taskset": "math", "task_id": "1"}
+    assert tasks[2]["task_input"] == {"q": "nyc"}
+
+
+def test_repeated_rows_keep_an_explicit_rollout_id() -> None:
+    """An explicit _ng_rollout_id on a repeated row wins over the index-derived id, as in NeMo Gym."""
+    row = {"q": 1, "_ng_task_index": 0, "_ng_rollout_index": 3, "_ng_rollout_id": "mine-3"}
+    assert ids([row]) == ["mine-3"]
+
+
+def test_repeated_rows_are_not_repeated_again() -> None:
+    """num_repeats > 1 over already-repeated rows is refused, naming the way out."""
+    with pytest.raises(ConfigError, match=r"not repeated again.*num_repeats=1"):
+        materialize(NG_REPEATED, MaterializeOptions(dataset_name="math", num_repeats=2))
+
+
+@pytest.mark.parametrize(
+    "row",
+    [{"q": 1, "_ng_task_index": 0}, {"q": 1, "_ng_task_index": -1, "_ng_rollout_index": 0},
+     {"q": 1, "_ng_task_index": "0", "_ng_rollout_index": 0}],
+)  # fmt: skip
+def test_half_or_bad_repeat_indices_are_refused(row: dict[str, Any]) -> None:
+    """A row with only one index, or a non-integer or negative one, is refused before anything is written."""
+    with pytest.raises(ConfigError, match="must both be integers"):
+        materialize([row], OPTS)

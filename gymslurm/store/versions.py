@@ -1,0 +1,65 @@
+"""The one version gate of every format gymslurm writes: which field holds the version, which is read.
+
+Every reader calls :func:`check_version` before it looks at anything else in a file or record, and
+every writer takes the version it stamps from :data:`FORMATS`, so the table below is the whole
+answer to "which versions does this gymslurm read" (inspect_ai's single version gate is the model).
+The fields keep their historical spellings on disk (``format_version``, ``v``, ``schema_version``,
+the reservation table's binary header): renaming them would make existing runs unreadable.
+docs/formats.md describes each format. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gymslurm.errors import GymslurmError, ManifestError
+
+
+@dataclass(frozen=True)
+class Format:
+    """One on-disk (or on-pipe) format: its name for messages, its version field and the version read."""
+
+    name: str
+    field: str
+    version: int
+    advice: str = "read it with the gymslurm version that wrote it, or move the run's files aside"
+
+
+FORMATS: dict[str, Format] = {
+    "manifest": Format("the run manifest", "format_version", 2),
+    "reservations": Format("the reservation table", "header version", 1),
+    "failure_record": Format("the failure record", "schema_version", 1),
+    "coverage": Format("the coverage file", "format_version", 1),
+    "aggregate_coverage": Format("the merged coverage file", "format_version", 1),
+    "health": Format("the health report", "format_version", 1),
+    "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
+    "ledger": Format("the chain ledger", "v", 1, "use the gymslurm version that wrote it"),
+    "supervision_event": Format(
+        "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
+    ),
+}
+
+
+def version_of(kind: str) -> int:
+    """The version this gymslurm writes (and reads) for ``kind``."""
+    return FORMATS[kind].version
+
+
+def version_problem(kind: str, found: object) -> str | None:
+    """Why ``found`` is not a version of ``kind`` this gymslurm reads, or None when it is."""
+    fmt = FORMATS[kind]
+    if type(found) is int and found == fmt.version:
+        return None
+    return (
+        f"{fmt.name} is version {found!r} ({fmt.field} {found!r}); this gymslurm reads version "
+        f"{fmt.version} only: {fmt.advice}"
+    )
+
+
+def check_version(
+    kind: str, found: object, where: str, error: type[GymslurmError] = ManifestError
+) -> None:
+    """Raise ``error`` naming ``where`` unless ``found`` is the version of ``kind`` this gymslurm reads."""
+    problem = version_problem(kind, found)
+    if problem is not None:
+        raise error(f"{where}: {problem}")

@@ -1,0 +1,326 @@
+"""NeMo Gym 0.7.0's own servers, unchanged, on loopback: install, start, stop (the compat suite's harness).
+
+What it does and why:
+
+- :func:`ensure_nemo_gym` installs ``nemo-gym==0.7.0`` from PyPI into its own venv (it needs Python
+  >= 3.13; pyenv's 3.13.0 works with ``--ignore-requires-python``; about 75 s and 1.4 GB), under a
+  cache directory kept between runs: ``$GYMSLURM_NEMOGYM_CACHE``, else ``/var/cache/gymslurm-nemogym``
+  when writable, else ``~/.cache/gymslurm-nemogym``. A venv is complete only once its marker file is
+  written (a half-finished install is removed and redone); concurrent test runs serialize on a lock
+  file. Nothing is skipped: no Python 3.13 or a failed install is a test **failure** naming the fix.
+- :func:`start_stack` writes a stack config (the head server, the weather resources server of
+  ``example_single_tool_call``, ``simple_agent``, ``openai_model`` in front of :mod:`fake_openai`, and the
+  three Environment Servers: typed ``single_agent_turn``, the ``legacy_agent`` relay and the
+  ``single_agent_turn_legacy`` adapter) and starts it with NeMo Gym's own launcher, ``gym env start``,
+  in a session of its own. The head server listens at NeMo Gym's default address (127.0.0.1:11000)
+  so that gymslurm's default config source is exercised; the other ports are free ports.
+- :meth:`Stack.stop` sends SIGINT to ``gym env start`` and then stops **every process of its session**
+  by pid (SIGTERM, then SIGKILL): NeMo Gym leaves Ray helper processes running otherwise.
+
+NeMo Gym's code is only run here, never imported or copied into gymslurm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+NEMO_GYM_VERSION = "0.7.0"
+HEAD_PORT = 11000  # NeMo Gym's DEFAULT_HEAD_SERVER_PORT
+START_TIMEOUT_S = 240.0
+INSTALL_TIMEOUT_S = 1200.0
+MARKER = ".gymslurm-complete"
+SERVER_DIRS = (
+    "responses_api_models/openai_model",
+    "resources_servers/example_single_tool_call",
+    "responses_api_agents/simple_agent",
+    "environment_servers/single_agent_turn",
+    "environment_servers/legacy_agent",
+    "environment_servers/single_agent_turn_legacy",
+)
+# Server names of the stack (the keys of its config) → the Environment Server type each runs.
+TYPED, RELAY, ADAPTER = "weather_env", "weather_legacy_env", "weather_sat_legacy_env"
+HERE = Path(__file__).resolve().parent
+
+
+class NemoGymSetupError(RuntimeError):
+    """NeMo Gym could not be installed or started; the message says what to do."""
+
+
+# --- install ------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """Where the NeMo Gym venv is kept between runs (see the module docstring)."""
+    configured = os.environ.get("GYMSLURM_NEMOGYM_CACHE")
+    if configured:
+        return Path(configured)
+    system = Path("/var/cache/gymslurm-nemogym")
+    with contextlib.suppress(OSError):
+        system.mkdir(parents=True, exist_ok=True)
+    if os.access(system, os.W_OK):
+        return system
+    return Path.home() / ".cache" / "gymslurm-nemogym"
+
+
+def python313() -> str:
+    """A Python >= 3.13 to build NeMo Gym's venv: $GYMSLURM_PYTHON313, pyenv's 3.13, or python3.13 on PATH."""
+    candidates = [os.environ.get("GYMSLURM_PYTHON313")]
+    candidates += sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.13*/bin/python")), reverse=True)
+    candidates.append(shutil.which("python3.13"))  # may be a pyenv shim that refuses to run
+    check = "import sys; sys.exit(sys.version_info < (3, 13))"
+    for candidate in filter(None, candidates):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            probe = subprocess.run([candidate, "-c", check], capture_output=True, timeout=30, check=False)
+            if probe.returncode == 0:
+                return candidate
+    raise NemoGymSetupError(
+        "NeMo Gym 0.7.0 needs Python >= 3.13 and none was found (tried $GYMSLURM_PYTHON313, "
+        "~/.pyenv/versions/3.13*, python3.13 on PATH): install one (pyenv install 3.13) or set "
+        "GYMSLURM_PYTHON313=/path/to/python3.13"
+    )
+
+
+def ensure_nemo_gym() -> Path:
+    """The venv holding nemo-gym 0.7.0 (installed on first use); returns its directory."""
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    venv = root / f"nemo-gym-{NEMO_GYM_VERSION}"
+    with (root / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        marker = venv / MARKER
+        if marker.exists() and marker.read_text().strip() == NEMO_GYM_VERSION:
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)  # an interrupted install: start again
+        _install(venv, root / "download")
+        marker.write_text(NEMO_GYM_VERSION + "\n")
+    return venv
+
+
+def _install(venv: Path, download: Path) -> None:
+    python = python313()
+    wheel = download / f"nemo_gym-{NEMO_GYM_VERSION}-py3-none-any.whl"
+    steps = []
+    if not wheel.exists():
+        steps.append([python, "-m", "pip", "download", "--no-deps", f"nemo-gym=={NEMO_GYM_VERSION}",
+                      "--python-version", "3.13.14", "--only-binary=:all:", "-d", str(download)])  # fmt: skip
+    steps.append([python, "-m", "venv", str(venv)])
+    steps.append([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
+                  "--ignore-requires-python", str(wheel)])  # fmt: skip
+    for argv in steps:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise NemoGymSetupError(
+                f"installing NeMo Gym {NEMO_GYM_VERSION} failed at `{' '.join(argv)}` "
+                f"(exit {done.returncode}):\n"
+                f"{done.stderr[-3000:]}\nCheck network access to PyPI, or set GYMSLURM_NEMOGYM_CACHE to a "
+                "directory holding a finished install"
+            )
+
+
+def site_packages(venv: Path) -> Path:
+    (found,) = venv.glob("lib/python3.*/site-packages")
+    return found
+
+
+# --- the stack ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Stack:
+    """A running NeMo Gym stack; ``urls`` maps each server name to its base URL."""
+
+    venv: Path
+    workdir: Path
+    urls: dict[str, str]
+    gym: subprocess.Popen[bytes]
+    fake: subprocess.Popen[bytes]
+    dataset: Path
+    log: Path
+    stopped: list[int] = field(default_factory=list)
+
+    @property
+    def head_url(self) -> str:
+        return self.urls["head"]
+
+    def gym_command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """Run NeMo Gym's own ``gym`` CLI against this stack (text output captured)."""
+        return subprocess.run(
+            [str(self.venv / "bin/gym"), *args], cwd=self.workdir, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+
+    def stop(self) -> list[int]:
+        """SIGINT to ``gym env start``, then every process of its session by pid; returns the pids stopped."""
+        with contextlib.suppress(ProcessLookupError):
+            self.gym.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.gym.wait(timeout=15)
+        self.stopped = stop_session(self.gym.pid) + stop_session(self.fake.pid)
+        return self.stopped
+
+    def leftovers(self) -> list[psutil.Process]:
+        """Processes of the stack's sessions still alive (zombies excluded)."""
+        return [p for p in _session_members(self.gym.pid) + _session_members(self.fake.pid)
+                if _alive(p)]  # fmt: skip
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _session_members(sid: int) -> list[psutil.Process]:
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(process.pid) == sid:
+                members.append(process)
+    return members
+
+
+def stop_session(sid: int, grace_s: float = 10.0) -> list[int]:
+    """Terminate every process of session ``sid`` by pid, SIGKILL what is left after ``grace_s``."""
+    members = _session_members(sid)
+    for process in members:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(members, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=5)
+    return [process.pid for process in members]
+
+
+def stack_config(ports: dict[str, int]) -> str:
+    """The stack's NeMo Gym config (JSON is YAML): every server on loopback at its port."""
+    loop = {"entrypoint": "app.py", "host": "127.0.0.1"}
+    resources = {"type": "resources_servers", "name": "weather"}
+    agent = {"type": "responses_api_agents", "name": "weather_agent"}
+    session = {"resources_server": resources, "agent_server": agent,
+               "resources_tool_transports": ["direct_http"], "max_concurrent_episodes": None,
+               "queue_timeout_seconds": None,
+               "default_episode_timeout_seconds": 600, "cleanup_timeout_seconds": 30}  # fmt: skip
+    config = {
+        "head_server": {"host": "127.0.0.1", "port": ports["head"]},
+        "policy_model": {"responses_api_models": {"openai_model": {
+            **loop, "port": ports["model"], "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1",
+            "openai_api_key": "dummy", "openai_model": "fake", "openai_default_headers": {}}}},
+        "weather": {"resources_servers": {"example_single_tool_call": {
+            **loop, "port": ports["weather"], "domain": "agent", "verified": False}}},
+        "weather_agent": {"responses_api_agents": {"simple_agent": {
+            **loop, "port": ports["agent"], "resources_server": resources,
+            "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
+        TYPED: {"environment_servers": {"single_agent_turn": {
+            **loop, "port": ports[TYPED], **session}}},
+        RELAY: {"environment_servers": {"legacy_agent": {
+            **loop, "port": ports[RELAY], "agent_server": agent}}},
+        ADAPTER: {"environment_servers": {"single_agent_turn_legacy": {
+            **loop, "port": ports[ADAPTER], **session}}},
+    }  # fmt: skip
+    return json.dumps(config, indent=2)
+
+
+def start_stack(venv: Path, workdir: Path) -> Stack:
+    """Start the fake model and ``gym env start`` on the stack config; wait until every server answers."""
+    if not port_is_free(HEAD_PORT):
+        raise NemoGymSetupError(
+            f"port {HEAD_PORT} (NeMo Gym's default head server port) is in use on 127.0.0.1: the compat "
+            "suite starts NeMo Gym's head server there to test the default; stop what listens on it"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    ports = {"head": HEAD_PORT, **{name: free_port() for name in ("fake", "model", "weather", "agent")},
+             **{name: free_port() for name in (TYPED, RELAY, ADAPTER)}}  # fmt: skip
+    (workdir / "stack.yaml").write_text(stack_config(ports))
+    venvs = workdir / "venvs"
+    for server in SERVER_DIRS:  # skip_venv_if_present: every server runs in the one NeMo Gym venv
+        (venvs / server).mkdir(parents=True, exist_ok=True)
+        link = venvs / server / ".venv"
+        if not link.exists():
+            link.symlink_to(venv)
+    log = workdir / "gym-env-start.log"
+    python = str(venv / "bin/python")
+    fake = subprocess.Popen(
+        [python, str(HERE / "fake_openai.py"), str(ports["fake"])], cwd=workdir, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=(workdir / "fake_openai.log").open("wb"),
+    )  # fmt: skip
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    gym = subprocess.Popen(
+        [str(venv / "bin/gym"), "env", "start", "+config_paths=[stack.yaml]", f"+uv_venv_dir={venvs}",
+         "+skip_venv_if_present=true"],
+        cwd=workdir, start_new_session=True, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    dataset = site_packages(venv) / "resources_servers/example_single_tool_call/data/example.jsonl"
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    stack = Stack(venv, workdir, urls, gym, fake, dataset, log)
+    try:
+        servers = (TYPED, RELAY, ADAPTER, "agent", "weather")
+        probes = [urls["head"] + "/global_config_dict_yaml", urls["fake"] + "/v1/models"]
+        _wait_up(stack, probes + [urls[name] + "/docs" for name in servers])
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def _wait_up(stack: Stack, probes: list[str]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    waiting = list(probes)
+    while waiting:
+        if stack.gym.poll() is not None:
+            raise NemoGymSetupError(
+                f"gym env start exited ({stack.gym.returncode}) before the stack was up:\n"
+                f"{stack.log.read_text()[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise NemoGymSetupError(
+                f"the NeMo Gym stack was not up within {START_TIMEOUT_S:.0f} s "
+                f"(still waiting for {waiting}):\n"
+                f"{stack.log.read_text()[-4000:]}"
+            )
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(waiting[0], timeout=5, trust_env=False).status_code < 500:
+                waiting.pop(0)
+                continue
+        time.sleep(1)
+
+
+if __name__ == "__main__":  # manual use: python -m tests.compat.nemogym WORKDIR (Ctrl-C stops it)
+    running = start_stack(ensure_nemo_gym(), Path(sys.argv[1]).resolve())
+    print(json.dumps(running.urls, indent=2), flush=True)
+    try:
+        signal.pause()
+    finally:
+        print(f"stopped {len(running.stop())} processes", flush=True)

@@ -1,0 +1,84 @@
+"""One version gate (store/versions.py): every reader refuses a version it does not read, in one voice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gymslurm.errors import GymslurmError
+from gymslurm.launcher.ledger import parse_record
+from gymslurm.store.history import failure_row_problem
+from gymslurm.store.manifest import parse_manifest
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.reservations import HEADER, MAGIC, ReservationTable
+from gymslurm.store.store import read_coverage, read_gymslurm_metrics
+from gymslurm.store.versions import FORMATS, version_problem
+from gymslurm.supervision import parse_event
+
+FUTURE = 99
+
+
+def _manifest(tmp: Path) -> None:
+    parse_manifest(tmp / "m.json", orjson.dumps({"format_version": FUTURE}))
+
+
+def _coverage(tmp: Path) -> None:
+    paths = RunPaths.for_output(tmp / "out.jsonl")
+    paths.coverage.write_bytes(orjson.dumps({"format_version": FUTURE, "successful": 1}))
+    read_coverage(paths)
+
+
+def _ledger(tmp: Path) -> None:
+    parse_record(orjson.dumps({"v": FUTURE, "kind": "start"}), "ledger.jsonl:1")
+
+
+def _event(tmp: Path) -> None:
+    parse_event(orjson.dumps({"v": FUTURE, "kind": "up", "at": 0}))
+
+
+def _reservations(tmp: Path) -> None:
+    path = tmp / "reservations.bin"
+    path.write_bytes(HEADER.pack(MAGIC, FUTURE, 0, 1, b"run-x") + bytes(4))
+    ReservationTable(path, "run-x", 1)
+
+
+def _gymslurm_metrics(tmp: Path) -> None:
+    (tmp / "m.json").write_bytes(orjson.dumps({"format_version": FUTURE, "metrics": {}}))
+    read_gymslurm_metrics(tmp / "m.json")
+
+
+def _failure_record(tmp: Path) -> None:
+    problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
+    raise GymslurmError(str(problem))
+
+
+READERS: dict[str, Callable[[Path], None]] = {
+    "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
+    "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(READERS))
+def test_every_reader_refuses_a_future_version_in_one_voice(kind: str, tmp_path: Path) -> None:
+    """Version 99 of any format is refused, naming the version found and the one this gymslurm reads."""
+    expected = FORMATS[kind].version
+    with pytest.raises(GymslurmError, match=rf"is version {FUTURE} .*reads version {expected} only"):
+        READERS[kind](tmp_path)
+
+
+@pytest.mark.parametrize("found", [None, "1", True, 1.0, 0])
+def test_only_the_exact_integer_version_passes(found: object) -> None:
+    """A missing, textual, boolean, float or other version is not version 1."""
+    assert version_problem("coverage", found) is not None
+    assert version_problem("coverage", 1) is None
+
+
+def test_every_written_format_is_in_the_table() -> None:
+    """The formats docs/formats.md versions are exactly the gate's table."""
+    assert sorted(FORMATS) == sorted(
+        ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
+         "supervision_event", "gymslurm_metrics"]
+    )  # fmt: skip
