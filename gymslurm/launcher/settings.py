@@ -110,6 +110,7 @@ class SlurmSettings(_Strict):
     time: str = "01:00:00"
     max_walltime: str | None = None
     infra_retry_limit: int = Field(default=3, ge=0)
+    max_links_without_progress: int | None = Field(default=5, ge=1)
     signal_lead_s: int = Field(default=90, ge=0)
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)

@@ -26,6 +26,7 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
+from gymslurm.launcher.doctor import site_refusal
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
@@ -178,6 +179,8 @@ def submit(
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
+    if backend_kind == "slurm" and (why := site_refusal(settings)):
+        raise ConfigError(why)
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
     run.root.mkdir(parents=True)

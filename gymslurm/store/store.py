@@ -722,6 +722,15 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def saved_outcome_bytes(paths: RunPaths) -> int:
+    """The size of the run's outcome files (results + failure sidecar): it grows with every save.
+
+    The chain compares it at a link's start and later to tell whether the link saved any new
+    outcome, without reading the files (a torn tail can make it grow by a partial line).
+    """
+    return _size(paths.results) + _size(paths.failures)
+
+
 def _size(path: os.PathLike[str]) -> int:
     try:
         return os.stat(path).st_size
@@ -736,4 +745,5 @@ __all__ = [
     "existing_run",
     "read_resubmit_offset",
     "refuse_retired_journal",
+    "saved_outcome_bytes",
 ]

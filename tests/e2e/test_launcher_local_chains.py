@@ -109,7 +109,7 @@ def test_three_shards_ending_together_aggregate_once(tmp_path: Path) -> None:
 
 
 def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None:
-    """SIGKILL of a running link: its successor writes the missing decision and the chain goes on."""
+    """SIGKILL of a running link is a crash: its successor writes the missing decision, spends a retry."""
     run = _submit(tmp_path, [{"exit": 0, "sleep": 60}, {"exit": 0}], "shards=1", "aggregation.enabled=false")
     deadline = time.monotonic() + 30
     while not (run / "output/shard-000/rollouts_standin_calls.jsonl").exists():
@@ -120,7 +120,9 @@ def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None
     wait_until_final(run, aggregation=False)
     records = [r for r in ledger(run) if r["kind"] == "decision"]
     assert records[0]["accounted_by"] == records[1]["job_id"] != records[0]["job_id"]
-    assert (records[0]["decision"], records[0]["exit_code"]) == ("CONTINUE", None)
+    first = records[0]
+    assert (first["decision"], first["exit_code"], first["slurm_state"]) == ("RETRY", None, "FAILED")
+    assert "crashed" in records[0]["reason"] and records[0]["elapsed_s"] > 0
     assert records[1]["decision"] == "DONE"
 
 
