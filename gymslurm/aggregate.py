@@ -44,6 +44,7 @@ import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableError, StoreError
+from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
@@ -661,7 +662,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
             answer = post(url, rows, options.timeout_s)
             metrics.update(flat_metrics(answer))
             entry = metrics_entry(None, url, answer)
-            source_name = f"environment_server ({url}/aggregate_metrics)"
+            source_name = f"environment_server ({redact_text(url)}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
     coverage["metrics_source"] = source_name
@@ -702,7 +703,7 @@ def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:
             count += chunk.count(b"\n")
             yield chunk
 
-    publish_stream(output, counted())
+    publish_stream(output, counted(), follow_link=True)  # the output path keeps its symlink (spec 000)
     return count
 
 

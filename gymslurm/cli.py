@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = module.main(rest) if name not in _LAUNCHER else module.main(name, rest)
     except GymslurmError as error:
-        print(f"gymslurm {name}: error: {error}", file=sys.stderr)
+        from gymslurm.identity import redact_text
+
+        print(f"gymslurm {name}: error: {redact_text(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

@@ -49,7 +49,7 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics, server_origin
-from gymslurm.prepare import Prepared, Task, prepare
+from gymslurm.prepare import Prepared, Task, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, say, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
@@ -64,6 +64,7 @@ from gymslurm.selection import (
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
 from gymslurm.store.manifest import utc_now
+from gymslurm.store.paths import others_writable_warning
 from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
@@ -412,7 +413,10 @@ def collect(
     :func:`gymslurm.dispatch.fetch_environment_config`).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
+    refuse_before_writing(settings, paths.output)
     paths.folder.mkdir(parents=True, exist_ok=True)
+    if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
+        say(stderr, f"warning: {warning}")
     fetched: list[dict[str, Any]] = []  # the configurations read for identity, kept for NeMo Gym's stamps
 
     def fetch_config(url: str) -> dict[str, Any]:
@@ -513,6 +517,7 @@ async def _dispatch(
         run_id=view.run_id,
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
+        max_reply_bytes=settings.max_reply_bytes,
         protocol=settings.protocol,
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import yaml
@@ -39,6 +40,29 @@ Task = dict[str, Any]
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
+
+
+def unreadable_input(path: Path, error: OSError) -> str:
+    """The refusal of an input dataset that cannot be read."""
+    return f"cannot read the input dataset {path}: {error.strerror or error}. Check +input_jsonl_fpath="
+
+
+def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
+    """The refusals that need no run file, made before the output folder or the run lock exist.
+
+    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset and an output path
+    that is a directory are found here, before ``collect`` creates the folder and the lock.
+    """
+    try:
+        with open(settings.input_jsonl_fpath, "rb"):
+            pass
+    except OSError as error:
+        raise ConfigError(unreadable_input(settings.input_jsonl_fpath, error)) from None
+    if output.is_dir():
+        raise ConfigError(
+            f"the output path {output} is a directory; +output_jsonl_fpath= names the results file "
+            f"(e.g. {output / 'rollouts.jsonl'})"
+        )
 
 
 def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
@@ -108,10 +132,7 @@ class Inputs:
         try:
             self._data: bytes | None = self.source_path.read_bytes()
         except OSError as error:
-            raise ConfigError(
-                f"cannot read the input dataset {self.source_path}: {error.strerror}. "
-                "Check +input_jsonl_fpath="
-            ) from None
+            raise ConfigError(unreadable_input(self.source_path, error)) from None
         self.source_digest = source_digest(self._data)
         self._settings = settings
         self._tasks: list[Task] | None = None

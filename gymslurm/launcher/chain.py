@@ -54,6 +54,7 @@ import psutil
 from gymslurm.coverage import Coverage
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.identity import redact_text
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
@@ -79,9 +80,11 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, atomic_write
 from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
 from gymslurm.launcher.supervise import Supervisor
+from gymslurm.settings import SECRET_OVERRIDES_ENV
+from gymslurm.store.atomic import open_run_file
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.store import read_coverage, saved_outcome_bytes
 from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
@@ -95,7 +98,7 @@ ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
 
 def log(message: str) -> None:
     """One timestamped line on the job's output."""
-    print(f"[gymslurm chain-step {utc_now()}] {message}", file=sys.stderr, flush=True)
+    print(f"[gymslurm chain-step {utc_now()}] {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 def saved_coverage(output: Path) -> Coverage | None:
@@ -348,12 +351,39 @@ def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: 
     return successor
 
 
+def split_secret_arguments(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
+    """(the command line, the overrides that carry a credential): the latter go in the environment.
+
+    A command line is readable by every user of the node (``ps``, ``/proc/*/cmdline``); an override
+    that the one redaction rule would change (``+policy_api_key=V``, a URL with a password...) is
+    passed in ``GYMSLURM_COLLECT_OVERRIDES`` instead, which the collector appends to its overrides.
+    Pure.
+    """
+    public = argv[:first_override]
+    secret: list[str] = []
+    for item in argv[first_override:]:
+        (secret if redact_text(item) != item else public).append(item)
+    return public, secret
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This job's environment for a child process, without the benchmark's secrets bundle.
+
+    Each process gets only its own secrets: the collector its overrides and ``collector.env``, each
+    server its ``env`` (already merged back into the settings), never ``GYMSLURM_SECRETS``.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in (SECRETS_ENV, SECRET_OVERRIDES_ENV)}
+    return {**env, **(extra or {})}
+
+
 def run_collector(
     argv: list[str],
     signals: Signals,
     env: dict[str, str] | None = None,
     supervisor: Supervisor | None = None,
+    *,
     heartbeat: Heartbeat | None = None,
+    first_override: int | None = None,
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
 
@@ -363,8 +393,11 @@ def run_collector(
     if signals.received:
         log(f"received {signals.names} before the collector started; not starting it")
         return None, None
-    log("collector: " + " ".join(argv))
-    child_env, read_fd = {**os.environ, **(env or {})}, None
+    public, secret = split_secret_arguments(argv, len(argv) if first_override is None else first_override)
+    hidden = f" (+{len(secret)} override(s) with credentials, in {SECRET_OVERRIDES_ENV})" if secret else ""
+    log("collector: " + " ".join(public) + hidden)
+    extra = {**(env or {}), **({SECRET_OVERRIDES_ENV: json.dumps(secret)} if secret else {})}
+    child_env, read_fd = child_environment(extra), None
     pass_fds: tuple[int, ...] = ()
     if supervisor is not None:
         read_fd, supervisor.write_fd = os.pipe()
@@ -372,7 +405,7 @@ def run_collector(
         pass_fds = (read_fd,)
         supervisor.begin()
     child = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
+        public, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
         preexec_fn=server_mod.stop_with_parent,  # noqa: PLW1509  a collector never outlives its link
     )  # fmt: skip
     if read_fd is not None:
@@ -536,7 +569,10 @@ def _collect(  # noqa: PLR0917
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
-        env_code, killer = run_collector(argv, signals, settings.collector.env, supervisor, heartbeat)
+        env_code, killer = run_collector(
+            argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
+            first_override=len(settings.collector.command),
+        )  # fmt: skip
         if supervisor is not None and supervisor.gave_up is not None:
             name = supervisor.gave_up
             limit = next(s.settings.restart_limit for s in started if s.settings.name == name)
@@ -606,7 +642,7 @@ def _finished_why(state: ChainState) -> str:
 @contextlib.contextmanager
 def _locked(path: Path):  # type: ignore[no-untyped-def]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_run_file(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

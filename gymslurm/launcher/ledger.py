@@ -31,7 +31,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gymslurm.errors import CorruptRecordError
+from gymslurm.identity import redact_value
 from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.store.atomic import open_run_file
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 from gymslurm.store.versions import check_version, version_of
 
@@ -205,9 +207,9 @@ class Ledger:
 
     def append(self, record: _Record) -> None:
         """Append one record as one line, under an exclusive lock, after cutting off a torn tail."""
-        line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        line = orjson.dumps(redact_value(record.model_dump(mode="json"))) + b"\n"  # the one rule
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             cut_torn_tail(fd)

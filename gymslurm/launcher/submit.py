@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.identity import redact_value
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
@@ -41,8 +42,16 @@ from gymslurm.launcher.render import (
     servers_block,
 )
 from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
+from gymslurm.launcher.scriptsafe import path_directive_problem
 from gymslurm.launcher.servers import container_argv
-from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
+from gymslurm.launcher.settings import (
+    BenchmarkSettings,
+    early_signal_warning,
+    load_benchmark,
+    merge_secrets,
+    split_secrets,
+    visible_credential_warnings,
+)
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -89,13 +98,20 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
 
 
 def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
-    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken)."""
+    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken), always inside ``run_root``.
+
+    Its path lands in ``#SBATCH --output=`` lines, so it must be one that sbatch can read there.
+    """
     root = (workdir / settings.run_root).resolve()
+    if problem := path_directive_problem("run_root", str(root)):
+        raise ConfigError(f"run_root {settings.run_root!r} resolves to {root}: {problem}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     candidate, n = root / f"{settings.name}-{stamp}", 1
     while candidate.exists():
         n += 1
         candidate = root / f"{settings.name}-{stamp}-{n}"
+    if candidate.resolve().parent != root:  # the name is a slug (settings), so this holds; say so if not
+        raise ConfigError(f"the run directory {candidate} would not be inside run_root {root}")
     return RunDir(candidate)
 
 
@@ -174,6 +190,8 @@ def submit(
     scripts = render_scripts(run, settings, workdir)
     if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
         print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
+    for warning in visible_credential_warnings(settings):
+        print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
     if dry_run:
         for path, text in scripts.items():
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
@@ -183,9 +201,11 @@ def submit(
         raise ConfigError(why)
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
-    run.root.mkdir(parents=True)
+    run.root.parent.mkdir(parents=True, exist_ok=True)
+    run.root.mkdir(mode=0o700)
+    run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
     info = RunInfo(
-        name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
+        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
     )  # fmt: skip
@@ -194,7 +214,7 @@ def submit(
     for path, text in scripts.items():
         atomic_write(path, text.encode())
     counts = split_dataset(dataset, run, settings.shards)
-    (run.root / "logs").mkdir(exist_ok=True)
+    (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     backend = backend_for(run, backend_kind)
     for shard in range(settings.shards):
@@ -270,6 +290,7 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     clean, secrets = split_secrets(data)
     saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
     if clean != saved:
         raise ConfigError(
             f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "

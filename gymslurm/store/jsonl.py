@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import CorruptRecordError, StoreError
-from gymslurm.store.atomic import write_error
+from gymslurm.store.atomic import open_run_file, write_error
 
 _READ_CHUNK = 1 << 20
 
@@ -105,7 +105,7 @@ def read_tail(path: Path) -> TailReport:
 def repair_torn_tail(path: Path) -> int:
     """Truncate an incomplete last line; return how many bytes were removed (0 when none)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = open_run_file(path, os.O_RDWR)
     except FileNotFoundError:
         return 0
     except OSError as error:
@@ -189,7 +189,9 @@ class Appender:
         self.path = path
         self.next_line = next_line
         try:
-            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            self._fd: int | None = open_run_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except StoreError:
+            raise
         except OSError as error:
             raise write_error(error, f"could not open {path} for appending", path.parent) from error
         self._failed: StoreError | None = None

@@ -29,7 +29,7 @@ from types import TracebackType
 import orjson
 
 from gymslurm.errors import LockUnsupportedError, RunLockedError, StoreError
-from gymslurm.store.atomic import NO_SPACE, write_error
+from gymslurm.store.atomic import NO_SPACE, open_run_file, write_error
 from gymslurm.store.manifest import utc_now
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class RunLock:
     def acquire(self) -> None:
         self._check_filesystem()
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
             if error.errno in NO_SPACE:
                 what = f"cannot create the run lock {self.path}"

@@ -18,7 +18,7 @@ from array import array
 from pathlib import Path
 
 from gymslurm.errors import InconsistentHistoryError, ManifestError, StoreError
-from gymslurm.store.atomic import publish_bytes, write_error
+from gymslurm.store.atomic import open_run_file, publish_bytes, write_error
 from gymslurm.store.versions import check_version, version_of
 
 MAGIC = b"GSRESV\x00\x02"
@@ -57,7 +57,7 @@ class ReservationTable:
                 "or start at a new output path (lost reservations cannot be recreated)"
             ) from None
         self._counts = _parse(path, raw, run_id, slot_count)
-        self._fd: int | None = os.open(path, os.O_RDWR) if writable else None
+        self._fd: int | None = open_run_file(path, os.O_RDWR) if writable else None
 
     def __len__(self) -> int:
         return len(self._counts)

@@ -79,7 +79,7 @@ def test_secrets_are_split_out_and_merged_back() -> None:
     clean, secrets = split_secrets(data)
     assert "canary" not in repr(clean)
     assert clean["servers"][0]["env"]["OPENAI_API_KEY"] == REDACTED
-    assert clean["collector"]["env"]["HF_TOKEN"] == "${oc.env:HF_TOKEN}"
+    assert clean["collector"]["env"]["HF_TOKEN"] == REDACTED  # a credential-named interpolation too
     assert merge_secrets(clean, secrets) == data
 
 
