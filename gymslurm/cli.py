@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("gymslurm.launcher.cli", "show the health of each chain of a run"),
     "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
     "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
+    "doctor": ("gymslurm.launcher.cli", "check the Slurm site settings job chains rely on"),
+    "inject": ("gymslurm.launcher.cli", "send a fault (timeout, preempt, crash...) to a shard's live link"),
     "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
 }
 
@@ -70,4 +72,4 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-_LAUNCHER = {"submit", "status", "resubmit", "cancel", "chain-step"}
+_LAUNCHER = {"submit", "status", "resubmit", "cancel", "doctor", "inject", "chain-step"}

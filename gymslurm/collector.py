@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -44,7 +44,7 @@ from gymslurm.dispatch import (
     fetch_environment_config,
     post_aggregate_metrics,
 )
-from gymslurm.errors import MetricsUnavailableError
+from gymslurm.errors import DiskFullError, MetricsUnavailableError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
@@ -57,9 +57,9 @@ from gymslurm.selection import (
     Disposition,
     RolloutState,
     SavedOutcome,
+    advance_state,
     counts_against_budget,
     establishes_progress,
-    select_rollout,
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
@@ -80,7 +80,8 @@ class RunView:
     """A run's per-rollout state held in memory during a collection (plain lists, no models).
 
     ``states`` starts as the store's reconciliation and is advanced as outcomes are saved, with the
-    same selection rules (:func:`advance`), so the loop never re-reads the run's files.
+    same selection rules (:func:`gymslurm.selection.advance_state`), so the loop never re-reads the
+    run's files.
     """
 
     tasks: list[Task]
@@ -112,29 +113,9 @@ class RunView:
 
     def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
         """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""
-        state = self.states[index] = advance(self.states[index], saved, self.reserved[index], self.policy)
+        state = advance_state(self.states[index], saved, self.reserved[index], self.policy)
+        self.states[index] = state
         return state
-
-
-def advance(state: RolloutState, saved: SavedOutcome, reserved: int, policy: BudgetPolicy) -> RolloutState:
-    """The state after a new outcome for the newest execution, by ``select_rollout``'s own rules.
-
-    Older outcomes only matter through the failures they counted, so the selection runs on the new
-    outcome alone with the budget already spent taken off the limit.
-    """
-    spent = state.counted_failures
-    if saved.kind == "result" and not saved.retry_masked:  # the hot path: a final result
-        disposition = (
-            Disposition.MASKED
-            if saved.masked
-            else Disposition.MEASURED
-            if saved.reward is not None
-            else Disposition.UNSCORED
-        )
-        return RolloutState(disposition, saved, spent, False, False)
-    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
-    fresh = select_rollout(reserved, [saved], remaining)
-    return replace(fresh, counted_failures=spent + fresh.counted_failures)
 
 
 def pending_order(view: RunView, states: list[RolloutState], longest_first: bool) -> list[int]:
@@ -495,10 +476,34 @@ def _collect_prepared(  # noqa: PLR0917
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
-    store.write_coverage(coverage)
-    export_metrics(settings, store, view, coverage, origins, stderr)
-    _run_health_hook(paths, coverage, view)
+    _publish_reports(
+        [
+            lambda: store.write_coverage(coverage),
+            lambda: export_metrics(settings, store, view, coverage, origins, stderr),
+            lambda: _run_health_hook(paths, coverage, view),
+        ],
+        result,
+        stderr,
+    )
     return _report(settings, coverage, result, paths, stderr, stdout)
+
+
+def _publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> None:
+    """Publish the end-of-collection reports (coverage snapshot, metrics, health), in order.
+
+    On a full disk the reports are snapshots that a resume or an aggregation rebuilds (000), so a
+    report that cannot be written does not hide what matters: after a failed append, that first
+    error stays the one reported; when this invocation dispatched nothing (a resume of a finished
+    run) nothing new needs saving and the exit code stands, with a warning. Otherwise the disk-full
+    error names the report file and stops (exit 1, resumable).
+    """
+    for step in steps:
+        try:
+            step()
+        except DiskFullError as error:
+            if result.error is None and result.dispatched:
+                raise
+            say(stderr, f"warning: {error}")
 
 
 async def _dispatch(

@@ -26,6 +26,7 @@ from gymslurm.identity import (
     classify_differences,
     config_digest,
     describe_differences,
+    identity_digest,
 )
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
@@ -293,14 +294,14 @@ def _open_for_resume(
     try:
         manifest = store.manifest
         saved = store.saved_identity()
-        if saved is not None and config_digest(saved) != manifest.config_digest:
+        if saved is not None and manifest.config_digest not in _digests_of(saved):
             raise ManifestError(
                 f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
         semantic = [*_input_problems(manifest, inputs), *diff.semantic]
-        if saved is None and config_digest(identity) != manifest.config_digest:
+        if saved is None and manifest.config_digest not in _digests_of(identity):
             semantic.append("config_digest (no saved identity to compare keys)")
         if semantic and not settings.allow_unsafe_resume:
             message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
@@ -317,6 +318,12 @@ def _open_for_resume(
         store.close()
         raise
     return store, _resume_writes(settings, store, semantic, diff.operational, stderr)
+
+
+def _digests_of(identity: dict[str, Any]) -> tuple[str, str]:
+    """The digests a manifest may hold for this identity: of its semantic part (what gymslurm records
+    now), and of the whole identity (what runs saved before the semantic digest recorded)."""
+    return config_digest(identity), identity_digest(identity)
 
 
 def _resume_writes(

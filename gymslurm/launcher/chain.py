@@ -2,8 +2,15 @@
 
 Order of work, chosen so that a job killed at any moment still leaves the chain able to go on:
 
+0. take the shard's link lock (``shards/NNN/link.lock``, held for the whole link). A link that
+   finds it taken, or finds another run of the chain whose job is still alive in the queue (a
+   hand rerun of the script, a duplicate Slurm started), logs why and exits 0 at once: no
+   decision, no successor, nothing spent. A job that is still running is never accounted for;
 1. account for runs that started but never wrote a decision (the predecessor was SIGKILLed, its
-   node failed, or this very job was requeued): one ``decision`` record each, ``accounted_by`` us;
+   node failed, it crashed, or this very job was requeued): one ``decision`` record each,
+   ``accounted_by`` us, from the facts :func:`gymslurm.launcher.decide.dead_run_end` weighs
+   (Slurm's state, exit code and elapsed time, the run's start record, whether its collector
+   saved new outcomes);
 2. if the chain is already finished (a stop, a cancel), do nothing and exit 0;
 3. record our start, then make sure a successor is queued (``afterany`` on us) *before* running
    anything, so that however this job ends, the next link starts after it. A requeued run of the
@@ -52,11 +59,13 @@ from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
     Budgets,
+    DeadRun,
     Decision,
     JobEnd,
     Limits,
     Progress,
     Verdict,
+    dead_run_end,
     decide,
     job_exit_code,
 )
@@ -77,12 +86,14 @@ from gymslurm.launcher.supervise import Supervisor
 from gymslurm.settings import SECRET_OVERRIDES_ENV
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import read_coverage
+from gymslurm.store.store import read_coverage, saved_outcome_bytes
 from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 HEARTBEAT_S = 15.0
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+# A job in one of these states may still be running a link (COMPLETING jobs are being torn down).
+ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
 
 
 def log(message: str) -> None:
@@ -206,6 +217,15 @@ class Heartbeat:
         self.payload = {"job_id": job_id, "restart_count": restart, "start": start}
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
+    def publish(self, **pids: object) -> None:
+        """Add the pid of the link's collector (``collector_pid``) and beat now.
+
+        ``gymslurm inject`` reads it to send a fault to the collector of this link (servers' pids
+        are in the ledger's ``server`` records).
+        """
+        self.payload.update(pids)
+        self.beat()
+
     def beat(self) -> None:
         """Write one heartbeat now."""
         data = {**self.payload, "at": utc_now(), "epoch": time.time()}
@@ -236,7 +256,8 @@ def _seconds_between(start: str | None, end: str | None) -> float:
 
 
 def _limits(settings: BenchmarkSettings) -> Limits:
-    return Limits(settings.slurm.infra_retry_limit, settings.slurm.max_walltime_s)
+    slurm = settings.slurm
+    return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress)
 
 
 def _record(
@@ -253,27 +274,38 @@ def _record(
     return record
 
 
-def _dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, heartbeat: Path) -> JobEnd:
-    """What is known of a run that never wrote its decision."""
-    state = "REQUEUED" if run.job_id == me[0] else _slurm_state(run.job_id, backend)
-    elapsed = 0.0
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        beat = json.loads(heartbeat.read_text())
-        if (beat["job_id"], beat["restart_count"]) == (run.job_id, run.restart_count):
-            elapsed = _seconds_between(run.at, beat["at"])
-    return JobEnd(slurm_state=state, exit_code=None, elapsed_s=elapsed)
+def saved_bytes(output: Path) -> int:
+    """The size of the shard's outcome files now (see :func:`gymslurm.store.store.saved_outcome_bytes`)."""
+    return saved_outcome_bytes(RunPaths.for_output(output))
 
 
-def _slurm_state(job_id: str, backend: Backend) -> str:
+def dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, output: Path) -> DeadRun:
+    """What is known of a run that never wrote its decision: Slurm's word, its start, its saves."""
+    since = _seconds_between(run.at, utc_now())
+    saved = None if run.saved_bytes is None else saved_bytes(output) > run.saved_bytes
+    if run.job_id == me[0]:  # an earlier run of this very job: Slurm requeued it
+        return DeadRun("REQUEUED", since, saved_outcomes=saved)
     try:
-        rows = backend.accounting([job_id])
-        if rows and job_id in rows:
-            return rows[job_id].state
-        queued = backend.queue().get(job_id)
+        row = backend.ended(run.job_id)
     except Exception as error:  # a status query must not stop the chain from accounting
-        log(f"could not ask the scheduler about job {job_id}: {error}")
-        return "UNKNOWN"
-    return queued.state if queued else "VANISHED"
+        log(f"could not ask the scheduler about job {run.job_id}: {error}")
+        return DeadRun("UNKNOWN", since, saved_outcomes=saved)
+    if row is None:
+        return DeadRun("VANISHED", since, saved_outcomes=saved)
+    return DeadRun(row.state, since, row.exit_code, row.signal, row.elapsed_s, saved)
+
+
+def other_live_link(state: ChainState, me: tuple[str, int], backend: Backend) -> str | None:
+    """The job of another started run of this chain that the queue still shows alive, else None."""
+    others = [run.job_id for run in state.open_runs if run.job_id != me[0]]
+    if not others:
+        return None
+    try:
+        queue = backend.queue()
+    except Exception as error:  # the link lock was free: the runs are very likely dead
+        log(f"could not ask the scheduler whether jobs {' '.join(others)} still run: {error}")
+        return None
+    return next((job for job in others if job in queue and queue[job].state in ALIVE_STATES), None)
 
 
 def account_for_dead_runs(
@@ -282,14 +314,14 @@ def account_for_dead_runs(
     me: tuple[str, int],
     backend: Backend,
     *,
-    heartbeat: Path,
+    output: Path,
     limits: Limits,
 ) -> ChainState:
     """Write a decision for every run that started but never wrote one (except this run)."""
     for run in list(state.open_runs):
         if (run.job_id, run.restart_count) == me:
             continue
-        end = _dead_run_facts(run, me, backend, heartbeat)
+        end = dead_run_end(dead_run_facts(run, me, backend, output))
         before = state.budgets
         verdict = decide(end, before, limits)
         log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
@@ -349,6 +381,8 @@ def run_collector(
     signals: Signals,
     env: dict[str, str] | None = None,
     supervisor: Supervisor | None = None,
+    *,
+    heartbeat: Heartbeat | None = None,
     first_override: int | None = None,
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
@@ -377,6 +411,8 @@ def run_collector(
     if read_fd is not None:
         os.close(read_fd)
     signals.child, signals.supervisor = child, supervisor
+    if heartbeat is not None:
+        heartbeat.publish(collector_pid=child.pid)
     try:
         code = _wait_supervising(child, supervisor)
     finally:
@@ -411,20 +447,66 @@ def job_started_at() -> float:
     return time.time()
 
 
+def try_link_lock(path: Path) -> int | None:
+    """Take the shard's link lock without waiting: its descriptor, or None when a live link holds it.
+
+    The descriptor is not inherited by the collector or servers (PEP 446), so the lock is released
+    exactly when this chain step ends, however it ends (SIGKILL included).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _holder(heartbeat: Path) -> str:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        beat = json.loads(heartbeat.read_text())
+        return f"job {beat['job_id']} (heartbeat {beat['at']})"
+    return "a link whose heartbeat is not readable"
+
+
 def run_link(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]
 ) -> int:
     """Run one link of shard ``shard``'s chain as job ``me`` (job id, restart count)."""
     signals = Signals()
     signals.install()
+    duplicate = f"this job {me[0]} exits without a decision, a successor or spending anything"
+    lock = try_link_lock(run.link_lock(shard))
+    if lock is None:
+        log(f"another link of shard {shard} is live: {_holder(run.heartbeat(shard))} holds "
+            f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
+        return 0
+    try:
+        other = other_live_link(summarize(run.ledger(shard).read()), me, backend)
+        if other is not None:
+            log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
+                f"{duplicate}")  # fmt: skip
+            return 0
+        return _run_link_locked(run, shard, settings, backend, me, signals=signals)
+    finally:
+        os.close(lock)
+
+
+def _run_link_locked(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
+    signals: Signals,
+) -> int:  # fmt: skip
     ledger, limits = run.ledger(shard), _limits(settings)
-    state = account_for_dead_runs(
-        summarize(ledger.read()), ledger, me, backend, heartbeat=run.heartbeat(shard), limits=limits
-    )
+    output = run.shard_output(shard, settings.output_stem)
+    state = account_for_dead_runs(summarize(ledger.read()), ledger, me, backend, output=output, limits=limits)
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
+        if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
+            maybe_submit_aggregation(run, settings, backend, me[0])
         return ExitCode.DONE
-    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
+    bytes_before = saved_bytes(output)
+    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
     ledger.append(started)
     reap_predecessors(state, ledger, me)
     try:
@@ -432,14 +514,17 @@ def run_link(
     except SlurmError as error:  # collect anyway; queuing is tried again after the decision
         log(f"could not queue a successor now: {error}")
         successor = None
-    output = run.shard_output(shard, settings.output_stem)
     output.parent.mkdir(parents=True, exist_ok=True)
     before_progress = read_progress(output)
-    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at):
-        code, killer, note = _collect(run, shard, settings, signals, state.resubmit_pending, me)
+    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
+        resubmit = state.resubmit_pending
+        code, killer, note = _collect(run, shard, settings, signals, resubmit, me, heartbeat=heartbeat)
     elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
-    end = JobEnd(slurm_state, code, elapsed, before_progress, read_progress(output), killer)
+    end = JobEnd(
+        slurm_state, code, elapsed, before_progress, read_progress(output), killer,
+        saved_outcomes=saved_bytes(output) > bytes_before,
+    )  # fmt: skip
     verdict = decide(end, state.budgets, limits)
     if note:
         verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
@@ -457,6 +542,8 @@ def _collect(  # noqa: PLR0917
     signals: Signals,
     resubmit: bool,
     me: tuple[str, int],
+    *,
+    heartbeat: Heartbeat,
 ) -> tuple[int | None, int | None, str | None]:
     ledger, host = run.ledger(shard), socket.gethostname()
 
@@ -473,15 +560,19 @@ def _collect(  # noqa: PLR0917
                 server = server_mod.start(wanted, log_path, started=known)
                 started.append(server)
                 if server.process is not None:
-                    note("started", server, f"healthy at {server.url} after {server.startup_s:.1f}s")
+                    probes = ", ".join(server.probes[-5:])
+                    note(
+                        "started", server, f"healthy at {server.url} after {server.startup_s:.1f}s ({probes})"
+                    )
         except server_mod.ServerStartError as error:
             return ExitCode.RETRY, None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
         env_code, killer = run_collector(
-            argv, signals, settings.collector.env, supervisor, first_override=len(settings.collector.command)
-        )
+            argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
+            first_override=len(settings.collector.command),
+        )  # fmt: skip
         if supervisor is not None and supervisor.gave_up is not None:
             name = supervisor.gave_up
             limit = next(s.settings.restart_limit for s in started if s.settings.name == name)

@@ -45,6 +45,7 @@ class ScriptValues:
     env_setup: str
     workdir: str
     command: str
+    servers: str = "#   (none)"
 
 
 def directives_block(partition: str | None, account: str | None, qos: str | None, extra: list[str]) -> str:
@@ -57,6 +58,25 @@ def directives_block(partition: str | None, account: str | None, qos: str | None
     return "\n".join(lines) if lines else "# (no extra #SBATCH directives)"
 
 
+def servers_block(commands: list[tuple[str, list[str] | None, str | None]]) -> str:
+    """Comment lines naming each server a link starts, in order: ``(name, argv, url)``; argv None: a
+    running server at ``url``. ``{port}`` is left as written: each job picks its own. Credential
+    shapes (``--api-key VALUE``, ``TOKEN=...``, URL passwords) are redacted: a script holds no secret."""
+    from gymslurm.identity import redact_credentials
+
+    if not commands:
+        return "#   (none)"
+    lines = [
+        f"{name}: {command_line(argv)}" if argv is not None else f"{name}: already running at {url}"
+        for name, argv, url in commands
+    ]
+    clean = redact_credentials({"lines": lines})["lines"]
+    for (name, _, _), line in zip(commands, clean, strict=True):
+        if problem := control_problem(f"servers.{name}", line):  # a newline would end the comment
+            raise ConfigError(f"cannot render a job script: {problem}")
+    return "\n".join(f"#   {line}" for line in clean)
+
+
 def env_setup_block(lines: list[str]) -> str:
     """The environment setup lines, one per line, or a comment saying there are none."""
     return "\n".join(lines) if lines else "# (no environment setup lines)"
@@ -67,7 +87,8 @@ def command_line(argv: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in argv)
 
 
-_MULTI_LINE_OR_QUOTED = frozenset({"directives", "env_setup", "workdir", "command"})
+# Multi-line blocks assembled (and checked line by line) here, or values shell-quoted where they land.
+_MULTI_LINE_OR_QUOTED = frozenset({"directives", "env_setup", "workdir", "command", "servers"})
 
 
 def render(template: str, values: ScriptValues) -> str:

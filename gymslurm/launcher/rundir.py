@@ -11,6 +11,7 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     output/merged/<stem>.jsonl    the aggregation's merged output
     shards/NNN/ledger.jsonl       each shard's chain ledger (gymslurm/launcher/ledger.py)
     shards/NNN/heartbeat.json     the running link's last sign of life (replaced atomically)
+    shards/NNN/link.lock          held (flock) by the shard's live link for its whole run
     aggregate/ledger.jsonl        the aggregation job's ledger; aggregate/lock serialises its submission
     logs/                         job output (appended across requeues)
     local/                        the local backend's job queue
@@ -88,6 +89,10 @@ class RunDir:
     def heartbeat(self, shard: int) -> Path:
         """A shard's heartbeat file."""
         return self.shard_dir(shard) / "heartbeat.json"
+
+    def link_lock(self, shard: int) -> Path:
+        """The lock a shard's live link holds: a second link of the shard finds it taken."""
+        return self.shard_dir(shard) / "link.lock"
 
     def script(self, shard: int | None) -> Path:
         """A shard's link script, or the aggregation script for None."""

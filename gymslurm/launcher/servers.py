@@ -105,6 +105,24 @@ def interpolate(text: str, started: Mapping[str, RunningServer], host: str = "",
     return text.replace("{port}", str(port)).replace("{host}", host) if port else text
 
 
+def container_argv(settings: ServerSettings, argv: list[str]) -> list[str]:
+    """``argv`` as the job runs it: wrapped in the server's container launcher, if it has one (pure).
+
+    Pyxis/enroot: ``srun --overlap --ntasks=1 --nodes=1 --container-image=IMAGE
+    [--container-mounts=A,B] EXTRA... -- ARGV`` (a step of the job, sharing its allocation);
+    Apptainer: ``apptainer exec [--nv] [--bind M]... EXTRA... IMAGE ARGV``.
+    """
+    box = settings.container
+    if box is None:
+        return list(argv)
+    if box.runtime == "pyxis":
+        mounts = [f"--container-mounts={','.join(box.mounts)}"] if box.mounts else []
+        head = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={box.image}"]
+        return [*head, *mounts, *box.extra_args, "--", *argv]
+    binds = [part for mount in box.mounts for part in ("--bind", mount)]
+    return ["apptainer", "exec", *(["--nv"] if box.gpus else []), *binds, *box.extra_args, box.image, *argv]
+
+
 def start(
     settings: ServerSettings,
     log: Path,
@@ -120,7 +138,9 @@ def start(
         return RunningServer(settings, settings.url)
     port = port or settings.port or free_port(settings.host)
     known = started or {}
-    argv = [interpolate(part, known, settings.host, port) for part in settings.command]
+    argv = container_argv(
+        settings, [interpolate(part, known, settings.host, port) for part in settings.command]
+    )
     env = {key: interpolate(value, known, settings.host, port) for key, value in settings.env.items()}
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -44,6 +44,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ContainerSettings(_Strict):
+    """Run a server's command in a container: Pyxis/enroot (``srun --container-image``) or Apptainer."""
+
+    runtime: Literal["pyxis", "apptainer"]
+    image: str = Field(min_length=1)
+    mounts: list[str] = Field(default_factory=list)  # SRC:DST[:ro]
+    gpus: bool = False  # apptainer: --nv (Pyxis sees the job's GPUs already)
+    extra_args: list[str] = Field(default_factory=list)
+
+
 def _refuse(problem: str | None) -> None:
     if problem is not None:
         raise ValueError(problem)
@@ -83,6 +93,8 @@ def _nul_free(value: Any, key: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _nul_free(item, f"{key}[{index}]")
+
+
 SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
 
 
@@ -108,6 +120,7 @@ class ServerSettings(_Strict):
     # null), or a one-token chat_completions / completions request that must return text.
     probe: Literal["health", "chat_completions", "completions"] = "health"
     probe_model: str | None = None
+    container: ContainerSettings | None = None
     # Supervision while the collector runs (docs/servers.md): probe every probe_interval_s, a probe
     # answering after probe_timeout_s fails; probe_failures failures in a row (or the process
     # exiting) make the server down; it is restarted in place at most restart_limit times.
@@ -149,6 +162,7 @@ class SlurmSettings(_Strict):
     time: str = "01:00:00"
     max_walltime: str | None = None
     infra_retry_limit: int = Field(default=3, ge=0)
+    max_links_without_progress: int | None = Field(default=5, ge=1)
     signal_lead_s: int = Field(default=90, ge=0)
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)

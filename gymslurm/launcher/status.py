@@ -16,12 +16,12 @@ up), DONE, FAILED (stopped on terminal failures).
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.backend import LIVE_STATES, Backend
+from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import ChainState, summarize
 from gymslurm.launcher.rundir import RunDir
@@ -35,6 +35,7 @@ VERDICT_OF_STOP = {
     Decision.STOP_FAILED: "FAILED",
     Decision.STOP_EXHAUSTED: "EXHAUSTED",
     Decision.STOP_WALLTIME: "EXHAUSTED",
+    Decision.STOP_NO_PROGRESS: "EXHAUSTED",
 }
 
 
@@ -58,6 +59,13 @@ def verdict(state: ChainState, live: list[QueueRow]) -> tuple[str, str]:
         return "ORPHANED", f"job {never[0].job_id} waits on a dependency that can never be satisfied"
     if running:
         return "HEALTHY", f"job {running[0].job_id} {running[0].state}"
+    held = [row for row in pending if row.state in HELD_STATES or row.reason.startswith("JobHeld")]
+    if held:
+        row = held[0]
+        return "WAITING", (
+            f"job {row.job_id} is held ({row.state}, {row.reason}) and will not run by itself: "
+            f"'scontrol release {row.job_id}' lets it run, 'gymslurm cancel RUN' stops the run"
+        )
     if pending:
         return "WAITING", f"job {pending[0].job_id} pending ({pending[0].reason})"
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
@@ -79,6 +87,7 @@ class ShardStatus:
     walltime: str
     coverage: str
     server_restarts: str = "-"
+    injected: list[str] = field(default_factory=list)
 
 
 def _coverage(output: Path) -> str:
@@ -121,6 +130,7 @@ def shard_status(
         retries=f"{state.budgets.infra_retries_used}/{limit}",
         walltime=f"{state.budgets.walltime_s:.0f}s/{cap}",
         coverage=_coverage(output), server_restarts=_restarts(state),
+        injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
 
 
@@ -199,5 +209,8 @@ def print_table(report: dict[str, Any]) -> None:
     console.print(table)
     for row in report["shards"]:
         console.print(f"shard {row['shard']}: {row['verdict']}: {row['why']}", highlight=False)
+        if row["injected"]:
+            faults = ", ".join(row["injected"])
+            console.print(f"shard {row['shard']}: injected faults: {faults}", highlight=False)
     agg = report["aggregation"]
     console.print(f"aggregation: {agg['job'] or '-'} {agg['state']}")

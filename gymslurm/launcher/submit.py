@@ -27,6 +27,7 @@ from gymslurm.identity import redact_value
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.chain import maybe_submit_aggregation
 from gymslurm.launcher.decide import Decision
+from gymslurm.launcher.doctor import site_refusal
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
@@ -38,9 +39,11 @@ from gymslurm.launcher.render import (
     env_setup_block,
     load_template,
     render,
+    servers_block,
 )
 from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, RunInfo, atomic_write, find_runs, resolve_run
 from gymslurm.launcher.scriptsafe import path_directive_problem
+from gymslurm.launcher.servers import container_argv
 from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
@@ -69,6 +72,9 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
         "directives": directives_block(slurm.partition, slurm.account, slurm.qos, slurm.extra_directives),
         "env_setup": env_setup_block(slurm.env_setup),
     }  # fmt: skip
+    servers = servers_block([
+        (s.name, None if s.command is None else container_argv(s, s.command), s.url) for s in settings.servers
+    ])  # fmt: skip
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
@@ -77,7 +83,8 @@ def render_scripts(run: RunDir, settings: BenchmarkSettings, workdir: Path) -> d
             shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
             log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
             time_limit=slurm.time,
-            command=command_line([*base, "--shard", str(shard)]), **common,  # type: ignore[arg-type]
+            command=command_line([*base, "--shard", str(shard)]), servers=servers,
+            **common,  # type: ignore[arg-type]
         )  # fmt: skip
         scripts[run.script(shard)] = render(link, values)
     values = ScriptValues(
@@ -190,6 +197,8 @@ def submit(
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
+    if backend_kind == "slurm" and (why := site_refusal(settings)):
+        raise ConfigError(why)
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
     run.root.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import orjson
 
-from gymslurm.errors import StoreError
+from gymslurm.errors import DiskFullError, StoreError
 
 DEFAULT_MODE = 0o600  # a new run file is readable by its owner only, whatever the umask
 _CHUNK = 1 << 20
@@ -71,11 +71,30 @@ def publish_stream(
         if tmp != real:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        raise StoreError(
-            f"could not publish {real}: {error.strerror or error}; check that the folder "
-            f"{real.parent} is writable and has space, then run again"
-        ) from error
+        raise write_error(error, f"could not publish {real}", real.parent) from error
     return written
+
+
+# errno values that mean "no room to write": the disk (or the user's quota) is full.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def write_error(error: OSError, what: str, folder: Path) -> StoreError:
+    """The store's error for a failed write of a run file: ``DiskFullError`` when no space was left.
+
+    The one translation of a write's OSError: ``what`` names the file and the action ("could not
+    append to X"); the message says what to do.
+    """
+    if error.errno in NO_SPACE:
+        return DiskFullError(
+            f"disk full: {what} ({error.strerror}); the filesystem holding {folder} has no space or "
+            "quota left. Every outcome saved before this is intact: free space, then resume with "
+            "+resume_from_cache=true"
+        )
+    return StoreError(
+        f"{what}: {error.strerror or error}; check that the folder {folder} is writable and has space, "
+        "then run again"
+    )
 
 
 def open_run_file(path: Path, flags: int, mode: int = DEFAULT_MODE) -> int:

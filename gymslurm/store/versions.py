@@ -32,6 +32,7 @@ FORMATS: dict[str, Format] = {
     "coverage": Format("the coverage file", "format_version", 1),
     "aggregate_coverage": Format("the merged coverage file", "format_version", 1),
     "health": Format("the health report", "format_version", 1),
+    "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "ledger": Format("the chain ledger", "v", 1, "use the gymslurm version that wrote it"),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"

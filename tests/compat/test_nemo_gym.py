@@ -127,3 +127,54 @@ def test_nemo_gyms_aggregate_reads_gymslurms_outputs(nemo_gym_stack: Stack, rela
     entries = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
     assert [entry["_ng_environment_server"] for entry in entries] == [RELAY]
     assert entries[0]["agent_metrics"]
+
+
+# --- NeMo Gym's own collector on the same stack: repeated rows, and the same results ------------
+
+
+@pytest.fixture(scope="module")
+def nemo_gym_collection(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NeMo Gym's collector (gym eval run --no-serve) through the relay, num_repeats=2: its results file."""
+    output = tmp_path_factory.mktemp("ng-run") / "ng.jsonl"
+    done = nemo_gym_stack.gym_command(
+        "eval", "run", "--no-serve", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
+        "+disable_health_check=true", f"+input_jsonl_fpath={nemo_gym_stack.dataset}",
+        f"+output_jsonl_fpath={output}", "+num_repeats=2", "+environment_routing_mode=legacy",
+        f"+environment_server_name={RELAY}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return output
+
+
+def test_nemo_gyms_repeated_rows_are_collected_with_nemo_gyms_ids(
+    nemo_gym_stack: Stack, nemo_gym_collection: Path, tmp_path: Path
+) -> None:
+    """NeMo Gym's materialized file of a num_repeats=2 run: one rollout per row, ids <task>-<rollout>."""
+    materialized = nemo_gym_collection.parent / "ng_materialized_inputs.jsonl"
+    output = tmp_path / "repeated.jsonl"
+    args = collect_args(materialized, output, nemo_gym_stack.urls[RELAY], "+taskset=weather",
+                        "+environment_protocol=legacy_agent")  # fmt: skip
+    done = gymslurm(*args, timeout=600)
+    assert done.returncode == 0, done.stderr
+    results = rows(output)
+    assert sorted(row["_ng_rollout_id"] for row in results) == sorted(
+        f"{task}-{repeat}" for task in range(ROWS) for repeat in range(2)
+    )
+    assert {row["reward"] for row in results} == {1.0}
+
+
+def test_gymslurm_and_nemo_gyms_collector_get_the_same_results(
+    nemo_gym_collection: Path, relay_run: Path
+) -> None:
+    """Through the same relay, gymslurm's rows hold what NeMo Gym's hold (rewards, verify-response fields)."""
+    ours = {row["_ng_task_index"]: row for row in rows(relay_run)}
+    theirs = [row for row in rows(nemo_gym_collection) if row["_ng_rollout_index"] == 0]
+    assert len(theirs) == len(ours) == ROWS
+    gymslurm_stamps = {"_ng_run_id", "_ng_attempt", "_ng_rollout_id", "task_id", "_ng_task_id"}
+    for row in theirs:
+        mine = ours[row["_ng_task_index"]]
+        assert mine["reward"] == row["reward"]
+        shared = {key for key in row if not key.startswith("ng_") and key not in ("_ng_attempt_index",)}
+        assert shared <= set(mine), sorted(shared - set(mine))
+        assert set(mine) - set(row) <= gymslurm_stamps, sorted(set(mine) - set(row))
+        assert mine["responses_create_params"]["input"] == row["responses_create_params"]["input"]

@@ -455,13 +455,16 @@ def test_resubmit_gives_exhausted_rollouts_a_fresh_budget(
 def test_server_dying_mid_run_then_resume_on_a_new_server(
     start_demo_server: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """A server that dies mid-run leaves retryable work (exit 75); resume on a new address completes."""
+    """A server that dies mid-run: the circuit breaker ends the invocation with exit 1 once it stays
+    down (docs/servers.md), charging nobody; resume on a new address completes."""
     dying = start_demo_server("--accuracy", "1.0", "--die-after", "5")
     dataset = write_tasks(tmp_path / "d.jsonl", [{} for _ in range(12)])
     output = tmp_path / "out.jsonl"
-    first = collect(dataset, output, dying.url, "+concurrency=1", "+require_complete=true")
-    assert first.returncode == 75, first.stderr
-    assert coverage_of(output)["successful"] == 5
+    first = collect(
+        dataset, output, dying.url, "+concurrency=1", "+require_complete=true", "+dispatch_breaker_wait_s=2"
+    )
+    assert first.returncode == 1 and "circuit breaker" in first.stderr, first.stderr
+    assert coverage_of(output)["successful"] == 5 and coverage_of(output)["counted_failures"] == 0
     dying.process.wait(timeout=10)
     down = collect(dataset, output, dying.url, "+resume_from_cache=true", "+require_complete=true")
     assert down.returncode == 1 and "cannot read the Environment Server's configuration" in down.stderr

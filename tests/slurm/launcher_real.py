@@ -6,7 +6,8 @@ the given fault and latency flags), on a dataset made by the benchmark's ``datas
 and merges the shards with ``gymslurm aggregate``. A scenario is a dict: ``tasks``, ``shards``,
 ``server_flags``, ``collector`` (extra collector overrides), ``slurm`` (YAML lines of the
 ``slurm`` section, indented by two spaces) and optionally ``server_yaml`` (more keys of the
-server, indented by four spaces).
+server, indented by four spaces) and ``model_flags`` (a demo model server first, with these flags,
+which the Environment Server asks for its answers).
 """
 
 from __future__ import annotations
@@ -32,6 +33,30 @@ class RealChain(Chain):
         super().__init__(user, python, steps=[])
         self.spec = spec
 
+    def _policy_yaml(self) -> str:
+        """With ``spec["model_flags"]``: a demo model server first, which the Environment Server asks."""
+        flags = self.spec.get("model_flags")
+        if flags is None:
+            return ""
+        model = [
+            str(self.python),
+            "-m",
+            "gymslurm",
+            "demo-model-server",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+        ]
+        return (
+            f"  - name: policy\n    command: {json.dumps([*model, *flags])}\n"
+            "    probe: chat_completions\n    collector_override: null\n"
+            f"{self.spec.get('server_yaml', '')}"
+        )
+
+    def _policy_flags(self) -> list[str]:
+        return [] if self.spec.get("model_flags") is None else ["--policy-url", "{servers.policy.url}"]
+
     def submit(self) -> RealChain:
         """Write the benchmark (its dataset is made by ``dataset_command``) and submit it."""
         work, py, spec = self.user.workdir, self.python, self.spec
@@ -43,8 +68,10 @@ class RealChain(Chain):
             f"dataset: {work / 'data.jsonl'}\n"
             f"dataset_command: {json.dumps([*make_data, '--n', str(spec['tasks'])])}\n"
             f"run_root: {work / 'runs'}\nshards: {spec['shards']}\n"
-            "servers:\n  - name: demo\n"
-            f"    command: {json.dumps([*server, *spec['server_flags']])}\n"
+            "servers:\n"
+            f"{self._policy_yaml()}"
+            "  - name: demo\n"
+            f"    command: {json.dumps([*server, *spec['server_flags'], *self._policy_flags()])}\n"
             "    host: 127.0.0.1\n    port: 0\n    health_path: /health\n"
             f"{spec.get('server_yaml', '')}"
             "collector:\n"

@@ -11,7 +11,9 @@ its first link has saved a few outcomes with 8 requests in flight, so their Slur
 
 - ``scancel``: plain ``scancel`` of the running link (SIGCONT+SIGTERM to all its processes);
 - ``requeue``: ``scontrol requeue`` of the running link (the same job id runs again);
-- ``kill9``: SIGKILL of the link's ``chain-step`` process (its server must die with it).
+- ``kill9``: SIGKILL of the link's ``chain-step`` process (its server must die with it);
+- ``model_kill9``: the demo stack (model server + Environment Server asking it), SIGKILL of the
+  model server: restarted in place by the link, the same link finishes.
 
 Each chain must then finish DONE with every rollout once, 0 counted failures, and the first
 link's server process (pid + create time from the ledger) must be gone once the link has ended.
@@ -47,6 +49,7 @@ SPEC: dict[str, Any] = dict(
     server_yaml="    probe_interval_s: 1\n    probe_timeout_s: 3\n",
 )
 KINDS = ("scancel", "requeue", "kill9")
+STACK_SPEC: dict[str, Any] = {**SPEC, "model_flags": ["--latency-ms", "1500"], "server_flags": []}
 
 
 def _results(chain: RealChain) -> int:
@@ -54,14 +57,14 @@ def _results(chain: RealChain) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def _first_server(chain: RealChain) -> dict[str, Any] | None:
-    """The running first link's job id and its demo server's pid + create time (found by its cwd)."""
+def _first_server(chain: RealChain, program: str = "demo-server") -> dict[str, Any] | None:
+    """The running first link's job id and its server's pid + create time (found by its cwd)."""
     starts = [r for r in chain.ledger() if r["kind"] == "start"]
     if not starts:
         return None
     for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
         with contextlib.suppress(psutil.Error):
-            if "demo-server" in (proc.info["cmdline"] or []) and Path(proc.cwd()) == chain.user.workdir:
+            if program in (proc.info["cmdline"] or []) and Path(proc.cwd()) == chain.user.workdir:
                 return {
                     "job_id": starts[0]["job_id"],
                     "pid": proc.pid,
@@ -78,8 +81,10 @@ def _chain_step_pid(chain: RealChain) -> int | None:
     return None
 
 
-def _interrupt(kind: str, chain: RealChain, job: str) -> None:
-    if kind == "scancel":
+def _interrupt(kind: str, chain: RealChain, job: str, server: dict[str, Any]) -> None:
+    if kind == "model_kill9":
+        os.kill(server["pid"], signal.SIGKILL)
+    elif kind == "scancel":
         subprocess.run(["scancel", job], check=True)
     elif kind == "requeue":
         subprocess.run(["scontrol", "requeue", job], check=True)
@@ -104,21 +109,22 @@ def interrupted(
     """Every scenario submitted, then each interrupted once its first link has saved 8 outcomes."""
     ensure_test_user(TEST_USER)
     chains = {}
-    for kind in KINDS:
+    for kind in (*KINDS, "model_kill9"):
         user = SlurmUser(
             TEST_USER, make_user_dir(slurm_session_dir, f"interrupt-{kind}", owner=TEST_USER), True
         )
-        chains[kind] = RealChain(user, slurm_python, SPEC).submit()
+        chains[kind] = RealChain(user, slurm_python, STACK_SPEC if kind == "model_kill9" else SPEC).submit()
     done: dict[str, tuple[RealChain, dict[str, Any]]] = {}
     deadline = time.monotonic() + 300
     try:
-        while len(done) < len(KINDS):
+        while len(done) < len(chains):
             assert time.monotonic() < deadline, f"not every link got to 8 outcomes in time: {sorted(done)}"
             for kind, chain in chains.items():
-                server = _first_server(chain)
+                program = "demo-model-server" if kind == "model_kill9" else "demo-server"
+                server = _first_server(chain, program)
                 if kind in done or server is None or _results(chain) < 8:
                     continue
-                _interrupt(kind, chain, str(server["job_id"]))
+                _interrupt(kind, chain, str(server["job_id"]), server)
                 done[kind] = (chain, server)
             time.sleep(0.3)
         yield done
@@ -143,3 +149,18 @@ def test_an_interrupted_link_spends_no_failure_budget_and_leaves_no_server(
         f"the server of job {server['job_id']} outlived it"
     )
     assert len([r for r in chain.ledger() if r["kind"] == "start"]) >= 2, "a second run finished the work"
+
+
+def test_a_killed_model_server_is_restarted_in_place_and_spends_no_budget(
+    interrupted: dict[str, tuple[RealChain, dict[str, Any]]],
+) -> None:
+    """kill -9 of the job's model server (demo stack) with 8 requests in flight: the link restarts
+    it in place, the same link finishes with every rollout once and 0 counted failures."""
+    chain, _ = interrupted["model_kill9"]
+    report = chain.finished(timeout=400)
+    coverage = chain.companion(0, "_coverage.json")
+    assert report["shards"][0]["verdict"] == "DONE"
+    assert (coverage["successful"], coverage["counted_failures"]) == (TASKS, 0), json.dumps(coverage)
+    assert set(chain.rollout_ids(0).values()) == {1}
+    assert [d["decision"] for d in chain.decisions()] == ["DONE"]
+    assert report["shards"][0]["server_restarts"] == "policy:1"

@@ -104,3 +104,16 @@ def test_no_secret_reaches_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "canary-sk-4f2a")
     for template in (LINK_TEMPLATE, AGGREGATE_TEMPLATE):
         assert "canary-sk-4f2a" not in render(load_template(template), VALUES)
+
+
+def test_the_link_script_lists_every_server_command_with_credentials_redacted() -> None:
+    """The script header names each server a link starts, in order, as it will run; no secret."""
+    from gymslurm.launcher.render import servers_block
+
+    block = servers_block([
+        ("policy", ["vllm", "serve", "m", "--port", "{port}", "--api-key", "sk-live-0123456789"], None),
+        ("env", None, "http://10.0.0.5:8000"),
+    ])  # fmt: skip
+    assert block.splitlines()[0].startswith("#   policy: vllm serve m --port '{port}' --api-key ")
+    assert "sk-live-0123456789" not in block
+    assert block.splitlines()[1] == "#   env: already running at http://10.0.0.5:8000"

@@ -133,3 +133,27 @@ def test_interpolate_fills_this_server_s_port_and_an_earlier_server_s_address() 
     assert interpolate(text, {"policy": policy}, "127.0.0.1", 4242) == (
         "--port 4242 --model http://10.1.2.3:8000/v1 --on 10.1.2.3:8000"
     )
+
+
+@pytest.mark.parametrize(
+    ("container", "expected"),
+    [
+        ({"runtime": "pyxis", "image": "nvcr.io/nvidia/vllm:25.01", "mounts": ["/data:/data:ro"]},
+         ["srun", "--overlap", "--ntasks=1", "--nodes=1", "--container-image=nvcr.io/nvidia/vllm:25.01",
+          "--container-mounts=/data:/data:ro", "--", "vllm", "serve", "m"]),
+        ({"runtime": "apptainer", "image": "/images/sglang.sif", "gpus": True, "mounts": ["/data"]},
+         ["apptainer", "exec", "--nv", "--bind", "/data", "/images/sglang.sif", "vllm", "serve", "m"]),
+        (None, ["vllm", "serve", "m"]),
+    ],
+    ids=["pyxis", "apptainer", "no container"],
+)  # fmt: skip
+def test_a_container_wraps_the_server_command(
+    container: dict[str, object] | None, expected: list[str]
+) -> None:
+    """servers[].container renders the Pyxis (srun --container-image) or Apptainer (apptainer exec) line."""
+    from gymslurm.launcher.servers import container_argv
+
+    settings = ServerSettings.model_validate(
+        {"name": "policy", "command": ["vllm", "serve", "m"], "container": container}
+    )
+    assert container_argv(settings, ["vllm", "serve", "m"]) == expected

@@ -175,3 +175,4 @@ def test_the_nemo_gym_benchmark_config_validates() -> None:
     assert server.command is not None and server.command[1:3] == ["env", "start"]
     assert (server.port, server.collector_override) == (18314, "+environment_server_url")
     assert "+environment_protocol=legacy_agent" in settings.collector.overrides
+    assert "${" not in " ".join([settings.dataset, *server.command])  # benchmarks are not interpolated

@@ -40,6 +40,8 @@ ROWS = [
     ("STOP_FAILED is FAILED", [*GOING, _decided("2", Decision.STOP_FAILED)], [], "FAILED"),
     ("STOP_EXHAUSTED is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_EXHAUSTED)], [], "EXHAUSTED"),
     ("STOP_WALLTIME is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_WALLTIME)], [], "EXHAUSTED"),
+    ("STOP_NO_PROGRESS is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_NO_PROGRESS)], [], "EXHAUSTED"),
+    ("a held link is WAITING", GOING, [_row("2", "SPECIAL_EXIT", "JobHeldUser")], "WAITING"),
 ]  # fmt: skip
 
 
@@ -47,3 +49,17 @@ ROWS = [
 def test_verdict(name: str, records: list[object], live: list[QueueRow], expected: str) -> None:
     """Each ledger state plus live jobs maps to its verdict."""
     assert verdict(summarize(records), live)[0] == expected  # type: ignore[arg-type]
+
+
+def test_a_held_link_says_it_will_not_run_by_itself() -> None:
+    """A SPECIAL_EXIT (held) link is reported as held, with how to release or cancel it."""
+    word, why = verdict(summarize(GOING), [_row("2", "SPECIAL_EXIT", "JobHeldUser")])
+    assert word == "WAITING" and "job 2 is held (SPECIAL_EXIT, JobHeldUser)" in why
+    assert "scontrol release 2" in why and "gymslurm cancel" in why
+
+
+def test_held_states_are_live_so_cancel_and_status_see_them() -> None:
+    """SPECIAL_EXIT and REQUEUE_HOLD count as live jobs of a chain."""
+    from gymslurm.launcher.backend import LIVE_STATES
+
+    assert {"SPECIAL_EXIT", "REQUEUE_HOLD"} <= LIVE_STATES

@@ -78,7 +78,7 @@ def test_import_graph_has_no_cycle() -> None:
         state[name] = 1
         for dep in sorted(graph[name]):
             if state.get(dep) == 1:
-                cycles.append([*trail[trail.index(dep):], dep] if dep in trail else [name, dep])
+                cycles.append([*trail[trail.index(dep) :], dep] if dep in trail else [name, dep])
             elif dep not in state:
                 visit(dep, [*trail, dep])
         state[name] = 2

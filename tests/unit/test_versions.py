@@ -14,7 +14,7 @@ from gymslurm.store.history import failure_row_problem
 from gymslurm.store.manifest import parse_manifest
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import HEADER, MAGIC, ReservationTable
-from gymslurm.store.store import read_coverage
+from gymslurm.store.store import read_coverage, read_gymslurm_metrics
 from gymslurm.store.versions import FORMATS, version_problem
 from gymslurm.supervision import parse_event
 
@@ -45,6 +45,11 @@ def _reservations(tmp: Path) -> None:
     ReservationTable(path, "run-x", 1)
 
 
+def _gymslurm_metrics(tmp: Path) -> None:
+    (tmp / "m.json").write_bytes(orjson.dumps({"format_version": FUTURE, "metrics": {}}))
+    read_gymslurm_metrics(tmp / "m.json")
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -52,7 +57,7 @@ def _failure_record(tmp: Path) -> None:
 
 READERS: dict[str, Callable[[Path], None]] = {
     "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
-    "reservations": _reservations, "failure_record": _failure_record,
+    "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
 }  # fmt: skip
 
 
@@ -75,5 +80,5 @@ def test_every_written_format_is_in_the_table() -> None:
     """The formats docs/formats.md versions are exactly the gate's table."""
     assert sorted(FORMATS) == sorted(
         ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
-         "supervision_event"]
+         "supervision_event", "gymslurm_metrics"]
     )  # fmt: skip
