@@ -47,11 +47,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import psutil
 
-from gymslurm.coverage import Coverage
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_text
@@ -86,8 +86,9 @@ from gymslurm.launcher.supervise import Supervisor
 from gymslurm.settings import SECRET_OVERRIDES_ENV
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import read_coverage, saved_outcome_bytes
-from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
+
+if TYPE_CHECKING:
+    from gymslurm.coverage import Coverage
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 HEARTBEAT_S = 15.0
@@ -107,6 +108,8 @@ def saved_coverage(output: Path) -> Coverage | None:
     An unreadable or foreign-version file is said on the job's output and treated as no coverage
     (no evidence of progress), as a missing one is: the chain never stops on it.
     """
+    from gymslurm.store.store import read_coverage  # at the link's end: keeps chain-step's start fast
+
     try:
         return read_coverage(RunPaths.for_output(output))
     except StoreError as error:
@@ -143,6 +146,8 @@ def read_resubmit_offset(output: Path) -> str | None:
 
     Parsed by the store's one reader; a malformed file is said on the job's output and kept as None.
     """
+    from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
+
     paths = RunPaths.for_output(output)
     if not paths.resubmit_offset.exists():
         return None
@@ -276,6 +281,8 @@ def _record(
 
 def saved_bytes(output: Path) -> int:
     """The size of the shard's outcome files now (see :func:`gymslurm.store.store.saved_outcome_bytes`)."""
+    from gymslurm.store.store import saved_outcome_bytes  # imported late: keeps chain-step's start fast
+
     return saved_outcome_bytes(RunPaths.for_output(output))
 
 
