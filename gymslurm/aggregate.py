@@ -34,7 +34,6 @@ import glob
 import multiprocessing
 import os
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -45,17 +44,17 @@ import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableError, StoreError
+from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
     SUCCESSFUL,
     BudgetPolicy,
     RolloutState,
     SavedOutcome,
-    history_problem,
     is_numeric_reward,
     is_retry_masked,
     kept_timeout_answer,
-    select_rollout,
+    select_rollouts,
 )
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.atomic import publish_json, publish_stream
@@ -63,7 +62,7 @@ from gymslurm.store.history import RolloutKeys, read_history
 from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
-from gymslurm.store.store import write_gymslurm_metrics
+from gymslurm.store.store import history_conflict, write_gymslurm_metrics
 from gymslurm.store.versions import version_of
 
 AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
@@ -391,9 +390,9 @@ def _fast_manifest_summary(
 ) -> ShardSummary | None:
     """The summary of a manifest-backed shard, same result as the store's ``reconcile`` path, faster.
 
-    Validation is the store's (``RunStore.open`` and its history reader); the selection loop handles
-    the common case — a rollout whose only outcome is a completed result at its newest execution —
-    with counters, and gives every other rollout to ``select_rollout``. Imported runs (legacy rows
+    Validation is the store's (``RunStore.open`` and its history reader) and so is the selection
+    (``selection.select_rollouts``, the one loop, with its fast case); what is faster is reading the
+    rollout ids without the store's row index (:func:`rollout_ids`). Imported runs (legacy rows
     numbered by arrival) take the store's path (None).
     """
     paths = RunPaths.for_output(source.results)
@@ -415,51 +414,21 @@ def _fast_manifest_summary(
         paths.results, paths.failures, run_id=manifest.run_id,
         keys=RolloutKeys(index_of, dict, ids), rollout_count=count, legacy=False,
     )  # fmt: skip
-    plain: Counter[str] = Counter()
-    reward_sum = 0.0
-    lines: list[int] = []
-    states: list[RolloutState] = []
-    groups = history.groups
-    for index in range(count):
-        group, reserved = groups[index], counts[index]
-        if (
-            type(group) is SavedOutcome
-            and group.kind == "result"
-            and group.attempt == reserved - 1
-            and not group.retry_masked
-        ):
-            lines.append(group.line)
-            if group.masked:
-                plain["masked"] += 1
-                plain["scored"] += group.reward is not None
-            elif group.reward is not None:
-                plain["measured"] += 1
-                reward_sum += group.reward
-            else:
-                plain["unscored"] += 1
-            continue
-        outcomes = history.outcomes(index)
-        problem = history_problem(reserved, outcomes) if outcomes else None
-        if problem:
-            raise CorruptRecordError(
-                f"rollout {ids[index]!r} has {problem} in "
-                f"{paths.results} / {paths.failures}: its history conflicts with {paths.reservations}. "
-                "Restore the run's files together from a backup, or leave this shard out"
-            )
-        state = select_rollout(reserved, outcomes, policy)
-        states.append(state)
-        if state.disposition in SUCCESSFUL and state.selected is not None:
-            lines.append(state.selected.line)
+    def conflict(index: int, problem: str) -> CorruptRecordError:
+        return history_conflict(paths, ids[index], problem, remedy="leave this shard out")
+
+    states, _ = select_rollouts(counts, history.groups, policy, conflict)  # the store's one loop
+    lines = [
+        state.selected.line
+        for state in states
+        if state.disposition in SUCCESSFUL and state.selected is not None
+    ]
     accumulator = MetricsAccumulator(policy=scoring)
     accumulator.add_shard(
         max_rollout_attempts=policy.max_rollout_attempts, historical_failed_attempts=history.failure_lines
     )
     for state in states:
         accumulator.add_state(state)
-    accumulator.add_plain_results(
-        measured=plain["measured"], masked=plain["masked"], unscored=plain["unscored"],
-        scored=plain["measured"] + plain["scored"], reward_sum=reward_sum,
-    )  # fmt: skip
     coverage = compute_coverage(
         states, run_id=manifest.run_id, attempts=sum(counts), policy=policy,
         identity_verified=manifest.identity_verified, historical_failed_attempts=history.failure_lines,
@@ -469,26 +438,8 @@ def _fast_manifest_summary(
     lines.sort()
     return ShardSummary(
         source, manifest.run_id, manifest.identity_verified, torn, accumulator, array("q", lines),
-        coverage=_with_plain_results(coverage, plain).model_dump(exclude={"written_at"}),
+        coverage=coverage.model_dump(exclude={"written_at"}),
     )  # fmt: skip
-
-
-def _with_plain_results(coverage: Coverage, plain: Counter[str]) -> Coverage:
-    """Add the fast path's plain results to an inventory computed over the other rollouts."""
-    added = plain["measured"] + plain["masked"] + plain["unscored"]
-    successful = coverage.successful + added
-    expected = coverage.expected + added
-    return coverage.model_copy(
-        update={
-            "measured": coverage.measured + plain["measured"],
-            "masked": coverage.masked + plain["masked"],
-            "unscored": coverage.unscored + plain["unscored"],
-            "successful": successful,
-            "expected": expected,
-            "scored": coverage.scored + plain["measured"] + plain["scored"],
-            "complete": successful == expected,
-        }
-    )
 
 
 def summarize_shards(
@@ -711,7 +662,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
             answer = post(url, rows, options.timeout_s)
             metrics.update(flat_metrics(answer))
             entry = metrics_entry(None, url, answer)
-            source_name = f"environment_server ({url}/aggregate_metrics)"
+            source_name = f"environment_server ({redact_text(url)}/aggregate_metrics)"
         except MetricsUnavailableError as error:
             warnings.append(f"{error}; reward metrics are gymslurm's own computation")
     coverage["metrics_source"] = source_name
@@ -752,7 +703,7 @@ def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:
             count += chunk.count(b"\n")
             yield chunk
 
-    publish_stream(output, counted())
+    publish_stream(output, counted(), follow_link=True)  # the output path keeps its symlink (spec 000)
     return count
 
 

@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("gymslurm.launcher.cli", "write a run's self-contained report.html"),
     "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
     "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
+    "doctor": ("gymslurm.launcher.cli", "check the Slurm site settings job chains rely on"),
+    "inject": ("gymslurm.launcher.cli", "send a fault (timeout, preempt, crash...) to a shard's live link"),
     "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
 }
 
@@ -63,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = module.main(rest) if name not in _LAUNCHER else module.main(name, rest)
     except GymslurmError as error:
-        print(f"gymslurm {name}: error: {error}", file=sys.stderr)
+        from gymslurm.identity import redact_text
+
+        print(f"gymslurm {name}: error: {redact_text(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     return code
 
 
-_LAUNCHER = {"submit", "status", "logs", "report", "resubmit", "cancel", "chain-step"}
+_LAUNCHER = {"submit", "status", "logs", "report", "resubmit", "cancel", "doctor", "inject", "chain-step"}

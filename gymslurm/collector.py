@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -45,12 +45,12 @@ from gymslurm.dispatch import (
     fetch_environment_config,
     post_aggregate_metrics,
 )
-from gymslurm.errors import MetricsUnavailableError, StoreError
+from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics, server_origin
-from gymslurm.prepare import Prepared, Task, prepare
+from gymslurm.prepare import Prepared, Task, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, rate_and_eta, say, summary_table
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
@@ -58,14 +58,15 @@ from gymslurm.selection import (
     Disposition,
     RolloutState,
     SavedOutcome,
+    advance_state,
     counts_against_budget,
     establishes_progress,
-    select_rollout,
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
 from gymslurm.store.live import LiveProgress, write_progress
 from gymslurm.store.manifest import utc_now
+from gymslurm.store.paths import others_writable_warning
 from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
@@ -81,7 +82,8 @@ class RunView:
     """A run's per-rollout state held in memory during a collection (plain lists, no models).
 
     ``states`` starts as the store's reconciliation and is advanced as outcomes are saved, with the
-    same selection rules (:func:`advance`), so the loop never re-reads the run's files.
+    same selection rules (:func:`gymslurm.selection.advance_state`), so the loop never re-reads the
+    run's files.
     """
 
     tasks: list[Task]
@@ -113,29 +115,9 @@ class RunView:
 
     def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
         """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""
-        state = self.states[index] = advance(self.states[index], saved, self.reserved[index], self.policy)
+        state = advance_state(self.states[index], saved, self.reserved[index], self.policy)
+        self.states[index] = state
         return state
-
-
-def advance(state: RolloutState, saved: SavedOutcome, reserved: int, policy: BudgetPolicy) -> RolloutState:
-    """The state after a new outcome for the newest execution, by ``select_rollout``'s own rules.
-
-    Older outcomes only matter through the failures they counted, so the selection runs on the new
-    outcome alone with the budget already spent taken off the limit.
-    """
-    spent = state.counted_failures
-    if saved.kind == "result" and not saved.retry_masked:  # the hot path: a final result
-        disposition = (
-            Disposition.MASKED
-            if saved.masked
-            else Disposition.MEASURED
-            if saved.reward is not None
-            else Disposition.UNSCORED
-        )
-        return RolloutState(disposition, saved, spent, False, False)
-    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
-    fresh = select_rollout(reserved, [saved], remaining)
-    return replace(fresh, counted_failures=spent + fresh.counted_failures)
 
 
 def pending_order(view: RunView, states: list[RolloutState], longest_first: bool) -> list[int]:
@@ -512,7 +494,10 @@ def collect(
     :func:`gymslurm.dispatch.fetch_environment_config`).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
+    refuse_before_writing(settings, paths.output)
     paths.folder.mkdir(parents=True, exist_ok=True)
+    if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
+        say(stderr, f"warning: {warning}")
     fetched: list[dict[str, Any]] = []  # the configurations read for identity, kept for NeMo Gym's stamps
 
     def fetch_config(url: str) -> dict[str, Any]:
@@ -572,11 +557,35 @@ def _collect_prepared(  # noqa: PLR0917
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
-    store.write_coverage(coverage)
     post = _not_asked_after_a_stall if result.stopped_by == STALL else None
-    export_metrics(settings, store, view, coverage, origins, stderr, post)
-    _run_health_hook(paths, coverage, view)
+    _publish_reports(
+        [
+            lambda: store.write_coverage(coverage),
+            lambda: export_metrics(settings, store, view, coverage, origins, stderr, post),
+            lambda: _run_health_hook(paths, coverage, view),
+        ],
+        result,
+        stderr,
+    )
     return _report(settings, coverage, result, paths, stderr, stdout)
+
+
+def _publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> None:
+    """Publish the end-of-collection reports (coverage snapshot, metrics, health), in order.
+
+    On a full disk the reports are snapshots that a resume or an aggregation rebuilds (000), so a
+    report that cannot be written does not hide what matters: after a failed append, that first
+    error stays the one reported; when this invocation dispatched nothing (a resume of a finished
+    run) nothing new needs saving and the exit code stands, with a warning. Otherwise the disk-full
+    error names the report file and stops (exit 1, resumable).
+    """
+    for step in steps:
+        try:
+            step()
+        except DiskFullError as error:
+            if result.error is None and result.dispatched:
+                raise
+            say(stderr, f"warning: {error}")
 
 
 async def _dispatch(
@@ -590,6 +599,7 @@ async def _dispatch(
         run_id=view.run_id,
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
+        max_reply_bytes=settings.max_reply_bytes,
         protocol=settings.protocol,
     )
 

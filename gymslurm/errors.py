@@ -12,7 +12,9 @@
     │   ├── CorruptRecordError    a malformed complete JSONL line, a conflicting or foreign record
     │   ├── ManifestError         corrupt, unsupported, foreign or missing manifest / companions
     │   ├── InconsistentHistoryError  an interrupted fresh replacement; refused even when unsafe
-    │   └── StaleFileError        a file was replaced or shrank between indexing and reading it
+    │   ├── StaleFileError        a file was replaced or shrank between indexing and reading it
+    │   └── DiskFullError         a run file could not be written: no space or quota left (names the
+    │                             file; exit 1: nothing saved is lost, free space and resume)
     ├── RunLockedError            another collector holds the run lock (names its pid, host, job)
     ├── LockUnsupportedError      the filesystem cannot provide flock across writer nodes
     ├── ProtocolError             an Environment Server reply breaks the protocol and routing is off
@@ -80,6 +82,16 @@ class InconsistentHistoryError(StoreError):
 
 class StaleFileError(StoreError):
     """A file changed identity (replaced) or shrank between indexing and reading."""
+
+
+class DiskFullError(StoreError):
+    """The filesystem holding the run has no space (or quota) left for a write; the file is named.
+
+    Retryable (exit 1): every outcome saved before it is intact, and a resume after freeing space
+    goes on. The collector stops saving at the first failed append, so this is the first failure.
+    """
+
+    exit_code = ExitCode.RETRY
 
 
 class RunLockedError(GymslurmError):

@@ -57,6 +57,8 @@ __all__ = [
     "is_credential_name",
     "is_operational",
     "redact_credentials",
+    "redact_text",
+    "redact_value",
     "resolve",
     "semantic_identity",
 ]
@@ -200,6 +202,20 @@ _VALUE = r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"']+)"
 _ASSIGNMENT = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=" + _VALUE)
 _FLAG_VALUE = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)\s+(?!-)" + _VALUE)
 _QUOTED_PAIR = re.compile(r"([\"'])([\w\-.]+)\1(\s*:\s*)([\"'])(.*?)\4")
+# "{name: HF_TOKEN, value: X}" written inside a string (a Hydra override of an environment list).
+_NAME_VALUE = re.compile(
+    r"\bname\s*[:=]\s*[\"']?([\w\-.]+)[\"']?\s*,\s*value\s*[:=]\s*"
+    r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"'}\]]+)"
+)
+# "api_key: V" inside a string (a YAML/Hydra flow mapping such as an override "+x={api_key: V}"): the
+# name, then its value — a quoted string, a one-level {...} or [...], or a bare word (not "Bearer",
+# whose credential the Bearer rule already took).
+_FLOW_NAME = re.compile(r"(?<![\w\-.])([A-Za-z_][\w\-.]*)\s*:\s+")
+_FLOW_VALUE = re.compile(
+    r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"[^\"]*\"|(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
+)
+# A command-line flag that names a credential, as one list item: ["--api-key", "V"].
+_FLAG_ITEM = re.compile(r"--?[A-Za-z][\w\-]*")
 
 
 def _is_basic_credential(token: str) -> bool:
@@ -229,7 +245,40 @@ def _scrub_string(text: str) -> str:
     )
     text = _ASSIGNMENT.sub(lambda m: _redact_if_named(m, 1, 2), text)
     text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
+    text = _NAME_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
+    text = _redact_flow_pairs(text)
     return _QUOTED_PAIR.sub(lambda m: _redact_if_named(m, 2, 5), text)
+
+
+def _redact_flow_pairs(text: str) -> str:
+    """``api_key: V`` → ``api_key: <redacted>``; a quoted value keeps its quotes (idempotence)."""
+    out: list[str] = []
+    index = 0
+    for name in _FLOW_NAME.finditer(text):
+        if name.start() < index or not is_credential_name(name.group(1)):
+            continue
+        value = _FLOW_VALUE.match(text, name.end())
+        if value is None:
+            continue
+        quote = value.group()[0] if value.group()[:1] in ("'", '"') else ""
+        out.append(text[index : name.end()] + quote + REDACTED + quote)
+        index = value.end()
+    out.append(text[index:])
+    return "".join(out)
+
+
+def redact_text(text: str) -> str:
+    """Any text (a message, a log line, an override, a URL) with every credential shape redacted.
+
+    The one rule every writer and message applies (docs/security.md): the same shapes as in the
+    identity (URL passwords, Bearer/Basic, ``NAME=V``, ``--flag V``, quoted pairs, name/value pairs).
+    """
+    return _scrub_string(text)
+
+
+def redact_value(value: Any) -> Any:
+    """A plain value (mapping, list, string...) with every credential redacted, by name and by shape."""
+    return _redact(value, in_task_data=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -251,10 +300,19 @@ def _redact(value: Any, in_task_data: bool) -> Any:
     if isinstance(value, Mapping):
         return _redact_mapping(value, in_task_data)
     if isinstance(value, list | tuple):
-        return [_redact(item, in_task_data) for item in value]
+        items = [_redact(item, in_task_data) for item in value]
+        if not in_task_data:  # an argv: ["--api-key", "V"] carries V as the item after its flag
+            for index in range(1, len(items)):
+                if _is_credential_flag(value[index - 1]) and isinstance(items[index], str):
+                    items[index] = REDACTED
+        return items
     if isinstance(value, str):
         return _rewrite_interpolations(value, _redact_interpolation) if in_task_data else _scrub_string(value)
     return value
+
+
+def _is_credential_flag(item: object) -> bool:
+    return isinstance(item, str) and bool(_FLAG_ITEM.fullmatch(item)) and is_credential_name(item)
 
 
 def _redact_mapping(mapping: Mapping[Any, Any], in_task_data: bool) -> dict[Any, Any]:
@@ -422,7 +480,7 @@ OPERATIONAL_NAMES = frozenset(
         # reporting
         "verbose", "quiet", "log_level", "progress", "progress_bar", "print_summary",
         # memory and dispatch
-        "max_resident_tasks", "memory_limit", "keep_results_in_memory",
+        "max_resident_tasks", "memory_limit", "keep_results_in_memory", "max_reply_bytes",
         # retry controls
         "max_rollout_attempts", "backoff", "backoff_s", "max_backoff_s",
         # resume and reporting flags

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gymslurm.records import ROUTING_CLASS_UNSPECIFIED
-from gymslurm.selection import Disposition, RolloutState, SavedOutcome
+from gymslurm.selection import Disposition, RolloutState, SavedOutcome, result_disposition
 
 SKIPPED = "skipped"
 METRICS_SOURCE_OWN = "gymslurm"
@@ -136,21 +136,6 @@ class MetricsAccumulator:
             self.failed_by_class[failure_class_of(selected)] += 1
         self._score(disposition, selected, state)
 
-    def add_plain_results(
-        self, *, measured: int, masked: int, unscored: int, scored: int, reward_sum: float
-    ) -> None:
-        """Count rollouts whose only outcome is a completed result at their newest execution.
-
-        The same counts :meth:`add_state` would make one by one (no budget, no scoring policy applies
-        to a completed result); aggregation's fast path uses it for the common case.
-        """
-        self.dispositions[Disposition.MEASURED] += measured
-        self.dispositions[Disposition.MASKED] += masked
-        self.dispositions[Disposition.UNSCORED] += unscored
-        self.scored += scored
-        self.reward_sum += reward_sum
-        self.reward_count += measured
-
     def add_legacy_outcome(self, outcome: SavedOutcome) -> None:
         """Count one observed row of a legacy shard (no selection, no inventory)."""
         if outcome.kind == "result":
@@ -222,13 +207,6 @@ class MetricsAccumulator:
 def failure_class_of(outcome: SavedOutcome) -> str:
     """The class a failure is grouped under: its routing class, else its kind, else the generic label."""
     return outcome.failure_class or outcome.failure_kind or ROUTING_CLASS_UNSPECIFIED
-
-
-def result_disposition(outcome: SavedOutcome) -> Disposition:
-    """Measured, masked or unscored, from a completed result's own fields."""
-    if outcome.masked:
-        return Disposition.MASKED
-    return Disposition.MEASURED if outcome.reward is not None else Disposition.UNSCORED
 
 
 def compute_metrics(

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from gymslurm.identity import redact_text
+
 ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, TASK_ID_STAMP, AGENT_REF = (
     "_ng_environment_server", "_ng_result_type", "_ng_task_id", "agent_ref",
 )  # fmt: skip
@@ -102,7 +104,7 @@ def row_for_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def metrics_entry(origin: ServerOrigin | None, url: str, answer: Mapping[str, Any]) -> dict[str, Any]:
     """One entry of NeMo Gym's ``<stem>_aggregate_metrics.json``: a server's ``/aggregate_metrics`` answer."""
-    name = origin.name if origin else url
+    name = origin.name if origin else redact_text(url)  # a saved file never holds a URL password
     entry: dict[str, Any] = {
         AGENT_REF: {"name": (origin.agent if origin and origin.agent else name)},
         ENVIRONMENT_SERVER_STAMP: name,

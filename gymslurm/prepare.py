@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 import yaml
@@ -25,6 +26,7 @@ from gymslurm.identity import (
     classify_differences,
     config_digest,
     describe_differences,
+    identity_digest,
 )
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
@@ -38,6 +40,29 @@ Task = dict[str, Any]
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
+
+
+def unreadable_input(path: Path, error: OSError) -> str:
+    """The refusal of an input dataset that cannot be read."""
+    return f"cannot read the input dataset {path}: {error.strerror or error}. Check +input_jsonl_fpath="
+
+
+def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
+    """The refusals that need no run file, made before the output folder or the run lock exist.
+
+    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset and an output path
+    that is a directory are found here, before ``collect`` creates the folder and the lock.
+    """
+    try:
+        with open(settings.input_jsonl_fpath, "rb"):
+            pass
+    except OSError as error:
+        raise ConfigError(unreadable_input(settings.input_jsonl_fpath, error)) from None
+    if output.is_dir():
+        raise ConfigError(
+            f"the output path {output} is a directory; +output_jsonl_fpath= names the results file "
+            f"(e.g. {output / 'rollouts.jsonl'})"
+        )
 
 
 def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
@@ -107,10 +132,7 @@ class Inputs:
         try:
             self._data: bytes | None = self.source_path.read_bytes()
         except OSError as error:
-            raise ConfigError(
-                f"cannot read the input dataset {self.source_path}: {error.strerror}. "
-                "Check +input_jsonl_fpath="
-            ) from None
+            raise ConfigError(unreadable_input(self.source_path, error)) from None
         self.source_digest = source_digest(self._data)
         self._settings = settings
         self._tasks: list[Task] | None = None
@@ -273,14 +295,14 @@ def _open_for_resume(
     try:
         manifest = store.manifest
         saved = store.saved_identity()
-        if saved is not None and config_digest(saved) != manifest.config_digest:
+        if saved is not None and manifest.config_digest not in _digests_of(saved):
             raise ManifestError(
                 f"the saved identity {paths.identity} does not match the manifest's config_digest: the run's "
                 "files were edited or mixed. Restore them together from a backup, or use a new output path"
             )
         diff = classify_differences(saved, identity) if saved is not None else IdentityDiff()
         semantic = [*_input_problems(manifest, inputs), *diff.semantic]
-        if saved is None and config_digest(identity) != manifest.config_digest:
+        if saved is None and manifest.config_digest not in _digests_of(identity):
             semantic.append("config_digest (no saved identity to compare keys)")
         if semantic and not settings.allow_unsafe_resume:
             message = describe_differences(IdentityDiff(semantic=semantic, operational=diff.operational))
@@ -297,6 +319,12 @@ def _open_for_resume(
         store.close()
         raise
     return store, _resume_writes(settings, store, semantic, diff.operational, stderr)
+
+
+def _digests_of(identity: dict[str, Any]) -> tuple[str, str]:
+    """The digests a manifest may hold for this identity: of its semantic part (what gymslurm records
+    now), and of the whole identity (what runs saved before the semantic digest recorded)."""
+    return config_digest(identity), identity_digest(identity)
 
 
 def _resume_writes(

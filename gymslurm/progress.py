@@ -20,8 +20,10 @@ from gymslurm.selection import SUCCESSFUL, Disposition
 
 
 def say(stream: IO[str], message: str) -> None:
-    """One line for the person running the collection."""
-    print(f"gymslurm collect: {message}", file=stream, flush=True)
+    """One line for the person running the collection, redacted by the one rule (docs/security.md)."""
+    from gymslurm.identity import redact_text
+
+    print(f"gymslurm collect: {redact_text(message)}", file=stream, flush=True)
 
 
 @dataclass

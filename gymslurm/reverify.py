@@ -268,7 +268,7 @@ def _lines_of(path: Path, wanted: Container[int | None]) -> Iterable[bytes]:
 
 def _publish(output: Path, rows: Iterable[bytes], failures: Sequence[bytes]) -> None:
     """Publish the output and, when there are failures, its sidecar beside the resolved output."""
-    publish_stream(output, rows)
+    publish_stream(output, rows, follow_link=True)  # the output path keeps its symlink (spec 000)
     if failures:
         publish_stream(companion_path(output.resolve(), "_failures.jsonl"), failures)
 

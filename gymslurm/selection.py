@@ -21,8 +21,9 @@ The execution number and the budget are different counters: three interruptions 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal
 
@@ -193,7 +194,8 @@ def history_problem(reserved: int, outcomes: Sequence[SavedOutcome]) -> str | No
     return None
 
 
-def _result_disposition(outcome: SavedOutcome) -> Disposition:
+def result_disposition(outcome: SavedOutcome) -> Disposition:
+    """The coverage category of a selected completed result: masked, measured (a reward) or unscored."""
     if outcome.masked:
         return Disposition.MASKED
     return Disposition.MEASURED if outcome.reward is not None else Disposition.UNSCORED
@@ -211,12 +213,77 @@ def select_rollout(reserved: int, outcomes: Sequence[SavedOutcome], policy: Budg
         return RolloutState(Disposition.MISSING, None, counted, pending=True, exhausted=False)
     if selected.kind == "result":
         pending = selected.retry_masked and budget_left
-        return RolloutState(_result_disposition(selected), selected, counted, pending, exhausted=False)
+        return RolloutState(result_disposition(selected), selected, counted, pending, exhausted=False)
     if selected.kind == "omission":
         return RolloutState(Disposition.OMITTED, selected, counted, pending=False, exhausted=False)
     if not retryable_in_kind(selected, policy):
         return RolloutState(Disposition.FAILED, selected, counted, pending=False, exhausted=False)
     return RolloutState(Disposition.FAILED, selected, counted, pending=budget_left, exhausted=not budget_left)
+
+
+# One rollout's saved outcomes as the store's history reader groups them: None (nothing saved), the
+# one outcome itself (the common case, no container), or a list of outcomes.
+Group = SavedOutcome | list[SavedOutcome] | None
+
+
+def select_rollouts(
+    counts: Sequence[int],
+    groups: Sequence[Group],
+    policy: BudgetPolicy,
+    conflict: Callable[[int, str], Exception],
+) -> tuple[list[RolloutState], array[int]]:
+    """Every rollout's state, and the newest execution holding an outcome (-1 for none): the one loop.
+
+    The rule is :func:`select_rollout`'s, checked first by :func:`history_problem`: a conflict raises
+    ``conflict(index, problem)`` (the store's one message, naming the files). Its fast case is
+    inlined here on purpose (bench/store.py): when a rollout's only outcome is a completed result
+    of its newest execution that is not retry-masked, ``select_rollout`` would select it with
+    :func:`result_disposition`, nothing counted and nothing pending, and its history is valid (its
+    one execution was reserved), so that state is built directly.
+    The store's reconcile, and so aggregation and health, select through this loop only.
+    """
+    states: list[RolloutState] = []
+    newest = array("q", [-1]) * len(counts)
+    add_state = states.append
+    measured, masked, unscored = Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED
+    for index, reserved in enumerate(counts):
+        group = groups[index]
+        if (
+            type(group) is SavedOutcome
+            and group.attempt == reserved - 1
+            and group.kind == "result"
+            and not group.retry_masked
+        ):
+            newest[index] = reserved - 1
+            disposition = masked if group.masked else unscored if group.reward is None else measured
+            add_state(RolloutState(disposition, group, 0, False, False))
+            continue
+        if group is None:
+            add_state(select_rollout(reserved, (), policy))
+            continue
+        outcomes: Sequence[SavedOutcome] = (group,) if type(group) is SavedOutcome else group  # type: ignore[assignment]
+        newest[index] = max([outcome.attempt for outcome in outcomes])
+        problem = history_problem(reserved, outcomes)
+        if problem:
+            raise conflict(index, problem)
+        add_state(select_rollout(reserved, outcomes, policy))
+    return states, newest
+
+
+def advance_state(
+    state: RolloutState, saved: SavedOutcome, reserved: int, policy: BudgetPolicy
+) -> RolloutState:
+    """The state after a new outcome for the newest execution, by :func:`select_rollout`'s own rules.
+
+    Older outcomes only matter through the failures they counted, so the selection runs on the new
+    outcome alone with the budget already spent taken off the limit (the collector's live view).
+    """
+    spent = state.counted_failures
+    if saved.kind == "result" and not saved.retry_masked:  # the fast case: a final result
+        return RolloutState(result_disposition(saved), saved, spent, False, False)
+    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
+    fresh = select_rollout(reserved, [saved], remaining)
+    return replace(fresh, counted_failures=spent + fresh.counted_failures)
 
 
 # --- reading result rows ------------------------------------------------------------------------

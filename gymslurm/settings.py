@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gymslurm.dispatch.classify import Protocol
 from gymslurm.errors import ConfigError
+from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
@@ -69,6 +70,7 @@ class CollectSettings(BaseModel):
     dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
     request_timeout_s: float = Field(default=3600, gt=0)
     stall_window_s: float | None = Field(default=None, gt=0)
+    max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     environment_server_url: str | None = None
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
@@ -173,7 +175,35 @@ class CollectSettings(BaseModel):
 
 def _check_url(url: str) -> None:
     if not (url.startswith("http://") or url.startswith("https://")) or len(url) <= len("http://"):
-        raise ValueError(f"{url!r} is not an http(s) URL: write it as http://HOST:PORT")
+        raise ValueError(f"{redact_text(url)!r} is not an http(s) URL: write it as http://HOST:PORT")
+
+
+SECRET_OVERRIDES_ENV = "GYMSLURM_COLLECT_OVERRIDES"
+
+
+def secret_overrides(environ: dict[str, str] | None = None) -> list[str]:
+    """Overrides passed in the environment (a JSON list of strings), appended after the command line's.
+
+    The channel for overrides that carry a credential: a command line is visible to every user of
+    the machine (``ps``, ``/proc/*/cmdline``), a process's environment only to its owner. The chain
+    step passes each credential-bearing override here (docs/security.md).
+    """
+    import json
+
+    env = os.environ if environ is None else environ
+    raw = env.get(SECRET_OVERRIDES_ENV)
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ConfigError(
+            f"{SECRET_OVERRIDES_ENV} in the environment is not a JSON list of override strings; unset it "
+            'or set it like \'["+policy_api_key=..."]\''
+        )
+    return items
 
 
 def max_rollout_attempts(environ: Mapping[str, str] | None = None) -> int:
@@ -223,7 +253,8 @@ def compose_config(
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(
             f"cannot compose the collect configuration from {folder}/{config_name}.yaml with overrides "
-            f"{overrides}: {error}. Write overrides as +key=value (see configs/collect.yaml)"
+            f"{redact_value(overrides)}: {redact_text(str(error))}. Write overrides as +key=value "
+            "(see configs/collect.yaml)"
         ) from error
     container = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(container, dict)
@@ -259,7 +290,8 @@ def resolve_config(raw: dict[str, Any]) -> dict[str, Any]:
         }
     except OmegaConfBaseException as error:
         raise ConfigError(
-            f"cannot resolve the collect configuration: {error}. Fix the interpolation or set the variable"
+            f"cannot resolve the collect configuration: {redact_text(str(error))}. Fix the interpolation "
+            "or set the variable"
         ) from error
     return resolved
 
@@ -286,11 +318,15 @@ def _resolve_leniently(node: Any) -> Any:
     return out
 
 
-def validate_settings(resolved: dict[str, Any], environ: Mapping[str, str] | None = None) -> CollectSettings:
+def validate_settings(
+    resolved: dict[str, Any], environ: Mapping[str, str] | None = None, raw: dict[str, Any] | None = None
+) -> CollectSettings:
     """Validate a resolved configuration into :class:`CollectSettings`, with messages a user can act on.
 
-    ``max_rollout_attempts`` is resolved here too, from ``environ`` (default ``os.environ``), so that
-    nothing deeper reads the environment and a bad value is refused before anything is written.
+    ``raw`` (the unresolved configuration) lets a message show an interpolation as written rather
+    than its resolved value. ``max_rollout_attempts`` is resolved here too, from ``environ`` (default
+    ``os.environ``), so that nothing deeper reads the environment and a bad value is refused before
+    anything is written.
     """
     missing = [key for key in ("input_jsonl_fpath", "output_jsonl_fpath") if resolved.get(key) in (None, "")]
     if missing:
@@ -304,14 +340,30 @@ def validate_settings(resolved: dict[str, Any], environ: Mapping[str, str] | Non
     try:
         return CollectSettings.model_validate({**resolved, FROM_ENVIRONMENT: max_rollout_attempts(environ)})
     except ValidationError as error:
-        raise ConfigError(_explain(error)) from error
+        raise ConfigError(_explain(error, raw or {})) from error
 
 
 def _valid() -> str:
     return ", ".join(sorted(name for name in CollectSettings.model_fields if name != FROM_ENVIRONMENT))
 
 
-def _explain(error: ValidationError) -> str:
+def _shown(loc: tuple[Any, ...], value: Any, raw: dict[str, Any]) -> str:
+    """A rejected value as a message may show it: redacted by the identity's rule (and by its name).
+
+    A value that came from an interpolation (``${oc.env:MY_API_KEY}``) is shown as the interpolation
+    as written, never as what it resolved to.
+    """
+    if any(is_credential_name(part) for part in loc if isinstance(part, str)):
+        return repr(REDACTED)
+    written: Any = raw
+    for part in loc:
+        written = written.get(part) if isinstance(written, dict) else None
+    if isinstance(written, str) and "${" in written:
+        return f"{redact_text(written)!r} resolved"
+    return redact_text(repr(value))
+
+
+def _explain(error: ValidationError, raw: dict[str, Any]) -> str:
     lines = []
     valid = _valid()
     for item in error.errors():
@@ -320,7 +372,7 @@ def _explain(error: ValidationError) -> str:
             lines.append(f"unknown setting {where!r} (a typo?). Valid settings: {valid}")
         else:
             value = item.get("input")
-            shown = "" if isinstance(value, dict) else f" (got {value!r})"
+            shown = "" if isinstance(value, dict) else f" (got {_shown(item['loc'], value, raw)})"
             lines.append(f"{where}: {item['msg'].removeprefix('Value error, ')}{shown}")
     body = "\n  ".join(lines)
     return f"invalid collect configuration:\n  {body}\nSee configs/collect.yaml and docs/collector.md."
@@ -331,4 +383,4 @@ def load_settings(
 ) -> tuple[CollectSettings, dict[str, Any]]:
     """Compose, resolve and validate; return the settings and the unresolved config (for identity)."""
     raw = compose_config(overrides, config_dir, config_name)
-    return validate_settings(resolve_config(raw)), raw
+    return validate_settings(resolve_config(raw), raw=raw), raw

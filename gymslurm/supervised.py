@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from gymslurm.identity import redact_text
 from gymslurm.supervision import (
     SUPERVISION_FD_ENV,
     Judgement,
@@ -210,9 +211,10 @@ class Breaker:
                 server_fault = await future
             if not server_fault:
                 return outcome, False
+        shown = redact_text(url)  # evidence is saved in the sidecar: never a URL's password
         evidence = {
-            "cause": "server_unreachable", "server": url,
-            "how": f"transport failures in a row across {self.streak.threshold} rollouts and {url} "
+            "cause": "server_unreachable", "server": shown,
+            "how": f"transport failures in a row across {self.streak.threshold} rollouts and {shown} "
                    "did not answer a probe",
         }  # fmt: skip
         failed_at = time.monotonic()

@@ -70,8 +70,8 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return ExitCode.DONE
     from gymslurm.collector import collect
-    from gymslurm.settings import load_settings
+    from gymslurm.settings import load_settings, secret_overrides
 
     config_dir, config_name, overrides = split_options(argv)
-    settings, raw = load_settings(overrides, config_dir, config_name)
+    settings, raw = load_settings([*overrides, *secret_overrides()], config_dir, config_name)
     return collect(settings, raw, stderr=sys.stderr, stdout=sys.stdout)

@@ -21,6 +21,7 @@ from gymslurm.dispatch.classify import (
 )
 from gymslurm.dispatch.client import REQUEST_HEADERS
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError, MetricsUnavailableError
+from gymslurm.identity import redact_text
 from gymslurm.records import EpisodeId
 
 
@@ -80,25 +81,27 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
     :class:`ConfigError` (exit 2) when the server itself answers without a usable configuration.
     """
     where = url.rstrip("/") + CONFIG_ENDPOINT
+    shown = redact_text(where)  # messages never carry a URL's password (docs/security.md)
     try:
         with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
             reply = http.get(where)  # trust_env off: servers are cluster-internal, no proxy
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as error:
         raise ConfigError(
-            f"cannot read the configuration from {where!r}: {error}. {_CONFIG_ADVICE}"
+            f"cannot read the configuration from {shown!r}: {redact_text(str(error))}. {_CONFIG_ADVICE}"
         ) from None
     except httpx.TransportError as error:
         raise EnvironmentUnreachableError(
-            f"cannot read the Environment Server's configuration from {where}: {error}. {_CONFIG_ADVICE}"
+            f"cannot read the Environment Server's configuration from {shown}: {redact_text(str(error))}. "
+            f"{_CONFIG_ADVICE}"
         ) from None
     if reply.status_code in GATEWAY_STATUS_KINDS:
         raise EnvironmentUnreachableError(
-            f"cannot read the Environment Server's configuration from {where}: it answered HTTP "
+            f"cannot read the Environment Server's configuration from {shown}: it answered HTTP "
             f"{reply.status_code} (a gateway or an overloaded server; not now). Retry later. {_CONFIG_ADVICE}"
         )
     if not reply.is_success:
         raise ConfigError(
-            f"the Environment Server's configuration is required for the run's identity, but {where} "
+            f"the Environment Server's configuration is required for the run's identity, but {shown} "
             f"answered HTTP {reply.status_code}. {_CONFIG_ADVICE}"
         )
     return parse_environment_config(reply.text, where)
@@ -193,11 +196,12 @@ def post_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: floa
         body = orjson.loads(reply.content)
     except (httpx.HTTPError, httpx.InvalidURL, orjson.JSONDecodeError) as error:
         raise MetricsUnavailableError(
-            f"the Environment Server at {url} did not answer {METRICS_ENDPOINT} ({error})"
+            f"the Environment Server at {redact_text(url)} did not answer {METRICS_ENDPOINT} "
+            f"({redact_text(str(error))})"
         ) from error
     if not isinstance(body, dict):
         raise MetricsUnavailableError(
-            f"the Environment Server at {url} answered {METRICS_ENDPOINT} with a non-object"
+            f"the Environment Server at {redact_text(url)} answered {METRICS_ENDPOINT} with a non-object"
         )
     return body
 

@@ -38,7 +38,9 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from gymslurm.dispatch.http11 import _ReplyTooLarge
 from gymslurm.errors import ProtocolError
+from gymslurm.identity import redact_text
 from gymslurm.records import (
     FAILURE_KINDS,
     MAX_FAILURE_REASON,
@@ -218,7 +220,7 @@ def classify_exception(
     """
     kind, delivery = _exception_evidence(exc)
     where = f"POST {url.rstrip('/')}{path}" if url else _request_url(exc)
-    reason = _truncate(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}")
+    reason = _truncate(redact_text(" ".join(filter(None, [type(exc).__name__, where])) + f": {exc}"))
     failure = EpisodeFailure(failure_reason=reason, terminal=False, failure_kind=kind)
     record = RolloutFailureRecord(
         episode_id=episode, run_id=run_id, source="collector", delivery=delivery, failure=failure
@@ -244,8 +246,8 @@ class _Call(NamedTuple):
         self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None,
         stage: Stage | None = None,
     ) -> RolloutFailureRecord:
-        failure = EpisodeFailure(failure_reason=_truncate(reason), terminal=terminal, failure_kind=kind,
-                                 stage=stage)  # fmt: skip
+        failure = EpisodeFailure(failure_reason=_truncate(redact_text(reason)), terminal=terminal,
+                                 failure_kind=kind, stage=stage)  # fmt: skip
         return RolloutFailureRecord(
             episode_id=self.episode, run_id=self.run_id, source=source, delivery=delivery, failure=failure
         )
@@ -260,7 +262,7 @@ class _Call(NamedTuple):
     def violation(self, problem: str) -> Failed:
         """A terminal protocol-violation failure, or ProtocolError when routing is off."""
         if not self.route_failures:
-            where = f" from {self.url}" if self.url else ""
+            where = f" from {redact_text(self.url)}" if self.url else ""
             raise ProtocolError(
                 f"The Environment Server reply{where} for rollout {self.episode.rollout_id!r} attempt "
                 f"{self.episode.attempt} (task {self.task_id!r}) breaks the protocol: {problem}. Fix the "
@@ -275,6 +277,8 @@ class _Call(NamedTuple):
 
 def _exception_evidence(exc: BaseException) -> tuple[str, Delivery]:
     """(failure_kind, delivery) for a transport exception; re-raises what is not one."""
+    if isinstance(exc, _ReplyTooLarge):
+        return REPLY_TOO_LARGE, "delivered"  # the server answered; the answer was refused unread
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | ConnectionRefusedError):
         return "transport_unreachable", "not_sent"
     if isinstance(exc, httpx.PoolTimeout):
@@ -286,6 +290,9 @@ def _exception_evidence(exc: BaseException) -> tuple[str, Delivery]:
     if isinstance(exc, httpx.TransportError | httpx.DecodingError | OSError):
         return "transport_peer_drop", "possibly_delivered"
     raise exc
+
+
+REPLY_TOO_LARGE = "gymslurm:reply_too_large"  # namespaced: the collector's own kind (PROTOCOL.md)
 
 
 def _request_url(exc: BaseException) -> str:

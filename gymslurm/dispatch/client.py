@@ -25,7 +25,7 @@ from gymslurm.dispatch.classify import (
     classify_reply,
     request_body,
 )
-from gymslurm.dispatch.http11 import HEAD_END, Http11Transport
+from gymslurm.dispatch.http11 import DEFAULT_MAX_REPLY_BYTES, HEAD_END, Http11Transport, _ReplyTooLarge
 from gymslurm.errors import ConfigError
 from gymslurm.records import FAILURE_KINDS, EpisodeId
 
@@ -53,6 +53,7 @@ class EnvironmentClient:
         write_timeout: float | None = 60.0,
         keepalive_expiry: float = 4.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_reply_bytes: int | None = DEFAULT_MAX_REPLY_BYTES,
         protocol: Protocol = "episode",
     ) -> None:
         if concurrency < 1:
@@ -60,6 +61,7 @@ class EnvironmentClient:
         self.run_id, self.route_failures, self.protocol = run_id, route_failures, protocol
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}
         self._keepalive_expiry = keepalive_expiry
+        self._max_reply = max_reply_bytes
         self._shared = transport
         self._slots = asyncio.Semaphore(concurrency)
         self._free: list[dict[str, httpx.AsyncBaseTransport]] = []
@@ -150,9 +152,24 @@ class EnvironmentClient:
         )  # fmt: skip
         response = await transport.handle_async_request(request)
         try:
-            return response.status_code, await response.aread()
+            return response.status_code, await self._bounded_body(response)
         finally:
             await response.aclose()
+
+    async def _bounded_body(self, response: httpx.Response) -> bytes:
+        """The body, streamed so that an oversized reply is never held whole (max_reply_bytes)."""
+        parts, total = [], 0
+        try:
+            async for chunk in response.aiter_bytes():  # decoded: the bound is on what is held
+                total += len(chunk)
+                if self._max_reply is not None and total > self._max_reply:
+                    raise _ReplyTooLarge(None, self._max_reply)
+                parts.append(chunk)
+        except httpx.StreamConsumed:  # a transport that answered with the body already read (tests)
+            parts = [response.content]
+            if self._max_reply is not None and len(response.content) > self._max_reply:
+                raise _ReplyTooLarge(len(response.content), self._max_reply) from None
+        return b"".join(parts)
 
     def _new_slot(self) -> dict[str, httpx.AsyncBaseTransport]:
         slot: dict[str, httpx.AsyncBaseTransport] = {}
@@ -162,7 +179,7 @@ class EnvironmentClient:
     def _new_transport(self, scheme: str) -> httpx.AsyncBaseTransport:
         """Plain http: the minimal transport; https: httpx's, one connection (read timeout per read)."""
         if scheme == "http":
-            return Http11Transport(keepalive_expiry=self._keepalive_expiry)
+            return Http11Transport(keepalive_expiry=self._keepalive_expiry, max_body_bytes=self._max_reply)
         limits = httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=self._keepalive_expiry
         )

@@ -38,6 +38,26 @@ class _Connection:
         self.writer.close()
 
 
+DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024  # a /run reply larger than this is a failure, not a result
+_READ_CHUNK = 1 << 20
+
+
+class _ReplyTooLarge(httpx.TransportError):
+    """The server's answer is larger than ``max_reply_bytes``; it was not read whole.
+
+    Private to dispatch: classify.py turns it into a ``gymslurm:reply_too_large`` failure, so it never
+    reaches a caller (the exception tree of errors.py is for what does).
+    """
+
+    def __init__(self, size: int | None, limit: int) -> None:
+        said = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+        super().__init__(
+            f"the reply is {said}, over max_reply_bytes={limit}; it was not saved (raise "
+            "+max_reply_bytes if such replies are expected, or make the server answer smaller)"
+        )
+        self.size, self.limit = size, limit
+
+
 class Http11Transport(httpx.AsyncBaseTransport):
     """A minimal HTTP/1.1 keep-alive transport for plain ``http://`` servers (see the module docstring).
 
@@ -47,8 +67,9 @@ class Http11Transport(httpx.AsyncBaseTransport):
     the answer.
     """
 
-    def __init__(self, *, keepalive_expiry: float = 4.0) -> None:
+    def __init__(self, *, keepalive_expiry: float = 4.0, max_body_bytes: int | None = None) -> None:
         self._keepalive_expiry = keepalive_expiry
+        self._max_body = max_body_bytes
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -72,7 +93,8 @@ class Http11Transport(httpx.AsyncBaseTransport):
         connection = self._take_idle(origin) or await _connect(origin, timeouts.get("connect"))
         try:
             await _send(connection, data, timeouts.get("write"))
-            status, headers, content, keep_alive = await _receive(connection, timeouts.get("read"))
+            answer = await _receive(connection, timeouts.get("read"), self._max_body)
+            status, headers, content, keep_alive = answer
         except BaseException:
             connection.close()  # never reuse a connection with an unread or half-written exchange
             raise
@@ -123,10 +145,10 @@ async def _send(connection: _Connection, data: bytes, timeout: float | None) -> 
 
 
 async def _receive(
-    connection: _Connection, timeout: float | None
+    connection: _Connection, timeout: float | None, max_body: int | None = None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     try:
-        return await asyncio.wait_for(_read_response(connection.reader), timeout)
+        return await asyncio.wait_for(_read_response(connection.reader, max_body), timeout)
     except TimeoutError:
         raise httpx.ReadTimeout(f"no complete answer within {timeout} s") from None
     except asyncio.IncompleteReadError as exc:
@@ -140,7 +162,9 @@ async def _receive(
         raise httpx.ReadError(f"reading the response failed: {exc}") from exc
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+async def _read_response(
+    reader: asyncio.StreamReader, max_body: int | None = None
+) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     head = await reader.readuntil(HEAD_END)
     status_line, *header_lines = head[:-4].split(CRLF)
     version, status_text = status_line.split(b" ", 1)
@@ -151,14 +175,17 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, list[tuple[
     fields = {name.lower(): value.lower() for name, value in headers}
     keep_alive = version == b"HTTP/1.1" and fields.get(b"connection") != b"close"
     if fields.get(b"transfer-encoding", b"").endswith(b"chunked"):
-        content = await _read_chunked(reader)
+        content = await _read_chunked(reader, max_body)
         headers = [(name, value) for name, value in headers if name.lower() != b"transfer-encoding"]
     elif b"content-length" in fields:
-        content = await reader.readexactly(int(fields[b"content-length"]))
+        size = int(fields[b"content-length"])
+        if max_body is not None and size > max_body:
+            raise _ReplyTooLarge(size, max_body)  # refused before reading a byte of it
+        content = await reader.readexactly(size)
     elif status < 200 or status in (204, 304):
         content = b""
     else:
-        content, keep_alive = await reader.read(), False
+        content, keep_alive = await _read_to_close(reader, max_body), False
     return status, headers, content, keep_alive
 
 
@@ -167,9 +194,22 @@ def _header(line: bytes) -> tuple[bytes, bytes]:
     return name.strip(), value.strip()
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
+async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None) -> bytes:
+    parts, total = [], 0
+    while chunk := await reader.read(_READ_CHUNK):
+        total += len(chunk)
+        if max_body is not None and total > max_body:
+            raise _ReplyTooLarge(None, max_body)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def _read_chunked(reader: asyncio.StreamReader, max_body: int | None = None) -> bytes:
+    parts, total = [], 0
     while size := int((await reader.readuntil(CRLF)).split(b";", 1)[0], 16):
+        total += size
+        if max_body is not None and total > max_body:
+            raise _ReplyTooLarge(None, max_body)
         parts.append(await reader.readexactly(size))
         await reader.readexactly(2)
     while await reader.readuntil(CRLF) != CRLF:  # trailers

@@ -15,13 +15,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient
+from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient, end_from_scontrol
 
-# States in which a job still counts as part of a live chain.
+# States in which a job still counts as part of a live chain. The held ones (REQUEUE_HOLD,
+# SPECIAL_EXIT: requeued and held by RequeueExitHold or ``scontrol requeuehold``; RESV_DEL_HOLD)
+# never run again by themselves, but they are queued: ``cancel`` must cancel them and ``status``
+# must show them.
 LIVE_STATES = frozenset(
     {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED"}
+     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
 )  # fmt: skip
+HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 
 
 class Backend(Protocol):
@@ -48,6 +52,10 @@ class Backend(Protocol):
 
     def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
         """Final states and exit codes of these jobs, or None without accounting: one query."""
+        ...
+
+    def ended(self, job_id: str) -> AccountingRow | None:
+        """How one job ended (state, exit code, elapsed) as far as the scheduler remembers, else None."""
         ...
 
 
@@ -84,6 +92,14 @@ class SlurmBackend:
         """One ``sacct`` call (None when accounting is disabled)."""
         rows = self.client.accounting(list(job_ids))
         return None if rows is None else {row.job_id: row for row in rows}
+
+    def ended(self, job_id: str) -> AccountingRow | None:
+        """``sacct`` when accounting exists, else ``scontrol show job`` (until MinJobAge), else None."""
+        rows = self.client.accounting([job_id])
+        if rows is not None:
+            return next((row for row in rows if row.job_id == job_id), None)
+        fields = self.client.show_job(job_id)
+        return None if fields is None else end_from_scontrol(fields)
 
 
 def backend_name(wanted: str) -> Literal["slurm", "local"]:

@@ -2,8 +2,15 @@
 
 Order of work, chosen so that a job killed at any moment still leaves the chain able to go on:
 
+0. take the shard's link lock (``shards/NNN/link.lock``, held for the whole link). A link that
+   finds it taken, or finds another run of the chain whose job is still alive in the queue (a
+   hand rerun of the script, a duplicate Slurm started), logs why and exits 0 at once: no
+   decision, no successor, nothing spent. A job that is still running is never accounted for;
 1. account for runs that started but never wrote a decision (the predecessor was SIGKILLed, its
-   node failed, or this very job was requeued): one ``decision`` record each, ``accounted_by`` us;
+   node failed, it crashed, or this very job was requeued): one ``decision`` record each,
+   ``accounted_by`` us, from the facts :func:`gymslurm.launcher.decide.dead_run_end` weighs
+   (Slurm's state, exit code and elapsed time, the run's start record, whether its collector
+   saved new outcomes);
 2. if the chain is already finished (a stop, a cancel), do nothing and exit 0;
 3. record our start, then make sure a successor is queued (``afterany`` on us) *before* running
    anything, so that however this job ends, the next link starts after it. A requeued run of the
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -39,22 +47,25 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import psutil
 
-from gymslurm.coverage import Coverage
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.identity import redact_text
 from gymslurm.launcher import servers as server_mod
 from gymslurm.launcher.backend import LIVE_STATES, Backend
 from gymslurm.launcher.decide import (
     Budgets,
+    DeadRun,
     Decision,
     JobEnd,
     Limits,
     Progress,
     Verdict,
+    dead_run_end,
     decide,
     job_exit_code,
 )
@@ -69,22 +80,27 @@ from gymslurm.launcher.ledger import (
     summarize,
     utc_now,
 )
-from gymslurm.launcher.rundir import RunDir, ensure_shard_input
+from gymslurm.launcher.rundir import SECRETS_ENV, RunDir, ensure_shard_input
 from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
 from gymslurm.launcher.supervise import Supervisor
+from gymslurm.settings import SECRET_OVERRIDES_ENV
 from gymslurm.store import live
+from gymslurm.store.atomic import open_run_file
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import read_coverage
-from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
+
+if TYPE_CHECKING:
+    from gymslurm.coverage import Coverage
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 HEARTBEAT_S = live.HEARTBEAT_S
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+# A job in one of these states may still be running a link (COMPLETING jobs are being torn down).
+ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
 
 
 def log(message: str) -> None:
     """One timestamped line on the job's output."""
-    print(f"[gymslurm chain-step {utc_now()}] {message}", file=sys.stderr, flush=True)
+    print(f"[gymslurm chain-step {utc_now()}] {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 def saved_coverage(output: Path) -> Coverage | None:
@@ -93,6 +109,8 @@ def saved_coverage(output: Path) -> Coverage | None:
     An unreadable or foreign-version file is said on the job's output and treated as no coverage
     (no evidence of progress), as a missing one is: the chain never stops on it.
     """
+    from gymslurm.store.store import read_coverage  # at the link's end: keeps chain-step's start fast
+
     try:
         return read_coverage(RunPaths.for_output(output))
     except StoreError as error:
@@ -129,6 +147,8 @@ def read_resubmit_offset(output: Path) -> str | None:
 
     Parsed by the store's one reader; a malformed file is said on the job's output and kept as None.
     """
+    from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
+
     paths = RunPaths.for_output(output)
     if not paths.resubmit_offset.exists():
         return None
@@ -209,6 +229,15 @@ class Heartbeat:
         self.payload = {"job_id": job_id, "restart_count": restart, "start": start}
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
+    def publish(self, **pids: object) -> None:
+        """Add the pid of the link's collector (``collector_pid``) and beat now.
+
+        ``gymslurm inject`` reads it to send a fault to the collector of this link (servers' pids
+        are in the ledger's ``server`` records).
+        """
+        self.payload.update(pids)
+        self.beat()
+
     def beat(self) -> None:
         """Write one heartbeat now."""
         record = live.Heartbeat(
@@ -242,7 +271,8 @@ def _seconds_between(start: str | None, end: str | None) -> float:
 
 
 def _limits(settings: BenchmarkSettings) -> Limits:
-    return Limits(settings.slurm.infra_retry_limit, settings.slurm.max_walltime_s)
+    slurm = settings.slurm
+    return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress)
 
 
 def _record(
@@ -259,27 +289,40 @@ def _record(
     return record
 
 
-def _dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, heartbeat: Path) -> JobEnd:
-    """What is known of a run that never wrote its decision."""
-    state = "REQUEUED" if run.job_id == me[0] else _slurm_state(run.job_id, backend)
-    elapsed = 0.0
-    with contextlib.suppress(StoreError):
-        beat = live.read_heartbeat(heartbeat)
-        if beat is not None and (beat.job_id, beat.restart_count) == (run.job_id, run.restart_count):
-            elapsed = _seconds_between(run.at, beat.at)
-    return JobEnd(slurm_state=state, exit_code=None, elapsed_s=elapsed)
+def saved_bytes(output: Path) -> int:
+    """The size of the shard's outcome files now (see :func:`gymslurm.store.store.saved_outcome_bytes`)."""
+    from gymslurm.store.store import saved_outcome_bytes  # imported late: keeps chain-step's start fast
+
+    return saved_outcome_bytes(RunPaths.for_output(output))
 
 
-def _slurm_state(job_id: str, backend: Backend) -> str:
+def dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, output: Path) -> DeadRun:
+    """What is known of a run that never wrote its decision: Slurm's word, its start, its saves."""
+    since = _seconds_between(run.at, utc_now())
+    saved = None if run.saved_bytes is None else saved_bytes(output) > run.saved_bytes
+    if run.job_id == me[0]:  # an earlier run of this very job: Slurm requeued it
+        return DeadRun("REQUEUED", since, saved_outcomes=saved)
     try:
-        rows = backend.accounting([job_id])
-        if rows and job_id in rows:
-            return rows[job_id].state
-        queued = backend.queue().get(job_id)
+        row = backend.ended(run.job_id)
     except Exception as error:  # a status query must not stop the chain from accounting
-        log(f"could not ask the scheduler about job {job_id}: {error}")
-        return "UNKNOWN"
-    return queued.state if queued else "VANISHED"
+        log(f"could not ask the scheduler about job {run.job_id}: {error}")
+        return DeadRun("UNKNOWN", since, saved_outcomes=saved)
+    if row is None:
+        return DeadRun("VANISHED", since, saved_outcomes=saved)
+    return DeadRun(row.state, since, row.exit_code, row.signal, row.elapsed_s, saved)
+
+
+def other_live_link(state: ChainState, me: tuple[str, int], backend: Backend) -> str | None:
+    """The job of another started run of this chain that the queue still shows alive, else None."""
+    others = [run.job_id for run in state.open_runs if run.job_id != me[0]]
+    if not others:
+        return None
+    try:
+        queue = backend.queue()
+    except Exception as error:  # the link lock was free: the runs are very likely dead
+        log(f"could not ask the scheduler whether jobs {' '.join(others)} still run: {error}")
+        return None
+    return next((job for job in others if job in queue and queue[job].state in ALIVE_STATES), None)
 
 
 def account_for_dead_runs(
@@ -288,14 +331,14 @@ def account_for_dead_runs(
     me: tuple[str, int],
     backend: Backend,
     *,
-    heartbeat: Path,
+    output: Path,
     limits: Limits,
 ) -> ChainState:
     """Write a decision for every run that started but never wrote one (except this run)."""
     for run in list(state.open_runs):
         if (run.job_id, run.restart_count) == me:
             continue
-        end = _dead_run_facts(run, me, backend, heartbeat)
+        end = dead_run_end(dead_run_facts(run, me, backend, output))
         before = state.budgets
         verdict = decide(end, before, limits)
         log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
@@ -334,8 +377,39 @@ def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: 
     return successor
 
 
+def split_secret_arguments(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
+    """(the command line, the overrides that carry a credential): the latter go in the environment.
+
+    A command line is readable by every user of the node (``ps``, ``/proc/*/cmdline``); an override
+    that the one redaction rule would change (``+policy_api_key=V``, a URL with a password...) is
+    passed in ``GYMSLURM_COLLECT_OVERRIDES`` instead, which the collector appends to its overrides.
+    Pure.
+    """
+    public = argv[:first_override]
+    secret: list[str] = []
+    for item in argv[first_override:]:
+        (secret if redact_text(item) != item else public).append(item)
+    return public, secret
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This job's environment for a child process, without the benchmark's secrets bundle.
+
+    Each process gets only its own secrets: the collector its overrides and ``collector.env``, each
+    server its ``env`` (already merged back into the settings), never ``GYMSLURM_SECRETS``.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in (SECRETS_ENV, SECRET_OVERRIDES_ENV)}
+    return {**env, **(extra or {})}
+
+
 def run_collector(
-    argv: list[str], signals: Signals, env: dict[str, str] | None = None, supervisor: Supervisor | None = None
+    argv: list[str],
+    signals: Signals,
+    env: dict[str, str] | None = None,
+    supervisor: Supervisor | None = None,
+    *,
+    heartbeat: Heartbeat | None = None,
+    first_override: int | None = None,
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
 
@@ -345,8 +419,11 @@ def run_collector(
     if signals.received:
         log(f"received {signals.names} before the collector started; not starting it")
         return None, None
-    log("collector: " + " ".join(argv))
-    child_env, read_fd = {**os.environ, **(env or {})}, None
+    public, secret = split_secret_arguments(argv, len(argv) if first_override is None else first_override)
+    hidden = f" (+{len(secret)} override(s) with credentials, in {SECRET_OVERRIDES_ENV})" if secret else ""
+    log("collector: " + " ".join(public) + hidden)
+    extra = {**(env or {}), **({SECRET_OVERRIDES_ENV: json.dumps(secret)} if secret else {})}
+    child_env, read_fd = child_environment(extra), None
     pass_fds: tuple[int, ...] = ()
     if supervisor is not None:
         read_fd, supervisor.write_fd = os.pipe()
@@ -354,12 +431,14 @@ def run_collector(
         pass_fds = (read_fd,)
         supervisor.begin()
     child = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
+        public, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
         preexec_fn=server_mod.stop_with_parent,  # noqa: PLW1509  a collector never outlives its link
     )  # fmt: skip
     if read_fd is not None:
         os.close(read_fd)
     signals.child, signals.supervisor = child, supervisor
+    if heartbeat is not None:
+        heartbeat.publish(collector_pid=child.pid)
     try:
         code = _wait_supervising(child, supervisor)
     finally:
@@ -394,20 +473,67 @@ def job_started_at() -> float:
     return time.time()
 
 
+def try_link_lock(path: Path) -> int | None:
+    """Take the shard's link lock without waiting: its descriptor, or None when a live link holds it.
+
+    The descriptor is not inherited by the collector or servers (PEP 446), so the lock is released
+    exactly when this chain step ends, however it ends (SIGKILL included).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _holder(heartbeat: Path) -> str:
+    with contextlib.suppress(StoreError):
+        beat = live.read_heartbeat(heartbeat)
+        if beat is not None:
+            return f"job {beat.job_id} (heartbeat {beat.at})"
+    return "a link whose heartbeat is not readable"
+
+
 def run_link(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]
 ) -> int:
     """Run one link of shard ``shard``'s chain as job ``me`` (job id, restart count)."""
     signals = Signals()
     signals.install()
+    duplicate = f"this job {me[0]} exits without a decision, a successor or spending anything"
+    lock = try_link_lock(run.link_lock(shard))
+    if lock is None:
+        log(f"another link of shard {shard} is live: {_holder(run.heartbeat(shard))} holds "
+            f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
+        return 0
+    try:
+        other = other_live_link(summarize(run.ledger(shard).read()), me, backend)
+        if other is not None:
+            log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
+                f"{duplicate}")  # fmt: skip
+            return 0
+        return _run_link_locked(run, shard, settings, backend, me, signals=signals)
+    finally:
+        os.close(lock)
+
+
+def _run_link_locked(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
+    signals: Signals,
+) -> int:  # fmt: skip
     ledger, limits = run.ledger(shard), _limits(settings)
-    state = account_for_dead_runs(
-        summarize(ledger.read()), ledger, me, backend, heartbeat=run.heartbeat(shard), limits=limits
-    )
+    output = run.shard_output(shard, settings.output_stem)
+    state = account_for_dead_runs(summarize(ledger.read()), ledger, me, backend, output=output, limits=limits)
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
+        if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
+            maybe_submit_aggregation(run, settings, backend, me[0])
         return ExitCode.DONE
-    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
+    bytes_before = saved_bytes(output)
+    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
     ledger.append(started)
     reap_predecessors(state, ledger, me)
     try:
@@ -415,16 +541,19 @@ def run_link(
     except SlurmError as error:  # collect anyway; queuing is tried again after the decision
         log(f"could not queue a successor now: {error}")
         successor = None
-    output = run.shard_output(shard, settings.output_stem)
     output.parent.mkdir(parents=True, exist_ok=True)
     if run.read_info().array:
         ensure_shard_input(run, shard, settings.shards)
     before_progress = read_progress(output)
-    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at):
-        code, killer, note = _collect(run, shard, settings, signals, state.resubmit_pending, me)
+    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
+        resubmit = state.resubmit_pending
+        code, killer, note = _collect(run, shard, settings, signals, resubmit, me, heartbeat=heartbeat)
     elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
-    end = JobEnd(slurm_state, code, elapsed, before_progress, read_progress(output), killer)
+    end = JobEnd(
+        slurm_state, code, elapsed, before_progress, read_progress(output), killer,
+        saved_outcomes=saved_bytes(output) > bytes_before,
+    )  # fmt: skip
     verdict = decide(end, state.budgets, limits)
     if note:
         verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
@@ -453,6 +582,8 @@ def _collect(  # noqa: PLR0917
     signals: Signals,
     resubmit: bool,
     me: tuple[str, int],
+    *,
+    heartbeat: Heartbeat,
 ) -> tuple[int | None, int | None, str | None]:
     ledger, host = run.ledger(shard), socket.gethostname()
 
@@ -478,7 +609,10 @@ def _collect(  # noqa: PLR0917
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
-        env_code, killer = run_collector(argv, signals, settings.collector.env, supervisor)
+        env_code, killer = run_collector(
+            argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
+            first_override=len(settings.collector.command),
+        )  # fmt: skip
         if supervisor is not None and supervisor.gave_up is not None:
             name = supervisor.gave_up
             limit = next(s.settings.restart_limit for s in started if s.settings.name == name)
@@ -548,7 +682,7 @@ def _finished_why(state: ChainState) -> str:
 @contextlib.contextmanager
 def _locked(path: Path):  # type: ignore[no-untyped-def]
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_run_file(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -113,6 +113,9 @@ class _SharedSlurm:
     def accounting(self, job_ids: Any) -> Any:
         return {}  # the list shows verdicts only; per-run status asks sacct
 
+    def ended(self, job_id: str) -> Any:
+        return None  # the list never accounts for a job
+
     def submit(self, script: Any, after: Any = ()) -> str:
         raise NotImplementedError("listing runs never submits")
 
@@ -185,6 +188,45 @@ def _cancel(argv: list[str]) -> int:
     return cancel(args.run, args.run_root)
 
 
+def _doctor(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm doctor",
+        description="Check the Slurm settings job chains rely on: what each breaks, and the fix.",
+    )
+    parser.add_argument("--partition", help="check this partition only (and that it exists)")
+    parser.add_argument("--shards", type=int, help="check queue limits against this many shards")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--probe", metavar="RUN_ROOT", default=None,
+        help="also run a tiny job: Python and gymslurm on the compute node, flock on RUN_ROOT, clock",
+    )  # fmt: skip
+    parser.add_argument("--python", default="python", help="the Python the probe job runs (slurm.python)")
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.doctor import run_doctor
+
+    return run_doctor(args.partition, args.shards, args.json, args.probe, args.python)
+
+
+def _inject(argv: list[str]) -> int:
+    from gymslurm.launcher.ledger import FAULTS
+
+    parser = argparse.ArgumentParser(
+        prog="gymslurm inject",
+        description="Send one fault to a shard's live link (recorded in its ledger); docs/inject.md.",
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("shard", type=int)
+    parser.add_argument("--kind", required=True, choices=FAULTS)
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.inject import inject
+    from gymslurm.launcher.submit import backend_for, resolve_run_or_job
+
+    run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
+    print(inject(run, args.shard, args.kind, backend_for(run, run.read_info().backend)))
+    return 0
+
+
 def _chain_step(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="gymslurm chain-step", description="(internal) one link, inside a job"
@@ -214,6 +256,8 @@ COMMANDS = {
     "report": _report,
     "resubmit": _resubmit,
     "cancel": _cancel,
+    "doctor": _doctor,
+    "inject": _inject,
     "chain-step": _chain_step,
 }
 

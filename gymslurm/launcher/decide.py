@@ -9,15 +9,25 @@ without spending an infrastructure retry and stops after 76"), applied in this o
 3. collector exit 2 → STOP_FAILED (the collector refused its configuration: a retry cannot help);
 4. accumulated walltime (every run of every job, requeued runs included) ≥ ``max_walltime`` →
    STOP_WALLTIME;
-5. collector exit 75 with evidence of progress → CONTINUE, no retry spent;
-6. collector exit 75 without evidence of progress → treated as exit 1 (the loop guard);
-7. no collector exit code because Slurm ended the job (TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED,
-   requeue, a signal forwarded from Slurm, a job that vanished) → CONTINUE, no retry spent;
-8. exit 1, any other exit code, or a collector killed by a signal Slurm did not send (OOM killer,
-   segfault) → RETRY while infrastructure retries remain (one is spent), else STOP_EXHAUSTED.
+5. ``max_links_without_progress`` consecutive links (this one included) saved no new outcome,
+   whatever ended them → STOP_NO_PROGRESS (the loop guard that needs no walltime cap);
+6. collector exit 75 with evidence of progress → CONTINUE, no retry spent;
+7. collector exit 75 without evidence of progress → treated as exit 1 (the loop guard);
+8. no collector exit code because Slurm ended the job (TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED,
+   requeue, a signal forwarded from Slurm) → CONTINUE, no retry spent;
+9. exit 1, any other exit code, a collector killed by a signal Slurm did not send (OOM killer,
+   segfault), or a link that crashed (:func:`dead_run_end`) → RETRY while infrastructure retries
+   remain (one is spent), else STOP_EXHAUSTED.
 
-Trade-off: rule 7 can loop for ever on a site that kills every job before the collector saves
-anything; ``max_walltime`` is the cap for that case, as in the spec. Rule 8 treats an unexpected
+A link that died without writing its own decision is accounted for by its successor, which
+gathers :class:`DeadRun` facts and turns them into a :class:`JobEnd` with :func:`dead_run_end`:
+Slurm ended it (TIMEOUT, PREEMPTED, NODE_FAIL, BOOT_FAIL, DEADLINE, CANCELLED, REQUEUED) or it
+crashed (FAILED, OUT_OF_MEMORY, any other end with an exit code and no decision, or an unknown end
+less than :data:`CRASH_WINDOW_S` after its start with no new outcome). Its walltime is its real
+elapsed time: Slurm's when known, else from its start record to the successor's accounting.
+
+Trade-off: rule 8 would loop for ever on a site that kills every job before the collector saves
+anything; rule 5 stops that loop after N links, ``max_walltime`` caps it in time. Rule 9 treats a
 crash as infrastructure (bounded by the retry limit) rather than as a terminal failure, because a
 crash on one node usually says nothing about the evaluation.
 
@@ -41,6 +51,7 @@ class Decision(StrEnum):
     STOP_FAILED = "STOP_FAILED"
     STOP_EXHAUSTED = "STOP_EXHAUSTED"
     STOP_WALLTIME = "STOP_WALLTIME"
+    STOP_NO_PROGRESS = "STOP_NO_PROGRESS"
 
     @property
     def continues(self) -> bool:
@@ -71,14 +82,16 @@ class Budgets:
     jobs: int = 0
     walltime_s: float = 0.0
     infra_retries_used: int = 0
+    links_without_progress: int = 0
 
 
 @dataclass(frozen=True)
 class Limits:
-    """The chain's caps, from the benchmark's slurm section."""
+    """The chain's caps, from the benchmark's slurm section (None: no cap)."""
 
     infra_retry_limit: int = 3
     max_walltime_s: float | None = None
+    max_links_without_progress: int | None = 5
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,9 @@ class JobEnd:
     ``exit_code`` is the collector's own exit code, None when it never reported one (the job was
     killed, or it died and a successor is accounting for it). ``collector_signal`` is the signal
     that killed the collector when the chain step itself did not forward one from Slurm.
+    ``crash`` says why a link that died without a decision is judged to have crashed (None: Slurm
+    ended it). ``saved_outcomes`` is whether the collector's outcome files grew during the run
+    (None: not known).
     """
 
     slurm_state: str
@@ -96,6 +112,64 @@ class JobEnd:
     progress_before: Progress | None = None
     progress_after: Progress | None = None
     collector_signal: int | None = None
+    crash: str | None = None
+    saved_outcomes: bool | None = None
+
+    @property
+    def progressed(self) -> bool:
+        """Whether this run saved any new outcome (fresh coverage, or grown outcome files)."""
+        return bool(self.saved_outcomes) or made_progress(self.progress_before, self.progress_after)
+
+
+# Ends that Slurm (or a person through Slurm) caused: the chain goes on without spending a retry.
+SLURM_ENDED = frozenset(
+    {"TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "CANCELLED", "REQUEUED",
+     "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
+)  # fmt: skip
+# Ends that say the job itself failed.
+CRASHED = frozenset({"FAILED", "OUT_OF_MEMORY"})
+# An end nobody can explain, this soon after the start and with nothing saved, is a crash.
+CRASH_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class DeadRun:
+    """What a successor knows of a run that ended without writing its decision.
+
+    ``slurm_state`` is Slurm's final state of the job (accounting, ``scontrol show job`` or
+    ``squeue``), ``REQUEUED`` for an earlier run of the accounting job itself, ``UNKNOWN`` when
+    the scheduler could not be asked and ``VANISHED`` when it forgot the job (after MinJobAge
+    without accounting). ``since_start_s`` runs from the run's start record to now.
+    """
+
+    slurm_state: str
+    since_start_s: float
+    slurm_exit_code: int | None = None
+    slurm_signal: int | None = None
+    slurm_elapsed_s: float | None = None
+    saved_outcomes: bool | None = None
+
+
+def dead_run_end(run: DeadRun) -> JobEnd:
+    """How a run that never wrote its decision ended: Slurm ended it, or it crashed (and why)."""
+    elapsed = run.slurm_elapsed_s if run.slurm_elapsed_s else run.since_start_s
+    state, code = run.slurm_state, run.slurm_exit_code
+    shown = f"{state}, exit {code}" if code is not None else state
+    if run.slurm_signal:
+        shown += f", signal {run.slurm_signal}"
+    crash: str | None = None
+    if state in CRASHED:
+        crash = f"Slurm says {shown} and the link wrote no decision"
+    elif state in SLURM_ENDED:
+        crash = None
+    elif code is not None and (code != 0 or state == "COMPLETED"):
+        crash = f"the job ended ({shown}) without writing its decision"
+    elif elapsed < CRASH_WINDOW_S and not run.saved_outcomes:
+        crash = f"the job ended ({shown}) {elapsed:.0f}s after its start with no new outcome"
+    return JobEnd(
+        slurm_state=state, exit_code=None, elapsed_s=max(elapsed, 0.0), crash=crash,
+        saved_outcomes=run.saved_outcomes,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,22 +213,40 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
             f"accumulated walltime {spent.walltime_s:.0f}s reached max_walltime {cap:.0f}s",
             spent,
         )
-    if code == ExitCode.CONTINUE and made_progress(end.progress_before, end.progress_after):
+    idle = 0 if end.progressed else budgets.links_without_progress + 1
+    spent = replace(spent, links_without_progress=idle)
+    stall = limits.max_links_without_progress
+    if stall is not None and idle >= stall:
+        return Verdict(
+            Decision.STOP_NO_PROGRESS,
+            f"{_why(end)}; {idle} consecutive links saved no new outcome "
+            f"(max_links_without_progress={stall})",
+            spent,
+        )
+    if code == ExitCode.CONTINUE and end.progressed:
         return Verdict(Decision.CONTINUE, "collector exit 75: progress made, work remains", spent)
-    if code is None and end.collector_signal is None:
-        return Verdict(Decision.CONTINUE, f"job ended by Slurm ({end.slurm_state}); no retry spent", spent)
+    if code is None and end.collector_signal is None and end.crash is None:
+        return Verdict(Decision.CONTINUE, f"{_why(end)}; no retry spent", spent)
     return _retry_or_exhausted(end, spent, limits)
 
 
-def _retry_or_exhausted(end: JobEnd, spent: Budgets, limits: Limits) -> Verdict:
+def _why(end: JobEnd) -> str:
+    """Why the run ended, in words (shared by every reason)."""
     if end.exit_code == ExitCode.CONTINUE:
-        why = "collector exit 75 but its coverage shows no new outcome (counted as exit 1)"
-    elif end.exit_code is None:
-        why = f"collector killed by signal {end.collector_signal} that Slurm did not send"
-    elif end.exit_code == ExitCode.RETRY:
-        why = "collector exit 1: retryable work remains but no progress was made"
-    else:
-        why = f"collector exit {end.exit_code}: unexpected, treated as an infrastructure failure"
+        return "collector exit 75 but its coverage shows no new outcome (counted as exit 1)"
+    if end.crash is not None:
+        return f"the link crashed: {end.crash}"
+    if end.exit_code is None and end.collector_signal is not None:
+        return f"collector killed by signal {end.collector_signal} that Slurm did not send"
+    if end.exit_code is None:
+        return f"job ended by Slurm ({end.slurm_state})"
+    if end.exit_code == ExitCode.RETRY:
+        return "collector exit 1: retryable work remains but no progress was made"
+    return f"collector exit {end.exit_code}: unexpected, treated as an infrastructure failure"
+
+
+def _retry_or_exhausted(end: JobEnd, spent: Budgets, limits: Limits) -> Verdict:
+    why = _why(end)
     if spent.infra_retries_used >= limits.infra_retry_limit:
         reason = f"{why}; infrastructure retries exhausted ({limits.infra_retry_limit} used)"
         return Verdict(Decision.STOP_EXHAUSTED, reason, spent)
@@ -167,7 +259,8 @@ def job_exit_code(decision: Decision) -> int:
     """The exit code the chain step gives Slurm, so ``sacct`` tells the same story as the ledger.
 
     A chain that goes on exits 0 (the link did its job); STOP_FAILED exits 76 so Slurm marks it
-    FAILED; STOP_EXHAUSTED exits 1; STOP_WALLTIME exits 75 (incomplete, resumable by resubmit).
+    FAILED; STOP_EXHAUSTED and STOP_NO_PROGRESS exit 1; STOP_WALLTIME exits 75 (incomplete,
+    resumable by resubmit).
     """
     return {
         Decision.DONE: ExitCode.DONE,
@@ -176,4 +269,5 @@ def job_exit_code(decision: Decision) -> int:
         Decision.STOP_FAILED: ExitCode.STOP,
         Decision.STOP_EXHAUSTED: ExitCode.RETRY,
         Decision.STOP_WALLTIME: ExitCode.CONTINUE,
+        Decision.STOP_NO_PROGRESS: ExitCode.RETRY,
     }[decision]

@@ -25,18 +25,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gymslurm.errors import CorruptRecordError
+from gymslurm.identity import redact_value
 from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.store.atomic import open_run_file
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 from gymslurm.store.versions import check_version, version_of
 
 LEDGER_VERSION = version_of("ledger")
-FINISHED = {Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME}
+FINISHED = {
+    Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME,
+    Decision.STOP_NO_PROGRESS,
+}  # fmt: skip
 
 
 def utc_now() -> str:
@@ -59,17 +64,19 @@ class BudgetsRecord(BaseModel):
     jobs: int = 0
     walltime_s: float = 0.0
     infra_retries_used: int = 0
+    links_without_progress: int = 0
 
     @classmethod
     def of(cls, budgets: Budgets) -> BudgetsRecord:
         """Store a decide.Budgets."""
         return cls(
-            jobs=budgets.jobs, walltime_s=budgets.walltime_s, infra_retries_used=budgets.infra_retries_used
-        )
+            jobs=budgets.jobs, walltime_s=budgets.walltime_s, infra_retries_used=budgets.infra_retries_used,
+            links_without_progress=budgets.links_without_progress,
+        )  # fmt: skip
 
     def budgets(self) -> Budgets:
         """Back to a decide.Budgets."""
-        return Budgets(self.jobs, self.walltime_s, self.infra_retries_used)
+        return Budgets(self.jobs, self.walltime_s, self.infra_retries_used, self.links_without_progress)
 
 
 class Submitted(_Record):
@@ -88,6 +95,7 @@ class Started(_Record):
     job_id: str
     restart_count: int = 0
     host: str = ""
+    saved_bytes: int | None = None
 
 
 class DecisionRecord(_Record):
@@ -116,6 +124,20 @@ class Cancelled(_Record):
     kind: Literal["cancelled"] = "cancelled"
     job_ids: list[str]
     by: str = "cancel"
+
+
+Fault = Literal["timeout", "preempt", "cancel", "requeue", "crash", "server-crash", "hang"]
+FAULTS: tuple[str, ...] = get_args(Fault)
+
+
+class Injected(_Record):
+    """``gymslurm inject`` sent a fault to the shard's live link (``how``: what it ran)."""
+
+    kind: Literal["injected"] = "injected"
+    job_id: str
+    fault: Fault
+    how: str
+    by: str = "inject"
 
 
 class Resubmitted(_Record):
@@ -151,7 +173,8 @@ class ServerRecord(_Record):
 
 
 Record = Annotated[
-    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord, Field(discriminator="kind")
+    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected,
+    Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
 
@@ -193,9 +216,9 @@ class Ledger:
 
     def append(self, record: _Record) -> None:
         """Append one record as one line, under an exclusive lock, after cutting off a torn tail."""
-        line = orjson.dumps(record.model_dump(mode="json")) + b"\n"
+        line = orjson.dumps(redact_value(record.model_dump(mode="json"))) + b"\n"  # the one rule
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             cut_torn_tail(fd)
@@ -223,6 +246,7 @@ class ChainState:
     resubmit_pending: bool = False
     server_restarts: dict[str, int] = field(default_factory=dict)
     server_processes: list[ServerRecord] = field(default_factory=list)
+    injected: list[Injected] = field(default_factory=list)
 
     @property
     def latest_job(self) -> str | None:
@@ -257,6 +281,8 @@ def summarize(records: Iterable[Record]) -> ChainState:
         elif isinstance(record, Cancelled):
             state.cancelled = True
             state.finished = True
+        elif isinstance(record, Injected):
+            state.injected.append(record)
         elif isinstance(record, Resubmitted):
             state.finished = state.cancelled = False
             state.epochs += 1

@@ -175,6 +175,10 @@ class LocalBackend:
                 )  # fmt: skip
         return rows
 
+    def ended(self, job_id: str) -> AccountingRow | None:
+        """The job's row (the local queue never forgets a job)."""
+        return (self.accounting([job_id]) or {}).get(job_id)
+
 
 class Supervisor:
     """Runs the queue's jobs; one per run (it holds supervisor.lock)."""

@@ -5,6 +5,11 @@ script in the tests pins it and ``submit --dry-run`` prints exactly what would b
 ``string.Template`` (not Jinja) keeps the templates plain bash a reader can follow: the only
 syntax is ``$name`` and ``$$``; optional directives are assembled here, not in template logic.
 
+Values reach a script only after the settings boundary checked them (``scriptsafe.py``: one line,
+slugs for names, what sbatch takes in ``#SBATCH`` lines); :func:`render` checks every single-line
+slot again, so a value with a newline can never end a line of the script. Commands are
+shell-quoted (:func:`command_line`, the work directory); ``env_setup`` lines run as written.
+
 Secrets never reach a script: nothing here reads the environment, and :class:`ScriptValues`
 carries no configuration values other than the Slurm section's own.
 """
@@ -17,6 +22,7 @@ from pathlib import Path
 from string import Template
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.scriptsafe import control_problem
 from gymslurm.resources import templates_dir
 
 LINK_TEMPLATE = "link.sbatch"
@@ -65,6 +71,9 @@ def servers_block(commands: list[tuple[str, list[str] | None, str | None]]) -> s
         for name, argv, url in commands
     ]
     clean = redact_credentials({"lines": lines})["lines"]
+    for (name, _, _), line in zip(commands, clean, strict=True):
+        if problem := control_problem(f"servers.{name}", line):  # a newline would end the comment
+            raise ConfigError(f"cannot render a job script: {problem}")
     return "\n".join(f"#   {line}" for line in clean)
 
 
@@ -78,8 +87,19 @@ def command_line(argv: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in argv)
 
 
+# Multi-line blocks assembled (and checked line by line) here, or values shell-quoted where they land.
+_MULTI_LINE_OR_QUOTED = frozenset({"directives", "env_setup", "workdir", "command", "servers"})
+
+
 def render(template: str, values: ScriptValues) -> str:
-    """Fill ``template`` with ``values`` (``workdir`` shell-quoted); an unknown variable is an error."""
+    """Fill ``template`` with ``values`` (``workdir`` shell-quoted); an unknown variable is an error.
+
+    Every slot but the assembled blocks (``directives``, ``env_setup``) and the shell-quoted ones must
+    be one line: a value that got past the settings boundary with a newline is refused here too.
+    """
+    for name, value in asdict(values).items():
+        if name not in _MULTI_LINE_OR_QUOTED and (problem := control_problem(name, str(value))):
+            raise ConfigError(f"cannot render a job script: {problem}")
     try:
         text = Template(template).substitute({**asdict(values), "workdir": shlex.quote(values.workdir)})
     except (KeyError, ValueError) as error:

@@ -14,6 +14,7 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     array.json                    an array run: the job array of every shard's first link (written once)
     scripts/links.sbatch          an array run's one link script (instead of scripts/shard-NNN.sbatch)
     inputs/dataset.jsonl          an array run's dataset copy (each first link cuts inputs/shard-NNN.jsonl)
+    shards/NNN/link.lock          held (flock) by the shard's live link for its whole run
     aggregate/ledger.jsonl        the aggregation job's ledger; aggregate/lock serialises its submission
     logs/                         job output (appended across requeues)
     local/                        the local backend's job queue
@@ -114,6 +115,10 @@ class RunDir:
     def heartbeat(self, shard: int) -> Path:
         """A shard's heartbeat file."""
         return self.shard_dir(shard) / "heartbeat.json"
+
+    def link_lock(self, shard: int) -> Path:
+        """The lock a shard's live link holds: a second link of the shard finds it taken."""
+        return self.shard_dir(shard) / "link.lock"
 
     def script(self, shard: int | None) -> Path:
         """A shard's link script, or the aggregation script for None."""

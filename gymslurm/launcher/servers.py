@@ -36,6 +36,7 @@ import psutil
 
 from gymslurm.dispatch import probe_completion, probe_health
 from gymslurm.errors import ServerStartError
+from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
 
 
@@ -146,7 +147,8 @@ def start(
     with log.open("ab") as handle:
         process = subprocess.Popen(
             argv, stdout=handle, stderr=handle, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, **env}, preexec_fn=_die_with_parent,  # noqa: PLW1509
+            env={**{k: v for k, v in os.environ.items() if k != SECRETS_ENV}, **env},  # its own secrets only
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
         )  # fmt: skip
     server = RunningServer(
         settings, f"http://{settings.host}:{port}", process, port, log, started=dict(known)

@@ -5,12 +5,12 @@ command-line overrides (``gymslurm submit demo slurm.partition=low shards=3``). 
 launcher needs is resolved here, before anything is written or submitted; unknown keys are errors
 so a typo never silently falls back to a default.
 
-Secrets: a value below a credential-named key or an override ``KEY=VALUE`` with such a key is a
-secret; what counts as a credential name is the one rule of :func:`gymslurm.identity.is_credential_name`
-(``api_key``, ``HF_TOKEN``, ``password``... but not ``max_tokens`` or ``eos_token``).
+Secrets: whatever the identity's one redaction rule redacts (:func:`gymslurm.identity.redact_value`:
+credential-named keys such as ``api_key``, ``HF_TOKEN``, ``password`` but not ``max_tokens``;
+``--api-key V``; ``NAME=V``; Bearer/Basic; URL passwords; name/value pairs) is a secret.
 :func:`split_secrets` takes them out of the config that is saved in the run directory; the job
-gets them back from its environment (``GYMSLURM_SECRETS``, exported by ``sbatch``). A literal
-interpolation such as ``${oc.env:OPENAI_API_KEY}`` is not a secret and is kept as written.
+gets them back from its environment (``GYMSLURM_SECRETS``, exported by ``sbatch``), and hands each
+process only its own (docs/security.md).
 """
 
 from __future__ import annotations
@@ -20,13 +20,22 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gymslurm.errors import ConfigError
-from gymslurm.identity import is_credential_name
+from gymslurm.identity import REDACTED, redact_value
+from gymslurm.launcher import scriptsafe
 from gymslurm.resources import configs_dir
 
-REDACTED = "<secret: from GYMSLURM_SECRETS in the job's environment>"
+SECRETS_HINT = "GYMSLURM_SECRETS, exported by sbatch from where the run was submitted"
 # A command item that stands for the interpreter running gymslurm (slurm.python overrides it).
 PYTHON = "{python}"
 
@@ -43,6 +52,47 @@ class ContainerSettings(_Strict):
     mounts: list[str] = Field(default_factory=list)  # SRC:DST[:ro]
     gpus: bool = False  # apptainer: --nv (Pyxis sees the job's GPUs already)
     extra_args: list[str] = Field(default_factory=list)
+
+
+def _refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _one_line(value: str | None, info: ValidationInfo) -> str | None:
+    """A value that reaches a job script: one line, no control characters (launcher/scriptsafe.py)."""
+    if value is not None:
+        _refuse(scriptsafe.control_problem(str(info.field_name), value))
+    return value
+
+
+def _slug(value: str, info: ValidationInfo) -> str:
+    """A name that becomes a folder, file or job name: a safe slug (launcher/scriptsafe.py)."""
+    _refuse(scriptsafe.slug_problem(str(info.field_name), value))
+    return value
+
+
+def _credential_in_script(key: str, line: str) -> str | None:
+    """A script line may not carry a credential: scripts are saved, printed by --dry-run, read by admins."""
+    if redact_value(line) == line:
+        return None
+    return (
+        f"{key} carries a credential (it would be {redact_value(line)!r} with it redacted); a job script is "
+        "saved in the run directory and printed by --dry-run. Export the variable in your shell before "
+        "submitting (sbatch passes your environment to the job), or put it in collector.env / servers[].env"
+    )
+
+
+def _nul_free(value: Any, key: str) -> None:
+    """No string anywhere in a benchmark holds a NUL: it could reach no process intact."""
+    if isinstance(value, str):
+        _refuse(scriptsafe.nul_problem(key, value))
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            _nul_free(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _nul_free(item, f"{key}[{index}]")
 
 
 SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
@@ -79,6 +129,8 @@ class ServerSettings(_Strict):
     probe_failures: int = Field(default=2, ge=1)
     restart_limit: int = Field(default=3, ge=0)
 
+    _name_is_slug = field_validator("name")(_slug)
+
     @field_validator("command")
     @classmethod
     def _command_not_empty(cls, value: list[str] | None) -> list[str] | None:
@@ -110,6 +162,7 @@ class SlurmSettings(_Strict):
     time: str = "01:00:00"
     max_walltime: str | None = None
     infra_retry_limit: int = Field(default=3, ge=0)
+    max_links_without_progress: int | None = Field(default=5, ge=1)
     signal_lead_s: int = Field(default=90, ge=0)
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
@@ -119,10 +172,37 @@ class SlurmSettings(_Strict):
 
     @field_validator("time", "max_walltime")
     @classmethod
-    def _valid_time(cls, value: str | None) -> str | None:
+    def _valid_time(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
+            _one_line(value, info)
             slurm_seconds(value)
         return value
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _valid_directive(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            _refuse(scriptsafe.directive_problem(str(info.field_name), value))
+        return value
+
+    @field_validator("extra_directives")
+    @classmethod
+    def _valid_extra(cls, value: list[str]) -> list[str]:
+        for index, line in enumerate(value):
+            _refuse(scriptsafe.extra_directive_problem(f"extra_directives[{index}]", line))
+            _refuse(_credential_in_script(f"extra_directives[{index}]", line))
+        return value
+
+    @field_validator("env_setup")
+    @classmethod
+    def _one_line_each(cls, value: list[str]) -> list[str]:
+        """Each item runs as written, as one line of the job's shell (docs/security.md)."""
+        for index, line in enumerate(value):
+            _refuse(scriptsafe.control_problem(f"env_setup[{index}]", line, allow_tab=True))
+            _refuse(_credential_in_script(f"env_setup[{index}]", line))
+        return value
+
+    _python_one_line = field_validator("python")(_one_line)
 
     @property
     def max_walltime_s(self) -> float | None:
@@ -156,6 +236,13 @@ class AggregationSettings(_Strict):
     )
     time: str = "00:30:00"
 
+    @field_validator("time")
+    @classmethod
+    def _valid_time(cls, value: str, info: ValidationInfo) -> str:
+        _one_line(value, info)
+        slurm_seconds(value)
+        return value
+
 
 class BenchmarkSettings(_Strict):
     """A whole benchmark, as ``submit`` uses it."""
@@ -172,6 +259,14 @@ class BenchmarkSettings(_Strict):
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
 
+    _names_are_slugs = field_validator("name", "output_stem")(_slug)
+    _run_root_one_line = field_validator("run_root")(_one_line)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul_anywhere(cls, data: Any) -> Any:
+        _nul_free(data, "")
+        return data
     def model_post_init(self, _context: Any) -> None:
         """Server names are unique and ``{servers.NAME.*}`` names a server listed earlier."""
         seen: list[str] = []
@@ -214,6 +309,21 @@ def slurm_seconds(text: str | int) -> int:
 
 SLURM_LIMIT_TICK_S = 30  # slurmctld checks time limits (and sends --signal warnings) about this often
 MIN_WORK_BEFORE_SIGNAL_S = 60
+
+
+def visible_credential_warnings(settings: BenchmarkSettings) -> list[str]:
+    """Warnings for credentials a configured command would carry on its command line (pure).
+
+    A server's ``command`` is run as written: gymslurm cannot make a program read an argument from
+    elsewhere, so a credential there is readable by every user of the node (``ps``).
+    """
+    return [
+        f"servers[{index}].command ({server.name}) carries a credential on its command line, which every "
+        "user of the node can read (ps, /proc/*/cmdline); pass it in servers[].env and have the server "
+        "read it from its environment (docs/security.md)"
+        for index, server in enumerate(settings.servers)
+        if server.command is not None and redact_value(server.command) != server.command
+    ]
 
 
 def early_signal_warning(slurm: SlurmSettings) -> str | None:
@@ -289,7 +399,8 @@ def validate(data: dict[str, Any], where: str) -> BenchmarkSettings:
         settings = BenchmarkSettings.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors()
         )
         raise ConfigError(f"benchmark {where} is invalid: {problems}") from error
     return with_interpreter(settings)
@@ -328,53 +439,42 @@ def load_benchmark(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, 
     return validate(data, name), data
 
 
-def _is_interpolation(value: object) -> bool:
-    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
+def split_secrets(data: Any) -> tuple[Any, dict[str, Any]]:
+    """A copy of ``data`` with every credential redacted, and the original values by dotted path.
 
-
-def split_secrets(data: Any, path: str = "") -> tuple[Any, dict[str, Any]]:
-    """A copy of ``data`` with every secret replaced by a marker, and the secrets by dotted path."""
+    The rule is the identity's (:func:`gymslurm.identity.redact_value`: credential-named keys,
+    ``secrets`` mappings, ``--api-key V`` items, ``NAME=V`` strings, Bearer/Basic, URL passwords,
+    name/value pairs, credential-named ``${oc.env:...}``): wherever redaction changed a value, the
+    saved config has the redacted form and the original travels in the job's environment.
+    """
+    clean = redact_value(data)
     secrets: dict[str, Any] = {}
-    if isinstance(data, dict):
-        clean: dict[str, Any] = {}
-        for key, value in data.items():
-            where = f"{path}.{key}" if path else str(key)
-            if (
-                is_credential_name(str(key))
-                and not isinstance(value, dict | list)
-                and not _is_interpolation(value)
-            ):
-                secrets[where] = value
-                clean[key] = REDACTED
-            else:
-                clean[key], found = split_secrets(value, where)
-                secrets.update(found)
-        return clean, secrets
-    if isinstance(data, list):
-        items = []
-        for index, value in enumerate(data):
-            item, found = split_secrets(value, f"{path}[{index}]")
-            items.append(item)
-            secrets.update(found)
-        return items, secrets
-    if isinstance(data, str) and "=" in data:
-        key, _, value = data.partition("=")
-        if is_credential_name(key) and value and not _is_interpolation(value):
-            return f"{key}={REDACTED}", {path: data}
-    return data, secrets
+    _differences(data, clean, "", secrets)
+    return clean, secrets
+
+
+def _differences(original: Any, clean: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(original, dict) and isinstance(clean, dict):
+        for key, value in original.items():
+            _differences(value, clean[key], f"{path}.{key}" if path else str(key), out)
+    elif isinstance(original, list) and isinstance(clean, list) and len(original) == len(clean):
+        for index, (value, redacted) in enumerate(zip(original, clean, strict=True)):
+            _differences(value, redacted, f"{path}[{index}]", out)
+    elif original != clean:
+        out[path] = original
 
 
 def merge_secrets(data: Any, secrets: dict[str, Any], path: str = "") -> Any:
     """Put secrets taken out by :func:`split_secrets` back; a missing one is a clear error."""
+    if path in secrets:
+        return secrets[path]
     if isinstance(data, dict):
         return {k: merge_secrets(v, secrets, f"{path}.{k}" if path else str(k)) for k, v in data.items()}
     if isinstance(data, list):
         return [merge_secrets(v, secrets, f"{path}[{i}]") for i, v in enumerate(data)]
     if isinstance(data, str) and REDACTED in data:
-        if path not in secrets:
-            raise ConfigError(
-                f"the secret {path} is not in this job's environment (GYMSLURM_SECRETS); submit the run "
-                "again from an environment that has it, or use resubmit with the benchmark config"
-            )
-        return secrets[path]
+        raise ConfigError(
+            f"the secret {path} is not in this job's environment ({SECRETS_HINT}); submit the run again "
+            "from an environment that has it, or resubmit passing it again as an override"
+        )
     return data

@@ -118,6 +118,36 @@ def parse_scontrol_job(stdout: str) -> dict[str, str]:
     text = stdout.strip()
     if not text.startswith("JobId="):
         raise SlurmError(f"unexpected scontrol output (expected 'JobId=...'): {_quote(text)!r}")
+    return _key_values(text)
+
+
+def parse_config(stdout: str) -> dict[str, str]:
+    """``scontrol show config``: its ``Key = Value`` lines (the first of a repeated key wins)."""
+    config: dict[str, str] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition(" = ")
+        key = key.strip()
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
+            config.setdefault(key, value.strip())
+    if "SLURM_VERSION" not in config and "ClusterName" not in config:
+        raise SlurmError(f"unexpected 'scontrol show config' output (no SLURM_VERSION): {_quote(stdout)!r}")
+    return config
+
+
+def parse_partitions(stdout: str) -> dict[str, dict[str, str]]:
+    """``scontrol show partition -o``: one mapping per partition, by name."""
+    partitions = {}
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith("PartitionName="):
+            raise SlurmError(f"unexpected 'scontrol show partition -o' line: {_quote(line)!r}")
+        fields = _key_values(line.strip())
+        partitions[fields["PartitionName"]] = fields
+    return partitions
+
+
+def _key_values(text: str) -> dict[str, str]:
     fields: dict[str, str] = {}
     last = ""
     for token in text.split(" "):
@@ -141,6 +171,27 @@ def parse_accounting_storage(config: str) -> bool:
             f"no AccountingStorageType line in `scontrol show config` output: {_quote(config.strip())!r}"
         )
     return match.group(1) != "accounting_storage/none"
+
+
+def _run_time_s(text: str) -> int | None:
+    """``RunTime`` of ``scontrol show job`` (``[D-]HH:MM:SS``) in seconds, None when unreadable."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts) or not (days.isdigit() or days == ""):
+        return None
+    hours, minutes, seconds = (int(p) for p in parts)
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def end_from_scontrol(fields: Mapping[str, str]) -> AccountingRow:
+    """How a job ended as ``scontrol show job`` says it (for clusters without accounting)."""
+    code, signal = parse_exit_code(fields.get("ExitCode", "0:0"))
+    return AccountingRow(
+        job_id=fields.get("JobId", ""), name=fields.get("JobName", ""),
+        state=(fields.get("JobState") or "UNKNOWN").split()[0], exit_code=code, signal=signal,
+        start=fields.get("StartTime", ""), end=fields.get("EndTime", ""),
+        elapsed_s=_run_time_s(fields.get("RunTime", "")),
+    )  # fmt: skip
 
 
 class SlurmClient:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.backend import LIVE_STATES, Backend
+from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision, job_exit_code
 from gymslurm.launcher.ledger import ChainState, summarize
 from gymslurm.launcher.rundir import RunDir, RunInfo
@@ -46,6 +46,7 @@ VERDICT_OF_STOP = {
     Decision.STOP_FAILED: "FAILED",
     Decision.STOP_EXHAUSTED: "EXHAUSTED",
     Decision.STOP_WALLTIME: "EXHAUSTED",
+    Decision.STOP_NO_PROGRESS: "EXHAUSTED",
 }
 
 
@@ -91,6 +92,13 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
                 f"then 'scancel {job.job_id}' lets the chain go on with a fresh link"
             )
         return "HEALTHY", f"job {job.job_id} {job.state}"
+    held = [row for row in pending if row.state in HELD_STATES or row.reason.startswith("JobHeld")]
+    if held:
+        row = held[0]
+        return "WAITING", (
+            f"job {row.job_id} is held ({row.state}, {row.reason}) and will not run by itself: "
+            f"'scontrol release {row.job_id}' lets it run, 'gymslurm cancel RUN' stops the run"
+        )
     if pending:
         return "WAITING", f"job {pending[0].job_id} pending ({pending[0].reason})"
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
@@ -214,6 +222,7 @@ class ShardStatus:
     server_logs: list[str]
     failed_by_class: dict[str, int]
     server_restarts: str = "-"
+    injected: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -338,6 +347,7 @@ def shard_status(
         heartbeat_age_s=None if beat is None else round(beat.age_s, 1),
         log=logs.job_log(shard, job), server_logs=logs.server_logs(shard),
         failed_by_class=counts.failed_by_class, server_restarts=_restarts(state),
+        injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
 
 
@@ -504,6 +514,8 @@ def print_table(report: dict[str, Any]) -> None:
     for row in report["shards"]:
         where = f" (log {row['log']})" if row["log"] and row["verdict"] != "DONE" else ""
         out.append(f"shard {row['shard']}: {row['verdict']}: {row['why']}{where}")
+        if row.get("injected"):
+            out.append(f"shard {row['shard']}: injected faults: {', '.join(row['injected'])}")
     agg = report["aggregation"]
     out.append(f"aggregation: {agg['job'] or '-'} {agg['state']}")
     out.append(summary_line(report["summary"]))

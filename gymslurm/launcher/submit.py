@@ -23,8 +23,10 @@ from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.identity import redact_value
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.decide import Decision
+from gymslurm.launcher.doctor import site_refusal
 from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
@@ -49,8 +51,16 @@ from gymslurm.launcher.rundir import (
     resolve_run,
     shard_slice,
 )
+from gymslurm.launcher.scriptsafe import path_directive_problem
 from gymslurm.launcher.servers import container_argv
-from gymslurm.launcher.settings import BenchmarkSettings, early_signal_warning, load_benchmark, split_secrets
+from gymslurm.launcher.settings import (
+    BenchmarkSettings,
+    early_signal_warning,
+    load_benchmark,
+    merge_secrets,
+    split_secrets,
+    visible_credential_warnings,
+)
 from gymslurm.launcher.slurm import MAX_ARRAY_SIZE
 
 
@@ -147,13 +157,20 @@ def array_indices(shards: list[int], max_running: int | None) -> str:
 
 
 def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
-    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken)."""
+    """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken), always inside ``run_root``.
+
+    Its path lands in ``#SBATCH --output=`` lines, so it must be one that sbatch can read there.
+    """
     root = (workdir / settings.run_root).resolve()
+    if problem := path_directive_problem("run_root", str(root)):
+        raise ConfigError(f"run_root {settings.run_root!r} resolves to {root}: {problem}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     candidate, n = root / f"{settings.name}-{stamp}", 1
     while candidate.exists():
         n += 1
         candidate = root / f"{settings.name}-{stamp}-{n}"
+    if candidate.resolve().parent != root:  # the name is a slug (settings), so this holds; say so if not
+        raise ConfigError(f"the run directory {candidate} would not be inside run_root {root}")
     return RunDir(candidate)
 
 
@@ -244,18 +261,24 @@ def submit(
     scripts = render_scripts(run, settings, workdir, array)
     if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
         print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
+    for warning in visible_credential_warnings(settings):
+        print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
     if dry_run:
         for path, text in scripts.items():
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
+    if backend_kind == "slurm" and (why := site_refusal(settings)):
+        raise ConfigError(why)
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
-    run.root.mkdir(parents=True)
+    run.root.parent.mkdir(parents=True, exist_ok=True)
+    run.root.mkdir(mode=0o700)
+    run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
     backend = backend_for(run, backend_kind)
     accounting = backend.client.accounting_enabled() if isinstance(backend, SlurmBackend) else None
     info = RunInfo(
-        name=run.name, benchmark=settings.name, overrides=overrides, created_at=utc_now(),
+        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
         accounting=accounting, array=array,
@@ -265,7 +288,7 @@ def submit(
     for path, text in scripts.items():
         atomic_write(path, text.encode())
     counts = split_dataset(dataset, run, settings.shards, array)
-    (run.root / "logs").mkdir(exist_ok=True)
+    (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     if array:
         assert isinstance(backend, SlurmBackend)
@@ -373,6 +396,7 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     clean, secrets = split_secrets(data)
     saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
     if clean != saved:
         raise ConfigError(
             f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "

@@ -27,13 +27,12 @@ from typing import Any
 import orjson
 
 from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
-from gymslurm.selection import SavedOutcome, is_retry_masked, kept_timeout_answer
+from gymslurm.selection import Group, SavedOutcome, is_retry_masked, kept_timeout_answer
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
 from gymslurm.store.versions import version_problem
 
 _READ_CHUNK = 1 << 20
 
-Group = SavedOutcome | list[SavedOutcome] | None
 RECORD_KEYS = frozenset({"schema_version", "episode_id", "run_id", "source", "delivery", "failure"})
 FAILURE_KEYS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
 EPISODE_KEYS = frozenset({"rollout_id", "attempt"})

@@ -15,6 +15,7 @@ not fsynced: the guarantee covers process death, not machine or storage loss (sp
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import CorruptRecordError, StoreError
+from gymslurm.store.atomic import open_run_file, write_error
 
 _READ_CHUNK = 1 << 20
 
@@ -103,7 +105,7 @@ def read_tail(path: Path) -> TailReport:
 def repair_torn_tail(path: Path) -> int:
     """Truncate an incomplete last line; return how many bytes were removed (0 when none)."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = open_run_file(path, os.O_RDWR)
     except FileNotFoundError:
         return 0
     except OSError as error:
@@ -186,23 +188,44 @@ class Appender:
             )
         self.path = path
         self.next_line = next_line
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            self._fd: int | None = open_run_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except StoreError:
+            raise
+        except OSError as error:
+            raise write_error(error, f"could not open {path} for appending", path.parent) from error
+        self._failed: StoreError | None = None
 
     def append(self, record: Any) -> int:
-        """Write ``record`` as one line; return its 0-based line number."""
+        """Write ``record`` as one line; return its 0-based line number.
+
+        A failed write (a full disk) cuts whatever part of the record reached the file, so the file
+        still ends with a complete line, and closes the appender for good: nothing is ever appended
+        after a partial write (if even the cut fails, the torn tail stays for the validated repair).
+        """
+        if self._failed is not None:
+            raise self._failed
         if self._fd is None:
             raise StoreError(f"appender for {self.path} is closed")
         data = memoryview(dump_line(record))
+        written = 0
         try:
-            while data:
-                data = data[os.write(self._fd, data) :]
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
         except OSError as error:
-            raise StoreError(
-                f"could not append to {self.path}: {error.strerror or error}; check space and permissions"
-            ) from error
+            self._failed = write_error(error, f"could not append to {self.path}", self.path.parent)
+            self._cut(written)
+            raise self._failed from error
         line = self.next_line
         self.next_line += 1
         return line
+
+    def _cut(self, written: int) -> None:
+        """Remove the ``written`` bytes of a record that did not reach the file whole."""
+        if not written or self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
 
     def close(self) -> None:
         if self._fd is not None:

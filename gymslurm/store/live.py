@@ -79,6 +79,7 @@ class Heartbeat(_Live):
     interval_s: float = Field(gt=0)
     pid: int
     host: str = ""
+    collector_pid: int | None = None  # the link's collector once started: gymslurm inject signals it
 
 
 def progress_path(output: Path) -> Path:

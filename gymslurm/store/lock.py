@@ -29,6 +29,7 @@ from types import TracebackType
 import orjson
 
 from gymslurm.errors import LockUnsupportedError, RunLockedError, StoreError
+from gymslurm.store.atomic import NO_SPACE, open_run_file, write_error
 from gymslurm.store.manifest import utc_now
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,11 @@ class RunLock:
     def acquire(self) -> None:
         self._check_filesystem()
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
+            if error.errno in NO_SPACE:
+                what = f"cannot create the run lock {self.path}"
+                raise write_error(error, what, self.path.parent) from error
             raise StoreError(f"cannot open the run lock {self.path}: {error}; check permissions") from error
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -160,8 +164,14 @@ class RunLock:
             "acquired_at": utc_now(),
         }
         data = orjson.dumps(holder) + b"\n"
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        try:  # over the old line first, then cut: a failed write never leaves a lock naming no holder
+            if os.pwrite(self._fd, data, 0) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.ftruncate(self._fd, len(data))
+        except OSError as error:
+            self.release()
+            what = f"could not record the holder of the run lock {self.path}"
+            raise write_error(error, what, self.path.parent) from error
 
     def _refusal(self) -> str:
         holder = read_holder(self.path)

@@ -10,6 +10,7 @@ here on purpose (collection requires companions beside the resolved output, spec
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,23 @@ COMPANION_SUFFIXES: dict[str, str] = {
     # detected (a resume and aggregation refuse it; a fresh collection replaces it).
     "attempts_journal": "_attempts.jsonl",
 }
+
+
+def others_writable_warning(folder: Path, mode: int) -> str | None:
+    """A warning when a run's folder (permission bits ``mode``) lets other users create files in it.
+
+    Run files are never written through a planted link (atomic.py), but another user who can write
+    the folder can still delete, rename or pre-create the run's files (the sticky bit stops only the
+    first two). Pure: the caller stats the folder.
+    """
+    if not mode & stat.S_IWOTH:
+        return None
+    sticky = " (sticky: others cannot remove your files, but can still create files beside them)"
+    return (
+        f"the output folder {folder} is writable by other users{sticky if mode & stat.S_ISVTX else ''}; "
+        "they could tamper with the run's files. Use a folder only you can write (chmod o-w), "
+        "see docs/security.md"
+    )
 
 
 def run_stem(output: Path) -> str:

@@ -18,7 +18,7 @@ from array import array
 from pathlib import Path
 
 from gymslurm.errors import InconsistentHistoryError, ManifestError, StoreError
-from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.atomic import open_run_file, publish_bytes, write_error
 from gymslurm.store.versions import check_version, version_of
 
 MAGIC = b"GSRESV\x00\x02"
@@ -57,7 +57,7 @@ class ReservationTable:
                 "or start at a new output path (lost reservations cannot be recreated)"
             ) from None
         self._counts = _parse(path, raw, run_id, slot_count)
-        self._fd: int | None = os.open(path, os.O_RDWR) if writable else None
+        self._fd: int | None = open_run_file(path, os.O_RDWR) if writable else None
 
     def __len__(self) -> int:
         return len(self._counts)
@@ -83,7 +83,8 @@ class ReservationTable:
         try:
             written = os.pwrite(self._fd, data, HEADER_SIZE + 4 * index)
         except OSError as error:
-            raise StoreError(f"could not reserve an execution in {self.path}: {error}") from error
+            what = f"could not reserve an execution in {self.path}"
+            raise write_error(error, what, self.path.parent) from error
         if written != len(data):
             raise StoreError(f"short write reserving rollout {index} in {self.path}; check free space")
         self._counts[index] = attempt + 1

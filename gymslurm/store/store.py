@@ -37,17 +37,15 @@ from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, Manife
 from gymslurm.records import RolloutFailureRecord
 from gymslurm.selection import (
     BudgetPolicy,
-    Disposition,
     RolloutState,
     SavedOutcome,
-    history_problem,
     is_numeric_reward,
     is_retry_masked,
     kept_timeout_answer,
-    select_rollout,
+    select_rollouts,
 )
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
-from gymslurm.store.history import Group, History, RolloutKeys, read_history
+from gymslurm.store.history import History, RolloutKeys, read_history
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
 from gymslurm.store.jsonl import Appender, ends_cleanly, iter_complete_lines, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
@@ -157,6 +155,7 @@ class RunStore:
         self._newest_outcome: array[int] | None = None  # per rollout: newest execution with an outcome
         self._results: Appender | None = None
         self._failures: Appender | None = None
+        self._save_error: StoreError | None = None  # the first failed append stops all saving
         self._origins: Mapping[str, Mapping[str, Any]] = {}
 
     # --- building ------------------------------------------------------------------------------
@@ -165,11 +164,18 @@ class RunStore:
     def create_fresh(
         cls, paths: RunPaths, spec: RunSpec, *, identity_source: IdentitySource = "verified"
     ) -> RunStore:
-        """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted)."""
+        """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted).
+
+        The ``replacing`` mark protects saved history: it is published first only when something was
+        saved there (a manifest-backed or legacy run). Over nothing, or over a partial initial cache
+        (no manifest, no saved outcome), there is nothing to protect, and an interruption must leave
+        a partial initial cache again, which the next resume finishes by starting fresh (000), instead
+        of a mark that refuses every resume, unsafe ones too.
+        """
         inputs = spec.inputs
         check_rows(inputs)
         manifest = spec.manifest(new_run_id(), "replacing", identity_source)
-        if existing_run(paths) is not ExistingRun.NOTHING:
+        if existing_run(paths) in (ExistingRun.MANIFEST, ExistingRun.LEGACY):
             write_manifest(paths.manifest, manifest)
         _clear_companions(paths)
         publish_bytes(paths.results, b"")
@@ -332,27 +338,12 @@ class RunStore:
         history = self.read_history()
         policy = self.policy()
         counts = self.table.counts()
-        newest = array("q", [-1]) * len(counts)
-        states: list[RolloutState] = []
-        add_state = states.append
-        groups = history.groups
-        measured, masked, unscored = Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED
-        for index, reserved in enumerate(counts):
-            group = groups[index]
-            # The hot path, inlined on purpose (bench/store.py): a single final result for the newest
-            # execution is what select_rollout would select, with nothing counted and nothing pending
-            # (a valid history too: its one execution was reserved). Everything else takes the rules.
-            if (
-                type(group) is SavedOutcome
-                and group.attempt == reserved - 1
-                and group.kind == "result"
-                and not group.retry_masked
-            ):
-                newest[index] = reserved - 1
-                disposition = masked if group.masked else unscored if group.reward is None else measured
-                add_state(RolloutState(disposition, group, 0, False, False))
-            else:
-                add_state(self._select(index, reserved, group, policy, newest))
+        ids = self.rollout_index.ids
+
+        def conflict(index: int, problem: str) -> CorruptRecordError:
+            return history_conflict(self.paths, ids[index], problem)
+
+        states, newest = select_rollouts(counts, history.groups, policy, conflict)
         self._newest_outcome = newest
         return Reconciliation(
             states=states,
@@ -362,23 +353,6 @@ class RunStore:
             torn_results_bytes=history.results_tail.torn_bytes,
             torn_failures_bytes=history.failures_tail.torn_bytes,
         )
-
-    def _select(
-        self, index: int, reserved: int, group: Group, policy: BudgetPolicy, newest: array[int]
-    ) -> RolloutState:
-        """Check one rollout's outcomes against its reservations, then select its state."""
-        if group is None:
-            return select_rollout(reserved, (), policy)
-        outcomes: Sequence[SavedOutcome] = (group,) if type(group) is SavedOutcome else group  # type: ignore[assignment]
-        newest[index] = max([outcome.attempt for outcome in outcomes])
-        problem = history_problem(reserved, outcomes)
-        if problem:
-            raise CorruptRecordError(
-                f"rollout {self.rollout_index.ids[index]!r} has {problem} in {self.paths.results} / "
-                f"{self.paths.failures}: its history conflicts with {self.paths.reservations}. "
-                "Restore the run's files together from a backup, or use a new output path"
-            )
-        return select_rollout(reserved, outcomes, policy)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -416,7 +390,7 @@ class RunStore:
         if "agent_ref" in result:
             stamps.pop("agent_ref", None)
         row = {**result, **stamps}
-        line = self._appender("results").append(row)
+        line = self._append("results", row)
         masked = row.get("mask_sample") is True
         kind = row.get("failure_kind") if masked else None
         reward = row.get("reward")
@@ -465,7 +439,7 @@ class RunStore:
             row["_ng_failure_response"] = response
         if diagnostics:
             row["_ng_failure_diagnostics"] = dict(diagnostics)
-        line = self._appender("failures").append(row)
+        line = self._append("failures", row)
         return self._saved(
             index,
             SavedOutcome(
@@ -487,7 +461,7 @@ class RunStore:
     def append_omission(self, index: int, attempt: int) -> SavedOutcome:
         """Save an intentional omission (``_ng_omitted: true``) in the sidecar."""
         row = {**self._stamps(index, attempt), "_ng_omitted": True}
-        line = self._appender("failures").append(row)
+        line = self._append("failures", row)
         return self._saved(index, SavedOutcome(attempt, "omission", line))
 
     def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
@@ -582,6 +556,24 @@ class RunStore:
         self._newest_outcome[index] = outcome.attempt
         return outcome
 
+    def _append(self, which: str, row: Mapping[str, Any]) -> int:
+        """Append one outcome row; after the first failed append nothing more is saved (either file).
+
+        A full disk fails one append; saving on (other workers' outcomes, the other file) would leave
+        a history with holes in arrival order and bury the first error under later ones. The run stays
+        resumable: executions reserved but not saved are missing, and run again on resume.
+        """
+        if self._save_error is not None:
+            raise type(self._save_error)(
+                f"nothing more is saved after the first failed append: {self._save_error}"
+            )
+        appender = self._appender(which)  # refuses a torn file before writing: not a failed append
+        try:
+            return appender.append(row)
+        except StoreError as error:
+            self._save_error = error
+            raise
+
     def _appender(self, which: str) -> Appender:
         if which == "results":
             if self._results is None:
@@ -590,6 +582,16 @@ class RunStore:
         if self._failures is None:
             self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
         return self._failures
+
+
+def history_conflict(
+    paths: RunPaths, rollout_id: str, problem: str, remedy: str = "use a new output path"
+) -> CorruptRecordError:
+    """The one error for a rollout whose saved history conflicts with its reservations."""
+    return CorruptRecordError(
+        f"rollout {rollout_id!r} has {problem} in {paths.results} / {paths.failures}: its history "
+        f"conflicts with {paths.reservations}. Restore the run's files together from a backup, or {remedy}"
+    )
 
 
 def read_coverage(paths: RunPaths) -> Coverage | None:
@@ -720,6 +722,15 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def saved_outcome_bytes(paths: RunPaths) -> int:
+    """The size of the run's outcome files (results + failure sidecar): it grows with every save.
+
+    The chain compares it at a link's start and later to tell whether the link saved any new
+    outcome, without reading the files (a torn tail can make it grow by a partial line).
+    """
+    return _size(paths.results) + _size(paths.failures)
+
+
 def _size(path: os.PathLike[str]) -> int:
     try:
         return os.stat(path).st_size
@@ -734,4 +745,5 @@ __all__ = [
     "existing_run",
     "read_resubmit_offset",
     "refuse_retired_journal",
+    "saved_outcome_bytes",
 ]

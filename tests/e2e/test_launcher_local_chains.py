@@ -88,7 +88,7 @@ def test_exit_75_without_progress_spends_a_retry(tmp_path: Path) -> None:
 
 def test_time_limit_signal_stops_cleanly_and_walltime_cap_ends_the_chain(tmp_path: Path) -> None:
     """USR1 before --time makes the collector exit 75; walltime accumulates until max_walltime stops it."""
-    extra = "slurm:\n  time: '0:04'\n  signal_lead_s: 2\n  max_walltime: '0:05'\n"
+    extra = "slurm:\n  time: '0:10'\n  signal_lead_s: 4\n  max_walltime: '0:11'\n"
     step = {"exit": 0, "sleep": 60, "on_signal": 75, "progress": 1}
     run = _submit(tmp_path, [step], "shards=1", "aggregation.enabled=false", extra=extra)
     report = wait_until_final(run, aggregation=False)
@@ -109,7 +109,7 @@ def test_three_shards_ending_together_aggregate_once(tmp_path: Path) -> None:
 
 
 def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None:
-    """SIGKILL of a running link: its successor writes the missing decision and the chain goes on."""
+    """SIGKILL of a running link is a crash: its successor writes the missing decision, spends a retry."""
     run = _submit(tmp_path, [{"exit": 0, "sleep": 60}, {"exit": 0}], "shards=1", "aggregation.enabled=false")
     deadline = time.monotonic() + 30
     while not (run / "output/shard-000/rollouts_standin_calls.jsonl").exists():
@@ -120,7 +120,9 @@ def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None
     wait_until_final(run, aggregation=False)
     records = [r for r in ledger(run) if r["kind"] == "decision"]
     assert records[0]["accounted_by"] == records[1]["job_id"] != records[0]["job_id"]
-    assert (records[0]["decision"], records[0]["exit_code"]) == ("CONTINUE", None)
+    first = records[0]
+    assert (first["decision"], first["exit_code"], first["slurm_state"]) == ("RETRY", None, "FAILED")
+    assert "crashed" in records[0]["reason"] and records[0]["elapsed_s"] > 0
     assert records[1]["decision"] == "DONE"
 
 

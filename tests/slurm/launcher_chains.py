@@ -30,6 +30,7 @@ class Chain:
     steps: list[dict[str, Any]]
     overrides: list[str] = field(default_factory=list)
     slurm_yaml: str = ""
+    collector_command: list[str] | None = None
     run: Path | None = None
 
     def gymslurm(self, *args: str, timeout: float = 120) -> str:
@@ -43,10 +44,11 @@ class Chain:
         standin = self.user.write("standin.py", STANDIN.read_text())
         self.user.write("steps.json", json.dumps(self.steps), mode=0o644)
         self.user.write("data.jsonl", "".join(json.dumps({"q": i}) + "\n" for i in range(4)), mode=0o644)
+        command = self.collector_command or [str(self.python), str(standin), str(work / "steps.json")]
         bench = self.user.write(
             "bench.yaml",
             f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\nshards: 1\n"
-            f"collector:\n  command: [{self.python}, {standin}, {work / 'steps.json'}]\n"
+            f"collector:\n  command: {json.dumps(command)}\n"
             f"aggregation:\n  command: [/bin/true]\n"
             f"slurm:\n  python: {self.python}\n{time_line}{self.slurm_yaml}",
             mode=0o644,

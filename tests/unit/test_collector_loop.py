@@ -10,7 +10,6 @@ import pytest
 from gymslurm.collector import (
     DispatchLoop,
     RunView,
-    advance,
     budget_message,
     build_coverage,
     decide_exit,
@@ -18,7 +17,7 @@ from gymslurm.collector import (
     pending_order,
 )
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
-from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
+from gymslurm.selection import BudgetPolicy, SavedOutcome, advance_state, select_rollout
 
 POLICY = BudgetPolicy(max_rollout_attempts=3)
 
@@ -265,7 +264,7 @@ def test_advance_matches_selection_over_the_whole_history(last: SavedOutcome) ->
     history = [retryable(0), not_sent(1), retryable(2), last]
     state = select_rollout(0, [], POLICY)
     for outcome in history:
-        state = advance(state, outcome, outcome.attempt + 1, POLICY)
+        state = advance_state(state, outcome, outcome.attempt + 1, POLICY)
         expected = select_rollout(outcome.attempt + 1, history[: outcome.attempt + 1], POLICY)
         assert state == expected
 

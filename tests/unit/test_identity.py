@@ -37,7 +37,8 @@ def test_public_api_is_pinned() -> None:
         [
             "REDACTED", "IdentityDiff", "build_identity", "classify_differences", "config_digest",
             "describe_differences", "drop_null_defaults", "identity_digest", "is_connection_name",
-            "is_credential_name", "is_operational", "redact_credentials", "resolve", "semantic_identity",
+            "is_credential_name", "is_operational", "redact_credentials", "redact_text", "redact_value",
+            "resolve", "semantic_identity",
         ]
     )  # fmt: skip
 
@@ -116,6 +117,16 @@ def test_credential_name_rule(name: str, credential: bool) -> None:
         ({"cmd": "run --api-key sk-1 --n 3"}, ("cmd",), f"run --api-key {REDACTED} --n 3"),
         ({"cmd": "run --api-key=sk-1"}, ("cmd",), f"run --api-key={REDACTED}"),
         ({"cmd": "run --max-tokens 5"}, ("cmd",), "run --max-tokens 5"),
+        ({"command": ["serve", "--api-key", "sk-1", "--n", "3"]}, ("command", 2), REDACTED),
+        ({"command": ["serve", "--token", "t", "--n", "3"]}, ("command", 4), "3"),
+        ({"command": ["serve", "--max-tokens", "5"]}, ("command", 2), "5"),
+        ({"o": ["+e=[{name: X_TOKEN, value: v1}]"]}, ("o", 0), f"+e=[{{name: X_TOKEN, value: {REDACTED}}}]"),
+        ({"o": "{name: 'GH_TOKEN', value: 'a b'}"}, ("o",), f"{{name: 'GH_TOKEN', value: '{REDACTED}'}}"),
+        ({"o": "{name: HF_HOME, value: /h}"}, ("o",), "{name: HF_HOME, value: /h}"),
+        ({"o": "+c={j: {api_key: v1, n: 2}}"}, ("o",), f"+c={{j: {{api_key: {REDACTED}, n: 2}}}}"),
+        ({"o": "+c={secrets: {a: v1}, n: 2}"}, ("o",), f"+c={{secrets: {REDACTED}, n: 2}}"),
+        ({"o": "{h: {x-api-key: 'v 1'}}"}, ("o",), f"{{h: {{x-api-key: '{REDACTED}'}}}}"),
+        ({"o": "{max_tokens: 5, url: http://h:80}"}, ("o",), "{max_tokens: 5, url: http://h:80}"),
         (
             {"note": "curl -H 'Authorization: Bearer sk.1/x='"},
             ("note",),

@@ -6,10 +6,12 @@ import pytest
 
 from gymslurm.launcher.decide import (
     Budgets,
+    DeadRun,
     Decision,
     JobEnd,
     Limits,
     Progress,
+    dead_run_end,
     decide,
     job_exit_code,
     made_progress,
@@ -105,8 +107,105 @@ def test_progress_needs_a_fresh_snapshot() -> None:
 @pytest.mark.parametrize(
     ("decision", "code"),
     [(Decision.DONE, 0), (Decision.CONTINUE, 0), (Decision.RETRY, 0), (Decision.STOP_FAILED, 76),
-     (Decision.STOP_EXHAUSTED, 1), (Decision.STOP_WALLTIME, 75)],
+     (Decision.STOP_EXHAUSTED, 1), (Decision.STOP_WALLTIME, 75), (Decision.STOP_NO_PROGRESS, 1)],
 )  # fmt: skip
 def test_job_exit_code(decision: Decision, code: int) -> None:
     """The chain step's own exit code makes Slurm mark a FAILED stop as FAILED and a going chain COMPLETED."""
     assert job_exit_code(decision) == code
+
+
+# How a successor accounts for a link that died without writing its decision (issue 12 §1):
+# (name, facts, crashed, decision with fresh budgets)
+DEAD = [
+    ("TIMEOUT is Slurm's end", DeadRun("TIMEOUT", 600, 0, 15, 600), False, Decision.CONTINUE),
+    ("PREEMPTED is Slurm's end", DeadRun("PREEMPTED", 20, 0, 15, 20), False, Decision.CONTINUE),
+    ("NODE_FAIL is Slurm's end", DeadRun("NODE_FAIL", 5, 0, 0, 5), False, Decision.CONTINUE),
+    ("a cancel of that job is Slurm's end", DeadRun("CANCELLED", 5, 0, 15, 5), False, Decision.CONTINUE),
+    ("an earlier run of a requeued job is Slurm's end", DeadRun("REQUEUED", 5), False, Decision.CONTINUE),
+    ("FAILED is a crash", DeadRun("FAILED", 3, 137, None, 2), True, Decision.RETRY),
+    ("OUT_OF_MEMORY is a crash", DeadRun("OUT_OF_MEMORY", 600, 0, 9, 600, True), True, Decision.RETRY),
+    ("a non-zero end with no decision is a crash", DeadRun("UNKNOWN", 600, 139), True, Decision.RETRY),
+    ("COMPLETED with no decision is a crash", DeadRun("COMPLETED", 600, 0, None, 600), True, Decision.RETRY),
+    ("an unknown end within a minute with nothing saved is a crash", DeadRun("VANISHED", 12), True,
+     Decision.RETRY),
+    ("an unknown end within a minute that saved outcomes is not a crash",
+     DeadRun("VANISHED", 12, saved_outcomes=True), False, Decision.CONTINUE),
+    ("an unknown end after a minute is not a crash", DeadRun("VANISHED", 300), False, Decision.CONTINUE),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "facts", "crashed", "decision"), DEAD, ids=[r[0] for r in DEAD])
+def test_dead_link_accounting(name: str, facts: DeadRun, crashed: bool, decision: Decision) -> None:
+    """Each row: Slurm ended the dead link (no retry spent) or it crashed (an infrastructure retry spent)."""
+    end = dead_run_end(facts)
+    assert (end.crash is not None) is crashed, end.crash
+    verdict = decide(end, Budgets(), LIMITS)
+    assert verdict.decision is decision, verdict.reason
+    assert verdict.budgets_after.infra_retries_used == (1 if crashed else 0)
+
+
+def test_crash_reason_names_slurm_state_and_exit_code() -> None:
+    """A crashed link's reason quotes Slurm's state and exit code."""
+    verdict = decide(dead_run_end(DeadRun("FAILED", 3, 137, None, 2)), Budgets(), LIMITS)
+    assert "crashed" in verdict.reason and "FAILED, exit 137" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("facts", "elapsed"),
+    [(DeadRun("FAILED", 40.0, 137, None, 2), 2.0), (DeadRun("VANISHED", 40.0), 40.0),
+     (DeadRun("FAILED", 40.0, 137, None, 0), 40.0)],
+    ids=["Slurm's elapsed when known", "start record to now without it", "Slurm's 0 is not believed"],
+)  # fmt: skip
+def test_dead_link_walltime_is_its_real_elapsed_time(facts: DeadRun, elapsed: float) -> None:
+    """A dead link adds its real elapsed time to the chain's walltime, never 0."""
+    verdict = decide(dead_run_end(facts), Budgets(walltime_s=100.0), LIMITS)
+    assert verdict.budgets_after.walltime_s == pytest.approx(100.0 + elapsed)
+
+
+def test_walltime_cap_stops_a_fast_crash_loop() -> None:
+    """Crashing links that each live seconds still reach max_walltime (their elapsed is real)."""
+    budgets = Budgets()
+    limits = Limits(infra_retry_limit=100, max_walltime_s=30, max_links_without_progress=None)
+    decisions = []
+    for _ in range(10):
+        verdict = decide(dead_run_end(DeadRun("FAILED", 5.0, 137)), budgets, limits)
+        decisions.append(verdict.decision)
+        budgets = verdict.budgets_after
+        if not verdict.decision.continues:
+            break
+    assert decisions == [Decision.RETRY] * 5 + [Decision.STOP_WALLTIME]
+
+
+NO_PROGRESS = JobEnd("CANCELLED", None, 30)
+
+
+def test_consecutive_links_without_progress_stop_the_chain() -> None:
+    """N links in a row that saved nothing stop the chain (STOP_NO_PROGRESS), even when Slurm ended each."""
+    budgets, limits = Budgets(), Limits(max_links_without_progress=3)
+    decisions = []
+    for _ in range(3):
+        verdict = decide(NO_PROGRESS, budgets, limits)
+        decisions.append(verdict.decision)
+        budgets = verdict.budgets_after
+    assert decisions == [Decision.CONTINUE, Decision.CONTINUE, Decision.STOP_NO_PROGRESS]
+    assert "3 consecutive links saved no new outcome" in verdict.reason
+    assert budgets.infra_retries_used == 0
+
+
+@pytest.mark.parametrize(
+    "end",
+    [JobEnd("RUNNING", 75, 60, BEFORE, GREW), JobEnd("CANCELLED", None, 30, saved_outcomes=True)],
+    ids=["fresh coverage with new outcomes", "outcome files grew"],
+)
+def test_a_link_with_progress_resets_the_no_progress_count(end: JobEnd) -> None:
+    """A link that saved new outcomes restarts the count of links without progress."""
+    verdict = decide(end, Budgets(links_without_progress=4), Limits(max_links_without_progress=5))
+    assert verdict.decision is Decision.CONTINUE
+    assert verdict.budgets_after.links_without_progress == 0
+
+
+def test_no_progress_stop_off_when_unset() -> None:
+    """max_links_without_progress=None never stops a chain for lack of progress."""
+    unset = Limits(max_links_without_progress=None)
+    verdict = decide(NO_PROGRESS, Budgets(links_without_progress=1000), unset)
+    assert verdict.decision is Decision.CONTINUE

@@ -12,6 +12,7 @@ from gymslurm.launcher.ledger import (
     BudgetsRecord,
     Cancelled,
     DecisionRecord,
+    Injected,
     Ledger,
     Resubmitted,
     Started,
@@ -101,7 +102,8 @@ def test_summary_lists_runs_without_a_decision() -> None:
 @pytest.mark.parametrize(
     ("decision", "finished"),
     [(Decision.DONE, True), (Decision.STOP_FAILED, True), (Decision.STOP_EXHAUSTED, True),
-     (Decision.STOP_WALLTIME, True), (Decision.CONTINUE, False), (Decision.RETRY, False)],
+     (Decision.STOP_WALLTIME, True), (Decision.STOP_NO_PROGRESS, True), (Decision.CONTINUE, False),
+     (Decision.RETRY, False)],
 )  # fmt: skip
 def test_summary_finished_after_a_stop(decision: Decision, finished: bool) -> None:
     """A chain is finished after DONE or any STOP, not after CONTINUE or RETRY."""
@@ -134,3 +136,27 @@ def test_server_records_fold_into_restarts_and_the_processes_a_successor_may_rea
                        server("restarted", 3)])  # fmt: skip
     assert state.server_restarts == {"policy": 2}
     assert [(r.pid, r.create_time) for r in state.server_processes] == [(1, 101.0), (2, 102.0), (3, 103.0)]
+
+
+def test_injected_faults_fold_into_the_chain_state(tmp_path: Path) -> None:
+    """An injected record round-trips and is listed by summarize; it changes no budget."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    ledger.append(Started(job_id="7", saved_bytes=120))
+    ledger.append(Injected(job_id="7", fault="timeout", how="scancel --signal=USR1 --batch 7"))
+    state = summarize(ledger.read())
+    assert [(r.job_id, r.fault) for r in state.injected] == [("7", "timeout")]
+    assert state.open_runs[0].saved_bytes == 120 and state.budgets == Budgets()
+
+
+def test_records_written_before_issue_12_still_read(tmp_path: Path) -> None:
+    """A start without saved_bytes and budgets without links_without_progress are read with defaults."""
+    path = tmp_path / "ledger.jsonl"
+    budgets = '{"jobs": 1, "walltime_s": 2.0, "infra_retries_used": 0}'
+    path.write_text(
+        '{"v": 1, "at": "t", "kind": "start", "job_id": "1", "restart_count": 0, "host": "h"}\n'
+        '{"v": 1, "at": "t", "kind": "decision", "job_id": "1", "end": "t", "elapsed_s": 2.0, '
+        '"slurm_state": "RUNNING", "exit_code": 75, "decision": "CONTINUE", "reason": "r", '
+        f'"budgets_before": {budgets}, "budgets_after": {budgets}}}\n'
+    )
+    state = summarize(Ledger(path).read())
+    assert state.budgets == Budgets(1, 2.0, 0, 0)

@@ -79,7 +79,7 @@ def test_secrets_are_split_out_and_merged_back() -> None:
     clean, secrets = split_secrets(data)
     assert "canary" not in repr(clean)
     assert clean["servers"][0]["env"]["OPENAI_API_KEY"] == REDACTED
-    assert clean["collector"]["env"]["HF_TOKEN"] == "${oc.env:HF_TOKEN}"
+    assert clean["collector"]["env"]["HF_TOKEN"] == REDACTED  # a credential-named interpolation too
     assert merge_secrets(clean, secrets) == data
 
 
@@ -175,3 +175,4 @@ def test_the_nemo_gym_benchmark_config_validates() -> None:
     assert server.command is not None and server.command[1:3] == ["env", "start"]
     assert (server.port, server.collector_override) == (18314, "+environment_server_url")
     assert "+environment_protocol=legacy_agent" in settings.collector.overrides
+    assert "${" not in " ".join([settings.dataset, *server.command])  # benchmarks are not interpolated

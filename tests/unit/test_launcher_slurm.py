@@ -10,6 +10,7 @@ import pytest
 from gymslurm.errors import SlurmError
 from gymslurm.launcher.slurm import (
     SlurmClient,
+    end_from_scontrol,
     parse_exit_code,
     parse_sacct,
     parse_sbatch,
@@ -203,3 +204,28 @@ def test_backend_name_resolves_auto_by_sbatch_on_path(
 
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/sbatch" if sbatch_on_path else None)
     assert backend_name(wanted) == expected
+
+
+# Pasted from the sandbox (Slurm 22.05.8, no accounting): a link whose chain step was SIGKILLed.
+SCONTROL_CRASHED = (
+    "JobId=11 JobName=gs-bench-20261201T094009Z-s000 UserId=slurmtest(1001) GroupId=slurmtest(1001) "
+    "MCS_label=N/A Priority=4294901749 Nice=0 Account=(null) QOS=(null) JobState=FAILED "
+    "Reason=NonZeroExitCode Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=137:0 "
+    "RunTime=00:00:03 TimeLimit=00:05:00 TimeMin=N/A SubmitTime=2026-12-01T09:40:19 "
+    "EligibleTime=2026-12-01T09:40:22 AccrueTime=2026-12-01T09:40:22 StartTime=2026-12-01T09:40:22 "
+    "EndTime=2026-12-01T09:40:25 Deadline=N/A Partition=debug NodeList=vm BatchHost=vm Power= "
+    "KillOInInvalidDependent=Yes\n"
+)
+
+
+def test_end_from_scontrol_without_accounting() -> None:
+    """Without sacct, scontrol show job gives a dead link's state, exit code and elapsed seconds."""
+    row = end_from_scontrol(parse_scontrol_job(SCONTROL_CRASHED))
+    assert (row.job_id, row.state, row.exit_code, row.signal, row.elapsed_s) == ("11", "FAILED", 137, None, 3)
+    assert row.start == "2026-12-01T09:40:22"
+
+
+def test_end_from_scontrol_reads_day_run_times() -> None:
+    """A RunTime of D-HH:MM:SS is read in seconds; an unreadable one gives None."""
+    assert end_from_scontrol({"JobId": "1", "RunTime": "1-00:00:05"}).elapsed_s == 86405
+    assert end_from_scontrol({"JobId": "1", "RunTime": "INVALID"}).elapsed_s is None

@@ -78,6 +78,9 @@ ROWS = [
     ("STOP_FAILED is FAILED", [*GOING, _decided("2", Decision.STOP_FAILED)], [], None, "FAILED"),
     ("STOP_EXHAUSTED is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_EXHAUSTED)], [], None, "EXHAUSTED"),
     ("STOP_WALLTIME is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_WALLTIME)], [], None, "EXHAUSTED"),
+    ("STOP_NO_PROGRESS is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_NO_PROGRESS)], [], None,
+     "EXHAUSTED"),
+    ("a held link is WAITING", GOING, [_row("2", "SPECIAL_EXIT", "JobHeldUser")], None, "WAITING"),
 ]  # fmt: skip
 
 
@@ -303,3 +306,17 @@ def test_an_aggregation_that_decided_reads_as_finished_while_its_job_exits() -> 
     assert not aggregation_status(summarize([Submitted(job_id="9")]), {"9": _row("9", "RUNNING")}, {})[
         "finished"
     ]
+
+
+def test_a_held_link_says_it_will_not_run_by_itself() -> None:
+    """A SPECIAL_EXIT (held) link is reported as held, with how to release or cancel it."""
+    word, why = verdict(summarize(GOING), [_row("2", "SPECIAL_EXIT", "JobHeldUser")], None)
+    assert word == "WAITING" and "job 2 is held (SPECIAL_EXIT, JobHeldUser)" in why
+    assert "scontrol release 2" in why and "gymslurm cancel" in why
+
+
+def test_held_states_are_live_so_cancel_and_status_see_them() -> None:
+    """SPECIAL_EXIT and REQUEUE_HOLD count as live jobs of a chain."""
+    from gymslurm.launcher.backend import LIVE_STATES
+
+    assert {"SPECIAL_EXIT", "REQUEUE_HOLD"} <= LIVE_STATES

@@ -219,3 +219,44 @@ def test_refused_resume_does_not_record_the_adopted_limit(
     with pytest.raises(IdentityMismatchError):
         prepared(dataset, output, URL, "+limit=2", "+resume_from_cache=true")
     assert manifest_path.read_bytes() == before
+
+
+# --- an interrupted fallback fresh start --------------------------------------------------------
+
+
+def test_interrupted_fallback_fresh_start_is_finished_by_the_next_resume(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """000: the partial-initial-cache fallback covers interruption during initial preparation: a resume
+    that started fresh from nothing saved and was interrupted leaves no 'replacing' mark, so the next
+    resume (a Slurm chain always resumes) starts fresh again and finishes."""
+    output = tmp_path / "out.jsonl"
+    output.with_name("out_materialized_inputs.jsonl").write_bytes(b"")  # part of an initial cache
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr("gymslurm.store.store.write_inputs", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            prepared(dataset, output, URL, "+resume_from_cache=true")
+    assert not output.with_name("out_manifest.json").exists()
+    stderr = io.StringIO()
+    run = prepared(dataset, output, URL, "+resume_from_cache=true", stderr=stderr)
+    run.store.close()
+    assert "Skipping resume_from_cache" in stderr.getvalue()
+    assert manifest_of(output)["state"] == "ready" and run.store.manifest.rollout_count == 4
+
+
+def test_run_saved_with_a_whole_identity_digest_still_resumes(dataset: Path, tmp_path: Path) -> None:
+    """A run saved before config_digest covered only the semantic identity (its digest is of the whole
+    identity) still resumes: the saved identity is checked against either form."""
+    from gymslurm.identity import identity_digest
+
+    output = tmp_path / "out.jsonl"
+    run_once(dataset, output, URL, results=1)
+    saved = json.loads(output.with_name("out_identity.json").read_text())
+    data = manifest_of(output)
+    data["config_digest"] = identity_digest(saved)
+    output.with_name("out_manifest.json").write_text(json.dumps(data))
+    prepared(dataset, output, URL, "+resume_from_cache=true").store.close()

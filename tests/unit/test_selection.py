@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gymslurm.selection import (
@@ -15,6 +17,7 @@ from gymslurm.selection import (
     is_retry_masked,
     kept_timeout_answer,
     select_rollout,
+    select_rollouts,
 )
 
 POLICY = BudgetPolicy(max_rollout_attempts=3)
@@ -332,3 +335,65 @@ def test_agent_timeout_that_kept_its_answer_is_final(policy: BudgetPolicy) -> No
 def test_kept_timeout_answer(names: tuple, response: object, kept: bool) -> None:
     """Only an agent timeout (either name) with a real answer (not a placeholder) kept its answer."""
     assert kept_timeout_answer(names, response) is kept
+
+
+# --- the one loop: select_rollouts (the store's reconcile, aggregation and health select with it) ---
+
+GROUPS: list[tuple[int, object]] = [
+    (0, None),  # not started
+    (2, None),  # reserved, nothing saved: missing
+    (1, result(0)),  # the fast case: one final result at the newest execution
+    (1, result(0, None)),  # fast, unscored
+    (1, result(0, 0.0, masked=True)),  # fast, masked
+    (1, result(0, None, masked=True, retry_masked=True)),  # retry-masked: the rules, pending
+    (2, result(0)),  # an older result, the newest execution unfinished: missing
+    (2, [failure(0), result(1)]),
+    (3, [failure(0), failure(1), failure(2)]),  # budget spent: exhausted
+    (1, failure(0, terminal=True)),
+    (1, SavedOutcome(0, "omission", 0)),
+]
+
+
+def test_select_rollouts_equals_select_rollout_for_every_rollout() -> None:
+    """The one loop (its fast case too) gives select_rollout's state and the newest saved execution."""
+    counts = [reserved for reserved, _ in GROUPS]
+    groups = [group for _, group in GROUPS]
+    def conflict(index: int, problem: str) -> Exception:
+        return AssertionError(problem)
+
+    states, newest = select_rollouts(counts, groups, POLICY, conflict)  # type: ignore[arg-type]
+    for (reserved, group), state, last in zip(GROUPS, states, newest, strict=True):
+        outcomes = [] if group is None else group if isinstance(group, list) else [group]
+        assert state == select_rollout(reserved, outcomes, POLICY)  # type: ignore[arg-type]
+        assert last == max((o.attempt for o in outcomes), default=-1)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("reserved", "group", "problem"),
+    [(1, result(1), "never reserved"), (0, result(0), "never reserved"),
+     (2, [failure(0), result(0)], "two outcomes for execution 0")],
+)  # fmt: skip
+def test_select_rollouts_raises_the_callers_conflict(reserved: int, group: object, problem: str) -> None:
+    """A history that conflicts with the reservations raises conflict(index, problem), fast case or not."""
+
+    class ConflictError(Exception):
+        pass
+
+    groups = [None, group]
+    with pytest.raises(ConflictError, match=problem):
+        select_rollouts([0, reserved], groups, POLICY, lambda i, p: ConflictError(f"{i}: {p}"))  # type: ignore[arg-type]
+
+
+def test_the_selection_rule_is_written_once() -> None:
+    """Outside selection.py no module checks a history against reservations or spells the fast case."""
+    import gymslurm
+
+    package = Path(gymslurm.__file__).parent
+    copies = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "selection.py"
+        and ("history_problem(" in path.read_text() or "select_rollout(" in path.read_text()
+             or 'and group.kind == "result"' in path.read_text())
+    ]  # fmt: skip
+    assert copies == []

@@ -54,15 +54,48 @@ def test_publish_keeps_permission_bits(tmp_path: Path) -> None:
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
 
 
-def test_publish_writes_through_a_symlink(tmp_path: Path) -> None:
-    """Publishing to a symlink replaces its target and keeps the link."""
+def test_publish_of_the_output_path_writes_through_its_symlink(tmp_path: Path) -> None:
+    """The output path (follow_link=True) replaces its symlink's target and keeps the link (spec 000)."""
     target = tmp_path / "target.json"
     target.write_bytes(b"old")
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    publish_bytes(link, b"new")
+    publish_bytes(link, b"new", follow_link=True)
     assert link.is_symlink()
     assert target.read_bytes() == b"new"
+
+
+def test_publish_of_a_companion_replaces_a_planted_link_not_its_target(tmp_path: Path) -> None:
+    """A symlink planted at a companion (coverage, health...) is replaced; its target is untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    planted = tmp_path / "run_coverage.json"
+    planted.symlink_to(victim)
+    publish_json(planted, {"a": 1})
+    assert victim.read_bytes() == b"precious"
+    assert not planted.is_symlink() and planted.read_bytes() == b'{\n  "a": 1\n}\n'
+
+
+def test_temporaries_have_unpredictable_names_and_never_follow_planted_links(tmp_path: Path) -> None:
+    """Links planted at every pid-named temporary are never written through nor renamed into the run."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    target = tmp_path / "run_manifest.json"
+    for pid in range(max(os.getpid() - 5, 1), os.getpid() + 50):
+        (tmp_path / f".{target.name}.tmp-{pid}").symlink_to(victim)
+    publish_bytes(target, b"new")
+    assert victim.read_bytes() == b"precious"
+    assert not target.is_symlink() and target.read_bytes() == b"new"
+
+
+def test_a_new_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """A newly published run file is 0600 even under umask 000."""
+    previous = os.umask(0)
+    try:
+        publish_bytes(tmp_path / "x.json", b"x")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o600
 
 
 def test_publish_into_a_missing_folder_is_a_store_error(tmp_path: Path) -> None:

@@ -1,0 +1,398 @@
+"""``gymslurm doctor``: the site settings that decide whether job chains work, each with what it
+breaks and the fix.
+
+Two layers, as everywhere in the launcher: :func:`check` is a pure rule table over the parsed
+text of ``scontrol show config`` and ``scontrol show partition -o`` (tested on captured text),
+and :func:`run_doctor` gathers that text through :class:`gymslurm.launcher.slurm.SlurmClient`,
+optionally runs a tiny probe job (:mod:`gymslurm.launcher.probe`), and prints the findings.
+``submit`` applies the same table (:func:`blocking`) and refuses a cluster on which a chain would
+hang or loop, before anything is written.
+
+Levels: ``error`` (a chain hangs, loops or cannot be submitted: ``submit`` refuses), ``warning``
+(a chain works but something is lost or at risk), ``ok`` (checked, supported) and ``info`` (what
+status can and cannot show here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from gymslurm.errors import SlurmError
+from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions
+
+Level = Literal["error", "warning", "ok", "info"]
+CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
+MIN_KILL_WAIT_S = 10
+MIN_SIGNAL_LEAD_S = 60
+SHORT_MIN_JOB_AGE_S = 60
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One checked setting: its value, what it means for chains, and what to do."""
+
+    level: Level
+    setting: str
+    value: str
+    meaning: str
+    fix: str = ""
+
+
+def exit_codes(text: str) -> set[int]:
+    """The exit codes of a ``RequeueExit``-style list (``75,76``, ``1-10``; ``(null)`` is empty)."""
+    codes: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (high.isdigit() or not high):
+            codes.update(range(int(low), int(high or low) + 1))
+    return codes
+
+
+def _seconds(text: str) -> int | None:
+    word = text.split(maxsplit=1)[0] if text.strip() else ""
+    return int(word) if word.isdigit() else None
+
+
+def _requeue_rules(config: Mapping[str, str]) -> list[Finding]:
+    found = []
+    loop = exit_codes(config.get("RequeueExit", ""))
+    bad = sorted(loop & set(CHAIN_EXIT_CODES))
+    if bad:
+        found.append(
+            Finding(
+                "error",
+                "RequeueExit",
+                config["RequeueExit"],
+                f"a link whose job exits {bad} (75: max_walltime stop, 76: terminal failures) is "
+                "requeued and rerun by Slurm: an empty rerun after the chain stopped, and Slurm shows "
+                "COMPLETED while gymslurm shows EXHAUSTED or FAILED",
+                "remove 75 and 76 from RequeueExit in slurm.conf, then 'scontrol reconfigure'",
+            )
+        )
+    hold = exit_codes(config.get("RequeueExitHold", ""))
+    held = sorted(hold & set(CHAIN_EXIT_CODES))
+    if held:
+        found.append(
+            Finding(
+                "error",
+                "RequeueExitHold",
+                config["RequeueExitHold"],
+                f"a link whose job exits {held} is requeued held (SPECIAL_EXIT, JobHeldUser) for ever: the "
+                "aggregation waiting on it pends for ever and 'submit --wait' never returns",
+                "remove 75 and 76 from RequeueExitHold in slurm.conf, then 'scontrol reconfigure'",
+            )
+        )
+    if not bad and not held:
+        found.append(
+            Finding(
+                "ok",
+                "RequeueExit/RequeueExitHold",
+                f"{config.get('RequeueExit', '(null)')} / {config.get('RequeueExitHold', '(null)')}",
+                "neither contains 75 or 76: a stopped link is not rerun or held by Slurm",
+            )
+        )
+    return found
+
+
+def _preempt_rules(config: Mapping[str, str], partitions: Mapping[str, Mapping[str, str]]) -> list[Finding]:
+    preempt_type = config.get("PreemptType", "preempt/none")
+    if preempt_type == "preempt/none":
+        return [Finding("info", "PreemptType", preempt_type, "no preemption on this cluster")]
+    found = []
+    for name, fields in partitions.items():
+        mode = fields.get("PreemptMode", config.get("PreemptMode", "OFF")).upper()
+        setting, value = f"PreemptMode[{name}]", f"{mode} (GraceTime={fields.get('GraceTime', '0')})"
+        if mode.startswith("REQUEUE"):
+            found.append(
+                Finding(
+                    "ok",
+                    setting,
+                    value,
+                    "supported: a preempted link gets SIGTERM, writes CONTINUE, and Slurm reruns it "
+                    "under the same id; its queued successor stays pending",
+                )
+            )
+        elif mode.startswith("CANCEL"):
+            found.append(
+                Finding(
+                    "ok",
+                    setting,
+                    value,
+                    "supported: a preempted link gets SIGTERM, writes CONTINUE and ends CANCELLED; its "
+                    "queued successor carries on",
+                )
+            )
+        elif mode.startswith(("SUSPEND", "GANG")):
+            found.append(
+                Finding(
+                    "warning",
+                    setting,
+                    value,
+                    "a preempted link is suspended: Slurm keeps counting its time limit while the "
+                    "collector is frozen, and the chain sees nothing",
+                    "use PreemptMode=REQUEUE or CANCEL for partitions that run chains",
+                )
+            )
+        else:
+            found.append(Finding("info", setting, value, "jobs of this partition are not preempted"))
+    return found
+
+
+def _accounting_rules(config: Mapping[str, str]) -> list[Finding]:
+    accounting = config.get("AccountingStorageType", "accounting_storage/none")
+    age = _seconds(config.get("MinJobAge", "300"))
+    found = []
+    if accounting.endswith("/none"):
+        found.append(
+            Finding(
+                "info",
+                "AccountingStorageType",
+                accounting,
+                "no accounting: status and budgets come from the ledgers alone; a job's final state and "
+                f"exit code are visible to squeue/scontrol only for MinJobAge ({age} s) after it ends",
+            )
+        )
+        if age is not None and age < SHORT_MIN_JOB_AGE_S:
+            found.append(
+                Finding(
+                    "warning",
+                    "MinJobAge",
+                    str(age),
+                    "without accounting, a link that crashed may be forgotten by Slurm before its successor "
+                    "accounts for it: the crash is then judged from its start record alone (an unknown end "
+                    "within a minute with nothing saved is a crash) and status shows 'gone from squeue'",
+                    f"MinJobAge >= {SHORT_MIN_JOB_AGE_S} (default 300), or enable accounting (slurmdbd)",
+                )
+            )
+    else:
+        found.append(
+            Finding(
+                "ok",
+                "AccountingStorageType",
+                accounting,
+                "sacct gives every link's final state, exit code and elapsed time for ever",
+            )
+        )
+    return found
+
+
+def _process_rules(config: Mapping[str, str], signal_lead_s: int) -> list[Finding]:
+    found = []
+    proctrack = config.get("ProctrackType", "")
+    if proctrack.endswith("linuxproc") or proctrack.endswith("pgid"):
+        found.append(
+            Finding(
+                "warning",
+                "ProctrackType",
+                proctrack,
+                "Slurm kills only processes it can trace to the job: a process that escapes a link (an "
+                "Environment Server whose chain step was SIGKILLed) keeps running after the job",
+                "proctrack/cgroup kills everything a job started",
+            )
+        )
+    else:
+        found.append(Finding("ok", "ProctrackType", proctrack, "every process of a job ends with it"))
+    kill_wait = _seconds(config.get("KillWait", "30"))
+    if kill_wait is not None and kill_wait < MIN_KILL_WAIT_S:
+        found.append(
+            Finding(
+                "warning",
+                "KillWait",
+                f"{kill_wait} s",
+                "after SIGTERM (scancel, requeue, preemption, the time limit) Slurm sends SIGKILL this soon: "
+                "a link may be killed before its collector saved coverage and the link wrote its decision",
+                f"KillWait >= {MIN_KILL_WAIT_S} s",
+            )
+        )
+    else:
+        found.append(
+            Finding(
+                "ok",
+                "KillWait",
+                f"{kill_wait} s",
+                "a link has this long after SIGTERM to stop its collector and write its decision",
+            )
+        )
+    if signal_lead_s < MIN_SIGNAL_LEAD_S:
+        found.append(
+            Finding(
+                "warning",
+                "signal_lead_s",
+                f"{signal_lead_s} s",
+                "slurmctld checks time limits about every 30 s, so the USR1 warning can come up to 30 s late "
+                "relative to the limit's kill: the collector may get too little time to stop",
+                f"slurm.signal_lead_s >= {MIN_SIGNAL_LEAD_S}",
+            )
+        )
+    requeue = config.get("JobRequeue", "1")
+    found.append(
+        Finding(
+            "ok" if requeue == "1" else "info",
+            "JobRequeue",
+            requeue,
+            "links are submitted with --requeue, so a preempted or requeued link reruns under the same id "
+            "whatever the default",
+        )
+    )
+    return found
+
+
+def _size_rules(config: Mapping[str, str], shards: int | None) -> list[Finding]:
+    found = []
+    max_jobs = _seconds(config.get("MaxJobCount", "10000"))
+    if shards is not None and max_jobs is not None:
+        need = 2 * shards + 1  # each chain keeps a link and its successor queued, plus the aggregation
+        level: Level = "error" if need > max_jobs else "ok"
+        found.append(
+            Finding(
+                level,
+                "MaxJobCount",
+                str(max_jobs),
+                f"{shards} shards keep up to {need} jobs queued (a link and its successor each, plus the "
+                "aggregation); other users' jobs count too",
+                "" if level == "ok" else "fewer shards, or a larger MaxJobCount",
+            )
+        )
+    array = config.get("MaxArraySize", "1001")
+    found.append(Finding("info", "MaxArraySize", array, "gymslurm submits no job arrays: not a limit"))
+    found.append(
+        Finding(
+            "info",
+            "MaxSubmitJobs",
+            "per association/QOS",
+            "a per-user limit set in the accounting database (sacctmgr show assoc); if it is below "
+            "2 x shards + 1, queuing a successor fails and that chain stalls",
+        )
+    )
+    return found
+
+
+def _partition_rules(partitions: Mapping[str, Mapping[str, str]], partition: str | None) -> list[Finding]:
+    if partition is None:
+        return []
+    if partition not in partitions:
+        known = ", ".join(sorted(partitions)) or "none"
+        return [
+            Finding(
+                "error",
+                "partition",
+                partition,
+                f"no such partition (known: {known})",
+                "set slurm.partition to one of them",
+            )
+        ]
+    state = partitions[partition].get("State", "UP")
+    level: Level = "ok" if state == "UP" else "warning"
+    return [Finding(level, f"State[{partition}]", state, "jobs of this partition start when State=UP")]
+
+
+def check(
+    config: Mapping[str, str],
+    partitions: Mapping[str, Mapping[str, str]],
+    *,
+    partition: str | None = None,
+    shards: int | None = None,
+    signal_lead_s: int = 90,
+) -> list[Finding]:
+    """Every finding for this cluster (pure). ``partition`` limits the per-partition checks to one."""
+    chosen = partitions
+    if partition is not None and partition in partitions:
+        chosen = {partition: partitions[partition]}
+    return [
+        *_partition_rules(partitions, partition),
+        *_requeue_rules(config),
+        *_preempt_rules(config, chosen),
+        *_accounting_rules(config),
+        *_process_rules(config, signal_lead_s),
+        *_size_rules(config, shards),
+    ]
+
+
+def blocking(findings: list[Finding]) -> list[Finding]:
+    """The findings that make ``submit`` refuse: a chain would hang, loop, or could not be queued."""
+    return [finding for finding in findings if finding.level == "error"]
+
+
+def refusal(findings: list[Finding]) -> str | None:
+    """Why ``submit`` refuses this cluster (every blocking finding with its fix), or None."""
+    errors = blocking(findings)
+    if not errors:
+        return None
+    lines = [f"{f.setting} = {f.value}: {f.meaning}; fix: {f.fix}" for f in errors]
+    return (
+        "this cluster's settings would make job chains hang or loop, so nothing was submitted:\n  "
+        + "\n  ".join(lines)
+        + "\n'gymslurm doctor' shows every setting chains rely on"
+    )
+
+
+def site_refusal(settings: BenchmarkSettings, client: SlurmClient | None = None) -> str | None:
+    """The cheap checks ``submit`` runs (two scontrol queries); a cluster that cannot be asked passes."""
+    try:
+        config, partitions = cluster_text(client or SlurmClient())
+    except SlurmError as error:
+        print(f"gymslurm submit: warning: could not check the site settings: {error}", file=sys.stderr)
+        return None
+    slurm = settings.slurm
+    findings = check(
+        config,
+        partitions,
+        partition=slurm.partition,
+        shards=settings.shards,
+        signal_lead_s=slurm.signal_lead_s,
+    )
+    return refusal(findings)
+
+
+def cluster_text(client: SlurmClient) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """``scontrol show config`` and ``scontrol show partition -o``, parsed (two queries)."""
+    config = parse_config(client.run(["scontrol", "show", "config"]).stdout)
+    partitions = parse_partitions(client.run(["scontrol", "show", "partition", "-o"]).stdout)
+    return config, partitions
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """The findings as text, one block each."""
+    lines = []
+    for finding in findings:
+        lines.append(f"[{finding.level.upper():7}] {finding.setting} = {finding.value}")
+        lines.append(f"          {finding.meaning}")
+        if finding.fix:
+            lines.append(f"          fix: {finding.fix}")
+    return "\n".join(lines)
+
+
+def run_doctor(
+    partition: str | None, shards: int | None, as_json: bool, probe_root: str | None, python: str
+) -> int:
+    """``gymslurm doctor``: print every finding; exit 1 when one is an error, else 0."""
+    client = SlurmClient()
+    config, partitions = cluster_text(client)
+    findings = check(config, partitions, partition=partition, shards=shards)
+    if probe_root is not None:
+        from gymslurm.launcher.probe import probe_findings
+
+        findings += probe_findings(client, os.path.abspath(probe_root), partition, python)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "slurm_version": config.get("SLURM_VERSION", "?"),
+                    "findings": [asdict(f) for f in findings],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"Slurm {config.get('SLURM_VERSION', '?')}, cluster {config.get('ClusterName', '?')}")
+        print(format_findings(findings))
+    errors = blocking(findings)
+    if errors and not as_json:
+        print(f"{len(errors)} setting(s) would make chains hang or loop: submit refuses", file=sys.stderr)
+    return 1 if errors else 0

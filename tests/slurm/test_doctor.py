@@ -1,0 +1,58 @@
+"""`gymslurm doctor` against the sandbox as it is (issue 12 §4): the settings and the probe job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .helpers import SlurmUser
+
+pytestmark = pytest.mark.slurm
+
+
+def test_doctor_reports_the_sandbox_and_probes_a_compute_node(
+    slurm_user: SlurmUser, slurm_python: Path
+) -> None:
+    """On the sandbox: nothing blocks, linuxproc is warned about, and the probe job reports flock refused."""
+    root = slurm_user.workdir / "runs"
+    argv = [
+        str(slurm_python),
+        "-m",
+        "gymslurm",
+        "doctor",
+        "--json",
+        "--partition",
+        "low",
+        "--shards",
+        "3",
+        "--probe",
+        str(root),
+        "--python",
+        str(slurm_python),
+    ]
+    done = subprocess.run(
+        slurm_user.command(argv),
+        cwd=slurm_user.workdir,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    findings = {f["setting"]: f for f in report["findings"]}
+    assert report["slurm_version"].startswith("22.05")
+    assert [f for f in report["findings"] if f["level"] == "error"] == []
+    assert findings["ProctrackType"]["level"] == "warning"
+    assert findings["PreemptMode[low]"]["level"] == "ok" and "PreemptMode[debug]" not in findings
+    assert findings["MaxJobCount"]["level"] == "ok"
+    assert (findings["flock on the run root"]["level"], findings["flock on the run root"]["value"]) == (
+        "ok",
+        "refused",
+    )
+    assert findings["gymslurm on the compute node"]["level"] == "ok"
+    assert findings["clock of the compute node"]["level"] == "ok"
+    assert not list((root / ".gymslurm-doctor").glob("probe-*"))  # the probe cleaned up after itself

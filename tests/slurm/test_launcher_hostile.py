@@ -1,0 +1,154 @@
+"""Chains on the real one-node Slurm where the cluster is hostile (issue 12): crash loops, a link
+run twice, held links.
+
+Every scenario is submitted up front (one module fixture) so the Slurm waits overlap; each test
+then waits for its own scenario.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir, wait_for_job
+from .launcher_chains import Chain
+
+pytestmark = pytest.mark.slurm
+
+# The chain step's collector kills the chain step itself (its parent) two seconds in: the link
+# dies without writing its decision and Slurm ends the job FAILED 137.
+CRASHER = ["bash", "-c", "sleep 2; kill -9 $PPID", "collector"]
+SLEEPER = [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]
+SCENARIOS = {
+    "crash_loop": dict(steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"]),
+    "crash_loop_no_progress": dict(
+        steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"],
+        slurm_yaml="  infra_retry_limit: 10\n  max_links_without_progress: 2\n",
+    ),
+    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 25, "progress": 1}]),
+    "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_crash": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+}  # fmt: skip
+
+
+def _slurm(*argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
+
+
+def _user(session_dir: Path, label: str) -> SlurmUser:
+    ensure_test_user(TEST_USER)
+    return SlurmUser(TEST_USER, make_user_dir(session_dir, f"hostile-{label}", owner=TEST_USER), as_root=True)
+
+
+@pytest.fixture(scope="module")
+def chains(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> Iterator[dict[str, Chain]]:
+    """Every scenario submitted up front, so their Slurm waits overlap."""
+    submitted = {
+        name: Chain(_user(slurm_session_dir, name), slurm_python, **spec).submit()  # type: ignore[arg-type]
+        for name, spec in SCENARIOS.items()
+    }
+    yield submitted
+    for chain in submitted.values():
+        chain.cancel()
+
+
+def test_a_crash_loop_spends_retries_and_stops_exhausted(chains: dict[str, Chain]) -> None:
+    """Links killed by kill -9 of the chain step are crashes: each spends a retry, then EXHAUSTED."""
+    chain = chains["crash_loop"]
+    report = chain.wait(timeout=300, aggregation=False)
+    decisions = chain.decisions()
+    assert [d["decision"] for d in decisions] == ["RETRY", "RETRY", "RETRY", "STOP_EXHAUSTED"], decisions
+    assert all(d["accounted_by"] and d["slurm_state"] == "FAILED" for d in decisions), decisions
+    assert all("crashed" in d["reason"] and "exit 137" in d["reason"] for d in decisions), decisions
+    assert all(d["elapsed_s"] >= 2 for d in decisions), [d["elapsed_s"] for d in decisions]
+    row = report["shards"][0]
+    assert (row["verdict"], row["retries"]) == ("EXHAUSTED", "3/3"), row
+    assert int(row["walltime"].split("s/")[0]) >= 8, row
+    assert len({d["job_id"] for d in decisions}) == 4  # the fifth link only accounted and stopped
+
+
+def test_consecutive_links_without_progress_stop_the_chain(chains: dict[str, Chain]) -> None:
+    """With a large retry budget, max_links_without_progress=2 stops a crash loop after two links."""
+    chain = chains["crash_loop_no_progress"]
+    report = chain.wait(timeout=300, aggregation=False)
+    decisions = chain.decisions()
+    assert [d["decision"] for d in decisions] == ["RETRY", "STOP_NO_PROGRESS"], decisions
+    assert "2 consecutive links saved no new outcome" in decisions[-1]["reason"]
+    assert report["shards"][0]["verdict"] == "EXHAUSTED"
+
+
+def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> None:
+    """sbatch of the shard's script while its link runs: the hand job exits at once, writing nothing."""
+    chain = chains["hand_rerun"]
+    assert chain.run is not None
+    chain.wait_for_calls(1)
+    before = chain.ledger()
+    hand = int(chain.user.run(["sbatch", "--parsable", str(chain.run / "scripts/shard-000.sbatch")]).strip())
+    outcome = wait_for_job(hand, timeout=120)
+    assert (outcome.state, outcome.exit_code) == ("COMPLETED", 0), outcome.raw
+    assert chain.ledger() == before  # no decision for the running link, no start, no successor
+    log = "".join(p.read_text() for p in (chain.run / "logs").glob("*"))
+    assert re.search(rf"another link of shard 0 is live: .* this job {hand} exits without a decision", log)
+    report = chain.wait(timeout=180)
+    decisions = chain.decisions()
+    assert [d["decision"] for d in decisions] == ["DONE"] and not decisions[0]["accounted_by"]
+    assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
+    assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
+    assert chain.calls() == 1
+
+
+def test_a_held_link_is_reported_and_cancelled(chains: dict[str, Chain]) -> None:
+    """A link requeued into SPECIAL_EXIT (held) shows in status as held, and cancel cancels it."""
+    chain = chains["held"]
+    job = chain.wait_for_calls(1)
+    chain.user.run(["scontrol", "requeuehold", "State=SpecialExit", job])
+    deadline = time.monotonic() + 120
+    while "JobState=SPECIAL_EXIT" not in (shown := _slurm("scontrol", "show", "job", "-o", job)):
+        assert time.monotonic() < deadline, shown
+        time.sleep(1)
+    row = chain.status()["shards"][0]
+    assert row["verdict"] == "WAITING" and f"job {job} is held (SPECIAL_EXIT" in row["why"], row
+    chain.gymslurm("cancel", str(chain.run))
+    outcome = wait_for_job(int(job), timeout=60)
+    assert outcome.state == "CANCELLED", outcome.raw
+    assert chain.status()["shards"][0]["verdict"] == "STALLED"
+
+
+def _inject(chain: Chain, kind: str) -> str:
+    job = chain.wait_for_calls(1)
+    out = chain.gymslurm("inject", str(chain.run), "0", "--kind", kind)
+    assert f"{kind} sent to job {job}" in out, out
+    return job
+
+
+@pytest.mark.parametrize(
+    ("kind", "state", "code", "decision"),
+    [("timeout", "SIGNALLED:SIGUSR1", 75, "CONTINUE"), ("preempt", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
+     ("crash", "RUNNING", None, "RETRY")],
+)  # fmt: skip
+def test_an_injected_fault_is_survived_and_recorded(
+    chains: dict[str, Chain], kind: str, state: str, code: int | None, decision: str
+) -> None:
+    """gymslurm inject sends the fault to the live link; the chain survives it and the ledger records it."""
+    chain = chains[f"inject_{kind}"]
+    job = _inject(chain, kind)
+    report = chain.wait(timeout=180, aggregation=False)
+    first, last = chain.decisions()
+    assert (first["job_id"], first["slurm_state"], first["exit_code"], first["decision"]) == (
+        job, state, code, decision,
+    ), first  # fmt: skip
+    assert last["decision"] == "DONE" and last["job_id"] != job
+    (record,) = [r for r in chain.ledger() if r["kind"] == "injected"]
+    assert (record["job_id"], record["fault"]) == (job, kind)
+    row = report["shards"][0]
+    assert row["verdict"] == "DONE" and row["injected"] and row["injected"][0].startswith(kind)
+    assert row["retries"] == ("1/3" if kind == "crash" else "0/3")
