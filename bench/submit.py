@@ -52,7 +52,7 @@ def benchmark(root: Path, shards: int) -> Path:
     path.write_text(
         f"name: bench{shards}\ndataset: {root / 'data.jsonl'}\nrun_root: {root / 'runs'}\nshards: {shards}\n"
         "collector:\n  command: [/bin/true]\naggregation:\n  enabled: false\n"
-        "slurm:\n  time: '00:05:00'\n  extra_directives: ['--hold']\n"
+        "slurm:\n  time: '00:05:00'\n  array: true\n  extra_directives: ['--hold']\n"
     )
     return path
 

@@ -167,7 +167,8 @@ class SlurmSettings(_Strict):
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
     python: str | None = None
-    array: bool = True
+    # Opt-in: crash accounting, inject, held and duplicate links are proven link by link only.
+    array: bool = False
     max_running: int | None = Field(default=None, ge=1)
 
     @field_validator("time", "max_walltime")

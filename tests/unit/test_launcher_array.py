@@ -39,17 +39,17 @@ def _settings(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
     return load_benchmark(str(bench), list(overrides))[0]
 
 
-def test_slurm_runs_use_an_array_local_runs_and_opt_outs_do_not(tmp_path: Path) -> None:
-    """On Slurm the first links are one array unless slurm.array=false; the local backend never."""
-    assert use_array(_settings(tmp_path, "shards=1000"), "slurm")
-    assert not use_array(_settings(tmp_path, "shards=1000"), "local")
-    assert not use_array(_settings(tmp_path, "shards=1000", "slurm.array=false"), "slurm")
+def test_slurm_runs_use_an_array_when_asked_local_runs_and_the_default_do_not(tmp_path: Path) -> None:
+    """On Slurm the first links are one array with slurm.array=true (opt-in); never locally or by default."""
+    assert use_array(_settings(tmp_path, "shards=1000", "slurm.array=true"), "slurm")
+    assert not use_array(_settings(tmp_path, "shards=1000", "slurm.array=true"), "local")
+    assert not use_array(_settings(tmp_path, "shards=1000"), "slurm")
 
 
 def test_more_shards_than_an_array_holds_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """Above MaxArraySize the submission is refused, saying what to do."""
     with pytest.raises(ConfigError, match=r"shards=1002 is more than one job array holds.*slurm.array=false"):
-        use_array(_settings(tmp_path, "shards=1002"), "slurm")
+        use_array(_settings(tmp_path, "shards=1002", "slurm.array=true"), "slurm")
     assert not (tmp_path / "runs").exists()
 
 
