@@ -35,7 +35,7 @@ from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.status import print_table, run_status
+from gymslurm.launcher.views.status import print_table, run_status
 
 CHAINS, JOBS, LIMIT_S, LIMIT_QUERIES = 1000, 3, 0.5, 1
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gymslurm.dispatch.classify import Protocol
 from gymslurm.errors import ConfigError
 from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
+from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
@@ -178,7 +179,6 @@ def _check_url(url: str) -> None:
         raise ValueError(f"{redact_text(url)!r} is not an http(s) URL: write it as http://HOST:PORT")
 
 
-SECRET_OVERRIDES_ENV = "GYMSLURM_COLLECT_OVERRIDES"
 
 
 def secret_overrides(environ: dict[str, str] | None = None) -> list[str]:

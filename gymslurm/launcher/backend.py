@@ -26,6 +26,8 @@ LIVE_STATES = frozenset(
      "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
 )  # fmt: skip
 HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
+# A job in one of these states may still be running a link (COMPLETING jobs are being torn down).
+ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
 
 
 class Backend(Protocol):

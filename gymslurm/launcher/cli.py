@@ -44,13 +44,16 @@ def _status(argv: list[str]) -> int:
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.backend import choose_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
-    from gymslurm.launcher.status import print_table, run_status
+    from gymslurm.launcher.views.report import refresh_report
+    from gymslurm.launcher.views.status import print_table, run_status
 
     root = Path(args.run_root).resolve()
     if args.run is None:
         return _list_runs(find_runs(root), args.json)
     run = resolve_run(args.run, root)
-    report = run_status(run, choose_backend(run.read_info().backend, local_dir=run.local_dir))
+    backend = choose_backend(run.read_info().backend, local_dir=run.local_dir)
+    report = run_status(run, backend)
+    refresh_report(run, backend, report)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -61,7 +64,7 @@ def _status(argv: list[str]) -> int:
 def _list_runs(runs: list[Any], as_json: bool) -> int:
     from gymslurm.launcher.backend import Backend
     from gymslurm.launcher.local import LocalBackend
-    from gymslurm.launcher.status import run_status
+    from gymslurm.launcher.views.status import run_status
 
     shared: dict[str, Any] = {}
     listed = []
@@ -137,8 +140,8 @@ def _logs(argv: list[str]) -> int:
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the link decided")
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.logs import show
     from gymslurm.launcher.submit import resolve_run_or_job
+    from gymslurm.launcher.views.logs import show
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
     return show(run, None if args.aggregate else args.shard, args.link, args.follow)
@@ -153,8 +156,8 @@ def _report(argv: list[str]) -> int:
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.backend import choose_backend
-    from gymslurm.launcher.report import write_report
     from gymslurm.launcher.submit import resolve_run_or_job
+    from gymslurm.launcher.views.report import write_report
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
     path = write_report(run, choose_backend(run.read_info().backend, local_dir=run.local_dir), args.output)
@@ -237,7 +240,8 @@ def _chain_step(argv: list[str]) -> int:
     which.add_argument("--aggregate", action="store_true")
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.backend import current_job
-    from gymslurm.launcher.chain import run_aggregation, run_link
+    from gymslurm.launcher.job.aggregation import run_aggregation
+    from gymslurm.launcher.job.link import run_link
     from gymslurm.launcher.rundir import RunDir
     from gymslurm.launcher.submit import backend_for
 

@@ -19,29 +19,18 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict
 
 from gymslurm.errors import SlurmError
+from gymslurm.launcher.findings import Finding, Level
+from gymslurm.launcher.probe import probe_findings
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions
 
-Level = Literal["error", "warning", "ok", "info"]
 CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
 MIN_KILL_WAIT_S = 10
 MIN_SIGNAL_LEAD_S = 60
 SHORT_MIN_JOB_AGE_S = 60
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One checked setting: its value, what it means for chains, and what to do."""
-
-    level: Level
-    setting: str
-    value: str
-    meaning: str
-    fix: str = ""
 
 
 def exit_codes(text: str) -> set[int]:
@@ -376,7 +365,6 @@ def run_doctor(
     config, partitions = cluster_text(client)
     findings = check(config, partitions, partition=partition, shards=shards)
     if probe_root is not None:
-        from gymslurm.launcher.probe import probe_findings
 
         findings += probe_findings(client, os.path.abspath(probe_root), partition, python)
     if as_json:

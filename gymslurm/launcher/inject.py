@@ -27,8 +27,7 @@ import os
 import signal
 
 from gymslurm.errors import ConfigError, StoreError
-from gymslurm.launcher.backend import Backend
-from gymslurm.launcher.chain import ALIVE_STATES
+from gymslurm.launcher.backend import ALIVE_STATES, Backend
 from gymslurm.launcher.ledger import FAULTS, Fault, Injected, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.slurm import SlurmClient

@@ -19,7 +19,6 @@ storage failure (the same promise as the collector's files, docs/formats.md).
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,8 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gymslurm.errors import CorruptRecordError
 from gymslurm.identity import redact_value
-from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
 from gymslurm.store.atomic import open_run_file
+from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 from gymslurm.store.versions import check_version, version_of
 
@@ -220,12 +220,27 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock_fd(fd)
             cut_torn_tail(fd)
             os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def record_decision(
+    ledger: Ledger, run: Started, end: JobEnd, before: Budgets, verdict: Verdict, **extra: object
+) -> DecisionRecord:
+    """Append the decision that ends ``run`` (a link's own, or one accounted for by its successor)."""
+    record = DecisionRecord(
+        job_id=run.job_id, restart_count=run.restart_count, start=run.at, end=utc_now(),
+        elapsed_s=end.elapsed_s, slurm_state=end.slurm_state, exit_code=end.exit_code,
+        decision=verdict.decision, reason=verdict.reason,
+        budgets_before=BudgetsRecord.of(before), budgets_after=BudgetsRecord.of(verdict.budgets_after),
+        **extra,  # type: ignore[arg-type]
+    )  # fmt: skip
+    ledger.append(record)
+    return record
 
 
 @dataclass

@@ -18,7 +18,6 @@ is simple and cheap at the scale of a laptop run.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.store.flock import locked, try_lock
 
 TICK_S = 0.2
 KILL_WAIT_S = 10.0
@@ -88,14 +88,10 @@ class LocalBackend:
 
     def _next_id(self) -> str:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / "counter", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.dir / "counter") as fd:
             count = int(os.pread(fd, 32, 0).decode() or "0") + 1
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(count).encode(), 0)
-        finally:
-            os.close(fd)
         return f"local-{count}"
 
     def submit(self, script: Path, after: Sequence[str] = ()) -> str:
@@ -115,11 +111,8 @@ class LocalBackend:
 
     def ensure_supervisor(self) -> None:
         """Start a detached supervisor unless one holds the lock."""
-        fd = os.open(self.dir / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(self.dir / "supervisor.lock")
+        if fd is None:
             return
         os.close(fd)  # free: no supervisor; start one (a racing second one exits at once)
         with (self.dir / "supervisor.log").open("ab") as log:
@@ -292,11 +285,8 @@ def supervise(local_dir: Path) -> int:
     """Hold the lock and run the queue until it is empty (rescanning after letting go of the lock)."""
     supervisor = Supervisor(local_dir)
     while True:
-        fd = os.open(local_dir / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(local_dir / "supervisor.lock")
+        if fd is None:
             return 0  # another supervisor owns the queue
         idle_since: float | None = None
         while True:

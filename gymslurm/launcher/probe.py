@@ -17,7 +17,6 @@ question asked here.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shlex
@@ -27,8 +26,9 @@ import time
 from pathlib import Path
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.doctor import Finding, Level
+from gymslurm.launcher.findings import Finding, Level
 from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.store.flock import lock_fd
 
 PROBE_TIMEOUT_S = 180.0
 MAX_CLOCK_SKEW_S = 10.0
@@ -41,10 +41,8 @@ def inside(lock: Path, out: Path) -> int:
     try:
         fd = os.open(lock, os.O_RDWR)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            flock = "granted"  # the login side holds it: the lock is not coherent across nodes
-        except BlockingIOError:
-            flock = "refused"
+            # granted: the login side holds it, so the lock is not coherent across nodes
+            flock = "granted" if lock_fd(fd, wait=False) else "refused"
         finally:
             os.close(fd)
     except OSError as error:
@@ -134,10 +132,10 @@ def probe_findings(client: SlurmClient, root: str, partition: str | None, python
     ]
     if partition:
         argv.insert(2, f"--partition={partition}")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     job = ""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_fd(fd)
         job = client.run(argv).stdout.strip().split(";")[0]
         deadline = time.monotonic() + PROBE_TIMEOUT_S
         while not out.exists():

@@ -3,7 +3,7 @@
 ``submit`` resolves the benchmark once, refuses when a run of the same benchmark is still live,
 creates the run directory (rundir.py), slices the dataset into shards, renders and saves every
 script, then queues the first link of each shard's chain and records it in the shard's ledger.
-Everything after that happens inside the jobs (chain.py), so the login-side process may die right
+Everything after that happens inside the jobs (``launcher/job/``), so the login-side process may die right
 after submitting: a link already queued runs, starts its own successor and writes its own ledger.
 Secrets go to the jobs only through the environment (``GYMSLURM_SECRETS``).
 """
@@ -27,6 +27,7 @@ from gymslurm.identity import redact_value
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import site_refusal
+from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize, utc_now
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
@@ -52,7 +53,6 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.scriptsafe import path_directive_problem
-from gymslurm.launcher.servers import container_argv
 from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
@@ -348,7 +348,8 @@ def _progress_key(report: dict[str, Any]) -> tuple[Any, ...]:
 
 def wait_for_run(run: RunDir, backend: Backend, poll_s: float = WAIT_FIRST_S) -> int:
     """Poll the run's status with backoff until it has ended (twice in a row), print it; 0 when all DONE."""
-    from gymslurm.launcher.status import print_table, run_status
+    from gymslurm.launcher.views.report import refresh_report
+    from gymslurm.launcher.views.status import print_table, run_status
 
     ended_polls, last = 0, None
     while ended_polls < 2:
@@ -358,6 +359,7 @@ def wait_for_run(run: RunDir, backend: Backend, poll_s: float = WAIT_FIRST_S) ->
         poll_s = next_poll_s(poll_s, changed=key != last)
         last = key
         ended_polls = ended_polls + 1 if run_has_ended(report) else 0
+    refresh_report(run, backend, report)
     print_table(report)
     all_done = all(row["verdict"] == "DONE" for row in report["shards"])
     done = all_done and str(report["aggregation"]["state"]).startswith("DONE")
@@ -427,7 +429,7 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     restarted = len(todo)
     run.aggregate_ledger.append(Resubmitted())
     if restarted == 0:
-        from gymslurm.launcher.chain import maybe_submit_aggregation  # the job side: servers, HTTP
+        from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
 
         job_id = maybe_submit_aggregation(run, settings, backend, None)
         print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")

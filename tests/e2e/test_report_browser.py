@@ -81,8 +81,9 @@ def test_report_renders_its_tables_and_timeline_in_headless_chromium(tmp_path: P
     gymslurm("submit", str(bench), "--backend", "local", "shards=2", "aggregation.command=[/bin/true]")
     run = only_run(tmp_path)
     wait_until_final(run)
+    gymslurm("status", str(run))
     written = run / "report.html"
-    assert written.exists(), "each link's end rewrites report.html"
+    assert written.exists(), "gymslurm status rewrites report.html"
     alone = tmp_path / "copied" / "report.html"
     alone.parent.mkdir()
     shutil.copy(written, alone)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.chain import try_link_lock
 from gymslurm.launcher.inject import slurm_argv
+from gymslurm.launcher.job.link import try_link_lock
 from gymslurm.launcher.probe import findings_of
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Started, Submitted
-from gymslurm.launcher.logs import chain_links, log_files, pick_job
 from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.views.logs import chain_links, log_files, pick_job
 
 CHAIN = ["11", "12", "13"]
 

@@ -7,7 +7,7 @@ import re
 
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.report import REPORT_SCHEMA, faults_survived, links_of, render
+from gymslurm.launcher.views.report import REPORT_SCHEMA, faults_survived, links_of, render
 
 
 def _decided(

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gymslurm.launcher.servers import ServerStartError, reap, start, stop
+from gymslurm.launcher.job.servers import ServerStartError, reap, start, stop
 from gymslurm.launcher.settings import ServerSettings
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,7 @@ def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
 LINK = """
 import sys, time
 from pathlib import Path
-from gymslurm.launcher.servers import start
+from gymslurm.launcher.job.servers import start
 from gymslurm.launcher.settings import ServerSettings
 script = "sleep 300 & exec " + sys.executable + " -m http.server --bind 127.0.0.1 {port}"
 server = start(ServerSettings(name="web", command=["bash", "-c", script], health_path="/"), Path(sys.argv[1]))
@@ -126,7 +126,7 @@ def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tm
 
 def test_interpolate_fills_this_server_s_port_and_an_earlier_server_s_address() -> None:
     """{host}/{port} are this server's; {servers.NAME.url|host|port} an earlier one's."""
-    from gymslurm.launcher.servers import RunningServer, interpolate
+    from gymslurm.launcher.job.servers import RunningServer, interpolate
 
     policy = RunningServer(ServerSettings(name="policy", url="http://10.1.2.3:8000"), "http://10.1.2.3:8000")
     text = "--port {port} --model {servers.policy.url}/v1 --on {servers.policy.host}:{servers.policy.port}"
@@ -151,7 +151,7 @@ def test_a_container_wraps_the_server_command(
     container: dict[str, object] | None, expected: list[str]
 ) -> None:
     """servers[].container renders the Pyxis (srun --container-image) or Apptainer (apptainer exec) line."""
-    from gymslurm.launcher.servers import container_argv
+    from gymslurm.launcher.job.servers import container_argv
 
     settings = ServerSettings.model_validate(
         {"name": "policy", "command": ["vllm", "serve", "m"], "container": container}

@@ -20,7 +20,7 @@ from gymslurm.launcher.ledger import (
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.slurm import QueueRow, parse_accounting_storage
-from gymslurm.launcher.status import (
+from gymslurm.launcher.views.status import (
     STATUS_SCHEMA,
     STATUS_VERSION,
     Beat,
@@ -281,7 +281,7 @@ def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.Ca
 
 def test_the_table_has_a_header_and_one_aligned_line_per_shard(tmp_path: Path) -> None:
     """The status table is plain fixed-width text: a header, then one line per shard."""
-    from gymslurm.launcher.status import COLUMNS, table_lines
+    from gymslurm.launcher.views.status import COLUMNS, table_lines
 
     run = _run_with_forgotten_job(tmp_path, accounting=False)
     lines = table_lines(run_status(run, LocalBackend(run.local_dir), now=T0))
@@ -298,7 +298,7 @@ def test_a_cancelled_successor_is_not_shown_as_next() -> None:
 
 def test_an_aggregation_that_decided_reads_as_finished_while_its_job_exits() -> None:
     """The aggregation job writes its decision and then still runs for a moment: it is finished."""
-    from gymslurm.launcher.status import aggregation_status
+    from gymslurm.launcher.views.status import aggregation_status
 
     state = summarize([Submitted(job_id="9"), Started(job_id="9"), _decided("9", Decision.DONE)])
     agg = aggregation_status(state, {"9": _row("9", "RUNNING")}, {})

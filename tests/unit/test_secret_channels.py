@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher import servers as server_mod
-from gymslurm.launcher.chain import Signals, child_environment, run_collector, split_secret_arguments
+from gymslurm.launcher.job import servers as server_mod
+from gymslurm.launcher.job.collector_process import child_environment, run_collector, split_secret_arguments
+from gymslurm.launcher.job.heartbeat import Signals
 from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
 from gymslurm.settings import SECRET_OVERRIDES_ENV, secret_overrides

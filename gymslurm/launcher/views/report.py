@@ -1,4 +1,4 @@
-"""``report.html``: one self-contained page of a run, rewritten at the end of every link.
+"""``report.html``: one self-contained page of a run, rewritten by ``status`` and ``submit --wait``.
 
 Why: a user looks again from a phone or a laptop days later, maybe from a copied folder or a shared
 filesystem with no gymslurm at hand. The page needs no server, no network and no other file: CSS is
@@ -15,6 +15,7 @@ pure function of that data; :func:`write_report` reads, renders and publishes at
 from __future__ import annotations
 
 import html
+import sys
 import json
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import DecisionRecord, Record, Started
 from gymslurm.launcher.rundir import RunDir, atomic_write
-from gymslurm.launcher.status import COLUMNS, human_duration, run_status, summary_line
+from gymslurm.launcher.views.status import COLUMNS, human_duration, run_status, summary_line
 
 REPORT_SCHEMA, REPORT_VERSION = "gymslurm.report", 1
 REPORT_NAME = "report.html"
@@ -68,9 +69,9 @@ def faults_survived(links: list[dict[str, Any]]) -> dict[str, int]:
     return faults
 
 
-def report_data(run: RunDir, backend: Backend) -> dict[str, Any]:
-    """The report's data: the status document plus timelines, faults and merged metrics."""
-    status = run_status(run, backend)
+def report_data(run: RunDir, backend: Backend, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report's data: the status document (queried unless given) plus timelines, faults, metrics."""
+    status = status if status is not None else run_status(run, backend)
     info, array = run.read_info(), run.read_array()
     shards = []
     for shard in range(info.shards):
@@ -206,8 +207,27 @@ def report_path(run: RunDir) -> Path:
     return run.root / REPORT_NAME
 
 
-def write_report(run: RunDir, backend: Backend, output: Path | None = None) -> Path:
-    """Read the run, render the page and replace ``report.html`` atomically; returns its path."""
+def write_report(
+    run: RunDir, backend: Backend, output: Path | None = None, status: dict[str, Any] | None = None
+) -> Path:
+    """Read the run, render the page and replace ``report.html`` atomically; returns its path.
+
+    ``status`` is a status document just made (``gymslurm status``, ``submit --wait``), so the page
+    costs no second scheduler query.
+    """
     path = output or report_path(run)
-    atomic_write(path, render(report_data(run, backend)).encode())
+    atomic_write(path, render(report_data(run, backend, status)).encode())
     return path
+
+
+def refresh_report(run: RunDir, backend: Backend, status: dict[str, Any]) -> Path | None:
+    """Rewrite ``report.html`` from a status document, best effort: a view never fails a command.
+
+    The login-side commands that look at one run (``status``, ``submit --wait``) keep the page
+    current; no job renders it, so a link never queries the scheduler for the whole run.
+    """
+    try:
+        return write_report(run, backend, status=status)
+    except Exception as error:  # the report is a view; the ledgers hold the truth
+        print(f"gymslurm: could not rewrite {report_path(run)}: {error}", file=sys.stderr)
+        return None

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gymslurm.launcher import servers as server_mod
+from gymslurm.launcher.job import servers as server_mod
 from gymslurm.supervision import ServerEvent
 
 

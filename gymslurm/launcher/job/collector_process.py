@@ -1,0 +1,136 @@
+"""The collector as a child of the link: its command line, its environment, and the wait.
+
+The child gets only its own secrets (overrides that carry a credential travel in the
+environment, never on the command line) and never outlives the link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from urllib.parse import urlsplit
+
+from gymslurm.identity import redact_text
+from gymslurm.launcher.job import servers as server_mod
+from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
+from gymslurm.launcher.job.server_watch import Supervisor
+from gymslurm.launcher.rundir import SECRETS_ENV, RunDir
+from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
+from gymslurm.process_env import SECRET_OVERRIDES_ENV
+from gymslurm.supervision import SUPERVISION_FD_ENV
+
+
+def _address(url: str, part: str) -> str:
+    parts = urlsplit(url)
+    return {"url": url, "host": parts.hostname or "", "port": str(parts.port or "")}[part]
+
+
+def collector_argv(
+    settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], resubmit: bool
+) -> list[str]:
+    """The collector command of one link: resume, require completion, the shard's files, servers."""
+    argv = [
+        *settings.collector.command,
+        f"+input_jsonl_fpath={run.shard_input(shard)}",
+        f"+output_jsonl_fpath={run.shard_output(shard, settings.output_stem)}",
+        "+resume_from_cache=true",
+        "+require_complete=true",
+    ]
+    argv += [f"{s.collector_override}={urls[s.name]}" for s in settings.servers if s.collector_override]
+    argv += [
+        SERVER_REFERENCE.sub(lambda m: _address(urls[m.group(1)], m.group(2)), o)
+        for o in settings.collector.overrides
+    ]
+    if resubmit:
+        argv.append(settings.collector.resubmit_override)
+    return argv
+
+
+def split_secret_arguments(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
+    """(the command line, the overrides that carry a credential): the latter go in the environment.
+
+    A command line is readable by every user of the node (``ps``, ``/proc/*/cmdline``); an override
+    that the one redaction rule would change (``+policy_api_key=V``, a URL with a password...) is
+    passed in ``GYMSLURM_COLLECT_OVERRIDES`` instead, which the collector appends to its overrides.
+    Pure.
+    """
+    public = argv[:first_override]
+    secret: list[str] = []
+    for item in argv[first_override:]:
+        (secret if redact_text(item) != item else public).append(item)
+    return public, secret
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This job's environment for a child process, without the benchmark's secrets bundle.
+
+    Each process gets only its own secrets: the collector its overrides and ``collector.env``, each
+    server its ``env`` (already merged back into the settings), never ``GYMSLURM_SECRETS``.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in (SECRETS_ENV, SECRET_OVERRIDES_ENV)}
+    return {**env, **(extra or {})}
+
+
+def run_collector(
+    argv: list[str],
+    signals: Signals,
+    env: dict[str, str] | None = None,
+    supervisor: Supervisor | None = None,
+    *,
+    heartbeat: Heartbeat | None = None,
+    first_override: int | None = None,
+) -> tuple[int | None, int | None]:
+    """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
+
+    With a ``supervisor``, the collector inherits the read end of the supervision channel and
+    this thread runs a probe round every ``interval_s`` until the collector exits.
+    """
+    if signals.received:
+        log(f"received {signals.names} before the collector started; not starting it")
+        return None, None
+    public, secret = split_secret_arguments(argv, len(argv) if first_override is None else first_override)
+    hidden = f" (+{len(secret)} override(s) with credentials, in {SECRET_OVERRIDES_ENV})" if secret else ""
+    log("collector: " + " ".join(public) + hidden)
+    extra = {**(env or {}), **({SECRET_OVERRIDES_ENV: json.dumps(secret)} if secret else {})}
+    child_env, read_fd = child_environment(extra), None
+    pass_fds: tuple[int, ...] = ()
+    if supervisor is not None:
+        read_fd, supervisor.write_fd = os.pipe()
+        child_env[SUPERVISION_FD_ENV] = str(read_fd)
+        pass_fds = (read_fd,)
+        supervisor.begin()
+    child = subprocess.Popen(
+        public, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
+        preexec_fn=server_mod.stop_with_parent,  # noqa: PLW1509  a collector never outlives its link
+    )  # fmt: skip
+    if read_fd is not None:
+        os.close(read_fd)
+    signals.child, signals.supervisor = child, supervisor
+    if heartbeat is not None:
+        heartbeat.publish(collector_pid=child.pid)
+    try:
+        code = _wait_supervising(child, supervisor)
+    finally:
+        signals.child = signals.supervisor = None
+        if supervisor is not None and supervisor.write_fd is not None:
+            os.close(supervisor.write_fd)
+            supervisor.write_fd = None
+    if code >= 0:
+        return code, None
+    return None, (None if signals.received else -code)
+
+
+def _wait_supervising(child: subprocess.Popen[bytes], supervisor: Supervisor | None) -> int:
+    if supervisor is None:
+        return child.wait()
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return child.wait(timeout=supervisor.interval_s)
+        supervisor.round()
+        if supervisor.gave_up is not None and not supervisor.stopping:
+            supervisor.stop_requested()  # the collector stops itself on gave_up; TERM in case it hangs
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return child.wait(timeout=30)
+            child.terminate()

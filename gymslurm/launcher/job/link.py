@@ -1,0 +1,349 @@
+"""One link of a chain, run inside a job: ``gymslurm chain-step --run-dir RUN --shard N``.
+
+Order of work, chosen so that a job killed at any moment still leaves the chain able to go on:
+
+0. take the shard's link lock (``shards/NNN/link.lock``, held for the whole link). A link that
+   finds it taken, or finds another run of the chain whose job is still alive in the queue (a
+   hand rerun of the script, a duplicate Slurm started), logs why and exits 0 at once: no
+   decision, no successor, nothing spent. A job that is still running is never accounted for;
+1. account for runs that started but never wrote a decision (the predecessor was SIGKILLed, its
+   node failed, it crashed, or this very job was requeued): one ``decision`` record each,
+   ``accounted_by`` us, from the facts :func:`gymslurm.launcher.decide.dead_run_end` weighs
+   (Slurm's state, exit code and elapsed time, the run's start record, whether its collector
+   saved new outcomes);
+2. if the chain is already finished (a stop, a cancel), do nothing and exit 0;
+3. record our start, then make sure a successor is queued (``afterany`` on us) *before* running
+   anything, so that however this job ends, the next link starts after it. A requeued run of the
+   same job finds its successor still pending (Slurm does not release ``afterany`` for a requeued
+   job) and submits none: Slurm's requeue and the chain never both restart the same work;
+4. reap what is left on this host of a predecessor's servers (pid + create time in the ledger),
+   start configured servers (each recorded in the ledger with its pid, create time, start-up
+   time and probes), run the collector with resume, forwarding USR1/TERM/INT to it once each,
+   writing a heartbeat every 15 s, and supervising the servers (``supervise.py``: probes,
+   restarts in place, the evidence channel that keeps a server's death off the rollouts' budget);
+5. stop the servers (whole process trees, on every exit path), decide (``decide.py``), write the
+   decision;
+6. chain goes on: check the successor is still queued (resubmit it if someone cancelled it);
+   chain stops: cancel the successor, then submit the aggregation job if every shard's chain is
+   finished — exactly once, under a lock, even when shards end in the same second.
+
+The job exits with :func:`gymslurm.launcher.decide.job_exit_code` so Slurm's state agrees with the
+ledger (76 → FAILED). ``--aggregate`` runs the aggregation step instead of a link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from gymslurm.errors import SlurmError, StoreError
+from gymslurm.exitcodes import ExitCode
+from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend, SlurmBackend
+from gymslurm.launcher.decide import DeadRun, Decision, JobEnd, Limits, dead_run_end, decide, job_exit_code
+from gymslurm.launcher.job import servers as server_mod
+from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
+from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
+from gymslurm.launcher.job.collector_process import collector_argv, run_collector
+from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
+from gymslurm.launcher.job.server_watch import Supervisor
+from gymslurm.launcher.ledger import (
+    ChainState,
+    Ledger,
+    ServerRecord,
+    Started,
+    Submitted,
+    record_decision,
+    summarize,
+    utc_now,
+)
+from gymslurm.launcher.rundir import RunDir, ensure_shard_input
+from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.store import live
+from gymslurm.store.flock import try_lock
+
+
+def _seconds_between(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    try:
+        return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
+    except ValueError:
+        return 0.0
+
+
+def _limits(settings: BenchmarkSettings) -> Limits:
+    slurm = settings.slurm
+    return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress)
+
+
+def dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, output: Path) -> DeadRun:
+    """What is known of a run that never wrote its decision: Slurm's word, its start, its saves."""
+    since = _seconds_between(run.at, utc_now())
+    saved = None if run.saved_bytes is None else saved_bytes(output) > run.saved_bytes
+    if run.job_id == me[0]:  # an earlier run of this very job: Slurm requeued it
+        return DeadRun("REQUEUED", since, saved_outcomes=saved)
+    try:
+        row = backend.ended(run.job_id)
+    except Exception as error:  # a status query must not stop the chain from accounting
+        log(f"could not ask the scheduler about job {run.job_id}: {error}")
+        return DeadRun("UNKNOWN", since, saved_outcomes=saved)
+    if row is None:
+        return DeadRun("VANISHED", since, saved_outcomes=saved)
+    return DeadRun(row.state, since, row.exit_code, row.signal, row.elapsed_s, saved)
+
+
+def other_live_link(state: ChainState, me: tuple[str, int], backend: Backend) -> str | None:
+    """The job of another started run of this chain that the queue still shows alive, else None."""
+    others = [run.job_id for run in state.open_runs if run.job_id != me[0]]
+    if not others:
+        return None
+    try:
+        queue = backend.queue()
+    except Exception as error:  # the link lock was free: the runs are very likely dead
+        log(f"could not ask the scheduler whether jobs {' '.join(others)} still run: {error}")
+        return None
+    return next((job for job in others if job in queue and queue[job].state in ALIVE_STATES), None)
+
+
+def account_for_dead_runs(
+    state: ChainState,
+    ledger: Ledger,
+    me: tuple[str, int],
+    backend: Backend,
+    *,
+    output: Path,
+    limits: Limits,
+) -> ChainState:
+    """Write a decision for every run that started but never wrote one (except this run)."""
+    for run in list(state.open_runs):
+        if (run.job_id, run.restart_count) == me:
+            continue
+        end = dead_run_end(dead_run_facts(run, me, backend, output))
+        before = state.budgets
+        verdict = decide(end, before, limits)
+        log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
+        record_decision(ledger, run, end, before, verdict, accounted_by=me[0])
+        state = summarize(ledger.read())
+    return state
+
+
+def _live(job_id: str | None, backend: Backend) -> bool:
+    if job_id is None:
+        return False
+    row = backend.queue().get(job_id)
+    return row is not None and row.state in LIVE_STATES
+
+
+def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:
+    """Queue a link of ``shard``: a one-task array of ``scripts/links.sbatch`` in an array run."""
+
+    if isinstance(backend, SlurmBackend) and run.read_info().array:
+        return f"{backend.submit_array(run.links_script, str(shard), after=after)}_{shard}"
+    return backend.submit(run.script(shard), after=after)
+
+
+def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: Backend) -> str:
+    """The queued link that follows this job, submitting one if there is none."""
+    existing = summarize(ledger.read()).successor_of.get(me)
+    if existing and _live(existing, backend):
+        return existing
+    successor = submit_link(run, shard, backend, after=[me])
+    ledger.append(Submitted(job_id=successor, after=me, by=me))
+    log(f"successor {successor} queued after {me}")
+    if summarize(ledger.read()).cancelled:  # cancel ran meanwhile (it looks again after recording)
+        backend.cancel([successor])
+        log(f"the run was cancelled meanwhile: cancelled {successor} again")
+    return successor
+
+
+def try_link_lock(path: Path) -> int | None:
+    """Take the shard's link lock without waiting: its descriptor, or None when a live link holds it.
+
+    The descriptor is not inherited by the collector or servers (close-on-exec), so the lock is
+    released exactly when this chain step ends, however it ends (SIGKILL included).
+    """
+    return try_lock(path)
+
+
+def _holder(heartbeat: Path) -> str:
+    with contextlib.suppress(StoreError):
+        beat = live.read_heartbeat(heartbeat)
+        if beat is not None:
+            return f"job {beat.job_id} (heartbeat {beat.at})"
+    return "a link whose heartbeat is not readable"
+
+
+def run_link(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]
+) -> int:
+    """Run one link of shard ``shard``'s chain as job ``me`` (job id, restart count)."""
+    signals = Signals()
+    signals.install()
+    duplicate = f"this job {me[0]} exits without a decision, a successor or spending anything"
+    lock = try_link_lock(run.link_lock(shard))
+    if lock is None:
+        log(f"another link of shard {shard} is live: {_holder(run.heartbeat(shard))} holds "
+            f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
+        return 0
+    try:
+        other = other_live_link(summarize(run.ledger(shard).read()), me, backend)
+        if other is not None:
+            log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
+                f"{duplicate}")  # fmt: skip
+            return 0
+        return _run_link_locked(run, shard, settings, backend, me, signals=signals)
+    finally:
+        os.close(lock)
+
+
+def _run_link_locked(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
+    signals: Signals,
+) -> int:  # fmt: skip
+    ledger, limits = run.ledger(shard), _limits(settings)
+    output = run.shard_output(shard, settings.output_stem)
+    state = account_for_dead_runs(summarize(ledger.read()), ledger, me, backend, output=output, limits=limits)
+    if state.finished:
+        log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
+        if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
+            maybe_submit_aggregation(run, settings, backend, me[0])
+        return ExitCode.DONE
+    bytes_before = saved_bytes(output)
+    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
+    ledger.append(started)
+    reap_predecessors(state, ledger, me)
+    try:
+        successor: str | None = ensure_successor(run, shard, ledger, me[0], backend)
+    except SlurmError as error:  # collect anyway; queuing is tried again after the decision
+        log(f"could not queue a successor now: {error}")
+        successor = None
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if run.read_info().array:
+        ensure_shard_input(run, shard, settings.shards)
+    before_progress = read_progress(output)
+    with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
+        resubmit = state.resubmit_pending
+        code, killer, note = _collect(run, shard, settings, signals, resubmit, me, heartbeat=heartbeat)
+    elapsed = time.time() - job_started_at()
+    slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
+    end = JobEnd(
+        slurm_state, code, elapsed, before_progress, read_progress(output), killer,
+        saved_outcomes=saved_bytes(output) > bytes_before,
+    )  # fmt: skip
+    verdict = decide(end, state.budgets, limits)
+    if note:
+        verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
+    log(f"decision {verdict.decision}: {verdict.reason}")
+    offset = read_resubmit_offset(output)
+    record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset)
+    _after_decision(run, shard, settings, backend, me=me[0], successor=successor, decision=verdict.decision)
+    return job_exit_code(verdict.decision)
+
+
+def _collect(  # noqa: PLR0917
+    run: RunDir,
+    shard: int,
+    settings: BenchmarkSettings,
+    signals: Signals,
+    resubmit: bool,
+    me: tuple[str, int],
+    *,
+    heartbeat: Heartbeat,
+) -> tuple[int | None, int | None, str | None]:
+    ledger, host = run.ledger(shard), socket.gethostname()
+
+    def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
+        log(f"server {server.settings.name!r} {event}: {cause}")
+        ledger.append(_serverrecord_decision(me, host, event, server, cause))
+
+    started: list[server_mod.RunningServer] = []
+    try:
+        try:
+            for wanted in settings.servers:
+                log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
+                known = {s.settings.name: s for s in started}
+                server = server_mod.start(wanted, log_path, started=known)
+                started.append(server)
+                if server.process is not None:
+                    probes = ", ".join(server.probes[-5:])
+                    note(
+                        "started", server, f"healthy at {server.url} after {server.startup_s:.1f}s ({probes})"
+                    )
+        except server_mod.ServerStartError as error:
+            return ExitCode.RETRY, None, f"server start failed: {error}"
+        urls = {server.settings.name: server.url for server in started}
+        argv = collector_argv(settings, run, shard, urls, resubmit)
+        supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
+        env_code, killer = run_collector(
+            argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
+            first_override=len(settings.collector.command),
+        )  # fmt: skip
+        if supervisor is not None and supervisor.gave_up is not None:
+            name = supervisor.gave_up
+            limit = next(s.settings.restart_limit for s in started if s.settings.name == name)
+            return (
+                ExitCode.RETRY,
+                None,
+                (
+                    f"server {name!r} went down more than restart_limit={limit} times; the collector was "
+                    f"stopped (exit {env_code}, counted as 1: retryable, the next link starts it afresh)"
+                ),
+            )
+    finally:
+        for server in started:  # every exit path: a return, an exception, a signal's unwinding
+            server_mod.stop(server)
+    return env_code, killer, None
+
+
+def _serverrecord_decision(
+    me: tuple[str, int], host: str, event: str, server: server_mod.RunningServer, cause: str | None
+) -> ServerRecord:
+    return ServerRecord(
+        job_id=me[0], restart_count=me[1], name=server.settings.name, event=event,  # type: ignore[arg-type]
+        host=host, pid=server.pid, create_time=server.create_time or None, url=server.url,
+        startup_s=round(server.startup_s, 3) if event in ("started", "restarted") else None,
+        restarts=server.restarts, cause=cause, probes=server.probes[-20:],
+    )  # fmt: skip
+
+
+def reap_predecessors(state: ChainState, ledger: Ledger, me: tuple[str, int]) -> int:
+    """Kill what is left on this host of earlier links' servers (proved theirs by pid + create time)."""
+    host, reaped = socket.gethostname(), 0
+    for record in state.server_processes:
+        if (record.job_id, record.restart_count) == me or record.host != host or record.pid is None:
+            continue
+        if server_mod.reap(record.pid, record.create_time or 0.0):
+            reaped += 1
+            log(f"reaped server {record.name!r} (pid {record.pid}) left by job {record.job_id}")
+            cause = f"left running; reaped by job {me[0]}"
+            ledger.append(record.model_copy(update={"event": "reaped", "cause": cause}))
+    return reaped
+
+
+def _after_decision(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, successor: str | None,
+    decision: Decision,
+) -> None:  # fmt: skip
+    ledger = run.ledger(shard)
+    if summarize(ledger.read()).cancelled:
+        log(f"the chain of shard {shard} was cancelled; not queuing anything")
+        return
+    if decision.continues:
+        if not _live(successor, backend):
+            ensure_successor(run, shard, ledger, me, backend)
+        return
+    if successor is not None:
+        backend.cancel([successor])
+    log(f"chain of shard {shard} finished ({decision}); cancelled the queued successor {successor}")
+    maybe_submit_aggregation(run, settings, backend, me)
+
+
+def _finished_why(state: ChainState) -> str:
+    if state.cancelled:
+        return "cancelled"
+    return state.last_decision.decision if state.last_decision else "finished"

@@ -1,0 +1,57 @@
+"""The one advisory-lock primitive: ``flock`` on a run file opened without following links.
+
+Every lock gymslurm takes (the shard's link lock, a ledger append, the aggregation's submit, the
+local backend's job table, the doctor's probe, the collector's run lock) goes through here, so
+the way a lock file is opened (``O_NOFOLLOW``, mode 0600, close-on-exec: a child never inherits
+a lock) is written once. Closing the descriptor releases the lock, whatever ends the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from gymslurm.store.atomic import open_run_file
+
+LOCK_MODE = 0o600
+
+
+def try_lock(path: Path, *, create_parent: bool = True) -> int | None:
+    """Take ``path``'s exclusive lock without waiting: its descriptor, or None when another holds it."""
+    if create_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_run_file(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def lock_fd(fd: int, *, wait: bool = True) -> bool:
+    """Lock an already open descriptor; False when ``wait`` is off and another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, create_parent: bool = True) -> Iterator[int]:
+    """Hold ``path``'s exclusive lock (waiting for it) for the ``with`` block; yields the descriptor."""
+    if create_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_run_file(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
