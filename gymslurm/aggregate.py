@@ -44,6 +44,7 @@ import orjson
 
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableError, StoreError
+from gymslurm.formats import version_of
 from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.selection import (
@@ -63,7 +64,6 @@ from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
 from gymslurm.store.store import history_conflict, write_gymslurm_metrics
-from gymslurm.store.versions import version_of
 
 AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
 _GLOB_CHARS = frozenset("*?[")

@@ -27,31 +27,34 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any, Protocol
 
-from gymslurm.coverage import Completion, Coverage, completion_exit_code, compute_coverage
+from gymslurm.collector_end import (
+    export_metrics,
+    final_exit,
+    not_asked_after_a_stall,
+    publish_reports,
+    run_health_hook,
+)
+from gymslurm.collector_live import STALL, LiveWatch
+from gymslurm.collector_watch import Breaker, Supervised
+from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.dispatch import (
     Completed,
     EnvironmentClient,
     Failed,
     Outcome,
     fetch_environment_config,
-    post_aggregate_metrics,
 )
-from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.health import SelectedRun, after_collection
-from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
-from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics, server_origin
+from gymslurm.nemogym import ServerOrigin, server_origin
 from gymslurm.prepare import Prepared, Task, prepare, refuse_before_writing
-from gymslurm.progress import Counters, make_reporter, rate_and_eta, say, summary_table
+from gymslurm.progress import Counters, make_reporter, say
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
     BudgetPolicy,
@@ -64,10 +67,8 @@ from gymslurm.selection import (
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
-from gymslurm.store.live import LiveProgress, write_progress
 from gymslurm.store.manifest import utc_now
 from gymslurm.store.paths import others_writable_warning
-from gymslurm.supervised import Breaker, Supervised
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -303,123 +304,6 @@ def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     )
 
 
-def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool) -> Completion:
-    """The completion: ``completion_exit_code`` with retryability read from coverage.
-
-    Without ``require_complete`` a partial run exits 0; the only-omissions warning is still given.
-    """
-    completion = completion_exit_code(
-        coverage,
-        retryable=coverage.retryable > 0,
-        made_progress=made_progress,
-        require_complete=require_complete,
-    )
-    if not require_complete and completion.warning is None:
-        strict = completion_exit_code(
-            coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
-        )
-        if strict.code == ExitCode.DONE and strict.warning:
-            return Completion(completion.code, completion.reason, strict.warning)
-    return completion
-
-
-def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
-    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
-
-    With progress, the next job goes on; without any, the budget itself stopped the work, and a
-    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
-    margin if they prevented all work").
-    """
-    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
-    if made_progress:
-        return f"{said}; resume to run them"
-    return (
-        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
-        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
-        "job's end), then resume"
-    )
-
-
-def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
-    """What to say when rollouts ran out of failure budget: how many, and where their failures are."""
-    if not coverage.failure_budget_exhausted:
-        return None
-    return (
-        f"{coverage.failure_budget_exhausted} rollout(s) used up their failure budget "
-        f"(max_rollout_attempts={coverage.max_rollout_attempts}); their failures are in {failures_path}. "
-        "Fix the cause, then `gymslurm resubmit` gives them a fresh budget"
-    )
-
-
-def is_stalled(in_flight: int, quiet_s: float, window_s: float | None) -> bool:
-    """The stall rule: requests are in flight and no outcome was saved for ``window_s`` (pure)."""
-    return window_s is not None and in_flight > 0 and quiet_s >= window_s
-
-
-STALL = "stall"
-
-
-@dataclass
-class LiveWatch:
-    """Every tick: stop the loop on a stall, and replace the live progress record every interval.
-
-    The record (``<stem>_progress.json``, gymslurm/store/live.py) is what ``gymslurm status``
-    reads while a link runs. Writing it is best effort: a failure is said once on stderr and never
-    stops a collection (the outcomes themselves are written and checked elsewhere).
-    """
-
-    loop: DispatchLoop
-    path: Path
-    interval_s: float
-    stall_window_s: float | None
-    stderr: IO[str]
-    started_epoch: float = field(default_factory=time.time)
-    _last_write: float = float("-inf")
-    _warned: bool = False
-
-    def tick(self, now: float) -> None:
-        """Check the stall rule, then write the record when the interval has passed."""
-        loop = self.loop
-        if not loop._stopping and is_stalled(
-            loop.counters.in_flight, now - loop.last_outcome_at, self.stall_window_s
-        ):
-            say(
-                self.stderr,
-                f"stalled: no outcome saved for {self.stall_window_s:g}s (stall_window_s) while "
-                f"{loop.counters.in_flight} request(s) were in flight; a hung server or GPU? Cancelling "
-                "them (their rollouts stay unfinished, no budget spent) and exiting 1 so the chain moves "
-                "to a fresh link",
-            )
-            loop.stop(STALL)
-        if now - self._last_write >= self.interval_s:
-            self.write(now)
-
-    def write(self, now: float, ended: bool = False) -> None:
-        """Replace the live progress record now."""
-        self._last_write = now
-        try:
-            write_progress(self.path, self.record(now, ended))
-        except StoreError as error:
-            if not self._warned:
-                self._warned = True
-                say(self.stderr, f"warning: the live progress record was not written: {error}")
-
-    def record(self, now: float, ended: bool) -> LiveProgress:
-        """The record for this moment (``now`` is the monotonic clock)."""
-        counters, loop = self.loop.counters, self.loop
-        rate, _ = rate_and_eta(counters, now)
-        return LiveProgress(
-            written_at=utc_now(), epoch=time.time(), pid=os.getpid(),
-            job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("GYMSLURM_JOB_ID"),
-            expected=counters.total, successful=counters.done, failed=counters.failed,
-            intentionally_omitted=counters.omitted, in_flight=counters.in_flight,
-            new_outcomes=max(counters.new_outcomes, 0), started_epoch=self.started_epoch,
-            rate_per_s=max(rate, 0.0), oldest_in_flight_s=loop.oldest_in_flight_s(now),
-            last_outcome_age_s=max(now - loop.last_outcome_at, 0.0),
-            stalled=loop.result.stopped_by == STALL, ended=ended,
-        )  # fmt: skip
-
-
 STOP_GRACE_S = 0.5
 LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
 
@@ -557,35 +441,17 @@ def _collect_prepared(  # noqa: PLR0917
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters))
     coverage = build_coverage(view, result)
-    post = _not_asked_after_a_stall if result.stopped_by == STALL else None
-    _publish_reports(
+    post = not_asked_after_a_stall if result.stopped_by == STALL else None
+    publish_reports(
         [
             lambda: store.write_coverage(coverage),
             lambda: export_metrics(settings, store, view, coverage, origins, stderr, post),
-            lambda: _run_health_hook(paths, coverage, view),
+            lambda: run_health_hook(paths, coverage, view),
         ],
         result,
         stderr,
     )
-    return _report(settings, coverage, result, paths, stderr, stdout)
-
-
-def _publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> None:
-    """Publish the end-of-collection reports (coverage snapshot, metrics, health), in order.
-
-    On a full disk the reports are snapshots that a resume or an aggregation rebuilds (000), so a
-    report that cannot be written does not hide what matters: after a failed append, that first
-    error stays the one reported; when this invocation dispatched nothing (a resume of a finished
-    run) nothing new needs saving and the exit code stands, with a warning. Otherwise the disk-full
-    error names the report file and stops (exit 1, resumable).
-    """
-    for step in steps:
-        try:
-            step()
-        except DiskFullError as error:
-            if result.error is None and result.dispatched:
-                raise
-            say(stderr, f"warning: {error}")
+    return final_exit(settings, coverage, result, paths, stderr, stdout)
 
 
 async def _dispatch(
@@ -668,113 +534,3 @@ def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
     return save
 
 
-METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
-
-
-def _not_asked_after_a_stall(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    """A collection stopped by its stall window does not wait on the server that stalled it."""
-    raise MetricsUnavailableError(
-        f"POST {url}/aggregate_metrics not asked: the collection stalled (stall_window_s), so the server "
-        "may hang again; the next link asks it"
-    )
-
-
-def export_metrics(  # noqa: PLR0917
-    settings: CollectSettings,
-    store: RunStore,
-    view: RunView,
-    coverage: Coverage,
-    origins: dict[str, ServerOrigin | None],
-    stderr: IO[str],
-    post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
-) -> None:
-    """The metrics files, inside the lock, from the states the collection ends with.
-
-    ``<stem>_gymslurm_metrics.json``: gymslurm's own metrics, the same ``gymslurm aggregate`` computes
-    (with the same ``count_failure_classes_as_zero`` scoring policy; 000: "live and offline
-    count_failure_classes_as_zero selection" match either name and count the row once).
-    ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
-    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
-    that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
-    """
-    metrics = compute_metrics(
-        view.states,
-        max_rollout_attempts=view.policy.max_rollout_attempts,
-        historical_failed_attempts=coverage.historical_failed_attempts,
-        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(settings.count_failure_classes_as_zero)),
-    )
-    body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
-    store.write_gymslurm_metrics(body)
-    by_url: dict[str, list[dict[str, Any]]] = {}
-    for _, row in store.selected_results(view.states):
-        url = settings.server_url_for(row["task_id"]["taskset"])
-        by_url.setdefault(url, []).append(row_for_metrics(row))
-    entries = []
-    for url, rows in sorted(by_url.items()):
-        try:
-            answer = (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S)
-            entries.append(metrics_entry(origins.get(url), url, answer))
-        except MetricsUnavailableError as error:
-            note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
-            say(stderr, f"warning: {note}")
-            entry = metrics_entry(origins.get(url), url, {"agent_metrics": metrics})
-            entries.append({**entry, "gymslurm_note": note})
-    store.write_aggregate_metrics(entries)
-
-
-def _run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:
-    """The automatic health report, inside the lock, from the states the collection ends with.
-
-    ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
-    rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
-    """
-    after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
-
-
-def _report(  # noqa: PLR0917
-    settings: CollectSettings,
-    coverage: Coverage,
-    result: LoopResult,
-    paths: RunPaths,
-    stderr: IO[str],
-    stdout: IO[str],
-) -> ExitCode:
-    if result.stopped_by and result.stopped_by != "error":
-        say(
-            stderr,
-            f"stopped by {result.stopped_by}: requests in flight were cancelled; their rollouts "
-            "stay unfinished (missing) and run again on resume",
-        )
-    if result.interruptions:
-        say(
-            stderr,
-            f"{result.interruptions} attempt(s) in flight were interrupted by a supervised server's death "
-            f"or the job's stop: recorded in {paths.failures} as kill_shaped with the evidence, no failure "
-            "budget spent",
-        )
-    if result.budget_drained:
-        made_progress = result.progress_outcomes > 0
-        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
-    exhausted = exhausted_message(coverage, paths.failures)
-    if exhausted:
-        say(stderr, exhausted)
-    if settings.summary:
-        summary_table(coverage.model_dump(), str(paths.coverage), stdout)
-    if result.error is not None:
-        raise result.error
-    if result.stopped_by == STALL:
-        say(stderr, f"exit 1: stalled (stall_window_s={settings.stall_window_s:g})")
-        return ExitCode.RETRY
-    if result.server_dead is not None:
-        say(
-            stderr,
-            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
-            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
-            "and run again with +resume_from_cache=true",
-        )
-        return ExitCode.RETRY
-    completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
-    if completion.warning:
-        say(stderr, f"warning: {completion.warning}")
-    say(stderr, f"exit {completion.code}: {completion.reason}")
-    return completion.code

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from gymslurm.exitcodes import ExitCode
+from gymslurm.formats import version_of
 from gymslurm.records import ROUTING_CLASS_UNSPECIFIED
 from gymslurm.selection import SUCCESSFUL, BudgetPolicy, Disposition, RolloutState
-from gymslurm.store.versions import version_of
 
 COVERAGE_FORMAT_VERSION = version_of("coverage")
 

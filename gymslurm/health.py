@@ -44,8 +44,8 @@ from typing import IO, Any
 import orjson
 
 from gymslurm.errors import GymslurmError, StaleFileError
+from gymslurm.formats import version_of
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
-from gymslurm.store.versions import version_of
 
 HEALTH_FORMAT_VERSION = version_of("health")
 EXAMPLES_PER_CLASS = 3

@@ -37,8 +37,8 @@ from typing import Any, Literal
 import orjson
 
 from gymslurm.errors import SupervisionError
+from gymslurm.formats import check_version, version_of
 from gymslurm.records import MAX_FAILURE_REASON, EpisodeFailure, RolloutFailureRecord
-from gymslurm.store.versions import check_version, version_of
 
 SUPERVISION_FD_ENV = "GYMSLURM_SUPERVISION_FD"
 EVENT_VERSION = version_of("supervision_event")

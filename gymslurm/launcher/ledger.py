@@ -30,12 +30,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gymslurm.errors import CorruptRecordError
+from gymslurm.formats import check_version, version_of
 from gymslurm.identity import redact_value
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
-from gymslurm.store.versions import check_version, version_of
 
 LEDGER_VERSION = version_of("ledger")
 FINISHED = {

@@ -26,10 +26,10 @@ from typing import Any
 
 import orjson
 
+from gymslurm.formats import version_problem
 from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
 from gymslurm.selection import Group, SavedOutcome, is_retry_masked, kept_timeout_answer
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
-from gymslurm.store.versions import version_problem
 
 _READ_CHUNK = 1 << 20
 

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymslurm import __version__
 from gymslurm.errors import ManifestError
+from gymslurm.formats import check_version, version_of
 from gymslurm.store.atomic import publish_json
-from gymslurm.store.versions import check_version, version_of
 
 FORMAT_VERSION = version_of("manifest")
 RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"

@@ -18,8 +18,8 @@ from array import array
 from pathlib import Path
 
 from gymslurm.errors import InconsistentHistoryError, ManifestError, StoreError
+from gymslurm.formats import check_version, version_of
 from gymslurm.store.atomic import open_run_file, publish_bytes, write_error
-from gymslurm.store.versions import check_version, version_of
 
 MAGIC = b"GSRESV\x00\x02"
 TABLE_VERSION = version_of("reservations")

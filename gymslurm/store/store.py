@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
+from gymslurm.formats import check_version, version_of
 from gymslurm.records import RolloutFailureRecord
 from gymslurm.selection import (
     BudgetPolicy,
@@ -58,7 +59,6 @@ from gymslurm.store.manifest import (
 )
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import ReservationTable, create_table
-from gymslurm.store.versions import check_version, version_of
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}

@@ -7,15 +7,8 @@ from typing import Any
 
 import pytest
 
-from gymslurm.collector import (
-    DispatchLoop,
-    RunView,
-    budget_message,
-    build_coverage,
-    decide_exit,
-    initial_counters,
-    pending_order,
-)
+from gymslurm.collector import DispatchLoop, RunView, build_coverage, initial_counters, pending_order
+from gymslurm.collector_end import budget_message, decide_exit
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, SavedOutcome, advance_state, select_rollout
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import orjson
 
-from gymslurm.collector import LoopResult, RunView, build_coverage, export_metrics
+from gymslurm.collector import LoopResult, RunView, build_coverage
+from gymslurm.collector_end import export_metrics
 from gymslurm.errors import MetricsUnavailableError
 from gymslurm.nemogym import ServerOrigin
 from gymslurm.settings import load_settings

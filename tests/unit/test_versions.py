@@ -1,4 +1,4 @@
-"""One version gate (store/versions.py): every reader refuses a version it does not read, in one voice."""
+"""One version gate (formats.py): every reader refuses a version it does not read, in one voice."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import orjson
 import pytest
 
 from gymslurm.errors import GymslurmError
+from gymslurm.formats import FORMATS, version_problem
 from gymslurm.launcher.ledger import parse_record
 from gymslurm.store.history import failure_row_problem
 from gymslurm.store.manifest import parse_manifest
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import HEADER, MAGIC, ReservationTable
 from gymslurm.store.store import read_coverage, read_gymslurm_metrics
-from gymslurm.store.versions import FORMATS, version_problem
 from gymslurm.supervision import parse_event
 
 FUTURE = 99

@@ -15,8 +15,8 @@ pure function of that data; :func:`write_report` reads, renders and publishes at
 from __future__ import annotations
 
 import html
-import sys
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any

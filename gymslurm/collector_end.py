@@ -1,0 +1,205 @@
+"""What follows the dispatch loop: the end-of-collection reports and the exit code.
+
+Run inside the run lock once the loop has ended, in order: the coverage snapshot, the metrics
+files (gymslurm's own and NeMo Gym's ``<stem>_aggregate_metrics.json`` from each server's
+``POST /aggregate_metrics``), the automatic health report; then the messages that say why the
+collection stopped and the exit code the chain acts on (spec 000's completion rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from gymslurm.collector_live import STALL
+from gymslurm.coverage import Completion, Coverage, completion_exit_code
+from gymslurm.dispatch import post_aggregate_metrics
+from gymslurm.errors import DiskFullError, MetricsUnavailableError
+from gymslurm.exitcodes import ExitCode
+from gymslurm.health import SelectedRun, after_collection
+from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
+from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics
+from gymslurm.progress import say, summary_table
+from gymslurm.settings import CollectSettings
+from gymslurm.store import RunPaths, RunStore
+
+if TYPE_CHECKING:
+    from gymslurm.collector import LoopResult, RunView
+
+def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool) -> Completion:
+    """The completion: ``completion_exit_code`` with retryability read from coverage.
+
+    Without ``require_complete`` a partial run exits 0; the only-omissions warning is still given.
+    """
+    completion = completion_exit_code(
+        coverage,
+        retryable=coverage.retryable > 0,
+        made_progress=made_progress,
+        require_complete=require_complete,
+    )
+    if not require_complete and completion.warning is None:
+        strict = completion_exit_code(
+            coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
+        )
+        if strict.code == ExitCode.DONE and strict.warning:
+            return Completion(completion.code, completion.reason, strict.warning)
+    return completion
+
+
+def budget_message(budget_s: float | None, drained: int, made_progress: bool) -> str:
+    """What to say when ``dispatch_budget_s`` left rollouts undispatched (they spent no attempt).
+
+    With progress, the next job goes on; without any, the budget itself stopped the work, and a
+    resume alone would stop the same way (000: "Increase the dispatch budget or reduce the drain
+    margin if they prevented all work").
+    """
+    said = f"dispatch_budget_s={budget_s} ran out: {drained} rollout(s) were not dispatched (no attempt used)"
+    if made_progress:
+        return f"{said}; resume to run them"
+    return (
+        f"{said}, and nothing was saved this invocation: the budget prevented all work. Increase the "
+        "dispatch budget (+dispatch_budget_s) or reduce the drain margin (the time kept back before the "
+        "job's end), then resume"
+    )
+
+
+def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
+    """What to say when rollouts ran out of failure budget: how many, and where their failures are."""
+    if not coverage.failure_budget_exhausted:
+        return None
+    return (
+        f"{coverage.failure_budget_exhausted} rollout(s) used up their failure budget "
+        f"(max_rollout_attempts={coverage.max_rollout_attempts}); their failures are in {failures_path}. "
+        "Fix the cause, then `gymslurm resubmit` gives them a fresh budget"
+    )
+
+
+def publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> None:
+    """Publish the end-of-collection reports (coverage snapshot, metrics, health), in order.
+
+    On a full disk the reports are snapshots that a resume or an aggregation rebuilds (000), so a
+    report that cannot be written does not hide what matters: after a failed append, that first
+    error stays the one reported; when this invocation dispatched nothing (a resume of a finished
+    run) nothing new needs saving and the exit code stands, with a warning. Otherwise the disk-full
+    error names the report file and stops (exit 1, resumable).
+    """
+    for step in steps:
+        try:
+            step()
+        except DiskFullError as error:
+            if result.error is None and result.dispatched:
+                raise
+            say(stderr, f"warning: {error}")
+
+
+METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
+
+
+def not_asked_after_a_stall(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """A collection stopped by its stall window does not wait on the server that stalled it."""
+    raise MetricsUnavailableError(
+        f"POST {url}/aggregate_metrics not asked: the collection stalled (stall_window_s), so the server "
+        "may hang again; the next link asks it"
+    )
+
+
+def export_metrics(  # noqa: PLR0917
+    settings: CollectSettings,
+    store: RunStore,
+    view: RunView,
+    coverage: Coverage,
+    origins: dict[str, ServerOrigin | None],
+    stderr: IO[str],
+    post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
+) -> None:
+    """The metrics files, inside the lock, from the states the collection ends with.
+
+    ``<stem>_gymslurm_metrics.json``: gymslurm's own metrics, the same ``gymslurm aggregate`` computes
+    (with the same ``count_failure_classes_as_zero`` scoring policy; 000: "live and offline
+    count_failure_classes_as_zero selection" match either name and count the row once).
+    ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
+    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
+    that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
+    """
+    metrics = compute_metrics(
+        view.states,
+        max_rollout_attempts=view.policy.max_rollout_attempts,
+        historical_failed_attempts=coverage.historical_failed_attempts,
+        policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(settings.count_failure_classes_as_zero)),
+    )
+    body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
+    store.write_gymslurm_metrics(body)
+    by_url: dict[str, list[dict[str, Any]]] = {}
+    for _, row in store.selected_results(view.states):
+        url = settings.server_url_for(row["task_id"]["taskset"])
+        by_url.setdefault(url, []).append(row_for_metrics(row))
+    entries = []
+    for url, rows in sorted(by_url.items()):
+        try:
+            answer = (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S)
+            entries.append(metrics_entry(origins.get(url), url, answer))
+        except MetricsUnavailableError as error:
+            note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
+            say(stderr, f"warning: {note}")
+            entry = metrics_entry(origins.get(url), url, {"agent_metrics": metrics})
+            entries.append({**entry, "gymslurm_note": note})
+    store.write_aggregate_metrics(entries)
+
+
+def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:
+    """The automatic health report, inside the lock, from the states the collection ends with.
+
+    ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
+    rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
+    """
+    after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
+
+
+def final_exit(  # noqa: PLR0917
+    settings: CollectSettings,
+    coverage: Coverage,
+    result: LoopResult,
+    paths: RunPaths,
+    stderr: IO[str],
+    stdout: IO[str],
+) -> ExitCode:
+    if result.stopped_by and result.stopped_by != "error":
+        say(
+            stderr,
+            f"stopped by {result.stopped_by}: requests in flight were cancelled; their rollouts "
+            "stay unfinished (missing) and run again on resume",
+        )
+    if result.interruptions:
+        say(
+            stderr,
+            f"{result.interruptions} attempt(s) in flight were interrupted by a supervised server's death "
+            f"or the job's stop: recorded in {paths.failures} as kill_shaped with the evidence, no failure "
+            "budget spent",
+        )
+    if result.budget_drained:
+        made_progress = result.progress_outcomes > 0
+        say(stderr, budget_message(settings.dispatch_budget_s, result.budget_drained, made_progress))
+    exhausted = exhausted_message(coverage, paths.failures)
+    if exhausted:
+        say(stderr, exhausted)
+    if settings.summary:
+        summary_table(coverage.model_dump(), str(paths.coverage), stdout)
+    if result.error is not None:
+        raise result.error
+    if result.stopped_by == STALL:
+        say(stderr, f"exit 1: stalled (stall_window_s={settings.stall_window_s:g})")
+        return ExitCode.RETRY
+    if result.server_dead is not None:
+        say(
+            stderr,
+            f"exit 1: {result.server_dead} stopped answering (circuit breaker, dispatch_breaker_wait_s="
+            f"{settings.dispatch_breaker_wait_s:g}); no rollout was charged for it. Bring the server back "
+            "and run again with +resume_from_cache=true",
+        )
+        return ExitCode.RETRY
+    completion = decide_exit(coverage, settings.require_complete, result.progress_outcomes > 0)
+    if completion.warning:
+        say(stderr, f"warning: {completion.warning}")
+    say(stderr, f"exit {completion.code}: {completion.reason}")
+    return completion.code
