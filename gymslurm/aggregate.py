@@ -57,6 +57,7 @@ from gymslurm.selection import (
     kept_timeout_answer,
     select_rollouts,
 )
+from gymslurm.settings import max_rollout_attempts
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.atomic import publish_json, publish_stream
 from gymslurm.store.history import RolloutKeys, read_history
@@ -287,7 +288,8 @@ def _load_legacy_shard(source: ShardSource) -> Shard:
 
 def _load_manifest_shard(source: ShardSource) -> Shard:
     """Open the run read-only through the store (validates manifest, reservations, inputs) and select."""
-    store = RunStore.open(RunPaths.for_output(source.results), writable=False)
+    paths = RunPaths.for_output(source.results)
+    store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
     try:
         rec = store.reconcile()
     finally:
@@ -396,7 +398,7 @@ def _fast_manifest_summary(
     numbered by arrival) take the store's path (None).
     """
     paths = RunPaths.for_output(source.results)
-    store = RunStore.open(paths, writable=False)
+    store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
     try:
         manifest, counts, policy = store.manifest, store.table.counts(), store.policy()
     finally:

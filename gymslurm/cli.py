@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_help())
         return 0
     if args[0] == "--version":
-        from gymslurm import __version__
+        from gymslurm.version import __version__
 
         print(f"gymslurm {__version__}")
         return 0

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from gymslurm.clock import utc_now
 from gymslurm.collector_end import (
     export_metrics,
     final_exit,
@@ -42,6 +43,7 @@ from gymslurm.collector_end import (
     run_health_hook,
 )
 from gymslurm.collector_live import STALL, LiveWatch
+from gymslurm.collector_view import LoopResult, RunView, pending_order
 from gymslurm.collector_watch import Breaker, Supervised
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.dispatch import (
@@ -53,21 +55,18 @@ from gymslurm.dispatch import (
 )
 from gymslurm.exitcodes import ExitCode
 from gymslurm.nemogym import ServerOrigin, server_origin
-from gymslurm.prepare import Prepared, Task, prepare, refuse_before_writing
+from gymslurm.prepare import Prepared, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, say
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
-    BudgetPolicy,
     Disposition,
     RolloutState,
     SavedOutcome,
-    advance_state,
     counts_against_budget,
     establishes_progress,
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
-from gymslurm.store.manifest import utc_now
 from gymslurm.store.paths import others_writable_warning
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
@@ -78,78 +77,12 @@ TICK_S = 0.25
 # --- the collection itself ------------------------------------------------------------------------
 
 
-@dataclass
-class RunView:
-    """A run's per-rollout state held in memory during a collection (plain lists, no models).
-
-    ``states`` starts as the store's reconciliation and is advanced as outcomes are saved, with the
-    same selection rules (:func:`gymslurm.selection.advance_state`), so the loop never re-reads the
-    run's files.
-    """
-
-    tasks: list[Task]
-    reserved: list[int]
-    states: list[RolloutState]
-    policy: BudgetPolicy
-    run_id: str
-    identity_verified: bool
-    historical_failed_attempts: int
-
-    def __post_init__(self) -> None:
-        self.ids = [task["_ng_rollout_id"] for task in self.tasks]
-
-    def wire_task(self, index: int) -> dict[str, Any]:
-        """The ``task`` of a ``POST /run`` body: only ``task_id`` and ``task_input`` (servers reject more)."""
-        task = self.tasks[index]
-        return {"task_id": task["task_id"], "task_input": task["task_input"]}
-
-    def indices(self, index: int) -> tuple[int, int]:
-        """(task index, repeat index) of rollout ``index``: what a flat legacy row is stamped with."""
-        task = self.tasks[index]
-        return task.get("_ng_task_index", 0), task.get("_ng_rollout_index", 0)
-
-    def mark_reserved(self, index: int, attempt: int) -> None:
-        """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
-        self.reserved[index] = attempt + 1
-        state = self.states[index]
-        self.states[index] = RolloutState(Disposition.MISSING, None, state.counted_failures, True, False)
-
-    def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
-        """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""
-        state = advance_state(self.states[index], saved, self.reserved[index], self.policy)
-        self.states[index] = state
-        return state
-
-
-def pending_order(view: RunView, states: list[RolloutState], longest_first: bool) -> list[int]:
-    """The rollouts to dispatch, in rollout order, or by expected duration (longest first) when asked."""
-    pending = [index for index, state in enumerate(states) if state.pending]
-    if longest_first:
-        tasks = view.tasks
-        pending.sort(key=lambda index: -float(tasks[index].get("_ng_expected_duration_s") or 0.0))
-    return pending
-
-
 class RolloutClient(Protocol):
     """What the loop needs of a client (``dispatch.EnvironmentClient``): one episode attempt."""
 
     async def run(
         self, url: str, episode: EpisodeId, task: Mapping[str, Any], *, indices: tuple[int, int] = (0, 0)
     ) -> Outcome: ...
-
-
-@dataclass
-class LoopResult:
-    """What one dispatch loop did."""
-
-    progress_outcomes: int = 0
-    new_failures: int = 0
-    stopped_by: str | None = None
-    budget_drained: int = 0
-    error: BaseException | None = None
-    dispatched: int = 0
-    interruptions: int = 0
-    server_dead: str | None = None
 
 
 @dataclass
@@ -186,6 +119,11 @@ class DispatchLoop:
         if self.deadline is not None and self._queue and not self._stopping:
             self.result.budget_drained = len(self._queue)
         return self.result
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the loop was asked to stop (no new dispatch)."""
+        return self._stopping
 
     def stop(self, reason: str) -> None:
         """Stop dispatching now and cancel the requests in flight (their reservations stay: missing)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from gymslurm.collector_live import STALL
+from gymslurm.collector_view import LoopResult, RunView
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
 from gymslurm.dispatch import post_aggregate_metrics
 from gymslurm.errors import DiskFullError, MetricsUnavailableError
@@ -24,8 +25,6 @@ from gymslurm.progress import say, summary_table
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
 
-if TYPE_CHECKING:
-    from gymslurm.collector import LoopResult, RunView
 
 def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool) -> Completion:
     """The completion: ``completion_exit_code`` with retryability read from coverage.

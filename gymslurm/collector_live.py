@@ -11,15 +11,28 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
+from gymslurm.clock import utc_now
+from gymslurm.collector_view import LoopResult
 from gymslurm.errors import StoreError
-from gymslurm.progress import rate_and_eta, say
+from gymslurm.progress import Counters, rate_and_eta, say
 from gymslurm.store.live import LiveProgress, write_progress
-from gymslurm.store.manifest import utc_now
 
-if TYPE_CHECKING:
-    from gymslurm.collector import DispatchLoop
+
+class WatchedLoop(Protocol):
+    """What the watch needs of the dispatch loop (``collector.DispatchLoop``)."""
+
+    counters: Counters
+    last_outcome_at: float
+    result: LoopResult
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def stop(self, reason: str) -> None: ...
+
+    def oldest_in_flight_s(self, now: float) -> float | None: ...
 
 def is_stalled(in_flight: int, quiet_s: float, window_s: float | None) -> bool:
     """The stall rule: requests are in flight and no outcome was saved for ``window_s`` (pure)."""
@@ -38,7 +51,7 @@ class LiveWatch:
     stops a collection (the outcomes themselves are written and checked elsewhere).
     """
 
-    loop: DispatchLoop
+    loop: WatchedLoop
     path: Path
     interval_s: float
     stall_window_s: float | None
@@ -50,7 +63,7 @@ class LiveWatch:
     def tick(self, now: float) -> None:
         """Check the stall rule, then write the record when the interval has passed."""
         loop = self.loop
-        if not loop._stopping and is_stalled(
+        if not loop.stopping and is_stalled(
             loop.counters.in_flight, now - loop.last_outcome_at, self.stall_window_s
         ):
             say(

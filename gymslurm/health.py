@@ -46,6 +46,7 @@ import orjson
 from gymslurm.errors import GymslurmError, StaleFileError
 from gymslurm.formats import version_of
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
+from gymslurm.settings import max_rollout_attempts
 
 HEALTH_FORMAT_VERSION = version_of("health")
 EXAMPLES_PER_CLASS = 3
@@ -259,7 +260,7 @@ def _check_run(paths: Any, thresholds: HealthThresholds, standalone: bool) -> He
 
     results = index_file(paths.results)
     failures = index_file(paths.failures)
-    store = RunStore.open(paths, writable=False)
+    store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
     try:
         rec = store.reconcile()
     finally:
@@ -457,7 +458,7 @@ def after_collection(
     report is the same either way. Never raises for an unhealthy or skipped run: collection and
     scoring still finish. A skip removes the previous report, which no longer describes the run.
     """
-    from gymslurm.store.manifest import utc_now
+    from gymslurm.clock import utc_now
 
     try:
         if selected is None:

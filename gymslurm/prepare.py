@@ -18,7 +18,6 @@ from typing import IO, Any
 
 import yaml
 
-from gymslurm import __version__
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError, IdentityMismatchError, ManifestError
 from gymslurm.identity import (
     IdentityDiff,
@@ -35,6 +34,7 @@ from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
 from gymslurm.tasks import MaterializeOptions, inputs_digest, materialize, parse_rows, source_digest
+from gymslurm.version import __version__
 
 Task = dict[str, Any]
 
@@ -291,7 +291,7 @@ def _open_for_resume(
     Returns the store and the writes the resume implies (override mark, drift line, policy update),
     to be made only once the history has been validated too (see :func:`_reconciled`).
     """
-    store = RunStore.open(paths)
+    store = RunStore.open(paths, adopt_attempts=settings.max_rollout_attempts)
     try:
         manifest = store.manifest
         saved = store.saved_identity()

@@ -9,7 +9,7 @@ unknown fields are rejected, the schema version is checked first, nested identit
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -20,6 +20,12 @@ MAX_FAILURE_REASON = 2000
 Stage = Literal["admission", "seed", "agent", "verification", "cleanup"]
 Source = Literal["environment", "collector"]
 Delivery = Literal["not_sent", "possibly_delivered", "delivered"]
+# How an Environment Server is spoken to: the typed episode protocol, or NeMo Gym's legacy agent
+# relay (flat rows, a reward reply) and its legacy reply shape.
+Protocol = Literal["episode", "legacy_agent", "legacy_reply"]
+PROTOCOLS: frozenset[str] = frozenset(get_args(Protocol))
+# NeMo Gym's default number of attempts per rollout, for runs and manifests that do not say.
+DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 
 # The shared failure-kind vocabulary (PROTOCOL.md). Unregistered names are accepted with a warning.
 FAILURE_KINDS: frozenset[str] = frozenset(

@@ -46,6 +46,7 @@ from gymslurm.errors import ConfigError
 from gymslurm.health import index_file, read_lines
 from gymslurm.records import EpisodeId
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
+from gymslurm.settings import max_rollout_attempts
 from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import iter_complete_lines
 from gymslurm.store.paths import companion_path
@@ -215,7 +216,7 @@ def reverify_judge_failed(
             "runs only, whose history says which answer is still current"
         )
     check_reverify_output(output, source)
-    store = RunStore.open(paths, writable=False)
+    store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
     try:
         rec = store.reconcile()
         history = store.read_history()

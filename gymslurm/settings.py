@@ -29,14 +29,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gymslurm.dispatch.classify import Protocol
 from gymslurm.errors import ConfigError
 from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
+from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, Protocol
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
-DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
 # NeMo Gym's head server default address (nemo_gym/global_config.py: host 127.0.0.1, port 11000).
 DEFAULT_HEAD_SERVER_URL = "http://127.0.0.1:11000"

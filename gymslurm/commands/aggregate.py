@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         environment_server_url=settings.get("environment_server_url") or None,
         timeout_s=float(settings.get("aggregate_metrics_timeout_s", 60.0)),
     )
-    from gymslurm.store.manifest import utc_now
+    from gymslurm.clock import utc_now
 
     result = aggregate(options, written_at=utc_now())
     for warning in result.warnings:

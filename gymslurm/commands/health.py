@@ -35,10 +35,10 @@ def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return 0
+    from gymslurm.clock import utc_now
     from gymslurm.commands.aggregate import as_bool, parse_overrides
     from gymslurm.errors import ConfigError
     from gymslurm.health import HealthThresholds, run_health_check
-    from gymslurm.store.manifest import utc_now
 
     settings, plain = parse_overrides(argv, KNOWN)
     targets = plain + ([str(settings["output_jsonl_fpath"])] if settings.get("output_jsonl_fpath") else [])

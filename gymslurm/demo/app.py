@@ -176,7 +176,9 @@ class DemoApp:
         from gymslurm.demo.policy import ask
 
         question = question_text(episode.task_input["a"], episode.task_input["b"], episode.task_input["op"])
-        answer, problem = await ask(self.config, question, f"{episode.rollout_id}/{episode.attempt}")
+        assert self.config.policy_url is not None
+        seed = f"{episode.rollout_id}/{episode.attempt}"
+        answer, problem = await ask(self.config.policy_url, self.config.model_name, question, seed)
         if problem is not None:
             self.outcomes["provider_unavailable"] += 1
             return provider_failure(episode, f"the policy model server failed: {problem}")

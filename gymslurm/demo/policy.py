@@ -10,14 +10,11 @@ as a non-terminal ``provider_unavailable`` failure.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from gymslurm.demo.model import completion_text
-
-if TYPE_CHECKING:
-    from gymslurm.demo.app import DemoConfig
 
 _clients: dict[int, httpx.AsyncClient] = {}
 TIMEOUT_S = 120.0
@@ -33,14 +30,13 @@ def _client() -> httpx.AsyncClient:
     return _clients[loop]
 
 
-async def ask(config: DemoConfig, question: str, seed: str) -> tuple[str, str | None]:
+async def ask(policy_url: str, model_name: str, question: str, seed: str) -> tuple[str, str | None]:
     """The model's answer to ``question``, or ``("", problem)`` when the call failed."""
-    assert config.policy_url is not None
     body: dict[str, Any] = {
-        "model": config.model_name, "messages": [{"role": "user", "content": question}],
+        "model": model_name, "messages": [{"role": "user", "content": question}],
         "max_tokens": 16, "temperature": 0, "seed": seed,
     }  # fmt: skip
-    url = config.policy_url.rstrip("/") + "/v1/chat/completions"
+    url = policy_url.rstrip("/") + "/v1/chat/completions"
     try:
         reply = await _client().post(url, json=body)
     except httpx.HTTPError as error:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, NamedTuple, get_args
 
 import httpx
 import orjson
@@ -47,6 +47,7 @@ from gymslurm.records import (
     Delivery,
     EpisodeFailure,
     EpisodeId,
+    Protocol,
     RolloutFailureRecord,
     Source,
     Stage,
@@ -105,8 +106,6 @@ COLLECTOR_OWNED_FIELDS = frozenset(
 OBSERVATION_FIELDS = frozenset({"source", "delivery"})
 DIAGNOSTIC_BODY_CHARS = 4000
 
-Protocol = Literal["episode", "legacy_agent", "legacy_reply"]
-PROTOCOLS: frozenset[str] = frozenset(get_args(Protocol))
 LEGACY_STAGE, LEGACY_PARTIAL = "_ng_failure_stage", "_ng_failure_partial_response"
 # Keys of a legacy failure that are not copied into its diagnostics: the markers themselves (read into
 # the record) and the old reward/response placeholders (spec 000: "not copied into the failure record").

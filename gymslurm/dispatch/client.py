@@ -20,14 +20,13 @@ import orjson
 from gymslurm.dispatch.classify import (
     Failed,
     Outcome,
-    Protocol,
     classify_exception,
     classify_reply,
     request_body,
 )
 from gymslurm.dispatch.http11 import DEFAULT_MAX_REPLY_BYTES, HEAD_END, Http11Transport, _ReplyTooLarge
 from gymslurm.errors import ConfigError
-from gymslurm.records import FAILURE_KINDS, EpisodeId
+from gymslurm.records import FAILURE_KINDS, EpisodeId, Protocol
 
 _log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from gymslurm.clock import utc_now_ms
 from gymslurm.errors import CorruptRecordError
 from gymslurm.formats import check_version, version_of
 from gymslurm.identity import redact_value
@@ -44,16 +44,11 @@ FINISHED = {
 }  # fmt: skip
 
 
-def utc_now() -> str:
-    """The current time as ISO-8601 UTC (the ledger's timestamp format)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     v: Literal[1] = 1
-    at: str = Field(default_factory=utc_now)
+    at: str = Field(default_factory=utc_now_ms)
 
 
 class BudgetsRecord(BaseModel):
@@ -233,7 +228,7 @@ def record_decision(
 ) -> DecisionRecord:
     """Append the decision that ends ``run`` (a link's own, or one accounted for by its successor)."""
     record = DecisionRecord(
-        job_id=run.job_id, restart_count=run.restart_count, start=run.at, end=utc_now(),
+        job_id=run.job_id, restart_count=run.restart_count, start=run.at, end=utc_now_ms(),
         elapsed_s=end.elapsed_s, slurm_state=end.slurm_state, exit_code=end.exit_code,
         decision=verdict.decision, reason=verdict.reason,
         budgets_before=BudgetsRecord.of(before), budgets_after=BudgetsRecord.of(verdict.budgets_after),

@@ -36,7 +36,7 @@ MAX_CLOCK_SKEW_S = 10.0
 
 def inside(lock: Path, out: Path) -> int:
     """The job's side: report versions, host, clock and whether flock excluded us; 0 always."""
-    import gymslurm
+    from gymslurm.version import __version__
 
     try:
         fd = os.open(lock, os.O_RDWR)
@@ -50,7 +50,7 @@ def inside(lock: Path, out: Path) -> int:
     report = {
         "python": sys.version.split()[0],
         "executable": sys.executable,
-        "gymslurm": gymslurm.__version__,
+        "gymslurm": __version__,
         "host": socket.gethostname(),
         "time": time.time(),
         "flock": flock,
@@ -114,7 +114,7 @@ def findings_of(report: dict[str, object], login_time: float, login_version: str
 
 def probe_findings(client: SlurmClient, root: str, partition: str | None, python: str) -> list[Finding]:
     """Run the probe job under ``root`` and turn its report into findings."""
-    from gymslurm import __version__
+    from gymslurm.version import __version__
 
     folder = Path(root) / ".gymslurm-doctor"
     folder.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
+from gymslurm.clock import utc_now_ms
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
@@ -28,7 +29,7 @@ from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backen
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import site_refusal
 from gymslurm.launcher.job.servers import container_argv
-from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize, utc_now
+from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
@@ -278,7 +279,7 @@ def submit(
     backend = backend_for(run, backend_kind)
     accounting = backend.client.accounting_enabled() if isinstance(backend, SlurmBackend) else None
     info = RunInfo(
-        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now(),
+        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
         accounting=accounting, array=array,
@@ -306,7 +307,7 @@ def submit_array(
 ) -> str:
     """Every shard's first link as one job array (one ``sbatch``), recorded once in ``array.json``."""
     job = backend.submit_array(run.links_script, array_indices(list(range(shards)), max_running))
-    record = ArrayRecord(job_id=job, shards=shards, max_running=max_running, at=utc_now())
+    record = ArrayRecord(job_id=job, shards=shards, max_running=max_running, at=utc_now_ms())
     atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
     throttle = f", at most {max_running} running at once" if max_running else ""
     print(f"{shards} shards ({min(counts)}-{max(counts)} rows each): first links are job array {job}"

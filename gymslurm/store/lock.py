@@ -28,9 +28,9 @@ from types import TracebackType
 
 import orjson
 
+from gymslurm.clock import utc_now
 from gymslurm.errors import LockUnsupportedError, RunLockedError, StoreError
 from gymslurm.store.atomic import NO_SPACE, open_run_file, write_error
-from gymslurm.store.manifest import utc_now
 
 log = logging.getLogger(__name__)
 _UNSUPPORTED = {errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP}

@@ -12,17 +12,17 @@ so that the first validated resume records it; every other reader just uses it.
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from gymslurm import __version__
 from gymslurm.errors import ManifestError
 from gymslurm.formats import check_version, version_of
+from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS
 from gymslurm.store.atomic import publish_json
+from gymslurm.version import __version__
 
 FORMAT_VERSION = version_of("manifest")
 RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"
@@ -66,11 +66,7 @@ def new_run_id() -> str:
     return f"run-{secrets.token_hex(16)}"
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def read_manifest(path: Path) -> Manifest | None:
+def read_manifest(path: Path, *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS) -> Manifest | None:
     """The manifest at ``path``, or None when there is none; anything unreadable is a ManifestError."""
     try:
         raw = path.read_bytes()
@@ -78,10 +74,15 @@ def read_manifest(path: Path) -> Manifest | None:
         return None
     except OSError as error:
         raise ManifestError(f"cannot read the run manifest {path}: {error}; check permissions") from error
-    return parse_manifest(path, raw)
+    return parse_manifest(path, raw, adopt_attempts=adopt_attempts)
 
 
-def parse_manifest(path: Path, raw: bytes) -> Manifest:
+def parse_manifest(path: Path, raw: bytes, *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS) -> Manifest:
+    """Validate a manifest's bytes; one without ``max_rollout_attempts`` adopts ``adopt_attempts``.
+
+    The caller passes the setting in force (the collector its resolved settings, a reader the
+    environment's): the store never reads the process environment itself.
+    """
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
@@ -94,9 +95,7 @@ def parse_manifest(path: Path, raw: bytes) -> Manifest:
     check_version("manifest", data.get("format_version"), str(path))
     adopted = "max_rollout_attempts" not in data
     if adopted:
-        from gymslurm.settings import max_rollout_attempts  # the one reader of the environment setting
-
-        data = {**data, "max_rollout_attempts": max_rollout_attempts()}
+        data = {**data, "max_rollout_attempts": adopt_attempts}
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as error:

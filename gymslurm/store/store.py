@@ -32,10 +32,11 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
+from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.formats import check_version, version_of
-from gymslurm.records import RolloutFailureRecord
+from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, RolloutFailureRecord
 from gymslurm.selection import (
     BudgetPolicy,
     RolloutState,
@@ -54,7 +55,6 @@ from gymslurm.store.manifest import (
     Manifest,
     new_run_id,
     read_manifest,
-    utc_now,
     write_manifest,
 )
 from gymslurm.store.paths import RunPaths
@@ -186,10 +186,15 @@ class RunStore:
         return store
 
     @classmethod
-    def open(cls, paths: RunPaths, *, writable: bool = True) -> RunStore:
-        """Open and validate a manifest-backed run. Changes no byte."""
+    def open(
+        cls, paths: RunPaths, *, writable: bool = True, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS
+    ) -> RunStore:
+        """Open and validate a manifest-backed run. Changes no byte.
+
+        ``adopt_attempts`` is the attempt limit a manifest without one adopts (the setting in force).
+        """
         refuse_retired_journal(paths.attempts_journal)
-        manifest = read_manifest(paths.manifest)
+        manifest = read_manifest(paths.manifest, adopt_attempts=adopt_attempts)
         if manifest is None:
             raise ManifestError(
                 f"no run manifest {paths.manifest}; this output has no resumable run. Restore the "

@@ -38,8 +38,8 @@ def standin_coverage(
     successful: int, *, progress: int, complete: bool, failed: int = 0, omitted: int = 0
 ) -> Coverage:
     """A coverage of ``EXPECTED`` rollouts with these counts, every other field consistent with them."""
+    from gymslurm.clock import utc_now
     from gymslurm.coverage import Coverage
-    from gymslurm.store.manifest import utc_now
 
     return Coverage(
         run_id="run-standin", expected=EXPECTED, successful=successful, measured=successful, masked=0,

@@ -7,12 +7,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gymslurm.clock import utc_now
 from gymslurm.errors import ManifestError
 from gymslurm.store.manifest import (
     Manifest,
     new_run_id,
     read_manifest,
-    utc_now,
     write_manifest,
 )
 
@@ -86,3 +86,20 @@ def test_unknown_field_is_rejected(tmp_path: Path) -> None:
     path.write_bytes(orjson.dumps({**manifest().model_dump(), "extra": 1}))
     with pytest.raises(ManifestError, match="extra"):
         read_manifest(path)
+
+
+def test_a_manifest_without_an_attempt_limit_adopts_the_one_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """parse_manifest adopts the limit its caller passes, never the process environment's."""
+    import orjson
+
+    from gymslurm.store.manifest import parse_manifest
+
+    saved = manifest().model_dump(mode="json")
+    del saved["max_rollout_attempts"]
+    monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "7")
+    assert parse_manifest(tmp_path / "m.json", orjson.dumps(saved)).max_rollout_attempts == 3
+    adopted = parse_manifest(tmp_path / "m.json", orjson.dumps(saved), adopt_attempts=5)
+    assert adopted.max_rollout_attempts == 5
+    assert adopted.adopted_max_rollout_attempts

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from gymslurm.clock import utc_now_ms
 from gymslurm.errors import StoreError
 from gymslurm.identity import redact_text
-from gymslurm.launcher.ledger import utc_now
 from gymslurm.store import live
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
 
 def log(message: str) -> None:
     """One timestamped line on the job's output."""
-    print(f"[gymslurm chain-step {utc_now()}] {redact_text(message)}", file=sys.stderr, flush=True)
+    print(f"[gymslurm chain-step {utc_now_ms()}] {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -96,7 +96,7 @@ class Heartbeat:
     def beat(self) -> None:
         """Write one heartbeat now."""
         record = live.Heartbeat(
-            **self.payload, at=utc_now(), epoch=time.time(), interval_s=self.interval_s,  # type: ignore[arg-type]
+            **self.payload, at=utc_now_ms(), epoch=time.time(), interval_s=self.interval_s,  # type: ignore[arg-type]
             pid=os.getpid(), host=socket.gethostname(),
         )  # fmt: skip
         with contextlib.suppress(StoreError):

@@ -41,6 +41,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from gymslurm.clock import utc_now_ms
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend, SlurmBackend
@@ -59,7 +60,6 @@ from gymslurm.launcher.ledger import (
     Submitted,
     record_decision,
     summarize,
-    utc_now,
 )
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.settings import BenchmarkSettings
@@ -83,7 +83,7 @@ def _limits(settings: BenchmarkSettings) -> Limits:
 
 def dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, output: Path) -> DeadRun:
     """What is known of a run that never wrote its decision: Slurm's word, its start, its saves."""
-    since = _seconds_between(run.at, utc_now())
+    since = _seconds_between(run.at, utc_now_ms())
     saved = None if run.saved_bytes is None else saved_bytes(output) > run.saved_bytes
     if run.job_id == me[0]:  # an earlier run of this very job: Slurm requeued it
         return DeadRun("REQUEUED", since, saved_outcomes=saved)

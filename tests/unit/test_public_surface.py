@@ -1,0 +1,49 @@
+"""``import gymslurm`` offers the supported names (docs/api.md), lazily, and nothing else by accident."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import gymslurm
+
+SUPPORTED = {
+    "__version__", "run_outcomes", "OutcomeStream", "OutcomeFuture", "RowOutcome", "collect",
+    "CollectSettings", "RolloutFailureRecord", "EpisodeFailure", "EpisodeId", "ExitCode", "HealthExit",
+    "RunPaths", "GymslurmError", "ConfigError", "IdentityMismatchError", "StoreError", "ManifestError",
+    "CorruptRecordError", "DiskFullError", "RunLockedError", "ProtocolError", "SlurmError",
+}  # fmt: skip
+
+
+def test_the_supported_names_are_pinned() -> None:
+    """``gymslurm.__all__`` is exactly the supported surface (a change here is an API change)."""
+    assert set(gymslurm.__all__) == SUPPORTED
+    assert len(gymslurm.__all__) == len(SUPPORTED)
+
+
+@pytest.mark.parametrize("name", sorted(SUPPORTED))
+def test_each_supported_name_resolves_to_its_home(name: str) -> None:
+    """Every exported name loads, and is the very object its home module defines."""
+    value = getattr(gymslurm, name)
+    if name not in ("__version__", "RowOutcome"):  # a string, and a type alias (a tuple type)
+        assert value.__module__.startswith("gymslurm.")
+        home = sys.modules[value.__module__]
+        assert getattr(home, name) is value
+    else:
+        assert value is not None
+
+
+def test_an_unknown_name_says_where_the_supported_ones_are() -> None:
+    """A name outside the surface is an AttributeError that points at ``gymslurm.__all__``."""
+    with pytest.raises(AttributeError, match=r"gymslurm\.__all__"):
+        _ = gymslurm.collector_internals  # type: ignore[attr-defined]
+
+
+def test_importing_the_package_loads_no_heavy_module() -> None:
+    """``import gymslurm`` alone imports neither the collector, the store, httpx nor pydantic."""
+    probe = "import sys, gymslurm; print(sorted(m for m in ('gymslurm.collector', 'gymslurm.store', " \
+        "'httpx', 'pydantic') if m in sys.modules))"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
