@@ -9,7 +9,18 @@ asks the model under test. It speaks the part of the OpenAI API that servers and
   ``accuracy``, else a near miss, decided by a BLAKE2b draw over ``(seed, prompt, request seed)``
   so the same request always gets the same answer; anything else gets ``pong``, which is what a
   probe's one-token request sees;
-- ``GET /v1/models`` (the served model), ``GET /health`` (200 once listening).
+- ``POST /v1/responses``: the same answer in the OpenAI Responses shape (``input`` a string or a
+  list of messages), which NeMo Gym's ``openai_model`` calls;
+- ``GET /v1/models`` (the served model), ``GET /health`` (200 once listening), ``GET /metrics``
+  (Prometheus text with vLLM's names: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:gpu_cache_usage_perc``, ``vllm:request_success_total``), so load-aware clients and
+  routers can be tried against it.
+
+A capacity, to behave like a batching server under load: with ``slots`` N at most N completions
+are served at once and the rest wait in a FIFO queue (``num_requests_waiting``); a served
+request takes ``latency_ms × (1 + load_factor × (running − 1) / N)``, so throughput grows with
+concurrency up to N and only latency grows past it. Without ``slots`` every request is served
+at once after ``latency_ms`` (the behaviour of earlier releases).
 
 Faults, to rehearse what real model servers do: ``latency_ms`` before each completion;
 ``http500_rate`` (an "engine dead" 500, a deterministic draw per request); ``die_after`` N
@@ -23,6 +34,7 @@ layer (gymslurm/demo/http.py) performs the reply's actions (wait, die, hang).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import re
@@ -51,6 +63,8 @@ class ModelConfig:
     http500_rate: float = 0.0
     die_after: int | None = None
     hang_after: int | None = None
+    slots: int | None = None
+    load_factor: float = 1.0
 
     def problems(self) -> list[str]:
         """What is wrong with this configuration, one sentence each."""
@@ -65,6 +79,10 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 problems.append(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        if self.slots is not None and self.slots < 1:
+            problems.append(f"--slots must be >= 1, got {self.slots}")
+        if not (math.isfinite(self.load_factor) and self.load_factor >= 0):
+            problems.append(f"--load-factor must be >= 0, got {self.load_factor}")
         if not self.model_name:
             problems.append("--model-name must not be empty")
         return problems
@@ -88,11 +106,17 @@ def answer(config: ModelConfig, prompt: str, request_seed: object) -> str:
     return str(int(expected) + (1 if byte & 0x80 else -1) * (1 + byte % 9))
 
 
-def _prompt(body: dict[str, Any], chat: bool) -> str | None:
-    if not chat:
+CHAT, TEXT, RESPONSES = "chat", "text", "responses"
+_ENDPOINTS = {b"/v1/chat/completions": CHAT, b"/v1/completions": TEXT, b"/v1/responses": RESPONSES}
+
+
+def _prompt(body: dict[str, Any], kind: str) -> str | None:
+    if kind == TEXT:
         prompt = body.get("prompt")
         return prompt if isinstance(prompt, str) else None
-    messages = body.get("messages")
+    messages = body.get("messages") if kind == CHAT else body.get("input")
+    if kind == RESPONSES and isinstance(messages, str):
+        return messages
     if not isinstance(messages, list) or not messages:
         return None
     for message in reversed(messages):
@@ -100,7 +124,7 @@ def _prompt(body: dict[str, Any], chat: bool) -> str | None:
             content = message.get("content")
             if isinstance(content, str):
                 return content
-            if isinstance(content, list):  # [{"type": "text", "text": ...}]
+            if isinstance(content, list):  # [{"type": "text" | "input_text", "text": ...}]
                 return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return None
 
@@ -115,6 +139,10 @@ class ModelApp:
 
     config: ModelConfig
     completions: int = 0
+    running: int = 0
+    waiting: int = 0
+    succeeded: int = 0
+    _slots: asyncio.Semaphore | None = None
 
     def handle(self, method: bytes, target: bytes, body: bytes) -> Reply:
         """The reply to one HTTP request."""
@@ -124,11 +152,29 @@ class ModelApp:
         if method == b"GET" and path == b"/v1/models":
             model = {"id": self.config.model_name, "object": "model", "owned_by": "gymslurm-demo"}
             return json_reply(200, {"object": "list", "data": [model]})
-        if method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
-            return self.complete(body, chat=path == b"/v1/chat/completions")
+        if method == b"GET" and path == b"/metrics":
+            return Reply(200, self.metrics_text().encode(), content_type=b"text/plain; version=0.0.4")
+        if method == b"POST" and path in _ENDPOINTS:
+            return self.complete(body, _ENDPOINTS[path])
         return _error(404, f"no route {method.decode()} {path.decode(errors='replace')}", "not_found")
 
-    def complete(self, raw: bytes, chat: bool) -> Reply:
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of the load, under vLLM's metric names."""
+        name, slots = self.config.model_name, self.config.slots
+        usage = self.running / slots if slots else 0.0
+        label = f'{{model_name="{name}"}}'
+        lines = [
+            ("vllm:num_requests_running", "gauge", "Requests being served.", self.running),
+            ("vllm:num_requests_waiting", "gauge", "Requests waiting for a slot.", self.waiting),
+            ("vllm:gpu_cache_usage_perc", "gauge", "Share of the slots in use (1 = full).", usage),
+            ("vllm:request_success_total", "counter", "Completions answered.", self.succeeded),
+        ]
+        out = []
+        for metric, kind, help_text, value in lines:
+            out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", f"{metric}{label} {value}"]
+        return "\n".join(out) + "\n"
+
+    def complete(self, raw: bytes, kind: str) -> Reply:
         """One completion, unless a fault says otherwise."""
         self.completions += 1
         config, count = self.config, self.completions
@@ -140,9 +186,9 @@ class ModelApp:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return _error(400, "the body is not JSON", "invalid_request_error")
-        prompt = _prompt(body, chat) if isinstance(body, dict) else None
+        prompt = _prompt(body, kind) if isinstance(body, dict) else None
         if prompt is None:
-            field = "messages (with a user message)" if chat else "prompt"
+            field = {CHAT: "messages (with a user message)", TEXT: "prompt", RESPONSES: "input"}[kind]
             return _error(400, f"the request needs {field}", "invalid_request_error")
         seed = body.get("seed")
         if (
@@ -150,15 +196,43 @@ class ModelApp:
             and _draw(config.seed, prompt, f"{seed}/{count}", "fault")[0] < config.http500_rate
         ):
             return _error(500, "EngineDeadError: the engine loop has stopped (injected)", "server_error")
-        text = answer(config, prompt, seed)
-        return json_reply(
-            200, _completion(config.model_name, text, chat, count), delay_s=config.latency_ms / 1000
-        )
+        reply = json_reply(200, _completion(config.model_name, answer(config, prompt, seed), kind, count))
+        if config.slots is None:
+            self.succeeded += 1
+            return reply._replace(delay_s=config.latency_ms / 1000)
+        return Reply(0, b"", later=self._served_in_a_slot(reply))
+
+    async def _served_in_a_slot(self, reply: Reply) -> Reply:
+        """Wait for a free slot (FIFO), then take the service time the load gives."""
+        slots = self.config.slots or 1
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(slots)
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
+            load = self.config.load_factor * (self.running - 1) / slots
+            await asyncio.sleep(self.config.latency_ms / 1000 * (1 + load))
+        finally:
+            self.running -= 1
+            self._slots.release()
+        self.succeeded += 1
+        return reply
 
 
-def _completion(model: str, text: str, chat: bool, count: int) -> dict[str, Any]:
+def _completion(model: str, text: str, kind: str, count: int) -> dict[str, Any]:
     usage = {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9}
-    if chat:
+    if kind == RESPONSES:
+        message = {"id": f"msg-demo-{count}", "type": "message", "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+        return {"id": f"resp-demo-{count}", "object": "response", "created_at": 0, "model": model,
+                "status": "completed", "output": [message], "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": [],
+                "usage": {"input_tokens": 8, "output_tokens": 1, "total_tokens": 9}}  # fmt: skip
+    if kind == CHAT:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "finish_reason": "stop"}  # fmt: skip
         kind = "chat.completion"
@@ -169,9 +243,14 @@ def _completion(model: str, text: str, chat: bool, count: int) -> dict[str, Any]
 
 
 def completion_text(reply: object) -> str | None:
-    """The generated text of a chat completion or completion reply, or None when it has none."""
+    """The generated text of a chat completion, completion or Responses reply, or None when it has none."""
     if not isinstance(reply, dict):
         return None
+    if reply.get("object") == "response":
+        texts = [part.get("text") for item in reply.get("output") or [] if isinstance(item, dict)
+                 for part in item.get("content") or [] if isinstance(part, dict)]  # fmt: skip
+        joined = "".join(t for t in texts if isinstance(t, str))
+        return joined if texts else None
     choices = reply.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return None

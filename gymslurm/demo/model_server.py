@@ -38,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
         "--hang-after", type=int, default=None, metavar="N", help="stop answering anything at completion N+1"
     )
     parser.add_argument("--slow-start-s", type=float, default=0.0, help="wait this long before listening")
+    parser.add_argument(
+        "--slots", type=int, default=None, metavar="N",
+        help="serve at most N completions at once, queue the rest (default: no limit)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--load-factor", type=float, default=1.0,
+        help="with --slots: a completion takes latency x (1 + factor x busy share) (default 1)",
+    )  # fmt: skip
     return parser
 
 
@@ -68,6 +76,7 @@ def main(argv: list[str]) -> int:
     config = ModelConfig(
         model_name=args.model_name, accuracy=args.accuracy, seed=args.seed, latency_ms=args.latency_ms,
         http500_rate=args.http500_rate, die_after=args.die_after, hang_after=args.hang_after,
+        slots=args.slots, load_factor=args.load_factor,
     )  # fmt: skip
     problems = config.problems()
     if args.slow_start_s < 0:

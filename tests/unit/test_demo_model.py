@@ -67,3 +67,69 @@ def test_bad_requests_and_unknown_routes_get_openai_shaped_errors() -> None:
     missing = app.handle(b"GET", b"/v2/nothing", b"")
     assert (bad.status, missing.status) == (400, 404)
     assert "error" in orjson.loads(bad.body) and "error" in orjson.loads(missing.body)
+
+
+def _responses(app: ModelApp, request: object) -> tuple[int, object]:
+    reply = app.handle(b"POST", b"/v1/responses", orjson.dumps(request))
+    return reply.status, orjson.loads(reply.body)
+
+
+def test_the_responses_endpoint_answers_like_chat_completions() -> None:
+    """``POST /v1/responses`` (NeMo Gym's openai_model) gives the chat endpoint's answer, Responses-shaped."""
+    app = ModelApp(ModelConfig(accuracy=1.0))
+    status, body = _responses(app, {"model": "m", "input": [{"role": "user", "content": "What is 12 * 3?"}]})
+    assert status == 200
+    assert body["object"] == "response" and body["output"][0]["content"][0]["type"] == "output_text"
+    assert completion_text(body) == "36"
+    assert completion_text(_responses(app, {"model": "m", "input": "What is 2 + 2?"})[1]) == "4"
+
+
+def test_a_responses_request_without_input_is_refused_by_name() -> None:
+    """A Responses request with no ``input`` is a 400 that names the field."""
+    status, body = _responses(ModelApp(ModelConfig()), {"model": "m"})
+    assert status == 400 and "input" in body["error"]["message"]  # type: ignore[index]
+
+
+def _metric(text: str, name: str) -> float:
+    line = next(line for line in text.splitlines() if line.startswith(name + "{"))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_with_slots_requests_past_capacity_wait_and_metrics_say_so() -> None:
+    """With ``slots`` N, N requests are served at once, the rest queue; /metrics shows running and waiting."""
+    import asyncio
+
+    async def scenario() -> tuple[list[float], list[float], list[int]]:
+        app = ModelApp(ModelConfig(slots=2, latency_ms=200))
+        body = orjson.dumps({"messages": [{"role": "user", "content": "What is 1 + 1?"}]})
+        pending = [app.handle(b"POST", b"/v1/chat/completions", body).later for _ in range(5)]
+        tasks = [asyncio.ensure_future(later) for later in pending]
+        await asyncio.sleep(0.05)
+        during = app.handle(b"GET", b"/metrics", b"").body.decode()
+        replies = await asyncio.gather(*tasks)
+        after = app.handle(b"GET", b"/metrics", b"").body.decode()
+        names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc")
+        return ([_metric(during, n) for n in names], [_metric(after, n) for n in names],
+                [reply.status for reply in replies])  # fmt: skip
+
+    during, after, statuses = asyncio.run(scenario())
+    assert during == [2.0, 3.0, 1.0]
+    assert after == [0.0, 0.0, 0.0]
+    assert statuses == [200] * 5
+
+
+def test_without_slots_a_completion_is_answered_at_once_as_before() -> None:
+    """No ``slots``: the reply carries the latency as its delay (no queue), and /metrics shows no load."""
+    app = ModelApp(ModelConfig(latency_ms=30))
+    reply = app.handle(b"POST", b"/v1/completions", orjson.dumps({"prompt": "What is 1 + 1?"}))
+    assert reply.status == 200 and reply.later is None and reply.delay_s == 0.03
+    assert _metric(app.handle(b"GET", b"/metrics", b"").body.decode(), "vllm:num_requests_running") == 0.0
+
+
+BAD_CAPACITIES = [(ModelConfig(slots=0), "--slots"), (ModelConfig(load_factor=-1.0), "--load-factor")]
+
+
+@pytest.mark.parametrize(("config", "problem"), BAD_CAPACITIES)
+def test_a_bad_capacity_is_named(config: ModelConfig, problem: str) -> None:
+    """A capacity of no slots or a negative load factor is a named problem of the configuration."""
+    assert any(problem in p for p in config.problems())
