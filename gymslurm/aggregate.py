@@ -47,24 +47,18 @@ from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableE
 from gymslurm.formats import version_of
 from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
-from gymslurm.selection import (
-    SUCCESSFUL,
-    BudgetPolicy,
-    RolloutState,
-    SavedOutcome,
-    is_numeric_reward,
-    is_retry_masked,
-    kept_timeout_answer,
-    select_rollouts,
-)
+from gymslurm.selection import SUCCESSFUL, BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.atomic import publish_json, publish_stream
-from gymslurm.store.history import RolloutKeys, read_history
+from gymslurm.store.files import write_gymslurm_metrics
+from gymslurm.store.history import RolloutKeys, read_history, result_outcome, sidecar_outcome
+from gymslurm.store.inputs import rollout_ids
 from gymslurm.store.jsonl import TailReport, iter_records
+from gymslurm.store.lines import selected_lines
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
-from gymslurm.store.store import history_conflict, write_gymslurm_metrics
+from gymslurm.store.store import history_conflict
 
 AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
 _GLOB_CHARS = frozenset("*?[")
@@ -210,58 +204,6 @@ class Shard:
         )
 
 
-def result_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
-    """What selection needs of a saved completed result."""
-    reward: Any = row.get("reward")
-    masked = row.get("mask_sample") is True
-    kind = row.get("failure_kind")
-    return SavedOutcome(
-        attempt,
-        "result",
-        line,
-        reward=float(reward) if is_numeric_reward(reward) else None,
-        masked=masked,
-        retry_masked=masked and is_retry_masked(row),
-        failure_kind=kind if masked and isinstance(kind, str) else None,
-    )
-
-
-def sidecar_outcome(row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
-    """What selection needs of a failure-sidecar row: a failure record or an intentional omission.
-
-    A legacy omission may carry a failure payload (``_ng_failure_class: skipped``, terminal); its
-    class is kept so that an explicit ``skipped`` scoring entry can find it.
-    """
-    record = row.get("_ng_failure_record")
-    routing = row.get("_ng_failure_class")
-    legacy_class = row.get("_ng_failure_legacy_class")
-    if row.get("_ng_omitted") is True:
-        return SavedOutcome(
-            attempt,
-            "omission",
-            line,
-            terminal=row.get("_ng_failure_terminal") is True,
-            failure_class=routing if isinstance(routing, str) else None,
-        )
-    failure = record.get("failure", {}) if isinstance(record, dict) else {}
-    return SavedOutcome(
-        attempt,
-        "failure",
-        line,
-        terminal=bool(failure.get("terminal", row.get("_ng_failure_terminal") is True)),
-        delivery=record.get("delivery", "possibly_delivered")
-        if isinstance(record, dict)
-        else "possibly_delivered",
-        failure_kind=failure.get("failure_kind"),
-        stage=failure.get("stage"),
-        failure_class=routing if isinstance(routing, str) else None,
-        legacy_class=legacy_class if isinstance(legacy_class, str) else None,
-        kept_answer=kept_timeout_answer(
-            (failure.get("failure_kind"), routing, legacy_class), row.get("_ng_failure_response")
-        ),
-    )
-
-
 def load_shard(source: ShardSource) -> Shard:
     """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
     from gymslurm.store.store import refuse_retired_journal
@@ -363,28 +305,6 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
             observed.add_legacy_outcome(outcome)
         summary.observed = observed.metrics()
     return summary
-
-
-_ID_PREFIX = b'{"_ng_rollout_id":"'
-
-
-def rollout_ids(path: Path, count: int) -> list[str]:
-    """Rollout ids in index order from the materialized inputs, without parsing whole rows.
-
-    The file is canonical JSON (sorted keys, written by the store, digest-checked on open), so a line
-    starting with ``{"_ng_rollout_id":"`` holds its top-level id up to the next quote when that holds
-    no backslash; any other line (an escape, or a top-level key sorting first) is parsed in full.
-    Lighter than the store's ``read_index`` (no row offsets: aggregation never appends).
-    """
-    ids: list[str] = []
-    start = len(_ID_PREFIX)
-    for raw in path.read_bytes().split(b"\n")[:count]:
-        end = raw.find(b'"', start) if raw.startswith(_ID_PREFIX) else -1
-        if end > 0 and raw.find(b"\\", start, end) < 0:
-            ids.append(raw[start:end].decode())
-        else:
-            ids.append(orjson.loads(raw).get("_ng_rollout_id"))
-    return ids
 
 
 def _fast_manifest_summary(
@@ -607,17 +527,10 @@ def compute_aggregate_metrics(
 
 
 def iter_selected_lines(shards: Sequence[ShardSummary]) -> Iterator[bytes]:
-    """The selected completed results' raw lines, shard by shard, in file order (no re-serialization).
-
-    One shard at a time is read whole and split at newlines (C speed); line numbers are physical,
-    and a torn tail is never selected.
-    """
+    """The selected completed results' raw lines, shard by shard, in file order (no re-serialization)."""
     for shard in shards:
-        if not len(shard.selected_lines):
-            continue
-        lines = shard.source.results.read_bytes().split(b"\n")
-        picked = [lines[line] for line in shard.selected_lines]
-        yield b"\n".join(picked) + b"\n"
+        if len(shard.selected_lines):
+            yield selected_lines(shard.source.results, shard.selected_lines)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,8 @@ message — old attempts are never counted as extra samples. Superseded failures
 sidecar do not matter. Standalone, the message explains how to export a selected projection with
 ``gymslurm aggregate`` and check that instead.
 
-Stale offsets (the review case of spec 002): a file is indexed once — byte offsets of its lines and
-the ``(st_dev, st_ino)`` of the descriptor that read them — and rows are read later by offset. Every
-later read opens the path again and compares ``fstat`` with the indexed identity and size, so a file
-replaced in between (a fresh collection reusing the path) is an error instead of another run's bytes
-read through old offsets. Append-only growth keeps the inode and remains valid.
+Stale offsets (the review case of spec 002): files are read through the store's verified line index
+(``store/lines.py``), so a file replaced between the index and a read is an error, never counted.
 
 Trade-off: standalone, the run case reads the run twice (the index pass without parsing, then the
 store's reconciliation); the index pass is a plain line scan. The automatic check is given the
@@ -32,25 +29,22 @@ of a 100k-rollout resume for the same answer. The equality of both reports is te
 
 from __future__ import annotations
 
-import os
 import sys
-from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
-from gymslurm.errors import GymslurmError, StaleFileError
+from gymslurm.errors import GymslurmError
 from gymslurm.formats import version_of
-from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState
+from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState, SavedOutcome
 from gymslurm.settings import max_rollout_attempts
+from gymslurm.store.history import row_outcome, sidecar_outcome
+from gymslurm.store.lines import LineIndex, index_file, read_lines, verify_unchanged
 
 HEALTH_FORMAT_VERSION = version_of("health")
 EXAMPLES_PER_CLASS = 3
-_CHUNK = 1 << 20
 # The counts of a report, in order (``<stem>_health.json`` "counts").
 COUNT_KEYS = (
     "expected",
@@ -63,71 +57,6 @@ COUNT_KEYS = (
     "missing",  # the newest reserved execution has no outcome (000: as `missing` in coverage)
     "unfinished",  # not_started + missing
 )
-
-
-# --- indexed reading ------------------------------------------------------------------------------
-
-
-@dataclass
-class LineIndex:
-    """Byte offsets of a file's complete lines and the identity of the file they were read from."""
-
-    path: Path
-    device: int
-    inode: int
-    size: int
-    offsets: array = field(default_factory=lambda: array("q"))  # start of line i; one extra at the end
-    blank: int = 0
-
-    @property
-    def lines(self) -> int:
-        return max(len(self.offsets) - 1, 0)
-
-
-def index_file(path: Path) -> LineIndex | None:
-    """Index a file's complete lines (torn tail left out); None when it does not exist."""
-    try:
-        handle = open(path, "rb", buffering=_CHUNK)  # noqa: SIM115
-    except FileNotFoundError:
-        return None
-    with handle:
-        info = os.fstat(handle.fileno())
-        index = LineIndex(path, info.st_dev, info.st_ino, info.st_size)
-        offsets = index.offsets
-        offset = 0
-        offsets.append(0)
-        for raw in handle:
-            if raw[-1:] != b"\n":
-                break
-            offset += len(raw)
-            offsets.append(offset)
-            index.blank += raw.isspace()
-    return index
-
-
-def verify_identity(index: LineIndex, handle: IO[bytes]) -> None:
-    """Raise :class:`StaleFileError` unless ``handle`` is the indexed file, not shrunk."""
-    info = os.fstat(handle.fileno())
-    if (info.st_dev, info.st_ino) != (index.device, index.inode) or info.st_size < index.offsets[-1]:
-        raise StaleFileError(
-            f"{index.path} was replaced or truncated after it was indexed (device/inode "
-            f"{index.device}/{index.inode} → {info.st_dev}/{info.st_ino}, size {index.size} → "
-            f"{info.st_size}); its indexed offsets would read another file's bytes. Nothing was "
-            "counted: run the health check again once no collection is replacing this output"
-        )
-
-
-def read_lines(index: LineIndex, lines: Iterable[int]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Parse the given (0-based) lines through the index, verifying the file's identity first."""
-    with open(index.path, "rb") as handle:
-        verify_identity(index, handle)
-        offsets = index.offsets
-        for line in sorted(lines):
-            handle.seek(offsets[line])
-            raw = handle.read(offsets[line + 1] - offsets[line])
-            if raw.isspace():
-                continue
-            yield line, orjson.loads(raw)
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -310,10 +239,7 @@ def _check_selected(  # noqa: PLR0917
     if result_rows > selected_results:
         why = f"{result_rows - selected_results} rows of {paths.results} are superseded attempts"
         return skipped(paths.results, standalone=standalone, why=why)
-    for index in (results, failures):
-        if index is not None:
-            with open(index.path, "rb") as handle:
-                verify_identity(index, handle)
+    verify_unchanged(results, failures)
     report = report_from(paths.results, count_states(states), thresholds, selected.run_id)
     if failures is not None:
         report.failure_examples = failure_examples(failures, states)
@@ -342,9 +268,16 @@ class _Outcome:
     """One row of a manifest-less file, as selection across its two files needs it."""
 
     attempt: int | None  # None when the row has no integer ``_ng_attempt`` (legacy)
-    kind: str  # "completed" | "final_failures" | "omitted"
-    line: int
+    saved: SavedOutcome  # the row as the store reads it (store/history.row_outcome)
     sidecar: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The count the outcome falls in: completed, final_failures or omitted."""
+        return _COUNTED[self.saved.kind]
+
+
+_COUNTED = {"result": "completed", "failure": "final_failures", "omission": "omitted"}
 
 
 def _attempt(row: dict[str, Any]) -> int | None:
@@ -365,13 +298,8 @@ def _main_outcomes(index: LineIndex) -> tuple[dict[tuple[Any, ...], _Outcome], i
         rollout = row.get("_ng_rollout_id")
         key = (row.get("_ng_run_id"), rollout, None if rollout else line)
         duplicates += key in outcomes
-        if row.get("_ng_omitted") is True:
-            kind = "omitted"
-        elif isinstance(row.get("_ng_failure_class"), str):
-            kind = "final_failures"
-        else:
-            kind = "completed"
-        outcomes[key] = _Outcome(_attempt(row), kind, line)
+        attempt = _attempt(row)
+        outcomes[key] = _Outcome(attempt, row_outcome(row, attempt or 0, line))
     return outcomes, duplicates
 
 
@@ -382,8 +310,8 @@ def _sidecar_outcomes(index: LineIndex) -> dict[tuple[Any, ...], _Outcome]:
         rollout = row.get("_ng_rollout_id")
         if not rollout:
             continue
-        kind = "omitted" if row.get("_ng_omitted") is True else "final_failures"
-        outcome = _Outcome(_attempt(row), kind, line, sidecar=True)
+        attempt = _attempt(row)
+        outcome = _Outcome(attempt, sidecar_outcome(row, attempt or 0, line), sidecar=True)
         key = (row.get("_ng_run_id"), rollout, None)
         current = newest.get(key)
         if current is None or _supersedes(outcome, current):
@@ -420,7 +348,7 @@ def _check_file(paths: Any, thresholds: HealthThresholds, standalone: bool) -> H
     counts = {key: tally[key] for key in COUNT_KEYS}
     report = report_from(paths.results, counts, thresholds, None)
     if sidecar is not None:
-        failed = [o.line for o in selected.values() if o.sidecar and o.kind == "final_failures"]
+        failed = [o.saved.line for o in selected.values() if o.sidecar and o.kind == "final_failures"]
         report.failure_examples = _sidecar_examples(sidecar, failed)
     return report
 

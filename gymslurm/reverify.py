@@ -43,12 +43,12 @@ import orjson
 from gymslurm.aggregate import RECOVERY_SUFFIXES, ShardSource, check_output
 from gymslurm.dispatch import Completed, Failed, Outcome, verify_answer, verify_client
 from gymslurm.errors import ConfigError
-from gymslurm.health import index_file, read_lines
 from gymslurm.records import EpisodeId
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import iter_complete_lines
+from gymslurm.store.lines import index_file, read_lines
 from gymslurm.store.paths import companion_path
 
 JUDGE_KINDS = frozenset({"judge_failed", "judge_invalid"})

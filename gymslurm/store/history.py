@@ -28,7 +28,7 @@ import orjson
 
 from gymslurm.formats import version_problem
 from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
-from gymslurm.selection import Group, SavedOutcome, is_retry_masked, kept_timeout_answer
+from gymslurm.selection import Group, SavedOutcome, is_numeric_reward, is_retry_masked, kept_timeout_answer
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
 
 _READ_CHUNK = 1 << 20
@@ -91,6 +91,9 @@ class _Interner(dict[Any, Any]):
     def __missing__(self, key: Any) -> Any:
         self[key] = key
         return key
+
+
+Names = _Interner | None  # one shared string per distinct name while reading a large history
 
 
 def read_history(
@@ -214,11 +217,8 @@ class _Reader:
                 if (type(reward) is not float and type(reward) is not int) or not isfinite(reward):
                     reward = None
                 if get("mask_sample") is True:
-                    kind = get("failure_kind")
-                    kind = intern[kind] if type(kind) is str else None
-                    retry = is_retry_masked(row)
-                    outcome = SavedOutcome(attempt, "result", line, reward, True, retry, False, None, kind)
-                else:
+                    outcome = result_outcome(row, attempt, line, intern)
+                else:  # result_outcome's common case, inlined (a test pins the two equal)
                     outcome = SavedOutcome(attempt, "result", line, reward)
                 if groups[index] is None:
                     groups[index] = outcome
@@ -232,53 +232,77 @@ class _Reader:
             if row.get("_ng_omitted") is True:
                 if "_ng_failure_record" in row:
                     raise malformed(path, line, "is both an omission and a failure")
-                self.add(index, SavedOutcome(attempt, "omission", line))
-                continue
-            self.history.failure_lines += 1
-            if legacy and "_ng_failure_record" not in row:
-                self.add(index, self._legacy_failure(row, attempt, line))
             else:
-                self.add(index, self._failure(path, line, row, attempt))
-
-    def _failure(self, path: Path, line: int, row: dict[str, Any], attempt: int) -> SavedOutcome:
-        problem = failure_row_problem(row, attempt)
-        if problem:
-            raise malformed(path, line, f"is not a valid failure record: {problem}")
-        record = row["_ng_failure_record"]
-        failure = record["failure"]
-        intern = self.intern
-        return SavedOutcome(
-            attempt,
-            "failure",
-            line,
-            terminal=failure["terminal"],
-            delivery=intern[record["delivery"]],
-            failure_kind=intern[failure.get("failure_kind")],
-            stage=intern[failure.get("stage")],
-            failure_class=intern[row["_ng_failure_class"]],
-            legacy_class=intern[row.get("_ng_failure_legacy_class")],
-            kept_answer=_kept_answer(row, failure.get("failure_kind")),
-        )
-
-    def _legacy_failure(self, row: dict[str, Any], attempt: int, line: int) -> SavedOutcome:
-        routing = row.get("_ng_failure_class")
-        routing = routing if isinstance(routing, str) and routing else ROUTING_CLASS_UNSPECIFIED
-        return SavedOutcome(
-            attempt,
-            "failure",
-            line,
-            terminal=row.get("_ng_failure_terminal") is True,
-            delivery="possibly_delivered",  # unknown for legacy rows: the conservative reading
-            failure_kind=self.intern[routing] if routing in FAILURE_KINDS else None,
-            failure_class=self.intern[routing],
-            kept_answer=_kept_answer(row, routing),
-        )
+                self.history.failure_lines += 1
+                if not legacy or "_ng_failure_record" in row:
+                    problem = failure_row_problem(row, attempt)
+                    if problem:
+                        raise malformed(path, line, f"is not a valid failure record: {problem}")
+            self.add(index, sidecar_outcome(row, attempt, line, self.intern))
 
 
-def _kept_answer(row: Mapping[str, Any], kind: object) -> bool:
-    """An agent timeout that kept its answer (selection.kept_timeout_answer), read from a sidecar row."""
-    names = (kind, row.get("_ng_failure_class"), row.get("_ng_failure_legacy_class"))
-    return kept_timeout_answer(names, row.get("_ng_failure_response"))
+# --- the one saved-row reader: a row as selection needs it --------------------------------------------
+
+
+def result_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Names = None) -> SavedOutcome:
+    """What selection needs of a saved completed result (the store's rows and legacy rows alike)."""
+    reward = row.get("reward")
+    if row.get("mask_sample") is not True:
+        return SavedOutcome(attempt, "result", line, reward if is_numeric_reward(reward) else None)
+    kind = row.get("failure_kind")
+    kind = (intern[kind] if intern is not None else kind) if type(kind) is str else None
+    return SavedOutcome(
+        attempt, "result", line, reward if is_numeric_reward(reward) else None, masked=True,
+        retry_masked=is_retry_masked(row), failure_kind=kind,
+    )  # fmt: skip
+
+
+def sidecar_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Names = None) -> SavedOutcome:
+    """What selection needs of a failure-sidecar row: an omission, a failure record, or a legacy failure.
+
+    Lenient by design: the store checks a stamped row first (:func:`failure_row_problem`); a legacy
+    file (no manifest) is read as observed. A legacy omission may carry a failure payload
+    (``_ng_failure_class: skipped``, terminal); its class is kept so that an explicit ``skipped``
+    scoring entry can find it. A legacy failure without a canonical record has an unknown delivery
+    (``possibly_delivered``, the conservative reading) and its routing class as its kind when that is
+    a canonical kind.
+    """
+    name: Callable[[Any], Any] = intern.__getitem__ if intern is not None else _same
+    routing = row.get("_ng_failure_class")
+    routing = routing if type(routing) is str and routing else None
+    if row.get("_ng_omitted") is True:
+        terminal = row.get("_ng_failure_terminal") is True
+        return SavedOutcome(attempt, "omission", line, terminal=terminal, failure_class=name(routing))
+    legacy_class = row.get("_ng_failure_legacy_class")
+    legacy_class = legacy_class if type(legacy_class) is str else None
+    record = row.get("_ng_failure_record")
+    if type(record) is dict:
+        failure = record.get("failure")
+        failure = failure if type(failure) is dict else {}
+        kind = failure.get("failure_kind")
+        terminal = failure.get("terminal", row.get("_ng_failure_terminal") is True) is True
+        delivery = record.get("delivery", "possibly_delivered")
+        stage = failure.get("stage")
+    else:
+        routing = routing or ROUTING_CLASS_UNSPECIFIED
+        kind = routing if routing in FAILURE_KINDS else None
+        terminal, delivery, stage = row.get("_ng_failure_terminal") is True, "possibly_delivered", None
+    return SavedOutcome(
+        attempt, "failure", line, terminal=terminal, delivery=name(delivery), failure_kind=name(kind),
+        stage=name(stage), failure_class=name(routing), legacy_class=name(legacy_class),
+        kept_answer=kept_timeout_answer((kind, routing, legacy_class), row.get("_ng_failure_response")),
+    )  # fmt: skip
+
+
+def row_outcome(row: Mapping[str, Any], attempt: int, line: int) -> SavedOutcome:
+    """Any saved row wherever it sits: a merged or reverified file may hold failure rows in its main file."""
+    if row.get("_ng_omitted") is True or type(row.get("_ng_failure_class")) is str:
+        return sidecar_outcome(row, attempt, line)
+    return result_outcome(row, attempt, line)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _foreign(stamped: object, run_id: str) -> str:

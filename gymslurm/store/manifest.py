@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymslurm.errors import ManifestError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS
 from gymslurm.store.atomic import publish_json
+from gymslurm.store.files import parse_json_object, validation_problems
 from gymslurm.version import __version__
 
 FORMAT_VERSION = version_of("manifest")
@@ -83,29 +83,19 @@ def parse_manifest(path: Path, raw: bytes, *, adopt_attempts: int = DEFAULT_MAX_
     The caller passes the setting in force (the collector its resolved settings, a reader the
     environment's): the store never reads the process environment itself.
     """
-    try:
-        data: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ManifestError(
-            f"the run manifest {path} is corrupt ({error}); restore it from a backup or start at a new "
-            "output path (its execution reservations cannot be recreated)"
-        ) from None
-    if not isinstance(data, dict):
-        raise ManifestError(f"the run manifest {path} is not a JSON object; restore it or use a new output")
-    check_version("manifest", data.get("format_version"), str(path))
+    remedy = (
+        "restore it from a backup or start at a new output path (its execution reservations cannot be "
+        "recreated)"
+    )
+    data = parse_json_object(path, raw, "the run manifest", remedy, "manifest")
     adopted = "max_rollout_attempts" not in data
     if adopted:
         data = {**data, "max_rollout_attempts": adopt_attempts}
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in error.errors()
-        )
-        raise ManifestError(
-            f"the run manifest {path} is invalid ({problems}); restore it from a backup or start at a "
-            "new output path"
-        ) from None
+        problems = validation_problems(error)
+        raise ManifestError(f"the run manifest {path} is invalid ({problems}); {remedy}") from None
     manifest._adopted = adopted
     return manifest
 

@@ -26,28 +26,18 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import ValidationError
 
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
-from gymslurm.formats import check_version, version_of
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, RolloutFailureRecord
-from gymslurm.selection import (
-    BudgetPolicy,
-    RolloutState,
-    SavedOutcome,
-    is_numeric_reward,
-    is_retry_masked,
-    kept_timeout_answer,
-    select_rollouts,
-)
+from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
-from gymslurm.store.history import History, RolloutKeys, read_history
+from gymslurm.store.files import read_json_object, write_coverage, write_gymslurm_metrics
+from gymslurm.store.history import History, RolloutKeys, read_history, result_outcome, sidecar_outcome
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
 from gymslurm.store.jsonl import Appender, ends_cleanly, iter_complete_lines, read_tail, repair_torn_tail
 from gymslurm.store.manifest import (
@@ -301,18 +291,8 @@ class RunStore:
 
     def saved_identity(self) -> dict[str, Any] | None:
         """The identity saved beside the manifest, or None; the caller checks it against config_digest."""
-        try:
-            value = orjson.loads(self.paths.identity.read_bytes())
-        except FileNotFoundError:
-            return None
-        except (OSError, orjson.JSONDecodeError) as error:
-            raise ManifestError(
-                f"the saved identity {self.paths.identity} is unreadable ({error}); restore it or use a "
-                "new output path"
-            ) from None
-        if not isinstance(value, dict):
-            raise ManifestError(f"the saved identity {self.paths.identity} is not a JSON object")
-        return value
+        remedy = "restore it or use a new output path"
+        return read_json_object(self.paths.identity, "the saved identity", remedy)
 
     def policy(self) -> BudgetPolicy:
         failure_offset, result_offset = read_resubmit_offset(self.paths)
@@ -396,21 +376,7 @@ class RunStore:
             stamps.pop("agent_ref", None)
         row = {**result, **stamps}
         line = self._append("results", row)
-        masked = row.get("mask_sample") is True
-        kind = row.get("failure_kind") if masked else None
-        reward = row.get("reward")
-        return self._saved(
-            index,
-            SavedOutcome(
-                attempt,
-                "result",
-                line,
-                reward=reward if is_numeric_reward(reward) else None,
-                masked=masked,
-                retry_masked=masked and is_retry_masked(row),
-                failure_kind=kind if isinstance(kind, str) else None,
-            ),
-        )
+        return self._saved(index, result_outcome(row, attempt, line))
 
     def append_failure(
         self,
@@ -445,29 +411,13 @@ class RunStore:
         if diagnostics:
             row["_ng_failure_diagnostics"] = dict(diagnostics)
         line = self._append("failures", row)
-        return self._saved(
-            index,
-            SavedOutcome(
-                attempt,
-                "failure",
-                line,
-                terminal=failure.terminal,
-                delivery=record.delivery,
-                failure_kind=failure.failure_kind,
-                stage=failure.stage,
-                failure_class=record.routing_class,
-                legacy_class=row.get("_ng_failure_legacy_class"),
-                kept_answer=kept_timeout_answer(
-                    (failure.failure_kind, record.routing_class, legacy_class), response
-                ),
-            ),
-        )
+        return self._saved(index, sidecar_outcome(row, attempt, line))
 
     def append_omission(self, index: int, attempt: int) -> SavedOutcome:
         """Save an intentional omission (``_ng_omitted: true``) in the sidecar."""
         row = {**self._stamps(index, attempt), "_ng_omitted": True}
         line = self._append("failures", row)
-        return self._saved(index, SavedOutcome(attempt, "omission", line))
+        return self._saved(index, sidecar_outcome(row, attempt, line))
 
     def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
         if isinstance(coverage, Coverage):
@@ -597,66 +547,6 @@ def history_conflict(
         f"rollout {rollout_id!r} has {problem} in {paths.results} / {paths.failures}: its history "
         f"conflicts with {paths.reservations}. Restore the run's files together from a backup, or {remedy}"
     )
-
-
-def read_coverage(paths: RunPaths) -> Coverage | None:
-    """``<stem>_coverage.json``, version-checked and validated; None when none was written yet.
-
-    The one reader of the collector's coverage: the chain reads progress and status its summary
-    through it, so collector and launcher cannot drift apart. Unreadable, foreign-version or
-    malformed files raise :class:`ManifestError` naming the file.
-    """
-    where = paths.coverage
-    try:
-        raw = where.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise ManifestError(
-            f"cannot read the coverage file {where}: {error.strerror}; check permissions"
-        ) from None
-    try:
-        data: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ManifestError(
-            f"the coverage file {where} is not JSON ({error}); the collector rewrites it on its next run"
-        ) from None
-    if not isinstance(data, dict):
-        raise ManifestError(f"the coverage file {where} is not a JSON object; the collector rewrites it")
-    check_version("coverage", data.get("format_version"), str(where))
-    try:
-        return Coverage.model_validate(data)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ManifestError(
-            f"the coverage file {where} is malformed ({problems}); the collector rewrites it on its next run"
-        ) from None
-
-
-def read_gymslurm_metrics(path: Path) -> dict[str, Any] | None:
-    """gymslurm's metrics file, version-checked first; None when none was written yet."""
-    try:
-        data: Any = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, orjson.JSONDecodeError) as error:
-        raise ManifestError(
-            f"cannot read the metrics file {path} ({error}); the next collection rewrites it"
-        ) from None
-    if not isinstance(data, dict):
-        raise ManifestError(f"the metrics file {path} is not a JSON object; the next collection rewrites it")
-    check_version("gymslurm_metrics", data.get("format_version"), str(path))
-    return data
-
-
-def write_gymslurm_metrics(path: Path, metrics: Mapping[str, Any]) -> None:
-    """Replace gymslurm's metrics file (collector and aggregate alike), stamped with its format version."""
-    publish_json(path, {"format_version": version_of("gymslurm_metrics"), **metrics})
-
-
-def write_coverage(paths: RunPaths, coverage: Coverage) -> None:
-    """Replace ``<stem>_coverage.json`` atomically (the one writer; :func:`read_coverage` reads it)."""
-    publish_json(paths.coverage, coverage.model_dump(mode="json"))
 
 
 def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:

@@ -93,8 +93,8 @@ def main() -> int:
         signal.signal(signum, _stop)
     # Now that a signal is caught, load the store (pydantic takes a moment under load): by the time
     # a signal ends the sleep, writing the coverage is instant, well before Slurm's kill.
+    from gymslurm.store.files import read_coverage, write_coverage
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.store import read_coverage, write_coverage
 
     deadline = time.monotonic() + float(step.get("sleep", 0))
     while time.monotonic() < deadline and not interrupted:

@@ -11,19 +11,18 @@ import pytest
 
 from gymslurm.aggregate import AggregateOptions, aggregate
 from gymslurm.cli import main as cli_main
+from gymslurm.errors import StaleFileError
 from gymslurm.health import (
     COUNT_KEYS,
     HealthThresholds,
-    StaleFileError,
     after_collection,
     count_states,
     evaluate,
-    index_file,
-    read_lines,
     run_health_check,
 )
 from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
 from gymslurm.store import RunPaths
+from gymslurm.store.lines import index_file, read_lines
 from tests.unit.test_aggregate_fixtures import ShardBuilder, companion, write_legacy
 
 LOOSE = HealthThresholds(max_failure_rate=0.5, min_completeness=0.0)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.coverage import Coverage
 from gymslurm.errors import SlurmError
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import (
@@ -28,6 +29,7 @@ from gymslurm.launcher.views.status import (
     ShardFiles,
     counts_of,
     human_duration,
+    read_shard_files,
     run_status,
     shard_status,
     summary_line,
@@ -35,6 +37,8 @@ from gymslurm.launcher.views.status import (
     verdict,
     walltime_text,
 )
+from gymslurm.store import RunPaths
+from gymslurm.store.files import write_coverage
 from gymslurm.store.live import Heartbeat, LiveProgress
 
 T0 = 1_780_000_000.0  # the wall clock of these tests
@@ -124,8 +128,20 @@ def _progress(successful: int, epoch: float = T0, ended: bool = False) -> LivePr
     )  # fmt: skip
 
 
-COVERAGE = {"format_version": 1, "expected": 200, "successful": 0, "failed": 0, "intentionally_omitted": 0,
-            "written_at": "2026-05-28T20:00:00+00:00", "failed_by_class": {"timeout": 1}}  # fmt: skip
+def coverage_of(**given: object) -> Coverage:
+    """A typed coverage snapshot of 200 rollouts, with the given fields changed."""
+    fields: dict[str, object] = {
+        "run_id": "run-" + "0" * 32, "expected": 200, "successful": 0, "measured": 0, "masked": 0,
+        "unscored": 0, "failed": 0, "intentionally_omitted": 0, "not_started": 200, "missing": 0,
+        "complete": False, "reconciled": True, "scored": 0, "attempts": 0, "counted_failures": 0,
+        "failure_budget_exhausted": 0, "max_rollout_attempts": 3, "retry_terminal_timeouts": False,
+        "retryable": 0, "progress_outcomes_recorded": 0, "failed_by_class": {"timeout": 1},
+        "historical_failed_attempts": 0, "identity_verified": True, "written_at": "2026-05-28T20:00:00+00:00",
+    }  # fmt: skip
+    return Coverage.model_validate({**fields, **given})
+
+
+COVERAGE = coverage_of()
 
 
 def test_live_coverage_comes_from_the_progress_record_while_a_link_runs() -> None:
@@ -142,7 +158,7 @@ def test_live_coverage_comes_from_the_progress_record_while_a_link_runs() -> Non
 
 def test_a_newer_coverage_file_wins_over_an_older_live_record() -> None:
     """Once the collector ended and wrote coverage, the coverage file is the truth."""
-    newer = {**COVERAGE, "successful": 200, "written_at": "2026-05-28T21:00:00+00:00"}
+    newer = coverage_of(successful=200, written_at="2026-05-28T21:00:00+00:00")
     assert counts_of(newer, _progress(30), running=False).text == "200/200 ok, 0 failed"
 
 
@@ -320,3 +336,14 @@ def test_held_states_are_live_so_cancel_and_status_see_them() -> None:
     from gymslurm.launcher.backend import LIVE_STATES
 
     assert {"SPECIAL_EXIT", "REQUEUE_HOLD"} <= LIVE_STATES
+
+
+def test_a_shards_coverage_file_is_read_into_the_typed_coverage(tmp_path: Path) -> None:
+    """status reads the collector's coverage through the store as a typed Coverage, not a dict of defaults."""
+    run = _run_with_forgotten_job(tmp_path, accounting=False)
+    output = run.shard_output(0, "rollouts")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_coverage(RunPaths.for_output(output), coverage_of(successful=150, measured=150, failed=2))
+    files = read_shard_files(run, 0, "rollouts", running=False)
+    assert isinstance(files.coverage, Coverage) and files.coverage.successful == 150
+    assert counts_of(files.coverage, None, running=False).text == "150/200 ok, 2 failed"

@@ -11,11 +11,11 @@ import pytest
 from gymslurm.errors import GymslurmError
 from gymslurm.formats import FORMATS, version_problem
 from gymslurm.launcher.ledger import parse_record
+from gymslurm.store.files import read_coverage, read_gymslurm_metrics
 from gymslurm.store.history import failure_row_problem
 from gymslurm.store.manifest import parse_manifest
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.reservations import HEADER, MAGIC, ReservationTable
-from gymslurm.store.store import read_coverage, read_gymslurm_metrics
 from gymslurm.supervision import parse_event
 
 FUTURE = 99

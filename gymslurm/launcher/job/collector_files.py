@@ -23,7 +23,7 @@ def saved_coverage(output: Path) -> Coverage | None:
     An unreadable or foreign-version file is said on the job's output and treated as no coverage
     (no evidence of progress), as a missing one is: the chain never stops on it.
     """
-    from gymslurm.store.store import read_coverage  # at the link's end: keeps chain-step's start fast
+    from gymslurm.store.files import read_coverage  # at the link's end: keeps chain-step's start fast
 
     try:
         return read_coverage(RunPaths.for_output(output))

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision, job_exit_code
@@ -34,8 +35,8 @@ from gymslurm.launcher.ledger import ChainState, summarize
 from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
 from gymslurm.store import live
+from gymslurm.store.files import read_coverage
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import read_coverage
 
 STATUS_SCHEMA = "gymslurm.status"
 STATUS_VERSION = 1
@@ -147,16 +148,15 @@ class Counts:
         return max((self.expected or 0) - self.successful - self.failed - self.omitted, 0)
 
 
-def counts_of(coverage: dict[str, Any] | None, record: live.LiveProgress | None, running: bool) -> Counts:
+def counts_of(coverage: Coverage | None, record: live.LiveProgress | None, running: bool) -> Counts:
     """The newest of the coverage file and the live progress record; a rate only while a link runs (pure)."""
     counts = Counts()
     if coverage is not None:
         counts = Counts(
-            coverage.get("expected"), int(coverage.get("successful", 0)), int(coverage.get("failed", 0)),
-            int(coverage.get("intentionally_omitted", 0)),
-            failed_by_class=dict(coverage.get("failed_by_class") or {}),
+            coverage.expected, coverage.successful, coverage.failed, coverage.intentionally_omitted,
+            failed_by_class=dict(coverage.failed_by_class),
         )  # fmt: skip
-    if record is not None and (coverage is None or record.epoch >= _epoch(coverage.get("written_at"))):
+    if record is not None and (coverage is None or record.epoch >= _epoch(coverage.written_at)):
         counts = Counts(
             record.expected, record.successful, record.failed, record.intentionally_omitted,
             record.in_flight if running else 0, record.rate_per_s if running and not record.ended else None,
@@ -229,21 +229,21 @@ class ShardStatus:
 class ShardFiles:
     """What a shard's files say (read once per shard by :func:`read_shard_files`)."""
 
-    coverage: dict[str, Any] | None
+    coverage: Coverage | None
     progress: live.LiveProgress | None
     heartbeat: live.Heartbeat | None
     problems: tuple[str, ...] = ()
 
 
-def _coverage(output: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """The collector's coverage of ``output``, read through the store (as a dict), and any problem."""
+def _coverage(output: Path) -> tuple[Coverage | None, str | None]:
+    """The collector's coverage of ``output``, read through the store, and any problem."""
     try:
         # The launcher made these folders under the (resolved) run root and never links them, so
         # the per-shard realpath of RunPaths.for_output (0.5 s at 1,000 shards) is not needed.
         coverage = read_coverage(RunPaths(output_as_given=output, output=output))
     except StoreError as error:
         return None, str(error)
-    return (None if coverage is None else coverage.model_dump(mode="json")), None
+    return coverage, None
 
 
 def read_shard_files(run: RunDir, shard: int, stem: str, running: bool) -> ShardFiles:
