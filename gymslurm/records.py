@@ -41,6 +41,8 @@ FAILURE_KINDS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 ROUTING_CLASS_UNSPECIFIED = "environment_server_failed"
+# The `_ng_*` keys a result may carry from older judges; every other `_ng_*` key is the collector's.
+LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})
 
 
 def rollout_id_problem(rollout_id: object) -> str | None:

@@ -43,6 +43,7 @@ from gymslurm.errors import ProtocolError
 from gymslurm.identity import redact_text
 from gymslurm.records import (
     FAILURE_KINDS,
+    LEGACY_JUDGE_MARKERS,
     MAX_FAILURE_REASON,
     Delivery,
     EpisodeFailure,
@@ -86,7 +87,6 @@ Outcome = Completed | Failed | Omitted
 
 RUN_PATH, VERIFY_PATH = "/run", "/verify"
 PROTOCOL_VIOLATION = "environment_protocol_violation"
-LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})
 NO_PERSIST = "_ng_no_persist"
 LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE = (
     "_ng_failure_class",

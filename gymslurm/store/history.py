@@ -22,12 +22,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import isfinite
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
 from gymslurm.formats import version_problem
-from gymslurm.records import FAILURE_KINDS, MAX_FAILURE_REASON, ROUTING_CLASS_UNSPECIFIED
+from gymslurm.records import (
+    FAILURE_KINDS,
+    MAX_FAILURE_REASON,
+    ROUTING_CLASS_UNSPECIFIED,
+    Delivery,
+    Source,
+    Stage,
+)
 from gymslurm.selection import Group, SavedOutcome, is_numeric_reward, is_retry_masked, kept_timeout_answer
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
 
@@ -36,9 +43,7 @@ _READ_CHUNK = 1 << 20
 RECORD_KEYS = frozenset({"schema_version", "episode_id", "run_id", "source", "delivery", "failure"})
 FAILURE_KEYS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
 EPISODE_KEYS = frozenset({"rollout_id", "attempt"})
-DELIVERIES = frozenset({"not_sent", "possibly_delivered", "delivered"})
-SOURCES = frozenset({"environment", "collector"})
-STAGES = frozenset({"admission", "seed", "agent", "verification", "cleanup"})
+DELIVERIES, SOURCES, STAGES = (frozenset(get_args(vocabulary)) for vocabulary in (Delivery, Source, Stage))
 
 
 @dataclass(slots=True)

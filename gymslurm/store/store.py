@@ -33,7 +33,7 @@ import orjson
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
-from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, RolloutFailureRecord
+from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, LEGACY_JUDGE_MARKERS, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
 from gymslurm.store.files import read_json_object, write_coverage, write_gymslurm_metrics
@@ -53,7 +53,6 @@ from gymslurm.store.reservations import ReservationTable, create_table
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
 )
-LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})
 
 
 class ExistingRun(StrEnum):

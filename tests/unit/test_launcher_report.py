@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
+from gymslurm.aggregate import nemo_gym_metrics
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.views.report import REPORT_SCHEMA, faults_survived, links_of, render
+from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.views.report import REPORT_SCHEMA, faults_survived, links_of, render, report_data
+from gymslurm.store import RunPaths
+from gymslurm.store.atomic import publish_json
 
 
 def _decided(
@@ -68,3 +74,19 @@ def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
     assert not re.search(r'(src|href)="(https?:)?//', page), "no network resource"
     for table in ("shards", "coverage", "faults", "walltime", "links"):
         assert f'id="{table}"' in page
+
+
+def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -> None:
+    """Once aggregation wrote NeMo Gym's aggregate-metrics list, the report shows its metrics."""
+    run = RunDir(tmp_path / "run")
+    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="2026-12-01T10:00:00+00:00",
+                   backend="local", shards=1, workdir="/", output_stem="rollouts", infra_retry_limit=3,
+                   max_walltime_s=3600.0)  # fmt: skip
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    merged = RunPaths.for_output(run.merged_output("rollouts"))
+    merged.aggregate_metrics.parent.mkdir(parents=True)
+    metrics = {"reward/mean": 0.75, "coverage/expected": 4}
+    publish_json(merged.aggregate_metrics, nemo_gym_metrics(None, metrics))
+    data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
+    assert data["metrics"] == metrics
+    assert "not merged yet" not in render(data)

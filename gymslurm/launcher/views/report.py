@@ -21,10 +21,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import DecisionRecord, Record, Started
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.status import COLUMNS, human_duration, run_status, summary_line
+from gymslurm.store import RunPaths
+from gymslurm.store.files import read_aggregate_metrics
 
 REPORT_SCHEMA, REPORT_VERSION = "gymslurm.report", 1
 REPORT_NAME = "report.html"
@@ -77,13 +80,27 @@ def report_data(run: RunDir, backend: Backend, status: dict[str, Any] | None = N
     for shard in range(info.shards):
         links = links_of(run.chain_records(shard, array))
         shards.append({"shard": shard, "links": links, "faults": faults_survived(links)})
-    metrics_path = run.merged_output(info.output_stem).with_name(f"{info.output_stem}_aggregate_metrics.json")
-    try:
-        metrics = json.loads(metrics_path.read_text()).get("metrics")
-    except (OSError, ValueError, AttributeError):
-        metrics = None
     return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
-            "metrics": metrics}  # fmt: skip
+            "metrics": merged_metrics(run, info.output_stem)}  # fmt: skip
+
+
+def merged_metrics(run: RunDir, stem: str) -> dict[str, Any] | None:
+    """The merged output's metrics (NeMo Gym's aggregate-metrics list, read by the store); None before.
+
+    One entry (one Environment Server, or gymslurm's own metrics) gives its metric names as they are;
+    several are told apart as ``<server>/<metric>``. An unreadable file reads as not merged yet.
+    """
+    try:
+        entries = read_aggregate_metrics(RunPaths.for_output(run.merged_output(stem)))
+    except StoreError:
+        return None
+    if not entries:
+        return None
+    if len(entries) == 1:
+        return dict(entries[0].agent_metrics)
+    return {
+        f"{entry.server}/{name}": value for entry in entries for name, value in entry.agent_metrics.items()
+    }
 
 
 def _epoch(iso: str | None) -> float | None:
