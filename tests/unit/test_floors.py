@@ -124,7 +124,7 @@ def test_no_circle_anywhere() -> None:
 LINE_LIMIT = 600
 # Modules still over the limit, at most as long as this; each is to be split (issue 17), and may
 # only shrink meanwhile. Remove an entry once its module is under the limit.
-NOT_YET_SPLIT = {"gymslurm.store.store": 754, "gymslurm.aggregate": 728, "gymslurm.identity": 641}
+NOT_YET_SPLIT = {"gymslurm.store.store": 643, "gymslurm.aggregate": 641, "gymslurm.identity": 641}
 
 
 def test_no_module_is_over_the_limit() -> None:
