@@ -54,10 +54,10 @@ from gymslurm.dispatch import (
     fetch_environment_config,
 )
 from gymslurm.exitcodes import ExitCode
-from gymslurm.nemogym import ServerOrigin, server_origin
-from gymslurm.prepare import Prepared, prepare, refuse_before_writing
+from gymslurm.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, say
 from gymslurm.records import EpisodeId
+from gymslurm.routing import Routing, resolve_routing
 from gymslurm.selection import (
     Disposition,
     RolloutState,
@@ -317,32 +317,25 @@ def collect(
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     refuse_before_writing(settings, paths.output)
+    fetched: dict[str, dict[str, Any]] = {}  # the configurations read, by URL: identity reads them again
+
+    def fetch_config(url: str) -> dict[str, Any]:
+        if url not in fetched:
+            fetched[url] = (fetch or fetch_environment_config)(url)
+        return fetched[url]
+
+    # Which server runs each taskset and how it speaks, read from NeMo Gym's configuration: a name or
+    # a server type gymslurm cannot resolve is refused here, before the output folder exists.
+    routing = resolve_routing(settings, environment_config(settings, fetch_config))
     paths.folder.mkdir(parents=True, exist_ok=True)
     if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
         say(stderr, f"warning: {warning}")
-    fetched: list[dict[str, Any]] = []  # the configurations read for identity, kept for NeMo Gym's stamps
-
-    def fetch_config(url: str) -> dict[str, Any]:
-        fetched.append((fetch or fetch_environment_config)(url))
-        return fetched[-1]
-
     with RunLock(paths.lock):
         prepared = prepare(settings, raw, paths, stderr, fetch_config)
-        origins = server_origins(settings, settings.environment_config or _merged(fetched))
         try:
-            return _collect_prepared(settings, prepared, paths, stderr, stdout, origins)
+            return _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
         finally:
             prepared.store.close()
-
-
-def _merged(configs: list[dict[str, Any]]) -> dict[str, Any]:
-    return configs[0] if len(configs) == 1 else {str(number): config for number, config in enumerate(configs)}
-
-
-def server_origins(settings: CollectSettings, config: dict[str, Any]) -> dict[str, ServerOrigin | None]:
-    """Each configured server URL → the NeMo Gym :class:`~gymslurm.nemogym.ServerOrigin` listening there."""
-    urls = [*settings.environment_server_urls.values(), settings.environment_server_url]
-    return {url: server_origin(config, url) for url in urls if url}
 
 
 def _collect_prepared(  # noqa: PLR0917
@@ -351,7 +344,7 @@ def _collect_prepared(  # noqa: PLR0917
     paths: RunPaths,
     stderr: IO[str],
     stdout: IO[str],
-    origins: dict[str, ServerOrigin | None],
+    routing: Routing,
 ) -> ExitCode:
     store, rec = prepared.store, prepared.reconciliation
     pending = any(state.pending for state in rec.states)
@@ -369,7 +362,7 @@ def _collect_prepared(  # noqa: PLR0917
     if order:
         tasksets = {task["task_id"]["taskset"] for task in view.tasks}
         store.stamp_origins({taskset: origin.stamps() for taskset in tasksets
-                             if (origin := origins.get(settings.server_url_for(taskset)))})  # fmt: skip
+                             if (origin := routing.route_for(taskset).origin)})  # fmt: skip
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
@@ -377,14 +370,14 @@ def _collect_prepared(  # noqa: PLR0917
             f"{len(order)} of {len(view.states)} rollouts to dispatch "
             f"({counters.finished} already have an outcome); output {paths.output}",
         )
-        result = asyncio.run(_dispatch(settings, store, view, order, counters))
+        result = asyncio.run(_dispatch(settings, store, view, order, counters, routing))
     coverage = build_coverage(view, result)
     post = not_asked_after_a_stall if result.stopped_by == STALL else None
     publish_reports(
         [
             lambda: store.write_coverage(coverage),
-            lambda: export_metrics(settings, store, view, coverage, origins, stderr, post),
-            lambda: run_health_hook(paths, coverage, view),
+            lambda: export_metrics(settings, store, view, coverage, routing, stderr, post),
+            *([] if settings.disable_health_check else [lambda: run_health_hook(paths, coverage, view)]),
         ],
         result,
         stderr,
@@ -392,10 +385,15 @@ def _collect_prepared(  # noqa: PLR0917
     return final_exit(settings, coverage, result, paths, stderr, stdout)
 
 
-async def _dispatch(
-    settings: CollectSettings, store: RunStore, view: RunView, order: list[int], counters: Counters
+async def _dispatch(  # noqa: PLR0917
+    settings: CollectSettings,
+    store: RunStore,
+    view: RunView,
+    order: list[int],
+    counters: Counters,
+    routing: Routing,
 ) -> LoopResult:
-    urls = [settings.server_url_for(task["task_id"]["taskset"]) for task in view.tasks]
+    urls = [routing.url_for(task["task_id"]["taskset"]) for task in view.tasks]
     reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
     deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
     client = EnvironmentClient(
@@ -404,7 +402,7 @@ async def _dispatch(
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
         max_reply_bytes=settings.max_reply_bytes,
-        protocol=settings.protocol,
+        protocol=routing.protocols(),
     )
 
     def tell(message: str) -> None:

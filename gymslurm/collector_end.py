@@ -20,8 +20,9 @@ from gymslurm.errors import DiskFullError, MetricsUnavailableError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
-from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics
+from gymslurm.nemogym import metrics_entry, row_for_metrics
 from gymslurm.progress import say, summary_table
+from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
 
@@ -108,7 +109,7 @@ def export_metrics(  # noqa: PLR0917
     store: RunStore,
     view: RunView,
     coverage: Coverage,
-    origins: dict[str, ServerOrigin | None],
+    routing: Routing,
     stderr: IO[str],
     post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
 ) -> None:
@@ -129,10 +130,15 @@ def export_metrics(  # noqa: PLR0917
     )
     body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
     store.write_gymslurm_metrics(body)
+    if settings.disable_aggregation:
+        return
     by_url: dict[str, list[dict[str, Any]]] = {}
-    for _, row in store.selected_results(view.states):
-        url = settings.server_url_for(row["task_id"]["taskset"])
+    for index, row in store.selected_results(view.states):
+        task_id = row.get("task_id")  # a row NeMo Gym wrote (imported) has none: the run's task has it
+        task_id = task_id if isinstance(task_id, dict) else store.rollout_index.row(index)["task_id"]
+        url = routing.url_for(task_id["taskset"])
         by_url.setdefault(url, []).append(row_for_metrics(row))
+    origins = routing.origins()
     entries = []
     for url, rows in sorted(by_url.items()):
         try:

@@ -61,14 +61,14 @@ class ServerOrigin:
 def server_origin(config: Mapping[str, Any], url: str) -> ServerOrigin | None:
     """The Environment Server of ``config`` (NeMo Gym's global config) listening at ``url``, if one does."""
     parts = urlsplit(url)
-    for name, server_type, block in _environment_servers(config):
+    for name, server_type, block in environment_servers(config):
         host = str(block.get("host", "127.0.0.1"))
         if block.get("port") == parts.port and _same_host(host, parts.hostname):
             return ServerOrigin(name, server_type, _agent_of(block))
     return None
 
 
-def _environment_servers(config: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+def environment_servers(config: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     for name, instance in config.items():
         if not isinstance(instance, Mapping):
             continue
@@ -78,7 +78,7 @@ def _environment_servers(config: Mapping[str, Any]) -> Iterator[tuple[str, str, 
                 if isinstance(block, Mapping):
                     yield str(name), str(server_type), block
         elif ENVIRONMENT_SERVERS not in instance:  # a config keyed by tasksets (one per server)
-            yield from _environment_servers(instance)
+            yield from environment_servers(instance)
 
 
 def _same_host(configured: str, asked: str | None) -> bool:

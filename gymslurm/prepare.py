@@ -82,6 +82,13 @@ def environment_config(settings: CollectSettings, fetch: Callable[[str], dict[st
     for taskset, url in sorted(settings.environment_server_urls.items()):
         by_url[url].append(taskset)
     *servers, default_head = settings.config_sources()
+    if not servers and not by_url:  # servers named, not addressed: the head server's config names them
+        try:
+            return fetch(default_head)
+        except EnvironmentUnreachableError:
+            raise
+        except ConfigError as error:
+            raise no_config_error([(default_head, error)]) from None
     try:
         if servers:
             return fetch(servers[0])

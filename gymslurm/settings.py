@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gymslurm.errors import ConfigError
 from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
+from gymslurm.nemogym_flags import refuse_unsupported
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, Protocol
 
@@ -76,7 +77,14 @@ class CollectSettings(BaseModel):
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
     environment_config: dict[str, Any] | None = None
     head_server_url: str | None = None
-    environment_protocol: Protocol | None = None  # None: "episode" (null keeps older identities equal)
+    environment_protocol: Protocol | None = None  # None: read from each server's declared type (routing.py)
+    # NeMo Gym's spellings (docs/nemo-gym.md): servers named in the head server's configuration.
+    environment_routing_mode: Literal["agent", "legacy", "taskset"] | None = None
+    environment_server_name: str | None = Field(default=None, min_length=1)
+    environment_server_routes: dict[str, str] | None = None  # None (not {}): older identities stay equal
+    agent_name: str | None = Field(default=None, min_length=1)
+    disable_aggregation: bool | None = None  # None: false
+    disable_health_check: bool | None = None  # None: false
 
     progress: Literal["auto", "bar", "plain", "none"] = "auto"
     progress_interval_s: float = Field(default=30, gt=0)
@@ -95,6 +103,10 @@ class CollectSettings(BaseModel):
                 if alias in data:
                     data = dict(data)
                     data["concurrency"] = data.pop(alias)
+            if "head_server" in data:
+                data = dict(data)
+                data.setdefault("head_server_url", None)
+                data["head_server_url"] = data["head_server_url"] or head_server_url(data.pop("head_server"))
         return data
 
     @field_validator("environment_server_url", "head_server_url")
@@ -123,27 +135,34 @@ class CollectSettings(BaseModel):
             raise ValueError(
                 "resubmit=true resets the failure budget of a saved run: add +resume_from_cache=true"
             )
-        if self.environment_server_url is None and not self.environment_server_urls:
+        if self.environment_routing_mode == "legacy" and self.environment_server_name is None:
+            raise ValueError(
+                "environment_server_name is required when environment_routing_mode=legacy (as in NeMo Gym): "
+                "add +environment_server_name=NAME"
+            )
+        if self.environment_routing_mode == "taskset" and not (
+            self.environment_server_routes or self.environment_server_urls
+        ):
+            raise ValueError(
+                "environment_server_routes are required when environment_routing_mode=taskset (as in NeMo "
+                "Gym): add +environment_server_routes={taskset: NAME}"
+            )
+        if self.environment_server_url and self.environment_server_name:
+            raise ValueError(
+                "both environment_server_url and environment_server_name name the default server: keep one"
+            )
+        if not (self.environment_server_url or self.environment_server_urls or self.environment_server_name
+                or self.environment_server_routes or self.agent_name):  # fmt: skip
             raise ValueError(
                 "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
-                "(start one with `gymslurm demo-server`), or +environment_server_urls={taskset: URL, ...}"
+                "(start one with `gymslurm demo-server`), +environment_server_urls={taskset: URL, ...}, or "
+                "NeMo Gym's +environment_routing_mode=legacy +environment_server_name=NAME"
             )
         if self.input_jsonl_fpath.resolve() == self.output_jsonl_fpath.resolve():
             raise ValueError(
                 "input_jsonl_fpath and output_jsonl_fpath are the same file: choose another output path"
             )
         return self
-
-    def server_url_for(self, taskset: str) -> str:
-        """The Environment Server that runs ``taskset``'s episodes."""
-        url = self.environment_server_urls.get(taskset, self.environment_server_url)
-        if url is None:
-            known = ", ".join(sorted(self.environment_server_urls)) or "none"
-            raise ConfigError(
-                f"no Environment Server for taskset {taskset!r} (environment_server_urls has: {known}); "
-                f"add +environment_server_urls.{taskset}=http://HOST:PORT or set +environment_server_url="
-            )
-        return url
 
     def config_sources(self) -> list[str]:
         """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.
@@ -163,14 +182,21 @@ class CollectSettings(BaseModel):
         return [*servers, DEFAULT_HEAD_SERVER_URL]
 
     @property
-    def protocol(self) -> Protocol:
-        """How the Environment Servers speak (gymslurm.dispatch.classify, docs/nemo-gym.md)."""
-        return self.environment_protocol or "episode"
-
-    @property
     def explicit_retry_terminal_timeouts(self) -> bool:
         """Whether the terminal-timeout policy was set on this invocation (else the saved one holds)."""
         return self.retry_terminal_timeouts is not None
+
+
+def head_server_url(block: Any) -> str | None:
+    """NeMo Gym's ``+head_server.host=H +head_server.port=P`` as gymslurm's ``head_server_url``."""
+    if block is None:
+        return None
+    if not isinstance(block, dict) or not set(block) <= {"host", "port"} or "port" not in block:
+        raise ValueError(
+            f"head_server must be NeMo Gym's {{host, port}} (got {block!r}): write +head_server.host=HOST "
+            "+head_server.port=PORT, or +head_server_url=http://HOST:PORT"
+        )
+    return f"http://{block.get('host') or '127.0.0.1'}:{block['port']}"
 
 
 def _check_url(url: str) -> None:
@@ -331,6 +357,7 @@ def validate_settings(
     if missing:
         spelled = " ".join(f"+{key}=PATH" for key in missing)
         raise ConfigError(f"missing required setting(s) {', '.join(missing)}: add {spelled}")
+    refuse_unsupported(resolved)
     if FROM_ENVIRONMENT in resolved:
         raise ConfigError(
             f"unknown setting {FROM_ENVIRONMENT!r}: the failure budget comes from the environment, as in "

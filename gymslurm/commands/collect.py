@@ -41,6 +41,7 @@ Exit codes: 0 complete (or partial without require_complete), 75 resume to conti
 def split_options(argv: list[str]) -> tuple[Path | None, str, list[str]]:
     """Pull ``--config-dir``/``--config-name`` out of ``argv``; the rest are Hydra overrides."""
     from gymslurm.errors import ConfigError
+    from gymslurm.nemogym_flags import translate_flags
 
     config_dir: Path | None = None
     config_name = "collect"
@@ -57,11 +58,9 @@ def split_options(argv: list[str]) -> tuple[Path | None, str, list[str]]:
                 config_dir = Path(value)
             else:
                 config_name = value
-        elif item.startswith("-"):
-            raise ConfigError(f"unknown option {item!r}: settings are overrides like +limit=10 (see --help)")
         else:
             overrides.append(item)
-    return config_dir, config_name, overrides
+    return config_dir, config_name, translate_flags(overrides)
 
 
 def main(argv: list[str]) -> int:

@@ -53,11 +53,14 @@ class EnvironmentClient:
         keepalive_expiry: float = 4.0,
         transport: httpx.AsyncBaseTransport | None = None,
         max_reply_bytes: int | None = DEFAULT_MAX_REPLY_BYTES,
-        protocol: Protocol = "episode",
+        protocol: Protocol | Mapping[str, Protocol] = "episode",
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.run_id, self.route_failures, self.protocol = run_id, route_failures, protocol
+        self.run_id, self.route_failures = run_id, route_failures
+        # one protocol for every server, or one per server URL (a run may mix them: routing.py)
+        self.protocol: Protocol = protocol if isinstance(protocol, str) else "episode"
+        self._protocols: Mapping[str, Protocol] = {} if isinstance(protocol, str) else protocol
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}
         self._keepalive_expiry = keepalive_expiry
         self._max_reply = max_reply_bytes
@@ -83,7 +86,8 @@ class EnvironmentClient:
         repeat index) are stamped on a flat legacy row. Transport errors become failures; programming
         errors and cancellation propagate.
         """
-        body = orjson.dumps(request_body(self.protocol, episode, task, indices))
+        protocol = self._protocols.get(url, self.protocol)
+        body = orjson.dumps(request_body(protocol, episode, task, indices))
         run_id = run_id or self.run_id
         try:
             status, content = await self._exchange(self._target(url), body)
@@ -91,7 +95,7 @@ class EnvironmentClient:
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
         outcome = classify_reply(
             status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
-            route_failures=self.route_failures, url=url, protocol=self.protocol, indices=indices,
+            route_failures=self.route_failures, url=url, protocol=protocol, indices=indices,
         )  # fmt: skip
         if isinstance(outcome, Failed):
             self._warn_unregistered(outcome.record.failure.failure_kind, url)

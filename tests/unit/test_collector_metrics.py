@@ -16,12 +16,14 @@ from gymslurm.collector import LoopResult, RunView, build_coverage
 from gymslurm.collector_end import export_metrics
 from gymslurm.errors import MetricsUnavailableError
 from gymslurm.nemogym import ServerOrigin
+from gymslurm.routing import Route, Routing
 from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths, RunStore
 from tests.unit.test_store_runstore import create
 
 URL = "http://127.0.0.1:18314"
 ORIGIN = ServerOrigin("weather_legacy_env", "legacy_agent", "weather_agent")
+ROUTING = Routing(Route(URL, "legacy_agent", ORIGIN))
 
 
 def finished_run(tmp_path: Path) -> tuple[Any, RunStore, RunView]:
@@ -51,7 +53,7 @@ def test_each_server_is_asked_for_its_selected_results(tmp_path: Path) -> None:
         return {"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/reward": 1.0}}
 
     coverage = build_coverage(view, LoopResult())
-    export_metrics(settings, store, view, coverage, {URL: ORIGIN}, io.StringIO(), post)
+    export_metrics(settings, store, view, coverage, ROUTING, io.StringIO(), post)
     ((url, sent),) = asked
     assert url == URL and [row["reward"] for row in sent] == [1.0, 1.0]
     assert not any("response" in row for row in sent)  # no usage to keep: the response goes
@@ -70,7 +72,7 @@ def test_a_server_that_does_not_answer_leaves_gymslurms_metrics_with_a_note(tmp_
         raise MetricsUnavailableError(f"the Environment Server at {url} did not answer /aggregate_metrics")
 
     stderr = io.StringIO()
-    export_metrics(settings, store, view, build_coverage(view, LoopResult()), {URL: ORIGIN}, stderr, down)
+    export_metrics(settings, store, view, build_coverage(view, LoopResult()), ROUTING, stderr, down)
     (entry,) = orjson.loads(store.paths.aggregate_metrics.read_bytes())
     assert "did not answer /aggregate_metrics" in entry["gymslurm_note"]
     assert entry["agent_metrics"]["coverage/measured"] == 2

@@ -21,10 +21,11 @@ FLOORS: list[tuple[str, list[str]]] = [
     ]),
     ("errors and the version table", ["gymslurm.errors", "gymslurm.formats"]),
     ("pure rules and their vocabularies", [
-        "gymslurm.tasks", "gymslurm.metrics", "gymslurm.nemogym", "gymslurm.progress",
+        "gymslurm.tasks", "gymslurm.metrics", "gymslurm.nemogym", "gymslurm.nemogym_flags", "gymslurm.progress",
         "gymslurm.coverage", "gymslurm.supervision", "gymslurm.demo", "gymslurm.demo.*",
     ]),
-    ("HTTP and the collector's settings", ["gymslurm.dispatch", "gymslurm.dispatch.*", "gymslurm.settings"]),
+    ("HTTP and the collector's settings", ["gymslurm.dispatch", "gymslurm.dispatch.*", "gymslurm.settings",
+                                           "gymslurm.routing"]),
     ("the run's files", ["gymslurm.store", "gymslurm.store.*"]),
     ("reading and preparing runs", [
         "gymslurm.prepare", "gymslurm.health", "gymslurm.outcomes", "gymslurm.collector_watch",

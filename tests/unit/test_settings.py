@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
+from gymslurm.routing import resolve_routing
 from gymslurm.settings import (
     load_settings,
     max_rollout_attempts,
@@ -63,17 +64,18 @@ def test_allow_unsafe_resume_with_resume() -> None:
 
 def test_taskset_mapping_routes_each_taskset() -> None:
     """A taskset → URL mapping picks the server per taskset, falling back to environment_server_url."""
-    s = settings("+environment_server_urls={math: 'http://h1:1/', code: 'http://h2:2'}")
-    assert s.server_url_for("math") == "http://h1:1"
-    assert s.server_url_for("code") == "http://h2:2"
-    assert s.server_url_for("other") == "http://127.0.0.1:8000"
+    mapping = "+environment_server_urls={math: 'http://h1:1/', code: 'http://h2:2'}"
+    routing = resolve_routing(settings(mapping), {})
+    assert routing.url_for("math") == "http://h1:1"
+    assert routing.url_for("code") == "http://h2:2"
+    assert routing.url_for("other") == "http://127.0.0.1:8000"
 
 
 def test_mapping_without_default_server_names_the_taskset() -> None:
     """A taskset missing from the mapping (and no default server) is a ConfigError naming it."""
-    s = load_settings([*BASE, "+environment_server_urls.math=http://h1:1"])[0]
+    routing = resolve_routing(load_settings([*BASE, "+environment_server_urls.math=http://h1:1"])[0], {})
     with pytest.raises(ConfigError, match="'code'"):
-        s.server_url_for("code")
+        routing.url_for("code")
 
 
 def test_unresolved_config_keeps_interpolations(monkeypatch: pytest.MonkeyPatch) -> None:

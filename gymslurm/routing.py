@@ -1,0 +1,181 @@
+"""Which Environment Server runs each taskset, and which protocol it speaks (pure: settings, config in).
+
+NeMo Gym users address servers by **name** (``+environment_routing_mode=legacy
++environment_server_name=NAME``, ``+environment_server_routes={taskset: NAME}``, ``+agent_name=AGENT``);
+gymslurm's own spelling addresses them by **URL** (``+environment_server_url``,
+``+environment_server_urls``). Both are resolved here, once, against the NeMo Gym configuration the
+collector fetches for the run's identity anyway (the head server's ``GET /global_config_dict_yaml``):
+
+- a name is the top-level key of a block with ``environment_servers: {TYPE: {host, port, ...}}``; its
+  URL is ``http://host:port`` (a wildcard host, ``0.0.0.0``, is the head server's host);
+- a URL is named by the block listening there (:func:`gymslurm.nemogym.server_origin`), when one does;
+- the **protocol** of a route is the explicit ``+environment_protocol=`` when given, else read from the
+  server's declared type (:data:`SERVER_TYPE_PROTOCOLS`); a server the configuration does not name
+  (gymslurm's demo server) speaks ``episode``; a declared type gymslurm does not know is refused by
+  name, never guessed.
+
+Several protocols in one run are fine: each route has its own (the relay for one taskset, a typed
+server for another). Trade-off: the explicit ``+environment_protocol=`` applies to every route (it is
+one setting, as before); a mixed run leaves it unset and lets each server's type decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from gymslurm.records import Protocol
+from gymslurm.errors import ConfigError
+from gymslurm.nemogym import ServerOrigin, environment_servers, server_origin
+from gymslurm.settings import CollectSettings
+
+# NeMo Gym 0.7.0's Environment Server types (environment_servers/ in its wheel) → the protocol each speaks.
+SERVER_TYPE_PROTOCOLS: dict[str, Protocol] = {
+    "single_agent_turn": "episode",
+    "nemo_user_sim": "episode",
+    "legacy_agent": "legacy_agent",
+    "single_agent_turn_legacy": "legacy_reply",
+}
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
+@dataclass(frozen=True)
+class Route:
+    """One Environment Server of the run: where it listens, how it speaks, what NeMo Gym calls it."""
+
+    url: str
+    protocol: Protocol
+    origin: ServerOrigin | None = None
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The run's routes: a default server and per-taskset ones."""
+
+    default: Route | None
+    by_taskset: Mapping[str, Route] = field(default_factory=dict)
+
+    def route_for(self, taskset: str) -> Route:
+        """The server that runs ``taskset``'s episodes (a ConfigError naming the taskset when none does)."""
+        route = self.by_taskset.get(taskset, self.default)
+        if route is None:
+            known = ", ".join(sorted(self.by_taskset)) or "none"
+            raise ConfigError(
+                f"no Environment Server for taskset {taskset!r} (the routes name: {known}); add "
+                f"+environment_server_routes.{taskset}=NAME (or +environment_server_urls.{taskset}=URL), "
+                "or set a default server (+environment_server_name=NAME or +environment_server_url=URL)"
+            )
+        return route
+
+    def url_for(self, taskset: str) -> str:
+        return self.route_for(taskset).url
+
+    def routes(self) -> list[Route]:
+        """Every distinct route (by URL), default first."""
+        seen: dict[str, Route] = {}
+        for route in [self.default, *self.by_taskset.values()]:
+            if route is not None:
+                seen.setdefault(route.url, route)
+        return list(seen.values())
+
+    def protocols(self) -> dict[str, Protocol]:
+        return {route.url: route.protocol for route in self.routes()}
+
+    def origins(self) -> dict[str, ServerOrigin | None]:
+        return {route.url: route.origin for route in self.routes()}
+
+
+def resolve_routing(settings: CollectSettings, config: Mapping[str, Any]) -> Routing:
+    """The routes of ``settings`` in NeMo Gym's configuration ``config`` (ConfigError if one cannot be)."""
+    fallback_host = urlsplit(settings.head_server_url or "http://127.0.0.1").hostname or "127.0.0.1"
+    explicit = settings.environment_protocol
+
+    def by_url(url: str) -> Route:
+        origin = server_origin(config, url)
+        return Route(url, explicit or protocol_of(origin, url), origin)
+
+    def by_name(name: str, setting: str) -> Route:
+        origin, url = named_server(config, name, setting, fallback_host)
+        return Route(url, explicit or protocol_of(origin, url), origin)
+
+    default: Route | None = None
+    if settings.environment_server_url:
+        default = by_url(settings.environment_server_url)
+    elif settings.environment_server_name:
+        default = by_name(settings.environment_server_name, "environment_server_name")
+    elif settings.agent_name:
+        origin, url = server_of_agent(config, settings.agent_name, fallback_host)
+        default = Route(url, explicit or protocol_of(origin, url), origin)
+    routes = {taskset: by_url(url) for taskset, url in settings.environment_server_urls.items()}
+    for taskset, name in (settings.environment_server_routes or {}).items():
+        routes[taskset] = by_name(name, f"environment_server_routes.{taskset}")
+    return Routing(default, routes)
+
+
+def protocol_of(origin: ServerOrigin | None, url: str) -> Protocol:
+    """The protocol a server's declared type speaks; ``episode`` for a server no config names."""
+    if origin is None:
+        return "episode"
+    protocol = SERVER_TYPE_PROTOCOLS.get(origin.server_type)
+    if protocol is None:
+        known = ", ".join(sorted(SERVER_TYPE_PROTOCOLS))
+        raise ConfigError(
+            f"the Environment Server {origin.name!r} ({url}) is declared with type {origin.server_type!r}, "
+            f"which gymslurm does not know (it knows: {known}), so it cannot tell which protocol the server "
+            "speaks: set +environment_protocol=episode (typed replies), legacy_agent (the flat row out and "
+            "back) or legacy_reply (typed request, flat reply)"
+        )
+    return protocol
+
+
+def _servers(config: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    yield from environment_servers(config)
+
+
+def named_server(
+    config: Mapping[str, Any], name: str, setting: str, fallback_host: str
+) -> tuple[ServerOrigin, str]:
+    """The Environment Server NeMo Gym's configuration calls ``name``, and its URL."""
+    for server_name, server_type, block in _servers(config):
+        if server_name == name:
+            return origin_of(server_name, server_type, block), url_of(block, fallback_host, name)
+    known = ", ".join(sorted({server for server, _, _ in _servers(config)})) or "none"
+    raise ConfigError(
+        f"+{setting}={name}: the NeMo Gym configuration names no Environment Server {name!r} (it names: "
+        f"{known}). Check the name against your `gym env start` config, or the head server "
+        "(+head_server.host/+head_server.port) gymslurm read it from"
+    )
+
+
+def server_of_agent(config: Mapping[str, Any], agent: str, fallback_host: str) -> tuple[ServerOrigin, str]:
+    """The one Environment Server bound to ``agent`` (``agent_server.name``), as NeMo Gym's agent routing."""
+    found = [(n, t, b) for n, t, b in _servers(config) if origin_of(n, t, b).agent == agent]
+    if len(found) != 1:
+        names = ", ".join(sorted(n for n, _, _ in found)) or "none"
+        raise ConfigError(
+            f"+agent_name={agent}: {len(found)} Environment Servers of the NeMo Gym configuration are bound "
+            f"to that agent ({names}); gymslurm needs exactly one. Name the server with "
+            "+environment_routing_mode=legacy +environment_server_name=NAME instead"
+        )
+    name, server_type, block = found[0]
+    return origin_of(name, server_type, block), url_of(block, fallback_host, name)
+
+
+def origin_of(name: str, server_type: str, block: Mapping[str, Any]) -> ServerOrigin:
+    agent = block.get("agent_server")
+    agent_name = agent.get("name") if isinstance(agent, Mapping) else None
+    return ServerOrigin(name, server_type, agent_name if isinstance(agent_name, str) else None)
+
+
+def url_of(block: Mapping[str, Any], fallback_host: str, name: str) -> str:
+    port = block.get("port")
+    if type(port) is not int:
+        raise ConfigError(
+            f"the Environment Server {name!r} has no port in the NeMo Gym configuration ({port!r}): is it "
+            "running? Start it with `gym env start`, or give its address with +environment_server_url=URL"
+        )
+    host = str(block.get("host") or "")
+    host = fallback_host if host in WILDCARD_HOSTS else host
+    return f"http://{host}:{port}"
