@@ -273,6 +273,8 @@ def _import_legacy(
             "identity_verified=false for good); or choose a new output path"
         )
     saved = RunStore.legacy_inputs(paths)
+    if saved is not None and not all(is_gymslurm_task(row) for row in saved):
+        saved = nemo_gym_tasks(saved, settings, inputs.source_path, paths)
     reused = (
         f"reusing its {len(saved)} saved materialized tasks ({paths.materialized_inputs})"
         if saved is not None
@@ -285,6 +287,29 @@ def _import_legacy(
         "(each needs +allow_unsafe_resume=true)",
     )
     return RunStore.import_legacy(paths, _new_run(settings, inputs, identity, saved))
+
+
+def is_gymslurm_task(row: Task) -> bool:
+    """A materialized row gymslurm wrote: a rollout id and a ``{taskset, task_id}`` task id."""
+    return type(row.get("_ng_rollout_id")) is str and type(row.get("task_id")) is dict and "task_input" in row
+
+
+def nemo_gym_tasks(rows: list[Task], settings: CollectSettings, source: Path, paths: RunPaths) -> list[Task]:
+    """NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (one flat row per rollout) as gymslurm's tasks.
+
+    Each row is already one rollout (``_ng_task_index``, ``_ng_rollout_index``): it keeps NeMo Gym's
+    rollout id (``<task index>-<rollout index>``), and its task is the row, as a fresh collection of
+    that file would make it (tasks.py, "repeated rows"). It is never repeated or templated again.
+    """
+    options = MaterializeOptions(dataset_name=settings.taskset or source.stem)
+    try:
+        return materialize(rows, options)
+    except ConfigError as error:
+        raise ConfigError(
+            f"the legacy run's saved materialized inputs {paths.materialized_inputs} cannot be read as NeMo "
+            f"Gym's (one row per rollout with _ng_task_index and _ng_rollout_index): {error}. Move that file "
+            "aside to import the run with the tasks of the current dataset instead"
+        ) from None
 
 
 Action = Callable[[], None]

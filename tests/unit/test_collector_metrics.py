@@ -78,3 +78,19 @@ def test_a_server_that_does_not_answer_leaves_gymslurms_metrics_with_a_note(tmp_
     assert entry["agent_metrics"]["coverage/measured"] == 2
     assert entry["_ng_environment_server"] == "weather_legacy_env"
     assert "warning:" in stderr.getvalue() and "_gymslurm_metrics.json" in stderr.getvalue()
+
+
+def test_imported_rows_without_a_task_id_are_routed_by_their_rollouts_task(tmp_path: Path) -> None:
+    """A result row NeMo Gym wrote (imported, no task_id) goes to the server of its rollout's taskset."""
+    settings, store, view = finished_run(tmp_path)
+    rows = [orjson.loads(line) for line in store.paths.results.read_bytes().splitlines()]
+    store.paths.results.write_bytes(b"".join(orjson.dumps({k: v for k, v in row.items() if k != "task_id"})
+                                             + b"\n" for row in rows))  # fmt: skip
+    asked: list[str] = []
+
+    def post(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        asked.append(url)
+        return {"agent_metrics": {"mean/reward": 1.0}}
+
+    export_metrics(settings, store, view, build_coverage(view, LoopResult()), ROUTING, io.StringIO(), post)
+    assert asked == [URL]

@@ -260,3 +260,46 @@ def test_run_saved_with_a_whole_identity_digest_still_resumes(dataset: Path, tmp
     data["config_digest"] = identity_digest(saved)
     output.with_name("out_manifest.json").write_text(json.dumps(data))
     prepared(dataset, output, URL, "+resume_from_cache=true").store.close()
+
+
+# --- runs NeMo Gym 0.7.0 wrote (no manifest; its own materialized rows and unstamped results) -------
+
+
+def nemo_gym_run(output: Path, rows: list[dict[str, Any]], done: list[tuple[int, int]]) -> None:
+    """What NeMo Gym's collector leaves for ``num_repeats=2``: flat materialized rows, flat results."""
+    materialized = [{**row, "_ng_task_index": t, "_ng_rollout_index": r} for t, row in enumerate(rows)
+                    for r in range(2)]  # fmt: skip
+    output.with_name(output.stem + "_materialized_inputs.jsonl").write_bytes(
+        b"".join(orjson.dumps(row) + b"\n" for row in materialized)
+    )
+    results = [{**rows[t], "_ng_task_index": t, "_ng_rollout_index": r, "reward": 1.0} for t, r in done]
+    output.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in results))
+
+
+def test_a_nemo_gym_run_is_imported_with_nemo_gyms_rollouts(dataset: Path, tmp_path: Path) -> None:
+    """NeMo Gym's materialized rows are one rollout each (ids <task>-<rollout>); results map by index."""
+    output = tmp_path / "out.jsonl"
+    nemo_gym_run(output, [{"q": "a"}, {"q": "b"}], done=[(0, 0), (1, 1)])
+    unsafe = ("+resume_from_cache=true", "+allow_unsafe_resume=true")
+    run = prepared(dataset, output, URL, "+num_repeats=2", *unsafe)
+    try:
+        assert run.store.rollout_ids() == ["0-0", "0-1", "1-0", "1-1"]
+        assert [state.pending for state in run.reconciliation.states] == [False, True, True, False]
+        assert run.load_tasks()[1]["task_input"] == {"q": "a"}
+        assert run.store.manifest.identity_verified is False
+    finally:
+        run.store.close()
+
+
+def test_a_nemo_gym_run_without_its_materialized_file_maps_results_to_the_dataset(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """Without NeMo Gym's materialized file the dataset's tasks are used; results map by task/repeat index."""
+    output = tmp_path / "out.jsonl"
+    nemo_gym_run(output, [{}, {}, {}, {}], done=[(0, 0), (2, 0)])
+    output.with_name("out_materialized_inputs.jsonl").unlink()
+    run = prepared(dataset, output, URL, "+resume_from_cache=true", "+allow_unsafe_resume=true")
+    try:
+        assert [state.pending for state in run.reconciliation.states] == [False, True, False, True]
+    finally:
+        run.store.close()
