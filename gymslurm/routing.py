@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from gymslurm.records import Protocol
 from gymslurm.errors import ConfigError
 from gymslurm.nemogym import ServerOrigin, environment_servers, server_origin
+from gymslurm.records import Protocol
 from gymslurm.settings import CollectSettings
 
 # NeMo Gym 0.7.0's Environment Server types (environment_servers/ in its wheel) → the protocol each speaks.

@@ -21,7 +21,8 @@ FLOORS: list[tuple[str, list[str]]] = [
     ]),
     ("errors and the version table", ["gymslurm.errors", "gymslurm.formats"]),
     ("pure rules and their vocabularies", [
-        "gymslurm.tasks", "gymslurm.metrics", "gymslurm.nemogym", "gymslurm.nemogym_flags", "gymslurm.progress",
+        "gymslurm.tasks", "gymslurm.metrics", "gymslurm.nemogym", "gymslurm.nemogym_flags",
+        "gymslurm.progress",
         "gymslurm.coverage", "gymslurm.supervision", "gymslurm.demo", "gymslurm.demo.*",
     ]),
     ("HTTP and the collector's settings", ["gymslurm.dispatch", "gymslurm.dispatch.*", "gymslurm.settings",
