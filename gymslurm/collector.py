@@ -45,6 +45,7 @@ from gymslurm.collector_end import (
 from gymslurm.collector_live import STALL, LiveWatch
 from gymslurm.collector_view import LoopResult, RunView, pending_order
 from gymslurm.collector_watch import Breaker, Supervised
+from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.dispatch import (
     Completed,
@@ -52,6 +53,7 @@ from gymslurm.dispatch import (
     Failed,
     Outcome,
     fetch_environment_config,
+    watch_model_queue,
 )
 from gymslurm.exitcodes import ExitCode
 from gymslurm.prepare import Prepared, environment_config, prepare, refuse_before_writing
@@ -100,12 +102,14 @@ class DispatchLoop:
     deadline: float | None = None
     supervised: Supervised | None = None  # the link's view of the job's servers, if any
     breaker: Breaker | None = None  # the outside view when nobody supervises the servers
+    limit: AdaptiveLimit | None = None  # an adaptive in-flight limit under the cap (gymslurm/concurrency.py)
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
     in_flight_since: dict[int, float] = field(default_factory=dict)
+    _below_limit: asyncio.Event = field(default_factory=asyncio.Event)
     last_outcome_at: float = field(default_factory=time.monotonic)
 
     async def run(self, order: list[int]) -> LoopResult:
@@ -130,6 +134,7 @@ class DispatchLoop:
         if self.result.stopped_by is None:
             self.result.stopped_by = reason
         self._stopping = True
+        self._below_limit.set()
         for worker in self._workers:
             worker.cancel()
 
@@ -155,6 +160,10 @@ class DispatchLoop:
                 await watch.wait_dispatchable()  # a server is down: pause
                 if not queue or self._stopping:
                     return
+            if self.limit is not None:
+                await self._wait_below_limit()
+                if not queue or self._stopping:
+                    return
             index = queue.popleft()
             attempt = self.reserve(index)
             view.mark_reserved(index, attempt)
@@ -169,6 +178,9 @@ class DispatchLoop:
             finally:
                 counters.in_flight -= 1
                 self.in_flight_since.pop(index, None)
+            if self.limit is not None:
+                self.limit.completed(time.monotonic() - sent_at, counters.in_flight)
+                self._below_limit.set()
             self.result.dispatched += 1
             if supervised is not None and getattr(outcome, "record", None) is not None:
                 # Whose failure is it? A supervised server's death or the job's stop: an interruption.
@@ -189,6 +201,19 @@ class DispatchLoop:
                 # (missing, no budget spent), not a counted failure. Healthy runs never pay this.
                 await asyncio.sleep(STOP_GRACE_S)
             self._record(index, self.save(index, attempt, outcome))
+
+    async def _wait_below_limit(self) -> None:
+        """Wait until fewer requests are in flight than the adaptive limit allows."""
+        assert self.limit is not None
+        while self.counters.in_flight >= self.limit.current and not self._stopping:
+            self._below_limit.clear()
+            await self._below_limit.wait()
+
+    def server_queue(self, waiting: int) -> None:
+        """The model server's queue, read from its metrics: the adaptive limit weighs it."""
+        if self.limit is not None:
+            self.limit.server_queue(waiting)
+            self._below_limit.set()
 
     def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:
         view, policy = self.view, self.view.policy
@@ -425,6 +450,7 @@ async def _dispatch(  # noqa: PLR0917
         deadline=deadline,
         supervised=supervised,
         breaker=breaker,
+        limit=None if settings.dispatch_adaptive == "off" else AdaptiveLimit(cap=settings.concurrency),
     )
     watch = LiveWatch(
         loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, sys.stderr
@@ -432,9 +458,14 @@ async def _dispatch(  # noqa: PLR0917
     watch.write(time.monotonic())
     if supervised is not None:
         await supervised.start()
+    poller, metrics_url = None, settings.dispatch_model_metrics_url
+    if settings.dispatch_adaptive == "metrics" and metrics_url:
+        poller = asyncio.create_task(watch_model_queue(metrics_url, loop_.server_queue))
     try:
         result = await run_dispatch(loop_, order, reporter.tick, watch.tick)
     finally:
+        if poller is not None:
+            poller.cancel()
         reporter.close(time.monotonic())
         watch.write(time.monotonic(), ended=True)
         await client.aclose()

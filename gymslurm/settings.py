@@ -69,6 +69,8 @@ class CollectSettings(BaseModel):
     dispatch_longest_first: bool = False
     dispatch_breaker_failures: int = Field(default=3, ge=0)
     dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
+    dispatch_adaptive: Literal["off", "latency", "metrics"] = "off"  # +concurrency stays the cap
+    dispatch_model_metrics_url: str | None = None  # the model server's Prometheus /metrics (vLLM names)
     request_timeout_s: float = Field(default=3600, gt=0)
     stall_window_s: float | None = Field(default=None, gt=0)
     max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -109,7 +111,7 @@ class CollectSettings(BaseModel):
                 data["head_server_url"] = data["head_server_url"] or head_server_url(data.pop("head_server"))
         return data
 
-    @field_validator("environment_server_url", "head_server_url")
+    @field_validator("environment_server_url", "head_server_url", "dispatch_model_metrics_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None:
@@ -157,6 +159,11 @@ class CollectSettings(BaseModel):
                 "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
                 "(start one with `gymslurm demo-server`), +environment_server_urls={taskset: URL, ...}, or "
                 "NeMo Gym's +environment_routing_mode=legacy +environment_server_name=NAME"
+            )
+        if self.dispatch_adaptive == "metrics" and self.dispatch_model_metrics_url is None:
+            raise ValueError(
+                "dispatch_adaptive=metrics reads the model server's queue: set "
+                "+dispatch_model_metrics_url=http://HOST:PORT/metrics, or use dispatch_adaptive=latency"
             )
         if self.input_jsonl_fpath.resolve() == self.output_jsonl_fpath.resolve():
             raise ValueError(

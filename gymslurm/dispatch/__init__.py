@@ -22,6 +22,7 @@ from gymslurm.dispatch.calls import (
     probe_health,
     verify_answer,
     verify_client,
+    watch_model_queue,
 )
 from gymslurm.dispatch.classify import (
     Completed,
@@ -51,4 +52,5 @@ __all__ = [
     "probe_health",
     "verify_answer",
     "verify_client",
+    "watch_model_queue",
 ]

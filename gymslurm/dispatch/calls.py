@@ -6,7 +6,8 @@ invocation or one at a time, so the fast transport of the client would buy nothi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -214,3 +215,45 @@ def flat_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict):
             out.update({str(k): v for k, v in value.items() if isinstance(v, int | float | str | bool)})
     return out
+
+
+# The model server's queue, as its Prometheus metrics name it (vLLM, then SGLang).
+QUEUE_METRICS = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+
+
+def parse_queue_length(text: str) -> int | None:
+    """Requests waiting at the model server, summed over its label sets; None when it names none (pure)."""
+    for name in QUEUE_METRICS:
+        values = [
+            line.rsplit(" ", 1)[-1]
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ")
+        ]
+        if values:
+            try:
+                return round(sum(float(value) for value in values))
+            except ValueError:
+                return None
+    return None
+
+
+async def model_queue_length(client: httpx.AsyncClient, url: str) -> int | None:
+    """``GET url`` (a model server's ``/metrics``): its waiting requests, or None when unreadable."""
+    try:
+        reply = await client.get(url)
+    except httpx.HTTPError:
+        return None
+    return parse_queue_length(reply.text) if reply.status_code == 200 else None
+
+
+async def watch_model_queue(url: str, tell: Callable[[int], None], interval_s: float = 1.0) -> None:
+    """Read the model server's queue every ``interval_s`` and ``tell`` it, until cancelled.
+
+    An unreadable poll is skipped: the adaptive limit then goes on the latency it sees.
+    """
+    async with httpx.AsyncClient(timeout=interval_s * 5, trust_env=False) as client:
+        while True:
+            waiting = await model_queue_length(client, url)
+            if waiting is not None:
+                tell(waiting)
+            await asyncio.sleep(interval_s)

@@ -290,3 +290,46 @@ def test_budget_message_says_what_to_do(made_progress: bool, says: str) -> None:
     message = budget_message(0, 2, made_progress)
     assert "2 rollout(s) were not dispatched" in message and says in message
     assert ("resume to run them" in message) is made_progress
+
+
+class CapacityClient:
+    """A server of ``slots`` slots: past them requests queue (latency grows); records the peak in flight."""
+
+    def __init__(self, slots: int, service_s: float) -> None:
+        self.slots, self.service_s = asyncio.Semaphore(slots), service_s
+        self.in_flight = self.peak = 0
+
+    async def run(
+        self, url: str, episode: Any, task: dict[str, Any], *, indices: tuple[int, int] = (0, 0)
+    ) -> Any:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            async with self.slots:
+                await asyncio.sleep(self.service_s)
+        finally:
+            self.in_flight -= 1
+        return result
+
+
+def test_an_adaptive_limit_keeps_in_flight_under_it_and_settles_near_the_servers_capacity() -> None:
+    """With an adaptive limit under a cap of 64, a server of 4 slots never sees 64 and the limit ends near 4.
+
+    (A server past its slots answers later: the latency rule cuts the limit there.)
+    """
+    from gymslurm.concurrency import AdaptiveLimit
+
+    n = 400
+    v, client = view(n), CapacityClient(slots=4, service_s=0.005)
+    loop = make_loop(v, client, [], concurrency=64, limit=AdaptiveLimit(cap=64))  # type: ignore[arg-type]
+    outcome = run_loop(loop, v)
+    assert outcome.progress_outcomes == n
+    assert loop.limit is not None and loop.limit.current <= 16  # 4 slots: it settles at 2-3x, far from 64
+    assert client.peak < 64
+
+
+def test_without_a_limit_every_worker_is_in_flight_at_once() -> None:
+    """The fixed default: ``concurrency`` requests are out together, whatever the server's capacity."""
+    v, client = view(100), CapacityClient(slots=4, service_s=0.002)
+    run_loop(make_loop(v, client, [], concurrency=64), v)  # type: ignore[arg-type]
+    assert client.peak == 64
