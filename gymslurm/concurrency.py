@@ -6,7 +6,7 @@ the fastest one seen lately, and shrinks by ``decrease`` (at most once per windo
 completions) when one took longer, which is when a batching server's slots are full and requests
 start to queue. With ``+dispatch_adaptive=metrics`` the model server's own queue decides (vLLM's
 ``vllm:num_requests_waiting``): requests waiting there mean the limit is past the server's
-capacity; none waiting while the limit is in use lets it grow. Latency is still watched then, so
+capacity, and the limit drops by as many; none waiting while the limit is in use lets it grow. Latency is still watched then, so
 a server whose metrics stop answering is not driven blind.
 
 Why not a fixed number: the right one depends on the model, the GPUs and the load other jobs put
@@ -57,10 +57,16 @@ class AdaptiveLimit:
             self._grow()
 
     def server_queue(self, waiting: int) -> None:
-        """The model server's own count of requests waiting for a slot (a metrics poll)."""
+        """The model server's own count of requests waiting for a slot (a metrics poll).
+
+        Requests waiting there are exactly the excess over the server's capacity: the limit drops
+        by that many (not by a fraction), so it settles where every slot is busy and none waits.
+        """
         self.queue_says_full = waiting > 0
         if waiting > 0:
-            self._shrink()
+            self.slow_start = False
+            self.since_decrease = 0
+            self.limit = max(1.0, self.limit - waiting)
 
     def _grow(self) -> None:
         step = 1.0 if self.slow_start else 1.0 / self.limit  # doubling per window, then +1 per window

@@ -1,0 +1,141 @@
+"""Adaptive concurrency against a model server with a capacity, the fixed settings measured in the same run.
+
+The stack is the demo stack with a capacity: ``gymslurm demo-model-server --slots S --latency-ms L``
+(a batching server: S completions at once, a FIFO queue past them, latency that grows with load)
+and ``gymslurm demo-server --policy-url`` in front of it, both real processes on loopback. The
+collector's own dispatch loop (``collector.DispatchLoop`` with the real ``EnvironmentClient``)
+sends N episodes at each fixed concurrency of 8, 32, 128 and 512, then with the adaptive limit
+(``latency``, and ``metrics``: the model server's ``vllm:num_requests_waiting``), and prints for
+each the throughput, the p50/p99 latency of a request, and the largest model-server queue seen.
+
+Target (issue 22): adaptive throughput >= 0.95 of the best fixed setting's, with a p99 no worse
+than that setting's, and a bounded queue. Run from the repository root:
+    python bench/adaptive.py [--n 3000] [--slots 32] [--latency-ms 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gymslurm.collector import DispatchLoop, initial_counters, pending_order
+from gymslurm.collector_view import RunView
+from gymslurm.concurrency import AdaptiveLimit
+from gymslurm.dispatch import EnvironmentClient
+from gymslurm.dispatch.calls import parse_queue_length, watch_model_queue
+from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start(argv: list[str], banner: str) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen([sys.executable, "-m", "gymslurm", *argv], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if banner not in line:
+        process.kill()
+        raise SystemExit(f"{argv[0]} did not start: {line!r}")
+    return process, line.split()[-1]
+
+
+class Timed:
+    """The real client, timing each episode."""
+
+    def __init__(self, client: EnvironmentClient) -> None:
+        self.client, self.latencies = client, []
+
+    async def run(self, url: str, episode: Any, task: Any, *, indices: tuple[int, int] = (0, 0)) -> Any:
+        t0 = time.monotonic()
+        outcome = await self.client.run(url, episode, task, indices=indices)
+        self.latencies.append(time.monotonic() - t0)
+        return outcome
+
+
+async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -> dict[str, float]:
+    policy = BudgetPolicy(max_rollout_attempts=3)
+    tasks = [{"_ng_rollout_id": f"r{i}", "task_id": {"taskset": "arith", "task_id": str(i)},
+              "task_input": {"a": i % 97, "b": 3, "op": "+"}} for i in range(n)]  # fmt: skip
+    states = [select_rollout(0, [], policy) for _ in range(n)]
+    view = RunView(tasks=tasks, reserved=[0] * n, states=states, policy=policy, run_id="run-bench",
+                   identity_verified=True, historical_failed_attempts=0)  # fmt: skip
+    client = Timed(EnvironmentClient(concurrency=cap, run_id="run-bench", route_failures=False))
+
+    def reserve(index: int) -> int:
+        view.reserved[index] += 1
+        return view.reserved[index] - 1
+
+    def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
+        return SavedOutcome(attempt=attempt, kind="result", line=0, reward=1.0)
+
+    loop = DispatchLoop(view=view, client=client, reserve=reserve, save=save, urls=[env_url] * n,
+                        counters=initial_counters(view.states), concurrency=cap, retry_in_invocation=False,
+                        limit=None if mode == "fixed" else AdaptiveLimit(cap=cap))  # fmt: skip
+    peak_queue = 0
+
+    async def sample_queue() -> None:
+        nonlocal peak_queue
+        async with httpx.AsyncClient(trust_env=False) as http:
+            while True:
+                waiting = parse_queue_length((await http.get(metrics_url)).text) or 0
+                peak_queue = max(peak_queue, waiting)
+                await asyncio.sleep(0.2)
+
+    samplers = [asyncio.create_task(sample_queue())]
+    if mode == "metrics":
+        samplers.append(asyncio.create_task(watch_model_queue(metrics_url, loop.server_queue, 0.25)))
+    t0 = time.monotonic()
+    await loop.run(pending_order(view, view.states, False))
+    wall = time.monotonic() - t0
+    for task in samplers:
+        task.cancel()
+    await client.client.aclose()
+    lat = sorted(client.latencies)
+    end_limit = float(loop.limit.current) if loop.limit else float(cap)
+    return {"rate": n / wall, "p50": statistics.median(lat), "p99": lat[int(0.99 * (len(lat) - 1))],
+            "queue": peak_queue, "limit": end_limit}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=3000)
+    parser.add_argument("--slots", type=int, default=32)
+    parser.add_argument("--latency-ms", type=float, default=40.0)
+    args = parser.parse_args()
+    model, model_url = start(["demo-model-server", "--port", "0", "--slots", str(args.slots),
+                              "--latency-ms", str(args.latency_ms)], "listening on")  # fmt: skip
+    env, env_url = start(["demo-server", "--port", "0", "--policy-url", model_url], "listening on")
+    try:
+        rows = {}
+        for cap in (8, 32, 128, 512):
+            rows[f"fixed {cap}"] = asyncio.run(measure(env_url, f"{model_url}/metrics", args.n, cap, "fixed"))
+        for mode in ("latency", "metrics"):
+            rows[f"adaptive {mode} (cap 512)"] = asyncio.run(
+                measure(env_url, f"{model_url}/metrics", args.n, 512, mode)
+            )
+    finally:
+        for process in (env, model):
+            process.terminate()
+            process.wait()
+    best_name = max((k for k in rows if k.startswith("fixed")), key=lambda k: rows[k]["rate"])
+    best = rows[best_name]
+    print(f"model server: {args.slots} slots, {args.latency_ms:g} ms; {args.n} episodes per setting")
+    print(f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
+          f"{'max queue':>9} {'end limit':>9}")  # fmt: skip
+    for name, row in rows.items():
+        print(f"{name:28} {row['rate']:10.0f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
+              f"{row['p99'] * 1e3:8.0f} {row['p99'] / best['p99']:10.2f} {row['queue']:9.0f} "
+              f"{row['limit']:9.0f}")  # fmt: skip
+    print(f"best fixed setting: {best_name}; target: adaptive >= 0.95 of its rate, p99 <= its p99")
+
+
+if __name__ == "__main__":
+    main()
