@@ -6,8 +6,8 @@ the fastest one seen lately, and shrinks by ``decrease`` (at most once per windo
 completions) when one took longer, which is when a batching server's slots are full and requests
 start to queue. With ``+dispatch_adaptive=metrics`` the model server's own queue decides (vLLM's
 ``vllm:num_requests_waiting``): requests waiting there mean the limit is past the server's
-capacity, and the limit drops by as many; none waiting while the limit is in use lets it grow. Latency is still watched then, so
-a server whose metrics stop answering is not driven blind.
+capacity, and the limit drops by as many; none waiting while the limit is in use lets it grow.
+Latency is still watched then, so a server whose metrics stop answering is not driven blind.
 
 Why not a fixed number: the right one depends on the model, the GPUs and the load other jobs put
 on a shared server; one report measured 256 connections 23 % slower than 8.
