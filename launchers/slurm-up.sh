@@ -14,7 +14,8 @@
 #     (SLURM_CONF=/etc/slurm/cluster-n/slurm.conf).
 # GYMSLURM_ACCOUNTING=0 brings up cluster `a` alone without accounting (jobcomp only; `-M` needs
 # slurmdbd, so no `b` and no `n`). Facts: /work/shared/slurm/RECIPE.md and MULTINODE.md.
-# Idempotent: run it again while the cluster is up and it only checks.
+# Idempotent: run it again while the cluster is up and it only checks. `--print-config [C]` prints
+# cluster C's slurm.conf as it would be written (changes nothing; no root needed).
 #
 # What it changes: installs slurmctld slurmd slurm-client munge iproute2 (+ slurmdbd mariadb-server)
 # if missing (apt); writes /etc/slurm/{slurm.conf,gres.conf,slurmdbd.conf,cluster-*/} only if
@@ -477,11 +478,17 @@ ensure_test_user() {
 # --- main -------------------------------------------------------------------------------------
 
 main() {
-    [[ $EUID -eq 0 ]] || die "run as root (it installs packages, makes namespaces, starts daemons): sudo bash $0"
     [[ "$NODES" =~ ^[1-9]$ && "$NODES_B" =~ ^[1-9]$ ]] || die "GYMSLURM_NODES/GYMSLURM_NODES_B must be 1..9"
     [[ "$PREEMPT_MODE" == REQUEUE || "$PREEMPT_MODE" == CANCEL ]] ||
         die "GYMSLURM_PREEMPT_MODE must be REQUEUE or CANCEL, not '$PREEMPT_MODE'"
     [[ "$ACCOUNTING" == 0 || "$ACCOUNTING" == 1 ]] || die "GYMSLURM_ACCOUNTING must be 0 or 1"
+    if [[ "${1:-}" == --print-config ]]; then # print a cluster's slurm.conf as it would be written
+        [[ " $(clusters) " == *" ${2:-a} "* ]] || die "no cluster '${2:-a}' in this set-up (clusters: $(clusters))"
+        render_slurm_conf "${2:-a}"
+        return 0
+    fi
+    [[ $# -eq 0 ]] || die "unknown arguments '$*' (usage: bash $0 [--print-config [CLUSTER]])"
+    [[ $EUID -eq 0 ]] || die "run as root (it installs packages, makes namespaces, starts daemons): sudo bash $0"
     local deadline c node
     # Host-side admin commands (sacctmgr, slurmdbd) read cluster a's config.
     export SLURM_CONF="$ETC/slurm.conf"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's one test command, for people and CI alike: bash launchers/test-all.sh [pytest args]
 #
-# Steps: install gymslurm with its test extra (editable), bring up the one-node Slurm sandbox
+# Steps: install gymslurm with its test extra (editable), bring up the multi-node Slurm sandbox
 # (as root; otherwise say how), install Debian's chromium for the report's browser test (as root),
 # run the whole pytest suite (extra args pass through), then
 # `ruff check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
@@ -33,15 +33,21 @@ fi
 
 step "Slurm sandbox"
 if [[ $EUID -eq 0 ]]; then
-    bash launchers/slurm-up.sh || fail "slurm-up (the Slurm tests will fail too; see the log tail above)"
+    # Bounded: a failing apt mirror or a node that never comes up must not hang CI.
+    timeout "${GYMSLURM_UP_LIMIT:-1200}" bash launchers/slurm-up.sh ||
+        fail "slurm-up (the Slurm tests will fail too; see the log tail above)"
     # Jobs an interrupted earlier run left to the test user would compete with this run's jobs
-    # (and make the node-DOWN test wait for a quiet cluster): the sandbox user's queue starts empty.
-    # A chain's running link may queue a successor as it dies, so cancel until the queue stays empty.
+    # (and make the node-DOWN test wait for a quiet node): the test user's queues start empty, on
+    # every cluster of the sandbox (a and b through slurmdbd, n through its own config).
+    # A chain's running link may queue a successor as it dies, so cancel until the queues stay empty.
     test_user="${GYMSLURM_TEST_USER:-slurmtest}"
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        [[ -z "$(squeue -h -u "$test_user" 2>/dev/null)" ]] && break
-        scancel -u "$test_user" 2>/dev/null || true
-        sleep 3
+    for conf in /etc/slurm/slurm.conf /etc/slurm/cluster-*/slurm.conf; do
+        [[ -r "$conf" ]] || continue
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+            [[ -z "$(SLURM_CONF="$conf" timeout 20 squeue -h -u "$test_user" 2>/dev/null)" ]] && break
+            SLURM_CONF="$conf" timeout 20 scancel -u "$test_user" 2>/dev/null || true
+            sleep 3
+        done
     done
 elif ! sinfo -h >/dev/null 2>&1; then
     printf 'test-all: no Slurm cluster answers and this is not root, so the Slurm tests will fail.\n' >&2

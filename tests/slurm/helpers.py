@@ -1,4 +1,4 @@
-"""Helpers for tests against the real one-node Slurm sandbox (launchers/slurm-up.sh).
+"""Helpers for tests against the real Slurm sandbox (launchers/slurm-up.sh).
 
 Why: the launcher's Slurm e2e tests and the smoke test need the same three things — a cluster
 that answers, a non-root user to submit as, and a way to wait for a job's final state. They
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,9 +105,17 @@ def parse_sbatch_parsable(text: str) -> int:
     return int(match.group(1))
 
 
-def run(args: Sequence[str], *, timeout: float = 60, cwd: Path | None = None) -> str:
-    """Run a command, return stdout; raise SlurmTestError with command, rc and stderr on failure."""
-    proc = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
+def run(
+    args: Sequence[str], *, timeout: float = 60, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> str:
+    """Run a command, return stdout; raise SlurmTestError with command, rc and stderr on failure.
+
+    ``env``: variables added to this process's environment (e.g. ``SLURM_CONF`` of another cluster).
+    """
+    full_env = None if env is None else {**os.environ, **env}
+    proc = subprocess.run(
+        list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env, check=False
+    )
     if proc.returncode != 0:
         raise SlurmTestError(
             f"`{shlex.join(args)}` exited {proc.returncode}\nstdout: {proc.stdout.strip()}\n"
@@ -118,18 +126,55 @@ def run(args: Sequence[str], *, timeout: float = 60, cwd: Path | None = None) ->
 
 @dataclass(frozen=True)
 class SlurmCluster:
-    """The sandbox cluster as ``sinfo`` sees it: the node name and the partition names."""
+    """The sandbox cluster as ``sinfo`` sees it: its first node, the partitions, every node.
+
+    ``node`` is the first node (the one node of the one-node sandbox of before); ``nodes`` all of
+    them, sorted; ``partitions`` has the default partition first.
+    """
 
     node: str
     partitions: tuple[str, ...]
+    nodes: tuple[str, ...] = ()
 
 
 def describe_cluster() -> SlurmCluster:
-    """Ask ``sinfo`` for the node and partitions (default partition first, without its ``*``)."""
-    node = run(["sinfo", "-h", "-N", "-o", "%N"]).split()[0]
+    """Ask ``sinfo`` for the nodes and partitions (default partition first, without its ``*``)."""
+    nodes = tuple(sorted(set(run(["sinfo", "-h", "-N", "-o", "%N"]).split())))
     names = run(["sinfo", "-h", "-o", "%P"]).split()
     ordered = sorted(names, key=lambda n: not n.endswith("*"))
-    return SlurmCluster(node=node, partitions=tuple(n.rstrip("*") for n in ordered))
+    return SlurmCluster(node=nodes[0], partitions=tuple(n.rstrip("*") for n in ordered), nodes=nodes)
+
+
+# The sandbox's clusters (launchers/slurm-up.sh): `a` is the default (SLURM_CONF or
+# /etc/slurm/slurm.conf), `b` a second one reached with `-M b` through slurmdbd, `n` one node
+# without accounting (jobcomp only), reached only through its own config.
+SECOND_CLUSTER = "b"
+NO_ACCOUNTING_CLUSTER = "n"
+
+
+def cluster_conf(name: str) -> Path:
+    """The slurm.conf of one of the sandbox's clusters (`a`: the default config; else cluster-NAME/)."""
+    default = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    return default if name == "a" else default.parent / f"cluster-{name}" / "slurm.conf"
+
+
+def cluster_env(name: str) -> dict[str, str]:
+    """The environment that points Slurm's commands at cluster ``name``'s own slurmctld."""
+    return {"SLURM_CONF": str(cluster_conf(name))}
+
+
+def hostnames(nodelist: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """``scontrol show hostnames NODELIST``: ``a[1-2]`` becomes ``["a1", "a2"]``."""
+    return run(["scontrol", "show", "hostnames", nodelist], env=env).split()
+
+
+def job_nodes(job_id: int | str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The nodes a job runs (or ran) on, from ``scontrol show job -o`` (empty while pending)."""
+    line = run(["scontrol", "show", "job", "-o", str(job_id)], env=env)
+    match = re.search(r"(?:^|\s)NodeList=(\S+)", line)
+    if match is None or match.group(1) == "(null)":
+        return []
+    return hostnames(match.group(1), env=env)
 
 
 def cluster_problem() -> str | None:
@@ -155,21 +200,24 @@ def start_cluster() -> str:
     return output
 
 
-def wait_for_job(job_id: int, *, timeout: float = 120, poll: float = 0.5) -> JobOutcome:
+def wait_for_job(
+    job_id: int, *, timeout: float = 120, poll: float = 0.5, env: Mapping[str, str] | None = None
+) -> JobOutcome:
     """Poll ``scontrol show job -o ID`` until the job is in a final state; return the outcome.
 
-    Raises SlurmTestError with the last seen line (state, reason) when ``timeout`` seconds pass.
+    ``env``: e.g. :func:`cluster_env` for a job of another cluster. Raises SlurmTestError with the
+    last seen line (state, reason) when ``timeout`` seconds pass.
     """
     deadline = time.monotonic() + timeout
     while True:
-        outcome = parse_scontrol_job(job_id, run(["scontrol", "show", "job", "-o", str(job_id)]))
+        outcome = parse_scontrol_job(job_id, run(["scontrol", "show", "job", "-o", str(job_id)], env=env))
         if outcome.is_final:
             return outcome
         if time.monotonic() >= deadline:
             raise SlurmTestError(
                 f"job {job_id} still {outcome.state} (Reason={outcome.reason}) after {timeout}s; "
                 f"last `scontrol show job -o {job_id}`: {outcome.raw}\n"
-                "look at `squeue -t all` and the slurmctld log under /var/lib/gymslurm-sandbox/log"
+                "look at `squeue -t all` and the slurmctld logs under /var/lib/gymslurm-sandbox/*/log"
             )
         time.sleep(poll)
 
@@ -192,9 +240,12 @@ class SlurmUser:
         """The argv that runs ``args`` as this user."""
         return ["runuser", "-u", self.name, "--", *args] if self.as_root else list(args)
 
-    def run(self, args: Sequence[str], *, timeout: float = 60) -> str:
-        """Run ``args`` as this user in ``workdir``; return stdout, raise SlurmTestError on failure."""
-        return run(self.command(args), timeout=timeout, cwd=self.workdir)
+    def run(self, args: Sequence[str], *, timeout: float = 60, env: Mapping[str, str] | None = None) -> str:
+        """Run ``args`` as this user in ``workdir``; return stdout, raise SlurmTestError on failure.
+
+        ``env`` adds variables (``runuser`` keeps the environment), e.g. :func:`cluster_env`.
+        """
+        return run(self.command(args), timeout=timeout, cwd=self.workdir, env=env)
 
     def write(self, name: str, text: str, *, mode: int = 0o755) -> Path:
         """Write a file into ``workdir`` owned by this user; return its path."""

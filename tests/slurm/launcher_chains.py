@@ -32,10 +32,12 @@ class Chain:
     slurm_yaml: str = ""
     collector_command: list[str] | None = None
     run: Path | None = None
+    # e.g. helpers.cluster_env("n"): every gymslurm command (and so every job) talks to that cluster.
+    env: dict[str, str] | None = None
 
     def gymslurm(self, *args: str, timeout: float = 120) -> str:
-        """Run ``gymslurm ARGS`` as the test user in its directory."""
-        return self.user.run([str(self.python), "-m", "gymslurm", *args], timeout=timeout)
+        """Run ``gymslurm ARGS`` as the test user in its directory (against ``env``'s cluster)."""
+        return self.user.run([str(self.python), "-m", "gymslurm", *args], timeout=timeout, env=self.env)
 
     def submit(self) -> Chain:
         """Write the benchmark and submit it; remembers the run directory."""

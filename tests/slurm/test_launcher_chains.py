@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
+from .helpers import (
+    NO_ACCOUNTING_CLUSTER,
+    TEST_USER,
+    SlurmCluster,
+    SlurmUser,
+    cluster_env,
+    ensure_test_user,
+    job_nodes,
+    make_user_dir,
+)
 from .launcher_chains import Chain
 
 pytestmark = pytest.mark.slurm
@@ -158,16 +167,19 @@ def test_three_shards_ending_together_aggregate_exactly_once(chains: dict[str, C
     assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
 
 
+@pytest.mark.parametrize("cluster", ["a", NO_ACCOUNTING_CLUSTER])  # with and without slurmdbd
 def test_status_while_pending_running_and_after(slurm_cluster: SlurmCluster, slurm_python: Path,
-                                                slurm_session_dir: Path) -> None:  # fmt: skip
+                                                slurm_session_dir: Path, cluster: str) -> None:  # fmt: skip
     """status says WAITING while held, HEALTHY while running, DONE after; one squeue + at most one sacct."""
-    chain = Chain(_user(slurm_session_dir, "status"), slurm_python, [{"exit": 0, "sleep": 8}],
-                  overrides=["slurm.extra_directives=[--hold]", "aggregation.enabled=false"])  # fmt: skip
+    env = cluster_env(cluster)
+    held = ["slurm.extra_directives=[--hold]", "aggregation.enabled=false"]
+    chain = Chain(_user(slurm_session_dir, f"status-{cluster}"), slurm_python, [{"exit": 0, "sleep": 8}],
+                  overrides=held, env=env)  # fmt: skip
     chain.submit()
     try:
         report = chain.status()
         assert report["shards"][0]["verdict"] == "WAITING" and report["queries"] <= 2
-        chain.user.run(["scontrol", "release", report["shards"][0]["job"]])
+        chain.user.run(["scontrol", "release", report["shards"][0]["job"]], env=env)
         chain.wait_for_calls(1)
         assert chain.status()["shards"][0]["verdict"] == "HEALTHY"
         assert chain.wait(aggregation=False)["shards"][0]["verdict"] == "DONE"
@@ -188,7 +200,10 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
     chain.submit()
     try:
         job = chain.wait_for_calls(1)
-        chain.user.run(["sbatch", "-p", "high", "-c", "8", "-o", "/dev/null", "--wrap", "sleep 3"])
+        # The preemptor wants the link's own node (others are idle on the multi-node sandbox).
+        (node,) = job_nodes(job)
+        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
+        chain.user.run(preemptor)
         chain.wait(timeout=240, aggregation=False)
         decisions = chain.decisions()
         assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [

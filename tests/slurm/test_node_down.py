@@ -1,16 +1,17 @@
-"""A chain survives its node being set DOWN on the real one-node Slurm.
+"""One node of the multi-node sandbox goes DOWN under one shard; the shards on other nodes go on.
 
-Why: a node failure kills a link without the time-limit warning; the chain must still go on
-(Slurm requeues the ``--requeue`` job, or its successor runs) and end DONE with no doubled link,
-and the real collector, stopped mid-collection, must resume without counting a rollout twice.
-Here the node returns to service within milliseconds (``ReturnToService=2``: slurmd's next
-answer brings it back), so what is exercised is Slurm killing and requeueing the link
-(``NODE FAILURE``), not a long outage.
+Why: a node failure kills a link without the time-limit warning; that shard's chain must still go
+on (Slurm requeues the ``--requeue`` job, or its successor runs) and end DONE with no doubled
+link, and the real collector, stopped mid-collection, must resume without counting a rollout
+twice. The shards running on the other nodes must not notice at all: one link each, never
+requeued. Here the node returns to service within seconds (the test resumes it; with
+``ReturnToService=2`` slurmd's next answer would too), so what is exercised is Slurm killing and
+requeueing the link (``NODE FAILURE``), not a long outage.
 
-Setting the only node DOWN kills every job on the cluster, so the test first waits until no job
-but its own chain's is queued or running (other tests, other pytest sessions), and always resumes
-the node in a ``finally`` block and waits until it is up again. This module sorts after the
-launcher modules, so in a whole-directory run the wait is short.
+Three shards each ask for 5 of a node's 8 CPUs, so no two share a node. Setting a node DOWN kills
+every job on it, so the test first drains the node (nothing new lands there) and waits until no
+job but its own runs on it (other tests, other pytest sessions); it always resumes the node in a
+``finally`` block and waits until it is up again.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import pytest
 
 from .helpers import (
     TEST_USER,
+    UP_NODE_STATES,
     SlurmCluster,
     SlurmUser,
-    cluster_problem,
     ensure_test_user,
+    job_nodes,
     make_user_dir,
     parse_scontrol_job,
     run,
@@ -40,99 +42,134 @@ pytestmark = pytest.mark.slurm
 
 ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
 QUIET_TIMEOUT_S = 600
-TASKS = 10
+TASKS = 12
+SHARDS = 3
 SCENARIO: dict[str, Any] = dict(
     tasks=TASKS,
-    shards=1,
+    shards=SHARDS,
     server_flags=["--latency-ms", "1000"],
     collector=["+concurrency=1"],
-    slurm="  time: '00:05:00'\n",
+    slurm="  time: '00:05:00'\n  extra_directives: ['--cpus-per-task=5']\n",
 )
 
 
-def active_jobs() -> set[str]:
-    """Ids of every job on the cluster (any user) in one of squeue's active states."""
-    return set(run(["squeue", "-h", "-t", ACTIVE_STATES, "-o", "%i"]).split())
+def jobs_on(node: str) -> set[str]:
+    """Ids of the jobs (any user) running or completing on ``node``."""
+    return set(run(["squeue", "-h", "-w", node, "-t", ACTIVE_STATES, "-o", "%i"]).split())
 
 
-def wait_until_alone(own: set[str], timeout: float = QUIET_TIMEOUT_S) -> None:
-    """Wait until no active job but ``own`` exists; fail naming the others after ``timeout`` s."""
+def wait_until_alone_on(node: str, own: set[str], timeout: float = QUIET_TIMEOUT_S) -> None:
+    """Wait until no job but ``own`` runs on ``node``; fail naming the others after ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while others := active_jobs() - own:
+    while others := jobs_on(node) - own:
         if time.monotonic() > deadline:
             pytest.fail(
-                f"jobs {sorted(others)} of other tests or sessions are still active after {timeout}s; "
-                "setting the node DOWN would kill them: run this test when the cluster is quiet"
+                f"jobs {sorted(others)} of other tests or sessions still run on {node} after {timeout}s; "
+                "setting the node DOWN would kill them"
             )
         time.sleep(2.0)
 
 
-def resume_node(node: str) -> None:
-    """``scontrol update state=resume``, then wait until the node is up again.
+def node_state(node: str) -> str:
+    """``sinfo``'s state of one node (``idle``, ``down*``, ``drained`` ...)."""
+    return run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).split()[0]
 
-    With ``ReturnToService=2`` slurmd's next answer returns a DOWN node to service by itself
-    (within milliseconds here), and Slurm then refuses the resume (``IDLE to RESUME``): that
-    refusal is fine, a node still down after 60 s is not.
+
+def resume_node(node: str) -> None:
+    """``scontrol update state=resume``, then wait until the node is up (idle/mixed/...) again.
+
+    Slurm refuses a resume of a node that already came back by itself (``IDLE to RESUME``): that
+    refusal is fine, a node still down or drained after 60 s is not.
     """
     resume = ["scontrol", "update", f"nodename={node}", "state=resume"]
     subprocess.run(resume, capture_output=True, check=False)
     deadline = time.monotonic() + 60
-    while (problem := cluster_problem()) is not None:
-        assert time.monotonic() < deadline, f"node {node} not back 60 s after state=resume: {problem}"
+    while (state := node_state(node)) not in UP_NODE_STATES:
+        assert time.monotonic() < deadline, f"node {node} is {state} 60 s after state=resume"
+        if state.startswith("drain"):
+            subprocess.run(resume, capture_output=True, check=False)
         time.sleep(1.0)
-
-
-@pytest.fixture
-def quiet_cluster(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The cluster once no other job is active; its node is resumed and up again afterwards."""
-    wait_until_alone(set())
-    try:
-        yield slurm_cluster
-    finally:
-        resume_node(slurm_cluster.node)
 
 
 def _job_state(job: str) -> str:
     return parse_scontrol_job(int(job), run(["scontrol", "show", "job", "-o", job])).state
 
 
-def _mid_collection(chain: RealChain, outcomes: int, timeout: float = 120) -> str:
-    """Wait until shard 0's collector saved ``outcomes`` results; the running link's job id."""
+def _first_links(chain: RealChain, timeout: float = 180) -> dict[int, str]:
+    """Every shard's first link job id once each has started (its start record is written)."""
     deadline = time.monotonic() + timeout
-    path = chain.output(0)
+    while True:
+        starts = {s: [r for r in chain.ledger(s) if r["kind"] == "start"] for s in range(SHARDS)}
+        if all(starts.values()):
+            return {s: str(records[0]["job_id"]) for s, records in starts.items()}
+        assert time.monotonic() < deadline, f"not every shard started within {timeout}s: {starts}"
+        time.sleep(0.5)
+
+
+def _mid_collection(chain: RealChain, shard: int, outcomes: int, timeout: float = 120) -> None:
+    """Wait until a shard's collector saved ``outcomes`` results."""
+    deadline = time.monotonic() + timeout
+    path = chain.output(shard)
     while not path.exists() or len(path.read_text().splitlines()) < outcomes:
         assert time.monotonic() < deadline, f"{path}: fewer than {outcomes} results after {timeout}s"
         time.sleep(0.5)
-    starts = [r for r in chain.ledger() if r["kind"] == "start"]
-    return str(starts[-1]["job_id"])
 
 
-def test_node_set_down_mid_collection_the_chain_ends_done_with_each_rollout_once(
-    quiet_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
-) -> None:
-    """Node DOWN mid-collection, then resumed: the link reruns or its successor runs, DONE, no doubles."""
+@pytest.fixture(scope="module")
+def downed(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> Iterator[dict[str, Any]]:
+    """Three shards on three nodes; shard 0's node set DOWN mid-collection, resumed; all finished."""
+    assert len(slurm_cluster.nodes) >= SHARDS, f"needs {SHARDS} nodes, the sandbox has {slurm_cluster.nodes}"
     ensure_test_user(TEST_USER)
     user = SlurmUser(TEST_USER, make_user_dir(slurm_session_dir, "node-down", owner=TEST_USER), as_root=True)
     chain = RealChain(user, slurm_python, SCENARIO).submit()
-    node = quiet_cluster.node
+    node = ""
     try:
-        job = _mid_collection(chain, outcomes=3)
-        wait_until_alone({str(r["job_id"]) for r in chain.ledger() if "job_id" in r})
+        links = _first_links(chain)
+        placed = {s: job_nodes(job) for s, job in links.items()}
+        node = placed[0][0]
+        _mid_collection(chain, 0, outcomes=2)
+        run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=gymslurm-test-drain"])
+        wait_until_alone_on(node, {links[0]})
         run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test"])
         deadline = time.monotonic() + 60
-        while _job_state(job) == "RUNNING":
-            assert time.monotonic() < deadline, f"job {job} still RUNNING 60 s after node {node} went DOWN"
+        while _job_state(links[0]) == "RUNNING":
+            assert time.monotonic() < deadline, f"job {links[0]} RUNNING 60 s after node {node} went DOWN"
             time.sleep(1.0)
         resume_node(node)
-        report = chain.finished(timeout=240)
-        decisions = chain.decisions()
-        assert decisions[0]["job_id"] == job and decisions[0]["decision"] == "CONTINUE", decisions
-        assert [d["decision"] for d in decisions[1:]] == ["DONE"], decisions
-        assert report["shards"][0]["verdict"] == "DONE" and report["aggregation"]["state"].startswith("DONE")
-        assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
-        assert chain.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(TASKS)})
-        assert chain.rollout_ids(None) == chain.rollout_ids(0)
-        # Known: Slurm TERMs the demo server with the collector, so the request in flight may end as a
-        # counted transport_peer_drop (one attempt of that rollout's budget) rather than missing.
+        report = chain.finished(timeout=300)
+        yield {"chain": chain, "links": links, "placed": placed, "node": node, "report": report}
     finally:
+        if node:
+            resume_node(node)
         chain.cancel()
+
+
+def test_the_shard_under_the_downed_node_ends_done_with_each_rollout_once(downed: dict[str, Any]) -> None:
+    """Node DOWN mid-collection, then resumed: the link reruns or its successor runs, DONE, no doubles."""
+    chain, job, report = downed["chain"], downed["links"][0], downed["report"]
+    decisions = chain.decisions(0)
+    assert decisions[0]["job_id"] == job and decisions[0]["decision"] == "CONTINUE", decisions
+    assert [d["decision"] for d in decisions[1:]] == ["DONE"], decisions
+    assert report["shards"][0]["verdict"] == "DONE" and report["aggregation"]["state"].startswith("DONE")
+    assert len([r for r in chain.ledger(0) if r["kind"] == "submitted" and r["after"] == job]) == 1
+    per_shard = TASKS // SHARDS
+    assert chain.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(per_shard)})
+    merged = chain.rollout_ids(None)
+    assert merged == Counter({f"arith-{i}": 1 for i in range(TASKS)})
+    # Known: Slurm TERMs the demo server with the collector, so the request in flight may end as a
+    # counted transport_peer_drop (one attempt of that rollout's budget) rather than missing.
+
+
+def test_shards_on_the_other_nodes_finish_untouched(downed: dict[str, Any]) -> None:
+    """The shards whose nodes stayed up ran one link each, never requeued, and ended DONE."""
+    chain, links, placed, node = downed["chain"], downed["links"], downed["placed"], downed["node"]
+    others = [s for s in range(1, SHARDS) if placed[s] != [node]]
+    assert others == [1, 2], placed  # 5 of 8 CPUs each: no two shards share a node
+    for shard in others:
+        decisions = chain.decisions(shard)
+        assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
+            (links[shard], 0, "DONE")
+        ], decisions
+        assert downed["report"]["shards"][shard]["verdict"] == "DONE"
