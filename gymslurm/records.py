@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESERVED_ATTEMPT_SUFFIX = re.compile(r"-a[1-9][0-9]*$")
@@ -103,6 +103,17 @@ class RolloutFailureRecord(_Strict):
     source: Source
     delivery: Delivery
     failure: EpisodeFailure
+
+    @model_validator(mode="after")
+    def _environment_implies_delivered(self) -> RolloutFailureRecord:
+        # PROTOCOL.md: "A failure reported by the environment implies delivered"; anything else is an
+        # inconsistent record (an environment cannot have reported a request it may not have received).
+        if self.source == "environment" and self.delivery != "delivered":
+            raise ValueError(
+                f"a failure reported by the environment (source: environment) was delivered; "
+                f"delivery {self.delivery!r} contradicts it"
+            )
+        return self
 
     @property
     def routing_class(self) -> str:

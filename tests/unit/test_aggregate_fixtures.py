@@ -88,7 +88,7 @@ class ShardBuilder:
         record = RolloutFailureRecord(
             episode_id=EpisodeId(rollout_id=rid, attempt=attempt),
             run_id=self.run_id,
-            source="environment",
+            source="environment" if delivery == "delivered" else "collector",  # environment: delivered
             delivery=delivery,  # type: ignore[arg-type]
             failure=EpisodeFailure(failure_reason=f"{kind} on {rid}", terminal=terminal, failure_kind=kind),
         )

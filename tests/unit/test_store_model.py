@@ -5,8 +5,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import select_rollout
@@ -75,3 +77,12 @@ def test_reopened_store_agrees_with_what_was_saved(ops: list[tuple[int, str]]) -
             assert {o.attempt: o.kind for o in outcomes} == {a: names.get(k, k) for a, k in saved.items()}
             assert recon.states[index] == select_rollout(expected_counts[index], outcomes, recon.policy)
         reopened.close()
+
+
+def test_an_environment_failure_that_was_possibly_delivered_is_refused() -> None:
+    """PROTOCOL.md: a failure the environment reported implies delivered; possibly_delivered is refused."""
+    with pytest.raises(ValidationError, match="source: environment"):
+        RolloutFailureRecord(
+            episode_id=EpisodeId(rollout_id="m-0", attempt=0), run_id="r", source="environment",
+            delivery="possibly_delivered", failure=EpisodeFailure(failure_reason="x", terminal=False),
+        )  # fmt: skip

@@ -53,7 +53,7 @@ def failure(store: RunStore, index: int, attempt: int, *, terminal: bool = False
     return RolloutFailureRecord(
         episode_id=EpisodeId(rollout_id=store.rollout_ids()[index], attempt=attempt),
         run_id=store.run_id,
-        source="environment",
+        source="environment" if delivery == "delivered" else "collector",  # the environment's are delivered
         delivery=delivery,  # type: ignore[arg-type]
         failure=EpisodeFailure(failure_reason="boom", terminal=terminal, failure_kind=kind),
     )
