@@ -496,7 +496,7 @@ def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
                 response=outcome.response,
                 diagnostics=outcome.diagnostics,
             )
-        return append_omission(index, attempt)
+        return append_omission(index, attempt, getattr(outcome, "payload", None))
 
     return save
 

@@ -48,7 +48,9 @@ class RunView:
         """Execution ``attempt`` is reserved and has no outcome yet: the rollout is missing until saved."""
         self.reserved[index] = attempt + 1
         state = self.states[index]
-        self.states[index] = RolloutState(Disposition.MISSING, None, state.counted_failures, True, False)
+        self.states[index] = RolloutState(
+            Disposition.MISSING, None, state.counted_failures, True, False, limit=state.limit
+        )
 
     def advance(self, index: int, saved: SavedOutcome) -> RolloutState:
         """Select rollout ``index`` again now that ``saved`` (its newest execution) has an outcome."""

@@ -72,7 +72,8 @@ class SavedOutcome:
     stage: str | None = None
     failure_class: str | None = None
     legacy_class: str | None = None
-    kept_answer: bool = False  # an agent_timeout failure that kept the model's answer (001): final
+    kept_answer: bool = False  # a failure that kept the model's answer (001): final, never regenerated
+    max_attempts: int | None = None  # a legacy row's own attempt limit (_ng_failure_max_attempts), else None
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class RolloutState:
     counted_failures: int
     pending: bool
     exhausted: bool
+    limit: int | None = None  # a legacy row's own attempt limit that holds for this rollout, else None
 
 
 def is_numeric_reward(value: object) -> bool:
@@ -140,6 +142,20 @@ def retryable_in_kind(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
 
 # The names of an agent running out of its own deadline (timeout_exceeded: the older routing class).
 AGENT_TIMEOUT_NAMES = frozenset({"agent_timeout", "timeout_exceeded"})
+
+
+def kept_partial_answer(stage: object, response: object, *, legacy: bool = False) -> bool:
+    """Whether a failure kept the agent's partial response: the agent ran, so it is never regenerated.
+
+    001: "Whether the row keeps the agent's partial response from a native cleanup, even one without
+    output. The agent ran, so its partial response stays a kept answer and is never regenerated. An
+    agent-stage response the outcome policy rejected as failed is diagnostic only." A response *object*
+    is kept (a string is diagnostic text, not a response); a native failure keeps it at stage
+    ``cleanup``; a legacy sidecar row (no stage, or any but ``agent``) keeps its saved response.
+    """
+    if not isinstance(response, Mapping):
+        return False
+    return stage == "cleanup" or (legacy and stage != "agent")
 
 
 def kept_timeout_answer(names: Iterable[object], response: object) -> bool:
@@ -202,15 +218,20 @@ def result_disposition(outcome: SavedOutcome) -> Disposition:
 
 
 def select_rollout(reserved: int, outcomes: Sequence[SavedOutcome], policy: BudgetPolicy) -> RolloutState:
-    """Select a rollout's state under ``latest_allocated`` and decide whether it may run again."""
+    """Select a rollout's state under ``latest_allocated`` and decide whether it may run again.
+
+    The attempt limit is the run's, unless a legacy sidecar row set its own (000: legacy runs "retain
+    ... their per-row _ng_failure_max_attempts limits"): the newest such row's limit holds.
+    """
     counted = sum(1 for outcome in outcomes if counts_against_budget(outcome, policy))
-    budget_left = counted < policy.max_rollout_attempts
+    own = row_limit(outcomes)
+    budget_left = counted < (own or policy.max_rollout_attempts)
     if reserved == 0:
         return RolloutState(Disposition.NOT_STARTED, None, counted, pending=True, exhausted=False)
     newest = reserved - 1
     selected = next((outcome for outcome in outcomes if outcome.attempt == newest), None)
     if selected is None:
-        return RolloutState(Disposition.MISSING, None, counted, pending=True, exhausted=False)
+        return RolloutState(Disposition.MISSING, None, counted, pending=True, exhausted=False, limit=own)
     if selected.kind == "result":
         pending = selected.retry_masked and budget_left
         return RolloutState(result_disposition(selected), selected, counted, pending, exhausted=False)
@@ -218,7 +239,13 @@ def select_rollout(reserved: int, outcomes: Sequence[SavedOutcome], policy: Budg
         return RolloutState(Disposition.OMITTED, selected, counted, pending=False, exhausted=False)
     if not retryable_in_kind(selected, policy):
         return RolloutState(Disposition.FAILED, selected, counted, pending=False, exhausted=False)
-    return RolloutState(Disposition.FAILED, selected, counted, pending=budget_left, exhausted=not budget_left)
+    return RolloutState(Disposition.FAILED, selected, counted, budget_left, not budget_left, limit=own)
+
+
+def row_limit(outcomes: Sequence[SavedOutcome]) -> int | None:
+    """A rollout's own attempt limit: its newest legacy row's ``_ng_failure_max_attempts``, else None."""
+    own = [(outcome.attempt, outcome.max_attempts) for outcome in outcomes if outcome.max_attempts]
+    return max(own)[1] if own else None
 
 
 # One rollout's saved outcomes as the store's history reader groups them: None (nothing saved), the
@@ -281,9 +308,10 @@ def advance_state(
     spent = state.counted_failures
     if saved.kind == "result" and not saved.retry_masked:  # the fast case: a final result
         return RolloutState(result_disposition(saved), saved, spent, False, False)
-    remaining = replace(policy, max_rollout_attempts=policy.max_rollout_attempts - spent)
+    limit = state.limit or policy.max_rollout_attempts
+    remaining = replace(policy, max_rollout_attempts=limit - spent)
     fresh = select_rollout(reserved, [saved], remaining)
-    return replace(fresh, counted_failures=spent + fresh.counted_failures)
+    return replace(fresh, counted_failures=spent + fresh.counted_failures, limit=state.limit)
 
 
 # --- reading result rows ------------------------------------------------------------------------
@@ -295,9 +323,7 @@ def has_saved_generation(response: object) -> bool:
     A diagnostic error object, an empty mapping, or a response with neither output nor status is a
     placeholder (an agent that never ran), not a generation.
     """
-    if isinstance(response, str):
-        return bool(response.strip())
-    if not isinstance(response, Mapping):
+    if not isinstance(response, Mapping):  # a string is diagnostic text, not a response object (001)
         return False
     output = response.get("output")
     return bool(output) or response.get("status") is not None or bool(response.get("answer"))

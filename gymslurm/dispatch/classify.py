@@ -80,7 +80,14 @@ class Failed:
 
 @dataclass(frozen=True)
 class Omitted:
-    """An intentional omission: the environment suppressed the result and reported no failure."""
+    """An intentional omission: the environment suppressed the result and reported no failure.
+
+    ``payload`` is a legacy ``skipped`` failure's markers (``_ng_failure_class: skipped``, terminal,
+    message), saved with the omission: its disposition is omitted, and an explicit ``skipped`` entry
+    of ``count_failure_classes_as_zero`` can still score it (000).
+    """
+
+    payload: dict[str, Any] | None = None
 
 
 Outcome = Completed | Failed | Omitted
@@ -93,6 +100,7 @@ LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE = (
     "_ng_failure_terminal",
     "_ng_failure_message",
 )
+SKIPPED_CLASS = "skipped"  # a legacy producer's intentional skip: an omission with its payload (000)
 LEGACY_CLASS_KINDS = {"timeout_exceeded": "agent_timeout"}  # 001: agent_timeout is the shared name
 STAGES = frozenset(get_args(Stage))
 FAILURE_FIELDS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
@@ -407,8 +415,11 @@ def _native_failure(call: _Call, reply: dict[str, Any], failure: object) -> Fail
     return Failed(record, response=response, diagnostics=(envelope | extra) or None)
 
 
-def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
-    """A legacy result tagged ``_ng_failure_class``: converted explicitly, placeholders dropped."""
+def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed | Omitted:
+    """A legacy result tagged ``_ng_failure_class``: converted explicitly, placeholders dropped.
+
+    ``skipped`` is an intentional omission that carries its failure payload, not a failure (000).
+    """
     legacy_class, terminal = result[LEGACY_CLASS], result.get(LEGACY_TERMINAL, False)
     message = result.get(LEGACY_MESSAGE)
     if not isinstance(legacy_class, str) or not legacy_class:
@@ -417,6 +428,9 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed:
         raise _BadReplyError(f"'{LEGACY_TERMINAL}' must be a boolean, got {terminal!r}")
     if message is not None and not isinstance(message, str):
         raise _BadReplyError(f"'{LEGACY_MESSAGE}' must be a string, got {message!r}")
+    if legacy_class == SKIPPED_CLASS:
+        payload = {LEGACY_CLASS: legacy_class, LEGACY_TERMINAL: terminal}
+        return Omitted(payload | ({LEGACY_MESSAGE: message[:MAX_FAILURE_REASON]} if message else {}))
     kind: str | None = LEGACY_CLASS_KINDS.get(legacy_class, legacy_class)
     kind = kind if kind in FAILURE_KINDS or ":" in legacy_class else None
     reason = message or f"legacy producer reported failure class {legacy_class!r} without a message"

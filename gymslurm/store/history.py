@@ -35,10 +35,19 @@ from gymslurm.records import (
     Source,
     Stage,
 )
-from gymslurm.selection import Group, SavedOutcome, is_numeric_reward, is_retry_masked, kept_timeout_answer
+from gymslurm.selection import (
+    Group,
+    SavedOutcome,
+    is_numeric_reward,
+    is_retry_masked,
+    kept_partial_answer,
+    kept_timeout_answer,
+)
 from gymslurm.store.jsonl import TailReport, iter_records, malformed
 
 _READ_CHUNK = 1 << 20
+SKIPPED = "skipped"  # a legacy producer's intentional skip
+LEGACY_PARTIAL_RESPONSE = "_ng_failure_partial_response"  # NeMo Gym's name of a native partial response
 
 RECORD_KEYS = frozenset({"schema_version", "episode_id", "run_id", "source", "delivery", "failure"})
 FAILURE_KEYS = frozenset({"failure_reason", "terminal", "failure_kind", "stage"})
@@ -275,12 +284,15 @@ def sidecar_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Nam
     name: Callable[[Any], Any] = intern.__getitem__ if intern is not None else _same
     routing = row.get("_ng_failure_class")
     routing = routing if type(routing) is str and routing else None
-    if row.get("_ng_omitted") is True:
+    skipped = routing == SKIPPED and "_ng_failure_record" not in row  # a legacy skip is an omission (000)
+    if row.get("_ng_omitted") is True or skipped:
         terminal = row.get("_ng_failure_terminal") is True
         return SavedOutcome(attempt, "omission", line, terminal=terminal, failure_class=name(routing))
     legacy_class = row.get("_ng_failure_legacy_class")
     legacy_class = legacy_class if type(legacy_class) is str else None
     record = row.get("_ng_failure_record")
+    response = row.get("_ng_failure_response")
+    max_attempts = None
     if type(record) is dict:
         failure = record.get("failure")
         failure = failure if type(failure) is dict else {}
@@ -288,14 +300,20 @@ def sidecar_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Nam
         terminal = failure.get("terminal", row.get("_ng_failure_terminal") is True) is True
         delivery = record.get("delivery", "possibly_delivered")
         stage = failure.get("stage")
+        kept = kept_partial_answer(stage, response)
     else:
         routing = routing or ROUTING_CLASS_UNSPECIFIED
         kind = routing if routing in FAILURE_KINDS else None
         terminal, delivery, stage = row.get("_ng_failure_terminal") is True, "possibly_delivered", None
+        response = response if response is not None else row.get(LEGACY_PARTIAL_RESPONSE)
+        kept = kept_partial_answer(row.get("_ng_failure_stage"), response, legacy=True)
+        limit = row.get("_ng_failure_max_attempts")  # 000: legacy runs keep their per-row limits
+        max_attempts = limit if type(limit) is int and limit >= 1 else None
+    kept = kept or kept_timeout_answer((kind, routing, legacy_class), response)
     return SavedOutcome(
         attempt, "failure", line, terminal=terminal, delivery=name(delivery), failure_kind=name(kind),
         stage=name(stage), failure_class=name(routing), legacy_class=name(legacy_class),
-        kept_answer=kept_timeout_answer((kind, routing, legacy_class), row.get("_ng_failure_response")),
+        kept_answer=kept, max_attempts=max_attempts,
     )  # fmt: skip
 
 

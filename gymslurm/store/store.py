@@ -412,9 +412,12 @@ class RunStore:
         line = self._append("failures", row)
         return self._saved(index, sidecar_outcome(row, attempt, line))
 
-    def append_omission(self, index: int, attempt: int) -> SavedOutcome:
-        """Save an intentional omission (``_ng_omitted: true``) in the sidecar."""
-        row = {**self._stamps(index, attempt), "_ng_omitted": True}
+    def append_omission(
+        self, index: int, attempt: int, payload: Mapping[str, Any] | None = None
+    ) -> SavedOutcome:
+        """Save an intentional omission (``_ng_omitted: true``) in the sidecar, with a legacy ``skipped``
+        payload (``_ng_failure_class``, ``_ng_failure_terminal``, ``_ng_failure_message``) when it has one."""
+        row = {**self._stamps(index, attempt), "_ng_omitted": True, **(payload or {})}
         line = self._append("failures", row)
         return self._saved(index, sidecar_outcome(row, attempt, line))
 

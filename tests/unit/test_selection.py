@@ -325,7 +325,8 @@ def test_agent_timeout_that_kept_its_answer_is_final(policy: BudgetPolicy) -> No
     [
         (("agent_timeout", "agent_timeout", None), {"output": [{"type": "message"}]}, True),
         ((None, "timeout_exceeded", None), {"output": [{"type": "message"}]}, True),
-        ((None, "environment_server_failed", "timeout_exceeded"), "the answer", True),
+        ((None, "environment_server_failed", "timeout_exceeded"), {"output": [{"type": "message"}]}, True),
+        ((None, "environment_server_failed", "timeout_exceeded"), "the answer", False),  # text: no response
         (("agent_timeout", "agent_timeout", None), None, False),
         (("agent_timeout", "agent_timeout", None), {}, False),
         (("agent_timeout", "agent_timeout", None), {"error": "x"}, False),

@@ -224,5 +224,6 @@ def test_only_what_the_collector_saw_on_the_wire_is_a_transport_failure(
 
     failure = EpisodeFailure(failure_reason="x", terminal=False, failure_kind=kind)
     record = RolloutFailureRecord(episode_id=EpisodeId(rollout_id="r"), run_id="run", source=source,  # type: ignore[arg-type]
-                                  delivery="possibly_delivered", failure=failure)  # fmt: skip
+                                  delivery="possibly_delivered" if source == "collector" else "delivered",
+                                  failure=failure)  # fmt: skip
     assert is_transport_failure(record) is transport
