@@ -412,14 +412,11 @@ class RunStore:
         line = self._append("failures", row)
         return self._saved(index, sidecar_outcome(row, attempt, line))
 
-    def append_omission(
-        self, index: int, attempt: int, payload: Mapping[str, Any] | None = None
-    ) -> SavedOutcome:
-        """Save an intentional omission (``_ng_omitted: true``) in the sidecar, with a legacy ``skipped``
-        payload (``_ng_failure_class``, ``_ng_failure_terminal``, ``_ng_failure_message``) when it has one."""
+    def append_omission(self, index: int, attempt: int,
+                        payload: Mapping[str, Any] | None = None) -> SavedOutcome:  # fmt: skip
+        """Save an intentional omission (``_ng_omitted: true``), with a legacy ``skipped`` payload if any."""
         row = {**self._stamps(index, attempt), "_ng_omitted": True, **(payload or {})}
-        line = self._append("failures", row)
-        return self._saved(index, sidecar_outcome(row, attempt, line))
+        return self._saved(index, sidecar_outcome(row, attempt, self._append("failures", row)))
 
     def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
         if isinstance(coverage, Coverage):
