@@ -30,8 +30,6 @@ a task's own ``api_key`` or ``port`` field is part of what is measured.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import math
 import re
@@ -43,6 +41,13 @@ import orjson
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import GrammarParseError, OmegaConfBaseException
 from omegaconf.grammar_parser import parse
+
+from gymslurm.redaction import REDACTED, _table, is_credential_name, redact_text, redact_value
+from gymslurm.redaction import name_words as _words
+from gymslurm.redaction import opens_task_data as _opens_task_data
+from gymslurm.redaction import redact_credentials as _redact_credentials
+from gymslurm.redaction import referenced_name as _referenced_name
+from gymslurm.redaction import rewrite_interpolations as _rewrite_interpolations
 
 __all__ = [
     "REDACTED",
@@ -63,56 +68,10 @@ __all__ = [
     "semantic_identity",
 ]
 
-REDACTED = "<redacted>"
-
-
-def _table(words: str) -> frozenset[str]:
-    """A table of names written as one space-separated string (easy to read and to extend)."""
-    return frozenset(words.split())
-
-
-# --------------------------------------------------------------------------------------------------
-# Names. A name is split into lower-case words: "OPENAI_API_KEY", "openaiApiKey", "X-Api-Key" and
-# "openai.api_key" all give [..., "api", "key"]. The rules look at the last word(s).
-# --------------------------------------------------------------------------------------------------
-
-# The last word of a credential name (HF_TOKEN, client_secret, db_password, basic_auth, Authorization).
-CREDENTIAL_LAST_WORDS = _table(
-    "token secret secrets password passwd passphrase credential credentials apikey auth authorization cookie"
-)
-# "<word>_key" is a credential for these words only: api_key, access_key, private_key; not sort_key.
-CREDENTIAL_KEY_QUALIFIERS = _table("api access private secret auth signing encryption ssh")
-# "<word>_token" that is a tokenizer's token, not a credential: eos_token, pad_token, stop_token.
-TOKENIZER_QUALIFIERS = _table("eos bos pad unk stop sep cls mask special start end")
 # The last word of a connection endpoint's name: base_url, environment_server_urls, policy_host, port.
 ENDPOINT_LAST_WORDS = _table("url urls host hostname port endpoint endpoints address")
 # A name with one of these words is task data, never an endpoint or an output path (dataset_url).
 DATA_WORDS = _table("data dataset datasets input inputs task tasks prompt prompts skill skills")
-# Subtrees of literal task data: no name-based redaction below them, and every key there is semantic.
-TASK_DATA_KEYS = _table("task tasks task_input task_inputs task_params task_parameters")
-
-_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_WORD_SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
-
-
-def _words(name: object) -> list[str]:
-    """``"openaiApiKey"`` → ``["openai", "api", "key"]``; separators are anything but letters and digits."""
-    spaced = _CAMEL_BOUNDARY.sub("_", str(name))
-    return [word for word in _WORD_SEPARATORS.split(spaced.lower()) if word]
-
-
-def is_credential_name(name: object) -> bool:
-    """Whether a setting, header, environment variable or flag of this name holds a credential."""
-    stems = (word.rstrip("0123456789") for word in _words(name))  # SECRET_TOKEN_2, api_key2: numbered
-    words = [stem for stem in stems if stem]
-    if not words:
-        return False
-    *head, last = words
-    if last == "token":
-        return not head or head[-1] not in TOKENIZER_QUALIFIERS
-    if last == "key":
-        return bool(head) and head[-1] in CREDENTIAL_KEY_QUALIFIERS
-    return last in CREDENTIAL_LAST_WORDS
 
 
 def _is_endpoint_name(words: list[str]) -> bool:
@@ -127,163 +86,12 @@ def is_connection_name(name: object) -> bool:
     return is_credential_name(name) or _is_endpoint_name(_words(name))
 
 
-# --------------------------------------------------------------------------------------------------
-# Interpolations: ``${...}`` spans, found with brace matching so nested ones are seen.
-# --------------------------------------------------------------------------------------------------
-
-_ENV_BODY = re.compile(r"\s*(?:oc\.)?env\s*:\s*['\"]?([^,'\"\s}]+)['\"]?\s*(?:,.*)?", re.DOTALL)
-_NODE_BODY = re.compile(r"\s*\.*([\w\-\[\]]+(?:\.[\w\-\[\]]+)*)\s*")
-
-
-def _span_end(text: str, start: int) -> int | None:
-    """The index just past the ``}`` closing the interpolation opened at ``text[start:start+2] == "${"``."""
-    depth = 0
-    for index in range(start + 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[index], 0)
-        if depth == 0:
-            return index + 1
-    return None
-
-
-def _rewrite_interpolations(text: str, rewrite: Callable[[str], str | None]) -> str:
-    """Replace each ``${body}`` for which ``rewrite(body)`` gives a string; look inside the others."""
-    out: list[str] = []
-    index = 0
-    while (start := text.find("${", index)) >= 0:
-        end = _span_end(text, start)
-        if end is None:
-            break
-        escaped = text[start - 1 : start] == "\\"
-        replacement = None if escaped else rewrite(text[start + 2 : end - 1])
-        if replacement is None:  # keep "${" and look inside it for nested interpolations
-            out.append(text[index : start + 2])
-            index = start + 2
-        else:
-            out.append(text[index:start] + replacement)
-            index = end
-    out.append(text[index:])
-    return "".join(out)
-
-
-def _referenced_name(body: str) -> tuple[str, str] | None:
-    """``("env", "HF_TOKEN")`` for ``oc.env:HF_TOKEN``, ``("node", "api_key")`` for ``a.b.api_key``."""
-    if match := _ENV_BODY.fullmatch(body):
-        return "env", match.group(1)
-    if match := _NODE_BODY.fullmatch(body):
-        return "node", re.sub(r"\[.*?\]", "", match.group(1)).rsplit(".", 1)[-1]
-    return None
-
-
-def _redact_interpolation(body: str) -> str | None:
-    """A credential-named environment variable is replaced, so resolution never reads it."""
-    reference = _referenced_name(body)
-    if reference and reference[0] == "env" and is_credential_name(reference[1]):
-        return REDACTED
-    return None
-
-
 def _protect_interpolation(body: str) -> str | None:
     """A connection reference is escaped, so OmegaConf leaves its reference string in place."""
     reference = _referenced_name(body)
     if reference and is_connection_name(reference[1]):
         return "\\${" + body + "}"
     return None
-
-
-# --------------------------------------------------------------------------------------------------
-# Credentials inside strings.
-# --------------------------------------------------------------------------------------------------
-
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:]*):([^\s/@]+)@")
-_BEARER = re.compile(r"\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
-_BASIC = re.compile(r"\b(basic\s+)([A-Za-z0-9+/]+={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
-# A value: the inside of "..." or '...' (the quotes stay, so redacting twice changes nothing), or a bare word.
-_VALUE = r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"']+)"
-_ASSIGNMENT = re.compile(r"(?<![\w.\-])(-{0,2}[A-Za-z_][\w.\-]*)=" + _VALUE)
-_FLAG_VALUE = re.compile(r"(?<![\w\-])(--?[A-Za-z][\w\-]*)\s+(?!-)" + _VALUE)
-_QUOTED_PAIR = re.compile(r"([\"'])([\w\-.]+)\1(\s*:\s*)([\"'])(.*?)\4")
-# "{name: HF_TOKEN, value: X}" written inside a string (a Hydra override of an environment list).
-_NAME_VALUE = re.compile(
-    r"\bname\s*[:=]\s*[\"']?([\w\-.]+)[\"']?\s*,\s*value\s*[:=]\s*"
-    r"[\"']?((?<=\")[^\"]*|(?<=')[^']*|[^\s&;,\"'}\]]+)"
-)
-# "api_key: V" inside a string (a YAML/Hydra flow mapping such as an override "+x={api_key: V}"): the
-# name, then its value — a quoted string, a one-level {...} or [...], or a bare word (not "Bearer",
-# whose credential the Bearer rule already took).
-_FLOW_NAME = re.compile(r"(?<![\w\-.])([A-Za-z_][\w\-.]*)\s*:\s+")
-_FLOW_VALUE = re.compile(
-    r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"[^\"]*\"|(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
-)
-# A command-line flag that names a credential, as one list item: ["--api-key", "V"].
-_FLAG_ITEM = re.compile(r"--?[A-Za-z][\w\-]*")
-
-
-def _is_basic_credential(token: str) -> bool:
-    """HTTP Basic carries base64("user:password"); prose such as "Basic arithmetic" does not decode so."""
-    try:
-        return b":" in base64.b64decode(token, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-
-
-def _redact_if_named(match: re.Match[str], name_group: int, value_group: int) -> str:
-    """The match with its value group replaced when its name group is a credential name."""
-    if not is_credential_name(match.group(name_group)):
-        return match.group(0)
-    start, end = match.span(value_group)
-    base = match.start(0)
-    return match.group(0)[: start - base] + REDACTED + match.group(0)[end - base :]
-
-
-def _scrub_string(text: str) -> str:
-    """Redact every credential shape a string can carry (docs/identity.md, "Inside strings")."""
-    text = _rewrite_interpolations(text, _redact_interpolation)
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
-    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-    text = _BASIC.sub(
-        lambda m: m.group(1) + REDACTED if _is_basic_credential(m.group(2)) else m.group(), text
-    )
-    text = _ASSIGNMENT.sub(lambda m: _redact_if_named(m, 1, 2), text)
-    text = _FLAG_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
-    text = _NAME_VALUE.sub(lambda m: _redact_if_named(m, 1, 2), text)
-    text = _redact_flow_pairs(text)
-    return _QUOTED_PAIR.sub(lambda m: _redact_if_named(m, 2, 5), text)
-
-
-def _redact_flow_pairs(text: str) -> str:
-    """``api_key: V`` → ``api_key: <redacted>``; a quoted value keeps its quotes (idempotence)."""
-    out: list[str] = []
-    index = 0
-    for name in _FLOW_NAME.finditer(text):
-        if name.start() < index or not is_credential_name(name.group(1)):
-            continue
-        value = _FLOW_VALUE.match(text, name.end())
-        if value is None:
-            continue
-        quote = value.group()[0] if value.group()[:1] in ("'", '"') else ""
-        out.append(text[index : name.end()] + quote + REDACTED + quote)
-        index = value.end()
-    out.append(text[index:])
-    return "".join(out)
-
-
-def redact_text(text: str) -> str:
-    """Any text (a message, a log line, an override, a URL) with every credential shape redacted.
-
-    The one rule every writer and message applies (docs/security.md): the same shapes as in the
-    identity (URL passwords, Bearer/Basic, ``NAME=V``, ``--flag V``, quoted pairs, name/value pairs).
-    """
-    return _scrub_string(text)
-
-
-def redact_value(value: Any) -> Any:
-    """A plain value (mapping, list, string...) with every credential redacted, by name and by shape."""
-    return _redact(value, in_task_data=False)
-
-
-# --------------------------------------------------------------------------------------------------
-# Redaction over the configuration tree.
-# --------------------------------------------------------------------------------------------------
 
 
 def redact_credentials(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,47 +101,7 @@ def redact_credentials(raw: Mapping[str, Any]) -> dict[str, Any]:
     """
     if isinstance(raw, DictConfig):
         raw = OmegaConf.to_container(raw, resolve=False)  # type: ignore[assignment]
-    return _redact_mapping(raw, in_task_data=False)
-
-
-def _redact(value: Any, in_task_data: bool) -> Any:
-    if isinstance(value, Mapping):
-        return _redact_mapping(value, in_task_data)
-    if isinstance(value, list | tuple):
-        items = [_redact(item, in_task_data) for item in value]
-        if not in_task_data:  # an argv: ["--api-key", "V"] carries V as the item after its flag
-            for index in range(1, len(items)):
-                if _is_credential_flag(value[index - 1]) and isinstance(items[index], str):
-                    items[index] = REDACTED
-        return items
-    if isinstance(value, str):
-        return _rewrite_interpolations(value, _redact_interpolation) if in_task_data else _scrub_string(value)
-    return value
-
-
-def _is_credential_flag(item: object) -> bool:
-    return isinstance(item, str) and bool(_FLAG_ITEM.fullmatch(item)) and is_credential_name(item)
-
-
-def _redact_mapping(mapping: Mapping[Any, Any], in_task_data: bool) -> dict[Any, Any]:
-    named_credential = not in_task_data and _is_name_value_credential(mapping)
-    out: dict[Any, Any] = {}
-    for key, value in mapping.items():
-        if not in_task_data and (is_credential_name(key) or (named_credential and key == "value")):
-            out[key] = REDACTED
-        else:
-            out[key] = _redact(value, in_task_data or _opens_task_data(key))
-    return out
-
-
-def _opens_task_data(key: object) -> bool:
-    """Whether this key holds literal task data (``task_input``, ``tasks``, ``task_params``...)."""
-    return "_".join(_words(key)) in TASK_DATA_KEYS
-
-
-def _is_name_value_credential(mapping: Mapping[Any, Any]) -> bool:
-    """``{name: HF_TOKEN, value: ...}`` (a Kubernetes/Slurm-style environment entry)."""
-    return "value" in mapping and isinstance(mapping.get("name"), str) and is_credential_name(mapping["name"])
+    return _redact_credentials(raw)
 
 
 # --------------------------------------------------------------------------------------------------
