@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import TextIO
 
 from gymslurm.exitcodes import ExitCode
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gymslurm {__version__}")
         return 0
     name, rest = args[0], args[1:]
+    _redact_what_is_printed()
     if name not in COMMANDS:
         print(f"gymslurm: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
         return ExitCode.REFUSED
@@ -65,13 +67,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = module.main(rest) if name not in _LAUNCHER else module.main(name, rest)
     except GymslurmError as error:
-        from gymslurm.identity import redact_text
+        from gymslurm.redaction import redact_text
 
         print(f"gymslurm {name}: error: {redact_text(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     return code
+
+
+class _RedactingStream:
+    """A text stream that replaces every learned secret before writing (tracebacks and warnings too)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from gymslurm.redaction import scrub_text
+
+        self._stream.write(scrub_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def _redact_what_is_printed() -> None:
+    """Learn this process's secrets from its environment and scrub them from stdout and stderr."""
+    import os
+
+    from gymslurm.redaction import learn_environment
+
+    learn_environment(os.environ)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _RedactingStream):
+            setattr(sys, name, _RedactingStream(stream))
 
 
 _LAUNCHER = {"submit", "status", "logs", "report", "resubmit", "cancel", "doctor", "inject", "chain-step"}

@@ -147,7 +147,10 @@ def _redact_interpolation(body: str) -> str | None:
 # A value: quoted pieces ("..." with escapes, '...') and bare characters up to whitespace or & ; ,
 # (a quote inside a bare value does not end it: api_key=ab"cd is one value).
 _VALUE = r"(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&;,\"'])(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&;,])*"
-_FLOW_VALUE = r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"(?:[^\"\\]|\\.)*\"|(?![\w\-]+\s+<redacted>)(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
+_FLOW_VALUE = (
+    r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"(?:[^\"\\]|\\.)*\"|(?![\w\-]+\s+<redacted>)"
+    r"(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
+)
 
 
 @dataclass(frozen=True)
@@ -351,6 +354,11 @@ def _bundle_values(data: Any) -> Any:
         remember(str(item) for item in data.values() if isinstance(item, str))
         return list(data.values())
     return data
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every learned secret replaced (by value only: what a stream prints)."""
+    return _scrub_known(text)
 
 
 def _scrub_known(text: str) -> str:

@@ -30,10 +30,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gymslurm.errors import ConfigError
-from gymslurm.identity import REDACTED, is_credential_name, redact_text, redact_value
 from gymslurm.nemogym_flags import refuse_unsupported
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, Protocol
+from gymslurm.redaction import REDACTED, is_credential_name, learn, redact_text, redact_value
 
 MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
@@ -414,6 +414,13 @@ def _explain(error: ValidationError, raw: dict[str, Any]) -> str:
 def load_settings(
     overrides: list[str], config_dir: Path | None = None, config_name: str = "collect"
 ) -> tuple[CollectSettings, dict[str, Any]]:
-    """Compose, resolve and validate; return the settings and the unresolved config (for identity)."""
+    """Compose, resolve and validate; return the settings and the unresolved config (for identity).
+
+    The secrets of the overrides are learned before composing (a Hydra error repeats an override)
+    and those of the resolved configuration before validating (a pydantic error shows a value).
+    """
+    learn(overrides)
     raw = compose_config(overrides, config_dir, config_name)
-    return validate_settings(resolve_config(raw), raw=raw), raw
+    resolved = resolve_config(raw)
+    learn(resolved)
+    return validate_settings(resolved, raw=raw), raw

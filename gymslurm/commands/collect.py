@@ -9,6 +9,7 @@ User errors raise :class:`~gymslurm.errors.GymslurmError`; ``cli.py`` prints the
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -69,8 +70,11 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return ExitCode.DONE
     from gymslurm.collector import collect
+    from gymslurm.process_env import SECRET_OVERRIDES_ENV
     from gymslurm.settings import load_settings, secret_overrides
 
     config_dir, config_name, overrides = split_options(argv)
-    settings, raw = load_settings([*overrides, *secret_overrides()], config_dir, config_name)
+    given = secret_overrides()
+    os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once: no process the collector starts inherits them
+    settings, raw = load_settings([*overrides, *given], config_dir, config_name)
     return collect(settings, raw, stderr=sys.stderr, stdout=sys.stdout)

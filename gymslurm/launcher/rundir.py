@@ -34,12 +34,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
+from gymslurm.process_env import SECRETS_ENV
 from gymslurm.store.atomic import publish_bytes
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
-
-SECRETS_ENV = "GYMSLURM_SECRETS"
 
 
 class RunInfo(BaseModel):
@@ -215,12 +214,14 @@ class RunDir:
         from omegaconf import OmegaConf
 
         from gymslurm.launcher.settings import merge_secrets, validate
+        from gymslurm.redaction import learn
 
         data = OmegaConf.to_container(OmegaConf.load(self.config_path), resolve=False)
         env = os.environ if environ is None else environ
         secrets = json.loads(env.get(SECRETS_ENV, "{}"))
         assert isinstance(data, dict)
         merged: dict[str, Any] = merge_secrets(data, secrets)
+        learn(merged)  # from now on this process replaces them wherever it writes or prints
         return validate(merged, str(self.config_path))
 
 

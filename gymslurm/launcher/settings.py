@@ -31,8 +31,8 @@ from pydantic import (
 )
 
 from gymslurm.errors import ConfigError
-from gymslurm.identity import REDACTED, redact_value
 from gymslurm.launcher import scriptsafe
+from gymslurm.redaction import REDACTED, learn, redact_value
 from gymslurm.resources import configs_dir
 
 SECRETS_HINT = "GYMSLURM_SECRETS, exported by sbatch from where the run was submitted"
@@ -372,6 +372,7 @@ def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    learn(overrides)  # a Hydra error repeats an override
     path = benchmark_path(name)
     GlobalHydra.instance().clear()
     try:
@@ -384,6 +385,7 @@ def compose_benchmark(name: str, overrides: list[str]) -> dict[str, Any]:
         GlobalHydra.instance().clear()
     if not isinstance(data, dict):
         raise ConfigError(f"benchmark {path} is not a mapping")
+    learn(data)
     data.setdefault("name", path.stem)
     return {str(key): value for key, value in data.items()}
 

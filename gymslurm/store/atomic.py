@@ -31,6 +31,7 @@ from pathlib import Path
 import orjson
 
 from gymslurm.errors import DiskFullError, StoreError
+from gymslurm.redaction import scrub_bytes
 
 DEFAULT_MODE = 0o600  # a new run file is readable by its owner only, whatever the umask
 _CHUNK = 1 << 20
@@ -40,8 +41,11 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 
 
 def publish_bytes(target: Path, data: bytes, *, follow_link: bool = False, mode: int = DEFAULT_MODE) -> None:
-    """Replace ``target`` with ``data`` atomically (an existing file keeps its permission bits)."""
-    publish_stream(target, (data,), follow_link=follow_link, mode=mode)
+    """Replace ``target`` with ``data`` atomically (an existing file keeps its permission bits).
+
+    Every secret this process learned is replaced first (:func:`gymslurm.redaction.scrub_bytes`).
+    """
+    publish_stream(target, (scrub_bytes(data),), follow_link=follow_link, mode=mode)
 
 
 def publish_stream(

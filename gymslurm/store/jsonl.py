@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import CorruptRecordError, StoreError
+from gymslurm.redaction import scrub_bytes
 from gymslurm.store.atomic import open_run_file, write_error
 
 _READ_CHUNK = 1 << 20
@@ -207,7 +208,7 @@ class Appender:
             raise self._failed
         if self._fd is None:
             raise StoreError(f"appender for {self.path} is closed")
-        data = memoryview(dump_line(record))
+        data = memoryview(scrub_bytes(dump_line(record)))  # no learned secret reaches a run file
         written = 0
         try:
             while written < len(data):

@@ -1,8 +1,10 @@
-"""How secrets travel to the processes of a job: environment, never argv; each process its own.
+"""How configuration and secrets travel to the processes of a job: environment, never argv.
 
-Issue 10, section 2: a collector override that carries a credential goes in the collector's
-environment (``GYMSLURM_COLLECT_OVERRIDES``), not on its command line; neither the collector nor a
-server receives the benchmark's whole secrets bundle (``GYMSLURM_SECRETS``).
+Issue 10, section 2 and issue 20, sections 1 and 3: every collector override goes in the
+collector's environment (``GYMSLURM_COLLECT_OVERRIDES``), never on its command line, whatever it
+looks like; neither the collector nor a server receives the benchmark's whole secrets bundle
+(``GYMSLURM_SECRETS``); ``${oc.env:NAME}`` in an ``env`` mapping is resolved inside the job, and a
+credential-named variable named so reaches only the process that names it.
 """
 
 from __future__ import annotations
@@ -15,27 +17,26 @@ import pytest
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.collector_process import child_environment, run_collector, split_secret_arguments
+from gymslurm.launcher.job.collector_process import child_environment, run_collector, split_command
 from gymslurm.launcher.job.heartbeat import Signals
 from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
+from gymslurm.process_env import withheld_variables
 from gymslurm.settings import SECRET_OVERRIDES_ENV, secret_overrides
 
 COMMAND = ["python", "-m", "gymslurm", "collect"]
 
 
 @pytest.mark.parametrize(
-    ("override", "secret"),
-    [("+policy_api_key=sk-1", True), ("+environment_server_url=http://u:pw@h:1", True),
-     ("+environment_config={judge: {api_key: v}}", True), ("+x=Bearer abc", True),
-     ("+environment_server_url=http://h:1", False), ("+limit=3", False), ("+max_tokens=5", False),
-     ("+output_jsonl_fpath=/r/o.jsonl", False)],
+    "override",
+    ["+policy_api_key=sk-1", "+environment_server_url=http://u:pw@h:1",
+     "+environment_config={judge: {api_key: v}}", "+x=Bearer abc", "+environment_config.policy.base_url=http://h/v1?api_key=CANARY-NESTED",
+     "+environment_server_url=http://h:1", "+limit=3", "+max_tokens=5", "+output_jsonl_fpath=/r/o.jsonl"],
 )  # fmt: skip
-def test_an_override_carrying_a_credential_leaves_the_command_line(override: str, secret: bool) -> None:
-    """Exactly the overrides the one redaction rule changes go to the environment; the command stays."""
-    public, hidden = split_secret_arguments([*COMMAND, override], first_override=len(COMMAND))
-    assert public[: len(COMMAND)] == COMMAND
-    assert (hidden == [override]) is secret and (override in public) is not secret
+def test_every_override_leaves_the_command_line(override: str) -> None:
+    """Whatever an override looks like, it goes to the environment; the command line is the command."""
+    public, hidden = split_command([*COMMAND, override], first_override=len(COMMAND))
+    assert public == COMMAND and hidden == [override]
 
 
 def test_children_never_get_the_secrets_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,29 +49,73 @@ def test_children_never_get_the_secrets_bundle(monkeypatch: pytest.MonkeyPatch) 
     assert env["HOME_LIKE"] == "kept" and env["OWN_API_KEY"] == "mine"
 
 
-def test_the_collector_gets_credential_overrides_in_its_environment_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A real child: the credential override is absent from its argv and present in its environment."""
-    monkeypatch.setenv(SECRETS_ENV, '{"x": "bundle"}')
-    dump = tmp_path / "seen.json"
+def _dump_program(dump: Path) -> list[str]:
     program = (
         "import json, os, sys; json.dump({'argv': sys.argv, 'env': dict(os.environ)}, open(sys.argv[1], 'w'))"
     )
-    command = [sys.executable, "-c", program, str(dump)]
-    argv = [*command, "+limit=2", "+policy_api_key=CANARY-ARGV-1"]
+    return [sys.executable, "-c", program, str(dump)]
+
+
+def test_the_collector_gets_its_overrides_in_its_environment_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real child: its argv is the command alone; every override is in its environment."""
+    monkeypatch.setenv(SECRETS_ENV, '{"x": "bundle"}')
+    dump = tmp_path / "seen.json"
+    command = _dump_program(dump)
+    nested = "+environment_config.policy.base_url=http://h/v1?api_key=CANARY-ARGV-2"
+    argv = [*command, "+limit=2", "+policy_api_key=CANARY-ARGV-1", nested]
     code, _ = run_collector(argv, Signals(), {"OWN": "1"}, None, first_override=len(command))
     assert code == 0
     seen = json.loads(dump.read_text())
-    assert "CANARY-ARGV-1" not in " ".join(seen["argv"]) and "+limit=2" in seen["argv"]
-    assert json.loads(seen["env"][SECRET_OVERRIDES_ENV]) == ["+policy_api_key=CANARY-ARGV-1"]
+    assert seen["argv"][1:] == command[3:]  # python -c drops the program text from sys.argv
+    assert json.loads(seen["env"][SECRET_OVERRIDES_ENV]) == [
+        "+limit=2",
+        "+policy_api_key=CANARY-ARGV-1",
+        nested,
+    ]
     assert SECRETS_ENV not in seen["env"] and seen["env"]["OWN"] == "1"
+
+
+def test_an_env_mapping_takes_a_variable_from_the_job_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``collector.env: {X_API_KEY: ${oc.env:MY_KEY}}``: the collector gets MY_KEY's value, not the text."""
+    monkeypatch.setenv("MY_KEY", "from-the-job")
+    dump = tmp_path / "seen.json"
+    command = _dump_program(dump)
+    env = {"X_API_KEY": "${oc.env:MY_KEY}", "MODE": "${oc.env:UNSET_MODE,fast}"}
+    code, _ = run_collector(command, Signals(), env, None, first_override=len(command))
+    assert code == 0
+    seen = json.loads(dump.read_text())["env"]
+    assert seen["X_API_KEY"] == "from-the-job" and seen["MODE"] == "fast"
+
+
+def test_a_variable_named_by_one_process_is_withheld_from_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A credential-named variable a server's env names is not inherited by the collector."""
+    monkeypatch.setenv("JUDGE_API_KEY", "only-the-judge")
+    withheld = withheld_variables([{}, {"OPENAI_API_KEY": "${oc.env:JUDGE_API_KEY}"}])
+    assert withheld == {"JUDGE_API_KEY"}
+    dump = tmp_path / "seen.json"
+    command = _dump_program(dump)
+    code, _ = run_collector(command, Signals(), {}, None, first_override=len(command), withheld=withheld)
+    assert code == 0
+    assert "JUDGE_API_KEY" not in json.loads(dump.read_text())["env"]
+
+
+def test_a_missing_variable_is_a_clear_error() -> None:
+    """``${oc.env:NAME}`` of a variable the job lacks is refused, naming the variable and what to do."""
+    with pytest.raises(ConfigError, match=r"X_API_KEY.*oc.env:NOT_SET_ANYWHERE.*export"):
+        child_environment({"X_API_KEY": "${oc.env:NOT_SET_ANYWHERE}"})
 
 
 def test_a_server_gets_its_own_env_and_not_the_bundle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A started server sees its ``env`` and the job's environment, never GYMSLURM_SECRETS."""
+    """A started server sees its ``env`` (``${oc.env:...}`` resolved) and the job's environment, never
+    GYMSLURM_SECRETS nor a variable withheld for another process."""
     monkeypatch.setenv(SECRETS_ENV, '{"collector.env.OTHER_API_KEY": "not-yours"}')
     dump = tmp_path / "server-env.json"
     program = (
@@ -78,15 +123,21 @@ def test_a_server_gets_its_own_env_and_not_the_bundle(
         "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[2]))); s.listen(); time.sleep(30)"
     )
     settings = ServerSettings(
-        name="dump", command=[sys.executable, "-c", program, str(dump), "{port}"], env={"SRV_TOKEN": "own"},
-        startup_timeout_s=20,
+        name="dump", command=[sys.executable, "-c", program, str(dump), "{port}"],
+        env={"SRV_TOKEN": "own", "OPENAI_API_KEY": "${oc.env:JUDGE_API_KEY}"}, startup_timeout_s=20,
     )  # fmt: skip
-    server = server_mod.start(settings, tmp_path / "server.log")
+    monkeypatch.setenv("JUDGE_API_KEY", "for-this-server")
+    monkeypatch.setenv("OTHER_API_KEY", "for-another")
+    withheld = frozenset({"JUDGE_API_KEY", "OTHER_API_KEY"})
+    server = server_mod.start(settings, tmp_path / "server.log", withheld=withheld)
     try:
         seen = json.loads(dump.read_text())
     finally:
         server_mod.stop(server)
     assert SECRETS_ENV not in seen and seen["SRV_TOKEN"] == "own"
+    assert (
+        seen["OPENAI_API_KEY"] == seen["JUDGE_API_KEY"] == "for-this-server" and "OTHER_API_KEY" not in seen
+    )
 
 
 def test_overrides_from_the_environment_are_a_json_list() -> None:

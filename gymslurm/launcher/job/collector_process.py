@@ -1,7 +1,7 @@
 """The collector as a child of the link: its command line, its environment, and the wait.
 
-The child gets only its own secrets (overrides that carry a credential travel in the
-environment, never on the command line) and never outlives the link.
+The child gets only its own secrets and no configuration on its command line (every override
+travels in its environment) and never outlives the link.
 """
 
 from __future__ import annotations
@@ -10,15 +10,17 @@ import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from gymslurm.identity import redact_text
+from gymslurm import process_env
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
-from gymslurm.launcher.rundir import SECRETS_ENV, RunDir
+from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
+from gymslurm.redaction import redact_value
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 
@@ -48,29 +50,25 @@ def collector_argv(
     return argv
 
 
-def split_secret_arguments(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
-    """(the command line, the overrides that carry a credential): the latter go in the environment.
+def split_command(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
+    """(the collector's command, its overrides): the overrides go in the environment, never argv.
 
-    A command line is readable by every user of the node (``ps``, ``/proc/*/cmdline``); an override
-    that the one redaction rule would change (``+policy_api_key=V``, a URL with a password...) is
-    passed in ``GYMSLURM_COLLECT_OVERRIDES`` instead, which the collector appends to its overrides.
-    Pure.
+    A command line is readable by every user of the node (``ps``, ``/proc/*/cmdline``), an
+    environment by its owner only; whatever an override looks like (a path, a URL, a credential
+    inside another assignment), it is passed in ``GYMSLURM_COLLECT_OVERRIDES`` (a JSON list), which
+    ``gymslurm collect`` appends to its own and removes from its environment. Pure.
     """
-    public = argv[:first_override]
-    secret: list[str] = []
-    for item in argv[first_override:]:
-        (secret if redact_text(item) != item else public).append(item)
-    return public, secret
+    return argv[:first_override], argv[first_override:]
 
 
-def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This job's environment for a child process, without the benchmark's secrets bundle.
+def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[str] = ()) -> dict[str, str]:
+    """This job's environment for the collector, without the benchmark's secrets bundle.
 
-    Each process gets only its own secrets: the collector its overrides and ``collector.env``, each
-    server its ``env`` (already merged back into the settings), never ``GYMSLURM_SECRETS``.
+    Each process gets only its own secrets: the collector its overrides and ``collector.env``
+    (``${oc.env:NAME}`` resolved here, inside the job), each server its ``env``, never
+    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (process_env.py).
     """
-    env = {key: value for key, value in os.environ.items() if key not in (SECRETS_ENV, SECRET_OVERRIDES_ENV)}
-    return {**env, **(extra or {})}
+    return process_env.child_environment(os.environ, extra or {}, withheld=withheld, where="collector.env")
 
 
 def run_collector(
@@ -81,6 +79,7 @@ def run_collector(
     *,
     heartbeat: Heartbeat | None = None,
     first_override: int | None = None,
+    withheld: Iterable[str] = (),
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
 
@@ -90,11 +89,12 @@ def run_collector(
     if signals.received:
         log(f"received {signals.names} before the collector started; not starting it")
         return None, None
-    public, secret = split_secret_arguments(argv, len(argv) if first_override is None else first_override)
-    hidden = f" (+{len(secret)} override(s) with credentials, in {SECRET_OVERRIDES_ENV})" if secret else ""
-    log("collector: " + " ".join(public) + hidden)
-    extra = {**(env or {}), **({SECRET_OVERRIDES_ENV: json.dumps(secret)} if secret else {})}
-    child_env, read_fd = child_environment(extra), None
+    public, overrides = split_command(argv, len(argv) if first_override is None else first_override)
+    shown = f"; its overrides, in {SECRET_OVERRIDES_ENV}: {redact_value(overrides)}" if overrides else ""
+    log("collector: " + " ".join(public) + shown)
+    child_env, read_fd = child_environment(env, withheld), None
+    if overrides:
+        child_env[SECRET_OVERRIDES_ENV] = json.dumps(overrides)
     pass_fds: tuple[int, ...] = ()
     if supervisor is not None:
         read_fd, supervisor.write_fd = os.pipe()

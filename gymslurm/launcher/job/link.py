@@ -42,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gymslurm.clock import utc_now_ms
-from gymslurm.errors import SlurmError, StoreError
+from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend, SlurmBackend
 from gymslurm.launcher.decide import DeadRun, Decision, JobEnd, Limits, dead_run_end, decide, job_exit_code
@@ -63,6 +63,7 @@ from gymslurm.launcher.ledger import (
 )
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.process_env import withheld_variables
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 
@@ -262,12 +263,13 @@ def _collect(  # noqa: PLR0917
         ledger.append(_serverrecord_decision(me, host, event, server, cause))
 
     started: list[server_mod.RunningServer] = []
+    withheld = withheld_variables([settings.collector.env, *(s.env for s in settings.servers)])
     try:
         try:
             for wanted in settings.servers:
                 log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
                 known = {s.settings.name: s for s in started}
-                server = server_mod.start(wanted, log_path, started=known)
+                server = server_mod.start(wanted, log_path, started=known, withheld=withheld)
                 started.append(server)
                 if server.process is not None:
                     probes = ", ".join(server.probes[-5:])
@@ -279,10 +281,13 @@ def _collect(  # noqa: PLR0917
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
-        env_code, killer = run_collector(
-            argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
-            first_override=len(settings.collector.command),
-        )  # fmt: skip
+        try:
+            env_code, killer = run_collector(
+                argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
+                first_override=len(settings.collector.command), withheld=withheld,
+            )  # fmt: skip
+        except ConfigError as error:  # collector.env names a variable this job does not have
+            return ExitCode.RETRY, None, f"collector not started: {error}"
         if supervisor is not None and supervisor.gave_up is not None:
             name = supervisor.gave_up
             limit = next(s.settings.restart_limit for s in started if s.settings.name == name)

@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from gymslurm import process_env
 from gymslurm.dispatch import probe_completion, probe_health
-from gymslurm.errors import ServerStartError
-from gymslurm.launcher.rundir import SECRETS_ENV
+from gymslurm.errors import ConfigError, ServerStartError
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
 
 
@@ -54,6 +54,7 @@ class RunningServer:
     restarts: int = 0
     probes: list[str] = field(default_factory=list)
     started: dict[str, RunningServer] = field(default_factory=dict, repr=False)
+    withheld: frozenset[str] = frozenset()  # variables for other processes (process_env.py)
 
     @property
     def pid(self) -> int | None:
@@ -128,6 +129,7 @@ def start(
     log: Path,
     port: int | None = None,
     started: Mapping[str, RunningServer] | None = None,
+    withheld: frozenset[str] = frozenset(),
 ) -> RunningServer:
     """Start one server (or adopt its ``url``) and wait until it is healthy.
 
@@ -142,16 +144,21 @@ def start(
         settings, [interpolate(part, known, settings.host, port) for part in settings.command]
     )
     env = {key: interpolate(value, known, settings.host, port) for key, value in settings.env.items()}
+    try:
+        where = f"servers.{settings.name}.env"
+        child_env = process_env.child_environment(os.environ, env, withheld=withheld, where=where)
+    except ConfigError as error:
+        raise ServerStartError(f"server {settings.name!r} not started: {error}") from error
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with log.open("ab") as handle:
         process = subprocess.Popen(
             argv, stdout=handle, stderr=handle, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**{k: v for k, v in os.environ.items() if k != SECRETS_ENV}, **env},  # its own secrets only
+            env=child_env,  # its own secrets only (process_env.child_environment)
             preexec_fn=_die_with_parent,  # noqa: PLW1509
         )  # fmt: skip
     server = RunningServer(
-        settings, f"http://{settings.host}:{port}", process, port, log, started=dict(known)
+        settings, f"http://{settings.host}:{port}", process, port, log, started=dict(known), withheld=withheld
     )
     with contextlib.suppress(psutil.Error):
         server.create_time = psutil.Process(process.pid).create_time()
@@ -201,7 +208,9 @@ def restart(server: RunningServer) -> RunningServer:
     """Kill what is left of ``server`` at once and start it again on the same port."""
     kill_now(server)
     assert server.log is not None
-    fresh = start(server.settings, server.log, port=server.port, started=server.started)
+    fresh = start(
+        server.settings, server.log, port=server.port, started=server.started, withheld=server.withheld
+    )
     fresh.restarts = server.restarts + 1
     return fresh
 
