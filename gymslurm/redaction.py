@@ -333,10 +333,16 @@ def learn(value: Any) -> None:
     remember(secrets_in(value))
 
 
+# Variables every shell sets whose names look like credentials (PWD: the working directory).
+_SHELL_VARIABLES = frozenset({"PWD", "OLDPWD"})
+
+
 def learn_environment(environ: Mapping[str, str]) -> None:
     """Learn the secrets of an environment: credential-named variables' values, shapes in the others,
     and the secrets gymslurm's own channels carry (JSON of the secrets bundle and the overrides)."""
     for name, value in environ.items():
+        if name in _SHELL_VARIABLES:
+            continue
         if is_credential_name(name):
             remember([value])
         elif name.startswith("GYMSLURM_") and value[:1] in "[{":

@@ -31,3 +31,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slurm)
         if _E2E_DIR in parents:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _forget_learned_secrets() -> object:
+    """Each test starts with no learned secret (gymslurm.redaction keeps them per process)."""
+    from gymslurm.redaction import forget_all
+
+    forget_all()
+    yield
+    forget_all()

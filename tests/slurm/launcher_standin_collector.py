@@ -2,7 +2,7 @@
 
 Usage (as the benchmark's ``collector.command``)::
 
-    python tests/slurm/launcher_standin_collector.py STEPS.json <collector overrides...>
+    python tests/slurm/launcher_standin_collector.py STEPS.json   (overrides in GYMSLURM_COLLECT_OVERRIDES)
 
 ``STEPS.json`` is a list of steps, one per invocation on the same output (the last one repeats):
 ``{"exit": 75, "progress": 2, "sleep": 0, "on_signal": 75}``. Each invocation sleeps ``sleep``
@@ -73,7 +73,8 @@ def _health(argv: list[str]) -> str | None:
 
 def main() -> int:
     steps = json.loads(Path(sys.argv[1]).read_text())
-    overrides = sys.argv[2:]
+    # gymslurm passes the overrides in the environment, never on the command line (issue 20)
+    overrides = [*sys.argv[2:], *json.loads(os.environ.get("GYMSLURM_COLLECT_OVERRIDES", "[]"))]
     output = Path(_override(overrides, "output_jsonl_fpath"))
     output.parent.mkdir(parents=True, exist_ok=True)
     calls = output.with_name(f"{output.stem}_standin_calls.jsonl")
