@@ -241,6 +241,16 @@ SHAPES: tuple[Shape, ...] = (
 _REFERENCE = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\$\{[^{}\s]*\}")
 
 
+def _parts(secret: str) -> list[str]:
+    """A matched secret and what a server could repeat of it: unescaped, and each value of a flow
+    mapping or list (``{anything: V}`` under ``secrets:``)."""
+    parts = [secret, secret.replace('\\"', '"')]
+    if secret[:1] in "{[":
+        for piece in secret.strip("{}[] ").split(","):
+            parts.append(piece.split(":", 1)[-1].strip().strip("'\""))
+    return parts
+
+
 def _apply(shape: Shape, text: str, found: list[str] | None) -> str:
     """``text`` with every match of ``shape`` redacted (its quotes kept, so redacting twice is a no-op)."""
     out: list[str] = []
@@ -260,7 +270,7 @@ def _apply(shape: Shape, text: str, found: list[str] | None) -> str:
             position = end
             continue
         if secret != REDACTED and found is not None:
-            found.append(secret)
+            found.extend(_parts(secret))
         out.append(text[index:start] + REDACTED)
         index = position = max(end, match.start() + 1)
     out.append(text[index:])
