@@ -1,73 +1,14 @@
-"""Environment variables through which gymslurm's own processes hand things to one another, and the
-environment each child process of a job gets.
+"""Environment variables through which gymslurm's own processes hand things to one another.
 
 A contract between two processes (a link and its collector), so it stands on the ground floor
-where both ends can import it without one importing the other.
-
-Each child gets only its own credentials (docs/security.md): a value of a process's ``env`` mapping
-may be ``${oc.env:NAME}`` (or ``${oc.env:NAME,default}``), resolved here, inside the job, from the
-job's environment — never written resolved anywhere. A credential-named variable that some
-process's ``env`` names this way is *withheld* from every other child: exported once at submit,
-it reaches the one server that asked for it.
+where both ends can import it without one importing the other. What each child process of a
+job gets is decided in ``launcher/job/environment.py``.
 """
 
 from __future__ import annotations
-
-import re
-from collections.abc import Iterable, Mapping
-
-from gymslurm.errors import ConfigError
-from gymslurm.redaction import is_credential_name
 
 # The collector's overrides: the link passes them here (a JSON list of strings), never on the
 # collector's command line, which every user of the node can read.
 SECRET_OVERRIDES_ENV = "GYMSLURM_COLLECT_OVERRIDES"
 # The benchmark's secrets bundle, exported to the job; no child process receives it.
 SECRETS_ENV = "GYMSLURM_SECRETS"
-
-_ENV_REFERENCE = re.compile(r"\$\{\s*oc\.env\s*:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*(?:,([^}]*))?\}")
-
-
-def referenced_variables(values: Iterable[str]) -> set[str]:
-    """The variables named as ``${oc.env:NAME}`` in these values."""
-    return {match.group(1) for value in values for match in _ENV_REFERENCE.finditer(value)}
-
-
-def withheld_variables(env_mappings: Iterable[Mapping[str, str]]) -> frozenset[str]:
-    """Credential-named variables that some process's ``env`` names: no other child inherits them."""
-    names = {name for env in env_mappings for name in referenced_variables(env.values())}
-    return frozenset(name for name in names if is_credential_name(name))
-
-
-def resolve_references(value: str, environ: Mapping[str, str], where: str) -> str:
-    """``value`` with each ``${oc.env:NAME[,default]}`` replaced by the variable (or its default)."""
-
-    def one(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in environ:
-            return environ[name]
-        if default is not None:
-            return default.strip().strip("'\"")
-        raise ConfigError(
-            f"{where} refers to ${{oc.env:{name}}}, which is not set in this job's environment: export "
-            f"{name} in the shell you submit from (sbatch passes it to the job), or give a default as "
-            f"${{oc.env:{name},VALUE}}"
-        )
-
-    return _ENV_REFERENCE.sub(one, value)
-
-
-def child_environment(
-    environ: Mapping[str, str],
-    own: Mapping[str, str],
-    *,
-    withheld: Iterable[str] = (),
-    where: str = "env",
-) -> dict[str, str]:
-    """The environment of one child: the job's, less the secrets bundle, the collector's overrides
-    and the variables withheld for other processes, plus its own ``env`` with references resolved."""
-    mine = referenced_variables(own.values())
-    dropped = {SECRETS_ENV, SECRET_OVERRIDES_ENV, *(set(withheld) - mine)}
-    base = {key: value for key, value in environ.items() if key not in dropped}
-    resolved = {key: resolve_references(value, environ, f"{where}.{key}") for key, value in own.items()}
-    return {**base, **resolved}

@@ -18,7 +18,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("ground: stands on nothing", [
         "gymslurm.version", "gymslurm.exitcodes", "gymslurm.clock", "gymslurm.process_env",
         "gymslurm.records", "gymslurm.selection", "gymslurm.identity", "gymslurm.resources",
-        "gymslurm.concurrency",
+        "gymslurm.concurrency", "gymslurm.redaction",
     ]),
     ("errors and the version table", ["gymslurm.errors", "gymslurm.formats"]),
     ("pure rules and their vocabularies", [

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from gymslurm import process_env
+from gymslurm.launcher.job import environment
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
@@ -66,9 +66,9 @@ def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[st
 
     Each process gets only its own secrets: the collector its overrides and ``collector.env``
     (``${oc.env:NAME}`` resolved here, inside the job), each server its ``env``, never
-    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (process_env.py).
+    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (launcher/job/environment.py).
     """
-    return process_env.child_environment(os.environ, extra or {}, withheld=withheld, where="collector.env")
+    return environment.child_environment(os.environ, extra or {}, withheld=withheld, where="collector.env")
 
 
 def run_collector(

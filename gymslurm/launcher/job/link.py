@@ -50,6 +50,7 @@ from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
 from gymslurm.launcher.job.collector_process import collector_argv, run_collector
+from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.ledger import (
@@ -63,7 +64,6 @@ from gymslurm.launcher.ledger import (
 )
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.process_env import withheld_variables
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 

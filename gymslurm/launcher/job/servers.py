@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from gymslurm import process_env
 from gymslurm.dispatch import probe_completion, probe_health
 from gymslurm.errors import ConfigError, ServerStartError
+from gymslurm.launcher.job import environment
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
 
 
@@ -54,7 +54,7 @@ class RunningServer:
     restarts: int = 0
     probes: list[str] = field(default_factory=list)
     started: dict[str, RunningServer] = field(default_factory=dict, repr=False)
-    withheld: frozenset[str] = frozenset()  # variables for other processes (process_env.py)
+    withheld: frozenset[str] = frozenset()  # variables for other processes (launcher/job/environment.py)
 
     @property
     def pid(self) -> int | None:
@@ -146,7 +146,7 @@ def start(
     env = {key: interpolate(value, known, settings.host, port) for key, value in settings.env.items()}
     try:
         where = f"servers.{settings.name}.env"
-        child_env = process_env.child_environment(os.environ, env, withheld=withheld, where=where)
+        child_env = environment.child_environment(os.environ, env, withheld=withheld, where=where)
     except ConfigError as error:
         raise ServerStartError(f"server {settings.name!r} not started: {error}") from error
     log.parent.mkdir(parents=True, exist_ok=True)
