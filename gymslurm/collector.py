@@ -103,6 +103,7 @@ class DispatchLoop:
     supervised: Supervised | None = None  # the link's view of the job's servers, if any
     breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     limit: AdaptiveLimit | None = None  # an adaptive in-flight limit under the cap (gymslurm/concurrency.py)
+    stop_grace_s: float = 0.5  # how long a lost connection waits for our own stop signal (see _work)
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
@@ -199,7 +200,7 @@ class DispatchLoop:
                 # failure): the Environment Server may drop our connection a moment before our own
                 # signal arrives. Wait for it briefly: a stop now makes this an interruption
                 # (missing, no budget spent), not a counted failure. Healthy runs never pay this.
-                await asyncio.sleep(STOP_GRACE_S)
+                await asyncio.sleep(self.stop_grace_s)
             self._record(index, self.save(index, attempt, outcome))
 
     async def _wait_below_limit(self) -> None:
@@ -267,7 +268,6 @@ def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
     )
 
 
-STOP_GRACE_S = 0.5
 LOST_CONNECTION_KINDS = frozenset({"transport_peer_drop", "transport_unreachable"})
 
 

@@ -183,14 +183,13 @@ def test_dropped_connection_right_before_a_stop_is_an_interruption() -> None:
     """A connection the server dropped just before our own stop signal leaves the rollout missing."""
     v, sent = view(1), []
     client = ScriptedClient({"t-0": [Dropped(), result]})
-    loop = make_loop(v, client, sent)
+    loop = make_loop(v, client, sent, stop_grace_s=60.0)  # a stalled machine cannot outlast the grace
 
     async def scenario() -> Any:
         task = asyncio.create_task(loop.run(pending_order(v, v.states, False)))
-        while not client.sent:
+        while not client.sent or loop.counters.in_flight:  # the drop came back: the loop waits in grace
             await asyncio.sleep(0)
-        await asyncio.sleep(0.05)  # the signal lands a moment after the drop
-        loop.stop("SIGTERM")
+        loop.stop("SIGTERM")  # the signal lands a moment after the drop, inside the grace
         return await task
 
     outcome = asyncio.run(scenario())
@@ -202,7 +201,7 @@ def test_dropped_connection_without_a_stop_is_a_counted_failure() -> None:
     """With no stop signal, a dropped connection is saved as a failure and retried within budget."""
     v, sent = view(1), []
     client = ScriptedClient({"t-0": [Dropped(), result]})
-    run_loop(make_loop(v, client, sent), v)
+    run_loop(make_loop(v, client, sent, stop_grace_s=0.0), v)  # the grace passes with no stop
     assert client.sent == [("t-0", 0), ("t-0", 1)] and v.states[0].disposition == "measured"
 
 
