@@ -254,12 +254,16 @@ def test_run_saved_with_a_whole_identity_digest_still_resumes(dataset: Path, tmp
     from gymslurm.identity import identity_digest
 
     output = tmp_path / "out.jsonl"
-    run_once(dataset, output, URL, results=1)
+    first = run_once(dataset, output, URL, results=1)
     saved = json.loads(output.with_name("out_identity.json").read_text())
     data = manifest_of(output)
     data["config_digest"] = identity_digest(saved)
     output.with_name("out_manifest.json").write_text(json.dumps(data))
-    prepared(dataset, output, URL, "+resume_from_cache=true").store.close()
+    run = prepared(dataset, output, URL, "+resume_from_cache=true")
+    run.store.close()
+    assert run.store.manifest.run_id == first.store.manifest.run_id  # the same run, not a fresh one
+    assert [state.pending for state in run.reconciliation.states] == [False, True, True, True]
+    assert len(read_jsonl(output)) == 1  # the saved result is kept
 
 
 # --- runs NeMo Gym 0.7.0 wrote (no manifest; its own materialized rows and unstamped results) -------
