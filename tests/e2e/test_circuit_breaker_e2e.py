@@ -34,10 +34,25 @@ def _dataset(path: Path, rows: int) -> Path:
 
 
 def _collect(tmp: Path, server: DemoServer, *overrides: str) -> subprocess.Popen[str]:
+    """Start the collector; its stderr goes to ``tmp/collector.stderr`` (read it while it runs)."""
     data = _dataset(tmp / "data.jsonl", 60)
     overrides = ("+concurrency=8", "+route_failures_to_sidecar=true", "+require_complete=true", *overrides)
     argv = collect_command(data, tmp / "out" / "r.jsonl", server.url, *overrides)
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with (tmp / "collector.stderr").open("w") as stderr:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+
+
+def _stderr(tmp: Path) -> str:
+    return (tmp / "collector.stderr").read_text(errors="replace")
+
+
+def _wait_stderr(tmp: Path, collector: subprocess.Popen[str], text: str) -> None:
+    """Wait until the running collector has written ``text`` to its stderr."""
+    deadline = time.monotonic() + 60
+    while text not in _stderr(tmp):
+        assert collector.poll() is None, f"the collector exited before {text!r}:\n{_stderr(tmp)}"
+        assert time.monotonic() < deadline, f"no {text!r} from the collector in 60 s:\n{_stderr(tmp)}"
+        time.sleep(0.05)
 
 
 def _results(tmp: Path) -> int:
@@ -70,8 +85,8 @@ def test_a_dead_server_ends_the_invocation_with_exit_1_charging_nobody(
     collector = _collect(tmp_path, server, "+dispatch_breaker_wait_s=3")
     _wait_results(tmp_path, 8)
     server.process.kill()
-    _, stderr = collector.communicate(timeout=120)
-    coverage = coverage_of(tmp_path / "out" / "r.jsonl")
+    collector.wait(timeout=120)
+    coverage, stderr = coverage_of(tmp_path / "out" / "r.jsonl"), _stderr(tmp_path)
     assert collector.returncode == 1, stderr
     assert coverage["counted_failures"] == 0 and coverage["failure_budget_exhausted"] == 0
     assert "circuit breaker" in stderr and "no rollout was charged" in stderr
@@ -88,10 +103,10 @@ def test_a_server_back_within_the_wait_lets_the_run_finish(tmp_path: Path, start
     _wait_results(tmp_path, 8)
     server.process.kill()
     server.process.wait()
-    time.sleep(2.0)
+    _wait_stderr(tmp_path, collector, "circuit breaker open")  # the outage is seen before it ends
     start_demo_server("--latency-ms", "300", "--port", str(server.port))  # the last --port wins
-    _, stderr = collector.communicate(timeout=120)
-    coverage = coverage_of(tmp_path / "out" / "r.jsonl")
+    collector.wait(timeout=120)
+    coverage, stderr = coverage_of(tmp_path / "out" / "r.jsonl"), _stderr(tmp_path)
     assert collector.returncode == 0, stderr
     assert (coverage["successful"], coverage["counted_failures"]) == (60, 0)
     assert "circuit breaker open" in stderr and "circuit breaker closed" in stderr
