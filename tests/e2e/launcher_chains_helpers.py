@@ -78,3 +78,12 @@ def ledger(run: Path, shard: int | None = 0) -> list[dict[str, Any]]:
 def decisions(run: Path, shard: int = 0) -> list[str]:
     """The decisions written to a shard's ledger, in order."""
     return [r["decision"] for r in ledger(run, shard) if r["kind"] == "decision"]
+
+
+def wait_for_decisions(run: Path, more_than: int, timeout_s: float = 120.0, shard: int = 0) -> None:
+    """Poll until a shard's ledger holds more than ``more_than`` decisions (a resubmitted chain moved)."""
+    deadline = time.monotonic() + timeout_s
+    while len(decisions(run, shard)) <= more_than:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no decision past {decisions(run, shard)} in {timeout_s}s for {run}")
+        time.sleep(0.2)

@@ -19,6 +19,7 @@ from tests.e2e.launcher_chains_helpers import (
     ledger,
     only_run,
     status,
+    wait_for_decisions,
     wait_until_final,
     write_benchmark,
 )
@@ -53,7 +54,7 @@ def test_exit_1_until_the_budget_ends_stops_then_resubmit_gives_a_fresh_budget(t
     assert decisions(run) == ["RETRY", "STOP_EXHAUSTED"]
     assert report["shards"][0]["verdict"] == "EXHAUSTED"
     gymslurm("resubmit", str(run), str(bench), "--run-root", str(tmp_path / "runs"))
-    time.sleep(1.0)
+    wait_for_decisions(run, more_than=2)  # the status read before the new link decides is the old one
     report = wait_until_final(run, aggregation=False)
     assert decisions(run) == ["RETRY", "STOP_EXHAUSTED", "RETRY", "STOP_EXHAUSTED"]
     calls = (run / "output/shard-000/rollouts_standin_calls.jsonl").read_text().splitlines()
