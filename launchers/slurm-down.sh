@@ -63,6 +63,7 @@ stop_daemons() {
     shift
     for pidfile in "$@"; do
         pid="$(live_pid "$pidfile" "$comm")" || continue
+        [[ " ${pids[*]} " == *" $pid "* ]] && continue # one pid file named twice (the one-node layout)
         kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
     done
     for pid in "${pids[@]}"; do

@@ -469,6 +469,16 @@ wait_for_nodes() { # wait_for_nodes DEADLINE_EPOCH: every node of every cluster 
     done
 }
 
+close_inherited_fds() {
+    # The daemons started below must not inherit a caller's descriptors: under
+    # `flock LOCK bash slurm-up.sh`, munged/mariadbd/slurmdbd would hold LOCK for ever.
+    local fd
+    for fd in /proc/$$/fd/*; do
+        fd="${fd##*/}"
+        if [[ "$fd" =~ ^[0-9]+$ ]] && ((fd > 2 && fd < 255)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+}
+
 ensure_test_user() {
     id -u "$TEST_USER" >/dev/null 2>&1 && return 0
     log "creating non-root test user '$TEST_USER'"
@@ -490,6 +500,7 @@ main() {
     [[ $# -eq 0 ]] || die "unknown arguments '$*' (usage: bash $0 [--print-config [CLUSTER]])"
     [[ $EUID -eq 0 ]] || die "run as root (it installs packages, makes namespaces, starts daemons): sudo bash $0"
     local deadline c node
+    close_inherited_fds
     # Host-side admin commands (sacctmgr, slurmdbd) read cluster a's config.
     export SLURM_CONF="$ETC/slurm.conf"
     install -d -m 0755 "$DIR" "$DIR/log"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -79,3 +80,23 @@ def test_cluster_b_has_its_own_controller_port_and_two_nodes() -> None:
     port = re.compile(r"^SlurmctldPort=(\d+)$", re.M)
     assert "ClusterName=b" in b.splitlines() and port.findall(a) != port.findall(b)
     assert re.findall(r"^NodeName=(b\d) ", b, re.M) == ["b1", "b2"]
+
+
+def test_what_slurm_up_starts_does_not_inherit_a_callers_lock(tmp_path: Path) -> None:
+    """Under ``flock LOCK slurm-up.sh`` a process the script leaves running does not hold LOCK."""
+    lock, script = tmp_path / "lock", tmp_path / "probe.sh"
+    script.write_text(
+        "set -euo pipefail\n"
+        f"eval \"$(sed -n '/^close_inherited_fds() {{/,/^}}/p' {SLURM_UP})\"\n"
+        "close_inherited_fds\n"
+        "sleep 60 </dev/null >/dev/null 2>&1 &\n"
+        "echo $!\n"
+    )
+    probe = ["flock", str(lock), "bash", str(script)]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=True)
+    daemon = int(done.stdout)
+    try:
+        again = subprocess.run(["flock", "-n", str(lock), "true"], capture_output=True, timeout=30, check=False)
+        assert again.returncode == 0, "the lock is still held by the process the script started"
+    finally:
+        os.kill(daemon, signal.SIGKILL)
