@@ -96,7 +96,8 @@ def test_what_slurm_up_starts_does_not_inherit_a_callers_lock(tmp_path: Path) ->
     done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=True)
     daemon = int(done.stdout)
     try:
-        again = subprocess.run(["flock", "-n", str(lock), "true"], capture_output=True, timeout=30, check=False)
+        free = ["flock", "-n", str(lock), "true"]
+        again = subprocess.run(free, capture_output=True, timeout=30, check=False)
         assert again.returncode == 0, "the lock is still held by the process the script started"
     finally:
         os.kill(daemon, signal.SIGKILL)
