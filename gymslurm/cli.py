@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     _redact_what_is_printed()
+    _private_files()
     if name not in COMMANDS:
         print(f"gymslurm: unknown command {name!r}\n\n{_help()}", file=sys.stderr)
         return ExitCode.REFUSED
@@ -73,6 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except OSError as error:  # a file changed under us (a link swapped in a race), a path too long...
+        from gymslurm.redaction import redact_text
+
+        where = f" ({error.filename})" if error.filename else ""
+        print(
+            f"gymslurm {name}: error: {redact_text(error.strerror or str(error))}{where}: a file or folder "
+            "gymslurm uses could not be read or written as it was a moment before. If another process (or "
+            "user) replaced a file with a link, remove it; if the path is very long, shorten it; then run "
+            "again",
+            file=sys.stderr,
+        )
+        return ExitCode.REFUSED
     return code
 
 
@@ -90,6 +103,23 @@ class _RedactingStream:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
+
+
+UMASK_ENV = "GYMSLURM_UMASK"
+PRIVATE_UMASK = 0o077
+
+
+def _private_files() -> None:
+    """Every file and folder gymslurm (and what it starts: jobs, servers) creates is its owner's alone,
+    whatever the umask; ``GYMSLURM_UMASK=027`` opts in to group-readable files (others never read)."""
+    import os
+
+    raw = os.environ.get(UMASK_ENV, "")
+    try:
+        mask = int(raw, 8) if raw else PRIVATE_UMASK
+    except ValueError:
+        mask = PRIVATE_UMASK
+    os.umask(mask | 0o007)
 
 
 def _redact_what_is_printed() -> None:

@@ -35,9 +35,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _forget_learned_secrets() -> object:
-    """Each test starts with no learned secret (gymslurm.redaction keeps them per process)."""
+    """Each test starts with no learned secret (gymslurm.redaction keeps them per process) and ends
+    with the umask it started with (``gymslurm.cli.main`` makes it private)."""
+    import os
+
     from gymslurm.redaction import forget_all
 
     forget_all()
+    umask = os.umask(0o022)
+    os.umask(umask)
     yield
     forget_all()
+    os.umask(umask)

@@ -137,3 +137,24 @@ def path_directive_problem(key: str, value: str) -> str | None:
             "or any of $ ` ; \\ < > ( ) #; choose a run_root (or work directory) without them",
         )  # fmt: skip
     return control_problem(key, value)
+
+
+# Linux's PATH_MAX is 4096 with the run's own folders and files below run_root; a name is 255 bytes.
+MAX_ROOT_CHARS = 3000
+MAX_NAME_BYTES = 255
+
+
+def path_length_problem(key: str, path: str) -> str | None:
+    """Why ``path`` cannot hold a run (too long for the filesystem), or None."""
+    if len(path) > MAX_ROOT_CHARS:
+        return (
+            f"{key} is {len(path)} characters long; a run's files live below it and a path may not exceed "
+            f"4096 bytes: use a path of at most {MAX_ROOT_CHARS} characters"
+        )
+    longest = max((part for part in path.split("/")), key=lambda part: len(part.encode()), default="")
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        return (
+            f"{key} has a folder name of {len(longest.encode())} bytes; a filesystem takes at most "
+            f"{MAX_NAME_BYTES}: shorten it"
+        )
+    return None

@@ -261,7 +261,14 @@ class BenchmarkSettings(_Strict):
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
 
     _names_are_slugs = field_validator("name", "output_stem")(_slug)
-    _run_root_one_line = field_validator("run_root")(_one_line)
+
+    @field_validator("run_root")
+    @classmethod
+    def _run_root_fits(cls, value: str, info: ValidationInfo) -> str:
+        """One line, and short enough that every run file's path fits the filesystem's limits."""
+        _one_line(value, info)
+        _refuse(scriptsafe.path_length_problem("run_root", value))
+        return value
 
     @model_validator(mode="before")
     @classmethod

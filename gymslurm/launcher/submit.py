@@ -213,10 +213,20 @@ def refuse_if_live(settings: BenchmarkSettings, workdir: Path) -> None:
 
 
 def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
-    """The dataset path, created with ``dataset_command`` when it does not exist yet."""
-    path = (workdir / settings.dataset).resolve()
+    """The dataset path, created with ``dataset_command`` when it does not exist yet.
+
+    The path itself is never followed when written: a dangling link there is refused (it would make
+    ``dataset_command`` write wherever the link points).
+    """
+    path = Path(os.path.abspath(workdir / settings.dataset))
     if path.exists():
-        return path
+        return path.resolve()
+    if path.is_symlink():
+        raise ConfigError(
+            f"dataset {path} is a symbolic link to {os.readlink(path)!r}, which does not exist; gymslurm "
+            "never creates a dataset through a link: remove the link (or point it at the real file), then "
+            "submit again"
+        )
     if settings.dataset_command is None:
         raise ConfigError(
             f"dataset {path} does not exist and the benchmark has no dataset_command to create it"

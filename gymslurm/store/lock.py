@@ -105,7 +105,7 @@ class RunLock:
     def acquire(self) -> None:
         self._check_filesystem()
         try:
-            fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as error:
             if error.errno in NO_SPACE:
                 what = f"cannot create the run lock {self.path}"
