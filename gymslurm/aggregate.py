@@ -589,24 +589,30 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
         {"metrics": metrics, "metrics_source": source_name, "written_at": written_at},
     )
     nemo_gym_file = companion(options.output.resolve(), "_aggregate_metrics.json")
-    publish_json(nemo_gym_file, nemo_gym_metrics(entry, metrics))
+    if entry is not None:
+        publish_json(nemo_gym_file, [entry])
+    else:  # NeMo Gym's file name holds the servers' metrics only; an older merge's would now be stale
+        if options.merge_shards:  # (without a merge the output may be a shard: its collector's file stays)
+            nemo_gym_file.unlink(missing_ok=True)
+        warnings.append(not_the_servers_metrics(nemo_gym_file, options.output))
     publish_json(companion(options.output.resolve(), "_aggregate_coverage.json"), coverage)
     return AggregateResult(metrics, coverage, merged, source_name, warnings)
 
 
-def nemo_gym_metrics(entry: dict[str, Any] | None, metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """NeMo Gym's ``<stem>_aggregate_metrics.json``: the server's entry, else gymslurm's metrics with a note.
+def not_the_servers_metrics(nemo_gym_file: Path, output: Path) -> str:
+    """Why NeMo Gym's ``<stem>_aggregate_metrics.json`` was not written: no server answered for it.
 
-    Offline aggregation asks at most one server (``+environment_server_url``); NeMo Gym's own
-    ``gym eval aggregate`` asks each server its rows name, since gymslurm's rows carry its stamps.
+    That file name promises the Environment Servers' own ``POST /aggregate_metrics`` answers; the
+    merge ran without one (the servers are stopped once a job ends), so only gymslurm's own metrics
+    are written, under a name that says so.
     """
-    if entry is not None:
-        return [entry]
-    from gymslurm.nemogym import metrics_entry
-
-    note = ("no Environment Server's POST /aggregate_metrics was asked (+environment_server_url); "
-            "these are gymslurm's own metrics (<stem>_gymslurm_metrics.json)")  # fmt: skip
-    return [{**metrics_entry(None, "gymslurm", {"agent_metrics": metrics}), "gymslurm_note": note}]
+    own = companion(output.resolve(), "_gymslurm_metrics.json")
+    return (
+        f"no Environment Server's POST /aggregate_metrics answered (+environment_server_url), so NeMo Gym's "
+        f"{nemo_gym_file.name} was not written: the metrics in {own} are gymslurm's own. For the servers' "
+        "metrics, run `gym eval aggregate` on the merged file while the servers run, or give "
+        "+environment_server_url"
+    )
 
 
 def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:

@@ -318,12 +318,27 @@ def test_metrics_only_writes_aggregate_coverage_not_collector_coverage(tmp_path:
     a, b = two_shards(tmp_path)
     collector_coverage = companion(a, "_coverage.json")
     collector_coverage.write_bytes(b'{"collector": true}')
+    servers_metrics = companion(a, "_aggregate_metrics.json")  # what the shard's server answered collect
+    servers_metrics.write_bytes(b'[{"server": true}]')
     before = a.read_bytes()
     aggregate(AggregateOptions(inputs=(str(a), str(b)), output=a, merge_shards=False), written_at=NOW)
     assert collector_coverage.read_bytes() == b'{"collector": true}'
+    assert servers_metrics.read_bytes() == b'[{"server": true}]'
     assert a.read_bytes() == before
     assert companion(a, "_aggregate_coverage.json").exists()
-    assert companion(a, "_aggregate_metrics.json").exists()
+    assert companion(a, "_gymslurm_metrics.json").exists()
+
+
+def test_a_merge_no_server_answered_writes_no_file_under_nemo_gyms_name(tmp_path: Path) -> None:
+    """<stem>_aggregate_metrics.json promises the servers' metrics: without an answer it is not written
+    (a stale one removed), gymslurm's own are in <stem>_gymslurm_metrics.json, and a warning says so."""
+    a, b = two_shards(tmp_path)
+    output = tmp_path / "merged.jsonl"
+    companion(output, "_aggregate_metrics.json").write_bytes(b"[]")
+    result = aggregate(AggregateOptions(inputs=(str(a), str(b)), output=output), written_at=NOW)
+    assert not companion(output, "_aggregate_metrics.json").exists()
+    assert companion(output, "_gymslurm_metrics.json").exists()
+    assert any("gymslurm's own" in warning for warning in result.warnings)
 
 
 def test_metrics_only_writes_no_projection(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ import json
 import re
 from pathlib import Path
 
-from gymslurm.aggregate import nemo_gym_metrics
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.local import LocalBackend
@@ -14,6 +13,7 @@ from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.views.report import REPORT_SCHEMA, faults_survived, links_of, render, report_data
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
+from gymslurm.store.files import write_gymslurm_metrics
 
 
 def _decided(
@@ -86,7 +86,23 @@ def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -
     merged = RunPaths.for_output(run.merged_output("rollouts"))
     merged.aggregate_metrics.parent.mkdir(parents=True)
     metrics = {"reward/mean": 0.75, "coverage/expected": 4}
-    publish_json(merged.aggregate_metrics, nemo_gym_metrics(None, metrics))
+    publish_json(merged.aggregate_metrics, [{"agent_ref": {"name": "a"}, "_ng_environment_server": "env",
+                                             "agent_metrics": metrics}])  # fmt: skip
     data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
     assert data["metrics"] == metrics
     assert "not merged yet" not in render(data)
+
+
+def test_without_the_servers_metrics_the_report_shows_gymslurms_own(tmp_path: Path) -> None:
+    """A merge no server answered wrote only <stem>_gymslurm_metrics.json: the report shows those."""
+    run = RunDir(tmp_path / "run")
+    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="2026-12-01T10:00:00+00:00",
+                   backend="local", shards=1, workdir="/", output_stem="rollouts", infra_retry_limit=3,
+                   max_walltime_s=3600.0)  # fmt: skip
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    merged = RunPaths.for_output(run.merged_output("rollouts"))
+    merged.gymslurm_metrics.parent.mkdir(parents=True)
+    own = {"metrics": {"reward/mean": 0.5}, "metrics_source": "gymslurm"}
+    write_gymslurm_metrics(merged.gymslurm_metrics, own)
+    data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
+    assert data["metrics"] == {"reward/mean": 0.5}

@@ -27,7 +27,7 @@ from gymslurm.launcher.ledger import DecisionRecord, Record, Started
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.status import COLUMNS, human_duration, run_status, summary_line
 from gymslurm.store import RunPaths
-from gymslurm.store.files import read_aggregate_metrics
+from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
 
 REPORT_SCHEMA, REPORT_VERSION = "gymslurm.report", 1
 REPORT_NAME = "report.html"
@@ -87,15 +87,19 @@ def report_data(run: RunDir, backend: Backend, status: dict[str, Any] | None = N
 def merged_metrics(run: RunDir, stem: str) -> dict[str, Any] | None:
     """The merged output's metrics (NeMo Gym's aggregate-metrics list, read by the store); None before.
 
-    One entry (one Environment Server, or gymslurm's own metrics) gives its metric names as they are;
+    One entry (one Environment Server) gives its metric names as they are, and so does gymslurm's own
+    metrics file when no server answered the merge;
     several are told apart as ``<server>/<metric>``. An unreadable file reads as not merged yet.
     """
+    paths = RunPaths.for_output(run.merged_output(stem))
     try:
-        entries = read_aggregate_metrics(RunPaths.for_output(run.merged_output(stem)))
+        entries = read_aggregate_metrics(paths)
+        own = None if entries else read_gymslurm_metrics(paths.gymslurm_metrics)
     except StoreError:
         return None
-    if not entries:
-        return None
+    if not entries:  # no server answered the merge: gymslurm's own metrics, under their own name
+        metrics = own.get("metrics") if own else None
+        return dict(metrics) if isinstance(metrics, dict) else None
     if len(entries) == 1:
         return dict(entries[0].agent_metrics)
     return {
