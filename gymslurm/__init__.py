@@ -35,6 +35,13 @@ _HOMES: dict[str, str] = {
     "HealthExit": "gymslurm.exitcodes",
     # where a run's files are (docs/formats.md)
     "RunPaths": "gymslurm.store.paths",
+    # the specification's recovery API, NeMo Gym's signatures (docs/api.md)
+    "run_examples": "gymslurm.recovery",
+    "preprocess_examples": "gymslurm.recovery",
+    "check_completion": "gymslurm.recovery",
+    "RolloutStore": "gymslurm.recovery",
+    "EpisodeFailedError": "gymslurm.recovery",
+    "IncompleteRunError": "gymslurm.errors",
     # the exception tree (gymslurm/errors.py)
     "GymslurmError": "gymslurm.errors",
     "ConfigError": "gymslurm.errors",
@@ -53,24 +60,30 @@ __all__ = [
     "ConfigError",
     "CorruptRecordError",
     "DiskFullError",
+    "EpisodeFailedError",
     "EpisodeFailure",
     "EpisodeId",
     "ExitCode",
     "GymslurmError",
     "HealthExit",
     "IdentityMismatchError",
+    "IncompleteRunError",
     "ManifestError",
     "OutcomeFuture",
     "OutcomeStream",
     "ProtocolError",
     "RolloutFailureRecord",
+    "RolloutStore",
     "RowOutcome",
     "RunLockedError",
     "RunPaths",
     "SlurmError",
     "StoreError",
     "__version__",
+    "check_completion",
     "collect",
+    "preprocess_examples",
+    "run_examples",
     "run_outcomes",
 ]  # the same names as _HOMES (a test pins both)
 
@@ -82,6 +95,7 @@ if TYPE_CHECKING:
         DiskFullError,
         GymslurmError,
         IdentityMismatchError,
+        IncompleteRunError,
         ManifestError,
         ProtocolError,
         RunLockedError,
@@ -91,6 +105,13 @@ if TYPE_CHECKING:
     from gymslurm.exitcodes import ExitCode, HealthExit
     from gymslurm.outcomes import OutcomeFuture, OutcomeStream, RowOutcome, run_outcomes
     from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
+    from gymslurm.recovery import (
+        EpisodeFailedError,
+        RolloutStore,
+        check_completion,
+        preprocess_examples,
+        run_examples,
+    )
     from gymslurm.settings import CollectSettings
     from gymslurm.store.paths import RunPaths
 

@@ -47,6 +47,7 @@ from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableE
 from gymslurm.formats import version_of
 from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
+from gymslurm.nemogym import not_the_servers_metrics
 from gymslurm.selection import SUCCESSFUL, BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.store import RunPaths, RunStore
@@ -591,28 +592,13 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     nemo_gym_file = companion(options.output.resolve(), "_aggregate_metrics.json")
     if entry is not None:
         publish_json(nemo_gym_file, [entry])
-    else:  # NeMo Gym's file name holds the servers' metrics only; an older merge's would now be stale
-        if options.merge_shards:  # (without a merge the output may be a shard: its collector's file stays)
-            nemo_gym_file.unlink(missing_ok=True)
-        warnings.append(not_the_servers_metrics(nemo_gym_file, options.output))
+    elif options.merge_shards:  # NeMo Gym's name promises servers' metrics: an older merge's is stale now
+        nemo_gym_file.unlink(missing_ok=True)  # (without a merge the output may be a shard: its file stays)
+    if entry is None:
+        own = companion(options.output.resolve(), "_gymslurm_metrics.json")
+        warnings.append(not_the_servers_metrics(nemo_gym_file.name, own))
     publish_json(companion(options.output.resolve(), "_aggregate_coverage.json"), coverage)
     return AggregateResult(metrics, coverage, merged, source_name, warnings)
-
-
-def not_the_servers_metrics(nemo_gym_file: Path, output: Path) -> str:
-    """Why NeMo Gym's ``<stem>_aggregate_metrics.json`` was not written: no server answered for it.
-
-    That file name promises the Environment Servers' own ``POST /aggregate_metrics`` answers; the
-    merge ran without one (the servers are stopped once a job ends), so only gymslurm's own metrics
-    are written, under a name that says so.
-    """
-    own = companion(output.resolve(), "_gymslurm_metrics.json")
-    return (
-        f"no Environment Server's POST /aggregate_metrics answered (+environment_server_url), so NeMo Gym's "
-        f"{nemo_gym_file.name} was not written: the metrics in {own} are gymslurm's own. For the servers' "
-        "metrics, run `gym eval aggregate` on the merged file while the servers run, or give "
-        "+environment_server_url"
-    )
 
 
 def _write_projection(output: Path, shards: Sequence[ShardSummary]) -> int:

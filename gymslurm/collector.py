@@ -55,6 +55,7 @@ from gymslurm.dispatch import (
     fetch_environment_config,
     watch_model_queue,
 )
+from gymslurm.errors import IncompleteRunError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, say
@@ -335,7 +336,31 @@ def collect(
     stdout: IO[str] = sys.stdout,
     fetch: Callable[[str], dict[str, Any]] | None = None,
 ) -> ExitCode:
-    """Run one collection invocation; return its exit code (0 / 1 / 75 / 76).
+    """Run one collection from Python (the public ``gymslurm.collect``); return its exit code.
+
+    Under ``require_complete`` an incomplete run raises :class:`~gymslurm.errors.IncompleteRunError`
+    (001's ``RuntimeError``) carrying the status the command line exits with (75 / 1 / 76); the saved
+    partial results stay valid. Otherwise the exit code is returned (0, or 1 after a stall or a dead
+    server). ``fetch`` reads an Environment Server's configuration (the HTTP seam).
+    """
+    code = run_collect(settings, raw, stderr=stderr, stdout=stdout, fetch=fetch)
+    if settings.require_complete and code in INCOMPLETE:
+        raise IncompleteRunError(code, f"the run at {settings.output_jsonl_fpath} is incomplete; resume it")
+    return code
+
+
+INCOMPLETE = frozenset({ExitCode.CONTINUE, ExitCode.RETRY, ExitCode.STOP})
+
+
+def run_collect(
+    settings: CollectSettings,
+    raw: dict[str, Any],
+    *,
+    stderr: IO[str] = sys.stderr,
+    stdout: IO[str] = sys.stdout,
+    fetch: Callable[[str], dict[str, Any]] | None = None,
+) -> ExitCode:
+    """Run one collection invocation; return the exit code ``gymslurm collect`` exits with (0/1/75/76).
 
     ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
     :func:`gymslurm.dispatch.fetch_environment_config`).

@@ -128,3 +128,17 @@ class ServerStartError(GymslurmError):
 
 class SupervisionError(GymslurmError):
     """A supervision event could not be read (a gymslurm link and collector of different versions?)."""
+
+
+class IncompleteRunError(RuntimeError):
+    """Saved partial results are valid, but the evaluation still has unfinished work (001).
+
+    Raised by :func:`gymslurm.collect` and :func:`gymslurm.recovery.check_completion` under
+    ``require_complete``; ``status`` is the exit code the CLI returns for it (75 resume and continue,
+    1 retry without progress, 76 stop: only terminal failures or spent budgets remain).
+    """
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"exit {status}: {reason}")
+        self.status = status
+        self.reason = reason

@@ -115,3 +115,17 @@ def metrics_entry(origin: ServerOrigin | None, url: str, answer: Mapping[str, An
     if answer.get("perf_summary") is not None:
         entry["perf_summary"] = answer["perf_summary"]
     return entry
+
+
+def not_the_servers_metrics(nemo_gym_file: str, own_file: object) -> str:
+    """Why a merge wrote no NeMo Gym ``<stem>_aggregate_metrics.json``: no server answered for it.
+
+    That file name promises the Environment Servers' own ``POST /aggregate_metrics`` answers; a merge
+    that ran without one (the servers stop with their job) writes gymslurm's metrics under their name.
+    """
+    return (
+        f"no Environment Server's POST /aggregate_metrics answered (+environment_server_url), so NeMo Gym's "
+        f"{nemo_gym_file} was not written: the metrics in {own_file} are gymslurm's own. For the servers' "
+        "metrics, run `gym eval aggregate` on the merged file while the servers run, or give "
+        "+environment_server_url"
+    )

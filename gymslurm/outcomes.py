@@ -33,7 +33,7 @@ import httpx
 
 from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Omitted, Outcome
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
-from gymslurm.records import EpisodeId, RolloutFailureRecord, TaskId, rollout_id_problem
+from gymslurm.records import EpisodeId, Protocol, RolloutFailureRecord, TaskId, rollout_id_problem
 from gymslurm.store.manifest import new_run_id
 
 __all__ = ["OutcomeFuture", "OutcomeStream", "RowOutcome", "new_run_id", "run_outcomes"]
@@ -52,14 +52,16 @@ def run_outcomes(
     connect_timeout: float | None = 10.0,
     read_timeout: float | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    protocol: Protocol | Mapping[str, Protocol] = "episode",
 ) -> OutcomeStream:
     """Start one episode attempt per row; return the stream of ``(row copy, outcome)`` awaitables.
 
     Rows are materialized rows: ``_ng_rollout_id``, ``task_id`` ``{taskset, task_id}``, ``task_input``,
     optionally ``_ng_attempt`` (default 0) and ``_ng_run_id``. ``server_url`` is one Environment Server
-    or a mapping from taskset to server. ``run_id`` overrides the rows' stamps; without it stamped rows
-    keep theirs and unstamped rows share a new id. Must be called with an event loop running; bad rows
-    raise :class:`~gymslurm.errors.ConfigError` before anything is sent.
+    or a mapping from taskset to server; ``protocol`` how it speaks (one, or one per server URL:
+    ``episode``, ``legacy_agent``, ``legacy_reply``; docs/nemo-gym.md). ``run_id`` overrides the rows'
+    stamps; without it stamped rows keep theirs and unstamped rows share a new id. Must be called with
+    an event loop running; bad rows raise :class:`~gymslurm.errors.ConfigError` before anything is sent.
     """
     invocation_run_id = new_run_id()
     prepared = [_prepare(index, row, run_id or invocation_run_id, override=run_id is not None)
@@ -68,7 +70,7 @@ def run_outcomes(
         _server_for(server_url, item.task["task_id"]["taskset"])  # refuse unmapped tasksets up front
     client = EnvironmentClient(
         concurrency=concurrency, run_id=invocation_run_id, route_failures=route_failures,
-        connect_timeout=connect_timeout, read_timeout=read_timeout, transport=transport,
+        connect_timeout=connect_timeout, read_timeout=read_timeout, transport=transport, protocol=protocol,
     )  # fmt: skip
     return OutcomeStream(prepared, client, server_url, concurrency)
 
@@ -82,6 +84,11 @@ class _Prepared:
 
     def stamps(self) -> dict[str, Any]:
         return {key: self.row[key] for key in STAMPS if key in self.row}
+
+    def indices(self) -> tuple[int, int]:
+        """(task index, repeat index): what a flat legacy row is stamped with (legacy_agent)."""
+        task, repeat = self.row.get("_ng_task_index", 0), self.row.get("_ng_rollout_index", 0)
+        return (task, repeat) if type(task) is int and type(repeat) is int else (0, 0)
 
 
 def _prepare(index: int, row: Mapping[str, Any], default_run_id: str, *, override: bool) -> _Prepared:
@@ -223,7 +230,8 @@ class OutcomeStream:
             self._next_row += 1
             url = _server_for(self._server_url, item.task["task_id"]["taskset"])
             try:
-                outcome = await self._client.run(url, item.episode, item.task, run_id=item.run_id)
+                outcome = await self._client.run(url, item.episode, item.task, run_id=item.run_id,
+                                                 indices=item.indices())  # fmt: skip
             except Exception as exc:  # a programming error or ProtocolError: hand it to the caller
                 self._resolve_next(exception=exc)
                 continue

@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return ExitCode.DONE
-    from gymslurm.collector import collect
+    from gymslurm.collector import run_collect
     from gymslurm.process_env import SECRET_OVERRIDES_ENV
     from gymslurm.settings import load_settings, secret_overrides
 
@@ -77,4 +77,4 @@ def main(argv: list[str]) -> int:
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once: no process the collector starts inherits them
     settings, raw = load_settings([*overrides, *given], config_dir, config_name)
-    return collect(settings, raw, stderr=sys.stderr, stdout=sys.stdout)
+    return run_collect(settings, raw, stderr=sys.stderr, stdout=sys.stdout)

@@ -34,7 +34,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         "gymslurm.collector_view",
     ]),
     ("aggregation and the collector's watch", ["gymslurm.aggregate", "gymslurm.collector_live"]),
-    ("after a collection; re-grading", ["gymslurm.collector_end", "gymslurm.reverify"]),
+    ("after a collection; re-grading", ["gymslurm.collector_end", "gymslurm.reverify", "gymslurm.recovery"]),
     ("the collector", ["gymslurm.collector"]),
     ("the collector's commands", ["gymslurm.commands", "gymslurm.commands.*"]),
     ("the launcher's model of a site and a run", [

@@ -14,6 +14,9 @@ SUPPORTED = {
     "CollectSettings", "RolloutFailureRecord", "EpisodeFailure", "EpisodeId", "ExitCode", "HealthExit",
     "RunPaths", "GymslurmError", "ConfigError", "IdentityMismatchError", "StoreError", "ManifestError",
     "CorruptRecordError", "DiskFullError", "RunLockedError", "ProtocolError", "SlurmError",
+    # the specification's recovery API (issue 21)
+    "run_examples", "preprocess_examples", "check_completion", "RolloutStore", "EpisodeFailedError",
+    "IncompleteRunError",
 }  # fmt: skip
 
 
