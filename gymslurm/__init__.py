@@ -40,7 +40,7 @@ _HOMES: dict[str, str] = {
     "preprocess_examples": "gymslurm.recovery",
     "check_completion": "gymslurm.recovery",
     "RolloutStore": "gymslurm.recovery",
-    "EpisodeFailedError": "gymslurm.recovery",
+    "EpisodeFailedError": "gymslurm.errors",
     "IncompleteRunError": "gymslurm.errors",
     # the exception tree (gymslurm/errors.py)
     "GymslurmError": "gymslurm.errors",
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         ConfigError,
         CorruptRecordError,
         DiskFullError,
+        EpisodeFailedError,
         GymslurmError,
         IdentityMismatchError,
         IncompleteRunError,
@@ -106,7 +107,6 @@ if TYPE_CHECKING:
     from gymslurm.outcomes import OutcomeFuture, OutcomeStream, RowOutcome, run_outcomes
     from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
     from gymslurm.recovery import (
-        EpisodeFailedError,
         RolloutStore,
         check_completion,
         preprocess_examples,

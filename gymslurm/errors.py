@@ -21,7 +21,10 @@
     ├── MetricsUnavailableError   the server's /aggregate_metrics is unusable (aggregation warns, goes on)
     ├── SlurmError                a Slurm command failed (command, exit code, stdout, stderr)
     ├── ServerStartError          an Environment Server a job started did not become healthy (exit 1)
-    └── SupervisionError          a link's supervision event could not be read (version mismatch?)
+    ├── SupervisionError          a link's supervision event could not be read (version mismatch?)
+    ├── IncompleteRunError        (also a RuntimeError, 001) saved partial results are valid but the run
+    │                             has unfinished work; its status is 75, 1 or 76 (require_complete)
+    └── EpisodeFailedError        (also a RuntimeError) run_examples, no sidecar routing: an attempt failed
 
 Foreign exceptions (OSError from the filesystem, httpx errors, subprocess failures) are translated
 once, at the module that touches the outside world; nothing above it knows which library was used.
@@ -29,7 +32,12 @@ once, at the module that touches the outside world; nothing above it knows which
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gymslurm.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from gymslurm.records import RolloutFailureRecord
 
 
 class GymslurmError(Exception):
@@ -130,15 +138,36 @@ class SupervisionError(GymslurmError):
     """A supervision event could not be read (a gymslurm link and collector of different versions?)."""
 
 
-class IncompleteRunError(RuntimeError):
+class IncompleteRunError(GymslurmError, RuntimeError):
     """Saved partial results are valid, but the evaluation still has unfinished work (001).
 
     Raised by :func:`gymslurm.collect` and :func:`gymslurm.recovery.check_completion` under
-    ``require_complete``; ``status`` is the exit code the CLI returns for it (75 resume and continue,
-    1 retry without progress, 76 stop: only terminal failures or spent budgets remain).
+    ``require_complete``; ``status`` (and ``exit_code``) is the exit code the CLI returns for it: 75
+    resume and continue, 1 retry without progress, 76 stop (only terminal failures or spent budgets).
     """
+
+    exit_code: int = ExitCode.CONTINUE
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(f"exit {status}: {reason}")
-        self.status = status
+        self.status = self.exit_code = status
         self.reason = reason
+
+
+class EpisodeFailedError(GymslurmError, RuntimeError):
+    """``run_examples`` without sidecar routing: an episode attempt failed; ``record`` says how.
+
+    NeMo Gym's ``run_examples`` raises when a ``/run`` fails; this carries the collector's
+    :class:`~gymslurm.records.RolloutFailureRecord` (``record``) instead of an HTTP library's error.
+    """
+
+    exit_code: int = ExitCode.RETRY
+
+    def __init__(self, record: RolloutFailureRecord) -> None:
+        failure = record.failure
+        kind = failure.failure_kind or record.routing_class
+        terminal = "terminal" if failure.terminal else "non-terminal"
+        super().__init__(
+            f"episode {record.episode_id.capture_key} failed ({kind}, {terminal}): {failure.failure_reason}"
+        )
+        self.record = record

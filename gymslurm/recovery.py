@@ -31,7 +31,7 @@ from typing import Any
 
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
 from gymslurm.dispatch import fetch_environment_config
-from gymslurm.errors import ConfigError, IncompleteRunError
+from gymslurm.errors import ConfigError, EpisodeFailedError, IncompleteRunError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.outcomes import STAMPS, OutcomeFuture, run_outcomes
 from gymslurm.records import EpisodeId, Protocol, RolloutFailureRecord
@@ -47,19 +47,6 @@ __all__ = [
     "preprocess_examples",
     "run_examples",
 ]
-
-
-class EpisodeFailedError(RuntimeError):
-    """``run_examples`` without sidecar routing: an attempt failed; ``record`` says how (NeMo Gym raises)."""
-
-    def __init__(self, record: RolloutFailureRecord) -> None:
-        failure = record.failure
-        super().__init__(
-            f"episode {record.episode_id.capture_key} failed "
-            f"({failure.failure_kind or record.routing_class}, "
-            f"{'terminal' if failure.terminal else 'non-terminal'}): {failure.failure_reason}"
-        )
-        self.record = record
 
 
 def preprocess_examples(
