@@ -573,7 +573,7 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
 
         post = server_metrics or post_aggregate_metrics
         raw_rows = (raw for chunk in iter_selected_lines(shards) for raw in chunk.splitlines())
-        rows = [row_for_metrics(orjson.loads(raw)) for raw in raw_rows]
+        rows = (row_for_metrics(orjson.loads(raw)) for raw in raw_rows)  # spooled as read: never held
         try:
             answer = post(url, rows, options.timeout_s)
             metrics.update(flat_metrics(answer))

@@ -8,23 +8,28 @@ collection stopped and the exit code the chain acts on (spec 000's completion ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
+
+import orjson
 
 from gymslurm.collector_live import STALL
 from gymslurm.collector_view import LoopResult, RunView
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
-from gymslurm.dispatch import post_aggregate_metrics
-from gymslurm.errors import DiskFullError, MetricsUnavailableError
+from gymslurm.dispatch import MetricsRows, post_aggregate_metrics
+from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
-from gymslurm.nemogym import metrics_entry, row_for_metrics
+from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics
 from gymslurm.progress import say, summary_table
 from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.files import read_gymslurm_metrics
+from gymslurm.store.store import outcome_sizes
 
 
 def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool) -> Completion:
@@ -96,7 +101,10 @@ def publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr:
 METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
 
 
-def not_asked_after_a_stall(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+MetricsPost = Callable[[str, Iterable[Mapping[str, Any]], float], dict[str, Any]]
+
+
+def not_asked_after_a_stall(url: str, rows: Iterable[Mapping[str, Any]], timeout_s: float) -> dict[str, Any]:
     """A collection stopped by its stall window does not wait on the server that stalled it."""
     raise MetricsUnavailableError(
         f"POST {url}/aggregate_metrics not asked: the collection stalled (stall_window_s), so the server "
@@ -111,7 +119,7 @@ def export_metrics(  # noqa: PLR0917
     coverage: Coverage,
     routing: Routing,
     stderr: IO[str],
-    post: Callable[[str, list[dict[str, Any]], float], dict[str, Any]] | None = None,
+    post: MetricsPost | None = None,
 ) -> None:
     """The metrics files, inside the lock, from the states the collection ends with.
 
@@ -121,35 +129,79 @@ def export_metrics(  # noqa: PLR0917
     ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
     ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
     that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
+
+    Memory stays flat: the selected rows are read back one at a time and spooled per server as the
+    request body (:class:`~gymslurm.dispatch.MetricsRows`), never held. Nothing is asked again when
+    nothing changed since an export every server answered (:func:`export_basis`, recorded in the
+    metrics file): a resume of a finished run does not re-post.
     """
+    basis = export_basis(settings, store, view, routing)
+    if _exported(store, basis):
+        say(stderr, f"metrics unchanged since the last export ({store.paths.aggregate_metrics}): not asked")
+        return
     metrics = compute_metrics(
         view.states,
         max_rollout_attempts=view.policy.max_rollout_attempts,
         historical_failed_attempts=coverage.historical_failed_attempts,
         policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(settings.count_failure_classes_as_zero)),
     )
-    body = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN, "written_at": coverage.written_at}
+    body: dict[str, Any] = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN,
+                            "written_at": coverage.written_at}  # fmt: skip
     store.write_gymslurm_metrics(body)
     if settings.disable_aggregation:
         return
-    by_url: dict[str, list[dict[str, Any]]] = {}
-    for index, row in store.selected_results(view.states):
-        task_id = row.get("task_id")  # a row NeMo Gym wrote (imported) has none: the run's task has it
-        task_id = task_id if isinstance(task_id, dict) else store.rollout_index.row(index)["task_id"]
-        url = routing.url_for(task_id["taskset"])
-        by_url.setdefault(url, []).append(row_for_metrics(row))
-    origins = routing.origins()
-    entries = []
-    for url, rows in sorted(by_url.items()):
-        try:
-            answer = (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S)
-            entries.append(metrics_entry(origins.get(url), url, answer))
-        except MetricsUnavailableError as error:
-            note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
-            say(stderr, f"warning: {note}")
-            entry = metrics_entry(origins.get(url), url, {"agent_metrics": metrics})
-            entries.append({**entry, "gymslurm_note": note})
+    spools: dict[str, MetricsRows] = {}
+    try:
+        for index, row in store.selected_results(view.states):
+            task_id = row.get("task_id")  # a row NeMo Gym wrote (imported) has none: the run's task has it
+            task_id = task_id if isinstance(task_id, dict) else store.rollout_index.row(index)["task_id"]
+            url = routing.url_for(task_id["taskset"])
+            spool = spools.get(url) or spools.setdefault(url, MetricsRows(store.paths.output.parent))
+            spool.add(row_for_metrics(row))
+        origins = routing.origins()
+        entries = [_entry_of(url, rows, origins.get(url), metrics, store, stderr, post)
+                   for url, rows in sorted(spools.items())]  # fmt: skip
+    finally:
+        for spool in spools.values():
+            spool.close()
     store.write_aggregate_metrics(entries)
+    if not any("gymslurm_note" in entry for entry in entries):  # a basis stands only for answers
+        store.write_gymslurm_metrics({**body, "export_basis": basis})
+
+
+def _entry_of(  # noqa: PLR0917
+    url: str, rows: MetricsRows, origin: ServerOrigin | None, metrics: dict[str, Any], store: RunStore,
+    stderr: IO[str], post: MetricsPost | None,
+) -> dict[str, Any]:  # fmt: skip
+    """A server's aggregate-metrics entry: its answer, else gymslurm's own metrics with a note."""
+    try:
+        return metrics_entry(origin, url, (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S))
+    except MetricsUnavailableError as error:
+        note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
+        say(stderr, f"warning: {note}")
+        return {**metrics_entry(origin, url, {"agent_metrics": metrics}), "gymslurm_note": note}
+
+
+def export_basis(settings: CollectSettings, store: RunStore, view: RunView, routing: Routing) -> str:
+    """What an export is computed from: the saved outcomes (their files' sizes only grow), the selection
+    policy, the scoring policy and the servers asked. Equal bases give equal metrics files."""
+    parts = [
+        store.run_id, *outcome_sizes(store.paths), repr(view.policy),
+        sorted(settings.count_failure_classes_as_zero), routing.default.url if routing.default else None,
+        sorted((taskset, route.url) for taskset, route in routing.by_taskset.items()),
+    ]  # fmt: skip
+    return "sha256:" + hashlib.sha256(orjson.dumps(parts)).hexdigest()
+
+
+def _exported(store: RunStore, basis: str) -> bool:
+    """Whether the metrics files on disk were exported from ``basis`` (an unreadable file: no)."""
+    try:
+        previous = read_gymslurm_metrics(store.paths.gymslurm_metrics)
+    except StoreError:
+        return False
+    if previous is None or previous.get("export_basis") != basis:
+        return False
+    return store.paths.aggregate_metrics.exists()
 
 
 def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:

@@ -14,6 +14,7 @@ The transport's measurements and the reasons for it are in docs/transport.md.
 """
 
 from gymslurm.dispatch.calls import (
+    MetricsRows,
     fetch_aggregate_metrics,
     fetch_environment_config,
     post_aggregate_metrics,
@@ -40,6 +41,7 @@ __all__ = [
     "EnvironmentClient",
     "Failed",
     "Http11Transport",
+    "MetricsRows",
     "Omitted",
     "Outcome",
     "classify_exception",

@@ -7,8 +7,10 @@ invocation or one at a time, so the fast transport of the client would buy nothi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import Any
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
 
 import httpx
 import orjson
@@ -182,17 +184,75 @@ def fetch_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: flo
     return flat_metrics(post_aggregate_metrics(url, rows, timeout_s))
 
 
-def post_aggregate_metrics(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+class MetricsRows:
+    """The rows of one ``POST /aggregate_metrics``, spooled as its request body to an unlinked temporary file.
+
+    NeMo Gym's endpoint takes one JSON list: the body is written row by row as the rows are read
+    (``{"verify_responses":[`` … ``]}``, one row a line), so memory stays flat whatever the number of
+    rows, and it is sent from the file with its length. Iterating gives the rows back (the HTTP seam
+    of tests reads them).
+    """
+
+    _HEAD, _TAIL = b'{"verify_responses":[\n', b"\n]}"
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._file = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115  (closed by close())
+        self._file.write(self._HEAD)
+        self.count = 0
+        self._ended = False
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if self._ended:
+            raise ValueError("rows were added after the body was finished")
+        self._file.write(b",\n" + orjson.dumps(row) if self.count else orjson.dumps(row))
+        self.count += 1
+
+    def body(self) -> IO[bytes]:
+        """The finished request body, at its start."""
+        if not self._ended:
+            self._file.write(self._TAIL)
+            self._ended = True
+        self._file.flush()
+        self._file.seek(0)
+        return self._file
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        handle = self.body()
+        handle.readline()
+        for line in handle:
+            if line.startswith(b"{"):
+                yield orjson.loads(line.rstrip(b",\n"))
+        handle.seek(0)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> MetricsRows:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def post_aggregate_metrics(url: str, rows: Iterable[Mapping[str, Any]], timeout_s: float) -> dict[str, Any]:
     """``POST <url>/aggregate_metrics`` with ``{"verify_responses": rows}``; the answer object as sent.
 
+    ``rows``: a :class:`MetricsRows` body is sent as spooled; any other iterable is spooled first.
     Raises :class:`MetricsUnavailableError` for any failure (transport, HTTP status, body).
     """
+    if isinstance(rows, MetricsRows):
+        return _post_metrics(url, rows, timeout_s)
+    with MetricsRows() as spooled:
+        for row in rows:
+            spooled.add(row)
+        return _post_metrics(url, spooled, timeout_s)
+
+
+def _post_metrics(url: str, rows: MetricsRows, timeout_s: float) -> dict[str, Any]:
     where = url.rstrip("/") + METRICS_ENDPOINT
     try:
         with httpx.Client(timeout=timeout_s, trust_env=False) as http:
-            reply = http.post(
-                where, content=orjson.dumps({"verify_responses": rows}), headers=REQUEST_HEADERS
-            )
+            reply = http.post(where, content=rows.body(), headers=REQUEST_HEADERS)
         reply.raise_for_status()
         body = orjson.loads(reply.content)
     except (httpx.HTTPError, httpx.InvalidURL, orjson.JSONDecodeError) as error:

@@ -432,14 +432,27 @@ class RunStore:
         """``<stem>_gymslurm_metrics.json``: ``{format_version, metrics, metrics_source, written_at}``."""
         write_gymslurm_metrics(self.paths.gymslurm_metrics, metrics)
 
-    def selected_results(self, states: Sequence[RolloutState]) -> list[tuple[int, dict[str, Any]]]:
-        """(rollout index, saved row) of every selected result, read back from the results file."""
-        wanted = {state.selected.line: index for index, state in enumerate(states)
-                  if state.selected is not None and state.selected.kind == "result"}  # fmt: skip
-        if not wanted:
-            return []
-        return [(wanted[line], orjson.loads(raw)) for line, raw in iter_complete_lines(self.paths.results)
-                if line in wanted]  # fmt: skip
+    def selected_results(self, states: Sequence[RolloutState]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(rollout index, saved row) of every selected result, read back one at a time in file order.
+
+        What is held is one 8-byte slot per results line (line → rollout index), never the rows.
+        """
+        def picked() -> Iterator[tuple[int, int]]:
+            for index, state in enumerate(states):
+                if state.selected is not None and state.selected.kind == "result":
+                    yield state.selected.line, index
+
+        top = max((line for line, _ in picked()), default=-1)
+        if top < 0:
+            return
+        index_at = array("q", [-1]) * (top + 1)
+        for line, index in picked():
+            index_at[line] = index
+        for line, raw in iter_complete_lines(self.paths.results):
+            if line > top:
+                break
+            if index_at[line] >= 0:
+                yield index_at[line], orjson.loads(raw)
 
     def write_health(self, report: Mapping[str, Any]) -> None:
         publish_json(self.paths.health, dict(report))
@@ -623,6 +636,11 @@ def saved_outcome_bytes(paths: RunPaths) -> int:
     outcome, without reading the files (a torn tail can make it grow by a partial line).
     """
     return _size(paths.results) + _size(paths.failures)
+
+
+def outcome_sizes(paths: RunPaths) -> tuple[int, int]:
+    """The sizes of the results file and the failure sidecar (what an export of them is keyed on)."""
+    return _size(paths.results), _size(paths.failures)
 
 
 def _size(path: os.PathLike[str]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -402,8 +403,8 @@ def test_server_metrics_are_used_and_named(tmp_path: Path) -> None:
     a, _ = two_shards(tmp_path)
     seen: list[int] = []
 
-    def server(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-        seen.append(len(rows))
+    def server(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        seen.append(len(list(rows)))  # the rows are a stream, read during the call
         return {"agent_metrics": {"arith/accuracy": 0.5}, "key_metrics": {}}
 
     opts = AggregateOptions(inputs=(str(a),), output=tmp_path / "m.jsonl", environment_server_url="http://x")

@@ -7,6 +7,7 @@ A real run store on disk; the HTTP seam (``post``) is the function that would ca
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,14 @@ import orjson
 
 from gymslurm.collector import LoopResult, RunView, build_coverage
 from gymslurm.collector_end import export_metrics
+from gymslurm.dispatch import MetricsRows
 from gymslurm.errors import MetricsUnavailableError
 from gymslurm.nemogym import ServerOrigin
 from gymslurm.routing import Route, Routing
 from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths, RunStore
 from tests.unit.test_store_runstore import create
+from tests.unit.test_store_runstore import failure as failure_of
 
 URL = "http://127.0.0.1:18314"
 ORIGIN = ServerOrigin("weather_legacy_env", "legacy_agent", "weather_agent")
@@ -48,8 +51,8 @@ def test_each_server_is_asked_for_its_selected_results(tmp_path: Path) -> None:
     settings, store, view = finished_run(tmp_path)
     asked: list[tuple[str, list[dict[str, Any]]]] = []
 
-    def post(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-        asked.append((url, rows))
+    def post(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        asked.append((url, list(rows)))  # the rows are a stream, read during the call
         return {"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/reward": 1.0}}
 
     coverage = build_coverage(view, LoopResult())
@@ -94,3 +97,70 @@ def test_imported_rows_without_a_task_id_are_routed_by_their_rollouts_task(tmp_p
 
     export_metrics(settings, store, view, build_coverage(view, LoopResult()), ROUTING, io.StringIO(), post)
     assert asked == [URL]
+
+
+def _counting(asked: list[str]) -> Any:
+    def post(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        asked.append(url)
+        return {"agent_metrics": {"mean/reward": 1.0}}
+
+    return post
+
+
+def test_an_export_is_not_made_again_when_nothing_changed(tmp_path: Path) -> None:
+    """A resume of a finished run does not re-post: the same outcomes, policy and servers, no new ask."""
+    settings, store, view = finished_run(tmp_path)
+    asked: list[str] = []
+    coverage = build_coverage(view, LoopResult())
+    export_metrics(settings, store, view, coverage, ROUTING, io.StringIO(), _counting(asked))
+    stderr = io.StringIO()
+    export_metrics(settings, store, view, coverage, ROUTING, stderr, _counting(asked))
+    assert asked == [URL]
+    assert "not asked" in stderr.getvalue()
+    (entry,) = orjson.loads(store.paths.aggregate_metrics.read_bytes())
+    assert entry["agent_metrics"] == {"mean/reward": 1.0}
+
+
+def test_a_new_outcome_or_an_unanswered_export_is_asked_again(tmp_path: Path) -> None:
+    """The export is skipped only over the same saved outcomes, and only after every server answered."""
+    settings, store, view = finished_run(tmp_path)
+    coverage = build_coverage(view, LoopResult())
+
+    def down(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        raise MetricsUnavailableError("down")
+
+    asked: list[str] = []
+    export_metrics(settings, store, view, coverage, ROUTING, io.StringIO(), down)
+    export_metrics(settings, store, view, coverage, ROUTING, io.StringIO(), _counting(asked))
+    assert asked == [URL]
+    store.append_failure(0, store.reserve(0), failure_of(store, 0, 1))
+    export_metrics(settings, store, view, coverage, ROUTING, io.StringIO(), _counting(asked))
+    assert asked == [URL, URL]
+
+
+def test_the_rows_reach_the_server_as_a_spooled_body_not_a_list(tmp_path: Path) -> None:
+    """The selected rows are spooled to a file as NeMo Gym's request body; no list of rows is held."""
+    settings, store, view = finished_run(tmp_path)
+    bodies: list[Any] = []
+
+    def post(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        assert isinstance(rows, MetricsRows)
+        bodies.append(orjson.loads(rows.body().read()))
+        return {"agent_metrics": {}}
+
+    coverage = build_coverage(view, LoopResult())
+    export_metrics(settings, store, view, coverage, ROUTING, io.StringIO(), post)
+    (body,) = bodies
+    assert [row["reward"] for row in body["verify_responses"]] == [1.0, 1.0]
+
+
+def test_a_spooled_body_is_the_json_list_nemo_gym_takes() -> None:
+    """MetricsRows writes {"verify_responses": [...]} row by row; iterating gives the rows back."""
+    rows = [{"reward": 1.0, "text": "a,\nb"}, {"reward": 0.0}]
+    with MetricsRows() as spool:
+        for row in rows:
+            spool.add(row)
+        assert orjson.loads(spool.body().read()) == {"verify_responses": rows}
+        assert list(spool) == rows == list(spool)
+    with MetricsRows() as empty:
+        assert orjson.loads(empty.body().read()) == {"verify_responses": []}
