@@ -43,7 +43,7 @@ from gymslurm.collector_end import (
     run_health_hook,
 )
 from gymslurm.collector_live import STALL, LiveWatch
-from gymslurm.collector_view import LoopResult, RunView, pending_order
+from gymslurm.collector_view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
 from gymslurm.collector_watch import Breaker, Supervised
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.coverage import Coverage, compute_coverage
@@ -96,7 +96,7 @@ class DispatchLoop:
     client: RolloutClient
     reserve: Callable[[int], int]
     save: Callable[[int, int, Outcome], SavedOutcome]
-    urls: list[str]
+    urls: Urls  # rollout index → its Environment Server
     counters: Counters
     concurrency: int
     retry_in_invocation: bool = True
@@ -397,9 +397,9 @@ def _collect_prepared(  # noqa: PLR0917
     routing: Routing,
 ) -> ExitCode:
     store, rec = prepared.store, prepared.reconciliation
-    pending = any(state.pending for state in rec.states)
     view = RunView(
-        tasks=prepared.load_tasks() if pending else [],
+        tasks=store.rollout_index,  # rows read back when dispatched: never all in memory
+        ids=store.rollout_index.ids,
         reserved=list(store.table.counts()),
         states=list(rec.states),
         policy=rec.policy,
@@ -410,9 +410,7 @@ def _collect_prepared(  # noqa: PLR0917
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
-        tasksets = {task["task_id"]["taskset"] for task in view.tasks}
-        store.stamp_origins({taskset: origin.stamps() for taskset in tasksets
-                             if (origin := routing.route_for(taskset).origin)})  # fmt: skip
+        store.stamp_origins(OriginStamps(routing.url_for, routing.origins()))
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
@@ -443,7 +441,7 @@ async def _dispatch(  # noqa: PLR0917
     counters: Counters,
     routing: Routing,
 ) -> LoopResult:
-    urls = [routing.url_for(task["task_id"]["taskset"]) for task in view.tasks]
+    urls = TaskUrls(view, routing.url_for)
     reporter = make_reporter(settings.progress, counters, settings.progress_interval_s)
     deadline = None if settings.dispatch_budget_s is None else time.monotonic() + settings.dispatch_budget_s
     client = EnvironmentClient(

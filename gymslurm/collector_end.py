@@ -29,7 +29,7 @@ from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.files import read_gymslurm_metrics
-from gymslurm.store.store import outcome_sizes
+from gymslurm.store.paths import outcome_sizes
 
 
 def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool) -> Completion:

@@ -40,12 +40,12 @@ from typing import Any, Literal
 
 import orjson
 
-from gymslurm.aggregate import RECOVERY_SUFFIXES, ShardSource, check_output
 from gymslurm.dispatch import Completed, Failed, Outcome, verify_answer, verify_client
 from gymslurm.errors import ConfigError
 from gymslurm.records import EpisodeId
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
 from gymslurm.settings import max_rollout_attempts
+from gymslurm.shard_inputs import RECOVERY_SUFFIXES, ShardSource, check_output
 from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import iter_complete_lines
 from gymslurm.store.lines import index_file, read_lines

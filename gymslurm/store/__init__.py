@@ -16,17 +16,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gymslurm.store.files import read_resubmit_offset
     from gymslurm.store.lock import RunLock
     from gymslurm.store.manifest import Manifest
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.store import (
-        ExistingRun,
-        Reconciliation,
-        RunSpec,
-        RunStore,
-        existing_run,
-        read_resubmit_offset,
-    )
+    from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
 
 _HOMES = {
     "ExistingRun": "store",
@@ -37,7 +31,7 @@ _HOMES = {
     "RunSpec": "store",
     "RunStore": "store",
     "existing_run": "store",
-    "read_resubmit_offset": "store",
+    "read_resubmit_offset": "files",
 }
 
 __all__ = [

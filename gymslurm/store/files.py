@@ -140,3 +140,22 @@ def _entry(where: Path, entry: dict[str, Any], remedy: str) -> MetricsEntry:
     note = entry.get("gymslurm_note")
     return MetricsEntry(server, agent_name if isinstance(agent_name, str) else server, metrics, key,
                         note if isinstance(note, str) else None)  # fmt: skip
+
+
+def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:
+    """``(failure lines, result lines)`` excluded from the current budget; ``(0, 0)`` when absent."""
+    try:
+        text = paths.resubmit_offset.read_text()
+    except FileNotFoundError:
+        return 0, 0
+    values = text.split()
+    try:
+        parsed = [int(value) for value in values[:2]]
+    except ValueError:
+        parsed = [-1]
+    if not 1 <= len(values) <= 2 or min(parsed) < 0:
+        raise ManifestError(
+            f"{paths.resubmit_offset} must hold one or two non-negative line counts, found {text[:80]!r}; "
+            "restore it from a backup, or delete it to count every saved failure against the budget"
+        )
+    return parsed[0], parsed[1] if len(parsed) > 1 else 0

@@ -105,6 +105,11 @@ class RolloutIndex:
         value: dict[str, Any] = orjson.loads(os.pread(self._fd, self.offsets[index + 1] - start, start))
         return value
 
+    __getitem__ = row  # the index reads as the sequence of materialized rows (one pread each)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
     def by_task(self) -> dict[tuple[int, int], int]:
         """(task index, repeat index) → rollout index, for legacy rows without a usable rollout id."""
         by_task = {}

@@ -22,6 +22,8 @@ from typing import IO, Any
 import orjson
 
 from gymslurm.errors import StaleFileError
+from gymslurm.selection import RolloutState
+from gymslurm.store.jsonl import iter_complete_lines
 
 _CHUNK = 1 << 20
 
@@ -106,3 +108,27 @@ def selected_lines(path: Path, lines: Sequence[int]) -> bytes:
         return b""
     split = path.read_bytes().split(b"\n")
     return b"\n".join([split[line] for line in lines]) + b"\n"
+
+
+def selected_rows(path: Path, states: Sequence[RolloutState]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(rollout index, saved row) of every selected result in ``path``, one at a time in file order.
+
+    What is held is one 8-byte slot per results line (line → rollout index), never the rows.
+    """
+
+    def picked() -> Iterator[tuple[int, int]]:
+        for index, state in enumerate(states):
+            if state.selected is not None and state.selected.kind == "result":
+                yield state.selected.line, index
+
+    top = max((line for line, _ in picked()), default=-1)
+    if top < 0:
+        return
+    index_at = array("q", [-1]) * (top + 1)
+    for line, index in picked():
+        index_at[line] = index
+    for line, raw in iter_complete_lines(path):
+        if line > top:
+            break
+        if index_at[line] >= 0:
+            yield index_at[line], orjson.loads(raw)

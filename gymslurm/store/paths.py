@@ -178,3 +178,24 @@ class RunPaths:
         """Companions a fresh collection replaces or removes (never the lock, never the manifest here)."""
         keep = {"manifest", "lock"}
         return [path for role, path in self.companions().items() if role not in keep]
+
+
+def saved_outcome_bytes(paths: RunPaths) -> int:
+    """The size of the run's outcome files (results + failure sidecar): it grows with every save.
+
+    The chain compares it at a link's start and later to tell whether the link saved any new
+    outcome, without reading the files (a torn tail can make it grow by a partial line).
+    """
+    return file_size(paths.results) + file_size(paths.failures)
+
+
+def outcome_sizes(paths: RunPaths) -> tuple[int, int]:
+    """The sizes of the results file and the failure sidecar (what an export of them is keyed on)."""
+    return file_size(paths.results), file_size(paths.failures)
+
+
+def file_size(path: os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

@@ -20,7 +20,6 @@ given (redaction is the identity module's job) and leaves selection and coverage
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,18 +27,30 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-import orjson
-
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, LEGACY_JUDGE_MARKERS, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
-from gymslurm.store.files import read_json_object, write_coverage, write_gymslurm_metrics
-from gymslurm.store.history import History, RolloutKeys, read_history, result_outcome, sidecar_outcome
+from gymslurm.store.files import (
+    read_json_object,
+    read_resubmit_offset,
+    write_coverage,
+    write_gymslurm_metrics,
+)
+from gymslurm.store.history import (
+    History,
+    RolloutKeys,
+    gc_paused,
+    history_conflict,
+    read_history,
+    result_outcome,
+    sidecar_outcome,
+)
 from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
-from gymslurm.store.jsonl import Appender, ends_cleanly, iter_complete_lines, read_tail, repair_torn_tail
+from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
+from gymslurm.store.lines import selected_rows
 from gymslurm.store.manifest import (
     IdentitySource,
     Manifest,
@@ -47,7 +58,7 @@ from gymslurm.store.manifest import (
     read_manifest,
     write_manifest,
 )
-from gymslurm.store.paths import RunPaths
+from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
 from gymslurm.store.reservations import ReservationTable, create_table
 
 RESULT_STAMPS = frozenset(
@@ -72,7 +83,7 @@ def existing_run(paths: RunPaths) -> ExistingRun:
     """
     if paths.manifest.exists() or paths.attempts_journal.exists():
         return ExistingRun.MANIFEST
-    if any(_size(path) > 0 for path in (paths.results, paths.failures)):
+    if any(file_size(path) > 0 for path in (paths.results, paths.failures)):
         return ExistingRun.LEGACY
     companions = [p for role, p in paths.companions().items() if role != "lock"]
     if any(path.exists() for path in companions):
@@ -145,7 +156,7 @@ class RunStore:
         self._results: Appender | None = None
         self._failures: Appender | None = None
         self._save_error: StoreError | None = None  # the first failed append stops all saving
-        self._origins: Mapping[str, Mapping[str, Any]] = {}
+        self._origins: Mapping[str, Mapping[str, Any] | None] = {}
 
     # --- building ------------------------------------------------------------------------------
 
@@ -251,7 +262,7 @@ class RunStore:
         """
         if paths.manifest.exists():
             raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
-        if _size(paths.materialized_inputs) == 0:
+        if file_size(paths.materialized_inputs) == 0:
             return None
         return read_rows(paths.materialized_inputs)
 
@@ -354,9 +365,10 @@ class RunStore:
 
         ``origins`` maps a taskset to ``gymslurm.nemogym.ServerOrigin.stamps()`` (``_ng_environment_server``,
         ``_ng_result_type``, ``agent_ref``); such records get ``_ng_task_id`` too, as NeMo Gym stamps it.
-        A result's own ``agent_ref`` is kept.
+        A result's own ``agent_ref`` is kept. The mapping is kept as given (it may look tasksets up as
+        they are met); a taskset it maps to None gets no stamps.
         """
-        self._origins = dict(origins)
+        self._origins = origins
 
     def reserve(self, index: int) -> int:
         """Durably reserve and return the next execution number of rollout ``index``."""
@@ -433,26 +445,8 @@ class RunStore:
         write_gymslurm_metrics(self.paths.gymslurm_metrics, metrics)
 
     def selected_results(self, states: Sequence[RolloutState]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(rollout index, saved row) of every selected result, read back one at a time in file order.
-
-        What is held is one 8-byte slot per results line (line → rollout index), never the rows.
-        """
-        def picked() -> Iterator[tuple[int, int]]:
-            for index, state in enumerate(states):
-                if state.selected is not None and state.selected.kind == "result":
-                    yield state.selected.line, index
-
-        top = max((line for line, _ in picked()), default=-1)
-        if top < 0:
-            return
-        index_at = array("q", [-1]) * (top + 1)
-        for line, index in picked():
-            index_at[line] = index
-        for line, raw in iter_complete_lines(self.paths.results):
-            if line > top:
-                break
-            if index_at[line] >= 0:
-                yield index_at[line], orjson.loads(raw)
+        """(rollout index, saved row) of every selected result, read back one at a time in file order."""
+        return selected_rows(self.paths.results, states)
 
     def write_health(self, report: Mapping[str, Any]) -> None:
         publish_json(self.paths.health, dict(report))
@@ -551,35 +545,6 @@ class RunStore:
         return self._failures
 
 
-def history_conflict(
-    paths: RunPaths, rollout_id: str, problem: str, remedy: str = "use a new output path"
-) -> CorruptRecordError:
-    """The one error for a rollout whose saved history conflicts with its reservations."""
-    return CorruptRecordError(
-        f"rollout {rollout_id!r} has {problem} in {paths.results} / {paths.failures}: its history "
-        f"conflicts with {paths.reservations}. Restore the run's files together from a backup, or {remedy}"
-    )
-
-
-def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:
-    """``(failure lines, result lines)`` excluded from the current budget; ``(0, 0)`` when absent."""
-    try:
-        text = paths.resubmit_offset.read_text()
-    except FileNotFoundError:
-        return 0, 0
-    values = text.split()
-    try:
-        parsed = [int(value) for value in values[:2]]
-    except ValueError:
-        parsed = [-1]
-    if not 1 <= len(values) <= 2 or min(parsed) < 0:
-        raise ManifestError(
-            f"{paths.resubmit_offset} must hold one or two non-negative line counts, found {text[:80]!r}; "
-            "restore it from a backup, or delete it to count every saved failure against the budget"
-        )
-    return parsed[0], parsed[1] if len(parsed) > 1 else 0
-
-
 def _write_run_files(
     paths: RunPaths,
     manifest: Manifest,
@@ -611,43 +576,6 @@ def _clear_companions(paths: RunPaths) -> None:
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building millions of acyclic objects.
-
-    Without it, full collections keep re-scanning the growing outcome groups (tens of percent of a
-    large reconcile); nothing built here forms a cycle, so reference counting frees it all.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def saved_outcome_bytes(paths: RunPaths) -> int:
-    """The size of the run's outcome files (results + failure sidecar): it grows with every save.
-
-    The chain compares it at a link's start and later to tell whether the link saved any new
-    outcome, without reading the files (a torn tail can make it grow by a partial line).
-    """
-    return _size(paths.results) + _size(paths.failures)
-
-
-def outcome_sizes(paths: RunPaths) -> tuple[int, int]:
-    """The sizes of the results file and the failure sidecar (what an export of them is keyed on)."""
-    return _size(paths.results), _size(paths.failures)
-
-
-def _size(path: os.PathLike[str]) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
 
 
 __all__ = [

@@ -15,6 +15,7 @@ import orjson
 
 from gymslurm.collector import LoopResult, RunView, build_coverage
 from gymslurm.collector_end import export_metrics
+from gymslurm.collector_view import OriginStamps
 from gymslurm.dispatch import MetricsRows
 from gymslurm.errors import MetricsUnavailableError
 from gymslurm.nemogym import ServerOrigin
@@ -164,3 +165,29 @@ def test_a_spooled_body_is_the_json_list_nemo_gym_takes() -> None:
         assert list(spool) == rows == list(spool)
     with MetricsRows() as empty:
         assert orjson.loads(empty.body().read()) == {"verify_responses": []}
+
+
+def test_a_collections_view_reads_tasks_from_the_store_and_keeps_none_once_saved(tmp_path: Path) -> None:
+    """A collection keeps a compact index per rollout: a task is read when dispatched, dropped when saved."""
+    store = create(RunPaths.for_output(tmp_path / "out.jsonl"), count=3)
+    rec = store.reconcile()
+    index = store.rollout_index
+    view = RunView(tasks=index, ids=index.ids, reserved=list(store.table.counts()), states=list(rec.states),
+                   policy=rec.policy, run_id=store.run_id, identity_verified=True,
+                   historical_failed_attempts=0)  # fmt: skip
+    inputs = store.inputs()
+    assert view.wire_task(1) == {"task_id": inputs[1]["task_id"], "task_input": inputs[1]["task_input"]}
+    view.mark_reserved(1, store.reserve(1))
+    view.advance(1, store.append_result(1, 0, {"reward": 1.0}))
+    assert view.ids == [task["_ng_rollout_id"] for task in inputs] and view._open == {}
+
+
+def test_origin_stamps_are_found_per_taskset_as_records_are_saved(tmp_path: Path) -> None:
+    """The tasksets are not listed up front: each record's taskset finds its server's origin when saved."""
+    store = create(RunPaths.for_output(tmp_path / "out.jsonl"), count=1)
+    store.reconcile()
+    taskset = store.inputs()[0]["task_id"]["taskset"]
+    store.stamp_origins(OriginStamps({taskset: URL}.__getitem__, {URL: ORIGIN}))
+    store.append_result(0, store.reserve(0), {"reward": 1.0})
+    (row,) = [orjson.loads(line) for line in store.paths.results.read_bytes().splitlines()]
+    assert row["_ng_environment_server"] == "weather_legacy_env" and row["_ng_task_id"] == row["task_id"]

@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("the run's files", ["gymslurm.store", "gymslurm.store.*"]),
     ("reading and preparing runs", [
         "gymslurm.prepare", "gymslurm.health", "gymslurm.outcomes", "gymslurm.collector_watch",
-        "gymslurm.collector_view",
+        "gymslurm.collector_view", "gymslurm.shard_inputs",
     ]),
     ("aggregation and the collector's watch", ["gymslurm.aggregate", "gymslurm.collector_live"]),
     ("after a collection; re-grading", ["gymslurm.collector_end", "gymslurm.reverify", "gymslurm.recovery"]),
@@ -127,7 +127,7 @@ def test_no_circle_anywhere() -> None:
 LINE_LIMIT = 600
 # Modules still over the limit, at most as long as this; each is to be split (issue 17), and may
 # only shrink meanwhile. Remove an entry once its module is under the limit.
-NOT_YET_SPLIT = {"gymslurm.store.store": 643, "gymslurm.aggregate": 641, "gymslurm.identity": 641}
+NOT_YET_SPLIT = {"gymslurm.identity": 641}
 
 
 def test_no_module_is_over_the_limit() -> None:

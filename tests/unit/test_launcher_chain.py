@@ -12,9 +12,9 @@ from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_o
 from gymslurm.launcher.job.collector_process import collector_argv
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.store.files import read_resubmit_offset as store_resubmit_offset
 from gymslurm.store.files import write_coverage
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
 from tests.slurm.launcher_standin_collector import standin_coverage
 
 

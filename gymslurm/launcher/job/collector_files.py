@@ -49,7 +49,7 @@ def read_resubmit_offset(output: Path) -> str | None:
 
     Parsed by the store's one reader; a malformed file is said on the job's output and kept as None.
     """
-    from gymslurm.store.store import read_resubmit_offset as store_resubmit_offset
+    from gymslurm.store.files import read_resubmit_offset as store_resubmit_offset
 
     paths = RunPaths.for_output(output)
     if not paths.resubmit_offset.exists():
@@ -64,6 +64,6 @@ def read_resubmit_offset(output: Path) -> str | None:
 
 def saved_bytes(output: Path) -> int:
     """The size of the shard's outcome files now (see :func:`gymslurm.store.store.saved_outcome_bytes`)."""
-    from gymslurm.store.store import saved_outcome_bytes  # imported late: keeps chain-step's start fast
+    from gymslurm.store.paths import saved_outcome_bytes  # imported late: keeps chain-step's start fast
 
     return saved_outcome_bytes(RunPaths.for_output(output))
