@@ -6,11 +6,17 @@ Prints, for N rollouts (default 100,000):
    the same ``POST /run`` requests to the same demo server — the ceiling on this machine right now;
 2. the collector's rate (its dispatch loop, from its own last progress line) and whole-process wall
    time for the fresh run, with every durable reservation and saved outcome;
-3. the wall time of a whole ``gymslurm collect +resume_from_cache=true`` process on the finished run;
-4. the same after removing the second half of the results file (those rollouts are re-dispatched).
+3. the wall time of a whole ``gymslurm collect +resume_from_cache=true`` process on the finished run,
+   against a raw *parse-and-diff* client measured in the same run (a fresh process that parses the
+   dataset and the results file and finds no rollout left to do: the least a resume can cost);
+4. the peak RSS (the child's ``ru_maxrss``) of the fresh collection and of its resume, and per
+   rollout, so that runs of several sizes (``--n 100000,300000``) show whether it stays flat;
+5. the same resume after removing the second half of the results file (re-dispatched).
 
-Targets (issue 3): collector >= 60 % of the raw client and >= 4,000 rollouts/s; resume of the finished
-run < 1.5 s. Run from the repository root:  python bench/collect.py [--n 100000] [--concurrency 64]
+Targets: collector >= 60 % of the raw client and >= 4,000 rollouts/s (issue 3); resume of the
+finished run <= 1.2x the parse-and-diff client; peak RSS of a 1,000,000-rollout collection <= 500 MB
+fresh and <= 300 MB resumed, flat per rollout (issue 17). Run from the repository root:
+python bench/collect.py [--n 100000[,300000]] [--concurrency 64] [--skip-half]
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -88,19 +95,55 @@ def raw_client_rate(url: str, dataset: Path, n: int, concurrency: int) -> float:
     return sent / (time.perf_counter() - started)
 
 
-def run_collect(dataset: Path, output: Path, url: str, concurrency: int, resume: bool) -> tuple[float, str]:
+def run_collect(
+    dataset: Path, output: Path, url: str, concurrency: int, resume: bool
+) -> tuple[float, str, float]:
+    """Wall seconds, stderr and peak RSS (MB) of one whole ``gymslurm collect`` process."""
     command = [
         sys.executable, "-m", "gymslurm", "collect", f"+input_jsonl_fpath={dataset}",
         f"+output_jsonl_fpath={output}", f"+environment_server_url={url}", f"+concurrency={concurrency}",
         "+progress=plain", "+progress_interval_s=3600", "+summary=false",
         f"+resume_from_cache={str(resume).lower()}",
     ]  # fmt: skip
+    wall, code, stderr, rss = _run_measured(command)
+    if code != 0:
+        raise SystemExit(f"collect failed ({code}):\n{stderr}")
+    return wall, stderr, rss
+
+
+def _run_measured(command: list[str]) -> tuple[float, int, str, float]:
+    """Run a child; its wall seconds, exit status, stderr and peak RSS in MB (``wait4``'s ru_maxrss)."""
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"collect failed ({done.returncode}):\n{done.stderr}")
-    return wall, done.stderr
+    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert child.stderr is not None
+    stderr = child.stderr.read().decode()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - started, child.returncode, stderr, usage.ru_maxrss / 1024
+
+
+RAW_DIFF = """
+import sys, orjson
+dataset, results = sys.argv[1], sys.argv[2]
+done = set()
+with open(results, "rb") as handle:
+    for line in handle:
+        done.add(orjson.loads(line)["_ng_rollout_id"])
+todo = 0
+with open(dataset, "rb") as handle:
+    for line in handle:
+        task = orjson.loads(line)["task_id"]
+        todo += f"{task['taskset']}-{task['task_id']}" not in done
+print(todo)
+"""
+
+
+def raw_resume_wall(dataset: Path, output: Path) -> float:
+    """Wall seconds of a fresh process that parses dataset and results and diffs them (the floor)."""
+    wall, code, stderr, _ = _run_measured([sys.executable, "-c", RAW_DIFF, str(dataset), str(output)])
+    if code != 0:
+        raise SystemExit(f"the raw parse-and-diff client failed:\n{stderr}")
+    return wall
 
 
 def loop_rate(stderr: str) -> float:
@@ -120,44 +163,52 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--n", default="100000", help="rollouts; several sizes comma-separated")
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--skip-half", action="store_true", help="skip the half-removed resume")
     args = parser.parse_args()
     server, url = start_server()
     try:
-        with tempfile.TemporaryDirectory(prefix="gymslurm-bench-") as tmp:
-            folder = Path(tmp)
-            dataset = folder / "arith.jsonl"
-            write_dataset(dataset, args.n)
-            output = folder / "run" / "out.jsonl"
-            raw = raw_client_rate(url, dataset, args.n, args.concurrency)
-            print(
-                f"raw HTTP client:             {raw:10,.0f} requests/s "
-                f"({args.n:,} requests, {args.concurrency} in flight)"
-            )
-            wall, stderr = run_collect(dataset, output, url, args.concurrency, resume=False)
-            rate = loop_rate(stderr)
-            print(
-                f"collector (dispatch loop):   {rate:10,.0f} rollouts/s   whole process {wall:.2f} s "
-                f"({args.n / wall:,.0f} rollouts/s incl. start-up)"
-            )
-            print(f"  ratio collector / raw:     {rate / raw:10.2f}   (target >= 0.60)")
-            print(f"  ratio collector / 4,000/s: {rate / 4000:10.2f}   (target >= 1.00)")
-            resume_wall, _ = run_collect(dataset, output, url, args.concurrency, resume=True)
-            print(
-                f"resume, finished run:        {resume_wall:10.2f} s whole process (target < 1.5 s; "
-                f"ratio {resume_wall / 1.5:.2f} of the limit)"
-            )
-            removed = drop_second_half(output)
-            half_wall, half_err = run_collect(dataset, output, url, args.concurrency, resume=True)
-            print(
-                f"resume, {removed:,} results removed: {half_wall:6.2f} s whole process "
-                f"(re-dispatched at {loop_rate(half_err):,.0f} rollouts/s)"
-            )
+        for n in (int(size) for size in args.n.split(",")):
+            with tempfile.TemporaryDirectory(prefix="gymslurm-bench-") as tmp:
+                one_size(Path(tmp), n, url, args.concurrency, args.skip_half)
     finally:
         server.terminate()
         server.wait()
     return 0
+
+
+def one_size(folder: Path, n: int, url: str, concurrency: int, skip_half: bool) -> None:
+    dataset = folder / "arith.jsonl"
+    write_dataset(dataset, n)
+    output = folder / "run" / "out.jsonl"
+    print(f"--- N = {n:,} rollouts")
+    raw = raw_client_rate(url, dataset, n, concurrency)
+    print(f"raw HTTP client:             {raw:10,.0f} requests/s ({n:,} requests, {concurrency} in flight)")
+    wall, stderr, fresh_rss = run_collect(dataset, output, url, concurrency, resume=False)
+    rate = loop_rate(stderr)
+    print(
+        f"collector (dispatch loop):   {rate:10,.0f} rollouts/s   whole process {wall:.2f} s "
+        f"({n / wall:,.0f} rollouts/s incl. start-up)"
+    )
+    print(f"  ratio collector / raw:     {rate / raw:10.2f}   (target >= 0.60)")
+    print(f"  ratio collector / 4,000/s: {rate / 4000:10.2f}   (target >= 1.00)")
+    resume_wall, _, resume_rss = run_collect(dataset, output, url, concurrency, resume=True)
+    raw_wall = raw_resume_wall(dataset, output)
+    print(f"resume, finished run:        {resume_wall:10.2f} s whole process; raw diff {raw_wall:.2f} s")
+    print(f"  ratio resume / raw diff:   {resume_wall / raw_wall:10.2f}   (target <= 1.20)")
+    for name, rss, limit in (("fresh", fresh_rss, 500), ("resume", resume_rss, 300)):
+        print(
+            f"peak RSS, {name:6}:          {rss:10,.0f} MB  ({rss * 2**20 / n:,.0f} bytes/rollout; "
+            f"1M target <= {limit} MB = {limit * 2**20 / 1e6:,.0f} bytes/rollout)"
+        )
+    if not skip_half:
+        removed = drop_second_half(output)
+        half_wall, half_err, _ = run_collect(dataset, output, url, concurrency, resume=True)
+        print(
+            f"resume, {removed:,} results removed: {half_wall:6.2f} s whole process "
+            f"(re-dispatched at {loop_rate(half_err):,.0f} rollouts/s)"
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ collection materializes (and so refuses bad rows) before it replaces an existing
 from __future__ import annotations
 
 import collections
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,11 +137,7 @@ class Inputs:
 
     def __init__(self, settings: CollectSettings) -> None:
         self.source_path = settings.input_jsonl_fpath
-        try:
-            self._data: bytes | None = self.source_path.read_bytes()
-        except OSError as error:
-            raise ConfigError(unreadable_input(self.source_path, error)) from None
-        self.source_digest = source_digest(self._data)
+        self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
 
@@ -151,9 +148,24 @@ class Inputs:
             self._tasks = self._materialize()
         return self._tasks
 
+    def _digest(self) -> str:
+        sha = hashlib.sha256()
+        try:
+            with open(self.source_path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    sha.update(chunk)
+        except OSError as error:
+            raise ConfigError(unreadable_input(self.source_path, error)) from None
+        return "sha256:" + sha.hexdigest()
+
     def _materialize(self) -> list[Task]:
         settings, path = self._settings, self.source_path
-        assert self._data is not None
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise ConfigError(unreadable_input(path, error)) from None
+        if source_digest(data) != self.source_digest:
+            raise ConfigError(f"the input dataset {path} changed while it was read; run again once written")
         options = MaterializeOptions(
             dataset_name=settings.taskset or path.stem,
             num_repeats=settings.num_repeats,
@@ -161,8 +173,8 @@ class Inputs:
             prompt_template=settings.prompt_template,
             prompt_field=settings.prompt_field,
         )
-        rows = parse_rows(self._data, str(path), settings.limit)
-        self._data = None  # the bytes are not needed again
+        rows = parse_rows(data, str(path), settings.limit)
+        del data
         if not rows:
             raise ConfigError(
                 f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
@@ -235,7 +247,7 @@ def prepare(
             f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
         )
     store = _create_fresh(settings, paths, inputs, identity)
-    return _reconciled(store, stderr, lambda: inputs.tasks)
+    return _reconciled(store, stderr, store.inputs)  # the tasks in memory are freed once written
 
 
 def _new_run(

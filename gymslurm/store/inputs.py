@@ -11,21 +11,17 @@ from __future__ import annotations
 import hashlib
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from gymslurm.errors import ConfigError, ManifestError
-from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import dump_line, iter_records
 
 _CHUNK = 1 << 20
-
-
-def digest_bytes(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def check_rows(rows: Sequence[dict[str, Any]]) -> None:
@@ -44,14 +40,22 @@ def check_rows(rows: Sequence[dict[str, Any]]) -> None:
 def write_inputs(path: Path, rows: Sequence[dict[str, Any]]) -> tuple[str, RolloutIndex]:
     """Publish the materialized inputs; return their digest and the index of the written file."""
     index = RolloutIndex(path)
-    lines = []
-    for line, row in enumerate(rows):
-        data = dump_line(row, canonical=True)
-        index.add(line, row, len(data))
-        lines.append(data)
-    data = b"".join(lines)
-    publish_bytes(path, data)
-    return digest_bytes(data), index
+    sha = hashlib.sha256()
+
+    def chunks() -> Iterator[bytes]:  # streamed: the file is never held whole in memory
+        batch: list[bytes] = []
+        for line, row in enumerate(rows):
+            data = dump_line(row, canonical=True)
+            index.add(line, row, len(data))
+            sha.update(data)
+            batch.append(data)
+            if len(batch) == 4096:
+                yield b"".join(batch)
+                batch.clear()
+        yield b"".join(batch)
+
+    publish_stream(path, chunks())
+    return "sha256:" + sha.hexdigest(), index
 
 
 def digest_file(path: Path) -> tuple[str, int]:
