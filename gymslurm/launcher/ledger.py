@@ -275,33 +275,39 @@ def summarize(records: Iterable[Record]) -> ChainState:
     """Fold ledger records into the chain's state (pure)."""
     state = ChainState()
     for record in records:
-        if isinstance(record, Submitted):
-            if record.job_id not in state.jobs:
-                state.jobs.append(record.job_id)
-                state.epoch_jobs.append(record.job_id)
-            if record.after:
-                state.successor_of[record.after] = record.job_id
-        elif isinstance(record, Started):
-            state.open_runs.append(record)
-            if record.job_id not in state.jobs:  # its submitter died before recording it
-                state.jobs.append(record.job_id)
-                state.epoch_jobs.append(record.job_id)
-        elif isinstance(record, DecisionRecord):
-            _fold_decision(state, record)
-        elif isinstance(record, Cancelled):
-            state.cancelled = True
-            state.finished = True
-        elif isinstance(record, Injected):
-            state.injected.append(record)
-        elif isinstance(record, Resubmitted):
-            state.finished = state.cancelled = False
-            state.epochs += 1
-            state.epoch_jobs = []
-            state.resubmit_pending = True
-            if record.reset_budget:
-                state.budgets = Budgets(jobs=state.budgets.jobs)
-        elif isinstance(record, ServerRecord):
-            _fold_server(state, record)
+        fold(state, record)
+    return state
+
+
+def fold(state: ChainState, record: Record) -> ChainState:
+    """Fold one more record into ``state`` (in place, returned): what a writer knows it just appended."""
+    if isinstance(record, Submitted):
+        if record.job_id not in state.jobs:
+            state.jobs.append(record.job_id)
+            state.epoch_jobs.append(record.job_id)
+        if record.after:
+            state.successor_of[record.after] = record.job_id
+    elif isinstance(record, Started):
+        state.open_runs.append(record)
+        if record.job_id not in state.jobs:  # its submitter died before recording it
+            state.jobs.append(record.job_id)
+            state.epoch_jobs.append(record.job_id)
+    elif isinstance(record, DecisionRecord):
+        _fold_decision(state, record)
+    elif isinstance(record, Cancelled):
+        state.cancelled = True
+        state.finished = True
+    elif isinstance(record, Injected):
+        state.injected.append(record)
+    elif isinstance(record, Resubmitted):
+        state.finished = state.cancelled = False
+        state.epochs += 1
+        state.epoch_jobs = []
+        state.resubmit_pending = True
+        if record.reset_budget:
+            state.budgets = Budgets(jobs=state.budgets.jobs)
+    elif isinstance(record, ServerRecord):
+        _fold_server(state, record)
     return state
 
 

@@ -29,6 +29,15 @@ Order of work, chosen so that a job killed at any moment still leaves the chain 
 
 The job exits with :func:`gymslurm.launcher.decide.job_exit_code` so Slurm's state agrees with the
 ledger (76 → FAILED). ``--aggregate`` runs the aggregation step instead of a link.
+
+Reading the ledger: once, under the link lock, and that :class:`ChainState` is passed on through
+steps 0-3, with what the link appends itself folded in (:func:`~gymslurm.launcher.ledger.fold`): no
+other link writes the shard's ledger while the lock is held. It is read again only where a command
+on the login node may have written in between — ``gymslurm cancel`` (or ``resubmit``) writes at any
+moment without the lock: right after queuing a successor (a cancel that looked before the
+``submitted`` record missed it, so the link cancels it itself), and once after the collector exits
+(a cancel during the collection means nothing is queued). The collector's coverage is read once
+before the collector starts and once after it exits (the progress the decision weighs).
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from gymslurm.launcher.ledger import (
     ServerRecord,
     Started,
     Submitted,
+    fold,
     record_decision,
     summarize,
 )
@@ -128,8 +138,7 @@ def account_for_dead_runs(
         before = state.budgets
         verdict = decide(end, before, limits)
         log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
-        record_decision(ledger, run, end, before, verdict, accounted_by=me[0])
-        state = summarize(ledger.read())
+        fold(state, record_decision(ledger, run, end, before, verdict, accounted_by=me[0]))
     return state
 
 
@@ -148,13 +157,17 @@ def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> 
     return backend.submit(run.script(shard), after=after)
 
 
-def ensure_successor(run: RunDir, shard: int, ledger: Ledger, me: str, backend: Backend) -> str:
-    """The queued link that follows this job, submitting one if there is none."""
-    existing = summarize(ledger.read()).successor_of.get(me)
+def ensure_successor(
+    run: RunDir, shard: int, ledger: Ledger, me: str, backend: Backend, *, state: ChainState
+) -> str:
+    """The queued link that follows this job, submitting one if there is none (``state``: the ledger's)."""
+    existing = state.successor_of.get(me)
     if existing and _live(existing, backend):
         return existing
     successor = submit_link(run, shard, backend, after=[me])
-    ledger.append(Submitted(job_id=successor, after=me, by=me))
+    submitted = Submitted(job_id=successor, after=me, by=me)
+    ledger.append(submitted)
+    fold(state, submitted)
     log(f"successor {successor} queued after {me}")
     if summarize(ledger.read()).cancelled:  # cancel ran meanwhile (it looks again after recording)
         backend.cancel([successor])
@@ -192,23 +205,24 @@ def run_link(
             f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
         return 0
     try:
-        other = other_live_link(summarize(run.ledger(shard).read()), me, backend)
+        state = summarize(run.ledger(shard).read())  # the one read of this phase (module docstring)
+        other = other_live_link(state, me, backend)
         if other is not None:
             log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
                 f"{duplicate}")  # fmt: skip
             return 0
-        return _run_link_locked(run, shard, settings, backend, me, signals=signals)
+        return _run_link_locked(run, shard, settings, backend, me, signals=signals, state=state)
     finally:
         os.close(lock)
 
 
 def _run_link_locked(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
-    signals: Signals,
+    signals: Signals, state: ChainState,
 ) -> int:  # fmt: skip
     ledger, limits = run.ledger(shard), _limits(settings)
     output = run.shard_output(shard, settings.output_stem)
-    state = account_for_dead_runs(summarize(ledger.read()), ledger, me, backend, output=output, limits=limits)
+    state = account_for_dead_runs(state, ledger, me, backend, output=output, limits=limits)
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
         if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
@@ -217,9 +231,10 @@ def _run_link_locked(
     bytes_before = saved_bytes(output)
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
     ledger.append(started)
+    fold(state, started)
     reap_predecessors(state, ledger, me)
     try:
-        successor: str | None = ensure_successor(run, shard, ledger, me[0], backend)
+        successor: str | None = ensure_successor(run, shard, ledger, me[0], backend, state=state)
     except SlurmError as error:  # collect anyway; queuing is tried again after the decision
         log(f"could not queue a successor now: {error}")
         successor = None
@@ -335,12 +350,13 @@ def _after_decision(
     decision: Decision,
 ) -> None:  # fmt: skip
     ledger = run.ledger(shard)
-    if summarize(ledger.read()).cancelled:
+    state = summarize(ledger.read())  # cancel or resubmit may have written during the collection
+    if state.cancelled:
         log(f"the chain of shard {shard} was cancelled; not queuing anything")
         return
     if decision.continues:
         if not _live(successor, backend):
-            ensure_successor(run, shard, ledger, me, backend)
+            ensure_successor(run, shard, ledger, me, backend, state=state)
         return
     if successor is not None:
         backend.cancel([successor])
