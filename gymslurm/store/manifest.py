@@ -21,7 +21,7 @@ from gymslurm.errors import ManifestError
 from gymslurm.formats import version_of
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS
 from gymslurm.store.atomic import publish_json
-from gymslurm.store.files import parse_json_object, validation_problems
+from gymslurm.store.files import read_json_object, validation_problems
 from gymslurm.version import __version__
 
 FORMAT_VERSION = version_of("manifest")
@@ -66,28 +66,21 @@ def new_run_id() -> str:
     return f"run-{secrets.token_hex(16)}"
 
 
+_REMEDY = (
+    "restore it from a backup or start at a new output path (its execution reservations cannot be recreated)"
+)
+
+
 def read_manifest(path: Path, *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS) -> Manifest | None:
-    """The manifest at ``path``, or None when there is none; anything unreadable is a ManifestError."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise ManifestError(f"cannot read the run manifest {path}: {error}; check permissions") from error
-    return parse_manifest(path, raw, adopt_attempts=adopt_attempts)
+    """The manifest at ``path``, or None when there is none; anything unreadable is a ManifestError.
 
-
-def parse_manifest(path: Path, raw: bytes, *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS) -> Manifest:
-    """Validate a manifest's bytes; one without ``max_rollout_attempts`` adopts ``adopt_attempts``.
-
-    The caller passes the setting in force (the collector its resolved settings, a reader the
-    environment's): the store never reads the process environment itself.
+    One without ``max_rollout_attempts`` adopts ``adopt_attempts``: the caller passes the setting in
+    force (the collector its resolved settings, a reader the environment's); the store never reads the
+    process environment itself.
     """
-    remedy = (
-        "restore it from a backup or start at a new output path (its execution reservations cannot be "
-        "recreated)"
-    )
-    data = parse_json_object(path, raw, "the run manifest", remedy, "manifest")
+    data = read_json_object(path, "the run manifest", _REMEDY, "manifest")
+    if data is None:
+        return None
     adopted = "max_rollout_attempts" not in data
     if adopted:
         data = {**data, "max_rollout_attempts": adopt_attempts}
@@ -95,7 +88,7 @@ def parse_manifest(path: Path, raw: bytes, *, adopt_attempts: int = DEFAULT_MAX_
         manifest = Manifest.model_validate(data)
     except ValidationError as error:
         problems = validation_problems(error)
-        raise ManifestError(f"the run manifest {path} is invalid ({problems}); {remedy}") from None
+        raise ManifestError(f"the run manifest {path} is invalid ({problems}); {_REMEDY}") from None
     manifest._adopted = adopted
     return manifest
 
