@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -21,7 +21,7 @@ from gymslurm.errors import ManifestError
 from gymslurm.formats import version_of
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS
 from gymslurm.store.atomic import publish_json
-from gymslurm.store.files import read_json_object, validation_problems
+from gymslurm.store.files import parse_json_object, read_json_object, validation_problems
 from gymslurm.version import __version__
 
 FORMAT_VERSION = version_of("manifest")
@@ -79,8 +79,16 @@ def read_manifest(path: Path, *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEM
     process environment itself.
     """
     data = read_json_object(path, "the run manifest", _REMEDY, "manifest")
-    if data is None:
-        return None
+    return None if data is None else _validated(path, data, adopt_attempts)
+
+
+def parse_manifest(path: Path, raw: bytes, *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS) -> Manifest:
+    """:func:`read_manifest` for bytes already read."""
+    data = parse_json_object(path, raw, "the run manifest", _REMEDY, "manifest")
+    return _validated(path, data, adopt_attempts)
+
+
+def _validated(path: Path, data: dict[str, Any], adopt_attempts: int) -> Manifest:
     adopted = "max_rollout_attempts" not in data
     if adopted:
         data = {**data, "max_rollout_attempts": adopt_attempts}
