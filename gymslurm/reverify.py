@@ -42,12 +42,12 @@ import orjson
 
 from gymslurm.dispatch import Completed, Failed, Outcome, verify_answer, verify_client
 from gymslurm.errors import ConfigError
-from gymslurm.records import EpisodeId
+from gymslurm.records import EpisodeId, Protocol
 from gymslurm.selection import SUCCESSFUL, RolloutState, SavedOutcome, has_saved_generation
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.shard_inputs import RECOVERY_SUFFIXES, ShardSource, check_output
 from gymslurm.store.atomic import publish_stream
-from gymslurm.store.jsonl import iter_complete_lines
+from gymslurm.store.jsonl import Appender, iter_complete_lines, iter_records, repair_torn_tail
 from gymslurm.store.lines import index_file, read_lines
 from gymslurm.store.paths import companion_path
 
@@ -141,13 +141,20 @@ def regrade_request(stamps: Mapping[str, Any], task_input: Any, answer: Any) -> 
     }
 
 
-def http_regrader(url: str, run_id: str, *, timeout_s: float = 60.0, client: Any = None) -> Regrade:
-    """A :data:`Regrade` that POSTs to ``<url>/verify`` through :func:`gymslurm.dispatch.verify_answer`."""
+def http_regrader(
+    url: str, run_id: str, *, timeout_s: float = 60.0, client: Any = None, protocol: Protocol = "episode"
+) -> Regrade:
+    """A :data:`Regrade` that POSTs to ``<url>/verify`` through :func:`gymslurm.dispatch.verify_answer`.
+
+    ``protocol``: ``episode`` (the typed re-grade body), or a legacy one: NeMo Gym's flat verify
+    request to a resources server's ``/verify`` (``url`` is then that resources server).
+    """
     http = client or verify_client(timeout_s)
 
     def regrade(request: dict[str, Any]) -> Outcome:
         episode = EpisodeId.model_validate(request["episode_id"])
-        return verify_answer(http, url, episode, request["task"], request["response"], run_id=run_id)
+        return verify_answer(http, url, episode, request["task"], request["response"], run_id=run_id,
+                             protocol=protocol)  # fmt: skip
 
     return regrade
 
@@ -168,6 +175,7 @@ class ReverifyReport:
     without_answer: int = 0
     stopped: int = 0
     skipped: int = 0
+    resumed: int = 0  # re-grades reused from an interrupted reverification's journal
     warnings: list[str] = field(default_factory=list)
 
     def nothing_to_do_message(self) -> str:
@@ -238,28 +246,87 @@ def reverify_judge_failed(
     if rejudge:  # before any judge call: a write that cannot happen must not cost re-grades
         _make_parent(output)
     regrade = regrade_for(store.run_id) if rejudge else None
-    rows, failures = [], []
+    rows: list[bytes] = []
+    failures: list[bytes] = []
+    journal = ReverifyJournal(output, store.run_id) if rejudge else None
     for decision in rejudge:
-        assert regrade is not None and decision.new_attempt is not None and decision.line is not None
-        stamps = index.stamps(decision.index, store.run_id, decision.new_attempt)
-        answer = answers[decision.line]
-        outcome = regrade(regrade_request(stamps, inputs[decision.index]["task_input"], answer))
-        provenance = {"source_attempt": decision.source_attempt, "source_run_id": store.run_id}
-        if isinstance(outcome, Completed):
-            rows.append(orjson.dumps({**outcome.result, **stamps, "_ng_reverify": provenance}) + b"\n")
+        assert regrade is not None and journal is not None and decision.new_attempt is not None
+        assert decision.line is not None
+        kind, row = journal.done.get((decision.index, decision.source_attempt)) or _regraded(
+            decision, index.stamps(decision.index, store.run_id, decision.new_attempt),
+            inputs[decision.index]["task_input"], answers[decision.line], regrade, store.run_id, journal,
+        )  # fmt: skip
+        (rows if kind == "result" else failures).append(orjson.dumps(row) + b"\n")
+        if kind == "result":
             report.regraded_ok += 1
-        elif isinstance(outcome, Failed):
-            failures.append(orjson.dumps(_failure_row(stamps, outcome, answer, provenance)) + b"\n")
+        elif kind == "failure":
             report.regrade_failed += 1
         else:
-            omission = {**stamps, "_ng_omitted": True, "_ng_reverify": provenance}
-            failures.append(orjson.dumps(omission) + b"\n")
             report.regrade_omitted += 1
-    if not rejudge:
+    if journal is None:
         return report
+    report.resumed = journal.resumed
     carried = {d.line for d in decisions if d.action == "carry"}
     _publish(output, _chain(_lines_of(paths.results, carried), rows), failures)
+    journal.finish()
     return report
+
+
+def _regraded(  # noqa: PLR0917
+    decision: Decision,
+    stamps: dict[str, Any],
+    task_input: Any,
+    answer: Any,
+    regrade: Regrade,
+    run_id: str,
+    journal: ReverifyJournal,
+) -> tuple[str, dict[str, Any]]:
+    """Re-grade one saved answer and journal the row it gives before anything else happens."""
+    outcome = regrade(regrade_request(stamps, task_input, answer))
+    provenance = {"source_attempt": decision.source_attempt, "source_run_id": run_id}
+    if isinstance(outcome, Completed):
+        kind, row = "result", {**outcome.result, **stamps, "_ng_reverify": provenance}
+    elif isinstance(outcome, Failed):
+        kind, row = "failure", _failure_row(stamps, outcome, answer, provenance)
+    else:
+        kind, row = "omission", {**stamps, "_ng_omitted": True, "_ng_reverify": provenance}
+    journal.save(decision.index, decision.source_attempt, kind, row)
+    return kind, row
+
+
+class ReverifyJournal:
+    """``<output stem>_reverify_progress.jsonl``: each re-grade, saved as it is made (resumable reverify).
+
+    A judge call is the costly part of a reverification, so an interrupted one keeps what it graded:
+    the same command again reuses each journaled re-grade of the same source run (same rollout, same
+    source execution) instead of calling the judge again, and the journal is removed once the output
+    is published. A journal of another source run is refused (it belongs to another reverification).
+    """
+
+    def __init__(self, output: Path, run_id: str) -> None:
+        self.path = companion_path(output.resolve(), "_reverify_progress.jsonl")
+        self.run_id = run_id
+        self.done: dict[tuple[int, int | None], tuple[str, dict[str, Any]]] = {}
+        for _, entry in iter_records(self.path):
+            if entry.get("source_run_id") != run_id:
+                raise ConfigError(
+                    f"{self.path} holds the progress of a reverification of another run "
+                    f"({entry.get('source_run_id')!r}, not {run_id}); remove it or choose another output"
+                )
+            self.done[(entry["index"], entry["source_attempt"])] = (entry["kind"], entry["row"])
+        self.resumed = len(self.done)
+        repair_torn_tail(self.path)  # a re-grade cut by the interruption is graded again
+        _make_parent(output)
+        self._appender = Appender(self.path, 0)  # (line numbers are not used here)
+
+    def save(self, index: int, source_attempt: int | None, kind: str, row: dict[str, Any]) -> None:
+        """Journal one re-grade; it reaches the kernel before the next judge call."""
+        entry = {"source_run_id": self.run_id, "index": index, "source_attempt": source_attempt, "kind": kind}
+        self._appender.append({**entry, "row": row})
+
+    def finish(self) -> None:
+        self._appender.close()
+        self.path.unlink(missing_ok=True)
 
 
 def _lines_of(path: Path, wanted: Container[int | None]) -> Iterable[bytes]:

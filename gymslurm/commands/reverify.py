@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import cast
 
 from gymslurm.exitcodes import ExitCode
 
 USAGE = """usage: gymslurm reverify --judge-failed-only +input_jsonl_fpath=RUN +output_jsonl_fpath=NEW
                          +environment_server_url=URL [+request_timeout_s=60]
+                         [+environment_protocol=episode|legacy_agent|legacy_reply]
 
 Re-grade the answers saved with judge failures of a manifest-backed run, without running the agent,
 into a separate output; completed results are carried through unchanged. The source run is never
 written. A judge failure followed only by interruptions is re-judged in a new attempt; a newer
 recorded outcome without an answer stops the reuse (with a warning). The Environment Server grades
-through POST <URL>/verify (docs/aggregation.md, "Re-grading protocol").
+through POST <URL>/verify (docs/aggregation.md, "Re-grading protocol"); with a legacy protocol URL is
+the resources server and the body NeMo Gym's flat verify request. Interrupted? Run the same command
+again: the re-grades already made are reused (<output>_reverify_progress.jsonl), not judged again.
 
 Docs: docs/aggregation.md. Exit codes: 0 re-judged, 1 nothing eligible (explained), 2 refused."""
 
@@ -27,6 +31,7 @@ KNOWN = {
     "output_jsonl_fpath": "",
     "environment_server_url": "",
     "request_timeout_s": "",
+    "environment_protocol": "",
 }
 
 
@@ -37,6 +42,7 @@ def main(argv: list[str]) -> int:
         return ExitCode.DONE
     from gymslurm.commands.aggregate import parse_overrides
     from gymslurm.errors import ConfigError
+    from gymslurm.records import PROTOCOLS, Protocol
     from gymslurm.reverify import http_regrader, reverify_judge_failed
 
     flags = [arg for arg in argv if arg.startswith("--")]
@@ -56,10 +62,13 @@ def main(argv: list[str]) -> int:
             f"missing settings {['+' + m for m in missing]} or stray arguments {plain} (see --help)"
         )
     url, timeout = str(settings["environment_server_url"]), float(settings.get("request_timeout_s", 60.0))
+    protocol = cast("Protocol", str(settings.get("environment_protocol") or "episode"))
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"+environment_protocol={protocol!r}: use one of {sorted(PROTOCOLS)}")
     report = reverify_judge_failed(
         Path(str(settings["input_jsonl_fpath"])).expanduser(),
         Path(str(settings["output_jsonl_fpath"])).expanduser(),
-        lambda run_id: http_regrader(url, run_id, timeout_s=timeout),
+        lambda run_id: http_regrader(url, run_id, timeout_s=timeout, protocol=protocol),
     )
     for warning in report.warnings:
         print(f"gymslurm reverify: warning: {warning}", file=sys.stderr)
@@ -69,7 +78,8 @@ def main(argv: list[str]) -> int:
     print(
         f"re-judged {report.rejudged} saved answers ({report.regraded_ok} graded, {report.regrade_failed} "
         f"failed again and {report.regrade_omitted} omitted, in the output's _failures.jsonl), carried "
-        f"{report.carried} completed results, skipped {report.skipped};"
+        f"{report.carried} completed results, skipped {report.skipped}"
+        f"{f', reused {report.resumed} re-grades of an interrupted run' if report.resumed else ''};"
         f" output {settings['output_jsonl_fpath']}"
     )
     return ExitCode.DONE

@@ -25,7 +25,7 @@ from gymslurm.dispatch.classify import (
 from gymslurm.dispatch.client import REQUEST_HEADERS
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError, MetricsUnavailableError
 from gymslurm.identity import redact_text
-from gymslurm.records import EpisodeId
+from gymslurm.records import EpisodeId, Protocol
 
 
 def verify_client(timeout_s: float | None = 60.0) -> httpx.Client:
@@ -41,19 +41,25 @@ def verify_answer(
     response: object,
     *,
     run_id: str,
+    protocol: Protocol = "episode",
 ) -> Outcome:
     """POST a saved answer to ``<url>/verify`` and classify the answer exactly like ``/run``'s.
 
-    The body is ``{"episode_id", "task", "response"}`` (docs/aggregation.md, "Re-grading protocol").
+    The body is ``{"episode_id", "task", "response"}`` (docs/aggregation.md, "Re-grading protocol");
+    for a legacy server (``legacy_agent``/``legacy_reply``) it is NeMo Gym's own verify request, the
+    flat row with the saved ``response`` (what ``gym eval reverify`` posts to a resources server's
+    ``/verify``), and the flat verify response is read by the legacy rules.
     Protocol violations are recorded as terminal failures, never raised: a re-grade is saved either
     way. Blocking httpx, one call at a time: judge-only recovery re-grades the few answers a judge
     outage left behind, so the fast transport of :class:`EnvironmentClient` would buy nothing here.
     """
-    payload = {
+    payload: dict[str, Any] = {
         "episode_id": {"rollout_id": episode.rollout_id, "attempt": episode.attempt},
         "task": dict(task),
         "response": response,
     }
+    if protocol != "episode":
+        payload = {**task["task_input"], "response": response}
     endpoint = url.rstrip("/") + VERIFY_PATH
     try:
         reply = client.post(endpoint, content=orjson.dumps(payload), headers=REQUEST_HEADERS)
@@ -62,6 +68,7 @@ def verify_answer(
     return classify_reply(
         reply.status_code, reply.content, episode=episode, task_id=task["task_id"], run_id=run_id,
         route_failures=True, url=url, path=VERIFY_PATH,
+        protocol="episode" if protocol == "episode" else "legacy_reply",
     )  # fmt: skip
 
 

@@ -311,3 +311,55 @@ def test_omitted_regrade_is_an_omission_row(tmp_path: Path) -> None:
 def test_only_judge_failed_only_mode_is_supported() -> None:
     """Without --judge-failed-only the command refuses and says what is supported."""
     assert cli_main(["reverify", "+input_jsonl_fpath=a.jsonl"]) == 2
+
+
+# --- every protocol; resumable ------------------------------------------------------------------
+
+
+def test_a_legacy_resources_server_gets_nemo_gyms_flat_verify_request(tmp_path: Path) -> None:
+    """+environment_protocol=legacy_agent: the flat row plus the saved response goes to /verify (as NeMo
+    Gym's reverify posts it to a resources server), and the flat verify response is the new grade."""
+    sent: list[dict[str, Any]] = []
+
+    def resources_server(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        sent.append(body)
+        return httpx.Response(200, json={**body, "reward": 1.0})
+
+    client = httpx.Client(transport=httpx.MockTransport(resources_server))
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    report = reverify_judge_failed(
+        src, tmp_path / "new.jsonl", lambda run_id: http_regrader("http://rs", run_id, client=client,
+                                                                   protocol="legacy_agent"),
+    )  # fmt: skip
+    assert report.regraded_ok == 1 and rows(tmp_path / "new.jsonl") == [("arith-0", 1, 1.0)]
+    assert "episode_id" not in sent[0] and sent[0]["response"] == ANSWER
+
+
+def test_an_interrupted_reverify_resumes_without_judging_again(tmp_path: Path) -> None:
+    """The judge's grades are journaled as they come: after an interruption the same command reuses
+    them (one judge call in all for the first rollout), then publishes the output and drops the journal."""
+    src = source(tmp_path, lambda b: judge_failed(judge_failed(b, "arith-0"), "arith-1"), rollouts=2)
+    grader = Grader()
+    calls = 0
+
+    def dies_after_one(run_id: str) -> Regrade:
+        regrade = grader.regrader(run_id)
+
+        def once(request: dict[str, Any]) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise KeyboardInterrupt  # the job was stopped during the second judge call
+            return regrade(request)
+
+        return once
+
+    output = tmp_path / "new.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        reverify_judge_failed(src, output, dies_after_one)
+    assert not output.exists() and companion(output, "_reverify_progress.jsonl").exists()
+    report = reverify_judge_failed(src, output, grader.regrader)
+    assert report.resumed == 1 and len(grader.requests) == 2  # one before the stop, one after: never three
+    assert sorted(rows(output)) == [("arith-0", 1, 1.0), ("arith-1", 1, 1.0)]
+    assert not companion(output, "_reverify_progress.jsonl").exists()
