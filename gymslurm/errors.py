@@ -129,9 +129,17 @@ class SlurmError(GymslurmError):
 
 
 class ServerStartError(GymslurmError):
-    """A configured Environment Server did not become healthy in time (infrastructure: retryable)."""
+    """A configured Environment Server did not become healthy in time (infrastructure: retryable).
+
+    ``deterministic``: it *exited* during start-up for a reason a retry would meet again (a missing
+    command, a broken config): the chain stops at once instead of spending its infrastructure retries.
+    """
 
     exit_code = ExitCode.RETRY
+
+    def __init__(self, message: str, *, deterministic: bool = False) -> None:
+        super().__init__(message)
+        self.deterministic = deterministic
 
 
 class SupervisionError(GymslurmError):

@@ -186,3 +186,32 @@ def test_a_nemo_gym_run_without_its_materialized_file_resumes(
     assert done.returncode == 0, done.stderr
     assert "3 of 5 rollouts to dispatch" in done.stderr
     assert len(rows(output)) == ROWS and {row["reward"] for row in rows(output)} == {1.0}
+
+
+def test_nemo_gyms_aggregate_reads_merged_shards(
+    nemo_gym_stack: Stack, datasets: dict[str, Path], tmp_path: Path
+) -> None:
+    """Two shards collected the NeMo Gym way, merged by gymslurm aggregate: gym eval aggregate on the
+    merged file computes NeMo Gym's own metrics (one entry, the relay's); the merge itself wrote no
+    NeMo Gym metrics file (no server answered it), only gymslurm's own under its name."""
+    flat = rows(datasets["flat"])
+    shards = []
+    for number, part in enumerate((flat[:2], flat[2:])):
+        dataset = write_rows(tmp_path / f"part{number}.jsonl", part)
+        output = tmp_path / f"shard{number}" / "weather.jsonl"
+        done = under_gymslurm(dataset, output, *RELAY_ROUTE, "+taskset=weather")
+        assert done.returncode == 0, done.stderr
+        shards.append(output)
+    merged = tmp_path / "merged" / "weather.jsonl"
+    done = gymslurm("aggregate", *map(str, shards), f"+output_jsonl_fpath={merged}")
+    assert done.returncode == 0, done.stderr
+    assert not (merged.parent / "weather_aggregate_metrics.json").exists()
+    assert (merged.parent / "weather_gymslurm_metrics.json").exists()
+    output = tmp_path / "ng" / "ng.jsonl"
+    done = nemo_gym_stack.gym_command(
+        "eval", "aggregate", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
+        f"+input_glob={merged}", f"+output_jsonl_fpath={output}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (entry,) = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
+    assert entry["_ng_environment_server"] == RELAY and entry["agent_metrics"]

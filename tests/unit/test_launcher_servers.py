@@ -157,3 +157,27 @@ def test_a_container_wraps_the_server_command(
         {"name": "policy", "command": ["vllm", "serve", "m"], "container": container}
     )
     assert container_argv(settings, ["vllm", "serve", "m"]) == expected
+
+
+def test_a_server_that_exits_at_start_up_stops_the_chain_with_its_first_error_line(tmp_path: Path) -> None:
+    """A deterministic start-up failure (the server exited: `uv: command not found`) is not retried:
+    the link exits 2 (the chain stops) and the message leads with the log's first error line."""
+    from gymslurm.launcher.job.servers import start_failure_exit
+
+    script = "echo 'starting servers'; echo 'sh: 1: uv: command not found' >&2; echo 'Traceback'; exit 127"
+    settings = ServerSettings(name="gym", command=["bash", "-c", script], startup_timeout_s=30)
+    with pytest.raises(ServerStartError) as raised:
+        start(settings, tmp_path / "server.log")
+    assert "exited with 127 during start-up: sh: 1: uv: command not found" in str(raised.value)
+    assert raised.value.deterministic and start_failure_exit(raised.value) == 2
+
+
+def test_a_server_that_lost_its_port_at_start_up_is_retried(tmp_path: Path) -> None:
+    """An exit whose log shows a transient cause (the port taken meanwhile) keeps the retry (exit 1)."""
+    from gymslurm.launcher.job.servers import start_failure_exit
+
+    script = "echo 'OSError: [Errno 98] Address already in use'; exit 1"
+    settings = ServerSettings(name="web", command=["bash", "-c", script], startup_timeout_s=30)
+    with pytest.raises(ServerStartError) as raised:
+        start(settings, tmp_path / "server.log")
+    assert not raised.value.deterministic and start_failure_exit(raised.value) == 1

@@ -292,7 +292,7 @@ def _collect(  # noqa: PLR0917
                         "started", server, f"healthy at {server.url} after {server.startup_s:.1f}s ({probes})"
                     )
         except server_mod.ServerStartError as error:
-            return ExitCode.RETRY, None, f"server start failed: {error}"
+            return server_mod.start_failure_exit(error), None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None

@@ -36,6 +36,7 @@ import psutil
 
 from gymslurm.dispatch import probe_completion, probe_health
 from gymslurm.errors import ConfigError, ServerStartError
+from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
 
@@ -165,9 +166,13 @@ def start(
     deadline = t0 + settings.startup_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            first, transient = first_error_line(log, settings)
+            said = f": {first}" if first else ""
             raise ServerStartError(
-                f"server {settings.name!r} exited with {process.returncode}; see {log}"
-                + log_tail(log, settings)
+                f"server {settings.name!r} exited with {process.returncode} during start-up{said}"
+                f"{'' if transient else ' (a retry would meet it again: not retried)'}; see {log}"
+                + log_tail(log, settings),
+                deterministic=not transient,
             )
         healthy = probe(settings.host, port, settings)
         server.probes.append(f"{time.monotonic() - t0:.1f}s {'ok' if healthy else 'not yet'}")
@@ -180,6 +185,38 @@ def start(
         f"server {settings.name!r} was not healthy after {settings.startup_timeout_s}s "
         f"(probes: {', '.join(server.probes[-5:])}); see {log}{log_tail(log, settings)}"
     )
+
+
+# The first line of a server log that names what went wrong (``uv: command not found``, a traceback's
+# exception...), and the signs of a start-up failure that a retry may not meet (a port taken meanwhile).
+ERROR_LINE = re.compile(
+    r"(?i)\b(error|exception|traceback|not found|no such file|fatal|failed|denied|invalid)\b"
+)
+TRANSIENT_LINE = re.compile(r"(?i)address already in use|temporarily unavailable|connection refused")
+FIRST_ERROR_BYTES = 256 * 1024
+
+
+def first_error_line(log: Path, settings: ServerSettings) -> tuple[str, bool]:
+    """The first error-looking line of a server's log (redacted, cut at 300 characters), and whether
+    the log shows a transient cause; ``("", False)`` when it names none."""
+    from gymslurm.identity import is_credential_name, redact_text
+
+    try:
+        with log.open("rb") as handle:
+            lines = handle.read(FIRST_ERROR_BYTES).decode(errors="replace").splitlines()
+    except OSError:
+        return "", False
+    transient = any(TRANSIENT_LINE.search(line) for line in lines)
+    found = next((line.strip() for line in lines if ERROR_LINE.search(line)), "")
+    for key, value in settings.env.items():  # a server may print the key it was given
+        if is_credential_name(key) and value:
+            found = found.replace(value, "<redacted>")
+    return redact_text(found)[:300], transient
+
+
+def start_failure_exit(error: ServerStartError) -> int:
+    """The link's exit for a server that did not start: 2 (stop, fix it) when deterministic, else 1."""
+    return ExitCode.REFUSED if error.deterministic else ExitCode.RETRY
 
 
 LOG_TAIL_LINES = 15
