@@ -67,6 +67,7 @@ from gymslurm.selection import (
     SavedOutcome,
     counts_against_budget,
     establishes_progress,
+    is_kill_shaped,
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
@@ -107,7 +108,7 @@ class DispatchLoop:
     stop_grace_s: float = 0.5  # how long a lost connection waits for our own stop signal (see _work)
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
-    _shown: list[Disposition] = field(default_factory=list)  # what the counters show per rollout
+    _shown: list[tuple[Disposition, bool]] = field(default_factory=list)  # what the counters show per rollout
     _workers: list[asyncio.Task[None]] = field(default_factory=list)
     _stopping: bool = False
     in_flight_since: dict[int, float] = field(default_factory=dict)
@@ -117,7 +118,7 @@ class DispatchLoop:
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
         self._queue.extend(order)
-        self._shown = [state.disposition for state in self.view.states]
+        self._shown = [shown_as(state) for state in self.view.states]
         self.last_outcome_at = time.monotonic()
         count = min(self.concurrency, max(len(order), 1))
         self._workers = [asyncio.create_task(self._worker()) for _ in range(count)]
@@ -227,7 +228,7 @@ class DispatchLoop:
         if interrupted:
             self.result.interruptions += 1
         state = view.advance(index, saved)
-        self._move(index, state.disposition)
+        self._move(index, shown_as(state))
         retry = interrupted or counts_against_budget(saved, policy)  # an interruption runs again free
         if state.pending and self.retry_in_invocation and retry:
             self._queue.append(index)
@@ -236,20 +237,27 @@ class DispatchLoop:
         """Age of the oldest request still in flight, or None when none is."""
         return max(now - min(self.in_flight_since.values()), 0.0) if self.in_flight_since else None
 
-    def _move(self, index: int, new: Disposition) -> None:
+    def _move(self, index: int, new: tuple[Disposition, bool]) -> None:
         old = self._shown[index]
-        if old is new:
+        if old == new:
             return
-        self.counters.tally(old, -1)
-        self.counters.tally(new, 1)
+        self.counters.tally(old[0], -1, old[1])
+        self.counters.tally(new[0], 1, new[1])
         self._shown[index] = new
+
+
+def shown_as(state: RolloutState) -> tuple[Disposition, bool]:
+    """How the live counters show a rollout: its disposition, and whether its failure is an interruption."""
+    failed = state.disposition is Disposition.FAILED and state.selected is not None
+    return state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected)
 
 
 def initial_counters(states: list[RolloutState]) -> Counters:
     """Counters showing what was already saved before this invocation."""
     counters = Counters(total=len(states))
     for state in states:
-        counters.tally(state.disposition, 1)
+        disposition, interrupted = shown_as(state)
+        counters.tally(disposition, 1, interrupted)
     counters.done_before, counters.failed_before = counters.done, counters.failed
     counters.omitted_before = counters.omitted
     return counters

@@ -35,17 +35,20 @@ class Counters:
     failed: int = 0
     omitted: int = 0
     in_flight: int = 0
+    interrupted: int = 0  # of ``failed``: interruptions (kill_shaped), which run again and spend no budget
     done_before: int = 0
     failed_before: int = 0
     omitted_before: int = 0
     started_at: float = field(default_factory=time.monotonic)
 
-    def tally(self, disposition: Disposition, delta: int) -> None:
-        """Count a rollout whose selected state is ``disposition`` (``delta`` -1 takes it back)."""
+    def tally(self, disposition: Disposition, delta: int, interrupted: bool = False) -> None:
+        """Count a rollout whose selected state is ``disposition`` (``delta`` -1 takes it back);
+        ``interrupted``: its failure is an interruption (counted in ``failed`` and ``interrupted``)."""
         if disposition in SUCCESSFUL:
             self.done += delta
         elif disposition is Disposition.FAILED:
             self.failed += delta
+            self.interrupted += delta if interrupted else 0
         elif disposition is Disposition.OMITTED:
             self.omitted += delta
 

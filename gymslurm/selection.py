@@ -124,7 +124,8 @@ def is_timeout(outcome: SavedOutcome) -> bool:
     return any(name in TIMEOUT_KINDS for name in names)
 
 
-def _is_kill_shaped(outcome: SavedOutcome) -> bool:
+def is_kill_shaped(outcome: SavedOutcome) -> bool:
+    """Whether a failure is an interruption (``kill_shaped``): it runs again and never spends budget."""
     names = (outcome.failure_kind, outcome.failure_class, outcome.legacy_class)
     return any(name in NEVER_COUNTED_KINDS for name in names)
 
@@ -172,7 +173,7 @@ def _failure_counts(outcome: SavedOutcome, policy: BudgetPolicy) -> bool:
         retryable_in_kind(outcome, policy)
         and outcome.delivery in COUNTED_DELIVERIES
         and outcome.stage != "admission"
-        and not _is_kill_shaped(outcome)
+        and not is_kill_shaped(outcome)
     )
 
 

@@ -66,8 +66,9 @@ class SlurmBackend:
 
     name = "slurm"
 
-    def __init__(self, client: SlurmClient | None = None) -> None:
+    def __init__(self, client: SlurmClient | None = None, accounting: bool | None = None) -> None:
         self.client = client or SlurmClient()
+        self.accounting_known = accounting  # run.json's word: False = never ask sacct
 
     @property
     def queries(self) -> int:
@@ -91,13 +92,18 @@ class SlurmBackend:
         return {row.job_id: row for row in self.client.queue()}
 
     def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
-        """One ``sacct`` call (None when accounting is disabled)."""
+        """One ``sacct`` call (None when accounting is disabled, without asking when the run knows)."""
+        if self.accounting_known is False:
+            return None
         rows = self.client.accounting(list(job_ids))
         return None if rows is None else {row.job_id: row for row in rows}
 
     def ended(self, job_id: str) -> AccountingRow | None:
-        """``sacct`` when accounting exists, else ``scontrol show job`` (until MinJobAge), else None."""
-        rows = self.client.accounting([job_id])
+        """``sacct`` when accounting exists, else ``scontrol show job`` (until MinJobAge), else None.
+
+        A run that recorded at submit that the cluster keeps no accounting never calls ``sacct``.
+        """
+        rows = None if self.accounting_known is False else self.client.accounting([job_id])
         if rows is not None:
             return next((row for row in rows if row.job_id == job_id), None)
         fields = self.client.show_job(job_id)
@@ -111,12 +117,14 @@ def backend_name(wanted: str) -> Literal["slurm", "local"]:
     return "slurm" if wanted == "slurm" else "local"
 
 
-def choose_backend(wanted: str, run_root: Path | None = None, local_dir: Path | None = None) -> Backend:
+def choose_backend(
+    wanted: str, run_root: Path | None = None, local_dir: Path | None = None, accounting: bool | None = None
+) -> Backend:
     """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`)."""
     from gymslurm.launcher.local import LocalBackend
 
     if backend_name(wanted) == "slurm":
-        return SlurmBackend()
+        return SlurmBackend(accounting=accounting)
     if local_dir is None:
         raise ValueError("the local backend needs the run's local/ folder")
     return LocalBackend(local_dir)

@@ -42,8 +42,8 @@ def _status(argv: list[str]) -> int:
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.backend import choose_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
+    from gymslurm.launcher.submit import run_backend
     from gymslurm.launcher.views.report import refresh_report
     from gymslurm.launcher.views.status import print_table, run_status
 
@@ -51,7 +51,7 @@ def _status(argv: list[str]) -> int:
     if args.run is None:
         return _list_runs(find_runs(root), args.json)
     run = resolve_run(args.run, root)
-    backend = choose_backend(run.read_info().backend, local_dir=run.local_dir)
+    backend = run_backend(run)
     report = run_status(run, backend)
     refresh_report(run, backend, report)
     if args.json:
@@ -155,12 +155,11 @@ def _report(argv: list[str]) -> int:
     parser.add_argument("--output", type=Path, help="where to write it (default: <run>/report.html)")
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.backend import choose_backend
-    from gymslurm.launcher.submit import resolve_run_or_job
+    from gymslurm.launcher.submit import resolve_run_or_job, run_backend
     from gymslurm.launcher.views.report import write_report
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
-    path = write_report(run, choose_backend(run.read_info().backend, local_dir=run.local_dir), args.output)
+    path = write_report(run, run_backend(run), args.output)
     print(f"wrote {path} (open it in a browser; it needs no server and no network)")
     return 0
 
@@ -175,10 +174,14 @@ def _resubmit(argv: list[str]) -> int:
     parser.add_argument(
         "--run-root", default=None, help="where runs live (default: the benchmark's run_root)"
     )
+    parser.add_argument(
+        "--shards", default=None, metavar="SEL",
+        help="restart only these shards: failed, stalled, exhausted, cancelled (by status), or 0,3,7-9",
+    )  # fmt: skip
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.submit import resubmit
 
-    return resubmit(args.run, args.benchmark, args.overrides, args.run_root)
+    return resubmit(args.run, args.benchmark, args.overrides, args.run_root, args.shards)
 
 
 def _cancel(argv: list[str]) -> int:
@@ -223,10 +226,10 @@ def _inject(argv: list[str]) -> int:
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.inject import inject
-    from gymslurm.launcher.submit import backend_for, resolve_run_or_job
+    from gymslurm.launcher.submit import resolve_run_or_job, run_backend
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
-    print(inject(run, args.shard, args.kind, backend_for(run, run.read_info().backend)))
+    print(inject(run, args.shard, args.kind, run_backend(run)))
     return 0
 
 
@@ -250,7 +253,8 @@ def _chain_step(argv: list[str]) -> int:
     settings = run.load_settings()
     if args.aggregate:
         return run_aggregation(run, settings, current_job())
-    return run_link(run, args.shard, settings, backend_for(run, info.backend), current_job())
+    backend = backend_for(run, info.backend, info.accounting)
+    return run_link(run, args.shard, settings, backend, current_job())
 
 
 COMMANDS = {

@@ -19,13 +19,14 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
-from gymslurm.errors import SlurmError
+from gymslurm.errors import ConfigError, SlurmError
+from gymslurm.launcher.arrays import plan_arrays
 from gymslurm.launcher.findings import Finding, Level
 from gymslurm.launcher.probe import probe_findings
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions
+from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions, site_limits
 
 CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
 MIN_KILL_WAIT_S = 10
@@ -233,30 +234,44 @@ def _process_rules(config: Mapping[str, str], signal_lead_s: int) -> list[Findin
 
 
 def _size_rules(config: Mapping[str, str], shards: int | None) -> list[Finding]:
+    limits = site_limits(config)
     found = []
-    max_jobs = _seconds(config.get("MaxJobCount", "10000"))
-    if shards is not None and max_jobs is not None:
-        need = 2 * shards + 1  # each chain keeps a link and its successor queued, plus the aggregation
-        level: Level = "error" if need > max_jobs else "ok"
-        found.append(
-            Finding(
-                level,
-                "MaxJobCount",
-                str(max_jobs),
-                f"{shards} shards keep up to {need} jobs queued (a link and its successor each, plus the "
-                "aggregation); other users' jobs count too",
-                "" if level == "ok" else "fewer shards, or a larger MaxJobCount",
+    if shards is not None:
+        try:
+            plan = plan_arrays(shards, limits, None)
+        except ConfigError as error:
+            found.append(Finding("error", "MaxJobCount/MaxArraySize", str(limits), str(error), "see above"))
+        else:
+            arrays = len(plan.parts)
+            found.append(
+                Finding(
+                    "ok" if plan.note is None else "info",
+                    "MaxJobCount",
+                    str(limits["MaxJobCount"]),
+                    f"{shards} shards are {arrays} job array(s); the run holds at most {plan.footprint} job "
+                    f"records (each running link and its queued successor, plus the aggregation)"
+                    + (f"; {plan.note}" if plan.note else "")
+                    + "; other users' jobs count too",
+                )
             )
+    found.append(
+        Finding(
+            "info" if limits["MaxArraySize"] >= 1 else "error",
+            "MaxArraySize",
+            str(limits["MaxArraySize"]),
+            "every link is an array task; submit splits the shards over one job array per "
+            f"{limits['MaxArraySize']} shards (one sbatch each)",
+            "" if limits["MaxArraySize"] >= 1 else "ask the site for MaxArraySize >= 1",
         )
-    array = config.get("MaxArraySize", "1001")
-    found.append(Finding("info", "MaxArraySize", array, "gymslurm submits no job arrays: not a limit"))
+    )
     found.append(
         Finding(
             "info",
             "MaxSubmitJobs",
             "per association/QOS",
-            "a per-user limit set in the accounting database (sacctmgr show assoc); if it is below "
-            "2 x shards + 1, queuing a successor fails and that chain stalls",
+            "a per-user limit set in the accounting database (sacctmgr show assoc), where every array "
+            "task counts; submit reads it when the cluster keeps accounting and refuses a run of more "
+            "shards + running successors than it allows",
         )
     )
     return found
@@ -321,22 +336,40 @@ def refusal(findings: list[Finding]) -> str | None:
     )
 
 
-def site_refusal(settings: BenchmarkSettings, client: SlurmClient | None = None) -> str | None:
-    """The cheap checks ``submit`` runs (two scontrol queries); a cluster that cannot be asked passes."""
+@dataclass(frozen=True)
+class Site:
+    """What ``submit`` learns of the cluster before writing anything."""
+
+    refusal: str | None  # why submit refuses (blocking findings), else None
+    accounting: bool | None  # Slurm keeps accounting (sacct); None: the cluster could not be asked
+    limits: dict[str, int] = field(default_factory=dict)  # MaxArraySize, MaxJobCount[, MaxSubmitJobs]
+
+
+def read_site(settings: BenchmarkSettings, client: SlurmClient | None = None) -> Site:
+    """One ``scontrol show config`` (plus ``show partition`` when a partition is named, and ``sacctmgr``
+    for the user's limits when accounting exists); a cluster that cannot be asked passes with a warning."""
+    client = client or SlurmClient()
+    slurm = settings.slurm
     try:
-        config, partitions = cluster_text(client or SlurmClient())
+        config = parse_config(client.run(["scontrol", "show", "config"]).stdout)
+        partitions = (
+            parse_partitions(client.run(["scontrol", "show", "partition", "-o"]).stdout) if slurm.partition else {}
+        )
     except SlurmError as error:
         print(f"gymslurm submit: warning: could not check the site settings: {error}", file=sys.stderr)
-        return None
-    slurm = settings.slurm
-    findings = check(
-        config,
-        partitions,
-        partition=slurm.partition,
-        shards=settings.shards,
-        signal_lead_s=slurm.signal_lead_s,
-    )
-    return refusal(findings)
+        return Site(None, None, {})
+    findings = check(config, partitions, partition=slurm.partition, signal_lead_s=slurm.signal_lead_s)
+    accounting = not config.get("AccountingStorageType", "accounting_storage/none").endswith("/none")
+    limits = site_limits(config)
+    if accounting:
+        user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
+        limits |= client.submit_limits(user) if user else {}
+    return Site(refusal(findings), accounting, limits)
+
+
+def site_refusal(settings: BenchmarkSettings, client: SlurmClient | None = None) -> str | None:
+    """Why ``submit`` refuses this cluster, or None (:func:`read_site`)."""
+    return read_site(settings, client).refusal
 
 
 def cluster_text(client: SlurmClient) -> tuple[dict[str, str], dict[str, dict[str, str]]]:

@@ -16,8 +16,8 @@ hang           SIGSTOP of the collector (the link then hangs until its time limi
 
 The collector's pid comes from the shard's heartbeat, which the live link writes; a server's from
 the ledger's ``server`` records (issue 13).
-The fault is recorded in the shard's ledger (an ``injected`` record) *before* it is sent, so
-``status`` and the final report show which faults a run survived. On the local backend, signals
+The fault is recorded in the shard's ledger (an ``injected`` record) once it was delivered, so
+``status`` and the final report show which faults a run survived, and never one that was not sent. On the local backend, signals
 go to the processes directly and cancel/requeue are the local queue's.
 """
 
@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 import signal
 
-from gymslurm.errors import ConfigError, StoreError
-from gymslurm.launcher.backend import ALIVE_STATES, Backend
+from gymslurm.errors import ConfigError, SlurmError, StoreError
+from gymslurm.launcher.backend import ALIVE_STATES, Backend, SlurmBackend
 from gymslurm.launcher.ledger import FAULTS, Fault, Injected, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.slurm import SlurmClient
@@ -88,22 +88,37 @@ def slurm_argv(fault: str, job: str, pid: int | None) -> list[str]:
 
 
 def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
-    """Record and send one fault to the shard's live link; returns what was done, in words."""
+    """Send one fault to the shard's live link, then record it; returns what was done, in words.
+
+    A fault is recorded (an ``injected`` record) only once it was delivered: a Slurm command that
+    failed, or a signal to a process that is gone, raises and leaves the ledger as it was, so the
+    report never lists a fault that was not sent as survived. ``srun --jobid`` takes no array task
+    id (``193_0``), so process faults go to the task's own numeric job id (``squeue -o %A``).
+    """
     if fault not in FAULTS:
         raise ConfigError(f"unknown fault {fault!r}; one of: {', '.join(FAULTS)}")
     job = live_link(run, shard, backend)
     pid = target_pid(run, shard, job, fault) if fault in _PROCESS_SIGNAL else None
     if backend.name == "slurm":
-        argv = slurm_argv(fault, job, pid)
+        client = backend.client if isinstance(backend, SlurmBackend) else SlurmClient()
+        target = client.numeric_id(job) if fault in _PROCESS_SIGNAL else job
+        argv = slurm_argv(fault, target, pid)
         how = " ".join(argv)
+        try:
+            client.run(argv)
+        except SlurmError as error:
+            raise ConfigError(f"shard {shard}: {fault} was not delivered to job {job}, nothing recorded: {error}") from error
     else:
         how = f"local: {fault} of job {job}" + (f" (pid {pid})" if pid else "")
+        try:
+            _local(fault, job, pid, backend)
+        except ProcessLookupError as error:
+            raise ConfigError(
+                f"shard {shard}: {fault} was not delivered: process {pid} of job {job} is gone ({error}); "
+                "nothing recorded"
+            ) from error
     kind: Fault = fault  # type: ignore[assignment]
     run.ledger(shard).append(Injected(job_id=job, fault=kind, how=how))
-    if backend.name == "slurm":
-        SlurmClient().run(argv)
-    else:
-        _local(fault, job, pid, backend)
     return f"shard {shard}: {fault} sent to job {job} ({how}); recorded in {run.ledger(shard).path}"
 
 

@@ -11,8 +11,9 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     output/merged/<stem>.jsonl    the aggregation's merged output
     shards/NNN/ledger.jsonl       each shard's chain ledger (gymslurm/launcher/ledger.py)
     shards/NNN/heartbeat.json     the running link's last sign of life (replaced atomically)
-    array.json                    an array run: the job array of every shard's first link (written once)
-    scripts/links.sbatch          an array run's one link script (instead of scripts/shard-NNN.sbatch)
+    array.json                    a Slurm run: the job arrays of every shard's first link (written once)
+    scripts/links.sbatch          a Slurm run's link script for shards 0..chunk-1 (shard = array task id)
+    scripts/links-BASE.sbatch     ... and for shards BASE..BASE+chunk-1 past MaxArraySize (shard = BASE + task)
     inputs/dataset.jsonl          an array run's dataset copy (each first link cuts inputs/shard-NNN.jsonl)
     shards/NNN/link.lock          held (flock) by the shard's live link for its whole run
     aggregate/ledger.jsonl        the aggregation job's ledger; aggregate/lock serialises its submission
@@ -61,12 +62,25 @@ class RunInfo(BaseModel):
     array: bool = False  # first links are one job array (array.json); every link runs scripts/links.sbatch
 
 
-class ArrayRecord(BaseModel):
-    """``array.json`` (version 1): the job array holding every shard's first link, written once at submit.
+class ArrayPart(BaseModel):
+    """One job array of a run: shards ``base`` .. ``base + size - 1`` as task ids 0 .. size-1."""
 
-    Shard ``i``'s first link is array task ``<job_id>_<i>``; its ledger records nothing until the
-    task starts (so submitting 1,000 shards writes no 1,000 ledgers): readers prepend that link
-    (:meth:`RunDir.chain_records`).
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str
+    base: int
+    size: int
+
+
+class ArrayRecord(BaseModel):
+    """``array.json`` (version 1): the job arrays holding every shard's first link, written once at submit.
+
+    Shard ``i``'s first link is task ``i - base`` of the array whose ``base <= i < base + size``;
+    its ledger records nothing until the task starts (so submitting 10,000 shards writes no 10,000
+    ledgers): readers prepend that link (:meth:`RunDir.chain_records`). ``chunk`` is the task-id
+    range each array covers (the site's ``MaxArraySize``), so a successor of shard ``i`` is task
+    ``i % chunk`` of a one-task array of ``scripts/links-<i - i % chunk>.sbatch``. A record without
+    ``parts`` (written before issue 19) is one array of every shard, base 0.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -76,10 +90,23 @@ class ArrayRecord(BaseModel):
     shards: int
     max_running: int | None
     at: str
+    chunk: int | None = None
+    parts: list[ArrayPart] | None = None
+
+    @property
+    def arrays(self) -> list[ArrayPart]:
+        """Every array of the first links (one for records written before ``parts`` existed)."""
+        return self.parts or [ArrayPart(job_id=self.job_id, base=0, size=self.shards)]
+
+    def base(self, shard: int) -> int:
+        """The first shard of the task-id range ``shard`` falls in."""
+        chunk = self.chunk or max(self.shards, 1)
+        return shard - shard % chunk
 
     def task(self, shard: int) -> str:
         """Shard ``shard``'s first link."""
-        return f"{self.job_id}_{shard}"
+        part = next(p for p in self.arrays if p.base <= shard < p.base + p.size)
+        return f"{part.job_id}_{shard - part.base}"
 
 
 @dataclass(frozen=True)
@@ -126,13 +153,21 @@ class RunDir:
 
     @property
     def links_script(self) -> Path:
-        """The one link script of an array run (the shard is ``SLURM_ARRAY_TASK_ID``)."""
+        """The link script of shards 0..chunk-1 of a Slurm run (the shard is ``SLURM_ARRAY_TASK_ID``)."""
         return self.root / "scripts" / "links.sbatch"
+
+    def links_script_for(self, base: int) -> Path:
+        """The link script of the shards from ``base`` (shard = ``base`` + the array task id)."""
+        return self.links_script if base == 0 else self.root / "scripts" / f"links-{base}.sbatch"
 
     @property
     def links_log_pattern(self) -> Path:
         """An array run's job output path: ``shard-NNN-<array>_<shard>.out``, the ledger's job id."""
         return self.root / "logs" / "shard-%3a-%A_%a.out"
+
+    def links_log_pattern_for(self, base: int) -> Path:
+        """Job output of the shards from ``base``: ``shard-<base>+<task>-<array>_<task>.out``."""
+        return self.links_log_pattern if base == 0 else self.root / "logs" / f"shard-{base}+%a-%A_%a.out"
 
     @property
     def array_path(self) -> Path:

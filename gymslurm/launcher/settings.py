@@ -167,9 +167,21 @@ class SlurmSettings(_Strict):
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
     python: str | None = None
-    # Opt-in: crash accounting, inject, held and duplicate links are proven link by link only.
-    array: bool = False
+    # Every Slurm run's links are job arrays (issue 19: one chain shape at every scale); the key stays
+    # so that older benchmark files still load, and false is refused with the reason.
+    array: bool = True
     max_running: int | None = Field(default=None, ge=1)
+
+    @field_validator("array")
+    @classmethod
+    def _arrays_only(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "slurm.array=false is no longer supported: every Slurm run submits its links as job "
+                "arrays, split over several arrays past the site's MaxArraySize (docs/launcher.md, "
+                "'Scale'); remove slurm.array from the benchmark"
+            )
+        return value
 
     @field_validator("time", "max_walltime")
     @classmethod

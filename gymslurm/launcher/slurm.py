@@ -24,6 +24,14 @@ from gymslurm.errors import SlurmError
 SQUEUE_FORMAT = "%i|%j|%T|%r|%E|%M|%l|%S"
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
+MAX_JOB_COUNT = 10000  # Slurm's default MaxJobCount: job records slurmctld holds at once
+# What sbatch passes on from the submitting environment (--export=ALL) but Slurm sets only for some
+# jobs: a job submitted from inside an array task, or from a requeued job, would read its
+# submitter's values as its own identity (issue 19). They are removed from sbatch's environment.
+INHERITED_IDENTITY = (
+    "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_RESTART_COUNT",
+)  # fmt: skip
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw"
 _SUBMITTED = re.compile(r"^Submitted batch job (\d+)(?: on cluster \S+)?$")
 _PARSABLE = re.compile(r"^(\d+)(?:;\S+)?$")
@@ -201,11 +209,14 @@ class SlurmClient:
         self.queries = 0
         self._env = dict(env) if env is not None else None
 
-    def run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command; a failure raises SlurmError with its command, code and output."""
         self.queries += 1
+        environment = dict(env) if env is not None else self._env
         try:
-            done = subprocess.run(list(argv), capture_output=True, text=True, env=self._env, check=False)
+            done = subprocess.run(list(argv), capture_output=True, text=True, env=environment, check=False)
         except OSError as error:
             raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
         if check and done.returncode != 0:
@@ -218,13 +229,16 @@ class SlurmClient:
     def submit(
         self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = (), array: str | None = None
     ) -> str:
-        """``sbatch --parsable [--array=...] [--dependency=afterany:...] SCRIPT``: the (array) job id."""
+        """``sbatch --parsable [--array=...] [--dependency=afterany:...] SCRIPT``: the (array) job id.
+
+        sbatch runs without :data:`INHERITED_IDENTITY`, so the new job reads only what Slurm says of it.
+        """
         argv = ["sbatch", "--parsable", *extra]
         if array is not None:
             argv.append(f"--array={array}")
         if after:
             argv.append("--dependency=afterany:" + ":".join(after))
-        return parse_sbatch(self.run([*argv, str(script)]).stdout)
+        return parse_sbatch(self.run([*argv, str(script)], env=submit_environment(self._env)).stdout)
 
     def queue(self) -> list[QueueRow]:
         """Every job of the current user that squeue still knows (finished ones for MinJobAge)."""
@@ -262,3 +276,60 @@ class SlurmClient:
         """``scancel`` these jobs; jobs that already ended are not an error."""
         if job_ids:
             self.run(["scancel", *job_ids], check=False)
+
+    def numeric_id(self, job_id: str) -> str:
+        """The job's own numeric id (``srun --jobid`` takes no ``ARRAY_TASK`` form): ``squeue -o %A``."""
+        if "_" not in job_id:
+            return job_id
+        text = self.run(["squeue", "-h", "-j", job_id, "-o", "%A"]).stdout.split()
+        if len(text) != 1 or not text[0].isdigit():
+            raise SlurmError(f"squeue does not show array task {job_id} running (it printed {text!r})")
+        return text[0]
+
+    def submit_limits(self, user: str) -> dict[str, int]:
+        """The user's association limits on queued jobs (``sacctmgr``: needs accounting), by name."""
+        done = self.run(
+            ["sacctmgr", "-n", "-P", "show", "assoc", f"where user={user}", "format=MaxSubmitJobs,MaxJobs"],
+            check=False,
+        )
+        if done.returncode != 0:
+            return {}
+        return parse_assoc_limits(done.stdout)
+
+
+def submit_environment(base: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment sbatch runs with: ours without :data:`INHERITED_IDENTITY` (pure)."""
+    env = dict(os.environ if base is None else base)
+    for name in INHERITED_IDENTITY:
+        env.pop(name, None)
+    return env
+
+
+def array_ids(job_ids: Sequence[str]) -> list[str]:
+    """``scancel`` arguments for these jobs: one ``ARRAY`` per array of task ids (order kept; pure).
+
+    Every job gymslurm submits on Slurm is its own array (or a plain job), so cancelling ``ARRAY``
+    cancels exactly the tasks of the run that it holds.
+    """
+    return list(dict.fromkeys(job.split("_", 1)[0] for job in job_ids))
+
+
+def parse_assoc_limits(stdout: str) -> dict[str, int]:
+    """``MaxSubmitJobs|MaxJobs`` rows of ``sacctmgr -n -P``: the smallest limit set on any row."""
+    limits: dict[str, int] = {}
+    for line in stdout.splitlines():
+        fields = line.strip().split("|")
+        for name, value in zip(("MaxSubmitJobs", "MaxJobs"), fields, strict=False):
+            if value.strip().isdigit():
+                limits[name] = min(int(value), limits.get(name, int(value)))
+    return limits
+
+
+def site_limits(config: Mapping[str, str]) -> dict[str, int]:
+    """``MaxArraySize`` and ``MaxJobCount`` of ``scontrol show config`` (Slurm's defaults when absent)."""
+    limits = {"MaxArraySize": MAX_ARRAY_SIZE, "MaxJobCount": MAX_JOB_COUNT}
+    for name in limits:
+        value = config.get(name, "").strip()
+        if value.isdigit():
+            limits[name] = int(value)
+    return limits

@@ -15,8 +15,10 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from secrets import token_hex
 from typing import Any, Literal
 
 from omegaconf import OmegaConf
@@ -25,9 +27,10 @@ from gymslurm.clock import utc_now_ms
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
+from gymslurm.launcher.arrays import ArrayPlan, plan_arrays
 from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.doctor import site_refusal
+from gymslurm.launcher.doctor import Site, read_site
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize
 from gymslurm.launcher.local import LocalBackend
@@ -44,6 +47,7 @@ from gymslurm.launcher.render import (
 )
 from gymslurm.launcher.rundir import (
     SECRETS_ENV,
+    ArrayPart,
     ArrayRecord,
     RunDir,
     RunInfo,
@@ -62,7 +66,7 @@ from gymslurm.launcher.settings import (
     split_secrets,
     visible_credential_warnings,
 )
-from gymslurm.launcher.slurm import MAX_ARRAY_SIZE
+from gymslurm.launcher.slurm import array_ids
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -70,21 +74,28 @@ def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Lit
     return backend_name(forced or settings.backend)
 
 
-def backend_for(run: RunDir, name: str) -> Backend:
-    """The backend that runs (or ran) ``run``."""
-    return choose_backend(name, local_dir=run.local_dir)
+def backend_for(run: RunDir, name: str, accounting: bool | None = None) -> Backend:
+    """The backend that runs (or ran) ``run`` (``accounting`` False: never ask ``sacct``)."""
+    return choose_backend(name, local_dir=run.local_dir, accounting=accounting)
+
+
+def run_backend(run: RunDir) -> Backend:
+    """The backend of a submitted run, knowing what its ``run.json`` says of accounting."""
+    info = run.read_info()
+    return backend_for(run, info.backend, info.accounting)
 
 
 ARRAY_TASK, TASK_VARIABLE = "__SLURM_ARRAY_TASK_ID__", '"$SLURM_ARRAY_TASK_ID"'
 
 
 def render_scripts(
-    run: RunDir, settings: BenchmarkSettings, workdir: Path, array: bool = False
+    run: RunDir, settings: BenchmarkSettings, workdir: Path, plan: ArrayPlan | None = None
 ) -> dict[Path, str]:
     """Every script of the run, by the path it is saved at (pure apart from reading templates).
 
-    ``array``: one link script for every shard and link (``scripts/links.sbatch``, the shard is
-    ``$SLURM_ARRAY_TASK_ID``) instead of one script per shard.
+    ``plan`` (Slurm): one link script per job array's range of shards (``scripts/links.sbatch``
+    for shards 0.., ``scripts/links-BASE.sbatch`` from BASE; the shard is BASE + the array task id)
+    instead of one script per shard (the local backend).
     """
     slurm = settings.slurm
     common = {
@@ -98,17 +109,21 @@ def render_scripts(
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
-    if array:
+    for first, _ in [] if plan is None else plan.parts:
+        path = run.links_script_for(first)
+        task = TASK_VARIABLE if first == 0 else f'"$(({first} + SLURM_ARRAY_TASK_ID))"'
         values = ScriptValues(
-            shard="$SLURM_ARRAY_TASK_ID (the array task id)", job_name=f"gs-{run.name}",
-            script_path=f"{run.links_script} (sbatch --array=SHARD to rerun one shard's link)",
-            log_path=str(run.links_log_pattern),
+            shard=f"{first} + $SLURM_ARRAY_TASK_ID (the array task id)" if first else
+            "$SLURM_ARRAY_TASK_ID (the array task id)", job_name=f"gs-{run.name}",
+            script_path=f"--array=TASK {path} (TASK = the shard{f' - {first}' if first else ''}; "
+            "use the job id the ledger names)",
+            log_path=str(run.links_log_pattern_for(first)),
             ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"), time_limit=slurm.time,
-            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, TASK_VARIABLE),
+            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, task), servers=servers,
             **common,  # type: ignore[arg-type]
         )  # fmt: skip
-        scripts[run.links_script] = render(link, values)
-    for shard in range(0 if array else settings.shards):
+        scripts[path] = render(link, values)
+    for shard in range(0 if plan is not None else settings.shards):
         values = ScriptValues(
             shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
             log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
@@ -127,24 +142,8 @@ def render_scripts(
     return scripts
 
 
-def use_array(settings: BenchmarkSettings, backend_kind: str) -> bool:
-    """Whether the first links go as one job array: on Slurm, unless ``slurm.array=false`` (pure).
-
-    Refused above Slurm's default ``MaxArraySize`` (task ids 0..1000), before anything is written.
-    """
-    if backend_kind != "slurm" or not settings.slurm.array:
-        return False
-    if settings.shards > MAX_ARRAY_SIZE:
-        raise ConfigError(
-            f"shards={settings.shards} is more than one job array holds (task ids 0..{MAX_ARRAY_SIZE - 1}, "
-            "Slurm's default MaxArraySize): use fewer, larger shards, or slurm.array=false to submit "
-            "each first link on its own"
-        )
-    return True
-
-
 def array_indices(shards: list[int], max_running: int | None) -> str:
-    """``--array`` of these shards: ``0-999%10`` for a contiguous range, ``3,7,9`` otherwise (pure)."""
+    """``--array`` of these task ids: ``0-999%10`` for a contiguous range, ``3,7,9`` otherwise (pure)."""
     ranges: list[str] = []
     for shard in sorted(shards):
         if ranges and "-" not in ranges[-1].split(",")[-1] and int(ranges[-1]) == shard - 1:
@@ -165,7 +164,9 @@ def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
     root = (workdir / settings.run_root).resolve()
     if problem := path_directive_problem("run_root", str(root)):
         raise ConfigError(f"run_root {settings.run_root!r} resolves to {root}: {problem}")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    # A random tail: two runs of one benchmark in the same second (in any run_root) never share a
+    # run name, nor therefore a job name (gs-<run name>).
+    stamp = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{token_hex(2)}"
     candidate, n = root / f"{settings.name}-{stamp}", 1
     while candidate.exists():
         n += 1
@@ -267,9 +268,14 @@ def submit(
     settings, data = load_benchmark(benchmark, overrides)
     clean, secrets = split_secrets(data)
     backend_kind = resolve_backend_name(settings, backend_name)
-    array = use_array(settings, backend_kind)
+    site = Site(None, None, {}) if backend_kind != "slurm" or dry_run else read_site(settings)
+    if site.refusal:
+        raise ConfigError(site.refusal)
+    plan = (
+        plan_arrays(settings.shards, site.limits, settings.slurm.max_running) if backend_kind == "slurm" else None
+    )
     run = new_run_dir(settings, workdir)
-    scripts = render_scripts(run, settings, workdir, array)
+    scripts = render_scripts(run, settings, workdir, plan)
     if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
         print(f"gymslurm submit: warning: {warning}", file=sys.stderr)
     for warning in visible_credential_warnings(settings):
@@ -279,32 +285,29 @@ def submit(
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
-    if backend_kind == "slurm" and (why := site_refusal(settings)):
-        raise ConfigError(why)
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
     run.root.parent.mkdir(parents=True, exist_ok=True)
     run.root.mkdir(mode=0o700)
     run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
-    backend = backend_for(run, backend_kind)
-    accounting = backend.client.accounting_enabled() if isinstance(backend, SlurmBackend) else None
+    backend = backend_for(run, backend_kind, site.accounting)
     info = RunInfo(
         name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
-        accounting=accounting, array=array,
+        accounting=site.accounting, array=plan is not None,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
     for path, text in scripts.items():
         atomic_write(path, text.encode())
-    counts = split_dataset(dataset, run, settings.shards, array)
+    counts = split_dataset(dataset, run, settings.shards, plan is not None)
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
-    if array:
+    if plan is not None:
         assert isinstance(backend, SlurmBackend)
-        submit_array(run, backend, settings.shards, settings.slurm.max_running, counts)
-    for shard in [] if array else range(settings.shards):
+        submit_arrays(run, backend, settings.shards, plan, settings.slurm.max_running, counts)
+    for shard in [] if plan is not None else range(settings.shards):
         job = backend.submit(run.script(shard))
         run.ledger(shard).append(Submitted(job_id=job, by="submit"))
         print(f"shard {shard}: {counts[shard]} rows, first link {job}")
@@ -312,17 +315,27 @@ def submit(
     return wait_for_run(run, backend) if wait else 0
 
 
-def submit_array(
-    run: RunDir, backend: SlurmBackend, shards: int, max_running: int | None, counts: list[int]
+def submit_arrays(
+    run: RunDir, backend: SlurmBackend, shards: int, plan: ArrayPlan, max_running: int | None, counts: list[int]
 ) -> str:
-    """Every shard's first link as one job array (one ``sbatch``), recorded once in ``array.json``."""
-    job = backend.submit_array(run.links_script, array_indices(list(range(shards)), max_running))
-    record = ArrayRecord(job_id=job, shards=shards, max_running=max_running, at=utc_now_ms())
+    """Every shard's first link as the plan's job arrays (one ``sbatch`` each), recorded once in ``array.json``."""
+    parts = []
+    for first, size in plan.parts:
+        job = backend.submit_array(run.links_script_for(first), array_indices(list(range(size)), plan.throttle))
+        parts.append(ArrayPart(job_id=job, base=first, size=size))
+    record = ArrayRecord(
+        job_id=parts[0].job_id, shards=shards, max_running=max_running, at=utc_now_ms(), chunk=plan.chunk,
+        parts=parts,
+    )  # fmt: skip
     atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
-    throttle = f", at most {max_running} running at once" if max_running else ""
-    print(f"{shards} shards ({min(counts)}-{max(counts)} rows each): first links are job array {job}"
-          f" (tasks {job}_0 .. {job}_{shards - 1}{throttle})")  # fmt: skip
-    return job
+    throttle = f", at most {plan.throttle} running at once per array" if plan.throttle else ""
+    arrays = ", ".join(f"{p.job_id} (shards {p.base}..{p.base + p.size - 1})" for p in parts[:3])
+    more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
+    print(f"{shards} shards ({min(counts)}-{max(counts)} rows each): first links are job array(s) "
+          f"{arrays}{more}{throttle}")  # fmt: skip
+    if plan.note:
+        print(f"gymslurm submit: {plan.note}")
+    return parts[0].job_id
 
 
 FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED"})
@@ -398,8 +411,38 @@ def resolve_run_or_job(ref: str, run_root: Path) -> RunDir:
         return found
 
 
-def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | None) -> int:
-    """``gymslurm resubmit RUN|JOB_ID BENCHMARK``: fresh budgets and new chains for unfinished shards."""
+def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
+    """``--shards``: ``failed`` / ``stalled`` (a verdict, chosen by status) or ``0,3,7-9`` (pure).
+
+    Returns the verdict word (None for explicit numbers) and the explicit shards; a number outside
+    0..shards-1 or an unreadable item is a ConfigError before anything is written.
+    """
+    word = text.strip().lower()
+    if word in SELECTABLE_VERDICTS:
+        return SELECTABLE_VERDICTS[word], set()
+    chosen: set[int] = set()
+    for item in word.split(","):
+        first, sep, last = item.strip().partition("-")
+        if not first.isdigit() or (sep and not last.isdigit()):
+            raise ConfigError(
+                f"--shards {text!r}: expected failed, stalled, exhausted, cancelled or shard numbers such as "
+                "0,3,7-9"
+            )
+        low, high = int(first), int(last) if sep else int(first)
+        if low > high or high >= shards:
+            raise ConfigError(f"--shards {text!r}: run has shards 0..{shards - 1}")
+        chosen.update(range(low, high + 1))
+    return None, chosen
+
+
+SELECTABLE_VERDICTS = {"failed": "FAILED", "stalled": "STALLED", "exhausted": "EXHAUSTED", "cancelled": "CANCELLED"}
+
+
+def resubmit(
+    ref: str, benchmark: str, overrides: list[str], run_root: str | None, shards: str | None = None
+) -> int:
+    """``gymslurm resubmit RUN|JOB_ID BENCHMARK [--shards SEL]``: fresh budgets and new chains for the
+    unfinished shards (or only the selected ones), one ``sbatch`` per job array."""
     workdir = Path.cwd()
     settings, data = load_benchmark(benchmark, overrides)
     run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
@@ -407,6 +450,7 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     settings, data = load_benchmark(benchmark, [*info.overrides, *overrides])
     if settings.name != info.benchmark:
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
+    verdict_word, explicit = parse_shard_selection(shards, info.shards) if shards else (None, set())
     clean, secrets = split_secrets(data)
     saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
     merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
@@ -415,31 +459,51 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
             f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "
             f"({run.config_path}); resubmit with the same configuration, or submit a new run"
         )
-    backend = backend_for(run, info.backend)
-    if chain_is_live(run, backend.queue(), info.shards):
-        raise ConfigError(
-            f"run {run.name} still has live jobs; wait for them or 'gymslurm cancel {run.name}'"
-        )
-    os.environ[SECRETS_ENV] = json.dumps(secrets)
+    backend = run_backend(run)
+    queue = backend.queue()
     states = chain_states(run, info.shards)[:-1]
-    todo = [
+    unfinished = [
         shard
         for shard, state in enumerate(states)
         if not (state.last_decision is not None and state.last_decision.decision == Decision.DONE
                 and not state.cancelled)
     ]  # fmt: skip
+    if verdict_word is not None:
+        from gymslurm.launcher.views.status import run_status
+
+        rows = run_status(run, backend)["shards"]
+        todo = [row["shard"] for row in rows if row["verdict"] == verdict_word]
+    elif shards:
+        todo = sorted(explicit)
+    else:
+        todo = unfinished
+    live = [s for s in (todo if shards else range(info.shards)) if _live_jobs(states[s], queue)]
+    live_aggregation = _live_jobs(chain_states(run, info.shards)[-1], queue)
+    if live or (not shards and live_aggregation):
+        which = f"shard(s) {array_indices(live, None)}" if live else "the aggregation"
+        raise ConfigError(
+            f"run {run.name}: {which} still has live jobs; wait for them or 'gymslurm cancel {run.name}'"
+        )
+    done = [s for s in todo if s not in unfinished]
+    if done:
+        raise ConfigError(f"run {run.name}: shard(s) {array_indices(done, None)} are DONE; nothing to restart there")
+    os.environ[SECRETS_ENV] = json.dumps(secrets)
     for shard in todo:
         run.ledger(shard).append(Resubmitted())
-    if info.array and todo:  # one sbatch for every restarted shard
-        assert isinstance(backend, SlurmBackend)
-        array_job = backend.submit_array(run.links_script, array_indices(todo, settings.slurm.max_running))
+    jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running)
     for shard in todo:
-        job = f"{array_job}_{shard}" if info.array else backend.submit(run.script(shard))
-        run.ledger(shard).append(Submitted(job_id=job, by="resubmit"))
-        print(f"shard {shard}: new chain, first link {job} (fresh retry and walltime budgets)")
-    restarted = len(todo)
+        run.ledger(shard).append(Submitted(job_id=jobs[shard], by="resubmit"))
+    if len(todo) <= 20:
+        for shard in todo:
+            print(f"shard {shard}: new chain, first link {jobs[shard]} (fresh retry and walltime budgets)")
+    else:
+        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with fresh retry and walltime "
+              f"budgets, first links {', '.join(sorted(set(j.split('_')[0] for j in jobs.values())))}")  # fmt: skip
+    if shards and not todo:
+        print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
+        return ExitCode.DONE
     run.aggregate_ledger.append(Resubmitted())
-    if restarted == 0:
+    if not unfinished:
         from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
 
         job_id = maybe_submit_aggregation(run, settings, backend, None)
@@ -447,23 +511,68 @@ def resubmit(ref: str, benchmark: str, overrides: list[str], run_root: str | Non
     return ExitCode.DONE
 
 
+def _resubmit_links(
+    run: RunDir, backend: Backend, info: RunInfo, todo: list[int], max_running: int | None
+) -> dict[int, str]:
+    """The new first links: one array per links script (one ``sbatch`` for up to MaxArraySize shards)."""
+    array = run.read_array() if info.array else None
+    if array is None or not isinstance(backend, SlurmBackend):
+        return {shard: backend.submit(run.script(shard)) for shard in todo}
+    jobs: dict[int, str] = {}
+    by_base: dict[int, list[int]] = {}
+    for shard in todo:
+        by_base.setdefault(array.base(shard), []).append(shard)
+    for base, group in by_base.items():
+        indices = array_indices([s - base for s in group], max_running)
+        job = backend.submit_array(run.links_script_for(base), indices)
+        jobs.update({s: f"{job}_{s - base}" for s in group})
+    return jobs
+
+
 def _live_jobs(state: ChainState, queue: dict[str, Any]) -> list[str]:
     return [job for job in state.epoch_jobs if job in queue and queue[job].state in LIVE_STATES]
 
 
 def cancel(ref: str, run_root: str) -> int:
-    """``gymslurm cancel RUN``: cancel every job of the run and record it in the ledgers."""
+    """``gymslurm cancel RUN``: cancel every live job of the run and record it in the unfinished chains.
+
+    A chain that already finished (DONE, FAILED, ...) keeps its verdict; a run with nothing live
+    and nothing unfinished has ended, and cancel says so and writes nothing. On Slurm every array is
+    cancelled as one ``scancel ARRAY`` (each is the run's own), not task by task.
+    """
     run = resolve_run_or_job(ref, Path(run_root).resolve())
     info = run.read_info()
-    backend = backend_for(run, info.backend)
+    backend = run_backend(run)
     ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
     first = backend.queue()
-    for ledger, state in zip(ledgers, chain_states(run, info.shards), strict=True):
-        ledger.append(Cancelled(job_ids=_live_jobs(state, first)))
+    states = chain_states(run, info.shards)
+    open_shards = [i for i, state in enumerate(states[:-1]) if not state.finished]
+    live = {i for i, state in enumerate(states) if _live_jobs(state, first)}
+    aggregation_open = bool(states[-1].epoch_jobs) and not states[-1].finished
+    if not open_shards and not live and not aggregation_open:
+        verdicts = Counter(_final_word(state) for state in states[:-1])
+        summary = ", ".join(f"{n} {word}" for word, n in sorted(verdicts.items()))
+        print(f"run {run.name} has already ended ({summary}); nothing to cancel, nothing was changed")
+        return ExitCode.DONE
+    marked = sorted(set(open_shards) | (live - {info.shards}))
+    if marked or aggregation_open or info.shards in live:
+        marked.append(info.shards)
+    for index in marked:
+        ledgers[index].append(Cancelled(job_ids=_live_jobs(states[index], first)))
     # Look again after recording: a link that queued a successor before seeing our record is caught
     # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
     queue = backend.queue()
     every = [job for state in chain_states(run, info.shards) for job in _live_jobs(state, queue)]
-    backend.cancel(every)
-    print(f"run {run.name}: cancelled {len(every)} job(s) {' '.join(every)}".rstrip())
+    targets = array_ids(every) if isinstance(backend, SlurmBackend) else every
+    backend.cancel(targets)
+    shown = " ".join(targets[:10]) + (f" ... ({len(targets) - 10} more)" if len(targets) > 10 else "")
+    kept = info.shards - len([i for i in marked if i < info.shards])
+    print(f"run {run.name}: cancelled {len(every)} job(s) ({shown or 'none live'}); "
+          f"{kept} finished chain(s) keep their verdict".rstrip())  # fmt: skip
     return ExitCode.DONE
+
+
+def _final_word(state: ChainState) -> str:
+    if state.cancelled:
+        return "CANCELLED"
+    return str(state.last_decision.decision) if state.last_decision else "not started"

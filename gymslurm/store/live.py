@@ -54,6 +54,7 @@ class LiveProgress(_Live):
     failed: int = Field(ge=0)
     intentionally_omitted: int = Field(ge=0)
     in_flight: int = Field(ge=0)
+    interrupted: int = Field(default=0, ge=0, description="of failed: interruptions, run again for free")
     new_outcomes: int = Field(ge=0, description="outcomes saved by this invocation")
     started_epoch: float
     rate_per_s: float = Field(ge=0, description="new outcomes per second over this invocation")

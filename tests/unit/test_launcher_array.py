@@ -17,7 +17,8 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.submit import array_indices, next_poll_s, render_scripts, split_dataset, use_array
+from gymslurm.launcher.arrays import plan_arrays
+from gymslurm.launcher.submit import array_indices, next_poll_s, render_scripts, split_dataset
 
 INDEX_ROWS = [
     ("every shard, no throttle", list(range(1000)), None, "0-999"),
@@ -39,28 +40,75 @@ def _settings(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
     return load_benchmark(str(bench), list(overrides))[0]
 
 
-def test_slurm_runs_use_an_array_when_asked_local_runs_and_the_default_do_not(tmp_path: Path) -> None:
-    """On Slurm the first links are one array with slurm.array=true (opt-in); never locally or by default."""
-    assert use_array(_settings(tmp_path, "shards=1000", "slurm.array=true"), "slurm")
-    assert not use_array(_settings(tmp_path, "shards=1000", "slurm.array=true"), "local")
-    assert not use_array(_settings(tmp_path, "shards=1000"), "slurm")
+def test_every_slurm_run_is_arrays_and_slurm_array_false_is_refused(tmp_path: Path) -> None:
+    """slurm.array defaults to true; false is refused with the reason (one chain shape on Slurm)."""
+    assert _settings(tmp_path, "shards=1000").slurm.array
+    with pytest.raises(ConfigError, match=r"slurm.array=false is no longer supported.*MaxArraySize"):
+        _settings(tmp_path, "slurm.array=false")
 
 
-def test_more_shards_than_an_array_holds_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    """Above MaxArraySize the submission is refused, saying what to do."""
-    with pytest.raises(ConfigError, match=r"shards=1002 is more than one job array holds.*slurm.array=false"):
-        use_array(_settings(tmp_path, "shards=1002", "slurm.array=true"), "slurm")
-    assert not (tmp_path / "runs").exists()
+def test_shards_past_max_array_size_are_split_over_arrays() -> None:
+    """10,000 shards at MaxArraySize 1001 are 10 arrays, task ids 0..1000 each, the last one short."""
+    plan = plan_arrays(10_000, {"MaxArraySize": 1001, "MaxJobCount": 100_000}, None)
+    assert len(plan.parts) == 10 and plan.parts[0] == (0, 1001) and plan.parts[-1] == (9009, 991)
+    assert sum(size for _, size in plan.parts) == 10_000 and all(size <= 1001 for _, size in plan.parts)
+    assert plan.throttle is None and plan.note is None
 
 
-def test_an_array_run_has_one_link_script_for_every_shard(tmp_path: Path) -> None:
-    """One scripts/links.sbatch (shard = $SLURM_ARRAY_TASK_ID, log named by the ledger's job id)."""
+def test_a_plan_past_max_job_count_is_throttled_to_fit() -> None:
+    """Without a throttle 10,000 shards could hold 20,011 records; at MaxJobCount 10000 each array is
+    throttled so that arrays + 2 x running + 1 fits."""
+    plan = plan_arrays(10_000, {"MaxArraySize": 1001, "MaxJobCount": 10_000}, None)
+    assert plan.throttle == (10_000 - 10 - 1) // 20 and plan.footprint <= 10_000
+    assert plan.note is not None and "MaxJobCount = 10000" in plan.note
+
+
+def test_max_running_is_shared_by_the_arrays() -> None:
+    """slurm.max_running=40 over 10 arrays: %4 each."""
+    assert plan_arrays(10_000, {"MaxArraySize": 1001, "MaxJobCount": 100_000}, 40).throttle == 4
+
+
+@pytest.mark.parametrize(
+    ("limits", "named"),
+    [({"MaxArraySize": 0}, "MaxArraySize = 0"), ({"MaxArraySize": 1001, "MaxJobCount": 25}, "MaxJobCount = 25"),
+     ({"MaxArraySize": 1001, "MaxJobCount": 100_000, "MaxSubmitJobs": 5000}, "MaxSubmitJobs = 5000")],
+)  # fmt: skip
+def test_a_plan_that_cannot_fit_is_refused_naming_the_limit(limits: dict[str, int], named: str) -> None:
+    """No arrays at all, no room for one link per array, or more tasks than MaxSubmitJobs: refused."""
+    with pytest.raises(ConfigError, match=named):
+        plan_arrays(10_000, limits, None)
+
+
+def test_an_array_run_has_one_link_script_per_array(tmp_path: Path) -> None:
+    """scripts/links.sbatch for shards 0..1000 (shard = task id), links-1001.sbatch for the next range
+    (shard = 1001 + task id), each log named by the ledger's job id."""
     run = RunDir(tmp_path / "runs" / "r")
-    scripts = render_scripts(run, _settings(tmp_path, "shards=1000"), tmp_path, array=True)
-    assert sorted(p.name for p in scripts) == ["aggregate.sbatch", "links.sbatch"]
+    plan = plan_arrays(1500, {"MaxArraySize": 1001}, None)
+    scripts = render_scripts(run, _settings(tmp_path, "shards=1500"), tmp_path, plan)
+    assert sorted(p.name for p in scripts) == ["aggregate.sbatch", "links-1001.sbatch", "links.sbatch"]
     text = scripts[run.links_script]
     assert '--shard "$SLURM_ARRAY_TASK_ID"' in text
     assert f"#SBATCH --output={run.root}/logs/shard-%3a-%A_%a.out" in text
+    later = scripts[run.links_script_for(1001)]
+    assert '--shard "$((1001 + SLURM_ARRAY_TASK_ID))"' in later
+    assert f"#SBATCH --output={run.root}/logs/shard-1001+%a-%A_%a.out" in later
+
+
+def test_a_shard_past_the_first_array_begins_with_its_own_array_task(tmp_path: Path) -> None:
+    """Shard 1500 of arrays at base 0 and 1001 is task 499 of the second array; a successor is task 499
+    of a one-task array of links-1001.sbatch."""
+    from gymslurm.launcher.rundir import ArrayPart
+
+    record = ArrayRecord(
+        job_id="10", shards=2000, max_running=None, at="t", chunk=1001,
+        parts=[ArrayPart(job_id="10", base=0, size=1001), ArrayPart(job_id="11", base=1001, size=999)],
+    )  # fmt: skip
+    assert (record.task(0), record.task(1000), record.task(1001), record.task(1500)) == (
+        "10_0", "10_1000", "11_0", "11_499",
+    )  # fmt: skip
+    assert record.base(1500) == 1001 and record.base(7) == 0
+    old = ArrayRecord(job_id="162", shards=3, max_running=None, at="t")  # written before parts existed
+    assert (old.task(2), old.base(2)) == ("162_2", 0)
 
 
 def test_array_run_writes_one_dataset_copy_and_each_link_cuts_its_slice(tmp_path: Path) -> None:

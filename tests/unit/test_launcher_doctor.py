@@ -68,7 +68,10 @@ ROWS = [
     ("a short KillWait may kill a link before its decision", {"KillWait": "2 sec"}, None, "KillWait",
      "warning"),
     ("JobRequeue=0 still requeues --requeue links", {"JobRequeue": "0"}, None, "JobRequeue", "info"),
-    ("MaxJobCount below 2 x shards + 1 blocks", {"MaxJobCount": "4"}, None, "MaxJobCount", "error"),
+    ("MaxJobCount below 2 x shards + 1 throttles", {"MaxJobCount": "4"}, None, "MaxJobCount", "info"),
+    ("MaxJobCount without room for one link per array blocks", {"MaxJobCount": "3"}, None,
+     "MaxJobCount/MaxArraySize", "error"),
+    ("MaxArraySize 0 (no arrays) blocks", {"MaxArraySize": "0"}, None, "MaxArraySize", "error"),
 ]  # fmt: skip
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -149,10 +149,14 @@ class ScriptedClient(SlurmClient):
         super().__init__()
         self.replies = replies
         self.calls: list[list[str]] = []
+        self.envs: list[dict[str, str] | None] = []
 
-    def run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         self.queries += 1
         self.calls.append(list(argv))
+        self.envs.append(None if env is None else dict(env))
         return self.replies[argv[0]]
 
 
@@ -181,6 +185,42 @@ def test_submit_passes_afterany_dependency() -> None:
     client = ScriptedClient({"sbatch": _done("51\n")})
     assert client.submit(__import__("pathlib").Path("/x.sbatch"), after=["44", "45"]) == "51"
     assert client.calls[0] == ["sbatch", "--parsable", "--dependency=afterany:44:45", "/x.sbatch"]
+
+
+def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job submitted from inside an array task (the aggregation, a successor) or a requeued job does not
+    inherit its submitter's SLURM_ARRAY_* or SLURM_RESTART_COUNT: it reads only what Slurm says of it."""
+    for name, value in [("SLURM_ARRAY_JOB_ID", "188"), ("SLURM_ARRAY_TASK_ID", "0"), ("SLURM_RESTART_COUNT", "4"),
+                        ("SLURM_JOB_ID", "190"), ("KEEP_ME", "1")]:  # fmt: skip
+        monkeypatch.setenv(name, value)
+    client = ScriptedClient({"sbatch": _done("189\n")})
+    client.submit(__import__("pathlib").Path("/aggregate.sbatch"), after=["188_0"])
+    env = client.envs[0]
+    assert env is not None and env["KEEP_ME"] == "1"
+    assert not {"SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"} & set(env)
+
+
+def test_array_ids_cancel_each_array_once() -> None:
+    """cancel of a run: one scancel argument per array, not one per task (8,889 characters at 1,000 shards)."""
+    from gymslurm.launcher.slurm import array_ids
+
+    tasks = [f"162_{i}" for i in range(1000)] + ["170_3", "171_9", "180"]
+    assert array_ids(tasks) == ["162", "170", "171", "180"]
+
+
+def test_assoc_and_site_limits_are_read_from_pasted_output() -> None:
+    """sacctmgr -n -P show assoc format=MaxSubmitJobs,MaxJobs: the smallest limit set; scontrol's
+    MaxArraySize and MaxJobCount, else Slurm's defaults."""
+    from gymslurm.launcher.slurm import parse_assoc_limits, site_limits
+
+    assert parse_assoc_limits("5000|\n|200\n3000|\n") == {"MaxSubmitJobs": 3000, "MaxJobs": 200}
+    assert parse_assoc_limits("|\n") == {}
+    assert site_limits({"MaxArraySize": "40001", "MaxJobCount": "50000"}) == {
+        "MaxArraySize": 40001, "MaxJobCount": 50000,
+    }  # fmt: skip
+    assert site_limits({}) == {"MaxArraySize": 1001, "MaxJobCount": 10000}
 
 
 def test_failed_command_quotes_its_output() -> None:

@@ -150,10 +150,13 @@ def _live(job_id: str | None, backend: Backend) -> bool:
 
 
 def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:
-    """Queue a link of ``shard``: a one-task array of ``scripts/links.sbatch`` in an array run."""
-
-    if isinstance(backend, SlurmBackend) and run.read_info().array:
-        return f"{backend.submit_array(run.links_script, str(shard), after=after)}_{shard}"
+    """Queue a link of ``shard``: on Slurm a one-task array of its range's links script (task
+    ``shard - base``), so every link of every shard is an array task of the same script."""
+    array = run.read_array() if isinstance(backend, SlurmBackend) else None
+    if array is not None and isinstance(backend, SlurmBackend):
+        base = array.base(shard)
+        task = shard - base
+        return f"{backend.submit_array(run.links_script_for(base), str(task), after=after)}_{task}"
     return backend.submit(run.script(shard), after=after)
 
 

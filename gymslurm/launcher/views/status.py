@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -73,11 +74,19 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
         deciding = state.last_decision.job_id if state.last_decision else None
         left = [row for row in live_jobs if row.job_id != deciding]  # the decider is only exiting
         if left:
-            return "ORPHANED", f"the chain finished but job {left[0].job_id} is still {left[0].state}"
+            way_out = f"; {held_way_out(left[0])}" if is_held(left[0]) else ""
+            return "ORPHANED", f"the chain finished but job {left[0].job_id} is still {left[0].state}{way_out}"
         if state.cancelled:
             return "CANCELLED", "stopped by 'gymslurm cancel'; 'gymslurm resubmit' starts it again"
         assert state.last_decision is not None
-        return VERDICT_OF_STOP[state.last_decision.decision], state.last_decision.reason
+        word, why = VERDICT_OF_STOP[state.last_decision.decision], state.last_decision.reason
+        stuck = [row for row in live_jobs if row.job_id == deciding and is_held(row)]
+        if stuck:  # RequeueExitHold after the decision: the aggregation's afterany waits on it for ever
+            why += (
+                f"; but job {stuck[0].job_id} was held after writing this decision ({stuck[0].state}, "
+                f"{stuck[0].reason}), so nothing after it starts: 'scancel {stuck[0].job_id}' lets the run end"
+            )
+        return word, why
     if len(running) > 1:
         return "ORPHANED", f"{len(running)} links running at once: {' '.join(r.job_id for r in running)}"
     never = [row for row in pending if "NeverSatisfied" in row.reason]
@@ -93,7 +102,7 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
                 f"then 'scancel {job.job_id}' lets the chain go on with a fresh link"
             )
         return "HEALTHY", f"job {job.job_id} {job.state}"
-    held = [row for row in pending if row.state in HELD_STATES or row.reason.startswith("JobHeld")]
+    held = [row for row in pending if is_held(row)]
     if held:
         row = held[0]
         return "WAITING", (
@@ -103,6 +112,16 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
     if pending:
         return "WAITING", f"job {pending[0].job_id} pending ({pending[0].reason})"
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
+
+
+def is_held(row: QueueRow) -> bool:
+    """A job that will not run by itself: held by Slurm's requeue-hold states or by a user/admin hold."""
+    return row.state in HELD_STATES or row.reason.startswith("JobHeld")
+
+
+def held_way_out(row: QueueRow) -> str:
+    """What to type about a held job whose chain is already over (pure)."""
+    return f"it is held ({row.reason}) and blocks what waits on it: 'scancel {row.job_id}' releases them"
 
 
 def human_duration(seconds: float | None) -> str:
@@ -124,7 +143,12 @@ def human_duration(seconds: float | None) -> str:
 
 @dataclass
 class Counts:
-    """A shard's coverage counts, from the live record while a collector runs, else its coverage file."""
+    """A shard's coverage counts, from the live record while a collector runs, else its coverage file.
+
+    ``failed`` are failures that stand; ``interrupted`` are rollouts whose attempt was interrupted by
+    the job's own stop or a server's death (``kill_shaped``: they run again and spend no budget), so
+    a requeue or a cancel never reads as failures.
+    """
 
     expected: int | None = None
     successful: int = 0
@@ -134,33 +158,45 @@ class Counts:
     rate_per_s: float | None = None
     live: bool = False
     failed_by_class: dict[str, int] = field(default_factory=dict)
+    interrupted: int = 0
 
     @property
     def text(self) -> str:
-        """``30/200 ok, 1 failed`` (``-`` before any collector wrote anything)."""
+        """``30/200 ok, 1 failed`` (``, 8 interrupted`` when some are; ``-`` before any collector wrote)."""
         if self.expected is None:
             return "-"
-        return f"{self.successful}/{self.expected} ok, {self.failed} failed"
+        shown = f"{self.successful}/{self.expected} ok, {self.failed} failed"
+        return f"{shown}, {self.interrupted} interrupted" if self.interrupted else shown
 
     @property
     def left(self) -> int:
-        """Rollouts without an outcome yet."""
+        """Rollouts without an outcome yet (interrupted ones run again)."""
         return max((self.expected or 0) - self.successful - self.failed - self.omitted, 0)
 
 
+INTERRUPTION_CLASS = "kill_shaped"
+
+
 def counts_of(coverage: Coverage | None, record: live.LiveProgress | None, running: bool) -> Counts:
-    """The newest of the coverage file and the live progress record; a rate only while a link runs (pure)."""
+    """The newest of the coverage file and the live progress record; a rate only while a link runs (pure).
+
+    Interruptions are taken out of ``failed`` (the coverage file's ``kill_shaped`` class, the live
+    record's ``interrupted`` count).
+    """
     counts = Counts()
     if coverage is not None:
+        by_class = dict(coverage.failed_by_class)
+        interrupted = int(by_class.pop(INTERRUPTION_CLASS, 0))
         counts = Counts(
-            coverage.expected, coverage.successful, coverage.failed, coverage.intentionally_omitted,
-            failed_by_class=dict(coverage.failed_by_class),
+            coverage.expected, coverage.successful, coverage.failed - interrupted,
+            coverage.intentionally_omitted, failed_by_class=by_class, interrupted=interrupted,
         )  # fmt: skip
     if record is not None and (coverage is None or record.epoch >= _epoch(coverage.written_at)):
         counts = Counts(
-            record.expected, record.successful, record.failed, record.intentionally_omitted,
+            record.expected, record.successful, record.failed - record.interrupted, record.intentionally_omitted,
             record.in_flight if running else 0, record.rate_per_s if running and not record.ended else None,
             live=running and not record.ended, failed_by_class=counts.failed_by_class,
+            interrupted=record.interrupted,
         )  # fmt: skip
     return counts
 
@@ -223,6 +259,7 @@ class ShardStatus:
     failed_by_class: dict[str, int]
     server_restarts: str = "-"
     injected: list[str] = field(default_factory=list)
+    interrupted: int = 0
 
 
 @dataclass(frozen=True)
@@ -317,7 +354,10 @@ def shard_status(
     word, why = verdict(state, live_jobs, beat)
     if files.problems:
         why = f"{why}; {'; '.join(files.problems)}"
-    job = running.job_id if running else state.current_job
+    # The job that runs next: the running one, else the oldest live one (a requeued link pends before
+    # its successor, which waits on it), else the chain's newest or deciding job.
+    head = live_jobs[0].job_id if live_jobs and not state.finished else state.current_job
+    job = running.job_id if running else head
     successor = state.successor_of.get(job) if job else None
     if successor == job or (successor is not None and not _is_live(queue.get(successor))):
         successor = None
@@ -346,7 +386,7 @@ def shard_status(
         eta_s=None if eta is None else round(eta, 1), eta=human_duration(eta),
         heartbeat_age_s=None if beat is None else round(beat.age_s, 1),
         log=logs.job_log(shard, job), server_logs=logs.server_logs(shard),
-        failed_by_class=counts.failed_by_class, server_restarts=_restarts(state),
+        failed_by_class=counts.failed_by_class, server_restarts=_restarts(state), interrupted=counts.interrupted,
         injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
 
@@ -389,7 +429,8 @@ class LogIndex:
 
 
 def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
-    """The run-level line: rollouts done of expected, ETA at the summed rate of running links, failures."""
+    """The run-level line over every shard: rollouts done of expected (``counted_shards`` of ``shards``
+    have reported a count yet), ETA at the summed rate of running links, failures, interruptions."""
     expected = sum(row.expected or 0 for row in rows)
     finished = sum(row.successful + row.failed + row.omitted for row in rows)
     rate = sum(row.rate_per_s or 0.0 for row in rows if row.verdict == "HEALTHY")
@@ -400,10 +441,13 @@ def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
     verdicts: dict[str, int] = {}
     for row in rows:
         verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
-    eta = (expected - finished) / rate if rate > 0 and expected > finished else None
+    counted = sum(1 for row in rows if row.expected is not None)
+    eta = (expected - finished) / rate if rate > 0 and expected > finished and counted == len(rows) else None
     return {
         "expected": expected, "successful": sum(row.successful for row in rows),
         "failed": sum(row.failed for row in rows), "omitted": sum(row.omitted for row in rows),
+        "interrupted": sum(row.interrupted for row in rows),
+        "shards": len(rows), "counted_shards": counted,
         "rate_per_s": round(rate, 3), "eta_s": None if eta is None else round(eta, 1),
         "eta": human_duration(eta), "failed_by_class": dict(sorted(by_class.items())),
         "verdicts": dict(sorted(verdicts.items())),
@@ -412,25 +456,42 @@ def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
 
 
 def summary_line(summary: dict[str, Any]) -> str:
-    """``run: 120/400 ok, 3 failed (timeout 2, http_5xx 1), 0 omitted; 2 HEALTHY, 1 DONE; ETA 12m30s``."""
+    """``run: 120/400 ok, 3 failed (timeout 2, http_5xx 1), 0 omitted; 2 HEALTHY, 1 DONE; ETA 12m30s``.
+
+    Until every shard has counted its rollouts, the total says how many did (``in 49 of 1000 shards``)
+    and no ETA is given; interruptions are named apart from failures.
+    """
     classes = ", ".join(f"{name} {n}" for name, n in summary["failed_by_class"].items())
     verdicts = ", ".join(f"{n} {v}" for v, n in summary["verdicts"].items())
+    shards, counted = summary.get("shards", 0), summary.get("counted_shards", 0)
+    scope = f" so far in {counted} of {shards} shards ({shards - counted} not counted yet)" if counted < shards else ""
+    interrupted = f", {summary['interrupted']} interrupted (run again)" if summary.get("interrupted") else ""
     return (
-        f"run: {summary['successful']}/{summary['expected']} ok, {summary['failed']} failed"
-        f"{f' ({classes})' if classes else ''}, {summary['omitted']} omitted; {verdicts}; "
+        f"run: {summary['successful']}/{summary['expected']} ok{scope}, {summary['failed']} failed"
+        f"{f' ({classes})' if classes else ''}{interrupted}, {summary['omitted']} omitted; {verdicts}; "
         f"ETA {summary['eta']}; walltime {human_duration(summary['walltime_used_s'])}"
     )
 
 
 def aggregation_status(
-    aggregate: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None
-) -> dict[str, Any]:
-    """The aggregation's job, state and whether it finished (pure); its deciding job is only exiting."""
+    aggregate: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
+    held: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """The aggregation's job, state and whether it finished (pure); its deciding job is only exiting.
+
+    ``held``: the shards' held jobs; a pending aggregation waits on them (afterany) and says so.
+    """
     decider = aggregate.last_decision.job_id if aggregate.last_decision else None
     agg_live = [queue[j] for j in aggregate.epoch_jobs if j != decider and _is_live(queue.get(j))]
     agg_state = (
         "not submitted" if not aggregate.epoch_jobs else _job_state(aggregate.latest_job, queue, accounting)
     )
+    row = queue.get(aggregate.latest_job or "")
+    if row is not None and is_held(row):
+        agg_state += f": held, it will not run by itself; 'scontrol release {row.job_id}' lets it run"
+    elif held and row is not None and row.state == "PENDING" and row.reason == "Dependency":
+        shown = " ".join(held[:5]) + (" ..." if len(held) > 5 else "")
+        agg_state += f": waits for held job(s) {shown}, which will not end by themselves: 'scancel {shown}'"
     if aggregate.last_decision and not agg_live:
         agg_state = f"{aggregate.last_decision.decision}: {aggregate.last_decision.reason}"
     return {"job": aggregate.latest_job, "state": agg_state,
@@ -471,10 +532,14 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
         "summary": summary_of(rows),
         "shards": [dict(vars(row)) for row in rows],
-        "aggregation": {**aggregation_status(aggregate, queue, accounting),
+        "aggregation": {**aggregation_status(aggregate, queue, accounting, _held_jobs(states, queue)),
                         "log": logs.job_log(None, aggregate.latest_job)},
         "queries": backend.queries,
     }  # fmt: skip
+
+
+def _held_jobs(states: list[ChainState], queue: dict[str, QueueRow]) -> list[str]:
+    return [row.job_id for state in states for row in _live_jobs(state, queue) if is_held(row)]
 
 
 COLUMNS = [

@@ -1,0 +1,110 @@
+"""Status that never alarms or soothes falsely (issue 19): interruptions, held jobs anywhere, the summary
+over every shard, and the job that runs next after a requeue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
+from gymslurm.launcher.rundir import RunInfo
+from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.views.status import (
+    LogIndex,
+    ShardFiles,
+    aggregation_status,
+    counts_of,
+    shard_status,
+    summary_line,
+    summary_of,
+    verdict,
+)
+from gymslurm.store.live import LiveProgress
+
+T0 = 1_780_000_000.0
+AT0 = "2026-05-28T20:26:40+00:00"
+INFO = RunInfo(name="r", benchmark="b", overrides=[], created_at=AT0, backend="slurm", shards=1, workdir="/",
+               output_stem="rollouts", infra_retry_limit=3, max_walltime_s=86400.0)  # fmt: skip
+
+
+def _row(job: str, state: str, reason: str = "None") -> QueueRow:
+    return QueueRow(job, "gs", state, reason, "(null)", "0:00", "1:00", "N/A")
+
+
+def _decided(job: str, decision: Decision) -> DecisionRecord:
+    return DecisionRecord(
+        job_id=job, end="t", elapsed_s=1, slurm_state="RUNNING", exit_code=0, decision=decision,
+        reason="why", budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(Budgets(1, 1, 0)),
+    )  # fmt: skip
+
+
+GOING = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE), Submitted(job_id="2", after="1")]
+
+REQUEUED = {"format_version": 1, "expected": 1000, "successful": 340, "failed": 20, "intentionally_omitted": 0,
+            "written_at": "2026-05-28T20:00:00+00:00", "failed_by_class": {"kill_shaped": 20}}  # fmt: skip
+
+
+def test_interrupted_rollouts_are_not_failures_in_the_coverage_file() -> None:
+    """Right after a requeue, 20 kill_shaped (interrupted) rollouts read as interrupted, 0 failed."""
+    counts = counts_of(REQUEUED, None, running=False)
+    assert counts.text == "340/1000 ok, 0 failed, 20 interrupted"
+    assert (counts.failed, counts.interrupted, counts.failed_by_class, counts.left) == (0, 20, {}, 660)
+
+
+def test_interrupted_rollouts_are_not_failures_in_the_live_record() -> None:
+    """A running collector's record counts its interruptions apart (LiveProgress.interrupted)."""
+    record = LiveProgress(
+        written_at=AT0, epoch=T0, pid=1, expected=1000, successful=340, failed=23, intentionally_omitted=0,
+        in_flight=8, interrupted=20, new_outcomes=3, started_epoch=T0 - 60, rate_per_s=0.5,
+    )  # fmt: skip
+    assert counts_of(REQUEUED, record, running=True).text == "340/1000 ok, 3 failed, 20 interrupted"
+
+
+def _row_of(shard: int, coverage: dict[str, object] | None) -> object:
+    return shard_status(
+        shard, summarize([Submitted(job_id=f"1_{shard}")]), {f"1_{shard}": _row(f"1_{shard}", "PENDING")}, {},
+        info=INFO, files=ShardFiles(coverage, None, None), now=T0, logs=LogIndex(Path("/l"), frozenset()),
+    )  # fmt: skip
+
+
+def test_the_run_summary_says_how_many_shards_it_counts() -> None:
+    """61 ok of the 61 rollouts 49 shards reported is not the run: the line says 49 of 1000 shards."""
+    reported = {**REQUEUED, "expected": 1, "successful": 1, "failed": 0, "failed_by_class": {}}
+    rows = [_row_of(i, reported if i < 49 else None) for i in range(1000)]
+    summary = summary_of(rows)  # type: ignore[arg-type]
+    assert (summary["shards"], summary["counted_shards"], summary["eta"]) == (1000, 49, "-")
+    assert summary_line(summary).startswith("run: 49/49 ok so far in 49 of 1000 shards (951 not counted yet)")
+
+
+def test_the_summary_names_interruptions_apart() -> None:
+    """The run line: 0 failed, 20 interrupted (run again)."""
+    line = summary_line(summary_of([_row_of(0, REQUEUED)]))  # type: ignore[list-item]
+    assert "0 failed, 20 interrupted (run again)" in line
+
+
+def test_a_held_last_link_is_named_with_its_way_out() -> None:
+    """The last link wrote STOP_EXHAUSTED and was then held (RequeueExitHold): the verdict stays, the why
+    names the held job and 'scancel' (what waits on it never starts otherwise)."""
+    records = [*GOING, Started(job_id="2"), _decided("2", Decision.STOP_EXHAUSTED)]
+    word, why = verdict(summarize(records), [_row("2", "SPECIAL_EXIT", "JobHeldUser")], None)
+    assert word == "EXHAUSTED" and "job 2 was held after writing this decision" in why and "scancel 2" in why
+
+
+def test_an_aggregation_waiting_on_a_held_link_says_so() -> None:
+    """aggregation: PENDING (Dependency) on a held last link names the held job and how to release it."""
+    state = summarize([Submitted(job_id="240")])
+    agg = aggregation_status(state, {"240": _row("240", "PENDING", "Dependency")}, {}, ["239_0"])
+    assert "waits for held job(s) 239_0" in agg["state"] and "scancel 239_0" in agg["state"]
+    held = aggregation_status(state, {"240": _row("240", "PENDING", "JobHeldUser")}, {})
+    assert "scontrol release 240" in held["state"]
+
+
+def test_after_a_requeue_the_job_column_shows_the_requeued_link() -> None:
+    """A requeued link pends again before its successor (which waits on it): `job` is the requeued one."""
+    records = [Submitted(job_id="5_0"), Started(job_id="5_0"), Submitted(job_id="9_0", after="5_0")]
+    queue = {"5_0": _row("5_0", "PENDING", "BeginTime"), "9_0": _row("9_0", "PENDING", "Dependency")}
+    row = shard_status(
+        0, summarize(records), queue, {}, info=INFO, files=ShardFiles(None, None, None), now=T0,
+        logs=LogIndex(Path("/l"), frozenset()),
+    )  # fmt: skip
+    assert (row.job, row.successor) == ("5_0", "9_0")
