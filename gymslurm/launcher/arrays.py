@@ -67,8 +67,8 @@ def plan_arrays(shards: int, limits: dict[str, int], max_running: int | None) ->
         if arrays + 2 * min(running, shards) + 1 > max_jobs:
             throttle = room
             note = (
-                f"MaxJobCount = {max_jobs}: at most {throttle} first links of each of the {arrays} arrays run "
-                f"at once, so the run holds at most {arrays + 2 * arrays * throttle + 1} job records"
+                f"MaxJobCount = {max_jobs}: at most {throttle} first links of each of the {arrays} arrays "
+                f"run at once, so the run holds at most {arrays + 2 * arrays * throttle + 1} job records"
             )
     max_submit = limits.get("MaxSubmitJobs")
     if max_submit is not None:
@@ -77,7 +77,8 @@ def plan_arrays(shards: int, limits: dict[str, int], max_running: int | None) ->
         if need > max_submit:
             raise ConfigError(
                 f"{shards} shards are {shards} array tasks, plus up to {running} queued successors and the "
-                f"aggregation: {need} jobs, more than your MaxSubmitJobs = {max_submit} (sacctmgr show assoc; "
-                "every array task counts): use fewer, larger shards, or ask for a larger MaxSubmitJobs"
+                f"aggregation: {need} jobs, more than your MaxSubmitJobs = {max_submit} "
+                "(sacctmgr show assoc; every array task counts): use fewer, larger shards, or ask for a "
+                "larger MaxSubmitJobs"
             )
     return ArrayPlan(chunk, parts, throttle, note)

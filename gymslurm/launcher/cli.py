@@ -189,7 +189,7 @@ def _cancel(argv: list[str]) -> int:
     parser.add_argument("run", help="run name or path, or the id of one of its jobs")
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.submit import cancel
+    from gymslurm.launcher.cancel import cancel
 
     return cancel(args.run, args.run_root)
 

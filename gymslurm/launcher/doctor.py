@@ -353,7 +353,9 @@ def read_site(settings: BenchmarkSettings, client: SlurmClient | None = None) ->
     try:
         config = parse_config(client.run(["scontrol", "show", "config"]).stdout)
         partitions = (
-            parse_partitions(client.run(["scontrol", "show", "partition", "-o"]).stdout) if slurm.partition else {}
+            parse_partitions(client.run(["scontrol", "show", "partition", "-o"]).stdout)
+            if slurm.partition
+            else {}
         )
     except SlurmError as error:
         print(f"gymslurm submit: warning: could not check the site settings: {error}", file=sys.stderr)
@@ -398,7 +400,6 @@ def run_doctor(
     config, partitions = cluster_text(client)
     findings = check(config, partitions, partition=partition, shards=shards)
     if probe_root is not None:
-
         findings += probe_findings(client, os.path.abspath(probe_root), partition, python)
     if as_json:
         print(

@@ -17,7 +17,8 @@ hang           SIGSTOP of the collector (the link then hangs until its time limi
 The collector's pid comes from the shard's heartbeat, which the live link writes; a server's from
 the ledger's ``server`` records (issue 13).
 The fault is recorded in the shard's ledger (an ``injected`` record) once it was delivered, so
-``status`` and the final report show which faults a run survived, and never one that was not sent. On the local backend, signals
+``status`` and the final report show which faults a run survived, and never one that was not
+sent. On the local backend, signals
 go to the processes directly and cancel/requeue are the local queue's.
 """
 
@@ -107,7 +108,9 @@ def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
         try:
             client.run(argv)
         except SlurmError as error:
-            raise ConfigError(f"shard {shard}: {fault} was not delivered to job {job}, nothing recorded: {error}") from error
+            raise ConfigError(
+                f"shard {shard}: {fault} was not delivered to job {job}, nothing recorded: {error}"
+            ) from error
     else:
         how = f"local: {fault} of job {job}" + (f" (pid {pid})" if pid else "")
         try:

@@ -13,7 +13,7 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     shards/NNN/heartbeat.json     the running link's last sign of life (replaced atomically)
     array.json                    a Slurm run: the job arrays of every shard's first link (written once)
     scripts/links.sbatch          a Slurm run's link script for shards 0..chunk-1 (shard = array task id)
-    scripts/links-BASE.sbatch     ... and for shards BASE..BASE+chunk-1 past MaxArraySize (shard = BASE + task)
+    scripts/links-BASE.sbatch     ... for shards BASE..BASE+chunk-1 past MaxArraySize (BASE + task)
     inputs/dataset.jsonl          an array run's dataset copy (each first link cuts inputs/shard-NNN.jsonl)
     shards/NNN/link.lock          held (flock) by the shard's live link for its whole run
     aggregate/ledger.jsonl        the aggregation job's ledger; aggregate/lock serialises its submission

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
@@ -32,7 +31,7 @@ from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backen
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import Site, read_site
 from gymslurm.launcher.job.servers import container_argv
-from gymslurm.launcher.ledger import Cancelled, ChainState, Resubmitted, Submitted, summarize
+from gymslurm.launcher.ledger import ChainState, Resubmitted, Submitted, summarize
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
@@ -66,7 +65,6 @@ from gymslurm.launcher.settings import (
     split_secrets,
     visible_credential_warnings,
 )
-from gymslurm.launcher.slurm import array_ids
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -272,7 +270,9 @@ def submit(
     if site.refusal:
         raise ConfigError(site.refusal)
     plan = (
-        plan_arrays(settings.shards, site.limits, settings.slurm.max_running) if backend_kind == "slurm" else None
+        plan_arrays(settings.shards, site.limits, settings.slurm.max_running)
+        if backend_kind == "slurm"
+        else None
     )
     run = new_run_dir(settings, workdir)
     scripts = render_scripts(run, settings, workdir, plan)
@@ -306,7 +306,8 @@ def submit(
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     if plan is not None:
         assert isinstance(backend, SlurmBackend)
-        submit_arrays(run, backend, settings.shards, plan, settings.slurm.max_running, counts)
+        throttle = settings.slurm.max_running
+        submit_arrays(run, backend, settings.shards, plan, max_running=throttle, counts=counts)
     for shard in [] if plan is not None else range(settings.shards):
         job = backend.submit(run.script(shard))
         run.ledger(shard).append(Submitted(job_id=job, by="submit"))
@@ -316,12 +317,15 @@ def submit(
 
 
 def submit_arrays(
-    run: RunDir, backend: SlurmBackend, shards: int, plan: ArrayPlan, max_running: int | None, counts: list[int]
-) -> str:
-    """Every shard's first link as the plan's job arrays (one ``sbatch`` each), recorded once in ``array.json``."""
+    run: RunDir, backend: SlurmBackend, shards: int, plan: ArrayPlan, *, max_running: int | None,
+    counts: list[int],
+) -> str:  # fmt: skip
+    """Every shard's first link as the plan's job arrays (one ``sbatch`` each), recorded in ``array.json``."""
     parts = []
     for first, size in plan.parts:
-        job = backend.submit_array(run.links_script_for(first), array_indices(list(range(size)), plan.throttle))
+        job = backend.submit_array(
+            run.links_script_for(first), array_indices(list(range(size)), plan.throttle)
+        )
         parts.append(ArrayPart(job_id=job, base=first, size=size))
     record = ArrayRecord(
         job_id=parts[0].job_id, shards=shards, max_running=max_running, at=utc_now_ms(), chunk=plan.chunk,
@@ -435,7 +439,12 @@ def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]
     return None, chosen
 
 
-SELECTABLE_VERDICTS = {"failed": "FAILED", "stalled": "STALLED", "exhausted": "EXHAUSTED", "cancelled": "CANCELLED"}
+SELECTABLE_VERDICTS = {
+    "failed": "FAILED",
+    "stalled": "STALLED",
+    "exhausted": "EXHAUSTED",
+    "cancelled": "CANCELLED",
+}
 
 
 def resubmit(
@@ -486,7 +495,9 @@ def resubmit(
         )
     done = [s for s in todo if s not in unfinished]
     if done:
-        raise ConfigError(f"run {run.name}: shard(s) {array_indices(done, None)} are DONE; nothing to restart there")
+        raise ConfigError(
+            f"run {run.name}: shard(s) {array_indices(done, None)} are DONE; nothing to restart there"
+        )
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     for shard in todo:
         run.ledger(shard).append(Resubmitted())
@@ -497,8 +508,9 @@ def resubmit(
         for shard in todo:
             print(f"shard {shard}: new chain, first link {jobs[shard]} (fresh retry and walltime budgets)")
     else:
+        arrays = " ".join(sorted({job.split("_")[0] for job in jobs.values()}))
         print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with fresh retry and walltime "
-              f"budgets, first links {', '.join(sorted(set(j.split('_')[0] for j in jobs.values())))}")  # fmt: skip
+              f"budgets, first links in job array(s) {arrays}")  # fmt: skip
     if shards and not todo:
         print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
         return ExitCode.DONE
@@ -531,48 +543,3 @@ def _resubmit_links(
 
 def _live_jobs(state: ChainState, queue: dict[str, Any]) -> list[str]:
     return [job for job in state.epoch_jobs if job in queue and queue[job].state in LIVE_STATES]
-
-
-def cancel(ref: str, run_root: str) -> int:
-    """``gymslurm cancel RUN``: cancel every live job of the run and record it in the unfinished chains.
-
-    A chain that already finished (DONE, FAILED, ...) keeps its verdict; a run with nothing live
-    and nothing unfinished has ended, and cancel says so and writes nothing. On Slurm every array is
-    cancelled as one ``scancel ARRAY`` (each is the run's own), not task by task.
-    """
-    run = resolve_run_or_job(ref, Path(run_root).resolve())
-    info = run.read_info()
-    backend = run_backend(run)
-    ledgers = [run.ledger(s) for s in range(info.shards)] + [run.aggregate_ledger]
-    first = backend.queue()
-    states = chain_states(run, info.shards)
-    open_shards = [i for i, state in enumerate(states[:-1]) if not state.finished]
-    live = {i for i, state in enumerate(states) if _live_jobs(state, first)}
-    aggregation_open = bool(states[-1].epoch_jobs) and not states[-1].finished
-    if not open_shards and not live and not aggregation_open:
-        verdicts = Counter(_final_word(state) for state in states[:-1])
-        summary = ", ".join(f"{n} {word}" for word, n in sorted(verdicts.items()))
-        print(f"run {run.name} has already ended ({summary}); nothing to cancel, nothing was changed")
-        return ExitCode.DONE
-    marked = sorted(set(open_shards) | (live - {info.shards}))
-    if marked or aggregation_open or info.shards in live:
-        marked.append(info.shards)
-    for index in marked:
-        ledgers[index].append(Cancelled(job_ids=_live_jobs(states[index], first)))
-    # Look again after recording: a link that queued a successor before seeing our record is caught
-    # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
-    queue = backend.queue()
-    every = [job for state in chain_states(run, info.shards) for job in _live_jobs(state, queue)]
-    targets = array_ids(every) if isinstance(backend, SlurmBackend) else every
-    backend.cancel(targets)
-    shown = " ".join(targets[:10]) + (f" ... ({len(targets) - 10} more)" if len(targets) > 10 else "")
-    kept = info.shards - len([i for i in marked if i < info.shards])
-    print(f"run {run.name}: cancelled {len(every)} job(s) ({shown or 'none live'}); "
-          f"{kept} finished chain(s) keep their verdict".rstrip())  # fmt: skip
-    return ExitCode.DONE
-
-
-def _final_word(state: ChainState) -> str:
-    if state.cancelled:
-        return "CANCELLED"
-    return str(state.last_decision.decision) if state.last_decision else "not started"

@@ -168,12 +168,10 @@ def test_secrets_never_reach_run_files(tmp_path: Path) -> None:
 def test_dry_run_prints_scripts_and_writes_nothing(tmp_path: Path) -> None:
     """--dry-run prints every script and creates no run directory (Slurm: one array link script)."""
     bench = write_benchmark(tmp_path, [{"exit": 0}])
-    done = gymslurm("submit", str(bench), "--dry-run", "--backend", "slurm", "shards=2", "slurm.array=true")
+    done = gymslurm("submit", str(bench), "--dry-run", "--backend", "slurm", "shards=2")
     assert done.stdout.count("#SBATCH --open-mode=append") == 2 and "scripts/links.sbatch" in done.stdout
-    one_by_one = gymslurm(
-        "submit", str(bench), "--dry-run", "--backend", "slurm", "shards=2", "slurm.array=false"
-    )
-    assert one_by_one.stdout.count("#SBATCH --open-mode=append") == 3
+    locally = gymslurm("submit", str(bench), "--dry-run", "--backend", "local", "shards=2")
+    assert locally.stdout.count("#SBATCH --open-mode=append") == 3  # the local backend: one script per shard
     assert not (tmp_path / "runs").exists()
 
 

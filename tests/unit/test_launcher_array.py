@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.arrays import plan_arrays
 from gymslurm.launcher.ledger import Started, Submitted
 from gymslurm.launcher.rundir import (
     ArrayRecord,
@@ -17,7 +18,6 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.arrays import plan_arrays
 from gymslurm.launcher.submit import array_indices, next_poll_s, render_scripts, split_dataset
 
 INDEX_ROWS = [
@@ -70,7 +70,8 @@ def test_max_running_is_shared_by_the_arrays() -> None:
 
 @pytest.mark.parametrize(
     ("limits", "named"),
-    [({"MaxArraySize": 0}, "MaxArraySize = 0"), ({"MaxArraySize": 1001, "MaxJobCount": 25}, "MaxJobCount = 25"),
+    [({"MaxArraySize": 0}, "MaxArraySize = 0"),
+     ({"MaxArraySize": 1001, "MaxJobCount": 25}, "MaxJobCount = 25"),
      ({"MaxArraySize": 1001, "MaxJobCount": 100_000, "MaxSubmitJobs": 5000}, "MaxSubmitJobs = 5000")],
 )  # fmt: skip
 def test_a_plan_that_cannot_fit_is_refused_naming_the_limit(limits: dict[str, int], named: str) -> None:

@@ -192,7 +192,8 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
 ) -> None:
     """A job submitted from inside an array task (the aggregation, a successor) or a requeued job does not
     inherit its submitter's SLURM_ARRAY_* or SLURM_RESTART_COUNT: it reads only what Slurm says of it."""
-    for name, value in [("SLURM_ARRAY_JOB_ID", "188"), ("SLURM_ARRAY_TASK_ID", "0"), ("SLURM_RESTART_COUNT", "4"),
+    for name, value in [("SLURM_ARRAY_JOB_ID", "188"), ("SLURM_ARRAY_TASK_ID", "0"),
+                        ("SLURM_RESTART_COUNT", "4"),
                         ("SLURM_JOB_ID", "190"), ("KEEP_ME", "1")]:  # fmt: skip
         monkeypatch.setenv(name, value)
     client = ScriptedClient({"sbatch": _done("189\n")})
@@ -203,7 +204,7 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
 
 
 def test_array_ids_cancel_each_array_once() -> None:
-    """cancel of a run: one scancel argument per array, not one per task (8,889 characters at 1,000 shards)."""
+    """cancel of a run: one scancel argument per array, not one per task (8,889 characters at 1,000)."""
     from gymslurm.launcher.slurm import array_ids
 
     tasks = [f"162_{i}" for i in range(1000)] + ["170_3", "171_9", "180"]

@@ -40,7 +40,8 @@ def _decided(job: str, decision: Decision) -> DecisionRecord:
 
 GOING = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE), Submitted(job_id="2", after="1")]
 
-REQUEUED = {"format_version": 1, "expected": 1000, "successful": 340, "failed": 20, "intentionally_omitted": 0,
+REQUEUED = {"format_version": 1, "expected": 1000, "successful": 340, "failed": 20,
+            "intentionally_omitted": 0,
             "written_at": "2026-05-28T20:00:00+00:00", "failed_by_class": {"kill_shaped": 20}}  # fmt: skip
 
 

@@ -75,7 +75,10 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
         left = [row for row in live_jobs if row.job_id != deciding]  # the decider is only exiting
         if left:
             way_out = f"; {held_way_out(left[0])}" if is_held(left[0]) else ""
-            return "ORPHANED", f"the chain finished but job {left[0].job_id} is still {left[0].state}{way_out}"
+            return (
+                "ORPHANED",
+                f"the chain finished but job {left[0].job_id} is still {left[0].state}{way_out}",
+            )
         if state.cancelled:
             return "CANCELLED", "stopped by 'gymslurm cancel'; 'gymslurm resubmit' starts it again"
         assert state.last_decision is not None
@@ -84,7 +87,8 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
         if stuck:  # RequeueExitHold after the decision: the aggregation's afterany waits on it for ever
             why += (
                 f"; but job {stuck[0].job_id} was held after writing this decision ({stuck[0].state}, "
-                f"{stuck[0].reason}), so nothing after it starts: 'scancel {stuck[0].job_id}' lets the run end"
+                f"{stuck[0].reason}), so nothing after it starts: "
+                f"'scancel {stuck[0].job_id}' lets the run end"
             )
         return word, why
     if len(running) > 1:
@@ -193,7 +197,8 @@ def counts_of(coverage: Coverage | None, record: live.LiveProgress | None, runni
         )  # fmt: skip
     if record is not None and (coverage is None or record.epoch >= _epoch(coverage.written_at)):
         counts = Counts(
-            record.expected, record.successful, record.failed - record.interrupted, record.intentionally_omitted,
+            record.expected, record.successful, record.failed - record.interrupted,
+            record.intentionally_omitted,
             record.in_flight if running else 0, record.rate_per_s if running and not record.ended else None,
             live=running and not record.ended, failed_by_class=counts.failed_by_class,
             interrupted=record.interrupted,
@@ -386,7 +391,8 @@ def shard_status(
         eta_s=None if eta is None else round(eta, 1), eta=human_duration(eta),
         heartbeat_age_s=None if beat is None else round(beat.age_s, 1),
         log=logs.job_log(shard, job), server_logs=logs.server_logs(shard),
-        failed_by_class=counts.failed_by_class, server_restarts=_restarts(state), interrupted=counts.interrupted,
+        failed_by_class=counts.failed_by_class, server_restarts=_restarts(state),
+        interrupted=counts.interrupted,
         injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
     )  # fmt: skip
 
@@ -464,7 +470,11 @@ def summary_line(summary: dict[str, Any]) -> str:
     classes = ", ".join(f"{name} {n}" for name, n in summary["failed_by_class"].items())
     verdicts = ", ".join(f"{n} {v}" for v, n in summary["verdicts"].items())
     shards, counted = summary.get("shards", 0), summary.get("counted_shards", 0)
-    scope = f" so far in {counted} of {shards} shards ({shards - counted} not counted yet)" if counted < shards else ""
+    scope = (
+        f" so far in {counted} of {shards} shards ({shards - counted} not counted yet)"
+        if counted < shards
+        else ""
+    )
     interrupted = f", {summary['interrupted']} interrupted (run again)" if summary.get("interrupted") else ""
     return (
         f"run: {summary['successful']}/{summary['expected']} ok{scope}, {summary['failed']} failed"

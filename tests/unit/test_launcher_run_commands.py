@@ -1,0 +1,209 @@
+"""cancel, inject, resubmit --shards and run names on what a user types (issue 19): no false relabel,
+no fault recorded that was not sent, no sacct without accounting, names that never collide."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.backend import SlurmBackend
+from gymslurm.launcher.cancel import cancel
+from gymslurm.launcher.decide import Budgets, Decision
+from gymslurm.launcher.inject import inject
+from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
+from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.settings import load_benchmark
+from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.launcher.submit import new_run_dir, parse_shard_selection
+from gymslurm.store import live
+
+
+def _info(backend: str, shards: int = 2, accounting: bool | None = None) -> RunInfo:
+    return RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend=backend, shards=shards,  # type: ignore[arg-type]
+                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None,
+                   accounting=accounting)  # fmt: skip
+
+
+def _done(job: str) -> DecisionRecord:
+    return DecisionRecord(
+        job_id=job, end="t", elapsed_s=1, slurm_state="RUNNING", exit_code=0, decision=Decision.DONE,
+        reason="collector exit 0", budgets_before=BudgetsRecord(),
+        budgets_after=BudgetsRecord.of(Budgets(1, 1)),
+    )  # fmt: skip
+
+
+def _run(tmp_path: Path, info: RunInfo) -> RunDir:
+    run = RunDir(tmp_path / "runs" / "r")
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    return run
+
+
+def test_cancel_of_a_run_that_ended_changes_nothing_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every chain DONE and nothing live: cancel writes no record (no shard relabelled CANCELLED)."""
+    run = _run(tmp_path, _info("local"))
+    for shard in range(2):
+        run.ledger(shard).append(Submitted(job_id=f"local-{shard}"))
+        run.ledger(shard).append(Started(job_id=f"local-{shard}"))
+        run.ledger(shard).append(_done(f"local-{shard}"))
+    before = [run.ledger(s).path.read_bytes() for s in range(2)]
+    assert cancel(str(run.root), str(tmp_path / "runs")) == 0
+    assert "has already ended (2 DONE); nothing to cancel" in capsys.readouterr().out
+    assert [run.ledger(s).path.read_bytes() for s in range(2)] == before
+    assert not run.aggregate_ledger.path.exists()
+
+
+def test_cancel_keeps_the_verdict_of_a_finished_chain(tmp_path: Path) -> None:
+    """Shard 0 DONE, shard 1 still queued: only shard 1 (and the aggregation) get a cancelled record."""
+    run = _run(tmp_path, _info("local"))
+    run.ledger(0).append(Submitted(job_id="local-0"))
+    run.ledger(0).append(_done("local-0"))
+    run.ledger(1).append(Submitted(job_id="local-1"))
+    cancel(str(run.root), str(tmp_path / "runs"))
+    assert [r.kind for r in run.ledger(0).read()] == ["submitted", "decision"]
+    assert [r.kind for r in run.ledger(1).read()] == ["submitted", "cancelled"]
+
+
+def test_run_names_of_one_second_differ(tmp_path: Path) -> None:
+    """Two runs of one benchmark in the same second (in two run roots) get different run and job names."""
+    bench = tmp_path / "b.yaml"
+    bench.write_text(f"name: same\ndataset: {tmp_path / 'd.jsonl'}\nrun_root: {tmp_path / 'a'}\n")
+    settings = load_benchmark(str(bench), [])[0]
+    names = {new_run_dir(settings, tmp_path).name for _ in range(20)}
+    assert len(names) == 20
+
+
+class Recorded(SlurmClient):
+    """A Slurm client whose commands return scripted output in turn and are recorded (the subprocess seam)."""
+
+    def __init__(self, replies: dict[str, list[subprocess.CompletedProcess[str]]]) -> None:
+        super().__init__()
+        self.replies = replies
+        self.calls: list[list[str]] = []
+
+    def run(
+        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        self.queries += 1
+        self.calls.append(list(argv))
+        queue = self.replies[argv[0]]
+        done = queue.pop(0) if len(queue) > 1 else queue[0]
+        if check and done.returncode:
+            from gymslurm.errors import SlurmError
+
+            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
+        return done
+
+
+def _reply(stdout: str = "", stderr: str = "", code: int = 0) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess([], code, stdout, stderr)
+
+
+def _running_array_link(tmp_path: Path) -> RunDir:
+    run = _run(tmp_path, _info("slurm", shards=1))
+    run.ledger(0).append(Submitted(job_id="193_0"))
+    run.ledger(0).append(Started(job_id="193_0"))
+    live.write_heartbeat(
+        run.heartbeat(0),
+        live.Heartbeat(
+            job_id="193_0", start="t", at="t", epoch=0.0, interval_s=15, pid=1, collector_pid=4242
+        ),
+    )
+    return run
+
+
+SQUEUE_RUNNING = "193_0|gs|RUNNING|None|(null)|0:10|5:00|2026-12-01T10:00:00\n"
+
+
+def test_a_crash_on_an_array_task_goes_to_its_numeric_job_id(tmp_path: Path) -> None:
+    """srun --jobid takes no 193_0: inject asks squeue for the task's own id (%A) and sends there."""
+    run = _running_array_link(tmp_path)
+    client = Recorded({"squeue": [_reply(SQUEUE_RUNNING), _reply("194\n")], "srun": [_reply()]})
+    inject(run, 0, "crash", SlurmBackend(client))
+    assert client.calls[-1][:2] == ["srun", "--jobid=194"]
+    (record,) = [r for r in run.ledger(0).read() if r.kind == "injected"]
+    assert record.job_id == "193_0" and "--jobid=194" in record.how  # type: ignore[union-attr]
+
+
+def test_a_fault_that_was_not_delivered_is_not_recorded(tmp_path: Path) -> None:
+    """srun failed (the issue's 'Invalid numeric value'): inject says so and the ledger gets no record."""
+    run = _running_array_link(tmp_path)
+    failed = _reply(stderr='srun: error: Invalid numeric value "193_0" for --jobid.', code=1)
+    client = Recorded({"squeue": [_reply(SQUEUE_RUNNING), _reply("194\n")], "srun": [failed]})
+    with pytest.raises(ConfigError, match="crash was not delivered to job 193_0, nothing recorded"):
+        inject(run, 0, "crash", SlurmBackend(client))
+    assert [r.kind for r in run.ledger(0).read()] == ["submitted", "start"]
+
+
+def test_a_local_fault_to_a_gone_process_is_not_recorded(tmp_path: Path) -> None:
+    """The local backend: a collector pid that no longer exists is a refusal, not a survived fault."""
+    run = _run(tmp_path, _info("local", shards=1))
+    backend = LocalBackend(run.local_dir)
+    job = backend.submit(_sleeper(tmp_path))
+    run.ledger(0).append(Submitted(job_id=job))
+    run.ledger(0).append(Started(job_id=job))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live.write_heartbeat(
+        run.heartbeat(0),
+        live.Heartbeat(
+            job_id=job, start="t", at="t", epoch=0.0, interval_s=15, pid=1, collector_pid=gone.pid
+        ),
+    )
+    try:
+        _wait_running(backend, job)
+        with pytest.raises(ConfigError, match="was not delivered"):
+            inject(run, 0, "crash", backend)
+        assert [r.kind for r in run.ledger(0).read()] == ["submitted", "start"]
+    finally:
+        backend.cancel([job])
+
+
+def _sleeper(tmp_path: Path) -> Path:
+    script = tmp_path / "sleep.sbatch"
+    script.write_text("#!/bin/bash\nsleep 30\n")
+    return script
+
+
+def _wait_running(backend: LocalBackend, job: str) -> None:
+    import time
+
+    for _ in range(100):
+        row = backend.queue().get(job)
+        if row is not None and row.state == "RUNNING":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"local job {job} never ran")
+
+
+def test_a_run_without_accounting_never_calls_sacct_for_a_dead_link() -> None:
+    """Dead-link accounting on a cluster recorded without accounting asks scontrol, not sacct."""
+    scontrol = (
+        "JobId=194 ArrayJobId=193 ArrayTaskId=0 JobName=gs JobState=FAILED ExitCode=137:0 RunTime=00:00:02"
+    )
+    client = Recorded({"scontrol": [_reply(scontrol)], "sacct": [_reply()]})
+    row = SlurmBackend(client, accounting=False).ended("193_0")
+    assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
+    assert [call[0] for call in client.calls] == ["scontrol"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("failed", ("FAILED", set())), ("stalled", ("STALLED", set())), ("0,3,7-9", (None, {0, 3, 7, 8, 9}))],
+)
+def test_resubmit_shard_selection(text: str, expected: tuple[str | None, set[int]]) -> None:
+    """--shards takes a verdict (chosen from status) or shard numbers and ranges."""
+    assert parse_shard_selection(text, 10) == expected
+
+
+@pytest.mark.parametrize("bad", ["10", "3-1", "a,b", "1-"])
+def test_resubmit_shard_selection_refuses_what_is_not_a_shard(bad: str) -> None:
+    """A shard outside the run, a backward range or a word that is not a verdict: refused, naming it."""
+    with pytest.raises(ConfigError, match="--shards"):
+        parse_shard_selection(bad, 10)
