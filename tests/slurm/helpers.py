@@ -61,7 +61,7 @@ class SlurmTestError(RuntimeError):
 class JobOutcome:
     """What ``scontrol show job -o`` says about a job: its state and ``ExitCode=code:signal``."""
 
-    job_id: int
+    job_id: int | str  # an array task is ARRAY_TASK (162_7)
     state: str
     exit_code: int
     signal: int
@@ -75,7 +75,7 @@ class JobOutcome:
         return self.state in FINAL_STATES
 
 
-def parse_scontrol_job(job_id: int, text: str) -> JobOutcome:
+def parse_scontrol_job(job_id: int | str, text: str) -> JobOutcome:
     """Parse one-line ``scontrol show job -o ID`` output into a JobOutcome.
 
     For an array job the first line (the first task) is used. Raises SlurmTestError quoting the
@@ -201,7 +201,7 @@ def start_cluster() -> str:
 
 
 def wait_for_job(
-    job_id: int, *, timeout: float = 120, poll: float = 0.5, env: Mapping[str, str] | None = None
+    job_id: int | str, *, timeout: float = 120, poll: float = 0.5, env: Mapping[str, str] | None = None
 ) -> JobOutcome:
     """Poll ``scontrol show job -o ID`` until the job is in a final state; return the outcome.
 

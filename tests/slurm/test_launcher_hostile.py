@@ -49,6 +49,9 @@ SCENARIOS = {
     "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_crash": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_cancel": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "inject_requeue": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    "aggregation_identity": dict(steps=[{"exit": 0}], overrides=["aggregation.command=[sleep,30]"]),
 }  # fmt: skip
 
 
@@ -108,12 +111,14 @@ def test_consecutive_links_without_progress_stop_the_chain(chains: dict[str, Cha
 
 
 def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> None:
-    """sbatch of the shard's script while its link runs: the hand job exits at once, writing nothing."""
+    """sbatch --array=0 of the links script while shard 0's link runs: the hand job (an array task like
+    every link) exits at once, writing nothing."""
     chain = chains["hand_rerun"]
     assert chain.run is not None
     chain.wait_for_calls(1)
     before = chain.ledger()
-    hand = int(chain.user.run(["sbatch", "--parsable", str(chain.run / "scripts/shard-000.sbatch")]).strip())
+    script = chain.run / "scripts/links.sbatch"  # what the script's own header says to type
+    hand = chain.user.run(["sbatch", "--parsable", "--array=0", str(script)]).strip() + "_0"
     outcome = wait_for_job(hand, timeout=120)
     assert (outcome.state, outcome.exit_code) == ("COMPLETED", 0), outcome.raw
     assert chain.ledger() == before  # no decision for the running link, no start, no successor
@@ -139,7 +144,7 @@ def test_a_held_link_is_reported_and_cancelled(chains: dict[str, Chain]) -> None
     row = chain.status()["shards"][0]
     assert row["verdict"] == "WAITING" and f"job {job} is held (SPECIAL_EXIT" in row["why"], row
     chain.gymslurm("cancel", str(chain.run))
-    outcome = wait_for_job(int(job), timeout=60)
+    outcome = wait_for_job(job, timeout=60)
     assert outcome.state == "CANCELLED", outcome.raw
     assert chain.status()["shards"][0]["verdict"] == "CANCELLED"  # issue 14: a cancelled chain says so
 
@@ -154,22 +159,41 @@ def _inject(chain: Chain, kind: str) -> str:
 @pytest.mark.parametrize(
     ("kind", "state", "code", "decision"),
     [("timeout", "SIGNALLED:SIGUSR1", 75, "CONTINUE"), ("preempt", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
-     ("crash", "RUNNING", None, "RETRY")],
+     ("crash", "RUNNING", None, "RETRY"), ("cancel", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
+     ("requeue", "SIGNALLED:SIGTERM", 75, "CONTINUE")],
 )  # fmt: skip
 def test_an_injected_fault_is_survived_and_recorded(
     chains: dict[str, Chain], kind: str, state: str, code: int | None, decision: str
 ) -> None:
-    """gymslurm inject sends the fault to the live link; the chain survives it and the ledger records it."""
+    """gymslurm inject sends the fault to the live link (an array task: 1000_0, srun faults to its own
+    numeric id); the chain survives it and the ledger records it. A requeued link reruns as itself."""
     chain = chains[f"inject_{kind}"]
     job = _inject(chain, kind)
-    report = chain.wait(timeout=180, aggregation=False)
+    assert "_" in job, f"every link is an array task, not {job}"
+    report = chain.wait(timeout=240, aggregation=False)
     first, last = chain.decisions()
     assert (first["job_id"], first["slurm_state"], first["exit_code"], first["decision"]) == (
         job, state, code, decision,
     ), first  # fmt: skip
-    assert last["decision"] == "DONE" and last["job_id"] != job
+    assert last["decision"] == "DONE" and (last["job_id"] == job) == (kind == "requeue"), last
     (record,) = [r for r in chain.ledger() if r["kind"] == "injected"]
     assert (record["job_id"], record["fault"]) == (job, kind)
     row = report["shards"][0]
     assert row["verdict"] == "DONE" and row["injected"] and row["injected"][0].startswith(kind)
     assert row["retries"] == ("1/3" if kind == "crash" else "0/3")
+
+
+def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[str, Chain]) -> None:
+    """The aggregation, submitted from inside an array task, records and shows its own job id (not the
+    task's SLURM_ARRAY_* it would inherit), RUNNING while it runs, with restart count 0."""
+    chain = chains["aggregation_identity"]
+    deadline = time.monotonic() + 180
+    while not any(r["kind"] == "start" for r in chain.ledger(None)):
+        assert time.monotonic() < deadline, chain.ledger(None)
+        time.sleep(1)
+    submitted, started = chain.ledger(None)[:2]
+    assert started["job_id"] == submitted["job_id"] and "_" not in started["job_id"], chain.ledger(None)
+    assert started["restart_count"] == 0
+    agg = chain.status()["aggregation"]
+    assert (agg["job"], agg["finished"]) == (submitted["job_id"], False) and agg["state"].startswith("RUNNING")
+    chain.wait(timeout=120)

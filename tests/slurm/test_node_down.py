@@ -92,7 +92,7 @@ def resume_node(node: str) -> None:
 
 
 def _job_state(job: str) -> str:
-    return parse_scontrol_job(int(job), run(["scontrol", "show", "job", "-o", job])).state
+    return parse_scontrol_job(job, run(["scontrol", "show", "job", "-o", job])).state
 
 
 def _first_links(chain: RealChain, timeout: float = 180) -> dict[int, str]:
