@@ -1,15 +1,17 @@
-"""Benchmark: ``gymslurm status`` over 1,000 chains of 3 jobs each.
+"""Benchmark: ``gymslurm status`` of a 10,000-shard array run, mid-way, and of every shard busy.
 
-Builds a run whose 1,000 shard ledgers hold 3 decided links each plus a pending successor, with
-a coverage file per shard, on a cluster without accounting (as the sandbox), puts a fake
-``squeue``/``sacct`` on PATH that prints the 4,000 rows Slurm would (and counts its calls), then
-measures ``status`` in-process (the document, and the table rendered as ``status`` prints it) and
-as the whole CLI (``python -m gymslurm status RUN --json`` and the table, start-up included).
-Targets (issue 14): ≤ 0.5 s for the document and the table, one Slurm query; checked on CPU time,
-wall time printed beside it. The CLI's CPU time is
-reported beside its wall time (on a loaded shared machine the wall time of a fresh Python mostly
-measures the other users). Prints the figures and their ratio to the limit; exits 1 when a target
-is missed.
+Builds a run of ``SHARDS`` shards in ``ceil(SHARDS / 1001)`` job arrays, as a throttled run looks
+mid-way: ``DONE`` shards (two links each: a CONTINUE and a DONE, coverage written), ``RUNNING``
+shards (one link decided, the next running with a queued successor, a heartbeat and a live
+progress record) and the rest still pending array tasks (no ledger yet), on a cluster without
+accounting (as the sandbox). A fake ``squeue``/``sacct`` on PATH prints the rows Slurm would (with
+``-r`` every pending task is its own row) and counts its calls. It measures ``status`` in-process
+(the document, and the table as ``status`` prints it) and as the whole CLI (``--json`` and the
+table, start-up included), each beside a bare loop in the same run: the same files opened and
+read with plain ``open``/``orjson`` and the same ``squeue`` output split into rows, nothing else.
+Then the same with every shard busy (three links each, coverage each), for scale (no target).
+Targets (issue 19): the CLI table and ``--json`` ≤ 1 s with one scheduler query. Prints the figures,
+the ratios, and exits 1 when a target is missed.
 
 Run from the repository root: ``python bench/status.py``.
 """
@@ -29,59 +31,115 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import orjson
 from omegaconf import OmegaConf
 
 from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.views.status import print_table, run_status
 
-CHAINS, JOBS, LIMIT_S, LIMIT_QUERIES = 1000, 3, 0.5, 1
+SHARDS, CHUNK, DONE, RUNNING, LIMIT_S, LIMIT_QUERIES = 10_000, 1001, 2_000, 200, 1.0, 1
+AT = "2026-01-01T00:00:00+00:00"
 
 
-def build_run(root: Path) -> tuple[RunDir, list[str]]:
-    """A run with CHAINS ledgers of JOBS links each; returns it and the squeue lines."""
-    run = RunDir(root / "bench-run")
-    info = RunInfo(name=run.name, benchmark="bench", overrides=[], created_at="2026-01-01T00:00:00+00:00",
-                   backend="slurm", shards=CHAINS, workdir=str(root), output_stem="rollouts",
-                   infra_retry_limit=3, max_walltime_s=86400.0, accounting=False)  # fmt: skip
+def _line(record: object) -> bytes:
+    return orjson.dumps(record.model_dump(mode="json")) + b"\n"  # type: ignore[attr-defined]
+
+
+def _decision(job: str, before: Budgets, decision: Decision, code: int) -> tuple[DecisionRecord, Budgets]:
+    after = Budgets(before.jobs + 1, before.walltime_s + 600, before.infra_retries_used)
+    record = DecisionRecord(
+        job_id=job, end=AT, elapsed_s=600, slurm_state="RUNNING", exit_code=code, decision=decision,
+        reason=f"collector exit {code}", budgets_before=BudgetsRecord.of(before),
+        budgets_after=BudgetsRecord.of(after),
+    )  # fmt: skip
+    return record, after
+
+
+def build_run(root: Path, busy: bool) -> tuple[RunDir, list[str]]:
+    """The run (``busy``: every shard has three links and coverage) and the squeue lines of it."""
+    run = RunDir(root / ("busy-run" if busy else "mid-run"))
+    info = RunInfo(name=run.name, benchmark="bench", overrides=[], created_at=AT, backend="slurm",
+                   shards=SHARDS, workdir=str(root), output_stem="rollouts", infra_retry_limit=3,
+                   max_walltime_s=86400.0, accounting=False, array=True)  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json().encode())
     config = {
         "name": "bench",
         "dataset": "d.jsonl",
-        "shards": CHAINS,
+        "shards": SHARDS,
         "slurm": {"max_walltime": "1-00:00:00"},
     }
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(config)).encode())
-    lines, job = [], 1000
-    for shard in range(CHAINS):
-        ledger, budgets = run.ledger(shard), Budgets()
-        for link in range(JOBS):
+    parts = [ArrayPart(job_id=str(100 + i), base=base, size=min(CHUNK, SHARDS - base))
+             for i, base in enumerate(range(0, SHARDS, CHUNK))]  # fmt: skip
+    record = ArrayRecord(
+        job_id=parts[0].job_id, shards=SHARDS, max_running=None, at=AT, chunk=CHUNK, parts=parts
+    )
+    atomic_write(run.array_path, record.model_dump_json().encode())
+    lines, job = [], 100_000
+    for shard in range(SHARDS):
+        first = record.task(shard)
+        kind = (
+            "busy" if busy else "done" if shard < DONE else "running" if shard < DONE + RUNNING else "pending"
+        )
+        if kind == "pending":
+            lines.append(f"{first}|gs-bench|PENDING|JobArrayTaskLimit|(null)|0:00|1:00:00|N/A")
+            continue
+        data, budgets, jobs = b"", Budgets(), [first]
+        links = 3 if busy else 2
+        for link in range(links):
+            if link:
+                job += 1
+                jobs.append(f"{job}_{shard % CHUNK}")
+                data += _line(Submitted(job_id=jobs[-1], after=jobs[-2], by=jobs[-2]))
+            data += _line(Started(job_id=jobs[-1], at=AT))
+            last = kind == "done" and link == links - 1
+            if kind == "running" and link == links - 1:
+                break
+            decision, budgets = _decision(jobs[-1], budgets, Decision.DONE if last else Decision.CONTINUE,
+                                          0 if last else 75)  # fmt: skip
+            data += _line(decision)
+        state = "COMPLETED" if kind == "done" else "RUNNING" if kind == "running" else "COMPLETED"
+        lines += [f"{j}|gs-bench|COMPLETED|None|(null)|10:00|1:00:00|{AT[:19]}" for j in jobs[:-1]]
+        lines.append(f"{jobs[-1]}|gs-bench|{state}|None|(null)|10:00|1:00:00|{AT[:19]}")
+        if kind != "done":
             job += 1
-            ledger.append(Submitted(job_id=str(job), after=str(job - 1) if link else None))
-            ledger.append(Started(job_id=str(job)))
-            after = Budgets(budgets.jobs + 1, budgets.walltime_s + 600, budgets.infra_retries_used)
-            ledger.append(DecisionRecord(
-                job_id=str(job), end="t", elapsed_s=600, slurm_state="RUNNING", exit_code=75,
-                decision=Decision.CONTINUE, reason="collector exit 75",
-                budgets_before=BudgetsRecord.of(budgets), budgets_after=BudgetsRecord.of(after),
-            ))  # fmt: skip
-            budgets = after
+            successor = f"{job}_{shard % CHUNK}"
+            data += _line(Submitted(job_id=successor, after=jobs[-1], by=jobs[-1]))
             lines.append(
-                f"{job}|gs-bench-s{shard:03d}|COMPLETED|None|(null)|10:00|1:00:00|2026-01-01T00:00:00"
+                f"{successor}|gs-bench|PENDING|Dependency|afterany:{jobs[-1]}(unfulfilled)|0:00|1:00:00|N/A"
             )
-        job += 1
-        ledger.append(Submitted(job_id=str(job), after=str(job - 1)))
-        coverage = {"format_version": 1, "expected": 100, "successful": 60, "failed": 1,
-                    "intentionally_omitted": 0, "written_at": "2026-01-01T00:00:00+00:00",
-                    "failed_by_class": {"timeout": 1}}  # fmt: skip
+        atomic_write(run.ledger(shard).path, data)
+        ok = 100 if kind == "done" else 60
+        coverage = {"format_version": 1, "expected": 100, "successful": ok, "failed": 0,
+                    "intentionally_omitted": 0, "written_at": AT, "failed_by_class": {}}  # fmt: skip
         atomic_write(run.shard_output(shard, "rollouts").with_name("rollouts_coverage.json"),
                      json.dumps(coverage).encode())  # fmt: skip
-        lines.append(
-            f"{job}|gs-bench-s{shard:03d}|PENDING|Dependency|afterany:{job - 1}(unfulfilled)|0:00|1:00:00|N/A"
-        )
     return run, lines
+
+
+def bare_loop(run: RunDir, squeue_text: Path) -> float:
+    """Seconds to open and read the same files (ledger, coverage, live record, heartbeat) with plain
+    open/orjson and to split the same squeue output into rows: the floor any status pays."""
+    t0 = time.perf_counter()
+    rows = [line.split("|") for line in squeue_text.read_text().splitlines()]
+    assert rows
+    for shard in range(SHARDS):
+        for path in (
+            run.ledger(shard).path,
+            run.shard_output(shard, "rollouts").with_name("rollouts_coverage.json"),
+            run.shard_output(shard, "rollouts").with_name("rollouts_progress.json"),
+            run.heartbeat(shard),
+        ):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            for raw in data.splitlines():
+                orjson.loads(raw)
+    return time.perf_counter() - t0
 
 
 def fake_slurm(bin_dir: Path, lines: list[str], counter: Path) -> None:
@@ -112,44 +170,70 @@ def _cli(run: RunDir, *extra: str) -> tuple[float, float]:
     return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def main() -> int:
-    """Measure and print; 1 when a target is missed."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        run, lines = build_run(root)
-        counter = root / "calls.txt"
-        fake_slurm(root / "bin", lines, counter)
-        os.environ["PATH"] = f"{root / 'bin'}:{os.environ['PATH']}"
-        run_status(run, SlurmBackend())  # warm the file cache, as a second look at a run would be
-        backend = SlurmBackend()
+def measure(root: Path, busy: bool) -> dict[str, float]:
+    """Every figure of one run shape."""
+    run, lines = build_run(root, busy)
+    counter = root / f"calls-{busy}.txt"
+    bin_dir = root / f"bin-{busy}"
+    fake_slurm(bin_dir, lines, counter)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{bin_dir}:{path}"
+    try:
+        run_status(run, SlurmBackend(accounting=False))  # warm the file cache, as a second look would be
+        bare = bare_loop(run, bin_dir / "squeue.txt")
+        backend = SlurmBackend(accounting=False)
         cpu0, t0 = _cpu(), time.perf_counter()
         report = run_status(run, backend)
-        in_process, doc_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        doc, doc_cpu = time.perf_counter() - t0, _cpu() - cpu0
         queries = backend.queries
-        assert len(report["shards"]) == CHAINS and {r["verdict"] for r in report["shards"]} == {"WAITING"}
-        cpu0, t0 = _cpu(), time.perf_counter()
+        assert len(report["shards"]) == SHARDS
+        t0 = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            print_table(run_status(run, SlurmBackend()))
-        table, table_cpu = time.perf_counter() - t0, _cpu() - cpu0
+            print_table(run_status(run, SlurmBackend(accounting=False)))
+        table = time.perf_counter() - t0
         counter.unlink()
         cli_json, cli_json_cpu = _cli(run, "--json")
         cli_queries = len(counter.read_text().splitlines())
         cli_table, cli_table_cpu = _cli(run)
+    finally:
+        os.environ["PATH"] = path
+    verdicts = " ".join(f"{n} {v}" for v, n in sorted(report["summary"]["verdicts"].items()))
+    return {
+        "doc": doc,
+        "doc_cpu": doc_cpu,
+        "queries": queries,
+        "table": table,
+        "cli_json": cli_json,
+        "cli_json_cpu": cli_json_cpu,
+        "cli_queries": cli_queries,
+        "cli_table": cli_table,
+        "cli_table_cpu": cli_table_cpu,
+        "bare": bare,
+        "rows": len(lines),
+        "verdicts": verdicts,
+    }  # type: ignore[dict-item]
+
+
+def main() -> int:
+    """Measure and print; 1 when a target is missed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mid = measure(Path(tmp), busy=False)
+        busy = measure(Path(tmp), busy=True)
     load = os.getloadavg()[0]
-    print(f"status over {CHAINS} chains x {JOBS} jobs ({CHAINS * (JOBS + 1)} squeue rows); load {load:.1f}")
-    print(f"  document:   {in_process:.3f} s wall, {doc_cpu:.3f} s CPU ({doc_cpu / LIMIT_S:.2f} of the "
-          f"{LIMIT_S} s limit), {queries} Slurm queries (limit {LIMIT_QUERIES})")  # fmt: skip
-    print(f"  table:      {table:.3f} s wall, {table_cpu:.3f} s CPU ({table_cpu / LIMIT_S:.2f} of the "
-          "limit), document included")  # fmt: skip
-    print(f"  CLI --json: {cli_json:.3f} s wall, {cli_json_cpu:.3f} s CPU, {cli_queries} Slurm queries")
-    print(f"  CLI table:  {cli_table:.3f} s wall, {cli_table_cpu:.3f} s CPU (Python start-up included)")
-    # CPU, not wall: on the shared 2-core machine (load ~10) wall time mostly measures the others.
-    ok = (
-        doc_cpu <= LIMIT_S
-        and table_cpu <= LIMIT_S
-        and queries <= LIMIT_QUERIES
-        and cli_queries <= LIMIT_QUERIES
-    )
+    ok = True
+    for name, f in (("mid-way", mid), ("every shard busy (no target)", busy)):
+        print(f"status of {SHARDS} shards, {name}: {f['verdicts']}; {f['rows']} squeue rows; load {load:.1f}")
+        print(f"  CLI --json: {f['cli_json']:.3f} s wall ({f['cli_json'] / LIMIT_S:.2f} of the "
+              f"{LIMIT_S:.0f} s limit), {f['cli_json_cpu']:.3f} s CPU, {f['cli_queries']:.0f} scheduler "
+              f"queries (limit {LIMIT_QUERIES})")  # fmt: skip
+        print(f"  CLI table:  {f['cli_table']:.3f} s wall ({f['cli_table'] / LIMIT_S:.2f} of the limit), "
+              f"{f['cli_table_cpu']:.3f} s CPU (Python start-up included)")  # fmt: skip
+        print(f"  in-process: document {f['doc']:.3f} s ({f['doc_cpu']:.3f} s CPU, {f['queries']:.0f} "
+              "queries), "
+              f"table {f['table']:.3f} s; bare loop over the same files and rows {f['bare']:.3f} s: "
+              f"document {f['doc'] / f['bare']:.1f}x")  # fmt: skip
+    ok = mid["cli_json"] <= LIMIT_S and mid["cli_table"] <= LIMIT_S and mid["cli_queries"] <= LIMIT_QUERIES
+    ok = ok and mid["queries"] <= LIMIT_QUERIES
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 

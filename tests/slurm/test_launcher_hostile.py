@@ -44,14 +44,15 @@ SCENARIOS = {
         steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"],
         slurm_yaml="  infra_retry_limit: 10\n  max_links_without_progress: 2\n",
     ),
-    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 25, "progress": 1}]),
+    # Long enough for the hand job to start while the link still runs, on a busy sandbox.
+    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 90, "progress": 1}]),
     "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_crash": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_cancel": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_requeue": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
-    "aggregation_identity": dict(steps=[{"exit": 0}], overrides=["aggregation.command=[sleep,30]"]),
+    "aggregation_identity": dict(steps=[{"exit": 0}], overrides=["aggregation.command=[sleep,'90']"]),
 }  # fmt: skip
 
 
@@ -68,14 +69,33 @@ def _user(session_dir: Path, label: str) -> SlurmUser:
 def chains(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> Iterator[dict[str, Chain]]:
-    """Every scenario submitted up front, so their Slurm waits overlap."""
-    submitted = {
-        name: Chain(_user(slurm_session_dir, name), slurm_python, **spec).submit()  # type: ignore[arg-type]
-        for name, spec in SCENARIOS.items()
-    }
-    yield submitted
-    for chain in submitted.values():
-        chain.cancel()
+    """Every scenario submitted up front, so their Slurm waits overlap (all cancelled at the end, also
+    when a later submission fails)."""
+    submitted: dict[str, Chain] = {}
+    try:
+        for name, spec in SCENARIOS.items():
+            submitted[name] = Chain(_user(slurm_session_dir, name), slurm_python, **spec).submit()  # type: ignore[arg-type]
+        yield submitted
+    finally:
+        for chain in submitted.values():
+            chain.cancel()
+
+
+def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[str, Chain]) -> None:
+    """The aggregation, submitted from inside an array task, records and shows its own job id (not the
+    task's SLURM_ARRAY_* it would inherit), RUNNING while it runs, with restart count 0."""
+    chain = chains["aggregation_identity"]
+    deadline = time.monotonic() + 180
+    while not any(r["kind"] == "start" for r in chain.ledger(None)):
+        assert time.monotonic() < deadline, chain.ledger(None)
+        time.sleep(1)
+    submitted, started = chain.ledger(None)[:2]
+    assert started["job_id"] == submitted["job_id"] and "_" not in started["job_id"], chain.ledger(None)
+    assert started["restart_count"] == 0
+    agg = chain.status()["aggregation"]
+    assert (agg["job"], agg["finished"]) == (submitted["job_id"], False), agg
+    assert agg["state"].startswith("RUNNING"), agg
+    chain.wait(timeout=180)
 
 
 # What Slurm says about a link whose script exited 137: scontrol (no accounting) says 137:0;
@@ -182,18 +202,3 @@ def test_an_injected_fault_is_survived_and_recorded(
     assert row["verdict"] == "DONE" and row["injected"] and row["injected"][0].startswith(kind)
     assert row["retries"] == ("1/3" if kind == "crash" else "0/3")
 
-
-def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[str, Chain]) -> None:
-    """The aggregation, submitted from inside an array task, records and shows its own job id (not the
-    task's SLURM_ARRAY_* it would inherit), RUNNING while it runs, with restart count 0."""
-    chain = chains["aggregation_identity"]
-    deadline = time.monotonic() + 180
-    while not any(r["kind"] == "start" for r in chain.ledger(None)):
-        assert time.monotonic() < deadline, chain.ledger(None)
-        time.sleep(1)
-    submitted, started = chain.ledger(None)[:2]
-    assert started["job_id"] == submitted["job_id"] and "_" not in started["job_id"], chain.ledger(None)
-    assert started["restart_count"] == 0
-    agg = chain.status()["aggregation"]
-    assert (agg["job"], agg["finished"]) == (submitted["job_id"], False) and agg["state"].startswith("RUNNING")
-    chain.wait(timeout=120)
