@@ -190,16 +190,24 @@ class RunDir:
                 f"{self.array_path} is not an array.json this gymslurm understands: {error}"
             ) from error
 
-    def chain_records(self, shard: int, array: ArrayRecord | None) -> list[Record]:
-        """A shard's ledger records, preceded by its first link's submission when that was an array task."""
-        records = self.ledger(shard).read()
+    def chain_records(
+        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None
+    ) -> list[Record]:
+        """A shard's ledger records, preceded by its first link's submission when that was an array task.
+
+        ``present``: one listing of ``shards/`` (a shard without a folder has no ledger yet: not opened).
+        """
+        missing = present is not None and f"{shard:03d}" not in present
+        records = [] if missing else self.ledger(shard).read()
         if array is None:
             return records
         return [Submitted(job_id=array.task(shard), by="submit (array)", at=array.at), *records]
 
-    def chain_state(self, shard: int, array: ArrayRecord | None) -> ChainState:
+    def chain_state(
+        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None
+    ) -> ChainState:
         """The fold of :meth:`chain_records` (the one way launcher code reads a shard's chain)."""
-        return summarize(self.chain_records(shard, array))
+        return summarize(self.chain_records(shard, array, present))
 
     def log_pattern(self, shard: int | None) -> Path:
         """Job output path with ``%j`` for the job id."""

@@ -44,8 +44,9 @@ SCENARIOS = {
         steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"],
         slurm_yaml="  infra_retry_limit: 10\n  max_links_without_progress: 2\n",
     ),
-    # Long enough for the hand job to start while the link still runs, on a busy sandbox.
-    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 90, "progress": 1}]),
+    # Long enough for the hand job to start while the link still runs, although the tests before it
+    # wait for their own scenarios first (minutes on a busy sandbox).
+    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 240, "progress": 1}]),
     "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
     "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
@@ -137,6 +138,7 @@ def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> Non
     assert chain.run is not None
     chain.wait_for_calls(1)
     before = chain.ledger()
+    assert not [r for r in before if r["kind"] == "decision"], "the link ended before the hand rerun"
     script = chain.run / "scripts/links.sbatch"  # what the script's own header says to type
     hand = chain.user.run(["sbatch", "--parsable", "--array=0", str(script)]).strip() + "_0"
     outcome = wait_for_job(hand, timeout=120)
@@ -144,7 +146,7 @@ def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> Non
     assert chain.ledger() == before  # no decision for the running link, no start, no successor
     log = "".join(p.read_text() for p in (chain.run / "logs").glob("*"))
     assert re.search(rf"another link of shard 0 is live: .* this job {hand} exits without a decision", log)
-    report = chain.wait(timeout=180)
+    report = chain.wait(timeout=400)
     decisions = chain.decisions()
     assert [d["decision"] for d in decisions] == ["DONE"] and not decisions[0]["accounted_by"]
     assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")

@@ -109,3 +109,16 @@ def test_after_a_requeue_the_job_column_shows_the_requeued_link() -> None:
         logs=LogIndex(Path("/l"), frozenset()),
     )  # fmt: skip
     assert (row.job, row.successor) == ("5_0", "9_0")
+
+
+def test_a_job_log_past_the_first_array_is_found_by_its_job_id(tmp_path: Path) -> None:
+    """Shard 1500 of a 1001-task-id site logs to shard-1001+499-<job>.out: status and logs find it."""
+    from gymslurm.launcher.rundir import RunDir
+    from gymslurm.launcher.views.logs import log_files
+
+    names = frozenset({"shard-1001+499-77_499.out", "shard-000-10_0.out"})
+    index = LogIndex(Path("/r/logs"), names)
+    assert index.job_log(1500, "77_499") == "/r/logs/shard-1001+499-77_499.out"
+    assert index.job_log(0, "10_0") == "/r/logs/shard-000-10_0.out" and index.job_log(1, "9_1") is None
+    files = log_files(RunDir(Path("/r")), 1500, "77_499", sorted(names))
+    assert files.job_log == Path("/r/logs/shard-1001+499-77_499.out")

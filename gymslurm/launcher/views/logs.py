@@ -50,6 +50,10 @@ def log_files(run: RunDir, shard: int | None, job: str, listing: list[str]) -> L
     """Where a job's log and its shard's server logs are, given the names in ``logs/`` (pure)."""
     folder = run.root / "logs"
     job_log = folder / f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{job}.out"
+    if shard is not None and job_log.name not in listing:  # past the first array: shard-BASE+TASK-<job>.out
+        job_log = next(
+            (folder / n for n in listing if n.startswith("shard-") and n.endswith(f"-{job}.out")), job_log
+        )
     suffix = "" if shard is None else f"-s{shard:03d}.log"
     servers = sorted(
         folder / n for n in listing if shard is not None and n.startswith("server-") and n.endswith(suffix)

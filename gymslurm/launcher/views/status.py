@@ -19,6 +19,7 @@ embeds the same document (docs/launcher.md, "The status document").
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -288,11 +289,20 @@ def _coverage(output: Path) -> tuple[Coverage | None, str | None]:
     return coverage, None
 
 
-def read_shard_files(run: RunDir, shard: int, stem: str, running: bool) -> ShardFiles:
+NO_FILES = ShardFiles(None, None, None)
+
+
+def read_shard_files(
+    run: RunDir, shard: int, stem: str, running: bool, has_output: bool = True
+) -> ShardFiles:
     """The shard's coverage file, live progress record and (while a link runs) heartbeat.
 
-    An unreadable live file is named in the row's reason, not fatal.
+    An unreadable live file is named in the row's reason, not fatal. ``has_output`` False (the
+    run's ``output/`` listing has no folder for the shard: its first link has not run yet) reads
+    nothing, so the thousands of pending shards of a large array run cost no file opens.
     """
+    if not has_output and not running:
+        return NO_FILES
     output = run.shard_output(shard, stem)
     problems: list[str] = []
     progress = heartbeat = None
@@ -421,11 +431,21 @@ class LogIndex:
             return cls(folder, frozenset())
 
     def job_log(self, shard: int | None, job: str | None) -> str | None:
-        """A job's output file (``logs/shard-NNN-<job>.out``), if it exists."""
+        """A job's output file (``logs/shard-NNN-<job>.out``; past the first array
+        ``logs/shard-BASE+TASK-<job>.out``), if it exists."""
         if job is None:
             return None
         name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{job}.out"
-        return str(self.folder / name) if name in self.names else None
+        if name in self.names:
+            return str(self.folder / name)
+        found = self._by_job.get(job) if shard is not None else None
+        return None if found is None else str(self.folder / found)
+
+    @functools.cached_property
+    def _by_job(self) -> dict[str, str]:
+        return {
+            n.rsplit("-", 1)[1][:-4]: n for n in self.names if n.startswith("shard-") and n.endswith(".out")
+        }
 
     def server_logs(self, shard: int) -> list[str]:
         """The shard's Environment Server logs (``logs/server-<name>-sNNN.log``)."""
@@ -517,7 +537,8 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
     now = time.time() if now is None else now
     info = run.read_info()
     array = run.read_array()
-    states = [run.chain_state(s, array) for s in range(info.shards)]
+    ledgers, outputs = _names(run.root / "shards"), _names(run.root / "output")
+    states = [run.chain_state(s, array, present=ledgers) for s in range(info.shards)]
     aggregate = summarize(run.aggregate_ledger.read())
     queue = backend.queue()
     forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
@@ -530,7 +551,13 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
             queue,
             accounting,
             info=info,
-            files=read_shard_files(run, i, info.output_stem, running=_running(st, queue) is not None),
+            files=read_shard_files(
+                run,
+                i,
+                info.output_stem,
+                running=_running(st, queue) is not None,
+                has_output=f"shard-{i:03d}" in outputs,
+            ),
             now=now,
             logs=logs,
         )
@@ -546,6 +573,14 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
                         "log": logs.job_log(None, aggregate.latest_job)},
         "queries": backend.queries,
     }  # fmt: skip
+
+
+def _names(folder: Path) -> frozenset[str]:
+    """One listing of a run folder (``shards/``, ``output/``): which shards have files at all."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
 
 
 def _held_jobs(states: list[ChainState], queue: dict[str, QueueRow]) -> list[str]:
