@@ -42,14 +42,15 @@ FLOORS: list[tuple[str, list[str]]] = [
         "gymslurm.launcher.decide", "gymslurm.launcher.findings", "gymslurm.launcher.settings",
         "gymslurm.launcher.ledger", "gymslurm.launcher.rundir", "gymslurm.launcher.render",
         "gymslurm.launcher.backend", "gymslurm.launcher.local", "gymslurm.launcher.probe",
-        "gymslurm.launcher.doctor",
+        "gymslurm.launcher.arrays", "gymslurm.launcher.doctor",
     ]),
     ("inside a job; what a person reads", [
         "gymslurm.launcher.job", "gymslurm.launcher.job.*", "gymslurm.launcher.views",
         "gymslurm.launcher.views.*",
     ]),
     ("the launcher's commands", [
-        "gymslurm.launcher.submit", "gymslurm.launcher.inject", "gymslurm.launcher.cli",
+        "gymslurm.launcher.submit", "gymslurm.launcher.inject", "gymslurm.launcher.cancel",
+        "gymslurm.launcher.cli",
     ]),
     ("the command line and the package's face", ["gymslurm.cli", "gymslurm.__main__", "gymslurm"]),
 ]  # fmt: skip

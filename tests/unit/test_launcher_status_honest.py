@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunInfo
@@ -40,9 +41,20 @@ def _decided(job: str, decision: Decision) -> DecisionRecord:
 
 GOING = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE), Submitted(job_id="2", after="1")]
 
-REQUEUED = {"format_version": 1, "expected": 1000, "successful": 340, "failed": 20,
-            "intentionally_omitted": 0,
-            "written_at": "2026-05-28T20:00:00+00:00", "failed_by_class": {"kill_shaped": 20}}  # fmt: skip
+def _coverage(**given: object) -> Coverage:
+    fields: dict[str, object] = {
+        "run_id": "run-" + "0" * 32, "expected": 1000, "successful": 340, "measured": 340, "masked": 0,
+        "unscored": 0, "failed": 20, "intentionally_omitted": 0, "not_started": 640, "missing": 0,
+        "complete": False, "reconciled": True, "scored": 340, "attempts": 360, "counted_failures": 0,
+        "failure_budget_exhausted": 0, "max_rollout_attempts": 3, "retry_terminal_timeouts": False,
+        "retryable": 660, "progress_outcomes_recorded": 340, "failed_by_class": {"kill_shaped": 20},
+        "historical_failed_attempts": 20, "identity_verified": True,
+        "written_at": "2026-05-28T20:00:00+00:00",
+    }  # fmt: skip
+    return Coverage.model_validate({**fields, **given})
+
+
+REQUEUED = _coverage()
 
 
 def test_interrupted_rollouts_are_not_failures_in_the_coverage_file() -> None:
@@ -61,7 +73,7 @@ def test_interrupted_rollouts_are_not_failures_in_the_live_record() -> None:
     assert counts_of(REQUEUED, record, running=True).text == "340/1000 ok, 3 failed, 20 interrupted"
 
 
-def _row_of(shard: int, coverage: dict[str, object] | None) -> object:
+def _row_of(shard: int, coverage: Coverage | None) -> object:
     return shard_status(
         shard, summarize([Submitted(job_id=f"1_{shard}")]), {f"1_{shard}": _row(f"1_{shard}", "PENDING")}, {},
         info=INFO, files=ShardFiles(coverage, None, None), now=T0, logs=LogIndex(Path("/l"), frozenset()),
@@ -70,7 +82,7 @@ def _row_of(shard: int, coverage: dict[str, object] | None) -> object:
 
 def test_the_run_summary_says_how_many_shards_it_counts() -> None:
     """61 ok of the 61 rollouts 49 shards reported is not the run: the line says 49 of 1000 shards."""
-    reported = {**REQUEUED, "expected": 1, "successful": 1, "failed": 0, "failed_by_class": {}}
+    reported = _coverage(expected=1, successful=1, failed=0, not_started=0, failed_by_class={})
     rows = [_row_of(i, reported if i < 49 else None) for i in range(1000)]
     summary = summary_of(rows)  # type: ignore[arg-type]
     assert (summary["shards"], summary["counted_shards"], summary["eta"]) == (1000, 49, "-")
