@@ -41,15 +41,19 @@ class ArrayPlan:
         return len(self.parts) + 2 * min(running, sum(size for _, size in self.parts)) + 1
 
 
-def plan_arrays(shards: int, limits: dict[str, int], max_running: int | None) -> ArrayPlan:
+def plan_arrays(
+    shards: int, limits: dict[str, int], max_running: int | None, array_size: int | None = None
+) -> ArrayPlan:
     """The arrays for ``shards`` under the site's ``limits`` (scontrol / sacctmgr names), or a ConfigError
-    naming the limit the run cannot fit."""
-    chunk = limits.get("MaxArraySize", 1001)
-    if chunk < 1:
+    naming the limit the run cannot fit. ``array_size`` (slurm.array_size) caps the shards per array
+    below ``MaxArraySize``."""
+    site = limits.get("MaxArraySize", 1001)
+    if site < 1:
         raise ConfigError(
-            f"this cluster takes no job arrays (MaxArraySize = {chunk}), and every gymslurm link is an "
+            f"this cluster takes no job arrays (MaxArraySize = {site}), and every gymslurm link is an "
             "array task: ask the site for MaxArraySize >= 1 (Slurm's default is 1001)"
         )
+    chunk = min(site, array_size) if array_size else site
     parts = [(base, min(chunk, shards - base)) for base in range(0, shards, chunk)]
     arrays = len(parts)
     throttle = None if max_running is None else max(1, max_running // arrays)

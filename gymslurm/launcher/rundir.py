@@ -103,10 +103,11 @@ class ArrayRecord(BaseModel):
         chunk = self.chunk or max(self.shards, 1)
         return shard - shard % chunk
 
-    def task(self, shard: int) -> str:
-        """Shard ``shard``'s first link."""
-        part = next(p for p in self.arrays if p.base <= shard < p.base + p.size)
-        return f"{part.job_id}_{shard - part.base}"
+    def task(self, shard: int) -> str | None:
+        """Shard ``shard``'s first link; None when no array holds it (submit died before queuing it:
+        the shard reads STALLED and ``resubmit`` starts it)."""
+        part = next((p for p in self.arrays if p.base <= shard < p.base + p.size), None)
+        return None if part is None else f"{part.job_id}_{shard - part.base}"
 
 
 @dataclass(frozen=True)
@@ -199,9 +200,10 @@ class RunDir:
         """
         missing = present is not None and f"{shard:03d}" not in present
         records = [] if missing else self.ledger(shard).read()
-        if array is None:
+        first = None if array is None else array.task(shard)
+        if array is None or first is None:
             return records
-        return [Submitted(job_id=array.task(shard), by="submit (array)", at=array.at), *records]
+        return [Submitted(job_id=first, by="submit (array)", at=array.at), *records]
 
     def chain_state(
         self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None

@@ -171,6 +171,8 @@ class SlurmSettings(_Strict):
     # so that older benchmark files still load, and false is refused with the reason.
     array: bool = True
     max_running: int | None = Field(default=None, ge=1)
+    # At most this many shards per job array (null: the site's MaxArraySize).
+    array_size: int | None = Field(default=None, ge=1)
 
     @field_validator("array")
     @classmethod

@@ -270,7 +270,7 @@ def submit(
     if site.refusal:
         raise ConfigError(site.refusal)
     plan = (
-        plan_arrays(settings.shards, site.limits, settings.slurm.max_running)
+        plan_arrays(settings.shards, site.limits, settings.slurm.max_running, settings.slurm.array_size)
         if backend_kind == "slurm"
         else None
     )
@@ -320,23 +320,30 @@ def submit_arrays(
     run: RunDir, backend: SlurmBackend, shards: int, plan: ArrayPlan, *, max_running: int | None,
     counts: list[int],
 ) -> str:  # fmt: skip
-    """Every shard's first link as the plan's job arrays (one ``sbatch`` each), recorded in ``array.json``."""
-    parts = []
+    """Every shard's first link as the plan's job arrays (one ``sbatch`` each).
+
+    ``array.json`` is rewritten after each ``sbatch`` with the arrays queued so far, so a submit
+    killed between two arrays leaves the queued shards' chains known (they run) and the rest
+    without a first link (status: STALLED; ``resubmit`` starts them).
+    """
+    parts: list[ArrayPart] = []
     for first, size in plan.parts:
-        job = backend.submit_array(
-            run.links_script_for(first), array_indices(list(range(size)), plan.throttle)
-        )
+        indices = array_indices(list(range(size)), plan.throttle)
+        job = backend.submit_array(run.links_script_for(first), indices)
         parts.append(ArrayPart(job_id=job, base=first, size=size))
-    record = ArrayRecord(
-        job_id=parts[0].job_id, shards=shards, max_running=max_running, at=utc_now_ms(), chunk=plan.chunk,
-        parts=parts,
-    )  # fmt: skip
-    atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
-    throttle = f", at most {plan.throttle} running at once per array" if plan.throttle else ""
-    arrays = ", ".join(f"{p.job_id} (shards {p.base}..{p.base + p.size - 1})" for p in parts[:3])
-    more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
-    print(f"{shards} shards ({min(counts)}-{max(counts)} rows each): first links are job array(s) "
-          f"{arrays}{more}{throttle}")  # fmt: skip
+        record = ArrayRecord(
+            job_id=parts[0].job_id, shards=shards, max_running=max_running, at=utc_now_ms(),
+            chunk=plan.chunk, parts=parts,
+        )  # fmt: skip
+        atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
+        rows = counts[first : first + size]
+        if len(plan.parts) <= 20 or first == 0:
+            print(f"shards {first}..{first + size - 1} ({min(rows)}-{max(rows)} rows each): first links are "
+                  f"job array {job} (--array={indices})", flush=True)  # fmt: skip
+    if len(plan.parts) > 20:
+        print(f"... {len(plan.parts)} job arrays in all: {parts[0].job_id} .. {parts[-1].job_id}")
+    if plan.throttle:
+        print(f"at most {plan.throttle} first links of each array run at once")
     if plan.note:
         print(f"gymslurm submit: {plan.note}")
     return parts[0].job_id

@@ -217,7 +217,8 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
 def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
-    """SIGKILL of submit after its first link: queued chains finish alone; resubmit starts the rest."""
+    """SIGKILL of submit after its first job array (slurm.array_size=1: one array per shard): the queued
+    chain finishes alone, the shards whose array was never queued read STALLED; resubmit starts them."""
     chain = Chain(_user(slurm_session_dir, "killed"), slurm_python, [{"exit": 0}], overrides=["shards=3"])
     work = chain.user.workdir
     chain.user.write("standin.py", (Path(__file__).with_name("launcher_standin_collector.py")).read_text())
@@ -227,12 +228,12 @@ def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
         "bench.yaml",
         f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\naggregation:\n  command: [/bin/true]\n"
         f"collector:\n  command: [{slurm_python}, {work / 'standin.py'}, {work / 'steps.json'}]\n"
-        f"slurm:\n  python: {slurm_python}\n  array: false\n",  # link by link: a submit can die midway
+        f"slurm:\n  python: {slurm_python}\n  array_size: 1\n",  # three arrays: a submit can die midway
         mode=0o644,
     )
     argv = chain.user.command([str(slurm_python), "-m", "gymslurm", "submit", str(bench), "shards=3"])
     proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().startswith("shard 0:")
+    assert proc.stdout is not None and proc.stdout.readline().startswith("shards 0..0")
     proc.kill()
     proc.wait()
     (chain.run,) = [p.parent for p in (work / "runs").glob("*/run.json")]

@@ -166,3 +166,20 @@ def test_run_info_records_array_and_accounting() -> None:
     info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=1,
                    workdir="/", output_stem="o", infra_retry_limit=3, max_walltime_s=None)  # fmt: skip
     assert (info.array, info.accounting) == (False, None)
+
+
+def test_a_shard_whose_array_was_never_queued_has_no_first_link(tmp_path: Path) -> None:
+    """submit died after its first array: array.json lists it alone, and shard 1 has no job (STALLED)."""
+    from gymslurm.launcher.rundir import ArrayPart
+
+    record = ArrayRecord(job_id="10", shards=3, max_running=None, at="t", chunk=1,
+                         parts=[ArrayPart(job_id="10", base=0, size=1)])  # fmt: skip
+    run = RunDir(tmp_path / "r")
+    assert run.chain_state(0, record).jobs == ["10_0"]
+    assert record.task(1) is None and run.chain_state(1, record).jobs == []
+
+
+def test_slurm_array_size_caps_the_shards_per_array() -> None:
+    """slurm.array_size=1 below MaxArraySize: one array per shard."""
+    plan = plan_arrays(3, {"MaxArraySize": 1001}, None, array_size=1)
+    assert (plan.chunk, plan.parts) == (1, [(0, 1), (1, 1), (2, 1)])
