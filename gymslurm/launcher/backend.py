@@ -13,9 +13,12 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient, end_from_scontrol
+
+if TYPE_CHECKING:
+    from gymslurm.launcher.rundir import RunDir
 
 # States in which a job still counts as part of a live chain. The held ones (REQUEUE_HOLD,
 # SPECIAL_EXIT: requeued and held by RequeueExitHold or ``scontrol requeuehold``; RESV_DEL_HOLD)
@@ -145,3 +148,9 @@ def current_job(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
     )
     restarts = env.get("SLURM_RESTART_COUNT") or env.get("GYMSLURM_RESTART_COUNT") or "0"
     return job_id, int(restarts)
+
+
+def run_backend(run: RunDir) -> Backend:
+    """The backend of a submitted run, knowing what its ``run.json`` says of accounting (False: no sacct)."""
+    info = run.read_info()
+    return choose_backend(info.backend, local_dir=run.local_dir, accounting=info.accounting)

@@ -27,7 +27,14 @@ from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
 from gymslurm.launcher.arrays import ArrayPlan, plan_arrays
-from gymslurm.launcher.backend import LIVE_STATES, Backend, SlurmBackend, backend_name, choose_backend
+from gymslurm.launcher.backend import (
+    LIVE_STATES,
+    Backend,
+    SlurmBackend,
+    backend_name,
+    choose_backend,
+    run_backend,
+)
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import Site, read_site
 from gymslurm.launcher.job.servers import container_argv
@@ -77,10 +84,6 @@ def backend_for(run: RunDir, name: str, accounting: bool | None = None) -> Backe
     return choose_backend(name, local_dir=run.local_dir, accounting=accounting)
 
 
-def run_backend(run: RunDir) -> Backend:
-    """The backend of a submitted run, knowing what its ``run.json`` says of accounting."""
-    info = run.read_info()
-    return backend_for(run, info.backend, info.accounting)
 
 
 ARRAY_TASK, TASK_VARIABLE = "__SLURM_ARRAY_TASK_ID__", '"$SLURM_ARRAY_TASK_ID"'

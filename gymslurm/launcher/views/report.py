@@ -25,7 +25,7 @@ from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import DecisionRecord, Record, Started
 from gymslurm.launcher.rundir import RunDir, atomic_write
-from gymslurm.launcher.views.status import COLUMNS, human_duration, run_status, summary_line
+from gymslurm.launcher.views.status import COLUMNS, folder_names, human_duration, run_status, summary_line
 from gymslurm.store import RunPaths
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
 
@@ -76,9 +76,10 @@ def report_data(run: RunDir, backend: Backend, status: dict[str, Any] | None = N
     """The report's data: the status document (queried unless given) plus timelines, faults, metrics."""
     status = status if status is not None else run_status(run, backend)
     info, array = run.read_info(), run.read_array()
+    present = folder_names(run.root / "shards")  # shards without a folder have no ledger yet: not opened
     shards = []
     for shard in range(info.shards):
-        links = links_of(run.chain_records(shard, array))
+        links = links_of(run.chain_records(shard, array, present))
         shards.append({"shard": shard, "links": links, "faults": faults_survived(links)})
     return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
             "metrics": merged_metrics(run, info.output_stem)}  # fmt: skip

@@ -444,7 +444,7 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
     now = time.time() if now is None else now
     info = run.read_info()
     array = run.read_array()
-    ledgers, outputs = _names(run.root / "shards"), _names(run.root / "output")
+    ledgers, outputs = folder_names(run.root / "shards"), folder_names(run.root / "output")
     states = [run.chain_state(s, array, present=ledgers) for s in range(info.shards)]
     aggregate = summarize(run.aggregate_ledger.read())
     queue = backend.queue()
@@ -482,7 +482,7 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
     }  # fmt: skip
 
 
-def _names(folder: Path) -> frozenset[str]:
+def folder_names(folder: Path) -> frozenset[str]:
     """One listing of a run folder (``shards/``, ``output/``): which shards have files at all."""
     try:
         return frozenset(os.listdir(folder))
