@@ -7,8 +7,8 @@ tenth first gets a reserved, failed execution. The cost of reserve+append must s
 (reservation is O(1)); it is sampled on each filled run in interleaved rounds, so that the load of a
 shared machine hits every size alike. The largest run is reconciled in a fresh subprocess and, in
 another, the same outcome files are parsed bare (``orjson.loads`` of every line), alternating, fastest
-of each kept; then again with larger result rows. Targets, measured in this run: reconcile <= 2x bare
-parse; peak RSS of the reconciling process < 500 MB.
+of each kept; then again with larger result rows. Targets, measured in this run: reconcile <= 1.5x bare
+parse (issue 17; 2x before); peak RSS of the reconciling process < 500 MB.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def report_reconcile(output: Path, rollouts: int, label: str, rounds: int) -> No
     print(f"  open (manifest, table, inputs digest): {rec['open_s']:.2f} s")
     print(f"  rollout index (scan materialized inputs): {rec['index_s']:.2f} s")
     print(f"  reconcile (read history + select): {rec['reconcile_s']:.2f} s")
-    print(f"  ratio reconcile / bare parse: {ratio:.2f}x (target <= 2x) {'OK' if ratio <= 2 else 'OVER'}")
+    print(f"  ratio reconcile / bare parse: {ratio:.2f}x (target <= 1.5x) {'OK' if ratio <= 1.5 else 'OVER'}")
     print(f"  same ratio in CPU time (fastest of each): {cpu_ratio:.2f}x")
     print(f"  ratio open+index+reconcile / bare parse: {whole:.2f}x")
     print(f"  reconcile overhead beyond parsing: {overhead:.1f} us/rollout")
