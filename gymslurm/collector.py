@@ -458,6 +458,7 @@ async def _dispatch(  # noqa: PLR0917
         route_failures=settings.route_failures_to_sidecar,
         read_timeout=settings.request_timeout_s,
         max_reply_bytes=settings.max_reply_bytes,
+        max_inflight_reply_bytes=settings.max_inflight_reply_bytes,
         protocol=routing.protocols(),
     )
 

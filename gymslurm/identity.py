@@ -249,6 +249,7 @@ OPERATIONAL_NAMES = frozenset(
         "verbose", "quiet", "log_level", "progress", "progress_bar", "print_summary",
         # memory and dispatch
         "max_resident_tasks", "memory_limit", "keep_results_in_memory", "max_reply_bytes",
+        "max_inflight_reply_bytes",
         # retry controls
         "max_rollout_attempts", "backoff", "backoff_s", "max_backoff_s",
         # resume and reporting flags

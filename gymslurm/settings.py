@@ -74,6 +74,7 @@ class CollectSettings(BaseModel):
     request_timeout_s: float = Field(default=3600, gt=0)
     stall_window_s: float | None = Field(default=None, gt=0)
     max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_inflight_reply_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
 
     environment_server_url: str | None = None
     environment_server_urls: dict[str, str] = Field(default_factory=dict)

@@ -24,11 +24,20 @@ from gymslurm.dispatch.classify import (
     classify_reply,
     request_body,
 )
-from gymslurm.dispatch.http11 import DEFAULT_MAX_REPLY_BYTES, HEAD_END, Http11Transport, _ReplyTooLarge
+from gymslurm.dispatch.http11 import (
+    DEFAULT_MAX_REPLY_BYTES,
+    HEAD_END,
+    Http11Transport,
+    ReplyBudget,
+    _ReplyTooLarge,
+    parsed_cost,
+)
 from gymslurm.errors import ConfigError
 from gymslurm.records import FAILURE_KINDS, EpisodeId, Protocol
 
 _log = logging.getLogger(__name__)
+# All replies in flight together (their bytes, then what parsing them builds): the collector's bound.
+DEFAULT_INFLIGHT_REPLY_BYTES = 256 * 1024 * 1024
 
 
 class EnvironmentClient:
@@ -54,6 +63,7 @@ class EnvironmentClient:
         transport: httpx.AsyncBaseTransport | None = None,
         max_reply_bytes: int | None = DEFAULT_MAX_REPLY_BYTES,
         protocol: Protocol | Mapping[str, Protocol] = "episode",
+        max_inflight_reply_bytes: int | None = DEFAULT_INFLIGHT_REPLY_BYTES,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -64,6 +74,8 @@ class EnvironmentClient:
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}
         self._keepalive_expiry = keepalive_expiry
         self._max_reply = max_reply_bytes
+        # every reply in flight together: bodies read and what parsing them builds (docs/security.md)
+        self.budget = ReplyBudget(max_inflight_reply_bytes)
         self._shared = transport
         self._slots = asyncio.Semaphore(concurrency)
         self._free: list[dict[str, httpx.AsyncBaseTransport]] = []
@@ -93,10 +105,19 @@ class EnvironmentClient:
             status, content = await self._exchange(self._target(url), body)
         except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
-        outcome = classify_reply(
-            status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
-            route_failures=self.route_failures, url=url, protocol=protocol, indices=indices,
-        )  # fmt: skip
+        held = len(content)  # taken from the budget while read; given back once classified
+        try:
+            cost = parsed_cost(content)
+            self.budget.take(cost)  # the parse guard: what orjson would build must fit too
+            held += cost
+            outcome = classify_reply(
+                status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
+                route_failures=self.route_failures, url=url, protocol=protocol, indices=indices,
+            )  # fmt: skip
+        except _ReplyTooLarge as exc:
+            return classify_exception(exc, episode=episode, run_id=run_id, url=url)
+        finally:
+            self.budget.give(held)
         if isinstance(outcome, Failed):
             self._warn_unregistered(outcome.record.failure.failure_kind, url)
         return outcome
@@ -141,6 +162,8 @@ class EnvironmentClient:
                     status, _, content = await transport.exchange(
                         target.origin, target.request_bytes(body), self._timeouts
                     )
+                    if transport.budget is not self.budget:  # a transport of a test's: take it now
+                        self.budget.take(len(content))
                     return status, content
                 return await self._httpx_exchange(transport, target, body)
             finally:
@@ -160,18 +183,24 @@ class EnvironmentClient:
             await response.aclose()
 
     async def _bounded_body(self, response: httpx.Response) -> bytes:
-        """The body, streamed so that an oversized reply is never held whole (max_reply_bytes)."""
+        """The body, streamed so that an oversized reply is never held whole (max_reply_bytes), its
+        bytes taken from the shared budget as they arrive (given back by :meth:`run`)."""
         parts, total = [], 0
         try:
             async for chunk in response.aiter_bytes():  # decoded: the bound is on what is held
                 total += len(chunk)
                 if self._max_reply is not None and total > self._max_reply:
                     raise _ReplyTooLarge(None, self._max_reply)
+                self.budget.take(len(chunk))
                 parts.append(chunk)
         except httpx.StreamConsumed:  # a transport that answered with the body already read (tests)
             parts = [response.content]
             if self._max_reply is not None and len(response.content) > self._max_reply:
                 raise _ReplyTooLarge(len(response.content), self._max_reply) from None
+            self.budget.take(len(response.content))
+        except BaseException:
+            self.budget.give(sum(len(part) for part in parts))
+            raise
         return b"".join(parts)
 
     def _new_slot(self) -> dict[str, httpx.AsyncBaseTransport]:
@@ -182,7 +211,9 @@ class EnvironmentClient:
     def _new_transport(self, scheme: str) -> httpx.AsyncBaseTransport:
         """Plain http: the minimal transport; https: httpx's, one connection (read timeout per read)."""
         if scheme == "http":
-            return Http11Transport(keepalive_expiry=self._keepalive_expiry, max_body_bytes=self._max_reply)
+            return Http11Transport(
+                keepalive_expiry=self._keepalive_expiry, max_body_bytes=self._max_reply, budget=self.budget
+            )
         limits = httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=self._keepalive_expiry
         )

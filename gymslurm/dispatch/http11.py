@@ -58,6 +58,67 @@ class _ReplyTooLarge(httpx.TransportError):
         self.size, self.limit = size, limit
 
 
+class _BudgetExhausted(_ReplyTooLarge):
+    """The replies in flight together would hold more than ``max_inflight_reply_bytes``."""
+
+    def __init__(self, wanted: int, used: int, total: int) -> None:
+        httpx.TransportError.__init__(
+            self,
+            f"the reply needs {wanted} more bytes while the replies in flight hold {used} of "
+            f"max_inflight_reply_bytes={total} (bodies read and what parsing them builds); it was not "
+            "saved (a server sending endless or explosive replies; raise +max_inflight_reply_bytes if "
+            "such replies are expected)",
+        )
+        self.size, self.limit = None, total
+
+
+# What parsing a JSON reply builds, per separator (``,`` ``:``): a small dict entry or list item is
+# about this many bytes of Python objects (measured: 5.5 M tiny keys in 60 MB took ~700 MB parsed).
+PARSED_BYTES_PER_SEPARATOR = 64
+
+
+def parsed_cost(content: bytes) -> int:
+    """An upper estimate of the memory parsing ``content`` as JSON takes beyond its bytes (the guard)."""
+    return PARSED_BYTES_PER_SEPARATOR * (content.count(b",") + content.count(b":"))
+
+
+class ReplyBudget:
+    """The bytes every reply in flight may hold together: bodies as they are read, then what parsing
+    them builds. Shared by all of a client's requests; a reservation over it fails that attempt at
+    once (never waits: two half-read replies waiting for each other would hang). None: no bound."""
+
+    def __init__(self, total: int | None) -> None:
+        self.total, self.used, self.peak = total, 0, 0
+
+    def take(self, size: int) -> None:
+        if self.total is not None and self.used + size > self.total:
+            raise _BudgetExhausted(size, self.used, self.total)
+        self.used += size
+        self.peak = max(self.peak, self.used)
+
+    def give(self, size: int) -> None:
+        self.used -= size
+
+
+class _Held:
+    """What one reply took from the budget while being read; given back whole if the read fails."""
+
+    __slots__ = ("budget", "size")
+
+    def __init__(self, budget: ReplyBudget | None) -> None:
+        self.budget, self.size = budget, 0
+
+    def take(self, size: int) -> None:
+        if self.budget is not None:
+            self.budget.take(size)
+            self.size += size
+
+    def release(self) -> None:
+        if self.budget is not None:
+            self.budget.give(self.size)
+            self.size = 0
+
+
 class Http11Transport(httpx.AsyncBaseTransport):
     """A minimal HTTP/1.1 keep-alive transport for plain ``http://`` servers (see the module docstring).
 
@@ -67,9 +128,13 @@ class Http11Transport(httpx.AsyncBaseTransport):
     the answer.
     """
 
-    def __init__(self, *, keepalive_expiry: float = 4.0, max_body_bytes: int | None = None) -> None:
+    def __init__(
+        self, *, keepalive_expiry: float = 4.0, max_body_bytes: int | None = None,
+        budget: ReplyBudget | None = None,
+    ) -> None:  # fmt: skip
         self._keepalive_expiry = keepalive_expiry
         self._max_body = max_body_bytes
+        self.budget = budget
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -84,16 +149,21 @@ class Http11Transport(httpx.AsyncBaseTransport):
         except httpx.TransportError as exc:
             exc.request = request
             raise
+        if self.budget is not None:  # httpx's interface holds no budget past the read
+            self.budget.give(len(content))
         return httpx.Response(status, headers=headers, content=content, request=request)
 
     async def exchange(
         self, origin: tuple[str, int], data: bytes, timeouts: Mapping[str, float | None]
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """Send one complete request (``data``) to ``origin`` and read its whole answer."""
+        """Send one complete request (``data``) to ``origin`` and read its whole answer.
+
+        With a budget, the answer's ``len(content)`` bytes stay taken from it: the caller gives them back.
+        """
         connection = self._take_idle(origin) or await _connect(origin, timeouts.get("connect"))
         try:
             await _send(connection, data, timeouts.get("write"))
-            answer = await _receive(connection, timeouts.get("read"), self._max_body)
+            answer = await _receive(connection, timeouts.get("read"), self._max_body, _Held(self.budget))
             status, headers, content, keep_alive = answer
         except BaseException:
             connection.close()  # never reuse a connection with an unread or half-written exchange
@@ -145,10 +215,21 @@ async def _send(connection: _Connection, data: bytes, timeout: float | None) -> 
 
 
 async def _receive(
-    connection: _Connection, timeout: float | None, max_body: int | None = None
+    connection: _Connection, timeout: float | None, max_body: int | None = None, held: _Held | None = None
+) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+    held = held or _Held(None)
+    try:
+        return await _wait_response(connection, timeout, max_body, held)
+    except BaseException:
+        held.release()
+        raise
+
+
+async def _wait_response(
+    connection: _Connection, timeout: float | None, max_body: int | None, held: _Held
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     try:
-        return await asyncio.wait_for(_read_response(connection.reader, max_body), timeout)
+        return await asyncio.wait_for(_read_response(connection.reader, max_body, held), timeout)
     except TimeoutError:
         raise httpx.ReadTimeout(f"no complete answer within {timeout} s") from None
     except asyncio.IncompleteReadError as exc:
@@ -163,7 +244,7 @@ async def _receive(
 
 
 async def _read_response(
-    reader: asyncio.StreamReader, max_body: int | None = None
+    reader: asyncio.StreamReader, max_body: int | None = None, held: _Held | None = None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     head = await reader.readuntil(HEAD_END)
     status_line, *header_lines = head[:-4].split(CRLF)
@@ -172,20 +253,22 @@ async def _read_response(
         raise ValueError(f"status line {status_line[:80]!r}")
     status = int(status_text[:3])
     headers = [_header(line) for line in header_lines]
+    held = held or _Held(None)
     fields = {name.lower(): value.lower() for name, value in headers}
     keep_alive = version == b"HTTP/1.1" and fields.get(b"connection") != b"close"
     if fields.get(b"transfer-encoding", b"").endswith(b"chunked"):
-        content = await _read_chunked(reader, max_body)
+        content = await _read_chunked(reader, max_body, held)
         headers = [(name, value) for name, value in headers if name.lower() != b"transfer-encoding"]
     elif b"content-length" in fields:
         size = int(fields[b"content-length"])
         if max_body is not None and size > max_body:
             raise _ReplyTooLarge(size, max_body)  # refused before reading a byte of it
+        held.take(size)
         content = await reader.readexactly(size)
     elif status < 200 or status in (204, 304):
         content = b""
     else:
-        content, keep_alive = await _read_to_close(reader, max_body), False
+        content, keep_alive = await _read_to_close(reader, max_body, held), False
     return status, headers, content, keep_alive
 
 
@@ -194,22 +277,26 @@ def _header(line: bytes) -> tuple[bytes, bytes]:
     return name.strip(), value.strip()
 
 
-async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None) -> bytes:
+async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, held: _Held) -> bytes:
     parts, total = [], 0
     while chunk := await reader.read(_READ_CHUNK):
         total += len(chunk)
         if max_body is not None and total > max_body:
             raise _ReplyTooLarge(None, max_body)
+        held.take(len(chunk))
         parts.append(chunk)
     return b"".join(parts)
 
 
-async def _read_chunked(reader: asyncio.StreamReader, max_body: int | None = None) -> bytes:
-    parts, total = [], 0
+async def _read_chunked(
+    reader: asyncio.StreamReader, max_body: int | None = None, held: _Held | None = None
+) -> bytes:
+    parts, total, held = [], 0, held or _Held(None)
     while size := int((await reader.readuntil(CRLF)).split(b";", 1)[0], 16):
         total += size
         if max_body is not None and total > max_body:
             raise _ReplyTooLarge(None, max_body)
+        held.take(size)
         parts.append(await reader.readexactly(size))
         await reader.readexactly(2)
     while await reader.readuntil(CRLF) != CRLF:  # trailers
