@@ -1,12 +1,20 @@
-"""Benchmark: peak memory of ``gymslurm collect`` when a server answers ``/run`` with a huge reply.
+"""Benchmark: peak memory of ``gymslurm collect`` against hostile replies, at concurrency 64.
 
-A loopback server (this process, asyncio) answers every ``POST /run`` with a valid result padded to
-``--reply-mb`` megabytes (default 100). ``gymslurm collect`` runs ``--rollouts`` (default 3) of them,
-all in flight at once, as a child process; its peak RSS (sampled every 10 ms) is printed with
-what the collector did (results saved or ``gymslurm:reply_too_large`` failures). The limit is the
-peak RSS allowed (``--limit-mb``, default 200): above it the script exits 1. Run it from a checkout
-(``--checkout DIR`` runs another one, e.g. an export of main, for a before/after figure).
-Usage: ``python bench/reply_size.py [--reply-mb 100] [--rollouts 3] [--limit-mb 200] [--checkout DIR]``.
+A loopback server (this process, asyncio) answers every ``POST /run`` according to a case:
+
+- ``small``: a valid result of a few bytes (the baseline, measured in the same run);
+- ``declared-100mb``: a result padded to 100 MB, content-length framed (over ``max_reply_bytes``);
+- ``tiny-keys-60mb``: 60 MB of ``"kN":1`` entries (under ``max_reply_bytes``, ~700 MB once parsed);
+- ``endless-chunked`` / ``endless-close``: a body that never ends, chunked or close-framed;
+- ``slow-endless``: an endless body trickled 64 KiB every 20 ms.
+
+``gymslurm collect`` runs ``--rollouts`` (default 64) of them with ``+concurrency`` as many, all in
+flight at once, as a child process; its peak RSS (sampled every 10 ms) is printed per case with
+what the collector did. The bound is the documented one: the baseline plus 1.5 x
+``max_inflight_reply_bytes`` (the budget every reply in flight shares, bodies and parse estimate;
+docs/security.md); a case above it fails the bench (exit 1). ``--checkout DIR`` runs another
+checkout (e.g. an export of main, for a before/after figure).
+Usage: ``python bench/reply_size.py [--rollouts 64] [--budget-mb 256] [--cases a,b] [--checkout DIR]``.
 """
 
 from __future__ import annotations
@@ -26,11 +34,62 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+CASES = ["small", "declared-100mb", "tiny-keys-60mb", "endless-chunked", "endless-close", "slow-endless"]
+ENDLESS_CAP = 96 * 1024 * 1024  # an endless body stops here per connection (the bench ends by itself)
+PIECE = b"x" * (1 << 20)
+HUNDRED_MB = b', "pad": "' + b"x" * (100 << 20) + b'"'
 
 
-def serve(reply_mb: int, ready: threading.Event, port: list[int]) -> None:
-    """Answer every request with a result padded to ``reply_mb`` MB (content-length framed)."""
-    pad = b"x" * (reply_mb * 1024 * 1024)
+def _result(request: dict, pad: bytes = b"") -> bytes:
+    ids = json.dumps(request["episode_id"]).encode(), json.dumps(request["task"]["task_id"]).encode()
+    return b'{"episode_id": %s, "task_id": %s, "result": {"reward": 1.0%s}}' % (*ids, pad)
+
+
+async def _write_sliced(writer: asyncio.StreamWriter, data: bytes) -> None:
+    view = memoryview(data)
+    for start in range(0, len(data), len(PIECE)):
+        writer.write(view[start : start + len(PIECE)])
+        await writer.drain()
+
+
+async def _answer(case: str, request: dict, writer: asyncio.StreamWriter, keys: bytes) -> bool:
+    """Write the case's answer; False when the connection must close afterwards."""
+    if "episode_id" not in request:  # not a /run request (the end-of-run metrics): an empty answer
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        return True
+    if case in ("small", "declared-100mb", "tiny-keys-60mb"):
+        pad = {"small": b"", "declared-100mb": HUNDRED_MB, "tiny-keys-60mb": keys}[case]
+        head, tail = _result(request).rsplit(b"}}", 1)[0], b"}}"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (len(head) + len(pad) + len(tail)) + head
+        )
+        await _write_sliced(writer, pad)  # the shared pad is never copied per request
+        writer.write(tail)
+        await writer.drain()
+        return True
+    chunked = case == "endless-chunked"
+    start = b'{"result": {"reward": 1.0, "pad": "'
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" if chunked else b"HTTP/1.0 200 OK\r\n\r\n"
+    writer.write(head + (b"%x\r\n%s\r\n" % (len(start), start) if chunked else start))
+    piece = PIECE[: 64 * 1024] if case == "slow-endless" else PIECE
+    chunk = b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+    sent = 0
+    while sent < ENDLESS_CAP:
+        writer.write(chunk)
+        await writer.drain()
+        sent += len(piece)
+        if case == "slow-endless":
+            await asyncio.sleep(0.02)
+    return False
+
+
+def serve(case: list[str], ready: threading.Event, port: list[int]) -> None:
+    """Answer every request as the current case (``case[0]``, changed between runs) says."""
+    keys = (
+        b', "junk": {'
+        + b",".join(b'"k%d":1' % i for i in range(5_500_000))[: 60 << 20].rsplit(b",", 1)[0]
+        + b"}"
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -39,23 +98,15 @@ def serve(reply_mb: int, ready: threading.Event, port: list[int]) -> None:
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length"))  # fmt: skip
                 request = json.loads(await reader.readexactly(length))
-                ids = [
-                    json.dumps(request["episode_id"]).encode(),
-                    json.dumps(request["task"]["task_id"]).encode(),
-                ]
-                body = b'{"episode_id": %s, "task_id": %s, "result": {"reward": 1.0, "pad": "%s"}}' % (
-                    *ids,
-                    pad,
-                )
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
-                await writer.drain()
+                if not await _answer(case[0], request, writer, keys):
+                    break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
 
     async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, limit=1 << 20)
         port.append(server.sockets[0].getsockname()[1])
         ready.set()
         await server.serve_forever()
@@ -65,7 +116,7 @@ def serve(reply_mb: int, ready: threading.Event, port: list[int]) -> None:
 
 def _peak_rss_mb(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int]:
     """Run ``command``; its peak RSS sampled every 10 ms (not ``ru_maxrss``: a child forked from this
-    process, which holds the padded reply, starts with this process's resident pages)."""
+    process, which holds the padded replies, starts with this process's resident pages)."""
     child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     process, peak = psutil.Process(child.pid), 0
     while child.poll() is None:
@@ -75,39 +126,55 @@ def _peak_rss_mb(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[fl
     return peak / 2**20, child.returncode
 
 
+def run_case(args: argparse.Namespace, port: int, tmp: Path) -> tuple[float, str]:
+    dataset = tmp / "tasks.jsonl"
+    dataset.write_text("".join(
+        json.dumps({"task_id": {"taskset": "big", "task_id": str(i)}, "task_input": {"q": i}}) + "\n"
+        for i in range(args.rollouts)))  # fmt: skip
+    output = tmp / "out" / "o.jsonl"
+    command = [
+        sys.executable, "-m", "gymslurm", "collect", f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={output}", f"+environment_server_url=http://127.0.0.1:{port}",
+        "+environment_config={bench: reply_size}", "+progress=plain", "+summary=false",
+        f"+concurrency={args.rollouts}", "+route_failures_to_sidecar=true",
+    ]  # fmt: skip
+    if args.budget_mb is not None:
+        command.append(f"+max_inflight_reply_bytes={args.budget_mb << 20}")
+    env = {**os.environ, "PYTHONPATH": str(args.checkout), "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": "1"}
+    peak_mb, returncode = _peak_rss_mb(command, args.checkout, env)
+    results = output.read_text().count("\n") if output.exists() else 0
+    sidecar = output.with_name("o_failures.jsonl")
+    lines = sidecar.read_text().splitlines() if sidecar.exists() else []
+    too_large = sum("reply_too_large" in line for line in lines)
+    saved_mb = output.stat().st_size / 2**20 if output.exists() else 0.0
+    return peak_mb, f"exit {returncode}, {results} results ({saved_mb:.1f} MB), {too_large} reply_too_large"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reply-mb", type=int, default=100)
-    parser.add_argument("--rollouts", type=int, default=3)
-    parser.add_argument("--limit-mb", type=float, default=200.0)
+    parser.add_argument("--rollouts", type=int, default=64)
+    parser.add_argument("--budget-mb", type=int, default=None, help="+max_inflight_reply_bytes in MiB")
+    parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--checkout", type=Path, default=ROOT)
     args = parser.parse_args()
-    ready, port = threading.Event(), []
-    threading.Thread(target=serve, args=(args.reply_mb, ready, port), daemon=True).start()
+    wanted = ["small", *(c for c in args.cases.split(",") if c != "small")]
+    current, ready = ["small"], threading.Event()
+    port: list[int] = []
+    threading.Thread(target=serve, args=(current, ready, port), daemon=True).start()
     ready.wait()
-    with tempfile.TemporaryDirectory() as tmp:
-        dataset = Path(tmp) / "tasks.jsonl"
-        dataset.write_text("".join(
-            json.dumps({"task_id": {"taskset": "big", "task_id": str(i)}, "task_input": {"q": i}}) + "\n"
-            for i in range(args.rollouts)))  # fmt: skip
-        output = Path(tmp) / "out" / "o.jsonl"
-        command = [
-            sys.executable, "-m", "gymslurm", "collect", f"+input_jsonl_fpath={dataset}",
-            f"+output_jsonl_fpath={output}", f"+environment_server_url=http://127.0.0.1:{port[0]}",
-            "+environment_config={bench: reply_size}", "+progress=plain", "+summary=false",
-            f"+concurrency={args.rollouts}", "+route_failures_to_sidecar=true",
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(args.checkout), "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": "1"}
-        peak_mb, returncode = _peak_rss_mb(command, args.checkout, env)
-        results = output.read_text().count("\n") if output.exists() else 0
-        sidecar = output.with_name("o_failures.jsonl")
-        lines = sidecar.read_text().splitlines() if sidecar.exists() else []
-        too_large = sum("reply_too_large" in line for line in lines)
-        saved_mb = output.stat().st_size / 2**20 if output.exists() else 0.0
-    print(f"checkout {args.checkout}: {args.rollouts} replies of {args.reply_mb} MB, exit {returncode}")
-    print(f"  results saved {results} ({saved_mb:.1f} MB), reply_too_large failures {too_large}")
-    print(f"  peak RSS of collect: {peak_mb:.0f} MB (limit {args.limit_mb:.0f} MB)")
-    return 0 if peak_mb <= args.limit_mb else 1
+    budget_mb = args.budget_mb if args.budget_mb is not None else 256
+    peaks: dict[str, float] = {}
+    for case in wanted:
+        current[0] = case
+        with tempfile.TemporaryDirectory() as tmp:
+            peaks[case], what = run_case(args, port[0], Path(tmp))
+        print(f"{case:>16}: peak RSS {peaks[case]:7.0f} MB; {what}", flush=True)
+    bound = peaks["small"] + 1.5 * budget_mb
+    print(f"checkout {args.checkout}, concurrency {args.rollouts}: bound = baseline {peaks['small']:.0f} MB "
+          f"+ 1.5 x max_inflight_reply_bytes {budget_mb} MiB = {bound:.0f} MB")  # fmt: skip
+    worst = max(peaks.values())
+    print(f"worst case {worst:.0f} MB = {worst / bound:.2f} x the bound")
+    return 0 if worst <= bound else 1
 
 
 if __name__ == "__main__":

@@ -200,6 +200,7 @@ class EnvironmentClient:
             self.budget.take(len(response.content))
         except BaseException:
             self.budget.give(sum(len(part) for part in parts))
+            parts.clear()  # the traceback keeps this frame alive while the collector pauses the GC
             raise
         return b"".join(parts)
 

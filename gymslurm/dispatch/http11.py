@@ -278,27 +278,37 @@ def _header(line: bytes) -> tuple[bytes, bytes]:
 
 
 async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, held: _Held) -> bytes:
-    parts, total = [], 0
-    while chunk := await reader.read(_READ_CHUNK):
-        total += len(chunk)
-        if max_body is not None and total > max_body:
-            raise _ReplyTooLarge(None, max_body)
-        held.take(len(chunk))
-        parts.append(chunk)
+    parts: list[bytes] = []
+    total = 0
+    try:
+        while chunk := await reader.read(_READ_CHUNK):
+            total += len(chunk)
+            if max_body is not None and total > max_body:
+                raise _ReplyTooLarge(None, max_body)
+            held.take(len(chunk))
+            parts.append(chunk)
+    except BaseException:
+        parts.clear()  # the traceback keeps this frame alive (the collector pauses the GC): drop the bytes
+        raise
     return b"".join(parts)
 
 
 async def _read_chunked(
     reader: asyncio.StreamReader, max_body: int | None = None, held: _Held | None = None
 ) -> bytes:
-    parts, total, held = [], 0, held or _Held(None)
-    while size := int((await reader.readuntil(CRLF)).split(b";", 1)[0], 16):
-        total += size
-        if max_body is not None and total > max_body:
-            raise _ReplyTooLarge(None, max_body)
-        held.take(size)
-        parts.append(await reader.readexactly(size))
-        await reader.readexactly(2)
-    while await reader.readuntil(CRLF) != CRLF:  # trailers
-        pass
+    parts: list[bytes] = []
+    total, held = 0, held or _Held(None)
+    try:
+        while size := int((await reader.readuntil(CRLF)).split(b";", 1)[0], 16):
+            total += size
+            if max_body is not None and total > max_body:
+                raise _ReplyTooLarge(None, max_body)
+            held.take(size)
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        while await reader.readuntil(CRLF) != CRLF:  # trailers
+            pass
+    except BaseException:
+        parts.clear()  # as in _read_to_close
+        raise
     return b"".join(parts)
