@@ -46,7 +46,7 @@ from gymslurm.selection import (
     kept_partial_answer,
     kept_timeout_answer,
 )
-from gymslurm.store.jsonl import TailReport, iter_records, malformed
+from gymslurm.store.jsonl import TailReport, bounded_lines, iter_records, malformed
 from gymslurm.store.paths import RunPaths
 
 _READ_CHUNK = 1 << 20
@@ -209,7 +209,7 @@ class _Reader:
         line = index = -1
         offset = 0
         with handle:
-            for raw in handle:
+            for raw in bounded_lines(handle, path):
                 if raw[-1:] != b"\n":
                     tail.torn_at, tail.torn_bytes = offset, len(raw)
                     break

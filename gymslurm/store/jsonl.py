@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -44,6 +44,33 @@ class TailReport:
         return self.torn_at is not None
 
 
+MAX_LINE_ENV = "GYMSLURM_MAX_LINE_BYTES"
+DEFAULT_MAX_LINE_BYTES = 256 * 1024 * 1024  # above max_reply_bytes (64 MiB) and the stamps around it
+
+
+def max_line_bytes() -> int:
+    """The longest line a reader holds: ``GYMSLURM_MAX_LINE_BYTES`` or 256 MiB."""
+    raw = os.environ.get(MAX_LINE_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_LINE_BYTES
+
+
+def bounded_lines(handle: BinaryIO, path: Path) -> Iterator[bytes]:
+    """The lines of ``handle`` as ``for raw in handle`` gives them, but none held past the line limit:
+    a longer line is refused naming its file and line (a file gymslurm wrote has none)."""
+    limit = max_line_bytes()
+    readline = handle.readline
+    line = 0
+    while raw := readline(limit + 1):
+        if len(raw) > limit and raw[-1:] != b"\n":
+            raise CorruptRecordError(
+                f"{path}, line {line + 1}: is over {limit} bytes (the line limit, {MAX_LINE_ENV}); it was "
+                "not read whole. No record gymslurm writes is that long: inspect that line, or raise "
+                f"{MAX_LINE_ENV} if it is a result you expect"
+            )
+        yield raw
+        line += 1
+
+
 def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, record)`` for every complete non-blank line (0-based line numbers).
 
@@ -58,7 +85,7 @@ def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[i
     offset = 0
     complete = 0
     with handle:
-        for raw in handle:
+        for raw in bounded_lines(handle, path):
             if raw[-1:] != b"\n":
                 report.torn_at, report.torn_bytes = offset, len(raw)
                 break
@@ -94,7 +121,7 @@ def read_tail(path: Path) -> TailReport:
         return report
     with handle:
         offset = 0
-        for raw in handle:
+        for raw in bounded_lines(handle, path):
             if raw[-1:] != b"\n":
                 report.torn_at, report.torn_bytes = offset, len(raw)
                 break
@@ -153,7 +180,7 @@ def iter_complete_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     except FileNotFoundError:
         return
     with handle:
-        for line, raw in enumerate(handle):
+        for line, raw in enumerate(bounded_lines(handle, path)):
             if raw[-1:] != b"\n":
                 return
             yield line, raw

@@ -23,7 +23,7 @@ import orjson
 
 from gymslurm.errors import StaleFileError
 from gymslurm.selection import RolloutState
-from gymslurm.store.jsonl import iter_complete_lines
+from gymslurm.store.jsonl import bounded_lines, iter_complete_lines
 
 _CHUNK = 1 << 20
 
@@ -56,7 +56,7 @@ def index_file(path: Path) -> LineIndex | None:
         offsets = index.offsets
         offset = 0
         offsets.append(0)
-        for raw in handle:
+        for raw in bounded_lines(handle, path):
             if raw[-1:] != b"\n":
                 break
             offset += len(raw)
