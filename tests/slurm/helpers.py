@@ -24,9 +24,10 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLURM_UP = REPO_ROOT / "launchers" / "slurm-up.sh"
@@ -294,6 +295,51 @@ def make_user_dir(root: Path, label: str, owner: str | None) -> Path:
     if owner is not None:
         shutil.chown(path, owner, owner)
     return path
+
+
+def scenario_user(session_dir: Path, label: str) -> SlurmUser:
+    """The non-root test user (created if missing; needs root) with a fresh directory for ``label``."""
+    ensure_test_user(TEST_USER)
+    return SlurmUser(TEST_USER, make_user_dir(session_dir, label, owner=TEST_USER), as_root=True)
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None:
+        """Cancel what was submitted (best effort)."""
+
+
+Spec = TypeVar("Spec")
+Submitted = TypeVar("Submitted", bound=Cancellable)
+
+
+def submitted_up_front(
+    session_dir: Path,
+    label: str,
+    scenarios: Mapping[str, Spec],
+    submit: Callable[[SlurmUser, Spec], Submitted],
+) -> Iterator[dict[str, Submitted]]:
+    """Submit every scenario first, so their Slurm waits overlap; yield them by name; cancel all at the end.
+
+    Why: Slurm's limit checks tick every ~30 s and requeues wait ~12 s, so a module that waits for
+    its scenarios one by one takes the sum of their waits; submitted together it takes about as long
+    as the slowest. Each scenario runs as the test user in its own directory ``LABEL-NAME``. Use it
+    in a module fixture::
+
+        @pytest.fixture(scope="module")
+        def chains(slurm_cluster, slurm_python, slurm_session_dir):
+            yield from submitted_up_front(slurm_session_dir, "launcher", SCENARIOS,
+                                          lambda user, spec: Chain(user, slurm_python, **spec).submit())
+
+    What was submitted is cancelled also when a later submission fails.
+    """
+    submitted: dict[str, Submitted] = {}
+    try:
+        for name, spec in scenarios.items():
+            submitted[name] = submit(scenario_user(session_dir, f"{label}-{name}"), spec)
+        yield submitted
+    finally:
+        for chain in submitted.values():
+            chain.cancel()
 
 
 def prune_old_sessions(root: Path, max_age_s: float = 24 * 3600) -> None:

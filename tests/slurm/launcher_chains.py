@@ -106,6 +106,13 @@ class Chain:
         starts = [r for r in self.ledger() if r["kind"] == "start"]
         return str(starts[-1]["job_id"])
 
+    def wait_for_decisions(self, more_than: int, timeout: float = 240, shard: int = 0) -> None:
+        """Wait until a shard's ledger holds more than ``more_than`` decisions (a resubmitted chain moved)."""
+        deadline = time.monotonic() + timeout
+        while len(self.decisions(shard)) <= more_than:
+            assert time.monotonic() < deadline, f"no decision past {self.decisions(shard)} in {timeout}s"
+            time.sleep(1.0)
+
     def cancel(self) -> None:
         """Best-effort ``gymslurm cancel`` (cleanup)."""
         if self.run is not None:

@@ -18,11 +18,10 @@ from .helpers import (
     NO_ACCOUNTING_CLUSTER,
     TEST_USER,
     SlurmCluster,
-    SlurmUser,
     cluster_env,
-    ensure_test_user,
     job_nodes,
-    make_user_dir,
+    scenario_user,
+    submitted_up_front,
 )
 from .launcher_chains import Chain
 
@@ -47,25 +46,15 @@ def _slurm(*argv: str) -> str:
     return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
 
 
-def _user(session_dir: Path, label: str) -> SlurmUser:
-    ensure_test_user(TEST_USER)
-    return SlurmUser(
-        TEST_USER, make_user_dir(session_dir, f"launcher-{label}", owner=TEST_USER), as_root=True
-    )
-
-
 @pytest.fixture(scope="module")
 def chains(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> Iterator[dict[str, Chain]]:
     """Every scenario submitted up front, so their Slurm waits overlap."""
-    submitted = {
-        name: Chain(_user(slurm_session_dir, name), slurm_python, **spec).submit()  # type: ignore[arg-type]
-        for name, spec in SCENARIOS.items()
-    }
-    yield submitted
-    for chain in submitted.values():
-        chain.cancel()
+    yield from submitted_up_front(
+        slurm_session_dir, "launcher", SCENARIOS,
+        lambda user, spec: Chain(user, slurm_python, **spec).submit(),  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
 def test_progress_chain_runs_four_jobs_without_spending_retries(chains: dict[str, Chain]) -> None:
@@ -87,7 +76,7 @@ def test_exit_1_until_budget_ends_then_resubmit(chains: dict[str, Chain]) -> Non
     assert [d["decision"] for d in chain.decisions()] == ["RETRY", "STOP_EXHAUSTED"]
     assert report["shards"][0]["verdict"] == "EXHAUSTED"
     chain.gymslurm("resubmit", str(chain.run), str(chain.user.workdir / "bench.yaml"))
-    time.sleep(2)
+    chain.wait_for_decisions(more_than=2)  # the status read before the new link decides is the old one
     chain.wait(aggregation=False)
     assert [d["decision"] for d in chain.decisions()] == [
         "RETRY",
@@ -173,8 +162,8 @@ def test_status_while_pending_running_and_after(slurm_cluster: SlurmCluster, slu
     """status says WAITING while held, HEALTHY while running, DONE after; one squeue + at most one sacct."""
     env = cluster_env(cluster)
     held = ["slurm.extra_directives=[--hold]", "aggregation.enabled=false"]
-    chain = Chain(_user(slurm_session_dir, f"status-{cluster}"), slurm_python, [{"exit": 0, "sleep": 8}],
-                  overrides=held, env=env)  # fmt: skip
+    user = scenario_user(slurm_session_dir, f"launcher-status-{cluster}")
+    chain = Chain(user, slurm_python, [{"exit": 0, "sleep": 8}], overrides=held, env=env)
     chain.submit()
     try:
         report = chain.status()
@@ -193,7 +182,7 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
     """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
     for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
         chain.wait(timeout=400, aggregation=False)
-    chain = Chain(_user(slurm_session_dir, "preempt"), slurm_python,
+    chain = Chain(scenario_user(slurm_session_dir, "launcher-preempt"), slurm_python,
                   [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
                   overrides=["slurm.partition=low", "slurm.extra_directives=['--cpus-per-task=8']",
                              "aggregation.enabled=false"])  # fmt: skip
@@ -219,7 +208,8 @@ def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
 ) -> None:
     """SIGKILL of submit after its first job array (slurm.array_size=1: one array per shard): the queued
     chain finishes alone, the shards whose array was never queued read STALLED; resubmit starts them."""
-    chain = Chain(_user(slurm_session_dir, "killed"), slurm_python, [{"exit": 0}], overrides=["shards=3"])
+    user = scenario_user(slurm_session_dir, "launcher-killed")
+    chain = Chain(user, slurm_python, [{"exit": 0}], overrides=["shards=3"])
     work = chain.user.workdir
     chain.user.write("standin.py", (Path(__file__).with_name("launcher_standin_collector.py")).read_text())
     chain.user.write("steps.json", '[{"exit": 0}]', mode=0o644)

@@ -17,12 +17,9 @@ import pytest
 
 from .helpers import (
     NO_ACCOUNTING_CLUSTER,
-    TEST_USER,
     SlurmCluster,
-    SlurmUser,
     cluster_env,
-    ensure_test_user,
-    make_user_dir,
+    submitted_up_front,
     wait_for_job,
 )
 from .launcher_chains import Chain
@@ -61,25 +58,16 @@ def _slurm(*argv: str) -> str:
     return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
 
 
-def _user(session_dir: Path, label: str) -> SlurmUser:
-    ensure_test_user(TEST_USER)
-    return SlurmUser(TEST_USER, make_user_dir(session_dir, f"hostile-{label}", owner=TEST_USER), as_root=True)
-
-
 @pytest.fixture(scope="module")
 def chains(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> Iterator[dict[str, Chain]]:
     """Every scenario submitted up front, so their Slurm waits overlap (all cancelled at the end, also
     when a later submission fails)."""
-    submitted: dict[str, Chain] = {}
-    try:
-        for name, spec in SCENARIOS.items():
-            submitted[name] = Chain(_user(slurm_session_dir, name), slurm_python, **spec).submit()  # type: ignore[arg-type]
-        yield submitted
-    finally:
-        for chain in submitted.values():
-            chain.cancel()
+    yield from submitted_up_front(
+        slurm_session_dir, "hostile", SCENARIOS,
+        lambda user, spec: Chain(user, slurm_python, **spec).submit(),  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
 def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[str, Chain]) -> None:

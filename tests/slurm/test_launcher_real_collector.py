@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
+from .helpers import SlurmCluster, submitted_up_front
 from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
@@ -54,23 +54,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
-def _user(session_dir: Path, label: str) -> SlurmUser:
-    ensure_test_user(TEST_USER)
-    return SlurmUser(TEST_USER, make_user_dir(session_dir, f"real-{label}", owner=TEST_USER), as_root=True)
-
-
 @pytest.fixture(scope="module")
 def runs(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> Iterator[dict[str, RealChain]]:
     """Every scenario submitted up front (slowest first), so their Slurm waits overlap."""
-    submitted = {
-        name: RealChain(_user(slurm_session_dir, name), slurm_python, spec).submit()
-        for name, spec in SCENARIOS.items()
-    }
-    yield submitted
-    for run in submitted.values():
-        run.cancel()
+    yield from submitted_up_front(
+        slurm_session_dir, "real", SCENARIOS,
+        lambda user, spec: RealChain(user, slurm_python, spec).submit(),
+    )  # fmt: skip
 
 
 def test_faulty_server_three_shards_end_done_and_merge_each_rollout_once(runs: dict[str, RealChain]) -> None:
