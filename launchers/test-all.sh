@@ -3,7 +3,7 @@
 #
 # Steps: install gymslurm with its test extra (editable), bring up the multi-node Slurm sandbox
 # (as root; otherwise say how), install Debian's chromium for the report's browser test (as root),
-# run the whole pytest suite (extra args pass through), then
+# run the whole pytest suite in parallel workers (extra args pass through), then
 # `ruff check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
 # problems; the exit code is non-zero if any step failed. pytest's "no tests collected" (5)
 # counts as a failure: a suite that ran nothing must not look green.
@@ -67,8 +67,14 @@ else
     printf '          install it once as root: sudo apt-get install -y chromium\n' >&2
 fi
 
-step "pytest $*"
-"$PY" -m pytest "$@"
+# The suite runs on WORKERS pytest-xdist workers (default 4, on any number of cores): most of its
+# minutes are process tests that wait (on Slurm, on servers, on chains), not CPU. --dist loadgroup
+# keeps the tests that share something on one worker, in file order (tests/conftest.py,
+# xdist_group): all real-Slurm tests, the NeMo Gym stack, a module's module-scoped fixture. Pass
+# -n 0 (after the script's name) for a serial run.
+workers="${GYMSLURM_TEST_WORKERS:-4}"
+step "pytest -n $workers --dist loadgroup $*"
+"$PY" -m pytest -n "$workers" --dist loadgroup "$@"
 rc=$?
 case $rc in
 0) ;;

@@ -7,6 +7,10 @@ and not slurm"`` (the one-minute inner loop) deselects every test that starts pr
 test author forgot the decorator. It also registers the hypothesis profile every property test runs
 under: no per-example deadline and no "too slow" health check, because the suite shares two cores
 with real servers, collectors and Slurm jobs, and wall-clock limits there only measure the load.
+
+Run in parallel (``pytest -n N --dist loadgroup``, as launchers/test-all.sh does with pytest-xdist),
+each test goes to whichever worker is free, except those that share something with their
+neighbours, which stay together on one worker, in file order (see :func:`xdist_group`).
 """
 
 from __future__ import annotations
@@ -23,14 +27,38 @@ _SLURM_DIR = Path(__file__).parent / "slurm"
 _E2E_DIR = Path(__file__).parent / "e2e"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test collected from tests/slurm/ with ``slurm`` and from tests/e2e/ with ``e2e``."""
+def xdist_group(item: pytest.Item) -> str | None:
+    """The worker group a test must share when the suite runs in parallel, or None (any worker).
+
+    - ``slurm``: every real-Slurm test, one after another as in a serial run. They share one
+      cluster (the node-DOWN test needs it quiet, the preemption test needs the whole node) and
+      one job Python per session that each worker would reinstall under the others' running jobs.
+    - ``nemogym``: the compat suite; its stack's head server holds NeMo Gym's fixed port 11000.
+    - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
+    """
+    if item.get_closest_marker("slurm") is not None:
+        return "slurm"
+    if item.get_closest_marker("nemogym") is not None:
+        return "nemogym"
+    fixtures = getattr(item, "_fixtureinfo", None)
+    scopes = {d.scope for defs in (fixtures.name2fixturedefs.values() if fixtures else ()) for d in defs}
+    return str(Path(item.path).relative_to(Path(__file__).parent)) if "module" in scopes else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups off the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test collected from tests/slurm/ with ``slurm`` and from tests/e2e/ with ``e2e``;
+    with pytest-xdist, give the tests that must share a worker their ``xdist_group``."""
+    parallel = config.pluginmanager.hasplugin("xdist")
     for item in items:
         parents = Path(item.path).parents
         if _SLURM_DIR in parents:
             item.add_marker(pytest.mark.slurm)
         if _E2E_DIR in parents:
             item.add_marker(pytest.mark.e2e)
+        group = xdist_group(item) if parallel else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

@@ -77,7 +77,7 @@ def test_hung_server_ends_collection_with_exit_1_after_the_stall_window(
         collect_command(dataset, output, server.url, *overrides), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    _wait_for(lambda: ((_progress(output) or {}).get("successful") or 0) > 0, 30, "first outcomes")
+    _wait_for(lambda: ((_progress(output) or {}).get("successful") or 0) > 0, 120, "first outcomes")
     server.process.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 TOOLS = {"ruff", "mypy"}  # run as commands by launchers/test-all.sh, never imported
+PLUGINS = {"pytest-xdist": "--dist"}  # pytest plugins, used through the option test-all.sh passes
 
 
 def _name(requirement: str) -> str:
@@ -56,9 +57,12 @@ def test_every_declared_dependency_is_imported_by_the_package() -> None:
 
 
 def test_the_test_extra_holds_what_the_tests_use() -> None:
-    """Every test requirement is imported by tests/, is a tool test-all.sh runs, or types a dependency."""
+    """Every test requirement is imported by tests/, is a tool or a pytest plugin that test-all.sh runs,
+    or types a dependency."""
     runtime = {_name(r) for r in PROJECT["dependencies"]}
-    used = set(_imported_distributions(ROOT / "tests")) | TOOLS
+    test_all = (ROOT / "launchers" / "test-all.sh").read_text()
+    plugins = {plugin for plugin, option in PLUGINS.items() if option in test_all}
+    used = set(_imported_distributions(ROOT / "tests")) | TOOLS | plugins
     extra = [_name(r) for r in PROJECT["optional-dependencies"]["test"]]
     unused = [d for d in extra if d not in used and not (d.startswith("types-") and d[6:] in runtime)]
     assert unused == []
