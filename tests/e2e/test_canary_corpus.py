@@ -29,7 +29,7 @@ import pytest
 from tests.canary_corpus import FORMS
 from tests.e2e.helpers import gymslurm, write_tasks
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.every_process]  # a neighbour's argv would be sampled
 
 
 def _hydra_quoted(text: str) -> str:

@@ -29,7 +29,7 @@ import pytest
 
 from tests.e2e.helpers import collect, gymslurm, write_tasks
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.every_process]  # a neighbour's argv would be sampled
 
 CANARIES = {
     "credential-named key": "CNRY-KEY-a11",
