@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -33,3 +37,41 @@ def test_every_marker_the_tests_use_is_declared_in_pyproject() -> None:
     declared = {line.split(":")[0].strip() for line in options["markers"]}
     known = declared | PYTEST_OWN | PLUGINS_OWN
     assert {name: where for name, where in _used_markers().items() if name not in known} == {}
+
+
+PROBE = '''
+import json, os, pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        groups[item.nodeid] = mark.args[0] if mark else None
+    with open(os.environ["GROUPS_OUT"], "w") as out:
+        json.dump(groups, out)
+'''
+
+
+def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
+    """With pytest-xdist, real-Slurm tests share group slurm, NeMo Gym's nemogym, the command-line
+    samplers every-process, a module-scoped fixture's tests their module; other tests go anywhere."""
+    (tmp_path / "groups_probe.py").write_text(PROBE)
+    out = tmp_path / "groups.json"
+    files = ["slurm/test_smoke.py", "compat/test_nemo_gym.py", "e2e/test_canary_suite.py",
+             "e2e/test_aggregate_e2e.py", "unit/test_errors.py"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "GROUPS_OUT": str(out)}
+    argv = [sys.executable, "-m", "pytest", "--co", "-q", "-p", "groups_probe", "-p", "no:cacheprovider"]
+    done = subprocess.run([*argv, *(f"tests/{f}" for f in files)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    found: dict[str, set[str | None]] = {}
+    for nodeid, group in json.loads(out.read_text()).items():
+        found.setdefault(nodeid.split("::")[0].removeprefix("tests/"), set()).add(group)
+    assert found == {
+        "slurm/test_smoke.py": {"slurm"},
+        "compat/test_nemo_gym.py": {"nemogym"},
+        "e2e/test_canary_suite.py": {"every-process"},
+        "e2e/test_aggregate_e2e.py": {"e2e/test_aggregate_e2e.py"},
+        "unit/test_errors.py": {None},
+    }
