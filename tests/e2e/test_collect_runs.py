@@ -102,7 +102,7 @@ def test_second_collector_is_refused_naming_the_holder(
 ) -> None:
     """A second collector on the same output exits 1 naming the first one's pid and host."""
     server = start_demo_server("--latency-ms", "200")
-    dataset = write_tasks(tmp_path / "d.jsonl", [{} for _ in range(600)])  # 2 min: still running when the second starts
+    dataset = write_tasks(tmp_path / "d.jsonl", [{} for _ in range(600)])  # 2 min: outlasts a slow start
     output = tmp_path / "out.jsonl"
     first = subprocess.Popen(
         collect_command(dataset, output, server.url, "+concurrency=1"), cwd=REPO_ROOT,
