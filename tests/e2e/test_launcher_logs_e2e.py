@@ -23,10 +23,12 @@ pytestmark = pytest.mark.e2e
 
 def test_logs_prints_the_links_job_log_and_follow_stops_after_its_decision(tmp_path: Path) -> None:
     """On a local run: `logs --follow` prints the running link's log and ends once it decided."""
-    bench = write_benchmark(tmp_path, [{"exit": 0, "sleep": 3}])
+    # The link runs 15 s: a status poll (a process start) on a loaded machine can take seconds, and a
+    # 3 s link went from WAITING to DONE between two of them, never seen HEALTHY.
+    bench = write_benchmark(tmp_path, [{"exit": 0, "sleep": 15}])
     gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.enabled=false")
     run = only_run(tmp_path)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while status(run)["shards"][0]["verdict"] != "HEALTHY":
         assert time.monotonic() < deadline
         time.sleep(0.2)
