@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import CorruptRecordError
 from gymslurm.formats import check_version, version_of
-from gymslurm.identity import redact_value
+from gymslurm.redaction import redact_value
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.flock import lock_fd

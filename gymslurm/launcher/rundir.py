@@ -106,7 +106,12 @@ class ArrayRecord(BaseModel):
     def task(self, shard: int) -> str | None:
         """Shard ``shard``'s first link; None when no array holds it (submit died before queuing it:
         the shard reads STALLED and ``resubmit`` starts it)."""
-        part = next((p for p in self.arrays if p.base <= shard < p.base + p.size), None)
+        parts = self.arrays
+        guess = shard // self.chunk if self.chunk else 0  # parts are in base order, one per chunk
+        if guess < len(parts) and parts[guess].base <= shard < parts[guess].base + parts[guess].size:
+            part: ArrayPart | None = parts[guess]
+        else:
+            part = next((p for p in parts if p.base <= shard < p.base + p.size), None)
         return None if part is None else f"{part.job_id}_{shard - part.base}"
 
 

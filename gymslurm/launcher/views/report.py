@@ -15,11 +15,12 @@ pure function of that data; :func:`write_report` reads, renders and publishes at
 from __future__ import annotations
 
 import html
-import json
 import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
@@ -115,8 +116,12 @@ def _epoch(iso: str | None) -> float | None:
         return None
 
 
+_SPECIAL = frozenset('&<>"\'')
+
+
 def _e(value: object) -> str:
-    return html.escape("-" if value is None else str(value))
+    text = "-" if value is None else str(value)
+    return html.escape(text) if not _SPECIAL.isdisjoint(text) else text  # most cells need no escaping
 
 
 def _timeline(data: dict[str, Any], now: float) -> str:
@@ -187,7 +192,7 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
                   link.get("decision"), link.get("reason")]
                  for s in data["shards"] for link in s["links"]]  # fmt: skip
     metrics = data.get("metrics") or {}
-    embedded = json.dumps(data).replace("</", "<\\/")
+    embedded = orjson.dumps(data).decode().replace("</", "<\\/")
     parts = [
         f"<h1>gymslurm run {_e(status['run'])}</h1>",
         f"<p>benchmark {_e(status['benchmark'])} &middot; {_e(status['backend'])} &middot; "
