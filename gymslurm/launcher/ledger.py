@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import CorruptRecordError
 from gymslurm.formats import check_version, version_of
-from gymslurm.redaction import redact_value
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
+from gymslurm.redaction import redact_value
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
