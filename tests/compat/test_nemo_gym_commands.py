@@ -194,7 +194,9 @@ def test_nemo_gyms_aggregate_reads_merged_shards(
     """Two shards collected the NeMo Gym way, merged by gymslurm aggregate: gym eval aggregate on the
     merged file computes NeMo Gym's own metrics (one entry, the relay's); the merge itself wrote no
     NeMo Gym metrics file (no server answered it), only gymslurm's own under its name."""
-    flat = rows(datasets["flat"])
+    # Each shard holds its rows with their global task indices, as NeMo Gym's materialized shards do:
+    # the merged file then has one row per task index, which NeMo Gym's aggregation groups by.
+    flat = [{**r, "_ng_task_index": n, "_ng_rollout_index": 0} for n, r in enumerate(rows(datasets["flat"]))]
     shards = []
     for number, part in enumerate((flat[:2], flat[2:])):
         dataset = write_rows(tmp_path / f"part{number}.jsonl", part)

@@ -1,0 +1,53 @@
+"""The NeMo Gym benchmark from a fresh checkout, in one command, on the local backend (issue 21).
+
+``gymslurm submit configs/benchmarks/nemo_gym_weather.yaml --backend local --wait`` in a fresh clone
+of the repository: the job's server command (configs/nemo_gym/start_stack.sh) prepares what NeMo Gym's
+``gym env start`` needs (the per-server venv links; NeMo Gym's venv from ``$NEMO_GYM_VENV``, the
+compat suite's cached one here), every port is chosen for the job (the head server's by gymslurm,
+the others by NeMo Gym), and the collector finds the relay by its name. The policy model is the
+compat suite's loopback fake (tests/compat/fake_openai.py) behind NeMo Gym's own ``openai_model``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.compat.nemogym import HERE, NemoGymSetupError, ensure_nemo_gym, free_port, stop_session
+from tests.e2e.helpers import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
+
+
+def test_the_nemo_gym_benchmark_runs_from_a_fresh_checkout_in_one_command(tmp_path: Path) -> None:
+    """A fresh clone, one `gymslurm submit ... --backend local --wait`: exit 0, 5/5 rows, reward 1.0."""
+    try:
+        venv = ensure_nemo_gym()
+    except NemoGymSetupError as error:
+        pytest.fail(f"NeMo Gym could not be installed: {error}", pytrace=False)
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(checkout)], check=True, timeout=120)
+    port = free_port()
+    fake = subprocess.Popen([str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(port)],
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {**os.environ, "NEMO_GYM_VENV": str(venv), "POLICY_BASE_URL": f"http://127.0.0.1:{port}/v1",
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(checkout)}  # fmt: skip
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gymslurm", "submit", "configs/benchmarks/nemo_gym_weather.yaml",
+             "--backend", "local", "--wait", f"run_root={tmp_path / 'runs'}"],
+            cwd=checkout, env=env, capture_output=True, text=True, timeout=1500, check=False,
+        )  # fmt: skip
+    finally:
+        stop_session(fake.pid)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (merged,) = (tmp_path / "runs").glob("*/output/merged/weather.jsonl")
+    rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
+    assert len(rows) == 5 and {row["reward"] for row in rows} == {1.0}
+    assert {row["_ng_environment_server"] for row in rows} == {"weather_legacy_env"}
