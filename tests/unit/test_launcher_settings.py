@@ -169,10 +169,11 @@ def test_chain_step_lines_use_the_interpreter(tmp_path: Path) -> None:
 
 
 def test_the_nemo_gym_benchmark_config_validates() -> None:
-    """configs/benchmarks/nemo_gym_weather.yaml validates: gym env start, the relay, legacy_agent."""
+    """configs/benchmarks/nemo_gym_weather.yaml validates: the stack script on a per-job port (no fixed
+    ports), the head server given to the collector, the relay named as NeMo Gym names it."""
     settings, _ = load_benchmark("nemo_gym_weather", [])
     (server,) = settings.servers
-    assert server.command is not None and server.command[1:3] == ["env", "start"]
-    assert (server.port, server.collector_override) == (18314, "+environment_server_url")
-    assert "+environment_protocol=legacy_agent" in settings.collector.overrides
+    assert server.command == ["sh", "configs/nemo_gym/start_stack.sh", "{port}"]
+    assert (server.port, server.collector_override, server.health_path) == (0, "+head_server_url", "/readyz")
+    assert "+environment_server_name=weather_legacy_env" in settings.collector.overrides
     assert "${" not in " ".join([settings.dataset, *server.command])  # benchmarks are not interpolated
