@@ -121,13 +121,15 @@ def backend_name(wanted: str) -> Literal["slurm", "local"]:
 
 
 def choose_backend(
-    wanted: str, run_root: Path | None = None, local_dir: Path | None = None, accounting: bool | None = None
+    wanted: str, run_root: Path | None = None, local_dir: Path | None = None, accounting: bool | None = None,
+    cluster: str | None = None,
 ) -> Backend:
-    """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`)."""
+    """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`); ``cluster``: the
+    Slurm cluster its commands go to (``slurm.cluster``; None: the default one)."""
     from gymslurm.launcher.local import LocalBackend
 
     if backend_name(wanted) == "slurm":
-        return SlurmBackend(accounting=accounting)
+        return SlurmBackend(SlurmClient(cluster=cluster), accounting=accounting)
     if local_dir is None:
         raise ValueError("the local backend needs the run's local/ folder")
     return LocalBackend(local_dir)
@@ -151,6 +153,9 @@ def current_job(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
 
 
 def run_backend(run: RunDir) -> Backend:
-    """The backend of a submitted run, knowing what its ``run.json`` says of accounting (False: no sacct)."""
+    """The backend of a submitted run, knowing what its ``run.json`` says of accounting (False: no sacct)
+    and on which Slurm cluster the run is (``slurm.cluster``)."""
     info = run.read_info()
-    return choose_backend(info.backend, local_dir=run.local_dir, accounting=info.accounting)
+    return choose_backend(
+        info.backend, local_dir=run.local_dir, accounting=info.accounting, cluster=info.cluster
+    )

@@ -210,10 +210,11 @@ def _doctor(argv: list[str]) -> int:
         help="also run a tiny job: Python and gymslurm on the compute node, flock on RUN_ROOT, clock",
     )  # fmt: skip
     parser.add_argument("--python", default="python", help="the Python the probe job runs (slurm.python)")
+    parser.add_argument("--cluster", help="check this Slurm cluster (as -M; slurm.cluster), not the default")
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.doctor import run_doctor
 
-    return run_doctor(args.partition, args.shards, args.json, args.probe, args.python)
+    return run_doctor(args.partition, args.shards, args.json, args.probe, args.python, cluster=args.cluster)
 
 
 def _inject(argv: list[str]) -> int:
@@ -256,7 +257,7 @@ def _chain_step(argv: list[str]) -> int:
     settings = run.load_settings()
     if args.aggregate:
         return run_aggregation(run, settings, current_job())
-    backend = backend_for(run, info.backend, info.accounting)
+    backend = backend_for(run, info.backend, info.accounting, info.cluster)
     return run_link(run, args.shard, settings, backend, current_job())
 
 

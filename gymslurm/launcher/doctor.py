@@ -348,7 +348,7 @@ class Site:
 def read_site(settings: BenchmarkSettings, client: SlurmClient | None = None) -> Site:
     """One ``scontrol show config`` (plus ``show partition`` when a partition is named, and ``sacctmgr``
     for the user's limits when accounting exists); a cluster that cannot be asked passes with a warning."""
-    client = client or SlurmClient()
+    client = client or SlurmClient(cluster=settings.slurm.cluster)
     slurm = settings.slurm
     try:
         config = parse_config(client.run(["scontrol", "show", "config"]).stdout)
@@ -393,10 +393,11 @@ def format_findings(findings: list[Finding]) -> str:
 
 
 def run_doctor(
-    partition: str | None, shards: int | None, as_json: bool, probe_root: str | None, python: str
+    partition: str | None, shards: int | None, as_json: bool, probe_root: str | None, python: str,
+    *, cluster: str | None = None,
 ) -> int:
-    """``gymslurm doctor``: print every finding; exit 1 when one is an error, else 0."""
-    client = SlurmClient()
+    """``gymslurm doctor``: print every finding (of ``cluster``, else the default); exit 1 on an error."""
+    client = SlurmClient(cluster=cluster)
     config, partitions = cluster_text(client)
     findings = check(config, partitions, partition=partition, shards=shards)
     if probe_root is not None:
@@ -406,6 +407,7 @@ def run_doctor(
             json.dumps(
                 {
                     "slurm_version": config.get("SLURM_VERSION", "?"),
+                    "cluster": config.get("ClusterName", "?"),
                     "findings": [asdict(f) for f in findings],
                 },
                 indent=2,

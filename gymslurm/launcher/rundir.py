@@ -60,6 +60,7 @@ class RunInfo(BaseModel):
     max_walltime_s: float | None
     accounting: bool | None = None  # Slurm keeps job accounting (sacct); None: not known (local, older runs)
     array: bool = False  # first links are one job array (array.json); every link runs scripts/links.sbatch
+    cluster: str | None = None  # slurm.cluster: the Slurm cluster of every job (None: the default one)
 
 
 class ArrayPart(BaseModel):

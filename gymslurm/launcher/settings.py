@@ -157,6 +157,9 @@ class SlurmSettings(_Strict):
     """The Slurm section: where jobs run, how long, and the chain's caps."""
 
     partition: str | None = None
+    # The Slurm cluster every job of the run goes to (``--clusters=C`` on each Slurm command; it
+    # needs slurmdbd). None: the cluster the login node's slurm.conf names.
+    cluster: str | None = None
     account: str | None = None
     qos: str | None = None
     time: str = "01:00:00"
@@ -193,7 +196,7 @@ class SlurmSettings(_Strict):
             slurm_seconds(value)
         return value
 
-    @field_validator("partition", "account", "qos")
+    @field_validator("partition", "cluster", "account", "qos")
     @classmethod
     def _valid_directive(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:

@@ -202,18 +202,34 @@ def end_from_scontrol(fields: Mapping[str, str]) -> AccountingRow:
     )  # fmt: skip
 
 
+CLUSTER_COMMANDS = frozenset({"sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "srun"})
+
+
+def on_cluster(argv: Sequence[str], cluster: str | None) -> list[str]:
+    """``argv`` aimed at ``cluster``: ``--clusters=C`` (``-M C``) after a Slurm command's name.
+
+    An option, not ``SLURM_CLUSTERS``: 22.05's ``sacct`` ignores that variable and would answer for
+    the default cluster, whose job ids repeat the other cluster's. None: ``argv`` as it is.
+    """
+    if cluster is None or not argv or os.path.basename(argv[0]) not in CLUSTER_COMMANDS:
+        return list(argv)
+    return [argv[0], f"--clusters={cluster}", *argv[1:]]
+
+
 class SlurmClient:
     """Runs Slurm commands; every call goes through :meth:`run`, which counts it."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, cluster: str | None = None) -> None:
         self.queries = 0
         self._env = dict(env) if env is not None else None
+        self.cluster = cluster  # every command goes to this cluster (slurm.cluster); None: the default
 
     def run(
         self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command; a failure raises SlurmError with its command, code and output."""
         self.queries += 1
+        argv = on_cluster(argv, self.cluster)
         environment = dict(env) if env is not None else self._env
         try:
             done = subprocess.run(list(argv), capture_output=True, text=True, env=environment, check=False)

@@ -79,9 +79,11 @@ def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Lit
     return backend_name(forced or settings.backend)
 
 
-def backend_for(run: RunDir, name: str, accounting: bool | None = None) -> Backend:
-    """The backend that runs (or ran) ``run`` (``accounting`` False: never ask ``sacct``)."""
-    return choose_backend(name, local_dir=run.local_dir, accounting=accounting)
+def backend_for(
+    run: RunDir, name: str, accounting: bool | None = None, cluster: str | None = None
+) -> Backend:
+    """The backend that runs (or ran) ``run`` (``accounting`` False: never ask ``sacct``), on ``cluster``."""
+    return choose_backend(name, local_dir=run.local_dir, accounting=accounting, cluster=cluster)
 
 
 
@@ -194,6 +196,8 @@ def chain_is_live(run: RunDir, queue: dict[str, Any], shards: int) -> bool:
 def _queue_for(run: RunDir, info: RunInfo, slurm_queue: dict[str, Any] | None) -> dict[str, Any]:
     if info.backend == "local":
         return LocalBackend(run.local_dir).queue()
+    if info.cluster is not None:  # a run on another cluster: that cluster's queue
+        return backend_for(run, "slurm", cluster=info.cluster).queue()
     return slurm_queue if slurm_queue is not None else SlurmBackend().queue()
 
 
@@ -205,7 +209,7 @@ def refuse_if_live(settings: BenchmarkSettings, workdir: Path) -> None:
         if info.benchmark != settings.name:
             continue
         queue = _queue_for(run, info, slurm_queue)
-        if info.backend == "slurm":
+        if info.backend == "slurm" and info.cluster is None:
             slurm_queue = queue
         if chain_is_live(run, queue, info.shards):
             raise ConfigError(
@@ -293,12 +297,12 @@ def submit(
     run.root.parent.mkdir(parents=True, exist_ok=True)
     run.root.mkdir(mode=0o700)
     run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
-    backend = backend_for(run, backend_kind, site.accounting)
+    backend = backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     info = RunInfo(
         name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
-        accounting=site.accounting, array=plan is not None,
+        accounting=site.accounting, array=plan is not None, cluster=settings.slurm.cluster,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())

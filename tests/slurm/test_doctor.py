@@ -56,3 +56,16 @@ def test_doctor_reports_the_sandbox_and_probes_a_compute_node(
     assert findings["gymslurm on the compute node"]["level"] == "ok"
     assert findings["clock of the compute node"]["level"] == "ok"
     assert not list((root / ".gymslurm-doctor").glob("probe-*"))  # the probe cleaned up after itself
+
+
+def test_doctor_checks_the_cluster_it_is_given(slurm_user: SlurmUser, slurm_python: Path) -> None:
+    """``doctor --cluster b`` reads cluster b's settings (its name, its one partition), not the default's."""
+    argv = [str(slurm_python), "-m", "gymslurm", "doctor", "--json", "--cluster", "b"]
+    done = subprocess.run(
+        slurm_user.command(argv), cwd=slurm_user.workdir, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["cluster"] == "b"
+    assert not [f for f in report["findings"] if f["setting"] == "PreemptMode[low]"]  # b has no low
