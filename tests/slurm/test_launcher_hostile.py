@@ -29,7 +29,10 @@ pytestmark = pytest.mark.slurm
 # The chain step's collector kills the chain step itself (its parent) two seconds in: the link
 # dies without writing its decision and Slurm ends the job FAILED 137.
 CRASHER = ["bash", "-c", "sleep 2; kill -9 $PPID", "collector"]
-SLEEPER = [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]
+# A link that stays alive until its fault (or the USR1 at 12 min - 90 s), however late on a busy
+# sandbox the module reaches its test: the tests before it wait for their own scenarios first.
+SLEEPER = [{"exit": 0, "sleep": 900, "on_signal": 75, "progress": 1}, {"exit": 0}]
+LONG = "  time: '00:12:00'\n"
 SCENARIOS = {
     "crash_loop": dict(steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"]),
     # The same on cluster n, which keeps no accounting: the dead link is judged from scontrol.
@@ -41,15 +44,15 @@ SCENARIOS = {
         steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"],
         slurm_yaml="  infra_retry_limit: 10\n  max_links_without_progress: 2\n",
     ),
-    # Long enough for the hand job to start while the link still runs, although the tests before it
-    # wait for their own scenarios first (minutes on a busy sandbox).
-    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 240, "progress": 1}]),
-    "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
-    "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
-    "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
-    "inject_crash": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
-    "inject_cancel": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
-    "inject_requeue": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"]),
+    # Long enough for the hand job to start while the link still runs on a busy sandbox, and short
+    # of the USR1 that slurm.time 5 min minus signal_lead 90 s sends at 210 s.
+    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 150, "progress": 1}]),
+    "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
+    "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
+    "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
+    "inject_crash": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
+    "inject_cancel": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
+    "inject_requeue": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
     "aggregation_identity": dict(steps=[{"exit": 0}], overrides=["aggregation.command=[sleep,'90']"]),
 }  # fmt: skip
 
@@ -83,8 +86,7 @@ def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[s
     assert started["restart_count"] == 0
     agg = chain.status()["aggregation"]
     assert (agg["job"], agg["finished"]) == (submitted["job_id"], False), agg
-    assert agg["state"].startswith("RUNNING"), agg
-    chain.wait(timeout=180)
+    assert agg["state"].startswith("RUNNING"), agg  # the fixture cancels it: the tests after wait less
 
 
 # What Slurm says about a link whose script exited 137: scontrol (no accounting) says 137:0;
@@ -134,7 +136,7 @@ def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> Non
     assert chain.ledger() == before  # no decision for the running link, no start, no successor
     log = "".join(p.read_text() for p in (chain.run / "logs").glob("*"))
     assert re.search(rf"another link of shard 0 is live: .* this job {hand} exits without a decision", log)
-    report = chain.wait(timeout=400)
+    report = chain.wait(timeout=240)
     decisions = chain.decisions()
     assert [d["decision"] for d in decisions] == ["DONE"] and not decisions[0]["accounted_by"]
     assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
