@@ -70,8 +70,8 @@ fi
 # The suite runs on WORKERS pytest-xdist workers (default 4, on any number of cores): most of its
 # minutes are process tests that wait (on Slurm, on servers, on chains), not CPU. --dist loadgroup
 # keeps the tests that share something on one worker, in file order (tests/conftest.py,
-# xdist_group): all real-Slurm tests, the NeMo Gym stack (port 11000), the tests that sample every
-# process's command line, a module's module-scoped fixture. GYMSLURM_TEST_WORKERS=N changes the
+# xdist_group): all real-Slurm tests; the NeMo Gym stack (port 11000) with the tests that sample
+# every process's command line; a module's module-scoped fixture. GYMSLURM_TEST_WORKERS=N changes the
 # count; pass -n 0 (after the script's name) for a serial run.
 workers="${GYMSLURM_TEST_WORKERS:-4}"
 step "pytest -n $workers --dist loadgroup $*"

@@ -33,17 +33,17 @@ def xdist_group(item: pytest.Item) -> str | None:
     - ``slurm``: every real-Slurm test, one after another as in a serial run. They share one
       cluster (the node-DOWN test needs it quiet, the preemption test a whole node) and
       one job Python per session that each worker would reinstall under the others' running jobs.
-    - ``nemogym``: the compat suite; its stack's head server holds NeMo Gym's fixed port 11000.
-    - ``every-process``: tests marked ``every_process`` sample the command line of every process on
-      the machine while they run (the secret canaries): a neighbour's would be judged as theirs.
+    - ``machine``: tests that hold or read something of the whole machine, one after another: the
+      compat suite (marker ``nemogym``: its stack's head server holds NeMo Gym's fixed port 11000,
+      which a collector whose server gives no configuration asks, as a canary test does) and the
+      tests marked ``every_process`` (they sample every process's command line while they run, the
+      secret canaries: a neighbour's would be judged as theirs).
     - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
     """
     if item.get_closest_marker("slurm") is not None:
         return "slurm"
-    if item.get_closest_marker("nemogym") is not None:
-        return "nemogym"
-    if item.get_closest_marker("every_process") is not None:
-        return "every-process"
+    if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
+        return "machine"
     fixtures = getattr(item, "_fixtureinfo", None)
     scopes = {d.scope for defs in (fixtures.name2fixturedefs.values() if fixtures else ()) for d in defs}
     return str(Path(item.path).relative_to(Path(__file__).parent)) if "module" in scopes else None

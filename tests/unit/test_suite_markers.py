@@ -54,8 +54,8 @@ def pytest_collection_modifyitems(items):
 
 
 def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
-    """With pytest-xdist, real-Slurm tests share group slurm, NeMo Gym's nemogym, the command-line
-    samplers every-process, a module-scoped fixture's tests their module; other tests go anywhere."""
+    """With pytest-xdist, real-Slurm tests share group slurm; NeMo Gym's stack (port 11000) and the
+    command-line samplers share machine; a module-scoped fixture's tests their module; others go anywhere."""
     (tmp_path / "groups_probe.py").write_text(PROBE)
     out = tmp_path / "groups.json"
     files = ["slurm/test_smoke.py", "compat/test_nemo_gym.py", "e2e/test_canary_suite.py",
@@ -70,8 +70,8 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
         found.setdefault(nodeid.split("::")[0].removeprefix("tests/"), set()).add(group)
     assert found == {
         "slurm/test_smoke.py": {"slurm"},
-        "compat/test_nemo_gym.py": {"nemogym"},
-        "e2e/test_canary_suite.py": {"every-process"},
+        "compat/test_nemo_gym.py": {"machine"},
+        "e2e/test_canary_suite.py": {"machine"},
         "e2e/test_aggregate_e2e.py": {"e2e/test_aggregate_e2e.py"},
         "unit/test_errors.py": {None},
     }
