@@ -4,12 +4,13 @@ Every shard's links are array tasks: the first links are ``ceil(shards / MaxArra
 (shards ``base .. base + MaxArraySize - 1`` are tasks ``0 ..`` of the array at ``base``), and each
 successor is a one-task array of the same range's script. What the queue holds at once:
 
-- ``MaxJobCount`` (slurmctld, every user's jobs): a pending array is one job record; each task
-  that starts gets its own, and a running link keeps its successor queued (one more). So a run
-  holds at most ``arrays + 2 x running + 1`` records (the aggregation last). Without a throttle
-  every shard may start, so when ``arrays + 2 x shards + 1`` does not fit, the plan throttles
-  (``%N``) each array to what does; with ``slurm.max_running`` the user's throttle is split over
-  the arrays (at least 1 each).
+- ``MaxJobCount`` (slurmctld, every user's jobs): every array task counts, pending ones too (seen on
+  the sandbox's 22.05: the tenth array of 10,000 shards at MaxJobCount 10000 was refused with
+  "Resource temporarily unavailable"), and a running link keeps its successor queued (one more).
+  So a run holds ``shards + running + 1`` (the aggregation last). Without a throttle every shard
+  may run, so when ``2 x shards + 1`` does not fit, the plan throttles (``%N``) each array so that
+  ``shards + arrays x N + 1`` does; with ``slurm.max_running`` the user's throttle is split over the
+  arrays (at least 1 each); when not even ``%1`` fits the plan is refused.
 - ``MaxSubmitJobs`` (the user's association, when accounting exists): every array task counts,
   so ``shards + running + 1`` must fit; a throttle cannot help, so a plan past it is refused.
 - ``MaxArraySize`` 0: the site takes no arrays; refused.
@@ -37,8 +38,9 @@ class ArrayPlan:
     @property
     def footprint(self) -> int:
         """Job records the run holds at most, by the rule of the module docstring (first links)."""
-        running = len(self.parts) * self.throttle if self.throttle else sum(size for _, size in self.parts)
-        return len(self.parts) + 2 * min(running, sum(size for _, size in self.parts)) + 1
+        shards = sum(size for _, size in self.parts)
+        running = len(self.parts) * self.throttle if self.throttle else shards
+        return shards + min(running, shards) + 1
 
 
 def plan_arrays(
@@ -60,19 +62,19 @@ def plan_arrays(
     note = None
     max_jobs = limits.get("MaxJobCount")
     if max_jobs is not None:
-        room = (max_jobs - arrays - 1) // (2 * arrays)
+        room = (max_jobs - shards - 1) // arrays
         if room < 1:
             raise ConfigError(
-                f"{shards} shards need {arrays} job arrays, and MaxJobCount = {max_jobs} leaves no room for "
-                f"even one running link per array (each holds its job and its queued successor): use fewer "
-                "shards, or ask the site for a larger MaxJobCount"
+                f"{shards} shards are {shards} array tasks, and MaxJobCount = {max_jobs} counts every one "
+                f"(pending ones too) plus a queued successor per running link: not even one running link "
+                "per array fits; use fewer, larger shards, or ask the site for a larger MaxJobCount"
             )
         running = arrays * throttle if throttle else shards
-        if arrays + 2 * min(running, shards) + 1 > max_jobs:
+        if shards + min(running, shards) + 1 > max_jobs:
             throttle = room
             note = (
                 f"MaxJobCount = {max_jobs}: at most {throttle} first links of each of the {arrays} arrays "
-                f"run at once, so the run holds at most {arrays + 2 * arrays * throttle + 1} job records"
+                f"run at once, so the run holds at most {shards + arrays * throttle + 1} job records"
             )
     max_submit = limits.get("MaxSubmitJobs")
     if max_submit is not None:

@@ -56,10 +56,10 @@ def test_shards_past_max_array_size_are_split_over_arrays() -> None:
 
 
 def test_a_plan_past_max_job_count_is_throttled_to_fit() -> None:
-    """Without a throttle 10,000 shards could hold 20,011 records; at MaxJobCount 10000 each array is
-    throttled so that arrays + 2 x running + 1 fits."""
-    plan = plan_arrays(10_000, {"MaxArraySize": 1001, "MaxJobCount": 10_000}, None)
-    assert plan.throttle == (10_000 - 10 - 1) // 20 and plan.footprint <= 10_000
+    """MaxJobCount counts every array task (the sandbox refused the tenth array of 10,000 shards at
+    10000): 8,000 shards at 10,000 are throttled so that shards + arrays x N + 1 fits."""
+    plan = plan_arrays(8_000, {"MaxArraySize": 1001, "MaxJobCount": 10_000}, None)
+    assert plan.throttle == (10_000 - 8_000 - 1) // 8 and plan.footprint <= 10_000
     assert plan.note is not None and "MaxJobCount = 10000" in plan.note
 
 
@@ -71,7 +71,7 @@ def test_max_running_is_shared_by_the_arrays() -> None:
 @pytest.mark.parametrize(
     ("limits", "named"),
     [({"MaxArraySize": 0}, "MaxArraySize = 0"),
-     ({"MaxArraySize": 1001, "MaxJobCount": 25}, "MaxJobCount = 25"),
+     ({"MaxArraySize": 1001, "MaxJobCount": 10_000}, "MaxJobCount = 10000"),
      ({"MaxArraySize": 1001, "MaxJobCount": 100_000, "MaxSubmitJobs": 5000}, "MaxSubmitJobs = 5000")],
 )  # fmt: skip
 def test_a_plan_that_cannot_fit_is_refused_naming_the_limit(limits: dict[str, int], named: str) -> None:
