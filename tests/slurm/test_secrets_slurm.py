@@ -28,6 +28,9 @@ CANARIES = {
     "credential-named key": "CNRY-SLURM-KEY-s01",
     "Bearer header": "CNRY-SLURM-BEARER-s02",
     "server env": "CNRY-SLURM-SRVENV-s03",
+    "nested override (issue 20)": "CNRY-SLURM-NESTED-s04",
+    "Authorization Token (issue 20)": "CNRY-SLURM-TOKEN-s05",
+    "URL user as token (issue 20)": "CNRY-SLURM-URLUSER-s06",
 }
 SPEC = dict(
     tasks=6,
@@ -35,7 +38,11 @@ SPEC = dict(
     server_flags=[],
     collector=[
         "+environment_config={judge: {api_key: " + CANARIES["credential-named key"]
-        + ", headers: {Authorization: 'Bearer " + CANARIES["Bearer header"] + "'}}}"
+        + ", headers: {Authorization: 'Bearer " + CANARIES["Bearer header"] + "'}}}",
+        "+environment_config.policy.base_url=http://h/v1?api_key=" + CANARIES["nested override (issue 20)"],
+        "+environment_config.judge2.header='Authorization: Token "
+        + CANARIES["Authorization Token (issue 20)"] + "'",
+        "+environment_config.mirror=https://" + CANARIES["URL user as token (issue 20)"] + "@git.example/x",
     ],
     slurm="  time: '00:05:00'\n",
     server_yaml=f"    env: {{HF_TOKEN: {CANARIES['server env']}}}\n",
@@ -91,6 +98,15 @@ def test_a_real_slurm_run_leaks_no_canary_to_files_logs_or_command_lines(
     leaks = [f"{form} in {where}" for form, canary in CANARIES.items() for where, text in texts.items()
              if canary in text]  # fmt: skip
     assert not leaks, "\n".join(leaks)
+
+
+def test_a_real_slurm_collector_carries_no_configuration_on_its_command_line(
+    watched_run: tuple[RealChain, set[str], dict],
+) -> None:
+    """Under slurmstepd too, the collector's argv is its command alone (issue 20): no path, no override."""
+    _, seen, _ = watched_run
+    collectors = [line.split() for line in seen if " -m gymslurm collect" in line]
+    assert collectors and all(argv[1:] == ["-m", "gymslurm", "collect"] for argv in collectors), collectors
 
 
 def test_a_real_slurm_run_directory_is_private(watched_run: tuple[RealChain, set[str], dict]) -> None:
