@@ -39,10 +39,11 @@ SPEC = dict(
     collector=[
         "+environment_config={judge: {api_key: " + CANARIES["credential-named key"]
         + ", headers: {Authorization: 'Bearer " + CANARIES["Bearer header"] + "'}}}",
-        "+environment_config.policy.base_url=http://h/v1?api_key=" + CANARIES["nested override (issue 20)"],
+        "+environment_config.policy.base_url='http://h/v1?api_key="
+        + CANARIES["nested override (issue 20)"] + "'",
         "+environment_config.judge2.header='Authorization: Token "
         + CANARIES["Authorization Token (issue 20)"] + "'",
-        "+environment_config.mirror=https://" + CANARIES["URL user as token (issue 20)"] + "@git.example/x",
+        "+environment_config.mirror='https://" + CANARIES["URL user as token (issue 20)"] + "@git.example/x'",
     ],
     slurm="  time: '00:05:00'\n",
     server_yaml=f"    env: {{HF_TOKEN: {CANARIES['server env']}}}\n",
@@ -104,8 +105,9 @@ def test_a_real_slurm_collector_carries_no_configuration_on_its_command_line(
     watched_run: tuple[RealChain, set[str], dict],
 ) -> None:
     """Under slurmstepd too, the collector's argv is its command alone (issue 20): no path, no override."""
-    _, seen, _ = watched_run
-    collectors = [line.split() for line in seen if " -m gymslurm collect" in line]
+    chain, seen, _ = watched_run
+    mine = f"{chain.python} -m gymslurm collect"  # the job's interpreter: not another test's typed collect
+    collectors = [line.split() for line in seen if line.startswith(mine)]
     assert collectors and all(argv[1:] == ["-m", "gymslurm", "collect"] for argv in collectors), collectors
 
 
