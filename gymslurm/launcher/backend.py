@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from gymslurm.errors import SlurmError
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient, end_from_scontrol
 
 if TYPE_CHECKING:
@@ -135,17 +136,31 @@ def choose_backend(
     return LocalBackend(local_dir)
 
 
-def current_job(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
-    """This job's id and restart count (Slurm's variables, or the local backend's).
+def current_job(
+    environ: Mapping[str, str] | None = None, slurm_says: Mapping[str, str] | None = None
+) -> tuple[str, int]:
+    """This job's id and restart count, as the scheduler says of it.
 
-    An array task is ``ARRAYJOB_TASK`` (``162_7``), the id ``sbatch``, ``squeue -r``, ``scancel`` and
-    ``--dependency`` all use for it; its own ``SLURM_JOB_ID`` is known only once it runs.
+    ``slurm_says``: ``scontrol show job $SLURM_JOB_ID`` of this job (``JobId``, ``ArrayJobId``,
+    ``ArrayTaskId``, ``Restarts``), read first: Slurm sets ``SLURM_JOB_ID`` for every job but the
+    array variables only for array tasks and ``SLURM_RESTART_COUNT`` only after a requeue, so
+    variables inherited from a submitting job would lie. Without it (scontrol could not be
+    asked), the variables. An array task is ``ARRAYJOB_TASK`` (``162_7``), the id ``sbatch``,
+    ``squeue -r``, ``scancel`` and ``--dependency`` all use for it. The local backend's jobs have
+    ``GYMSLURM_JOB_ID`` and ``GYMSLURM_RESTART_COUNT``, set by its supervisor.
     """
     env = os.environ if environ is None else environ
-    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if env.get("GYMSLURM_BACKEND") == "local" and env.get("GYMSLURM_JOB_ID"):
+        return env["GYMSLURM_JOB_ID"], int(env.get("GYMSLURM_RESTART_COUNT") or "0")
+    if slurm_says and slurm_says.get("JobId"):
+        array, task = slurm_says.get("ArrayJobId"), slurm_says.get("ArrayTaskId", "")
+        job = f"{array}_{task}" if array and task.isdigit() else slurm_says["JobId"]
+        restarts = slurm_says.get("Restarts", "0")
+        return job, int(restarts) if restarts.isdigit() else 0
+    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     job_id = (
-        f"{array}_{task}"
-        if array and task
+        f"{array_job}_{array_task}"
+        if array_job and array_task
         else env.get("SLURM_JOB_ID") or env.get("GYMSLURM_JOB_ID") or f"pid-{os.getpid()}"
     )
     restarts = env.get("SLURM_RESTART_COUNT") or env.get("GYMSLURM_RESTART_COUNT") or "0"
@@ -159,3 +174,15 @@ def run_backend(run: RunDir) -> Backend:
     return choose_backend(
         info.backend, local_dir=run.local_dir, accounting=info.accounting, cluster=info.cluster
     )
+
+
+def this_job(backend: Backend) -> tuple[str, int]:
+    """This job's identity (:func:`current_job`), asking Slurm of it on the Slurm backend."""
+    own = os.environ.get("SLURM_JOB_ID")
+    says = None
+    if isinstance(backend, SlurmBackend) and own:
+        try:
+            says = backend.client.show_job(own)
+        except SlurmError:
+            says = None  # the variables, then: Slurm could not be asked
+    return current_job(slurm_says=says)

@@ -246,7 +246,7 @@ def _chain_step(argv: list[str]) -> int:
     which.add_argument("--shard", type=int)
     which.add_argument("--aggregate", action="store_true")
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.backend import current_job
+    from gymslurm.launcher.backend import this_job
     from gymslurm.launcher.job.aggregation import run_aggregation
     from gymslurm.launcher.job.link import run_link
     from gymslurm.launcher.rundir import RunDir
@@ -255,10 +255,10 @@ def _chain_step(argv: list[str]) -> int:
     run = RunDir(args.run_dir.resolve())
     info = run.read_info()
     settings = run.load_settings()
-    if args.aggregate:
-        return run_aggregation(run, settings, current_job())
     backend = backend_for(run, info.backend, info.accounting, info.cluster)
-    return run_link(run, args.shard, settings, backend, current_job())
+    if args.aggregate:
+        return run_aggregation(run, settings, backend, this_job(backend))
+    return run_link(run, args.shard, settings, backend, this_job(backend))
 
 
 COMMANDS = {

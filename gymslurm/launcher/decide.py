@@ -271,3 +271,61 @@ def job_exit_code(decision: Decision) -> int:
         Decision.STOP_WALLTIME: ExitCode.CONTINUE,
         Decision.STOP_NO_PROGRESS: ExitCode.RETRY,
     }[decision]
+
+
+@dataclass(frozen=True)
+class CollectorLife:
+    """What a link (or ``status``) sees of its running collector at one instant.
+
+    ``record_pid`` and ``record_age_s`` are of the collector's live progress record
+    (``<stem>_progress.json``, rewritten by the collector every ``live_progress_interval_s``
+    while it dispatches); ``quiet_s`` is how long it had saved no outcome when it wrote the record
+    (``last_outcome_age_s``: a frozen collector's stays small, its record ages); ``ended``: the
+    record says dispatch is over (the end phase writes none).
+    """
+
+    pid: int | None
+    since_start_s: float
+    record_pid: int | None = None
+    record_age_s: float | None = None
+    in_flight: int = 0
+    quiet_s: float | None = None
+    ended: bool = False
+
+
+def collector_unresponsive(
+    life: CollectorLife, window_s: float | None, fresh_s: float, quiet_limit_s: float | None = None
+) -> str | None:
+    """Why a live collector does nothing, or None: liveness from its progress, not its process (pure).
+
+    First matching row wins: no collector, or no window → None; no record of this process for
+    ``window_s`` since it started → frozen before dispatch; its record says dispatch ended →
+    None; its record older than ``fresh_s`` → frozen (SIGSTOP, a deadlock: its own writer
+    stopped); requests in flight and no outcome for ``quiet_limit_s`` (default ``window_s``) →
+    its servers stopped answering. The link ends the collector on a reason (both limits the
+    window: exit 1, the next link goes on); ``status`` says UNRESPONSIVE with it sooner (a record
+    stale after two heartbeats, quiet for half the window), so it is seen before the link acts.
+    """
+    if life.pid is None or window_s is None:
+        return None
+    if life.record_pid != life.pid or life.record_age_s is None:
+        if life.since_start_s >= window_s:
+            return (
+                f"collector pid {life.pid} wrote no progress record in {life.since_start_s:.0f}s since it "
+                f"started (stall_window_s={window_s:g})"
+            )
+        return None
+    if life.ended:
+        return None
+    if life.record_age_s >= fresh_s:
+        return (
+            f"collector pid {life.pid} last rewrote its progress record {life.record_age_s:.0f}s ago: it is "
+            f"frozen (stall_window_s={window_s:g})"
+        )
+    quiet_limit = window_s if quiet_limit_s is None else quiet_limit_s
+    if life.in_flight > 0 and life.quiet_s is not None and life.quiet_s >= quiet_limit:
+        return (
+            f"collector pid {life.pid} has {life.in_flight} request(s) in flight and saved no outcome for "
+            f"{life.quiet_s:.0f}s: its servers stopped answering (stall_window_s={window_s:g})"
+        )
+    return None

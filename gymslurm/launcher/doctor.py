@@ -172,6 +172,24 @@ def _accounting_rules(config: Mapping[str, str]) -> list[Finding]:
     return found
 
 
+def _dependency_rules(config: Mapping[str, str]) -> list[Finding]:
+    """``--kill-on-invalid-dep``: why gymslurm does not pass it, on this cluster's Slurm version."""
+    version = config.get("SLURM_VERSION", "?")
+    kills = "kill_invalid_depend" in config.get("SchedulerParameters", "") + config.get(
+        "DependencyParameters", ""
+    )
+    return [
+        Finding(
+            "info",
+            "--kill-on-invalid-dep",
+            f"not passed (Slurm {version}; site kill_invalid_depend {'on' if kills else 'off'})",
+            "every chain dependency is afterany, which cannot become invalid, so the flag buys nothing; "
+            "NERSC asked users to stop using it (March 2026) after a Slurm bug left runaway jobs "
+            "(desihub/desispec#2658); no fixed version is public as of Slurm 25.11.4",
+        )
+    ]
+
+
 def _process_rules(config: Mapping[str, str], signal_lead_s: int) -> list[Finding]:
     found = []
     proctrack = config.get("ProctrackType", "")
@@ -313,6 +331,7 @@ def check(
         *_requeue_rules(config),
         *_preempt_rules(config, chosen),
         *_accounting_rules(config),
+        *_dependency_rules(config),
         *_process_rules(config, signal_lead_s),
         *_size_rules(config, shards),
     ]

@@ -245,6 +245,11 @@ class RunDir:
         return self.root / "aggregate" / "lock"
 
     @property
+    def aggregate_link_lock(self) -> Path:
+        """The lock the live aggregation job holds: a second one finds it taken and exits."""
+        return self.root / "aggregate" / "link.lock"
+
+    @property
     def local_dir(self) -> Path:
         """The local backend's queue."""
         return self.root / "local"

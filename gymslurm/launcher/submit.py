@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
@@ -37,6 +36,7 @@ from gymslurm.launcher.backend import (
 )
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import Site, read_site
+from gymslurm.launcher.job.chain import queue_chain
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import ChainState, Resubmitted, Submitted, summarize
 from gymslurm.launcher.local import LocalBackend
@@ -72,6 +72,7 @@ from gymslurm.launcher.settings import (
     split_secrets,
     visible_credential_warnings,
 )
+from gymslurm.launcher.wait import wait_for_run
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -316,11 +317,16 @@ def submit(
         throttle = settings.slurm.max_running
         submit_arrays(run, backend, settings.shards, plan, max_running=throttle, counts=counts)
     for shard in [] if plan is not None else range(settings.shards):
-        job = backend.submit(run.script(shard))
-        run.ledger(shard).append(Submitted(job_id=job, by="submit"))
-        print(f"shard {shard}: {counts[shard]} rows, first link {job}")
+        first, *then = queue_first_links(run, shard, backend, "submit", settings.slurm.lookahead)
+        print(f"shard {shard}: {counts[shard]} rows, first link {first} (then {' '.join(then)})")
     print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
-    return wait_for_run(run, backend) if wait else 0
+    return wait_for_run(run, backend, settings.aggregation.enabled) if wait else 0
+
+
+def queue_first_links(run: RunDir, shard: int, backend: Backend, by: str, depth: int) -> list[str]:
+    """A new chain's first link and its lookahead (``slurm.lookahead`` links, each ``afterany`` the
+    one before, each recorded): a first link killed before it runs a line leaves its successor."""
+    return queue_chain(run.ledger(shard), backend, run.script(shard), None, depth, by=by)
 
 
 def submit_arrays(
@@ -354,58 +360,6 @@ def submit_arrays(
     if plan.note:
         print(f"gymslurm submit: {plan.note}")
     return parts[0].job_id
-
-
-FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED"})
-
-
-def run_has_ended(report: dict[str, Any]) -> bool:
-    """Whether no chain and no aggregation of a status report can still change by itself.
-
-    When every shard is DONE the aggregation is due even before its job appears (the last link
-    submits it right after writing its decision), so the run ends only with the aggregation's
-    own decision. Pure, for the ``--wait`` loop.
-    """
-    shards = report["shards"]
-    if any(row["verdict"] not in FINAL_VERDICTS for row in shards):
-        return False
-    aggregation = report["aggregation"]
-    if aggregation["job"] is None:
-        return not all(row["verdict"] == "DONE" for row in shards)
-    return bool(aggregation["finished"])
-
-
-WAIT_FIRST_S, WAIT_FACTOR, WAIT_MAX_S = 1.0, 1.5, 30.0
-
-
-def next_poll_s(previous: float, changed: bool) -> float:
-    """``--wait``'s backoff: 1 s, ×1.5 up to 30 s while nothing changes, 1 s again after a change (pure)."""
-    return WAIT_FIRST_S if changed else min(previous * WAIT_FACTOR, WAIT_MAX_S)
-
-
-def _progress_key(report: dict[str, Any]) -> tuple[Any, ...]:
-    rows = tuple((r["verdict"], r["job"], r["successful"], r["failed"]) for r in report["shards"])
-    return (rows, report["aggregation"]["state"])
-
-
-def wait_for_run(run: RunDir, backend: Backend, poll_s: float = WAIT_FIRST_S) -> int:
-    """Poll the run's status with backoff until it has ended (twice in a row), print it; 0 when all DONE."""
-    from gymslurm.launcher.views.report import refresh_report
-    from gymslurm.launcher.views.status import print_table, run_status
-
-    ended_polls, last = 0, None
-    while ended_polls < 2:
-        time.sleep(poll_s)
-        report = run_status(run, backend)
-        key = _progress_key(report)
-        poll_s = next_poll_s(poll_s, changed=key != last)
-        last = key
-        ended_polls = ended_polls + 1 if run_has_ended(report) else 0
-    refresh_report(run, backend, report)
-    print_table(report)
-    all_done = all(row["verdict"] == "DONE" for row in report["shards"])
-    done = all_done and str(report["aggregation"]["state"]).startswith("DONE")
-    return ExitCode.DONE if done else ExitCode.RETRY
 
 
 def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
@@ -515,8 +469,9 @@ def resubmit(
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     for shard in todo:
         run.ledger(shard).append(Resubmitted())
-    jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running)
-    for shard in todo:
+    slurm = settings.slurm
+    jobs = _resubmit_links(run, backend, info, todo, slurm.max_running, lookahead=slurm.lookahead)
+    for shard in todo if info.array else []:  # link by link, queue_first_links recorded them
         run.ledger(shard).append(Submitted(job_id=jobs[shard], by="resubmit"))
     if len(todo) <= 20:
         for shard in todo:
@@ -538,12 +493,14 @@ def resubmit(
 
 
 def _resubmit_links(
-    run: RunDir, backend: Backend, info: RunInfo, todo: list[int], max_running: int | None
-) -> dict[int, str]:
-    """The new first links: one array per links script (one ``sbatch`` for up to MaxArraySize shards)."""
+    run: RunDir, backend: Backend, info: RunInfo, todo: list[int], max_running: int | None, *,
+    lookahead: int,
+) -> dict[int, str]:  # fmt: skip
+    """The new first links: one array per links script (one ``sbatch`` for up to MaxArraySize shards);
+    link by link, each with its lookahead (recorded)."""
     array = run.read_array() if info.array else None
     if array is None or not isinstance(backend, SlurmBackend):
-        return {shard: backend.submit(run.script(shard)) for shard in todo}
+        return {shard: queue_first_links(run, shard, backend, "resubmit", lookahead)[0] for shard in todo}
     jobs: dict[int, str] = {}
     by_base: dict[int, list[int]] = {}
     for shard in todo:

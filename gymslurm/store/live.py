@@ -81,6 +81,8 @@ class Heartbeat(_Live):
     pid: int
     host: str = ""
     collector_pid: int | None = None  # the link's collector once started: gymslurm inject signals it
+    collector_started: float | None = None  # when it started (epoch): liveness counts from there
+    stall_window_s: float | None = None  # the link ends a collector that does nothing for this long
 
 
 def progress_path(output: Path) -> Path:

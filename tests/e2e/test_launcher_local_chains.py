@@ -106,7 +106,8 @@ def test_three_shards_ending_together_aggregate_once(tmp_path: Path) -> None:
     run = _submit(tmp_path, [{"exit": 0}], "shards=3")
     report = wait_until_final(run)
     assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
-    assert [r["kind"] for r in ledger(run, None)] == ["submitted", "start", "decision"]
+    kinds = [r["kind"] for r in ledger(run, None)]
+    assert (kinds.count("start"), kinds.count("decision"), kinds[0]) == (1, 1, "submitted")
 
 
 def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_wheel_ships_configs_and_templates(tmp_path: Path) -> None:
     script = run(
         [python, "-m", "gymslurm", "submit", "demo", "--dry-run", "--backend", "slurm"], cwd=elsewhere
     )
-    assert "#SBATCH --kill-on-invalid-dep=yes" in script
+    assert "#SBATCH --open-mode=append" in script
 
 
 def see_test_dependencies(python: str) -> None:

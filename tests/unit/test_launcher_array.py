@@ -18,7 +18,8 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.submit import array_indices, next_poll_s, render_scripts, split_dataset
+from gymslurm.launcher.submit import array_indices, render_scripts, split_dataset
+from gymslurm.launcher.wait import next_poll_s
 
 INDEX_ROWS = [
     ("every shard, no throttle", list(range(1000)), None, "0-999"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gymslurm.launcher.decide import (
@@ -209,3 +211,39 @@ def test_no_progress_stop_off_when_unset() -> None:
     unset = Limits(max_links_without_progress=None)
     verdict = decide(NO_PROGRESS, Budgets(links_without_progress=1000), unset)
     assert verdict.decision is Decision.CONTINUE
+
+
+LIFE_CASES = [
+    ("no collector yet: nothing to judge", dict(pid=None, since_start_s=900), None),
+    ("no record of this collector, young: not yet",
+     dict(pid=7, since_start_s=10, record_pid=3, record_age_s=1), None),
+    ("no record of this collector for the window: frozen before dispatch",
+     dict(pid=7, since_start_s=60), "wrote no progress record"),
+    ("a fresh record, requests answered: alive",
+     dict(pid=7, since_start_s=60, record_pid=7, record_age_s=2, in_flight=3, quiet_s=5), None),
+    ("a record not rewritten for the window: frozen (SIGSTOP, deadlock)",
+     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=31, in_flight=3, quiet_s=40), "frozen"),
+    ("a record that says dispatch ended: the end phase writes none",
+     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=80, ended=True), None),
+    ("requests in flight and no outcome for the window: servers stopped answering",
+     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=1, in_flight=2, quiet_s=31),
+     "stopped answering"),
+    ("nothing in flight and no outcome: idle, not hung",
+     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=1, in_flight=0, quiet_s=80), None),
+]
+
+
+@pytest.mark.parametrize(("life", "why"), [c[1:] for c in LIFE_CASES], ids=[c[0] for c in LIFE_CASES])
+def test_collector_unresponsive(life: dict[str, Any], why: str | None) -> None:
+    """Liveness from progress: each row of the rule, window 30 s."""
+    from gymslurm.launcher.decide import CollectorLife, collector_unresponsive
+
+    got = collector_unresponsive(CollectorLife(**life), 30.0, fresh_s=30.0)
+    assert (got is None) if why is None else (got is not None and why in got), got
+
+
+def test_no_window_never_judges() -> None:
+    """stall_window_s: null turns the watch off."""
+    from gymslurm.launcher.decide import CollectorLife, collector_unresponsive
+
+    assert collector_unresponsive(CollectorLife(7, 9999.0), None, fresh_s=30.0) is None

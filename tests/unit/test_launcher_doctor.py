@@ -133,3 +133,18 @@ def test_submit_refusal_names_each_blocking_setting_and_its_fix() -> None:
 def test_no_refusal_on_the_sandbox() -> None:
     """The sandbox as captured passes submit's checks."""
     assert refusal(check(_config(), _partitions(), shards=2)) is None
+
+
+def test_doctor_says_why_kill_on_invalid_dep_is_not_passed_naming_the_version_and_the_bug() -> None:
+    """The finding names the cluster's Slurm version, the site's kill_invalid_depend and desispec#2658."""
+    finding = _find(check(_config(SchedulerParameters="kill_invalid_depend"), _partitions(), shards=2),
+                    "--kill-on-invalid-dep")  # fmt: skip
+    assert finding.level == "info" and "kill_invalid_depend on" in finding.value and "Slurm " in finding.value
+    assert "desispec#2658" in finding.meaning and "afterany" in finding.meaning
+
+
+def test_no_script_passes_kill_on_invalid_dep() -> None:
+    """The templates do not pass the flag (an afterany dependency cannot become invalid)."""
+    from gymslurm.resources import templates_dir
+
+    assert all("kill-on-invalid-dep" not in p.read_text() for p in templates_dir().glob("*.sbatch"))

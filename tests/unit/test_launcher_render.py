@@ -60,7 +60,7 @@ def test_rendering_matches_recorded_script(template: str) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["#SBATCH --open-mode=append", "#SBATCH --kill-on-invalid-dep=yes", "#SBATCH --signal=B:USR1@90"],
+    ["#SBATCH --open-mode=append", "#SBATCH --signal=B:USR1@90"],
 )
 @pytest.mark.parametrize("template", [LINK_TEMPLATE, AGGREGATE_TEMPLATE])
 def test_script_has_safety_directive(template: str, line: str) -> None:

@@ -270,3 +270,37 @@ def test_end_from_scontrol_reads_day_run_times() -> None:
     """A RunTime of D-HH:MM:SS is read in seconds; an unreadable one gives None."""
     assert end_from_scontrol({"JobId": "1", "RunTime": "1-00:00:05"}).elapsed_s == 86405
     assert end_from_scontrol({"JobId": "1", "RunTime": "INVALID"}).elapsed_s is None
+
+
+INHERITED = {"SLURM_JOB_ID": "189", "SLURM_ARRAY_JOB_ID": "188", "SLURM_ARRAY_TASK_ID": "0",
+             "SLURM_RESTART_COUNT": "4"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("says", "job"),
+    [({"JobId": "189", "Restarts": "0"}, ("189", 0)),
+     ({"JobId": "191", "ArrayJobId": "188", "ArrayTaskId": "3", "Restarts": "1"}, ("188_3", 1))],
+)  # fmt: skip
+def test_a_job_reads_what_slurm_says_of_it_not_inherited_variables(
+    says: dict[str, str], job: tuple[str, int]
+) -> None:
+    """The aggregation (job 189) queued by array task 188_0 is 189, restart 0: scontrol's word wins."""
+    from gymslurm.launcher.backend import current_job
+
+    assert current_job(INHERITED, slurm_says=says) == job
+
+
+def test_sbatch_never_hands_a_job_its_submitters_array_or_restart_variables() -> None:
+    """The environment sbatch exports has no array or restart variable of the submitting job."""
+    from gymslurm.launcher.slurm import submit_environment
+
+    env = submit_environment({**INHERITED, "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"})
+    assert env == {"SLURM_JOB_ID": "189", "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"}
+
+
+def test_a_local_job_is_the_local_queues_job_whatever_slurm_variables_it_inherited() -> None:
+    """A local-backend job started from inside a Slurm allocation is still its local id."""
+    from gymslurm.launcher.backend import current_job
+
+    env = {**INHERITED, "GYMSLURM_BACKEND": "local", "GYMSLURM_JOB_ID": "local-7"}
+    assert current_job(env) == ("local-7", 0)

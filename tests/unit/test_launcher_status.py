@@ -347,3 +347,44 @@ def test_a_shards_coverage_file_is_read_into_the_typed_coverage(tmp_path: Path) 
     files = read_shard_files(run, 0, "rollouts", running=False)
     assert isinstance(files.coverage, Coverage) and files.coverage.successful == 150
     assert counts_of(files.coverage, None, running=False).text == "150/200 ok, 2 failed"
+
+
+def _beat(collector_started: float, window: float | None = 60.0) -> Heartbeat:
+    return Heartbeat(
+        job_id="5", start="2026-01-01T00:00:00+00:00", at="2026-01-01T00:00:00+00:00", epoch=1000.0,
+        interval_s=15.0, pid=1, collector_pid=42, collector_started=collector_started, stall_window_s=window,
+    )  # fmt: skip
+
+
+def _record(epoch: float, in_flight: int = 4, quiet: float = 1.0) -> LiveProgress:
+    return LiveProgress(
+        written_at="x", epoch=epoch, pid=42, expected=2000, successful=704, failed=0, intentionally_omitted=0,
+        in_flight=in_flight, new_outcomes=704, started_epoch=0.0, rate_per_s=3.0, last_outcome_age_s=quiet,
+    )  # fmt: skip
+
+
+def test_a_frozen_collector_under_a_beating_link_reads_unresponsive_with_its_evidence() -> None:
+    """inject --kind hang: the heartbeat is fresh (the chain step beats) but the collector's progress
+    record stopped 40 s ago: UNRESPONSIVE, naming the collector, the record and the window."""
+    from gymslurm.launcher.views.status import collector_stall
+
+    stall = collector_stall(_beat(collector_started=900.0), _record(epoch=960.0), now=1000.0)
+    assert stall is not None and "pid 42" in stall and "40s ago" in stall and "frozen" in stall
+    state = summarize([Submitted(job_id="5"), Started(job_id="5")])
+    word, why = verdict(state, [_row("5", "RUNNING")], Beat(3.0, 15.0), stall)
+    assert word == "UNRESPONSIVE" and "frozen" in why and "next link goes on" in why
+
+
+def test_servers_that_stop_answering_read_unresponsive() -> None:
+    """Requests in flight and no outcome for the window, the collector itself alive: UNRESPONSIVE."""
+    from gymslurm.launcher.views.status import collector_stall
+
+    stall = collector_stall(_beat(collector_started=800.0), _record(epoch=998.0, quiet=70.0), now=1000.0)
+    assert stall is not None and "stopped answering" in stall
+
+
+def test_a_collector_making_progress_is_healthy() -> None:
+    """A fresh record with outcomes coming: no stall."""
+    from gymslurm.launcher.views.status import collector_stall
+
+    assert collector_stall(_beat(collector_started=800.0), _record(epoch=998.0), now=1000.0) is None

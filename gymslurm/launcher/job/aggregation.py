@@ -2,42 +2,64 @@
 
 Submitted under the run's aggregate lock by whichever link (or ``resubmit``) sees the last chain
 finish, so shards that end in the same second queue one aggregation between them.
+
+The aggregation is a chain like a shard's (``chain.py``): it is queued with its lookahead (two
+jobs, the second ``afterany`` the first), takes its own lock (``aggregate/link.lock``), accounts
+for an aggregation job that died without a decision (crash: one infrastructure retry of
+``slurm.infra_retry_limit``; Slurm ended it: none), restores its lookahead, merges and decides
+with the same table (:func:`gymslurm.launcher.decide.decide`). It runs to success exactly once:
+a job that finds the aggregation decided (DONE or a stop) only cancels what is left queued.
 """
 
 from __future__ import annotations
 
 import glob
+import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import Backend
-from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
+from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
+from gymslurm.launcher.job.chain import (
+    account_for_dead_runs,
+    cancel_pending,
+    ensure_lookahead,
+    other_live_link,
+    queue_chain,
+)
 from gymslurm.launcher.job.collector_process import run_collector
 from gymslurm.launcher.job.heartbeat import Signals, log
-from gymslurm.launcher.ledger import Started, Submitted, record_decision, summarize
+from gymslurm.launcher.ledger import ChainState, Started, record_decision, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.store.flock import locked
+from gymslurm.store.flock import locked, try_lock
 
 
 def maybe_submit_aggregation(
     run: RunDir, settings: BenchmarkSettings, backend: Backend, me: str | None
 ) -> str | None:
-    """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock)."""
+    """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock).
+
+    The job is queued with its lookahead (``slurm.lookahead`` jobs, each ``afterany`` the one
+    before, each recorded), so a first one killed at any instant leaves the next.
+    """
     if not settings.aggregation.enabled:
         return None
     with locked(run.aggregate_lock):
-        states = [summarize(run.ledger(s).read()) for s in range(settings.shards)]
+        array = run.read_array()
+        states = [run.chain_state(s, array) for s in range(settings.shards)]
         if not all(s.finished and not s.cancelled for s in states):
             return None
         if summarize(run.aggregate_ledger.read()).epoch_jobs:
             return None
-        job = backend.submit(run.script(None), after=[me] if me else [])
-        run.aggregate_ledger.append(Submitted(job_id=job, after=me, by=me or "resubmit"))
-    log(f"every shard's chain finished: aggregation job {job} queued")
-    return job
+        jobs = queue_chain(run.aggregate_ledger, backend, run.script(None), me, settings.slurm.lookahead,
+                           by=me or "resubmit")  # fmt: skip
+    log(f"every shard's chain finished: aggregation job {jobs[0]} queued (then {' '.join(jobs[1:])})")
+    return jobs[0]
 
 
 def aggregate_argv(
@@ -61,34 +83,84 @@ def shard_outputs_glob(run: RunDir, stem: str) -> str:
     return f"{glob.escape(str(run.root / 'output'))}/shard-*/{glob.escape(stem)}.jsonl"
 
 
-def run_aggregation(run: RunDir, settings: BenchmarkSettings, me: tuple[str, int]) -> int:
-    """The aggregation step: apply the FAILED-shard policy, run ``aggregate``, record the outcome."""
+def run_aggregation(run: RunDir, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]) -> int:
+    """The aggregation step: lock, account, lookahead, apply the FAILED-shard policy, merge, decide."""
     signals = Signals()
     signals.install()
+    lock = try_lock(run.aggregate_link_lock)
+    if lock is None:
+        log(f"another aggregation job of run {run.name} is live; this job {me[0]} exits without a decision")
+        return ExitCode.DONE
+    try:
+        return _run_aggregation_locked(run, settings, backend, me, signals)
+    finally:
+        os.close(lock)
+
+
+def _run_aggregation_locked(
+    run: RunDir, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], signals: Signals
+) -> int:
     ledger = run.aggregate_ledger
+    limits = Limits(settings.slurm.infra_retry_limit, None, None)
+
+    def reread() -> ChainState:
+        return summarize(ledger.read())
+
+    state = reread()
+    if (other := other_live_link(state, me, backend)) is not None:
+        log(f"aggregation job {other} started and is still in the queue; this job {me[0]} exits")
+        return ExitCode.DONE
+    state = account_for_dead_runs(state, ledger, me, backend, output=None, limits=limits)
+    if state.finished:
+        cancelled = cancel_pending(state, me[0], backend)
+        log(f"the aggregation is already decided ({_decided(state)}); nothing to do"
+            f"{'; cancelled ' + ' '.join(cancelled) if cancelled else ''}")  # fmt: skip
+        return ExitCode.DONE
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
     ledger.append(started)
-    states = [summarize(run.ledger(s).read()) for s in range(settings.shards)]
+    try:
+        ensure_lookahead(
+            ledger, me[0], backend, lambda after: backend.submit(run.script(None), [after]),
+            reread=reread, depth=settings.slurm.lookahead,
+        )
+    except SlurmError as error:  # merge anyway; the decision below is what matters
+        log(f"could not queue the next aggregation jobs now: {error}")
+    t0 = time.monotonic()
+    code, reason = _merge(run, settings, signals)
+    slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
+    end = JobEnd(slurm_state, code, time.monotonic() - t0, saved_outcomes=True)
+    verdict = decide(end, state.budgets, limits)
+    if verdict.decision in (Decision.DONE, Decision.STOP_FAILED):
+        verdict = replace(verdict, reason=reason)
+    else:
+        verdict = replace(verdict, reason=f"{reason}; {verdict.reason}")
+    record_decision(ledger, started, end, state.budgets, verdict)
+    log(f"aggregation {verdict.decision}: {verdict.reason}")
+    if not verdict.decision.continues:
+        cancel_pending(reread(), me[0], backend)
+    return job_exit_code(verdict.decision)
+
+
+def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
+    """Apply ``on_failed_shard`` and run the aggregation command: its exit code and what happened."""
+    array = run.read_array()
+    states = [run.chain_state(s, array) for s in range(settings.shards)]
     incomplete = [
         s for s, st in enumerate(states) if not st.last_decision or st.last_decision.decision != Decision.DONE
     ]
     outputs = [run.shard_output(s, settings.output_stem) for s in range(settings.shards)]
-    t0 = time.monotonic()
     if incomplete and settings.aggregation.on_failed_shard == "fail":
-        code: int | None = ExitCode.STOP
-        reason = f"shards {incomplete} did not complete and on_failed_shard=fail: nothing merged"
-    else:
-        existing = [path for path in outputs if path.exists()]
-        merged = run.merged_output(settings.output_stem)
-        merged.parent.mkdir(parents=True, exist_ok=True)
-        pattern = shard_outputs_glob(run, settings.output_stem)
-        code, _ = run_collector(aggregate_argv(settings, existing, merged, pattern), signals)
-        reason = f"aggregate exited {code}"
-        if incomplete:
-            reason += f"; merged what exists: shards {incomplete} are incomplete (aggregate-what-exists)"
-    decision = Decision.DONE if code == 0 else Decision.STOP_FAILED
-    end = JobEnd("RUNNING", code, time.monotonic() - t0)
-    verdict = Verdict(decision, reason, Budgets(jobs=1, walltime_s=end.elapsed_s))
-    record_decision(ledger, started, end, Budgets(), verdict)
-    log(f"aggregation {decision}: {reason}")
-    return ExitCode.DONE if code == ExitCode.DONE else ExitCode.STOP
+        return ExitCode.STOP, f"shards {incomplete} did not complete and on_failed_shard=fail: nothing merged"
+    existing = [path for path in outputs if path.exists()]
+    merged = run.merged_output(settings.output_stem)
+    merged.parent.mkdir(parents=True, exist_ok=True)
+    pattern = shard_outputs_glob(run, settings.output_stem)
+    code, _ = run_collector(aggregate_argv(settings, existing, merged, pattern), signals)
+    reason = f"aggregate exited {code}"
+    if incomplete:
+        reason += f"; merged what exists: shards {incomplete} are incomplete (aggregate-what-exists)"
+    return code, reason
+
+
+def _decided(state: ChainState) -> str:
+    return state.last_decision.decision if state.last_decision else "cancelled"

@@ -9,12 +9,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from gymslurm.launcher.decide import collector_unresponsive
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.job import servers as server_mod
+from gymslurm.launcher.job.collector_files import life_of, read_live_progress
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
@@ -71,6 +77,28 @@ def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[st
     return environment.child_environment(os.environ, extra or {}, withheld=withheld, where="collector.env")
 
 
+@dataclass
+class ProgressWatch:
+    """The link's watch over its collector's progress (not its process): liveness from progress.
+
+    Every ``interval_s`` it reads the collector's live progress record and applies
+    :func:`gymslurm.launcher.decide.collector_unresponsive`; ``reason`` is set once it fires.
+    """
+
+    output: Path
+    window_s: float | None
+    interval_s: float = 2.0
+    started: float = field(default_factory=time.time)
+    reason: str | None = None
+
+    def check(self, pid: int) -> str | None:
+        """Read the record now; the reason the collector is unresponsive, or None."""
+        now = time.time()
+        life = life_of(read_live_progress(self.output), pid, now - self.started, now)
+        self.reason = collector_unresponsive(life, self.window_s, fresh_s=self.window_s or 0.0)
+        return self.reason
+
+
 def run_collector(
     argv: list[str],
     signals: Signals,
@@ -80,11 +108,14 @@ def run_collector(
     heartbeat: Heartbeat | None = None,
     first_override: int | None = None,
     withheld: Iterable[str] = (),
+    watch: ProgressWatch | None = None,
 ) -> tuple[int | None, int | None]:
     """Run the collector; returns (exit code, signal that killed it when we had not forwarded one).
 
     With a ``supervisor``, the collector inherits the read end of the supervision channel and
-    this thread runs a probe round every ``interval_s`` until the collector exits.
+    this thread runs a probe round every ``interval_s`` until the collector exits. With a
+    ``watch``, a collector that does nothing (``watch.reason``) is stopped: CONT and TERM (so a
+    SIGSTOPped one saves what it has), KILL 10 s later.
     """
     if signals.received:
         log(f"received {signals.names} before the collector started; not starting it")
@@ -108,10 +139,15 @@ def run_collector(
     if read_fd is not None:
         os.close(read_fd)
     signals.child, signals.supervisor = child, supervisor
+    if watch is not None:
+        watch.started = time.time()
     if heartbeat is not None:
-        heartbeat.publish(collector_pid=child.pid)
+        heartbeat.publish(
+            collector_pid=child.pid, collector_started=time.time(),
+            stall_window_s=None if watch is None else watch.window_s,
+        )  # fmt: skip
     try:
-        code = _wait_supervising(child, supervisor)
+        code = _wait_supervising(child, supervisor, watch)
     finally:
         signals.child = signals.supervisor = None
         if supervisor is not None and supervisor.write_fd is not None:
@@ -122,15 +158,37 @@ def run_collector(
     return None, (None if signals.received else -code)
 
 
-def _wait_supervising(child: subprocess.Popen[bytes], supervisor: Supervisor | None) -> int:
-    if supervisor is None:
+def _wait_supervising(
+    child: subprocess.Popen[bytes], supervisor: Supervisor | None, watch: ProgressWatch | None
+) -> int:
+    if supervisor is None and watch is None:
         return child.wait()
+    step = min(x.interval_s for x in (supervisor, watch) if x is not None)
+    next_round = time.monotonic() + (supervisor.interval_s if supervisor is not None else 0.0)
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            return child.wait(timeout=supervisor.interval_s)
+            return child.wait(timeout=step)
+        if watch is not None and watch.reason is None and watch.check(child.pid) is not None:
+            log(f"unresponsive: {watch.reason}; stopping the collector")
+            return _stop_unresponsive(child)
+        if supervisor is None or time.monotonic() < next_round:
+            continue
+        next_round = time.monotonic() + supervisor.interval_s
         supervisor.round()
         if supervisor.gave_up is not None and not supervisor.stopping:
             supervisor.stop_requested()  # the collector stops itself on gave_up; TERM in case it hangs
             with contextlib.suppress(subprocess.TimeoutExpired):
                 return child.wait(timeout=30)
             child.terminate()
+
+
+def _stop_unresponsive(child: subprocess.Popen[bytes]) -> int:
+    """CONT (a SIGSTOPped collector cannot take TERM), TERM, and KILL after 10 s: its exit code."""
+    for signum in (signal.SIGCONT, signal.SIGTERM):
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+    try:
+        return child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()

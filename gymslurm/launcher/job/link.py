@@ -12,10 +12,11 @@ Order of work, chosen so that a job killed at any moment still leaves the chain 
    (Slurm's state, exit code and elapsed time, the run's start record, whether its collector
    saved new outcomes);
 2. if the chain is already finished (a stop, a cancel), do nothing and exit 0;
-3. record our start, then make sure a successor is queued (``afterany`` on us) *before* running
-   anything, so that however this job ends, the next link starts after it. A requeued run of the
-   same job finds its successor still pending (Slurm does not release ``afterany`` for a requeued
-   job) and submits none: Slurm's requeue and the chain never both restart the same work;
+3. record our start, then restore the lookahead (``chain.py``): the successor that was queued
+   with us and the successor's successor, queued now if missing. So while this job runs two
+   links wait behind it, and a job killed at any instant (before its first line of Python
+   included) leaves the chain its next link. A requeued run of the same job finds its successor
+   still pending (Slurm does not release ``afterany`` for a requeued job) and submits none;
 4. reap what is left on this host of a predecessor's servers (pid + create time in the ledger),
    start configured servers (each recorded in the ledger with its pid, create time, start-up
    time and probes), run the collector with resume, forwarding USR1/TERM/INT to it once each,
@@ -23,21 +24,13 @@ Order of work, chosen so that a job killed at any moment still leaves the chain 
    restarts in place, the evidence channel that keeps a server's death off the rollouts' budget);
 5. stop the servers (whole process trees, on every exit path), decide (``decide.py``), write the
    decision;
-6. chain goes on: check the successor is still queued (resubmit it if someone cancelled it);
-   chain stops: cancel the successor, then submit the aggregation job if every shard's chain is
-   finished — exactly once, under a lock, even when shards end in the same second.
+6. chain goes on: check the lookahead is still queued (queue what someone cancelled);
+   chain stops: submit the aggregation job if every shard's chain is finished — exactly once,
+   under a lock, even when shards end in the same second — and only then cancel the lookahead,
+   so a kill between the two leaves a link that submits it.
 
 The job exits with :func:`gymslurm.launcher.decide.job_exit_code` so Slurm's state agrees with the
 ledger (76 → FAILED). ``--aggregate`` runs the aggregation step instead of a link.
-
-Reading the ledger: once, under the link lock, and that :class:`ChainState` is passed on through
-steps 0-3, with what the link appends itself folded in (:func:`~gymslurm.launcher.ledger.fold`): no
-other link writes the shard's ledger while the lock is held. It is read again only where a command
-on the login node may have written in between — ``gymslurm cancel`` (or ``resubmit``) writes at any
-moment without the lock: right after queuing a successor (a cancel that looked before the
-``submitted`` record missed it, so the link cancels it itself), and once after the collector exits
-(a cancel during the collection means nothing is queued). The collector's coverage is read once
-before the collector starts and once after it exits (the progress the decision weighs).
 """
 
 from __future__ import annotations
@@ -47,18 +40,22 @@ import os
 import socket
 import time
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
-from gymslurm.clock import utc_now_ms
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend, SlurmBackend
-from gymslurm.launcher.decide import DeadRun, Decision, JobEnd, Limits, dead_run_end, decide, job_exit_code
+from gymslurm.launcher.backend import Backend, SlurmBackend
+from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
+from gymslurm.launcher.job.chain import (
+    account_for_dead_runs,
+    cancel_pending,
+    ensure_lookahead,
+    other_live_link,
+)
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
-from gymslurm.launcher.job.collector_process import collector_argv, run_collector
+from gymslurm.launcher.job.collector_process import ProgressWatch, collector_argv, run_collector
 from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
@@ -67,10 +64,7 @@ from gymslurm.launcher.ledger import (
     Ledger,
     ServerRecord,
     Started,
-    Submitted,
-    fold,
     record_decision,
-    summarize,
 )
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.settings import BenchmarkSettings
@@ -78,75 +72,9 @@ from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 
 
-def _seconds_between(start: str | None, end: str | None) -> float:
-    if not start or not end:
-        return 0.0
-    try:
-        return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
-    except ValueError:
-        return 0.0
-
-
 def _limits(settings: BenchmarkSettings) -> Limits:
     slurm = settings.slurm
     return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress)
-
-
-def dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, output: Path) -> DeadRun:
-    """What is known of a run that never wrote its decision: Slurm's word, its start, its saves."""
-    since = _seconds_between(run.at, utc_now_ms())
-    saved = None if run.saved_bytes is None else saved_bytes(output) > run.saved_bytes
-    if run.job_id == me[0]:  # an earlier run of this very job: Slurm requeued it
-        return DeadRun("REQUEUED", since, saved_outcomes=saved)
-    try:
-        row = backend.ended(run.job_id)
-    except Exception as error:  # a status query must not stop the chain from accounting
-        log(f"could not ask the scheduler about job {run.job_id}: {error}")
-        return DeadRun("UNKNOWN", since, saved_outcomes=saved)
-    if row is None:
-        return DeadRun("VANISHED", since, saved_outcomes=saved)
-    return DeadRun(row.state, since, row.exit_code, row.signal, row.elapsed_s, saved)
-
-
-def other_live_link(state: ChainState, me: tuple[str, int], backend: Backend) -> str | None:
-    """The job of another started run of this chain that the queue still shows alive, else None."""
-    others = [run.job_id for run in state.open_runs if run.job_id != me[0]]
-    if not others:
-        return None
-    try:
-        queue = backend.queue()
-    except Exception as error:  # the link lock was free: the runs are very likely dead
-        log(f"could not ask the scheduler whether jobs {' '.join(others)} still run: {error}")
-        return None
-    return next((job for job in others if job in queue and queue[job].state in ALIVE_STATES), None)
-
-
-def account_for_dead_runs(
-    state: ChainState,
-    ledger: Ledger,
-    me: tuple[str, int],
-    backend: Backend,
-    *,
-    output: Path,
-    limits: Limits,
-) -> ChainState:
-    """Write a decision for every run that started but never wrote one (except this run)."""
-    for run in list(state.open_runs):
-        if (run.job_id, run.restart_count) == me:
-            continue
-        end = dead_run_end(dead_run_facts(run, me, backend, output))
-        before = state.budgets
-        verdict = decide(end, before, limits)
-        log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
-        fold(state, record_decision(ledger, run, end, before, verdict, accounted_by=me[0]))
-    return state
-
-
-def _live(job_id: str | None, backend: Backend) -> bool:
-    if job_id is None:
-        return False
-    row = backend.queue().get(job_id)
-    return row is not None and row.state in LIVE_STATES
 
 
 def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:
@@ -160,22 +88,19 @@ def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> 
     return backend.submit(run.script(shard), after=after)
 
 
-def ensure_successor(
-    run: RunDir, shard: int, ledger: Ledger, me: str, backend: Backend, *, state: ChainState
-) -> str:
-    """The queued link that follows this job, submitting one if there is none (``state``: the ledger's)."""
-    existing = state.successor_of.get(me)
-    if existing and _live(existing, backend):
-        return existing
-    successor = submit_link(run, shard, backend, after=[me])
-    submitted = Submitted(job_id=successor, after=me, by=me)
-    ledger.append(submitted)
-    fold(state, submitted)
-    log(f"successor {successor} queued after {me}")
-    if summarize(ledger.read()).cancelled:  # cancel ran meanwhile (it looks again after recording)
-        backend.cancel([successor])
-        log(f"the run was cancelled meanwhile: cancelled {successor} again")
-    return successor
+def shard_state(run: RunDir, shard: int) -> ChainState:
+    """The shard's chain as its ledger (and, in an array run, array.json) tells it."""
+    return run.chain_state(shard, run.read_array())
+
+
+def ensure_link_lookahead(
+    run: RunDir, shard: int, me: str, backend: Backend, settings: BenchmarkSettings
+) -> list[str]:
+    """The links queued behind this job (:func:`gymslurm.launcher.job.chain.ensure_lookahead`)."""
+    return ensure_lookahead(
+        run.ledger(shard), me, backend, lambda after: submit_link(run, shard, backend, [after]),
+        reread=lambda: shard_state(run, shard), depth=settings.slurm.lookahead,
+    )  # fmt: skip
 
 
 def try_link_lock(path: Path) -> int | None:
@@ -208,39 +133,39 @@ def run_link(
             f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
         return 0
     try:
-        state = summarize(run.ledger(shard).read())  # the one read of this phase (module docstring)
-        other = other_live_link(state, me, backend)
+        other = other_live_link(shard_state(run, shard), me, backend)
         if other is not None:
             log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
                 f"{duplicate}")  # fmt: skip
             return 0
-        return _run_link_locked(run, shard, settings, backend, me, signals=signals, state=state)
+        return _run_link_locked(run, shard, settings, backend, me, signals=signals)
     finally:
         os.close(lock)
 
 
 def _run_link_locked(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
-    signals: Signals, state: ChainState,
+    signals: Signals,
 ) -> int:  # fmt: skip
     ledger, limits = run.ledger(shard), _limits(settings)
     output = run.shard_output(shard, settings.output_stem)
-    state = account_for_dead_runs(state, ledger, me, backend, output=output, limits=limits)
+    state = account_for_dead_runs(
+        shard_state(run, shard), ledger, me, backend, output=output, limits=limits
+    )
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
-        if not state.cancelled:  # a stop written by accounting above: the aggregation may be due
-            maybe_submit_aggregation(run, settings, backend, me[0])
+        if not state.cancelled:  # a stop written by accounting above, or by a link killed right
+            maybe_submit_aggregation(run, settings, backend, me[0])  # after it: the aggregation may be due
+            _cancel_lookahead(run, shard, me[0], backend)
         return ExitCode.DONE
     bytes_before = saved_bytes(output)
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
     ledger.append(started)
-    fold(state, started)
     reap_predecessors(state, ledger, me)
     try:
-        successor: str | None = ensure_successor(run, shard, ledger, me[0], backend, state=state)
+        ensure_link_lookahead(run, shard, me[0], backend, settings)
     except SlurmError as error:  # collect anyway; queuing is tried again after the decision
-        log(f"could not queue a successor now: {error}")
-        successor = None
+        log(f"could not queue the next links now: {error}")
     output.parent.mkdir(parents=True, exist_ok=True)
     if run.read_info().array:
         ensure_shard_input(run, shard, settings.shards)
@@ -260,7 +185,7 @@ def _run_link_locked(
     log(f"decision {verdict.decision}: {verdict.reason}")
     offset = read_resubmit_offset(output)
     record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset)
-    _after_decision(run, shard, settings, backend, me=me[0], successor=successor, decision=verdict.decision)
+    _after_decision(run, shard, settings, backend, me=me[0], decision=verdict.decision)
     return job_exit_code(verdict.decision)
 
 
@@ -299,13 +224,19 @@ def _collect(  # noqa: PLR0917
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
+        watch = ProgressWatch(run.shard_output(shard, settings.output_stem), settings.slurm.stall_window_s)
         try:
             env_code, killer = run_collector(
                 argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
-                first_override=len(settings.collector.command), withheld=withheld,
+                first_override=len(settings.collector.command), withheld=withheld, watch=watch,
             )  # fmt: skip
         except ConfigError as error:  # collector.env names a variable this job does not have
             return ExitCode.RETRY, None, f"collector not started: {error}"
+        if watch.reason is not None:
+            return ExitCode.RETRY, None, (
+                f"unresponsive: {watch.reason}; the link stopped the collector (exit {env_code}, counted "
+                "as 1: retryable, the next link starts it afresh)"
+            )
         if supervisor is not None and supervisor.gave_up is not None:
             name = supervisor.gave_up
             limit = next(s.settings.restart_limit for s in started if s.settings.name == name)
@@ -349,22 +280,24 @@ def reap_predecessors(state: ChainState, ledger: Ledger, me: tuple[str, int]) ->
 
 
 def _after_decision(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, successor: str | None,
-    decision: Decision,
-) -> None:  # fmt: skip
-    ledger = run.ledger(shard)
-    state = summarize(ledger.read())  # cancel or resubmit may have written during the collection
-    if state.cancelled:
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, decision: Decision
+) -> None:
+    """Chain goes on: the lookahead is restored. Chain stops: the aggregation is queued if due,
+    *then* the lookahead is cancelled, so a kill between the two leaves a link that finishes it."""
+    if shard_state(run, shard).cancelled:
         log(f"the chain of shard {shard} was cancelled; not queuing anything")
         return
     if decision.continues:
-        if not _live(successor, backend):
-            ensure_successor(run, shard, ledger, me, backend, state=state)
+        ensure_link_lookahead(run, shard, me, backend, settings)
         return
-    if successor is not None:
-        backend.cancel([successor])
-    log(f"chain of shard {shard} finished ({decision}); cancelled the queued successor {successor}")
     maybe_submit_aggregation(run, settings, backend, me)
+    cancelled = _cancel_lookahead(run, shard, me, backend)
+    queued = " ".join(cancelled) or "-"
+    log(f"chain of shard {shard} finished ({decision}); cancelled the queued links {queued}")
+
+
+def _cancel_lookahead(run: RunDir, shard: int, me: str, backend: Backend) -> list[str]:
+    return cancel_pending(shard_state(run, shard), me, backend)
 
 
 def _finished_why(state: ChainState) -> str:

@@ -32,7 +32,8 @@ from typing import Any
 from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.decide import Decision, job_exit_code
+from gymslurm.launcher.decide import Decision, collector_unresponsive, job_exit_code
+from gymslurm.launcher.job.collector_files import life_of
 from gymslurm.launcher.ledger import ChainState, summarize
 from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
@@ -74,8 +75,11 @@ class Beat:
         return self.age_s > STALE_BEATS * self.interval_s
 
 
-def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = None) -> tuple[str, str]:
-    """The chain's verdict and why: from its ledger, its jobs in the queue and the running link's beat."""
+def verdict(
+    state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = None, stall: str | None = None
+) -> tuple[str, str]:
+    """The chain's verdict and why: from its ledger, its jobs in the queue, the running link's beat
+    and what its collector's progress says (``stall``: :func:`collector_stall`)."""
     running = [row for row in live_jobs if row.state in RUNNING_STATES]
     pending = [row for row in live_jobs if row.state not in RUNNING_STATES]
     if state.finished:
@@ -112,6 +116,11 @@ def verdict(state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = No
                 f"job {job.job_id} is RUNNING but {what} {human_duration(beat.age_s)} ago (one every "
                 f"{beat.interval_s:g}s): the step is frozen or lost its node; read 'gymslurm logs', "
                 f"then 'scancel {job.job_id}' lets the chain go on with a fresh link"
+            )
+        if stall is not None and job.state == "RUNNING":
+            return "UNRESPONSIVE", (
+                f"job {job.job_id} is RUNNING but {stall}; the link ends it within stall_window_s (exit 1: "
+                "the next link goes on)"
             )
         return "HEALTHY", f"job {job.job_id} {job.state}"
     held = [row for row in pending if is_held(row)]
@@ -240,6 +249,24 @@ def beat_of(
     return None
 
 
+def collector_stall(
+    heartbeat: live.Heartbeat | None, record: live.LiveProgress | None, now: float
+) -> str | None:
+    """Why the running link's collector does nothing, from its progress record (pure).
+
+    The link's own rule (:func:`gymslurm.launcher.decide.collector_unresponsive`) with the window
+    its heartbeat names; a record is stale here after two heartbeats (or half the window), requests
+    quiet after half the window, so ``status`` says UNRESPONSIVE before the link ends the collector.
+    """
+    if heartbeat is None or heartbeat.collector_pid is None or heartbeat.stall_window_s is None:
+        return None
+    since = max(now - (heartbeat.collector_started or now), 0.0)
+    life = life_of(record, heartbeat.collector_pid, since, now)
+    window = heartbeat.stall_window_s
+    fresh = min(STALE_BEATS * heartbeat.interval_s, window / 2)
+    return collector_unresponsive(life, window, fresh, quiet_limit_s=window / 2)
+
+
 def _job_state(
     job: str | None, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None
 ) -> str:
@@ -273,7 +300,9 @@ def shard_status(
     live_jobs = _live_jobs(state, queue)
     running = _running(state, queue)
     beat = beat_of(state, running, files.heartbeat, now)
-    word, why = verdict(state, live_jobs, beat)
+    heartbeat = files.heartbeat
+    own = heartbeat if running and heartbeat and heartbeat.job_id == running.job_id else None
+    word, why = verdict(state, live_jobs, beat, collector_stall(own, files.progress, now))
     if files.problems:
         why = f"{why}; {'; '.join(files.problems)}"
     # The job that runs next: the running one, else the oldest live one (a requeued link pends before
@@ -414,25 +443,34 @@ def aggregation_status(
     aggregate: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
     held: Sequence[str] = (),
 ) -> dict[str, Any]:  # fmt: skip
-    """The aggregation's job, state and whether it finished (pure); its deciding job is only exiting.
+    """The aggregation's job, state, whether it finished and whether it stalled (pure).
 
+    Its deciding job is only exiting. ``stalled``: it was queued, has no final decision and no job
+    of it is in the queue (killed, with no job left behind it): ``resubmit`` queues it again.
     ``held``: the shards' held jobs; a pending aggregation waits on them (afterany) and says so.
     """
     decider = aggregate.last_decision.job_id if aggregate.last_decision else None
     agg_live = [queue[j] for j in aggregate.epoch_jobs if j != decider and _is_live(queue.get(j))]
-    agg_state = (
-        "not submitted" if not aggregate.epoch_jobs else _job_state(aggregate.latest_job, queue, accounting)
-    )
-    row = queue.get(aggregate.latest_job or "")
+    any_live = any(_is_live(queue.get(j)) for j in aggregate.epoch_jobs)
+    running = next((row for row in agg_live if row.state in RUNNING_STATES), None)
+    shown = running.job_id if running else aggregate.current_job
+    agg_state = "not submitted" if not aggregate.epoch_jobs else _job_state(shown, queue, accounting)
+    row = queue.get(shown or "")
     if row is not None and is_held(row):
         agg_state += f": held, it will not run by itself; 'scontrol release {row.job_id}' lets it run"
     elif held and row is not None and row.state == "PENDING" and row.reason == "Dependency":
-        shown = " ".join(held[:5]) + (" ..." if len(held) > 5 else "")
-        agg_state += f": waits for held job(s) {shown}, which will not end by themselves: 'scancel {shown}'"
-    if aggregate.last_decision and not agg_live:
+        waits = " ".join(held[:5]) + (" ..." if len(held) > 5 else "")
+        agg_state += f": waits for held job(s) {waits}, which will not end by themselves: 'scancel {waits}'"
+    finished = aggregate.finished and not agg_live
+    stalled = bool(aggregate.epoch_jobs) and not aggregate.finished and not any_live
+    if aggregate.last_decision and finished:
         agg_state = f"{aggregate.last_decision.decision}: {aggregate.last_decision.reason}"
-    return {"job": aggregate.latest_job, "state": agg_state,
-            "finished": aggregate.last_decision is not None and not agg_live}  # fmt: skip
+    elif stalled:
+        agg_state = (
+            f"STALLED: job {shown} ended ({agg_state}) without a final decision and no aggregation "
+            "job is queued; 'gymslurm resubmit' queues it"
+        )
+    return {"job": shown, "state": agg_state, "finished": finished, "stalled": stalled}
 
 
 def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[str, Any]:
@@ -470,14 +508,14 @@ def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[
         )
         for i, st in enumerate(states)
     ]
+    agg = aggregation_status(aggregate, queue, accounting, _held_jobs(states, queue))
     return {
         "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
         "summary": summary_of(rows),
         "shards": [dict(vars(row)) for row in rows],
-        "aggregation": {**aggregation_status(aggregate, queue, accounting, _held_jobs(states, queue)),
-                        "log": logs.job_log(None, aggregate.latest_job)},
+        "aggregation": {**agg, "log": logs.job_log(None, agg["job"])},
         "queries": backend.queries,
     }  # fmt: skip
 
