@@ -469,8 +469,7 @@ def resubmit(
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     for shard in todo:
         run.ledger(shard).append(Resubmitted())
-    slurm = settings.slurm
-    jobs = _resubmit_links(run, backend, info, todo, slurm.max_running, lookahead=slurm.lookahead)
+    jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running, lookahead=settings.slurm.lookahead)  # noqa: E501
     for shard in todo if info.array else []:  # link by link, queue_first_links recorded them
         run.ledger(shard).append(Submitted(job_id=jobs[shard], by="resubmit"))
     if len(todo) <= 20:
