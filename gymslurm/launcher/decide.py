@@ -9,7 +9,9 @@ without spending an infrastructure retry and stops after 76"), applied in this o
 3. collector exit 2 → STOP_FAILED (the collector refused its configuration: a retry cannot help);
 4. accumulated walltime (every run of every job, requeued runs included) ≥ ``max_walltime`` →
    STOP_WALLTIME;
-5. ``max_links_without_progress`` consecutive links (this one included) saved no new outcome,
+5. the run's filesystem was full when the collector ended (any end but 0, 76, 2) → CONTINUE, no
+   retry spent and no link counted without progress: the next link waits for space (job/disk.py);
+   then ``max_links_without_progress`` consecutive links (this one included) saved no new outcome,
    whatever ended them → STOP_NO_PROGRESS (the loop guard that needs no walltime cap);
 6. collector exit 75 with evidence of progress → CONTINUE, no retry spent;
 7. collector exit 75 without evidence of progress → treated as exit 1 (the loop guard);
@@ -114,6 +116,7 @@ class JobEnd:
     collector_signal: int | None = None
     crash: str | None = None
     saved_outcomes: bool | None = None
+    disk_full: str | None = None  # "PATH (N bytes free)": the run's filesystem was full at the end
 
     @property
     def progressed(self) -> bool:
@@ -211,6 +214,13 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
         return Verdict(
             Decision.STOP_WALLTIME,
             f"accumulated walltime {spent.walltime_s:.0f}s reached max_walltime {cap:.0f}s",
+            spent,
+        )
+    if end.disk_full is not None and code not in (ExitCode.DONE, ExitCode.STOP, ExitCode.REFUSED):
+        return Verdict(
+            Decision.CONTINUE,
+            f"disk full at {end.disk_full}: nothing more could be saved; no retry spent, the next link "
+            "waits for space and goes on by itself once it is freed",
             spent,
         )
     idle = 0 if end.progressed else budgets.links_without_progress + 1

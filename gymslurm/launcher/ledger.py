@@ -33,7 +33,7 @@ from gymslurm.errors import CorruptRecordError
 from gymslurm.formats import check_version, version_of
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
 from gymslurm.redaction import redact_value
-from gymslurm.store.atomic import open_run_file
+from gymslurm.store.atomic import open_run_file, reserve
 from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 
@@ -125,6 +125,20 @@ Fault = Literal["timeout", "preempt", "cancel", "requeue", "crash", "server-cras
 FAULTS: tuple[str, ...] = get_args(Fault)
 
 
+class DiskFull(_Record):
+    """A link found the run's filesystem full (``path``, ``free_bytes`` left) and waits for space.
+
+    Written into the ledger's reserved space (``store.atomic.reserve``), so it lands even when
+    nothing else can be written. The next ``start`` or ``decision`` of the chain clears it.
+    """
+
+    kind: Literal["disk_full"] = "disk_full"
+    job_id: str
+    path: str
+    free_bytes: int
+    error: str = ""
+
+
 class Injected(_Record):
     """``gymslurm inject`` sent a fault to the shard's live link (``how``: what it ran)."""
 
@@ -168,7 +182,7 @@ class ServerRecord(_Record):
 
 
 Record = Annotated[
-    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected,
+    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected | DiskFull,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
@@ -218,6 +232,7 @@ class Ledger:
             lock_fd(fd)
             cut_torn_tail(fd)
             os.write(fd, line)
+            reserve(fd)  # keep room for the next records, should the disk fill (best effort)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -257,6 +272,7 @@ class ChainState:
     server_restarts: dict[str, int] = field(default_factory=dict)
     server_processes: list[ServerRecord] = field(default_factory=list)
     injected: list[Injected] = field(default_factory=list)
+    disk_full: DiskFull | None = None  # a link waits for space (cleared by the next start or decision)
 
     @property
     def latest_job(self) -> str | None:
@@ -287,7 +303,10 @@ def fold(state: ChainState, record: Record) -> ChainState:
             state.epoch_jobs.append(record.job_id)
         if record.after:
             state.successor_of[record.after] = record.job_id
+    elif isinstance(record, DiskFull):
+        state.disk_full = record
     elif isinstance(record, Started):
+        state.disk_full = None
         state.open_runs.append(record)
         if record.job_id not in state.jobs:  # its submitter died before recording it
             state.jobs.append(record.job_id)
@@ -319,6 +338,7 @@ def _fold_server(state: ChainState, record: ServerRecord) -> None:
 
 
 def _fold_decision(state: ChainState, record: DecisionRecord) -> None:
+    state.disk_full = None
     key = (record.job_id, record.restart_count)
     state.decided.add(key)
     state.open_runs = [run for run in state.open_runs if (run.job_id, run.restart_count) != key]

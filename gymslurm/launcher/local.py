@@ -28,7 +28,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import psutil
 
 from gymslurm.launcher.slurm import AccountingRow, QueueRow
 from gymslurm.store.flock import locked, try_lock
@@ -141,7 +143,10 @@ class LocalBackend:
         """Every job of the queue as squeue would show it (one query)."""
         self.queries += 1
         rows = {}
-        for job in self.jobs():
+        for found in self.jobs():
+            job = found
+            if job["state"] == "RUNNING" and not _same_process(job.get("pid"), job.get("pid_create_time")):
+                job = {**job, "state": "NODE_FAIL", "ended_at": job.get("ended_at") or time.time()}
             used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
             dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
             rows[job["id"]] = QueueRow(
@@ -179,10 +184,18 @@ class Supervisor:
     def __init__(self, local_dir: Path) -> None:
         self.backend = LocalBackend(local_dir)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.unsaved: dict[str, dict[str, Any]] = {}  # states a full disk kept us from writing
 
     def tick(self) -> bool:
-        """One pass over the queue; True while something is pending or running."""
+        """One pass over the queue; True while something is pending or running.
+
+        A state that could not be written (a full disk) is kept here and written again every tick:
+        the supervisor never dies of a full disk, and goes on by itself once space is back.
+        """
         jobs = {job["id"]: job for job in self.backend.jobs()}
+        jobs.update(self.unsaved)
+        for job in list(self.unsaved.values()):
+            self._save(job)
         busy = False
         for job in jobs.values():
             if job["state"] == "PENDING":
@@ -193,7 +206,12 @@ class Supervisor:
         return busy
 
     def _save(self, job: dict[str, Any]) -> None:
-        _write_json(self.backend.jobs_dir / f"{job['id']}.json", job)
+        try:
+            _write_json(self.backend.jobs_dir / f"{job['id']}.json", job)
+        except OSError:
+            self.unsaved[job["id"]] = job
+            return
+        self.unsaved.pop(job["id"], None)
 
     def _cancel_requested(self, job: dict[str, Any]) -> bool:
         return (self.backend.jobs_dir / f"{job['id']}.cancel").exists()
@@ -209,13 +227,21 @@ class Supervisor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GYMSLURM_JOB_ID": job["id"], "GYMSLURM_BACKEND": "local",
                "GYMSLURM_RESTART_COUNT": "0"}  # fmt: skip
-        with log_path.open("ab") as log:
+        try:
+            log: IO[bytes] | int = log_path.open("ab")
+        except OSError:  # a full disk: the job runs, its output is lost (Slurm's would be too)
+            log = subprocess.DEVNULL
+        try:
             proc = subprocess.Popen(
                 ["bash", job["script"]], cwd=job["workdir"], env=env, stdout=log, stderr=log,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        finally:
+            if not isinstance(log, int):
+                log.close()
         self.procs[job["id"]] = proc
-        job.update(state="RUNNING", reason="None", pid=proc.pid, started_at=time.time())
+        job.update(state="RUNNING", reason="None", pid=proc.pid, started_at=time.time(),
+                   pid_create_time=_create_time(proc.pid))  # fmt: skip
         self._save(job)
 
     def _watch(self, job: dict[str, Any]) -> None:
@@ -263,6 +289,28 @@ class Supervisor:
         self._save(job)
 
 
+def _create_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _same_process(pid: int | None, create_time: float | None) -> bool:
+    """The job's batch shell still runs: its pid is alive with the create time recorded at start.
+
+    A job file that says RUNNING while no such process exists (its supervisor died on a full disk,
+    or was killed) is a dead job: ``resubmit`` never refuses because of it.
+    """
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return create_time is None or abs(proc.create_time() - create_time) < 1.0
+    except psutil.Error:
+        return False
+
+
 def _alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -290,7 +338,11 @@ def supervise(local_dir: Path) -> int:
             return 0  # another supervisor owns the queue
         idle_since: float | None = None
         while True:
-            if supervisor.tick():
+            try:
+                busy = supervisor.tick()
+            except OSError:  # a full disk (or a file gone meanwhile): look again at the next tick
+                busy = True
+            if busy:
                 idle_since = None
             elif idle_since is None:
                 idle_since = time.monotonic()

@@ -155,3 +155,27 @@ def _existing_mode(real: Path, default: int) -> int:
     except FileNotFoundError:
         return default
     return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else default
+
+
+FALLOC_FL_KEEP_SIZE = 1
+RESERVE_BYTES = 64 * 1024  # room kept for an append-only file's next records when the disk fills
+
+
+def reserve(fd: int, nbytes: int = RESERVE_BYTES) -> bool:
+    """Allocate ``nbytes`` past the end of an open file without changing its size (best effort).
+
+    ``fallocate(FALLOC_FL_KEEP_SIZE)``: later appends land in blocks the file already owns, so a
+    ledger can still record "disk full at PATH" when the filesystem has no free block left. False
+    where the filesystem or the platform cannot (the append then needs free space as before).
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # this process's own symbols: libc's fallocate
+        size = os.fstat(fd).st_size
+        done = libc.fallocate(
+            ctypes.c_int(fd), ctypes.c_int(FALLOC_FL_KEEP_SIZE), ctypes.c_long(size), ctypes.c_long(nbytes)
+        )
+    except (OSError, AttributeError):
+        return False
+    return bool(done == 0)

@@ -247,3 +247,19 @@ def test_no_window_never_judges() -> None:
     from gymslurm.launcher.decide import CollectorLife, collector_unresponsive
 
     assert collector_unresponsive(CollectorLife(7, 9999.0), None, fresh_s=30.0) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "decision"), [(1, "CONTINUE"), (None, "CONTINUE"), (0, "DONE"), (76, "STOP_FAILED")]
+)
+def test_a_collector_that_ended_on_a_full_disk_spends_nothing(code: int | None, decision: str) -> None:
+    """Disk full at the end: CONTINUE, no retry, no link counted without progress (0/76 keep their rows)."""
+    from gymslurm.launcher.decide import Budgets, JobEnd, Limits, decide
+
+    end = JobEnd("RUNNING", code, 5.0, disk_full="/runs/x (0 bytes free)")
+    verdict = decide(end, Budgets(links_without_progress=4), Limits(max_links_without_progress=5))
+    assert verdict.decision == decision
+    if decision == "CONTINUE":
+        assert "disk full at /runs/x" in verdict.reason
+        after = verdict.budgets_after
+        assert (after.infra_retries_used, after.links_without_progress) == (0, 4)

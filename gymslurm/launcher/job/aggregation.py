@@ -123,7 +123,7 @@ def _run_aggregation_locked(
             ledger, me[0], backend, lambda after: backend.submit(run.script(None), [after]),
             reread=reread, depth=settings.slurm.lookahead,
         )
-    except SlurmError as error:  # merge anyway; the decision below is what matters
+    except (SlurmError, OSError) as error:  # merge anyway; the decision below is what matters
         log(f"could not queue the next aggregation jobs now: {error}")
     t0 = time.monotonic()
     code, reason = _merge(run, settings, signals)

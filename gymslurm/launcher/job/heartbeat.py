@@ -34,11 +34,13 @@ HEARTBEAT_S = live.HEARTBEAT_S
 
 
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+EARLY_SIGNALS_ENV = "GYMSLURM_EARLY_SIGNALS"  # set by the batch shell: signals before the step ran
 
 
 def log(message: str) -> None:
-    """One timestamped line on the job's output."""
-    print(f"[gymslurm chain-step {utc_now_ms()}] {redact_text(message)}", file=sys.stderr, flush=True)
+    """One timestamped line on the job's output (a log on a full disk loses the line, not the job)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"[gymslurm chain-step {utc_now_ms()}] {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -60,9 +62,16 @@ class Signals:
                 self.child.send_signal(signum)
 
     def install(self) -> None:
-        """Handle USR1, TERM and INT."""
+        """Handle USR1, TERM and INT; take as received those the batch shell got before we ran.
+
+        The shell names them in ``GYMSLURM_EARLY_SIGNALS`` (``" USR1"``): a USR1 that came before
+        the chain step started is the same warning as one that comes after.
+        """
         for signum in FORWARDED:
             signal.signal(signum, self.handle)
+        for name in os.environ.get(EARLY_SIGNALS_ENV, "").split():
+            with contextlib.suppress(KeyError):
+                self.received.append(signal.Signals[f"SIG{name}"])
 
     @property
     def names(self) -> str:

@@ -56,6 +56,7 @@ from gymslurm.launcher.job.chain import (
 )
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
 from gymslurm.launcher.job.collector_process import ProgressWatch, collector_argv, run_collector
+from gymslurm.launcher.job.disk import disk_full, wait_for_space
 from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
@@ -149,6 +150,11 @@ def _run_link_locked(
 ) -> int:  # fmt: skip
     ledger, limits = run.ledger(shard), _limits(settings)
     output = run.shard_output(shard, settings.output_stem)
+    if disk_full(run.root) is not None:  # keep the chain's next links queued, then wait for space
+        with contextlib.suppress(SlurmError, StoreError, OSError):
+            ensure_link_lookahead(run, shard, me[0], backend, settings)
+        if not wait_for_space(run.root, ledger, me[0], signals):
+            return ExitCode.DONE
     state = account_for_dead_runs(
         shard_state(run, shard), ledger, me, backend, output=output, limits=limits
     )
@@ -164,7 +170,7 @@ def _run_link_locked(
     reap_predecessors(state, ledger, me)
     try:
         ensure_link_lookahead(run, shard, me[0], backend, settings)
-    except SlurmError as error:  # collect anyway; queuing is tried again after the decision
+    except (SlurmError, OSError) as error:  # collect anyway; queuing is tried again after the decision
         log(f"could not queue the next links now: {error}")
     output.parent.mkdir(parents=True, exist_ok=True)
     if run.read_info().array:
@@ -177,7 +183,7 @@ def _run_link_locked(
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(
         slurm_state, code, elapsed, before_progress, read_progress(output), killer,
-        saved_outcomes=saved_bytes(output) > bytes_before,
+        saved_outcomes=saved_bytes(output) > bytes_before, disk_full=disk_full(run.root),
     )  # fmt: skip
     verdict = decide(end, state.budgets, limits)
     if note:
@@ -288,7 +294,10 @@ def _after_decision(
         log(f"the chain of shard {shard} was cancelled; not queuing anything")
         return
     if decision.continues:
-        ensure_link_lookahead(run, shard, me, backend, settings)
+        try:
+            ensure_link_lookahead(run, shard, me, backend, settings)
+        except (SlurmError, OSError) as error:  # the links queued before are still there
+            log(f"could not restore the queued links now: {error}")
         return
     maybe_submit_aggregation(run, settings, backend, me)
     cancelled = _cancel_lookahead(run, shard, me, backend)

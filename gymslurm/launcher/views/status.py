@@ -103,6 +103,12 @@ def verdict(
                 f"'scancel {stuck[0].job_id}' lets the run end"
             )
         return word, why
+    full = state.disk_full
+    if full is not None and live_jobs:
+        return "DISK_FULL", (
+            f"disk full at {full.path} ({full.free_bytes} bytes free, since {full.at[:19]}): job "
+            f"{full.job_id} waits for space and the chain goes on by itself once it is freed"
+        )
     if len(running) > 1:
         return "ORPHANED", f"{len(running)} links running at once: {' '.join(r.job_id for r in running)}"
     never = [row for row in pending if "NeverSatisfied" in row.reason]
@@ -539,6 +545,7 @@ COLUMNS = [
     ("server_restarts", "restarts"),
 ]  # fmt: skip
 ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
+        "DISK_FULL": "31",
         "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31"}  # fmt: skip
 
 
