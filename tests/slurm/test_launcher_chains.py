@@ -64,7 +64,8 @@ def test_progress_chain_runs_four_jobs_without_spending_retries(chains: dict[str
     assert [d["decision"] for d in chain.decisions()] == ["CONTINUE", "CONTINUE", "CONTINUE", "DONE"]
     assert len({d["job_id"] for d in chain.decisions()}) == 4
     assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
-    assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
+    kinds = [r["kind"] for r in chain.ledger(None)]  # the aggregation and its lookahead job: run once
+    assert (kinds[0], kinds.count("start"), kinds.count("decision")) == ("submitted", 1, 1), kinds
     queue = _slurm("squeue", "-h", "-u", TEST_USER, "-t", "PENDING", "-o", "%j")
     assert chain.run is not None and chain.run.name not in queue
 
@@ -153,7 +154,8 @@ def test_three_shards_ending_together_aggregate_exactly_once(chains: dict[str, C
     chain = chains["shards"]
     report = chain.wait()
     assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
-    assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
+    kinds = [r["kind"] for r in chain.ledger(None)]  # the aggregation and its lookahead job: run once
+    assert (kinds[0], kinds.count("start"), kinds.count("decision")) == ("submitted", 1, 1), kinds
 
 
 @pytest.mark.parametrize("cluster", ["a", NO_ACCOUNTING_CLUSTER])  # with and without slurmdbd

@@ -140,7 +140,8 @@ def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> Non
     decisions = chain.decisions()
     assert [d["decision"] for d in decisions] == ["DONE"] and not decisions[0]["accounted_by"]
     assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
-    assert [r["kind"] for r in chain.ledger(None)] == ["submitted", "start", "decision"]
+    kinds = [r["kind"] for r in chain.ledger(None)]  # the aggregation and its lookahead job: run once
+    assert (kinds[0], kinds.count("start"), kinds.count("decision")) == ("submitted", 1, 1), kinds
     assert chain.calls() == 1
 
 

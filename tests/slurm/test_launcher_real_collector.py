@@ -75,7 +75,8 @@ def test_faulty_server_three_shards_end_done_and_merge_each_rollout_once(runs: d
     assert report["aggregation"]["state"].startswith("DONE") and report["queries"] <= 2
     for shard in range(3):
         assert [(d["decision"], d["exit_code"]) for d in run.decisions(shard)] == [("DONE", 0)]
-    assert [r["kind"] for r in run.ledger(None)] == ["submitted", "start", "decision"]
+    kinds = [r["kind"] for r in run.ledger(None)]  # the aggregation and its lookahead job: run once
+    assert (kinds[0], kinds.count("start"), kinds.count("decision")) == ("submitted", 1, 1), kinds
     assert run.rollout_ids(None) == Counter({f"arith-{i}": 1 for i in range(15)})
     totals = run.companion(None, "_aggregate_coverage.json")
     assert (totals["expected"], totals["successful"], totals["failed"]) == (15, 15, 0) and totals["complete"]
