@@ -28,6 +28,7 @@ from gymslurm.progress import say, summary_table
 from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.atomic import write_error
 from gymslurm.store.files import read_gymslurm_metrics
 from gymslurm.store.paths import outcome_sizes
 
@@ -161,9 +162,14 @@ def export_metrics(  # noqa: PLR0917
         origins = routing.origins()
         entries = [_entry_of(url, rows, origins.get(url), metrics, store, stderr, post)
                    for url, rows in sorted(spools.items())]  # fmt: skip
+    except OSError as error:  # the request spool beside the output: a full disk is the store's error
+        raise _spool_error(error, store) from error
     finally:
-        for spool in spools.values():
-            spool.close()
+        try:
+            for spool in spools.values():
+                spool.close()
+        except OSError as error:  # closing flushes the spool's buffer: the same full disk
+            raise _spool_error(error, store) from error
     store.write_aggregate_metrics(entries)
     if not any("gymslurm_note" in entry for entry in entries):  # a basis stands only for answers
         store.write_gymslurm_metrics({**body, "export_basis": basis})
@@ -193,6 +199,12 @@ def export_basis(settings: CollectSettings, store: RunStore, view: RunView, rout
     return "sha256:" + hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
+def _spool_error(error: OSError, store: RunStore) -> StoreError:
+    """The metrics request spooled beside the output could not be written: the store's translation."""
+    target = store.paths.aggregate_metrics
+    return write_error(error, f"could not write {target}", target.parent)
+
+
 def _exported(store: RunStore, basis: str) -> bool:
     """Whether the metrics files on disk were exported from ``basis`` (an unreadable file: no)."""
     try:
@@ -201,7 +213,8 @@ def _exported(store: RunStore, basis: str) -> bool:
         return False
     if previous is None or previous.get("export_basis") != basis:
         return False
-    return store.paths.aggregate_metrics.exists()
+    exported = store.paths.aggregate_metrics  # a link planted there is replaced, never kept or read
+    return exported.exists() and not exported.is_symlink()
 
 
 def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:

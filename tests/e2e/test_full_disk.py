@@ -31,6 +31,7 @@ PHASES = {
     "_failures.jsonl": "dispatch",
     "_coverage.json": "reporting",
     "_aggregate_metrics.json": "reporting",
+    "_gymslurm_metrics.json": "reporting",
     "_health.json": "reporting",
 }
 
