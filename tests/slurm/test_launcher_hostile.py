@@ -81,8 +81,10 @@ def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[s
     while not any(r["kind"] == "start" for r in chain.ledger(None)):
         assert time.monotonic() < deadline, chain.ledger(None)
         time.sleep(1)
-    submitted, started = chain.ledger(None)[:2]
-    assert started["job_id"] == submitted["job_id"] and "_" not in started["job_id"], chain.ledger(None)
+    records = chain.ledger(None)
+    submitted = next(r for r in records if r["kind"] == "submitted")  # the first; its lookahead follows
+    started = next(r for r in records if r["kind"] == "start")
+    assert started["job_id"] == submitted["job_id"] and "_" not in started["job_id"], records
     assert started["restart_count"] == 0
     agg = chain.status()["aggregation"]
     assert (agg["job"], agg["finished"]) == (submitted["job_id"], False), agg
