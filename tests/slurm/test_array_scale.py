@@ -68,7 +68,8 @@ def test_two_hundred_shards_go_as_one_throttled_array_and_chains_go_on(chain: Ch
         ]
         assert len(running_first) <= THROTTLE, running_first
         report = chain.status()
-        assert len(report["shards"]) == SHARDS and report["queries"] == 1
+        # one squeue, plus at most one sacct (where accounting exists) for jobs the queue forgot
+        assert len(report["shards"]) == SHARDS and report["queries"] <= 2, report["queries"]
         done = [row for row in report["shards"] if row["verdict"] == "DONE"]
         assert time.monotonic() < deadline, json.dumps(report["summary"])
         time.sleep(2)
