@@ -1,4 +1,7 @@
-"""The seams docs/architecture.md promises are kept by the code: typed, imported visibly, acyclic."""
+"""The seams docs/architecture.md promises are kept by the code: typed and imported visibly.
+
+(No import cycle, and no import from a higher floor: tests/unit/test_floors.py, over every import.)
+"""
 
 from __future__ import annotations
 
@@ -45,48 +48,6 @@ def test_imports_are_visible(name: str) -> None:
         if isinstance(inner, ast.Import | ast.ImportFrom)
     ]
     assert hidden == []
-
-
-def _module_imports(path: Path) -> set[str]:
-    """gymslurm modules imported at module level (TYPE_CHECKING blocks and functions excluded)."""
-    found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {name for name in found if name.startswith("gymslurm")}
-
-
-def test_import_graph_has_no_cycle() -> None:
-    """Following module-level imports, no module of the package reaches itself again."""
-    modules = {
-        ".".join(("gymslurm", *p.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__"): p
-        for p in PACKAGE.rglob("*.py")
-    }
-    graph = {
-        name: {m for m in _module_imports(path) if m in modules and m != name}
-        for name, path in modules.items()
-    }
-    # a package's __init__ re-exporting its own modules is not a cycle through the package
-    graph = {name: {m for m in deps if not name.startswith(m + ".")} for name, deps in graph.items()}
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
-
-    def visit(name: str, trail: list[str]) -> None:
-        state[name] = 1
-        for dep in sorted(graph[name]):
-            if state.get(dep) == 1:
-                cycles.append([*trail[trail.index(dep) :], dep] if dep in trail else [name, dep])
-            elif dep not in state:
-                visit(dep, [*trail, dep])
-        state[name] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert cycles == []
 
 
 def test_say_lives_with_the_other_output_for_people() -> None:
