@@ -366,9 +366,12 @@ def build_job_python(venv: Path, repo: Path, *, base_python: Path = SYSTEM_PYTHO
     Why: as root, pytest's interpreter often lives under /root (mode 0700 here: pyenv), which the
     test user cannot execute, so a job script run as that user needs its own interpreter. The
     package is installed non-editable (the checkout may be unreadable for the user) and
-    reinstalled on every call, so jobs run the code under test. Dependencies are installed once
-    per set of requirements (a stamp file). A file lock serialises parallel pytest sessions.
-    Returns the venv's ``bin/python``.
+    reinstalled whenever its source differs from the installed copy (a content stamp), so jobs
+    run the code under test. Never on every call: xdist workers each call this at their own
+    session start, and a forced reinstall under another worker's running jobs made them fail
+    with ``No module named gymslurm.launcher`` mid-uninstall (the CI run of stop 24).
+    Dependencies are installed once per set of requirements (a stamp file). A file lock
+    serialises parallel pytest sessions. Returns the venv's ``bin/python``.
     """
     venv.parent.mkdir(parents=True, exist_ok=True)
     venv.parent.chmod(0o755)
@@ -382,8 +385,22 @@ def build_job_python(venv: Path, repo: Path, *, base_python: Path = SYSTEM_PYTHO
         if not stamp.exists() or stamp.read_text() != "\n".join(deps):
             _pip_install(python, *deps)
             stamp.write_text("\n".join(deps))
-        _pip_install(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(repo))
+        source = venv / "gymslurm-source.txt"
+        digest = package_digest(repo)
+        if not source.exists() or source.read_text() != digest:
+            _pip_install(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(repo))
+            source.write_text(digest)
         return python
+
+
+def package_digest(repo: Path) -> str:
+    """A hash of everything a non-editable install of ``repo`` copies (pyproject's wheel targets)."""
+    digest = hashlib.sha256((repo / "pyproject.toml").read_bytes())
+    shipped = ("gymslurm", "configs", "sbatch_templates")
+    for path in sorted(p for folder in shipped for p in (repo / folder).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _pip_install(python: Path, *args: str) -> None:
