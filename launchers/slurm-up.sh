@@ -41,6 +41,11 @@ PREEMPT_MODE="${GYMSLURM_PREEMPT_MODE:-REQUEUE}"
 UP_TIMEOUT="${GYMSLURM_UP_TIMEOUT:-90}"
 APT_TIMEOUT="${GYMSLURM_APT_TIMEOUT:-900}"
 TEST_USER="${GYMSLURM_TEST_USER:-slurmtest}"
+# Job records slurmctld holds (every array task counts): 10,000 shards x (running link + lookahead 2)
+# + the aggregation's chain is ~30,000; Slurm's default 10000 refuses such a run.
+MAX_JOB_COUNT=50000
+# Slurm's default, kept: a run of more than 1001 shards spans several arrays, as on most sites.
+MAX_ARRAY_SIZE=1001
 ETC="${GYMSLURM_ETC:-/etc/slurm}"
 DBD_CONF="$ETC/slurmdbd.conf"
 BRIDGE=gsbr0
@@ -243,6 +248,8 @@ SchedulerParameters=sched_interval=5,bf_interval=5
 ReturnToService=2
 KillWait=10
 MinJobAge=600
+MaxJobCount=$MAX_JOB_COUNT
+MaxArraySize=$MAX_ARRAY_SIZE
 MailProg=/bin/true
 JobCompType=jobcomp/filetxt
 JobCompLoc=$d/log/jobcomp.txt

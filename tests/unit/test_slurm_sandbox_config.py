@@ -101,3 +101,13 @@ def test_what_slurm_up_starts_does_not_inherit_a_callers_lock(tmp_path: Path) ->
         assert again.returncode == 0, "the lock is still held by the process the script started"
     finally:
         os.kill(daemon, signal.SIGKILL)
+
+
+def test_every_cluster_holds_a_ten_thousand_shard_run_with_its_lookahead() -> None:
+    """MaxJobCount >= 50000 on a, b and n (10,000 shards x 3 job records each + the aggregation);
+    MaxArraySize stays Slurm's 1001, so such a run spans several arrays as on most sites."""
+    for cluster in ("a", "b", "n"):
+        config = _config(cluster)
+        count = re.search(r"^MaxJobCount=(\d+)$", config, re.M)
+        assert count and int(count.group(1)) >= 50000, cluster
+        assert re.search(r"^MaxArraySize=1001$", config, re.M), cluster
