@@ -143,7 +143,9 @@ def test_partition_low_is_preemptable_by_high(slurm_user: SlurmUser) -> None:
 
 
 @pytest.mark.parametrize("cluster", ["a", SECOND_CLUSTER, NO_ACCOUNTING_CLUSTER])
-def test_every_cluster_holds_a_ten_thousand_shard_run_with_its_lookahead(slurm_user: SlurmUser, cluster: str) -> None:
+def test_every_cluster_holds_a_ten_thousand_shard_run_with_its_lookahead(
+    slurm_user: SlurmUser, cluster: str
+) -> None:
     """``scontrol show config`` on a, b and n: MaxJobCount >= 50000 (10,000 shards x a running link and
     two queued ones, every array task a job record, + the aggregation); Slurm's default is 10000."""
     config = slurm_user.run(["scontrol", "show", "config"], env=cluster_env(cluster))
