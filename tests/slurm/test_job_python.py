@@ -16,7 +16,7 @@ def _checkout(root: Path) -> Path:
 
 
 def test_the_digest_is_stable_while_nothing_changes(tmp_path: Path) -> None:
-    """Two xdist workers of one session see one digest, so the second never reinstalls under the first's jobs."""
+    """Two xdist workers of one session see one digest: the second never reinstalls under the first's jobs."""
     repo = _checkout(tmp_path)
     (repo / "gymslurm" / "__pycache__").mkdir()
     first = package_digest(repo)
