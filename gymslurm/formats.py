@@ -23,7 +23,16 @@ class Format:
     field: str
     version: int
     advice: str = "read it with the gymslurm version that wrote it, or move the run's files aside"
+    older: tuple[int, ...] = ()  # earlier versions still read (the reader upgrades them); never written
 
+    @property
+    def read(self) -> tuple[int, ...]:
+        """Every version this gymslurm reads: the older ones, then the one it writes."""
+        return (*self.older, self.version)
+
+
+# A live file (store/live.py) is replaced whole by its one writer every few seconds: losing it loses nothing.
+_LIVE_ADVICE = "delete the file; its writer replaces it"
 
 FORMATS: dict[str, Format] = {
     "manifest": Format("the run manifest", "format_version", 2),
@@ -33,7 +42,11 @@ FORMATS: dict[str, Format] = {
     "aggregate_coverage": Format("the merged coverage file", "format_version", 1),
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
-    "ledger": Format("the chain ledger", "v", 1, "use the gymslurm version that wrote it"),
+    # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
+    # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
+    "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
+    "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
+    "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),
@@ -41,18 +54,19 @@ FORMATS: dict[str, Format] = {
 
 
 def version_of(kind: str) -> int:
-    """The version this gymslurm writes (and reads) for ``kind``."""
+    """The version this gymslurm writes (and reads; see ``Format.older`` for earlier ones) for ``kind``."""
     return FORMATS[kind].version
 
 
 def version_problem(kind: str, found: object) -> str | None:
     """Why ``found`` is not a version of ``kind`` this gymslurm reads, or None when it is."""
     fmt = FORMATS[kind]
-    if type(found) is int and found == fmt.version:
+    if type(found) is int and found in fmt.read:
         return None
+    versions = f"version {fmt.version} only" if not fmt.older else "versions " + ", ".join(map(str, fmt.read))
     return (
-        f"{fmt.name} is version {found!r} ({fmt.field} {found!r}); this gymslurm reads version "
-        f"{fmt.version} only: {fmt.advice}"
+        f"{fmt.name} is version {found!r} ({fmt.field} {found!r}); this gymslurm reads {versions}: "
+        f"{fmt.advice}"
     )
 
 

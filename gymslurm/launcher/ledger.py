@@ -6,11 +6,14 @@ submitted, a run of a job started, a run ended with a decision, the chain was ca
 resubmitted. A job that died without writing its decision is accounted for by its successor
 (a ``decision`` record with ``accounted_by``).
 
-Format (version 1): one JSON object per line, ``{"v": 1, "kind": ..., "at": ISO-8601 UTC, ...}``.
-The version is checked first and unknown fields are rejected. Writers append one whole line with
-one ``write`` under an exclusive ``flock`` (the job, its successor and ``cancel`` on the login node
-may write the same ledger); a line torn by a writer that died mid-write is dropped on read and cut
-off before the next append. A complete malformed line in the middle is corruption and raises.
+Format (version 2): one JSON object per line, ``{"v": 2, "kind": ..., "at": ISO-8601 UTC, ...}``.
+The version is checked first and unknown fields are rejected. Version 1 lines still read (a chain
+may span an upgrade): their only difference is a decision's ``coverage`` summary, which nothing read
+and which :func:`parse_record` drops (``formats.py`` lists 1 as an older ledger version). Writers
+append one whole line with one ``write`` under an exclusive ``flock`` (the job, its successor and
+``cancel`` on the login node may write the same ledger); a line torn by a writer that died
+mid-write is dropped on read and cut off before the next append. A complete malformed line in the
+middle is corruption and raises.
 Guarantee: a writer killed at any instant loses at most its own unfinished line; not covered: a
 storage failure (the same promise as the collector's files, docs/formats.md).
 
@@ -37,7 +40,8 @@ from gymslurm.store.atomic import open_run_file, reserve
 from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 
-LEDGER_VERSION = version_of("ledger")
+LEDGER_VERSION = version_of("ledger")  # what is written; FORMATS["ledger"].read is what is read
+LedgerVersion = Literal[1, 2]
 FINISHED = {
     Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME,
     Decision.STOP_NO_PROGRESS,
@@ -47,7 +51,7 @@ FINISHED = {
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    v: Literal[1] = 1
+    v: LedgerVersion = 2  # LEDGER_VERSION (a test pins the two, and the Literal to FORMATS' versions)
     at: str = Field(default_factory=utc_now_ms)
 
 
@@ -109,7 +113,6 @@ class DecisionRecord(_Record):
     budgets_before: BudgetsRecord
     budgets_after: BudgetsRecord
     resubmit_offset: str | None = None
-    coverage: dict[str, int | bool] | None = None
     accounted_by: str | None = None
 
 
@@ -192,8 +195,8 @@ def parse_record(line: bytes, where: str) -> Record:
     """One ledger line; the version is checked before anything else.
 
     The fast path validates the bytes in one call (pydantic-core parses the JSON itself; the model
-    pins ``v`` to 1, so a line of another version cannot pass it); any failure is explained by the
-    slow path below, version first.
+    pins ``v`` to the versions read, so a line of another version cannot pass it); any failure is
+    explained by the slow path below, version first, which also upgrades a version 1 decision.
     """
     try:
         return _ADAPTER.validate_json(line)
@@ -206,6 +209,8 @@ def parse_record(line: bytes, where: str) -> Record:
             f"{where}: not JSON ({error}); move the ledger aside to start over"
         ) from error
     check_version("ledger", raw.get("v") if isinstance(raw, dict) else None, where, CorruptRecordError)
+    if raw["v"] == 1 and raw.get("kind") == "decision":
+        raw.pop("coverage", None)  # version 1's coverage summary: written by old links, read by nothing
     try:
         return _ADAPTER.validate_python(raw)
     except ValidationError as error:

@@ -10,26 +10,26 @@ Two writers leave a sign of life, each the only writer of its file, each replaci
 - ``shards/NNN/heartbeat.json`` of a launcher run: the chain step's **heartbeat**, written every
   ``interval_s`` (15 s) while a link runs: which job, since when, its pid and host.
 
-Format: both are version 1 (``format_version``), unknown fields rejected, the version checked
-before anything else (:func:`read_progress`, :func:`read_heartbeat`). A reader gets ``None`` when
-the file does not exist yet; a file it cannot trust raises :class:`~gymslurm.errors.CorruptRecordError`
-naming it. Guarantee: a writer killed at any instant leaves the previous whole record. Not
+Format: both are version 1 (``format_version``, ``formats.py``), unknown fields rejected, read by the
+store's one JSON-object reader (``files.read_json_object``: the version checked before anything else).
+A reader gets ``None`` when the file does not exist yet; a file it cannot trust raises
+:class:`~gymslurm.errors.ManifestError` naming it, as every other companion does.
+Guarantee: a writer killed at any instant leaves the previous whole record. Not
 covered: clocks that disagree between the compute node and the login node (ages are computed from
 the writer's wall clock; a skew of seconds only shifts them).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gymslurm.errors import CorruptRecordError
+from gymslurm.errors import ManifestError
 from gymslurm.store.atomic import publish_json
+from gymslurm.store.files import read_json_object, validation_problems
 
-LIVE_VERSION = 1
 HEARTBEAT_S = 15.0  # how often a running chain step replaces its heartbeat
 
 
@@ -105,30 +105,21 @@ def write_heartbeat(path: Path, record: Heartbeat) -> None:
 
 def read_progress(path: Path) -> LiveProgress | None:
     """The live progress record at ``path``, or None when no collector wrote one yet."""
-    return _read(path, LiveProgress, "live progress record")
+    return _read(path, LiveProgress, "the live progress record", "progress")
 
 
 def read_heartbeat(path: Path) -> Heartbeat | None:
     """The heartbeat at ``path``, or None when no link wrote one yet."""
-    return _read(path, Heartbeat, "heartbeat")
+    return _read(path, Heartbeat, "the heartbeat", "heartbeat")
 
 
-def _read(path: Path, model: type[_T], what: str) -> _T | None:
-    try:
-        raw = json.loads(path.read_bytes())
-    except FileNotFoundError:
+def _read(path: Path, model: type[_T], what: str, kind: str) -> _T | None:
+    """The record at ``path`` through the store's one JSON-object reader (version first), then its model."""
+    remedy = "delete it, the next writer replaces it"
+    raw = read_json_object(path, what, remedy, kind)
+    if raw is None:
         return None
-    except (OSError, ValueError) as error:
-        raise CorruptRecordError(
-            f"{path}: the {what} cannot be read ({error}); delete it, the next writer replaces it"
-        ) from error
-    version = raw.get("format_version") if isinstance(raw, dict) else None
-    if version != LIVE_VERSION:
-        raise CorruptRecordError(
-            f"{path}: {what} version {version!r} is not supported (expected {LIVE_VERSION}); "
-            "use the gymslurm version that wrote it, or delete the file (its writer replaces it)"
-        )
     try:
         return model.model_validate(raw)
     except ValidationError as error:
-        raise CorruptRecordError(f"{path}: malformed {what}: {error}") from error
+        raise ManifestError(f"{what} {path} is malformed ({validation_problems(error)}); {remedy}") from None

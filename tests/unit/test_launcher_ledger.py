@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
+import orjson
 import pytest
 
 from gymslurm.errors import CorruptRecordError
+from gymslurm.formats import FORMATS, version_of
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import (
     BudgetsRecord,
@@ -14,6 +17,7 @@ from gymslurm.launcher.ledger import (
     DecisionRecord,
     Injected,
     Ledger,
+    LedgerVersion,
     Resubmitted,
     Started,
     Submitted,
@@ -58,10 +62,45 @@ def test_torn_tail_is_ignored_then_cut(tmp_path: Path) -> None:
 
 
 def test_unknown_version_is_refused(tmp_path: Path) -> None:
-    """A record of another ledger version raises, naming the version."""
+    """A record of a ledger version this gymslurm does not read raises, naming the version."""
     path = tmp_path / "ledger.jsonl"
-    path.write_text('{"v": 2, "kind": "start", "job_id": "1"}\n')
-    with pytest.raises(CorruptRecordError, match="version 2"):
+    path.write_text('{"v": 3, "kind": "start", "job_id": "1"}\n')
+    with pytest.raises(CorruptRecordError, match="version 3"):
+        Ledger(path).read()
+
+
+V1_DECISION = (
+    '{"v": 1, "at": "t", "kind": "decision", "job_id": "1", "end": "t", "elapsed_s": 2.0, '
+    '"slurm_state": "RUNNING", "exit_code": 75, "decision": "CONTINUE", "reason": "r", '
+    '"budgets_before": {"jobs": 1}, "budgets_after": {"jobs": 1}, '
+    '"coverage": {"expected": 4, "successful": 2, "complete": false}}'
+)
+
+
+def test_a_decision_is_written_as_version_2_without_the_unread_coverage_summary(tmp_path: Path) -> None:
+    """New ledger lines are version 2 (formats.py), and a decision has no coverage field any more."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    ledger.append(_decision("1", Decision.CONTINUE, Budgets(1, 10, 0)))
+    line = orjson.loads(ledger.path.read_bytes())
+    assert line["v"] == version_of("ledger") == 2 and "coverage" not in line
+    assert get_args(LedgerVersion) == FORMATS["ledger"].read == (1, 2)
+
+
+def test_a_version_1_decision_with_its_coverage_summary_still_reads(tmp_path: Path) -> None:
+    """A chain may span the upgrade: v1 lines (coverage included) read beside v2 ones, coverage dropped."""
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    ledger.path.write_text(V1_DECISION + "\n")
+    ledger.append(Started(job_id="2"))
+    old, new = ledger.read()
+    assert isinstance(old, DecisionRecord) and (old.v, old.decision, new.v) == (1, Decision.CONTINUE, 2)
+    assert summarize([old, new]).budgets == Budgets(1)
+
+
+def test_a_version_2_decision_with_a_coverage_field_is_refused(tmp_path: Path) -> None:
+    """Only version 1 had the coverage summary: in a version 2 line it is an unknown field."""
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(V1_DECISION.replace('"v": 1', '"v": 2') + "\n")
+    with pytest.raises(CorruptRecordError, match="coverage"):
         Ledger(path).read()
 
 

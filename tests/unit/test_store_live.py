@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.collector_live import is_stalled
-from gymslurm.errors import CorruptRecordError
+from gymslurm.errors import ManifestError
 from gymslurm.store.live import (
     Heartbeat,
     LiveProgress,
@@ -61,13 +61,13 @@ def test_heartbeat_round_trips(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("{", "cannot be read"), ('{"format_version": 2}', "version 2 is not supported"),
-     ('{"format_version": 1, "job_id": "1"}', "malformed")],
+    [("{", "is corrupt"), ('{"format_version": 2}', "is version 2"),
+     ('{"format_version": 1, "job_id": "1"}', "is malformed")],
 )  # fmt: skip
 def test_unreadable_live_files_raise_naming_the_file(tmp_path: Path, text: str, message: str) -> None:
-    """A torn, foreign-version or malformed record raises CorruptRecordError naming the file."""
+    """A torn, foreign-version or malformed record raises ManifestError naming the file."""
     path = tmp_path / "heartbeat.json"
     path.write_text(text)
-    with pytest.raises(CorruptRecordError, match=message) as caught:
+    with pytest.raises(ManifestError, match=message) as caught:
         read_heartbeat(path)
     assert str(path) in str(caught.value)

@@ -11,7 +11,7 @@ import pytest
 
 from gymslurm.aggregate import load_shard, resolve_inputs
 from gymslurm.errors import ManifestError
-from gymslurm.store import RunPaths, RunStore
+from gymslurm.store import RunPaths, RunStore, live
 from gymslurm.store.files import read_coverage, read_gymslurm_metrics
 from gymslurm.store.history import RolloutKeys, read_history, result_outcome
 from gymslurm.store.manifest import read_manifest
@@ -98,7 +98,10 @@ READERS: list[tuple[str, Callable[[RunPaths], Any], Callable[[RunPaths], Path]]]
     ("saved identity", _identity, lambda p: p.identity),
     ("coverage", read_coverage, lambda p: p.coverage),
     ("gymslurm metrics", lambda p: read_gymslurm_metrics(p.gymslurm_metrics), lambda p: p.gymslurm_metrics),
-]
+    ("live progress", lambda p: live.read_progress(p.progress), lambda p: p.progress),
+    ("heartbeat", lambda p: live.read_heartbeat(p.output.parent / "heartbeat.json"),
+     lambda p: p.output.parent / "heartbeat.json"),
+]  # fmt: skip
 
 
 BAD = [(b"{not json", "is corrupt (not valid JSON"), (b"[1]", "is not a JSON object; ")]
@@ -110,7 +113,7 @@ def test_every_json_companion_is_read_by_the_one_reader(
     tmp_path: Path, reader: tuple[str, Callable[[RunPaths], Any], Callable[[RunPaths], Path]],
     bad: tuple[bytes, str],
 ) -> None:  # fmt: skip
-    """Manifest, identity, coverage and metrics refuse a bad file alike: named, with what to do."""
+    """Manifest, identity, coverage, metrics and live files refuse a bad file alike (named, with a remedy)."""
     (_, read, where), (content, says) = reader, bad
     paths = RunPaths.for_output(tmp_path / "run.jsonl")
     path = _write(where(paths), content)

@@ -11,6 +11,7 @@ import pytest
 from gymslurm.errors import GymslurmError
 from gymslurm.formats import FORMATS, version_problem
 from gymslurm.launcher.ledger import parse_record
+from gymslurm.store import live
 from gymslurm.store.files import read_coverage, read_gymslurm_metrics
 from gymslurm.store.history import failure_row_problem
 from gymslurm.store.manifest import parse_manifest
@@ -50,6 +51,14 @@ def _gymslurm_metrics(tmp: Path) -> None:
     read_gymslurm_metrics(tmp / "m.json")
 
 
+def _live(kind: str) -> Callable[[Path], None]:
+    def read(tmp: Path) -> None:
+        (tmp / "live.json").write_bytes(orjson.dumps({"format_version": FUTURE}))
+        (live.read_progress if kind == "progress" else live.read_heartbeat)(tmp / "live.json")
+
+    return read
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -58,14 +67,16 @@ def _failure_record(tmp: Path) -> None:
 READERS: dict[str, Callable[[Path], None]] = {
     "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
     "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
+    "progress": _live("progress"), "heartbeat": _live("heartbeat"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", sorted(READERS))
 def test_every_reader_refuses_a_future_version_in_one_voice(kind: str, tmp_path: Path) -> None:
     """Version 99 of any format is refused, naming the version found and the one this gymslurm reads."""
-    expected = FORMATS[kind].version
-    with pytest.raises(GymslurmError, match=rf"is version {FUTURE} .*reads version {expected} only"):
+    fmt = FORMATS[kind]
+    reads = f"version {fmt.version} only" if not fmt.older else "versions " + ", ".join(map(str, fmt.read))
+    with pytest.raises(GymslurmError, match=rf"is version {FUTURE} .*reads {reads}:"):
         READERS[kind](tmp_path)
 
 
@@ -80,5 +91,5 @@ def test_every_written_format_is_in_the_table() -> None:
     """The formats docs/formats.md versions are exactly the gate's table."""
     assert sorted(FORMATS) == sorted(
         ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
-         "supervision_event", "gymslurm_metrics"]
+         "supervision_event", "gymslurm_metrics", "progress", "heartbeat"]
     )  # fmt: skip
