@@ -34,7 +34,11 @@ SCENARIOS = {
     "no_progress": dict(steps=[{"exit": 75, "progress": 0}, {"exit": 0}]),
     "time_limit": dict(
         steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}],
-        slurm_yaml="  time: '1'\n  signal_lead_s: 60\n  max_walltime: '0:45'\n",
+        # --time 2 min, USR1 60 s before: the signal comes mid-link. With --time 1 it was due at
+        # the job's start and Slurm's first time-limit check sometimes sent it before the batch
+        # step ran (lost: the link ended by the time limit's TERM, CI of stop 24); that instant is
+        # tested on the local backend (tests/e2e, early signals).
+        slurm_yaml="  time: '2'\n  signal_lead_s: 60\n  max_walltime: '0:45'\n",
     ),
     "requeue": dict(steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]),
     "scancel": dict(steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]),
