@@ -25,6 +25,7 @@ from gymslurm.health import SelectedRun, after_collection
 from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics
 from gymslurm.progress import say, summary_table
+from gymslurm.redaction import redact_text
 from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
@@ -128,8 +129,10 @@ def export_metrics(  # noqa: PLR0917
     (with the same ``count_failure_classes_as_zero`` scoring policy; 000: "live and offline
     count_failure_classes_as_zero selection" match either name and count the row once).
     ``<stem>_aggregate_metrics.json``: NeMo Gym's list, one entry per Environment Server from its
-    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). A server
-    that does not answer gets an entry with gymslurm's own metrics and a ``gymslurm_note`` saying so.
+    ``POST /aggregate_metrics`` over the selected results it ran (``post``, the HTTP seam). That file
+    name promises the servers' own answers, so it holds nothing else: a server that does not answer
+    gets no entry (a warning names it, and ``servers_without_metrics`` in gymslurm's file), and when no
+    server answers the NeMo Gym file is removed (an older export's would be stale).
 
     Memory stays flat: the selected rows are read back one at a time and spooled per server as the
     request body (:class:`~gymslurm.dispatch.MetricsRows`), never held. Nothing is asked again when
@@ -160,8 +163,8 @@ def export_metrics(  # noqa: PLR0917
             spool = spools.get(url) or spools.setdefault(url, MetricsRows(store.paths.output.parent))
             spool.add(row_for_metrics(row))
         origins = routing.origins()
-        entries = [_entry_of(url, rows, origins.get(url), metrics, store, stderr, post)
-                   for url, rows in sorted(spools.items())]  # fmt: skip
+        asked = {url: _entry_of(url, rows, origins.get(url), store, stderr, post)
+                 for url, rows in sorted(spools.items())}  # fmt: skip
     except OSError as error:  # the request spool beside the output: a full disk is the store's error
         raise _spool_error(error, store) from error
     finally:
@@ -170,22 +173,35 @@ def export_metrics(  # noqa: PLR0917
                 spool.close()
         except OSError as error:  # closing flushes the spool's buffer: the same full disk
             raise _spool_error(error, store) from error
-    store.write_aggregate_metrics(entries)
-    if not any("gymslurm_note" in entry for entry in entries):  # a basis stands only for answers
+    entries = [entry for entry in asked.values() if entry is not None]
+    silent = [_server_name(url, origins.get(url)) for url, entry in asked.items() if entry is None]
+    if entries or not silent:
+        store.write_aggregate_metrics(entries)
+    else:
+        store.remove_aggregate_metrics()
+    if silent:  # the file NeMo Gym's name promises holds only answers; gymslurm's own say which are not
+        store.write_gymslurm_metrics({**body, "servers_without_metrics": silent})
+    else:  # a basis stands only for answers
         store.write_gymslurm_metrics({**body, "export_basis": basis})
 
 
 def _entry_of(  # noqa: PLR0917
-    url: str, rows: MetricsRows, origin: ServerOrigin | None, metrics: dict[str, Any], store: RunStore,
-    stderr: IO[str], post: MetricsPost | None,
-) -> dict[str, Any]:  # fmt: skip
-    """A server's aggregate-metrics entry: its answer, else gymslurm's own metrics with a note."""
+    url: str, rows: MetricsRows, origin: ServerOrigin | None, store: RunStore, stderr: IO[str],
+    post: MetricsPost | None,
+) -> dict[str, Any] | None:  # fmt: skip
+    """A server's aggregate-metrics entry (its answer); None, with a warning, when it does not answer."""
     try:
         return metrics_entry(origin, url, (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S))
     except MetricsUnavailableError as error:
-        note = f"{error}; these are gymslurm's own metrics of the run ({store.paths.gymslurm_metrics})"
-        say(stderr, f"warning: {note}")
-        return {**metrics_entry(origin, url, {"agent_metrics": metrics}), "gymslurm_note": note}
+        say(stderr, f"warning: {error}; {store.paths.aggregate_metrics.name} has no entry for "
+                    f"{_server_name(url, origin)}: gymslurm's own metrics of the run are in "
+                    f"{store.paths.gymslurm_metrics}")  # fmt: skip
+        return None
+
+
+def _server_name(url: str, origin: ServerOrigin | None) -> str:
+    """A server as the metrics files name it: its name in NeMo Gym's config, else its redacted URL."""
+    return origin.name if origin else redact_text(url)
 
 
 def export_basis(settings: CollectSettings, store: RunStore, view: RunView, routing: Routing) -> str:

@@ -440,6 +440,10 @@ class RunStore:
         """NeMo Gym's ``<stem>_aggregate_metrics.json``: one entry per Environment Server (nemogym.py)."""
         publish_json(self.paths.aggregate_metrics, [dict(entry) for entry in entries])
 
+    def remove_aggregate_metrics(self) -> None:
+        """No NeMo Gym ``<stem>_aggregate_metrics.json`` (no server answered: an older one is stale)."""
+        self.paths.aggregate_metrics.unlink(missing_ok=True)
+
     def write_gymslurm_metrics(self, metrics: Mapping[str, Any]) -> None:
         """``<stem>_gymslurm_metrics.json``: ``{format_version, metrics, metrics_source, written_at}``."""
         write_gymslurm_metrics(self.paths.gymslurm_metrics, metrics)

@@ -68,20 +68,41 @@ def test_each_server_is_asked_for_its_selected_results(tmp_path: Path) -> None:
     assert own["metrics"]["coverage/measured"] == 2
 
 
-def test_a_server_that_does_not_answer_leaves_gymslurms_metrics_with_a_note(tmp_path: Path) -> None:
-    """Fallback: the entry holds gymslurm's own metrics and a gymslurm_note; a warning names the file."""
+def test_a_server_that_does_not_answer_gets_no_entry_under_nemo_gyms_name(tmp_path: Path) -> None:
+    """No answer: NeMo Gym's file is not written (a stale one removed); gymslurm's own file names the server."""
     settings, store, view = finished_run(tmp_path)
+    store.paths.aggregate_metrics.write_text('[{"_ng_environment_server": "weather_legacy_env"}]')  # older
 
     def down(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         raise MetricsUnavailableError(f"the Environment Server at {url} did not answer /aggregate_metrics")
 
     stderr = io.StringIO()
     export_metrics(settings, store, view, build_coverage(view, LoopResult()), ROUTING, stderr, down)
-    (entry,) = orjson.loads(store.paths.aggregate_metrics.read_bytes())
-    assert "did not answer /aggregate_metrics" in entry["gymslurm_note"]
-    assert entry["agent_metrics"]["coverage/measured"] == 2
-    assert entry["_ng_environment_server"] == "weather_legacy_env"
+    assert not store.paths.aggregate_metrics.exists()
+    own = orjson.loads(store.paths.gymslurm_metrics.read_bytes())
+    assert own["servers_without_metrics"] == ["weather_legacy_env"] and "export_basis" not in own
+    assert own["metrics"]["coverage/measured"] == 2
     assert "warning:" in stderr.getvalue() and "_gymslurm_metrics.json" in stderr.getvalue()
+
+
+def test_only_the_servers_that_answer_have_entries(tmp_path: Path) -> None:
+    """Two servers, one silent: NeMo Gym's file holds the answering server's entry only, never gymslurm's."""
+    settings, store, view = finished_run(tmp_path)
+    other = "http://127.0.0.1:18315"
+    routing = Routing(Route(URL, "legacy_agent", ORIGIN), {"b": Route(other, "episode", None)})
+    rows = [orjson.loads(line) for line in store.paths.results.read_bytes().splitlines()]
+    rows[1]["task_id"] = {**rows[1]["task_id"], "taskset": "b"}
+    store.paths.results.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+
+    def post(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        if url == other:
+            raise MetricsUnavailableError(f"the Environment Server at {url} did not answer /aggregate_metrics")
+        return {"agent_metrics": {"mean/reward": 1.0}}
+
+    export_metrics(settings, store, view, build_coverage(view, LoopResult()), routing, io.StringIO(), post)
+    (entry,) = orjson.loads(store.paths.aggregate_metrics.read_bytes())
+    assert entry["_ng_environment_server"] == "weather_legacy_env" and "gymslurm_note" not in entry
+    assert orjson.loads(store.paths.gymslurm_metrics.read_bytes())["servers_without_metrics"] == [other]
 
 
 def test_imported_rows_without_a_task_id_are_routed_by_their_rollouts_task(tmp_path: Path) -> None:
