@@ -5,7 +5,9 @@ function call (city "sf"); then answer one assistant message. ``GET /v1/models``
 Deterministic, no model and no GPU: it only lets NeMo Gym's own agent, resources and environment
 servers run an episode. Standard library only, so any Python runs it::
 
-    python fake_openai.py PORT
+    python fake_openai.py PORT [HOST]
+
+HOST defaults to 127.0.0.1; the Slurm test gives the host's bridge address, which every node reaches.
 """
 
 from __future__ import annotations
@@ -79,4 +81,5 @@ class Handler(BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 18300
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+    ThreadingHTTPServer((host, port), Handler).serve_forever()
