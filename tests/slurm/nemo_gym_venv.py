@@ -14,8 +14,11 @@ installing anything again:
   venv's (1.4 GB, never copied), and whose scripts (``gym``, ...) are the cached venv's with their
   ``#!`` line pointing at the new ``bin/python``.
 
-Done once under a lock (a marker names the source); the result is checked by running
-``gym --help`` as the job user. Root only (the copy is taken from under ``/root``).
+The small venv and the directory holding it belong to the job user, as a user's own venv does:
+NeMo Gym's ``gym env start`` resolves each server's ``.venv`` link and writes beside and inside the
+venv it finds (``<venv>.setup.lock``, ``<venv>/.nemo-gym-setup-complete``). Done once under a lock
+(a marker names the source); the result is checked by running ``gym --help`` as the job user. Root
+only (the copy is taken from under ``/root``).
 """
 
 from __future__ import annotations
@@ -87,6 +90,13 @@ def _small_venv(source: Path, python: Path, venv: Path) -> None:
             path.chmod(0o755)
 
 
+def _ids(user: str) -> tuple[int, int]:
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    return entry.pw_uid, entry.pw_gid
+
+
 def job_nemo_gym_venv(source: Path, user: str) -> Path:
     """A NeMo Gym venv ``user`` can run, made from the cached ``source`` venv (see the module docstring)."""
     JOB_ROOT.mkdir(mode=0o755, exist_ok=True)
@@ -101,6 +111,8 @@ def job_nemo_gym_venv(source: Path, user: str) -> Path:
             python = _copy_python(_base_python(source), JOB_ROOT / "py")
             _small_venv(source, python, venv)
             marker.write_text(str(source))
+            for path in [JOB_ROOT, venv, *venv.rglob("*")]:
+                os.chown(path, *_ids(user), follow_symlinks=False)
     try:
         run(["runuser", "-u", user, "--", str(venv / "bin/gym"), "--help"], cwd=Path("/"), timeout=300)
     except (SlurmTestError, subprocess.SubprocessError) as error:

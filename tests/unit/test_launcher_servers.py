@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gymslurm.launcher.job.servers import ServerStartError, reap, start, stop
+from gymslurm.launcher.job.servers import ServerStartError, first_error_line, reap, start, stop
 from gymslurm.launcher.settings import ServerSettings
 
 pytestmark = pytest.mark.e2e
@@ -170,6 +170,22 @@ def test_a_server_that_exits_at_start_up_stops_the_chain_with_its_first_error_li
         start(settings, tmp_path / "server.log")
     assert "exited with 127 during start-up: sh: 1: uv: command not found" in str(raised.value)
     assert raised.value.deterministic and start_failure_exit(raised.value) == 2
+
+
+def test_the_first_error_is_a_tracebacks_exception_not_a_warning_before_it(tmp_path: Path) -> None:
+    """A Ray warning ("[... W pid tid] ...: Failed to determine local IP") is passed over, and a
+    traceback is named by its exception line (what NeMo Gym's launcher printed on the Slurm sandbox)."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-12-01 23:19:04,581 W 11937 11937] network_util.cc:330: Failed to determine local IP\n"
+        "2026-12-01 23:19:04,570\tWARNING authentication_token_setup.py:85 -- token failed\n"
+        "Traceback (most recent call last):\n  File \"_venv_setup.py\", line 33, in setup_environment\n"
+        "    with venv.open() as lock:\n"
+        "PermissionError: [Errno 13] Permission denied: '/tmp/v.setup.lock'\n"
+        "RuntimeError: Process `policy_model` finished unexpectedly!\n"
+    )
+    first, transient = first_error_line(log, ServerSettings(name="gym", command=["true"]))
+    assert first == "PermissionError: [Errno 13] Permission denied: '/tmp/v.setup.lock'" and not transient
 
 
 def test_a_server_that_lost_its_port_at_start_up_is_retried(tmp_path: Path) -> None:

@@ -193,6 +193,9 @@ ERROR_LINE = re.compile(
     r"(?i)\b(error|exception|traceback|not found|no such file|fatal|failed|denied|invalid)\b"
 )
 TRANSIENT_LINE = re.compile(r"(?i)address already in use|temporarily unavailable|connection refused")
+# A line a log marks as a warning or information (``WARNING``, ``warning:``, glog's ``[... W 123 ...]``,
+# as Ray prints "Failed to determine local IP ... falling back") is never the error that stopped it.
+NOTICE_LINE = re.compile(r"\b(WARNING|WARN|INFO)\b|^\s*(?i:warning):|^\s*\[[^\]]*\s[WI]\s\d+\s")
 FIRST_ERROR_BYTES = 256 * 1024
 
 
@@ -207,11 +210,23 @@ def first_error_line(log: Path, settings: ServerSettings) -> tuple[str, bool]:
     except OSError:
         return "", False
     transient = any(TRANSIENT_LINE.search(line) for line in lines)
-    found = next((line.strip() for line in lines if ERROR_LINE.search(line)), "")
+    first = next((i for i, line in enumerate(lines) if ERROR_LINE.search(line) and not NOTICE_LINE.search(line)),
+                 None)  # fmt: skip
+    found = "" if first is None else _error_of(lines, first)
     for key, value in settings.env.items():  # a server may print the key it was given
         if is_credential_name(key) and value:
             found = found.replace(value, "<redacted>")
     return redact_text(found)[:300], transient
+
+
+def _error_of(lines: list[str], first: int) -> str:
+    """The error a log's line ``first`` starts: a Python traceback's exception line (its first unindented
+    line after ``Traceback ...:``, e.g. ``PermissionError: ...``), else the line itself."""
+    if lines[first].lstrip().startswith("Traceback (most recent call last)"):
+        for line in lines[first + 1 :]:
+            if line.strip() and not line[0].isspace():
+                return line.strip()
+    return lines[first].strip()
 
 
 def start_failure_exit(error: ServerStartError) -> int:
