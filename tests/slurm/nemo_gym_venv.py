@@ -11,8 +11,8 @@ installing anything again:
   the RUNPATH string in its executable rewritten in place to the copy's ``lib`` (same bytes,
   NUL-padded: the new path is shorter), so no tool (patchelf) is needed;
 - a small venv whose ``bin/python`` is that copy, whose ``site-packages`` is a link to the cached
-  venv's (1.4 GB, never copied), and whose scripts (``gym``, ...) are the cached venv's with their
-  ``#!`` line pointing at the new ``bin/python``.
+  venv's (1.4 GB, never copied), and whose scripts (``gym``, ..., ``activate``) are the cached venv's
+  with their ``#!`` line (or paths) pointing at the new venv.
 
 The small venv and the directory holding it belong to the job user, as a user's own venv does:
 NeMo Gym's ``gym env start`` resolves each server's ``.venv`` link and writes beside and inside the
@@ -80,11 +80,14 @@ def _small_venv(source: Path, python: Path, venv: Path) -> None:
     for script in (source / "bin").iterdir():
         if script.is_symlink() or not script.is_file():
             continue
-        first, _, rest = script.read_bytes().partition(b"\n")
+        data = script.read_bytes()
+        first, _, rest = data.partition(b"\n")
+        target = venv / "bin" / script.name
         if first.startswith(old):  # a console script: the same, run by the new bin/python
-            target = venv / "bin" / script.name
             target.write_bytes(f"#!{venv}/bin/python\n".encode() + rest)
             target.chmod(0o755)
+        elif script.name.startswith("activate"):  # NeMo Gym's skip_venv_if_present wants bin/activate
+            target.write_bytes(data.replace(str(source).encode(), str(venv).encode()))
     for path in [venv, *venv.rglob("*")]:
         if not path.is_symlink() and path.is_dir():
             path.chmod(0o755)
