@@ -1,0 +1,85 @@
+"""The NeMo Gym benchmark from a fresh checkout, in one command, on the Slurm sandbox (issue 21).
+
+``gymslurm submit configs/benchmarks/nemo_gym_weather.yaml --wait``, run as the job user
+(``slurmtest``) in a fresh clone it owns: the job, on one of the nodes a1..a4 (each its own network
+namespace), starts NeMo Gym's whole stack with NeMo Gym's own ``gym env start`` through
+configs/nemo_gym/start_stack.sh, collects through the ``legacy_agent`` relay found by name, and the
+aggregation job merges the shard. The config is used unchanged; what differs from the local run is
+the environment a user on a cluster gives it: ``NEMO_GYM_VENV``, a NeMo Gym venv the job user can
+run (tests/slurm/nemo_gym_venv.py makes one from the compat suite's cached install), and
+``POLICY_BASE_URL``, the policy model's address, here the compat suite's fake OpenAI endpoint
+(tests/compat/fake_openai.py) listening on the host's bridge address, which every node reaches.
+
+Markers ``slurm`` and ``nemogym``: it needs both the sandbox and NeMo Gym, and runs in the compat
+suite's serial pytest (launchers/test-all.sh). About 90 s with the venvs made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.compat.nemogym import HERE, NemoGymSetupError, ensure_nemo_gym, stop_session
+
+from .helpers import REPO_ROOT, SlurmCluster, SlurmUser
+from .nemo_gym_venv import job_nemo_gym_venv
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
+CONTROLLER = "ctl-a"  # /etc/hosts maps it to the host's bridge address (docs/slurm-sandbox.md)
+
+
+def _bridge_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_nemo_gym_benchmark_runs_on_slurm_from_a_fresh_checkout_in_one_command(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_user: SlurmUser
+) -> None:
+    """Fresh clone, one `gymslurm submit configs/benchmarks/nemo_gym_weather.yaml --wait` on the
+    sandbox as the job user: exit 0, the shard DONE on a node, 5/5 merged rows with reward 1.0."""
+    try:
+        venv = job_nemo_gym_venv(ensure_nemo_gym(), slurm_user.name)
+    except NemoGymSetupError as error:
+        pytest.fail(f"NeMo Gym could not be installed: {error}", pytrace=False)
+    checkout = slurm_user.workdir / "checkout"
+    subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(checkout)], check=True, timeout=120)
+    if slurm_user.as_root:
+        subprocess.run(["chown", "-R", f"{slurm_user.name}:", str(checkout)], check=True, timeout=120)
+    host = socket.gethostbyname(CONTROLLER)
+    port = _bridge_port(host)
+    fake = subprocess.Popen([sys.executable, str(HERE / "fake_openai.py"), str(port), host],
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {"NEMO_GYM_VENV": str(venv), "POLICY_BASE_URL": f"http://{host}:{port}/v1",
+           "RAY_USAGE_STATS_ENABLED": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # fmt: skip
+    runs = slurm_user.workdir / "runs"
+    argv = [str(slurm_python), "-m", "gymslurm", "submit", "configs/benchmarks/nemo_gym_weather.yaml",
+            "--wait", f"run_root={runs}"]  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["runuser", "-u", slurm_user.name, "--", "env", *[f"{k}={v}" for k, v in env.items()], *argv]
+            if slurm_user.as_root else argv,
+            cwd=checkout, env={**os.environ, **env}, capture_output=True, text=True, timeout=1500,
+            check=False,
+        )  # fmt: skip
+    finally:
+        stop_session(fake.pid)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^0\s+DONE\s", done.stdout, re.MULTILINE), done.stdout[-3000:]
+    (run,) = runs.iterdir()
+    (start,) = [json.loads(line) for line in (run / "shards/000/ledger.jsonl").read_text().splitlines()
+                if json.loads(line)["kind"] == "start"]  # fmt: skip
+    assert start["host"] in slurm_cluster.nodes  # the stack ran on a compute node, not on the host
+    merged = run / "output/merged/weather.jsonl"
+    rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
+    assert len(rows) == 5 and {row["reward"] for row in rows} == {1.0}
+    assert {row["_ng_environment_server"] for row in rows} == {"weather_legacy_env"}
