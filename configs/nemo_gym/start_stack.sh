@@ -6,6 +6,8 @@
 # 1. NeMo Gym 0.7.0's venv: $NEMO_GYM_VENV, else the compat suite's cache
 #    (/var/cache/gymslurm-nemogym/nemo-gym-0.7.0); when it has no `gym`, it is installed there first from
 #    PyPI (`pip download nemo-gym==0.7.0` + a Python >= 3.13 venv: about 75 s and 1.4 GB, once, under a lock).
+#    On a cluster the job user must be able to run it and to write its directory (gym env start writes
+#    <venv>.setup.lock beside it and a marker inside it).
 # 2. NeMo Gym's per-server venvs: `gym env start +skip_venv_if_present=true` wants
 #    <uv_venv_dir>/<type>/<name>/.venv for every server of the stack (else it builds one with uv, and a
 #    machine without uv fails with `uv: command not found`): each is linked to the one NeMo Gym venv, in a
