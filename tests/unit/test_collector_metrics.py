@@ -69,7 +69,7 @@ def test_each_server_is_asked_for_its_selected_results(tmp_path: Path) -> None:
 
 
 def test_a_server_that_does_not_answer_gets_no_entry_under_nemo_gyms_name(tmp_path: Path) -> None:
-    """No answer: NeMo Gym's file is not written (a stale one removed); gymslurm's own file names the server."""
+    """No answer: NeMo Gym's file is not written (a stale one removed); gymslurm's own names the server."""
     settings, store, view = finished_run(tmp_path)
     store.paths.aggregate_metrics.write_text('[{"_ng_environment_server": "weather_legacy_env"}]')  # older
 
@@ -86,7 +86,7 @@ def test_a_server_that_does_not_answer_gets_no_entry_under_nemo_gyms_name(tmp_pa
 
 
 def test_only_the_servers_that_answer_have_entries(tmp_path: Path) -> None:
-    """Two servers, one silent: NeMo Gym's file holds the answering server's entry only, never gymslurm's."""
+    """Two servers, one silent: NeMo Gym's file holds the answering one's entry only, never gymslurm's."""
     settings, store, view = finished_run(tmp_path)
     other = "http://127.0.0.1:18315"
     routing = Routing(Route(URL, "legacy_agent", ORIGIN), {"b": Route(other, "episode", None)})

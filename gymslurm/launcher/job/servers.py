@@ -210,8 +210,8 @@ def first_error_line(log: Path, settings: ServerSettings) -> tuple[str, bool]:
     except OSError:
         return "", False
     transient = any(TRANSIENT_LINE.search(line) for line in lines)
-    first = next((i for i, line in enumerate(lines) if ERROR_LINE.search(line) and not NOTICE_LINE.search(line)),
-                 None)  # fmt: skip
+    errors = (i for i, line in enumerate(lines) if ERROR_LINE.search(line) and not NOTICE_LINE.search(line))
+    first = next(errors, None)
     found = "" if first is None else _error_of(lines, first)
     for key, value in settings.env.items():  # a server may print the key it was given
         if is_credential_name(key) and value:
