@@ -96,7 +96,7 @@ def test_only_the_servers_that_answer_have_entries(tmp_path: Path) -> None:
 
     def post(url: str, rows: Iterable[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
         if url == other:
-            raise MetricsUnavailableError(f"the Environment Server at {url} did not answer /aggregate_metrics")
+            raise MetricsUnavailableError(f"the server at {url} did not answer /aggregate_metrics")
         return {"agent_metrics": {"mean/reward": 1.0}}
 
     export_metrics(settings, store, view, build_coverage(view, LoopResult()), routing, io.StringIO(), post)
