@@ -12,11 +12,19 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.slurm import AccountingRow, QueueRow, SlurmClient, end_from_scontrol
+from gymslurm.launcher.slurm import (
+    AccountingRow,
+    QueueRow,
+    SlurmClient,
+    end_from_scontrol,
+    qualified,
+    split_job_id,
+)
 
 if TYPE_CHECKING:
     from gymslurm.launcher.rundir import RunDir
@@ -66,52 +74,143 @@ class Backend(Protocol):
 
 
 class SlurmBackend:
-    """The Slurm backend: every command goes through :class:`SlurmClient`."""
+    """The Slurm backend: every command goes through :class:`SlurmClient`.
+
+    ``qualify`` (a run across clusters): every job id it hands out or takes names the client's
+    cluster (``b:123_4``, slurm.qualified), because the clusters' ids repeat each other; an id of
+    another cluster is refused (Slurm has no dependency, cancel or query across clusters).
+    """
 
     name = "slurm"
 
-    def __init__(self, client: SlurmClient | None = None, accounting: bool | None = None) -> None:
+    def __init__(
+        self, client: SlurmClient | None = None, accounting: bool | None = None, qualify: bool = False
+    ) -> None:
         self.client = client or SlurmClient()
         self.accounting_known = accounting  # run.json's word: False = never ask sacct
+        if qualify and self.client.cluster is None:
+            raise ValueError("qualified job ids need the client's cluster")
+        self.qualify = qualify
 
     @property
     def queries(self) -> int:
         """Slurm commands run so far."""
         return self.client.queries
 
+    def own(self, job_id: str) -> str:
+        """The id as this backend hands it out (``C:ID`` when qualified)."""
+        return qualified(self.client.cluster, job_id) if self.qualify and self.client.cluster else job_id
+
+    def raw(self, job_id: str) -> str:
+        """Slurm's own id of one of this backend's jobs; an id of another cluster is a SlurmError."""
+        cluster, raw = split_job_id(job_id)
+        if cluster is not None and cluster != self.client.cluster:
+            raise SlurmError(
+                f"job {job_id} is on cluster {cluster}, not {self.client.cluster}: Slurm has no dependency "
+                "or command across clusters outside a federation"
+            )
+        return raw
+
     def submit(self, script: Path, after: Sequence[str] = ()) -> str:
         """``sbatch --parsable [--dependency=afterany:...] SCRIPT``."""
-        return self.client.submit(script, after=after)
+        return self.own(self.client.submit(script, after=[self.raw(job) for job in after]))
 
     def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
         """``sbatch --parsable --array=INDICES [--dependency=afterany:...] SCRIPT``: the array job's id."""
-        return self.client.submit(script, after=after, array=indices)
+        return self.own(self.client.submit(script, after=[self.raw(job) for job in after], array=indices))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel``."""
-        self.client.cancel(job_ids)
+        self.client.cancel([self.raw(job) for job in job_ids])
 
     def queue(self) -> dict[str, QueueRow]:
         """One ``squeue`` call."""
-        return {row.job_id: row for row in self.client.queue()}
+        if not self.qualify:
+            return {row.job_id: row for row in self.client.queue()}
+        rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue())
+        return {row.job_id: row for row in rows}
 
     def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
         """One ``sacct`` call (None when accounting is disabled, without asking when the run knows)."""
         if self.accounting_known is False:
             return None
-        rows = self.client.accounting(list(job_ids))
-        return None if rows is None else {row.job_id: row for row in rows}
+        rows = self.client.accounting([self.raw(job) for job in job_ids])
+        return None if rows is None else {self.own(row.job_id): replace(row, job_id=self.own(row.job_id))
+                                          for row in rows}  # fmt: skip
 
     def ended(self, job_id: str) -> AccountingRow | None:
         """``sacct`` when accounting exists, else ``scontrol show job`` (until MinJobAge), else None.
 
         A run that recorded at submit that the cluster keeps no accounting never calls ``sacct``.
         """
-        rows = None if self.accounting_known is False else self.client.accounting([job_id])
+        raw = self.raw(job_id)
+        rows = None if self.accounting_known is False else self.client.accounting([raw])
         if rows is not None:
-            return next((row for row in rows if row.job_id == job_id), None)
-        fields = self.client.show_job(job_id)
-        return None if fields is None else end_from_scontrol(fields)
+            row = next((row for row in rows if row.job_id == raw), None)
+        else:
+            fields = self.client.show_job(raw)
+            row = None if fields is None else end_from_scontrol(fields)
+        return None if row is None else replace(row, job_id=self.own(row.job_id))
+
+
+class ClusterSetBackend:
+    """The login side of a run across clusters: one :class:`SlurmBackend` (qualified ids) per cluster.
+
+    ``queue`` is one ``squeue`` per cluster, ``accounting`` one ``sacct`` per cluster that has jobs
+    asked of it; ``cancel`` and ``ended`` go to each id's own cluster. It submits nothing: what
+    queues a job names its cluster (:meth:`on`).
+    """
+
+    name = "slurm"
+
+    def __init__(self, backends: Mapping[str, SlurmBackend]) -> None:
+        self.backends = dict(backends)
+
+    @property
+    def queries(self) -> int:
+        """Slurm commands run so far, on every cluster."""
+        return sum(backend.queries for backend in self.backends.values())
+
+    def on(self, cluster: str) -> SlurmBackend:
+        """The backend of one cluster of the run."""
+        return self.backends[cluster]
+
+    def _by_cluster(self, job_ids: Sequence[str]) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for job in job_ids:
+            cluster, _ = split_job_id(job)
+            if cluster not in self.backends:
+                raise SlurmError(f"job {job} names no cluster of this run ({', '.join(self.backends)})")
+            groups.setdefault(cluster, []).append(job)
+        return groups
+
+    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
+        """Refused: a job of a run across clusters is queued on a named cluster (:meth:`on`)."""
+        raise SlurmError(f"a run across clusters queues {script.name} on a named cluster, not on all of them")
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """One ``scancel`` per cluster that holds some of these jobs."""
+        for cluster, jobs in self._by_cluster(job_ids).items():
+            self.backends[cluster].cancel(jobs)
+
+    def queue(self) -> dict[str, QueueRow]:
+        """One ``squeue`` per cluster (the ids name their cluster, so none collide)."""
+        merged: dict[str, QueueRow] = {}
+        for backend in self.backends.values():
+            merged |= backend.queue()
+        return merged
+
+    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
+        """One ``sacct`` per cluster asked; None when no cluster asked keeps accounting."""
+        answers = [self.backends[c].accounting(jobs) for c, jobs in self._by_cluster(job_ids).items()]
+        if answers and all(answer is None for answer in answers):
+            return None
+        return {job: row for answer in answers if answer for job, row in answer.items()}
+
+    def ended(self, job_id: str) -> AccountingRow | None:
+        """How one job ended, asked of its own cluster."""
+        (cluster,) = self._by_cluster([job_id])
+        return self.backends[cluster].ended(job_id)
 
 
 def backend_name(wanted: str) -> Literal["slurm", "local"]:
@@ -167,13 +266,25 @@ def current_job(
     return job_id, int(restarts)
 
 
-def run_backend(run: RunDir) -> Backend:
+def run_backend(run: RunDir, shard: int | None = None, *, aggregation: bool = False) -> Backend:
     """The backend of a submitted run, knowing what its ``run.json`` says of accounting (False: no sacct)
-    and on which Slurm cluster the run is (``slurm.cluster``)."""
+    and on which Slurm cluster the run is (``slurm.cluster``).
+
+    A run across clusters (``slurm.clusters``): the backend of ``shard``'s cluster, of the
+    aggregation's (``aggregation``), or, for neither, a :class:`ClusterSetBackend` of them all.
+    """
     info = run.read_info()
-    return choose_backend(
-        info.backend, local_dir=run.local_dir, accounting=info.accounting, cluster=info.cluster
-    )
+    if info.placement is None or info.backend != "slurm":
+        return choose_backend(
+            info.backend, local_dir=run.local_dir, accounting=info.accounting, cluster=info.cluster
+        )
+
+    def on(cluster: str | None) -> SlurmBackend:
+        return SlurmBackend(SlurmClient(cluster=cluster), accounting=info.accounting, qualify=True)
+
+    if aggregation or shard is not None:
+        return on(info.cluster_of(None if aggregation else shard))
+    return ClusterSetBackend({cluster: on(cluster) for cluster in info.clusters})
 
 
 def this_job(backend: Backend) -> tuple[str, int]:
@@ -185,4 +296,5 @@ def this_job(backend: Backend) -> tuple[str, int]:
             says = backend.client.show_job(own)
         except SlurmError:
             says = None  # the variables, then: Slurm could not be asked
-    return current_job(slurm_says=says)
+    job, restarts = current_job(slurm_says=says)
+    return (backend.own(job) if isinstance(backend, SlurmBackend) else job), restarts

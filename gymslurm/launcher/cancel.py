@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import SlurmBackend
+from gymslurm.launcher.backend import ClusterSetBackend, SlurmBackend
 from gymslurm.launcher.ledger import Cancelled, ChainState
 from gymslurm.launcher.slurm import array_ids
 from gymslurm.launcher.submit import _live_jobs, chain_states, resolve_run_or_job, run_backend
@@ -47,7 +47,7 @@ def cancel(ref: str, run_root: str) -> int:
     # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
     queue = backend.queue()
     every = [job for state in chain_states(run, info.shards) for job in _live_jobs(state, queue)]
-    targets = array_ids(every) if isinstance(backend, SlurmBackend) else every
+    targets = array_ids(every) if isinstance(backend, SlurmBackend | ClusterSetBackend) else every
     backend.cancel(targets)
     shown = " ".join(targets[:10]) + (f" ... ({len(targets) - 10} more)" if len(targets) > 10 else "")
     kept = info.shards - len([i for i in marked if i < info.shards])

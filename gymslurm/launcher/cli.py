@@ -233,7 +233,7 @@ def _inject(argv: list[str]) -> int:
     from gymslurm.launcher.submit import resolve_run_or_job, run_backend
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
-    print(inject(run, args.shard, args.kind, run_backend(run)))
+    print(inject(run, args.shard, args.kind, run_backend(run, args.shard)))
     return 0
 
 
@@ -246,16 +246,15 @@ def _chain_step(argv: list[str]) -> int:
     which.add_argument("--shard", type=int)
     which.add_argument("--aggregate", action="store_true")
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.backend import this_job
+    from gymslurm.launcher.backend import run_backend, this_job
     from gymslurm.launcher.job.aggregation import run_aggregation
     from gymslurm.launcher.job.link import run_link
     from gymslurm.launcher.rundir import RunDir
-    from gymslurm.launcher.submit import backend_for
 
     run = RunDir(args.run_dir.resolve())
-    info = run.read_info()
     settings = run.load_settings()
-    backend = backend_for(run, info.backend, info.accounting, info.cluster)
+    # The cluster this job runs on (a run across clusters: run.json's placement of the shard).
+    backend = run_backend(run, args.shard, aggregation=args.aggregate)
     if args.aggregate:
         return run_aggregation(run, settings, backend, this_job(backend))
     return run_link(run, args.shard, settings, backend, this_job(backend))

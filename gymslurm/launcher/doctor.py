@@ -388,6 +388,23 @@ def read_site(settings: BenchmarkSettings, client: SlurmClient | None = None) ->
     return Site(refusal(findings), accounting, limits)
 
 
+def read_sites(settings: BenchmarkSettings) -> Site:
+    """:func:`read_site` of every cluster the benchmark names (``slurm.clusters``; else its one cluster):
+    a refusal names its cluster; the limits are the smallest of any cluster (the plan must fit each);
+    accounting is True or False when every cluster agrees, else None (each cluster is asked)."""
+    clusters = settings.slurm.planned_clusters
+    if clusters == [settings.slurm.cluster]:
+        return read_site(settings)
+    sites = {name: read_site(settings, SlurmClient(cluster=name)) for name in clusters}
+    refusals = [f"cluster {name}: {site.refusal}" for name, site in sites.items() if site.refusal]
+    limits: dict[str, int] = {}
+    for site in sites.values():
+        for key, value in site.limits.items():
+            limits[key] = min(value, limits.get(key, value))
+    known = {site.accounting for site in sites.values()}
+    return Site("\n".join(refusals) or None, known.pop() if len(known) == 1 else None, limits)
+
+
 def site_refusal(settings: BenchmarkSettings, client: SlurmClient | None = None) -> str | None:
     """Why ``submit`` refuses this cluster, or None (:func:`read_site`)."""
     return read_site(settings, client).refusal

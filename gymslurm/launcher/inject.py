@@ -102,7 +102,8 @@ def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
     pid = target_pid(run, shard, job, fault) if fault in _PROCESS_SIGNAL else None
     if backend.name == "slurm":
         client = backend.client if isinstance(backend, SlurmBackend) else SlurmClient()
-        target = client.numeric_id(job) if fault in _PROCESS_SIGNAL else job
+        slurm_id = backend.raw(job) if isinstance(backend, SlurmBackend) else job  # b:12_3 -> 12_3 on b
+        target = client.numeric_id(slurm_id) if fault in _PROCESS_SIGNAL else slurm_id
         argv = slurm_argv(fault, target, pid)
         how = " ".join(argv)
         try:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
+from gymslurm.launcher.placement import Block, cluster_of
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.store.atomic import publish_bytes
 
@@ -61,16 +62,42 @@ class RunInfo(BaseModel):
     accounting: bool | None = None  # Slurm keeps job accounting (sacct); None: not known (local, older runs)
     array: bool = False  # first links are one job array (array.json); every link runs scripts/links.sbatch
     cluster: str | None = None  # slurm.cluster: the Slurm cluster of every job (None: the default one)
+    # slurm.clusters: which cluster runs which shards (placement.py's blocks, decided once at submit);
+    # every job id of such a run names its cluster (``b:123_4``). None: a run on one cluster.
+    placement: list[Block] | None = None
+    aggregate_cluster: str | None = None  # where the aggregation of a run across clusters runs
+
+    @property
+    def clusters(self) -> list[str]:
+        """Every cluster of a run across clusters (its blocks', then the aggregation's); [] otherwise."""
+        names = [block.cluster for block in self.placement or []]
+        if self.placement is not None and self.aggregate_cluster is not None:
+            names.append(self.aggregate_cluster)
+        return list(dict.fromkeys(names))
+
+    def cluster_of(self, shard: int | None) -> str | None:
+        """The cluster that runs ``shard``'s links (None: the aggregation's), by run.json's record."""
+        if self.placement is None:
+            return self.cluster
+        return self.aggregate_cluster if shard is None else cluster_of(self.placement, shard)
 
 
 class ArrayPart(BaseModel):
-    """One job array of a run: shards ``base`` .. ``base + size - 1`` as task ids 0 .. size-1."""
+    """One job array of a run: shards ``base + offset`` .. ``base + offset + size - 1`` as task ids
+    ``offset`` .. ``offset + size - 1`` of ``scripts/links-<base>.sbatch``. ``offset`` is not 0 only in
+    a run across clusters, where a block of shards may start inside a base's range (placement.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     job_id: str
     base: int
     size: int
+    offset: int = 0
+
+    @property
+    def first(self) -> int:
+        """The first shard the array holds."""
+        return self.base + self.offset
 
 
 class ArrayRecord(BaseModel):
@@ -109,10 +136,10 @@ class ArrayRecord(BaseModel):
         the shard reads STALLED and ``resubmit`` starts it)."""
         parts = self.arrays
         guess = shard // self.chunk if self.chunk else 0  # parts are in base order, one per chunk
-        if guess < len(parts) and parts[guess].base <= shard < parts[guess].base + parts[guess].size:
+        if guess < len(parts) and parts[guess].first <= shard < parts[guess].first + parts[guess].size:
             part: ArrayPart | None = parts[guess]
         else:
-            part = next((p for p in parts if p.base <= shard < p.base + p.size), None)
+            part = next((p for p in parts if p.first <= shard < p.first + p.size), None)
         return None if part is None else f"{part.job_id}_{shard - part.base}"
 
 

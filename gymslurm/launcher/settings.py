@@ -160,6 +160,11 @@ class SlurmSettings(_Strict):
     # The Slurm cluster every job of the run goes to (``--clusters=C`` on each Slurm command; it
     # needs slurmdbd). None: the cluster the login node's slurm.conf names.
     cluster: str | None = None
+    # Shards across clusters (docs/launcher.md): ``[a, b]`` (equal weights) or ``{a: 3, b: 1}``; the
+    # shards are cut into one contiguous block per cluster by weight (placement.py). The aggregation
+    # runs on ``aggregate_on`` (default: the first cluster listed).
+    clusters: list[str] | dict[str, int] | None = None
+    aggregate_on: str | None = None
     account: str | None = None
     qos: str | None = None
     time: str = "01:00:00"
@@ -227,6 +232,49 @@ class SlurmSettings(_Strict):
         return value
 
     _python_one_line = field_validator("python")(_one_line)
+
+    @field_validator("clusters")
+    @classmethod
+    def _valid_clusters(cls, value: list[str] | dict[str, int] | None) -> list[str] | dict[str, int] | None:
+        if value is None:
+            return None
+        names = list(value)
+        if not names:
+            raise ValueError("slurm.clusters is empty: name at least one cluster, or remove it")
+        if len(set(names)) != len(names):
+            raise ValueError(f"slurm.clusters names a cluster twice: {names}")
+        for name in names:
+            _refuse(scriptsafe.directive_problem("slurm.clusters", str(name)))
+        if isinstance(value, dict) and any(not isinstance(w, int) or w < 1 for w in value.values()):
+            raise ValueError(f"slurm.clusters weights must be whole numbers >= 1: {value}")
+        return value
+
+    def model_post_init(self, _context: Any) -> None:
+        """``cluster`` and ``clusters`` exclude each other; ``aggregate_on`` is one of ``clusters``."""
+        if self.clusters is not None and self.cluster is not None:
+            raise ValueError("set slurm.cluster (the whole run on one cluster) or slurm.clusters, not both")
+        if self.aggregate_on is not None and self.aggregate_on not in (self.clusters or []):
+            raise ValueError(
+                f"slurm.aggregate_on {self.aggregate_on!r} is not one of slurm.clusters "
+                f"{list(self.clusters or [])}"
+            )
+
+    @property
+    def cluster_weights(self) -> dict[str, int] | None:
+        """``clusters`` as weights by name (a list: 1 each), None for a run on one cluster."""
+        if self.clusters is None:
+            return None
+        return dict(self.clusters) if isinstance(self.clusters, dict) else dict.fromkeys(self.clusters, 1)
+
+    @property
+    def aggregation_cluster(self) -> str | None:
+        """Where the aggregation of a run across clusters runs: ``aggregate_on``, else the first listed."""
+        return self.aggregate_on or (next(iter(self.clusters)) if self.clusters else None)
+
+    @property
+    def planned_clusters(self) -> list[str | None]:
+        """Every cluster the benchmark names (None: the default one), for doctor and submit's checks."""
+        return list(self.cluster_weights or {}) or [self.cluster]
 
     @property
     def max_walltime_s(self) -> float | None:

@@ -216,6 +216,18 @@ def on_cluster(argv: Sequence[str], cluster: str | None) -> list[str]:
     return [argv[0], f"--clusters={cluster}", *argv[1:]]
 
 
+def qualified(cluster: str, job_id: str) -> str:
+    """A job id that names its cluster, ``b:123_4``: a run across clusters records these, because
+    every cluster counts its job ids from 1 (cluster a's 123 is not cluster b's; pure)."""
+    return f"{cluster}:{job_id}"
+
+
+def split_job_id(job_id: str) -> tuple[str | None, str]:
+    """``b:123_4`` -> ("b", "123_4"); ``123_4`` -> (None, "123_4"): the cluster and Slurm's own id (pure)."""
+    cluster, sep, raw = job_id.rpartition(":")
+    return (cluster, raw) if sep and cluster else (None, job_id)
+
+
 class SlurmClient:
     """Runs Slurm commands; every call goes through :meth:`run`, which counts it."""
 

@@ -29,17 +29,19 @@ from gymslurm.launcher.arrays import ArrayPlan, plan_arrays
 from gymslurm.launcher.backend import (
     LIVE_STATES,
     Backend,
+    ClusterSetBackend,
     SlurmBackend,
     backend_name,
     choose_backend,
     run_backend,
 )
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.doctor import Site, read_site
+from gymslurm.launcher.doctor import Site, read_sites
 from gymslurm.launcher.job.chain import queue_chain
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import ChainState, Resubmitted, Submitted, summarize
 from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.placement import Block, cluster_parts, place_shards
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
@@ -197,6 +199,8 @@ def chain_is_live(run: RunDir, queue: dict[str, Any], shards: int) -> bool:
 def _queue_for(run: RunDir, info: RunInfo, slurm_queue: dict[str, Any] | None) -> dict[str, Any]:
     if info.backend == "local":
         return LocalBackend(run.local_dir).queue()
+    if info.placement is not None:  # a run across clusters: one squeue per cluster, ids name theirs
+        return run_backend(run).queue()
     if info.cluster is not None:  # a run on another cluster: that cluster's queue
         return backend_for(run, "slurm", cluster=info.cluster).queue()
     return slurm_queue if slurm_queue is not None else SlurmBackend().queue()
@@ -210,7 +214,7 @@ def refuse_if_live(settings: BenchmarkSettings, workdir: Path) -> None:
         if info.benchmark != settings.name:
             continue
         queue = _queue_for(run, info, slurm_queue)
-        if info.backend == "slurm" and info.cluster is None:
+        if info.backend == "slurm" and info.cluster is None and info.placement is None:
             slurm_queue = queue
         if chain_is_live(run, queue, info.shards):
             raise ConfigError(
@@ -274,7 +278,7 @@ def submit(
     settings, data = load_benchmark(benchmark, overrides)
     clean, secrets = split_secrets(data)
     backend_kind = resolve_backend_name(settings, backend_name)
-    site = Site(None, None, {}) if backend_kind != "slurm" or dry_run else read_site(settings)
+    site = Site(None, None, {}) if backend_kind != "slurm" or dry_run else read_sites(settings)
     if site.refusal:
         raise ConfigError(site.refusal)
     plan = (
@@ -298,14 +302,20 @@ def submit(
     run.root.parent.mkdir(parents=True, exist_ok=True)
     run.root.mkdir(mode=0o700)
     run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
-    backend = backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
+    weights = settings.slurm.cluster_weights if backend_kind == "slurm" else None
+    placement = None if weights is None else place_shards(settings.shards, weights)
     info = RunInfo(
         name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
         infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
         accounting=site.accounting, array=plan is not None, cluster=settings.slurm.cluster,
+        placement=placement,
+        aggregate_cluster=None if placement is None else settings.slurm.aggregation_cluster,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
+    backend = run_backend(run) if placement is not None else backend_for(
+        run, backend_kind, site.accounting, settings.slurm.cluster
+    )
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
     for path, text in scripts.items():
         atomic_write(path, text.encode())
@@ -313,9 +323,14 @@ def submit(
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     if plan is not None:
-        assert isinstance(backend, SlurmBackend)
+        assert isinstance(backend, SlurmBackend | ClusterSetBackend)
         throttle = settings.slurm.max_running
-        submit_arrays(run, backend, settings.shards, plan, max_running=throttle, counts=counts)
+        submit_arrays(run, backend, settings.shards, plan, max_running=throttle, counts=counts,
+                      placement=placement)  # fmt: skip
+    for block in placement or []:
+        print(f"shards {block.first}..{block.first + block.count - 1}: cluster {block.cluster}")
+    if placement is not None:
+        print(f"the aggregation runs on cluster {info.aggregate_cluster} once every shard's chain ended")
     for shard in [] if plan is not None else range(settings.shards):
         first, *then = queue_first_links(run, shard, backend, "submit", settings.slurm.lookahead)
         print(f"shard {shard}: {counts[shard]} rows, first link {first} (then {' '.join(then)})")
@@ -330,20 +345,24 @@ def queue_first_links(run: RunDir, shard: int, backend: Backend, by: str, depth:
 
 
 def submit_arrays(
-    run: RunDir, backend: SlurmBackend, shards: int, plan: ArrayPlan, *, max_running: int | None,
-    counts: list[int],
+    run: RunDir, backend: SlurmBackend | ClusterSetBackend, shards: int, plan: ArrayPlan, *,
+    max_running: int | None, counts: list[int], placement: list[Block] | None = None,
 ) -> str:  # fmt: skip
-    """Every shard's first link as the plan's job arrays (one ``sbatch`` each).
+    """Every shard's first link as the plan's job arrays (one ``sbatch`` each; a run across clusters:
+    each range cut by cluster, each piece an array of its cluster, ``--clusters=C``).
 
     ``array.json`` is rewritten after each ``sbatch`` with the arrays queued so far, so a submit
     killed between two arrays leaves the queued shards' chains known (they run) and the rest
     without a first link (status: STALLED; ``resubmit`` starts them).
     """
     parts: list[ArrayPart] = []
-    for first, size in plan.parts:
-        indices = array_indices(list(range(size)), plan.throttle)
-        job = backend.submit_array(run.links_script_for(first), indices)
-        parts.append(ArrayPart(job_id=job, base=first, size=size))
+    for base, offset, size, cluster in cluster_parts(plan.parts, placement):
+        target = backend.on(cluster) if isinstance(backend, ClusterSetBackend) and cluster else backend
+        assert isinstance(target, SlurmBackend)
+        indices = array_indices(list(range(offset, offset + size)), plan.throttle)
+        job = target.submit_array(run.links_script_for(base), indices)
+        parts.append(ArrayPart(job_id=job, base=base, size=size, offset=offset))
+        first = base + offset
         record = ArrayRecord(
             job_id=parts[0].job_id, shards=shards, max_running=max_running, at=utc_now_ms(),
             chunk=plan.chunk, parts=parts,
@@ -498,15 +517,17 @@ def _resubmit_links(
     """The new first links: one array per links script (one ``sbatch`` for up to MaxArraySize shards);
     link by link, each with its lookahead (recorded)."""
     array = run.read_array() if info.array else None
-    if array is None or not isinstance(backend, SlurmBackend):
+    if array is None or not isinstance(backend, SlurmBackend | ClusterSetBackend):
         return {shard: queue_first_links(run, shard, backend, "resubmit", lookahead)[0] for shard in todo}
     jobs: dict[int, str] = {}
-    by_base: dict[int, list[int]] = {}
+    by_base: dict[tuple[int, str | None], list[int]] = {}  # a run across clusters: by base and cluster
     for shard in todo:
-        by_base.setdefault(array.base(shard), []).append(shard)
-    for base, group in by_base.items():
+        by_base.setdefault((array.base(shard), info.cluster_of(shard)), []).append(shard)
+    for (base, cluster), group in by_base.items():
+        target = backend.on(cluster) if isinstance(backend, ClusterSetBackend) and cluster else backend
+        assert isinstance(target, SlurmBackend)
         indices = array_indices([s - base for s in group], max_running)
-        job = backend.submit_array(run.links_script_for(base), indices)
+        job = target.submit_array(run.links_script_for(base), indices)
         jobs.update({s: f"{job}_{s - base}" for s in group})
     return jobs
 

@@ -42,7 +42,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         "gymslurm.launcher.decide", "gymslurm.launcher.findings", "gymslurm.launcher.settings",
         "gymslurm.launcher.ledger", "gymslurm.launcher.rundir", "gymslurm.launcher.render",
         "gymslurm.launcher.backend", "gymslurm.launcher.local", "gymslurm.launcher.probe",
-        "gymslurm.launcher.arrays", "gymslurm.launcher.doctor",
+        "gymslurm.launcher.arrays", "gymslurm.launcher.doctor", "gymslurm.launcher.placement",
     ]),
     ("inside a job; what a person reads", [
         "gymslurm.launcher.job", "gymslurm.launcher.job.*", "gymslurm.launcher.views",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend
+from gymslurm.launcher.backend import Backend, run_backend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
 from gymslurm.launcher.job.chain import (
     account_for_dead_runs,
@@ -36,6 +36,7 @@ from gymslurm.launcher.job.heartbeat import Signals, log
 from gymslurm.launcher.ledger import ChainState, Started, record_decision, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.slurm import split_job_id
 from gymslurm.store.flock import locked, try_lock
 
 
@@ -45,10 +46,16 @@ def maybe_submit_aggregation(
     """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock).
 
     The job is queued with its lookahead (``slurm.lookahead`` jobs, each ``afterany`` the one
-    before, each recorded), so a first one killed at any instant leaves the next.
+    before, each recorded), so a first one killed at any instant leaves the next. The first is
+    ``afterany`` ``me`` (the link that saw the last chain finish) when both are on one cluster; in
+    a run across clusters the aggregation is queued on its own cluster (run.json), and from a link
+    on another cluster with no dependency at all: Slurm has none across clusters outside a
+    federation, and none is needed, since ``me`` wrote its decision (after its outputs) before
+    calling this.
     """
     if not settings.aggregation.enabled:
         return None
+    backend, after = aggregation_backend(run, backend, me)
     with locked(run.aggregate_lock):
         array = run.read_array()
         states = [run.chain_state(s, array) for s in range(settings.shards)]
@@ -56,10 +63,22 @@ def maybe_submit_aggregation(
             return None
         if summarize(run.aggregate_ledger.read()).epoch_jobs:
             return None
-        jobs = queue_chain(run.aggregate_ledger, backend, run.script(None), me, settings.slurm.lookahead,
+        jobs = queue_chain(run.aggregate_ledger, backend, run.script(None), after, settings.slurm.lookahead,
                            by=me or "resubmit")  # fmt: skip
     log(f"every shard's chain finished: aggregation job {jobs[0]} queued (then {' '.join(jobs[1:])})")
     return jobs[0]
+
+
+def aggregation_backend(run: RunDir, caller: Backend, me: str | None) -> tuple[Backend, str | None]:
+    """Where the aggregation is queued, and the job it may depend on: the caller's backend and ``me``
+    for a run on one cluster; for a run across clusters the aggregation cluster's backend, and ``me``
+    only when that job is on the same cluster."""
+    info = run.read_info()
+    if info.placement is None:
+        return caller, me
+    backend = run_backend(run, aggregation=True)
+    same = me is not None and split_job_id(me)[0] == info.aggregate_cluster
+    return backend, me if same else None
 
 
 def aggregate_argv(

@@ -20,6 +20,7 @@ from typing import IO
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger, Record, Started, summarize
 from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.slurm import split_job_id
 
 
 def chain_links(records: list[Record]) -> list[str]:
@@ -49,11 +50,11 @@ class LogFiles:
 def log_files(run: RunDir, shard: int | None, job: str, listing: list[str]) -> LogFiles:
     """Where a job's log and its shard's server logs are, given the names in ``logs/`` (pure)."""
     folder = run.root / "logs"
-    job_log = folder / f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{job}.out"
+    slurm_id = split_job_id(job)[1]  # a run across clusters names the cluster (b:12_3); %A_%a does not
+    job_log = folder / f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{slurm_id}.out"
     if shard is not None and job_log.name not in listing:  # past the first array: shard-BASE+TASK-<job>.out
-        job_log = next(
-            (folder / n for n in listing if n.startswith("shard-") and n.endswith(f"-{job}.out")), job_log
-        )
+        named = (folder / n for n in listing if n.startswith("shard-") and n.endswith(f"-{slurm_id}.out"))
+        job_log = next(named, job_log)
     suffix = "" if shard is None else f"-s{shard:03d}.log"
     servers = sorted(
         folder / n for n in listing if shard is not None and n.startswith("server-") and n.endswith(suffix)

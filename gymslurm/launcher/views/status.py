@@ -36,7 +36,7 @@ from gymslurm.launcher.decide import Decision, collector_unresponsive, job_exit_
 from gymslurm.launcher.job.collector_files import life_of
 from gymslurm.launcher.ledger import ChainState, summarize
 from gymslurm.launcher.rundir import RunDir, RunInfo
-from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.counts import (
     counts_of,
     epoch_of,
@@ -374,26 +374,40 @@ class LogIndex:
 
     def job_log(self, shard: int | None, job: str | None) -> str | None:
         """A job's output file (``logs/shard-NNN-<job>.out``; past the first array
-        ``logs/shard-BASE+TASK-<job>.out``), if it exists."""
+        ``logs/shard-BASE+TASK-<job>.out``), if it exists. Slurm names the file by its own id: a run
+        across clusters' ``b:12_3`` is ``12_3`` there, and the same id of another cluster is another
+        shard's file, told apart by the shard the name gives."""
         if job is None:
             return None
-        name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{job}.out"
+        raw = split_job_id(job)[1]
+        name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{raw}.out"
         if name in self.names:
             return str(self.folder / name)
-        found = self._by_job.get(job) if shard is not None else None
-        return None if found is None else str(self.folder / found)
+        found = [n for n in self._by_job.get(raw, []) if _log_shard(n) == shard] if shard is not None else []
+        return str(self.folder / found[0]) if found else None
 
     @functools.cached_property
-    def _by_job(self) -> dict[str, str]:
-        return {
-            n.rsplit("-", 1)[1][:-4]: n for n in self.names if n.startswith("shard-") and n.endswith(".out")
-        }
+    def _by_job(self) -> dict[str, list[str]]:
+        by_job: dict[str, list[str]] = {}
+        for n in self.names:
+            if n.startswith("shard-") and n.endswith(".out"):
+                by_job.setdefault(n.rsplit("-", 1)[1][:-4], []).append(n)
+        return by_job
 
     def server_logs(self, shard: int) -> list[str]:
         """The shard's Environment Server logs (``logs/server-<name>-sNNN.log``)."""
         suffix = f"-s{shard:03d}.log"
         names = [n for n in self.names if n.startswith("server-") and n.endswith(suffix)]
         return sorted(str(self.folder / n) for n in names)
+
+
+def _log_shard(name: str) -> int | None:
+    """The shard a job log's name gives: ``shard-007-...`` is 7, ``shard-1001+5-...`` is 1006."""
+    head = name[len("shard-") :].split("-", 1)[0]
+    base, _, task = head.partition("+")
+    if not base.isdigit() or (task and not task.isdigit()):
+        return None
+    return int(base) + (int(task) if task else 0)
 
 
 def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
