@@ -7,7 +7,16 @@ they share), or that the ledger names the host each link ran on.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,5 +82,97 @@ def test_a_run_on_cluster_b_chains_aggregates_and_reports_there(
         sacct = ["sacct", "-M", SECOND_CLUSTER, "-n", "-P", "-X", "-j", ",".join(jobs), "-o", "JobID"]
         done = user.run(sacct)
         assert sorted(done.split()) == sorted(jobs)
+    finally:
+        chain.cancel()
+
+
+@contextlib.contextmanager
+def held_as_user(lock: Path) -> Iterator[None]:
+    """Hold a run's lock file as the test user (``flock(1)``; the folder made by that user, as a job
+    would make it) for the ``with`` block."""
+    script = f'mkdir -p {lock.parent} && exec flock {lock} -c "echo locked; exec sleep 900"'
+    holder = subprocess.Popen(
+        ["runuser", "-u", TEST_USER, "--", "bash", "-c", script], stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        os.killpg(holder.pid, signal.SIGTERM)
+        holder.wait(timeout=30)
+
+
+def _job_state(job: str) -> str:
+    """A qualified job's (``b:12_0``) state on its own cluster, from ``scontrol show job -o``."""
+    cluster, _, raw = job.rpartition(":")
+    line = run(["scontrol", "show", "job", "-o", raw], env=cluster_env(cluster))
+    match = re.search(r"JobState=(\S+)", line)
+    return match.group(1) if match else "?"
+
+
+def _starts(chain: Chain, shard: int | None) -> list[dict[str, Any]]:
+    return [r for r in chain.ledger(shard) if r["kind"] == "start"]
+
+
+def _wait(what: str, check: Callable[[], object], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what} after {timeout} s"
+        time.sleep(1.0)
+
+
+def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigger_and_aggregation_die(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """slurm.clusters=[a, b], aggregate_on b: shard 0 runs on a, shard 1 on b (run.json's placement).
+    Both links that see their chain finish are killed while they wait to queue the aggregation (the
+    run's aggregate lock held), shard 1's spare links cancelled: the lookahead link of shard 0, on
+    a, queues the aggregation on b with no dependency (none exists across clusters). That
+    aggregation job is killed while it merges: its lookahead job on b reruns it, which ends DONE
+    once; status asks one squeue per cluster."""
+    ensure_test_user(TEST_USER)
+    workdir = make_user_dir(slurm_session_dir, "across-clusters", owner=TEST_USER)
+    user = SlurmUser(TEST_USER, workdir, as_root=True)
+    overrides = ["shards=2", f"slurm.clusters=[a,{SECOND_CLUSTER}]", f"slurm.aggregate_on={SECOND_CLUSTER}",
+                 "aggregation.command=[sleep,'25']"]  # fmt: skip
+    chain = Chain(user, slurm_python, [{"exit": 0}], overrides=overrides)
+    try:
+        chain.submit()
+        assert chain.run is not None
+        info = json.loads((chain.run / "run.json").read_text())
+        assert [(b["cluster"], b["first"], b["count"]) for b in info["placement"]] == [
+            ("a", 0, 1), (SECOND_CLUSTER, 1, 1)
+        ]
+        assert info["aggregate_cluster"] == SECOND_CLUSTER
+        with held_as_user(chain.run / "aggregate" / "lock"):  # the trigger of either shard waits here
+            _wait("a shard never decided", lambda: chain.decisions(0) and chain.decisions(1))
+            triggers = [str(chain.decisions(shard)[-1]["job_id"]) for shard in (0, 1)]
+            assert [t.split(":")[0] for t in triggers] == ["a", SECOND_CLUSTER], triggers
+            spares = [r["job_id"] for r in chain.ledger(1) if r["kind"] == "submitted"]
+            run(["scancel", f"--clusters={SECOND_CLUSTER}", *(j.split(":")[1] for j in spares)])
+            for job in triggers:  # each is blocked in the aggregate lock: kill it there
+                cluster, _, raw = job.rpartition(":")
+                run(["scancel", f"--clusters={cluster}", "--signal=KILL", "--full", raw])
+            _wait(f"{triggers} still running after SIGKILL", lambda: not any(
+                _job_state(job) in {"RUNNING", "COMPLETING"} for job in triggers), timeout=120)  # fmt: skip
+            assert not (chain.run / "aggregate" / "ledger.jsonl").exists()  # no trigger got through
+        _wait("the aggregation never started", lambda: _starts(chain, None))
+        first = _starts(chain, None)[0]["job_id"]
+        run(["scancel", f"--clusters={SECOND_CLUSTER}", "--signal=KILL", "--full", first.split(":")[1]])
+        report = chain.wait(timeout=300)
+        assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE"]
+        assert report["aggregation"]["state"].startswith("DONE")
+        aggregate = chain.ledger(None)
+        submitted = [r for r in aggregate if r["kind"] == "submitted"]
+        assert submitted[0]["by"].startswith("a:") and submitted[0]["by"] not in triggers, submitted
+        assert submitted[0]["after"] is None, submitted  # no dependency across clusters
+        assert all(r["job_id"].startswith(f"{SECOND_CLUSTER}:") for r in submitted), submitted
+        starts = [r for r in aggregate if r["kind"] == "start"]
+        decisions = [r["decision"] for r in aggregate if r["kind"] == "decision"]
+        assert len(starts) >= 2 and starts[0]["job_id"] == first and decisions.count("DONE") == 1, aggregate
+        b_nodes = set(user.run(["sinfo", "-h", "-N", "-o", "%N"], env=cluster_env(SECOND_CLUSTER)).split())
+        assert {r["host"] for r in starts} <= b_nodes
+        assert report["queries"] <= 4, report["queries"]  # one squeue per cluster (+ sacct per cluster)
     finally:
         chain.cancel()
