@@ -1,0 +1,231 @@
+"""Shards of one run across clusters (``slurm.clusters``, issue 18): placement, ids, one query each.
+
+Why: users have several clusters. A run may place its shards on more than one; every cluster
+counts job ids from 1, so a run's ids name their cluster (``b:12_0``), each cluster is asked once
+for status, and the aggregation, on a named cluster, is queued from a link on another cluster
+with no dependency (Slurm has none across clusters). The Slurm commands here are small scripts on
+PATH that answer per ``--clusters=C`` and log each call; the sandbox test is
+tests/slurm/test_multinode.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gymslurm.errors import ConfigError, SlurmError
+from gymslurm.launcher.backend import ClusterSetBackend, SlurmBackend, run_backend
+from gymslurm.launcher.job.aggregation import aggregation_backend
+from gymslurm.launcher.placement import Block, cluster_parts, place_shards
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.settings import validate
+from gymslurm.launcher.slurm import SlurmClient, split_job_id
+from gymslurm.launcher.views.status import LogIndex
+
+BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
+
+# Each fake command logs "<name> <args>" and answers as cluster $C would (both count ids from 12).
+FAKE = """#!/bin/sh
+echo "$(basename "$0") $*" >> {log}
+C=default
+for arg in "$@"; do case "$arg" in --clusters=*) C="${{arg#--clusters=}}" ;; esac; done
+case "$(basename "$0")" in
+  squeue) echo "12_0|gs-r|RUNNING|None|(null)|0:05|5:00|now" ;;
+  sbatch) echo "12;$C" ;;
+  sacct) echo "12_0|gs-r|COMPLETED|0:0|t|t|5" ;;
+  scontrol) printf 'SLURM_VERSION = 22.05.8\nClusterName = %s\nMaxArraySize = 1001\n' "$C"
+            echo "MaxJobCount = 50000"
+            echo "AccountingStorageType = accounting_storage/slurmdbd" ;;
+esac
+"""
+
+
+@pytest.fixture
+def slurm_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Fake squeue/sbatch/sacct/scancel on PATH; returns the file each call is logged to."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for name in ("squeue", "sbatch", "sacct", "scancel", "scontrol", "sacctmgr"):
+        path = bin_dir / name
+        path.write_text(FAKE.format(log=log))
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("USER", "u")
+    return log
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _run_across(tmp_path: Path, shards: int = 2) -> RunDir:
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    info = RunInfo(name="r", benchmark="t", overrides=[], created_at="t", backend="slurm", shards=shards,
+                   workdir="/", output_stem="o", infra_retry_limit=3, max_walltime_s=None, array=True,
+                   placement=place_shards(shards, {"a": 1, "b": 1}), aggregate_cluster="b")  # fmt: skip
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    return run
+
+
+def test_equal_weights_cut_the_shards_into_one_block_per_cluster_in_listed_order() -> None:
+    """[a, b] over 5 shards: a runs 0..2, b runs 3..4 (the remainder goes to the cluster listed first)."""
+    assert place_shards(5, {"a": 1, "b": 1}) == [Block(cluster="a", first=0, count=3),
+                                                 Block(cluster="b", first=3, count=2)]  # fmt: skip
+
+
+def test_weights_share_the_shards_by_largest_remainder() -> None:
+    """{a: 3, b: 1} over 7 shards: 5.25 and 1.75 round to 5 and 2."""
+    assert [(b.cluster, b.count) for b in place_shards(7, {"a": 3, "b": 1})] == [("a", 5), ("b", 2)]
+
+
+def test_a_cluster_whose_share_rounds_to_nothing_gets_no_block() -> None:
+    """One shard over [a, b]: only a holds a block."""
+    assert place_shards(1, {"a": 1, "b": 1}) == [Block(cluster="a", first=0, count=1)]
+
+
+def test_array_ranges_are_cut_where_a_clusters_block_begins() -> None:
+    """Ranges (0, 4) (4, 4) (8, 2) over blocks a: 0..4, b: 5..9 give a's 0-3, a's task 0 and b's tasks
+    1-3 of the range at 4, b's range at 8."""
+    blocks = place_shards(10, {"a": 1, "b": 1})
+    assert cluster_parts([(0, 4), (4, 4), (8, 2)], blocks) == [
+        (0, 0, 4, "a"), (4, 0, 1, "a"), (4, 1, 3, "b"), (8, 0, 2, "b")
+    ]
+
+
+def test_a_shard_is_found_in_the_array_of_its_cluster_when_two_share_a_range() -> None:
+    """array.json with a's tasks 0 and b's task 1 of one range: shard 1 is b's array, task 1."""
+    record = ArrayRecord(job_id="a:12", shards=2, max_running=None, at="t", chunk=1001, parts=[
+        ArrayPart(job_id="a:12", base=0, size=1),
+        ArrayPart(job_id="b:12", base=0, size=1, offset=1)])  # fmt: skip
+    assert (record.task(0), record.task(1), record.base(1)) == ("a:12_0", "b:12_1", 0)
+
+
+def test_clusters_take_a_list_or_weights_and_exclude_a_single_cluster() -> None:
+    """slurm.clusters: [a, b] or {a: 3, b: 1}; with slurm.cluster too, or an empty list, it is refused."""
+    listed = validate({**BASE, "slurm": {"clusters": ["a", "b"]}}, "t").slurm
+    assert (listed.cluster_weights, listed.aggregation_cluster) == ({"a": 1, "b": 1}, "a")
+    weighted = validate({**BASE, "slurm": {"clusters": {"a": 3, "b": 1}, "aggregate_on": "b"}}, "t").slurm
+    assert (weighted.cluster_weights, weighted.aggregation_cluster) == ({"a": 3, "b": 1}, "b")
+    for bad, says in [({"clusters": ["a"], "cluster": "b"}, "not both"), ({"clusters": []}, "empty"),
+                      ({"clusters": ["a", "a"]}, "twice"),
+                      ({"clusters": ["a"], "aggregate_on": "b"}, "not one of"),
+                      ({"clusters": ["a --wrap=x"]}, "clusters")]:  # fmt: skip
+        with pytest.raises(ConfigError, match=says):
+            validate({**BASE, "slurm": bad}, "t")
+
+
+def test_status_of_a_run_across_clusters_asks_one_squeue_per_cluster_and_keeps_equal_ids_apart(
+    tmp_path: Path, slurm_log: Path
+) -> None:
+    """Both clusters answer job 12_0: the run's backend sees a:12_0 and b:12_0, after one squeue each."""
+    backend = run_backend(_run_across(tmp_path))
+    assert isinstance(backend, ClusterSetBackend)
+    assert sorted(backend.queue()) == ["a:12_0", "b:12_0"]
+    squeues = [c for c in _calls(slurm_log) if c.startswith("squeue")]
+    assert sorted(c.split()[1] for c in squeues) == ["--clusters=a", "--clusters=b"]
+
+
+def test_accounting_asks_each_cluster_only_for_its_own_jobs(tmp_path: Path, slurm_log: Path) -> None:
+    """sacct of a:12_0 and b:12_0: one sacct per cluster, each with Slurm's own id 12_0."""
+    backend = run_backend(_run_across(tmp_path))
+    assert sorted(backend.accounting(["a:12_0", "b:12_0"]) or {}) == ["a:12_0", "b:12_0"]
+    saccts = sorted(c for c in _calls(slurm_log) if c.startswith("sacct"))
+    assert [c.split()[1] for c in saccts] == ["--clusters=a", "--clusters=b"]
+    assert all(c.endswith("-j 12_0") for c in saccts), saccts
+
+
+def test_cancel_of_a_run_across_clusters_is_one_scancel_per_cluster(tmp_path: Path, slurm_log: Path) -> None:
+    """cancel of a:12, b:12 and b:13: ``scancel --clusters=a 12`` and ``scancel --clusters=b 12 13``."""
+    run_backend(_run_across(tmp_path)).cancel(["a:12", "b:12", "b:13"])
+    assert sorted(c for c in _calls(slurm_log) if c.startswith("scancel")) == [
+        "scancel --clusters=a 12", "scancel --clusters=b 12 13"
+    ]
+
+
+def test_a_shards_link_talks_to_the_shards_cluster_with_qualified_ids(
+    tmp_path: Path, slurm_log: Path
+) -> None:
+    """Shard 1 (block b) in its job: sbatch goes to b and the id it hands out is b:12."""
+    backend = run_backend(_run_across(tmp_path), 1)
+    assert isinstance(backend, SlurmBackend) and backend.client.cluster == "b"
+    assert backend.submit(tmp_path / "x.sbatch", after=["b:11_1"]) == "b:12"
+    assert _calls(slurm_log)[-1].startswith("sbatch --clusters=b --parsable --dependency=afterany:11_1 ")
+
+
+def test_a_dependency_on_another_clusters_job_is_refused_before_sbatch(
+    tmp_path: Path, slurm_log: Path
+) -> None:
+    """On cluster b, ``afterany`` a job of a is a SlurmError naming both clusters; nothing is submitted."""
+    backend = SlurmBackend(SlurmClient(cluster="b"), qualify=True)
+    with pytest.raises(SlurmError, match="cluster a, not b"):
+        backend.submit(tmp_path / "x.sbatch", after=["a:12_0"])
+    assert _calls(slurm_log) == []
+
+
+@pytest.mark.parametrize(("me", "after"), [("a:12_0", None), ("b:12_1", "b:12_1"), (None, None)])
+def test_the_aggregation_is_queued_on_its_cluster_after_the_trigger_only_on_the_same_one(
+    tmp_path: Path, me: str | None, after: str | None
+) -> None:
+    """aggregate_on b: from a's link no dependency at all, from b's link afterany that link."""
+    run = _run_across(tmp_path)
+    backend, depends_on = aggregation_backend(run, run_backend(run, 0), me)
+    assert isinstance(backend, SlurmBackend) and backend.client.cluster == "b"
+    assert depends_on == after
+
+
+def test_a_job_log_is_found_by_slurms_own_id_and_the_shard_its_name_gives(tmp_path: Path) -> None:
+    """a:12_0 of shard 1005 and b:12_0 of shard 3 (past the first array) each find their own file."""
+    names = frozenset({"shard-1001+4-12_0.out", "shard-003-12_0.out", "aggregate-13.out"})
+    index = LogIndex(tmp_path, names)
+    assert index.job_log(1005, "a:12_0") == str(tmp_path / "shard-1001+4-12_0.out")
+    assert index.job_log(3, "b:12_0") == str(tmp_path / "shard-003-12_0.out")
+    assert index.job_log(None, "b:13") == str(tmp_path / "aggregate-13.out")
+    assert split_job_id("b:12_0") == ("b", "12_0") and split_job_id("12_0") == (None, "12_0")
+
+
+def test_run_json_without_placement_keeps_the_one_cluster_backend(tmp_path: Path) -> None:
+    """A run written before slurm.clusters (no placement) reads as before: one backend, plain ids."""
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    data = {"name": "r", "benchmark": "t", "overrides": [], "created_at": "t", "backend": "slurm",
+            "shards": 1, "workdir": "/", "output_stem": "o", "infra_retry_limit": 3,
+            "max_walltime_s": None}  # fmt: skip
+    atomic_write(run.info_path, json.dumps(data).encode())
+    backend = run_backend(run, 0)
+    assert isinstance(backend, SlurmBackend) and not backend.qualify
+
+
+def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_there(
+    tmp_path: Path, slurm_log: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """submit of 3 shards over [a, b]: each cluster's settings are read (scontrol -M), run.json records
+    a: 0..1, b: 2 and the aggregation on a; shards 0-1 are tasks 0-1 of an array on a, shard 2 task 2
+    of an array on b (the same links script)."""
+    from gymslurm.launcher.submit import submit
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(6)))
+    (tmp_path / "bench.yaml").write_text(
+        "name: t\ndataset: d.jsonl\nshards: 3\nservers: [{url: 'http://127.0.0.1:1'}]\n"
+        "slurm: {clusters: [a, b], python: /usr/bin/python3}\n"
+    )
+    assert submit(str(tmp_path / "bench.yaml"), [], "slurm", False) == 0
+    (run_json,) = tmp_path.glob("gymslurm_runs/*/run.json")
+    info = RunInfo.model_validate_json(run_json.read_bytes())
+    assert [(b.cluster, b.first, b.count) for b in info.placement or []] == [("a", 0, 2), ("b", 2, 1)]
+    assert info.aggregate_cluster == "a" and info.clusters == ["a", "b"]
+    array = RunDir(run_json.parent).read_array()
+    assert array is not None and [array.task(s) for s in range(3)] == ["a:12_0", "a:12_1", "b:12_2"]
+    calls = _calls(slurm_log)
+    assert {c for c in calls if c.startswith("scontrol")} == {
+        "scontrol --clusters=a show config", "scontrol --clusters=b show config"
+    }
+    sbatches = [c.split()[:4] for c in calls if c.startswith("sbatch")]
+    assert sbatches == [["sbatch", "--clusters=a", "--parsable", "--array=0-1"],
+                        ["sbatch", "--clusters=b", "--parsable", "--array=2"]]  # fmt: skip
+    assert "shards 2..2: cluster b" in capsys.readouterr().out
