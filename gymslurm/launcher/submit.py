@@ -162,24 +162,65 @@ def array_indices(shards: list[int], max_running: int | None) -> str:
     return f"{text}%{max_running}" if max_running else text
 
 
-def new_run_dir(settings: BenchmarkSettings, workdir: Path) -> RunDir:
+def new_run_dir(settings: BenchmarkSettings, workdir: Path, stamp: str | None = None) -> RunDir:
     """A fresh ``<run_root>/<benchmark>-<UTC time>`` (suffixed when taken), always inside ``run_root``.
 
-    Its path lands in ``#SBATCH --output=`` lines, so it must be one that sbatch can read there.
+    Its path lands in ``#SBATCH --output=`` lines, so it must be one that sbatch can read there. A
+    name already taken by anything — a folder, a file, a link to nothing planted there — is skipped,
+    never followed. ``stamp``: the time part (tests); by default the UTC time and a random tail.
     """
-    root = (workdir / settings.run_root).resolve()
+    where = workdir / settings.run_root
+    if problem := planted_run_root(where):
+        raise ConfigError(problem)
+    root = where.resolve()
     if problem := path_directive_problem("run_root", str(root)):
         raise ConfigError(f"run_root {settings.run_root!r} resolves to {root}: {problem}")
     # A random tail: two runs of one benchmark in the same second (in any run_root) never share a
     # run name, nor therefore a job name (gs-<run name>).
-    stamp = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{token_hex(2)}"
+    stamp = stamp or f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{token_hex(2)}"
     candidate, n = root / f"{settings.name}-{stamp}", 1
-    while candidate.exists():
+    while os.path.lexists(candidate):
         n += 1
         candidate = root / f"{settings.name}-{stamp}-{n}"
-    if candidate.resolve().parent != root:  # the name is a slug (settings), so this holds; say so if not
+    if candidate.parent != root:  # the name is a slug (settings), so this holds; say so if not
         raise ConfigError(f"the run directory {candidate} would not be inside run_root {root}")
     return RunDir(candidate)
+
+
+def planted_run_root(path: Path) -> str | None:
+    """Why ``run_root`` cannot hold runs when a name other than a folder sits at its path, else None.
+
+    A link to a folder is a folder (a scratch link); a link to nothing is never followed (gymslurm
+    would create the folder it names, wherever that is), and a file is not a folder.
+    """
+    for part in [path, *path.parents]:
+        if part.is_symlink() and not part.exists():
+            return (
+                f"run_root {path}: {part} is a symbolic link to {os.readlink(part)!r}, which does not exist; "
+                "gymslurm never creates a folder through a link: remove the link (or create its target), "
+                "then submit again"
+            )
+        if part.exists() and not part.is_dir():
+            return f"run_root {path}: {part} is a file, not a folder; move it away or choose another run_root"
+    return None
+
+
+def create_run_dir(run: RunDir) -> None:
+    """Create the run directory 0700, exclusively; a name planted there meanwhile is a clear refusal."""
+    run.root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run.root.mkdir(mode=0o700)
+    except FileExistsError:
+        what = (
+            f"a symbolic link to {os.readlink(run.root)!r}" if run.root.is_symlink()
+            else "a folder" if run.root.is_dir() else "a file"
+        )  # fmt: skip
+        raise ConfigError(
+            f"the run directory {run.root} was taken while submit ran: {what} appeared at its path "
+            "(another process or user put it there); gymslurm never writes into a name it did not "
+            "create: nothing was submitted, submit again (and find out who planted it)"
+        ) from None
+    run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
 
 
 def chain_states(run: RunDir, shards: int) -> list[ChainState]:
@@ -299,9 +340,7 @@ def submit(
         return ExitCode.DONE
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
-    run.root.parent.mkdir(parents=True, exist_ok=True)
-    run.root.mkdir(mode=0o700)
-    run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
+    create_run_dir(run)
     weights = settings.slurm.cluster_weights if backend_kind == "slurm" else None
     placement = None if weights is None else place_shards(settings.shards, weights)
     info = RunInfo(

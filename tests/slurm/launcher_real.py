@@ -6,8 +6,9 @@ the given fault and latency flags), on a dataset made by the benchmark's ``datas
 and merges the shards with ``gymslurm aggregate``. A scenario is a dict: ``tasks``, ``shards``,
 ``server_flags``, ``collector`` (extra collector overrides), ``slurm`` (YAML lines of the
 ``slurm`` section, indented by two spaces) and optionally ``server_yaml`` (more keys of the
-server, indented by four spaces) and ``model_flags`` (a demo model server first, with these flags,
-which the Environment Server asks for its answers).
+server, indented by four spaces), ``collector_yaml`` (more keys of the collector, indented by two
+spaces) and ``model_flags`` (a demo model server first, with these flags, which the Environment
+Server asks for its answers). The chain's ``overrides`` are typed on ``submit``'s command line.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class RealChain(Chain):
     def __init__(self, user: SlurmUser, python: Path, spec: dict[str, Any]) -> None:
         super().__init__(user, python, steps=[])
         self.spec = spec
+        self.submit_output = ""
 
     def _policy_yaml(self) -> str:
         """With ``spec["model_flags"]``: a demo model server first, which the Environment Server asks."""
@@ -78,11 +80,13 @@ class RealChain(Chain):
             "collector:\n"
             f"  command: {json.dumps([str(py), '-m', 'gymslurm', 'collect'])}\n"
             f"  overrides: {json.dumps([*COLLECTOR_OVERRIDES, *spec['collector']])}\n"
+            f"{spec.get('collector_yaml', '')}"
             f"aggregation:\n  command: {json.dumps(aggregate)}\n"
             f"slurm:\n  python: {py}\n{spec['slurm']}",
             mode=0o644,
         )
-        out = self.gymslurm("submit", str(bench))
+        out = self.gymslurm("submit", str(bench), *self.overrides)
+        self.submit_output = out
         match = re.search(r"gymslurm status (\S+)", out)
         assert match, out
         self.run = Path(match.group(1))

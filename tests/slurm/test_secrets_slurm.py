@@ -2,22 +2,31 @@
 
 Why here: on a real cluster the collector and the Environment Server run under slurmstepd, their
 logs are written by Slurm, and ``sbatch`` exports the submitting environment; the local backend
-cannot show that. One shard of the real collector and demo server, with canaries in the
-collector's overrides (a credential-named key, a Bearer header, a URL password) and in the
-server's ``env``; while it runs every ``/proc/*/cmdline`` of the node is sampled (the test runs as
-root, so it sees every user's processes, as ``ps`` would on a node without hidepid). Afterwards
-the run directory (scripts, logs, ledgers, outputs), ``status`` and the sampled command lines hold
+cannot show that. One shard of the real collector and demo server, submitted as the non-root test
+user, carries every canary at once: a few in the collector's overrides (a credential-named key, a
+Bearer header, a URL password...) and in the server's ``env``, and the whole corpus of
+tests/canary_corpus.py (issue 20: 66 forms) three times over — as ``collector.env`` values and as
+collector overrides in the benchmark file, and as ``collector.env`` values typed on ``submit``'s
+command line. While it runs every ``/proc/*/cmdline`` is sampled (the test runs as root, so it
+sees every user's processes, as ``ps`` would on a node without hidepid), and the ``/proc/*/environ``
+of the demo servers and the aggregation (processes that must not have the collector's variables).
+Afterwards the run directory (scripts, Slurm's job logs, ledgers, outputs), the output of
+``submit``, ``status``, ``logs`` and ``health``, the sampled command lines and environments hold
 none of them, and the run directory is 0700. Cost: one link and one aggregation job (~30-60 s).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.canary_corpus import FORMS
 
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
 from .launcher_real import RealChain
@@ -50,55 +59,103 @@ SPEC = dict(
 )  # fmt: skip
 
 
-def _command_lines(stop: threading.Event, seen: set[str]) -> None:
+def _hydra_quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# The corpus: in the file as collector.env values and overrides, and typed as collector.env values.
+SPEC["collector"] += [  # type: ignore[operator]
+    f"+environment_config.corpus.f{i:02d}={_hydra_quoted(form.text)}" for i, form in enumerate(FORMS)
+]
+SPEC["collector_yaml"] = f"  env: {json.dumps({f'CORPUS_{i:02d}': f.text for i, f in enumerate(FORMS)})}\n"
+TYPED = [f"++collector.env.TYPED_{i:02d}={_hydra_quoted(f.text)}" for i, f in enumerate(FORMS)]
+NEEDLES = {**CANARIES, **{f"corpus {form.label!r}": form.needle for form in FORMS}}
+# Processes that must not hold the collector's variables (the servers hold their own env: s03).
+UNTOLD = (" demo-server ", " -m gymslurm aggregate ")
+
+
+def _command_lines(stop: threading.Event, seen: set[str], environs: dict[str, str]) -> None:
+    """Every distinct command line until ``stop``; the environment of each server or aggregation seen."""
     while not stop.is_set():
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    seen.add((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                    line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    seen.add(line)
+                    if any(part in line for part in UNTOLD):
+                        environs[f"environ of {line[:120]} ({entry.name})"] = (
+                            (entry / "environ").read_bytes().decode(errors="replace")
+                        )
                 except OSError:
                     continue
         time.sleep(0.05)
+
+
+def _outputs(chain: RealChain) -> dict[str, str]:
+    """stdout and stderr of ``status``, ``logs RUN 0`` and ``health`` of the merged results, as the user."""
+    assert chain.run is not None
+    merged = chain.output(None)
+    texts: dict[str, str] = {}
+    commands = {"status": [str(chain.run)], "logs": [str(chain.run), "0"], "health": [str(merged)]}
+    for name, args in commands.items():
+        argv, cwd = chain.user.command([str(chain.python), "-m", "gymslurm", name, *args]), chain.user.workdir
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
+        texts[f"{name} stdout"], texts[f"{name} stderr"] = done.stdout, done.stderr
+    return texts
 
 
 @pytest.fixture(scope="module")
 def watched_run(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> Iterator[tuple[RealChain, set[str], dict]]:
-    """The canary run submitted and watched to its end."""
+    """The canary run submitted and watched to its end; what it left on every channel."""
     ensure_test_user(TEST_USER)
     user = SlurmUser(TEST_USER, make_user_dir(slurm_session_dir, "secrets", owner=TEST_USER), as_root=True)
     seen: set[str] = set()
+    environs: dict[str, str] = {}
     stop = threading.Event()
-    watcher = threading.Thread(target=_command_lines, args=(stop, seen), daemon=True)
+    watcher = threading.Thread(target=_command_lines, args=(stop, seen, environs), daemon=True)
     watcher.start()
     chain = RealChain(user, slurm_python, SPEC)
+    chain.overrides = TYPED
     try:
         chain.submit()
         report = chain.finished(timeout=300)
+        texts = _outputs(chain)
         stop.set()
         watcher.join()
-        yield chain, seen, report
+        yield chain, seen, {"report": report, "texts": texts, "environs": environs}
     finally:
         stop.set()
         chain.cancel()
 
 
-def test_a_real_slurm_run_leaks_no_canary_to_files_logs_or_command_lines(
+def test_a_real_slurm_run_leaks_no_canary_to_files_logs_streams_command_lines_or_environments(
     watched_run: tuple[RealChain, set[str], dict],
 ) -> None:
-    """Scripts, Slurm's job logs, ledgers, outputs, status and every process's argv: 0 canaries."""
-    chain, seen, report = watched_run
+    """Every canary and corpus form: 0 in scripts, Slurm's job logs, ledgers, outputs, the commands'
+    stdout/stderr, every process's argv (but the user's own ``submit``) and the servers' environ."""
+    chain, seen, found = watched_run
+    report = found["report"]
     assert [row["verdict"] for row in report["shards"]] == ["DONE"], report
     assert chain.run is not None
     assert any("gymslurm collect" in line for line in seen), "the watcher saw the collector run"
-    texts = {str(p): p.read_bytes().decode(errors="replace") for p in chain.run.rglob("*") if p.is_file()}
+    assert any(" demo-server " in where for where in found["environs"]), "the watcher read a server's environ"
+    bench = chain.user.workdir / "bench.yaml"  # what the user wrote
+    texts = {str(p): p.read_bytes().decode(errors="replace") for p in chain.user.workdir.rglob("*")
+             if p.is_file() and p != bench}  # fmt: skip
     assert any("/logs/shard-000-" in path for path in texts), "Slurm wrote the link's log"
-    texts["status"] = chain.gymslurm("status", str(chain.run))
-    texts.update({f"cmdline {i}": line for i, line in enumerate(sorted(seen))})
-    leaks = [f"{form} in {where}" for form, canary in CANARIES.items() for where, text in texts.items()
-             if canary in text]  # fmt: skip
-    assert not leaks, "\n".join(leaks)
+    texts["submit stdout"] = chain.submit_output
+    texts.update(found["texts"])
+    typed = {line for line in seen if " -m gymslurm submit " in line}  # the user's own command line
+    texts.update({f"cmdline {i}": line for i, line in enumerate(sorted(seen - typed))})
+    leaks = [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in texts.items()
+             if needle in text]  # fmt: skip
+    own = CANARIES["server env"]  # a server's own env: in its environ by design, in no other
+    environs: dict[str, str] = found["environs"]
+    leaks += [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in environs.items()
+              if needle in text and not (needle == own and " demo-server " in where)]  # fmt: skip
+    assert not leaks, f"{len(leaks)} leaks:\n" + "\n".join(leaks)
 
 
 def test_a_real_slurm_collector_carries_no_configuration_on_its_command_line(
@@ -109,6 +166,17 @@ def test_a_real_slurm_collector_carries_no_configuration_on_its_command_line(
     mine = f"{chain.python} -m gymslurm collect"  # the job's interpreter: not another test's typed collect
     collectors = [line.split() for line in seen if line.startswith(mine)]
     assert collectors and all(argv[1:] == ["-m", "gymslurm", "collect"] for argv in collectors), collectors
+
+
+def test_a_real_slurm_chain_step_carries_only_its_run_directory_and_shard(
+    watched_run: tuple[RealChain, set[str], dict],
+) -> None:
+    """Under slurmstepd the chain step's argv is ``--run-dir RUN`` and ``--shard 0`` or ``--aggregate``."""
+    chain, seen, _ = watched_run
+    steps = [line.split() for line in seen if " -m gymslurm chain-step " in line and str(chain.run) in line]
+    head = ["-m", "gymslurm", "chain-step", "--run-dir", str(chain.run)]
+    allowed = ({"--shard", "0"}, {"--aggregate"})
+    assert steps and all(argv[1:6] == head and set(argv[6:]) in allowed for argv in steps), steps
 
 
 def test_a_real_slurm_run_directory_is_private(watched_run: tuple[RealChain, set[str], dict]) -> None:
