@@ -45,7 +45,7 @@ def test_an_unusable_path_is_a_one_line_refusal_not_a_traceback(tmp_path: Path) 
     assert "Traceback" not in done.stderr and "gymslurm health: error: File name too long" in done.stderr
 
 
-def test_a_link_to_nothing_planted_at_the_next_run_directory_name_is_skipped_not_followed(tmp_path: Path) -> None:
+def test_a_dangling_link_at_the_next_run_directory_name_is_skipped_not_followed(tmp_path: Path) -> None:
     """A dangling link at ``<run_root>/<name>-<stamp>`` is a taken name: the run gets the next one."""
     runs, target = tmp_path / "runs", tmp_path / "elsewhere" / "run"
     runs.mkdir()
@@ -60,13 +60,14 @@ def test_a_name_planted_at_the_run_directory_while_submit_runs_is_a_specific_ref
     run = new_run_dir(_settings(tmp_path), tmp_path, stamp="S")
     run.root.parent.mkdir()
     run.root.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ConfigError, match=r"b-S was taken while submit ran: a symbolic link to '.*elsewhere'"):
+    taken = r"b-S was taken while submit ran: a symbolic link to '.*/elsewhere'"
+    with pytest.raises(ConfigError, match=taken):
         create_run_dir(run)
     assert not (tmp_path / "elsewhere").exists()
 
 
 @pytest.mark.parametrize("planted", ["file", "link to nothing"])
-def test_a_name_planted_at_run_root_is_refused_before_anything_is_written(tmp_path: Path, planted: str) -> None:
+def test_a_name_planted_at_run_root_is_refused_before_a_write(tmp_path: Path, planted: str) -> None:
     """``submit`` says what sits at ``run_root`` (a file, a dangling link) before ``dataset_command`` runs."""
     runs = tmp_path / "runs"
     if planted == "file":
@@ -79,8 +80,8 @@ def test_a_name_planted_at_run_root_is_refused_before_anything_is_written(tmp_pa
     bench = tmp_path / "bench.yaml"
     write = [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('{}\\n')", "{dataset}"]
     bench.write_text(json.dumps({
-        "name": "b", "dataset": str(data), "dataset_command": write, "run_root": str(runs), "backend": "local",
-        "collector": {"command": ["true"]}, "aggregation": {"enabled": False},
+        "name": "b", "dataset": str(data), "dataset_command": write, "run_root": str(runs),
+        "backend": "local", "collector": {"command": ["true"]}, "aggregation": {"enabled": False},
     }))  # fmt: skip
     done = gymslurm("submit", str(bench))
     assert done.returncode == 2 and expected in done.stderr, done.stderr
