@@ -38,6 +38,7 @@ from gymslurm.launcher.backend import (
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import Site, read_sites
 from gymslurm.launcher.job.chain import queue_chain
+from gymslurm.launcher.job.collector_process import environment_problem
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import ChainState, Resubmitted, Submitted, summarize
 from gymslurm.launcher.local import LocalBackend
@@ -328,6 +329,8 @@ def submit(
         else None
     )
     run = new_run_dir(settings, workdir)
+    if too_long := environment_problem(settings, run, secrets):
+        raise ConfigError(too_long)
     scripts = render_scripts(run, settings, workdir, plan)
     if backend_kind == "slurm" and (warning := early_signal_warning(settings.slurm)):
         print(f"gymslurm submit: warning: {warning}", file=sys.stderr)

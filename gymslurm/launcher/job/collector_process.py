@@ -25,7 +25,7 @@ from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
-from gymslurm.process_env import SECRET_OVERRIDES_ENV
+from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV, environment_string_problem
 from gymslurm.redaction import redact_value
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
@@ -65,6 +65,32 @@ def split_command(argv: list[str], first_override: int) -> tuple[list[str], list
     ``gymslurm collect`` appends to its own and removes from its environment. Pure.
     """
     return argv[:first_override], argv[first_override:]
+
+
+def overrides_problem(overrides: list[str]) -> str | None:
+    """Why the collector's overrides cannot travel in ``GYMSLURM_COLLECT_OVERRIDES`` (too long), or None."""
+    if not overrides:
+        return None
+    what = "the collector's overrides (collector.overrides, the shard's paths, the servers' URLs)"
+    return environment_string_problem(SECRET_OVERRIDES_ENV, json.dumps(overrides), what)
+
+
+def environment_problem(settings: BenchmarkSettings, run: RunDir, secrets: dict[str, object]) -> str | None:
+    """Why one environment string the job would need is too long for Linux, or None (submit asks first).
+
+    The job passes the secrets bundle to the chain step, each shard's overrides to its collector
+    and each ``env`` entry to its process, each as one environment string; checked with the
+    longest shard name, a resubmit and a server address of the longest port. Pure.
+    """
+    address = {s.name: s.url or f"http://{s.host}:65535" for s in settings.servers}
+    argv = collector_argv(settings, run, settings.shards - 1, address, resubmit=True)
+    checks = [(SECRETS_ENV, json.dumps(secrets), "the benchmark's secrets")]
+    checks += [(name, value, f"collector.env.{name}") for name, value in settings.collector.env.items()]
+    for server in settings.servers:
+        checks += [(name, value, f"servers.{server.name}.env.{name}") for name, value in server.env.items()]
+    problems = [overrides_problem(argv[len(settings.collector.command) :])]
+    problems += [environment_string_problem(*check) for check in checks]
+    return next((problem for problem in problems if problem), None)
 
 
 def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[str] = ()) -> dict[str, str]:

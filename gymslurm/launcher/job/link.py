@@ -55,7 +55,12 @@ from gymslurm.launcher.job.chain import (
     other_live_link,
 )
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
-from gymslurm.launcher.job.collector_process import ProgressWatch, collector_argv, run_collector
+from gymslurm.launcher.job.collector_process import (
+    ProgressWatch,
+    collector_argv,
+    overrides_problem,
+    run_collector,
+)
 from gymslurm.launcher.job.disk import disk_full, wait_for_space
 from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
@@ -229,6 +234,8 @@ def _collect(  # noqa: PLR0917
             return server_mod.start_failure_exit(error), None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
         argv = collector_argv(settings, run, shard, urls, resubmit)
+        if too_long := overrides_problem(argv[len(settings.collector.command) :]):  # submit checked it
+            return ExitCode.REFUSED, None, f"collector not started: {too_long}"
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
         watch = ProgressWatch(run.shard_output(shard, settings.output_stem), settings.slurm.stall_window_s)
         try:
