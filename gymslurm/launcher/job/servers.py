@@ -26,10 +26,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlsplit
 
 import psutil
@@ -39,6 +41,8 @@ from gymslurm.errors import ConfigError, ServerStartError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
+from gymslurm.redaction import redact_text
+from gymslurm.store.atomic import open_run_file
 
 
 @dataclass
@@ -56,6 +60,7 @@ class RunningServer:
     probes: list[str] = field(default_factory=list)
     started: dict[str, RunningServer] = field(default_factory=dict, repr=False)
     withheld: frozenset[str] = frozenset()  # variables for other processes (launcher/job/environment.py)
+    pump: threading.Thread | None = field(default=None, repr=False)  # its output into its log, scrubbed
 
     @property
     def pid(self) -> int | None:
@@ -152,20 +157,23 @@ def start(
         raise ServerStartError(f"server {settings.name!r} not started: {error}") from error
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with log.open("ab") as handle:
-        process = subprocess.Popen(
-            argv, stdout=handle, stderr=handle, stdin=subprocess.DEVNULL, start_new_session=True,
-            env=child_env,  # its own secrets only (process_env.child_environment)
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-        )  # fmt: skip
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True, env=child_env,  # its own secrets only (process_env.child_environment)
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
+    )  # fmt: skip
     server = RunningServer(
         settings, f"http://{settings.host}:{port}", process, port, log, started=dict(known), withheld=withheld
     )
+    assert process.stdout is not None
+    server.pump = threading.Thread(target=pump_log, args=(process.stdout, log), daemon=True, name="log")
+    server.pump.start()
     with contextlib.suppress(psutil.Error):
         server.create_time = psutil.Process(process.pid).create_time()
     deadline = t0 + settings.startup_timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            drained(server)
             first, transient = first_error_line(log, settings)
             said = f": {first}" if first else ""
             raise ServerStartError(
@@ -185,6 +193,55 @@ def start(
         f"server {settings.name!r} was not healthy after {settings.startup_timeout_s}s "
         f"(probes: {', '.join(server.probes[-5:])}); see {log}{log_tail(log, settings)}"
     )
+
+
+PUMP_LINE_BYTES = 1024 * 1024  # a longer line is written in pieces of this size
+PUMP_DRAIN_S = 5.0
+
+
+def pump_log(source: IO[bytes], log: Path) -> None:
+    """Copy a server's output into its log, every secret removed (issue 20: scrub by value).
+
+    The server writes to a pipe, not to its log: the link appends what it prints, whole lines at a
+    time, through :func:`gymslurm.redaction.redact_text` (every secret this process learned — the
+    benchmark's, each server's ``env``, credential-named variables — and the shapes), so a server
+    that prints its configuration or echoes a key leaves none in ``logs/server-*.log``. Lines are
+    never cut but past ``PUMP_LINE_BYTES``. A log that cannot be written (a full disk) is still
+    drained, so the server never blocks on its output. Ends when its last process closes the pipe.
+    """
+    handle: IO[bytes] | None = None
+    with contextlib.suppress(OSError):
+        handle = os.fdopen(open_run_file(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+
+    def write(data: bytes) -> None:
+        nonlocal handle
+        if handle is None or not data:
+            return
+        try:
+            handle.write(redact_text(data.decode(errors="surrogateescape")).encode(errors="surrogateescape"))
+            handle.flush()
+        except OSError:
+            with contextlib.suppress(OSError):
+                handle.close()
+            handle = None
+
+    pending = b""
+    with source, contextlib.suppress(OSError):
+        while chunk := os.read(source.fileno(), 64 * 1024):
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1 or (len(pending) if len(pending) >= PUMP_LINE_BYTES else 0)
+            write(pending[:cut])
+            pending = pending[cut:]
+    write(pending)
+    if handle is not None:
+        with contextlib.suppress(OSError):
+            handle.close()
+
+
+def drained(server: RunningServer, timeout_s: float = PUMP_DRAIN_S) -> None:
+    """Wait (bounded) until everything the server printed is in its log, e.g. before reading it."""
+    if server.pump is not None:
+        server.pump.join(timeout_s)
 
 
 # The first line of a server log that names what went wrong (``uv: command not found``, a traceback's
@@ -274,6 +331,7 @@ def kill_now(server: RunningServer) -> None:
     _kill_tree(server.process.pid, server.create_time)
     with contextlib.suppress(ChildProcessError):
         server.process.wait()
+    drained(server)
 
 
 def _kill_tree(pid: int, create_time: float) -> bool:
@@ -336,3 +394,4 @@ def stop(server: RunningServer, grace_s: float = 5.0) -> None:
         os.killpg(server.process.pid, 9)  # anything that escaped the tree but kept the session
     with contextlib.suppress(ChildProcessError):
         server.process.wait()
+    drained(server)
