@@ -14,6 +14,11 @@ a killed link), but only processes it can prove are that predecessor's: the pid 
 create time recorded in the ledger when the server started (:func:`reap`).
 Trade-off: a free port picked here may in principle be taken before the server binds it; the
 health check then fails and the job ends with exit 1 (a retry), which is rare and bounded.
+
+A server's output goes to a pipe; a thread of the link appends it to the server's log with every
+secret removed (:func:`pump_log`). Trade-off: a server printing faster than the link can scrub
+(thousands of lines a second) waits on its pipe, and a link frozen by SIGSTOP blocks a chatty
+server after 64 KiB.
 """
 
 from __future__ import annotations
