@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.errors import ConfigError
 from gymslurm.launcher.job.collector_process import overrides_problem
+from gymslurm.launcher.job.environment import child_environment
 from gymslurm.process_env import MAX_ENV_STRING_BYTES
 from tests.e2e.helpers import gymslurm
 
@@ -64,6 +66,12 @@ def test_the_link_refuses_overrides_one_byte_over_the_limit() -> None:
     assert overrides_problem(["x" * room]) is None
     problem = overrides_problem(["x" * (room + 1)])
     assert problem is not None and f"{MAX_ENV_STRING_BYTES + 1:,} bytes" in problem
+
+
+def test_a_reference_resolving_over_the_limit_inside_the_job_is_a_clear_error() -> None:
+    """``${oc.env:BIG}`` of a 140 KB variable: the process is not started, the error names the entry."""
+    with pytest.raises(ConfigError, match=r"servers.judge.env.KEY \(resolved in the job\) travels"):
+        child_environment({"BIG": "b" * 140_000}, {"KEY": "${oc.env:BIG}"}, where="servers.judge.env")
 
 
 @pytest.mark.parametrize("size", [MAX_ENV_STRING_BYTES])

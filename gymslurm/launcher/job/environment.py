@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from gymslurm.errors import ConfigError
-from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV
+from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV, environment_string_problem
 from gymslurm.redaction import is_credential_name
 
 _ENV_REFERENCE = re.compile(r"\$\{\s*oc\.env\s*:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*(?:,([^}]*))?\}")
@@ -62,4 +62,7 @@ def child_environment(
     dropped = {SECRETS_ENV, SECRET_OVERRIDES_ENV, *(set(withheld) - mine)}
     base = {key: value for key, value in environ.items() if key not in dropped}
     resolved = {key: resolve_references(value, environ, f"{where}.{key}") for key, value in own.items()}
+    for key, value in resolved.items():  # submit checked the unresolved values; a reference may be longer
+        if problem := environment_string_problem(key, value, f"{where}.{key} (resolved in the job)"):
+            raise ConfigError(problem)
     return {**base, **resolved}
