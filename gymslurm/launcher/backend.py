@@ -27,6 +27,7 @@ from gymslurm.launcher.slurm import (
 )
 
 if TYPE_CHECKING:
+    from gymslurm.launcher.ledger import ChainState
     from gymslurm.launcher.rundir import RunDir
 
 # States in which a job still counts as part of a live chain. The held ones (REQUEUE_HOLD,
@@ -40,6 +41,11 @@ LIVE_STATES = frozenset(
 HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 # A job in one of these states may still be running a link (COMPLETING jobs are being torn down).
 ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
+
+
+def live_jobs(state: ChainState, queue: Mapping[str, QueueRow]) -> list[str]:
+    """The jobs of the chain's current epoch that the queue holds in a live state (pure)."""
+    return [job for job in state.epoch_jobs if job in queue and queue[job].state in LIVE_STATES]
 
 
 class Backend(Protocol):

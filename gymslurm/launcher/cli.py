@@ -143,7 +143,7 @@ def _logs(argv: list[str]) -> int:
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the link decided")
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.submit import resolve_run_or_job
+    from gymslurm.launcher.rundir import resolve_run_or_job
     from gymslurm.launcher.views.logs import show
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
@@ -158,7 +158,8 @@ def _report(argv: list[str]) -> int:
     parser.add_argument("--output", type=Path, help="where to write it (default: <run>/report.html)")
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.submit import resolve_run_or_job, run_backend
+    from gymslurm.launcher.backend import run_backend
+    from gymslurm.launcher.rundir import resolve_run_or_job
     from gymslurm.launcher.views.report import write_report
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
@@ -229,8 +230,9 @@ def _inject(argv: list[str]) -> int:
     parser.add_argument("--kind", required=True, choices=FAULTS)
     parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
     args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.backend import run_backend
     from gymslurm.launcher.inject import inject
-    from gymslurm.launcher.submit import resolve_run_or_job, run_backend
+    from gymslurm.launcher.rundir import resolve_run_or_job
 
     run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
     print(inject(run, args.shard, args.kind, run_backend(run, args.shard)))

@@ -23,7 +23,7 @@ storage failure (the same promise as the collector's files, docs/formats.md).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, get_args
@@ -36,7 +36,7 @@ from gymslurm.errors import CorruptRecordError
 from gymslurm.formats import check_version, version_of
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
 from gymslurm.redaction import redact_value
-from gymslurm.store.atomic import open_run_file, reserve
+from gymslurm.store.atomic import open_run_file, reserve, sync_files
 from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 
@@ -228,8 +228,11 @@ class Ledger:
         lines = iter_complete_lines(self.path)
         return [parse_record(raw, f"{self.path}:{n + 1}") for n, raw in lines if not raw.isspace()]
 
-    def append(self, record: _Record) -> None:
-        """Append one record as one line, under an exclusive lock, after cutting off a torn tail."""
+    def append(self, record: _Record, *, sync: bool = True) -> None:
+        """Append one record as one line, under an exclusive lock, after cutting off a torn tail.
+
+        ``sync`` False leaves the fsync to the caller (:func:`append_each`'s one commit for many).
+        """
         line = orjson.dumps(redact_value(record.model_dump(mode="json"))) + b"\n"  # the one rule
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
@@ -238,9 +241,23 @@ class Ledger:
             cut_torn_tail(fd)
             os.write(fd, line)
             reserve(fd)  # keep room for the next records, should the disk fill (best effort)
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def append_each(entries: Sequence[tuple[Ledger, _Record]]) -> None:
+    """Append one record to each of many ledgers, then make them durable in one commit.
+
+    Each line is written exactly as :meth:`Ledger.append` writes it (one ``write`` under the ledger's
+    lock, a torn tail cut first); the fsyncs are one ``syncfs`` at the end (``store.atomic.sync_files``),
+    not one device flush per ledger. A crash before the end loses at most records of this call that
+    were not yet durable, and the caller acts on them (``scancel``) only after it returns.
+    """
+    for ledger, record in entries:
+        ledger.append(record, sync=False)
+    sync_files([ledger.path for ledger, _ in entries])
 
 
 def record_decision(

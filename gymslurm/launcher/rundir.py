@@ -16,6 +16,8 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     scripts/links-BASE.sbatch     ... for shards BASE..BASE+chunk-1 past MaxArraySize (BASE + task)
     inputs/dataset.jsonl          an array run's dataset copy (each first link cuts inputs/shard-NNN.jsonl)
     shards/NNN/link.lock          held (flock) by the shard's live link for its whole run
+    ledger.jsonl                  an array run's own records, read for each shard whose ledger is empty
+                                  (``gymslurm cancel``: one record for every never-started shard)
     aggregate/ledger.jsonl        the aggregation job's ledger; aggregate/lock serialises its submission
     logs/                         job output (appended across requeues)
     local/                        the local backend's job queue
@@ -224,25 +226,44 @@ class RunDir:
                 f"{self.array_path} is not an array.json this gymslurm understands: {error}"
             ) from error
 
+    @property
+    def run_ledger(self) -> Ledger:
+        """``ledger.jsonl``: the run's own records, which stand for every shard of an array run whose
+        ledger is still empty (``gymslurm cancel``'s one ``cancelled`` for all never-started shards)."""
+        return Ledger(self.root / "ledger.jsonl")
+
     def chain_records(
-        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None
-    ) -> list[Record]:
+        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None,
+        run_records: list[Record] | None = None,
+    ) -> list[Record]:  # fmt: skip
         """A shard's ledger records, preceded by its first link's submission when that was an array task.
 
         ``present``: one listing of ``shards/`` (a shard without a folder has no ledger yet: not opened).
+        In an array run, a shard whose ledger holds nothing yet reads the run's records instead
+        (:attr:`run_ledger`; ``run_records``: read once by a caller that reads every shard).
         """
         missing = present is not None and f"{shard:03d}" not in present
         records = [] if missing else self.ledger(shard).read()
-        first = None if array is None else array.task(shard)
-        if array is None or first is None:
+        if array is None:
             return records
-        return [Submitted(job_id=first, by="submit (array)", at=array.at), *records]
+        first = array.task(shard)
+        head: list[Record] = [Submitted(job_id=first, by="submit (array)", at=array.at)] if first else []
+        if not records:
+            records = self.run_ledger.read() if run_records is None else run_records
+        return [*head, *records]
 
     def chain_state(
-        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None
-    ) -> ChainState:
+        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None,
+        run_records: list[Record] | None = None,
+    ) -> ChainState:  # fmt: skip
         """The fold of :meth:`chain_records` (the one way launcher code reads a shard's chain)."""
-        return summarize(self.chain_records(shard, array, present))
+        return summarize(self.chain_records(shard, array, present, run_records))
+
+    def chain_states(self, array: ArrayRecord | None, shards: int) -> list[ChainState]:
+        """Every shard's chain (one listing of ``shards/``, the run's records read once)."""
+        present = _listing(self.root / "shards")
+        shared = self.run_ledger.read() if array is not None else []
+        return [self.chain_state(s, array, present, shared) for s in range(shards)]
 
     def log_pattern(self, shard: int | None) -> Path:
         """Job output path with ``%j`` for the job id."""
@@ -308,6 +329,13 @@ class RunDir:
         return validate(merged, str(self.config_path))
 
 
+def _listing(folder: Path) -> frozenset[str]:
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
+
+
 def find_runs(run_root: Path) -> list[RunDir]:
     """Every run under ``run_root``, oldest first."""
     if not run_root.is_dir():
@@ -322,6 +350,32 @@ def resolve_run(ref: str, run_root: Path) -> RunDir:
             return RunDir(candidate.resolve())
     known = ", ".join(r.name for r in find_runs(run_root)[-5:]) or "none"
     raise ConfigError(f"no run {ref!r} (looked at {ref} and {run_root / ref}); recent runs: {known}")
+
+
+def chain_states(run: RunDir, shards: int) -> list[ChainState]:
+    """Every shard's chain state, then the aggregation's (array runs: first links from array.json)."""
+    return [*run.chain_states(run.read_array(), shards), summarize(run.aggregate_ledger.read())]
+
+
+def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
+    for run in reversed(find_runs(run_root)):
+        array = run.read_array()
+        if array is not None and job_id == array.job_id:
+            return run
+        if any(job_id in state.jobs for state in chain_states(run, run.read_info().shards)):
+            return run
+    return None
+
+
+def resolve_run_or_job(ref: str, run_root: Path) -> RunDir:
+    """A run named, given by path, or found by the id of one of its jobs."""
+    try:
+        return resolve_run(ref, run_root)
+    except ConfigError:
+        found = _find_run_by_job(ref, run_root)
+        if found is None:
+            raise
+        return found
 
 
 def shard_slice(lines: list[bytes], shards: int, shard: int) -> list[bytes]:

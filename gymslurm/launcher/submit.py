@@ -27,12 +27,12 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
 from gymslurm.launcher.arrays import ArrayPlan, plan_arrays
 from gymslurm.launcher.backend import (
-    LIVE_STATES,
     Backend,
     ClusterSetBackend,
     SlurmBackend,
     backend_name,
     choose_backend,
+    live_jobs,
     run_backend,
 )
 from gymslurm.launcher.decide import Decision
@@ -40,7 +40,7 @@ from gymslurm.launcher.doctor import Site, read_sites
 from gymslurm.launcher.job.chain import queue_chain
 from gymslurm.launcher.job.collector_process import environment_problem
 from gymslurm.launcher.job.servers import container_argv
-from gymslurm.launcher.ledger import ChainState, Resubmitted, Submitted, summarize
+from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.placement import Block, cluster_parts, place_shards
 from gymslurm.launcher.render import (
@@ -61,9 +61,10 @@ from gymslurm.launcher.rundir import (
     RunDir,
     RunInfo,
     atomic_write,
+    chain_states,
     dataset_lines,
     find_runs,
-    resolve_run,
+    resolve_run_or_job,
     shard_slice,
 )
 from gymslurm.launcher.scriptsafe import path_directive_problem
@@ -224,18 +225,9 @@ def create_run_dir(run: RunDir) -> None:
     run.root.chmod(0o700)  # whatever the umask: only the job user reads a run (docs/security.md)
 
 
-def chain_states(run: RunDir, shards: int) -> list[ChainState]:
-    """Every shard's chain state, then the aggregation's (array runs: first links from array.json)."""
-    array = run.read_array()
-    return [run.chain_state(s, array) for s in range(shards)] + [summarize(run.aggregate_ledger.read())]
-
-
 def chain_is_live(run: RunDir, queue: dict[str, Any], shards: int) -> bool:
     """True while a job of any chain (or the aggregation) of ``run`` is queued or running."""
-    for state in chain_states(run, shards):
-        if any(job in queue and queue[job].state in LIVE_STATES for job in state.epoch_jobs):
-            return True
-    return False
+    return any(live_jobs(state, queue) for state in chain_states(run, shards))
 
 
 def _queue_for(run: RunDir, info: RunInfo, slurm_queue: dict[str, Any] | None) -> dict[str, Any]:
@@ -423,27 +415,6 @@ def submit_arrays(
     return parts[0].job_id
 
 
-def _find_run_by_job(job_id: str, run_root: Path) -> RunDir | None:
-    for run in reversed(find_runs(run_root)):
-        array = run.read_array()
-        if array is not None and job_id == array.job_id:
-            return run
-        if any(job_id in state.jobs for state in chain_states(run, run.read_info().shards)):
-            return run
-    return None
-
-
-def resolve_run_or_job(ref: str, run_root: Path) -> RunDir:
-    """A run named, given by path, or found by the id of one of its jobs."""
-    try:
-        return resolve_run(ref, run_root)
-    except ConfigError:
-        found = _find_run_by_job(ref, run_root)
-        if found is None:
-            raise
-        return found
-
-
 def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
     """``--shards``: ``failed`` / ``stalled`` (a verdict, chosen by status) or ``0,3,7-9`` (pure).
 
@@ -574,5 +545,4 @@ def _resubmit_links(
     return jobs
 
 
-def _live_jobs(state: ChainState, queue: dict[str, Any]) -> list[str]:
-    return [job for job in state.epoch_jobs if job in queue and queue[job].state in LIVE_STATES]
+_live_jobs = live_jobs  # the one rule lives in backend.py

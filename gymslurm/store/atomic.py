@@ -148,6 +148,38 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def sync_files(paths: Iterable[Path]) -> None:
+    """Make what was written to ``paths`` durable together: one ``syncfs`` per filesystem (group commit).
+
+    Why: an ``fsync`` per file costs a device flush each (1,000 ledgers of ``gymslurm cancel``: 7 s);
+    one ``syncfs`` flushes every file written on that filesystem in one commit (milliseconds). Where
+    ``syncfs`` is missing (not Linux) or fails, each file is fsynced as before. The guarantee of the
+    caller is unchanged: nothing acts on the records (``scancel``) before this returns.
+    """
+    import ctypes
+
+    by_device: dict[int, list[Path]] = {}
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            by_device.setdefault(os.stat(path).st_dev, []).append(path)
+    for group in by_device.values():
+        fd = os.open(group[0], os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            try:
+                done = ctypes.CDLL(None, use_errno=True).syncfs(ctypes.c_int(fd))
+            except (OSError, AttributeError):
+                done = -1
+        finally:
+            os.close(fd)
+        if done != 0:
+            for path in group:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+
 def _existing_mode(real: Path, default: int) -> int:
     """An existing regular file's permission bits; ``default`` for a new file or anything else (a link)."""
     try:

@@ -66,6 +66,7 @@ from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.ledger import (
+    Cancelled,
     ChainState,
     Ledger,
     ServerRecord,
@@ -172,6 +173,12 @@ def _run_link_locked(
     bytes_before = saved_bytes(output)
     started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
     ledger.append(started)
+    raced = cancelled_while_starting(run, shard, started)
+    if raced is not None:
+        if raced:
+            ledger.append(Cancelled(job_ids=[me[0]], by="cancel (the run's record, read at start)"))
+        log(f"the run was cancelled as this first link of shard {shard} started; nothing queued")
+        return ExitCode.DONE
     reap_predecessors(state, ledger, me)
     try:
         ensure_link_lookahead(run, shard, me[0], backend, settings)
@@ -276,6 +283,22 @@ def _serverrecord_decision(
         startup_s=round(server.startup_s, 3) if event in ("started", "restarted") else None,
         restarts=server.restarts, cause=cause, probes=server.probes[-20:],
     )  # fmt: skip
+
+
+def cancelled_while_starting(run: RunDir, shard: int, started: Started) -> bool | None:
+    """``gymslurm cancel`` came while this link was starting on an empty ledger (an array's first link):
+    True when the shard's cancel is still to be written here, False when cancel wrote it, None: not.
+
+    The run's record stands only for shards whose ledger is empty, and this link's ``start`` just
+    ended that: cancel writes its record, then reads the ledgers; this link writes its start, then
+    reads the run's ledger. Whichever comes second sees the other, so the shard is cancelled.
+    """
+    if not any(r.kind == "cancelled" for r in run.run_ledger.read()):
+        return None
+    records = run.ledger(shard).read()
+    if records[:1] != [started]:  # the ledger had records before this start: the run's record is not its
+        return None
+    return not any(r.kind == "cancelled" for r in records)
 
 
 def reap_predecessors(state: ChainState, ledger: Ledger, me: tuple[str, int]) -> int:
