@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import resource
 import subprocess
@@ -34,11 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 from omegaconf import OmegaConf
 
+from gymslurm.coverage import Coverage
 from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
-from gymslurm.launcher.views.status import print_table, run_status
+from gymslurm.launcher.views.status import run_status
+from gymslurm.launcher.views.table import print_table
+from gymslurm.store import live
 
 SHARDS, CHUNK, DONE, RUNNING, LIMIT_S, LIMIT_QUERIES = 10_000, 1001, 2_000, 200, 1.0, 1
 AT = "2026-01-01T00:00:00+00:00"
@@ -113,11 +115,29 @@ def build_run(root: Path, busy: bool) -> tuple[RunDir, list[str]]:
             )
         atomic_write(run.ledger(shard).path, data)
         ok = 100 if kind == "done" else 60
-        coverage = {"format_version": 1, "expected": 100, "successful": ok, "failed": 0,
-                    "intentionally_omitted": 0, "written_at": AT, "failed_by_class": {}}  # fmt: skip
-        atomic_write(run.shard_output(shard, "rollouts").with_name("rollouts_coverage.json"),
-                     json.dumps(coverage).encode())  # fmt: skip
+        output = run.shard_output(shard, "rollouts")
+        atomic_write(output.with_name("rollouts_coverage.json"), _coverage(ok).model_dump_json().encode())
+        if kind == "running":  # a live link: its heartbeat and its collector's progress record, fresh
+            now = time.time()
+            live.write_heartbeat(run.heartbeat(shard), live.Heartbeat(
+                job_id=jobs[-1], start=AT, at=AT, epoch=now, interval_s=3600, pid=1, collector_pid=2,
+                collector_started=now, stall_window_s=None))  # fmt: skip
+            live.write_progress(live.progress_path(output), live.LiveProgress(
+                written_at=AT, epoch=now, job_id=jobs[-1], pid=2, expected=100, successful=70, failed=0,
+                intentionally_omitted=0, in_flight=4, new_outcomes=10, started_epoch=now - 60,
+                rate_per_s=0.2))  # fmt: skip
     return run, lines
+
+
+def _coverage(ok: int) -> Coverage:
+    """The coverage a collector writes after ``ok`` of 100 rollouts succeeded (the rest not started)."""
+    return Coverage(
+        run_id="bench", expected=100, successful=ok, measured=ok, masked=0, unscored=0, failed=0,
+        intentionally_omitted=0, not_started=100 - ok, missing=0, complete=ok == 100, reconciled=True,
+        scored=ok, attempts=ok, counted_failures=0, failure_budget_exhausted=0, max_rollout_attempts=3,
+        retry_terminal_timeouts=False, retryable=0, progress_outcomes_recorded=ok, failed_by_class={},
+        historical_failed_attempts=0, identity_verified=True, written_at=AT,
+    )  # fmt: skip
 
 
 def bare_loop(run: RunDir, squeue_text: Path) -> float:

@@ -48,7 +48,8 @@ def _status(argv: list[str]) -> int:
     from gymslurm.launcher.backend import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
     from gymslurm.launcher.views.report import refresh_report
-    from gymslurm.launcher.views.status import print_table, run_status
+    from gymslurm.launcher.views.status import run_status
+    from gymslurm.launcher.views.table import print_table
 
     root = Path(args.run_root).resolve()
     if args.run is None:

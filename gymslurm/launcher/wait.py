@@ -114,7 +114,8 @@ def wait_for_run(
 ) -> int:
     """Poll the run's status with backoff until the same outcome comes twice; print the table and it."""
     from gymslurm.launcher.views.report import refresh_report
-    from gymslurm.launcher.views.status import print_table, run_status
+    from gymslurm.launcher.views.status import run_status
+    from gymslurm.launcher.views.table import print_table
 
     last_key, seen = None, None
     while True:

@@ -22,7 +22,7 @@ SHARDS = 300
 
 
 class Recorded(SlurmClient):
-    """A Slurm client answering squeue with a fixed queue and recording every command (the subprocess seam)."""
+    """A Slurm client answering squeue with a fixed queue, recording every command (the subprocess seam)."""
 
     def __init__(self, squeue: str) -> None:
         super().__init__()
@@ -45,7 +45,8 @@ def _array_run(tmp_path: Path, shards: int = SHARDS) -> RunDir:
                    accounting=False, array=True)  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json().encode())
     half = shards // 2
-    parts = [ArrayPart(job_id="100", base=0, size=half), ArrayPart(job_id="101", base=half, size=shards - half)]
+    parts = [ArrayPart(job_id="100", base=0, size=half),
+             ArrayPart(job_id="101", base=half, size=shards - half)]  # fmt: skip
     array = ArrayRecord(job_id="100", shards=shards, max_running=None, at="t", chunk=half, parts=parts)
     atomic_write(run.array_path, array.model_dump_json().encode())
     return run

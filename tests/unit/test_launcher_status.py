@@ -32,11 +32,11 @@ from gymslurm.launcher.views.status import (
     read_shard_files,
     run_status,
     shard_status,
-    summary_line,
     summary_of,
     verdict,
     walltime_text,
 )
+from gymslurm.launcher.views.table import summary_line
 from gymslurm.store import RunPaths
 from gymslurm.store.files import write_coverage
 from gymslurm.store.live import Heartbeat, LiveProgress
@@ -297,7 +297,7 @@ def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.Ca
 
 def test_the_table_has_a_header_and_one_aligned_line_per_shard(tmp_path: Path) -> None:
     """The status table is plain fixed-width text: a header, then one line per shard."""
-    from gymslurm.launcher.views.status import COLUMNS, table_lines
+    from gymslurm.launcher.views.table import COLUMNS, table_lines
 
     run = _run_with_forgotten_job(tmp_path, accounting=False)
     lines = table_lines(run_status(run, LocalBackend(run.local_dir), now=T0))

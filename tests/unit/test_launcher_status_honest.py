@@ -16,10 +16,10 @@ from gymslurm.launcher.views.status import (
     aggregation_status,
     counts_of,
     shard_status,
-    summary_line,
     summary_of,
     verdict,
 )
+from gymslurm.launcher.views.table import summary_line
 from gymslurm.store.live import LiveProgress
 
 T0 = 1_780_000_000.0

@@ -20,11 +20,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-import psutil
-
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import StoreError
-from gymslurm.identity import redact_text
+from gymslurm.redaction import redact_text  # not identity's re-export: that imports omegaconf
 from gymslurm.store import live
 
 if TYPE_CHECKING:
@@ -127,6 +125,8 @@ class Heartbeat:
 
 def job_started_at() -> float:
     """When this job started: the batch shell (our parent) was created then; else this process."""
+    import psutil  # here: status imports this module for log() and needs no psutil
+
     for pid in (os.getppid(), os.getpid()):
         with contextlib.suppress(psutil.Error):
             return float(psutil.Process(pid).create_time())

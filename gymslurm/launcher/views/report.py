@@ -26,7 +26,9 @@ from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import DecisionRecord, Record, Started
 from gymslurm.launcher.rundir import RunDir, atomic_write
-from gymslurm.launcher.views.status import COLUMNS, folder_names, human_duration, run_status, summary_line
+from gymslurm.launcher.views.counts import human_duration
+from gymslurm.launcher.views.status import folder_names, run_status
+from gymslurm.launcher.views.table import COLUMNS, summary_line
 from gymslurm.store import RunPaths
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
 

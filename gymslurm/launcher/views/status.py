@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -437,28 +436,6 @@ def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def summary_line(summary: dict[str, Any]) -> str:
-    """``run: 120/400 ok, 3 failed (timeout 2, http_5xx 1), 0 omitted; 2 HEALTHY, 1 DONE; ETA 12m30s``.
-
-    Until every shard has counted its rollouts, the total says how many did (``in 49 of 1000 shards``)
-    and no ETA is given; interruptions are named apart from failures.
-    """
-    classes = ", ".join(f"{name} {n}" for name, n in summary["failed_by_class"].items())
-    verdicts = ", ".join(f"{n} {v}" for v, n in summary["verdicts"].items())
-    shards, counted = summary.get("shards", 0), summary.get("counted_shards", 0)
-    scope = (
-        f" so far in {counted} of {shards} shards ({shards - counted} not counted yet)"
-        if counted < shards
-        else ""
-    )
-    interrupted = f", {summary['interrupted']} interrupted (run again)" if summary.get("interrupted") else ""
-    return (
-        f"run: {summary['successful']}/{summary['expected']} ok{scope}, {summary['failed']} failed"
-        f"{f' ({classes})' if classes else ''}{interrupted}, {summary['omitted']} omitted; {verdicts}; "
-        f"ETA {summary['eta']}; walltime {human_duration(summary['walltime_used_s'])}"
-    )
-
-
 def aggregation_status(
     aggregate: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
     held: Sequence[str] = (),
@@ -550,49 +527,3 @@ def folder_names(folder: Path) -> frozenset[str]:
 
 def _held_jobs(states: list[ChainState], queue: dict[str, QueueRow]) -> list[str]:
     return [row.job_id for state in states for row in _live_jobs(state, queue) if is_held(row)]
-
-
-COLUMNS = [
-    ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"),
-    ("successor", "next"), ("jobs", "links"), ("last_exit", "exit"), ("last_decision", "decision"),
-    ("retries", "retries"), ("walltime", "walltime"), ("coverage", "coverage"), ("eta", "eta"),
-    ("server_restarts", "restarts"),
-]  # fmt: skip
-ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
-        "DISK_FULL": "31",
-        "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31"}  # fmt: skip
-
-
-def table_lines(report: dict[str, Any], colour: bool = False) -> list[str]:
-    """The status table as fixed-width lines, header first (pure; plain text stays fast at 1,000 rows)."""
-    rows = []
-    for row in report["shards"]:
-        cells = ["-" if row[key] is None else str(row[key]) for key, _ in COLUMNS]
-        if row["live"]:
-            cells[10] += " (live)"
-        rows.append(cells)
-    widths = [max([len(title), *(len(cells[i]) for cells in rows)]) for i, (_, title) in enumerate(COLUMNS)]
-    lines = [
-        "  ".join(title.ljust(width) for (_, title), width in zip(COLUMNS, widths, strict=True)).rstrip()
-    ]
-    for cells in rows:
-        text = [cell.ljust(width) for cell, width in zip(cells, widths, strict=True)]
-        if colour and cells[1] in ANSI:
-            text[1] = f"\033[{ANSI[cells[1]]}m{text[1]}\033[0m"
-        lines.append("  ".join(text).rstrip())
-    return lines
-
-
-def print_table(report: dict[str, Any]) -> None:
-    """The table (verdicts coloured on a terminal), each shard's reason, the aggregation, the summary."""
-    out = [f"run {report['run']} ({report['backend']}, {report['path']})"]
-    out += table_lines(report, colour=sys.stdout.isatty())
-    for row in report["shards"]:
-        where = f" (log {row['log']})" if row["log"] and row["verdict"] != "DONE" else ""
-        out.append(f"shard {row['shard']}: {row['verdict']}: {row['why']}{where}")
-        if row.get("injected"):
-            out.append(f"shard {row['shard']}: injected faults: {', '.join(row['injected'])}")
-    agg = report["aggregation"]
-    out.append(f"aggregation: {agg['job'] or '-'} {agg['state']}")
-    out.append(summary_line(report["summary"]))
-    sys.stdout.write("\n".join(out) + "\n")
