@@ -91,7 +91,7 @@ def parse_squeue(stdout: str) -> list[QueueRow]:
         fields = line.split("|")
         if len(fields) != 8 or not _JOB_ID.match(fields[0].strip()):
             raise SlurmError(f"unexpected squeue line (format {SQUEUE_FORMAT}): {_quote(line)!r}")
-        rows.append(QueueRow(*(field.strip() for field in fields)))
+        rows.append(QueueRow(*map(str.strip, fields)))
     return rows
 
 

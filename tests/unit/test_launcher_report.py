@@ -106,3 +106,25 @@ def test_without_the_servers_metrics_the_report_shows_gymslurms_own(tmp_path: Pa
     write_gymslurm_metrics(merged.gymslurm_metrics, own)
     data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
     assert data["metrics"] == {"reward/mean": 0.5}
+
+
+def test_a_shard_whose_first_link_has_not_started_draws_no_lane_and_is_counted() -> None:
+    """10,000 shards mostly waiting: the timeline draws lanes only for shards with links and says how many
+    are left out, instead of thousands of empty lanes."""
+    data = _data()
+    waiting = {"shard": 1, "links": [], "faults": faults_survived([])}
+    data["shards"] = [*data["shards"], waiting]  # type: ignore[misc]
+    page = render(data, now=1796119800.0)
+    assert page.count('class="lane"') == 1 and "1 shard(s) not drawn: no link started yet" in page
+
+
+def test_table_cells_are_escaped_even_when_one_holds_a_separator_character() -> None:
+    """The cells are escaped in one pass over the joined table; a reason holding the separator itself
+    falls back to cell by cell, so no cell is ever split or left unescaped."""
+    data = _data()
+    links = data["shards"][0]["links"]  # type: ignore[index]
+    links[0]["reason"] = "a\x1eb <c>"
+    page = render(data, now=1796119800.0)
+    assert "<td>a\x1eb &lt;c&gt;</td>" in page
+    links[0]["reason"] = "plain <d>"
+    assert "<td>plain &lt;d&gt;</td>" in render(data, now=1796119800.0)

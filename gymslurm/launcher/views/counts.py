@@ -7,6 +7,7 @@ taken out of the failures, so a requeue or a cancel never reads as failed rollou
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -14,6 +15,7 @@ from gymslurm.coverage import Coverage
 from gymslurm.store import live
 
 
+@functools.lru_cache(maxsize=4096)  # status asks the same few values (a cap, 0s) once per shard
 def human_duration(seconds: float | None) -> str:
     """``45s``, ``12m05s``, ``3h04m``, ``2d03h`` (``-`` for unknown)."""
     if seconds is None:

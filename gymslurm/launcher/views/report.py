@@ -27,7 +27,7 @@ from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import DecisionRecord, Record, Started
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.counts import human_duration
-from gymslurm.launcher.views.status import folder_names, run_status
+from gymslurm.launcher.views.status import read_chains, run_status
 from gymslurm.launcher.views.table import COLUMNS, summary_line
 from gymslurm.store import RunPaths
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
@@ -75,14 +75,20 @@ def faults_survived(links: list[dict[str, Any]]) -> dict[str, int]:
     return faults
 
 
-def report_data(run: RunDir, backend: Backend, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report's data: the status document (queried unless given) plus timelines, faults, metrics."""
-    status = status if status is not None else run_status(run, backend)
-    info, array = run.read_info(), run.read_array()
-    present = folder_names(run.root / "shards")  # shards without a folder have no ledger yet: not opened
+def report_data(
+    run: RunDir, backend: Backend, status: dict[str, Any] | None = None,
+    chains: list[list[Record]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The report's data: the status document (queried unless given) plus timelines, faults, metrics.
+
+    ``chains``: the records ``status`` was made from (:func:`read_chains`), so no ledger is read twice.
+    """
+    info = run.read_info()
+    chains = chains if chains is not None else read_chains(run, info.shards)
+    status = status if status is not None else run_status(run, backend, chains=chains)
     shards = []
-    for shard in range(info.shards):
-        links = links_of(run.chain_records(shard, array, present))
+    for shard, records in enumerate(chains):
+        links = links_of(records)
         shards.append({"shard": shard, "links": links, "faults": faults_survived(links)})
     return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
             "metrics": merged_metrics(run, info.output_stem)}  # fmt: skip
@@ -134,8 +140,11 @@ def _timeline(data: dict[str, Any], now: float) -> str:
         return '<p id="timeline" class="timeline">no link has started yet</p>'
     t0, t1 = min(starts), max(end for _, end in spans)
     width = max(t1 - t0, 1.0)
-    rows = []
+    rows, unstarted = [], 0
     for shard in data["shards"]:
+        if not shard["links"]:  # no lane for a shard whose first link has not started: counted below
+            unstarted += 1
+            continue
         bars = []
         for link in shard["links"]:
             start, end = _epoch(link.get("start")), _epoch(link.get("end")) or now
@@ -153,15 +162,30 @@ def _timeline(data: dict[str, Any], now: float) -> str:
     legend = " ".join(
         f'<span class="key" style="background:{c}"></span>{_e(d)}' for d, c in DECISION_COLOURS.items()
     )
+    waiting = f" &middot; {unstarted} shard(s) not drawn: no link started yet" if unstarted else ""
     return (f'<div id="timeline" class="timeline">{"".join(rows)}</div>'
             f'<p class="legend">{legend} &middot; {human_duration(t1 - t0)} '
-            "from the first link's start</p>")  # fmt: skip
+            f"from the first link's start{waiting}</p>")  # fmt: skip
+
+
+_CELL, _ROW = "\x1e", "\x1f"  # ASCII record separators: joined, escaped once, then made markup
 
 
 def _table(headers: list[str], rows: list[list[object]], table_id: str) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{_body(rows)}</tbody></table>'
+
+
+def _body(rows: list[list[object]]) -> str:
+    """The rows as ``<tr><td>…``: every cell joined with separators and escaped in one pass (10,000
+    shards are 100,000 cells), cell by cell only when a cell itself holds a separator."""
+    if not rows:
+        return ""
+    text = _ROW.join(_CELL.join(["-" if c is None else str(c) for c in row]) for row in rows)
+    if text.count(_CELL) + text.count(_ROW) != sum(len(row) for row in rows) - 1:
+        return "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    text = html.escape(text) if not _SPECIAL.isdisjoint(text) else text
+    return "<tr><td>" + text.replace(_CELL, "</td><td>").replace(_ROW, "</td></tr><tr><td>") + "</td></tr>"
 
 
 CSS = """
@@ -237,26 +261,29 @@ def report_path(run: RunDir) -> Path:
 
 
 def write_report(
-    run: RunDir, backend: Backend, output: Path | None = None, status: dict[str, Any] | None = None
-) -> Path:
+    run: RunDir, backend: Backend, output: Path | None = None, status: dict[str, Any] | None = None,
+    chains: list[list[Record]] | None = None,
+) -> Path:  # fmt: skip
     """Read the run, render the page and replace ``report.html`` atomically; returns its path.
 
     ``status`` is a status document just made (``gymslurm status``, ``submit --wait``), so the page
-    costs no second scheduler query.
+    costs no second scheduler query; ``chains`` the records it was made from.
     """
     path = output or report_path(run)
-    atomic_write(path, render(report_data(run, backend, status)).encode())
+    atomic_write(path, render(report_data(run, backend, status, chains)).encode())
     return path
 
 
-def refresh_report(run: RunDir, backend: Backend, status: dict[str, Any]) -> Path | None:
+def refresh_report(
+    run: RunDir, backend: Backend, status: dict[str, Any], chains: list[list[Record]] | None = None
+) -> Path | None:
     """Rewrite ``report.html`` from a status document, best effort: a view never fails a command.
 
     The login-side commands that look at one run (``status``, ``submit --wait``) keep the page
     current; no job renders it, so a link never queries the scheduler for the whole run.
     """
     try:
-        return write_report(run, backend, status=status)
+        return write_report(run, backend, status=status, chains=chains)
     except Exception as error:  # the report is a view; the ledgers hold the truth
         print(f"gymslurm: could not rewrite {report_path(run)}: {error}", file=sys.stderr)
         return None

@@ -33,7 +33,7 @@ from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import Decision, collector_unresponsive, job_exit_code
 from gymslurm.launcher.job.collector_files import life_of
-from gymslurm.launcher.ledger import ChainState, summarize
+from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.counts import (
@@ -293,17 +293,14 @@ def _live_jobs(state: ChainState, queue: dict[str, QueueRow]) -> list[QueueRow]:
     return [queue[j] for j in state.epoch_jobs if j in queue and queue[j].state in LIVE_STATES]
 
 
-def _running(state: ChainState, queue: dict[str, QueueRow]) -> QueueRow | None:
-    return next((row for row in _live_jobs(state, queue) if row.state in RUNNING_STATES), None)
-
-
 def shard_status(
     shard: int, state: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
-    *, info: RunInfo, files: ShardFiles, now: float, logs: LogIndex,
+    *, info: RunInfo, files: ShardFiles, now: float, logs: LogIndex, live: list[QueueRow] | None = None,
 ) -> ShardStatus:  # fmt: skip
-    """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock)."""
-    live_jobs = _live_jobs(state, queue)
-    running = _running(state, queue)
+    """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock; ``live``:
+    the chain's live jobs in the queue, when the caller found them already)."""
+    live_jobs = _live_jobs(state, queue) if live is None else live
+    running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
     beat = beat_of(state, running, files.heartbeat, now)
     heartbeat = files.heartbeat
     own = heartbeat if running and heartbeat and heartbeat.job_id == running.job_id else None
@@ -395,9 +392,17 @@ class LogIndex:
 
     def server_logs(self, shard: int) -> list[str]:
         """The shard's Environment Server logs (``logs/server-<name>-sNNN.log``)."""
-        suffix = f"-s{shard:03d}.log"
-        names = [n for n in self.names if n.startswith("server-") and n.endswith(suffix)]
-        return sorted(str(self.folder / n) for n in names)
+        return self._servers.get(f"s{shard:03d}", [])
+
+    @functools.cached_property
+    def _servers(self) -> dict[str, list[str]]:
+        """Server logs by shard (``sNNN``), from one pass over the listing: a pass per shard would be
+        quadratic at 10,000 shards, whose ``logs/`` holds a file per link."""
+        found: dict[str, list[str]] = {}
+        for name in sorted(self.names):
+            if name.startswith("server-") and name.endswith(".log"):
+                found.setdefault(name[:-4].rsplit("-", 1)[-1], []).append(str(self.folder / name))
+        return found
 
 
 def _log_shard(name: str) -> int | None:
@@ -470,42 +475,44 @@ def aggregation_status(
     return {"job": shown, "state": agg_state, "finished": finished, "stalled": stalled}
 
 
-def run_status(run: RunDir, backend: Backend, now: float | None = None) -> dict[str, Any]:
+def read_chains(run: RunDir, shards: int) -> list[list[Record]]:
+    """Every shard's chain records, read once (one listing of ``shards/``, the run's records once):
+    ``status`` folds them and the report draws its timeline from the same list."""
+    array = run.read_array()
+    present = folder_names(run.root / "shards")
+    shared = run.run_ledger.read() if array is not None else []
+    return [run.chain_records(s, array, present, shared) for s in range(shards)]
+
+
+def run_status(
+    run: RunDir, backend: Backend, now: float | None = None, chains: list[list[Record]] | None = None
+) -> dict[str, Any]:
     """The status document of a run: every shard, the aggregation and the summary, with one queue query.
 
     ``sacct`` (one more query) only for current jobs ``squeue`` forgot, and never when the run's
-    ``run.json`` says the cluster keeps no accounting.
+    ``run.json`` says the cluster keeps no accounting. ``chains``: :func:`read_chains`, if read already.
     """
     now = time.time() if now is None else now
     info = run.read_info()
-    array = run.read_array()
-    ledgers, outputs = folder_names(run.root / "shards"), folder_names(run.root / "output")
-    states = [run.chain_state(s, array, present=ledgers) for s in range(info.shards)]
+    outputs = folder_names(run.root / "output")
+    states = [summarize(records) for records in (chains or read_chains(run, info.shards))]
     aggregate = summarize(run.aggregate_ledger.read())
     queue = backend.queue()
     forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
     accounting = backend.accounting(forgotten) if forgotten and info.accounting is not False else {}
     logs = LogIndex.of(run)
-    rows = [
-        shard_status(
-            i,
-            st,
-            queue,
-            accounting,
-            info=info,
-            files=read_shard_files(
-                run,
-                i,
-                info.output_stem,
-                running=_running(st, queue) is not None,
-                has_output=f"shard-{i:03d}" in outputs,
-            ),
-            now=now,
-            logs=logs,
+    rows: list[ShardStatus] = []
+    held: list[str] = []
+    for i, st in enumerate(states):
+        live_jobs = _live_jobs(st, queue)
+        running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
+        files = read_shard_files(
+            run, i, info.output_stem, running=running is not None, has_output=f"shard-{i:03d}" in outputs
         )
-        for i, st in enumerate(states)
-    ]
-    agg = aggregation_status(aggregate, queue, accounting, _held_jobs(states, queue))
+        rows.append(shard_status(i, st, queue, accounting, info=info, files=files, now=now, logs=logs,
+                                 live=live_jobs))  # fmt: skip
+        held += [row.job_id for row in live_jobs if is_held(row)]
+    agg = aggregation_status(aggregate, queue, accounting, held)
     return {
         "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
@@ -523,7 +530,3 @@ def folder_names(folder: Path) -> frozenset[str]:
         return frozenset(os.listdir(folder))
     except OSError:
         return frozenset()
-
-
-def _held_jobs(states: list[ChainState], queue: dict[str, QueueRow]) -> list[str]:
-    return [row.job_id for state in states for row in _live_jobs(state, queue) if is_held(row)]
