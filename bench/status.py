@@ -163,8 +163,11 @@ def bare_loop(run: RunDir, squeue_text: Path) -> float:
                 data = path.read_bytes()
             except FileNotFoundError:
                 continue
-            for raw in data.splitlines():
-                orjson.loads(raw)
+            if path.suffix == ".jsonl":  # the ledger: a record a line; the others are one JSON document
+                for raw in data.splitlines():
+                    orjson.loads(raw)
+            else:
+                orjson.loads(data)
     return time.perf_counter() - t0
 
 

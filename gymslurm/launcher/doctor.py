@@ -25,7 +25,7 @@ from gymslurm.errors import ConfigError, SlurmError
 from gymslurm.launcher.arrays import plan_arrays
 from gymslurm.launcher.findings import Finding, Level
 from gymslurm.launcher.probe import probe_findings
-from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.settings import BenchmarkSettings, SlurmSettings
 from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions, site_limits
 
 CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
@@ -251,12 +251,15 @@ def _process_rules(config: Mapping[str, str], signal_lead_s: int) -> list[Findin
     return found
 
 
-def _size_rules(config: Mapping[str, str], shards: int | None) -> list[Finding]:
+DEFAULT_LOOKAHEAD: int = SlurmSettings.model_fields["lookahead"].default
+
+
+def _size_rules(config: Mapping[str, str], shards: int | None, lookahead: int) -> list[Finding]:
     limits = site_limits(config)
     found = []
     if shards is not None:
         try:
-            plan = plan_arrays(shards, limits, None)
+            plan = plan_arrays(shards, limits, None, lookahead=lookahead)
         except ConfigError as error:
             found.append(Finding("error", "MaxJobCount/MaxArraySize", str(limits), str(error), "see above"))
         else:
@@ -267,7 +270,8 @@ def _size_rules(config: Mapping[str, str], shards: int | None) -> list[Finding]:
                     "MaxJobCount",
                     str(limits["MaxJobCount"]),
                     f"{shards} shards are {arrays} job array(s); the run holds at most {plan.footprint} job "
-                    f"records (each running link and its queued successor, plus the aggregation)"
+                    f"records (each running link and the {lookahead} job(s) queued behind it, "
+                    "slurm.lookahead, plus the aggregation's)"
                     + (f"; {plan.note}" if plan.note else "")
                     + "; other users' jobs count too",
                 )
@@ -321,8 +325,10 @@ def check(
     partition: str | None = None,
     shards: int | None = None,
     signal_lead_s: int = 90,
+    lookahead: int = DEFAULT_LOOKAHEAD,
 ) -> list[Finding]:
-    """Every finding for this cluster (pure). ``partition`` limits the per-partition checks to one."""
+    """Every finding for this cluster (pure). ``partition`` limits the per-partition checks to one;
+    ``shards`` and ``lookahead`` (slurm.lookahead) size the run's job records against MaxJobCount."""
     chosen = partitions
     if partition is not None and partition in partitions:
         chosen = {partition: partitions[partition]}
@@ -333,7 +339,7 @@ def check(
         *_accounting_rules(config),
         *_dependency_rules(config),
         *_process_rules(config, signal_lead_s),
-        *_size_rules(config, shards),
+        *_size_rules(config, shards, lookahead),
     ]
 
 

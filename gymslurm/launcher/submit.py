@@ -316,7 +316,10 @@ def submit(
     if site.refusal:
         raise ConfigError(site.refusal)
     plan = (
-        plan_arrays(settings.shards, site.limits, settings.slurm.max_running, settings.slurm.array_size)
+        plan_arrays(
+            settings.shards, site.limits, settings.slurm.max_running, settings.slurm.array_size,
+            lookahead=settings.slurm.lookahead,
+        )
         if backend_kind == "slurm"
         else None
     )

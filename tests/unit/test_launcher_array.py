@@ -64,6 +64,15 @@ def test_a_plan_past_max_job_count_is_throttled_to_fit() -> None:
     assert plan.note is not None and "MaxJobCount = 10000" in plan.note
 
 
+def test_the_plan_counts_the_jobs_queued_behind_each_running_link() -> None:
+    """slurm.lookahead 2: each running link keeps two jobs queued (and so does the aggregation), so
+    8,000 shards at MaxJobCount 10000 are throttled until shards + arrays x N x 2 + 2 fits."""
+    plan = plan_arrays(8_000, {"MaxArraySize": 1001, "MaxJobCount": 10_000}, None, lookahead=2)
+    assert plan.throttle == (10_000 - 8_000 - 2) // (8 * 2)
+    assert plan.footprint == 8_000 + 8 * plan.throttle * 2 + 2 <= 10_000
+    assert plan.note is not None and "slurm.lookahead" in plan.note
+
+
 def test_max_running_is_shared_by_the_arrays() -> None:
     """slurm.max_running=40 over 10 arrays: %4 each."""
     assert plan_arrays(10_000, {"MaxArraySize": 1001, "MaxJobCount": 100_000}, 40).throttle == 4
