@@ -26,6 +26,13 @@ gymslurm.dispatch sends it and classifies the answer by ``/run``'s rules (the on
 a result is written to the output, a failure (the answer kept) to the output's sidecar, an
 intentional omission as an omission row there.
 
+In a chain (``+require_complete=true``, what ``gymslurm submit --reverify RUN`` runs in each job): a
+re-grade the judge never answered (a transport error or an HTTP error: a failure the collector
+recorded, not terminal) is not saved, so the next link asks again; the output is published only once
+every eligible answer has its re-grade (also when none was eligible: the completed results carried
+through), and the command exits 1 while some remain (the chain retries; what was graded stays in the
+journal).
+
 Never silent: when nothing is eligible the command says why (how many judge failures, how many kept
 no answer, how many were stopped by a newer outcome) and exits 1. Trade-off: calls are sequential;
 judge-only recovery is for the handful of rollouts a judge outage left behind, not a bulk re-score.
@@ -176,6 +183,8 @@ class ReverifyReport:
     stopped: int = 0
     skipped: int = 0
     resumed: int = 0  # re-grades reused from an interrupted reverification's journal
+    unanswered: int = 0  # re-grades the judge never answered (require_complete: asked again next time)
+    published: bool = False  # the output (and its sidecar) was written
     warnings: list[str] = field(default_factory=list)
 
     def nothing_to_do_message(self) -> str:
@@ -211,9 +220,14 @@ def check_reverify_output(output: Path, source: Path) -> None:
 
 
 def reverify_judge_failed(
-    source: Path, output: Path, regrade_for: Callable[[str], Regrade]
+    source: Path, output: Path, regrade_for: Callable[[str], Regrade], *, require_complete: bool = False
 ) -> ReverifyReport:
-    """Plan every rollout of ``source``, re-grade the eligible answers, write ``output`` (+ sidecar)."""
+    """Plan every rollout of ``source``, re-grade the eligible answers, write ``output`` (+ sidecar).
+
+    ``require_complete`` (a chain's link): a re-grade the judge did not answer is not saved and the
+    output waits for it (``report.unanswered``); with nothing to re-grade the carried results are
+    still published.
+    """
     from gymslurm.store import RunPaths, RunStore
 
     source = source_output(source)
@@ -245,31 +259,50 @@ def reverify_judge_failed(
     rejudge = [d for d in decisions if d.action == "rejudge"]
     if rejudge:  # before any judge call: a write that cannot happen must not cost re-grades
         _make_parent(output)
-    regrade = regrade_for(store.run_id) if rejudge else None
+    journal = ReverifyJournal(output, store.run_id) if rejudge else None
     rows: list[bytes] = []
     failures: list[bytes] = []
-    journal = ReverifyJournal(output, store.run_id) if rejudge else None
-    for decision in rejudge:
-        assert regrade is not None and journal is not None and decision.new_attempt is not None
-        assert decision.line is not None
-        kind, row = journal.done.get((decision.index, decision.source_attempt)) or _regraded(
-            decision, index.stamps(decision.index, store.run_id, decision.new_attempt),
-            inputs[decision.index]["task_input"], answers[decision.line], regrade, store.run_id, journal,
-        )  # fmt: skip
-        (rows if kind == "result" else failures).append(orjson.dumps(row) + b"\n")
-        if kind == "result":
-            report.regraded_ok += 1
-        elif kind == "failure":
-            report.regrade_failed += 1
-        else:
-            report.regrade_omitted += 1
-    if journal is None:
+    if journal is not None:
+        regrade = regrade_for(store.run_id)
+
+        def stamps(d: Decision) -> dict[str, Any]:
+            assert d.new_attempt is not None  # every re-judge decision numbers its new attempt
+            return index.stamps(d.index, store.run_id, d.new_attempt)
+
+        for decision in rejudge:
+            assert decision.line is not None
+            kind, row = journal.done.get((decision.index, decision.source_attempt)) or _regraded(
+                decision, stamps(decision), inputs[decision.index]["task_input"], answers[decision.line],
+                regrade, store.run_id, journal, keep_unanswered=not require_complete,
+            )  # fmt: skip
+            _count(report, kind)
+            if kind != "unanswered":
+                (rows if kind == "result" else failures).append(orjson.dumps(row) + b"\n")
+        report.resumed = journal.resumed
+    elif not require_complete:
         return report
-    report.resumed = journal.resumed
+    if report.unanswered:  # the next run asks the judge again; what was graded stays in the journal
+        assert journal is not None
+        journal.close()
+        return report
     carried = {d.line for d in decisions if d.action == "carry"}
+    _make_parent(output)
     _publish(output, _chain(_lines_of(paths.results, carried), rows), failures)
-    journal.finish()
+    report.published = True
+    if journal is not None:
+        journal.finish()
     return report
+
+
+def _count(report: ReverifyReport, kind: str) -> None:
+    if kind == "unanswered":
+        report.unanswered += 1
+    elif kind == "result":
+        report.regraded_ok += 1
+    elif kind == "failure":
+        report.regrade_failed += 1
+    else:
+        report.regrade_omitted += 1
 
 
 def _regraded(  # noqa: PLR0917
@@ -280,9 +313,17 @@ def _regraded(  # noqa: PLR0917
     regrade: Regrade,
     run_id: str,
     journal: ReverifyJournal,
+    *,
+    keep_unanswered: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """Re-grade one saved answer and journal the row it gives before anything else happens."""
+    """Re-grade one saved answer and journal the row it gives before anything else happens.
+
+    ``keep_unanswered`` False: a re-grade the judge never answered (:func:`unanswered`) is neither
+    journaled nor kept: ``("unanswered", {})``.
+    """
     outcome = regrade(regrade_request(stamps, task_input, answer))
+    if not keep_unanswered and unanswered(outcome):
+        return "unanswered", {}
     provenance = {"source_attempt": decision.source_attempt, "source_run_id": run_id}
     if isinstance(outcome, Completed):
         kind, row = "result", {**outcome.result, **stamps, "_ng_reverify": provenance}
@@ -292,6 +333,14 @@ def _regraded(  # noqa: PLR0917
         kind, row = "omission", {**stamps, "_ng_omitted": True, "_ng_reverify": provenance}
     journal.save(decision.index, decision.source_attempt, kind, row)
     return kind, row
+
+
+def unanswered(outcome: Outcome) -> bool:
+    """A re-grade the judge never answered: a failure gymslurm itself recorded (a transport or HTTP
+    error, ``source: collector``) that is not terminal. A failure the server answered is an outcome."""
+    if not isinstance(outcome, Failed):
+        return False
+    return outcome.record.source == "collector" and not outcome.record.failure.terminal
 
 
 class ReverifyJournal:
@@ -323,6 +372,10 @@ class ReverifyJournal:
         """Journal one re-grade; it reaches the kernel before the next judge call."""
         entry = {"source_run_id": self.run_id, "index": index, "source_attempt": source_attempt, "kind": kind}
         self._appender.append({**entry, "row": row})
+
+    def close(self) -> None:
+        """Stop journaling and keep the journal: the same command later reuses it."""
+        self._appender.close()
 
     def finish(self) -> None:
         self._appender.close()

@@ -363,3 +363,39 @@ def test_an_interrupted_reverify_resumes_without_judging_again(tmp_path: Path) -
     assert report.resumed == 1 and len(grader.requests) == 2  # one before the stop, one after: never three
     assert sorted(rows(output)) == [("arith-0", 1, 1.0), ("arith-1", 1, 1.0)]
     assert not companion(output, "_reverify_progress.jsonl").exists()
+
+
+def test_in_a_chain_an_unanswered_regrade_is_asked_again_and_the_output_waits(tmp_path: Path) -> None:
+    """require_complete (a link of `submit --reverify`): a judge that did not answer (HTTP 503) leaves
+    nothing saved for that rollout and no output; the next run grades only what is missing."""
+    src = source(tmp_path, lambda b: judge_failed(judge_failed(b, "arith-0"), "arith-1"), rollouts=2)
+    output, good = tmp_path / "new.jsonl", Grader()
+    answers = iter([good, Grader(status=503)])
+
+    def first_ok_then_down(run_id: str) -> Regrade:
+        graders = {"arith-0": next(answers).regrader(run_id), "arith-1": next(answers).regrader(run_id)}
+        return lambda request: graders[request["episode_id"]["rollout_id"]](request)
+
+    report = reverify_judge_failed(src, output, first_ok_then_down, require_complete=True)
+    assert (report.unanswered, report.regraded_ok, report.published) == (1, 1, False)
+    assert not output.exists() and not companion(output, "_failures.jsonl").exists()
+    again = Grader()
+    report = reverify_judge_failed(src, output, again.regrader, require_complete=True)
+    assert report.published and report.resumed == 1
+    assert [r["episode_id"]["rollout_id"] for r in again.requests] == ["arith-1"]
+    assert sorted(rows(output)) == [("arith-0", 1, 1.0), ("arith-1", 1, 1.0)]
+
+
+def test_in_a_chain_nothing_eligible_still_publishes_the_carried_results(tmp_path: Path) -> None:
+    """require_complete with no judge failure to re-grade: the completed results are the output."""
+    src = source(tmp_path, lambda b: b.result("arith-0", 0.0))
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", Grader().regrader, require_complete=True)
+    assert report.published and report.rejudged == 0
+    assert rows(tmp_path / "new.jsonl") == [("arith-0", 0, 0.0)]
+
+
+def test_a_judges_own_failure_answer_is_an_outcome_in_a_chain(tmp_path: Path) -> None:
+    """require_complete: a failure the judge answered (not a transport error) is saved, not retried."""
+    src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", Grader(fail=True).regrader, require_complete=True)
+    assert report.published and report.regrade_failed == 1 and report.unanswered == 0
