@@ -240,15 +240,12 @@ def reverify_judge_failed(
     check_reverify_output(output, source)
     store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
     try:
-        rec = store.reconcile()
-        history = store.read_history()
-        reserved = store.table.counts()
-        inputs = store.inputs()
-        index = store.rollout_index
+        rec, history, reserved = store.reconcile(), store.read_history(), store.table.counts()
+        inputs, index = store.inputs(), store.rollout_index
     finally:
         store.close()
-    sidecar = index_file(paths.failures)
-    answers = _judge_answers(sidecar, (history.outcomes(i) for i in range(len(rec.states))))
+    groups = (history.outcomes(i) for i in range(len(rec.states)))
+    answers = _judge_answers(index_file(paths.failures), groups)
     report = ReverifyReport()
     decisions = []
     for i, state in enumerate(rec.states):

@@ -23,8 +23,18 @@ DEFAULT_RUN_ROOT = "gymslurm_runs"
 
 def _submit(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gymslurm submit", description="Submit a benchmark as job chains.")
-    parser.add_argument("benchmark", help="configs/benchmarks/<name>.yaml name, or a path to a YAML file")
+    parser.add_argument(
+        "benchmark", nargs="?", help="configs/benchmarks/<name>.yaml name, or a path to a YAML file"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. shards=3 slurm.partition=low")
+    parser.add_argument(
+        "--reverify", metavar="RUN",
+        help="re-grade RUN's saved judge-failed answers as jobs (no benchmark: RUN's own, overrides on top)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--run-root", default=DEFAULT_RUN_ROOT,
+        help=f"with --reverify: where RUN lives (default {DEFAULT_RUN_ROOT})",
+    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the scripts; write and submit nothing")
     parser.add_argument("--backend", choices=["slurm", "local"], help="default: the benchmark's (auto)")
     parser.add_argument(
@@ -33,6 +43,15 @@ def _submit(argv: list[str]) -> int:
         help="stay until every chain and the aggregation ended, then show status",
     )
     args = parser.parse_intermixed_args(argv)
+    if args.reverify is not None:
+        from gymslurm.launcher.regrade import submit_reverify
+
+        overrides = [*([args.benchmark] if args.benchmark else []), *args.overrides]
+        return submit_reverify(
+            args.reverify, overrides, args.backend, args.dry_run, wait=args.wait, run_root=args.run_root
+        )
+    if args.benchmark is None:
+        parser.error("a benchmark is needed (or --reverify RUN)")
     from gymslurm.launcher.submit import submit
 
     return submit(args.benchmark, args.overrides, args.backend, args.dry_run, wait=args.wait)

@@ -68,6 +68,8 @@ class RunInfo(BaseModel):
     # every job id of such a run names its cluster (``b:123_4``). None: a run on one cluster.
     placement: list[Block] | None = None
     aggregate_cluster: str | None = None  # where the aggregation of a run across clusters runs
+    # submit --reverify: the run whose saved answers each shard re-grades (its root); None: a collection
+    reverify_of: str | None = None
 
     @property
     def clusters(self) -> list[str]:

@@ -153,6 +153,18 @@ class CollectorSettings(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class ReverifySettings(_Strict):
+    """``gymslurm submit --reverify RUN``: how each job re-grades the run's saved judge-failed answers.
+
+    The job runs ``gymslurm reverify --judge-failed-only +require_complete=true`` with the grader the
+    collector is given (its ``+environment_server_url``/``+environment_protocol``/``+request_timeout_s``
+    among the collector's overrides) and then these ``overrides`` (``{servers.NAME.url}`` works), e.g.
+    a judge that is not the collector's Environment Server.
+    """
+
+    overrides: list[str] = Field(default_factory=list)
+
+
 class SlurmSettings(_Strict):
     """The Slurm section: where jobs run, how long, and the chain's caps."""
 
@@ -330,6 +342,7 @@ class BenchmarkSettings(_Strict):
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
+    reverify: ReverifySettings = Field(default_factory=ReverifySettings)
 
     _names_are_slugs = field_validator("name", "output_stem")(_slug)
 

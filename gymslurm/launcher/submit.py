@@ -308,10 +308,19 @@ def submit(
     benchmark: str, overrides: list[str], backend_name: str | None, dry_run: bool, *, wait: bool = False
 ) -> int:
     """``gymslurm submit``: create the run and queue the first link of each shard."""
-    workdir = Path.cwd()
     settings, data = load_benchmark(benchmark, overrides)
+    kind = resolve_backend_name(settings, backend_name)
+    return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait)
+
+
+def create_run(
+    settings: BenchmarkSettings, data: dict[str, Any], overrides: list[str],
+    backend_kind: Literal["slurm", "local"],
+    workdir: Path, *, dry_run: bool, wait: bool, reverify_of: str | None = None,
+) -> int:  # fmt: skip
+    """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
+    run it re-grades in ``reverify_of``); with ``wait``, stay until it ended."""
     clean, secrets = split_secrets(data)
-    backend_kind = resolve_backend_name(settings, backend_name)
     site = Site(None, None, {}) if backend_kind != "slurm" or dry_run else read_sites(settings)
     if site.refusal:
         raise ConfigError(site.refusal)
@@ -348,6 +357,7 @@ def submit(
         accounting=site.accounting, array=plan is not None, cluster=settings.slurm.cluster,
         placement=placement,
         aggregate_cluster=None if placement is None else settings.slurm.aggregation_cluster,
+        reverify_of=reverify_of,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = run_backend(run) if placement is not None else backend_for(

@@ -397,5 +397,6 @@ def test_in_a_chain_nothing_eligible_still_publishes_the_carried_results(tmp_pat
 def test_a_judges_own_failure_answer_is_an_outcome_in_a_chain(tmp_path: Path) -> None:
     """require_complete: a failure the judge answered (not a transport error) is saved, not retried."""
     src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
-    report = reverify_judge_failed(src, tmp_path / "new.jsonl", Grader(fail=True).regrader, require_complete=True)
+    grader = Grader(fail=True)
+    report = reverify_judge_failed(src, tmp_path / "new.jsonl", grader.regrader, require_complete=True)
     assert report.published and report.regrade_failed == 1 and report.unanswered == 0

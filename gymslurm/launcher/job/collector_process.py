@@ -56,6 +56,33 @@ def collector_argv(
     return argv
 
 
+# What ``gymslurm reverify`` takes of the collector's overrides: the grader and how to speak to it.
+REVERIFY_KEYS = frozenset({"environment_server_url", "environment_protocol", "request_timeout_s"})
+REVERIFY_COMMAND_LENGTH = 5  # interpreter -m gymslurm reverify --judge-failed-only: then the overrides
+
+
+def reverify_argv(
+    settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], source: RunDir
+) -> list[str]:
+    """The command of one link of ``submit --reverify``: re-grade the source run's shard into this one's.
+
+    The grader is the collector's (its ``REVERIFY_KEYS`` overrides, the servers' ``collector_override``
+    included), then ``reverify.overrides``; ``+require_complete=true`` gives the chain's exit codes.
+    """
+    collect = collector_argv(settings, run, shard, urls, resubmit=False)[len(settings.collector.command) :]
+    grader = [item for item in collect if item.lstrip("+~").partition("=")[0] in REVERIFY_KEYS]
+    grader += [
+        SERVER_REFERENCE.sub(lambda m: _address(urls[m.group(1)], m.group(2)), o)
+        for o in settings.reverify.overrides
+    ]
+    stem = settings.output_stem
+    return [
+        settings.slurm.interpreter, "-m", "gymslurm", "reverify", "--judge-failed-only",
+        f"+input_jsonl_fpath={source.shard_output(shard, stem)}",
+        f"+output_jsonl_fpath={run.shard_output(shard, stem)}", "+require_complete=true", *grader,
+    ]  # fmt: skip
+
+
 def split_command(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
     """(the collector's command, its overrides): the overrides go in the environment, never argv.
 

@@ -56,9 +56,11 @@ from gymslurm.launcher.job.chain import (
 )
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
 from gymslurm.launcher.job.collector_process import (
+    REVERIFY_COMMAND_LENGTH,
     ProgressWatch,
     collector_argv,
     overrides_problem,
+    reverify_argv,
     run_collector,
 )
 from gymslurm.launcher.job.disk import disk_full, wait_for_space
@@ -240,19 +242,27 @@ def _collect(  # noqa: PLR0917
         except server_mod.ServerStartError as error:
             return server_mod.start_failure_exit(error), None, f"server start failed: {error}"
         urls = {server.settings.name: server.url for server in started}
-        argv = collector_argv(settings, run, shard, urls, resubmit)
-        if too_long := overrides_problem(argv[len(settings.collector.command) :]):  # submit checked it
+        source = run.read_info().reverify_of  # submit --reverify: re-grade that run's answers instead
+        watch: ProgressWatch | None = None  # reverify keeps no progress record: each call has a timeout
+        if source is None:
+            argv = collector_argv(settings, run, shard, urls, resubmit)
+            first = len(settings.collector.command)
+            output = run.shard_output(shard, settings.output_stem)
+            watch = ProgressWatch(output, settings.slurm.stall_window_s)
+        else:
+            argv = reverify_argv(settings, run, shard, urls, RunDir(Path(source)))
+            first = REVERIFY_COMMAND_LENGTH
+        if too_long := overrides_problem(argv[first:]):  # submit checked it
             return ExitCode.REFUSED, None, f"collector not started: {too_long}"
         supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
-        watch = ProgressWatch(run.shard_output(shard, settings.output_stem), settings.slurm.stall_window_s)
         try:
             env_code, killer = run_collector(
                 argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
-                first_override=len(settings.collector.command), withheld=withheld, watch=watch,
+                first_override=first, withheld=withheld, watch=watch,
             )  # fmt: skip
         except ConfigError as error:  # collector.env names a variable this job does not have
             return ExitCode.RETRY, None, f"collector not started: {error}"
-        if watch.reason is not None:
+        if watch is not None and watch.reason is not None:
             return ExitCode.RETRY, None, (
                 f"unresponsive: {watch.reason}; the link stopped the collector (exit {env_code}, counted "
                 "as 1: retryable, the next link starts it afresh)"
