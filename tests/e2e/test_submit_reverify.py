@@ -53,7 +53,7 @@ def test_submit_reverify_regrades_a_runs_saved_answers_as_jobs_and_merges_them(t
     first = gymslurm("submit", str(benchmark(tmp_path)), "--wait", check=False)
     assert first.returncode != 0, first.stdout  # stopped by its walltime with judge failures left
     (source,) = [p.parent for p in (tmp_path / "runs").glob("*/run.json")]
-    assert [row["verdict"] for row in status(source)["shards"]] == ["STOPPED"] * 2, first.stdout
+    assert [row["last_decision"] for row in status(source)["shards"]] == ["STOP_WALLTIME"] * 2, first.stdout
     before = {p: p.stat().st_size for p in (source / "output").rglob("*") if p.is_file()}
     done = gymslurm("submit", "--reverify", str(source), "--wait")
     match = re.search(r"gymslurm status (\S+)", done.stdout)
