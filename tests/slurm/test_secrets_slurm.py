@@ -9,10 +9,11 @@ tests/canary_corpus.py (issue 20: 66 forms) three times over — as ``collector.
 collector overrides in the benchmark file, and as ``collector.env`` values typed on ``submit``'s
 command line. While it runs every ``/proc/*/cmdline`` is sampled (the test runs as root, so it
 sees every user's processes, as ``ps`` would on a node without hidepid), and the ``/proc/*/environ``
-of the demo servers and the aggregation (processes that must not have the collector's variables).
+of the demo servers, the collector and the aggregation (each may hold its own secrets only: a
+server its ``env``, the collector its ``env`` and overrides, the aggregation none).
 Afterwards the run directory (scripts, Slurm's job logs, ledgers, outputs), the output of
 ``submit``, ``status``, ``logs`` and ``health``, the sampled command lines and environments hold
-none of them, and the run directory is 0700. Cost: one link and one aggregation job (~30-60 s).
+none of them, and the run directory is 0700. Cost: one link and one aggregation job (~90 s).
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ SPEC["collector"] += [  # type: ignore[operator]
 SPEC["collector_yaml"] = f"  env: {json.dumps({f'CORPUS_{i:02d}': f.text for i, f in enumerate(FORMS)})}\n"
 TYPED = [f"++collector.env.TYPED_{i:02d}={_hydra_quoted(f.text)}" for i, f in enumerate(FORMS)]
 NEEDLES = {**CANARIES, **{f"corpus {form.label!r}": form.needle for form in FORMS}}
-# Processes that must not hold the collector's variables (the servers hold their own env: s03).
-UNTOLD = (" demo-server ", " -m gymslurm aggregate ")
+# Processes whose environment is read: each holds its own secrets only (a server its env: s03; the
+# collector its env and overrides: everything else), the aggregation none.
+UNTOLD = (" demo-server ", " -m gymslurm aggregate ", " -m gymslurm collect")
 
 
 def _command_lines(stop: threading.Event, seen: set[str], environs: dict[str, str]) -> None:
@@ -141,6 +143,7 @@ def test_a_real_slurm_run_leaks_no_canary_to_files_logs_streams_command_lines_or
     assert chain.run is not None
     assert any("gymslurm collect" in line for line in seen), "the watcher saw the collector run"
     assert any(" demo-server " in where for where in found["environs"]), "the watcher read a server's environ"
+    assert any(" gymslurm collect" in where for where in found["environs"]), "... and the collector's"
     bench = chain.user.workdir / "bench.yaml"  # what the user wrote
     texts = {str(p): p.read_bytes().decode(errors="replace") for p in chain.user.workdir.rglob("*")
              if p.is_file() and p != bench}  # fmt: skip
@@ -151,10 +154,16 @@ def test_a_real_slurm_run_leaks_no_canary_to_files_logs_streams_command_lines_or
     texts.update({f"cmdline {i}": line for i, line in enumerate(sorted(seen - typed))})
     leaks = [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in texts.items()
              if needle in text]  # fmt: skip
-    own = CANARIES["server env"]  # a server's own env: in its environ by design, in no other
+    server_own = CANARIES["server env"]
+
+    def own(needle: str, where: str) -> bool:  # in this process's environment by design
+        if " demo-server " in where:
+            return needle == server_own
+        return " -m gymslurm collect" in where and needle != server_own
+
     environs: dict[str, str] = found["environs"]
     leaks += [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in environs.items()
-              if needle in text and not (needle == own and " demo-server " in where)]  # fmt: skip
+              if needle in text and not own(needle, where)]  # fmt: skip
     assert not leaks, f"{len(leaks)} leaks:\n" + "\n".join(leaks)
 
 
