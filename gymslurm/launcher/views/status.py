@@ -84,14 +84,15 @@ def verdict(
     if state.finished:
         deciding = state.last_decision.job_id if state.last_decision else None
         left = [row for row in live_jobs if row.job_id != deciding]  # the decider is only exiting
+        if state.cancelled:  # cancel's scancel is asynchronous: its jobs leave the queue a moment later
+            ending = f"; job {left[0].job_id} is still {left[0].state} (scancel sent, ending)" if left else ""
+            return "CANCELLED", f"stopped by 'gymslurm cancel'{ending}; 'gymslurm resubmit' starts it again"
         if left:
             way_out = f"; {held_way_out(left[0])}" if is_held(left[0]) else ""
             return (
                 "ORPHANED",
                 f"the chain finished but job {left[0].job_id} is still {left[0].state}{way_out}",
             )
-        if state.cancelled:
-            return "CANCELLED", "stopped by 'gymslurm cancel'; 'gymslurm resubmit' starts it again"
         assert state.last_decision is not None
         word, why = VERDICT_OF_STOP[state.last_decision.decision], state.last_decision.reason
         stuck = [row for row in live_jobs if row.job_id == deciding and is_held(row)]
