@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 
 DEFAULT_RUN_ROOT = "gymslurm_runs"
@@ -235,9 +236,26 @@ def _doctor(argv: list[str]) -> int:
     )  # fmt: skip
     parser.add_argument("--python", default="python", help="the Python the probe job runs (slurm.python)")
     parser.add_argument("--cluster", help="check this Slurm cluster (as -M; slurm.cluster), not the default")
+    parser.add_argument(
+        "--benchmark", metavar="BENCH",
+        help="check every cluster this benchmark names (slurm.clusters, else slurm.cluster) with its "
+        "partition and each cluster's share of its shards",
+    )  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="with --benchmark: Hydra overrides")
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.doctor import run_doctor
+    from gymslurm.launcher.doctor import run_doctor, run_plan_doctor
 
+    if args.benchmark is not None:
+        from gymslurm.launcher.settings import load_benchmark
+
+        if args.cluster or args.partition or args.shards is not None:
+            raise ConfigError("--benchmark takes its clusters, partition and shards from the benchmark: "
+                              "give overrides (slurm.partition=P) instead of --cluster/--partition/--shards")
+        settings, _ = load_benchmark(args.benchmark, args.overrides)
+        python = args.python if args.python != "python" else None
+        return run_plan_doctor(settings, args.json, args.probe, python)
+    if args.overrides:
+        raise ConfigError(f"overrides {args.overrides} need --benchmark")
     return run_doctor(args.partition, args.shards, args.json, args.probe, args.python, cluster=args.cluster)
 
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from gymslurm.errors import ConfigError, SlurmError
 from gymslurm.launcher.arrays import plan_arrays
 from gymslurm.launcher.findings import Finding, Level
+from gymslurm.launcher.placement import place_shards
 from gymslurm.launcher.probe import probe_findings
 from gymslurm.launcher.settings import BenchmarkSettings, SlurmSettings
 from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions, site_limits
@@ -445,20 +446,65 @@ def run_doctor(
     if probe_root is not None:
         findings += probe_findings(client, os.path.abspath(probe_root), partition, python)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "slurm_version": config.get("SLURM_VERSION", "?"),
-                    "cluster": config.get("ClusterName", "?"),
-                    "findings": [asdict(f) for f in findings],
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(_cluster_report(config, findings), indent=2))
     else:
-        print(f"Slurm {config.get('SLURM_VERSION', '?')}, cluster {config.get('ClusterName', '?')}")
+        print(_cluster_header(config))
         print(format_findings(findings))
     errors = blocking(findings)
     if errors and not as_json:
         print(f"{len(errors)} setting(s) would make chains hang or loop: submit refuses", file=sys.stderr)
     return 1 if errors else 0
+
+
+def _cluster_report(config: Mapping[str, str], findings: list[Finding], **more: object) -> dict[str, object]:
+    return {"slurm_version": config.get("SLURM_VERSION", "?"), "cluster": config.get("ClusterName", "?"),
+            **more, "findings": [asdict(f) for f in findings]}  # fmt: skip
+
+
+def _cluster_header(config: Mapping[str, str]) -> str:
+    return f"Slurm {config.get('SLURM_VERSION', '?')}, cluster {config.get('ClusterName', '?')}"
+
+
+def plan_shards(settings: BenchmarkSettings) -> dict[str | None, int]:
+    """How many shards of the benchmark each of its clusters runs (placement.py's rule; pure)."""
+    weights = settings.slurm.cluster_weights
+    if weights is None:
+        return {settings.slurm.cluster: settings.shards}
+    counts = {block.cluster: block.count for block in place_shards(settings.shards, weights)}
+    return {name: counts.get(name, 0) for name in weights}
+
+
+def run_plan_doctor(
+    settings: BenchmarkSettings, as_json: bool, probe_root: str | None, python: str | None = None
+) -> int:
+    """``gymslurm doctor --benchmark B``: every cluster the benchmark names (``slurm.clusters``, else its
+    one cluster) checked with the benchmark's partition, signal lead and that cluster's share of the
+    shards; a cluster that cannot be asked is an error. Exit 1 when any cluster has one."""
+    reports, failing = [], []
+    for name, shards in plan_shards(settings).items():
+        client = SlurmClient(cluster=name)
+        try:
+            config, partitions = cluster_text(client)
+        except SlurmError as error:
+            config = {"ClusterName": name or "(default)"}
+            findings = [Finding("error", "cluster", name or "(default)", f"cannot be asked: {error}",
+                                "check slurm.clusters and `sacctmgr list cluster`")]  # fmt: skip
+        else:
+            slurm = settings.slurm
+            findings = check(config, partitions, partition=slurm.partition, shards=shards,
+                             signal_lead_s=slurm.signal_lead_s)  # fmt: skip
+            if probe_root is not None:
+                findings += probe_findings(client, os.path.abspath(probe_root), slurm.partition,
+                                           python or slurm.interpreter)  # fmt: skip
+        reports.append(_cluster_report(config, findings, shards=shards))
+        if blocking(findings):
+            failing.append(str(config.get("ClusterName", name)))
+        if not as_json:
+            print(f"== {_cluster_header(config)}: {shards} shard(s) of {settings.name}")
+            print(format_findings(findings))
+    if as_json:
+        print(json.dumps({"benchmark": settings.name, "clusters": reports}, indent=2))
+    elif failing:
+        print(f"cluster(s) {', '.join(failing)} would make chains hang or loop: submit refuses",
+              file=sys.stderr)  # fmt: skip
+    return 1 if failing else 0

@@ -69,3 +69,27 @@ def test_doctor_checks_the_cluster_it_is_given(slurm_user: SlurmUser, slurm_pyth
     report = json.loads(done.stdout)
     assert report["cluster"] == "b"
     assert not [f for f in report["findings"] if f["setting"] == "PreemptMode[low]"]  # b has no low
+
+
+def test_doctor_of_a_benchmark_checks_each_cluster_of_its_plan(
+    slurm_user: SlurmUser, slurm_python: Path
+) -> None:
+    """``doctor --benchmark B`` with slurm.clusters [a, b] and 3 shards: cluster a's findings (its
+    low/high partitions) for 2 shards and cluster b's for 1, nothing blocking, in one report."""
+    bench = slurm_user.write(
+        "plan.yaml",
+        "name: plan\ndataset: d.jsonl\nshards: 3\nservers: [{url: 'http://127.0.0.1:1'}]\n"
+        "slurm: {clusters: [a, b]}\n",
+        mode=0o644,
+    )
+    argv = [str(slurm_python), "-m", "gymslurm", "doctor", "--json", "--benchmark", str(bench)]
+    done = subprocess.run(
+        slurm_user.command(argv), cwd=slurm_user.workdir, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    clusters = json.loads(done.stdout)["clusters"]
+    assert [(c["cluster"], c["shards"]) for c in clusters] == [("a", 2), ("b", 1)]
+    settings = [{f["setting"] for f in c["findings"]} for c in clusters]
+    assert "PreemptMode[low]" in settings[0] and "PreemptMode[low]" not in settings[1]
+    assert not [f for c in clusters for f in c["findings"] if f["level"] == "error"]

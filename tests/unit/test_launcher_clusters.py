@@ -37,7 +37,8 @@ case "$(basename "$0")" in
   squeue) echo "12_0|gs-r|RUNNING|None|(null)|0:05|5:00|now" ;;
   sbatch) echo "12;$C" ;;
   sacct) echo "12_0|gs-r|COMPLETED|0:0|t|t|5" ;;
-  scontrol) printf 'SLURM_VERSION = 22.05.8\nClusterName = %s\nMaxArraySize = 1001\n' "$C"
+  scontrol) case "$*" in *partition*) echo "PartitionName=debug State=UP MaxTime=INFINITE"; exit 0 ;; esac
+            printf 'SLURM_VERSION = 22.05.8\nClusterName = %s\nMaxArraySize = 1001\n' "$C"
             echo "MaxJobCount = 50000"
             echo "AccountingStorageType = accounting_storage/slurmdbd" ;;
 esac
@@ -229,3 +230,34 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
     assert sbatches == [["sbatch", "--clusters=a", "--parsable", "--array=0-1"],
                         ["sbatch", "--clusters=b", "--parsable", "--array=2"]]  # fmt: skip
     assert "shards 2..2: cluster b" in capsys.readouterr().out
+
+
+def test_doctor_of_a_benchmark_checks_every_cluster_it_names_with_that_clusters_share(
+    tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """doctor --benchmark over {a: 2, b: 1} and 3 shards: scontrol -M a and -M b, a with 2 shards, b 1."""
+    from gymslurm.launcher.doctor import run_plan_doctor
+
+    settings = validate({**BASE, "shards": 3, "slurm": {"clusters": {"a": 2, "b": 1}}}, "t")
+    assert run_plan_doctor(settings, True, None) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(c["cluster"], c["shards"]) for c in report["clusters"]] == [("a", 2), ("b", 1)]
+    configs = [c for c in _calls(slurm_log) if c.endswith("show config")]
+    assert configs == ["scontrol --clusters=a show config", "scontrol --clusters=b show config"]
+
+
+def test_doctor_of_a_benchmark_fails_on_a_cluster_that_cannot_be_asked(
+    tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster whose scontrol fails is an error finding of that cluster, and doctor exits 1."""
+    from gymslurm.launcher.doctor import run_plan_doctor
+
+    scontrol = slurm_log.parent / "bin" / "scontrol"
+    scontrol.write_text('#!/bin/sh\ncase "$1" in --clusters=zz) echo no such cluster >&2; exit 1 ;; esac\n'
+                        + scontrol.read_text().split("\n", 1)[1])  # fmt: skip
+    settings = validate({**BASE, "shards": 2, "slurm": {"clusters": ["a", "zz"]}}, "t")
+    assert run_plan_doctor(settings, True, None) == 1
+    report = json.loads(capsys.readouterr().out)
+    errors = {c["cluster"]: [f["setting"] for f in c["findings"] if f["level"] == "error"]
+              for c in report["clusters"]}  # fmt: skip
+    assert errors == {"a": [], "zz": ["cluster"]}
