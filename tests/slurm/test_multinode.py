@@ -176,3 +176,34 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
         assert report["queries"] <= 4, report["queries"]  # one squeue per cluster (+ sacct per cluster)
     finally:
         chain.cancel()
+
+
+def test_the_demo_with_shards_on_both_clusters_merges_every_rollout_once(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """``gymslurm submit demo 'slurm.clusters=[a,b]' slurm.aggregate_on=b --wait`` as the test user:
+    shard 0's links run on a's nodes, shard 1's and the aggregation on b's, every one of the 40
+    rollouts is merged exactly once, and sacct -M b has b's jobs COMPLETED."""
+    ensure_test_user(TEST_USER)
+    workdir = make_user_dir(slurm_session_dir, "demo-across", owner=TEST_USER)
+    user = SlurmUser(TEST_USER, workdir, as_root=True)
+    argv = [str(slurm_python), "-m", "gymslurm", "submit", "demo", f"slurm.clusters=[a,{SECOND_CLUSTER}]",
+            f"slurm.aggregate_on={SECOND_CLUSTER}", f"slurm.python={slurm_python}", "--wait"]  # fmt: skip
+    out = user.run(argv, timeout=600)
+    (run_dir,) = (workdir / "gymslurm_runs").glob("demo-*/")
+    try:
+        assert f"shards 1..1: cluster {SECOND_CLUSTER}" in out, out
+        nodes = {c: set(user.run(["sinfo", "-h", "-N", "-o", "%N"], env=cluster_env(c)).split())
+                 for c in ("a", SECOND_CLUSTER)}  # fmt: skip
+        ledgers = {0: run_dir / "shards/000", 1: run_dir / "shards/001", None: run_dir / "aggregate"}
+        for shard, folder in ledgers.items():
+            records = [json.loads(line) for line in (folder / "ledger.jsonl").read_text().splitlines()]
+            cluster = "a" if shard == 0 else SECOND_CLUSTER
+            starts = [r for r in records if r["kind"] == "start"]
+            assert starts and all(r["job_id"].startswith(f"{cluster}:") for r in starts), (shard, starts)
+            assert {r["host"] for r in starts} <= nodes[cluster], (shard, starts, nodes)
+        merged = (run_dir / "output/merged/rollouts.jsonl").read_text().splitlines()
+        ids = [json.loads(line)["_ng_rollout_id"] for line in merged]
+        assert len(ids) == 40 and len(set(ids)) == 40
+    finally:
+        user.run([str(slurm_python), "-m", "gymslurm", "cancel", str(run_dir)])
