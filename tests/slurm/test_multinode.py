@@ -32,9 +32,11 @@ from .helpers import (
     run,
 )
 from .launcher_chains import Chain
+from .launcher_real import RealChain
 from .test_node_down import resume_node
 
 pytestmark = pytest.mark.slurm
+TWO_NODE_MODEL = Path(__file__).with_name("two_node_model.py")
 
 
 def test_a_successor_on_another_node_resumes_the_chain_to_done(
@@ -207,3 +209,48 @@ def test_the_demo_with_shards_on_both_clusters_merges_every_rollout_once(
         assert len(ids) == 40 and len(set(ids)) == 40
     finally:
         user.run([str(slurm_python), "-m", "gymslurm", "cancel", str(run_dir)])
+
+
+class TwoNodeModelChain(RealChain):
+    """The demo benchmark whose model server is one ``srun -N2 -n2`` step over the job's two nodes."""
+
+    def _policy_yaml(self) -> str:
+        script = self.user.write("two_node_model.py", TWO_NODE_MODEL.read_text(), mode=0o644)
+        srun = ["srun", "-N2", "-n2", "--overlap", "--kill-on-bad-exit=1"]
+        command = [*srun, str(self.python), str(script), "{port}"]
+        return (
+            f"  - name: policy\n    command: {json.dumps(command)}\n    probe: chat_completions\n"
+            "    startup_timeout_s: 120\n    collector_override: null\n"
+        )
+
+
+def test_a_model_server_spanning_two_nodes_as_an_srun_step_serves_a_whole_run(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """A link with --nodes=2 starts its model server as ``srun -N2 -n2`` (head on the link's node,
+    worker on the other): the Environment Server's requests cross to the second node, every one of
+    the 20 rollouts is merged once, and when the link ends no process of the step is left on either
+    node."""
+    ensure_test_user(TEST_USER)
+    workdir = make_user_dir(slurm_session_dir, "two-node-model", owner=TEST_USER)
+    user = SlurmUser(TEST_USER, workdir, as_root=True)
+    spec = {"tasks": 20, "shards": 1, "server_flags": [], "collector": [], "model_flags": [],
+            "slurm": '  extra_directives: ["--nodes=2", "--ntasks-per-node=1"]\n'}  # fmt: skip
+    chain = TwoNodeModelChain(user, slurm_python, spec)
+    try:
+        chain.submit()
+        report = chain.finished(timeout=420)
+        assert report["shards"][0]["verdict"] == "DONE" and report["aggregation"]["state"].startswith("DONE")
+        (start,) = [r for r in chain.ledger(0) if r["kind"] == "start"]
+        nodes = job_nodes(start["job_id"])
+        assert len(nodes) == 2 and start["host"] == nodes[0], (nodes, start)
+        assert chain.run is not None
+        log = (chain.run / "logs" / "server-policy-s000.log").read_text()
+        forwarded = re.findall(r"^forwarded (\d+) to (\S+) from (\S+)$", log, re.M)
+        assert forwarded and {(to, frm) for _, to, frm in forwarded} == {(nodes[1], nodes[0])}, log[-2000:]
+        assert sorted(chain.rollout_ids(None).values()) == [1] * 20
+        pgrep = ["pgrep", "-f", str(workdir / "two_node_model.py")]
+        left = subprocess.run(pgrep, capture_output=True, text=True, check=False)
+        assert left.stdout.strip() == "", left.stdout  # the step ended on both nodes with its link
+    finally:
+        chain.cancel()
