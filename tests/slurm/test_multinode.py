@@ -254,3 +254,40 @@ def test_a_model_server_spanning_two_nodes_as_an_srun_step_serves_a_whole_run(
         assert left.stdout.strip() == "", left.stdout  # the step ended on both nodes with its link
     finally:
         chain.cancel()
+
+
+def test_cancel_and_resubmit_of_a_run_across_clusters_reach_every_cluster(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """Shards on a and b, both collecting: ``cancel`` ends both chains (no job of the run left on
+    either cluster, both CANCELLED); ``resubmit`` queues each shard's new chain on its own cluster,
+    and the run ends DONE with the aggregation on a."""
+    ensure_test_user(TEST_USER)
+    workdir = make_user_dir(slurm_session_dir, "cancel-across", owner=TEST_USER)
+    user = SlurmUser(TEST_USER, workdir, as_root=True)
+    steps = [{"exit": 0, "sleep": 600, "on_signal": 75}, {"exit": 0}]
+    chain = Chain(user, slurm_python, steps, overrides=["shards=2", f"slurm.clusters=[a,{SECOND_CLUSTER}]"])
+    try:
+        chain.submit()
+        _wait("both shards collecting", lambda: chain.calls(0) and chain.calls(1))
+        out = chain.gymslurm("cancel", str(chain.run))
+        assert "cancelled" in out, out
+        report = chain.wait(timeout=180, aggregation=False)
+        assert [row["verdict"] for row in report["shards"]] == ["CANCELLED", "CANCELLED"], report["shards"]
+        mine = {str(r["job_id"]) for s in (0, 1) for r in chain.ledger(s) if "job_id" in r}
+        for cluster in ("a", SECOND_CLUSTER):
+            live = user.run(["squeue", f"--clusters={cluster}", "-h", "-o", "%i"]).split()
+            assert not {f"{cluster}:{job}" for job in live} & mine, (cluster, live)
+        out = chain.gymslurm("resubmit", str(chain.run), str(workdir / "bench.yaml"))
+        assert "new chain" in out, out
+        report = chain.wait(timeout=300)
+        assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE"]
+        assert report["aggregation"]["state"].startswith("DONE")
+        for shard, cluster in ((0, "a"), (1, SECOND_CLUSTER)):
+            records = chain.ledger(shard)
+            after = records[[r["kind"] for r in records].index("resubmit") :]
+            starts = [r["job_id"] for r in after if r["kind"] == "start"]
+            assert starts and all(job.startswith(f"{cluster}:") for job in starts), (shard, after)
+        assert all(r["job_id"].startswith("a:") for r in chain.ledger(None) if r["kind"] == "start")
+    finally:
+        chain.cancel()
