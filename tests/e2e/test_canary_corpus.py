@@ -4,8 +4,9 @@ Every form of tests/canary_corpus.py goes into one run twice over — as a ``col
 and as a collector override (``+environment_config.corpus.fNN='...'``) — once written in the
 benchmark file and once typed as ``submit`` overrides. The jobs start a demo server by command and
 run the real collector. While they run, every ``/proc/*/cmdline`` is sampled, and the
-``/proc/*/environ`` of the server; afterwards every file under the test's folder (run directory:
-scripts, logs, ledgers, outputs, benchmark.yaml, run.json), the stdout/stderr of ``submit``,
+``/proc/*/environ`` of the server and of the aggregation (when the sampler catches it);
+afterwards every file under the test's folder (run directory: scripts, logs, ledgers, outputs,
+benchmark.yaml, run.json), the stdout/stderr of ``submit``,
 ``status``, ``logs`` and ``health`` are searched. What the user typed stays theirs (the benchmark
 file and the typed ``submit`` command line); everything else holds no needle.
 
@@ -71,8 +72,9 @@ def _typed_overrides() -> list[str]:
 
 @contextmanager
 def sampling_processes(folder: Path) -> Iterator[tuple[set[str], set[str], set[str]]]:
-    """While the block runs: every distinct command line seen, the environments of the demo servers,
-    and the command lines of gymslurm processes of this test (their environment names ``folder``)."""
+    """While the block runs: every distinct command line seen, the environments of the demo servers
+    and of the aggregation, and the command lines of gymslurm processes of this test (their
+    environment names ``folder``)."""
     lines: set[str] = set()
     servers: set[str] = set()
     ours: set[str] = set()
@@ -88,8 +90,8 @@ def sampling_processes(folder: Path) -> Iterator[tuple[set[str], set[str], set[s
                     lines.add(line)
                     if " -m gymslurm " in line and line not in ours:
                         environ = (entry / "environ").read_bytes().decode(errors="replace")
-                        if " demo-server " in line:
-                            servers.add(environ)
+                        if " demo-server " in line or " gymslurm aggregate " in line:
+                            servers.add(environ)  # neither may hold the collector's variables
                         if str(folder) in environ or str(folder) in line:
                             ours.add(line)
                 except OSError:
