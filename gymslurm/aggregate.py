@@ -65,7 +65,7 @@ from gymslurm.store.history import (
     result_outcome,
     sidecar_outcome,
 )
-from gymslurm.store.inputs import rollout_ids
+from gymslurm.store.inputs import read_index
 from gymslurm.store.jsonl import TailReport, iter_records
 from gymslurm.store.lines import selected_lines
 from gymslurm.store.paths import companion_path as companion
@@ -219,7 +219,8 @@ def _fast_manifest_summary(
 
     Validation is the store's (``RunStore.open`` and its history reader) and so is the selection
     (``selection.select_rollouts``, the one loop, with its fast case); what is faster is reading the
-    rollout ids without the store's row index (:func:`rollout_ids`). Imported runs (legacy rows
+    rollout ids with the store's compact index alone (:func:`read_index`: no row is parsed, no dict
+    built) and no store left open. Imported runs (legacy rows
     numbered by arrival) take the store's path (None).
     """
     paths = RunPaths.for_output(source.results)
@@ -231,18 +232,17 @@ def _fast_manifest_summary(
     if manifest.identity_source == "imported":
         return None
     count = manifest.rollout_count
-    ids = rollout_ids(paths.materialized_inputs, count)  # digest and line count checked by open
-    index_of = dict(zip(ids, range(count), strict=True))
-    if len(index_of) != count:
-        raise StoreError(
-            f"{paths.materialized_inputs}: rollout ids are not unique; restore the run's files together"
-        )
+    index = read_index(paths.materialized_inputs)  # digest and line count checked by open
+    try:
+        index.check_unique()
+    except StoreError as error:
+        raise StoreError(f"{error}: rollout ids are not unique; restore the run's files together") from None
     history = read_history(
         paths.results, paths.failures, run_id=manifest.run_id,
-        keys=RolloutKeys(index_of, dict, ids), rollout_count=count, legacy=False,
+        keys=RolloutKeys(index.index_of, dict, index.is_at), rollout_count=count, legacy=False,
     )  # fmt: skip
-    def conflict(index: int, problem: str) -> CorruptRecordError:
-        return history_conflict(paths, ids[index], problem, remedy="leave this shard out")
+    def conflict(rollout: int, problem: str) -> CorruptRecordError:
+        return history_conflict(paths, index.ids[rollout], problem, remedy="leave this shard out")
 
     states, _ = select_rollouts(counts, history.groups, policy, conflict)  # the store's one loop
     lines = [

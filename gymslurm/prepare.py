@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,7 +34,7 @@ from gymslurm.settings import CollectSettings
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
-from gymslurm.tasks import MaterializeOptions, inputs_digest, materialize, parse_rows, source_digest
+from gymslurm.tasks import MaterializeOptions, TaskScan, iter_rows, iter_tasks, materialize, scan_tasks
 from gymslurm.version import __version__
 
 Task = dict[str, Any]
@@ -131,8 +131,11 @@ def identity_config(raw: dict[str, Any], env_config: dict[str, Any]) -> dict[str
 class Inputs:
     """The source dataset as read, and the tasks it materializes to (materialized on first use).
 
-    Materializing 100k rows costs a few tenths of a second; a resume of a finished run whose source
-    digest and identity match never needs the tasks, so they are computed only when asked for.
+    A fresh collection never holds its tasks: :meth:`scan` materializes once as a stream to refuse
+    bad rows (and to count and digest the tasks) before anything is replaced, and :attr:`stream`
+    materializes again, as the store writes each task (docs/collector.md, "Memory"). A resume of a
+    finished run whose source digest and identity match never needs the tasks. :attr:`tasks` (the
+    whole list) is for a legacy import, which reads history against them before writing.
     """
 
     def __init__(self, settings: CollectSettings) -> None:
@@ -140,13 +143,30 @@ class Inputs:
         self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
+        self._scan: TaskScan | None = None
 
     @property
     def tasks(self) -> list[Task]:
         """The materialized tasks (ConfigError / InvalidRolloutIdError when the rows are bad)."""
         if self._tasks is None:
-            self._tasks = self._materialize()
+            self._tasks = materialize(self._rows(), self._options())
+            self._no_tasks(len(self._tasks))
         return self._tasks
+
+    def scan(self) -> TaskScan:
+        """Count and digest of the tasks, every id checked, holding none (raises as :attr:`tasks`)."""
+        if self._scan is None:
+            self._scan = scan_tasks(self._iter_tasks)
+            self._no_tasks(self._scan.count)
+        return self._scan
+
+    @property
+    def stream(self) -> TaskStream:
+        """The checked tasks as a stream the store writes one at a time (:meth:`scan` first)."""
+        return TaskStream(self.scan().count, self._iter_tasks)
+
+    def _iter_tasks(self) -> Iterator[Task]:
+        return iter_tasks(self._rows(), self._options())
 
     def _digest(self) -> str:
         sha = hashlib.sha256()
@@ -158,28 +178,57 @@ class Inputs:
             raise ConfigError(unreadable_input(self.source_path, error)) from None
         return "sha256:" + sha.hexdigest()
 
-    def _materialize(self) -> list[Task]:
-        settings, path = self._settings, self.source_path
-        try:
-            data = path.read_bytes()
-        except OSError as error:
-            raise ConfigError(unreadable_input(path, error)) from None
-        if source_digest(data) != self.source_digest:
-            raise ConfigError(f"the input dataset {path} changed while it was read; run again once written")
-        options = MaterializeOptions(
-            dataset_name=settings.taskset or path.stem,
+    def _options(self) -> MaterializeOptions:
+        settings = self._settings
+        return MaterializeOptions(
+            dataset_name=settings.taskset or self.source_path.stem,
             num_repeats=settings.num_repeats,
             limit=settings.limit,
             prompt_template=settings.prompt_template,
             prompt_field=settings.prompt_field,
         )
-        rows = parse_rows(data, str(path), settings.limit)
-        del data
-        if not rows:
+
+    def _rows(self) -> Iterator[Task]:
+        """The dataset's rows, read as they go; a dataset changed since its digest raises at the end."""
+        path = self.source_path
+        sha = hashlib.sha256()
+        try:
+            with open(path, "rb", buffering=1 << 20) as handle:
+                lines = _hashed(handle, sha.update)
+                yield from iter_rows(lines, str(path), self._settings.limit)
+                for _ in lines:  # rows past the limit still count towards the digest
+                    pass
+        except OSError as error:
+            raise ConfigError(unreadable_input(path, error)) from None
+        if "sha256:" + sha.hexdigest() != self.source_digest:
+            raise ConfigError(f"the input dataset {path} changed while it was read; run again once written")
+
+    def _no_tasks(self, count: int) -> None:
+        if not count:
             raise ConfigError(
-                f"the input dataset {path} has no tasks (after limit={settings.limit}): nothing to collect"
+                f"the input dataset {self.source_path} has no tasks (after limit={self._settings.limit}): "
+                "nothing to collect"
             )
-        return materialize(rows, options)
+
+
+def _hashed(handle: IO[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
+    for line in handle:
+        update(line)
+        yield line
+
+
+@dataclass(frozen=True)
+class TaskStream:
+    """Checked tasks the store writes one at a time: their count, and a fresh pass on each ``iter``."""
+
+    count: int
+    make: Callable[[], Iterator[Task]]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Task]:
+        return self.make()
 
 
 # --- preparing the run: fresh, resume, import ------------------------------------------------------
@@ -238,7 +287,7 @@ def prepare(
             )
         else:
             say(stderr, f"nothing to resume at {paths.output}; starting a fresh run")
-    inputs.tasks  # noqa: B018  (materialize, and refuse bad rows, before anything is replaced)
+    inputs.scan()  # materialize as a stream, and refuse bad rows, before anything is replaced
     if not settings.resume_from_cache and existing is not ExistingRun.NOTHING:
         replaced = [str(p) for p in paths.companions().values() if p.exists() and p != paths.lock]
         say(
@@ -247,7 +296,7 @@ def prepare(
             f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
         )
     store = _create_fresh(settings, paths, inputs, identity)
-    return _reconciled(store, stderr, store.inputs)  # the tasks in memory are freed once written
+    return _reconciled(store, stderr, store.inputs)  # no task was held: each was written as made
 
 
 def _new_run(
@@ -260,7 +309,7 @@ def _new_run(
     return RunSpec(
         source_path=str(inputs.source_path),
         source_digest=inputs.source_digest,
-        inputs=inputs.tasks if tasks is None else tasks,
+        inputs=inputs.stream if tasks is None else tasks,
         identity=identity,
         config_digest=config_digest(identity),
         max_rollout_attempts=settings.max_rollout_attempts,
@@ -298,7 +347,8 @@ def _import_legacy(
         f"(allow_unsafe_resume), {reused}: its identity is unverified, now and on every later resume "
         "(each needs +allow_unsafe_resume=true)",
     )
-    return RunStore.import_legacy(paths, _new_run(settings, inputs, identity, saved))
+    tasks = saved if saved is not None else inputs.tasks
+    return RunStore.import_legacy(paths, _new_run(settings, inputs, identity, tasks))
 
 
 def is_gymslurm_task(row: Task) -> bool:
@@ -426,8 +476,8 @@ def _input_problems(manifest: Manifest, inputs: Inputs) -> list[str]:
         return ["source_digest (the input dataset's content changed)"]
     if manifest.gymslurm_version == __version__:
         return []
-    tasks = inputs.tasks
-    if manifest.rollout_count != len(tasks) or manifest.inputs_digest != inputs_digest(tasks):
+    scan = inputs.scan()
+    if manifest.rollout_count != scan.count or manifest.inputs_digest != scan.digest:
         return ["inputs_digest (the materialized tasks changed: dataset, limit, repeats or prompt)"]
     return []
 

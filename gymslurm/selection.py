@@ -267,10 +267,12 @@ def select_rollouts(
     inlined here on purpose (bench/store.py): when a rollout's only outcome is a completed result
     of its newest execution that is not retry-masked, ``select_rollout`` would select it with
     :func:`result_disposition`, nothing counted and nothing pending, and its history is valid (its
-    one execution was reserved), so that state is built directly.
+    one execution was reserved), so that state is built directly. Rollouts with nothing saved share
+    one state per reservation count (a fresh run of 1,000,000 rollouts holds one, not a million).
     The store's reconcile, and so aggregation and health, select through this loop only.
     """
     states: list[RolloutState] = []
+    nothing_saved: dict[int, RolloutState] = {}
     newest = array("q", [-1]) * len(counts)
     add_state = states.append
     measured, masked, unscored = Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED
@@ -286,8 +288,11 @@ def select_rollouts(
             disposition = masked if group.masked else unscored if group.reward is None else measured
             add_state(RolloutState(disposition, group, 0, False, False))
             continue
-        if group is None:
-            add_state(select_rollout(reserved, (), policy))
+        if group is None:  # one shared state per reservation count (states are replaced, never changed)
+            state = nothing_saved.get(reserved)
+            if state is None:
+                state = nothing_saved[reserved] = select_rollout(reserved, (), policy)
+            add_state(state)
             continue
         outcomes: Sequence[SavedOutcome] = (group,) if type(group) is SavedOutcome else group  # type: ignore[assignment]
         newest[index] = max([outcome.attempt for outcome in outcomes])

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -64,9 +66,14 @@ def source_digest(data: bytes) -> str:
 
 def parse_rows(data: bytes, source: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL dataset (blank lines skipped), stopping after ``limit`` rows."""
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(data.splitlines(), start=1):
-        if limit is not None and len(rows) >= limit:
+    return list(iter_rows(data.splitlines(), source, limit))
+
+
+def iter_rows(lines: Iterable[bytes], source: str, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """:func:`parse_rows` one row at a time, from a dataset's lines (a file read as it goes)."""
+    count = 0
+    for number, line in enumerate(lines, start=1):
+        if limit is not None and count >= limit:
             break
         if not line.strip():
             continue
@@ -80,19 +87,62 @@ def parse_rows(data: bytes, source: str, limit: int | None = None) -> list[dict[
             raise ConfigError(
                 f"{source}:{number} is a JSON {type(row).__name__}, not an object: one task per line"
             )
-        rows.append(row)
-    return rows
+        count += 1
+        yield row
 
 
 def materialize(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> list[dict[str, Any]]:
     """The logical rollouts of ``rows`` in rollout-index order, ids checked; rows are not modified."""
-    tasks: list[dict[str, Any]] = []
+    tasks = list(iter_tasks(rows, options))
+    check_rollout_ids(tasks)
+    return tasks
+
+
+def iter_tasks(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> Iterator[dict[str, Any]]:
+    """:func:`materialize` one task at a time, ids *not* checked (:func:`scan_tasks` checks a stream)."""
     for position, row in enumerate(rows):
         if options.limit is not None and position >= options.limit:
             break
-        tasks.extend(_expand(position, row, options))
-    check_rollout_ids(tasks)
-    return tasks
+        yield from _expand(position, row, options)
+
+
+@dataclass(frozen=True)
+class TaskScan:
+    """What one checked pass over a materialization found: how many tasks, and their ``inputs_digest``."""
+
+    count: int
+    digest: str
+
+
+def scan_tasks(tasks: Callable[[], Iterable[dict[str, Any]]]) -> TaskScan:
+    """:func:`check_rollout_ids` and :func:`inputs_digest` of a stream, holding no task.
+
+    ``tasks`` makes the stream (called once, or twice when two ids share a hash): each id is checked
+    as it is met, and 8 bytes of its hash kept; ids whose hashes repeat are compared in a second pass
+    (a real repeat raises naming both dataset rows, a hash collision does not). Trade-off: an invalid
+    id is reported before a repeated id earlier in the file (the list check reports the first of either).
+    """
+    hashes = array("q")
+    sha = hashlib.sha256()
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+    valid = ROLLOUT_ID_PATTERN.fullmatch
+    for index, task in enumerate(tasks()):
+        rollout_id = task["_ng_rollout_id"]
+        if not (type(rollout_id) is str and valid(rollout_id) and "-a" not in rollout_id):
+            _refuse_id(index, task)
+        hashes.append(hash(rollout_id))
+        sha.update(orjson.dumps(task, option=option))
+    ordered = sorted(hashes)
+    shared = {a for a, b in zip(ordered, islice(ordered, 1, None), strict=False) if a == b}
+    if shared:
+        seen: dict[str, dict[str, Any]] = {}
+        for task in tasks():
+            rollout_id = task["_ng_rollout_id"]
+            if hash(rollout_id) in shared:
+                if rollout_id in seen:
+                    raise _repeated(rollout_id, seen[rollout_id], task)
+                seen[rollout_id] = task
+    return TaskScan(len(hashes), "sha256:" + sha.hexdigest())
 
 
 def _expand(position: int, row: dict[str, Any], options: MaterializeOptions) -> list[dict[str, Any]]:
@@ -212,21 +262,30 @@ def check_rollout_ids(tasks: list[dict[str, Any]]) -> None:
     seen: dict[str, int] = {}
     for index, task in enumerate(tasks):
         rollout_id = task["_ng_rollout_id"]
-        problem = rollout_id_problem(rollout_id)
-        if problem:
-            raise InvalidRolloutIdError(
-                f"rollout {index} (dataset row {task['_ng_task_index']}): "
-                f"rollout id {rollout_id!r} {problem}. "
-                "Fix _ng_rollout_id (or the task_id/taskset it is built from) in the dataset"
-            )
+        _refuse_id(index, task)
         if rollout_id in seen:
-            raise InvalidRolloutIdError(
-                f"rollout id {rollout_id!r} is used by dataset rows "
-                f"{tasks[seen[rollout_id]]['_ng_task_index']} "
-                f"and {task['_ng_task_index']}: rollout ids must be unique; give one row another "
-                "_ng_rollout_id or task_id"
-            )
+            raise _repeated(rollout_id, tasks[seen[rollout_id]], task)
         seen[rollout_id] = index
+
+
+def _refuse_id(index: int, task: dict[str, Any]) -> None:
+    """Raise InvalidRolloutIdError when rollout ``index``'s id is not a valid rollout id."""
+    rollout_id = task["_ng_rollout_id"]
+    problem = rollout_id_problem(rollout_id)
+    if problem:
+        raise InvalidRolloutIdError(
+            f"rollout {index} (dataset row {task['_ng_task_index']}): "
+            f"rollout id {rollout_id!r} {problem}. "
+            "Fix _ng_rollout_id (or the task_id/taskset it is built from) in the dataset"
+        )
+
+
+def _repeated(rollout_id: str, first: dict[str, Any], second: dict[str, Any]) -> InvalidRolloutIdError:
+    return InvalidRolloutIdError(
+        f"rollout id {rollout_id!r} is used by dataset rows {first['_ng_task_index']} "
+        f"and {second['_ng_task_index']}: rollout ids must be unique; give one row another "
+        "_ng_rollout_id or task_id"
+    )
 
 
 def inputs_digest(tasks: list[dict[str, Any]]) -> str:

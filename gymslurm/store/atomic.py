@@ -71,11 +71,13 @@ def publish_stream(
             os.fsync(handle.fileno())
         os.replace(tmp, real)
         fsync_folder(real.parent)
-    except OSError as error:
+    except BaseException as error:  # a stream that raises (a refused row) leaves no temporary file
         if tmp != real:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        raise write_error(error, f"could not publish {real}", real.parent) from error
+        if isinstance(error, OSError):
+            raise write_error(error, f"could not publish {real}", real.parent) from error
+        raise
     return written
 
 

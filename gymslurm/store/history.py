@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from math import isfinite
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 import orjson
 
@@ -79,30 +79,35 @@ class History:
 class RolloutKeys:
     """Maps a row to its rollout index: by ``_ng_rollout_id``, or for legacy rows by task/repeat index.
 
-    ``ids`` (optional, ``index_of`` inverted: ``index_of[ids[i]] == i``) lets the reader try the
-    rollout after the previous row's first: outcomes are mostly appended in dispatch order, and one
-    string comparison there is much cheaper than a probe into a million-entry dict (a cache miss).
+    ``index_of`` needs only ``get`` (a dict, or the store's dict-free ``RolloutLookup``). ``is_at``
+    (optional: whether rollout ``i`` has this id, the store's ``RolloutIndex.is_at``) lets the reader
+    try the rollout after the previous row's first: outcomes are mostly appended in dispatch order,
+    and one comparison there is much cheaper than a lookup by id.
     """
 
     def __init__(
         self,
-        index_of: Mapping[str, int],
+        index_of: _Lookup,
         by_task: Callable[[], Mapping[tuple[int, int], int]],
-        ids: Sequence[str] = (),
+        is_at: Callable[[int, object], bool] | None = None,
     ):
         self.index_of = index_of
-        self.ids = ids
+        self.is_at = is_at
         self._by_task = by_task
         self._by_task_cache: Mapping[tuple[int, int], int] | None = None
 
     def legacy_index(self, row: Mapping[str, Any]) -> int | None:
-        found = self.index_of.get(row.get("_ng_rollout_id"))  # type: ignore[arg-type]
+        found = self.index_of.get(row.get("_ng_rollout_id"))
         if found is not None:
             return found
         if self._by_task_cache is None:
             self._by_task_cache = self._by_task()
         key = (row.get("_ng_task_index"), row.get("_ng_rollout_index"))
         return self._by_task_cache.get(key)  # type: ignore[arg-type]
+
+
+class _Lookup(Protocol):
+    def get(self, rollout_id: Any, /) -> int | None: ...
 
 
 class _Interner(dict[Any, Any]):
@@ -169,7 +174,7 @@ class _Reader:
             if stamped is not None or self.history.legacy_counts is None:
                 raise malformed(path, line, _foreign(stamped, self.run_id))
             return self._legacy(path, line, row)
-        index = self.keys.index_of.get(row.get("_ng_rollout_id"))  # type: ignore[arg-type]
+        index = self.keys.index_of.get(row.get("_ng_rollout_id"))
         if index is None:
             raise malformed(
                 path, line, f"names rollout {row.get('_ng_rollout_id')!r}, which this run does not have"
@@ -204,8 +209,7 @@ class _Reader:
         tail = self.history.results_tail
         intern, add, locate, run_id = self.intern, self.add, self.locate, self.run_id
         index_of, groups, loads = self.keys.index_of, self.history.groups, orjson.loads
-        ids = self.keys.ids
-        known = len(ids)
+        is_at = self.keys.is_at or _never
         line = index = -1
         offset = 0
         with handle:
@@ -226,8 +230,8 @@ class _Reader:
                 get = row.get
                 rollout_id = get("_ng_rollout_id")
                 index += 1
-                if index >= known or ids[index] != rollout_id:
-                    index = index_of.get(rollout_id)  # type: ignore[arg-type,assignment]
+                if not is_at(index, rollout_id):
+                    index = index_of.get(rollout_id)  # type: ignore[assignment]
                 attempt = get("_ng_attempt")
                 if get("_ng_run_id") != run_id or index is None or type(attempt) is not int or attempt < 0:
                     index, attempt, _ = locate(path, line, row)
@@ -326,6 +330,10 @@ def row_outcome(row: Mapping[str, Any], attempt: int, line: int) -> SavedOutcome
     if row.get("_ng_omitted") is True or type(row.get("_ng_failure_class")) is str:
         return sidecar_outcome(row, attempt, line)
     return result_outcome(row, attempt, line)
+
+
+def _never(index: int, rollout_id: object) -> bool:
+    return False
 
 
 def _same(value: Any) -> Any:

@@ -9,9 +9,12 @@ to every outcome (rollout id, task index, repeat index, task id) are read into a
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 from array import array
-from collections.abc import Iterator, Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +40,27 @@ def check_rows(rows: Sequence[dict[str, Any]]) -> None:
         seen.add(rollout_id)
 
 
-def write_inputs(path: Path, rows: Sequence[dict[str, Any]]) -> tuple[str, RolloutIndex]:
-    """Publish the materialized inputs; return their digest and the index of the written file."""
+def write_inputs(path: Path, rows: Iterable[dict[str, Any]]) -> tuple[str, RolloutIndex]:
+    """Publish the materialized inputs; return their digest and the index of the written file.
+
+    ``rows`` may be a stream (the fresh collection's materialization, never held whole): a row
+    without an id, or an id repeated, raises before the file is published (nothing replaced).
+    """
     index = RolloutIndex(path)
     sha = hashlib.sha256()
 
     def chunks() -> Iterator[bytes]:  # streamed: the file is never held whole in memory
-        batch: list[bytes] = []
+        batch = bytearray()  # about _CHUNK bytes (a list of orjson's lines would keep ~4 KiB each)
         for line, row in enumerate(rows):
             data = dump_line(row, canonical=True)
             index.add(line, row, len(data))
             sha.update(data)
-            batch.append(data)
-            if len(batch) == 4096:
-                yield b"".join(batch)
+            batch += data
+            if len(batch) >= _CHUNK:
+                yield bytes(batch)
                 batch.clear()
-        yield b"".join(batch)
+        index.check_unique()  # before the last chunk: a repeated id leaves the file unpublished
+        yield bytes(batch)
 
     publish_stream(path, chunks())
     return "sha256:" + sha.hexdigest(), index
@@ -75,31 +83,145 @@ def digest_file(path: Path) -> tuple[str, int]:
     return "sha256:" + sha.hexdigest(), lines
 
 
-class RolloutIndex:
-    """The id → index map, and where each rollout's row sits in the file (for the stamps of appends).
+class RolloutIds(Sequence[str]):
+    """The rollout ids by index, held as one byte string (no Python string per rollout)."""
 
-    Memory per rollout is the id string, one dict entry and one offset: the rows themselves are
-    read back (one ``pread``) only when an outcome is appended, so a 1,000,000-rollout run stays lean.
+    def __init__(self, index: RolloutIndex) -> None:
+        self._index = index
+
+    def __len__(self) -> int:
+        return len(self._index.ends) - 1
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]
+        ends = self._index.ends
+        if not -len(ends) < index < len(ends) - 1:
+            raise IndexError(index)
+        index %= len(ends) - 1
+        return self._index.blob[ends[index] : ends[index + 1]].decode()
+
+    def __eq__(self, other: object) -> bool:  # equal to a list (or any sequence) of the same ids
+        return isinstance(other, Sequence) and len(other) == len(self) and all(map(str.__eq__, self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class RolloutLookup:
+    """``index_of`` as a read-only mapping over the index: ``get(rollout_id)`` (what the readers ask)."""
+
+    def __init__(self, index: RolloutIndex) -> None:
+        self._index = index
+
+    def get(self, rollout_id: object, default: int | None = None) -> int | None:
+        found = self._index.find(rollout_id)
+        return default if found is None else found
+
+    def __getitem__(self, rollout_id: str) -> int:
+        found = self._index.find(rollout_id)
+        if found is None:
+            raise KeyError(rollout_id)
+        return found
+
+    def __contains__(self, rollout_id: object) -> bool:
+        return self._index.find(rollout_id) is not None
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+class RolloutIndex:
+    """Rollout ids by index, id → index, and where each rollout's row sits in the file. No dict.
+
+    Memory per rollout is its id's bytes plus five machine words (about 50 bytes for the ids of a
+    1,000,000-rollout run, where a list of strings and a dict cost about 160): ``blob`` holds every
+    id's UTF-8 bytes back to back, ``ends`` where each ends, ``offsets`` where each row starts in the
+    file. The id → index lookup (:meth:`find`) is a binary search over the ids' hashes sorted once
+    (Python's own ``hash`` of the id string, so only within this process; an equal hash is checked
+    against the id's bytes, so a collision can never confuse two rollouts). Rows are read back (one
+    ``pread``) only when a task is dispatched or an outcome appended.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.ids: list[str] = []
-        self.index_of: dict[str, int] = {}
+        self.blob = bytearray()
+        self.ends = array("Q", [0])
         self.offsets = array("Q", [0])
+        self.hashes = array("q")  # hash() of each id's bytes
+        self.ids = RolloutIds(self)
+        self.index_of = RolloutLookup(self)
+        self._sorted: tuple[array[int], array[int]] | None = None  # (sorted hashes, their indices)
         self._fd: int | None = None
 
     def add(self, line: int, row: dict[str, Any], size: int) -> None:
+        """Append the next row's id (type-checked; a repeated id is found by :meth:`check_unique`)."""
         rollout_id = row.get("_ng_rollout_id")
         if type(rollout_id) is not str or type(row.get("task_id")) is not dict:
             raise ManifestError(
                 f"{self.path}, line {line + 1}: a materialized input without _ng_rollout_id or task_id"
             )
-        if rollout_id in self.index_of:
-            raise ManifestError(f"{self.path}, line {line + 1}: rollout id {rollout_id!r} appears twice")
-        self.index_of[rollout_id] = len(self.ids)
-        self.ids.append(rollout_id)
+        self.add_id(rollout_id.encode(), size)
+
+    def add_id(self, rollout_id: bytes, size: int) -> None:
+        """Append the next row's id (its UTF-8 bytes) and the size of its line."""
+        blob = self.blob
+        blob += rollout_id
+        self.ends.append(len(blob))
         self.offsets.append(self.offsets[-1] + size)
+        self.hashes.append(hash(rollout_id))
+        self._sorted = None
+
+    def find(self, rollout_id: object) -> int | None:
+        """The index of ``rollout_id``, or None when the run has no such rollout."""
+        if type(rollout_id) is not str:
+            return None
+        hashes, order = self._sorted if self._sorted is not None else self._sort()
+        encoded = rollout_id.encode()
+        wanted = hash(encoded)
+        position = bisect_left(hashes, wanted)
+        blob, ends = self.blob, self.ends
+        while position < len(hashes) and hashes[position] == wanted:
+            index = order[position]
+            if blob[ends[index] : ends[index + 1]] == encoded:
+                return index
+            position += 1
+        return None
+
+    def is_at(self, index: int, rollout_id: object) -> bool:
+        """Whether rollout ``index`` has this id (the readers' cheap guess before :meth:`find`)."""
+        ends = self.ends
+        return (
+            0 <= index < len(ends) - 1
+            and type(rollout_id) is str
+            and self.blob[ends[index] : ends[index + 1]] == rollout_id.encode()
+        )
+
+    def _sort(self) -> tuple[array[int], array[int]]:
+        hashes = self.hashes
+        order = array("Q", sorted(range(len(hashes)), key=hashes.__getitem__))
+        self._sorted = array("q", map(hashes.__getitem__, order)), order
+        return self._sorted
+
+    def first_repeat(self) -> tuple[int, int] | None:
+        """The first (earlier index, later index) holding one id, or None when every id is unique."""
+        hashes, order = self._sorted if self._sorted is not None else self._sort()
+        if all(map(operator.lt, hashes, islice(hashes, 1, None))):
+            return None  # strictly increasing hashes: no two ids alike (the common case, at C speed)
+        repeats = []
+        for position in range(1, len(hashes)):
+            if hashes[position] == hashes[position - 1]:
+                run = position - 1
+                while run >= 0 and hashes[run] == hashes[position]:
+                    if self.ids[order[run]] == self.ids[order[position]]:
+                        repeats.append(tuple(sorted((order[run], order[position]))))
+                    run -= 1
+        return min(repeats, key=lambda pair: pair[1]) if repeats else None  # type: ignore[return-value]
+
+    def check_unique(self) -> None:
+        """Raise ManifestError naming the first line whose rollout id an earlier line already has."""
+        repeat = self.first_repeat()
+        if repeat is not None:
+            raise ManifestError(
+                f"{self.path}, line {repeat[1] + 1}: rollout id {self.ids[repeat[1]]!r} appears twice"
+            )
 
     def row(self, index: int) -> dict[str, Any]:
         """The materialized row of rollout ``index``, read back from the file."""
@@ -112,7 +234,7 @@ class RolloutIndex:
     __getitem__ = row  # the index reads as the sequence of materialized rows (one pread each)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.ends) - 1
 
     def by_task(self) -> dict[tuple[int, int], int]:
         """(task index, repeat index) → rollout index, for legacy rows without a usable rollout id."""
@@ -143,25 +265,6 @@ _ID_PREFIX = b'{"_ng_rollout_id":"'
 _ID_START = len(_ID_PREFIX)
 
 
-def _lean_id(raw: bytes) -> str | None:
-    """The rollout id of a canonical row that starts with it and holds no escape, else None (parse it)."""
-    end = raw.find(b'"', _ID_START) if raw.startswith(_ID_PREFIX) else -1
-    return raw[_ID_START:end].decode() if end > 0 and raw.find(b"\\", _ID_START, end) < 0 else None
-
-
-def rollout_ids(path: Path, count: int) -> list[str]:
-    """Rollout ids in index order from the materialized inputs, without parsing most rows.
-
-    Lighter than :func:`read_index` (no row offsets, no dict: aggregation never appends); the same
-    lean reading of canonical rows, with the same trust (``RunStore.open`` checked the digest).
-    """
-    ids: list[str] = []
-    for raw in path.read_bytes().split(b"\n")[:count]:
-        rollout_id = _lean_id(raw)
-        ids.append(rollout_id if rollout_id is not None else orjson.loads(raw).get("_ng_rollout_id"))
-    return ids
-
-
 def read_index(path: Path) -> RolloutIndex:
     """Index the materialized inputs file: ids and row offsets, without parsing most rows.
 
@@ -169,10 +272,9 @@ def read_index(path: Path) -> RolloutIndex:
     digest against the manifest), so a row starting with ``{"_ng_rollout_id":"`` has its top-level
     rollout id right there, up to the next quote — unless the id holds an escape (a backslash), or
     another top-level key sorts first (an upper-case or digit key): those rows are parsed in full,
-    with the same checks as before. This takes 1M rows from ~1.6 s to ~1.2 s of CPU (building the
-    id dict is most of what remains), on every open that needs the index. Trade-off: a lean row's
-    ``task_id`` is not type-checked here; the digest vouches for the bytes the store wrote after
-    :func:`check_rows`.
+    with the same checks as before. Trade-off: a lean row's ``task_id`` is not type-checked here,
+    and ids are not checked for repeats on open; the digest vouches for the bytes the store wrote
+    after :func:`check_rows` and :meth:`RolloutIndex.check_unique`.
     """
     index = RolloutIndex(path)
     try:
@@ -181,8 +283,8 @@ def read_index(path: Path) -> RolloutIndex:
         raise ManifestError(
             f"the materialized inputs {path} are missing; restore them or use a new output"
         ) from None
-    ids, index_of, offsets = index.ids, index.index_of, index.offsets
-    add_id, claim, add_offset = ids.append, index_of.setdefault, offsets.append
+    blob, ends, offsets, hashes = index.blob, index.ends, index.offsets, index.hashes
+    add_end, add_offset, add_hash = ends.append, offsets.append, hashes.append
     prefix, start = _ID_PREFIX, _ID_START
     offset = 0
     with handle:
@@ -192,14 +294,15 @@ def read_index(path: Path) -> RolloutIndex:
                 raise ManifestError(
                     f"{path}, line {line + 1}: incomplete; the materialized inputs are damaged"
                 )
-            # _lean_id inlined on purpose: a function call per row shows in this hot scan
+            # the id's bytes straight from the canonical row (inlined: a call per row shows here)
             end = raw.find(b'"', start) if raw.startswith(prefix) else -1
-            rollout_id = raw[start:end].decode() if end > 0 and raw.find(b"\\", start, end) < 0 else None
-            # one dict probe: ``claim`` inserts a new id, or returns the line that already holds it
-            if rollout_id is not None and claim(rollout_id, line) == line:
-                add_id(rollout_id)
+            if end > 0 and raw.find(b"\\", start, end) < 0:
+                ident = raw[start:end]
+                blob += ident
+                add_end(len(blob))
                 offset += size
                 add_offset(offset)
+                add_hash(hash(ident))
             else:
                 index.add(line, orjson.loads(raw), size)  # the checked path (and its errors)
                 offset += size

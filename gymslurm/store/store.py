@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
@@ -64,6 +64,14 @@ from gymslurm.store.reservations import ReservationTable, create_table
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
 )
+
+
+class Tasks(Protocol):
+    """A run's materialized tasks as the store writes them: sized, and iterated once, in order."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
 
 
 class ExistingRun(StrEnum):
@@ -120,7 +128,7 @@ class RunSpec:
 
     source_path: str
     source_digest: str
-    inputs: Sequence[dict[str, Any]]
+    inputs: Tasks  # a list, or a stream (prepare.TaskStream) a fresh run writes as it is made
     identity: Mapping[str, Any]
     config_digest: str
     max_rollout_attempts: int
@@ -173,7 +181,8 @@ class RunStore:
         of a mark that refuses every resume, unsafe ones too.
         """
         inputs = spec.inputs
-        check_rows(inputs)
+        if isinstance(inputs, Sequence):  # a stream was checked by its maker; the index checks it again
+            check_rows(inputs)
         manifest = spec.manifest(new_run_id(), "replacing", identity_source)
         if existing_run(paths) in (ExistingRun.MANIFEST, ExistingRun.LEGACY):
             write_manifest(paths.manifest, manifest)
@@ -233,7 +242,7 @@ class RunStore:
         if paths.manifest.exists():
             raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
         refuse_retired_journal(paths.attempts_journal)
-        inputs = spec.inputs
+        inputs = spec.inputs if isinstance(spec.inputs, Sequence) else list(spec.inputs)
         check_rows(inputs)
         run_id = new_run_id()
         keys = _keys_of_rows(inputs)
@@ -293,7 +302,8 @@ class RunStore:
         return self._index
 
     def rollout_ids(self) -> list[str]:
-        return self.rollout_index.ids
+        """Every rollout id in index order, as a list (the index itself holds them as bytes)."""
+        return list(self.rollout_index.ids)
 
     def inputs(self) -> list[dict[str, Any]]:
         """The materialized tasks, in rollout-index order."""
@@ -319,7 +329,7 @@ class RunStore:
             self.paths.results,
             self.paths.failures,
             run_id=self.run_id,
-            keys=RolloutKeys(index.index_of, index.by_task, index.ids),
+            keys=RolloutKeys(index.index_of, index.by_task, index.is_at),
             rollout_count=self.manifest.rollout_count,
             legacy=self.manifest.identity_source == "imported",
         )
@@ -552,7 +562,7 @@ class RunStore:
 def _write_run_files(
     paths: RunPaths,
     manifest: Manifest,
-    inputs: Sequence[dict[str, Any]],
+    inputs: Tasks,
     identity: Mapping[str, Any],
     counts: list[int] | int,
 ) -> tuple[Manifest, RolloutIndex]:
@@ -571,7 +581,7 @@ def _keys_of_rows(rows: Sequence[dict[str, Any]]) -> RolloutKeys:
     by_task = {
         (row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0)): i for i, row in enumerate(rows)
     }
-    return RolloutKeys(index_of, lambda: by_task)  # type: ignore[arg-type]
+    return RolloutKeys(index_of, lambda: by_task)
 
 
 def _clear_companions(paths: RunPaths) -> None:
