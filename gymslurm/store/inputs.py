@@ -16,7 +16,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -25,6 +25,14 @@ from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import dump_line, iter_records
 
 _CHUNK = 1 << 20
+
+
+class Tasks(Protocol):
+    """A run's materialized tasks as the store writes them: sized, and iterated once, in order."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
 
 
 def check_rows(rows: Sequence[dict[str, Any]]) -> None:

@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
@@ -48,7 +48,15 @@ from gymslurm.store.history import (
     result_outcome,
     sidecar_outcome,
 )
-from gymslurm.store.inputs import RolloutIndex, check_rows, digest_file, read_index, read_rows, write_inputs
+from gymslurm.store.inputs import (
+    RolloutIndex,
+    Tasks,
+    check_rows,
+    digest_file,
+    read_index,
+    read_rows,
+    write_inputs,
+)
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.lines import selected_rows
 from gymslurm.store.manifest import (
@@ -64,14 +72,6 @@ from gymslurm.store.reservations import ReservationTable, create_table
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
 )
-
-
-class Tasks(Protocol):
-    """A run's materialized tasks as the store writes them: sized, and iterated once, in order."""
-
-    def __len__(self) -> int: ...
-
-    def __iter__(self) -> Iterator[dict[str, Any]]: ...
 
 
 class ExistingRun(StrEnum):
