@@ -59,13 +59,7 @@ from gymslurm.store.inputs import (
 )
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.lines import selected_rows
-from gymslurm.store.manifest import (
-    IdentitySource,
-    Manifest,
-    new_run_id,
-    read_manifest,
-    write_manifest,
-)
+from gymslurm.store.manifest import IdentitySource, Manifest, new_run_id, read_manifest, write_manifest
 from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
 from gymslurm.store.reservations import ReservationTable, create_table
 
@@ -302,8 +296,7 @@ class RunStore:
         return self._index
 
     def rollout_ids(self) -> list[str]:
-        """Every rollout id in index order, as a list (the index itself holds them as bytes)."""
-        return list(self.rollout_index.ids)
+        return list(self.rollout_index.ids)  # a list: the index holds them as bytes
 
     def inputs(self) -> list[dict[str, Any]]:
         """The materialized tasks, in rollout-index order."""
