@@ -145,17 +145,34 @@ class SlurmBackend:
                                           for row in rows}  # fmt: skip
 
     def ended(self, job_id: str) -> AccountingRow | None:
-        """``sacct`` when accounting exists, else ``scontrol show job`` (until MinJobAge), else None.
+        """How a job ended: ``sacct`` when accounting exists, else (or when ``sacct`` fails or does not
+        have the job's end yet) ``scontrol show job`` (until MinJobAge), else None.
 
         A run that recorded at submit that the cluster keeps no accounting never calls ``sacct``.
+        ``sacct`` fails when slurmdbd cannot reach its database (seen on the sandbox: "Unable to
+        connect to database" from a job while mariadb was down), and slurmctld hands a job's end
+        to slurmdbd asynchronously, so a successor asking right after its predecessor ended may
+        read it still RUNNING there: slurmctld, which ended the job, knows better. When neither
+        knows the job, the ``sacct`` failure is raised (the caller cannot tell how the job ended).
         """
         raw = self.raw(job_id)
-        rows = None if self.accounting_known is False else self.client.accounting([raw])
-        if rows is not None:
-            row = next((row for row in rows if row.job_id == raw), None)
-        else:
-            fields = self.client.show_job(raw)
-            row = None if fields is None else end_from_scontrol(fields)
+        failure: SlurmError | None = None
+        row = None
+        if self.accounting_known is not False:
+            try:
+                rows = self.client.accounting([raw])
+            except SlurmError as error:
+                failure, rows = error, []
+            if rows is None:  # the cluster keeps no accounting
+                rows = []
+            row = next((r for r in rows if r.job_id == raw), None)
+            if row is not None and row.state not in LIVE_STATES:
+                return replace(row, job_id=self.own(row.job_id))
+        fields = self.client.show_job(raw)
+        if fields is not None:
+            row = end_from_scontrol(fields)
+        elif failure is not None and row is None:
+            raise failure
         return None if row is None else replace(row, job_id=self.own(row.job_id))
 
 

@@ -229,6 +229,9 @@ def _doctor(argv: list[str]) -> int:
     )
     parser.add_argument("--partition", help="check this partition only (and that it exists)")
     parser.add_argument("--shards", type=int, help="check queue limits against this many shards")
+    parser.add_argument(
+        "--lookahead", type=int, default=2, help="slurm.lookahead of the run (jobs queued behind each job)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
         "--probe", metavar="RUN_ROOT", default=None,
@@ -256,7 +259,10 @@ def _doctor(argv: list[str]) -> int:
         return run_plan_doctor(settings, args.json, args.probe, python)
     if args.overrides:
         raise ConfigError(f"overrides {args.overrides} need --benchmark")
-    return run_doctor(args.partition, args.shards, args.json, args.probe, args.python, cluster=args.cluster)
+    return run_doctor(
+        args.partition, args.shards, args.json, args.probe, args.python, cluster=args.cluster,
+        lookahead=args.lookahead,
+    )
 
 
 def _inject(argv: list[str]) -> int:

@@ -271,8 +271,9 @@ def _size_rules(config: Mapping[str, str], shards: int | None, lookahead: int) -
                     "MaxJobCount",
                     str(limits["MaxJobCount"]),
                     f"{shards} shards are {arrays} job array(s); the run holds at most {plan.footprint} job "
-                    f"records (each running link and the {lookahead} job(s) queued behind it, "
-                    "slurm.lookahead, plus the aggregation's)"
+                    f"records (each shard's first link and its {lookahead - 1} spare(s) until it starts, "
+                    f"each running link and the {lookahead} queued behind it, the aggregation's {lookahead}: "
+                    "slurm.lookahead)"
                     + (f"; {plan.note}" if plan.note else "")
                     + "; other users' jobs count too",
                 )
@@ -329,7 +330,7 @@ def check(
     lookahead: int = DEFAULT_LOOKAHEAD,
 ) -> list[Finding]:
     """Every finding for this cluster (pure). ``partition`` limits the per-partition checks to one;
-    ``shards`` and ``lookahead`` (slurm.lookahead) size the run's job records against MaxJobCount."""
+    ``lookahead`` is ``slurm.lookahead`` (the queue footprint of ``shards``)."""
     chosen = partitions
     if partition is not None and partition in partitions:
         chosen = {partition: partitions[partition]}
@@ -437,12 +438,12 @@ def format_findings(findings: list[Finding]) -> str:
 
 def run_doctor(
     partition: str | None, shards: int | None, as_json: bool, probe_root: str | None, python: str,
-    *, cluster: str | None = None,
+    *, cluster: str | None = None, lookahead: int = 2,
 ) -> int:
     """``gymslurm doctor``: print every finding (of ``cluster``, else the default); exit 1 on an error."""
     client = SlurmClient(cluster=cluster)
     config, partitions = cluster_text(client)
-    findings = check(config, partitions, partition=partition, shards=shards)
+    findings = check(config, partitions, partition=partition, shards=shards, lookahead=lookahead)
     if probe_root is not None:
         findings += probe_findings(client, os.path.abspath(probe_root), partition, python)
     if as_json:
@@ -492,7 +493,7 @@ def run_plan_doctor(
         else:
             slurm = settings.slurm
             findings = check(config, partitions, partition=slurm.partition, shards=shards,
-                             signal_lead_s=slurm.signal_lead_s)  # fmt: skip
+                             signal_lead_s=slurm.signal_lead_s, lookahead=slurm.lookahead)  # fmt: skip
             if probe_root is not None:
                 findings += probe_findings(client, os.path.abspath(probe_root), slurm.partition,
                                            python or slurm.interpreter)  # fmt: skip

@@ -97,6 +97,11 @@ class ArrayPart(BaseModel):
     base: int
     size: int
     offset: int = 0
+    # The part's spare arrays (issue 19's lookahead for first links): ``slurm.lookahead - 1`` arrays
+    # of the same tasks, each ``afterany`` the one before (the first ``afterany`` this array). A first
+    # link that acts cancels its spare tasks (strays); one killed before its first act leaves them:
+    # the spare task runs once the array before it has ended. None: a run submitted before spares.
+    spares: list[str] | None = None
 
     @property
     def first(self) -> int:
@@ -124,6 +129,7 @@ class ArrayRecord(BaseModel):
     at: str
     chunk: int | None = None
     parts: list[ArrayPart] | None = None
+    throttle: int | None = None  # the plan's %N per array (what a job completing the queuing uses)
 
     @property
     def arrays(self) -> list[ArrayPart]:
@@ -135,16 +141,24 @@ class ArrayRecord(BaseModel):
         chunk = self.chunk or max(self.shards, 1)
         return shard - shard % chunk
 
-    def task(self, shard: int) -> str | None:
-        """Shard ``shard``'s first link; None when no array holds it (submit died before queuing it:
-        the shard reads STALLED and ``resubmit`` starts it)."""
+    def part(self, shard: int) -> ArrayPart | None:
+        """The array holding ``shard``'s first link; None when no array holds it."""
         parts = self.arrays
         guess = shard // self.chunk if self.chunk else 0  # parts are in base order, one per chunk
         if guess < len(parts) and parts[guess].first <= shard < parts[guess].first + parts[guess].size:
-            part: ArrayPart | None = parts[guess]
-        else:
-            part = next((p for p in parts if p.first <= shard < p.first + p.size), None)
+            return parts[guess]
+        return next((p for p in parts if p.first <= shard < p.first + p.size), None)
+
+    def task(self, shard: int) -> str | None:
+        """Shard ``shard``'s first link; None when no array holds it (submit died before queuing it:
+        the shard reads STALLED and ``resubmit`` starts it)."""
+        part = self.part(shard)
         return None if part is None else f"{part.job_id}_{shard - part.base}"
+
+    def spare_tasks(self, shard: int) -> list[str]:
+        """Shard ``shard``'s spare first links (tasks of its part's spare arrays), oldest first."""
+        part = self.part(shard)
+        return [] if part is None else [f"{spare}_{shard - part.base}" for spare in part.spares or []]
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,16 @@ class RunDir:
     def link_lock(self, shard: int) -> Path:
         """The lock a shard's live link holds: a second link of the shard finds it taken."""
         return self.shard_dir(shard) / "link.lock"
+
+    @property
+    def queuing_mark(self) -> Path:
+        """Present while ``submit`` has not queued every first link yet (job/first_links.py)."""
+        return self.root / "queuing"
+
+    @property
+    def submit_lock(self) -> Path:
+        """Held by whoever queues first links: ``submit``, ``resubmit``, a job completing a killed submit."""
+        return self.root / "submit.lock"
 
     def script(self, shard: int | None) -> Path:
         """A shard's link script, or the aggregation script for None."""
@@ -250,6 +274,8 @@ class RunDir:
             return records
         first = array.task(shard)
         head: list[Record] = [Submitted(job_id=first, by="submit (array)", at=array.at)] if first else []
+        spare = "submit (array spare)"  # the first link's spare tasks (the lookahead of first links)
+        head += [Submitted(job_id=job, by=spare, at=array.at) for job in array.spare_tasks(shard)]
         if not records:
             records = self.run_ledger.read() if run_records is None else run_records
         return [*head, *records]

@@ -37,12 +37,18 @@ from gymslurm.launcher.backend import (
 )
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.doctor import Site, read_sites
-from gymslurm.launcher.job.chain import queue_chain
 from gymslurm.launcher.job.collector_process import environment_problem
+from gymslurm.launcher.job.first_links import (
+    array_indices,
+    queue_first_links,
+    queuing,
+    queuing_taken_over,
+    submit_arrays,
+)
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.local import LocalBackend
-from gymslurm.launcher.placement import Block, cluster_parts, place_shards
+from gymslurm.launcher.placement import place_shards
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
@@ -56,8 +62,6 @@ from gymslurm.launcher.render import (
 )
 from gymslurm.launcher.rundir import (
     SECRETS_ENV,
-    ArrayPart,
-    ArrayRecord,
     RunDir,
     RunInfo,
     atomic_write,
@@ -148,20 +152,6 @@ def render_scripts(
     )  # fmt: skip
     scripts[run.script(None)] = render(load_template(AGGREGATE_TEMPLATE), values)
     return scripts
-
-
-def array_indices(shards: list[int], max_running: int | None) -> str:
-    """``--array`` of these task ids: ``0-999%10`` for a contiguous range, ``3,7,9`` otherwise (pure)."""
-    ranges: list[str] = []
-    for shard in sorted(shards):
-        if ranges and "-" not in ranges[-1].split(",")[-1] and int(ranges[-1]) == shard - 1:
-            ranges[-1] = f"{ranges[-1]}-{shard}"
-        elif ranges and "-" in ranges[-1] and int(ranges[-1].split("-")[1]) == shard - 1:
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{shard}"
-        else:
-            ranges.append(str(shard))
-    text = ",".join(ranges)
-    return f"{text}%{max_running}" if max_running else text
 
 
 def new_run_dir(settings: BenchmarkSettings, workdir: Path, stamp: str | None = None) -> RunDir:
@@ -369,63 +359,23 @@ def create_run(
     counts = split_dataset(dataset, run, settings.shards, plan is not None)
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps(secrets)
-    if plan is not None:
-        assert isinstance(backend, SlurmBackend | ClusterSetBackend)
-        throttle = settings.slurm.max_running
-        submit_arrays(run, backend, settings.shards, plan, max_running=throttle, counts=counts,
-                      placement=placement)  # fmt: skip
-    for block in placement or []:
-        print(f"shards {block.first}..{block.first + block.count - 1}: cluster {block.cluster}")
-    if placement is not None:
-        print(f"the aggregation runs on cluster {info.aggregate_cluster} once every shard's chain ended")
-    for shard in [] if plan is not None else range(settings.shards):
-        first, *then = queue_first_links(run, shard, backend, "submit", settings.slurm.lookahead)
-        print(f"shard {shard}: {counts[shard]} rows, first link {first} (then {' '.join(then)})")
+    with queuing(run):  # a submit killed midway leaves the rest to the run's first job (first_links.py)
+        if plan is not None:
+            assert isinstance(backend, SlurmBackend | ClusterSetBackend)
+            throttle = settings.slurm.max_running
+            submit_arrays(
+                run, backend, settings.shards, plan, max_running=throttle, counts=counts,
+                lookahead=settings.slurm.lookahead, placement=placement,
+            )  # fmt: skip
+        for block in placement or []:
+            print(f"shards {block.first}..{block.first + block.count - 1}: cluster {block.cluster}")
+        if placement is not None:
+            print(f"the aggregation runs on cluster {info.aggregate_cluster} once every shard's chain ended")
+        for shard in [] if plan is not None else range(settings.shards):
+            first, *then = queue_first_links(run, shard, backend, "submit", settings.slurm.lookahead)
+            print(f"shard {shard}: {counts[shard]} rows, first link {first} (then {' '.join(then)})")
     print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
     return wait_for_run(run, backend, settings.aggregation.enabled) if wait else 0
-
-
-def queue_first_links(run: RunDir, shard: int, backend: Backend, by: str, depth: int) -> list[str]:
-    """A new chain's first link and its lookahead (``slurm.lookahead`` links, each ``afterany`` the
-    one before, each recorded): a first link killed before it runs a line leaves its successor."""
-    return queue_chain(run.ledger(shard), backend, run.script(shard), None, depth, by=by)
-
-
-def submit_arrays(
-    run: RunDir, backend: SlurmBackend | ClusterSetBackend, shards: int, plan: ArrayPlan, *,
-    max_running: int | None, counts: list[int], placement: list[Block] | None = None,
-) -> str:  # fmt: skip
-    """Every shard's first link as the plan's job arrays (one ``sbatch`` each; a run across clusters:
-    each range cut by cluster, each piece an array of its cluster, ``--clusters=C``).
-
-    ``array.json`` is rewritten after each ``sbatch`` with the arrays queued so far, so a submit
-    killed between two arrays leaves the queued shards' chains known (they run) and the rest
-    without a first link (status: STALLED; ``resubmit`` starts them).
-    """
-    parts: list[ArrayPart] = []
-    for base, offset, size, cluster in cluster_parts(plan.parts, placement):
-        target = backend.on(cluster) if isinstance(backend, ClusterSetBackend) and cluster else backend
-        assert isinstance(target, SlurmBackend)
-        indices = array_indices(list(range(offset, offset + size)), plan.throttle)
-        job = target.submit_array(run.links_script_for(base), indices)
-        parts.append(ArrayPart(job_id=job, base=base, size=size, offset=offset))
-        first = base + offset
-        record = ArrayRecord(
-            job_id=parts[0].job_id, shards=shards, max_running=max_running, at=utc_now_ms(),
-            chunk=plan.chunk, parts=parts,
-        )  # fmt: skip
-        atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
-        rows = counts[first : first + size]
-        if len(plan.parts) <= 20 or first == 0:
-            print(f"shards {first}..{first + size - 1} ({min(rows)}-{max(rows)} rows each): first links are "
-                  f"job array {job} (--array={indices})", flush=True)  # fmt: skip
-    if len(plan.parts) > 20:
-        print(f"... {len(plan.parts)} job arrays in all: {parts[0].job_id} .. {parts[-1].job_id}")
-    if plan.throttle:
-        print(f"at most {plan.throttle} first links of each array run at once")
-    if plan.note:
-        print(f"gymslurm submit: {plan.note}")
-    return parts[0].job_id
 
 
 def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
@@ -482,6 +432,19 @@ def resubmit(
             f"({run.config_path}); resubmit with the same configuration, or submit a new run"
         )
     backend = run_backend(run)
+    with queuing_taken_over(run, backend, settings.slurm.lookahead, complete=bool(shards)) as free:
+        if not free:
+            raise ConfigError(f"run {run.name}: its submit is still queuing first links; wait for it to end")
+        selection = (verdict_word, explicit)
+        return _restart(run, settings, backend, shards=shards, secrets=secrets, selection=selection)
+
+
+def _restart(
+    run: RunDir, settings: BenchmarkSettings, backend: Backend, *, shards: str | None,
+    secrets: dict[str, Any], selection: tuple[str | None, set[int]],
+) -> int:  # fmt: skip
+    """resubmit's restart of the chosen shards, under the run's submit lock."""
+    info, (verdict_word, explicit) = run.read_info(), selection
     queue = backend.queue()
     states = chain_states(run, info.shards)[:-1]
     unfinished = [
@@ -514,9 +477,8 @@ def resubmit(
     os.environ[SECRETS_ENV] = json.dumps(secrets)
     for shard in todo:
         run.ledger(shard).append(Resubmitted())
-    jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running, lookahead=settings.slurm.lookahead)  # noqa: E501
-    for shard in todo if info.array else []:  # link by link, queue_first_links recorded them
-        run.ledger(shard).append(Submitted(job_id=jobs[shard], by="resubmit"))
+    lookahead = settings.slurm.lookahead
+    jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running, lookahead=lookahead)
     if len(todo) <= 20:
         for shard in todo:
             print(f"shard {shard}: new chain, first link {jobs[shard]} (fresh retry and walltime budgets)")
@@ -555,6 +517,13 @@ def _resubmit_links(
         indices = array_indices([s - base for s in group], max_running)
         job = target.submit_array(run.links_script_for(base), indices)
         jobs.update({s: f"{job}_{s - base}" for s in group})
+        for shard in group:
+            run.ledger(shard).append(Submitted(job_id=jobs[shard], by="resubmit"))
+        after = job
+        for _ in range(lookahead - 1):  # the first links' spares, as submit queues them
+            after = target.submit_array(run.links_script_for(base), indices, after=[after])
+            for shard in group:
+                run.ledger(shard).append(Submitted(job_id=f"{after}_{shard - base}", by="resubmit (spare)"))
     return jobs
 
 

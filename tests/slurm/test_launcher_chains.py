@@ -7,8 +7,8 @@ as its slowest scenario. The preemption scenario needs all 8 CPUs and runs last,
 
 from __future__ import annotations
 
+import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,11 +209,12 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         chain.cancel()
 
 
-def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
+def test_login_side_killed_right_after_submit_leaves_chains_that_finish_alone(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
-    """SIGKILL of submit after its first job array (slurm.array_size=1: one array per shard): the queued
-    chain finishes alone, the shards whose array was never queued read STALLED; resubmit starts them."""
+    """SIGKILL of submit after its first job array (slurm.array_size=1: one array per shard): the
+    queued first link queues the arrays submit never did (job/first_links.py), and every shard ends
+    DONE and aggregated with no human command."""
     user = scenario_user(slurm_session_dir, "launcher-killed")
     chain = Chain(user, slurm_python, [{"exit": 0}], overrides=["shards=3"])
     work = chain.user.workdir
@@ -234,12 +235,11 @@ def test_login_side_killed_right_after_submit_leaves_recoverable_chains(
     proc.wait()
     (chain.run,) = [p.parent for p in (work / "runs").glob("*/run.json")]
     try:
-        report = chain.wait(aggregation=False)
-        if any(row["verdict"] == "STALLED" for row in report["shards"]):
-            chain.gymslurm("resubmit", str(chain.run), str(bench))
-            time.sleep(2)
-        report = chain.wait()
-        assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3
+        report = chain.wait(timeout=300)
+        assert [row["verdict"] for row in report["shards"]] == ["DONE"] * 3, report
         assert report["aggregation"]["state"].startswith("DONE")
+        assert not (chain.run / "queuing").exists()
+        record = json.loads((chain.run / "array.json").read_text())
+        assert [(p["base"], len(p["spares"])) for p in record["parts"]] == [(0, 1), (1, 1), (2, 1)], record
     finally:
         chain.cancel()

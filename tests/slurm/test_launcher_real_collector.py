@@ -17,6 +17,13 @@ Scenarios (submitted together by one module fixture, slowest first, so their Slu
   before the collector has saved anything, a 75 without progress that spends a retry), the
   collector stops cleanly and exits 75, and the next link resumes.
 
+- ``hang``: one shard of 120 tasks against a server answering in 1 s, one at a time; ``gymslurm
+  inject --kind hang`` SIGSTOPs the collector of the running array task (through ``srun`` to its
+  numeric job id) while its chain step keeps beating. With ``slurm.stall_window_s: 20`` the link
+  sees the collector's progress record freeze, ends it within the window (decided RETRY,
+  "unresponsive … frozen"), status says UNRESPONSIVE meanwhile, and the next link finishes the
+  shard: every rollout once.
+
 Trade-off: the time-limit scenario takes 1–2 minutes of wall time (2–3 links of ≤ 1 minute),
 however fast the machine; it is the only way to see Slurm's own signal reach the real collector.
 The module adds ~1 minute to ``tests/slurm`` (the faults scenario overlaps it).
@@ -24,8 +31,9 @@ The module adds ~1 minute to ``tests/slurm`` (the faults scenario overlaps it).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +43,7 @@ from .helpers import SlurmCluster, submitted_up_front
 from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
+STALL_WINDOW_S, HANG_TASKS = 20, 120
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "time_limit": dict(
@@ -43,6 +52,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         server_flags=["--latency-ms", "1000"],
         collector=["+concurrency=1"],
         slurm="  time: '1'\n  signal_lead_s: 20\n",
+    ),
+    "hang": dict(
+        tasks=HANG_TASKS,
+        shards=1,
+        server_flags=["--latency-ms", "1000"],
+        collector=["+concurrency=1", "+live_progress_interval_s=1"],
+        slurm=f"  time: '00:06:00'\n  stall_window_s: {STALL_WINDOW_S}\n",
     ),
     "faults": dict(
         tasks=15,
@@ -63,6 +79,42 @@ def runs(
         slurm_session_dir, "real", SCENARIOS,
         lambda user, spec: RealChain(user, slurm_python, spec).submit(),
     )  # fmt: skip
+
+
+def _until(what: str, timeout_s: float, value: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := value()):
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s:.0f}s"
+        time.sleep(0.5)
+    return found
+
+
+def test_inject_hang_ends_the_link_within_the_stall_window_and_the_chain_goes_on(
+    runs: dict[str, RealChain],
+) -> None:
+    """(First in the module: its link must still run when the test starts.) inject --kind hang on an
+    array task: UNRESPONSIVE with the frozen record in status, the link
+    decided RETRY 'unresponsive ... frozen' by its own watch (stall_window_s), the next link DONE,
+    every rollout once."""
+    run = runs["hang"]
+    assert run.run is not None
+    results = run.output(0)
+    _until("first results", 240, lambda: results.exists() and len(results.read_text().splitlines()) >= 2)
+    job = [r for r in run.ledger() if r["kind"] == "start"][-1]["job_id"]
+    out = run.gymslurm("inject", str(run.run), "0", "--kind", "hang")
+    assert f"hang sent to job {job}" in out, out
+    row = _until("UNRESPONSIVE", 90, lambda: next(
+        (r for r in [run.status()["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None))  # fmt: skip
+    assert "frozen" in row["why"], row
+    first = _until("decision of the hung link", 180, run.decisions)[0]
+    assert (first["job_id"], first["decision"]) == (job, "RETRY"), first
+    assert "unresponsive" in first["reason"] and "frozen" in first["reason"], first["reason"]
+    assert f"stall_window_s={STALL_WINDOW_S}" in first["reason"], first["reason"]
+    (injected,) = [r for r in run.ledger() if r["kind"] == "injected"]
+    print(f"hang injected {injected['at']}, link decided {first['end']} (stall_window_s={STALL_WINDOW_S})")
+    report = run.finished(timeout=300)
+    assert report["shards"][0]["verdict"] == "DONE"
+    assert run.rollout_ids(0) == Counter({f"arith-{i}": 1 for i in range(HANG_TASKS)})
 
 
 def test_faulty_server_three_shards_end_done_and_merge_each_rollout_once(runs: dict[str, RealChain]) -> None:

@@ -68,9 +68,9 @@ ROWS = [
     ("a short KillWait may kill a link before its decision", {"KillWait": "2 sec"}, None, "KillWait",
      "warning"),
     ("JobRequeue=0 still requeues --requeue links", {"JobRequeue": "0"}, None, "JobRequeue", "info"),
-    ("MaxJobCount below shards x (1 + lookahead) + lookahead throttles", {"MaxJobCount": "6"}, None,
-     "MaxJobCount", "info"),
-    ("MaxJobCount without room for one link (and its lookahead) per array blocks", {"MaxJobCount": "5"}, None,
+    # slurm.lookahead 2: 2 shards hold 2 x 2 tasks (first links, spares), + 1 per running link + 2
+    ("MaxJobCount below 3 x shards + 2 throttles", {"MaxJobCount": "7"}, None, "MaxJobCount", "info"),
+    ("MaxJobCount without room for one link per array blocks", {"MaxJobCount": "5"}, None,
      "MaxJobCount/MaxArraySize", "error"),
     ("MaxArraySize 0 (no arrays) blocks", {"MaxArraySize": "0"}, None, "MaxArraySize", "error"),
 ]  # fmt: skip

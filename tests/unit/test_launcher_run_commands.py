@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.errors import ConfigError
+from gymslurm.errors import ConfigError, SlurmError
 from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.cancel import cancel
 from gymslurm.launcher.decide import Budgets, Decision
@@ -191,6 +191,40 @@ def test_a_run_without_accounting_never_calls_sacct_for_a_dead_link() -> None:
     row = SlurmBackend(client, accounting=False).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
     assert [call[0] for call in client.calls] == ["scontrol"]
+
+
+SCONTROL_FAILED = (
+    "JobId=194 ArrayJobId=193 ArrayTaskId=0 JobName=gs JobState=FAILED ExitCode=137:0 RunTime=00:00:02"
+)
+
+
+def test_a_dead_link_is_judged_from_scontrol_when_sacct_cannot_reach_the_database() -> None:
+    """sacct failing inside a job (slurmdbd without its database, seen on the sandbox) falls back to
+    scontrol: the crashed link reads FAILED 137, not UNKNOWN."""
+    down = _reply(stderr="sacct: error: Problem talking to the database: Unable to connect to database",
+                  code=1)  # fmt: skip
+    client = Recorded({"sacct": [down], "scontrol": [_reply(SCONTROL_FAILED)]})
+    row = SlurmBackend(client, accounting=True).ended("193_0")
+    assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
+    assert [call[0] for call in client.calls] == ["sacct", "scontrol"]
+
+
+def test_a_link_sacct_still_shows_running_is_judged_from_scontrol() -> None:
+    """slurmdbd learns of a job's end after slurmctld: a sacct row still RUNNING yields to scontrol's end."""
+    lagging = _reply("193_0|gs|RUNNING|0:0|2026-12-01T22:00:00|Unknown|2\n")
+    client = Recorded({"sacct": [lagging], "scontrol": [_reply(SCONTROL_FAILED)]})
+    row = SlurmBackend(client, accounting=True).ended("193_0")
+    assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
+
+
+def test_a_failing_sacct_is_raised_when_scontrol_forgot_the_job_too() -> None:
+    """Neither sacct (failing) nor scontrol (job forgotten) knows the job: the error is raised, so the
+    chain accounts the run as UNKNOWN, never as VANISHED."""
+    down = _reply(stderr="sacct: error: Unable to connect to database", code=1)
+    forgotten = _reply(stderr="slurm_load_jobs error: Invalid job id specified", code=1)
+    client = Recorded({"sacct": [down], "scontrol": [forgotten]})
+    with pytest.raises(SlurmError, match="Unable to connect"):
+        SlurmBackend(client, accounting=True).ended("193_0")
 
 
 @pytest.mark.parametrize(

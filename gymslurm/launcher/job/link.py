@@ -12,7 +12,8 @@ Order of work, chosen so that a job killed at any moment still leaves the chain 
    (Slurm's state, exit code and elapsed time, the run's start record, whether its collector
    saved new outcomes);
 2. if the chain is already finished (a stop, a cancel), do nothing and exit 0;
-3. record our start, then restore the lookahead (``chain.py``): the successor that was queued
+3. record our start, queue what a killed ``submit`` left unqueued (``first_links.py``), then
+   restore the lookahead (``chain.py``): the successor that was queued
    with us and the successor's successor, queued now if missing. So while this job runs two
    links wait behind it, and a job killed at any instant (before its first line of Python
    included) leaves the chain its next link. A requeued run of the same job finds its successor
@@ -65,6 +66,7 @@ from gymslurm.launcher.job.collector_process import (
 )
 from gymslurm.launcher.job.disk import disk_full, wait_for_space
 from gymslurm.launcher.job.environment import withheld_variables
+from gymslurm.launcher.job.first_links import complete_queuing
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.ledger import (
@@ -182,6 +184,10 @@ def _run_link_locked(
         log(f"the run was cancelled as this first link of shard {shard} started; nothing queued")
         return ExitCode.DONE
     reap_predecessors(state, ledger, me)
+    try:  # a submit killed midway left first links unqueued: the run's first job queues them
+        complete_queuing(run, backend, settings.slurm.lookahead, me[0])
+    except (SlurmError, StoreError, OSError) as error:
+        log(f"could not complete the first links a killed submit left: {error}")
     try:
         ensure_link_lookahead(run, shard, me[0], backend, settings)
     except (SlurmError, OSError) as error:  # collect anyway; queuing is tried again after the decision

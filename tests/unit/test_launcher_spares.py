@@ -1,0 +1,186 @@
+"""A run's first links (docs/launcher.md, "The invariant"): each job array of first links is
+followed by ``slurm.lookahead - 1`` spare arrays, so a first link killed before its first act has a
+job queued behind it, as every later link has; and a ``submit`` killed between two ``sbatch`` calls
+leaves the rest to the run's first job (job/first_links.py).
+
+The scheduler here is an in-memory queue behind :class:`SlurmBackend`'s own methods (what sbatch,
+squeue and scancel would answer); tests/slurm/test_launcher_chains.py proves the same on Slurm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from gymslurm.launcher.arrays import plan_arrays
+from gymslurm.launcher.backend import SlurmBackend
+from gymslurm.launcher.job.first_links import complete_queuing, queuing
+from gymslurm.launcher.job.link import ensure_link_lookahead, shard_state
+from gymslurm.launcher.ledger import Started
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
+from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.submit import submit_arrays
+from gymslurm.store.flock import try_lock
+
+
+class Queue(SlurmBackend):
+    """Slurm's queue as sbatch/squeue/scancel would show it: every array task PENDING until started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_id = 100
+        self.rows: dict[str, str] = {}
+        self.arrays: list[tuple[str, str, list[str]]] = []  # (job, --array, after)
+
+    def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
+        job, self.next_id = str(self.next_id), self.next_id + 1
+        self.arrays.append((job, indices, list(after)))
+        first, _, last = indices.split("%", maxsplit=1)[0].partition("-")
+        for task in range(int(first), int(last or first) + 1):
+            self.rows[f"{job}_{task}"] = "PENDING"
+        return job
+
+    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
+        job, self.next_id = str(self.next_id), self.next_id + 1
+        self.arrays.append((job, "-", list(after)))
+        self.rows[job] = "PENDING"
+        return job
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        for job in job_ids:
+            if self.rows.get(job) == "PENDING":
+                self.rows[job] = "CANCELLED"
+
+    def queue(self) -> dict[str, QueueRow]:
+        return {job: QueueRow(job, "gs", state, "", "", "", "", "") for job, state in self.rows.items()}
+
+
+def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:
+    bench = tmp_path / "b.yaml"
+    bench.write_text(f"dataset: {tmp_path / 'd.jsonl'}\nrun_root: {tmp_path / 'runs'}\nshards: {shards}\n")
+    return load_benchmark(str(bench), [])[0]
+
+
+def _submitted(tmp_path: Path, shards: int = 3) -> tuple[RunDir, Queue, BenchmarkSettings]:
+    run, queue, settings = RunDir(tmp_path / "run"), Queue(), _settings(tmp_path, shards)
+    run.root.mkdir()
+    plan = plan_arrays(shards, {"MaxArraySize": 2}, None)
+    submit_arrays(run, queue, shards, plan, max_running=None, counts=[1] * shards, lookahead=2)
+    return run, queue, settings
+
+
+def test_each_array_of_first_links_is_followed_by_its_spare(tmp_path: Path) -> None:
+    """submit queues each array, then a spare array of the same tasks afterany it; array.json names it."""
+    run, queue, _ = _submitted(tmp_path)
+    assert queue.arrays == [
+        ("100", "0-1", []), ("101", "0-1", ["100"]), ("102", "0", []), ("103", "0", ["102"]),
+    ]  # fmt: skip
+    record = run.read_array()
+    assert record is not None and [p.spares for p in record.arrays] == [["101"], ["103"]]
+    assert shard_state(run, 1).epoch_jobs == ["100_1", "101_1"]  # the first link, then its spare
+    assert shard_state(run, 2).epoch_jobs == ["102_0", "103_0"]
+
+
+def test_a_first_link_that_acts_cancels_its_spare_and_queues_two_behind_itself(tmp_path: Path) -> None:
+    """The first act of 100_0: two links queued behind it (each afterany the one before), the spare
+    101_0 cancelled as a stray, so the chain stays one line of jobs."""
+    run, queue, settings = _submitted(tmp_path)
+    queue.rows["100_0"] = "RUNNING"
+    run.ledger(0).append(Started(job_id="100_0"))
+    behind = ensure_link_lookahead(run, 0, "100_0", queue, settings)
+    assert behind == ["104_0", "105_0"]
+    assert queue.arrays[-2:] == [("104", "0", ["100_0"]), ("105", "0", ["104_0"])]
+    assert queue.rows["101_0"] == "CANCELLED" and queue.rows["101_1"] == "PENDING"
+
+
+def test_a_spare_whose_first_link_died_before_acting_goes_on_with_the_chain(tmp_path: Path) -> None:
+    """100_1 killed before its first act queued nothing; its spare 101_1 runs (the array before it
+    ended) and queues two links behind itself: the shard never was without a queued job."""
+    run, queue, settings = _submitted(tmp_path)
+    queue.rows["100_1"] = "FAILED"  # SIGKILLed in its first 100 ms
+    state = shard_state(run, 1)
+    assert any(queue.rows[job] == "PENDING" for job in state.epoch_jobs)  # status: not STALLED
+    queue.rows["101_1"] = "RUNNING"
+    run.ledger(1).append(Started(job_id="101_1"))
+    behind = ensure_link_lookahead(run, 1, "101_1", queue, settings)
+    assert queue.arrays[-2:] == [("104", "1", ["101_1"]), ("105", "1", ["104_1"])]
+    assert behind == ["104_1", "105_1"] and shard_state(run, 1).successor_of["101_1"] == "104_1"
+
+
+def _killed_submit(tmp_path: Path, parts: list[ArrayPart], array: bool = True) -> tuple[RunDir, Queue]:
+    """A run whose submit was killed after queuing ``parts``: the mark left, the lock free."""
+    run, queue = RunDir(tmp_path / "run"), Queue()
+    run.root.mkdir()
+    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=3,
+                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None,
+                   array=array)  # fmt: skip
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    if parts:
+        record = ArrayRecord(job_id=parts[0].job_id, shards=3, max_running=None, at="t", chunk=2, parts=parts)
+        atomic_write(run.array_path, record.model_dump_json().encode())
+    queue.next_id = 200
+    atomic_write(run.queuing_mark, b"")
+    return run, queue
+
+
+def test_the_first_job_queues_the_arrays_a_killed_submit_left(tmp_path: Path) -> None:
+    """submit killed after shards 0-1's array and its spare: the first job to act queues shard 2's
+    array and spare, records them in array.json and removes the mark; a second job queues nothing."""
+    run, queue = _killed_submit(tmp_path, [ArrayPart(job_id="100", base=0, size=2, spares=["101"])])
+    assert shard_state(run, 2).epoch_jobs == []  # STALLED before
+    assert complete_queuing(run, queue, 2, "100_0") == ["200", "201"]
+    assert queue.arrays == [("200", "0", []), ("201", "0", ["200"])]
+    record = run.read_array()
+    assert record is not None and [(p.job_id, p.base, p.spares) for p in record.arrays] == [
+        ("100", 0, ["101"]), ("200", 2, ["201"]),
+    ]  # fmt: skip
+    assert shard_state(run, 2).epoch_jobs == ["200_0", "201_0"] and not run.queuing_mark.exists()
+    assert complete_queuing(run, queue, 2, "100_1") == [] and len(queue.arrays) == 2
+
+
+def test_an_array_queued_without_its_spare_gets_it(tmp_path: Path) -> None:
+    """submit killed between an array's sbatch and its spare's: the first job queues the spare."""
+    run, queue = _killed_submit(tmp_path, [ArrayPart(job_id="100", base=0, size=2, spares=[])])
+    complete_queuing(run, queue, 2, "100_0")
+    assert queue.arrays[0] == ("200", "0-1", ["100"])
+    record = run.read_array()
+    assert record is not None and record.arrays[0].spares == ["200"] and len(record.arrays) == 2
+
+
+def test_a_live_submit_is_left_to_finish_its_queuing(tmp_path: Path) -> None:
+    """While submit holds the run's submit lock, a job that sees the mark queues nothing."""
+    run, queue = _killed_submit(tmp_path, [ArrayPart(job_id="100", base=0, size=2, spares=["101"])])
+    held = try_lock(run.submit_lock)
+    assert held is not None
+    try:
+        assert complete_queuing(run, queue, 2, "100_0") == [] and queue.arrays == []
+    finally:
+        import os
+
+        os.close(held)
+    assert run.queuing_mark.exists()
+
+
+def test_a_link_by_link_run_gets_the_chains_a_killed_submit_never_queued(tmp_path: Path) -> None:
+    """Link by link (the local backend's shape): shards with no job at all get their first links."""
+    run, queue = _killed_submit(tmp_path, [], array=False)
+    run.ledger(0).append(Started(job_id="7"))
+    queued = complete_queuing(run, queue, 2, "7")
+    assert queued == ["200", "201", "202", "203"] and queue.arrays[1] == ("201", "-", ["200"])
+    assert [shard_state(run, s).epoch_jobs for s in (1, 2)] == [["200", "201"], ["202", "203"]]
+
+
+def test_submit_leaves_no_mark_once_everything_is_queued(tmp_path: Path) -> None:
+    """The mark exists only while submit queues, and stays when submit dies (raises) midway."""
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    with queuing(run):
+        assert run.queuing_mark.exists() and try_lock(run.submit_lock) is None
+    assert not run.queuing_mark.exists()
+    try:
+        with queuing(run):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert run.queuing_mark.exists()
