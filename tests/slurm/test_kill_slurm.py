@@ -78,12 +78,16 @@ def plan_for(index: int, rng: random.Random) -> list[Kill]:
     kills with a job between them (the bound: never two consecutive pre-act deaths)."""
     how = rng.choice(["full", "batch"])
     early, late = rng.uniform(0.0, SETUP_S - 1.5), rng.uniform(SETUP_S + 0.5, SETUP_S + 2.5)
+    # An early kill is a SIGKILL of the batch shell: Slurm turns a KILL of the whole job (--full)
+    # into its cancel sequence (TERM, then KILL after KillWait), which the script's first-line trap
+    # hands to the chain step, so the job still acts (seen: "received SIGTERM before the collector
+    # started", its lookahead queued after Slurm had ended the job).
     return [
-        [Kill("link", 1, how, early)],
+        [Kill("link", 1, "batch", early)],
         [Kill("link", 1, how, late)],
-        [Kill("link", 2, how, early)],
+        [Kill("link", 2, "batch", early)],
         [Kill("aggregation", 1, how, rng.choice([early, late]))],
-        [Kill("link", 1, how, early), Kill("link", 3, rng.choice(["full", "batch"]), late)],
+        [Kill("link", 1, "batch", early), Kill("link", 3, how, late)],
     ][index % 5]
 
 
