@@ -27,12 +27,32 @@ _SLURM_DIR = Path(__file__).parent / "slurm"
 _E2E_DIR = Path(__file__).parent / "e2e"
 
 
+# Balanced by their wall time on the sandbox (the longest first); a module not listed joins slurm-3.
+SLURM_GROUPS = {
+    "test_launcher_chains.py": "slurm-1",
+    "test_node_down.py": "slurm-1",
+    "test_sandbox.py": "slurm-1",
+    "test_smoke.py": "slurm-1",
+    "test_status_live.py": "slurm-2",
+    "test_interruptions.py": "slurm-2",
+    "test_doctor.py": "slurm-2",
+    "test_launcher_hostile.py": "slurm-3",
+    "test_launcher_real_collector.py": "slurm-3",
+    "test_array_scale.py": "slurm-3",
+    "test_secrets_slurm.py": "slurm-3",
+    "test_multinode.py": "slurm-3",
+}
+
+
 def xdist_group(item: pytest.Item) -> str | None:
     """The worker group a test must share when the suite runs in parallel, or None (any worker).
 
-    - ``slurm``: every real-Slurm test, one after another as in a serial run. They share one
-      cluster (the node-DOWN test needs it quiet, the preemption test a whole node) and
-      one job Python per session that each worker would reinstall under the others' running jobs.
+    - ``slurm-1`` … ``slurm-3``: the real-Slurm modules, in three groups that run side by side
+      (they mostly wait on Slurm's ticks; the sandbox has four nodes), each group's modules one
+      after another, a module's scenarios overlapping inside it (see :data:`SLURM_GROUPS`). The
+      node-DOWN test drains its node and waits until it is alone there; the preemption test
+      takes a whole node with a ``low`` link; the job Python is reinstalled only when the source
+      changed, so workers never reinstall under each other's jobs.
     - ``machine``: tests that hold or read something of the whole machine, one after another: the
       compat suite (marker ``nemogym``: its stack's head server holds NeMo Gym's fixed port 11000,
       which a collector whose server gives no configuration asks, as a canary test does) and the
@@ -41,7 +61,7 @@ def xdist_group(item: pytest.Item) -> str | None:
     - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
     """
     if item.get_closest_marker("slurm") is not None:
-        return "slurm"
+        return SLURM_GROUPS.get(Path(item.path).name, "slurm-3")
     if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
         return "machine"
     fixtures = getattr(item, "_fixtureinfo", None)

@@ -54,12 +54,13 @@ def pytest_collection_modifyitems(items):
 
 
 def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
-    """With pytest-xdist, real-Slurm tests share group slurm; NeMo Gym's stack (port 11000) and the
-    command-line samplers share machine; a module-scoped fixture's tests their module; others go anywhere."""
+    """With pytest-xdist, real-Slurm modules share one of three slurm groups (side by side, each module
+    whole); NeMo Gym's stack (port 11000) and the command-line samplers share machine; a
+    module-scoped fixture's tests their module; others go anywhere."""
     (tmp_path / "groups_probe.py").write_text(PROBE)
     out = tmp_path / "groups.json"
-    files = ["slurm/test_smoke.py", "compat/test_nemo_gym.py", "e2e/test_canary_suite.py",
-             "e2e/test_aggregate_e2e.py", "unit/test_errors.py"]  # fmt: skip
+    files = ["slurm/test_smoke.py", "slurm/test_status_live.py", "compat/test_nemo_gym.py",
+             "e2e/test_canary_suite.py", "e2e/test_aggregate_e2e.py", "unit/test_errors.py"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "GROUPS_OUT": str(out)}
     argv = [sys.executable, "-m", "pytest", "--co", "-q", "-p", "groups_probe", "-p", "no:cacheprovider"]
     done = subprocess.run([*argv, *(f"tests/{f}" for f in files)], cwd=ROOT, env=env,
@@ -69,7 +70,8 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
     for nodeid, group in json.loads(out.read_text()).items():
         found.setdefault(nodeid.split("::")[0].removeprefix("tests/"), set()).add(group)
     assert found == {
-        "slurm/test_smoke.py": {"slurm"},
+        "slurm/test_smoke.py": {"slurm-1"},
+        "slurm/test_status_live.py": {"slurm-2"},
         "compat/test_nemo_gym.py": {"machine"},
         "e2e/test_canary_suite.py": {"machine"},
         "e2e/test_aggregate_e2e.py": {"e2e/test_aggregate_e2e.py"},
