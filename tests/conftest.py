@@ -33,14 +33,15 @@ SLURM_GROUPS = {
     "test_node_down.py": "slurm-1",
     "test_sandbox.py": "slurm-1",
     "test_smoke.py": "slurm-1",
+    "test_multinode.py": "slurm-1",
     "test_status_live.py": "slurm-2",
     "test_interruptions.py": "slurm-2",
     "test_doctor.py": "slurm-2",
+    "test_kill_slurm.py": "slurm-2",
     "test_launcher_hostile.py": "slurm-3",
     "test_launcher_real_collector.py": "slurm-3",
     "test_array_scale.py": "slurm-3",
     "test_secrets_slurm.py": "slurm-3",
-    "test_multinode.py": "slurm-3",
 }
 
 
