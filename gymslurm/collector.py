@@ -114,6 +114,8 @@ class DispatchLoop:
     in_flight_since: dict[int, float] = field(default_factory=dict)
     _below_limit: asyncio.Event = field(default_factory=asyncio.Event)
     last_outcome_at: float = field(default_factory=time.monotonic)
+    busy_s: float = 0.0  # time with at least one request in flight (the rest is idle: launcher/links.py)
+    _busy_since: float | None = None
 
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
@@ -173,6 +175,8 @@ class DispatchLoop:
             episode = construct_episode(rollout_id=view.ids[index], attempt=attempt)
             counters.in_flight += 1
             sent_at = time.monotonic()
+            if self._busy_since is None:
+                self._busy_since = sent_at
             self.in_flight_since[index] = sent_at
             try:
                 outcome = await self.client.run(
@@ -181,6 +185,9 @@ class DispatchLoop:
             finally:
                 counters.in_flight -= 1
                 self.in_flight_since.pop(index, None)
+                if counters.in_flight == 0 and self._busy_since is not None:
+                    self.busy_s += time.monotonic() - self._busy_since
+                    self._busy_since = None
             if self.limit is not None:
                 self.limit.completed(time.monotonic() - sent_at, counters.in_flight)
                 self._below_limit.set()
@@ -232,6 +239,10 @@ class DispatchLoop:
         retry = interrupted or counts_against_budget(saved, policy)  # an interruption runs again free
         if state.pending and self.retry_in_invocation and retry:
             self._queue.append(index)
+
+    def busy_seconds(self, now: float) -> float:
+        """Seconds so far with at least one request in flight (``now``: the monotonic clock)."""
+        return self.busy_s + (now - self._busy_since if self._busy_since is not None else 0.0)
 
     def oldest_in_flight_s(self, now: float) -> float | None:
         """Age of the oldest request still in flight, or None when none is."""

@@ -34,6 +34,7 @@ class WatchedLoop(Protocol):
 
     def oldest_in_flight_s(self, now: float) -> float | None: ...
 
+    def busy_seconds(self, now: float) -> float: ...
 
 def is_stalled(in_flight: int, quiet_s: float, window_s: float | None) -> bool:
     """The stall rule: requests are in flight and no outcome was saved for ``window_s`` (pure)."""
@@ -101,5 +102,5 @@ class LiveWatch:
             new_outcomes=max(counters.new_outcomes, 0), started_epoch=self.started_epoch,
             rate_per_s=max(rate, 0.0), oldest_in_flight_s=loop.oldest_in_flight_s(now),
             last_outcome_age_s=max(now - loop.last_outcome_at, 0.0),
-            stalled=loop.result.stopped_by == STALL, ended=ended,
+            stalled=loop.result.stopped_by == STALL, ended=ended, busy_s=round(loop.busy_seconds(now), 3),
         )  # fmt: skip

@@ -42,6 +42,7 @@ FORMATS: dict[str, Format] = {
     "aggregate_coverage": Format("the merged coverage file", "format_version", 1),
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
+    "rewards": Format("the merged reward histogram", "format_version", 1),
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),

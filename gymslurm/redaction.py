@@ -47,7 +47,7 @@ def _table(words: str) -> frozenset[str]:
 # The last word of a credential name (HF_TOKEN, client_secret, db_password, db_pass, basic_auth...).
 CREDENTIAL_LAST_WORDS = _table(
     "token secret secrets password passwd pass pwd passphrase credential credentials apikey auth "
-    "authorization cookie"
+    "authorization cookie webhook"  # a webhook URL is its receiver's only credential (launcher notify:)
 )
 # "<word>_key" is a credential for these words only: api_key, access_key, private_key; not sort_key.
 CREDENTIAL_KEY_QUALIFIERS = _table("api access private secret auth signing encryption ssh")

@@ -206,10 +206,27 @@ def _resubmit(argv: list[str]) -> int:
         "--shards", default=None, metavar="SEL",
         help="restart only these shards: failed, stalled, exhausted, cancelled (by status), or 0,3,7-9",
     )  # fmt: skip
+    parser.add_argument(
+        "--gpu-hours", type=_gpu_hours_raise, default=0.0, metavar="+H",
+        help="raise the run's budget.gpu_hours by H GPU-hours (docs/cost.md)",
+    )  # fmt: skip
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.submit import resubmit
 
-    return resubmit(args.run, args.benchmark, args.overrides, args.run_root, args.shards)
+    return resubmit(
+        args.run, args.benchmark, args.overrides, args.run_root, args.shards, gpu_hours_added=args.gpu_hours
+    )
+
+
+def _gpu_hours_raise(text: str) -> float:
+    """``+H`` (or ``H``): a positive number of GPU-hours to add to the budget."""
+    try:
+        value = float(text.removeprefix("+"))
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a raise of the budget: give +H, H > 0 GPU-hours")
+    return value
 
 
 def _cancel(argv: list[str]) -> int:

@@ -4,9 +4,14 @@ Every link of a shard's chain ends exactly once in the ledger with a :class:`Ver
 The rules are those of issue 5 §2 and spec 000 ("The Slurm auto-resume chain continues after 75
 without spending an infrastructure retry and stops after 76"), applied in this order:
 
+0. before a link starts (:func:`start_gate`): the run's GPU-hours so far (every link of every
+   shard, running ones until now) reached ``budget.gpu_hours`` → STOP_BUDGET, and the link
+   starts nothing;
 1. collector exit 0 → DONE (even when the walltime cap was reached in the same job);
 2. collector exit 76 → STOP_FAILED (terminal failures or exhausted budgets; the job ends FAILED);
 3. collector exit 2 → STOP_FAILED (the collector refused its configuration: a retry cannot help);
+3b. the run's GPU-hours, this link included, reached ``budget.gpu_hours`` → STOP_BUDGET (no next
+   link: ``gymslurm resubmit --gpu-hours +H`` raises the budget and goes on);
 4. accumulated walltime (every run of every job, requeued runs included) ≥ ``max_walltime`` →
    STOP_WALLTIME;
 5. the run's filesystem was full when the collector ended (any end but 0, 76, 2) → CONTINUE, no
@@ -54,11 +59,23 @@ class Decision(StrEnum):
     STOP_EXHAUSTED = "STOP_EXHAUSTED"
     STOP_WALLTIME = "STOP_WALLTIME"
     STOP_NO_PROGRESS = "STOP_NO_PROGRESS"
+    STOP_BUDGET = "STOP_BUDGET"
 
     @property
     def continues(self) -> bool:
         """True when another link runs after this one."""
         return self in (Decision.CONTINUE, Decision.RETRY)
+
+
+# The verdict ``status`` (and a notification) gives a chain that stopped with this decision.
+VERDICT_OF_STOP = {
+    Decision.DONE: "DONE",
+    Decision.STOP_FAILED: "FAILED",
+    Decision.STOP_EXHAUSTED: "EXHAUSTED",
+    Decision.STOP_WALLTIME: "EXHAUSTED",
+    Decision.STOP_NO_PROGRESS: "EXHAUSTED",
+    Decision.STOP_BUDGET: "BUDGET",
+}
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,7 @@ class Limits:
     infra_retry_limit: int = 3
     max_walltime_s: float | None = None
     max_links_without_progress: int | None = 5
+    gpu_hours: float | None = None  # budget.gpu_hours plus every resubmit --gpu-hours raise (None: no cap)
 
 
 @dataclass(frozen=True)
@@ -195,8 +213,26 @@ def made_progress(before: Progress | None, after: Progress | None) -> bool:
     return before is not None and after.outcomes > before.outcomes
 
 
-def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
-    """Map one ended job to the chain's next step (rules in the module docstring, in order)."""
+def _budget_reason(spent_gpu_h: float, cap: float) -> str:
+    return (
+        f"the run spent {spent_gpu_h:.2f} GPU-hours of budget.gpu_hours {cap:g}: no further link starts; "
+        "'gymslurm resubmit RUN BENCHMARK --gpu-hours +H' raises the budget and goes on"
+    )
+
+
+def start_gate(gpu_hours_spent: float, budgets: Budgets, limits: Limits) -> Verdict | None:
+    """Rule 0: STOP_BUDGET when the run's GPU-hours already reached the budget, else None (start)."""
+    cap = limits.gpu_hours
+    if cap is None or gpu_hours_spent < cap:
+        return None
+    return Verdict(Decision.STOP_BUDGET, _budget_reason(gpu_hours_spent, cap), budgets)
+
+
+def decide(end: JobEnd, budgets: Budgets, limits: Limits, gpu_hours_spent: float = 0.0) -> Verdict:
+    """Map one ended job to the chain's next step (rules in the module docstring, in order).
+
+    ``gpu_hours_spent``: the run's GPU-hours with this link included (rule 3b).
+    """
     spent = replace(budgets, jobs=budgets.jobs + 1, walltime_s=budgets.walltime_s + max(end.elapsed_s, 0.0))
     code = end.exit_code
     if code == ExitCode.DONE:
@@ -209,6 +245,9 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits) -> Verdict:
         return Verdict(
             Decision.STOP_FAILED, "collector exit 2: it refused its configuration; fix it and resubmit", spent
         )
+    if limits.gpu_hours is not None and gpu_hours_spent >= limits.gpu_hours:
+        reason = f"{_why(end)}; {_budget_reason(gpu_hours_spent, limits.gpu_hours)}"
+        return Verdict(Decision.STOP_BUDGET, reason, spent)
     cap = limits.max_walltime_s
     if cap is not None and spent.walltime_s >= cap:
         return Verdict(
@@ -269,8 +308,8 @@ def job_exit_code(decision: Decision) -> int:
     """The exit code the chain step gives Slurm, so ``sacct`` tells the same story as the ledger.
 
     A chain that goes on exits 0 (the link did its job); STOP_FAILED exits 76 so Slurm marks it
-    FAILED; STOP_EXHAUSTED and STOP_NO_PROGRESS exit 1; STOP_WALLTIME exits 75 (incomplete,
-    resumable by resubmit).
+    FAILED; STOP_EXHAUSTED and STOP_NO_PROGRESS exit 1; STOP_WALLTIME and STOP_BUDGET exit 75
+    (incomplete, resumable by resubmit).
     """
     return {
         Decision.DONE: ExitCode.DONE,
@@ -280,6 +319,7 @@ def job_exit_code(decision: Decision) -> int:
         Decision.STOP_EXHAUSTED: ExitCode.RETRY,
         Decision.STOP_WALLTIME: ExitCode.CONTINUE,
         Decision.STOP_NO_PROGRESS: ExitCode.RETRY,
+        Decision.STOP_BUDGET: ExitCode.CONTINUE,
     }[decision]
 
 

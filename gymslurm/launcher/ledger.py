@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -45,7 +45,7 @@ LEDGER_VERSION = version_of("ledger")  # what is written; FORMATS["ledger"].read
 LedgerVersion = Literal[1, 2]
 FINISHED = {
     Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME,
-    Decision.STOP_NO_PROGRESS,
+    Decision.STOP_NO_PROGRESS, Decision.STOP_BUDGET,
 }  # fmt: skip
 
 
@@ -96,6 +96,7 @@ class Started(_Record):
     restart_count: int = 0
     host: str = ""
     saved_bytes: int | None = None
+    gpus: int = 0  # GPUs this run holds (Slurm's allocation, else slurm.gpus): GPU-hours are gpus x elapsed
 
 
 class DecisionRecord(_Record):
@@ -115,6 +116,9 @@ class DecisionRecord(_Record):
     budgets_after: BudgetsRecord
     resubmit_offset: str | None = None
     accounted_by: str | None = None
+    idle_s: float | None = None  # of elapsed_s, the time no request was in flight (launcher/links.py)
+    outcomes_before: int | None = None  # the collector's outcomes when the link started (coverage chart)
+    outcomes: int | None = None  # ... and when it ended
 
 
 class Cancelled(_Record):
@@ -158,6 +162,7 @@ class Resubmitted(_Record):
 
     kind: Literal["resubmit"] = "resubmit"
     reset_budget: bool = True
+    gpu_hours_added: float = 0.0  # resubmit --gpu-hours +H raised the run's budget.gpu_hours by H
 
 
 ServerEventName = Literal["started", "down", "restarted", "restart_failed", "gave_up", "reaped"]
@@ -185,8 +190,30 @@ class ServerRecord(_Record):
     probes: list[str] = Field(default_factory=list)
 
 
+NotifyStep = Literal["claimed", "attempt", "sent", "error", "gave_up"]
+
+
+class NotifyRecord(_Record):
+    """A notification of the run (``<run>/notify.jsonl``, launcher/notify.py): claimed once per event
+    and receiver, then each delivery attempt (recorded before it is made) and its result.
+
+    ``target`` is the receiver's index in ``notify:`` (never its URL: a webhook URL is a secret);
+    ``body`` (on the claim) is what every attempt sends.
+    """
+
+    kind: Literal["notify"] = "notify"
+    event: str
+    key: str
+    target: int
+    step: NotifyStep
+    attempt: int = 0
+    detail: str | None = None
+    body: dict[str, Any] | None = None
+
+
 Record = Annotated[
-    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected | DiskFull,
+    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected | DiskFull
+    | NotifyRecord,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)

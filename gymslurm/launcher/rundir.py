@@ -64,6 +64,10 @@ class RunInfo(BaseModel):
     accounting: bool | None = None  # Slurm keeps job accounting (sacct); None: not known (local, older runs)
     array: bool = False  # first links are one job array (array.json); every link runs scripts/links.sbatch
     cluster: str | None = None  # slurm.cluster: the Slurm cluster of every job (None: the default one)
+    gpus: int = 0  # GPUs each link asks for (slurm.gpus or a --gres/--gpus directive)
+    gpu_budget: float | None = None  # budget.gpu_hours at submit (resubmit raises are in aggregate/ledger)
+    budget_warn_at: float = 0.8
+    report_share: Literal["none", "group"] = "none"  # report.share: group makes report.html group-readable
     # slurm.clusters: which cluster runs which shards (placement.py's blocks, decided once at submit);
     # every job id of such a run names its cluster (``b:123_4``). None: a run on one cluster.
     placement: list[Block] | None = None
@@ -314,6 +318,21 @@ class RunDir:
     def aggregate_ledger(self) -> Ledger:
         """The aggregation job's ledger."""
         return Ledger(self.root / "aggregate" / "ledger.jsonl")
+
+    @property
+    def notify_ledger(self) -> Ledger:
+        """The run's notifications: each event claimed once per receiver, then its delivery."""
+        return Ledger(self.root / "notify.jsonl")
+
+    @property
+    def notify_lock(self) -> Path:
+        """Held while an event is claimed (a moment)."""
+        return self.root / "notify.lock"
+
+    @property
+    def delivery_lock(self) -> Path:
+        """Held by the one notification delivery pass at a time (for as long as it sends)."""
+        return self.root / "notify-delivery.lock"
 
     @property
     def aggregate_lock(self) -> Path:

@@ -210,6 +210,12 @@ class SlurmSettings(_Strict):
                 "'Scale'); remove slurm.array from the benchmark"
             )
         return value
+    # GPUs each link holds: rendered as #SBATCH --gres=gpu:N on link scripts (not the aggregation's);
+    # 0 counts a --gres=gpu:N / --gpus=N line of extra_directives instead (docs/cost.md).
+    gpus: int = Field(default=0, ge=0)
+    # Slurm's own e-mail (sbatch --mail-type/--mail-user), beside notify: (docs/notifications.md).
+    mail_type: str | None = None
+    mail_user: str | None = None
 
     @field_validator("time", "max_walltime")
     @classmethod
@@ -288,6 +294,18 @@ class SlurmSettings(_Strict):
         """Every cluster the benchmark names (None: the default one), for doctor and submit's checks."""
         return list(self.cluster_weights or {}) or [self.cluster]
 
+    @field_validator("mail_type", "mail_user")
+    @classmethod
+    def _valid_mail(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            _refuse(scriptsafe.directive_problem(str(info.field_name), value))
+        return value
+
+    @property
+    def declared_gpus(self) -> int:
+        """GPUs a link asks for: ``gpus``, else a ``--gres=gpu[:type]:N`` or ``--gpus=N`` extra directive."""
+        return self.gpus or gpus_in_directives(self.extra_directives)
+
     @property
     def max_walltime_s(self) -> float | None:
         """``max_walltime`` in seconds, None when no cap is configured."""
@@ -328,6 +346,63 @@ class AggregationSettings(_Strict):
         return value
 
 
+_GPU_DIRECTIVE = re.compile(
+    r"--(?:gres=(?:[^,\s]*,)*gpu(?::[A-Za-z0-9_.-]+)?:(\d+)|gpus(?:-per-node)?[= ](?:[A-Za-z0-9_.-]+:)?(\d+))"
+)
+
+
+def gpus_in_directives(lines: list[str]) -> int:
+    """GPUs asked for by ``#SBATCH --gres=gpu[:type]:N`` or ``--gpus=[type:]N`` lines (0: none; pure)."""
+    for line in lines:
+        match = _GPU_DIRECTIVE.search(line)
+        if match:
+            return int(match.group(1) or match.group(2))
+    return 0
+
+
+class BudgetSettings(_Strict):
+    """What a run may spend (docs/cost.md): the chain stops with BUDGET before a link starts past it."""
+
+    gpu_hours: float | None = Field(default=None, gt=0)
+    warn_at: float = Field(default=0.8, gt=0, le=1)
+
+
+class ReportSettings(_Strict):
+    """``report.share: group`` makes ``report.html`` (only) readable by the run folder's group."""
+
+    share: Literal["none", "group"] = "none"
+
+
+NotifyEvent = Literal[
+    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done"
+]
+NOTIFY_EVENTS: tuple[str, ...] = (
+    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done",
+)  # fmt: skip
+
+
+class NotifyTarget(_Strict):
+    """One receiver of notifications: a webhook (JSON POST) or a command, and the events it wants.
+
+    A webhook URL is a secret (it is the receiver's only credential): the key is ``webhook``, which
+    the one redaction rule redacts everywhere; the job gets it back from its environment.
+    """
+
+    webhook: str | None = None
+    format: Literal["json", "slack"] = "json"
+    command: list[str] | None = None
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))  # type: ignore[arg-type]
+    timeout_s: float = Field(default=5.0, gt=0)
+    attempts: int = Field(default=4, ge=1)
+
+    def model_post_init(self, _context: Any) -> None:
+        """Exactly one of webhook and command."""
+        if (self.webhook is None) == (self.command is None):
+            raise ValueError("a notify entry sets exactly one of webhook (a URL) or command (argv)")
+        if self.command is not None and not self.command:
+            raise ValueError("notify command must name a program")
+
+
 class BenchmarkSettings(_Strict):
     """A whole benchmark, as ``submit`` uses it."""
 
@@ -343,6 +418,9 @@ class BenchmarkSettings(_Strict):
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
     reverify: ReverifySettings = Field(default_factory=ReverifySettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    notify: list[NotifyTarget] = Field(default_factory=list)
 
     _names_are_slugs = field_validator("name", "output_stem")(_slug)
 

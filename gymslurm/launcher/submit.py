@@ -47,7 +47,9 @@ from gymslurm.launcher.job.first_links import (
 )
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import Resubmitted, Submitted
+from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, safely
 from gymslurm.launcher.placement import place_shards
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
@@ -110,11 +112,18 @@ def render_scripts(
     instead of one script per shard (the local backend).
     """
     slurm = settings.slurm
+    mail = [f"--mail-{k}={v}" for k, v in (("type", slurm.mail_type), ("user", slurm.mail_user)) if v]
     common = {
         "run_name": run.name, "signal_lead": slurm.signal_lead_s, "workdir": str(workdir),
-        "directives": directives_block(slurm.partition, slurm.account, slurm.qos, slurm.extra_directives),
+        "directives": directives_block(
+            slurm.partition, slurm.account, slurm.qos, [*slurm.extra_directives, *mail]
+        ),
         "env_setup": env_setup_block(slurm.env_setup),
     }  # fmt: skip
+    link_common = {**common, "directives": directives_block(
+        slurm.partition, slurm.account, slurm.qos,
+        [*([f"--gres=gpu:{slurm.gpus}"] if slurm.gpus else []), *slurm.extra_directives, *mail],
+    )}  # fmt: skip
     servers = servers_block([
         (s.name, None if s.command is None else container_argv(s, s.command), s.url) for s in settings.servers
     ])  # fmt: skip
@@ -132,7 +141,7 @@ def render_scripts(
             log_path=str(run.links_log_pattern_for(first)),
             ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"), time_limit=slurm.time,
             command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, task), servers=servers,
-            **common,  # type: ignore[arg-type]
+            **link_common,  # type: ignore[arg-type]
         )  # fmt: skip
         scripts[path] = render(link, values)
     for shard in range(0 if plan is not None else settings.shards):
@@ -141,7 +150,7 @@ def render_scripts(
             log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
             time_limit=slurm.time,
             command=command_line([*base, "--shard", str(shard)]), servers=servers,
-            **common,  # type: ignore[arg-type]
+            **link_common,  # type: ignore[arg-type]
         )  # fmt: skip
         scripts[run.script(shard)] = render(link, values)
     values = ScriptValues(
@@ -348,6 +357,8 @@ def create_run(
         placement=placement,
         aggregate_cluster=None if placement is None else settings.slurm.aggregation_cluster,
         reverify_of=reverify_of,
+        gpus=settings.slurm.declared_gpus, gpu_budget=settings.budget.gpu_hours,
+        budget_warn_at=settings.budget.warn_at, report_share=settings.report.share,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = run_backend(run) if placement is not None else backend_for(
@@ -375,6 +386,12 @@ def create_run(
             first, *then = queue_first_links(run, shard, backend, "submit", settings.slurm.lookahead)
             print(f"shard {shard}: {counts[shard]} rows, first link {first} (then {' '.join(then)})")
     print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
+    if settings.notify:
+        notifier = Notifier(run, settings.notify, settings.name)
+        facts = {"shards": settings.shards, "backend": backend_kind, "path": str(run.root)}
+        safely(lambda: notifier.emit("run_submitted", "run_submitted", **facts))
+        notifier.deliver_soon()
+        notifier.wait(LINK_GRACE_S)
     return wait_for_run(run, backend, settings.aggregation.enabled) if wait else 0
 
 
@@ -410,11 +427,39 @@ SELECTABLE_VERDICTS = {
 }
 
 
+def _say_new_chains(todo: list[int], jobs: dict[int, str]) -> None:
+    if len(todo) <= 20:
+        for shard in todo:
+            print(f"shard {shard}: new chain, first link {jobs[shard]} (fresh retry and walltime budgets)")
+    else:
+        arrays = " ".join(sorted({job.split("_")[0] for job in jobs.values()}))
+        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with fresh retry and walltime "
+              f"budgets, first links in job array(s) {arrays}")  # fmt: skip
+
+
+def _budget_to_raise(run: RunDir, info: RunInfo, gpu_hours_added: float) -> float | None:
+    """The run's GPU budget now; refused when ``--gpu-hours`` would raise a budget it does not have."""
+    budget = gpu_budget(info.gpu_budget, run.aggregate_ledger.read())
+    if gpu_hours_added and budget is None:
+        raise ConfigError(
+            f"run {run.name} has no budget.gpu_hours to raise; --gpu-hours applies to a run with one"
+        )
+    return budget
+
+
+def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) -> None:
+    run.aggregate_ledger.append(Resubmitted(gpu_hours_added=gpu_hours_added))
+    if gpu_hours_added:
+        print(f"budget.gpu_hours raised by {gpu_hours_added:g} to {(budget or 0) + gpu_hours_added:g}")
+
+
 def resubmit(
-    ref: str, benchmark: str, overrides: list[str], run_root: str | None, shards: str | None = None
+    ref: str, benchmark: str, overrides: list[str], run_root: str | None, shards: str | None = None, *,
+    gpu_hours_added: float = 0.0,
 ) -> int:
-    """``gymslurm resubmit RUN|JOB_ID BENCHMARK [--shards SEL]``: fresh budgets and new chains for the
-    unfinished shards (or only the selected ones), one ``sbatch`` per job array."""
+    """``gymslurm resubmit RUN|JOB_ID BENCHMARK [--shards SEL] [--gpu-hours +H]``: fresh budgets and new
+    chains for the unfinished (or selected) shards, one ``sbatch`` per job array; ``--gpu-hours``
+    raises ``budget.gpu_hours``, recorded in the aggregate ledger before any new link starts."""
     workdir = Path.cwd()
     settings, data = load_benchmark(benchmark, overrides)
     run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
@@ -436,16 +481,18 @@ def resubmit(
         if not free:
             raise ConfigError(f"run {run.name}: its submit is still queuing first links; wait for it to end")
         selection = (verdict_word, explicit)
-        return _restart(run, settings, backend, shards=shards, secrets=secrets, selection=selection)
+        return _restart(run, settings, backend, shards=shards, secrets=secrets, selection=selection,
+                        gpu_hours_added=gpu_hours_added)  # fmt: skip
 
 
 def _restart(
     run: RunDir, settings: BenchmarkSettings, backend: Backend, *, shards: str | None,
-    secrets: dict[str, Any], selection: tuple[str | None, set[int]],
+    secrets: dict[str, Any], selection: tuple[str | None, set[int]], gpu_hours_added: float,
 ) -> int:  # fmt: skip
     """resubmit's restart of the chosen shards, under the run's submit lock."""
     info, (verdict_word, explicit) = run.read_info(), selection
     queue = backend.queue()
+    budget = _budget_to_raise(run, info, gpu_hours_added)
     states = chain_states(run, info.shards)[:-1]
     unfinished = [
         shard
@@ -475,21 +522,16 @@ def _restart(
             f"run {run.name}: shard(s) {array_indices(done, None)} are DONE; nothing to restart there"
         )
     os.environ[SECRETS_ENV] = json.dumps(secrets)
+    if todo or not shards:  # before any new link starts: links read the budget's raises there
+        _record_resubmit(run, gpu_hours_added, budget)
     for shard in todo:
         run.ledger(shard).append(Resubmitted())
     lookahead = settings.slurm.lookahead
     jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running, lookahead=lookahead)
-    if len(todo) <= 20:
-        for shard in todo:
-            print(f"shard {shard}: new chain, first link {jobs[shard]} (fresh retry and walltime budgets)")
-    else:
-        arrays = " ".join(sorted({job.split("_")[0] for job in jobs.values()}))
-        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with fresh retry and walltime "
-              f"budgets, first links in job array(s) {arrays}")  # fmt: skip
+    _say_new_chains(todo, jobs)
     if shards and not todo:
         print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
         return ExitCode.DONE
-    run.aggregate_ledger.append(Resubmitted())
     if not unfinished:
         from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
 

@@ -24,7 +24,7 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.rundir import RunDir
 
-FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED"})
+FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED", "BUDGET"})
 STOPS = frozenset({"FAILED", "EXHAUSTED", "STALLED", "ORPHANED"})
 DISK_FULL = "DISK_FULL"
 BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")

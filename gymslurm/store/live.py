@@ -62,6 +62,7 @@ class LiveProgress(_Live):
     last_outcome_age_s: float | None = Field(default=None, ge=0)
     stalled: bool = False
     ended: bool = False
+    busy_s: float = Field(default=0.0, ge=0, description="seconds of this invocation with requests in flight")
 
     @property
     def finished(self) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests" / "slurm" / "launcher_standin_collector.py"
-FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED"}
+FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "BUDGET"}
 
 
 def write_benchmark(tmp: Path, steps: list[dict[str, Any]], extra: str = "", rows: int = 3) -> Path:

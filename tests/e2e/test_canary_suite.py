@@ -147,7 +147,9 @@ def test_no_canary_reaches_files_logs_messages_or_command_lines_of_a_local_submi
     bench = _benchmark(tmp_path, url)
     mirror = f"https://u:{CANARIES['submit override URL']}@mirror/x"
     key = CANARIES["submit override"]
-    overrides = [f"collector.env.OTHER_API_KEY={key}", f"+collector.env.MIRROR_URL={mirror}"]
+    overrides = [
+        f"collector.env.OTHER_API_KEY={key}", f"+collector.env.MIRROR_URL={mirror}", "report.share=group",
+    ]  # fmt: skip
     outputs: dict[str, str] = {}
     with watching_command_lines() as command_lines:
         dry = gymslurm("submit", str(bench), "--dry-run", *overrides, env=ENV)
@@ -159,6 +161,8 @@ def test_no_canary_reaches_files_logs_messages_or_command_lines_of_a_local_submi
         outputs[f"{name} stdout"], outputs[f"{name} stderr"] = result.stdout, result.stderr
     assert done.returncode == 0, done.stdout + done.stderr
     assert (run / "output" / "merged" / "rollouts.jsonl").read_text().count("\n") == 4
+    assert (run / "report.html").stat().st_mode & 0o777 == 0o640, "report.share: group shares the page alone"
+    assert "mean/reward" in (run / "report.html").read_text(), "the shared page holds the result"
     # What the user typed stays theirs: the benchmark file, and the command lines of the submit
     # commands this test ran (docs/security.md: pass such a value as ${oc.env:...} instead).
     typed = [line for line in command_lines if f" -m gymslurm submit {bench} " in line]

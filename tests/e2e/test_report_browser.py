@@ -14,15 +14,20 @@ it this test fails saying so.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import struct
 import subprocess
+import sys
+import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.launcher_chains_helpers import gymslurm, only_run, wait_until_final, write_benchmark
+from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, wait_until_final, write_benchmark
 
 pytestmark = pytest.mark.e2e
 
@@ -110,6 +115,86 @@ def test_report_renders_its_tables_and_timeline_in_headless_chromium(tmp_path: P
     width, height, colours = _png_colours(shot)
     assert (width, height) == (1280, 1000) and colours > 8, (width, height, colours)
     assert _console_errors(taken.stderr) == []
+
+
+def _faulty_benchmark(tmp: Path) -> Path:
+    """The demo Environment Server (slow, one request at a time), 2 GPUs a link, the real aggregation."""
+    dataset = tmp / "data.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", "60")
+    path = tmp / "bench.yaml"
+    path.write_text(
+        f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 1\n"
+        "servers:\n  - name: env\n"
+        f"    command: [{sys.executable}, -m, gymslurm, demo-server, --host, '{{host}}', --port, '{{port}}',"
+        " --latency-ms, '400']\n"
+        "    health_path: /health\n    probe_interval_s: 0.5\n    probe_timeout_s: 2\n"
+        "    startup_timeout_s: 60\n"
+        f"collector:\n  command: [{sys.executable}, -m, gymslurm, collect]\n"
+        "  overrides: [+route_failures_to_sidecar=true, +concurrency=1, +progress=none]\n"
+        f"slurm:\n  python: {sys.executable}\n  gpus: 2\n"
+    )
+    return path
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _results(run: Path) -> int:
+    path = run / "output/shard-000/rollouts.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _collecting(run: Path, link: int, results_over: int) -> Callable[[], bool]:
+    """The shard's ``link``-th run has started its collector and the outputs passed ``results_over``."""
+
+    def ready() -> bool:
+        starts = [r for r in ledger(run) if r["kind"] == "start"]
+        beat = run / "shards/000/heartbeat.json"
+        if len(starts) < link or not beat.exists() or _results(run) <= results_over:
+            return False
+        heartbeat = json.loads(beat.read_text())
+        ours = heartbeat["job_id"] == starts[link - 1]["job_id"]
+        return ours and heartbeat.get("collector_pid") is not None
+
+    return ready
+
+
+def test_the_report_of_a_run_with_known_faults_shows_its_result_and_every_fault(tmp_path: Path) -> None:
+    """A local run survives a collector crash, a server crash and a cancel; its report alone in Chromium
+    shows the final metrics the aggregation wrote, each fault under its kind, GPU-hours and the charts."""
+    gymslurm("submit", str(_faulty_benchmark(tmp_path)), "--backend", "local")
+    run = only_run(tmp_path)
+    _wait(_collecting(run, 1, 1), "the first link's collector to save outcomes")
+    gymslurm("inject", str(run), "0", "--kind", "crash")
+    _wait(_collecting(run, 2, _results(run)), "the second link's collector to save outcomes")
+    gymslurm("inject", str(run), "0", "--kind", "server-crash")
+    _wait(lambda: any(r.get("event") == "restarted" for r in ledger(run)), "the server's restart in place")
+    _wait(_collecting(run, 2, _results(run) + 1), "outcomes after the restart")
+    gymslurm("inject", str(run), "0", "--kind", "cancel")
+    wait_until_final(run, timeout_s=240)
+    gymslurm("status", str(run))
+    merged = json.loads((run / "output/merged/rollouts_gymslurm_metrics.json").read_text())["metrics"]
+    alone = tmp_path / "copied" / "report.html"
+    alone.parent.mkdir()
+    shutil.copy(run / "report.html", alone)
+
+    dom = _browse(alone, tmp_path / "profile-dom", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert _console_errors(dom.stderr) == []
+    assert "not merged yet" not in dom.stdout
+    assert f"<td>mean/reward</td><td>{merged['mean/reward']}</td>" in dom.stdout, "the final metrics"
+    assert "<td>coverage/measured</td><td>60</td>" in dom.stdout
+    faults = re.search(r'id="faults-total">faults survived: ([^<]*)<', dom.stdout)
+    assert faults and faults.group(1) == "cancelled 1, crashed 1, retries spent 1, server restarts 1"
+    assert dom.stdout.count('class="interruption"') == 2, "a mark per interruption on the coverage chart"
+    for chart in ("chart-coverage", "chart-rate", "chart-gpu", "chart-rewards"):
+        assert f'<svg id="{chart}"' in dom.stdout, chart
+    assert re.search(r'id="gpu-total">GPU-hours: \d+\.\d\d GPU-h allocated', dom.stdout)
 
 
 def test_the_console_check_sees_a_page_that_throws(tmp_path: Path) -> None:

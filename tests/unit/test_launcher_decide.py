@@ -17,6 +17,7 @@ from gymslurm.launcher.decide import (
     decide,
     job_exit_code,
     made_progress,
+    start_gate,
 )
 
 BEFORE = Progress(successful=3, failed=1, written_at="t0")
@@ -263,3 +264,39 @@ def test_a_collector_that_ended_on_a_full_disk_spends_nothing(code: int | None, 
         assert "disk full at /runs/x" in verdict.reason
         after = verdict.budgets_after
         assert (after.infra_retries_used, after.links_without_progress) == (0, 4)
+
+
+BUDGET = Limits(infra_retry_limit=2, max_walltime_s=3600, gpu_hours=10.0)
+# (name, end, GPU-hours the run spent with this link, decision)
+BUDGET_ROWS = [
+    ("a link ending past the GPU budget stops the chain with STOP_BUDGET",
+     JobEnd("RUNNING", 75, 60, BEFORE, GREW), 10.5, Decision.STOP_BUDGET),
+    ("exactly at the budget is past it", JobEnd("TIMEOUT", None, 60), 10.0, Decision.STOP_BUDGET),
+    ("below the budget the chain goes on", JobEnd("RUNNING", 75, 60, BEFORE, GREW), 9.9, Decision.CONTINUE),
+    ("a finished shard is DONE whatever it spent", JobEnd("RUNNING", 0, 60), 50.0, Decision.DONE),
+    ("exit 76 is STOP_FAILED whatever it spent", JobEnd("RUNNING", 76, 60), 50.0, Decision.STOP_FAILED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "end", "spent", "decision"), BUDGET_ROWS, ids=[r[0] for r in BUDGET_ROWS])
+def test_budget_rule(name: str, end: JobEnd, spent: float, decision: Decision) -> None:
+    """Rule 3b: the run's GPU-hours with this link included reaching budget.gpu_hours stop the chain."""
+    verdict = decide(end, Budgets(), BUDGET, gpu_hours_spent=spent)
+    assert verdict.decision is decision, verdict.reason
+
+
+def test_no_budget_never_stops_for_gpu_hours() -> None:
+    """Without budget.gpu_hours any spend goes on."""
+    verdict = decide(JobEnd("TIMEOUT", None, 60), Budgets(), LIMITS, gpu_hours_spent=1e9)
+    assert verdict.decision is Decision.CONTINUE
+
+
+@pytest.mark.parametrize(("spent", "stops"), [(9.99, False), (10.0, True), (12.0, True)])
+def test_start_gate_refuses_a_link_once_the_budget_is_spent(spent: float, stops: bool) -> None:
+    """Rule 0: a link does not start once the run's GPU-hours reached the budget; its reason names both."""
+    gate = start_gate(spent, Budgets(jobs=3), BUDGET)
+    assert (gate is not None) is stops
+    if gate is not None:
+        assert gate.decision is Decision.STOP_BUDGET and "budget.gpu_hours 10" in gate.reason
+        assert "--gpu-hours" in gate.reason and gate.budgets_after == Budgets(jobs=3)
+        assert job_exit_code(gate.decision) == 75  # resumable, like STOP_WALLTIME

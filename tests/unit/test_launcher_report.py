@@ -8,9 +8,10 @@ from pathlib import Path
 
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
+from gymslurm.launcher.links import faults_survived, links_of
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.views.report import REPORT_SCHEMA, faults_survived, links_of, render, report_data
+from gymslurm.launcher.views.report import REPORT_SCHEMA, render, report_data
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import write_gymslurm_metrics
@@ -43,10 +44,10 @@ def test_links_are_each_run_of_each_job_with_how_it_ended() -> None:
     assert links[-1]["end"] is None and links[-1]["reason"].startswith("running")
 
 
-def test_faults_survived_count_requeues_unrecorded_deaths_retries_and_slurm_ends() -> None:
-    """What the chain lived through, from its links."""
-    faults = faults_survived(links_of(RECORDS))  # type: ignore[arg-type]
-    assert faults == {"requeued": 1, "died_unrecorded": 1, "retried": 1, "ended_by_slurm": 2}
+def test_faults_survived_count_a_lost_link_and_a_retry() -> None:
+    """A run that died without a word is lost (no rerun of its job); a RETRY is a retry spent."""
+    faults = faults_survived(RECORDS, links_of(RECORDS))  # type: ignore[arg-type]
+    assert {k: n for k, n in faults.items() if n} == {"lost": 1, "retries_spent": 1}
 
 
 def _data() -> dict[str, object]:
@@ -61,7 +62,7 @@ def _data() -> dict[str, object]:
               "aggregation": {"job": None, "state": "not submitted"}}  # fmt: skip
     links = links_of(RECORDS)  # type: ignore[arg-type]
     return {"schema": REPORT_SCHEMA, "version": 1, "status": status,
-            "shards": [{"shard": 0, "links": links, "faults": faults_survived(links)}], "metrics": None}  # fmt: skip  # noqa: E501
+            "shards": [{"shard": 0, "links": links, "faults": faults_survived(RECORDS, links)}], "metrics": None}  # fmt: skip  # noqa: E501
 
 
 def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:

@@ -46,7 +46,7 @@ def test_progress_record_round_trips_and_pins_its_fields(tmp_path: Path) -> None
     assert sorted(json.loads(path.read_text())) == sorted(
         ["format_version", "written_at", "epoch", "job_id", "pid", "expected", "successful", "failed",
          "intentionally_omitted", "in_flight", "interrupted", "new_outcomes", "started_epoch", "rate_per_s",
-         "oldest_in_flight_s", "last_outcome_age_s", "stalled", "ended"]
+         "oldest_in_flight_s", "last_outcome_age_s", "stalled", "ended", "busy_s"]
     )  # fmt: skip
     assert read_progress(path) == RECORD and RECORD.finished == 4
 

@@ -59,6 +59,14 @@ def _live(kind: str) -> Callable[[Path], None]:
     return read
 
 
+def _rewards(tmp: Path) -> None:
+    from gymslurm.store.rewards import read_reward_histogram
+
+    paths = RunPaths.for_output(tmp / "merged.jsonl")
+    (tmp / "merged_rewards.json").write_bytes(orjson.dumps({"format_version": FUTURE, "tasksets": []}))
+    read_reward_histogram(paths)
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -67,7 +75,7 @@ def _failure_record(tmp: Path) -> None:
 READERS: dict[str, Callable[[Path], None]] = {
     "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
     "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
-    "progress": _live("progress"), "heartbeat": _live("heartbeat"),
+    "progress": _live("progress"), "heartbeat": _live("heartbeat"), "rewards": _rewards,
 }  # fmt: skip
 
 
@@ -91,5 +99,5 @@ def test_every_written_format_is_in_the_table() -> None:
     """The formats docs/formats.md versions are exactly the gate's table."""
     assert sorted(FORMATS) == sorted(
         ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
-         "supervision_event", "gymslurm_metrics", "progress", "heartbeat"]
+         "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards"]
     )  # fmt: skip

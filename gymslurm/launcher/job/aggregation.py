@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gymslurm.errors import SlurmError
+from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import Backend, run_backend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
@@ -33,11 +33,14 @@ from gymslurm.launcher.job.chain import (
 )
 from gymslurm.launcher.job.collector_process import run_collector
 from gymslurm.launcher.job.heartbeat import Signals, log
-from gymslurm.launcher.ledger import ChainState, Started, record_decision, summarize
+from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, record_decision, summarize
+from gymslurm.launcher.links import allocated_gpus
+from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.slurm import split_job_id
 from gymslurm.store.flock import locked, try_lock
+from gymslurm.store.paths import RunPaths
 
 
 def maybe_submit_aggregation(
@@ -102,6 +105,20 @@ def shard_outputs_glob(run: RunDir, stem: str) -> str:
     return f"{glob.escape(str(run.root / 'output'))}/shard-*/{glob.escape(stem)}.jsonl"
 
 
+def _reward_histogram(merged: Path) -> str:
+    """Publish the merged rows' reward distribution per taskset for the report (best effort)."""
+    from gymslurm.store.rewards import write_reward_histogram
+
+    if not merged.exists():
+        return ""
+    try:
+        tasksets = write_reward_histogram(RunPaths.for_output(merged))
+    except (OSError, StoreError) as error:
+        log(f"no reward histogram: {error}")
+        return ""
+    return f"; rewards of {sum(t.count for t in tasksets)} rows in {len(tasksets)} taskset(s)"
+
+
 def run_aggregation(run: RunDir, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]) -> int:
     """The aggregation step: lock, account, lookahead, apply the FAILED-shard policy, merge, decide."""
     signals = Signals()
@@ -135,7 +152,9 @@ def _run_aggregation_locked(
         log(f"the aggregation is already decided ({_decided(state)}); nothing to do"
             f"{'; cancelled ' + ' '.join(cancelled) if cancelled else ''}")  # fmt: skip
         return ExitCode.DONE
-    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname())
+    started = Started(
+        job_id=me[0], restart_count=me[1], host=socket.gethostname(), gpus=allocated_gpus(os.environ, 0)
+    )  # fmt: skip
     ledger.append(started)
     try:
         ensure_lookahead(
@@ -153,11 +172,25 @@ def _run_aggregation_locked(
         verdict = replace(verdict, reason=reason)
     else:
         verdict = replace(verdict, reason=f"{reason}; {verdict.reason}")
-    record_decision(ledger, started, end, state.budgets, verdict)
+    record = record_decision(ledger, started, end, state.budgets, verdict)
     log(f"aggregation {verdict.decision}: {verdict.reason}")
     if not verdict.decision.continues:
         cancel_pending(reread(), me[0], backend)
+        if settings.notify:
+            _notify_end(run, settings, me, record)
     return job_exit_code(verdict.decision)
+
+
+def _notify_end(
+    run: RunDir, settings: BenchmarkSettings, me: tuple[str, int], record: DecisionRecord
+) -> None:
+    """``aggregation_done`` and ``run_done``, given a bounded moment to be delivered."""
+    notifier = Notifier(run, settings.notify, settings.name)
+    done = ("aggregation_done", f"aggregation_done:{me[0]}:{me[1]}",
+            {"job": me[0], "decision": str(record.decision), "reason": record.reason})  # fmt: skip
+    safely(lambda: notifier.emit_all([done, run_done_event(run, settings.shards, record)]))
+    notifier.deliver_soon()
+    notifier.wait(LINK_GRACE_S)
 
 
 def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
@@ -176,6 +209,8 @@ def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[
     pattern = shard_outputs_glob(run, settings.output_stem)
     code, _ = run_collector(aggregate_argv(settings, existing, merged, pattern), signals)
     reason = f"aggregate exited {code}"
+    if code == ExitCode.DONE:
+        reason += _reward_histogram(merged)
     if incomplete:
         reason += f"; merged what exists: shards {incomplete} are incomplete (aggregate-what-exists)"
     return code, reason

@@ -41,12 +41,13 @@ import os
 import socket
 import time
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import Backend, SlurmBackend
-from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
+from gymslurm.launcher.decide import Decision, JobEnd, Limits, Verdict, decide, job_exit_code, start_gate
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
 from gymslurm.launcher.job.chain import (
@@ -77,15 +78,48 @@ from gymslurm.launcher.ledger import (
     Started,
     record_decision,
 )
+from gymslurm.launcher.links import allocated_gpus, gpu_budget, run_gpu_hours
+from gymslurm.launcher.notify import (
+    LINK_GRACE_S,
+    Notifier,
+    budget_event,
+    chain_events,
+    run_done_event,
+    safely,
+)
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 
 
-def _limits(settings: BenchmarkSettings) -> Limits:
+def _limits(settings: BenchmarkSettings, gpu_hours: float | None = None) -> Limits:
     slurm = settings.slurm
-    return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress)
+    return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress, gpu_hours)
+
+
+def run_spend(run: RunDir, settings: BenchmarkSettings) -> tuple[float | None, float]:
+    """The run's GPU-hours budget (with every resubmit raise) and what every chain spent until now.
+
+    Read only when a budget is set (every shard's ledger, once per phase of a link).
+    """
+    if settings.budget.gpu_hours is None:  # no budget, no raise (resubmit refuses one): nothing to read
+        return None, 0.0
+    aggregate = run.aggregate_ledger.read()
+    budget = gpu_budget(settings.budget.gpu_hours, aggregate)
+    array = run.read_array()
+    chains = [run.chain_records(shard, array) for shard in range(settings.shards)]
+    return budget, run_gpu_hours([*chains, aggregate], time.time())
+
+
+def _idle_s(output: Path, started_epoch: float, elapsed_s: float) -> float:
+    """Of this link's time, the part with no request in flight: elapsed less its collector's busy time."""
+    try:
+        record = live.read_progress(live.progress_path(output))
+    except StoreError:
+        record = None
+    busy = record.busy_s if record is not None and record.started_epoch >= started_epoch - 1.0 else 0.0
+    return round(max(elapsed_s - busy, 0.0), 1)
 
 
 def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:
@@ -158,7 +192,9 @@ def _run_link_locked(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
     signals: Signals,
 ) -> int:  # fmt: skip
-    ledger, limits = run.ledger(shard), _limits(settings)
+    ledger = run.ledger(shard)
+    budget, spent = run_spend(run, settings)
+    limits = _limits(settings, budget)
     output = run.shard_output(shard, settings.output_stem)
     if disk_full(run.root) is not None:  # keep the chain's next links queued, then wait for space
         with contextlib.suppress(SlurmError, StoreError, OSError):
@@ -174,15 +210,18 @@ def _run_link_locked(
             maybe_submit_aggregation(run, settings, backend, me[0])  # after it: the aggregation may be due
             _cancel_lookahead(run, shard, me[0], backend)
         return ExitCode.DONE
-    bytes_before = saved_bytes(output)
-    started = Started(job_id=me[0], restart_count=me[1], host=socket.gethostname(), saved_bytes=bytes_before)
-    ledger.append(started)
-    raced = cancelled_while_starting(run, shard, started)
-    if raced is not None:
-        if raced:
-            ledger.append(Cancelled(job_ids=[me[0]], by="cancel (the run's record, read at start)"))
-        log(f"the run was cancelled as this first link of shard {shard} started; nothing queued")
+    started = _record_start(run, shard, settings, me, output)
+    if started is None:
         return ExitCode.DONE
+    bytes_before = started.saved_bytes or 0
+    notifier = Notifier(run, settings.notify, settings.name)
+    if settings.notify:  # what earlier passes left pending (a receiver that was down), meanwhile
+        notifier.deliver_soon()
+    gate = start_gate(spent, state.budgets, limits) if budget is not None else None
+    if gate is not None:
+        stopped = _stop_before_start(run, shard, settings, backend, me=me, started=started, gate=gate)
+        _link_events(notifier, run, shard, settings, spent=spent, budget=budget)
+        return stopped
     reap_predecessors(state, ledger, me)
     try:  # a submit killed midway left first links unqueued: the run's first job queues them
         complete_queuing(run, backend, settings.slurm.lookahead, me[0])
@@ -205,14 +244,73 @@ def _run_link_locked(
         slurm_state, code, elapsed, before_progress, read_progress(output), killer,
         saved_outcomes=saved_bytes(output) > bytes_before, disk_full=disk_full(run.root),
     )  # fmt: skip
-    verdict = decide(end, state.budgets, limits)
+    spent_now = run_spend(run, settings)[1] if budget is not None else 0.0
+    verdict = decide(end, state.budgets, limits, gpu_hours_spent=spent_now)
     if note:
         verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
     log(f"decision {verdict.decision}: {verdict.reason}")
     offset = read_resubmit_offset(output)
-    record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset)
+    extras = _figures(end, output, started, elapsed)
+    record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset, **extras)
     _after_decision(run, shard, settings, backend, me=me[0], decision=verdict.decision)
+    _link_events(notifier, run, shard, settings, spent=spent_now, budget=budget)
     return job_exit_code(verdict.decision)
+
+
+def _figures(end: JobEnd, output: Path, started: Started, elapsed: float) -> dict[str, object]:
+    """What a decision records for the views: outcomes before and after (the coverage chart), idle time."""
+    after = end.progress_after
+    idle = _idle_s(output, datetime.fromisoformat(started.at).timestamp(), elapsed)
+    before = end.progress_before.outcomes if end.progress_before else 0
+    return {"outcomes_before": before, "outcomes": after.outcomes if after else 0, "idle_s": idle}
+
+
+def _record_start(
+    run: RunDir, shard: int, settings: BenchmarkSettings, me: tuple[str, int], output: Path
+) -> Started | None:
+    """Append this run's start record (the GPUs it holds, the bytes saved so far); None when the run was
+    cancelled as this first link started (nothing is queued, nothing to do)."""
+    ledger = run.ledger(shard)
+    gpus = allocated_gpus(os.environ, settings.slurm.declared_gpus)
+    host, saved = socket.gethostname(), saved_bytes(output)
+    started = Started(job_id=me[0], restart_count=me[1], host=host, saved_bytes=saved, gpus=gpus)
+    ledger.append(started)
+    raced = cancelled_while_starting(run, shard, started)
+    if raced is None:
+        return started
+    if raced:
+        ledger.append(Cancelled(job_ids=[me[0]], by="cancel (the run's record, read at start)"))
+    log(f"the run was cancelled as this first link of shard {shard} started; nothing queued")
+    return None
+
+
+def _link_events(
+    notifier: Notifier, run: RunDir, shard: int, settings: BenchmarkSettings, *, spent: float,
+    budget: float | None,
+) -> None:  # fmt: skip
+    """Claim this chain's events (and the budget warning) and give delivery a bounded moment."""
+    if not settings.notify:
+        return
+    warning = budget_event(spent, budget, settings.budget.warn_at)
+    events = [*chain_events(shard, run.ledger(shard).read()), warning]
+    safely(lambda: notifier.emit_all(events))
+    if not settings.aggregation.enabled:
+        safely(lambda: notifier.emit_all([run_done_event(run, settings.shards, None)]))
+    notifier.deliver_soon()
+    notifier.wait(LINK_GRACE_S)
+
+
+def _stop_before_start(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: tuple[str, int],
+    started: Started, gate: Verdict,
+) -> int:  # fmt: skip
+    """Rule 0: the budget is spent; record a run that started nothing, stop the chain, exit 75."""
+    log(f"decision {gate.decision}: {gate.reason}")
+    elapsed = max(time.time() - job_started_at(), 0.0)
+    end = JobEnd("NOT_STARTED", None, elapsed)
+    record_decision(run.ledger(shard), started, end, gate.budgets_after, gate, idle_s=round(elapsed, 1))
+    _after_decision(run, shard, settings, backend, me=me[0], decision=gate.decision)
+    return job_exit_code(gate.decision)
 
 
 def _collect(  # noqa: PLR0917

@@ -2,14 +2,20 @@
 
 Why: a user looks again from a phone or a laptop days later, maybe from a copied folder or a shared
 filesystem with no gymslurm at hand. The page needs no server, no network and no other file: CSS is
-inline, the timeline is plain HTML, and the data it was drawn from is embedded as JSON
-(``<script type="application/json" id="gymslurm-report">``).
+inline, the timeline is plain HTML, the charts are inline SVG (views/charts.py, no script), and the
+data it was drawn from is embedded as JSON (``<script type="application/json" id="gymslurm-report">``).
 
 The data (:func:`report_data`, schema ``gymslurm.report`` version 1) holds the status document
-unchanged (``status``: schema ``gymslurm.status``, the same as ``gymslurm status --json``) plus
-what only the report shows: each shard's timeline of links (``links``: start, end, how each ended,
-decision), faults survived, and the merged metrics once aggregation wrote them. :func:`render` is a
+unchanged (``status``: schema ``gymslurm.status``, the same as ``gymslurm status --json``, with the
+final metrics, GPU-hours and budget) plus what only the report shows: each shard's timeline of
+links (``links``: start, end, how each ended, what interrupted it, GPUs held), interruptions by
+kind (launcher/links.py), and the merged rows' reward distribution per taskset. :func:`render` is a
 pure function of that data; :func:`write_report` reads, renders and publishes atomically.
+
+Sharing: the run folder is 0700 and its files 0600. ``report.share: group`` (opt-in, recorded in
+``run.json``) makes ``report.html`` alone 0640 and the run folder 0710, so the folder's group can
+open the page by its path but can neither list the folder nor read any other file of the run. The
+page holds what ``status`` shows, never a secret (the canary suite reads it).
 """
 
 from __future__ import annotations
@@ -24,62 +30,30 @@ import orjson
 
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
-from gymslurm.launcher.ledger import DecisionRecord, Record, Started
+from gymslurm.launcher.ledger import Record
+from gymslurm.launcher.links import KINDS, fault_text, faults_survived, human_gpu_hours, links_of
 from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
+from gymslurm.launcher.views.cost import cost_line, final_metrics
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.status import read_chains, run_status
 from gymslurm.launcher.views.table import COLUMNS, summary_line
-from gymslurm.store import RunPaths
-from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.rewards import read_reward_histogram
 
 REPORT_SCHEMA, REPORT_VERSION = "gymslurm.report", 1
 REPORT_NAME = "report.html"
 DECISION_COLOURS = {"DONE": "#2e7d32", "CONTINUE": "#1565c0", "RETRY": "#ef6c00",
                     "STOP_FAILED": "#c62828", "STOP_EXHAUSTED": "#c62828", "STOP_WALLTIME": "#c62828",
+                    "STOP_NO_PROGRESS": "#c62828", "STOP_BUDGET": "#f9a825",
                     "RUNNING": "#9e9e9e"}  # fmt: skip
-
-
-def links_of(records: list[Record]) -> list[dict[str, Any]]:
-    """Each run of a job of a chain, in order: start, end, how it ended, the decision (pure)."""
-    links: list[dict[str, Any]] = []
-    open_runs: dict[tuple[str, int], dict[str, Any]] = {}
-    for record in records:
-        if isinstance(record, Started):
-            link = {"job": record.job_id, "restart": record.restart_count, "start": record.at, "end": None,
-                    "elapsed_s": None, "slurm_state": "RUNNING", "exit_code": None, "decision": None,
-                    "reason": "running (no decision yet)", "accounted_by": None}  # fmt: skip
-            open_runs[(record.job_id, record.restart_count)] = link
-            links.append(link)
-        elif isinstance(record, DecisionRecord):
-            found = open_runs.pop((record.job_id, record.restart_count), None)
-            link = found if found is not None else {}
-            if found is None:
-                link.update(job=record.job_id, restart=record.restart_count, start=record.start)
-                links.append(link)
-            link.update(
-                end=record.end, elapsed_s=round(record.elapsed_s, 1), slurm_state=record.slurm_state,
-                exit_code=record.exit_code, decision=str(record.decision), reason=record.reason,
-                accounted_by=record.accounted_by,
-            )  # fmt: skip
-    return links
-
-
-def faults_survived(links: list[dict[str, Any]]) -> dict[str, int]:
-    """What the chain lived through: requeues, links that died unrecorded, retries, Slurm-ended links."""
-    faults = {"requeued": 0, "died_unrecorded": 0, "retried": 0, "ended_by_slurm": 0}
-    for link in links:
-        faults["requeued"] += link["restart"] > 0
-        faults["died_unrecorded"] += link.get("accounted_by") is not None
-        faults["retried"] += link.get("decision") == "RETRY"
-        faults["ended_by_slurm"] += link.get("decision") == "CONTINUE" and link.get("exit_code") is None
-    return faults
 
 
 def report_data(
     run: RunDir, backend: Backend, status: dict[str, Any] | None = None,
     chains: list[list[Record]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The report's data: the status document (queried unless given) plus timelines, faults, metrics.
+    """The report's data: the status document (queried unless given) plus timelines, faults, rewards.
 
     ``chains``: the records ``status`` was made from (:func:`read_chains`), so no ledger is read twice.
     """
@@ -89,32 +63,14 @@ def report_data(
     shards = []
     for shard, records in enumerate(chains):
         links = links_of(records)
-        shards.append({"shard": shard, "links": links, "faults": faults_survived(links)})
-    return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
-            "metrics": merged_metrics(run, info.output_stem)}  # fmt: skip
-
-
-def merged_metrics(run: RunDir, stem: str) -> dict[str, Any] | None:
-    """The merged output's metrics (NeMo Gym's aggregate-metrics list, read by the store); None before.
-
-    One entry (one Environment Server) gives its metric names as they are, and so does gymslurm's own
-    metrics file when no server answered the merge;
-    several are told apart as ``<server>/<metric>``. An unreadable file reads as not merged yet.
-    """
-    paths = RunPaths.for_output(run.merged_output(stem))
+        shards.append({"shard": shard, "links": links, "faults": faults_survived(records, links)})
     try:
-        entries = read_aggregate_metrics(paths)
-        own = None if entries else read_gymslurm_metrics(paths.gymslurm_metrics)
+        histogram = read_reward_histogram(RunPaths.for_output(run.merged_output(info.output_stem)))
     except StoreError:
-        return None
-    if not entries:  # no server answered the merge: gymslurm's own metrics, under their own name
-        metrics = own.get("metrics") if own else None
-        return dict(metrics) if isinstance(metrics, dict) else None
-    if len(entries) == 1:
-        return dict(entries[0].agent_metrics)
-    return {
-        f"{entry.server}/{name}": value for entry in entries for name, value in entry.agent_metrics.items()
-    }
+        histogram = None
+    rewards = None if histogram is None else [entry.model_dump() for entry in histogram]
+    return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
+            "metrics": final_metrics(run, info.output_stem)[0], "rewards": rewards}  # fmt: skip
 
 
 def _epoch(iso: str | None) -> float | None:
@@ -196,6 +152,7 @@ th{background:#f1f1f1}.summary{font-weight:600}.timeline{border:1px solid #ccc;p
 .lane{display:flex;align-items:center;height:18px}.label{width:6em;font-size:12px}
 .track{position:relative;flex:1;height:12px;background:#f6f6f6}.bar{position:absolute;top:0;height:12px}
 .legend{font-size:12px}.key{display:inline-block;width:10px;height:10px;margin:0 .25em 0 .6em}
+.chart{width:100%;max-width:760px;height:auto;display:block;margin:.3em 0;background:#fafafa}
 """
 
 
@@ -203,16 +160,21 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
     """The whole page, from :func:`report_data`'s output (pure apart from ``now``'s default)."""
     status = data["status"]
     now = datetime.now().timestamp() if now is None else now
-    shard_rows = [[row[key] for key, _ in COLUMNS] for row in status["shards"]]
+    shard_rows = [[row.get(key) for key, _ in COLUMNS] for row in status["shards"]]
     coverage_rows = [[row["shard"], row["expected"], row["successful"], row["failed"], row["omitted"],
                       row["in_flight"]] for row in status["shards"]]  # fmt: skip
     classes = sorted(status["summary"]["failed_by_class"].items())
-    fault_rows = [[s["shard"], *s["faults"].values()] for s in data["shards"]]
-    fault_headers = (
-        ["shard", *(name.replace("_", " ") for name in data["shards"][0]["faults"])]
-        if data["shards"]
-        else ["shard"]
-    )
+    names = [*KINDS, "retries_spent", "server_restarts"]
+    fault_rows = [[s["shard"], *(s["faults"].get(name, 0) for name in names)] for s in data["shards"]]
+    totals = {name: sum(s["faults"].get(name, 0) for s in data["shards"]) for name in names}
+    fault_rows.append(["all", *totals.values()])
+    fault_headers = ["shard", *(name.replace("_", " ") for name in names)]
+    summary = status["summary"]
+    gpu_rows = [[r["shard"], human_gpu_hours(r.get("gpu_hours")), human_gpu_hours(r.get("gpu_hours_idle")),
+                 human_gpu_hours(r.get("gpu_hours_slurm"))] for r in status["shards"]]  # fmt: skip
+    gpu_rows.append(["all", *(human_gpu_hours(summary.get(key)) for key in
+                              ("gpu_hours", "gpu_hours_idle", "gpu_hours_slurm"))])  # fmt: skip
+    expected = int(summary.get("expected") or 0)
     link_rows = [[s["shard"], link["job"], link["restart"], link.get("start"), link.get("end"),
                   human_duration(link.get("elapsed_s")), link.get("slurm_state"), link.get("exit_code"),
                   link.get("decision"), link.get("reason")]
@@ -225,6 +187,7 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
         f"{_e(status['path'])} &middot; written {_e(status['generated_at'])}</p>",
         f'<p class="summary" id="summary">{_e(summary_line(status["summary"]))}</p>',
         f"<p>aggregation: {_e(status['aggregation']['job'])} {_e(status['aggregation']['state'])}</p>",
+        f'<p class="summary" id="result">{_e(headline(metrics) or _no_metrics(status))}</p>',
         "<h2>Shards</h2>", _table([t for _, t in COLUMNS], shard_rows, "shards"),
         "<h2>Timeline of links</h2>", _timeline(data, now),
         "<h2>Coverage by category</h2>",
@@ -233,7 +196,15 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
         "<h2>Failure classes</h2>",
         _table(["class", "selected failures"], [list(c) for c in classes], "failures") if classes
         else "<p>no selected failures</p>",
-        "<h2>Faults survived</h2>", _table(fault_headers, fault_rows, "faults"),
+        "<h2>Coverage and rate over time</h2>", coverage_chart(data["shards"], expected, now),
+        "<h2>Faults survived</h2>",
+        f'<p id="faults-total">faults survived: {_e(fault_text(totals))}</p>',
+        _table(fault_headers, fault_rows, "faults"),
+        "<h2>GPU-hours</h2>",
+        f'<p id="gpu-total">{_e(cost_line(summary) or "no GPU-hours recorded")}</p>',
+        _table(["shard", "allocated", "idle (no request in flight)", "Slurm recorded"], gpu_rows,
+               "gpu-hours"),
+        gpu_chart(data["shards"], now, summary.get("gpu_budget")),
         "<h2>Walltime</h2>",
         _table(["shard", "walltime"], [[r["shard"], r["walltime"]] for r in status["shards"]], "walltime"),
         "<h2>Links</h2>",
@@ -241,7 +212,8 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
                link_rows, "links"),
         "<h2>Final metrics</h2>",
         _table(["metric", "value"], [[k, v] for k, v in sorted(metrics.items())], "metrics") if metrics
-        else "<p>not merged yet (the aggregation writes them)</p>",
+        else f"<p id=\"metrics\">{_e(_no_metrics(status))}</p>",
+        "<h2>Reward distribution per taskset</h2>", rewards_chart(data.get("rewards")),
     ]  # fmt: skip
     script = ("document.body.dataset.rendered = String(JSON.parse("
               "document.getElementById('gymslurm-report').textContent).status.shards.length);")  # fmt: skip
@@ -253,6 +225,26 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
         + f'\n<script type="application/json" id="gymslurm-report">{embedded}</script>'
         + f"\n<script>{script}</script>\n</body></html>\n"
     )
+
+
+def headline(metrics: dict[str, Any] | None) -> str | None:
+    """``result: mean/reward 0.75, coverage/measured 40 of 40``: the metrics a reader looks for first."""
+    if not metrics:
+        return None
+    parts = [f"{k} {v}" for k, v in sorted(metrics.items()) if k.startswith("mean/") or ("/" in k and not
+             k.startswith(("coverage/", "retries/", "scoring/")))]  # fmt: skip
+    if "coverage/measured" in metrics:
+        expected = metrics.get("coverage/expected", "?")
+        parts.append(f"coverage/measured {metrics['coverage/measured']} of {expected}")
+    return "result: " + ", ".join(parts)
+
+
+def _no_metrics(status: dict[str, Any]) -> str:
+    if status.get("final_metrics_problem"):
+        return f"the merged metrics cannot be read: {status['final_metrics_problem']}"
+    if str(status["aggregation"].get("state", "")).startswith("DONE"):
+        return "the aggregation ended DONE but wrote no metrics file (its command is not gymslurm aggregate)"
+    return "not merged yet (the aggregation writes them)"
 
 
 def report_path(run: RunDir) -> Path:
@@ -271,7 +263,15 @@ def write_report(
     """
     path = output or report_path(run)
     atomic_write(path, render(report_data(run, backend, status, chains)).encode())
+    if output is None and run.read_info().report_share == "group":
+        share_with_group(run, path)
     return path
+
+
+def share_with_group(run: RunDir, page: Path) -> None:
+    """``report.share: group``: the page 0640, the run folder 0710 (traversable, not listable)."""
+    page.chmod(0o640)
+    run.root.chmod(0o710)
 
 
 def refresh_report(

@@ -23,7 +23,7 @@ import functools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,11 +31,13 @@ from typing import Any
 from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.decide import Decision, collector_unresponsive, job_exit_code
+from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, job_exit_code
 from gymslurm.launcher.job.collector_files import life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
+from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
+from gymslurm.launcher.views.cost import Cost, cost_summary, final_metrics, slurm_gpu_seconds
 from gymslurm.launcher.views.counts import (
     counts_of,
     epoch_of,
@@ -51,13 +53,6 @@ STATUS_SCHEMA = "gymslurm.status"
 STATUS_VERSION = 1
 STALE_BEATS = 2.0
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
-VERDICT_OF_STOP = {
-    Decision.DONE: "DONE",
-    Decision.STOP_FAILED: "FAILED",
-    Decision.STOP_EXHAUSTED: "EXHAUSTED",
-    Decision.STOP_WALLTIME: "EXHAUSTED",
-    Decision.STOP_NO_PROGRESS: "EXHAUSTED",
-}
 
 
 @dataclass(frozen=True)
@@ -188,6 +183,11 @@ class ShardStatus:
     server_restarts: str = "-"
     injected: list[str] = field(default_factory=list)
     interrupted: int = 0
+    gpu_hours: float = 0.0
+    gpu_hours_idle: float = 0.0
+    gpu_hours_slurm: float | None = None
+    gpu_text: str = "-"
+    faults: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -496,11 +496,15 @@ def run_status(
     now = time.time() if now is None else now
     info = run.read_info()
     outputs = folder_names(run.root / "output")
-    states = [summarize(records) for records in (chains or read_chains(run, info.shards))]
-    aggregate = summarize(run.aggregate_ledger.read())
+    chains = chains or read_chains(run, info.shards)
+    states = [summarize(records) for records in chains]
+    aggregate_records = run.aggregate_ledger.read()
+    aggregate = summarize(aggregate_records)
     queue = backend.queue()
     forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
     accounting = backend.accounting(forgotten) if forgotten and info.accounting is not False else {}
+    slurm_gpu_s = slurm_gpu_seconds(backend, [*states, aggregate], info)
+    costs = [Cost.of(records, now, slurm_gpu_s) for records in chains]
     logs = LogIndex.of(run)
     rows: list[ShardStatus] = []
     held: list[str] = []
@@ -510,17 +514,24 @@ def run_status(
         files = read_shard_files(
             run, i, info.output_stem, running=running is not None, has_output=f"shard-{i:03d}" in outputs
         )
-        rows.append(shard_status(i, st, queue, accounting, info=info, files=files, now=now, logs=logs,
-                                 live=live_jobs))  # fmt: skip
+        row = shard_status(i, st, queue, accounting, info=info, files=files, now=now, logs=logs,
+                           live=live_jobs)  # fmt: skip
+        rows.append(replace(row, **costs[i].fields()))
         held += [row.job_id for row in live_jobs if is_held(row)]
     agg = aggregation_status(aggregate, queue, accounting, held)
+    metrics, problem = final_metrics(run, info.output_stem)
+    summary = summary_of(rows)
+    budget = gpu_budget(info.gpu_budget, aggregate_records)
+    aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
+    summary.update(cost_summary(costs, aggregation_cost, budget, info.budget_warn_at))
     return {
         "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
-        "summary": summary_of(rows),
+        "summary": summary,
         "shards": [dict(vars(row)) for row in rows],
         "aggregation": {**agg, "log": logs.job_log(None, agg["job"])},
+        "final_metrics": metrics, "final_metrics_problem": problem,
         "queries": backend.queries,
     }  # fmt: skip
 

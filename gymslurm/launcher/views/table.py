@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from gymslurm.launcher.links import fault_text
+from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
 
 
@@ -38,11 +40,12 @@ COLUMNS = [
     ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"),
     ("successor", "next"), ("jobs", "links"), ("last_exit", "exit"), ("last_decision", "decision"),
     ("retries", "retries"), ("walltime", "walltime"), ("coverage", "coverage"), ("eta", "eta"),
-    ("server_restarts", "restarts"),
+    ("server_restarts", "restarts"), ("gpu_text", "GPU-h"),
 ]  # fmt: skip
 ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
         "DISK_FULL": "31",
-        "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31"}  # fmt: skip
+        "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31",
+        "BUDGET": "33"}  # fmt: skip
 
 
 def table_lines(report: dict[str, Any], colour: bool = False) -> list[str]:
@@ -77,4 +80,16 @@ def print_table(report: dict[str, Any]) -> None:
     agg = report["aggregation"]
     out.append(f"aggregation: {agg['job'] or '-'} {agg['state']}")
     out.append(summary_line(report["summary"]))
+    if line := cost_line(report["summary"]):
+        out.append(line)
+    faults = report["summary"].get("faults") or {}
+    if any(faults.values()):
+        out.append(f"faults survived: {fault_text(faults)}")
+    if report.get("final_metrics"):
+        counts = ("coverage/", "retries/", "scoring/")
+        shown = {k: v for k, v in report["final_metrics"].items() if not k.startswith(counts)}
+        text = ", ".join(f"{k} {v}" for k, v in sorted(shown.items())) or "(coverage counts only)"
+        out.append(f"final metrics: {text} (every metric: --json, report.html)")
+    elif report.get("final_metrics_problem"):
+        out.append(f"final metrics: unreadable: {report['final_metrics_problem']}")
     sys.stdout.write("\n".join(out) + "\n")
