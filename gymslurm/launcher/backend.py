@@ -22,6 +22,7 @@ from gymslurm.launcher.slurm import (
     QueueRow,
     SlurmClient,
     end_from_scontrol,
+    fold_runs,
     qualified,
     split_job_id,
 )
@@ -70,8 +71,10 @@ class Backend(Protocol):
         """Every job the scheduler still knows, by id: one query."""
         ...
 
-    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
-        """Final states and exit codes of these jobs, or None without accounting: one query."""
+    def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
+        """Final states and exit codes of these jobs, or None without accounting: one query.
+
+        ``every_run``: each row's ``gpu_s`` sums every run of a requeued job (``sacct -D``)."""
         ...
 
     def ended(self, job_id: str) -> AccountingRow | None:
@@ -136,13 +139,14 @@ class SlurmBackend:
         rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue())
         return {row.job_id: row for row in rows}
 
-    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
+    def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
         """One ``sacct`` call (None when accounting is disabled, without asking when the run knows)."""
         if self.accounting_known is False:
             return None
-        rows = self.client.accounting([self.raw(job) for job in job_ids])
-        return None if rows is None else {self.own(row.job_id): replace(row, job_id=self.own(row.job_id))
-                                          for row in rows}  # fmt: skip
+        rows = self.client.accounting([self.raw(job) for job in job_ids], every_run=every_run)
+        if rows is None:
+            return None
+        return fold_runs([replace(row, job_id=self.own(row.job_id)) for row in rows])
 
     def ended(self, job_id: str) -> AccountingRow | None:
         """How a job ended: ``sacct`` when accounting exists, else (or when ``sacct`` fails or does not
@@ -223,9 +227,10 @@ class ClusterSetBackend:
             merged |= backend.queue()
         return merged
 
-    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
+    def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
         """One ``sacct`` per cluster asked; None when no cluster asked keeps accounting."""
-        answers = [self.backends[c].accounting(jobs) for c, jobs in self._by_cluster(job_ids).items()]
+        groups = self._by_cluster(job_ids).items()
+        answers = [self.backends[c].accounting(jobs, every_run=every_run) for c, jobs in groups]
         if answers and all(answer is None for answer in answers):
             return None
         return {job: row for answer in answers if answer for job, row in answer.items()}

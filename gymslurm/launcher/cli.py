@@ -140,7 +140,7 @@ class _SharedSlurm:
             self.cache["queue"] = self.inner.queue()
         return self.cache["queue"]
 
-    def accounting(self, job_ids: Any) -> Any:
+    def accounting(self, job_ids: Any, every_run: bool = False) -> Any:
         return {}  # the list shows verdicts only; per-run status asks sacct
 
     def ended(self, job_id: str) -> Any:

@@ -155,8 +155,8 @@ class LocalBackend:
             )  # fmt: skip
         return rows
 
-    def accounting(self, job_ids: Sequence[str]) -> dict[str, AccountingRow] | None:
-        """Exit codes of ended jobs (the queue keeps them for ever: one query)."""
+    def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
+        """Exit codes of ended jobs (the queue keeps them for ever: one query; it records no GPUs)."""
         self.queries += 1
         wanted = set(job_ids)
         rows = {}

@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gymslurm.errors import SlurmError
@@ -32,7 +32,8 @@ INHERITED_IDENTITY = (
     "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MAX",
     "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_RESTART_COUNT",
 )  # fmt: skip
-SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw"
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES"
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")  # the untyped count (gres/gpu:a100=2 is a part of it)
 _SUBMITTED = re.compile(r"^Submitted batch job (\d+)(?: on cluster \S+)?$")
 _PARSABLE = re.compile(r"^(\d+)(?:;\S+)?$")
 _EXIT = re.compile(r"^(\d+):(\d+)$")
@@ -66,6 +67,8 @@ class AccountingRow:
     start: str
     end: str
     elapsed_s: int | None
+    gpus: int = 0  # AllocTRES gres/gpu of this run (0: none allocated, or not started)
+    gpu_s: float = 0.0  # GPU-seconds Slurm recorded: gpus × elapsed, summed over every run asked for
 
 
 def _quote(text: str) -> str:
@@ -111,14 +114,29 @@ def parse_sacct(stdout: str) -> list[AccountingRow]:
         if not line.strip():
             continue
         fields = line.split("|")
-        if len(fields) != 7 or not fields[0]:
+        if len(fields) != 8 or not fields[0]:
             raise SlurmError(f"unexpected sacct line (fields {SACCT_FIELDS}): {_quote(line)!r}")
-        job_id, name, state, exit_text, start, end, elapsed = fields
+        job_id, name, state, exit_text, start, end, elapsed, tres = fields
         code, signal = parse_exit_code(exit_text)
         state_word = state.split()[0] if state.strip() else "UNKNOWN"
         elapsed_s = int(elapsed) if elapsed.isdigit() else None
-        rows.append(AccountingRow(job_id, name, state_word, code, signal, start, end, elapsed_s))
+        gpu = _GPU_TRES.search(tres)
+        gpus = int(gpu.group(1)) if gpu else 0
+        rows.append(
+            AccountingRow(job_id, name, state_word, code, signal, start, end, elapsed_s, gpus,
+                          float(gpus * (elapsed_s or 0)))
+        )  # fmt: skip
     return rows
+
+
+def fold_runs(rows: Sequence[AccountingRow]) -> dict[str, AccountingRow]:
+    """``sacct -D`` rows (every run of a requeued job, oldest first) by job: the newest run's row,
+    its ``gpu_s`` the sum over every run of the job (pure)."""
+    folded: dict[str, AccountingRow] = {}
+    for row in rows:
+        before = folded.get(row.job_id)
+        folded[row.job_id] = row if before is None else replace(row, gpu_s=before.gpu_s + row.gpu_s)
+    return folded
 
 
 def parse_scontrol_job(stdout: str) -> dict[str, str]:
@@ -276,11 +294,13 @@ class SlurmClient:
             argv += ["-u", user]
         return parse_squeue(self.run(argv).stdout)
 
-    def accounting(self, job_ids: Sequence[str]) -> list[AccountingRow] | None:
-        """``sacct`` rows of these jobs, or None when the cluster keeps no accounting."""
+    def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> list[AccountingRow] | None:
+        """``sacct`` rows of these jobs (``every_run``: ``-D``, a row per run of a requeued job, oldest
+        first), or None when the cluster keeps no accounting."""
         if not job_ids:
             return []
-        done = self.run(["sacct", "-n", "-P", "-X", "-o", SACCT_FIELDS, "-j", ",".join(job_ids)], check=False)
+        argv = ["sacct", "-n", "-P", "-X", *(["-D"] if every_run else []), "-o", SACCT_FIELDS]
+        done = self.run([*argv, "-j", ",".join(job_ids)], check=False)
         if _ACCOUNTING_OFF in (done.stderr + done.stdout):
             return None
         if done.returncode != 0:

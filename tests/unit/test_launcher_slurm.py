@@ -11,6 +11,7 @@ from gymslurm.errors import SlurmError
 from gymslurm.launcher.slurm import (
     SlurmClient,
     end_from_scontrol,
+    fold_runs,
     parse_exit_code,
     parse_sacct,
     parse_sbatch,
@@ -33,9 +34,16 @@ SQUEUE = """\
 # these rows follow the -P format RECIPE.md records from 22.05 with slurmdbd
 # (FAILED|75:0, "CANCELLED by UID").
 SACCT = """\
-44|gs-demo-s000|FAILED|75:0|2026-11-29T15:10:01|2026-11-29T15:10:09|8
-46|gs-demo-s001|CANCELLED by 1001|0:15|2026-11-29T15:11:00|2026-11-29T15:11:30|30
-47|gs-demo-s002|PENDING|0:0|Unknown|Unknown|0
+44|gs-demo-s000|FAILED|75:0|2026-11-29T15:10:01|2026-11-29T15:10:09|8|billing=1,cpu=1,node=1
+46|gs-demo-s001|CANCELLED by 1001|0:15|2026-11-29T15:11:00|2026-11-29T15:11:30|30|billing=1,cpu=1,node=1
+47|gs-demo-s002|PENDING|0:0|Unknown|Unknown|0|
+"""
+# Pasted from the sandbox (sacct -D -X -n -P -o SACCT_FIELDS): a GPU job requeued once (its first run
+# REQUEUED, then the run that completed; gres/gpu=2 written in) and a job whose typed count was written in.
+SACCT_RUNS = """\
+20_0|gs-bench-0192|REQUEUED|0:0|2026-12-01T21:10:54|2026-12-01T21:11:51|57|billing=1,cpu=1,gres/gpu=2,node=1
+20_0|gs-bench-0192|COMPLETED|0:0|2026-12-01T21:12:04|2026-12-01T21:12:08|4|billing=1,cpu=1,gres/gpu=2,node=1
+166|acct|FAILED|75:0|2026-12-01T21:46:32|2026-12-01T21:46:33|1|billing=1,cpu=1,gres/gpu:a100=3,gres/gpu=3,node=1
 """
 # Pasted from the sandbox (scontrol show job -o 11, a job that exited 75), with Command= given a space.
 SCONTROL = (
@@ -114,6 +122,20 @@ def test_parse_sacct_rows() -> None:
     assert (rows[0].state, rows[0].exit_code, rows[0].signal, rows[0].elapsed_s) == ("FAILED", 75, None, 8)
     assert (rows[1].state, rows[1].exit_code, rows[1].signal) == ("CANCELLED", 0, 15)
     assert rows[2].state == "PENDING"
+
+
+def test_parse_sacct_reads_the_gpus_slurm_allocated() -> None:
+    """AllocTRES's untyped gres/gpu count is each run's GPUs; a job without GPUs (or not started) holds 0."""
+    rows = parse_sacct(SACCT_RUNS)
+    assert [(r.gpus, r.gpu_s) for r in rows] == [(2, 114.0), (2, 8.0), (3, 3.0)]
+    assert [r.gpus for r in parse_sacct(SACCT)] == [0, 0, 0]
+
+
+def test_fold_runs_keeps_the_newest_run_and_sums_gpu_seconds_over_every_run() -> None:
+    """sacct -D lists a requeued job once per run: state from the newest run, GPU-seconds from all runs."""
+    folded = fold_runs(parse_sacct(SACCT_RUNS))
+    assert (folded["20_0"].state, folded["20_0"].gpu_s) == ("COMPLETED", 122.0)
+    assert folded["166"].gpu_s == 3.0
 
 
 def test_parse_sacct_rejects_other_text() -> None:

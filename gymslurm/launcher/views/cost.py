@@ -4,17 +4,18 @@ Allocated GPU-hours come from the ledgers (launcher/links.py: GPUs × elapsed of
 runs and resubmitted chains included), so they exist with or without accounting. Where the cluster
 keeps accounting, what Slurm recorded (TRES ``gres/gpu`` × elapsed of every run of every job,
 ``sacct -D``) is shown beside them: one more query. The final metrics are the merged run's, read
-through the store's typed reader. Pure apart from :func:`final_metrics` and :func:`slurm_gpu_seconds`.
+through the store's typed reader. Pure apart from :func:`final_metrics` and :func:`ask_accounting`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.launcher.backend import Backend
-from gymslurm.launcher.ledger import ChainState, Record
+from gymslurm.launcher.ledger import ChainState, Record, Started, Submitted
 from gymslurm.launcher.links import (
     chain_gpu_hours,
     faults_survived,
@@ -23,6 +24,7 @@ from gymslurm.launcher.links import (
     links_of,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo
+from gymslurm.launcher.slurm import AccountingRow, QueueRow
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
 from gymslurm.store.paths import RunPaths
 
@@ -44,10 +46,9 @@ class Cost:
         allocated = chain_gpu_hours(records, now)
         idle = sum(idle_gpu_hours(link) for link in links)
         slurm = None
-        if slurm_gpu_s is not None:
-            slurm = (
-                sum(slurm_gpu_s.get(job, 0.0) for job in dict.fromkeys(link["job"] for link in links)) / 3600
-            )
+        if slurm_gpu_s is not None:  # every job of the chain: a run that died before its start record too
+            jobs = dict.fromkeys(r.job_id for r in records if isinstance(r, Submitted | Started))
+            slurm = sum(slurm_gpu_s.get(job, 0.0) for job in jobs) / 3600
         return cls(allocated, idle, slurm, faults)
 
     def fields(self) -> dict[str, Any]:
@@ -84,9 +85,11 @@ def final_metrics(run: RunDir, stem: str) -> tuple[dict[str, Any] | None, str | 
 
 
 def cost_summary(
-    costs: list[Cost], aggregation: Cost, budget: float | None, warn_at: float
+    costs: list[Cost], aggregation: Cost, budget: float | None, warn_at: float, accounting: bool | None = None
 ) -> dict[str, Any]:
-    """The run's GPU-hours (shards and aggregation), its budget and interruptions by kind (pure)."""
+    """The run's GPU-hours (shards and aggregation), its budget and interruptions by kind (pure).
+
+    ``accounting``: run.json's word on Slurm's accounting (None: not known, the local backend)."""
     every = [*costs, aggregation]
     total = sum(cost.gpu_hours for cost in every)
     slurm = None if any(c.slurm is None for c in every) else sum(c.slurm or 0.0 for c in every)
@@ -99,6 +102,7 @@ def cost_summary(
         "gpu_hours": round(total, 4),
         "gpu_hours_idle": round(sum(c.idle for c in every), 4),
         "gpu_hours_slurm": None if slurm is None else round(slurm, 4),
+        "slurm_accounting": accounting,
         "gpu_budget": budget,
         "budget_fraction": None if fraction is None else round(fraction, 4),
         "budget_warning": fraction is not None and fraction >= warn_at,
@@ -114,6 +118,10 @@ def cost_line(summary: dict[str, Any]) -> str | None:
     text = f"GPU-hours: {human_gpu_hours(summary['gpu_hours'])} allocated ({idle} idle"
     if summary.get("gpu_hours_slurm") is not None:
         text += f"; Slurm recorded {human_gpu_hours(summary['gpu_hours_slurm'])}"
+    elif summary.get("slurm_accounting") is False:
+        text += "; no Slurm figure: this cluster keeps no accounting"
+    elif summary.get("slurm_accounting") is True:
+        text += "; Slurm's accounting did not answer"
     text += ")"
     if summary.get("gpu_budget") is not None:
         text += f", budget {summary['gpu_budget']:g} GPU-h ({100 * summary['budget_fraction']:.0f} % used)"
@@ -122,15 +130,26 @@ def cost_line(summary: dict[str, Any]) -> str | None:
     return text
 
 
-def slurm_gpu_seconds(backend: Backend, states: list[ChainState], info: RunInfo) -> dict[str, float] | None:
-    """GPU-seconds Slurm recorded per job (TRES ``gres/gpu`` × elapsed, every run), or None without
-    accounting. One ``sacct`` query, only on a cluster that keeps accounting and a run that holds GPUs."""
-    ask = getattr(backend, "gpu_seconds", None)
-    if ask is None or info.accounting is not True or not info.gpus:
-        return None
-    jobs = list(dict.fromkeys(job for state in states for job in state.jobs))
+def ask_accounting(
+    backend: Backend, states: list[ChainState], queue: Mapping[str, QueueRow], info: RunInfo
+) -> tuple[dict[str, AccountingRow] | None, dict[str, float] | None]:
+    """The status's one ``sacct`` query: how current jobs squeue forgot ended, and the GPU-seconds Slurm
+    recorded per job (TRES ``gres/gpu`` × elapsed of every run, ``sacct -D``), None without accounting.
+
+    Never on a run recorded without accounting. The GPU figure only where accounting is known to
+    exist and the run holds GPUs: then every job of the run is asked for, in the same query.
+    """
+    forgotten = [s.current_job for s in states if s.current_job and s.current_job not in queue]
+    gpu = info.accounting is True and info.gpus > 0
+    if info.accounting is False or not (forgotten or gpu):
+        return {}, None
+    jobs = list(dict.fromkeys(job for state in states for job in state.jobs)) if gpu else forgotten
     try:
-        found: dict[str, float] | None = ask(jobs)
+        rows = backend.accounting(jobs, every_run=gpu)
     except SlurmError:
-        return None
-    return found
+        if forgotten:
+            raise
+        return {}, None  # the GPU figure alone: status goes on without it
+    if rows is None or not gpu:
+        return rows, None
+    return rows, {job: row.gpu_s for job, row in rows.items()}

@@ -37,7 +37,7 @@ from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
-from gymslurm.launcher.views.cost import Cost, cost_summary, final_metrics, slurm_gpu_seconds
+from gymslurm.launcher.views.cost import Cost, ask_accounting, cost_summary, final_metrics
 from gymslurm.launcher.views.counts import (
     counts_of,
     epoch_of,
@@ -490,8 +490,9 @@ def run_status(
 ) -> dict[str, Any]:
     """The status document of a run: every shard, the aggregation and the summary, with one queue query.
 
-    ``sacct`` (one more query) only for current jobs ``squeue`` forgot, and never when the run's
-    ``run.json`` says the cluster keeps no accounting. ``chains``: :func:`read_chains`, if read already.
+    ``sacct`` (one more query) for current jobs ``squeue`` forgot and, on a cluster with accounting,
+    what Slurm recorded of a GPU run (views/cost.py), never when ``run.json`` says there is none.
+    ``chains``: :func:`read_chains`, if read already.
     """
     now = time.time() if now is None else now
     info = run.read_info()
@@ -501,9 +502,7 @@ def run_status(
     aggregate_records = run.aggregate_ledger.read()
     aggregate = summarize(aggregate_records)
     queue = backend.queue()
-    forgotten = [s.current_job for s in [*states, aggregate] if s.current_job and s.current_job not in queue]
-    accounting = backend.accounting(forgotten) if forgotten and info.accounting is not False else {}
-    slurm_gpu_s = slurm_gpu_seconds(backend, [*states, aggregate], info)
+    accounting, slurm_gpu_s = ask_accounting(backend, [*states, aggregate], queue, info)
     costs = [Cost.of(records, now, slurm_gpu_s) for records in chains]
     logs = LogIndex.of(run)
     rows: list[ShardStatus] = []
@@ -523,7 +522,7 @@ def run_status(
     summary = summary_of(rows)
     budget = gpu_budget(info.gpu_budget, aggregate_records)
     aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
-    summary.update(cost_summary(costs, aggregation_cost, budget, info.budget_warn_at))
+    summary.update(cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting))
     return {
         "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
