@@ -31,6 +31,10 @@ from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, wait_u
 
 pytestmark = pytest.mark.e2e
 
+# Rows of the faulty run: enough that its last link is still collecting when the cancel is injected,
+# under a loaded machine too (60 rows at 0.4 s raced it at load 20: the shard was DONE first).
+ROWS = 120
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--enable-logging=stderr", "--v=0", "--window-size=1280,1000"]  # fmt: skip
@@ -120,7 +124,7 @@ def test_report_renders_its_tables_and_timeline_in_headless_chromium(tmp_path: P
 def _faulty_benchmark(tmp: Path) -> Path:
     """The demo Environment Server (slow, one request at a time), 2 GPUs a link, the real aggregation."""
     dataset = tmp / "data.jsonl"
-    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", "60")
+    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(ROWS))
     path = tmp / "bench.yaml"
     path.write_text(
         f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 1\n"
@@ -188,7 +192,7 @@ def test_the_report_of_a_run_with_known_faults_shows_its_result_and_every_fault(
     assert _console_errors(dom.stderr) == []
     assert "not merged yet" not in dom.stdout
     assert f"<td>mean/reward</td><td>{merged['mean/reward']}</td>" in dom.stdout, "the final metrics"
-    assert "<td>coverage/measured</td><td>60</td>" in dom.stdout
+    assert f"<td>coverage/measured</td><td>{ROWS}</td>" in dom.stdout
     faults = re.search(r'id="faults-total">faults survived: ([^<]*)<', dom.stdout)
     assert faults and faults.group(1) == "cancelled 1, crashed 1, retries spent 1, server restarts 1"
     assert dom.stdout.count('class="interruption"') == 2, "a mark per interruption on the coverage chart"
