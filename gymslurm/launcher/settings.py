@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -32,6 +30,13 @@ from pydantic import (
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher import scriptsafe
+from gymslurm.launcher.settings_sections import (
+    BudgetSettings,
+    NotifyTarget,
+    ReportSettings,
+    Strict,
+    gpus_in_directives,
+)
 from gymslurm.redaction import REDACTED, learn, redact_value
 from gymslurm.resources import configs_dir
 
@@ -40,8 +45,7 @@ SECRETS_HINT = "GYMSLURM_SECRETS, exported by sbatch from where the run was subm
 PYTHON = "{python}"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Strict = Strict  # every section: unknown keys refused, frozen (settings_sections.py)
 
 
 class ContainerSettings(_Strict):
@@ -344,63 +348,6 @@ class AggregationSettings(_Strict):
         _one_line(value, info)
         slurm_seconds(value)
         return value
-
-
-_GPU_DIRECTIVE = re.compile(
-    r"--(?:gres=(?:[^,\s]*,)*gpu(?::[A-Za-z0-9_.-]+)?:(\d+)|gpus(?:-per-node)?[= ](?:[A-Za-z0-9_.-]+:)?(\d+))"
-)
-
-
-def gpus_in_directives(lines: list[str]) -> int:
-    """GPUs asked for by ``#SBATCH --gres=gpu[:type]:N`` or ``--gpus=[type:]N`` lines (0: none; pure)."""
-    for line in lines:
-        match = _GPU_DIRECTIVE.search(line)
-        if match:
-            return int(match.group(1) or match.group(2))
-    return 0
-
-
-class BudgetSettings(_Strict):
-    """What a run may spend (docs/cost.md): the chain stops with BUDGET before a link starts past it."""
-
-    gpu_hours: float | None = Field(default=None, gt=0)
-    warn_at: float = Field(default=0.8, gt=0, le=1)
-
-
-class ReportSettings(_Strict):
-    """``report.share: group`` makes ``report.html`` (only) readable by the run folder's group."""
-
-    share: Literal["none", "group"] = "none"
-
-
-NotifyEvent = Literal[
-    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done"
-]
-NOTIFY_EVENTS: tuple[str, ...] = (
-    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done",
-)  # fmt: skip
-
-
-class NotifyTarget(_Strict):
-    """One receiver of notifications: a webhook (JSON POST) or a command, and the events it wants.
-
-    A webhook URL is a secret (it is the receiver's only credential): the key is ``webhook``, which
-    the one redaction rule redacts everywhere; the job gets it back from its environment.
-    """
-
-    webhook: str | None = None
-    format: Literal["json", "slack"] = "json"
-    command: list[str] | None = None
-    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))  # type: ignore[arg-type]
-    timeout_s: float = Field(default=5.0, gt=0)
-    attempts: int = Field(default=4, ge=1)
-
-    def model_post_init(self, _context: Any) -> None:
-        """Exactly one of webhook and command."""
-        if (self.webhook is None) == (self.command is None):
-            raise ValueError("a notify entry sets exactly one of webhook (a URL) or command (argv)")
-        if self.command is not None and not self.command:
-            raise ValueError("notify command must name a program")
 
 
 class BenchmarkSettings(_Strict):

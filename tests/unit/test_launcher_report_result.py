@@ -13,7 +13,8 @@ from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Sub
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.views.report import write_report
-from gymslurm.launcher.views.status import print_table, run_status
+from gymslurm.launcher.views.status import run_status
+from gymslurm.launcher.views.table import print_table
 from gymslurm.store.files import write_gymslurm_metrics
 from gymslurm.store.paths import RunPaths
 
