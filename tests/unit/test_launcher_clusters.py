@@ -36,7 +36,7 @@ for arg in "$@"; do case "$arg" in --clusters=*) C="${{arg#--clusters=}}" ;; esa
 case "$(basename "$0")" in
   squeue) echo "12_0|gs-r|RUNNING|None|(null)|0:05|5:00|now" ;;
   sbatch) echo "12;$C" ;;
-  sacct) echo "12_0|gs-r|COMPLETED|0:0|t|t|5" ;;
+  sacct) echo "12_0|gs-r|COMPLETED|0:0|t|t|5|billing=1,cpu=1,node=1" ;;
   scontrol) case "$*" in *partition*) echo "PartitionName=debug State=UP MaxTime=INFINITE"; exit 0 ;; esac
             printf 'SLURM_VERSION = 22.05.8\nClusterName = %s\nMaxArraySize = 1001\n' "$C"
             echo "MaxJobCount = 50000"
