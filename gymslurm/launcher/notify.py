@@ -312,3 +312,13 @@ def safely(action: Callable[[], object]) -> None:
         action()
     except Exception as error:  # the ledger and the decision are written already
         _log(f"notification skipped: {type(error).__name__}: {error}")
+
+
+def notify_submitted(run: RunDir, targets: list[NotifyTarget], benchmark: str, facts: dict[str, Any]) -> None:
+    """``run_submitted`` from ``submit``, with a bounded moment to be delivered; never fails submit."""
+    if not targets:
+        return
+    notifier = Notifier(run, targets, benchmark)
+    safely(lambda: notifier.emit("run_submitted", "run_submitted", **facts))
+    notifier.deliver_soon()
+    notifier.wait(LINK_GRACE_S)

@@ -49,7 +49,7 @@ from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.local import LocalBackend
-from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, safely
+from gymslurm.launcher.notify import notify_submitted
 from gymslurm.launcher.placement import place_shards
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
@@ -386,12 +386,8 @@ def create_run(
             first, *then = queue_first_links(run, shard, backend, "submit", settings.slurm.lookahead)
             print(f"shard {shard}: {counts[shard]} rows, first link {first} (then {' '.join(then)})")
     print(f"run {run.name} submitted ({backend_kind}); watch it with: gymslurm status {run.root}")
-    if settings.notify:
-        notifier = Notifier(run, settings.notify, settings.name)
-        facts = {"shards": settings.shards, "backend": backend_kind, "path": str(run.root)}
-        safely(lambda: notifier.emit("run_submitted", "run_submitted", **facts))
-        notifier.deliver_soon()
-        notifier.wait(LINK_GRACE_S)
+    facts = {"shards": settings.shards, "backend": backend_kind, "path": str(run.root)}
+    notify_submitted(run, settings.notify, settings.name, facts)
     return wait_for_run(run, backend, settings.aggregation.enabled) if wait else 0
 
 
