@@ -113,7 +113,7 @@ def test_a_shard_whose_first_link_has_not_started_draws_no_lane_and_is_counted()
     """10,000 shards mostly waiting: the timeline draws lanes only for shards with links and says how many
     are left out, instead of thousands of empty lanes."""
     data = _data()
-    waiting = {"shard": 1, "links": [], "faults": faults_survived([])}
+    waiting = {"shard": 1, "links": [], "faults": faults_survived([], [])}
     data["shards"] = [*data["shards"], waiting]  # type: ignore[misc]
     page = render(data, now=1796119800.0)
     assert page.count('class="lane"') == 1 and "1 shard(s) not drawn: no link started yet" in page
