@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("gymslurm.launcher.cli", "write a run's self-contained report.html"),
     "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
     "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
+    "pause": ("gymslurm.launcher.cli", "give a run's allocation back now, without losing anything"),
+    "resume": ("gymslurm.launcher.cli", "go on with a paused run where each shard stopped"),
     "doctor": ("gymslurm.launcher.cli", "check the Slurm site settings job chains rely on"),
     "inject": ("gymslurm.launcher.cli", "send a fault (timeout, preempt, crash...) to a shard's live link"),
     "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
@@ -135,4 +137,7 @@ def _redact_what_is_printed() -> None:
             setattr(sys, name, _RedactingStream(stream))
 
 
-_LAUNCHER = {"submit", "status", "logs", "report", "resubmit", "cancel", "doctor", "inject", "chain-step"}
+_LAUNCHER = {
+    "submit", "status", "logs", "report", "resubmit", "cancel", "pause", "resume", "doctor", "inject",
+    "chain-step",
+}  # fmt: skip

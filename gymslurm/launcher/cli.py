@@ -229,6 +229,34 @@ def _gpu_hours_raise(text: str) -> float:
     return value
 
 
+def _pause(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm pause", description="Give a run's allocation back now; 'gymslurm resume' goes on."
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.pause import pause
+
+    return pause(args.run, args.run_root)
+
+
+def _resume(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="gymslurm resume", description="Go on with a paused run's shards, with the budgets they had."
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("benchmark", help="the benchmark the run was submitted with")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (must not change the experiment)")
+    parser.add_argument(
+        "--run-root", default=None, help="where runs live (default: the benchmark's run_root)"
+    )
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.pause import resume
+
+    return resume(args.run, args.benchmark, args.overrides, args.run_root)
+
+
 def _cancel(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="gymslurm cancel", description="Cancel every job of a run.")
     parser.add_argument("run", help="run name or path, or the id of one of its jobs")
@@ -333,6 +361,8 @@ COMMANDS = {
     "report": _report,
     "resubmit": _resubmit,
     "cancel": _cancel,
+    "pause": _pause,
+    "resume": _resume,
     "doctor": _doctor,
     "inject": _inject,
     "chain-step": _chain_step,

@@ -10,6 +10,8 @@ without spending an infrastructure retry and stops after 76"), applied in this o
 1. collector exit 0 → DONE (even when the walltime cap was reached in the same job);
 2. collector exit 76 → STOP_FAILED (terminal failures or exhausted budgets; the job ends FAILED);
 3. collector exit 2 → STOP_FAILED (the collector refused its configuration: a retry cannot help);
+3a. the run was paused (``gymslurm pause``) → PAUSED: no retry spent and no link counted without
+   progress (the pause ended it, not a fault); nothing starts until ``gymslurm resume``;
 3b. the run's GPU-hours, this link included, reached ``budget.gpu_hours`` → STOP_BUDGET (no next
    link: ``gymslurm resubmit --gpu-hours +H`` raises the budget and goes on);
 4. accumulated walltime (every run of every job, requeued runs included) ≥ ``max_walltime`` →
@@ -60,6 +62,7 @@ class Decision(StrEnum):
     STOP_WALLTIME = "STOP_WALLTIME"
     STOP_NO_PROGRESS = "STOP_NO_PROGRESS"
     STOP_BUDGET = "STOP_BUDGET"
+    PAUSED = "PAUSED"
 
     @property
     def continues(self) -> bool:
@@ -75,6 +78,7 @@ VERDICT_OF_STOP = {
     Decision.STOP_WALLTIME: "EXHAUSTED",
     Decision.STOP_NO_PROGRESS: "EXHAUSTED",
     Decision.STOP_BUDGET: "BUDGET",
+    Decision.PAUSED: "PAUSED",
 }
 
 
@@ -228,10 +232,13 @@ def start_gate(gpu_hours_spent: float, budgets: Budgets, limits: Limits) -> Verd
     return Verdict(Decision.STOP_BUDGET, _budget_reason(gpu_hours_spent, cap), budgets)
 
 
-def decide(end: JobEnd, budgets: Budgets, limits: Limits, gpu_hours_spent: float = 0.0) -> Verdict:
+def decide(
+    end: JobEnd, budgets: Budgets, limits: Limits, gpu_hours_spent: float = 0.0, paused: bool = False
+) -> Verdict:
     """Map one ended job to the chain's next step (rules in the module docstring, in order).
 
-    ``gpu_hours_spent``: the run's GPU-hours with this link included (rule 3b).
+    ``gpu_hours_spent``: the run's GPU-hours with this link included (rule 3b); ``paused``: the
+    chain's ledger holds a pause (rule 3a).
     """
     spent = replace(budgets, jobs=budgets.jobs + 1, walltime_s=budgets.walltime_s + max(end.elapsed_s, 0.0))
     code = end.exit_code
@@ -245,6 +252,13 @@ def decide(end: JobEnd, budgets: Budgets, limits: Limits, gpu_hours_spent: float
         return Verdict(
             Decision.STOP_FAILED, "collector exit 2: it refused its configuration; fix it and resubmit", spent
         )
+    if paused:
+        saved = "saved new outcomes" if end.progressed else "saved nothing new"
+        reason = (
+            f"the run was paused (gymslurm pause): the link ended ({end.slurm_state}, collector exit "
+            f"{end.exit_code}) and {saved}; no retry spent, 'gymslurm resume' goes on from here"
+        )
+        return Verdict(Decision.PAUSED, reason, spent)
     if limits.gpu_hours is not None and gpu_hours_spent >= limits.gpu_hours:
         reason = f"{_why(end)}; {_budget_reason(gpu_hours_spent, limits.gpu_hours)}"
         return Verdict(Decision.STOP_BUDGET, reason, spent)
@@ -308,8 +322,8 @@ def job_exit_code(decision: Decision) -> int:
     """The exit code the chain step gives Slurm, so ``sacct`` tells the same story as the ledger.
 
     A chain that goes on exits 0 (the link did its job); STOP_FAILED exits 76 so Slurm marks it
-    FAILED; STOP_EXHAUSTED and STOP_NO_PROGRESS exit 1; STOP_WALLTIME and STOP_BUDGET exit 75
-    (incomplete, resumable by resubmit).
+    FAILED; STOP_EXHAUSTED and STOP_NO_PROGRESS exit 1; STOP_WALLTIME, STOP_BUDGET and PAUSED exit
+    75 (incomplete, resumable by resubmit or resume).
     """
     return {
         Decision.DONE: ExitCode.DONE,
@@ -320,6 +334,7 @@ def job_exit_code(decision: Decision) -> int:
         Decision.STOP_WALLTIME: ExitCode.CONTINUE,
         Decision.STOP_NO_PROGRESS: ExitCode.RETRY,
         Decision.STOP_BUDGET: ExitCode.CONTINUE,
+        Decision.PAUSED: ExitCode.CONTINUE,
     }[decision]
 
 

@@ -129,6 +129,15 @@ class Cancelled(_Record):
     by: str = "cancel"
 
 
+class Paused(_Record):
+    """``gymslurm pause`` stopped this chain's live jobs (``job_ids``) to go on later: its running link
+    saves and ends with decision PAUSED (spending no retry), nothing more starts until ``resume``."""
+
+    kind: Literal["paused"] = "paused"
+    job_ids: list[str]
+    by: str = "pause"
+
+
 Fault = Literal["timeout", "preempt", "cancel", "requeue", "crash", "server-crash", "hang"]
 FAULTS: tuple[str, ...] = get_args(Fault)
 
@@ -213,7 +222,7 @@ class NotifyRecord(_Record):
 
 Record = Annotated[
     Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected | DiskFull
-    | NotifyRecord,
+    | NotifyRecord | Paused,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
@@ -323,6 +332,7 @@ class ChainState:
     last_decision: DecisionRecord | None = None
     finished: bool = False
     cancelled: bool = False
+    paused: bool = False  # gymslurm pause, until the next resubmit (resume)
     successor_of: dict[str, str] = field(default_factory=dict)
     open_runs: list[Started] = field(default_factory=list)
     decided: set[tuple[str, int]] = field(default_factory=set)
@@ -379,11 +389,13 @@ def fold(state: ChainState, record: Record) -> ChainState:
         state.finished = True
     elif isinstance(record, Injected):
         state.injected.append(record)
+    elif isinstance(record, Paused):
+        state.paused = True
     elif isinstance(record, Resubmitted):
-        state.finished = state.cancelled = False
+        state.finished = state.cancelled = state.paused = False
         state.epochs += 1
         state.epoch_jobs = []
-        state.resubmit_pending = True
+        state.resubmit_pending = record.reset_budget  # resume keeps the collector's failure budget too
         if record.reset_budget:
             state.budgets = Budgets(jobs=state.budgets.jobs)
     elif isinstance(record, ServerRecord):

@@ -405,8 +405,8 @@ def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]
         first, sep, last = item.strip().partition("-")
         if not first.isdigit() or (sep and not last.isdigit()):
             raise ConfigError(
-                f"--shards {text!r}: expected failed, stalled, exhausted, cancelled or shard numbers such as "
-                "0,3,7-9"
+                f"--shards {text!r}: expected failed, stalled, exhausted, cancelled, paused or shard numbers "
+                "such as 0,3,7-9"
             )
         low, high = int(first), int(last) if sep else int(first)
         if low > high or high >= shards:
@@ -420,17 +420,19 @@ SELECTABLE_VERDICTS = {
     "stalled": "STALLED",
     "exhausted": "EXHAUSTED",
     "cancelled": "CANCELLED",
+    "paused": "PAUSED",
 }
 
 
-def _say_new_chains(todo: list[int], jobs: dict[int, str]) -> None:
+def _say_new_chains(todo: list[int], jobs: dict[int, str], fresh: bool = True) -> None:
+    budgets = "fresh retry and walltime budgets" if fresh else "the budgets they had spent"
     if len(todo) <= 20:
         for shard in todo:
-            print(f"shard {shard}: new chain, first link {jobs[shard]} (fresh retry and walltime budgets)")
+            print(f"shard {shard}: new chain, first link {jobs[shard]} ({budgets})")
     else:
         arrays = " ".join(sorted({job.split("_")[0] for job in jobs.values()}))
-        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with fresh retry and walltime "
-              f"budgets, first links in job array(s) {arrays}")  # fmt: skip
+        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with {budgets}, first links "
+              f"in job array(s) {arrays}")  # fmt: skip
 
 
 def _budget_to_raise(run: RunDir, info: RunInfo, gpu_hours_added: float) -> float | None:
@@ -451,7 +453,7 @@ def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) 
 
 def resubmit(
     ref: str, benchmark: str, overrides: list[str], run_root: str | None, shards: str | None = None, *,
-    gpu_hours_added: float = 0.0,
+    gpu_hours_added: float = 0.0, reset_budget: bool = True,
 ) -> int:
     """``gymslurm resubmit RUN|JOB_ID BENCHMARK [--shards SEL] [--gpu-hours +H]``: fresh budgets and new
     chains for the unfinished (or selected) shards, one ``sbatch`` per job array; ``--gpu-hours``
@@ -478,12 +480,13 @@ def resubmit(
             raise ConfigError(f"run {run.name}: its submit is still queuing first links; wait for it to end")
         selection = (verdict_word, explicit)
         return _restart(run, settings, backend, shards=shards, secrets=secrets, selection=selection,
-                        gpu_hours_added=gpu_hours_added)  # fmt: skip
+                        gpu_hours_added=gpu_hours_added, reset_budget=reset_budget)  # fmt: skip
 
 
 def _restart(
     run: RunDir, settings: BenchmarkSettings, backend: Backend, *, shards: str | None,
     secrets: dict[str, Any], selection: tuple[str | None, set[int]], gpu_hours_added: float,
+    reset_budget: bool,
 ) -> int:  # fmt: skip
     """resubmit's restart of the chosen shards, under the run's submit lock."""
     info, (verdict_word, explicit) = run.read_info(), selection
@@ -521,10 +524,10 @@ def _restart(
     if todo or not shards:  # before any new link starts: links read the budget's raises there
         _record_resubmit(run, gpu_hours_added, budget)
     for shard in todo:
-        run.ledger(shard).append(Resubmitted())
+        run.ledger(shard).append(Resubmitted(reset_budget=reset_budget))
     lookahead = settings.slurm.lookahead
     jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running, lookahead=lookahead)
-    _say_new_chains(todo, jobs)
+    _say_new_chains(todo, jobs, fresh=reset_budget)
     if shards and not todo:
         print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
         return ExitCode.DONE

@@ -8,6 +8,7 @@ queues) before it returns.
 
 - every shard DONE and the aggregation DONE (or disabled): 0, ``done:``;
 - a shard waits for disk space: 75, ``disk full:`` (the chain goes on by itself once space is freed);
+- a shard PAUSED (``gymslurm pause``), once no link of it is saving: 75, ``paused:``;
 - a shard CANCELLED: 130, ``cancelled:``;
 - a shard FAILED, EXHAUSTED, STALLED or ORPHANED, once the aggregation (if any) ended: 76 when
   every stop is FAILED, else 1; ``stopped:`` with the verdict, the reason and the way out;
@@ -24,7 +25,9 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.rundir import RunDir
 
-FINAL_VERDICTS = frozenset({"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED", "BUDGET"})
+FINAL_VERDICTS = frozenset(
+    {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED", "BUDGET", "PAUSED"}
+)
 STOPS = frozenset({"FAILED", "EXHAUSTED", "STALLED", "ORPHANED"})
 DISK_FULL = "DISK_FULL"
 BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
@@ -55,6 +58,11 @@ def wait_outcome(report: dict[str, Any], aggregation_enabled: bool) -> tuple[int
         )
     if any(v not in FINAL_VERDICTS for v in verdicts):
         return None
+    if "PAUSED" in verdicts:
+        return ExitCode.CONTINUE, (
+            f"run {run}: paused by 'gymslurm pause'; 'gymslurm resume {run} {benchmark}' goes on where "
+            "it stopped"
+        )
     if "CANCELLED" in verdicts:
         return ExitCode.INTERRUPTED, (
             f"run {run}: cancelled: stopped by 'gymslurm cancel'; 'gymslurm resubmit {run} {benchmark}' "

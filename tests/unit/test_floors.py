@@ -53,6 +53,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("the launcher's commands", [
         "gymslurm.launcher.submit", "gymslurm.launcher.inject", "gymslurm.launcher.cancel",
         "gymslurm.launcher.cli", "gymslurm.launcher.wait", "gymslurm.launcher.regrade",
+        "gymslurm.launcher.pause",
     ]),
     ("the command line and the package's face", ["gymslurm.cli", "gymslurm.__main__", "gymslurm"]),
 ]  # fmt: skip

@@ -178,7 +178,10 @@ def run_link(
             f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
         return 0
     try:
-        other = other_live_link(shard_state(run, shard), me, backend)
+        state = shard_state(run, shard)
+        if state.paused:  # a job queued when the run was paused: it starts nothing and spends nothing
+            return _start_nothing_paused(run, shard, me[0], backend)
+        other = other_live_link(state, me, backend)
         if other is not None:
             log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
                 f"{duplicate}")  # fmt: skip
@@ -245,7 +248,10 @@ def _run_link_locked(
         saved_outcomes=saved_bytes(output) > bytes_before, disk_full=disk_full(run.root),
     )  # fmt: skip
     spent_now = run_spend(run, settings)[1] if budget is not None else 0.0
-    verdict = decide(end, state.budgets, limits, gpu_hours_spent=spent_now)
+    # gymslurm pause writes its record before it signals this link: read now, it is there
+    verdict = decide(
+        end, state.budgets, limits, gpu_hours_spent=spent_now, paused=shard_state(run, shard).paused
+    )
     if note:
         verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
     log(f"decision {verdict.decision}: {verdict.reason}")
@@ -446,7 +452,14 @@ def _after_decision(
     maybe_submit_aggregation(run, settings, backend, me)
     cancelled = _cancel_lookahead(run, shard, me, backend)
     queued = " ".join(cancelled) or "-"
-    log(f"chain of shard {shard} finished ({decision}); cancelled the queued links {queued}")
+    ended = "paused" if decision == Decision.PAUSED else "finished"
+    log(f"chain of shard {shard} {ended} ({decision}); cancelled the queued links {queued}")
+
+
+def _start_nothing_paused(run: RunDir, shard: int, me: str, backend: Backend) -> int:
+    cancelled = " ".join(_cancel_lookahead(run, shard, me, backend)) or "-"
+    log(f"the run is paused (gymslurm pause): job {me} starts nothing; cancelled the queued {cancelled}")
+    return ExitCode.DONE
 
 
 def _cancel_lookahead(run: RunDir, shard: int, me: str, backend: Backend) -> list[str]:

@@ -2,16 +2,15 @@
 
 What it reads: the ledgers (budgets, decisions, exit codes: written by the jobs), each running
 link's heartbeat and its collector's live progress record (``store/live.py``), the collector's
-coverage file, and **one** ``squeue``. ``sacct`` is asked at most once, for current jobs that
-``squeue`` has forgotten after ``MinJobAge``, and never when the run recorded at submit that the
-cluster keeps no accounting. :func:`verdict` and the other row functions are pure; the clock is
-passed in.
+coverage file, **one** ``squeue`` and at most one ``sacct`` (:func:`run_status`). :func:`verdict`
+and the other row functions are pure; the clock is passed in.
 
 Verdicts (docs/launcher.md): HEALTHY (a link is running and beating), UNRESPONSIVE (a RUNNING link
 whose heartbeat stopped for more than :data:`STALE_BEATS` intervals: the step is frozen or lost
 its node), WAITING (a link is pending), STALLED (no live job and the chain is not finished:
-resubmit it), CANCELLED (``gymslurm cancel`` stopped it), ORPHANED (a job is queued that the chain
-will never use), EXHAUSTED (retries or walltime used up), DONE, FAILED (terminal failures).
+resubmit it), CANCELLED (``gymslurm cancel`` stopped it), PAUSED (``gymslurm pause``), ORPHANED
+(a job is queued that the chain will never use), EXHAUSTED (retries or walltime used up), DONE,
+FAILED (terminal failures).
 
 The report (``--json``) is :data:`STATUS_SCHEMA` version :data:`STATUS_VERSION`; the HTML report
 embeds the same document (docs/launcher.md, "The status document").
@@ -98,6 +97,9 @@ def verdict(
                 f"'scancel {stuck[0].job_id}' lets the run end"
             )
         return word, why
+    if state.paused:
+        saving = f"; job {running[0].job_id} is saving its work and ending" if running else ""
+        return "PAUSED", f"paused by 'gymslurm pause'{saving}; 'gymslurm resume' goes on where it stopped"
     full = state.disk_full
     if full is not None and live_jobs:
         return "DISK_FULL", (

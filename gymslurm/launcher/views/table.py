@@ -45,7 +45,7 @@ COLUMNS = [
 ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
         "DISK_FULL": "31",
         "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31",
-        "BUDGET": "33"}  # fmt: skip
+        "BUDGET": "33", "PAUSED": "36"}  # fmt: skip
 
 
 def table_lines(report: dict[str, Any], colour: bool = False) -> list[str]:

@@ -1,0 +1,101 @@
+"""Pause then resume on the local backend, with the real collector and the demo Environment Server.
+
+Two runs of one benchmark: one left alone, one paused while both shards' collectors are saving
+outcomes and resumed once every shard reads PAUSED. The paused run must spend no budget (no retry,
+no link counted without progress) and its merged output must hold the same rows as the unpaused
+run's (every field but the run id).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, status, wait_until_final
+
+pytestmark = pytest.mark.e2e
+
+ROWS = 60
+
+
+def _benchmark(tmp: Path, dataset: Path) -> Path:
+    """The demo Environment Server (slow, one request at a time), two shards, one GPU a link."""
+    path = tmp / "bench.yaml"
+    path.write_text(
+        f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 2\n"
+        "servers:\n  - name: env\n"
+        f"    command: [{sys.executable}, -m, gymslurm, demo-server, --host, '{{host}}', --port, '{{port}}',"
+        " --latency-ms, '400']\n"
+        "    health_path: /health\n    startup_timeout_s: 60\n"
+        f"collector:\n  command: [{sys.executable}, -m, gymslurm, collect]\n"
+        "  overrides: [+route_failures_to_sidecar=true, +concurrency=1, +progress=none]\n"
+        f"slurm:\n  python: {sys.executable}\n  gpus: 1\n"
+    )
+    tmp.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _saved(run: Path, shard: int) -> int:
+    path = run / f"output/shard-{shard:03d}/rollouts.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _merged_rows(run: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in (run / "output/merged/rollouts.jsonl").read_text().splitlines()]
+    return sorted(({k: v for k, v in row.items() if k != "_ng_run_id"} for row in rows),
+                  key=lambda row: row["_ng_rollout_id"])  # fmt: skip
+
+
+def _paused_and_quiet(run: Path) -> bool:
+    report = status(run)
+    return all(row["verdict"] == "PAUSED" and "saving" not in row["why"] for row in report["shards"])
+
+
+def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merges(tmp_path: Path) -> None:
+    """pause mid-run: every shard PAUSED with its running link saved, nothing queued, no retry spent;
+    resume: every shard DONE, the merged rows equal to those of the same run never paused."""
+    dataset = tmp_path / "data.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(ROWS))
+    gymslurm("submit", str(_benchmark(tmp_path / "plain", dataset)), "--backend", "local")
+    bench = _benchmark(tmp_path / "paused", dataset)
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path / "paused")
+    _wait(lambda: _saved(run, 0) >= 2 and _saved(run, 1) >= 2, "both shards' collectors saving outcomes")
+    out = gymslurm("pause", str(run)).stdout
+    assert "paused 2 chain(s)" in out, out
+    _wait(lambda: _paused_and_quiet(run), "every shard PAUSED with no link still saving")
+    report = status(run)
+    for shard in (0, 1):
+        decided = [r for r in ledger(run, shard) if r["kind"] == "decision"]
+        assert decided[-1]["decision"] == "PAUSED", decided[-1]
+        assert decided[-1]["budgets_after"]["infra_retries_used"] == 0
+        assert 2 <= _saved(run, shard) < ROWS // 2
+    assert report["shards"][0]["retries"] == "0/3"
+    queue = [json.loads(p.read_text()) for p in (run / "local" / "jobs").glob("local-*.json")]
+    assert not [job["id"] for job in queue if job["state"] in ("PENDING", "RUNNING")]
+
+    resumed = gymslurm("resume", str(run), str(bench)).stdout
+    assert "the budgets they had spent" in resumed, resumed
+    report = wait_until_final(run, timeout_s=240)
+    assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE"]
+    for shard in (0, 1):
+        kinds = [r["decision"] for r in ledger(run, shard) if r["kind"] == "decision"]
+        assert "RETRY" not in kinds and kinds[-1] == "DONE", kinds
+    plain = only_run(tmp_path / "plain")
+    wait_until_final(plain, timeout_s=240)
+    assert _merged_rows(run) == _merged_rows(plain)
+    assert len(_merged_rows(run)) == ROWS
