@@ -40,8 +40,7 @@ def test_ledger_and_sacct_gpu_hours_agree_across_requeues_a_preemption_and_a_res
 ) -> None:
     """Two requeues, one preemption, one resubmit: the ledger's GPU-hours and sacct's TRES agree in 2 %."""
     chain = Chain(scenario_user(slurm_session_dir, "cost-sacct"), slurm_python, STEPS,
-                  overrides=["slurm.partition=low", "slurm.gpus=1", "aggregation.enabled=false",
-                             "slurm.extra_directives=['--cpus-per-task=8']"],
+                  overrides=["slurm.partition=low", "slurm.gpus=1", "aggregation.enabled=false"],
                   slurm_yaml="  infra_retry_limit: 1\n")  # fmt: skip
     chain.submit()
     try:
@@ -50,8 +49,9 @@ def test_ledger_and_sacct_gpu_hours_agree_across_requeues_a_preemption_and_a_res
         _running_for(chain, 2, HOLD_S)
         chain.user.run(["scontrol", "requeue", job])
         _running_for(chain, 3, HOLD_S)
-        (node,) = job_nodes(job)  # the preemptor wants the link's own node, all of its CPUs
-        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
+        (node,) = job_nodes(job)  # the preemptor wants the link's own node, all of its GPUs
+        preemptor = ["sbatch", "-p", "high", "--gres=gpu:4", "-w", node, "-o", "/dev/null",
+                     "--wrap", "sleep 3"]  # fmt: skip
         chain.user.run(preemptor)
         report = chain.wait(timeout=600, aggregation=False)
         assert report["shards"][0]["verdict"] == "EXHAUSTED", report["shards"][0]
