@@ -26,6 +26,7 @@ ROWS = 60
 
 def _benchmark(tmp: Path, dataset: Path) -> Path:
     """The demo Environment Server (slow, one request at a time), two shards, one GPU a link."""
+    tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "bench.yaml"
     path.write_text(
         f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 2\n"
@@ -37,7 +38,6 @@ def _benchmark(tmp: Path, dataset: Path) -> Path:
         "  overrides: [+route_failures_to_sidecar=true, +concurrency=1, +progress=none]\n"
         f"slurm:\n  python: {sys.executable}\n  gpus: 1\n"
     )
-    tmp.mkdir(parents=True, exist_ok=True)
     return path
 
 

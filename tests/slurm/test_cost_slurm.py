@@ -90,3 +90,27 @@ def test_without_accounting_the_status_says_so_and_runs_no_sacct(
         assert "no Slurm figure: this cluster keeps no accounting" in chain.gymslurm("status", str(chain.run))
     finally:
         chain.cancel()
+
+
+def test_a_run_past_its_gpu_budget_stops_with_budget(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """budget.gpu_hours 0.006 (21.6 GPU-seconds), links of ~12 s on one GPU: the chain stops BUDGET, no
+    link starts past it, and Slurm's record of what was spent agrees with the ledger's (10 %: short)."""
+    steps = [{"exit": 75, "progress": 1, "sleep": 12}] * 6 + [{"exit": 0}]
+    overrides = ["slurm.gpus=1", "aggregation.enabled=false", "budget.gpu_hours=0.006"]
+    chain = Chain(scenario_user(slurm_session_dir, "cost-budget"), slurm_python, steps, overrides=overrides)
+    chain.submit()
+    try:
+        report = chain.wait(timeout=300, aggregation=False)
+        row = report["shards"][0]
+        assert row["verdict"] == "BUDGET", row
+        decisions = [d["decision"] for d in chain.decisions()]
+        assert decisions[-1] == "STOP_BUDGET" and decisions.count("STOP_BUDGET") == 1, decisions
+        assert len(decisions) < len(steps)
+        summary = report["summary"]
+        assert summary["gpu_hours"] >= 0.006 and summary["budget_warning"] is True
+        assert summary["gpu_hours_slurm"] is not None
+        assert abs(summary["gpu_hours"] - summary["gpu_hours_slurm"]) <= 0.1 * summary["gpu_hours_slurm"]
+    finally:
+        chain.cancel()

@@ -28,9 +28,9 @@ from gymslurm.launcher.settings import NotifyTarget, split_secrets, validate
 
 
 class Receiver:
-    """A real HTTP receiver on loopback that keeps every JSON body it is sent."""
+    """A real HTTP receiver (on loopback unless ``host`` says) that keeps every JSON body it is sent."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
         bodies: list[dict[str, Any]] = []
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,7 +43,7 @@ class Receiver:
                 return
 
         self.bodies = bodies
-        self.server = HTTPServer(("127.0.0.1", port), Handler)
+        self.server = HTTPServer((host, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -1,0 +1,81 @@
+"""Pause then resume on the real Slurm with the real collector and demo server (docs/launcher.md).
+
+Two runs of one scenario (two shards of 80 tasks at 0.3 s, one request at a time): one left alone,
+one paused while both shards' collectors are saving outcomes, then resumed. The paused run must
+leave nothing in the queue, spend no retry, and merge the same rows as the unpaused run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import SlurmCluster, scenario_user
+from .launcher_real import RealChain
+
+pytestmark = pytest.mark.slurm
+
+SCENARIO: dict[str, Any] = dict(
+    tasks=80, shards=2, server_flags=["--latency-ms", "300"],
+    collector=["+concurrency=1", "+live_progress_interval_s=1"], slurm="  time: '00:10:00'\n",
+)  # fmt: skip
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(1.0)
+
+
+def _saved(chain: RealChain, shard: int) -> int:
+    path = chain.output(shard)
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _rows(chain: RealChain) -> list[dict[str, Any]]:
+    lines = chain.output(None).read_text().splitlines()
+    rows = ({k: v for k, v in json.loads(line).items() if k != "_ng_run_id"} for line in lines)
+    return sorted(rows, key=lambda row: row["_ng_rollout_id"])
+
+
+def test_pause_frees_the_queue_spends_nothing_and_resume_merges_what_an_unpaused_run_merges(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """pause: every shard PAUSED, no job of the run left in squeue, no retry spent; resume: DONE, and
+    the merged rows equal those of the same scenario never paused."""
+    plain = RealChain(scenario_user(slurm_session_dir, "pause-plain"), slurm_python, SCENARIO).submit()
+    chain = RealChain(scenario_user(slurm_session_dir, "pause-paused"), slurm_python, SCENARIO).submit()
+    try:
+        _wait(lambda: _saved(chain, 0) >= 2 and _saved(chain, 1) >= 2, "both shards saving outcomes")
+        out = chain.gymslurm("pause", str(chain.run))
+        assert "paused 2 chain(s)" in out, out
+
+        def quiet() -> bool:
+            rows = chain.status()["shards"]
+            return all(r["verdict"] == "PAUSED" and "saving" not in r["why"] for r in rows)
+
+        _wait(quiet, "every shard PAUSED with no link still saving")
+        _wait(lambda: not chain.active_jobs(), "squeue to let go of every job of the paused run", 120)
+        for shard in (0, 1):
+            decided = chain.decisions(shard)
+            assert decided[-1]["decision"] == "PAUSED", decided[-1]
+            assert decided[-1]["budgets_after"]["infra_retries_used"] == 0
+            assert 2 <= _saved(chain, shard) < SCENARIO["tasks"] // 2
+        assert chain.run is not None
+        chain.gymslurm("resume", str(chain.run), str(chain.user.workdir / "bench.yaml"))
+        report = chain.finished(timeout=600)
+        assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE"]
+        for shard in (0, 1):
+            kinds = [d["decision"] for d in chain.decisions(shard)]
+            assert "RETRY" not in kinds and kinds[-1] == "DONE", kinds
+        plain.finished(timeout=600)
+        assert _rows(chain) == _rows(plain) and len(_rows(chain)) == SCENARIO["tasks"]
+    finally:
+        chain.cancel()
+        plain.cancel()
