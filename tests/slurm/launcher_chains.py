@@ -18,7 +18,7 @@ from typing import Any
 from .helpers import SlurmUser
 
 STANDIN = Path(__file__).with_name("launcher_standin_collector.py")
-FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED"}
+FINAL = {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "BUDGET", "PAUSED"}
 
 
 @dataclass
@@ -34,6 +34,7 @@ class Chain:
     run: Path | None = None
     # e.g. helpers.cluster_env("n"): every gymslurm command (and so every job) talks to that cluster.
     env: dict[str, str] | None = None
+    extra_yaml: str = ""  # more top-level keys of the benchmark (budget:, notify:)
 
     def gymslurm(self, *args: str, timeout: float = 120) -> str:
         """Run ``gymslurm ARGS`` as the test user in its directory (against ``env``'s cluster)."""
@@ -52,7 +53,7 @@ class Chain:
             f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\nshards: 1\n"
             f"collector:\n  command: {json.dumps(command)}\n"
             f"aggregation:\n  command: [/bin/true]\n"
-            f"slurm:\n  python: {self.python}\n{time_line}{self.slurm_yaml}",
+            f"slurm:\n  python: {self.python}\n{time_line}{self.slurm_yaml}{self.extra_yaml}",
             mode=0o644,
         )
         out = self.gymslurm("submit", str(bench), *self.overrides)
