@@ -3,7 +3,9 @@
 Two runs of one benchmark: one left alone, one paused while both shards' collectors are saving
 outcomes and resumed once every shard reads PAUSED. The paused run must spend no budget (no retry,
 no link counted without progress) and its merged output must hold the same rows as the unpaused
-run's (every field but the run id).
+run's: every field but the run id and the attempt number (the request in flight when the pause
+came is sent again, as after a preemption: its row says attempt 1; at most one per shard, as the
+collector sends one request at a time).
 """
 
 from __future__ import annotations
@@ -56,8 +58,14 @@ def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 120.0) ->
 
 def _merged_rows(run: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in (run / "output/merged/rollouts.jsonl").read_text().splitlines()]
-    return sorted(({k: v for k, v in row.items() if k != "_ng_run_id"} for row in rows),
+    return sorted(({k: v for k, v in row.items() if k not in ("_ng_run_id", "_ng_attempt")} for row in rows),
                   key=lambda row: row["_ng_rollout_id"])  # fmt: skip
+
+
+def _live(run: Path) -> list[str]:
+    """Jobs of the run's local queue still pending or running."""
+    jobs = [json.loads(p.read_text()) for p in (run / "local" / "jobs").glob("local-*.json")]
+    return [job["id"] for job in jobs if job["state"] in ("PENDING", "RUNNING")]
 
 
 def _paused_and_quiet(run: Path) -> bool:
@@ -78,6 +86,7 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
     out = gymslurm("pause", str(run)).stdout
     assert "paused 2 chain(s)" in out, out
     _wait(lambda: _paused_and_quiet(run), "every shard PAUSED with no link still saving")
+    _wait(lambda: not _live(run), "the local queue to let go of every job of the paused run", 60)
     report = status(run)
     for shard in (0, 1):
         decided = [r for r in ledger(run, shard) if r["kind"] == "decision"]
@@ -85,8 +94,6 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
         assert decided[-1]["budgets_after"]["infra_retries_used"] == 0
         assert 2 <= _saved(run, shard) < ROWS // 2
     assert report["shards"][0]["retries"] == "0/3"
-    queue = [json.loads(p.read_text()) for p in (run / "local" / "jobs").glob("local-*.json")]
-    assert not [job["id"] for job in queue if job["state"] in ("PENDING", "RUNNING")]
 
     resumed = gymslurm("resume", str(run), str(bench)).stdout
     assert "the budgets they had spent" in resumed, resumed
@@ -99,3 +106,5 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
     wait_until_final(plain, timeout_s=240)
     assert _merged_rows(run) == _merged_rows(plain)
     assert len(_merged_rows(run)) == ROWS
+    merged = [json.loads(line) for line in (run / "output/merged/rollouts.jsonl").read_text().splitlines()]
+    assert sum(row["_ng_attempt"] > 0 for row in merged) <= 2  # the one request in flight per shard

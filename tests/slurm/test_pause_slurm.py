@@ -2,7 +2,8 @@
 
 Two runs of one scenario (two shards of 80 tasks at 0.3 s, one request at a time): one left alone,
 one paused while both shards' collectors are saving outcomes, then resumed. The paused run must
-leave nothing in the queue, spend no retry, and merge the same rows as the unpaused run.
+leave nothing in the queue, spend no retry, and merge the same rows as the unpaused run (every field
+but the run id and the attempt number: the request in flight at the pause is sent again).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def _saved(chain: RealChain, shard: int) -> int:
 
 def _rows(chain: RealChain) -> list[dict[str, Any]]:
     lines = chain.output(None).read_text().splitlines()
-    rows = ({k: v for k, v in json.loads(line).items() if k != "_ng_run_id"} for line in lines)
+    dropped = ("_ng_run_id", "_ng_attempt")
+    rows = ({k: v for k, v in json.loads(line).items() if k not in dropped} for line in lines)
     return sorted(rows, key=lambda row: row["_ng_rollout_id"])
 
 
