@@ -23,7 +23,7 @@ from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, status
 
 pytestmark = pytest.mark.e2e
 
-ROWS = 60
+ROWS = 200  # 100 per shard at 0.4 s: the pause lands mid-run under load too (60 raced it at load 40)
 
 
 def _benchmark(tmp: Path, dataset: Path) -> Path:

@@ -1,6 +1,6 @@
 """Pause then resume on the real Slurm with the real collector and demo server (docs/launcher.md).
 
-Two runs of one scenario (two shards of 80 tasks at 0.3 s, one request at a time): one left alone,
+Two runs of one scenario (two shards of 120 tasks at 0.3 s, one request at a time): one left alone,
 one paused while both shards' collectors are saving outcomes, then resumed. The paused run must
 leave nothing in the queue, spend no retry, and merge the same rows as the unpaused run (every field
 but the run id and the attempt number: the request in flight at the pause is sent again).
@@ -22,7 +22,7 @@ from .launcher_real import RealChain
 pytestmark = pytest.mark.slurm
 
 SCENARIO: dict[str, Any] = dict(
-    tasks=80, shards=2, server_flags=["--latency-ms", "300"],
+    tasks=240, shards=2, server_flags=["--latency-ms", "300"],
     collector=["+concurrency=1", "+live_progress_interval_s=1"], slurm="  time: '00:10:00'\n",
 )  # fmt: skip
 
