@@ -87,3 +87,25 @@ def wait_for_decisions(run: Path, more_than: int, timeout_s: float = 120.0, shar
         if time.monotonic() > deadline:
             raise AssertionError(f"no decision past {decisions(run, shard)} in {timeout_s}s for {run}")
         time.sleep(0.2)
+
+
+def assert_same_results(paused: Path, plain: Path, in_flight_max: int) -> None:
+    """Merged results files of a paused-then-resumed run and of the same run never paused: one row per
+    rollout id in each, the same ids, and every row equal but the run id, except the requests in flight
+    when the pause came. Those were sent again (``_ng_attempt`` > 0, at most ``in_flight_max``), and the
+    demo policy draws its answer per attempt, so their answer may differ."""
+    def rows(path: Path) -> dict[str, dict[str, Any]]:
+        lines = path.read_text().splitlines()
+        found = {row["_ng_rollout_id"]: row for row in map(json.loads, lines)}
+        assert len(found) == len(lines), f"a rollout id twice in {path}"
+        return found
+
+    ours, theirs = rows(paused), rows(plain)
+    assert ours.keys() == theirs.keys()
+    again = {key for key, row in ours.items() if row["_ng_attempt"] > 0}
+    assert len(again) <= in_flight_max, sorted(again)
+    def same(key: str) -> bool:
+        return {**ours[key], "_ng_run_id": ""} == {**theirs[key], "_ng_run_id": ""}
+
+    differ = [key for key in ours if key not in again and not same(key)]
+    assert differ == [], differ[:5]
