@@ -226,17 +226,7 @@ def _run_link_locked(
         _link_events(notifier, run, shard, settings, spent=spent, budget=budget)
         return stopped
     reap_predecessors(state, ledger, me)
-    try:  # a submit killed midway left first links unqueued: the run's first job queues them
-        complete_queuing(run, backend, settings.slurm.lookahead, me[0])
-    except (SlurmError, StoreError, OSError) as error:
-        log(f"could not complete the first links a killed submit left: {error}")
-    try:
-        ensure_link_lookahead(run, shard, me[0], backend, settings)
-    except (SlurmError, OSError) as error:  # collect anyway; queuing is tried again after the decision
-        log(f"could not queue the next links now: {error}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    if run.read_info().array:
-        ensure_shard_input(run, shard, settings.shards)
+    _prepare_to_collect(run, shard, settings, backend, me[0], output=output)
     before_progress = read_progress(output)
     with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
         resubmit = state.resubmit_pending
@@ -269,6 +259,24 @@ def _figures(end: JobEnd, output: Path, started: Started, elapsed: float) -> dic
     idle = _idle_s(output, datetime.fromisoformat(started.at).timestamp(), elapsed)
     before = end.progress_before.outcomes if end.progress_before else 0
     return {"outcomes_before": before, "outcomes": after.outcomes if after else 0, "idle_s": idle}
+
+
+def _prepare_to_collect(
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: str, *, output: Path
+) -> None:
+    """Before the collector starts: the first links a killed submit left unqueued, this chain's
+    lookahead (both tried again later when they fail now), the output folder and the shard's input."""
+    try:  # a submit killed midway left first links unqueued: the run's first job queues them
+        complete_queuing(run, backend, settings.slurm.lookahead, me)
+    except (SlurmError, StoreError, OSError) as error:
+        log(f"could not complete the first links a killed submit left: {error}")
+    try:
+        ensure_link_lookahead(run, shard, me, backend, settings)
+    except (SlurmError, OSError) as error:  # collect anyway; queuing is tried again after the decision
+        log(f"could not queue the next links now: {error}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if run.read_info().array:
+        ensure_shard_input(run, shard, settings.shards)
 
 
 def _record_start(
