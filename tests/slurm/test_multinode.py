@@ -291,3 +291,33 @@ def test_cancel_and_resubmit_of_a_run_across_clusters_reach_every_cluster(
         assert all(r["job_id"].startswith("a:") for r in chain.ledger(None) if r["kind"] == "start")
     finally:
         chain.cancel()
+
+
+def test_inject_logs_and_report_of_a_run_across_clusters_go_to_the_shards_cluster(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """Shard 1 of a run over [a, b] runs on b: ``inject RUN 1 --kind timeout`` signals b's job (its
+    link records it and goes on to DONE on b) while shard 0 on a is untouched; ``logs --shard 1``
+    prints that job's log (Slurm's own id in the file name); ``report`` is written."""
+    ensure_test_user(TEST_USER)
+    workdir = make_user_dir(slurm_session_dir, "inject-across", owner=TEST_USER)
+    user = SlurmUser(TEST_USER, workdir, as_root=True)
+    steps = [{"exit": 0, "sleep": 600, "on_signal": 75}, {"exit": 0}]
+    chain = Chain(user, slurm_python, steps, overrides=["shards=2", f"slurm.clusters=[a,{SECOND_CLUSTER}]"])
+    try:
+        chain.submit()
+        _wait("both shards collecting", lambda: chain.calls(0) and chain.calls(1))
+        job = str(_starts(chain, 1)[0]["job_id"])
+        assert job.startswith(f"{SECOND_CLUSTER}:"), job
+        out = chain.gymslurm("inject", str(chain.run), "1", "--kind", "timeout")
+        assert f"sent to job {job}" in out and "--clusters" not in out.split("(")[0], out
+        _wait("shard 1 never went on to DONE", lambda: [d["decision"] for d in chain.decisions(1)][-1:] == [
+            "DONE"], timeout=180)  # fmt: skip
+        assert len(chain.decisions(1)) == 2, chain.decisions(1)  # the signalled link, then its successor
+        assert [r["kind"] for r in chain.ledger(1)].count("injected") == 1
+        assert chain.decisions(0) == [] and chain.calls(0) == 1  # shard 0 on a: still its first link
+        log = chain.gymslurm("logs", str(chain.run), "--shard", "1", "--link", "1")
+        assert f"-{job.split(':')[1]}.out" in log, log[:500]
+        assert "wrote" in chain.gymslurm("report", str(chain.run))
+    finally:
+        chain.cancel()
