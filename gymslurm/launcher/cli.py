@@ -89,7 +89,7 @@ def _status(argv: list[str]) -> int:
 
 
 def _list_runs(runs: list[Any], as_json: bool) -> int:
-    from gymslurm.launcher.backend import Backend
+    from gymslurm.launcher.backend import Backend, run_backend
     from gymslurm.launcher.local import LocalBackend
     from gymslurm.launcher.views.status import run_status
 
@@ -98,6 +98,8 @@ def _list_runs(runs: list[Any], as_json: bool) -> int:
     for run in runs:
         info = run.read_info()
         backend: Backend = LocalBackend(run.local_dir) if info.backend == "local" else _SharedSlurm(shared)
+        if info.backend == "slurm" and (info.placement is not None or info.cluster is not None):
+            backend = run_backend(run)  # its own clusters' queues (the shared one is the default cluster's)
         report = run_status(run, backend)
         verdicts = Counter(row["verdict"] for row in report["shards"])
         listed.append(

@@ -34,7 +34,7 @@ echo "$(basename "$0") $*" >> {log}
 C=default
 for arg in "$@"; do case "$arg" in --clusters=*) C="${{arg#--clusters=}}" ;; esac; done
 case "$(basename "$0")" in
-  squeue) echo "12_0|gs-r|RUNNING|None|(null)|0:05|5:00|now" ;;
+  squeue) for task in 0 1; do echo "12_$task|gs-r|RUNNING|None|(null)|0:05|5:00|now"; done ;;
   sbatch) echo "12;$C" ;;
   sacct) echo "12_0|gs-r|COMPLETED|0:0|t|t|5|billing=1,cpu=1,node=1" ;;
   scontrol) case "$*" in *partition*) echo "PartitionName=debug State=UP MaxTime=INFINITE"; exit 0 ;; esac
@@ -123,10 +123,10 @@ def test_clusters_take_a_list_or_weights_and_exclude_a_single_cluster() -> None:
 def test_status_of_a_run_across_clusters_asks_one_squeue_per_cluster_and_keeps_equal_ids_apart(
     tmp_path: Path, slurm_log: Path
 ) -> None:
-    """Both clusters answer job 12_0: the run's backend sees a:12_0 and b:12_0, after one squeue each."""
+    """Both clusters answer jobs 12_0 and 12_1: the run's backend sees them apart, after one squeue each."""
     backend = run_backend(_run_across(tmp_path))
     assert isinstance(backend, ClusterSetBackend)
-    assert sorted(backend.queue()) == ["a:12_0", "b:12_0"]
+    assert sorted(backend.queue()) == ["a:12_0", "a:12_1", "b:12_0", "b:12_1"]
     squeues = [c for c in _calls(slurm_log) if c.startswith("squeue")]
     assert sorted(c.split()[1] for c in squeues) == ["--clusters=a", "--clusters=b"]
 
@@ -266,3 +266,22 @@ def test_doctor_of_a_benchmark_fails_on_a_cluster_that_cannot_be_asked(
     errors = {c["cluster"]: [f["setting"] for f in c["findings"] if f["level"] == "error"]
               for c in report["clusters"]}  # fmt: skip
     assert errors == {"a": [], "zz": ["cluster"]}
+
+
+def test_the_list_of_runs_reads_a_run_across_clusters_from_its_own_clusters(
+    tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gymslurm status`` (no run): shard 0 (a:12_0) and shard 1 (b:12_1) both running, as a's and b's
+    squeue say; the default cluster's one squeue (shared by the list) knows neither id."""
+    from gymslurm.launcher.cli import main
+
+    run = _run_across(tmp_path)
+    record = ArrayRecord(job_id="a:12", shards=2, max_running=None, at="2026-01-01T00:00:00.000+00:00",
+                         chunk=1001, parts=[ArrayPart(job_id="a:12", base=0, size=1),
+                                            ArrayPart(job_id="b:12", base=0, size=1, offset=1)])  # fmt: skip
+    atomic_write(run.array_path, record.model_dump_json().encode())
+    assert main("status", ["--json", "--run-root", str(tmp_path)]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["shards"] == {"HEALTHY": 2}, listed  # the shared default squeue: 2 STALLED
+    asked = {c.split()[1] for c in _calls(slurm_log) if c.startswith("squeue")}
+    assert asked == {"--clusters=a", "--clusters=b"}
