@@ -239,7 +239,7 @@ def _fast_manifest_summary(
         raise StoreError(f"{error}: rollout ids are not unique; restore the run's files together") from None
     history = read_history(
         paths.results, paths.failures, run_id=manifest.run_id,
-        keys=RolloutKeys(index.index_of, dict, index.is_at), rollout_count=count, legacy=False,
+        keys=RolloutKeys(index.index_of, dict, (index.blob, index.ends)), rollout_count=count, legacy=False,
     )  # fmt: skip
     def conflict(rollout: int, problem: str) -> CorruptRecordError:
         return history_conflict(paths, index.ids[rollout], problem, remedy="leave this shard out")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import isfinite
 from pathlib import Path
@@ -46,7 +46,7 @@ from gymslurm.selection import (
     kept_partial_answer,
     kept_timeout_answer,
 )
-from gymslurm.store.jsonl import TailReport, bounded_lines, iter_records, malformed
+from gymslurm.store.jsonl import TailReport, iter_records, malformed, max_line_bytes, over_the_line_limit
 from gymslurm.store.paths import RunPaths
 
 _READ_CHUNK = 1 << 20
@@ -79,20 +79,21 @@ class History:
 class RolloutKeys:
     """Maps a row to its rollout index: by ``_ng_rollout_id``, or for legacy rows by task/repeat index.
 
-    ``index_of`` needs only ``get`` (a dict, or the store's dict-free ``RolloutLookup``). ``is_at``
-    (optional: whether rollout ``i`` has this id, the store's ``RolloutIndex.is_at``) lets the reader
-    try the rollout after the previous row's first: outcomes are mostly appended in dispatch order,
-    and one comparison there is much cheaper than a lookup by id.
+    ``index_of`` needs only ``get`` (a dict, or the store's dict-free ``RolloutLookup``). ``id_bytes``
+    (optional: the store's ``RolloutIndex.blob`` and ``ends``, rollout ``i``'s id being
+    ``blob[ends[i]:ends[i + 1]]``) lets the reader try the rollout after the previous row's first:
+    outcomes are mostly appended in dispatch order, and one comparison there is much cheaper than a
+    lookup by id.
     """
 
     def __init__(
         self,
         index_of: _Lookup,
         by_task: Callable[[], Mapping[tuple[int, int], int]],
-        is_at: Callable[[int, object], bool] | None = None,
+        id_bytes: tuple[bytes | bytearray, Sequence[int]] = (b"", (0,)),
     ):
         self.index_of = index_of
-        self.is_at = is_at
+        self.id_bytes = id_bytes
         self._by_task = by_task
         self._by_task_cache: Mapping[tuple[int, int], int] | None = None
 
@@ -209,12 +210,16 @@ class _Reader:
         tail = self.history.results_tail
         intern, add, locate, run_id = self.intern, self.add, self.locate, self.run_id
         index_of, groups, loads = self.keys.index_of, self.history.groups, orjson.loads
-        is_at = self.keys.is_at or _never
+        blob, ends = self.keys.id_bytes
+        known = len(ends) - 1
+        readline, limit = handle.readline, max_line_bytes()
         line = index = -1
         offset = 0
         with handle:
-            for raw in bounded_lines(handle, path):
+            while raw := readline(limit + 1):  # bounded_lines inlined (a generator per row shows here)
                 if raw[-1:] != b"\n":
+                    if len(raw) > limit:
+                        raise over_the_line_limit(path, line + 2, limit)  # the next line, 1-based
                     tail.torn_at, tail.torn_bytes = offset, len(raw)
                     break
                 line += 1
@@ -230,7 +235,11 @@ class _Reader:
                 get = row.get
                 rollout_id = get("_ng_rollout_id")
                 index += 1
-                if not is_at(index, rollout_id):
+                if (
+                    index >= known
+                    or type(rollout_id) is not str
+                    or blob[ends[index] : ends[index + 1]] != rollout_id.encode()
+                ):
                     index = index_of.get(rollout_id)  # type: ignore[assignment]
                 attempt = get("_ng_attempt")
                 if get("_ng_run_id") != run_id or index is None or type(attempt) is not int or attempt < 0:
@@ -330,10 +339,6 @@ def row_outcome(row: Mapping[str, Any], attempt: int, line: int) -> SavedOutcome
     if row.get("_ng_omitted") is True or type(row.get("_ng_failure_class")) is str:
         return sidecar_outcome(row, attempt, line)
     return result_outcome(row, attempt, line)
-
-
-def _never(index: int, rollout_id: object) -> bool:
-    return False
 
 
 def _same(value: Any) -> Any:

@@ -62,13 +62,18 @@ def bounded_lines(handle: BinaryIO, path: Path) -> Iterator[bytes]:
     line = 0
     while raw := readline(limit + 1):
         if len(raw) > limit and raw[-1:] != b"\n":
-            raise CorruptRecordError(
-                f"{path}, line {line + 1}: is over {limit} bytes (the line limit, {MAX_LINE_ENV}); it was "
-                "not read whole. No record gymslurm writes is that long: inspect that line, or raise "
-                f"{MAX_LINE_ENV} if it is a result you expect"
-            )
+            raise over_the_line_limit(path, line + 1, limit)
         yield raw
         line += 1
+
+
+def over_the_line_limit(path: Path, number: int, limit: int) -> CorruptRecordError:
+    """The refusal of line ``number`` (1-based), longer than ``limit`` bytes (the one message)."""
+    return CorruptRecordError(
+        f"{path}, line {number}: is over {limit} bytes (the line limit, {MAX_LINE_ENV}); it was "
+        "not read whole. No record gymslurm writes is that long: inspect that line, or raise "
+        f"{MAX_LINE_ENV} if it is a result you expect"
+    )
 
 
 def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[int, Any]]:

@@ -322,7 +322,7 @@ class RunStore:
             self.paths.results,
             self.paths.failures,
             run_id=self.run_id,
-            keys=RolloutKeys(index.index_of, index.by_task, index.is_at),
+            keys=RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
             rollout_count=self.manifest.rollout_count,
             legacy=self.manifest.identity_source == "imported",
         )

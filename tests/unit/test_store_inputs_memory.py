@@ -80,6 +80,8 @@ def test_the_index_finds_every_id_and_nothing_else(tmp_path: Path) -> None:
     path = tmp_path / "inputs.jsonl"
     write_inputs(path, iter_tasks(_rows(500, prompt=1), MaterializeOptions("arith")))
     index = read_index(path)
+    assert index.index_of.get("arith-4") == 4 and index.index_of.get("rith-4") is None  # by a scan
+    assert index.index_of.get("arith-49") == 49 and index.index_of.get("arith-4999") is None
     ids = [f"arith-{number}" for number in range(500)]
     assert list(index.ids) == ids and index.ids == ids
     assert [index.index_of.get(rollout_id) for rollout_id in ids] == list(range(500))
