@@ -21,7 +21,7 @@ from pathlib import Path
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.backend import Backend, ClusterSetBackend, SlurmBackend, live_jobs, run_backend
 from gymslurm.launcher.ledger import Cancelled, ChainState, Ledger, append_each
-from gymslurm.launcher.rundir import RunDir, chain_states, resolve_run_or_job
+from gymslurm.launcher.rundir import RunDir, chain_states, folder_listing, resolve_run_or_job
 from gymslurm.launcher.slurm import QueueRow, array_ids
 
 
@@ -52,9 +52,16 @@ def cancel_run(run: RunDir, backend: Backend) -> int:
     array = run.read_array()
     if array is not None:  # one record for every shard whose ledger is still empty, written first
         run.run_ledger.append(Cancelled(job_ids=[part.job_id for part in array.arrays]))
-    # Read again after the run's record: a shard that has a ledger now is cancelled in it.
-    states = chain_states(run, info.shards)
-    marked = _mark(run, states, first, set(open_shards) | (live - {info.shards}), aggregation_open)
+    # Read again after the run's record: a shard that has a ledger now is cancelled in it. A shard
+    # with no folder under shards/ has no ledger: the run's record stands for it, nothing to read.
+    present = folder_listing(run.root / "shards")
+    covered = set() if array is None else {i for i in range(info.shards) if f"{i:03d}" not in present}
+    shared = run.run_ledger.read() if array is not None else []
+    for i in range(info.shards):
+        if i not in covered:
+            states[i] = run.chain_state(i, array, present, shared)
+    chosen = (set(open_shards) | (live - {info.shards})) - covered
+    marked = _mark(run, states, first, chosen, aggregation_open or bool(covered)) + len(covered)
     # Look again after recording: a link that queued a successor before seeing our record is caught
     # here; one that queues it after sees the record and cancels it itself (chain.ensure_successor).
     queue = backend.queue()
@@ -73,14 +80,13 @@ def _mark(
 ) -> int:
     """Record the cancel in each chosen chain not already cancelled (one commit); the shards cancelled."""
     shards = len(states) - 1
-    ledgers = [run.ledger(s) for s in range(shards)] + [run.aggregate_ledger]
     entries: list[tuple[Ledger, Cancelled]] = []
     for index in sorted(chosen):
         state = states[index]
         if not state.cancelled:  # the run's record already stands for a shard with an empty ledger
-            entries.append((ledgers[index], Cancelled(job_ids=live_jobs(state, queue))))
+            entries.append((run.ledger(index), Cancelled(job_ids=live_jobs(state, queue))))
     if chosen or aggregation:  # as before: the aggregation's chain is over with the run
-        entries.append((ledgers[shards], Cancelled(job_ids=live_jobs(states[shards], queue))))
+        entries.append((run.aggregate_ledger, Cancelled(job_ids=live_jobs(states[shards], queue))))
     append_each(entries)
     return len([i for i in chosen if i < shards])
 

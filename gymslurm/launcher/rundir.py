@@ -293,7 +293,7 @@ class RunDir:
 
     def chain_states(self, array: ArrayRecord | None, shards: int) -> list[ChainState]:
         """Every shard's chain (one listing of ``shards/``, the run's records read once)."""
-        present = _listing(self.root / "shards")
+        present = folder_listing(self.root / "shards")
         shared = self.run_ledger.read() if array is not None else []
         return [self.chain_state(s, array, present, shared) for s in range(shards)]
 
@@ -376,7 +376,8 @@ class RunDir:
         return validate(merged, str(self.config_path))
 
 
-def _listing(folder: Path) -> frozenset[str]:
+def folder_listing(folder: Path) -> frozenset[str]:
+    """One listing of a run folder (``shards/``, ``output/``); empty when it does not exist."""
     try:
         return frozenset(os.listdir(folder))
     except OSError:

@@ -34,7 +34,7 @@ from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, jo
 from gymslurm.launcher.job.collector_files import life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
-from gymslurm.launcher.rundir import RunDir, RunInfo
+from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.cost import Cost, ask_accounting, cost_summary, final_metrics
 from gymslurm.launcher.views.counts import (
@@ -537,9 +537,4 @@ def run_status(
     }  # fmt: skip
 
 
-def folder_names(folder: Path) -> frozenset[str]:
-    """One listing of a run folder (``shards/``, ``output/``): which shards have files at all."""
-    try:
-        return frozenset(os.listdir(folder))
-    except OSError:
-        return frozenset()
+folder_names = folder_listing  # one listing of shards/ or output/: which shards have files at all
