@@ -233,7 +233,9 @@ def measure(root: Path, busy: bool) -> dict[str, float]:
         counter.unlink()
         cli_json, cli_json_cpu = _cli(run, "--json")
         cli_queries = len(counter.read_text().splitlines())
-        cli_table, cli_table_cpu = _cli(run)
+        cli_table, cli_table_cpu = _cli(run)  # report.html as --json just left it: kept (same data)
+        (run.root / "report.html").unlink()
+        cli_fresh, cli_fresh_cpu = _cli(run)  # no page yet: rendered and written
     finally:
         os.environ["PATH"] = path
     verdicts = " ".join(f"{n} {v}" for v, n in sorted(report["summary"]["verdicts"].items()))
@@ -247,6 +249,8 @@ def measure(root: Path, busy: bool) -> dict[str, float]:
         "cli_queries": cli_queries,
         "cli_table": cli_table,
         "cli_table_cpu": cli_table_cpu,
+        "cli_fresh": cli_fresh,
+        "cli_fresh_cpu": cli_fresh_cpu,
         "bare": bare,
         "rows": len(lines),
         "verdicts": verdicts,
@@ -265,8 +269,11 @@ def main() -> int:
         print(f"  CLI --json: {f['cli_json']:.3f} s wall ({f['cli_json'] / LIMIT_S:.2f} of the "
               f"{LIMIT_S:.0f} s limit), {f['cli_json_cpu']:.3f} s CPU, {f['cli_queries']:.0f} scheduler "
               f"queries (limit {LIMIT_QUERIES})")  # fmt: skip
-        print(f"  CLI table:  {f['cli_table']:.3f} s wall ({f['cli_table'] / LIMIT_S:.2f} of the limit), "
+        print(f"  CLI --json above wrote report.html; CLI table with the page unchanged (kept): "
+              f"{f['cli_table']:.3f} s wall ({f['cli_table'] / LIMIT_S:.2f} of the limit), "
               f"{f['cli_table_cpu']:.3f} s CPU (Python start-up included)")  # fmt: skip
+        print(f"  CLI table writing report.html anew: {f['cli_fresh']:.3f} s wall, {f['cli_fresh_cpu']:.3f} s CPU "
+              f"({f['cli_fresh_cpu'] / LIMIT_S:.2f} of the limit)")  # fmt: skip
         print(f"  in-process: document {f['doc']:.3f} s ({f['doc_cpu']:.3f} s CPU, {f['queries']:.0f} "
               "queries), "
               f"table {f['table']:.3f} s; bare loop over the same files and rows {f['bare']:.3f} s: "
@@ -276,7 +283,7 @@ def main() -> int:
           f"{bare_cpu:.3f} s CPU; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
     # The verdict is on CPU seconds: on a shared machine (load above its CPUs) wall time is mostly
     # the other processes' (see the figures printed), CPU time is what status itself costs.
-    ok = mid["cli_json_cpu"] <= LIMIT_S and mid["cli_table_cpu"] <= LIMIT_S
+    ok = mid["cli_json_cpu"] <= LIMIT_S and mid["cli_table_cpu"] <= LIMIT_S and mid["cli_fresh_cpu"] <= LIMIT_S
     ok = ok and mid["cli_queries"] <= LIMIT_QUERIES and mid["queries"] <= LIMIT_QUERIES
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1

@@ -23,6 +23,7 @@ storage failure (the same promise as the collector's files, docs/formats.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -225,8 +226,13 @@ Record = Annotated[
     | NotifyRecord | Paused,
     Field(discriminator="kind"),
 ]
-_ADAPTER: TypeAdapter[Record] = TypeAdapter(Record)
-_RECORDS: TypeAdapter[list[Record]] = TypeAdapter(list[Record])
+_RECORDS: TypeAdapter[list[Record]] = TypeAdapter(list[Record])  # every read: a whole ledger per call
+
+
+@functools.cache
+def _one() -> TypeAdapter[Record]:
+    """One record's adapter, built on first use (a second schema build at import costs every command)."""
+    return TypeAdapter(Record)
 
 
 def parse_record(line: bytes, where: str) -> Record:
@@ -237,7 +243,7 @@ def parse_record(line: bytes, where: str) -> Record:
     explained by the slow path below, version first, which also upgrades a version 1 decision.
     """
     try:
-        return _ADAPTER.validate_json(line)
+        return _one().validate_json(line)
     except ValidationError:
         pass
     try:
@@ -250,7 +256,7 @@ def parse_record(line: bytes, where: str) -> Record:
     if raw["v"] == 1 and raw.get("kind") == "decision":
         raw.pop("coverage", None)  # version 1's coverage summary: written by old links, read by nothing
     try:
-        return _ADAPTER.validate_python(raw)
+        return _one().validate_python(raw)
     except ValidationError as error:
         raise CorruptRecordError(f"{where}: malformed ledger record: {error}") from error
 

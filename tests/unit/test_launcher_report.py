@@ -11,7 +11,13 @@ from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Sub
 from gymslurm.launcher.links import faults_survived, links_of
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.views.report import REPORT_SCHEMA, render, report_data
+from gymslurm.launcher.views.report import (
+    REPORT_SCHEMA,
+    refresh_report,
+    render,
+    report_data,
+)
+from gymslurm.launcher.views.status import run_status
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import write_gymslurm_metrics
@@ -129,3 +135,31 @@ def test_table_cells_are_escaped_even_when_one_holds_a_separator_character() -> 
     assert "<td>a\x1eb &lt;c&gt;</td>" in page
     links[0]["reason"] = "plain <d>"
     assert "<td>plain &lt;d&gt;</td>" in render(data, now=1796119800.0)
+
+
+def _one_shard_run(tmp_path: Path) -> RunDir:
+    run = RunDir(tmp_path / "run")
+    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="2026-12-01T10:00:00+00:00",
+                   backend="local", shards=1, workdir="/", output_stem="rollouts", infra_retry_limit=3,
+                   max_walltime_s=3600.0)  # fmt: skip
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    for record in RECORDS:
+        run.ledger(0).append(record)  # type: ignore[arg-type]
+    return run
+
+
+def test_status_leaves_a_page_that_changed_only_with_the_clock_and_rewrites_one_that_changed(
+    tmp_path: Path,
+) -> None:
+    """Two looks a minute apart with nothing new: the page is left as it was (it says when it was
+    written); a new record in a ledger: the page is rewritten."""
+    run = _one_shard_run(tmp_path)
+    backend = LocalBackend(run.local_dir)
+    path = refresh_report(run, backend, run_status(run, backend, now=1796119800.0))
+    assert path is not None
+    first = path.read_bytes()
+    refresh_report(run, backend, run_status(run, backend, now=1796119860.0))
+    assert path.read_bytes() == first
+    run.ledger(0).append(_decided("3", Decision.DONE, 0))
+    refresh_report(run, backend, run_status(run, backend, now=1796119920.0))
+    assert path.read_bytes() != first and b"DONE" in path.read_bytes()

@@ -20,6 +20,7 @@ page holds what ``status`` shows, never a secret (the canary suite reads it).
 
 from __future__ import annotations
 
+import hashlib
 import html
 import sys
 from datetime import datetime
@@ -219,6 +220,7 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
               "document.getElementById('gymslurm-report').textContent).status.shards.length);")  # fmt: skip
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="gymslurm-data" content="{fingerprint(data)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>gymslurm {_e(status['run'])}</title><style>{CSS}</style></head><body>"
         + "\n".join(parts)
@@ -247,22 +249,59 @@ def _no_metrics(status: dict[str, Any]) -> str:
     return "not merged yet (the aggregation writes them)"
 
 
+# What changes with the clock alone (ages, running walltime, ETA, when it was made): left out of the
+# fingerprint, so a page whose content is otherwise the same is not rewritten (it says when it was).
+_CLOCK_SHARD = frozenset(
+    {"heartbeat_age_s", "walltime", "walltime_used_s", "walltime_budget_s", "eta", "eta_s"}
+)
+_CLOCK_SUMMARY = frozenset({"walltime_used_s", "eta", "eta_s"})
+
+
+def fingerprint(data: dict[str, Any]) -> str:
+    """A digest of the report's data without what moves with the clock alone (pure)."""
+    status = data["status"]
+    steady = {
+        **data,
+        "status": {
+            **status, "generated_at": None, "queries": None,
+            "summary": {k: v for k, v in status["summary"].items() if k not in _CLOCK_SUMMARY},
+            "shards": [{k: v for k, v in row.items() if k not in _CLOCK_SHARD} for row in status["shards"]],
+        },
+    }  # fmt: skip
+    return hashlib.blake2b(orjson.dumps(steady), digest_size=16).hexdigest()
+
+
+def _written_fingerprint(path: Path) -> str | None:
+    """The fingerprint in the head of a page written before, if any."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(1024).decode(errors="replace")
+    except OSError:
+        return None
+    _, found, rest = head.partition('<meta name="gymslurm-data" content="')
+    return rest.split('"', 1)[0] if found else None
+
+
 def report_path(run: RunDir) -> Path:
     """``<run>/report.html``."""
     return run.root / REPORT_NAME
 
 
 def write_report(
-    run: RunDir, backend: Backend, output: Path | None = None, status: dict[str, Any] | None = None,
-    chains: list[list[Record]] | None = None,
+    run: RunDir, backend: Backend, output: Path | None = None, status: dict[str, Any] | None = None, *,
+    chains: list[list[Record]] | None = None, keep_unchanged: bool = False,
 ) -> Path:  # fmt: skip
     """Read the run, render the page and replace ``report.html`` atomically; returns its path.
 
     ``status`` is a status document just made (``gymslurm status``, ``submit --wait``), so the page
-    costs no second scheduler query; ``chains`` the records it was made from.
+    costs no second scheduler query; ``chains`` the records it was made from. ``keep_unchanged``:
+    leave a page whose data differs only in what moves with the clock (:func:`fingerprint`).
     """
     path = output or report_path(run)
-    atomic_write(path, render(report_data(run, backend, status, chains)).encode())
+    data = report_data(run, backend, status, chains)
+    if keep_unchanged and _written_fingerprint(path) == fingerprint(data):
+        return path  # the same page but for the clock: 10,000 shards render in a fraction of a second
+    atomic_write(path, render(data).encode())
     if output is None and run.read_info().report_share == "group":
         share_with_group(run, path)
     return path
@@ -283,7 +322,7 @@ def refresh_report(
     current; no job renders it, so a link never queries the scheduler for the whole run.
     """
     try:
-        return write_report(run, backend, status=status, chains=chains)
+        return write_report(run, backend, status=status, chains=chains, keep_unchanged=True)
     except Exception as error:  # the report is a view; the ledgers hold the truth
         print(f"gymslurm: could not rewrite {report_path(run)}: {error}", file=sys.stderr)
         return None
