@@ -67,17 +67,17 @@ else
     printf '          install it once as root: sudo apt-get install -y chromium\n' >&2
 fi
 
-# The suite runs on WORKERS pytest-xdist workers (default 5, on any number of cores): most of its
+# The suite runs on WORKERS pytest-xdist workers (default 6, on any number of cores): most of its
 # minutes are process tests that wait (on Slurm, on servers, on chains), not CPU. --dist loadgroup
 # keeps the tests that share something on one worker, in file order (tests/conftest.py,
-# xdist_group): the real-Slurm modules in three groups that run side by side (three workers), the
+# xdist_group): the real-Slurm modules in four groups that run side by side (four workers), the
 # NeMo Gym stack (port 11000) with the tests that sample every process's command line, a module's
 # module-scoped fixture; the other workers take the rest. GYMSLURM_TEST_WORKERS=N changes the
 # count; pass -n 0 (after the script's name) for a serial run.
 # The NeMo Gym compat suite (marker nemogym) runs after them, serially in its own pytest: its stacks
 # hold NeMo Gym's fixed ports, and a parallel run of the whole suite was seen starting three of its
 # stacks at once on different workers (all but one failed to bind), so it does not share the run.
-workers="${GYMSLURM_TEST_WORKERS:-5}"
+workers="${GYMSLURM_TEST_WORKERS:-6}"
 step "pytest -n $workers --dist loadgroup -m 'not nemogym' $*"
 "$PY" -m pytest -n "$workers" --dist loadgroup -m "not nemogym" "$@"
 rc=$?

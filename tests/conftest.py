@@ -27,28 +27,33 @@ _SLURM_DIR = Path(__file__).parent / "slurm"
 _E2E_DIR = Path(__file__).parent / "e2e"
 
 
-# Balanced by their wall time on the sandbox (the longest first); a module not listed joins slurm-3.
+# Balanced by their wall time on the sandbox (the longest first); a module not listed joins slurm-4.
 SLURM_GROUPS = {
-    "test_launcher_chains.py": "slurm-1",
+    "test_kill_slurm.py": "slurm-1",
     "test_node_down.py": "slurm-1",
+    "test_submit_reverify_slurm.py": "slurm-1",
     "test_sandbox.py": "slurm-1",
     "test_smoke.py": "slurm-1",
-    "test_multinode.py": "slurm-1",
-    "test_status_live.py": "slurm-2",
+    "test_job_python.py": "slurm-1",
+    "test_launcher_chains.py": "slurm-2",
     "test_interruptions.py": "slurm-2",
     "test_doctor.py": "slurm-2",
-    "test_kill_slurm.py": "slurm-2",
     "test_launcher_hostile.py": "slurm-3",
-    "test_launcher_real_collector.py": "slurm-3",
+    "test_status_live.py": "slurm-3",
     "test_array_scale.py": "slurm-3",
-    "test_secrets_slurm.py": "slurm-3",
+    "test_launcher_real_collector.py": "slurm-4",
+    "test_multinode.py": "slurm-4",
+    "test_secrets_slurm.py": "slurm-4",
+    "test_cost_slurm.py": "slurm-4",
+    "test_pause_slurm.py": "slurm-4",
+    "test_notify_slurm.py": "slurm-4",
 }
 
 
 def xdist_group(item: pytest.Item) -> str | None:
     """The worker group a test must share when the suite runs in parallel, or None (any worker).
 
-    - ``slurm-1`` … ``slurm-3``: the real-Slurm modules, in three groups that run side by side
+    - ``slurm-1`` … ``slurm-4``: the real-Slurm modules, in four groups that run side by side
       (they mostly wait on Slurm's ticks; the sandbox has four nodes), each group's modules one
       after another, a module's scenarios overlapping inside it (see :data:`SLURM_GROUPS`). The
       node-DOWN test drains its node and waits until it is alone there; the preemption test
@@ -62,7 +67,7 @@ def xdist_group(item: pytest.Item) -> str | None:
     - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
     """
     if item.get_closest_marker("slurm") is not None:
-        return SLURM_GROUPS.get(Path(item.path).name, "slurm-3")
+        return SLURM_GROUPS.get(Path(item.path).name, "slurm-4")
     if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
         return "machine"
     fixtures = getattr(item, "_fixtureinfo", None)

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(items):
 
 
 def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
-    """With pytest-xdist, real-Slurm modules share one of three slurm groups (side by side, each module
+    """With pytest-xdist, real-Slurm modules share one of four slurm groups (side by side, each module
     whole); NeMo Gym's stack (port 11000) and the command-line samplers share machine; a
     module-scoped fixture's tests their module; others go anywhere."""
     (tmp_path / "groups_probe.py").write_text(PROBE)
@@ -71,7 +71,7 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
         found.setdefault(nodeid.split("::")[0].removeprefix("tests/"), set()).add(group)
     assert found == {
         "slurm/test_smoke.py": {"slurm-1"},
-        "slurm/test_status_live.py": {"slurm-2"},
+        "slurm/test_status_live.py": {"slurm-3"},
         "compat/test_nemo_gym.py": {"machine"},
         "e2e/test_canary_suite.py": {"machine"},
         "e2e/test_aggregate_e2e.py": {"e2e/test_aggregate_e2e.py"},
