@@ -10,9 +10,11 @@ CLOCK_MONOTONIC is one clock for every process of a host.
 Events:
 
 - ``watching``: supervision started; ``interval_s`` is how often every server is probed;
-- ``healthy``: a probe round that started at ``at`` found every server healthy;
+- ``healthy``: a probe round that started at ``at`` found every server in rotation healthy;
 - ``down``: ``server`` died (its process exited) or stopped answering its probe; ``since`` is the
   start of the last round that found it healthy, so the death happened in ``[since, at]``;
+  ``carried``: it is one replica of several and the others carry the load (it left the router's
+  rotation at ``at``): dispatch goes on, and only requests sent by ``at`` can have met it;
 - ``up``: ``server`` was restarted in place and is healthy again (``restarts`` so far);
 - ``gave_up``: ``server`` died more often than its ``restart_limit``: the link stops the collector;
 - ``stopping``: the job is being stopped (SIGTERM, SIGUSR1, SIGINT reached the link). The
@@ -20,7 +22,8 @@ Events:
   took its servers with it (``PR_SET_PDEATHSIG``), so what fails from then on is not the rollouts'.
 
 The rule (docs/spec-readings.md, "a server death the job owns"): a failure of a request whose
-span ``[sent, failed]`` overlaps an outage ``[since, up]`` of any supervised server, or that
+span ``[sent, failed]`` overlaps an outage ``[since, up]`` of any supervised server (of a replica the
+others carried: ``[since, detected]``, after which the router sent it nothing), or that
 failed after the job began to stop, is an *interruption* of the attempt, not the rollout's
 failure: the collector records it as a collector-side, non-terminal ``kill_shaped`` failure
 (the spec's "kill_shaped interruption", which spends no budget and is not progress) with the
@@ -45,7 +48,7 @@ EVENT_VERSION = version_of("supervision_event")
 INTERRUPTION_KIND = "kill_shaped"
 EventKind = Literal["watching", "healthy", "down", "up", "gave_up", "stopping"]
 EVENT_KINDS: frozenset[str] = frozenset({"watching", "healthy", "down", "up", "gave_up", "stopping"})
-_FIELDS = frozenset({"v", "kind", "at", "server", "since", "cause", "restarts", "interval_s"})
+_FIELDS = frozenset({"v", "kind", "at", "server", "since", "cause", "restarts", "interval_s", "carried"})
 Verdict = Literal["interruption", "rollout", "wait"]
 
 
@@ -60,6 +63,7 @@ class ServerEvent:
     cause: str | None = None
     restarts: int = 0
     interval_s: float | None = None
+    carried: bool = False
 
     def encode(self) -> bytes:
         """The event as one line of the channel."""
@@ -70,6 +74,8 @@ class ServerEvent:
                 body[name] = value
         if self.restarts:
             body["restarts"] = self.restarts
+        if self.carried:
+            body["carried"] = True
         return orjson.dumps(body) + b"\n"
 
 
@@ -89,7 +95,7 @@ def parse_event(line: bytes) -> ServerEvent:
     return ServerEvent(
         kind=kind, at=float(at), server=raw.get("server"), since=_number(raw.get("since")),
         cause=raw.get("cause"), restarts=int(raw.get("restarts", 0)),
-        interval_s=_number(raw.get("interval_s")),
+        interval_s=_number(raw.get("interval_s")), carried=raw.get("carried") is True,
     )  # fmt: skip
 
 
@@ -106,6 +112,14 @@ class Outage:
     detected_at: float
     cause: str
     ended_at: float | None = None
+    carried: bool = False  # a replica the others covered for: it could meet requests sent by detected_at
+
+    @property
+    def last_send(self) -> float:
+        """The latest send instant a request could meet this outage at (a carried one: its detection)."""
+        if self.carried:
+            return self.detected_at
+        return self.ended_at if self.ended_at is not None else float("inf")
 
 
 @dataclass
@@ -128,7 +142,8 @@ class Timeline:
             self.checked_until = max(self.checked_until, event.at)
         elif event.kind == "down" and event.server is not None:
             since = event.since if event.since is not None else event.at - self.interval_s
-            self.outages.append(Outage(event.server, since, event.at, event.cause or "unknown"))
+            cause = event.cause or "unknown"
+            self.outages.append(Outage(event.server, since, event.at, cause, carried=event.carried))
         elif event.kind == "up" and event.server is not None:
             for outage in self.outages:
                 if outage.server == event.server and outage.ended_at is None:
@@ -142,8 +157,8 @@ class Timeline:
 
     @property
     def down(self) -> bool:
-        """Whether some server is down now (dispatch pauses until it is back)."""
-        return any(outage.ended_at is None for outage in self.outages)
+        """Whether a server is down now and no replica carries its load (dispatch pauses till it is back)."""
+        return any(outage.ended_at is None and not outage.carried for outage in self.outages)
 
 
 @dataclass(frozen=True)
@@ -157,8 +172,7 @@ class Judgement:
 def judge_failure(sent_at: float, failed_at: float, timeline: Timeline) -> Judgement:
     """Whose the failure of a request in flight over ``[sent_at, failed_at]`` is, or ``wait``."""
     for outage in timeline.outages:
-        ended = outage.ended_at if outage.ended_at is not None else float("inf")
-        if outage.since <= failed_at and sent_at <= ended:
+        if outage.since <= failed_at and sent_at <= outage.last_send:
             evidence = {
                 "cause": "server_died", "server": outage.server, "how": outage.cause,
                 "down_since": outage.since, "detected_at": outage.detected_at, "back_at": outage.ended_at,

@@ -2,14 +2,16 @@
 
 With ``--policy-url URL`` the demo Environment Server asks an OpenAI-compatible server (the demo
 model server in the demo stack, or any real one) for its answer instead of drawing it, as a real
-Environment Server calls the model under test. The request carries ``seed`` (rollout id and
-attempt), so a deterministic server answers a retry afresh and a rerun the same. A failed call
+Environment Server calls the model under test. The request carries ``seed`` (an integer drawn from
+the rollout id and attempt, as OpenAI's API types it: vllm-router refuses a string with a 422), so
+a deterministic server answers a retry afresh and a rerun the same. A failed call
 (refused, reset, timed out, a 5xx, no text) is returned as the problem, which the server reports
 as a non-terminal ``provider_unavailable`` failure.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import httpx
@@ -30,11 +32,16 @@ def _client() -> httpx.AsyncClient:
     return _clients[loop]
 
 
+def openai_seed(text: str) -> int:
+    """An integer seed for ``text`` (rollout id and attempt), stable across processes and runs."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=6).digest(), "big")
+
+
 async def ask(policy_url: str, model_name: str, question: str, seed: str) -> tuple[str, str | None]:
     """The model's answer to ``question``, or ``("", problem)`` when the call failed."""
     body: dict[str, Any] = {
         "model": model_name, "messages": [{"role": "user", "content": question}],
-        "max_tokens": 16, "temperature": 0, "seed": seed,
+        "max_tokens": 16, "temperature": 0, "seed": openai_seed(seed),
     }  # fmt: skip
     url = policy_url.rstrip("/") + "/v1/chat/completions"
     try:

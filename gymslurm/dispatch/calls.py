@@ -10,7 +10,7 @@ import asyncio
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import httpx
 import orjson
@@ -138,6 +138,24 @@ def probe_answers(url: str, timeout_s: float) -> bool:
     except (httpx.HTTPError, httpx.InvalidURL):
         return False
     return True
+
+
+def router_worker(
+    router_url: str, action: Literal["add", "remove"], worker_url: str, timeout_s: float
+) -> str | None:
+    """Ask a router (``vllm-router``, ``sglang-router``) to put a worker in or take it out of rotation.
+
+    ``POST <router>/add_worker?url=W`` or ``/remove_worker?url=W``; None when it answered 2xx, else
+    what went wrong (the supervisor logs it and goes on: the router's own health check is the fallback).
+    """
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            answer = http.post(f"{router_url.rstrip('/')}/{action}_worker", params={"url": worker_url})
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
+        return f"{action}_worker {worker_url}: {type(error).__name__}: {error}"
+    if answer.is_success:
+        return None
+    return f"{action}_worker {worker_url}: HTTP {answer.status_code}: {answer.text[:200]}"
 
 
 def probe_completion(url: str, chat: bool, model: str | None, timeout_s: float) -> bool:

@@ -58,6 +58,20 @@ class ContainerSettings(_Strict):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class RouterSettings(_Strict):
+    """The router in front of a server's replicas (``replicas`` > 1): vLLM's ``vllm-router`` by default.
+
+    Started by the link after the replicas, with ``--host``, ``--port``, ``--worker-urls`` (one
+    per replica), ``--policy`` and ``extra_args``; replicas leave and rejoin its rotation through its
+    ``/remove_worker`` and ``/add_worker`` (docs/servers.md, "Replicas and routing").
+    """
+
+    command: list[str] = Field(default_factory=lambda: [PYTHON, "-m", "vllm_router.launch_router"])
+    policy: str = "power_of_two"  # least outstanding requests of two replicas picked at random
+    extra_args: list[str] = Field(default_factory=list)
+    startup_timeout_s: float = Field(default=60.0, gt=0)
+
+
 def _refuse(problem: str | None) -> None:
     if problem is not None:
         raise ValueError(problem)
@@ -132,6 +146,15 @@ class ServerSettings(_Strict):
     probe_timeout_s: float = Field(default=5.0, gt=0)
     probe_failures: int = Field(default=2, ge=1)
     restart_limit: int = Field(default=3, ge=0)
+    # Placement (docs/servers.md, "Placement"): nodes unset, the server runs in the link's process on
+    # the link's node; nodes N, each instance spans N nodes of the job's allocation of its own, one
+    # ``srun --overlap`` step per node (rank 0 serves; worker_command, if set, runs on ranks >= 1).
+    nodes: int | None = Field(default=None, ge=1)
+    worker_command: list[str] | None = None
+    # replicas K > 1: K instances (each on its own node set when nodes is set) behind ``router``,
+    # each supervised and restarted on its own; the server's URL is the router's.
+    replicas: int = Field(default=1, ge=1)
+    router: RouterSettings = Field(default_factory=RouterSettings)
 
     _name_is_slug = field_validator("name")(_slug)
 
@@ -146,6 +169,10 @@ class ServerSettings(_Strict):
         """Exactly one of url and command."""
         if (self.url is None) == (self.command is None):
             raise ValueError(f"server {self.name!r}: set exactly one of url (a running server) or command")
+        if self.command is None and (self.nodes is not None or self.replicas > 1):
+            raise ValueError(f"server {self.name!r}: nodes and replicas need a command, not a url")
+        if self.worker_command is not None and (self.nodes or 1) < 2:
+            raise ValueError(f"server {self.name!r}: worker_command runs on node ranks >= 1: set nodes >= 2")
 
 
 class CollectorSettings(_Strict):
@@ -390,7 +417,7 @@ class BenchmarkSettings(_Strict):
         for server in self.servers:
             if server.name in seen:
                 raise ValueError(f"servers: two servers are named {server.name!r}")
-            texts = [*(server.command or []), *server.env.values()]
+            texts = [*(server.command or []), *(server.worker_command or []), *server.env.values()]
             _check_references(texts, seen, f"server {server.name!r}")
             seen.append(server.name)
         _check_references(self.collector.overrides, seen, "collector.overrides")
@@ -537,9 +564,13 @@ def with_interpreter(settings: BenchmarkSettings) -> BenchmarkSettings:
         return [python if part == PYTHON else part for part in command]
 
     servers = [
-        server if server.command is None else server.model_copy(update={"command": fill(server.command)})
+        server if server.command is None else server.model_copy(update={
+            "command": fill(server.command),
+            "worker_command": None if server.worker_command is None else fill(server.worker_command),
+            "router": server.router.model_copy(update={"command": fill(server.router.command)}),
+        })
         for server in settings.servers
-    ]
+    ]  # fmt: skip
     return settings.model_copy(
         update={
             "dataset_command": None if settings.dataset_command is None else fill(settings.dataset_command),

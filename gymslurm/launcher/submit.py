@@ -45,7 +45,7 @@ from gymslurm.launcher.job.first_links import (
     queuing_taken_over,
     submit_arrays,
 )
-from gymslurm.launcher.job.servers import container_argv
+from gymslurm.launcher.job.stack import stack_lines
 from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.local import LocalBackend
@@ -74,6 +74,7 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.scriptsafe import path_directive_problem
+from gymslurm.launcher.server_placement import placement_directives
 from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
@@ -122,11 +123,10 @@ def render_scripts(
     }  # fmt: skip
     link_common = {**common, "directives": directives_block(
         slurm.partition, slurm.account, slurm.qos,
-        [*([f"--gres=gpu:{slurm.gpus}"] if slurm.gpus else []), *slurm.extra_directives, *mail],
+        [*placement_directives(settings.servers, slurm.extra_directives),
+         *([f"--gres=gpu:{slurm.gpus}"] if slurm.gpus else []), *slurm.extra_directives, *mail],
     )}  # fmt: skip
-    servers = servers_block([
-        (s.name, None if s.command is None else container_argv(s, s.command), s.url) for s in settings.servers
-    ])  # fmt: skip
+    servers = servers_block(stack_lines(settings.servers))
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
     link = load_template(LINK_TEMPLATE)
@@ -320,6 +320,11 @@ def create_run(
     """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
     run it re-grades in ``reverify_of``); with ``wait``, stay until it ended."""
     clean, secrets = split_secrets(data)
+    if backend_kind == "local" and (wide := [s.name for s in settings.servers if (s.nodes or 1) > 1]):
+        raise ConfigError(
+            f"server(s) {', '.join(wide)} span several nodes (nodes > 1), which needs Slurm: the local "
+            "backend runs every server on this host (use nodes: 1 or leave nodes unset)"
+        )
     site = Site(None, None, {}) if backend_kind != "slurm" or dry_run else read_sites(settings)
     if site.refusal:
         raise ConfigError(site.refusal)

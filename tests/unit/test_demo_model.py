@@ -133,3 +133,12 @@ BAD_CAPACITIES = [(ModelConfig(slots=0), "--slots"), (ModelConfig(load_factor=-1
 def test_a_bad_capacity_is_named(config: ModelConfig, problem: str) -> None:
     """A capacity of no slots or a negative load factor is a named problem of the configuration."""
     assert any(problem in p for p in config.problems())
+
+
+def test_the_demo_policy_sends_an_integer_seed_stable_per_attempt() -> None:
+    """OpenAI types ``seed`` as an integer (vllm-router refuses a string): the demo Environment
+    Server sends one drawn from the rollout id and attempt, the same for the same attempt."""
+    from gymslurm.demo.policy import openai_seed
+
+    assert isinstance(openai_seed("r1/0"), int) and 0 <= openai_seed("r1/0") < 2**63
+    assert openai_seed("r1/0") == openai_seed("r1/0") != openai_seed("r1/1")

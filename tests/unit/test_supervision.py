@@ -29,6 +29,9 @@ HEALTHY_20 = ServerEvent("healthy", 20.0)
 DOWN_12 = ServerEvent("down", 12.5, server="policy", since=12.0, cause="process killed by signal 9")
 UP_15 = ServerEvent("up", 15.0, server="policy", restarts=1)
 STOPPING_30 = ServerEvent("stopping", 30.0)
+REPLICA_DOWN_12 = ServerEvent(
+    "down", 12.5, server="policy-r1", since=12.0, cause="process killed by signal 9", carried=True
+)
 
 JUDGE_CASES = [
     # (id, events, sent_at, failed_at, verdict)
@@ -91,6 +94,20 @@ JUDGE_CASES = [
         "rollout",
     ),
     (
+        "a request in flight when a replica the others carry died is interrupted",
+        [WATCH, HEALTHY_10, REPLICA_DOWN_12],
+        11.0,
+        12.6,
+        "interruption",
+    ),
+    (
+        "a request sent after a carried replica left the rotation never met it: a healthy round judges it",
+        [WATCH, HEALTHY_10, REPLICA_DOWN_12, HEALTHY_20],
+        13.0,
+        14.0,
+        "rollout",
+    ),
+    (
         "a healthy round while a server is down does not clear the outage",
         [WATCH, DOWN_12, HEALTHY_20],
         18.0,
@@ -105,6 +122,18 @@ JUDGE_CASES = [
 def test_judge_failure(events: list[ServerEvent], sent: float, failed: float, verdict: str) -> None:
     """Each row of the rule in docs/spec-readings.md ("a server death the job owns")."""
     assert judge_failure(sent, failed, timeline(*events)).verdict == verdict
+
+
+def test_a_replica_the_others_carry_does_not_pause_dispatch() -> None:
+    """A carried replica's outage leaves dispatch running; a lone server's outage pauses it."""
+    assert not timeline(WATCH, REPLICA_DOWN_12).down
+    assert timeline(WATCH, DOWN_12).down
+
+
+def test_the_carried_flag_crosses_the_channel() -> None:
+    """A carried down event reads back carried; an ordinary one reads back not carried."""
+    assert parse_event(REPLICA_DOWN_12.encode()).carried
+    assert not parse_event(DOWN_12.encode()).carried
 
 
 def test_an_interruption_carries_the_death_as_evidence() -> None:

@@ -70,6 +70,7 @@ from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.first_links import complete_queuing
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
+from gymslurm.launcher.job.stack import start_stack
 from gymslurm.launcher.ledger import (
     Cancelled,
     ChainState,
@@ -340,26 +341,17 @@ def _collect(  # noqa: PLR0917
     ledger, host = run.ledger(shard), socket.gethostname()
 
     def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
-        log(f"server {server.settings.name!r} {event}: {cause}")
+        log(f"server {server.name!r} {event}: {cause}")
         ledger.append(_serverrecord_decision(me, host, event, server, cause))
 
     started: list[server_mod.RunningServer] = []
     withheld = withheld_variables([settings.collector.env, *(s.env for s in settings.servers)])
     try:
         try:
-            for wanted in settings.servers:
-                log_path = run.root / "logs" / f"server-{wanted.name}-s{shard:03d}.log"
-                known = {s.settings.name: s for s in started}
-                server = server_mod.start(wanted, log_path, started=known, withheld=withheld)
-                started.append(server)
-                if server.process is not None:
-                    probes = ", ".join(server.probes[-5:])
-                    note(
-                        "started", server, f"healthy at {server.url} after {server.startup_s:.1f}s ({probes})"
-                    )
+            start_stack(settings.servers, run.root / "logs", shard, started, note=note, withheld=withheld)
         except server_mod.ServerStartError as error:
             return server_mod.start_failure_exit(error), None, f"server start failed: {error}"
-        urls = {server.settings.name: server.url for server in started}
+        urls = {server.name: server.url for server in started}
         source = run.read_info().reverify_of  # submit --reverify: re-grade that run's answers instead
         watch: ProgressWatch | None = None  # reverify keeps no progress record: each call has a timeout
         if source is None:
@@ -406,7 +398,7 @@ def _serverrecord_decision(
     me: tuple[str, int], host: str, event: str, server: server_mod.RunningServer, cause: str | None
 ) -> ServerRecord:
     return ServerRecord(
-        job_id=me[0], restart_count=me[1], name=server.settings.name, event=event,  # type: ignore[arg-type]
+        job_id=me[0], restart_count=me[1], name=server.name, event=event,  # type: ignore[arg-type]
         host=host, pid=server.pid, create_time=server.create_time or None, url=server.url,
         startup_s=round(server.startup_s, 3) if event in ("started", "restarted") else None,
         restarts=server.restarts, cause=cause, probes=server.probes[-20:],

@@ -10,6 +10,15 @@ up to ``restart_limit`` times and the collector is told ``up``; past the limit, 
 collector stops and the link exits 1 (retryable: the chain goes on in a new link). While the job
 is being stopped nothing is restarted. Every start, restart and give-up is reported to
 ``on_change`` (the link writes it to the ledger and the job log).
+
+Replicas (a server with ``replicas: K``, each instance named ``NAME-rI``, behind the router that goes
+by ``NAME``) are watched one by one and never pause the others: a replica that is down leaves the
+router's rotation at once (``/remove_worker``), the collector is told ``down`` with ``carried`` (only
+the requests sent by then can have met it; dispatch goes on), and it is relaunched in place without
+blocking the rounds: each round probes the relaunched replica until it is healthy (``/add_worker``,
+``up``) or fails, up to ``restart_limit``. A replica past its limit is retired; only when no replica
+of the server is left does the supervisor give up (the link exits 1). While none is in rotation the
+collector is told the server itself is ``down`` (dispatch pauses), and ``up`` when one is back.
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gymslurm.dispatch import router_worker
 from gymslurm.launcher.job import servers as server_mod
+from gymslurm.launcher.job.heartbeat import log
 from gymslurm.supervision import ServerEvent
 
 
@@ -29,6 +40,19 @@ class _Watch:
     server: server_mod.RunningServer
     last_ok: float
     failed_probes: int = 0
+    pending: server_mod.RunningServer | None = None  # a replica relaunched, not yet healthy
+    deadline: float = 0.0
+    retired: bool = False
+
+    @property
+    def replica(self) -> bool:
+        """Whether it is one replica of several (named NAME-rI; its router goes by NAME)."""
+        return bool(self.server.label)
+
+    @property
+    def in_rotation(self) -> bool:
+        """Whether it serves now (not retired, not being relaunched)."""
+        return not self.retired and self.pending is None
 
 
 @dataclass
@@ -41,6 +65,7 @@ class Supervisor:
     gave_up: str | None = None
     stopping: bool = False
     _watches: list[_Watch] = field(default_factory=list)
+    _paused: set[str] = field(default_factory=set)  # servers whose replicas are all out of rotation
 
     def __post_init__(self) -> None:
         now = time.monotonic()
@@ -74,24 +99,31 @@ class Supervisor:
             return
         started, healthy = time.monotonic(), True
         for watch in list(self._watches):
+            if watch.retired:
+                continue
+            if watch.pending is not None:
+                self._starting(watch)
+                continue
             cause = self._check(watch)
             if cause is None:
                 watch.last_ok, watch.failed_probes = started, 0
                 continue
             healthy = False
-            if cause != "":
+            if cause != "" and watch.replica:
+                self._replica_down(watch, cause)
+            elif cause != "":
                 self._down(watch, cause)
-        if healthy:
+        if healthy and self.gave_up is None:
             self.emit(ServerEvent("healthy", started))
 
     def _check(self, watch: _Watch) -> str | None:
         """None when healthy, '' when not yet down (a failed probe below the limit), else the cause."""
         server = watch.server
         assert server.process is not None
-        code = server.process.poll()
+        code = server.exited()
         if code is not None:
             return f"process exited with {code}" if code >= 0 else f"process killed by signal {-code}"
-        if server_mod.probe(server.settings.host, server.port, server.settings):
+        if server_mod.probe(server.host, server.port, server.settings):
             return None
         watch.failed_probes += 1
         limit = server.settings.probe_failures
@@ -102,7 +134,7 @@ class Supervisor:
 
     def _down(self, watch: _Watch, cause: str) -> None:
         server = watch.server
-        name = server.settings.name
+        name = server.name
         self.emit(ServerEvent("down", time.monotonic(), server=name, since=watch.last_ok, cause=cause))
         self.on_change("down", server, cause)
         if self.stopping:
@@ -119,6 +151,7 @@ class Supervisor:
             watch.server, watch.last_ok, watch.failed_probes = server, time.monotonic(), 0
             self._replace(server)
             self.on_change("restarted", server, cause)
+            self._reroute(name)
             self.emit(ServerEvent("up", time.monotonic(), server=name, restarts=server.restarts))
             return
         server_mod.kill_now(server)
@@ -129,5 +162,96 @@ class Supervisor:
 
     def _replace(self, server: server_mod.RunningServer) -> None:
         for index, known in enumerate(self.servers):
-            if known.settings.name == server.settings.name:
+            if known.name == server.name:
                 self.servers[index] = server
+
+    # Replicas: out of the rotation and back without pausing the others.
+
+    def _group(self, name: str) -> list[_Watch]:
+        return [w for w in self._watches if w.replica and w.server.settings.name == name]
+
+    def _router(self, name: str) -> server_mod.RunningServer | None:
+        return next((w.server for w in self._watches if not w.replica and w.server.name == name), None)
+
+    def _rotate(self, watch: _Watch, action: str, url: str) -> None:
+        router = self._router(watch.server.settings.name)
+        if router is None:
+            return
+        timeout = watch.server.settings.probe_timeout_s
+        problem = router_worker(router.url, "add" if action == "add" else "remove", url, timeout)
+        if problem is not None:
+            log(f"server {watch.server.name!r}: the router refused ({problem}); its health check decides")
+
+    def _reroute(self, name: str) -> None:
+        """A router restarted with every replica listed: take out again the ones not in rotation."""
+        for watch in self._group(name):
+            if not watch.in_rotation:
+                self._rotate(watch, "remove", watch.server.url)
+
+    def _replica_down(self, watch: _Watch, cause: str) -> None:
+        server, group = watch.server, watch.server.settings.name
+        self._rotate(watch, "remove", server.url)
+        now = time.monotonic()
+        carried = any(w.in_rotation for w in self._group(group) if w is not watch)
+        since = watch.last_ok
+        self.emit(ServerEvent("down", now, server=server.name, since=since, cause=cause, carried=True))
+        if not carried and group not in self._paused:
+            self._paused.add(group)
+            lost = f"no replica of {group!r} is in rotation ({server.name}: {cause})"
+            self.emit(ServerEvent("down", now, server=group, since=watch.last_ok, cause=lost))
+        self.on_change("down", server, cause)
+        if self.stopping:
+            server_mod.kill_now(server)
+            watch.retired = True
+            return
+        self._relaunch(watch, cause)
+
+    def _relaunch(self, watch: _Watch, cause: str) -> None:
+        server = watch.server
+        while server.restarts < server.settings.restart_limit:
+            try:
+                watch.pending = server_mod.relaunch(server)
+            except server_mod.ServerStartError as error:
+                server.restarts += 1
+                self.on_change("restart_failed", server, str(error))
+                continue
+            watch.deadline = time.monotonic() + server.settings.startup_timeout_s
+            return
+        self._retire(watch, cause)
+
+    def _starting(self, watch: _Watch) -> None:
+        pending = watch.pending
+        assert pending is not None
+        try:
+            healthy = server_mod.started_yet(pending, watch.deadline)
+        except server_mod.ServerStartError as error:
+            watch.server, watch.pending = pending, None
+            self.on_change("restart_failed", pending, str(error))
+            self._relaunch(watch, str(error))
+            return
+        if not healthy:
+            return
+        watch.server, watch.pending = pending, None
+        watch.last_ok, watch.failed_probes = time.monotonic(), 0
+        self._replace(pending)
+        self._rotate(watch, "add", pending.url)
+        self.on_change("restarted", pending, f"healthy at {pending.url} after {pending.startup_s:.1f}s")
+        now = time.monotonic()
+        self.emit(ServerEvent("up", now, server=pending.name, restarts=pending.restarts))
+        group = pending.settings.name
+        if group in self._paused:
+            self._paused.discard(group)
+            self.emit(ServerEvent("up", now, server=group))
+
+    def _retire(self, watch: _Watch, cause: str) -> None:
+        server_mod.kill_now(watch.server)
+        watch.retired = True
+        group = watch.server.settings.name
+        left = [w for w in self._group(group) if not w.retired]
+        limit = watch.server.settings.restart_limit
+        said = f"{cause}; past restart_limit={limit}, retired ({len(left)} replica(s) left)"
+        self.on_change("gave_up", watch.server, said)
+        if not left:
+            self.gave_up = group
+            said = f"every replica died: {cause}"
+            self.emit(ServerEvent("gave_up", time.monotonic(), server=group, cause=said))

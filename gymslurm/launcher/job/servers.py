@@ -45,6 +45,7 @@ from gymslurm.dispatch import probe_completion, probe_health
 from gymslurm.errors import ConfigError, ServerStartError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
+from gymslurm.launcher.server_placement import node_words, step_head
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
 from gymslurm.redaction import redact_text
 from gymslurm.store.atomic import open_run_file
@@ -52,7 +53,11 @@ from gymslurm.store.atomic import open_run_file
 
 @dataclass
 class RunningServer:
-    """A server this job started (or one that was already running, with no process)."""
+    """A server this job started (or one that was already running, with no process).
+
+    A placed instance (``nodes`` set) is one ``srun --overlap`` step per node: ``process`` is rank
+    0's ``srun`` (the one that serves), ``ranks`` the others'; it is probed at its head node.
+    """
 
     settings: ServerSettings
     url: str
@@ -65,12 +70,34 @@ class RunningServer:
     probes: list[str] = field(default_factory=list)
     started: dict[str, RunningServer] = field(default_factory=dict, repr=False)
     withheld: frozenset[str] = frozenset()  # variables for other processes (launcher/job/environment.py)
-    pump: threading.Thread | None = field(default=None, repr=False)  # its output into its log, scrubbed
+    pumps: list[threading.Thread] = field(default_factory=list, repr=False)  # output into its log, scrubbed
+    label: str = ""  # a replica's name (``policy-r1``); "" = the server's own
+    nodes: tuple[str, ...] = ()  # the nodes a placed instance spans, its head first
+    ranks: list[subprocess.Popen[bytes]] = field(default_factory=list)  # the steps of node ranks >= 1
+    host: str = ""  # where it is probed: its head node when placed, else settings.host
+    launched_at: float = 0.0  # time.monotonic() when its processes were started
 
     @property
     def pid(self) -> int | None:
         """The server's process id (its session and process group have the same number)."""
         return None if self.process is None else self.process.pid
+
+    @property
+    def name(self) -> str:
+        """The name it goes by in the ledger, the job log and the supervision channel."""
+        return self.label or self.settings.name
+
+    @property
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """Every process of it this link started: rank 0's, then the other ranks'."""
+        return [*([self.process] if self.process is not None else []), *self.ranks]
+
+    def exited(self) -> int | None:
+        """The exit code of the first of its processes that ended, or None while all run."""
+        for process in self.processes:
+            if (code := process.poll()) is not None:
+                return code
+        return None
 
 
 def free_port(host: str) -> int:
@@ -117,22 +144,35 @@ def interpolate(text: str, started: Mapping[str, RunningServer], host: str = "",
     return text.replace("{port}", str(port)).replace("{host}", host) if port else text
 
 
-def container_argv(settings: ServerSettings, argv: list[str]) -> list[str]:
-    """``argv`` as the job runs it: wrapped in the server's container launcher, if it has one (pure).
+def container_argv(
+    settings: ServerSettings, argv: list[str], node: str | None = None, step_name: str = ""
+) -> list[str]:
+    """``argv`` as the job runs it: wrapped in the server's container launcher, if it has one, and run
+    as a step on ``node`` when the server is placed there (pure).
 
-    Pyxis/enroot: ``srun --overlap --ntasks=1 --nodes=1 --container-image=IMAGE
-    [--container-mounts=A,B] EXTRA... -- ARGV`` (a step of the job, sharing its allocation);
-    Apptainer: ``apptainer exec [--nv] [--bind M]... EXTRA... IMAGE ARGV``.
+    Pyxis/enroot: ``srun --overlap --ntasks=1 --nodes=1 [--nodelist=NODE --job-name=STEP]
+    --container-image=IMAGE [--container-mounts=A,B] EXTRA... -- ARGV`` (a step of the job, sharing
+    its allocation); Apptainer: ``apptainer exec [--nv] [--bind M]... EXTRA... IMAGE ARGV``; a placed
+    server without a container: ``srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE --job-name=STEP
+    -- ARGV`` (:func:`gymslurm.launcher.server_placement.step_head`).
     """
     box = settings.container
-    if box is None:
-        return list(argv)
-    if box.runtime == "pyxis":
+    step = [] if node is None else step_head(node, step_name)
+    if box is not None and box.runtime == "pyxis":
         mounts = [f"--container-mounts={','.join(box.mounts)}"] if box.mounts else []
-        head = ["srun", "--overlap", "--ntasks=1", "--nodes=1", f"--container-image={box.image}"]
-        return [*head, *mounts, *box.extra_args, "--", *argv]
-    binds = [part for mount in box.mounts for part in ("--bind", mount)]
-    return ["apptainer", "exec", *(["--nv"] if box.gpus else []), *binds, *box.extra_args, box.image, *argv]
+        head = step or ["srun", "--overlap", "--ntasks=1", "--nodes=1"]
+        return [*head, f"--container-image={box.image}", *mounts, *box.extra_args, "--", *argv]
+    if box is not None:
+        binds = [part for mount in box.mounts for part in ("--bind", mount)]
+        nv = ["--nv"] if box.gpus else []
+        argv = ["apptainer", "exec", *nv, *binds, *box.extra_args, box.image, *argv]
+    return [*step, "--", *argv] if step else list(argv)
+
+
+def rank_argv(settings: ServerSettings, rank: int) -> list[str]:
+    """The command node rank ``rank`` of a server runs, uninterpolated (``worker_command`` on ranks >= 1)."""
+    assert settings.command is not None
+    return settings.worker_command if rank and settings.worker_command is not None else settings.command
 
 
 def start(
@@ -141,63 +181,107 @@ def start(
     port: int | None = None,
     started: Mapping[str, RunningServer] | None = None,
     withheld: frozenset[str] = frozenset(),
+    *,
+    nodes: tuple[str, ...] = (),
+    label: str = "",
 ) -> RunningServer:
     """Start one server (or adopt its ``url``) and wait until it is healthy.
 
     ``started``: the servers already running, by name, whose addresses ``{servers.NAME.url}`` names.
+    ``nodes``: the nodes a placed instance spans (one ``srun --overlap`` step on each), else () for a
+    server in the link's process; ``label``: a replica's name.
     """
     if settings.command is None:
         assert settings.url is not None
         return RunningServer(settings, settings.url)
-    port = port or settings.port or free_port(settings.host)
+    server = launch(settings, log, port, started, withheld, nodes=nodes, label=label)
+    deadline = time.monotonic() + settings.startup_timeout_s
+    while not started_yet(server, deadline):
+        time.sleep(0.2)
+    return server
+
+
+def launch(
+    settings: ServerSettings,
+    log: Path,
+    port: int | None = None,
+    started: Mapping[str, RunningServer] | None = None,
+    withheld: frozenset[str] = frozenset(),
+    *,
+    nodes: tuple[str, ...] = (),
+    label: str = "",
+) -> RunningServer:
+    """Start the processes of one server (every node rank of a placed one) without waiting for them."""
+    host = nodes[0] if nodes else settings.host
+    port = port or settings.port or free_port(settings.host if not nodes else "0.0.0.0")
     known = started or {}
-    argv = container_argv(
-        settings, [interpolate(part, known, settings.host, port) for part in settings.command]
-    )
-    env = {key: interpolate(value, known, settings.host, port) for key, value in settings.env.items()}
-    try:
-        where = f"servers.{settings.name}.env"
-        child_env = environment.child_environment(os.environ, env, withheld=withheld, where=where)
-    except ConfigError as error:
-        raise ServerStartError(f"server {settings.name!r} not started: {error}") from error
+    name = label or settings.name
+    processes: list[subprocess.Popen[bytes]] = []
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env=child_env,  # its own secrets only (process_env.child_environment)
-        preexec_fn=_die_with_parent,  # noqa: PLW1509
-    )  # fmt: skip
+    for rank in range(max(1, len(nodes))):
+        here = nodes[rank] if nodes else host
+
+        def fill(text: str, here: str = here, rank: int = rank) -> str:
+            return node_words(interpolate(text, known, here, port), nodes, rank)
+
+        argv = container_argv(
+            settings, [fill(part) for part in rank_argv(settings, rank)],
+            node=here if nodes else None, step_name=f"gs-{name}-{rank}",
+        )  # fmt: skip
+        env = {key: fill(value) for key, value in settings.env.items()}
+        try:
+            where = f"servers.{settings.name}.env"
+            child_env = environment.child_environment(os.environ, env, withheld=withheld, where=where)
+        except ConfigError as error:
+            for process in processes:
+                _kill_tree(process.pid, 0.0)
+            raise ServerStartError(f"server {name!r} not started: {error}") from error
+        processes.append(subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=child_env,  # its own secrets only (process_env.child_environment)
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        ))  # fmt: skip
     server = RunningServer(
-        settings, f"http://{settings.host}:{port}", process, port, log, started=dict(known), withheld=withheld
-    )
-    assert process.stdout is not None
-    server.pump = threading.Thread(target=pump_log, args=(process.stdout, log), daemon=True, name="log")
-    server.pump.start()
+        settings, f"http://{host}:{port}", processes[0], port, log, started=dict(known), withheld=withheld,
+        label=label, nodes=nodes, ranks=processes[1:], host=host, launched_at=t0,
+    )  # fmt: skip
+    for process in processes:
+        assert process.stdout is not None
+        pump = threading.Thread(target=pump_log, args=(process.stdout, log), daemon=True, name="log")
+        pump.start()
+        server.pumps.append(pump)
     with contextlib.suppress(psutil.Error):
-        server.create_time = psutil.Process(process.pid).create_time()
-    deadline = t0 + settings.startup_timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            drained(server)
-            first, transient = first_error_line(log, settings)
-            said = f": {first}" if first else ""
-            raise ServerStartError(
-                f"server {settings.name!r} exited with {process.returncode} during start-up{said}"
-                f"{'' if transient else ' (a retry would meet it again: not retried)'}; see {log}"
-                + log_tail(log, settings),
-                deterministic=not transient,
-            )
-        healthy = probe(settings.host, port, settings)
-        server.probes.append(f"{time.monotonic() - t0:.1f}s {'ok' if healthy else 'not yet'}")
-        if healthy:
-            server.startup_s = time.monotonic() - t0
-            return server
-        time.sleep(0.2)
-    stop(server)
-    raise ServerStartError(
-        f"server {settings.name!r} was not healthy after {settings.startup_timeout_s}s "
-        f"(probes: {', '.join(server.probes[-5:])}); see {log}{log_tail(log, settings)}"
-    )
+        server.create_time = psutil.Process(processes[0].pid).create_time()
+    return server
+
+
+def started_yet(server: RunningServer, deadline: float) -> bool:
+    """One start-up probe of a launched server: True once healthy; raises when it exited or is too late."""
+    settings, log = server.settings, server.log
+    assert log is not None
+    if (code := server.exited()) is not None:
+        kill_now(server)
+        first, transient = first_error_line(log, settings)
+        said = f": {first}" if first else ""
+        raise ServerStartError(
+            f"server {server.name!r} exited with {code} during start-up{said}"
+            f"{'' if transient else ' (a retry would meet it again: not retried)'}; see {log}"
+            + log_tail(log, settings),
+            deterministic=not transient,
+        )
+    healthy = probe(server.host, server.port, settings)
+    server.probes.append(f"{time.monotonic() - server.launched_at:.1f}s {'ok' if healthy else 'not yet'}")
+    if healthy:
+        server.startup_s = time.monotonic() - server.launched_at
+        return True
+    if time.monotonic() >= deadline:
+        stop(server)
+        raise ServerStartError(
+            f"server {server.name!r} was not healthy after {settings.startup_timeout_s}s "
+            f"(probes: {', '.join(server.probes[-5:])}); see {log}{log_tail(log, settings)}"
+        )
+    return False
 
 
 PUMP_LINE_BYTES = 1024 * 1024  # a longer line is written in pieces of this size
@@ -245,8 +329,8 @@ def pump_log(source: IO[bytes], log: Path) -> None:
 
 def drained(server: RunningServer, timeout_s: float = PUMP_DRAIN_S) -> None:
     """Wait (bounded) until everything the server printed is in its log, e.g. before reading it."""
-    if server.pump is not None:
-        server.pump.join(timeout_s)
+    for pump in server.pumps:
+        pump.join(timeout_s)
 
 
 # The first line of a server log that names what went wrong (``uv: command not found``, a traceback's
@@ -320,22 +404,31 @@ def log_tail(log: Path, settings: ServerSettings) -> str:
 
 def restart(server: RunningServer) -> RunningServer:
     """Kill what is left of ``server`` at once and start it again on the same port."""
+    fresh = relaunch(server)
+    deadline = time.monotonic() + server.settings.startup_timeout_s
+    while not started_yet(fresh, deadline):
+        time.sleep(0.2)
+    return fresh
+
+
+def relaunch(server: RunningServer) -> RunningServer:
+    """Kill what is left of ``server`` at once and launch it again in place (same port, nodes, log)."""
     kill_now(server)
     assert server.log is not None
-    fresh = start(
-        server.settings, server.log, port=server.port, started=server.started, withheld=server.withheld
-    )
+    fresh = launch(
+        server.settings, server.log, server.port, server.started, server.withheld,
+        nodes=server.nodes, label=server.label,
+    )  # fmt: skip
     fresh.restarts = server.restarts + 1
     return fresh
 
 
 def kill_now(server: RunningServer) -> None:
     """SIGKILL the server's session and tree (a hung or stopped server handles no TERM)."""
-    if server.process is None:
-        return
-    _kill_tree(server.process.pid, server.create_time)
-    with contextlib.suppress(ChildProcessError):
-        server.process.wait()
+    for process in server.processes:
+        _kill_tree(process.pid, server.create_time if process is server.process else 0.0)
+        with contextlib.suppress(ChildProcessError):
+            process.wait()
     drained(server)
 
 
@@ -380,14 +473,14 @@ def reap(pid: int, create_time: float) -> bool:
 
 
 def stop(server: RunningServer, grace_s: float = 5.0) -> None:
-    """TERM the server's whole process tree, then KILL what is left after ``grace_s``."""
-    if server.process is None:
-        return
-    try:
-        root = psutil.Process(server.process.pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        tree = []
+    """TERM the server's whole process tree (every rank's), then KILL what is left after ``grace_s``."""
+    tree = []
+    for process in server.processes:
+        try:
+            root = psutil.Process(process.pid)
+            tree += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
     for proc in tree:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
@@ -395,8 +488,9 @@ def stop(server: RunningServer, grace_s: float = 5.0) -> None:
     for proc in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(server.process.pid, 9)  # anything that escaped the tree but kept the session
-    with contextlib.suppress(ChildProcessError):
-        server.process.wait()
+    for process in server.processes:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, 9)  # anything that escaped the tree but kept the session
+        with contextlib.suppress(ChildProcessError):
+            process.wait()
     drained(server)

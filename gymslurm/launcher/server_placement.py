@@ -1,0 +1,115 @@
+"""Where a job's servers run: the node sets of the stack, the job's node count, a command's node words.
+
+Pure (no I/O). The rule, in one place:
+
+- a server without ``nodes`` runs in the link's process on the link's node (as it always did);
+- a server with ``nodes: N`` is *placed*: each of its instances (``replicas``, default 1) spans N
+  nodes of its own, taken in the order the servers are listed from the job's nodes ordered with
+  the link's node first (:func:`order_nodes`), so the first placed instance's head is the link's node
+  and a judge listed after the policy sits on nodes of its own;
+- the job asks for as many nodes as the placed instances take (at least 1): ``--nodes=N``, and
+  ``--no-kill`` when a server has replicas, so that a node failing under one replica leaves the
+  job (and the other replicas) running.
+
+A placed instance's command is given ``{nodes}`` (how many nodes it spans), ``{head_node}`` (the
+name of its first node, where rank 0 serves) and ``{node_rank}`` (0 on the head, 1.. on the others),
+the words multi-node vLLM (``--nnodes``, ``--node-rank``, ``--master-addr``) and SGLang
+(``--nnodes``, ``--node-rank``, ``--dist-init-addr``) take; ``{host}`` is the node's own name there,
+so a server binds where the other nodes reach it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.settings import ServerSettings
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance of a server: its replica number and the job's node indices it spans."""
+
+    server: str
+    replica: int
+    nodes: tuple[int, ...]  # indices into order_nodes(...); () = in the link's process
+
+    @property
+    def placed(self) -> bool:
+        """Whether it runs as ``srun --overlap`` steps on nodes of its own."""
+        return bool(self.nodes)
+
+
+def label(name: str, replica: int, replicas: int) -> str:
+    """The name of one replica in logs, the ledger and the supervision channel (``policy-r1``)."""
+    return name if replicas == 1 else f"{name}-r{replica}"
+
+
+def instances(servers: Sequence[ServerSettings]) -> list[Instance]:
+    """Every instance of every server, in the order they start, with the node indices each spans."""
+    found, next_node = [], 0
+    for server in servers:
+        for replica in range(server.replicas):
+            if server.nodes is None:
+                found.append(Instance(server.name, replica, ()))
+                continue
+            found.append(Instance(server.name, replica, tuple(range(next_node, next_node + server.nodes))))
+            next_node += server.nodes
+    return found
+
+
+def job_node_count(servers: Sequence[ServerSettings]) -> int:
+    """How many nodes the job needs: those its placed instances span, at least 1."""
+    return max(1, sum((s.nodes or 0) * s.replicas for s in servers))
+
+
+def placement_directives(servers: Sequence[ServerSettings], extra: Sequence[str]) -> list[str]:
+    """The ``#SBATCH`` options the stack asks for (``--nodes=N``, ``--no-kill``), or [] for a one-node stack.
+
+    A ``--nodes``/``-N`` of ``slurm.extra_directives`` beside a placed stack is refused: the stack
+    says how many nodes it needs.
+    """
+    if not any(s.nodes is not None for s in servers):
+        return []
+    for line in extra:
+        words = line.removeprefix("#SBATCH").split()
+        if any(w == "-N" or w.startswith(("--nodes", "-N")) for w in words):
+            raise ConfigError(
+                f"slurm.extra_directives has {line.strip()!r}, but the servers place instances on nodes of "
+                f"their own and need --nodes={job_node_count(servers)} (docs/servers.md, 'Placement'): "
+                "remove it"
+            )
+    replicated = any(s.replicas > 1 for s in servers)
+    return [f"--nodes={job_node_count(servers)}", *(["--no-kill"] if replicated else [])]
+
+
+def order_nodes(hostnames: Sequence[str], batch_host: str) -> list[str]:
+    """The job's nodes, the link's own first (Slurm lists them sorted; the batch host may not be first)."""
+    rest = [name for name in hostnames if name != batch_host]
+    return [batch_host, *rest] if batch_host in hostnames else list(hostnames)
+
+
+def node_names(instance: Instance, nodes: Sequence[str]) -> list[str]:
+    """The node names ``instance`` spans, from the job's ordered nodes; refused when there are too few."""
+    if instance.nodes and instance.nodes[-1] >= len(nodes):
+        raise ConfigError(
+            f"server {instance.server!r} (replica {instance.replica}) needs node {instance.nodes[-1] + 1} "
+            f"of the job, which has {len(nodes)} ({', '.join(nodes)}): the job was not given --nodes="
+            f"{instance.nodes[-1] + 1} or more"
+        )
+    return [nodes[index] for index in instance.nodes]
+
+
+def node_words(text: str, nodes: Sequence[str], rank: int) -> str:
+    """``{nodes}``, ``{head_node}`` and ``{node_rank}`` in one command item or env value."""
+    if not nodes:
+        return text
+    return text.replace("{nodes}", str(len(nodes))).replace("{head_node}", nodes[0]).replace(
+        "{node_rank}", str(rank)
+    )
+
+
+def step_head(node: str, step_name: str) -> list[str]:
+    """The ``srun`` words that run a command as one step of the job on ``node``, sharing its allocation."""
+    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={step_name}"]

@@ -1,0 +1,151 @@
+"""A model server run as replicas behind vllm-router, each supervised on its own (docs/servers.md).
+
+Real processes throughout: ``gymslurm submit --backend local`` runs a link that starts three demo
+model server replicas, vLLM's router in front of them (the ``vllm-router`` wheel, its Rust binary),
+the demo Environment Server calling the router, and the real collector; the tests kill or stop one
+replica while requests are in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
+
+pytestmark = pytest.mark.e2e
+
+
+def _benchmark(tmp: Path, marker: str, *, rows: int, policy_extra: str = "", latency_ms: int = 300) -> Path:
+    dataset = tmp / "data.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
+    path = tmp / "bench.yaml"
+    py = sys.executable
+    path.write_text(
+        f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 1\nservers:\n"
+        f"  - name: policy\n    command: [{py}, -m, gymslurm, demo-model-server, --host, '{{host}}', --port,"
+        f" '{{port}}', --model-name, {marker}, --latency-ms, '{latency_ms}']\n"
+        "    replicas: 3\n    probe: chat_completions\n    probe_interval_s: 0.5\n    probe_timeout_s: 2\n"
+        f"    startup_timeout_s: 60\n    collector_override: null\n{policy_extra}"
+        f"    router: {{command: [{py}, -m, vllm_router.launch_router]}}\n"
+        f"  - name: env\n    command: [{py}, -m, gymslurm, demo-server, --host, '{{host}}',"
+        " --port, '{port}', --policy-url, '{servers.policy.url}']\n"
+        "    health_path: /health\n    probe_interval_s: 0.5\n"
+        f"collector:\n  command: [{py}, -m, gymslurm, collect]\n"
+        "  overrides: [+route_failures_to_sidecar=true, +concurrency=8, +progress=none]\n"
+        f"slurm:\n  python: {py}\naggregation:\n  enabled: false\n"
+    )
+    return path
+
+
+def _replica_pids(marker: str) -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "demo-model-server" in cmdline and marker in cmdline:
+            pids.append(proc.info["pid"])
+    return sorted(pids)
+
+
+def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _results(run: Path) -> int:
+    path = run / "output/shard-000/rollouts.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _coverage(run: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / "output/shard-000/rollouts_coverage.json").read_text())
+    return data
+
+
+def _job_log(run: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.out")))
+
+
+def _server_events(run: Path) -> list[tuple[str, str]]:
+    return [(r["name"], r["event"]) for r in ledger(run) if r["kind"] == "server"]
+
+
+def test_sigkill_of_one_replica_leaves_the_others_serving_and_spends_no_budget(tmp_path: Path) -> None:
+    """kill -9 of one of three replicas mid-run: it leaves the router's rotation and is restarted in
+    place while the other two carry the load (dispatch never pauses), 0 counted failures, one link."""
+    marker = f"replica-{uuid.uuid4().hex[:8]}"
+    bench = _benchmark(tmp_path, marker, rows=80, latency_ms=600)
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
+    _wait_for(lambda: _results(run) >= 8, 90, "some outcomes before the kill")
+    os.kill(pids[1], signal.SIGKILL)
+    report = wait_until_final(run, timeout_s=240, aggregation=False)
+    coverage = _coverage(run)
+    assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
+        "DONE", 80, 0,
+    )  # fmt: skip
+    assert decisions(run) == ["DONE"], "the same link finished"
+    events = _server_events(run)
+    started = [name for name, event in events if event == "started"]
+    assert started == ["policy-r0", "policy-r1", "policy-r2", "policy", "env"], events
+    downs = [name for name, event in events if event == "down"]
+    assert len(downs) == 1 and downs[0].startswith("policy-r"), events
+    assert (downs[0], "restarted") in events
+    assert "dispatch paused" not in _job_log(run), "the other replicas carried the load"
+    assert not _replica_pids(marker), "no replica outlives its link"
+
+
+def test_a_hung_replica_leaves_the_rotation_and_is_restarted(tmp_path: Path) -> None:
+    """SIGSTOP of one replica: its completion probes time out, it is taken out of rotation, killed and
+    restarted in place; the run finishes in the same link with 0 counted failures."""
+    marker = f"hungrep-{uuid.uuid4().hex[:8]}"
+    bench = _benchmark(tmp_path, marker, rows=80, latency_ms=600)
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
+    _wait_for(lambda: _results(run) >= 6, 90, "some outcomes before the hang")
+    os.kill(pids[0], signal.SIGSTOP)
+    report = wait_until_final(run, timeout_s=240, aggregation=False)
+    coverage = _coverage(run)
+    assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
+        "DONE", 80, 0,
+    )  # fmt: skip
+    down = next(r for r in ledger(run) if r["kind"] == "server" and r["event"] == "down")
+    assert down["name"].startswith("policy-r") and "probe(s) in a row failed" in down["cause"], down
+    assert (down["name"], "restarted") in _server_events(run)
+    assert decisions(run) == ["DONE"]
+
+
+def test_every_replica_killed_past_its_limit_stops_the_link_with_exit_1(tmp_path: Path) -> None:
+    """restart_limit 0 and all three replicas killed: each is retired, and when none is left the link
+    stops the collector and exits 1 (RETRY) at once; no rollout spends budget; the next link finishes."""
+    marker = f"allrep-{uuid.uuid4().hex[:8]}"
+    bench = _benchmark(tmp_path, marker, rows=24, policy_extra="    restart_limit: 0\n")
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
+    _wait_for(lambda: _results(run) >= 2, 90, "some outcomes before the kills")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    report = wait_until_final(run, timeout_s=240, aggregation=False)
+    first = next(r for r in ledger(run) if r["kind"] == "decision")
+    assert first["exit_code"] == 1 and "server 'policy' went down more than restart_limit=0" in first["reason"]
+    assert decisions(run)[0] == "RETRY" and report["shards"][0]["verdict"] == "DONE"
+    gave_up = sorted(name for name, event in _server_events(run)[:12] if event == "gave_up")
+    assert gave_up == ["policy-r0", "policy-r1", "policy-r2"]
+    assert _coverage(run)["counted_failures"] == 0
