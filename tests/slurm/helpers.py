@@ -356,8 +356,10 @@ def prune_old_sessions(root: Path, max_age_s: float = 24 * 3600) -> None:
 
 
 def project_dependencies(pyproject: Path) -> list[str]:
-    """The ``[project].dependencies`` requirement strings of a pyproject.toml."""
-    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+    """The ``[project].dependencies`` requirement strings of a pyproject.toml, and its router extra's
+    (the replica tests' jobs start vllm-router)."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    return [*project["dependencies"], *project.get("optional-dependencies", {}).get("router", [])]
 
 
 def build_job_python(venv: Path, repo: Path, *, base_python: Path = SYSTEM_PYTHON) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 TOOLS = {"ruff", "mypy"}  # run as commands by launchers/test-all.sh, never imported
+PROGRAMS = {"vllm-router"}  # run by a link in front of replicas (python -m vllm_router.launch_router)
 PLUGINS = {"pytest-xdist": "--dist"}  # pytest plugins, used through the option test-all.sh passes
 
 
@@ -62,7 +63,7 @@ def test_the_test_extra_holds_what_the_tests_use() -> None:
     runtime = {_name(r) for r in PROJECT["dependencies"]}
     test_all = (ROOT / "launchers" / "test-all.sh").read_text()
     plugins = {plugin for plugin, option in PLUGINS.items() if option in test_all}
-    used = set(_imported_distributions(ROOT / "tests")) | TOOLS | plugins
+    used = set(_imported_distributions(ROOT / "tests")) | TOOLS | PROGRAMS | plugins
     extra = [_name(r) for r in PROJECT["optional-dependencies"]["test"]]
     unused = [d for d in extra if d not in used and not (d.startswith("types-") and d[6:] in runtime)]
     assert unused == []

@@ -364,7 +364,7 @@ def _collect(  # noqa: PLR0917
             first = REVERIFY_COMMAND_LENGTH
         if too_long := overrides_problem(argv[first:]):  # submit checked it
             return ExitCode.REFUSED, None, f"collector not started: {too_long}"
-        supervisor = Supervisor(started, None, note) if any(s.process for s in started) else None
+        supervisor = Supervisor(started, None, note, say=log) if any(s.process for s in started) else None
         try:
             env_code, killer = run_collector(
                 argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 from gymslurm.dispatch import router_worker
 from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.heartbeat import log
 from gymslurm.supervision import ServerEvent
 
 
@@ -65,6 +64,7 @@ class Supervisor:
     gave_up: str | None = None
     stopping: bool = False
     _watches: list[_Watch] = field(default_factory=list)
+    say: Callable[[str], None] = lambda _message: None  # a line for the job log (the link's log)
     _paused: set[str] = field(default_factory=set)  # servers whose replicas are all out of rotation
 
     def __post_init__(self) -> None:
@@ -180,7 +180,7 @@ class Supervisor:
         timeout = watch.server.settings.probe_timeout_s
         problem = router_worker(router.url, "add" if action == "add" else "remove", url, timeout)
         if problem is not None:
-            log(f"server {watch.server.name!r}: the router refused ({problem}); its health check decides")
+            self.say(f"server {watch.server.name!r}: the router refused ({problem}); its health check rules")
 
     def _reroute(self, name: str) -> None:
         """A router restarted with every replica listed: take out again the ones not in rotation."""
