@@ -1,0 +1,115 @@
+"""Where a job's servers run (launcher/placement.py) and how each placed step is launched."""
+
+from __future__ import annotations
+
+import pytest
+
+from gymslurm.errors import ConfigError
+from gymslurm.launcher import placement
+from gymslurm.launcher.job.servers import container_argv
+from gymslurm.launcher.job.stack import router_settings, stack_lines
+from gymslurm.launcher.settings import ServerSettings
+
+
+def server(name: str, **extra: object) -> ServerSettings:
+    return ServerSettings.model_validate({"name": name, "command": ["serve", "--host", "{host}"], **extra})
+
+
+def test_a_server_without_nodes_runs_in_the_links_process() -> None:
+    """No ``nodes``: one instance with no node of its own (the link's process, as before)."""
+    assert placement.instances([server("env")]) == [placement.Instance("env", 0, ())]
+
+
+def test_placed_instances_take_nodes_of_their_own_in_order() -> None:
+    """A two-node policy takes nodes 0-1 (its head is the link's node), a judge after it node 2."""
+    found = placement.instances([server("policy", nodes=2), server("env"), server("judge", nodes=1)])
+    assert [(i.server, i.nodes) for i in found] == [("policy", (0, 1)), ("env", ()), ("judge", (2,))]
+
+
+def test_each_replica_spans_its_own_node_set() -> None:
+    """replicas: 3 of a one-node server: three instances on nodes 0, 1, 2, labelled NAME-rI."""
+    found = placement.instances([server("policy", nodes=1, replicas=3)])
+    assert [i.nodes for i in found] == [(0,), (1,), (2,)]
+    assert [placement.label("policy", i.replica, 3) for i in found] == ["policy-r0", "policy-r1", "policy-r2"]
+
+
+def test_the_job_asks_for_the_nodes_the_stack_takes_and_no_kill_with_replicas() -> None:
+    """--nodes is what the placed instances span; --no-kill only when a server has replicas."""
+    assert placement.placement_directives([server("env")], []) == []
+    assert placement.placement_directives([server("policy", nodes=2)], []) == ["--nodes=2"]
+    assert placement.placement_directives([server("policy", nodes=2, replicas=2)], []) == [
+        "--nodes=4", "--no-kill",
+    ]  # fmt: skip
+
+
+def test_an_extra_nodes_directive_beside_a_placed_stack_is_refused() -> None:
+    """The stack says how many nodes it needs: a --nodes in extra_directives is refused with the number."""
+    with pytest.raises(ConfigError, match="need --nodes=2"):
+        placement.placement_directives([server("policy", nodes=2)], ["--nodes=1"])
+
+
+def test_the_links_node_comes_first() -> None:
+    """Slurm lists the job's nodes sorted; the batch host (the link's) is put first."""
+    assert placement.order_nodes(["a1", "a2", "a3"], "a2") == ["a2", "a1", "a3"]
+
+
+def test_a_job_with_too_few_nodes_is_refused_with_the_count() -> None:
+    """An instance on node 3 of a two-node job: refused, naming the --nodes it needs."""
+    instance = placement.Instance("judge", 0, (2,))
+    with pytest.raises(ConfigError, match="--nodes=3"):
+        placement.node_names(instance, ["a1", "a2"])
+
+
+def test_the_node_words_of_a_multi_node_command() -> None:
+    """{nodes}, {head_node} and {node_rank} as multi-node vLLM and SGLang take them."""
+    words = "--nnodes {nodes} --node-rank {node_rank} --master-addr {head_node}"
+    assert placement.node_words(words, ["a2", "a3"], 1) == "--nnodes 2 --node-rank 1 --master-addr a2"
+
+
+def test_a_placed_server_runs_as_an_overlapping_step_on_its_node() -> None:
+    """No container: ``srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE --job-name=STEP -- ARGV``."""
+    argv = container_argv(server("policy"), ["serve"], node="a3", step_name="gs-policy-1")
+    assert argv == [
+        "srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=a3", "--job-name=gs-policy-1",
+        "--", "serve",
+    ]  # fmt: skip
+
+
+def test_a_placed_pyxis_server_is_one_srun_with_its_node_and_image() -> None:
+    """Pyxis on a placed server: the container flags join the same step (one srun, not two)."""
+    box = {"runtime": "pyxis", "image": "vllm.sqsh"}
+    argv = container_argv(server("policy", container=box), ["serve"], node="a2", step_name="gs-policy-0")
+    assert argv.count("srun") == 1 and "--nodelist=a2" in argv and "--container-image=vllm.sqsh" in argv
+
+
+def test_ranks_above_zero_run_the_worker_command() -> None:
+    """worker_command (multi-node vLLM's --headless workers) runs on ranks >= 1; the dry run shows each."""
+    policy = server("policy", nodes=2, worker_command=["serve", "--headless"])
+    lines = stack_lines([policy])
+    assert [name for name, _, _ in lines] == ["policy (rank 0)", "policy (rank 1)"]
+    assert "--headless" not in (lines[0][1] or []) and (lines[1][1] or [])[-1] == "--headless"
+    assert "--nodelist=<node 1>" in (lines[1][1] or [])
+
+
+def test_a_worker_command_without_several_nodes_is_refused() -> None:
+    """worker_command only means something on node ranks >= 1."""
+    with pytest.raises(ValueError, match="set nodes >= 2"):
+        server("policy", worker_command=["serve"])
+
+
+def test_the_dry_run_lists_each_replica_and_its_router() -> None:
+    """replicas: 2 shows two replica steps and the router naming both."""
+    lines = stack_lines([server("policy", nodes=1, replicas=2)])
+    assert [name for name, _, _ in lines] == ["policy-r0", "policy-r1", "policy (router)"]
+    router = lines[2][1] or []
+    assert router[router.index("--worker-urls") + 1 :][:2] == ["<policy-r0>", "<policy-r1>"]
+    assert router[router.index("--policy") + 1] == "power_of_two"
+
+
+def test_the_router_goes_by_the_servers_name_and_takes_its_override() -> None:
+    """The router is the server the collector and later servers reach: its name, its collector_override."""
+    policy = server("policy", replicas=2, collector_override="+policy_base_url")
+    settings = router_settings(policy, [], "127.0.0.1")
+    assert (settings.name, settings.collector_override, settings.health_path) == (
+        "policy", "+policy_base_url", "/health",
+    )  # fmt: skip
