@@ -6,9 +6,10 @@ the given fault and latency flags), on a dataset made by the benchmark's ``datas
 and merges the shards with ``gymslurm aggregate``. A scenario is a dict: ``tasks``, ``shards``,
 ``server_flags``, ``collector`` (extra collector overrides), ``slurm`` (YAML lines of the
 ``slurm`` section, indented by two spaces) and optionally ``server_yaml`` (more keys of the
-server, indented by four spaces), ``collector_yaml`` (more keys of the collector, indented by two
-spaces) and ``model_flags`` (a demo model server first, with these flags, which the Environment
-Server asks for its answers). The chain's ``overrides`` are typed on ``submit``'s command line.
+server, indented by four spaces; ``policy_yaml`` / ``demo_yaml``: keys of one of them only),
+``collector_yaml`` (more keys of the collector, indented by two spaces) and ``model_flags`` (a demo
+model server first, with these flags, which the Environment Server asks for its answers). The
+chain's ``overrides`` are typed on ``submit``'s command line.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class RealChain(Chain):
         return (
             f"  - name: policy\n    command: {json.dumps([*model, *flags])}\n"
             "    probe: chat_completions\n    collector_override: null\n"
-            f"{self.spec.get('server_yaml', '')}"
+            f"{self.spec.get('server_yaml', '')}{self.spec.get('policy_yaml', '')}"
         )
 
     def _policy_flags(self) -> list[str]:
@@ -76,7 +77,7 @@ class RealChain(Chain):
             "  - name: demo\n"
             f"    command: {json.dumps([*server, *spec['server_flags'], *self._policy_flags()])}\n"
             "    host: 127.0.0.1\n    port: 0\n    health_path: /health\n"
-            f"{spec.get('server_yaml', '')}"
+            f"{spec.get('server_yaml', '')}{spec.get('demo_yaml', '')}"
             "collector:\n"
             f"  command: {json.dumps([str(py), '-m', 'gymslurm', 'collect'])}\n"
             f"  overrides: {json.dumps([*COLLECTOR_OVERRIDES, *spec['collector']])}\n"

@@ -1,0 +1,169 @@
+"""Servers placed on nodes of the job's own, and replicas behind vllm-router, on the multi-node sandbox.
+
+Why: on one node every server runs beside the link and answers on 127.0.0.1; on the users' clusters
+a model server spans nodes (multi-node vLLM, SGLang) or runs as replicas on node sets of their own,
+and only real ``srun --overlap`` steps on other nodes (each node its own network namespace here)
+show that the servers bind where the other nodes reach them, that a replica's node going DOWN
+leaves the run to the others, and that a job whose every replica died ends at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir, run
+from .launcher_real import RealChain
+from .test_node_down import resume_node
+
+pytestmark = pytest.mark.slurm
+
+BASE: dict[str, Any] = dict(
+    shards=1, server_flags=[], collector=["+concurrency=8"],
+    slurm="  time: '00:05:00'\n  lookahead: 1\n",
+    policy_yaml="    probe_interval_s: 1\n    probe_timeout_s: 3\n    startup_timeout_s: 120\n",
+)  # fmt: skip
+
+
+def _user(slurm_session_dir: Path, name: str) -> SlurmUser:
+    ensure_test_user(TEST_USER)
+    return SlurmUser(TEST_USER, make_user_dir(slurm_session_dir, name, owner=TEST_USER), as_root=True)
+
+
+def _steps(job_id: str) -> dict[str, str]:
+    """Each step of a job by name, with the node it ran on (sacct: accounting is on)."""
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-j", job_id, "-o", "JobName,NodeList"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return dict(line.split("|", 1) for line in out.splitlines() if line.startswith("gs-"))
+
+
+def _server_records(chain: RealChain) -> list[dict[str, Any]]:
+    return [r for r in chain.ledger() if r["kind"] == "server"]
+
+
+def _results(chain: RealChain) -> int:
+    path = chain.output(0)
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def test_a_model_server_spanning_two_nodes_serves_the_run_by_its_head_nodes_name(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """nodes: 2: one ``srun --overlap`` step per node (rank 0 on the head, rank 1 on another node), its
+    URL the head node's name, the Environment Server on a third node reached by the collector by its
+    node's name; the run ends DONE with every rollout."""
+    assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
+    user = _user(slurm_session_dir, "two-node-server")
+    flags = ["--latency-ms", "200"]
+    policy = BASE["policy_yaml"] + "    nodes: 2\n"
+    spec = {**BASE, "tasks": 12, "model_flags": flags, "policy_yaml": policy, "demo_yaml": "    nodes: 1\n"}
+    chain = RealChain(user, slurm_python, spec).submit()
+    try:
+        report = chain.finished(timeout=300)
+        assert report["shards"][0]["verdict"] == "DONE"
+        assert sum(chain.rollout_ids(0).values()) == 12
+        started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
+        link = next(r for r in chain.ledger() if r["kind"] == "start")
+        head = link["host"]
+        assert started["policy"]["url"].startswith(f"http://{head}:"), (started, head)
+        demo_host = started["demo"]["url"].split("//")[1].split(":")[0]
+        assert demo_host not in (head, "127.0.0.1"), started["demo"]
+        steps = _steps(str(link["job_id"]))
+        assert steps["gs-policy-0"] == head and steps["gs-policy-1"] not in (head, demo_host), steps
+        assert steps["gs-demo-0"] == demo_host, steps
+    finally:
+        chain.cancel()
+
+
+def _replica_spec(tasks: int, extra: str = "") -> dict[str, Any]:
+    return {
+        **BASE, "tasks": tasks, "model_flags": ["--latency-ms", "1000"],
+        "policy_yaml": BASE["policy_yaml"] + "    nodes: 1\n    replicas: 3\n" + extra,
+    }  # fmt: skip
+
+
+def test_a_replicas_node_set_down_mid_run_leaves_the_run_to_the_other_two(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """Three replicas on three nodes behind vllm-router; the node of one (not the link's) is set DOWN
+    mid-run: that replica leaves the rotation, its restarts fail on the dead node, the other two finish
+    the run in the same job, 0 budget spent."""
+    assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
+    user = _user(slurm_session_dir, "replica-node-down")
+    chain = RealChain(user, slurm_python, _replica_spec(60, "    restart_limit: 1\n")).submit()
+    node = ""
+    try:
+        _wait_for(lambda: _results(chain) >= 8, 240, "some outcomes before the node goes down")
+        started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
+        node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
+        link = next(r for r in chain.ledger() if r["kind"] == "start")
+        assert node != link["host"], (node, link)
+        run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test-replica"])
+        report = chain.finished(timeout=400)
+        coverage = chain.companion(0, "_coverage.json")
+        assert report["shards"][0]["verdict"] == "DONE" and coverage["counted_failures"] == 0, coverage
+        assert [d["decision"] for d in chain.decisions()] == ["DONE"], "the same job finished the run"
+        downs = [r["name"] for r in _server_records(chain) if r["event"] == "down"]
+        assert downs and set(downs) == {"policy-r1"}, _server_records(chain)
+    finally:
+        if node:
+            resume_node(node)
+        chain.cancel()
+
+
+def _replica_pids(chain: RealChain, hosts: set[str]) -> list[int]:
+    """Pids of this run's demo model servers bound on ``hosts`` (every node shares the pid space here)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.info["cmdline"] or []
+            mine = Path(proc.cwd()) == chain.user.workdir
+            if mine and "demo-model-server" in cmdline and hosts & set(cmdline):
+                found.append(proc.info["pid"])
+    return found
+
+
+def test_every_replica_killed_past_its_limit_ends_the_job_with_exit_1(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """restart_limit 0, all three replicas killed: the link exits 1 at once (RETRY, no allocation left
+    idle: the job ends), no rollout spends budget, and the next job finishes the run."""
+    user = _user(slurm_session_dir, "replicas-all-dead")
+    spec = _replica_spec(30, "    restart_limit: 0\n")
+    chain = RealChain(user, slurm_python, spec).submit()
+    try:
+        _wait_for(lambda: _results(chain) >= 4, 240, "some outcomes before the kills")
+        started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
+        replicas = [r for name, r in started.items() if name.startswith("policy-r")]
+        hosts = {r["url"].split("//")[1].split(":")[0] for r in replicas}
+        pids = _replica_pids(chain, hosts)
+        assert len(pids) >= 3, (hosts, pids)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        report = chain.finished(timeout=400)
+        first = next(r for r in chain.ledger() if r["kind"] == "decision")
+        assert first["exit_code"] == 1 and "went down more than restart_limit=0" in first["reason"], first
+        assert report["shards"][0]["verdict"] == "DONE"
+        assert chain.companion(0, "_coverage.json")["counted_failures"] == 0
+    finally:
+        chain.cancel()
