@@ -11,7 +11,8 @@ What it does and why:
 - :func:`start_stack` writes a stack config (the head server, the weather resources server of
   ``example_single_tool_call``, ``simple_agent``, ``openai_model`` in front of :mod:`fake_openai`, and the
   three Environment Servers: typed ``single_agent_turn``, the ``legacy_agent`` relay and the
-  ``single_agent_turn_legacy`` adapter) and starts it with NeMo Gym's own launcher, ``gym env start``,
+  ``single_agent_turn_legacy`` adapter), and a second ``openai_model`` (``demo_policy``) in front of
+  ``gymslurm demo-model-server``, and starts it with NeMo Gym's own launcher, ``gym env start``,
   in a session of its own. The head server listens at NeMo Gym's default address (127.0.0.1:11000)
   so that gymslurm's default config source is exercised; the other ports are free ports.
 - :meth:`Stack.stop` sends SIGINT to ``gym env start`` and then stops **every process of its session**
@@ -54,6 +55,7 @@ SERVER_DIRS = (
 )
 # Server names of the stack (the keys of its config) → the Environment Server type each runs.
 TYPED, RELAY, ADAPTER = "weather_env", "weather_legacy_env", "weather_sat_legacy_env"
+DEMO_POLICY = "demo_policy"  # NeMo Gym's openai_model in front of gymslurm's demo model server
 HERE = Path(__file__).resolve().parent
 
 
@@ -166,6 +168,7 @@ class Stack:
     fake: subprocess.Popen[bytes]
     dataset: Path
     log: Path
+    demo_model: subprocess.Popen[bytes] | None = None  # gymslurm demo-model-server behind demo_policy
     stopped: list[int] = field(default_factory=list)
 
     @property
@@ -186,12 +189,14 @@ class Stack:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.gym.wait(timeout=15)
         self.stopped = stop_session(self.gym.pid) + stop_session(self.fake.pid)
+        if self.demo_model is not None:
+            self.stopped += stop_session(self.demo_model.pid)
         return self.stopped
 
     def leftovers(self) -> list[psutil.Process]:
         """Processes of the stack's sessions still alive (zombies excluded)."""
-        return [p for p in _session_members(self.gym.pid) + _session_members(self.fake.pid)
-                if _alive(p)]  # fmt: skip
+        sessions = [self.gym.pid, self.fake.pid, *([self.demo_model.pid] if self.demo_model else [])]
+        return [p for sid in sessions for p in _session_members(sid) if _alive(p)]
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -238,6 +243,9 @@ def stack_config(ports: dict[str, int]) -> str:
         "policy_model": {"responses_api_models": {"openai_model": {
             **loop, "port": ports["model"], "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1",
             "openai_api_key": "dummy", "openai_model": "fake", "openai_default_headers": {}}}},
+        DEMO_POLICY: {"responses_api_models": {"openai_model": {
+            **loop, "port": ports[DEMO_POLICY], "openai_base_url": f"http://127.0.0.1:{ports['demo_model']}/v1",
+            "openai_api_key": "dummy", "openai_model": "demo-policy", "openai_default_headers": {}}}},
         "weather": {"resources_servers": {"example_single_tool_call": {
             **loop, "port": ports["weather"], "domain": "agent", "verified": False}}},
         "weather_agent": {"responses_api_agents": {"simple_agent": {
@@ -262,7 +270,8 @@ def start_stack(venv: Path, workdir: Path) -> Stack:
         )
     workdir.mkdir(parents=True, exist_ok=True)
     ports = {"head": HEAD_PORT, **{name: free_port() for name in ("fake", "model", "weather", "agent")},
-             **{name: free_port() for name in (TYPED, RELAY, ADAPTER)}}  # fmt: skip
+             **{name: free_port() for name in (TYPED, RELAY, ADAPTER, DEMO_POLICY)},
+             "demo_model": free_port()}  # fmt: skip
     (workdir / "stack.yaml").write_text(stack_config(ports))
     venvs = workdir / "venvs"
     for server in SERVER_DIRS:  # skip_venv_if_present: every server runs in the one NeMo Gym venv
@@ -276,6 +285,12 @@ def start_stack(venv: Path, workdir: Path) -> Stack:
         [python, str(HERE / "fake_openai.py"), str(ports["fake"])], cwd=workdir, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=(workdir / "fake_openai.log").open("wb"),
     )  # fmt: skip
+    demo_model = subprocess.Popen(
+        [sys.executable, "-m", "gymslurm", "demo-model-server", "--host", "127.0.0.1",
+         "--port", str(ports["demo_model"])],
+        cwd=workdir, start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=(workdir / "demo_model.log").open("wb"),
+    )  # fmt: skip
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     gym = subprocess.Popen(
         [str(venv / "bin/gym"), "env", "start", "+config_paths=[stack.yaml]", f"+uv_venv_dir={venvs}",
@@ -284,10 +299,11 @@ def start_stack(venv: Path, workdir: Path) -> Stack:
     )  # fmt: skip
     dataset = site_packages(venv) / "resources_servers/example_single_tool_call/data/example.jsonl"
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    stack = Stack(venv, workdir, urls, gym, fake, dataset, log)
+    stack = Stack(venv, workdir, urls, gym, fake, dataset, log, demo_model)
     try:
-        servers = (TYPED, RELAY, ADAPTER, "agent", "weather")
-        probes = [urls["head"] + "/global_config_dict_yaml", urls["fake"] + "/v1/models"]
+        servers = (TYPED, RELAY, ADAPTER, "agent", "weather", DEMO_POLICY)
+        probes = [urls["head"] + "/global_config_dict_yaml", urls["fake"] + "/v1/models",
+                  urls["demo_model"] + "/health"]  # fmt: skip
         _wait_up(stack, probes + [urls[name] + "/docs" for name in servers])
     except BaseException:
         stack.stop()

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.nemogym import ADAPTER, HEAD_PORT, RELAY, TYPED, Stack
+from tests.compat.nemogym import ADAPTER, DEMO_POLICY, HEAD_PORT, RELAY, TYPED, Stack
 from tests.e2e.helpers import REPO_ROOT, collect_args, gymslurm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
@@ -178,3 +178,24 @@ def test_gymslurm_and_nemo_gyms_collector_get_the_same_results(
         assert shared <= set(mine), sorted(shared - set(mine))
         assert set(mine) - set(row) <= gymslurm_stamps, sorted(set(mine) - set(row))
         assert mine["responses_create_params"]["input"] == row["responses_create_params"]["input"]
+
+
+def test_nemo_gyms_openai_model_serves_the_demo_model_servers_answers(nemo_gym_stack: Stack) -> None:
+    """NeMo Gym's own ``openai_model`` (unchanged) in front of ``gymslurm demo-model-server``: its
+    ``/v1/responses`` calls the demo model server's Responses API and NeMo Gym's response model
+    accepts the reply, whose text is the demo model's own answer to the same question."""
+    import httpx
+
+    question = {"input": [{"role": "user", "content": "What is 17 + 25?"}]}
+    direct = httpx.post(nemo_gym_stack.urls["demo_model"] + "/v1/responses", json=question, timeout=60,
+                        trust_env=False)  # fmt: skip
+    via = httpx.post(nemo_gym_stack.urls[DEMO_POLICY] + "/v1/responses", json=question, timeout=60,
+                     trust_env=False)  # fmt: skip
+    assert (direct.status_code, via.status_code) == (200, 200), via.text[:500]
+
+    def text(reply: dict[str, Any]) -> str:
+        return "".join(part["text"] for item in reply["output"] if item.get("type") == "message"
+                       for part in item["content"] if part.get("type") == "output_text")  # fmt: skip
+
+    assert text(via.json()) == text(direct.json()) != ""
+    assert via.json()["model"] == "demo-policy"
