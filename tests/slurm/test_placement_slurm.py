@@ -109,7 +109,7 @@ def test_a_replicas_node_set_down_mid_run_leaves_the_run_to_the_other_two(
     the run in the same job, 0 budget spent."""
     assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
     user = _user(slurm_session_dir, "replica-node-down")
-    chain = RealChain(user, slurm_python, _replica_spec(60, "    restart_limit: 1\n")).submit()
+    chain = RealChain(user, slurm_python, _replica_spec(120, "    restart_limit: 1\n")).submit()
     node = ""
     try:
         _wait_for(lambda: _results(chain) >= 8, 240, "some outcomes before the node goes down")
