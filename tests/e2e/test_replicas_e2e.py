@@ -114,7 +114,7 @@ def test_a_hung_replica_leaves_the_rotation_and_is_restarted(tmp_path: Path) -> 
     """SIGSTOP of one replica: its completion probes time out, it is taken out of rotation, killed and
     restarted in place; the run finishes in the same link with 0 counted failures."""
     marker = f"hungrep-{uuid.uuid4().hex[:8]}"
-    bench = _benchmark(tmp_path, marker, rows=80, latency_ms=600)
+    bench = _benchmark(tmp_path, marker, rows=200, latency_ms=600)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
     pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
@@ -123,7 +123,7 @@ def test_a_hung_replica_leaves_the_rotation_and_is_restarted(tmp_path: Path) -> 
     report = wait_until_final(run, timeout_s=240, aggregation=False)
     coverage = _coverage(run)
     assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
-        "DONE", 80, 0,
+        "DONE", 200, 0,
     )  # fmt: skip
     down = next(r for r in ledger(run) if r["kind"] == "server" and r["event"] == "down")
     assert down["name"].startswith("policy-r") and "probe(s) in a row failed" in down["cause"], down
