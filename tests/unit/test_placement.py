@@ -1,11 +1,11 @@
-"""Where a job's servers run (launcher/placement.py) and how each placed step is launched."""
+"""Where a job's servers run (launcher/server_placement.py) and how each placed step is launched."""
 
 from __future__ import annotations
 
 import pytest
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher import placement
+from gymslurm.launcher import server_placement as placement
 from gymslurm.launcher.job.servers import container_argv
 from gymslurm.launcher.job.stack import router_settings, stack_lines
 from gymslurm.launcher.settings import ServerSettings

@@ -1,6 +1,6 @@
 """A link's stack: every instance of every server started in order on its nodes, replicas behind a router.
 
-Where each instance runs is :mod:`gymslurm.launcher.placement`'s rule; this module reads the job's
+Where each instance runs is :mod:`gymslurm.launcher.server_placement`'s rule; this module reads the job's
 nodes (``scontrol show hostnames $SLURM_JOB_NODELIST``, the link's node first) and starts each
 instance with :func:`gymslurm.launcher.job.servers.start`. A server with ``replicas: K`` starts its
 K replicas (``policy-r0`` ...), then its router (``servers[].router``, vLLM's ``vllm-router`` by
