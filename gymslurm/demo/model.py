@@ -223,6 +223,12 @@ class ModelApp:
         return reply
 
 
+# OpenAI's ResponseUsage: the two details objects are required (NeMo Gym's openai_model refuses a
+# reply without them: its NeMoGymResponse validation, the compat suite).
+RESPONSES_USAGE = {"input_tokens": 8, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1,
+                   "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 9}  # fmt: skip
+
+
 def _completion(model: str, text: str, kind: str, count: int) -> dict[str, Any]:
     usage = {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9}
     if kind == RESPONSES:
@@ -231,7 +237,7 @@ def _completion(model: str, text: str, kind: str, count: int) -> dict[str, Any]:
         return {"id": f"resp-demo-{count}", "object": "response", "created_at": 0, "model": model,
                 "status": "completed", "output": [message], "parallel_tool_calls": True,
                 "tool_choice": "auto", "tools": [],
-                "usage": {"input_tokens": 8, "output_tokens": 1, "total_tokens": 9}}  # fmt: skip
+                "usage": RESPONSES_USAGE}  # fmt: skip
     if kind == CHAT:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "finish_reason": "stop"}  # fmt: skip

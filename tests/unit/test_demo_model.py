@@ -84,6 +84,16 @@ def test_the_responses_endpoint_answers_like_chat_completions() -> None:
     assert completion_text(_responses(app, {"model": "m", "input": "What is 2 + 2?"})[1]) == "4"
 
 
+def test_a_responses_reply_carries_openais_usage_details() -> None:
+    """A Responses reply's usage has OpenAI's required ``input_tokens_details`` and
+    ``output_tokens_details`` (NeMo Gym's openai_model refused the reply without them)."""
+    _, body = _responses(ModelApp(ModelConfig()), {"model": "m", "input": "What is 2 + 2?"})
+    assert isinstance(body, dict)
+    usage = body["usage"]
+    assert usage["input_tokens_details"] == {"cached_tokens": 0}
+    assert usage["output_tokens_details"] == {"reasoning_tokens": 0}
+
+
 def test_a_responses_request_without_input_is_refused_by_name() -> None:
     """A Responses request with no ``input`` is a 400 that names the field."""
     status, body = _responses(ModelApp(ModelConfig()), {"model": "m"})

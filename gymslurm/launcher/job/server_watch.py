@@ -216,6 +216,7 @@ class Supervisor:
                 self.on_change("restart_failed", server, str(error))
                 continue
             watch.deadline = time.monotonic() + server.settings.startup_timeout_s
+            self._replace(watch.pending)  # the link stops what is being relaunched too, on any exit
             return
         self._retire(watch, cause)
 
