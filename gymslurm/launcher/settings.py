@@ -59,12 +59,7 @@ class ContainerSettings(_Strict):
 
 
 class RouterSettings(_Strict):
-    """The router in front of a server's replicas (``replicas`` > 1): vLLM's ``vllm-router`` by default.
-
-    Started by the link after the replicas, with ``--host``, ``--port``, ``--worker-urls`` (one
-    per replica), ``--policy`` and ``extra_args``; replicas leave and rejoin its rotation through its
-    ``/remove_worker`` and ``/add_worker`` (docs/servers.md, "Replicas and routing").
-    """
+    """The router in front of a server's replicas (``vllm-router`` by default; docs/servers.md)."""
 
     command: list[str] = Field(default_factory=lambda: [PYTHON, "-m", "vllm_router.launch_router"])
     policy: str = "power_of_two"  # least outstanding requests of two replicas picked at random
@@ -146,9 +141,8 @@ class ServerSettings(_Strict):
     probe_timeout_s: float = Field(default=5.0, gt=0)
     probe_failures: int = Field(default=2, ge=1)
     restart_limit: int = Field(default=3, ge=0)
-    # Placement (docs/servers.md, "Placement"): nodes unset, the server runs in the link's process on
-    # the link's node; nodes N, each instance spans N nodes of the job's allocation of its own, one
-    # ``srun --overlap`` step per node (rank 0 serves; worker_command, if set, runs on ranks >= 1).
+    # Placement (docs/servers.md): unset, in the link's process; N, each instance on N nodes of its
+    # own, one ``srun --overlap`` step per node (rank 0 serves; worker_command runs on ranks >= 1).
     nodes: int | None = Field(default=None, ge=1)
     worker_command: list[str] | None = None
     # replicas K > 1: K instances (each on its own node set when nodes is set) behind ``router``,
