@@ -32,10 +32,13 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher import scriptsafe
 from gymslurm.launcher.settings_sections import (
     BudgetSettings,
+    ContainerSettings,
     NotifyTarget,
     ReportSettings,
+    RouterSettings,
     Strict,
     gpus_in_directives,
+    placement_problem,
 )
 from gymslurm.redaction import REDACTED, learn, redact_value
 from gymslurm.resources import configs_dir
@@ -46,25 +49,6 @@ PYTHON = "{python}"
 
 
 _Strict = Strict  # every section: unknown keys refused, frozen (settings_sections.py)
-
-
-class ContainerSettings(_Strict):
-    """Run a server's command in a container: Pyxis/enroot (``srun --container-image``) or Apptainer."""
-
-    runtime: Literal["pyxis", "apptainer"]
-    image: str = Field(min_length=1)
-    mounts: list[str] = Field(default_factory=list)  # SRC:DST[:ro]
-    gpus: bool = False  # apptainer: --nv (Pyxis sees the job's GPUs already)
-    extra_args: list[str] = Field(default_factory=list)
-
-
-class RouterSettings(_Strict):
-    """The router in front of a server's replicas (``vllm-router`` by default; docs/servers.md)."""
-
-    command: list[str] = Field(default_factory=lambda: [PYTHON, "-m", "vllm_router.launch_router"])
-    policy: str = "power_of_two"  # least outstanding requests of two replicas picked at random
-    extra_args: list[str] = Field(default_factory=list)
-    startup_timeout_s: float = Field(default=60.0, gt=0)
 
 
 def _refuse(problem: str | None) -> None:
@@ -141,12 +125,9 @@ class ServerSettings(_Strict):
     probe_timeout_s: float = Field(default=5.0, gt=0)
     probe_failures: int = Field(default=2, ge=1)
     restart_limit: int = Field(default=3, ge=0)
-    # Placement (docs/servers.md): unset, in the link's process; N, each instance on N nodes of its
-    # own, one ``srun --overlap`` step per node (rank 0 serves; worker_command runs on ranks >= 1).
     nodes: int | None = Field(default=None, ge=1)
     worker_command: list[str] | None = None
-    # replicas K > 1: K instances (each on its own node set when nodes is set) behind ``router``,
-    # each supervised and restarted on its own; the server's URL is the router's.
+    # nodes N: N nodes of its own per instance; replicas K: K instances behind router (docs/servers.md).
     replicas: int = Field(default=1, ge=1)
     router: RouterSettings = Field(default_factory=RouterSettings)
 
@@ -163,10 +144,7 @@ class ServerSettings(_Strict):
         """Exactly one of url and command."""
         if (self.url is None) == (self.command is None):
             raise ValueError(f"server {self.name!r}: set exactly one of url (a running server) or command")
-        if self.command is None and (self.nodes is not None or self.replicas > 1):
-            raise ValueError(f"server {self.name!r}: nodes and replicas need a command, not a url")
-        if self.worker_command is not None and (self.nodes or 1) < 2:
-            raise ValueError(f"server {self.name!r}: worker_command runs on node ranks >= 1: set nodes >= 2")
+        _refuse(placement_problem(self.name, self.command, self.nodes, self.replicas, self.worker_command))
 
 
 class CollectorSettings(_Strict):
@@ -559,10 +537,8 @@ def with_interpreter(settings: BenchmarkSettings) -> BenchmarkSettings:
 
     servers = [
         server if server.command is None else server.model_copy(update={
-            "command": fill(server.command),
-            "worker_command": None if server.worker_command is None else fill(server.worker_command),
-            "router": server.router.model_copy(update={"command": fill(server.router.command)}),
-        })
+            "command": fill(server.command), "worker_command": fill(server.worker_command or []) or None,
+            "router": server.router.model_copy(update={"command": fill(server.router.command)})})
         for server in settings.servers
     ]  # fmt: skip
     return settings.model_copy(

@@ -74,3 +74,33 @@ class NotifyTarget(Strict):
             raise ValueError("a notify entry sets exactly one of webhook (a URL) or command (argv)")
         if self.command is not None and not self.command:
             raise ValueError("notify command must name a program")
+
+
+class ContainerSettings(Strict):
+    """Run a server's command in a container: Pyxis/enroot (``srun --container-image``) or Apptainer."""
+
+    runtime: Literal["pyxis", "apptainer"]
+    image: str = Field(min_length=1)
+    mounts: list[str] = Field(default_factory=list)  # SRC:DST[:ro]
+    gpus: bool = False  # apptainer: --nv (Pyxis sees the job's GPUs already)
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class RouterSettings(Strict):
+    """The router in front of a server's replicas (``vllm-router`` by default; docs/servers.md)."""
+
+    command: list[str] = Field(default_factory=lambda: ["{python}", "-m", "vllm_router.launch_router"])
+    policy: str = "power_of_two"  # least outstanding requests of two replicas picked at random
+    extra_args: list[str] = Field(default_factory=list)
+    startup_timeout_s: float = Field(default=60.0, gt=0)
+
+
+def placement_problem(
+    name: str, command: list[str] | None, nodes: int | None, replicas: int, worker_command: list[str] | None
+) -> str | None:
+    """Why a server's placement keys do not fit together, else None."""
+    if command is None and (nodes is not None or replicas > 1):
+        return f"server {name!r}: nodes and replicas need a command, not a url"
+    if worker_command is not None and (nodes or 1) < 2:
+        return f"server {name!r}: worker_command runs on node ranks >= 1: set nodes >= 2"
+    return None
