@@ -113,3 +113,13 @@ def test_the_router_goes_by_the_servers_name_and_takes_its_override() -> None:
     assert (settings.name, settings.collector_override, settings.health_path) == (
         "policy", "+policy_base_url", "/health",
     )  # fmt: skip
+
+
+def test_each_router_gets_a_free_port_for_its_metrics_unless_one_is_named() -> None:
+    """vllm-router's Prometheus exporter binds 29000 by default: two routers on one node clashed."""
+    argv = router_settings(server("policy", replicas=2), [], "127.0.0.1").command
+    port = int(argv[argv.index("--prometheus-port") + 1])
+    assert port != 29000 and port > 0
+    named = server("policy", replicas=2, router={"extra_args": ["--prometheus-port", "9100"]})
+    argv = router_settings(named, [], "127.0.0.1").command
+    assert argv.count("--prometheus-port") == 1 and argv[argv.index("--prometheus-port") + 1] == "9100"

@@ -51,7 +51,7 @@ def router_settings(
     argv = [
         *router.command, "--host", "{host}", "--port", "{port}",
         "--worker-urls", *(replica.url for replica in replicas),
-        "--policy", router.policy, *router.extra_args,
+        "--policy", router.policy, *router.extra_args, *metrics_port_args(router.extra_args),
     ]  # fmt: skip
     return ServerSettings(
         name=server.name, command=argv, host=host, health_path="/health", probe="health",
@@ -59,6 +59,17 @@ def router_settings(
         probe_interval_s=server.probe_interval_s, probe_timeout_s=server.probe_timeout_s,
         probe_failures=server.probe_failures, restart_limit=server.restart_limit,
     )  # fmt: skip
+
+
+def metrics_port_args(extra_args: list[str]) -> list[str]:
+    """A free port for vllm-router's Prometheus exporter, unless the user named one.
+
+    Why: it binds 29000 by default, so two routers on one node (two runs, two shards of one run)
+    clashed: the second exited with "Address already in use" and its link retried (seen in the suite).
+    """
+    if any(arg.split("=")[0] == "--prometheus-port" for arg in extra_args):
+        return []
+    return ["--prometheus-port", str(server_mod.free_port("0.0.0.0"))]
 
 
 def start_stack(
