@@ -192,8 +192,10 @@ def test_run_files_are_private(tmp_path: Path, shared_demo_server) -> None:
 
 def test_a_server_that_never_gets_healthy_leaks_no_canary_in_ledger_log_or_status(tmp_path: Path) -> None:
     """A server command with ``--api-key V`` that never answers: no canary in ledger, log, status, --wait."""
-    canary = CANARIES["--api-key V pair"]
-    env_canary = CANARIES["credential-named key"]
+    # Values of its own: this server's argv is the user's command (ps may show it), so a canary the
+    # other tests also look for would be found there by a neighbour's command-line watcher.
+    canary = CANARIES["--api-key V pair"].replace("CNRY", "OWNC")
+    env_canary = CANARIES["credential-named key"].replace("CNRY", "OWNC")
     py = sys.executable
     dataset = write_tasks(tmp_path / "tasks.jsonl", [{}])
     bench = tmp_path / "never.yaml"
