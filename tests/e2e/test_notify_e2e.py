@@ -29,7 +29,9 @@ def test_each_event_arrives_once_with_the_receiver_down_during_part_of_the_run(t
         f"  - webhook: http://127.0.0.1:{port}/{secret}\n    timeout_s: 1\n    attempts: 20\n"
         f"  - command: [{sys.executable}, -c, {json.dumps(script)}]\n"
     )
-    steps = [{"exit": 1}, {"exit": 75, "progress": 1, "sleep": 2}, {"exit": 0}]
+    # The links after the first take long enough that a delivery pass runs once the receiver is up
+    # and the failed attempts' back-off has passed (with 2 s the run could end before: no pass left).
+    steps = [{"exit": 1}, {"exit": 75, "progress": 1, "sleep": 12}, {"exit": 0, "sleep": 5}]
     bench = write_benchmark(tmp_path, steps, extra=extra)
     gymslurm("submit", str(bench), "--backend", "local", "aggregation.command=[/bin/true]")
     run = only_run(tmp_path)
