@@ -88,8 +88,12 @@ def test_exit_75_without_progress_spends_a_retry(tmp_path: Path) -> None:
 
 
 def test_time_limit_signal_stops_cleanly_and_walltime_cap_ends_the_chain(tmp_path: Path) -> None:
-    """USR1 before --time makes the collector exit 75; walltime accumulates until max_walltime stops it."""
-    extra = "slurm:\n  time: '0:10'\n  signal_lead_s: 4\n  max_walltime: '0:11'\n"
+    """USR1 before --time makes the collector exit 75; walltime accumulates until max_walltime stops it.
+
+    The cap is twice the time limit: a link's elapsed is at most its limit plus the supervisor's
+    poll, so the first link always continues, even on a loaded machine (with a cap of 11 s a first
+    link slowed past it ended the chain alone: seen in CI)."""
+    extra = "slurm:\n  time: '0:10'\n  signal_lead_s: 4\n  max_walltime: '0:20'\n"
     step = {"exit": 0, "sleep": 60, "on_signal": 75, "progress": 1}
     run = _submit(tmp_path, [step], "shards=1", "aggregation.enabled=false", extra=extra)
     report = wait_until_final(run, aggregation=False)
