@@ -38,6 +38,7 @@ from typing import IO, Any
 
 from gymslurm.errors import GymslurmError
 from gymslurm.formats import version_of
+from gymslurm.redaction import redact_text
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState, SavedOutcome
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.store.history import row_outcome, sidecar_outcome
@@ -259,7 +260,7 @@ def failure_examples(index: LineIndex, states: Sequence[RolloutState]) -> dict[s
                 wanted[selected.line] = name
     examples: dict[str, list[str]] = {}
     for line, row in read_lines(index, wanted):
-        examples.setdefault(wanted[line], []).append(str(row.get("_ng_failure_message", ""))[:300])
+        examples.setdefault(wanted[line], []).append(redact_text(str(row.get("_ng_failure_message", "")))[:300])
     return examples
 
 
@@ -362,7 +363,7 @@ def _sidecar_examples(index: LineIndex, lines: Iterable[int]) -> dict[str, list[
             routing if isinstance(routing, str) else "environment_server_failed", []
         )
         if len(messages) < EXAMPLES_PER_CLASS:
-            messages.append(str(row.get("_ng_failure_message", ""))[:300])
+            messages.append(redact_text(str(row.get("_ng_failure_message", "")))[:300])
     return examples
 
 

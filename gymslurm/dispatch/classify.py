@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from gymslurm.dispatch.http11 import _ReplyTooLarge
 from gymslurm.errors import ProtocolError
-from gymslurm.identity import redact_text
+from gymslurm.identity import redact_text, redact_value
 from gymslurm.records import (
     FAILURE_KINDS,
     LEGACY_JUDGE_MARKERS,
@@ -188,6 +188,29 @@ def classify_reply(
     """
     call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path, protocol,
                  indices)  # fmt: skip
+    return _screened(_classify(call))
+
+
+def _screened(outcome: Outcome) -> Outcome:
+    """What a server sent back, every secret removed before it is saved (issue 20): a failure's reason,
+    response and diagnostics, an omission's payload, by value and by shape (gymslurm.redaction) — a
+    server may echo a key the collector was never given ("Incorrect API key provided: V"). A
+    completed result is data: the store removes only learned values from it."""
+    if isinstance(outcome, Omitted) and outcome.payload:
+        return Omitted(redact_value(outcome.payload))
+    if not isinstance(outcome, Failed):
+        return outcome
+    failure = outcome.record.failure
+    reason = _truncate(redact_text(failure.failure_reason))
+    screened = failure.model_copy(update={"failure_reason": reason})
+    record = outcome.record.model_copy(update={"failure": screened})
+    response = None if outcome.response is None else redact_value(outcome.response)
+    diagnostics = None if outcome.diagnostics is None else redact_value(outcome.diagnostics)
+    return Failed(record, outcome.legacy_class, response, diagnostics)
+
+
+def _classify(call: _Call) -> Outcome:
+    status_code, episode, path = call.status_code, call.episode, call.path
     if 200 <= status_code < 300:
         try:
             return _classify_2xx(call)

@@ -264,3 +264,13 @@ def test_result_superseded_by_newer_sidecar_failure_is_skipped(tmp_path: Path) -
     rows = [stamped("a0", 0, reward=1)]
     path = write_legacy(tmp_path / "re.jsonl", rows, [sidecar_failure("a0", 1)])
     assert run_health_check(path).status == "skipped"
+
+
+def test_failure_examples_hold_no_key_a_server_echoed(tmp_path: Path) -> None:
+    """A sidecar saved before replies were screened: its echoed key is not copied into the examples."""
+    echoed = "Incorrect API key provided: sk-ECHOED-by-an-older-collector"
+    run = ShardBuilder(tmp_path / "out.jsonl", 1)
+    run.failure("arith-0", echoed, terminal=True)
+    report = run_health_check(run.finish(), thresholds=LOOSE)
+    examples = [text for texts in report.failure_examples.values() for text in texts]
+    assert examples == ["Incorrect API key provided: <redacted> on arith-0"]
