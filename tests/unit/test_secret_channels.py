@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,36 @@ def test_overrides_from_the_environment_are_a_json_list() -> None:
     with pytest.raises(ConfigError, match=SECRET_OVERRIDES_ENV) as refused:
         secret_overrides({SECRET_OVERRIDES_ENV: "+policy_api_key=CANARY-BAD"})
     assert "CANARY-BAD" not in str(refused.value)
+
+
+def test_a_variable_named_under_a_credential_key_is_withheld_whatever_its_name() -> None:
+    """``VLLM_API_KEY: ${oc.env:POLICY}``: POLICY holds a key, so no other process inherits it."""
+    withheld = withheld_variables([{"MODE": "${oc.env:FAST}"}, {"VLLM_API_KEY": "${oc.env:POLICY}"}])
+    assert withheld == {"POLICY"}
+
+
+def test_the_link_learns_a_server_env_value_read_from_a_plainly_named_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server printing the key it got as ``VLLM_API_KEY: ${oc.env:POLICY}`` leaves no trace of it in
+    its log: the link learned the resolved value (scrubbed by value, no shape needed)."""
+    key = "POLICY-VALUE-CANARY-5b1e"
+    monkeypatch.setenv("POLICY", key)
+    program = (
+        "import os, socket, sys, time; print('serving with', os.environ['VLLM_API_KEY'], flush=True); "
+        "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(30)"
+    )
+    settings = ServerSettings(
+        name="echo", command=[sys.executable, "-c", program, "{port}"],
+        env={"VLLM_API_KEY": "${oc.env:POLICY}"}, startup_timeout_s=20,
+    )  # fmt: skip
+    log = tmp_path / "server.log"
+    server = server_mod.start(settings, log, withheld=frozenset({"POLICY"}))
+    try:
+        deadline = time.monotonic() + 20
+        while "serving with" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server_mod.stop(server)
+    text = log.read_text()
+    assert "serving with <redacted>" in text and key not in text

@@ -26,7 +26,7 @@ from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV, environment_string_problem
-from gymslurm.redaction import redact_value
+from gymslurm.redaction import redact_value, remember
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 
@@ -127,7 +127,10 @@ def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[st
     (``${oc.env:NAME}`` resolved here, inside the job), each server its ``env``, never
     ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (launcher/job/environment.py).
     """
-    return environment.child_environment(os.environ, extra or {}, withheld=withheld, where="collector.env")
+    own = extra or {}
+    child_env = environment.child_environment(os.environ, own, withheld=withheld, where="collector.env")
+    remember(environment.secret_values(own, child_env))  # scrubbed by value from all the link writes
+    return child_env
 
 
 @dataclass

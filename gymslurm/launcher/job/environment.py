@@ -25,10 +25,27 @@ def referenced_variables(values: Iterable[str]) -> set[str]:
     return {match.group(1) for value in values for match in _ENV_REFERENCE.finditer(value)}
 
 
+def _holds_secret(key: str, value: str) -> set[str]:
+    """The variables ``value`` names that carry a secret: credential-named ones, and every one named
+    under a credential-named key (``VLLM_API_KEY: ${oc.env:POLICY}``: POLICY holds a key)."""
+    names = referenced_variables([value])
+    return names if is_credential_name(key) else {name for name in names if is_credential_name(name)}
+
+
 def withheld_variables(env_mappings: Iterable[Mapping[str, str]]) -> frozenset[str]:
-    """Credential-named variables that some process's ``env`` names: no other child inherits them."""
-    names = {name for env in env_mappings for name in referenced_variables(env.values())}
-    return frozenset(name for name in names if is_credential_name(name))
+    """The secret-bearing variables some process's ``env`` names (:func:`_holds_secret`): no other
+    child inherits them."""
+    return frozenset(
+        name for env in env_mappings for key, value in env.items() for name in _holds_secret(key, value)
+    )
+
+
+def secret_values(own: Mapping[str, str], resolved: Mapping[str, str]) -> list[str]:
+    """The resolved values of a process's ``env`` that are secrets: under a credential-named key, or
+    read from a secret-bearing variable. The link learns them (gymslurm.redaction.remember)."""
+    return [
+        resolved[key] for key, value in own.items() if is_credential_name(key) or _holds_secret(key, value)
+    ]
 
 
 def resolve_references(value: str, environ: Mapping[str, str], where: str) -> str:

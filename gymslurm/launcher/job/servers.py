@@ -47,7 +47,7 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.server_placement import node_words, step_head
 from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
-from gymslurm.redaction import redact_text
+from gymslurm.redaction import redact_text, remember
 from gymslurm.store.atomic import open_run_file
 
 
@@ -233,6 +233,7 @@ def launch(
         try:
             where = f"servers.{settings.name}.env"
             child_env = environment.child_environment(os.environ, env, withheld=withheld, where=where)
+            remember(environment.secret_values(env, child_env))  # scrubbed by value from all the link writes
         except ConfigError as error:
             for process in processes:
                 _kill_tree(process.pid, 0.0)
