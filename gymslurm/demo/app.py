@@ -76,6 +76,7 @@ class DemoConfig:
     latency_ms: float = 0.0
     die_after: int | None = None  # answer this many /run requests, then die on the next one
     policy_url: str | None = None  # an OpenAI-compatible model server answering for the policy
+    api_key: str = field(default="", repr=False)  # its own key (DEMO_API_KEY): rejected_key echoes it
 
     def problems(self) -> list[str]:
         """What is wrong with this configuration, one sentence each; empty when it is usable."""
@@ -194,7 +195,7 @@ class DemoApp:
         )
         reward = grade(answer, expected)
         result = {"reward": reward, "response": response_object(answer), "expected_answer": expected}
-        reply = episode_reply(fault, episode, answer, expected, result)
+        reply = episode_reply(fault, episode, answer, expected, result, api_key=self.config.api_key)
         self.outcomes[fault or ("correct" if reward else "wrong")] += 1
         delay = delay_seconds(fault, task_input, self.config.latency_ms)
         return reply._replace(delay_s=delay) if delay else reply

@@ -49,6 +49,8 @@ FAULTS: dict[str, str] = {
     "slow": "normal result after _demo_latency_ms (default 1000 ms) on top of --latency-ms",
     "die": "the process exits at once (os._exit) after receiving the request, without answering",
     "judge_failed": "legacy judge failure (_ng_failure_class judge_failed) keeping the answer in response",
+    "rejected_key": "non-terminal provider_unavailable failure echoing the server's own API key "
+    "(DEMO_API_KEY) as OpenAI refuses one, in failure_reason and response",
 }
 
 # The faults the --<name>-rate flags draw, in the order their intervals are laid out on [0, 1).
@@ -213,6 +215,15 @@ def _judge_failed(episode: Episode, answer: str, expected: str) -> Reply:
     return result_reply(episode, result)
 
 
+def _rejected_key(episode: Episode, api_key: str) -> Reply:
+    """The policy's provider refused the server's key and said which: the text OpenAI answers with."""
+    refusal = f"Incorrect API key provided: {api_key}. You can find your API key at https://example/keys."
+    reason = f"demo-server: injected fault 'rejected_key': the policy provider answered 401: {refusal}"
+    payload = _failure_payload(episode, reason, False, "provider_unavailable", "agent")
+    payload["failure"]["response"] = {"error": {"message": refusal, "code": "invalid_api_key"}}
+    return json_reply(200, payload)
+
+
 def _kill_shaped(episode: Episode) -> Reply:
     payload = _failure_payload(episode, _reason("kill_shaped"), False, "kill_shaped", None)
     payload["_ng_no_persist"] = True
@@ -267,9 +278,18 @@ _BUILDERS: dict[str, Callable[[Episode, str, str, dict[str, Any]], Reply]] = {
 
 
 def episode_reply(
-    fault: str | None, episode: Episode, answer: str, expected: str, result: dict[str, Any]
+    fault: str | None,
+    episode: Episode,
+    answer: str,
+    expected: str,
+    result: dict[str, Any],
+    *,
+    api_key: str = "",
 ) -> Reply:
-    """The reply to one episode attempt given its fault (None: the graded ``result``)."""
+    """The reply to one episode attempt given its fault (None: the graded ``result``); ``api_key`` is
+    the server's own key, which ``rejected_key`` echoes."""
+    if fault == "rejected_key":
+        return _rejected_key(episode, api_key)
     builder = _BUILDERS.get(fault) if fault is not None else None
     return builder(episode, answer, expected, result) if builder else result_reply(episode, result)
 

@@ -33,6 +33,7 @@ from gymslurm.exitcodes import ExitCode
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8123
 LISTENING = "gymslurm demo-server listening on"
+API_KEY_ENV = "DEMO_API_KEY"  # the server's own key, read from its environment (fault rejected_key)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +98,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         latency_ms=args.latency_ms,
         die_after=args.die_after,
         policy_url=args.policy_url,
+        api_key=os.environ.get(API_KEY_ENV, ""),
     )
     problems = config.problems()
     if problems:
