@@ -5,6 +5,8 @@ A loopback server (this process, asyncio) answers every ``POST /run`` according 
 - ``small``: a valid result of a few bytes (the baseline, measured in the same run);
 - ``declared-100mb``: a result padded to 100 MB, content-length framed (over ``max_reply_bytes``);
 - ``tiny-keys-60mb``: 60 MB of ``"kN":1`` entries (under ``max_reply_bytes``, ~700 MB once parsed);
+- ``deep-nesting-60mb``: 60 MB of lists nested 500 deep (under orjson's depth limit), repeated: no
+  ``,`` or ``:`` inside a group, ~2.4 GB once parsed (40 x the body);
 - ``endless-chunked`` / ``endless-close``: a body that never ends, chunked or close-framed;
 - ``slow-endless``: an endless body trickled 64 KiB every 20 ms.
 
@@ -34,7 +36,8 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ["small", "declared-100mb", "tiny-keys-60mb", "endless-chunked", "endless-close", "slow-endless"]
+CASES = ["small", "declared-100mb", "tiny-keys-60mb", "deep-nesting-60mb", "endless-chunked", "endless-close",
+         "slow-endless"]  # fmt: skip
 ENDLESS_CAP = 96 * 1024 * 1024  # an endless body stops here per connection (the bench ends by itself)
 PIECE = b"x" * (1 << 20)
 HUNDRED_MB = b', "pad": "' + b"x" * (100 << 20) + b'"'
@@ -52,13 +55,13 @@ async def _write_sliced(writer: asyncio.StreamWriter, data: bytes) -> None:
         await writer.drain()
 
 
-async def _answer(case: str, request: dict, writer: asyncio.StreamWriter, keys: bytes) -> bool:
+async def _answer(case: str, request: dict, writer: asyncio.StreamWriter, pads: dict[str, bytes]) -> bool:
     """Write the case's answer; False when the connection must close afterwards."""
     if "episode_id" not in request:  # not a /run request (the end-of-run metrics): an empty answer
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
         return True
-    if case in ("small", "declared-100mb", "tiny-keys-60mb"):
-        pad = {"small": b"", "declared-100mb": HUNDRED_MB, "tiny-keys-60mb": keys}[case]
+    if case in pads:
+        pad = pads[case]
         head, tail = _result(request).rsplit(b"}}", 1)[0], b"}}"
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (len(head) + len(pad) + len(tail)) + head
@@ -90,6 +93,8 @@ def serve(case: list[str], ready: threading.Event, port: list[int]) -> None:
         + b",".join(b'"k%d":1' % i for i in range(5_500_000))[: 60 << 20].rsplit(b",", 1)[0]
         + b"}"
     )
+    nested = b', "junk": [' + b",".join([b"[" * 500 + b"]" * 500] * (60 << 10)) + b"]"
+    pads = {"small": b"", "declared-100mb": HUNDRED_MB, "tiny-keys-60mb": keys, "deep-nesting-60mb": nested}
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -98,7 +103,7 @@ def serve(case: list[str], ready: threading.Event, port: list[int]) -> None:
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length"))  # fmt: skip
                 request = json.loads(await reader.readexactly(length))
-                if not await _answer(case[0], request, writer, keys):
+                if not await _answer(case[0], request, writer, pads):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass

@@ -33,11 +33,26 @@ def test_a_reply_of_many_tiny_keys_is_refused_before_it_is_parsed() -> None:
     assert "max_inflight_reply_bytes" in outcome.record.failure.failure_reason
 
 
+def _deep_nesting(body: bytes, groups: int) -> bytes:
+    """Lists nested 500 deep (under orjson's depth limit), repeated: no ``,`` or ``:`` inside a group,
+    but every ``[`` builds a list (measured: ~80 bytes of objects per byte pair, 40 x the body)."""
+    content = ok_response(body).split(b"\r\n\r\n", 1)[1]
+    nested = b",".join([b"[" * 500 + b"]" * 500] * groups)
+    content = content[:-1] + b', "junk": [' + nested + b"]}"
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(content), content)
+
+
+def test_a_reply_of_deep_nesting_is_refused_before_it_is_parsed() -> None:
+    """1 MB of nested lists (about 40 MB once parsed) is over a 4 MiB budget: refused, not built."""
+    (outcome,), _ = run_against(lambda body: _deep_nesting(body, 1000), max_inflight_reply_bytes=BUDGET)
+    assert isinstance(outcome, Failed) and outcome.record.failure.failure_kind == REPLY_TOO_LARGE
+
+
 def test_an_ordinary_reply_passes_the_parse_guard() -> None:
     """A reply with a few keys costs little: parsed and classified as usual."""
     (outcome,), _ = run_against(ok_response, max_inflight_reply_bytes=BUDGET)
     assert outcome == Completed({"reward": 1.0})
-    assert parsed_cost(b'{"a": 1, "b": [1, 2]}') == 64 * 4
+    assert parsed_cost(b'{"a": 1, "b": [1, 2]}') == 64 * 4 + 160 * 2  # 2 "," and 2 ":"; 2 opened
 
 
 async def _endless(framing: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
