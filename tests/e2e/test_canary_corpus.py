@@ -12,7 +12,8 @@ file and the typed ``submit`` command line); everything else holds no needle.
 
 The second test asks the same samples one more thing: no gymslurm process that gymslurm started
 carries configuration on its command line — the collector's argv is its command, the chain step's
-is ``--run-dir RUN --shard N`` (or ``--aggregate``).
+is ``--run-dir RUN --shard N`` (or ``--aggregate``). The third asks it of ``submit --reverify``: the
+re-grading process's argv is ``reverify --judge-failed-only``.
 """
 
 from __future__ import annotations
@@ -159,4 +160,28 @@ def test_no_process_gymslurm_starts_carries_configuration_on_its_command_line(tm
     assert all(argv == [py, "-m", "gymslurm", "collect"] for argv in collectors), collectors
     allowed = ({"--shard", "0"}, {"--aggregate"})
     head = [py, "-m", "gymslurm", "chain-step", "--run-dir", str(run)]
+    assert all(argv[:6] == head and set(argv[6:]) in allowed for argv in steps), steps
+
+
+def test_no_reverify_process_carries_configuration_on_its_command_line(tmp_path: Path) -> None:
+    """``submit --reverify``: the re-grading process's argv is its command (``reverify
+    --judge-failed-only``), its overrides in its environment; the chain step's is the run dir and shard."""
+    from tests.e2e.launcher_chains_helpers import wait_until_final
+    from tests.e2e.test_submit_reverify import TASKS, benchmark
+
+    write_tasks(tmp_path / "data.jsonl", TASKS)  # two judge failures left when the walltime stops it
+    first = gymslurm("submit", str(benchmark(tmp_path)), "--wait")
+    assert first.returncode != 0, first.stdout
+    (source,) = [p.parent for p in (tmp_path / "runs").glob("*/run.json")]
+    with sampling_processes(tmp_path) as (_, _, ours):
+        done = gymslurm("submit", "--reverify", str(source), "--wait")
+        run = Path(done.stdout.split("gymslurm status ", 1)[1].split()[0])
+        wait_until_final(run)
+    py = sys.executable
+    graders = [line.split() for line in ours if " -m gymslurm reverify" in line]
+    steps = [line.split() for line in ours if " -m gymslurm chain-step " in line]
+    assert graders and steps, ours
+    assert all(argv == [py, "-m", "gymslurm", "reverify", "--judge-failed-only"] for argv in graders), graders
+    head = [py, "-m", "gymslurm", "chain-step", "--run-dir", str(run)]
+    allowed = ({"--shard", "0"}, {"--shard", "1"}, {"--aggregate"})
     assert all(argv[:6] == head and set(argv[6:]) in allowed for argv in steps), steps
