@@ -260,7 +260,8 @@ def failure_examples(index: LineIndex, states: Sequence[RolloutState]) -> dict[s
                 wanted[selected.line] = name
     examples: dict[str, list[str]] = {}
     for line, row in read_lines(index, wanted):
-        examples.setdefault(wanted[line], []).append(redact_text(str(row.get("_ng_failure_message", "")))[:300])
+        message = redact_text(str(row.get("_ng_failure_message", "")))  # a sidecar of an older collector
+        examples.setdefault(wanted[line], []).append(message[:300])
     return examples
 
 
