@@ -35,6 +35,7 @@ SLURM_GROUPS = {
     "test_sandbox.py": "slurm-1",
     "test_smoke.py": "slurm-1",
     "test_job_python.py": "slurm-1",
+    "test_job_identity.py": "slurm-1",
     "test_launcher_chains.py": "slurm-2",
     "test_interruptions.py": "slurm-2",
     "test_doctor.py": "slurm-2",

@@ -139,12 +139,24 @@ def fold_runs(rows: Sequence[AccountingRow]) -> dict[str, AccountingRow]:
     return folded
 
 
-def parse_scontrol_job(stdout: str) -> dict[str, str]:
-    """``scontrol show job -o ID`` as a mapping; a token without ``=`` continues the previous value."""
+def parse_scontrol_job(stdout: str, job_id: str | None = None) -> dict[str, str]:
+    """``scontrol show job -o ID`` as a mapping; a token without ``=`` continues the previous value.
+
+    ``job_id``: the id asked of. An array's own id (``scontrol show job 949``) lists every task of
+    the array, one line each, and the task still carrying that id (``JobId=949``, often the last
+    task) is one of them: the line whose ``JobId`` (or ``ARRAYJOB_TASK``) is ``job_id`` is the
+    answer, never the lines merged (seen on the sandbox: task 949_2 read itself as 949_0).
+    """
     text = stdout.strip()
     if not text.startswith("JobId="):
         raise SlurmError(f"unexpected scontrol output (expected 'JobId=...'): {_quote(text)!r}")
-    return _key_values(text)
+    lines = [_key_values(line.strip()) for line in text.splitlines() if line.strip()]
+    if job_id is None or len(lines) == 1:
+        return lines[0]
+    for fields in lines:
+        if job_id in (fields.get("JobId"), f"{fields.get('ArrayJobId')}_{fields.get('ArrayTaskId')}"):
+            return fields
+    raise SlurmError(f"scontrol show job {job_id} lists no job {job_id}: {_quote(text)!r}")
 
 
 def parse_config(stdout: str) -> dict[str, str]:
@@ -314,7 +326,7 @@ class SlurmClient:
             if _UNKNOWN_JOB in done.stderr:
                 return None
             raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
-        return parse_scontrol_job(done.stdout)
+        return parse_scontrol_job(done.stdout, job_id)
 
     def accounting_enabled(self) -> bool:
         """One ``scontrol show config``: does the cluster keep accounting? (submit records it in run.json)."""

@@ -18,6 +18,7 @@ import pytest
 from .helpers import (
     NO_ACCOUNTING_CLUSTER,
     SlurmCluster,
+    SlurmUser,
     cluster_env,
     submitted_up_front,
     wait_for_job,
@@ -54,7 +55,16 @@ SCENARIOS = {
     "inject_cancel": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
     "inject_requeue": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
     "aggregation_identity": dict(steps=[{"exit": 0}], overrides=["aggregation.command=[sleep,'90']"]),
+    # Cluster n again, every job held: the fixture releases the first link, which crashes; its
+    # successor stays held until Slurm forgot the link (MinJobAge), from the module's start on.
+    "forgotten_no_accounting": dict(
+        steps=[], collector_command=CRASHER, env=cluster_env(NO_ACCOUNTING_CLUSTER),
+        overrides=["aggregation.enabled=false", "slurm.extra_directives=[--hold]"],
+    ),
 }  # fmt: skip
+RELEASED_AT_SUBMIT = {"forgotten_no_accounting"}
+# slurmctld purges ended jobs older than MinJobAge once a minute (22.05: PURGE_JOB_INTERVAL 60 s).
+PURGE_INTERVAL_S = 60
 
 
 def _slurm(*argv: str) -> str:
@@ -67,10 +77,14 @@ def chains(
 ) -> Iterator[dict[str, Chain]]:
     """Every scenario submitted up front, so their Slurm waits overlap (all cancelled at the end, also
     when a later submission fails)."""
-    yield from submitted_up_front(
-        slurm_session_dir, "hostile", SCENARIOS,
-        lambda user, spec: Chain(user, slurm_python, **spec).submit(),  # type: ignore[arg-type]
-    )  # fmt: skip
+
+    def submit(user: SlurmUser, name: str) -> Chain:
+        chain = Chain(user, slurm_python, **SCENARIOS[name]).submit()  # type: ignore[arg-type]
+        if name in RELEASED_AT_SUBMIT:
+            chain.user.run(["scontrol", "release", chain.status()["shards"][0]["job"]], env=chain.env)
+        return chain
+
+    yield from submitted_up_front(slurm_session_dir, "hostile", {name: name for name in SCENARIOS}, submit)
 
 
 def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[str, Chain]) -> None:
@@ -197,3 +211,46 @@ def test_an_injected_fault_is_survived_and_recorded(
     assert row["verdict"] == "DONE" and row["injected"] and row["injected"][0].startswith(kind)
     assert row["retries"] == ("1/3" if kind == "crash" else "0/3")
 
+
+def _forgotten(job: str, env: dict[str, str]) -> bool:
+    """``scontrol show job`` no longer knows ``job`` (it says "Invalid job id")."""
+    shown = ["scontrol", "show", "job", "-o", job]
+    done = subprocess.run(shown, capture_output=True, text=True, env=env, check=False)
+    return done.returncode != 0 and "Invalid job id" in done.stderr
+
+
+def test_a_dead_link_slurm_forgot_is_judged_from_its_start_record_without_accounting(
+    chains: dict[str, Chain],
+) -> None:
+    """Cluster n (no sacct): a link that crashed and that scontrol forgot (MinJobAge) before its held
+    successor ran. status meanwhile: WAITING, one squeue. Released, the successor judges it from the
+    ledger alone: VANISHED more than 60 s after its start, so Slurm ended it: CONTINUE, no retry spent."""
+    chain = chains["forgotten_no_accounting"]
+    env = chain.env or {}
+    deadline = time.monotonic() + 180
+    while not (starts := [r for r in chain.ledger() if r["kind"] == "start"]):
+        assert time.monotonic() < deadline, "the released first link did not start within 180 s"
+        time.sleep(1)
+    first = str(starts[0]["job_id"])
+    config = subprocess.run(
+        ["scontrol", "show", "config"], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    age = re.search(r"^MinJobAge\s*=\s*(\d+)", config, re.M)
+    assert age, config
+    deadline = time.monotonic() + int(age.group(1)) + PURGE_INTERVAL_S + 120
+    while not _forgotten(first, env):
+        assert time.monotonic() < deadline, f"scontrol still knows {first} past MinJobAge {age.group(1)} s"
+        time.sleep(5)
+    assert not chain.decisions(), chain.decisions()  # nobody has judged the dead link yet
+    report = chain.status()
+    row = report["shards"][0]
+    assert row["verdict"] == "WAITING" and report["queries"] == 1, report
+    (successor,) = [r["job_id"] for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == first]
+    chain.user.run(["scontrol", "release", successor], env=env)
+    chain.wait_for_decisions(0)
+    judged = chain.decisions()[0]
+    assert (judged["job_id"], judged["restart_count"], judged["slurm_state"], judged["decision"]) == (
+        first, 0, "VANISHED", "CONTINUE",
+    ), judged  # fmt: skip
+    assert judged["accounted_by"] == successor, judged
+    assert judged["budgets_after"]["infra_retries_used"] == 0, judged

@@ -158,6 +158,24 @@ def test_parse_scontrol_job() -> None:
     assert fields["Power"] == ""
 
 
+# Pasted from the sandbox (scontrol show job -o 949 while array 949's three tasks ran), cut after
+# ExitCode: the array's own id lists every task; task 2 still carries the id 949.
+SCONTROL_ARRAY = "".join(
+    f"JobId={job} ArrayJobId=949 ArrayTaskId={task} JobName=wrap UserId=slurmtest(1001) "
+    "GroupId=slurmtest(1001) MCS_label=N/A Priority=4294900857 Nice=0 Account=sandbox QOS=normal "
+    "JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n"
+    for job, task in (("949", 2), ("951", 1), ("950", 0))
+)
+
+
+@pytest.mark.parametrize(("asked", "job"), [("949", "949_2"), ("951", "949_1"), ("949_0", "949_0")])
+def test_an_array_task_asking_by_its_job_id_reads_its_own_line(asked: str, job: str) -> None:
+    """scontrol show job ARRAY_ID lists every task: the task holding that id is itself, not task 0."""
+    from gymslurm.launcher.backend import current_job
+
+    assert current_job({}, slurm_says=parse_scontrol_job(SCONTROL_ARRAY, asked)) == (job, 0)
+
+
 def test_parse_scontrol_rejects_other_text() -> None:
     """scontrol output that does not start with JobId= raises SlurmError quoting it."""
     with pytest.raises(SlurmError, match="Invalid job id"):
