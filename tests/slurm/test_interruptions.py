@@ -39,7 +39,10 @@ from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
 
-TASKS = 60
+# Long enough (about 45 s of requests) that a scenario submitted first is still collecting when the
+# last one has been submitted and the watcher starts: with 60 tasks (11 s) the scancel scenario,
+# submitted first, had finished DONE before the watcher's first pass on a loaded machine (two CIs).
+TASKS = 240
 SPEC: dict[str, Any] = dict(
     tasks=TASKS,
     shards=1,
@@ -122,7 +125,11 @@ def interrupted(
             for kind, chain in chains.items():
                 program = "demo-model-server" if kind == "model_kill9" else "demo-server"
                 server = _first_server(chain, program)
-                if kind in done or server is None or _results(chain) < 8:
+                if kind in done:
+                    continue
+                finished = [r for r in chain.decisions() if r["decision"] == "DONE"]
+                assert not finished, f"{kind}: the chain ended DONE before it could be interrupted"
+                if server is None or _results(chain) < 8:
                     continue
                 _interrupt(kind, chain, str(server["job_id"]), server)
                 done[kind] = (chain, server)
