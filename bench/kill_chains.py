@@ -8,8 +8,9 @@ chain step; a third in the job's first 100 ms), within the documented bound (at 
 no human command. ``--lookahead 1`` runs the same plans with the chain of old (no spare job, the
 bound not respected: every kill as planned) to show what the lookahead buys.
 
-Prints: trials, passed, kills (and how many before the job's first act), the wall time per trial
-against the same trial with no kill measured in this run. Exits 1 when a trial failed.
+Prints: trials, passed, kills (and how many before the job's first act; by target: link or
+aggregation, batch shell or chain step), runs needing a human command, leftover processes, the wall time
+per trial against the same trial with no kill measured in this run. Exits 1 when a trial failed.
 
 Run from the repository root: ``python bench/kill_chains.py [--trials 100] [--at-once 12] [--lookahead 1]``.
 """
@@ -21,9 +22,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,6 +60,12 @@ def main() -> int:
     aggregation = sum(1 for t in trials for k in t.plan.kills if k.target == "aggregation")
     print(f"kills {len(kills)}: {len(before)} before the job's first act, {len(kills) - len(before)} after; "
           f"{aggregation} planned on aggregation jobs")  # fmt: skip
+    by_target = Counter(f'{k.split()[0]} {k.split("(")[1].split()[0].rstrip(":)")}' for k in kills)
+    print("kills by target: " + ", ".join(f"{name} {n}" for name, n in sorted(by_target.items())))
+    print(f"runs needing a human command (submit --wait not done, or merged output wrong): "
+          f"{len(trials) - len(passed)}; merged output right: "
+          f"{sum(t.merged_ok for t in trials)}")  # fmt: skip
+    print(f"leftover processes naming the bench folder after the last trial: {_leftovers(folder)}")
     per = [t.seconds for t in trials]
     print(f"per trial: median {statistics.median(per):.1f}s, max {max(per):.1f}s; the same run with no "
           f"kill (baseline, this run): {base.seconds:.1f}s (passed {base.passed}); "
@@ -64,6 +74,19 @@ def main() -> int:
         if not trial.passed:
             print(f"FAILED seed {trial.seed}: {trial.killed}: {trial.last_line}")
     return 0 if len(passed) == len(trials) and base.passed else 1
+
+
+def _leftovers(folder: Path) -> int:
+    """Processes still alive whose command line names ``folder`` (a stray link, step or server)."""
+    time.sleep(2)  # a job's own exit path, not a leftover
+    found = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if str(folder) in " ".join(proc.info["cmdline"] or []):
+                found += 1
+        except psutil.Error:
+            continue
+    return found
 
 
 if __name__ == "__main__":

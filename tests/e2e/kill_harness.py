@@ -158,7 +158,7 @@ def _killer(local: Path, plan: Plan, trial: Trial, done: list[bool]) -> None:
             acted = _acted(local.parent, job)
             since = time.time() - float(str(job["started_at"]))
             note = "" if acted else " (before its first act)"
-            trial.killed.append(f"{_kill(job, kill.what)} at +{since:.3f}s{note}")
+            trial.killed.append(f"{target} {_kill(job, kill.what)} at +{since:.3f}s{note}")
             before_act[target] = 0 if acted else before_act[target] + 1
             countdown = pending[0].nth if pending else 0
             break

@@ -22,7 +22,7 @@ import functools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -517,7 +517,8 @@ def run_status(
         )
         row = shard_status(i, st, queue, accounting, info=info, files=files, now=now, logs=logs,
                            live=live_jobs)  # fmt: skip
-        rows.append(replace(row, **costs[i].fields()))
+        vars(row).update(costs[i].fields())  # the row is this loop's own: no copy (0.1 s at 10,000)
+        rows.append(row)
         held += [row.job_id for row in live_jobs if is_held(row)]
     agg = aggregation_status(aggregate, queue, accounting, held)
     metrics, problem = final_metrics(run, info.output_stem)
