@@ -42,14 +42,14 @@ def test_an_aggregation_failing_once_is_retried_by_its_own_budget_and_done_once(
 
 def test_an_aggregation_crash_loop_ends_exhausted_and_submit_wait_names_the_way_out(tmp_path: Path) -> None:
     """An aggregation command that always exits 1 spends its retries and stops EXHAUSTED (no job left
-    queued for ever); ``submit --wait`` returns non-zero with the logs and resubmit commands."""
+    queued for ever); ``submit --wait`` exits 1 (not 76: no FAILED) with the logs and resubmit commands."""
     bench = _aggregation(tmp_path, "exit 1", "slurm:\n  infra_retry_limit: 1\n")
     done = gymslurm("submit", str(bench), "--backend", "local", "shards=1", "--wait", check=False)
     run = only_run(tmp_path)
     assert _agg_decisions(run) == ["RETRY", "STOP_EXHAUSTED"]
     assert (tmp_path / "agg_calls").read_text().splitlines() == ["run", "run"]
     last = done.stdout.strip().splitlines()[-1]
-    assert done.returncode not in (0, None), done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # ExitCode.RETRY: a stop, not FAILED
     assert "aggregation stopped" in last and "EXHAUSTED" in last, last
     assert f"gymslurm logs {run.name}" in last or f"gymslurm logs {run}" in last, last
     assert "gymslurm resubmit" in last, last
