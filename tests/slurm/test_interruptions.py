@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,10 +40,8 @@ from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
 
-# Long enough (about 45 s of requests) that a scenario submitted first is still collecting when the
-# last one has been submitted and the watcher starts: with 60 tasks (11 s) the scancel scenario,
-# submitted first, had finished DONE before the watcher's first pass on a loaded machine (two CIs).
-TASKS = 240
+# 120 requests (about 25 s for a first link) leave the watcher room to be starved a while too.
+TASKS = 120
 SPEC: dict[str, Any] = dict(
     tasks=TASKS,
     shards=1,
@@ -105,37 +104,76 @@ def _alive(pid: int, create_time: float) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def interrupted(
-    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
-) -> Iterator[dict[str, tuple[RealChain, dict[str, Any]]]]:
-    """Every scenario submitted, then each interrupted once its first link has saved 8 outcomes."""
-    ensure_test_user(TEST_USER)
-    chains = {}
-    for kind in (*KINDS, "model_kill9"):
-        user = SlurmUser(
-            TEST_USER, make_user_dir(slurm_session_dir, f"interrupt-{kind}", owner=TEST_USER), True
-        )
-        chains[kind] = RealChain(user, slurm_python, STACK_SPEC if kind == "model_kill9" else SPEC).submit()
-    done: dict[str, tuple[RealChain, dict[str, Any]]] = {}
-    deadline = time.monotonic() + 300
+def _watch(
+    chains: dict[str, RealChain], done: dict[str, tuple[RealChain, dict[str, Any]]], stop: threading.Event,
+    errors: list[BaseException], lock: threading.Lock,
+) -> None:
+    """Interrupt each chain (as soon as it is submitted) once its first link has saved 8 outcomes."""
     try:
-        while len(done) < len(chains):
-            assert time.monotonic() < deadline, f"not every link got to 8 outcomes in time: {sorted(done)}"
-            for kind, chain in chains.items():
+        while not stop.is_set():
+            with lock:
+                submitted = list(chains.items())
+            for kind, chain in submitted:
                 program = "demo-model-server" if kind == "model_kill9" else "demo-server"
-                server = _first_server(chain, program)
-                if kind in done:
+                if kind in done or _results(chain) < 8:
                     continue
-                finished = [r for r in chain.decisions() if r["decision"] == "DONE"]
-                assert not finished, f"{kind}: the chain ended DONE before it could be interrupted"
-                if server is None or _results(chain) < 8:
+                server = _first_server(chain, program)
+                if server is None:
                     continue
                 _interrupt(kind, chain, str(server["job_id"]), server)
                 done[kind] = (chain, server)
             time.sleep(0.3)
+    except BaseException as error:  # handed to the fixture, which raises it
+        errors.append(error)
+
+
+def _missed(chain: RealChain) -> str:
+    """Why a scenario was not interrupted: its first link already decided, or where it is."""
+    decided = [r for r in chain.ledger() if r["kind"] == "decision"]
+    if decided:
+        return f"its first link ended {decided[0]['decision']} before it could be interrupted"
+    return f"{_results(chain)} outcomes, {len([r for r in chain.ledger() if r['kind'] == 'start'])} start(s)"
+
+
+@pytest.fixture(scope="module")
+def interrupted(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> Iterator[dict[str, tuple[RealChain, dict[str, Any]]]]:
+    """Every scenario submitted, each interrupted once its first link has saved 8 outcomes.
+
+    The watcher runs while the later scenarios are still being submitted: a first link once did its 60
+    requests in about 15 s, and on a loaded sandbox submitting the other three took longer than that,
+    so the first scenario (scancel) had ended DONE before a watcher started after the submissions
+    looked at it (seen in CI: its ledger's decision 16 s after its start), and was never interrupted.
+    """
+    ensure_test_user(TEST_USER)
+    chains: dict[str, RealChain] = {}
+    done: dict[str, tuple[RealChain, dict[str, Any]]] = {}
+    stop, errors, lock = threading.Event(), list[BaseException](), threading.Lock()
+    watcher = threading.Thread(target=_watch, args=(chains, done, stop, errors, lock), daemon=True)
+    watcher.start()
+    try:
+        for kind in (*KINDS, "model_kill9"):
+            user = SlurmUser(
+                TEST_USER, make_user_dir(slurm_session_dir, f"interrupt-{kind}", owner=TEST_USER), True
+            )
+            spec = STACK_SPEC if kind == "model_kill9" else SPEC
+            chain = RealChain(user, slurm_python, spec).submit()
+            with lock:
+                chains[kind] = chain
+        deadline = time.monotonic() + 300
+        while len(done) < len(chains) and not errors:
+            if time.monotonic() > deadline:
+                missed = {kind: _missed(chain) for kind, chain in chains.items() if kind not in done}
+                raise AssertionError(f"not every link got to 8 outcomes in time: {missed}")
+            time.sleep(0.5)
+        stop.set()
+        watcher.join(timeout=30)
+        if errors:
+            raise errors[0]
         yield done
     finally:
+        stop.set()
         for chain in chains.values():
             chain.cancel()
 
