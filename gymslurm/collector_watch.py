@@ -106,11 +106,20 @@ class Supervised:
                 self._changed.notify_all()
 
     async def wait_dispatchable(self) -> None:
-        """Return once no supervised server is down (at once when none is)."""
-        if not self.timeline.down:
+        """Return once no supervised server is down (at once when none is); never once the job stops.
+
+        A stopping job (the link got TERM/USR1/INT, or the link ended) dispatches nothing more: the
+        link forwards the signal to us, and our own stop cancels this wait. Without this, a request
+        that failed because its server got the signal first freed the slot, and the next row was
+        reserved and sent to a dying server: a second attempt to re-send per link at every pause.
+        """
+        def held() -> bool:
+            return self.timeline.down or self.timeline.stopping_at is not None
+
+        if not held():
             return
         async with self._changed:
-            await self._changed.wait_for(lambda: not self.timeline.down or self.closed)
+            await self._changed.wait_for(lambda: not held())
 
     async def judge(self, sent_at: float, failed_at: float) -> Judgement:
         """Whose a failure is, waiting (bounded) for the supervisor's next round when unknown yet."""

@@ -160,10 +160,46 @@ def test_every_replica_killed_past_its_limit_ends_the_job_with_exit_1(
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        decided = lambda: next((r for r in chain.ledger() if r["kind"] == "decision"), None)  # noqa: E731
+        first = _wait_for(decided, 240, "the link's decision")
+        # No allocation left idle: the dead job leaves squeue well inside its 5-minute time limit.
+        _wait_for(lambda: str(first["job_id"]) not in chain.active_jobs(), 30, "the dead link's job to end")
         report = chain.finished(timeout=400)
-        first = next(r for r in chain.ledger() if r["kind"] == "decision")
         assert first["exit_code"] == 1 and "went down more than restart_limit=0" in first["reason"], first
         assert report["shards"][0]["verdict"] == "DONE"
         assert chain.companion(0, "_coverage.json")["counted_failures"] == 0
     finally:
+        chain.cancel()
+
+
+def test_a_hung_replica_leaves_the_rotation_and_the_others_finish_the_run(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """One replica (not on the link's node) SIGSTOPped mid-run: alive to the kernel but answering
+    nothing, its probe stalls, it leaves the rotation and is restarted in place; the same job finishes
+    the run DONE, 0 budget spent."""
+    assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
+    user = _user(slurm_session_dir, "replica-hung")
+    chain = RealChain(user, slurm_python, _replica_spec(120, "    restart_limit: 1\n")).submit()
+    pids: list[int] = []
+    try:
+        _wait_for(lambda: _results(chain) >= 8, 240, "some outcomes before the hang")
+        started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
+        node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
+        link = next(r for r in chain.ledger() if r["kind"] == "start")
+        assert node != link["host"], (node, link)
+        pids = _replica_pids(chain, {node})
+        assert pids, node
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        report = chain.finished(timeout=400)
+        coverage = chain.companion(0, "_coverage.json")
+        assert report["shards"][0]["verdict"] == "DONE" and coverage["counted_failures"] == 0, coverage
+        assert [d["decision"] for d in chain.decisions()] == ["DONE"], "the same job finished the run"
+        downs = {r["name"] for r in _server_records(chain) if r["event"] == "down"}
+        assert downs == {"policy-r1"}, _server_records(chain)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         chain.cancel()

@@ -1,0 +1,40 @@
+"""The collector's side of the supervision channel (gymslurm/collector_watch.py), over a real pipe."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from gymslurm.collector_watch import Supervised
+from gymslurm.supervision import ServerEvent
+
+
+async def _after_events(*events: ServerEvent) -> tuple[Supervised, asyncio.Task[None]]:
+    read_fd, write_fd = os.pipe()
+    watch = Supervised(read_fd, on_gave_up=lambda _why: None, say=lambda _line: None)
+    await watch.start()
+    for event in events:
+        os.write(write_fd, event.encode())
+    while watch.timeline.stopping_at is None and not watch.closed:  # the reader folds them in
+        await asyncio.sleep(0.01)
+    waiting = asyncio.create_task(watch.wait_dispatchable())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    os.close(write_fd)
+    return watch, waiting
+
+
+def test_a_stopping_job_dispatches_nothing_more() -> None:
+    """Once the link says the job is stopping (its signal reached the link first), the dispatch
+    loop is held until its own stop cancels it: no further row is reserved and sent to a dying
+    server (a pause re-sent two rows per link before)."""
+
+    async def scenario() -> bool:
+        watch, waiting = await _after_events(ServerEvent("stopping", time.monotonic()))
+        held = not waiting.done()
+        waiting.cancel()
+        await watch.close()
+        return held
+
+    assert asyncio.run(scenario())
