@@ -3,8 +3,9 @@
 #
 #   start_stack.sh HEAD_PORT
 #
-# 1. NeMo Gym 0.7.0's venv: $NEMO_GYM_VENV, else the compat suite's cache
-#    (/var/cache/gymslurm-nemogym/nemo-gym-0.7.0); when it has no `gym`, it is installed there first from
+# 1. NeMo Gym 0.7.0's venv: $NEMO_GYM_VENV, else <cache>/nemo-gym-0.7.0 in the compat suite's cache
+#    (tests/compat/nemogym.py cache_dir: $GYMSLURM_NEMOGYM_CACHE, else /var/cache/gymslurm-nemogym when
+#    writable, else ~/.cache/gymslurm-nemogym, so a non-root user works too); when it has no `gym`, it is installed there first from
 #    PyPI (`pip download nemo-gym==0.7.0` + a Python >= 3.13 venv: about 75 s and 1.4 GB, once, under a lock).
 #    On a cluster the job user must be able to run it and to write its directory (gym env start writes
 #    <venv>.setup.lock beside it and a marker inside it).
@@ -18,7 +19,15 @@
 set -eu
 head_port="$1"
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="${NEMO_GYM_VENV:-/var/cache/gymslurm-nemogym/nemo-gym-0.7.0}"
+cache="${GYMSLURM_NEMOGYM_CACHE:-}"
+if [ -z "$cache" ]; then
+    cache=/var/cache/gymslurm-nemogym
+    mkdir -p "$cache" 2>/dev/null || true
+    if [ ! -w "$cache" ]; then
+        cache="$HOME/.cache/gymslurm-nemogym"
+    fi
+fi
+venv="${NEMO_GYM_VENV:-$cache/nemo-gym-0.7.0}"
 
 if [ ! -x "$venv/bin/gym" ]; then
     python313="${GYMSLURM_PYTHON313:-}"
