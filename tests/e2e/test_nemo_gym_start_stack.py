@@ -39,5 +39,6 @@ def test_a_non_root_user_without_nemo_gym_venv_gets_the_venv_under_its_home_cach
     assert done.returncode == 0, done.stderr
     args = called.read_text().splitlines()
     assert args[:2] == ["env", "start"] and "+head_server.port=18999" in args, args
-    links = home / f"gymslurm-nemo-gym-venvs-{subprocess.check_output(['id', '-u', TEST_USER], text=True).strip()}"
+    uid = subprocess.check_output(["id", "-u", TEST_USER], text=True).strip()
+    links = home / f"gymslurm-nemo-gym-venvs-{uid}"
     assert (links / "resources_servers/example_single_tool_call/.venv").resolve() == venv.resolve()
