@@ -81,14 +81,18 @@ def verdict(
         if state.cancelled:  # cancel's scancel is asynchronous: its jobs leave the queue a moment later
             ending = f"; job {left[0].job_id} is still {left[0].state} (scancel sent, ending)" if left else ""
             return "CANCELLED", f"stopped by 'gymslurm cancel'{ending}; 'gymslurm resubmit' starts it again"
-        if left:
-            way_out = f"; {held_way_out(left[0])}" if is_held(left[0]) else ""
-            return (
-                "ORPHANED",
-                f"the chain finished but job {left[0].job_id} is still {left[0].state}{way_out}",
-            )
+        held = [row for row in left if is_held(row)]
+        if held:  # it never runs by itself, so it never exits by itself
+            job = held[0]
+            why = f"the chain finished but job {job.job_id} is still {job.state}; {held_way_out(job)}"
+            return "ORPHANED", why
         assert state.last_decision is not None
         word, why = VERDICT_OF_STOP[state.last_decision.decision], state.last_decision.reason
+        if left:  # a lookahead its decider was killed before cancelling: it starts, sees the end, exits
+            why += (
+                f"; job {left[0].job_id} is still {left[0].state} and exits at once when it runs "
+                "(a link of a finished chain does nothing)"
+            )
         stuck = [row for row in live_jobs if row.job_id == deciding and is_held(row)]
         if stuck:  # RequeueExitHold after the decision: the aggregation's afterany waits on it for ever
             why += (
