@@ -75,7 +75,6 @@ from gymslurm.store.paths import others_writable_warning
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
-TICK_S = 0.25
 
 
 # --- the collection itself ------------------------------------------------------------------------
@@ -106,6 +105,7 @@ class DispatchLoop:
     breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     limit: AdaptiveLimit | None = None  # an adaptive in-flight limit under the cap (gymslurm/concurrency.py)
     stop_grace_s: float = 0.5  # how long a lost connection waits for our own stop signal (see _work)
+    tick_s: float = 0.25  # how often run_dispatch calls its ticks (live counters, the live progress file)
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _shown: list[tuple[Disposition, bool]] = field(default_factory=list)  # what the counters show per rollout
@@ -324,11 +324,12 @@ class SignalStop:
 
 
 async def run_dispatch(loop_: DispatchLoop, order: list[int], *ticks: Callable[[float], None]) -> LoopResult:
-    """Run the dispatch loop with signal handling and a ticker calling each of ``ticks``."""
+    """Run the dispatch loop with signal handling and a ticker calling each of ``ticks`` every
+    ``loop_.tick_s`` seconds (a knob: tests turn it)."""
     aio = asyncio.get_running_loop()
     stopper = SignalStop(loop_.stop)
     stopper.install(aio)
-    ticker = asyncio.create_task(_tick(*ticks))
+    ticker = asyncio.create_task(_tick(loop_.tick_s, *ticks))
     try:
         return await loop_.run(order)
     finally:
@@ -336,9 +337,9 @@ async def run_dispatch(loop_: DispatchLoop, order: list[int], *ticks: Callable[[
         stopper.remove(aio)
 
 
-async def _tick(*ticks: Callable[[float], None]) -> None:
+async def _tick(every_s: float, *ticks: Callable[[float], None]) -> None:
     while True:
-        await asyncio.sleep(TICK_S)
+        await asyncio.sleep(every_s)
         now = time.monotonic()
         for tick in ticks:
             tick(now)
