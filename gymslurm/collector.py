@@ -257,10 +257,17 @@ class DispatchLoop:
         self._shown[index] = new
 
 
+_SHOWN: dict[tuple[Disposition, bool], tuple[Disposition, bool]] = {}  # each distinct pair, once
+
+
 def shown_as(state: RolloutState) -> tuple[Disposition, bool]:
-    """How the live counters show a rollout: its disposition, and whether its failure is an interruption."""
+    """How the live counters show a rollout: its disposition, and whether its failure is an interruption.
+
+    The loop keeps one per rollout: the pair is shared (a handful exist), not a new tuple each time.
+    """
     failed = state.disposition is Disposition.FAILED and state.selected is not None
-    return state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected)
+    shown = (state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected))
+    return _SHOWN.setdefault(shown, shown)
 
 
 def initial_counters(states: list[RolloutState]) -> Counters:
@@ -439,6 +446,7 @@ def _collect_prepared(  # noqa: PLR0917
             f"({counters.finished} already have an outcome); output {paths.output}",
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters, routing))
+        del order  # its ints (one per rollout dispatched) are not held through the reports
     coverage = build_coverage(view, result)
     post = not_asked_after_a_stall if result.stopped_by == STALL else None
     publish_reports(

@@ -14,6 +14,7 @@ from gymslurm.collector import (
     initial_counters,
     pending_order,
     run_dispatch,
+    shown_as,
 )
 from gymslurm.collector_end import budget_message, decide_exit
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
@@ -357,3 +358,10 @@ def test_the_ticker_period_is_a_parameter_of_the_loop() -> None:
     loop = make_loop(v, WaitsForATick({"t-0": [result]}), sent, tick_s=0.0)
     outcome = asyncio.run(run_dispatch(loop, pending_order(v, v.states, False), lambda now: ticked.set()))
     assert outcome.dispatched == 1 and [s.disposition for s in v.states] == ["measured"]
+
+
+def test_rollouts_shown_alike_share_one_pair() -> None:
+    """The loop keeps one (disposition, interrupted) pair per rollout: rollouts shown alike share one
+    object (a million rollouts hold a handful of pairs, not a million tuples)."""
+    first, second = (advance_state(view(1).states[0], result(0), 1, POLICY) for _ in range(2))
+    assert first is not second and shown_as(first) is shown_as(second)
