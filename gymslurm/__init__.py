@@ -23,7 +23,7 @@ _HOMES: dict[str, str] = {
     "OutcomeStream": "gymslurm.outcomes",
     "OutcomeFuture": "gymslurm.outcomes",
     "RowOutcome": "gymslurm.outcomes",
-    # one collection, as ``gymslurm collect`` runs it (docs/collect.md)
+    # one collection, as ``gymslurm collect`` runs it (docs/collector.md)
     "collect": "gymslurm.collector",
     "CollectSettings": "gymslurm.settings",
     # the records a run saves (docs/formats.md)

@@ -75,7 +75,6 @@ from gymslurm.store.paths import others_writable_warning
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
-TICK_S = 0.25
 
 
 # --- the collection itself ------------------------------------------------------------------------
@@ -106,6 +105,7 @@ class DispatchLoop:
     breaker: Breaker | None = None  # the outside view when nobody supervises the servers
     limit: AdaptiveLimit | None = None  # an adaptive in-flight limit under the cap (gymslurm/concurrency.py)
     stop_grace_s: float = 0.5  # how long a lost connection waits for our own stop signal (see _work)
+    tick_s: float = 0.25  # how often run_dispatch calls its ticks (live counters, the live progress file)
     result: LoopResult = field(default_factory=LoopResult)
     _queue: collections.deque[int] = field(default_factory=collections.deque)
     _shown: list[tuple[Disposition, bool]] = field(default_factory=list)  # what the counters show per rollout
@@ -257,10 +257,17 @@ class DispatchLoop:
         self._shown[index] = new
 
 
+_SHOWN: dict[tuple[Disposition, bool], tuple[Disposition, bool]] = {}  # each distinct pair, once
+
+
 def shown_as(state: RolloutState) -> tuple[Disposition, bool]:
-    """How the live counters show a rollout: its disposition, and whether its failure is an interruption."""
+    """How the live counters show a rollout: its disposition, and whether its failure is an interruption.
+
+    The loop keeps one per rollout: the pair is shared (a handful exist), not a new tuple each time.
+    """
     failed = state.disposition is Disposition.FAILED and state.selected is not None
-    return state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected)
+    shown = (state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected))
+    return _SHOWN.setdefault(shown, shown)
 
 
 def initial_counters(states: list[RolloutState]) -> Counters:
@@ -324,11 +331,12 @@ class SignalStop:
 
 
 async def run_dispatch(loop_: DispatchLoop, order: list[int], *ticks: Callable[[float], None]) -> LoopResult:
-    """Run the dispatch loop with signal handling and a ticker calling each of ``ticks``."""
+    """Run the dispatch loop with signal handling and a ticker calling each of ``ticks`` every
+    ``loop_.tick_s`` seconds (a knob: tests turn it)."""
     aio = asyncio.get_running_loop()
     stopper = SignalStop(loop_.stop)
     stopper.install(aio)
-    ticker = asyncio.create_task(_tick(*ticks))
+    ticker = asyncio.create_task(_tick(loop_.tick_s, *ticks))
     try:
         return await loop_.run(order)
     finally:
@@ -336,9 +344,9 @@ async def run_dispatch(loop_: DispatchLoop, order: list[int], *ticks: Callable[[
         stopper.remove(aio)
 
 
-async def _tick(*ticks: Callable[[float], None]) -> None:
+async def _tick(every_s: float, *ticks: Callable[[float], None]) -> None:
     while True:
-        await asyncio.sleep(TICK_S)
+        await asyncio.sleep(every_s)
         now = time.monotonic()
         for tick in ticks:
             tick(now)
@@ -438,6 +446,7 @@ def _collect_prepared(  # noqa: PLR0917
             f"({counters.finished} already have an outcome); output {paths.output}",
         )
         result = asyncio.run(_dispatch(settings, store, view, order, counters, routing))
+        del order  # its ints (one per rollout dispatched) are not held through the reports
     coverage = build_coverage(view, result)
     post = not_asked_after_a_stall if result.stopped_by == STALL else None
     publish_reports(

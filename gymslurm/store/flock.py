@@ -3,7 +3,8 @@
 Every lock gymslurm takes (the shard's link lock, a ledger append, the aggregation's submit, the
 local backend's job table, the doctor's probe, the collector's run lock) goes through here, so
 the way a lock file is opened (``O_NOFOLLOW``, mode 0600, close-on-exec: a child never inherits
-a lock) is written once. Closing the descriptor releases the lock, whatever ends the process.
+a lock) is written once, and ``flock`` itself is called in one place (:func:`lock_fd`; a test keeps
+every other module off ``fcntl``). Closing the descriptor releases the lock, whatever ends the process.
 """
 
 from __future__ import annotations
@@ -25,18 +26,22 @@ def try_lock(path: Path, *, create_parent: bool = True) -> int | None:
         path.parent.mkdir(parents=True, exist_ok=True)
     fd = open_run_file(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
+        taken = lock_fd(fd, wait=False)
     except OSError:
         os.close(fd)
         raise
+    if not taken:
+        os.close(fd)
+        return None
     return fd
 
 
 def lock_fd(fd: int, *, wait: bool = True) -> bool:
-    """Lock an already open descriptor; False when ``wait`` is off and another holds it."""
+    """Lock an already open descriptor; False when ``wait`` is off and another holds it.
+
+    Any other refusal (the filesystem cannot lock: ENOSYS, ENOLCK, EOPNOTSUPP) is raised as the
+    ``OSError`` it is, for the caller to explain.
+    """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -51,7 +56,7 @@ def locked(path: Path, *, create_parent: bool = True) -> Iterator[int]:
         path.parent.mkdir(parents=True, exist_ok=True)
     fd = open_run_file(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_fd(fd)
         yield fd
     finally:
         os.close(fd)

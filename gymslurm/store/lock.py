@@ -1,6 +1,7 @@
 """The run lock: one collector per output, released by the kernel when its holder dies.
 
-``RunLock`` takes ``flock(LOCK_EX | LOCK_NB)`` on ``<stem>_run.lock`` and then writes one JSON line
+``RunLock`` takes ``flock(LOCK_EX | LOCK_NB)`` on ``<stem>_run.lock`` (through the one primitive,
+``store/flock.py``) and then writes one JSON line
 naming the holder (pid, host, Slurm job, time). A refused acquisition raises :class:`RunLockedError`
 quoting that line. The file is never unlinked (unlinking would let two processes lock two different
 inodes); a file left by a dead process does not block, because the kernel dropped its lock.
@@ -17,7 +18,6 @@ allow two writers.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import re
@@ -31,6 +31,7 @@ import orjson
 from gymslurm.clock import utc_now
 from gymslurm.errors import LockUnsupportedError, RunLockedError, StoreError
 from gymslurm.store.atomic import NO_SPACE, open_run_file, write_error
+from gymslurm.store.flock import LOCK_MODE, lock_fd
 
 log = logging.getLogger(__name__)
 _UNSUPPORTED = {errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP}
@@ -105,17 +106,17 @@ class RunLock:
     def acquire(self) -> None:
         self._check_filesystem()
         try:
-            fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_run_file(self.path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
         except OSError as error:
             if error.errno in NO_SPACE:
                 what = f"cannot create the run lock {self.path}"
                 raise write_error(error, what, self.path.parent) from error
             raise StoreError(f"cannot open the run lock {self.path}: {error}; check permissions") from error
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            taken = lock_fd(fd, wait=False)
         except OSError as error:
             os.close(fd)
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            if error.errno == errno.EACCES:  # what some network filesystems answer for "held"
                 raise RunLockedError(self._refusal()) from None
             if error.errno in _UNSUPPORTED:
                 raise LockUnsupportedError(
@@ -123,6 +124,9 @@ class RunLock:
                     "put the output on a filesystem mounted with global flock support"
                 ) from None
             raise StoreError(f"cannot lock {self.path}: {error}") from error
+        if not taken:
+            os.close(fd)
+            raise RunLockedError(self._refusal())
         self._fd = fd
         self._write_holder()
 

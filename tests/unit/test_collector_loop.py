@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from gymslurm.collector import DispatchLoop, RunView, build_coverage, initial_counters, pending_order
+from gymslurm.collector import (
+    DispatchLoop,
+    RunView,
+    build_coverage,
+    initial_counters,
+    pending_order,
+    run_dispatch,
+    shown_as,
+)
 from gymslurm.collector_end import budget_message, decide_exit
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, SavedOutcome, advance_state, select_rollout
@@ -332,3 +340,28 @@ def test_without_a_limit_every_worker_is_in_flight_at_once() -> None:
     v, client = view(100), CapacityClient(slots=4, service_s=0.002)
     run_loop(make_loop(v, client, [], concurrency=64), v)  # type: ignore[arg-type]
     assert client.peak == 64
+
+
+def test_the_ticker_period_is_a_parameter_of_the_loop() -> None:
+    """run_dispatch calls its ticks every ``tick_s`` of the loop (a knob, not a module constant): with
+    0 a tick comes while the only request waits for one, so the loop ends."""
+    v, sent = view(1), []
+    ticked = asyncio.Event()
+
+    class WaitsForATick(ScriptedClient):
+        async def run(
+            self, url: str, episode: Any, task: dict[str, Any], *, indices: tuple[int, int] = (0, 0)
+        ) -> Any:
+            await ticked.wait()
+            return await super().run(url, episode, task, indices=indices)
+
+    loop = make_loop(v, WaitsForATick({"t-0": [result]}), sent, tick_s=0.0)
+    outcome = asyncio.run(run_dispatch(loop, pending_order(v, v.states, False), lambda now: ticked.set()))
+    assert outcome.dispatched == 1 and [s.disposition for s in v.states] == ["measured"]
+
+
+def test_rollouts_shown_alike_share_one_pair() -> None:
+    """The loop keeps one (disposition, interrupted) pair per rollout: rollouts shown alike share one
+    object (a million rollouts hold a handful of pairs, not a million tuples)."""
+    first, second = (advance_state(view(1).states[0], result(0), 1, POLICY) for _ in range(2))
+    assert first is not second and shown_as(first) is shown_as(second)

@@ -139,3 +139,16 @@ def test_no_module_is_over_the_limit() -> None:
     sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
     over = {name: n for name, n in sizes.items() if n > NOT_YET_SPLIT.get(name, LINE_LIMIT)}
     assert over == {}
+
+
+def test_the_job_never_imports_the_view() -> None:
+    """Code that runs inside a job (launcher/job/) imports nothing of what a person reads
+    (launcher/views/): a link never queries the scheduler for the whole run to end (issue 17)."""
+
+    def inside(name: str, package: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    job, views = "gymslurm.launcher.job", "gymslurm.launcher.views"
+    arrows = [f"{name} -> {dep}" for name, deps in _graph().items() if inside(name, job)
+              for dep in sorted(deps) if inside(dep, views)]  # fmt: skip
+    assert arrows == []

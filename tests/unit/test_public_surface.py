@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,11 @@ def test_importing_the_package_loads_no_heavy_module() -> None:
         "'httpx', 'pydantic') if m in sys.modules))"  # fmt: skip
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_every_docs_page_the_package_names_exists() -> None:
+    """A ``docs/NAME.md`` named in the package's source (a docstring, a comment, a message) is a page
+    of docs/: no pointer to a page that does not exist."""
+    package = Path(gymslurm.__file__).parent
+    named = {m for p in package.rglob("*.py") for m in re.findall(r"docs/[\w.-]+\.md", p.read_text())}
+    assert sorted(page for page in named if not (package.parent / page).exists()) == []

@@ -106,3 +106,12 @@ def test_mount_lookup_takes_the_longest_prefix() -> None:
     assert mount_of(Path("/lus/my dir/out"), mounts) == mounts[2]
     assert mount_of(Path("/lus/other"), mounts) == mounts[1]
     assert mount_of(Path("/lusx"), mounts) == mounts[0]
+
+
+def test_flock_is_called_in_one_module_only() -> None:
+    """One lock primitive: of the package, only store/flock.py imports fcntl (every lock goes through it)."""
+    package = Path(__file__).resolve().parents[2] / "gymslurm"
+    callers = sorted(
+        str(path.relative_to(package)) for path in package.rglob("*.py") if "fcntl" in path.read_text()
+    )
+    assert callers == ["store/flock.py"]

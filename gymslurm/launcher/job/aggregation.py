@@ -33,7 +33,7 @@ from gymslurm.launcher.job.chain import (
 )
 from gymslurm.launcher.job.collector_process import run_collector
 from gymslurm.launcher.job.heartbeat import Signals, log
-from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, record_decision, summarize
+from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
 from gymslurm.launcher.rundir import RunDir
@@ -44,8 +44,9 @@ from gymslurm.store.paths import RunPaths
 
 
 def maybe_submit_aggregation(
-    run: RunDir, settings: BenchmarkSettings, backend: Backend, me: str | None
-) -> str | None:
+    run: RunDir, settings: BenchmarkSettings, backend: Backend, me: str | None,
+    own: tuple[int, ChainState] | None = None,
+) -> str | None:  # fmt: skip
     """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock).
 
     The job is queued with its lookahead (``slurm.lookahead`` jobs, each ``afterany`` the one
@@ -54,14 +55,18 @@ def maybe_submit_aggregation(
     a run across clusters the aggregation is queued on its own cluster (run.json), and from a link
     on another cluster with no dependency at all: Slurm has none across clusters outside a
     federation, and none is needed, since ``me`` wrote its decision (after its outputs) before
-    calling this.
+    calling this. ``own``: the calling link's shard and its chain as the link holds it (decision
+    included), so the link's ledger is not read again; every other shard's is read under the lock.
     """
     if not settings.aggregation.enabled:
         return None
     backend, after = aggregation_backend(run, backend, me)
     with locked(run.aggregate_lock):
         array = run.read_array()
-        states = [run.chain_state(s, array) for s in range(settings.shards)]
+        states = [
+            own[1] if own is not None and own[0] == s else run.chain_state(s, array)
+            for s in range(settings.shards)
+        ]
         if not all(s.finished and not s.cancelled for s in states):
             return None
         if summarize(run.aggregate_ledger.read()).epoch_jobs:
@@ -156,10 +161,11 @@ def _run_aggregation_locked(
         job_id=me[0], restart_count=me[1], host=socket.gethostname(), gpus=allocated_gpus(os.environ, 0)
     )  # fmt: skip
     ledger.append(started)
+    fold(state, started)
     try:
         ensure_lookahead(
             ledger, me[0], backend, lambda after: backend.submit(run.script(None), [after]),
-            reread=reread, depth=settings.slurm.lookahead,
+            state=state, reread=reread, depth=settings.slurm.lookahead,
         )
     except (SlurmError, OSError) as error:  # merge anyway; the decision below is what matters
         log(f"could not queue the next aggregation jobs now: {error}")

@@ -32,7 +32,7 @@ from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import DeadRun, Limits, dead_run_end, decide
 from gymslurm.launcher.job.collector_files import saved_bytes
 from gymslurm.launcher.job.heartbeat import log
-from gymslurm.launcher.ledger import ChainState, Ledger, Started, Submitted, fold, record_decision
+from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, Submitted, fold, record_decision
 from gymslurm.launcher.slurm import QueueRow
 
 
@@ -83,11 +83,13 @@ def account_for_dead_runs(
     *,
     output: Path | None,
     limits: Limits,
+    written: list[Record] | None = None,
 ) -> ChainState:
     """Write a decision for every run that started but never wrote one (except this run).
 
     Each decision written is folded into ``state`` (no other job writes the chain's ledger while
-    its lock is held), so the ledger is not read again.
+    its lock is held), so the ledger is not read again; and appended to ``written`` when given
+    (the records the caller holds).
     """
     for run in list(state.open_runs):
         if (run.job_id, run.restart_count) == me:
@@ -96,7 +98,10 @@ def account_for_dead_runs(
         before = state.budgets
         verdict = decide(end, before, limits)
         log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")
-        fold(state, record_decision(ledger, run, end, before, verdict, accounted_by=me[0]))
+        record = record_decision(ledger, run, end, before, verdict, accounted_by=me[0])
+        fold(state, record)
+        if written is not None:
+            written.append(record)
     return state
 
 
@@ -107,23 +112,36 @@ def is_live(row: QueueRow | None) -> bool:
 
 def ensure_lookahead(
     ledger: Ledger, me: str, backend: Backend, submit: Callable[[str], str], *,
-    reread: Callable[[], ChainState], depth: int,
+    state: ChainState, reread: Callable[[], ChainState] | None, depth: int,
 ) -> list[str]:  # fmt: skip
     """The ``depth`` jobs queued behind ``me`` (``slurm.lookahead``), queuing what is missing;
     strays cancelled.
 
-    ``submit(after)`` queues one job of this chain with ``afterany`` on ``after`` and returns its
-    id. Every job queued is recorded (``submitted``, ``after``, ``by`` us) before the next one.
-    A pending job of the chain that is neither ``me`` nor in the lookahead (a hand rerun, a
-    duplicate, the spare of a job that already has its own) is cancelled, so the chain never forks.
+    ``state`` is the chain as the caller last read it; every ``submitted`` written here is folded
+    into it, so the caller's state stays what a re-read would say. ``submit(after)`` queues one job
+    of this chain with ``afterany`` on ``after`` and returns its id. Every job queued is recorded
+    (``submitted``, ``after``, ``by`` us) before the next one. A pending job of the chain that is
+    neither ``me`` nor in the lookahead (a hand rerun, a duplicate, the spare of a job that already
+    has its own) is cancelled, so the chain never forks.
+
+    A cancel that came after the caller's read: ``cancel`` writes its record, then reads the ledgers
+    and cancels every live job they list; whoever queues a job writes its ``submitted``, then reads
+    the ledger. Whichever comes second sees the other, so a job queued here is never missed. When
+    nothing was queued, every job of the lookahead was already recorded: cancel finds them itself.
+    When a job was queued, the ledger is read again (``reread``) and the lookahead cancelled if the
+    chain was; ``reread`` None: the caller reads the ledger later, before it ends, and cancels the
+    chain's pending jobs then (a link: after its collector; what it queued waits ``afterany`` it).
     """
-    queue, state = backend.queue(), reread()
-    chain, after = [], me
+    queue = backend.queue()
+    chain, after, queued = [], me, False
     for _ in range(depth):
         job = state.successor_of.get(after)
         if job is None or job == me or not is_live(queue.get(job)):
             job = submit(after)
-            ledger.append(Submitted(job_id=job, after=after, by=me))
+            record = Submitted(job_id=job, after=after, by=me)
+            ledger.append(record)
+            fold(state, record)
+            queued = True
             log(f"job {job} queued after {after}")
         chain.append(job)
         after = job
@@ -131,7 +149,7 @@ def ensure_lookahead(
     if strays:
         backend.cancel(strays)
         log(f"cancelled {' '.join(strays)}: pending jobs of this chain that are not its next ones")
-    if reread().cancelled:  # cancel ran meanwhile (it looks again after recording)
+    if queued and reread is not None and reread().cancelled:  # cancel ran meanwhile (it looks again too)
         backend.cancel(chain)
         log(f"the run was cancelled meanwhile: cancelled {' '.join(chain)} again")
     return chain

@@ -40,7 +40,7 @@ import contextlib
 import os
 import socket
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -75,9 +75,12 @@ from gymslurm.launcher.ledger import (
     Cancelled,
     ChainState,
     Ledger,
+    Record,
     ServerRecord,
     Started,
+    fold,
     record_decision,
+    summarize,
 )
 from gymslurm.launcher.links import allocated_gpus, gpu_budget, run_gpu_hours
 from gymslurm.launcher.notify import (
@@ -99,17 +102,23 @@ def _limits(settings: BenchmarkSettings, gpu_hours: float | None = None) -> Limi
     return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress, gpu_hours)
 
 
-def run_spend(run: RunDir, settings: BenchmarkSettings) -> tuple[float | None, float]:
+def run_spend(
+    run: RunDir, settings: BenchmarkSettings, own: tuple[int, list[Record]] | None = None
+) -> tuple[float | None, float]:
     """The run's GPU-hours budget (with every resubmit raise) and what every chain spent until now.
 
-    Read only when a budget is set (every shard's ledger, once per phase of a link).
+    Read only when a budget is set (every shard's ledger, once per phase of a link); ``own``: the
+    calling link's shard and the records it just read, used instead of reading its ledger again.
     """
     if settings.budget.gpu_hours is None:  # no budget, no raise (resubmit refuses one): nothing to read
         return None, 0.0
     aggregate = run.aggregate_ledger.read()
     budget = gpu_budget(settings.budget.gpu_hours, aggregate)
     array = run.read_array()
-    chains = [run.chain_records(shard, array) for shard in range(settings.shards)]
+    chains = [
+        own[1] if own is not None and own[0] == shard else run.chain_records(shard, array)
+        for shard in range(settings.shards)
+    ]
     return budget, run_gpu_hours([*chains, aggregate], time.time())
 
 
@@ -139,13 +148,39 @@ def shard_state(run: RunDir, shard: int) -> ChainState:
     return run.chain_state(shard, run.read_array())
 
 
+@dataclass
+class Chain:
+    """A shard's chain as this link holds it: the records of one read of its ledger, then every record
+    the link appended since, and their fold. A link reads its ledger once per phase (at its start,
+    after its collector) and keeps this up to date with what it writes itself in between."""
+
+    records: list[Record]
+    state: ChainState
+
+    @classmethod
+    def read(cls, run: RunDir, shard: int) -> Chain:
+        """One read of the shard's ledger (and, in an array run, array.json)."""
+        records = run.chain_records(shard, run.read_array())
+        return cls(records, summarize(records))
+
+    def add(self, record: Record) -> None:
+        """A record this link appended: folded in, as a re-read would."""
+        self.records.append(record)
+        fold(self.state, record)
+
+
 def ensure_link_lookahead(
-    run: RunDir, shard: int, me: str, backend: Backend, settings: BenchmarkSettings
-) -> list[str]:
-    """The links queued behind this job (:func:`gymslurm.launcher.job.chain.ensure_lookahead`)."""
+    run: RunDir, shard: int, me: str, backend: Backend, settings: BenchmarkSettings, *,
+    state: ChainState | None = None, recheck: bool = True,
+) -> list[str]:  # fmt: skip
+    """The links queued behind this job (:func:`gymslurm.launcher.job.chain.ensure_lookahead`), from
+    ``state`` (the chain as the caller holds it; read when not given), which gets what is queued.
+    ``recheck`` False: a cancel that raced a link queued here is caught by the link's read after its
+    collector (``_after_decision``), not by reading the ledger again now."""
     return ensure_lookahead(
         run.ledger(shard), me, backend, lambda after: submit_link(run, shard, backend, [after]),
-        reread=lambda: shard_state(run, shard), depth=settings.slurm.lookahead,
+        state=shard_state(run, shard) if state is None else state,
+        reread=(lambda: shard_state(run, shard)) if recheck else None, depth=settings.slurm.lookahead,
     )  # fmt: skip
 
 
@@ -179,55 +214,58 @@ def run_link(
             f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
         return 0
     try:
-        state = shard_state(run, shard)
-        if state.paused:  # a job queued when the run was paused: it starts nothing and spends nothing
-            return _start_nothing_paused(run, shard, me[0], backend)
-        other = other_live_link(state, me, backend)
+        chain = Chain.read(run, shard)  # the start's one read of the ledger
+        if chain.state.paused:  # a job queued when the run was paused: it starts nothing and spends nothing
+            return _start_nothing_paused(chain.state, shard, me[0], backend)
+        other = other_live_link(chain.state, me, backend)
         if other is not None:
             log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
                 f"{duplicate}")  # fmt: skip
             return 0
-        return _run_link_locked(run, shard, settings, backend, me, signals=signals)
+        return _run_link_locked(run, shard, settings, backend, me, signals=signals, chain=chain)
     finally:
         os.close(lock)
 
 
 def _run_link_locked(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
-    signals: Signals,
+    signals: Signals, chain: Chain,
 ) -> int:  # fmt: skip
     ledger = run.ledger(shard)
-    budget, spent = run_spend(run, settings)
+    budget, spent = run_spend(run, settings, (shard, chain.records))
     limits = _limits(settings, budget)
     output = run.shard_output(shard, settings.output_stem)
     if disk_full(run.root) is not None:  # keep the chain's next links queued, then wait for space
         with contextlib.suppress(SlurmError, StoreError, OSError):
-            ensure_link_lookahead(run, shard, me[0], backend, settings)
+            ensure_link_lookahead(run, shard, me[0], backend, settings, state=chain.state)
         if not wait_for_space(run.root, ledger, me[0], signals):
             return ExitCode.DONE
+        chain = Chain.read(run, shard)  # a wait of any length: what cancel, pause or inject wrote meanwhile
     state = account_for_dead_runs(
-        shard_state(run, shard), ledger, me, backend, output=output, limits=limits
+        chain.state, ledger, me, backend, output=output, limits=limits, written=chain.records
     )
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
         if not state.cancelled:  # a stop written by accounting above, or by a link killed right
-            maybe_submit_aggregation(run, settings, backend, me[0])  # after it: the aggregation may be due
-            _cancel_lookahead(run, shard, me[0], backend)
+            maybe_submit_aggregation(run, settings, backend, me[0], (shard, state))  # after it: may be due
+            cancel_pending(state, me[0], backend)
         return ExitCode.DONE
     started = _record_start(run, shard, settings, me, output)
     if started is None:
         return ExitCode.DONE
+    chain.add(started)
     bytes_before = started.saved_bytes or 0
     notifier = Notifier(run, settings.notify, settings.name)
     if settings.notify:  # what earlier passes left pending (a receiver that was down), meanwhile
         notifier.deliver_soon()
     gate = start_gate(spent, state.budgets, limits) if budget is not None else None
     if gate is not None:
-        stopped = _stop_before_start(run, shard, settings, backend, me=me, started=started, gate=gate)
-        _link_events(notifier, run, shard, settings, spent=spent, budget=budget)
+        stopped = _stop_before_start(run, shard, settings, backend, me=me, started=started, gate=gate,
+                                     chain=chain)  # fmt: skip
+        _link_events(notifier, shard, settings, chain.records, spent=spent, budget=budget)
         return stopped
     reap_predecessors(state, ledger, me)
-    _prepare_to_collect(run, shard, settings, backend, me[0], output=output)
+    chain = _prepare_to_collect(run, shard, settings, backend, me[0], output=output, chain=chain)
     before_progress = read_progress(output)
     with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
         resubmit = state.resubmit_pending
@@ -238,19 +276,19 @@ def _run_link_locked(
         slurm_state, code, elapsed, before_progress, read_progress(output), killer,
         saved_outcomes=saved_bytes(output) > bytes_before, disk_full=disk_full(run.root),
     )  # fmt: skip
-    spent_now = run_spend(run, settings)[1] if budget is not None else 0.0
-    # gymslurm pause writes its record before it signals this link: read now, it is there
-    verdict = decide(
-        end, state.budgets, limits, gpu_hours_spent=spent_now, paused=shard_state(run, shard).paused
-    )
+    # the second phase's one read: gymslurm pause writes its record before it signals this link, so
+    # it is there now, as is a cancel that came meanwhile; the budgets are the start's (the lock held)
+    after = Chain.read(run, shard)
+    spent_now = run_spend(run, settings, (shard, after.records))[1] if budget is not None else 0.0
+    verdict = decide(end, state.budgets, limits, gpu_hours_spent=spent_now, paused=after.state.paused)
     if note:
         verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
     log(f"decision {verdict.decision}: {verdict.reason}")
     offset = read_resubmit_offset(output)
     extras = _figures(end, output, started, elapsed)
-    record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset, **extras)
-    _after_decision(run, shard, settings, backend, me=me[0], decision=verdict.decision)
-    _link_events(notifier, run, shard, settings, spent=spent_now, budget=budget)
+    after.add(record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset, **extras))
+    _after_decision(run, shard, settings, backend, me=me[0], decision=verdict.decision, state=after.state)
+    _link_events(notifier, shard, settings, after.records, spent=spent_now, budget=budget)
     return job_exit_code(verdict.decision)
 
 
@@ -263,21 +301,26 @@ def _figures(end: JobEnd, output: Path, started: Started, elapsed: float) -> dic
 
 
 def _prepare_to_collect(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: str, *, output: Path
-) -> None:
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: str, *, output: Path,
+    chain: Chain,
+) -> Chain:  # fmt: skip
     """Before the collector starts: the first links a killed submit left unqueued, this chain's
-    lookahead (both tried again later when they fail now), the output folder and the shard's input."""
+    lookahead (both tried again later when they fail now), the output folder and the shard's input.
+    The chain as the link holds it, with what was queued (read again only when a killed submit's
+    first links were queued here: array.json's spare tasks are links of this chain too)."""
     try:  # a submit killed midway left first links unqueued: the run's first job queues them
-        complete_queuing(run, backend, settings.slurm.lookahead, me)
+        if complete_queuing(run, backend, settings.slurm.lookahead, me):
+            chain = Chain.read(run, shard)
     except (SlurmError, StoreError, OSError) as error:
         log(f"could not complete the first links a killed submit left: {error}")
     try:
-        ensure_link_lookahead(run, shard, me, backend, settings)
+        ensure_link_lookahead(run, shard, me, backend, settings, state=chain.state, recheck=False)
     except (SlurmError, OSError) as error:  # collect anyway; queuing is tried again after the decision
         log(f"could not queue the next links now: {error}")
     output.parent.mkdir(parents=True, exist_ok=True)
     if run.read_info().array:
         ensure_shard_input(run, shard, settings.shards)
+    return chain
 
 
 def _record_start(
@@ -300,31 +343,33 @@ def _record_start(
 
 
 def _link_events(
-    notifier: Notifier, run: RunDir, shard: int, settings: BenchmarkSettings, *, spent: float,
+    notifier: Notifier, shard: int, settings: BenchmarkSettings, records: list[Record], *, spent: float,
     budget: float | None,
 ) -> None:  # fmt: skip
-    """Claim this chain's events (and the budget warning) and give delivery a bounded moment."""
+    """Claim this chain's events (from ``records``: the chain as the link holds it, its decision
+    included) and the budget warning, and give delivery a bounded moment."""
     if not settings.notify:
         return
     warning = budget_event(spent, budget, settings.budget.warn_at)
-    events = [*chain_events(shard, run.ledger(shard).read()), warning]
+    events = [*chain_events(shard, records), warning]
     safely(lambda: notifier.emit_all(events))
     if not settings.aggregation.enabled:
-        safely(lambda: notifier.emit_all([run_done_event(run, settings.shards, None)]))
+        safely(lambda: notifier.emit_all([run_done_event(notifier.run, settings.shards, None)]))
     notifier.deliver_soon()
     notifier.wait(LINK_GRACE_S)
 
 
 def _stop_before_start(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: tuple[str, int],
-    started: Started, gate: Verdict,
+    started: Started, gate: Verdict, chain: Chain,
 ) -> int:  # fmt: skip
     """Rule 0: the budget is spent; record a run that started nothing, stop the chain, exit 75."""
     log(f"decision {gate.decision}: {gate.reason}")
     elapsed = max(time.time() - job_started_at(), 0.0)
     end = JobEnd("NOT_STARTED", None, elapsed)
-    record_decision(run.ledger(shard), started, end, gate.budgets_after, gate, idle_s=round(elapsed, 1))
-    _after_decision(run, shard, settings, backend, me=me[0], decision=gate.decision)
+    idle = round(elapsed, 1)
+    chain.add(record_decision(run.ledger(shard), started, end, gate.budgets_after, gate, idle_s=idle))
+    _after_decision(run, shard, settings, backend, me=me[0], decision=gate.decision, state=chain.state)
     return job_exit_code(gate.decision)
 
 
@@ -436,34 +481,33 @@ def reap_predecessors(state: ChainState, ledger: Ledger, me: tuple[str, int]) ->
 
 
 def _after_decision(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, decision: Decision
-) -> None:
+    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, decision: Decision,
+    state: ChainState,
+) -> None:  # fmt: skip
     """Chain goes on: the lookahead is restored. Chain stops: the aggregation is queued if due,
-    *then* the lookahead is cancelled, so a kill between the two leaves a link that finishes it."""
-    if shard_state(run, shard).cancelled:
-        log(f"the chain of shard {shard} was cancelled; not queuing anything")
+    *then* the lookahead is cancelled, so a kill between the two leaves a link that finishes it.
+    ``state``: the chain as read after the collector, this link's decision folded in."""
+    if state.cancelled:  # what this link queued before its collector, should cancel have missed it
+        stale = " ".join(cancel_pending(state, me, backend)) or "-"
+        log(f"the chain of shard {shard} was cancelled; not queuing anything (cancelled {stale})")
         return
     if decision.continues:
         try:
-            ensure_link_lookahead(run, shard, me, backend, settings)
+            ensure_link_lookahead(run, shard, me, backend, settings, state=state)
         except (SlurmError, OSError) as error:  # the links queued before are still there
             log(f"could not restore the queued links now: {error}")
         return
-    maybe_submit_aggregation(run, settings, backend, me)
-    cancelled = _cancel_lookahead(run, shard, me, backend)
+    maybe_submit_aggregation(run, settings, backend, me, (shard, state))
+    cancelled = cancel_pending(state, me, backend)
     queued = " ".join(cancelled) or "-"
     ended = "paused" if decision == Decision.PAUSED else "finished"
     log(f"chain of shard {shard} {ended} ({decision}); cancelled the queued links {queued}")
 
 
-def _start_nothing_paused(run: RunDir, shard: int, me: str, backend: Backend) -> int:
-    cancelled = " ".join(_cancel_lookahead(run, shard, me, backend)) or "-"
+def _start_nothing_paused(state: ChainState, shard: int, me: str, backend: Backend) -> int:
+    cancelled = " ".join(cancel_pending(state, me, backend)) or "-"
     log(f"the run is paused (gymslurm pause): job {me} starts nothing; cancelled the queued {cancelled}")
     return ExitCode.DONE
-
-
-def _cancel_lookahead(run: RunDir, shard: int, me: str, backend: Backend) -> list[str]:
-    return cancel_pending(shard_state(run, shard), me, backend)
 
 
 def _finished_why(state: ChainState) -> str:
