@@ -275,9 +275,14 @@ def test_cancel_and_resubmit_of_a_run_across_clusters_reach_every_cluster(
         report = chain.wait(timeout=180, aggregation=False)
         assert [row["verdict"] for row in report["shards"]] == ["CANCELLED", "CANCELLED"], report["shards"]
         mine = {str(r["job_id"]) for s in (0, 1) for r in chain.ledger(s) if "job_id" in r}
-        for cluster in ("a", SECOND_CLUSTER):
-            live = user.run(["squeue", f"--clusters={cluster}", "-h", "-o", "%i"]).split()
-            assert not {f"{cluster}:{job}" for job in live} & mine, (cluster, live)
+
+        def left_in_queues() -> set[str]:  # scancel is asynchronous: the queues let go a moment later
+            return {
+                f"{cluster}:{job}" for cluster in ("a", SECOND_CLUSTER)
+                for job in user.run(["squeue", f"--clusters={cluster}", "-h", "-o", "%i"]).split()
+            } & mine  # fmt: skip
+
+        _wait("no job of the cancelled run left on either cluster", lambda: not left_in_queues())
         out = chain.gymslurm("resubmit", str(chain.run), str(workdir / "bench.yaml"))
         assert "new chain" in out, out
         report = chain.wait(timeout=300)

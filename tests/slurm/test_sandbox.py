@@ -64,7 +64,8 @@ def test_sinfo_lists_at_least_four_nodes_with_distinct_hostnames(slurm_user: Slu
     """``sinfo -N`` lists >= 4 nodes, and a job on each node sees that node's name as its hostname."""
     nodes = sorted(set(slurm_user.run(["sinfo", "-h", "-N", "-o", "%N"]).split()))
     assert len(nodes) >= 4, nodes
-    seen = slurm_user.run(["srun", "-N", str(len(nodes)), "-t", "1", "hostname"], timeout=120).split()
+    # A CPU on every node at once: with the other Slurm groups' jobs running, that can take minutes.
+    seen = slurm_user.run(["srun", "-N", str(len(nodes)), "-t", "1", "hostname"], timeout=420).split()
     assert sorted(seen) == nodes
 
 
