@@ -31,7 +31,6 @@ _E2E_DIR = Path(__file__).parent / "e2e"
 SLURM_GROUPS = {
     "test_kill_slurm.py": "slurm-1",
     "test_node_down.py": "slurm-1",
-    "test_placement_slurm.py": "slurm-1",  # it sets a node DOWN too: never while node-down's job runs
     "test_submit_reverify_slurm.py": "slurm-1",
     "test_sandbox.py": "slurm-1",
     "test_smoke.py": "slurm-1",
