@@ -194,7 +194,9 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
                              "aggregation.enabled=false"])  # fmt: skip
     chain.submit()
     try:
-        job = chain.wait_for_calls(1)
+        # The link needs a whole node: with the other Slurm groups' jobs spread over every node, one may
+        # take minutes to come free (seen: none in 120 s in the suite).
+        job = chain.wait_for_calls(1, timeout=420)
         # The preemptor wants the link's own node (others are idle on the multi-node sandbox).
         (node,) = job_nodes(job)
         preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
