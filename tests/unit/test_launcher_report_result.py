@@ -172,3 +172,18 @@ def test_by_default_the_report_is_the_owners_alone(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     path = write_report(run, LocalBackend(run.local_dir))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(run.root.stat().st_mode) == 0o700
+
+
+def test_status_json_leaves_the_page_and_the_table_rewrites_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status --json` (what scripts poll) does not render report.html; `status` (a person's look) does."""
+    from gymslurm.launcher.cli import main
+
+    run = make_run(tmp_path)
+    page = run.root / "report.html"
+    assert main("status", [str(run.root), "--json"]) == 0
+    assert not page.exists()
+    assert main("status", [str(run.root)]) == 0
+    assert page.exists()
+    capsys.readouterr()

@@ -157,8 +157,9 @@ th{background:#f1f1f1}.summary{font-weight:600}.timeline{border:1px solid #ccc;p
 """
 
 
-def render(data: dict[str, Any], now: float | None = None) -> str:
-    """The whole page, from :func:`report_data`'s output (pure apart from ``now``'s default)."""
+def render(data: dict[str, Any], now: float | None = None, digest: str | None = None) -> str:
+    """The whole page, from :func:`report_data`'s output (pure apart from ``now``'s default);
+    ``digest``: its :func:`fingerprint`, if the caller made it already."""
     status = data["status"]
     now = datetime.now().timestamp() if now is None else now
     shard_rows = [[row.get(key) for key, _ in COLUMNS] for row in status["shards"]]
@@ -220,7 +221,7 @@ def render(data: dict[str, Any], now: float | None = None) -> str:
               "document.getElementById('gymslurm-report').textContent).status.shards.length);")  # fmt: skip
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="gymslurm-data" content="{fingerprint(data)}">'
+        f'<meta name="gymslurm-data" content="{digest or fingerprint(data)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>gymslurm {_e(status['run'])}</title><style>{CSS}</style></head><body>"
         + "\n".join(parts)
@@ -299,9 +300,10 @@ def write_report(
     """
     path = output or report_path(run)
     data = report_data(run, backend, status, chains)
-    if keep_unchanged and _written_fingerprint(path) == fingerprint(data):
+    digest = fingerprint(data)
+    if keep_unchanged and _written_fingerprint(path) == digest:
         return path  # the same page but for the clock: 10,000 shards render in a fraction of a second
-    atomic_write(path, render(data).encode())
+    atomic_write(path, render(data, digest=digest).encode())
     if output is None and run.read_info().report_share == "group":
         share_with_group(run, path)
     return path
