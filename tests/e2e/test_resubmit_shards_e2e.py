@@ -89,3 +89,20 @@ def test_resubmit_shards_refuses_a_live_selected_shard_and_writes_nothing(tmp_pa
         assert status(run)["shards"][1]["verdict"] not in ("DONE", "FAILED")
     finally:
         gymslurm("cancel", str(run), check=False)
+
+
+def test_resubmit_shards_failed_restarts_the_failed_shards_only(tmp_path: Path) -> None:
+    """``--shards failed``: status picks the FAILED shard (1) and only it runs a new link; the DONE
+    shards' ledgers are byte for byte what they were."""
+    bench = _bench(tmp_path, [{"exit": 0}], [{"exit": 76}, {"exit": 0}])
+    run = _submit(bench)
+    wait_until_final(run, aggregation=False)
+    assert [decisions(run, s) for s in range(3)] == [["DONE"], ["STOP_FAILED"], ["DONE"]]
+    done = {s: (run / f"shards/00{s}/ledger.jsonl").read_bytes() for s in (0, 2)}
+    said = gymslurm("resubmit", str(run), str(bench), "--shards", "failed")
+    assert "shard 1: new chain" in said.stdout and "shard 0" not in said.stdout, said.stdout
+    wait_for_decisions(run, more_than=1, shard=1)
+    report = wait_until_final(run, aggregation=False)
+    assert decisions(run, 1) == ["STOP_FAILED", "DONE"]
+    assert {s: (run / f"shards/00{s}/ledger.jsonl").read_bytes() for s in (0, 2)} == done
+    assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE", "DONE"]
