@@ -173,11 +173,17 @@ class DeadRun:
     slurm_signal: int | None = None
     slurm_elapsed_s: float | None = None
     saved_outcomes: bool | None = None
+    last_beat_s: float | None = None  # from its start to its last heartbeat plus one interval
 
 
 def dead_run_end(run: DeadRun) -> JobEnd:
     """How a run that never wrote its decision ended: Slurm ended it, or it crashed (and why)."""
     elapsed = run.slurm_elapsed_s if run.slurm_elapsed_s else run.since_start_s
+    if not run.slurm_elapsed_s and run.last_beat_s is not None:
+        # Judged late (a requeue restarts minutes on, a successor waits its turn), "since its start"
+        # counts the wait too: a link beats every interval while it lives, so it died within one
+        # interval of its last beat (a 2 s crash read 621 s of walltime and GPU-hours without this).
+        elapsed = min(elapsed, max(run.last_beat_s, 0.0))
     state, code = run.slurm_state, run.slurm_exit_code
     shown = f"{state}, exit {code}" if code is not None else state
     if run.slurm_signal:

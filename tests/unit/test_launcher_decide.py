@@ -134,6 +134,8 @@ DEAD = [
     ("an unknown end within a minute that saved outcomes is not a crash",
      DeadRun("VANISHED", 12, saved_outcomes=True), False, Decision.CONTINUE),
     ("an unknown end after a minute is not a crash", DeadRun("VANISHED", 300), False, Decision.CONTINUE),
+    ("judged late, an unknown end whose last heartbeat was seconds after its start is a crash",
+     DeadRun("VANISHED", 621, last_beat_s=17), True, Decision.RETRY),
 ]  # fmt: skip
 
 
@@ -156,8 +158,14 @@ def test_crash_reason_names_slurm_state_and_exit_code() -> None:
 @pytest.mark.parametrize(
     ("facts", "elapsed"),
     [(DeadRun("FAILED", 40.0, 137, None, 2), 2.0), (DeadRun("VANISHED", 40.0), 40.0),
-     (DeadRun("FAILED", 40.0, 137, None, 0), 40.0)],
-    ids=["Slurm's elapsed when known", "start record to now without it", "Slurm's 0 is not believed"],
+     (DeadRun("FAILED", 40.0, 137, None, 0), 40.0),
+     (DeadRun("VANISHED", 621.0, last_beat_s=17.0), 17.0),
+     (DeadRun("REQUEUED", 900.0, last_beat_s=315.0), 315.0),
+     (DeadRun("UNKNOWN", 30.0, last_beat_s=45.0), 30.0),
+     (DeadRun("FAILED", 621.0, 137, None, 2, last_beat_s=17.0), 2.0)],
+    ids=["Slurm's elapsed when known", "start record to now without it", "Slurm's 0 is not believed",
+         "judged late: its last heartbeat bounds it", "a requeued run: not the wait before the restart",
+         "the heartbeat bound never lengthens it", "Slurm's elapsed before the heartbeat"],
 )  # fmt: skip
 def test_dead_link_walltime_is_its_real_elapsed_time(facts: DeadRun, elapsed: float) -> None:
     """A dead link adds its real elapsed time to the chain's walltime, never 0."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,21 @@ def test_folding_a_record_equals_summarizing_the_ledger_with_it(tmp_path: Path) 
     for record in records[1:]:
         fold(state, record)
     assert state == summarize(records)
+
+
+def test_a_dead_runs_last_heartbeat_bounds_its_life_only_if_it_is_that_runs() -> None:
+    """The shard's heartbeat bounds a dead run's life (last beat + one interval) only when it is that
+    very run's (job and restart count): another link's beat says nothing of it."""
+    from gymslurm.launcher.job.chain import last_beat_s
+    from gymslurm.store.live import Heartbeat
+
+    run = Started(job_id="7", restart_count=1, at="2026-12-01T10:00:00+00:00")
+    start = datetime.fromisoformat(run.at).timestamp()
+
+    def beat(job: str, restart: int) -> Heartbeat:
+        return Heartbeat(job_id=job, restart_count=restart, start=run.at, at=run.at, epoch=start + 30,
+                         interval_s=15, pid=1)  # fmt: skip
+
+    assert last_beat_s(run, beat("7", 1)) == 45.0
+    assert last_beat_s(run, beat("7", 0)) is None and last_beat_s(run, beat("8", 1)) is None
+    assert last_beat_s(run, None) is None

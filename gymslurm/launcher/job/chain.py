@@ -34,6 +34,7 @@ from gymslurm.launcher.job.collector_files import saved_bytes
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, Submitted, fold, record_decision
 from gymslurm.launcher.slurm import QueueRow
+from gymslurm.store import live
 
 
 def seconds_between(start: str | None, end: str | None) -> float:
@@ -46,20 +47,37 @@ def seconds_between(start: str | None, end: str | None) -> float:
         return 0.0
 
 
-def dead_run_facts(run: Started, me: tuple[str, int], backend: Backend, output: Path | None) -> DeadRun:
-    """What is known of a run that never wrote its decision: Slurm's word, its start, its saves."""
+def last_beat_s(run: Started, beat: live.Heartbeat | None) -> float | None:
+    """Seconds from the run's start to its last heartbeat plus one interval (it died by then), if
+    the shard's heartbeat is this very run's (pure)."""
+    if beat is None or (beat.job_id, beat.restart_count) != (run.job_id, run.restart_count):
+        return None
+    try:
+        started = datetime.fromisoformat(run.at).timestamp()
+    except ValueError:
+        return None
+    return max(beat.epoch + beat.interval_s - started, 0.0)
+
+
+def dead_run_facts(
+    run: Started, me: tuple[str, int], backend: Backend, output: Path | None,
+    beat: live.Heartbeat | None = None,
+) -> DeadRun:  # fmt: skip
+    """What is known of a run that never wrote its decision: Slurm's word, its start, its saves and
+    (``beat``: the shard's heartbeat file) when it last showed life."""
     since = seconds_between(run.at, utc_now_ms())
     saved = None if run.saved_bytes is None or output is None else saved_bytes(output) > run.saved_bytes
+    last = last_beat_s(run, beat)
     if run.job_id == me[0]:  # an earlier run of this very job: Slurm requeued it
-        return DeadRun("REQUEUED", since, saved_outcomes=saved)
+        return DeadRun("REQUEUED", since, saved_outcomes=saved, last_beat_s=last)
     try:
         row = backend.ended(run.job_id)
     except Exception as error:  # a status query must not stop the chain from accounting
         log(f"could not ask the scheduler about job {run.job_id}: {error}")
-        return DeadRun("UNKNOWN", since, saved_outcomes=saved)
+        return DeadRun("UNKNOWN", since, saved_outcomes=saved, last_beat_s=last)
     if row is None:
-        return DeadRun("VANISHED", since, saved_outcomes=saved)
-    return DeadRun(row.state, since, row.exit_code, row.signal, row.elapsed_s, saved)
+        return DeadRun("VANISHED", since, saved_outcomes=saved, last_beat_s=last)
+    return DeadRun(row.state, since, row.exit_code, row.signal, row.elapsed_s, saved, last)
 
 
 def other_live_link(state: ChainState, me: tuple[str, int], backend: Backend) -> str | None:
@@ -84,8 +102,12 @@ def account_for_dead_runs(
     output: Path | None,
     limits: Limits,
     written: list[Record] | None = None,
+    beat: live.Heartbeat | None = None,
 ) -> ChainState:
     """Write a decision for every run that started but never wrote one (except this run).
+
+    ``beat``: the shard's heartbeat as the dead left it (read before this run beats), which bounds
+    how long the run that wrote it lived.
 
     Each decision written is folded into ``state`` (no other job writes the chain's ledger while
     its lock is held), so the ledger is not read again; and appended to ``written`` when given
@@ -94,7 +116,7 @@ def account_for_dead_runs(
     for run in list(state.open_runs):
         if (run.job_id, run.restart_count) == me:
             continue
-        end = dead_run_end(dead_run_facts(run, me, backend, output))
+        end = dead_run_end(dead_run_facts(run, me, backend, output, beat))
         before = state.budgets
         verdict = decide(end, before, limits)
         log(f"accounting for job {run.job_id} run {run.restart_count}: {verdict.decision} ({verdict.reason})")

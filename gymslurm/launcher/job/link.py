@@ -193,6 +193,13 @@ def try_link_lock(path: Path) -> int | None:
     return try_lock(path)
 
 
+def _last_beat(heartbeat: Path) -> live.Heartbeat | None:
+    """The shard's heartbeat as the last link that beat left it (None when unreadable)."""
+    with contextlib.suppress(StoreError):
+        return live.read_heartbeat(heartbeat)
+    return None
+
+
 def _holder(heartbeat: Path) -> str:
     with contextlib.suppress(StoreError):
         beat = live.read_heartbeat(heartbeat)
@@ -242,8 +249,9 @@ def _run_link_locked(
             return ExitCode.DONE
         chain = Chain.read(run, shard)  # a wait of any length: what cancel, pause or inject wrote meanwhile
     state = account_for_dead_runs(
-        chain.state, ledger, me, backend, output=output, limits=limits, written=chain.records
-    )
+        chain.state, ledger, me, backend, output=output, limits=limits, written=chain.records,
+        beat=_last_beat(run.heartbeat(shard)),
+    )  # fmt: skip
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
         if not state.cancelled:  # a stop written by accounting above, or by a link killed right
