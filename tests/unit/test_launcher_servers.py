@@ -197,3 +197,16 @@ def test_a_server_that_lost_its_port_at_start_up_is_retried(tmp_path: Path) -> N
     with pytest.raises(ServerStartError) as raised:
         start(settings, tmp_path / "server.log")
     assert not raised.value.deterministic and start_failure_exit(raised.value) == 1
+
+
+def test_a_url_resolved_in_the_job_with_a_password_never_reaches_a_command_line(tmp_path: Path) -> None:
+    """A URL known only in the job (``${oc.env:…}``) that carries a password, named by a later server's
+    command: that server is not started (its argv would show the password in ``ps``), and says why."""
+    from gymslurm.launcher.job.servers import RunningServer
+
+    policy = RunningServer(ServerSettings(name="policy", url="x"), "https://svc:hunter2pass@h.example:8000")
+    env = ServerSettings(name="env", command=["sleep", "30", "{servers.policy.url}"])
+    with pytest.raises(ServerStartError, match="carries a user or password") as refused:
+        start(env, tmp_path / "env.log", started={"policy": policy})
+    assert "hunter2pass" not in str(refused.value)
+    assert not (tmp_path / "env.log").exists() or "hunter2pass" not in (tmp_path / "env.log").read_text()

@@ -177,3 +177,20 @@ def test_the_nemo_gym_benchmark_config_validates() -> None:
     assert (server.port, server.collector_override, server.health_path) == (0, "+head_server_url", "/readyz")
     assert "+environment_server_name=weather_legacy_env" in settings.collector.overrides
     assert "${" not in " ".join([settings.dataset, *server.command])  # benchmarks are not interpolated
+
+
+def test_a_servers_command_may_not_carry_an_earlier_servers_url_with_a_password() -> None:
+    """``{servers.NAME.url}`` of a URL with a user or password on a command line (every user's ``ps``)
+    is refused before anything is written, naming env as the way; in env it is accepted."""
+    from gymslurm.errors import ConfigError
+    from gymslurm.launcher.settings import validate
+
+    url = "https://svc:hunter2pass@models.example/v1"
+    policy = {"name": "policy", "url": url, "collector_override": None}
+    on_argv = {"name": "env", "command": ["e", "--policy-url", "{servers.policy.url}"]}
+    in_env = {"name": "env", "command": ["e"], "env": {"POLICY_URL": "{servers.policy.url}"}}
+    with pytest.raises(ConfigError, match=r"carries a user or password.*env") as refused:
+        validate({"name": "b", "dataset": "d.jsonl", "servers": [policy, on_argv]}, "b")
+    assert "hunter2pass" not in str(refused.value)
+    settings = validate({"name": "b", "dataset": "d.jsonl", "servers": [policy, in_env]}, "b")
+    assert [s.name for s in settings.servers] == ["policy", "env"]

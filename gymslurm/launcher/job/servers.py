@@ -46,7 +46,7 @@ from gymslurm.errors import ConfigError, ServerStartError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.server_placement import node_words, step_head
-from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings
+from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings, credential_url_on_argv
 from gymslurm.redaction import redact_text, remember
 from gymslurm.store.atomic import open_run_file
 
@@ -219,6 +219,10 @@ def launch(
     processes: list[subprocess.Popen[bytes]] = []
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    if problem := credential_url_on_argv(
+        [*(settings.command or []), *(settings.worker_command or [])], {n: s.url for n, s in known.items()}
+    ):  # a URL resolved in the job (${oc.env:...}): the login side could not see its password
+        raise ServerStartError(f"server {name!r} not started: {problem}")
     for rank in range(max(1, len(nodes))):
         here = nodes[rank] if nodes else host
 
