@@ -15,12 +15,9 @@ process only its own (docs/security.md).
 
 from __future__ import annotations
 
-import re
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -32,6 +29,7 @@ from pydantic import (
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher import scriptsafe
+from gymslurm.launcher.server_refs import check_references, credential_url_on_argv
 from gymslurm.launcher.settings_sections import (
     BudgetSettings,
     ContainerSettings,
@@ -92,26 +90,6 @@ def _nul_free(value: Any, key: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _nul_free(item, f"{key}[{index}]")
-
-
-SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
-
-
-def credential_url_on_argv(argv: list[str], urls: Mapping[str, str | None]) -> str | None:
-    """Why ``argv`` may not be run: it names ``{servers.NAME.url}`` of a server whose URL carries a
-    user or password (``https://user:key@host``), which a command line shows every user of the
-    node (``ps``); None when it names none (pure). ``urls``: the earlier servers' URLs by name."""
-    for part in argv:
-        for name, field_name in SERVER_REFERENCE.findall(part):
-            url = urls.get(name)
-            if field_name == "url" and url and "@" in urlsplit(url).netloc:
-                return (
-                    f"it names {{servers.{name}.url}} on its command line, and that URL carries a user "
-                    "or password, which every user of the node can read in a command line: name it "
-                    f"in the server's env instead (env: {{{name.upper()}_URL: '{{servers.{name}.url}}'}}) "
-                    "and let the server read that variable"
-                )
-    return None
 
 
 class ServerSettings(_Strict):
@@ -409,23 +387,13 @@ class BenchmarkSettings(_Strict):
             if server.name in seen:
                 raise ValueError(f"servers: two servers are named {server.name!r}")
             texts = [*(server.command or []), *(server.worker_command or []), *server.env.values()]
-            _check_references(texts, seen, f"server {server.name!r}")
+            check_references(texts, seen, f"server {server.name!r}")
             urls = {s.name: s.url for s in self.servers if s.name in seen}
             argv = [*(server.command or []), *(server.worker_command or [])]
             if problem := credential_url_on_argv(argv, urls):
                 raise ValueError(f"server {server.name!r}: {problem}")
             seen.append(server.name)
-        _check_references(self.collector.overrides, seen, "collector.overrides")
-
-
-def _check_references(texts: list[str], earlier: list[str], where: str) -> None:
-    for text in texts:
-        for name, _ in SERVER_REFERENCE.findall(text):
-            if name not in earlier:
-                raise ValueError(
-                    f"{where} refers to {{servers.{name}...}}, which is not a server listed before it "
-                    f"(servers start in order; earlier: {', '.join(earlier) or 'none'})"
-                )
+        check_references(self.collector.overrides, seen, "collector.overrides")
 
 
 def slurm_seconds(text: str | int) -> int:

@@ -67,10 +67,15 @@ class RealChain(Chain):
         server = [str(py), "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}"]
         aggregate = [str(py), "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
         make_data = [str(py), "-m", "gymslurm", "demo-server", "--write-dataset", "{dataset}"]
+        dataset_line = f"dataset_command: {json.dumps([*make_data, '--n', str(spec['tasks'])])}\n"
+        if spec.get("task_fields"):  # tasks scripted per index (demo faults): written here, not made
+            tasks = self._scripted_tasks(spec["tasks"], spec["task_fields"])
+            self.user.write("data.jsonl", tasks, mode=0o644)
+            dataset_line = ""
         bench = self.user.write(
             "bench.yaml",
             f"dataset: {work / 'data.jsonl'}\n"
-            f"dataset_command: {json.dumps([*make_data, '--n', str(spec['tasks'])])}\n"
+            f"{dataset_line}"
             f"run_root: {work / 'runs'}\nshards: {spec['shards']}\n"
             "servers:\n"
             f"{self._policy_yaml()}"
@@ -92,6 +97,21 @@ class RealChain(Chain):
         assert match, out
         self.run = Path(match.group(1))
         return self
+
+    @staticmethod
+    def _scripted_tasks(count: int, fields: dict[int, dict[str, Any]]) -> str:
+        """The demo dataset of ``count`` tasks, task ``i``'s ``task_input`` with ``fields[i]`` (JSONL)."""
+        import tempfile
+
+        from gymslurm.demo.server import write_dataset
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "tasks.jsonl"
+            write_dataset(path, count, seed=0)
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for i, row in enumerate(rows):
+            row["task_input"].update(fields.get(i, {}))
+        return "".join(json.dumps(row) + "\n" for row in rows)
 
     def output(self, shard: int | None) -> Path:
         """A shard's results file (None: the merged one)."""

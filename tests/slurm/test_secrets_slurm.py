@@ -56,8 +56,15 @@ SPEC = dict(
         "+environment_config.mirror='https://" + CANARIES["URL user as token (issue 20)"] + "@git.example/x'",
     ],
     slurm="  time: '00:05:00'\n",
-    server_yaml=f"    env: {{HF_TOKEN: {CANARIES['server env']}}}\n",
+    # The server's key comes from the submitting environment (${oc.env:...}, resolved in the job);
+    # tasks 0 and 1 get it echoed back in their first attempt's failure (demo fault rejected_key).
+    server_yaml=f"    env: {{HF_TOKEN: {CANARIES['server env']}, "
+    "DEMO_API_KEY: '${oc.env:GS_SLURM_SERVER_VALUE}'}\n",
+    task_fields={i: {"_demo_fault": "rejected_key", "_demo_fault_attempts": 1} for i in (0, 1)},
 )  # fmt: skip
+# Exported where the user runs submit (sbatch hands them to the job), named by ${oc.env:...} only.
+EXPORTED = {"GS_SLURM_SERVER_VALUE": "GS-SLURM-SERVER-KEY-51d2a7",
+            "GS_SLURM_COLLECTOR_VALUE": "GS-SLURM-COLL-KEY-0b9e33"}  # fmt: skip
 
 
 def _hydra_quoted(text: str) -> str:
@@ -68,9 +75,12 @@ def _hydra_quoted(text: str) -> str:
 SPEC["collector"] += [  # type: ignore[operator]
     f"+environment_config.corpus.f{i:02d}={_hydra_quoted(form.text)}" for i, form in enumerate(FORMS)
 ]
-SPEC["collector_yaml"] = f"  env: {json.dumps({f'CORPUS_{i:02d}': f.text for i, f in enumerate(FORMS)})}\n"
+_COLLECTOR_ENV = {f"CORPUS_{i:02d}": f.text for i, f in enumerate(FORMS)}
+_COLLECTOR_ENV["JUDGE_API_KEY"] = "${oc.env:GS_SLURM_COLLECTOR_VALUE}"
+SPEC["collector_yaml"] = f"  env: {json.dumps(_COLLECTOR_ENV)}\n"
 TYPED = [f"++collector.env.TYPED_{i:02d}={_hydra_quoted(f.text)}" for i, f in enumerate(FORMS)]
-NEEDLES = {**CANARIES, **{f"corpus {form.label!r}": form.needle for form in FORMS}}
+NEEDLES = {**CANARIES, **{f"corpus {form.label!r}": form.needle for form in FORMS},
+           **{f"${{oc.env:{name}}}": value for name, value in EXPORTED.items()}}  # fmt: skip
 # Processes whose environment is read: each holds its own secrets only (a server its env: s03; the
 # collector its env and overrides: everything else), the aggregation none.
 UNTOLD = (" demo-server ", " -m gymslurm aggregate ", " -m gymslurm collect")
@@ -120,6 +130,7 @@ def watched_run(
     watcher.start()
     chain = RealChain(user, slurm_python, SPEC)
     chain.overrides = TYPED
+    chain.env = dict(EXPORTED)
     try:
         chain.submit()
         report = chain.finished(timeout=300)
@@ -154,12 +165,12 @@ def test_a_real_slurm_run_leaks_no_canary_to_files_logs_streams_command_lines_or
     texts.update({f"cmdline {i}": line for i, line in enumerate(sorted(seen - typed))})
     leaks = [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in texts.items()
              if needle in text]  # fmt: skip
-    server_own = CANARIES["server env"]
+    server_own = {CANARIES["server env"], EXPORTED["GS_SLURM_SERVER_VALUE"]}
 
     def own(needle: str, where: str) -> bool:  # in this process's environment by design
         if " demo-server " in where:
-            return needle == server_own
-        return " -m gymslurm collect" in where and needle != server_own
+            return needle in server_own
+        return " -m gymslurm collect" in where and needle not in server_own
 
     environs: dict[str, str] = found["environs"]
     leaks += [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in environs.items()
@@ -193,3 +204,16 @@ def test_a_real_slurm_run_directory_is_private(watched_run: tuple[RealChain, set
     chain, _, _ = watched_run
     assert chain.run is not None
     assert chain.run.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_real_slurm_server_gets_its_key_from_the_submitting_environment_and_its_echo_is_redacted(
+    watched_run: tuple[RealChain, set[str], dict],
+) -> None:
+    """``DEMO_API_KEY: ${oc.env:GS_SLURM_SERVER_VALUE}``, resolved in the job: the server held the value
+    (its environ) and echoed it in two refusals, which are saved with the key replaced."""
+    chain, _, found = watched_run
+    value = EXPORTED["GS_SLURM_SERVER_VALUE"]
+    servers = [text for where, text in found["environs"].items() if " demo-server " in where]
+    assert any(f"DEMO_API_KEY={value}" in text for text in servers), "the server received the value"
+    sidecar = chain.output(0).with_name("rollouts_failures.jsonl").read_text()
+    assert sidecar.count("Incorrect API key provided: <redacted>") >= 2, sidecar[:2000]

@@ -40,7 +40,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("the launcher's model of a site and a run", [
         "gymslurm.launcher", "gymslurm.launcher.scriptsafe", "gymslurm.launcher.slurm",
         "gymslurm.launcher.decide", "gymslurm.launcher.findings", "gymslurm.launcher.settings",
-        "gymslurm.launcher.settings_sections",
+        "gymslurm.launcher.settings_sections", "gymslurm.launcher.server_refs",
         "gymslurm.launcher.ledger", "gymslurm.launcher.rundir", "gymslurm.launcher.render",
         "gymslurm.launcher.backend", "gymslurm.launcher.local", "gymslurm.launcher.probe",
         "gymslurm.launcher.arrays", "gymslurm.launcher.doctor", "gymslurm.launcher.placement",

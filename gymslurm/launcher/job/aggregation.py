@@ -32,6 +32,7 @@ from gymslurm.launcher.job.chain import (
     queue_chain,
 )
 from gymslurm.launcher.job.collector_process import run_collector
+from gymslurm.launcher.job.environment import withheld_in_job
 from gymslurm.launcher.job.heartbeat import Signals, log
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
@@ -213,7 +214,10 @@ def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[
     merged = run.merged_output(settings.output_stem)
     merged.parent.mkdir(parents=True, exist_ok=True)
     pattern = shard_outputs_glob(run, settings.output_stem)
-    code, _ = run_collector(aggregate_argv(settings, existing, merged, pattern), signals)
+    # The aggregation holds no secret of its own: every variable a server's or the collector's env
+    # names as a credential source stays with that process (exported by sbatch to this job too).
+    withheld = withheld_in_job(settings)
+    code, _ = run_collector(aggregate_argv(settings, existing, merged, pattern), signals, withheld=withheld)
     reason = f"aggregate exited {code}"
     if code == ExitCode.DONE:
         reason += _reward_histogram(merged)

@@ -24,7 +24,8 @@ from gymslurm.launcher.job.collector_files import life_of, read_live_progress
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.settings import SERVER_REFERENCE, BenchmarkSettings
+from gymslurm.launcher.server_refs import SERVER_REFERENCE
+from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV, environment_string_problem
 from gymslurm.redaction import redact_value, remember
 from gymslurm.supervision import SUPERVISION_FD_ENV

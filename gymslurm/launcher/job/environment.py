@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV, environment_string_problem
 from gymslurm.redaction import is_credential_name
 
@@ -38,6 +39,12 @@ def withheld_variables(env_mappings: Iterable[Mapping[str, str]]) -> frozenset[s
     return frozenset(
         name for env in env_mappings for key, value in env.items() for name in _holds_secret(key, value)
     )
+
+
+def withheld_in_job(settings: BenchmarkSettings) -> frozenset[str]:
+    """:func:`withheld_variables` of a benchmark's processes (its collector and servers): what every
+    other child of its jobs (a server, the collector, the aggregation) does not inherit."""
+    return withheld_variables([settings.collector.env, *(server.env for server in settings.servers)])
 
 
 def secret_values(own: Mapping[str, str], resolved: Mapping[str, str]) -> list[str]:

@@ -66,7 +66,7 @@ from gymslurm.launcher.job.collector_process import (
     run_collector,
 )
 from gymslurm.launcher.job.disk import disk_full, wait_for_space
-from gymslurm.launcher.job.environment import withheld_variables
+from gymslurm.launcher.job.environment import withheld_in_job
 from gymslurm.launcher.job.first_links import complete_queuing
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
@@ -398,7 +398,7 @@ def _collect(  # noqa: PLR0917
         ledger.append(_serverrecord_decision(me, host, event, server, cause))
 
     started: list[server_mod.RunningServer] = []
-    withheld = withheld_variables([settings.collector.env, *(s.env for s in settings.servers)])
+    withheld = withheld_in_job(settings)
     try:
         try:
             start_stack(settings.servers, run.root / "logs", shard, started, note=note, withheld=withheld)

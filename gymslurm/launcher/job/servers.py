@@ -46,7 +46,8 @@ from gymslurm.errors import ConfigError, ServerStartError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.server_placement import node_words, step_head
-from gymslurm.launcher.settings import SERVER_REFERENCE, ServerSettings, credential_url_on_argv
+from gymslurm.launcher.server_refs import SERVER_REFERENCE, credential_url_on_argv
+from gymslurm.launcher.settings import ServerSettings
 from gymslurm.redaction import redact_text, remember
 from gymslurm.store.atomic import open_run_file
 
