@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.settings import ServerSettings
+from gymslurm.launcher.settings_sections import gpus_in_directives
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,47 @@ def instances(servers: Sequence[ServerSettings]) -> list[Instance]:
 def job_node_count(servers: Sequence[ServerSettings]) -> int:
     """How many nodes the job needs: those its placed instances span, at least 1."""
     return max(1, sum((s.nodes or 0) * s.replicas for s in servers))
+
+
+def node_gpus(servers: Sequence[ServerSettings]) -> list[int]:
+    """GPUs each node of the job needs, the link's node first: its in-process servers' (every replica
+    runs there) plus, on every node a placed instance spans, that instance's ``gpus``."""
+    need = [0] * job_node_count(servers)
+    need[0] = sum(s.gpus * s.replicas for s in servers if s.nodes is None)
+    gpus = {s.name: s.gpus for s in servers}
+    for instance in instances(servers):
+        for index in instance.nodes:
+            need[index] += gpus[instance.server]
+    return need
+
+
+def gpus_per_node(servers: Sequence[ServerSettings], declared: int) -> int:
+    """The GPUs per node the job asks for (Slurm's ``--gres`` is per node): ``declared`` (slurm.gpus or
+    a ``--gres``/``--gpus`` directive) when set, else what the servers' ``gpus`` need on their busiest
+    node; a declared count below that need is refused, naming the node that needs more."""
+    need = node_gpus(servers)
+    most = max(need)
+    if declared and declared < most:
+        node = need.index(most)
+        raise ConfigError(
+            f"the servers need {most} GPUs on node {node + 1} of the job (servers[].gpus, docs/servers.md, "
+            f"'Placement'), but the job asks for {declared} per node (slurm.gpus or a --gres directive): "
+            f"raise it to {most} or leave it unset, and the job asks for what the servers need"
+        )
+    return declared or most
+
+
+def gres_directive(servers: Sequence[ServerSettings], gpus: int, extra: Sequence[str]) -> list[str]:
+    """``--gres=gpu:N`` per node for the link script: ``slurm.gpus`` (``gpus``) or the servers' need;
+    none when ``slurm.extra_directives`` asks for GPUs itself (checked against the need, not doubled)."""
+    written = gpus_in_directives(list(extra))
+    per_node = gpus_per_node(servers, gpus or written)
+    return [f"--gres=gpu:{per_node}"] if per_node and not written else []
+
+
+def job_gpus(servers: Sequence[ServerSettings], declared: int) -> int:
+    """GPUs the whole job holds: :func:`gpus_per_node` on every node it asks for (GPU-hours count these)."""
+    return gpus_per_node(servers, declared) * job_node_count(servers)
 
 
 def placement_directives(servers: Sequence[ServerSettings], extra: Sequence[str]) -> list[str]:

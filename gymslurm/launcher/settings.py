@@ -127,6 +127,7 @@ class ServerSettings(_Strict):
     # nodes N: N nodes of its own per instance; replicas K: K instances behind router (docs/servers.md).
     replicas: int = Field(default=1, ge=1)
     router: RouterSettings = Field(default_factory=RouterSettings)
+    gpus: int = Field(default=0, ge=0)  # GPUs each instance takes on each node it spans: --gres follows
 
     _name_is_slug = field_validator("name")(_slug)
 

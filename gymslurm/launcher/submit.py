@@ -74,7 +74,7 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.scriptsafe import path_directive_problem
-from gymslurm.launcher.server_placement import placement_directives
+from gymslurm.launcher.server_placement import gres_directive, job_gpus, placement_directives
 from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
@@ -124,7 +124,8 @@ def render_scripts(
     link_common = {**common, "directives": directives_block(
         slurm.partition, slurm.account, slurm.qos,
         [*placement_directives(settings.servers, slurm.extra_directives),
-         *([f"--gres=gpu:{slurm.gpus}"] if slurm.gpus else []), *slurm.extra_directives, *mail],
+         *gres_directive(settings.servers, slurm.gpus, slurm.extra_directives),
+         *slurm.extra_directives, *mail],
     )}  # fmt: skip
     servers = servers_block(stack_lines(settings.servers))
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
@@ -362,7 +363,7 @@ def create_run(
         placement=placement,
         aggregate_cluster=None if placement is None else settings.slurm.aggregation_cluster,
         reverify_of=reverify_of,
-        gpus=settings.slurm.declared_gpus, gpu_budget=settings.budget.gpu_hours,
+        gpus=job_gpus(settings.servers, settings.slurm.declared_gpus), gpu_budget=settings.budget.gpu_hours,
         budget_warn_at=settings.budget.warn_at, report_share=settings.report.share,
     )  # fmt: skip
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())

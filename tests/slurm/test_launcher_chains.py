@@ -40,6 +40,13 @@ SCENARIOS = {
         # tested on the local backend (tests/e2e, early signals).
         slurm_yaml="  time: '2'\n  signal_lead_s: 60\n  max_walltime: '0:45'\n",
     ),
+    # --time 1 min, USR1 60 s before: due at the job's start. Slurm's first time-limit check sends
+    # it at any instant of the first 30 s, or before the batch step runs (then it is lost and the
+    # link stops on the time limit's TERM): either way every link decides by itself.
+    "usr1_at_start": dict(
+        steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}],
+        slurm_yaml="  time: '1'\n  signal_lead_s: 60\n  max_walltime: '1:30'\n",
+    ),
     "requeue": dict(steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]),
     "scancel": dict(steps=[{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}]),
     "shards": dict(steps=[{"exit": 0}], overrides=["shards=3"]),
@@ -125,6 +132,23 @@ def test_time_limit_signal_stops_cleanly_and_the_walltime_cap_ends_the_chain(
         shown = _slurm("scontrol", "show", "job", "-o", d["job_id"])
         assert "JobState=TIMEOUT" not in shown, shown
     assert report["shards"][0]["verdict"] == "EXHAUSTED"
+
+
+def test_usr1_due_at_the_jobs_start_kills_no_link_and_the_chain_ends_by_itself(
+    chains: dict[str, Chain],
+) -> None:
+    """USR1 due at once (signal lead = the whole --time): every link writes its own decision (on the
+    USR1, or on the time limit's TERM when Slurm sent the USR1 before the batch step ran), none is
+    judged dead by a successor, and the walltime cap ends the chain with no human."""
+    chain = chains["usr1_at_start"]
+    report = chain.wait(timeout=600, aggregation=False)
+    decisions = chain.decisions()
+    assert len(decisions) >= 2, decisions
+    assert all(d["accounted_by"] is None for d in decisions), decisions
+    assert all(d["slurm_state"] in ("SIGNALLED:SIGUSR1", "SIGNALLED:SIGTERM") for d in decisions), decisions
+    assert [d["decision"] for d in decisions[:-1]] == ["CONTINUE"] * (len(decisions) - 1), decisions
+    assert decisions[-1]["decision"] == "STOP_WALLTIME", decisions
+    assert report["shards"][0]["verdict"] == "EXHAUSTED", report["shards"][0]
 
 
 def test_scontrol_requeue_reruns_the_same_job_without_a_doubled_link(chains: dict[str, Chain]) -> None:

@@ -123,3 +123,44 @@ def test_each_router_gets_a_free_port_for_its_metrics_unless_one_is_named() -> N
     named = server("policy", replicas=2, router={"extra_args": ["--prometheus-port", "9100"]})
     argv = router_settings(named, [], "127.0.0.1").command
     assert argv.count("--prometheus-port") == 1 and argv[argv.index("--prometheus-port") + 1] == "9100"
+
+
+# (name, servers, GPUs needed on each node of the job)
+NODE_GPUS = [
+    ("no GPU anywhere", [dict(name="env")], [0]),
+    ("in-process servers add up on the link's node",
+     [dict(name="policy", gpus=2), dict(name="judge", gpus=1)], [3]),
+    ("in-process replicas all run on the link's node", [dict(name="policy", gpus=2, replicas=2)], [4]),
+    ("a placed server takes its gpus on each node it spans", [dict(name="policy", nodes=2, gpus=4)], [4, 4]),
+    ("the first placed head shares the link's node with in-process servers",
+     [dict(name="policy", nodes=2, gpus=4), dict(name="env", gpus=1)], [5, 4]),
+    ("replicas on node sets of their own", [dict(name="policy", nodes=1, replicas=3, gpus=2)], [2, 2, 2]),
+    ("a judge apart from the policy",
+     [dict(name="policy", nodes=2, gpus=4), dict(name="judge", nodes=1, gpus=1)], [4, 4, 1]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "servers", "need"), NODE_GPUS, ids=[r[0] for r in NODE_GPUS])
+def test_the_gpus_each_node_needs(name: str, servers: list[dict[str, object]], need: list[int]) -> None:
+    """Each row: the servers' ``gpus`` on the nodes they run on, the link's node first."""
+    assert placement.node_gpus([server(**spec) for spec in servers]) == need  # type: ignore[arg-type]
+
+
+def test_the_job_asks_per_node_for_what_its_busiest_node_needs() -> None:
+    """``--gres=gpu:N`` follows from the servers' gpus (Slurm's --gres is per node); slurm.gpus or a
+    --gres directive stand when they cover the need, and the whole job's GPUs are per node × nodes."""
+    stack = [server("policy", nodes=2, gpus=4), server("env", gpus=1)]
+    assert placement.gres_directive(stack, 0, []) == ["--gres=gpu:5"]
+    assert placement.gres_directive(stack, 8, []) == ["--gres=gpu:8"]
+    assert placement.gres_directive(stack, 0, ["--gres=gpu:a100:6"]) == []  # written by the user
+    assert placement.gres_directive([server("env")], 0, []) == []
+    assert placement.job_gpus(stack, 0) == 10
+
+
+def test_a_declared_gpu_count_below_the_servers_need_is_refused() -> None:
+    """slurm.gpus (or a --gres directive) below what a node needs: refused, naming the node and the count."""
+    stack = [server("policy", nodes=2, gpus=4), server("env", gpus=1)]
+    with pytest.raises(ConfigError, match=r"need 5 GPUs on node 1 of the job.*asks for 4 per node"):
+        placement.gres_directive(stack, 4, [])
+    with pytest.raises(ConfigError, match="need 5 GPUs"):
+        placement.gres_directive(stack, 0, ["--gres=gpu:2"])

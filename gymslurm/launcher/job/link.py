@@ -92,6 +92,7 @@ from gymslurm.launcher.notify import (
     safely,
 )
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
+from gymslurm.launcher.server_placement import job_gpus
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
@@ -337,7 +338,7 @@ def _record_start(
     """Append this run's start record (the GPUs it holds, the bytes saved so far); None when the run was
     cancelled as this first link started (nothing is queued, nothing to do)."""
     ledger = run.ledger(shard)
-    gpus = allocated_gpus(os.environ, settings.slurm.declared_gpus)
+    gpus = allocated_gpus(os.environ, job_gpus(settings.servers, settings.slurm.declared_gpus))
     host, saved = socket.gethostname(), saved_bytes(output)
     started = Started(job_id=me[0], restart_count=me[1], host=host, saved_bytes=saved, gpus=gpus)
     ledger.append(started)
