@@ -91,7 +91,7 @@ async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -
 
     samplers = [asyncio.create_task(sample_queue())]
     if mode == "metrics":
-        samplers.append(asyncio.create_task(watch_model_queue(metrics_url, loop.server_queue, 0.25)))
+        samplers.append(asyncio.create_task(watch_model_queue([metrics_url], loop.server_queue, 0.25)))
     t0 = time.monotonic()
     await loop.run(pending_order(view, view.states, False))
     wall = time.monotonic() - t0

@@ -51,6 +51,7 @@ from gymslurm.dispatch import (
     Completed,
     EnvironmentClient,
     Failed,
+    ModelLoad,
     Outcome,
     fetch_environment_config,
     watch_model_queue,
@@ -219,10 +220,11 @@ class DispatchLoop:
             self._below_limit.clear()
             await self._below_limit.wait()
 
-    def server_queue(self, waiting: int) -> None:
-        """The model server's queue, read from its metrics: the adaptive limit weighs it."""
+    def server_queue(self, load: ModelLoad) -> None:
+        """The model server's load (its replicas' together), read from their metrics: the adaptive
+        limit weighs it."""
         if self.limit is not None:
-            self.limit.server_queue(waiting)
+            self.limit.server_queue(load.waiting, load.kv_usage)
             self._below_limit.set()
 
     def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:
@@ -510,9 +512,9 @@ async def _dispatch(  # noqa: PLR0917
     watch.write(time.monotonic())
     if supervised is not None:
         await supervised.start()
-    poller, metrics_url = None, settings.dispatch_model_metrics_url
-    if settings.dispatch_adaptive == "metrics" and metrics_url:
-        poller = asyncio.create_task(watch_model_queue(metrics_url, loop_.server_queue))
+    poller, metrics_urls = None, settings.model_metrics_urls
+    if settings.dispatch_adaptive == "metrics" and metrics_urls:
+        poller = asyncio.create_task(watch_model_queue(metrics_urls, loop_.server_queue))
     try:
         result = await run_dispatch(loop_, order, reporter.tick, watch.tick)
     finally:

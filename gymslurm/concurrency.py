@@ -5,8 +5,9 @@ latency (a Vegas-style AIMD): it grows while a completed request took at most ``
 the fastest one seen lately, and shrinks by ``decrease`` (at most once per window of ``limit``
 completions) when one took longer, which is when a batching server's slots are full and requests
 start to queue. With ``+dispatch_adaptive=metrics`` the model server's own queue decides (vLLM's
-``vllm:num_requests_waiting``): requests waiting there mean the limit is past the server's
-capacity, and the limit drops by as many; none waiting while the limit is in use lets it grow.
+``vllm:num_requests_waiting``, summed over its replicas): requests waiting there mean the limit is
+past the server's capacity, and the limit drops by as many; a KV cache nearly full
+(``vllm:kv_cache_usage_perc``) holds it; none waiting while the limit is in use lets it grow.
 Latency is still watched then, so a server whose metrics stop answering is not driven blind.
 
 Why not a fixed number: the right one depends on the model, the GPUs and the load other jobs put
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 START = 8
 TOLERANCE = 2.0
 DECREASE = 0.9
+KV_FULL = 0.95  # a model server's KV cache this full takes no more requests without queuing them
 BASELINE_DRIFT = 1.01  # the fastest latency seen is forgotten slowly: the server may get slower for good
 
 
@@ -56,13 +58,16 @@ class AdaptiveLimit:
         elif not self.queue_says_full and in_flight + 1 >= self.current:
             self._grow()
 
-    def server_queue(self, waiting: int) -> None:
-        """The model server's own count of requests waiting for a slot (a metrics poll).
+    def server_queue(self, waiting: int, kv_usage: float | None = None) -> None:
+        """The model server's own count of requests waiting for a slot (a metrics poll), and how full
+        its KV cache is (0..1, where it says).
 
         Requests waiting there are exactly the excess over the server's capacity: the limit drops
-        by that many (not by a fraction), so it settles where every slot is busy and none waits.
+        by that many (not by a fraction), so it settles where every slot is busy and none waits. A
+        KV cache at :data:`KV_FULL` or more holds the limit where it is: the next requests would
+        wait (or preempt others) though none waits yet.
         """
-        self.queue_says_full = waiting > 0
+        self.queue_says_full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         if waiting > 0:
             self.slow_start = False
             self.since_decrease = 0

@@ -70,7 +70,8 @@ class CollectSettings(BaseModel):
     dispatch_breaker_failures: int = Field(default=3, ge=0)
     dispatch_breaker_wait_s: float = Field(default=60.0, ge=0)
     dispatch_adaptive: Literal["off", "latency", "metrics"] = "off"  # +concurrency stays the cap
-    dispatch_model_metrics_url: str | None = None  # the model server's Prometheus /metrics (vLLM names)
+    # the model server's Prometheus /metrics (vLLM names); replicas: their URLs, comma-separated
+    dispatch_model_metrics_url: str | None = None
     request_timeout_s: float = Field(default=3600, gt=0)
     stall_window_s: float | None = Field(default=None, gt=0)
     max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -112,13 +113,27 @@ class CollectSettings(BaseModel):
                 data["head_server_url"] = data["head_server_url"] or head_server_url(data.pop("head_server"))
         return data
 
-    @field_validator("environment_server_url", "head_server_url", "dispatch_model_metrics_url")
+    @field_validator("environment_server_url", "head_server_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None:
             _check_url(value)
             return value.rstrip("/")
         return value
+
+    @field_validator("dispatch_model_metrics_url")
+    @classmethod
+    def _http_url_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            for url in value.split(","):
+                _check_url(url.strip())
+        return value
+
+    @property
+    def model_metrics_urls(self) -> list[str]:
+        """``dispatch_model_metrics_url`` as a list: one URL per replica, their load summed."""
+        raw = self.dispatch_model_metrics_url or ""
+        return [url.strip().rstrip("/") for url in raw.split(",") if url.strip()]
 
     @field_validator("environment_server_urls")
     @classmethod

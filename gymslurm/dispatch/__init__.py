@@ -15,6 +15,7 @@ The transport's measurements and the reasons for it are in docs/transport.md.
 
 from gymslurm.dispatch.calls import (
     MetricsRows,
+    ModelLoad,
     fetch_aggregate_metrics,
     fetch_environment_config,
     post_aggregate_metrics,
@@ -43,6 +44,7 @@ __all__ = [
     "Failed",
     "Http11Transport",
     "MetricsRows",
+    "ModelLoad",
     "Omitted",
     "Outcome",
     "classify_exception",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -302,13 +303,26 @@ def flat_metrics(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# The model server's queue, as its Prometheus metrics name it (vLLM, then SGLang).
+# The model server's load, as its Prometheus metrics name it (vLLM, then SGLang): requests waiting
+# for a slot, requests being served, and how full its KV cache is (0..1; SGLang's token usage).
 QUEUE_METRICS = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+RUNNING_METRICS = ("vllm:num_requests_running", "sglang:num_running_reqs")
+KV_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
 
 
-def parse_queue_length(text: str) -> int | None:
-    """Requests waiting at the model server, summed over its label sets; None when it names none (pure)."""
-    for name in QUEUE_METRICS:
+@dataclass(frozen=True)
+class ModelLoad:
+    """One model server's load (or several replicas' together: waiting and running summed, the
+    fullest KV cache), from its metrics."""
+
+    waiting: int
+    running: int | None = None
+    kv_usage: float | None = None
+
+
+def _metric(text: str, names: tuple[str, ...]) -> list[float] | None:
+    """The values of the first of ``names`` the text has, one per label set; None when it has none."""
+    for name in names:
         values = [
             line.rsplit(" ", 1)[-1]
             for line in text.splitlines()
@@ -316,29 +330,59 @@ def parse_queue_length(text: str) -> int | None:
         ]
         if values:
             try:
-                return round(sum(float(value) for value in values))
+                return [float(value) for value in values]
             except ValueError:
                 return None
     return None
 
 
-async def model_queue_length(client: httpx.AsyncClient, url: str) -> int | None:
-    """``GET url`` (a model server's ``/metrics``): its waiting requests, or None when unreadable."""
+def parse_queue_length(text: str) -> int | None:
+    """Requests waiting at the model server, summed over its label sets; None when it names none (pure)."""
+    waiting = _metric(text, QUEUE_METRICS)
+    return None if waiting is None else round(sum(waiting))
+
+
+def parse_model_load(text: str) -> ModelLoad | None:
+    """The model server's load from its metrics text; None without a waiting-queue metric (pure)."""
+    waiting = parse_queue_length(text)
+    if waiting is None:
+        return None
+    running, kv = _metric(text, RUNNING_METRICS), _metric(text, KV_METRICS)
+    return ModelLoad(
+        waiting, None if running is None else round(sum(running)), None if kv is None else max(kv)
+    )
+
+
+def combined_load(loads: Sequence[ModelLoad]) -> ModelLoad | None:
+    """Several replicas as one server: waiting and running summed, the fullest KV cache (pure)."""
+    if not loads:
+        return None
+    running = [load.running for load in loads if load.running is not None]
+    kv = [load.kv_usage for load in loads if load.kv_usage is not None]
+    return ModelLoad(sum(load.waiting for load in loads), sum(running) if running else None,
+                     max(kv) if kv else None)  # fmt: skip
+
+
+async def model_load(client: httpx.AsyncClient, url: str) -> ModelLoad | None:
+    """``GET url`` (a model server's ``/metrics``): its load, or None when unreadable."""
     try:
         reply = await client.get(url)
     except httpx.HTTPError:
         return None
-    return parse_queue_length(reply.text) if reply.status_code == 200 else None
+    return parse_model_load(reply.text) if reply.status_code == 200 else None
 
 
-async def watch_model_queue(url: str, tell: Callable[[int], None], interval_s: float = 1.0) -> None:
-    """Read the model server's queue every ``interval_s`` and ``tell`` it, until cancelled.
-
-    An unreadable poll is skipped: the adaptive limit then goes on the latency it sees.
+async def watch_model_queue(
+    urls: Sequence[str], tell: Callable[[ModelLoad], None], interval_s: float = 1.0
+) -> None:
+    """Read every replica's metrics every ``interval_s`` and ``tell`` their load together, until
+    cancelled. Replicas whose poll fails are left out of that round (a dead one holds no queue);
+    a round where none answers is skipped: the adaptive limit then goes on the latency it sees.
     """
     async with httpx.AsyncClient(timeout=interval_s * 5, trust_env=False) as client:
         while True:
-            waiting = await model_queue_length(client, url)
-            if waiting is not None:
-                tell(waiting)
+            loads = await asyncio.gather(*(model_load(client, url) for url in urls))
+            load = combined_load([found for found in loads if found is not None])
+            if load is not None:
+                tell(load)
             await asyncio.sleep(interval_s)

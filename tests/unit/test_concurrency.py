@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gymslurm.concurrency import AdaptiveLimit
 
 
@@ -87,3 +89,48 @@ def test_the_queue_length_is_read_from_vllm_or_sglang_metrics() -> None:
     assert parse_queue_length(vllm) == 5
     assert parse_queue_length('sglang:num_queue_reqs{name="m"} 7\n') == 7
     assert parse_queue_length("other_metric 1\n") is None
+
+
+def test_a_nearly_full_kv_cache_holds_the_limit_though_none_waits() -> None:
+    """KV cache at 95 % or more (none waiting yet): the limit neither grows nor drops; below, it grows."""
+    limit = AdaptiveLimit(cap=1000, limit=40)
+    limit.server_queue(waiting=0, kv_usage=0.97)
+    for _ in range(50):
+        limit.completed(0.1, in_flight=limit.current - 1)
+    assert limit.current == 40
+    limit.server_queue(waiting=0, kv_usage=0.5)
+    limit.completed(0.1, in_flight=limit.current - 1)
+    assert limit.limit > 40
+
+
+def test_the_load_is_read_from_vllm_or_sglang_metrics_and_replicas_add_up() -> None:
+    """Waiting and running requests and the KV cache's fullness (vLLM v1 or v0 names, SGLang's);
+    several replicas' loads: waiting and running summed, the fullest cache."""
+    from gymslurm.dispatch.calls import ModelLoad, combined_load, parse_model_load
+
+    vllm = ('vllm:num_requests_waiting{model_name="a"} 3.0\nvllm:num_requests_running{model_name="a"} 8\n'
+            'vllm:kv_cache_usage_perc{model_name="a"} 0.41\n')  # fmt: skip
+    assert parse_model_load(vllm) == ModelLoad(3, 8, 0.41)
+    v0 = "vllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.9\n"
+    assert parse_model_load(v0) == ModelLoad(0, None, 0.9)
+    sglang = "sglang:num_queue_reqs 2\nsglang:num_running_reqs 5\nsglang:token_usage 0.7\n"
+    assert parse_model_load(sglang) == ModelLoad(2, 5, 0.7)
+    assert parse_model_load("other_metric 1\n") is None
+    replicas = [ModelLoad(3, 8, 0.41), ModelLoad(1, None, 0.96), ModelLoad(0, 2)]
+    assert combined_load(replicas) == ModelLoad(4, 10, 0.96)
+    assert combined_load([]) is None
+
+
+def test_metrics_urls_of_replicas_are_given_comma_separated() -> None:
+    """``+dispatch_model_metrics_url=A,B``: one URL per replica; each must be an http(s) URL."""
+    from gymslurm.errors import ConfigError
+    from gymslurm.settings import CollectSettings
+
+    base = {"input_jsonl_fpath": "in.jsonl", "output_jsonl_fpath": "out.jsonl",
+            "environment_server_url": "http://127.0.0.1:1", "dispatch_adaptive": "metrics"}  # fmt: skip
+    settings = CollectSettings.model_validate(
+        {**base, "dispatch_model_metrics_url": "http://a:1/metrics, http://b:2/metrics/"}
+    )
+    assert settings.model_metrics_urls == ["http://a:1/metrics", "http://b:2/metrics"]
+    with pytest.raises((ConfigError, ValueError)):
+        CollectSettings.model_validate({**base, "dispatch_model_metrics_url": "http://a:1/metrics,ftp://b"})

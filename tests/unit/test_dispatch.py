@@ -257,7 +257,8 @@ def test_public_api_is_pinned() -> None:
     import gymslurm.dispatch
 
     assert sorted(gymslurm.dispatch.__all__) == [
-        "Completed", "EnvironmentClient", "Failed", "Http11Transport", "MetricsRows", "Omitted", "Outcome",
+        "Completed", "EnvironmentClient", "Failed", "Http11Transport", "MetricsRows", "ModelLoad", "Omitted",
+        "Outcome",
         "classify_exception", "classify_reply", "fetch_aggregate_metrics", "fetch_environment_config",
         "post_aggregate_metrics", "probe_answers", "probe_completion", "probe_health", "router_worker",
         "verify_answer", "verify_client", "watch_model_queue",
