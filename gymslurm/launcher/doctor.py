@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from gymslurm.errors import ConfigError, SlurmError
 from gymslurm.launcher.arrays import plan_arrays
 from gymslurm.launcher.findings import Finding, Level
-from gymslurm.launcher.placement import place_shards
+from gymslurm.launcher.placement import blocks_for
 from gymslurm.launcher.probe import probe_findings
 from gymslurm.launcher.settings import BenchmarkSettings, SlurmSettings
 from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions, site_limits
@@ -468,11 +468,13 @@ def _cluster_header(config: Mapping[str, str]) -> str:
 
 def plan_shards(settings: BenchmarkSettings) -> dict[str | None, int]:
     """How many shards of the benchmark each of its clusters runs (placement.py's rule; pure)."""
-    weights = settings.slurm.cluster_weights
-    if weights is None:
+    clusters = settings.slurm.clusters
+    if clusters is None:
         return {settings.slurm.cluster: settings.shards}
-    counts = {block.cluster: block.count for block in place_shards(settings.shards, weights)}
-    return {name: counts.get(name, 0) for name in weights}
+    counts: dict[str, int] = {}
+    for block in blocks_for(settings.shards, clusters):
+        counts[block.cluster] = counts.get(block.cluster, 0) + block.count
+    return {name: counts.get(name, 0) for name in clusters}
 
 
 def run_plan_doctor(

@@ -176,7 +176,7 @@ class SlurmSettings(_Strict):
     # Shards across clusters (docs/launcher.md): ``[a, b]`` (equal weights) or ``{a: 3, b: 1}``; the
     # shards are cut into one contiguous block per cluster by weight (placement.py). The aggregation
     # runs on ``aggregate_on`` (default: the first cluster listed).
-    clusters: list[str] | dict[str, int] | None = None
+    clusters: list[str] | dict[str, int | str] | None = None
     aggregate_on: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -254,7 +254,9 @@ class SlurmSettings(_Strict):
 
     @field_validator("clusters")
     @classmethod
-    def _valid_clusters(cls, value: list[str] | dict[str, int] | None) -> list[str] | dict[str, int] | None:
+    def _valid_clusters(
+        cls, value: list[str] | dict[str, int | str] | None
+    ) -> list[str] | dict[str, int | str] | None:
         if value is None:
             return None
         names = list(value)
@@ -264,8 +266,13 @@ class SlurmSettings(_Strict):
             raise ValueError(f"slurm.clusters names a cluster twice: {names}")
         for name in names:
             _refuse(scriptsafe.directive_problem("slurm.clusters", str(name)))
-        if isinstance(value, dict) and any(not isinstance(w, int) or w < 1 for w in value.values()):
-            raise ValueError(f"slurm.clusters weights must be whole numbers >= 1: {value}")
+        weights = value.values() if isinstance(value, dict) else []
+        named = all(isinstance(w, str) for w in weights)
+        if not named and any(not isinstance(w, int) or w < 1 for w in weights):
+            raise ValueError(
+                f"slurm.clusters takes weights (whole numbers >= 1) or the shards of each cluster ('0-5,9'), "
+                f"not both: {value}"
+            )
         return value
 
     def model_post_init(self, _context: Any) -> None:
@@ -278,12 +285,6 @@ class SlurmSettings(_Strict):
                 f"{list(self.clusters or [])}"
             )
 
-    @property
-    def cluster_weights(self) -> dict[str, int] | None:
-        """``clusters`` as weights by name (a list: 1 each), None for a run on one cluster."""
-        if self.clusters is None:
-            return None
-        return dict(self.clusters) if isinstance(self.clusters, dict) else dict.fromkeys(self.clusters, 1)
 
     @property
     def aggregation_cluster(self) -> str | None:
@@ -293,7 +294,7 @@ class SlurmSettings(_Strict):
     @property
     def planned_clusters(self) -> list[str | None]:
         """Every cluster the benchmark names (None: the default one), for doctor and submit's checks."""
-        return list(self.cluster_weights or {}) or [self.cluster]
+        return list(self.clusters or []) or [self.cluster]
 
     @field_validator("mail_type", "mail_user")
     @classmethod

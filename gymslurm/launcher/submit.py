@@ -50,7 +50,7 @@ from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.notify import notify_submitted
-from gymslurm.launcher.placement import place_shards
+from gymslurm.launcher.placement import blocks_for, parse_shard_numbers
 from gymslurm.launcher.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
@@ -353,8 +353,8 @@ def create_run(
     refuse_if_live(settings, workdir)
     dataset = prepare_dataset(settings, workdir)
     create_run_dir(run)
-    weights = settings.slurm.cluster_weights if backend_kind == "slurm" else None
-    placement = None if weights is None else place_shards(settings.shards, weights)
+    clusters = settings.slurm.clusters if backend_kind == "slurm" else None
+    placement = None if clusters is None else blocks_for(settings.shards, clusters)
     info = RunInfo(
         name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
         backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
@@ -406,19 +406,12 @@ def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]
     word = text.strip().lower()
     if word in SELECTABLE_VERDICTS:
         return SELECTABLE_VERDICTS[word], set()
-    chosen: set[int] = set()
-    for item in word.split(","):
-        first, sep, last = item.strip().partition("-")
-        if not first.isdigit() or (sep and not last.isdigit()):
-            raise ConfigError(
-                f"--shards {text!r}: expected failed, stalled, exhausted, cancelled, paused or shard numbers "
-                "such as 0,3,7-9"
-            )
-        low, high = int(first), int(last) if sep else int(first)
-        if low > high or high >= shards:
-            raise ConfigError(f"--shards {text!r}: run has shards 0..{shards - 1}")
-        chosen.update(range(low, high + 1))
-    return None, chosen
+    if not all(part.strip().replace("-", "").isdigit() for part in word.split(",")):
+        raise ConfigError(
+            f"--shards {text!r}: expected failed, stalled, exhausted, cancelled, paused or shard numbers "
+            "such as 0,3,7-9"
+        )
+    return None, parse_shard_numbers(word, shards, "--shards")
 
 
 SELECTABLE_VERDICTS = {

@@ -183,13 +183,14 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
 def test_the_demo_with_shards_on_both_clusters_merges_every_rollout_once(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
-    """``gymslurm submit demo 'slurm.clusters=[a,b]' slurm.aggregate_on=b --wait`` as the test user:
-    shard 0's links run on a's nodes, shard 1's and the aggregation on b's, every one of the 40
-    rollouts is merged exactly once, and sacct -M b has b's jobs COMPLETED."""
+    """``gymslurm submit demo "slurm.clusters={a:'0',b:'1'}" slurm.aggregate_on=b --wait`` (each
+    cluster names its shard) as the test user: shard 0's links run on a's nodes, shard 1's and the
+    aggregation on b's, every one of the 40 rollouts is merged exactly once."""
     ensure_test_user(TEST_USER)
     workdir = make_user_dir(slurm_session_dir, "demo-across", owner=TEST_USER)
     user = SlurmUser(TEST_USER, workdir, as_root=True)
-    argv = [str(slurm_python), "-m", "gymslurm", "submit", "demo", f"slurm.clusters=[a,{SECOND_CLUSTER}]",
+    named = f"slurm.clusters={{a:'0',{SECOND_CLUSTER}:'1'}}"  # each cluster names its shard
+    argv = [str(slurm_python), "-m", "gymslurm", "submit", "demo", named,
             f"slurm.aggregate_on={SECOND_CLUSTER}", f"slurm.python={slurm_python}", "--wait"]  # fmt: skip
     out = user.run(argv, timeout=600)
     (run_dir,) = (workdir / "gymslurm_runs").glob("demo-*/")

@@ -109,13 +109,16 @@ def test_a_shard_is_found_in_the_array_of_its_cluster_when_two_share_a_range() -
 def test_clusters_take_a_list_or_weights_and_exclude_a_single_cluster() -> None:
     """slurm.clusters: [a, b] or {a: 3, b: 1}; with slurm.cluster too, or an empty list, it is refused."""
     listed = validate({**BASE, "slurm": {"clusters": ["a", "b"]}}, "t").slurm
-    assert (listed.cluster_weights, listed.aggregation_cluster) == ({"a": 1, "b": 1}, "a")
+    assert (listed.planned_clusters, listed.aggregation_cluster) == (["a", "b"], "a")
     weighted = validate({**BASE, "slurm": {"clusters": {"a": 3, "b": 1}, "aggregate_on": "b"}}, "t").slurm
-    assert (weighted.cluster_weights, weighted.aggregation_cluster) == ({"a": 3, "b": 1}, "b")
+    assert (weighted.clusters, weighted.aggregation_cluster) == ({"a": 3, "b": 1}, "b")
+    named = validate({**BASE, "slurm": {"clusters": {"a": "0-5,9", "b": "6-8"}}}, "t").slurm
+    assert (named.clusters, named.planned_clusters) == ({"a": "0-5,9", "b": "6-8"}, ["a", "b"])
     for bad, says in [({"clusters": ["a"], "cluster": "b"}, "not both"), ({"clusters": []}, "empty"),
                       ({"clusters": ["a", "a"]}, "twice"),
                       ({"clusters": ["a"], "aggregate_on": "b"}, "not one of"),
-                      ({"clusters": ["a --wrap=x"]}, "clusters")]:  # fmt: skip
+                      ({"clusters": ["a --wrap=x"]}, "clusters"),
+                      ({"clusters": {"a": 3, "b": "4-9"}}, "not both")]:  # fmt: skip
         with pytest.raises(ConfigError, match=says):
             validate({**BASE, "slurm": bad}, "t")
 
@@ -285,3 +288,48 @@ def test_the_list_of_runs_reads_a_run_across_clusters_from_its_own_clusters(
     assert listed["shards"] == {"HEALTHY": 2}, listed  # the shared default squeue: 2 STALLED
     asked = {c.split()[1] for c in _calls(slurm_log) if c.startswith("squeue")}
     assert asked == {"--clusters=a", "--clusters=b"}
+
+
+# (name, shards, {cluster: shards it names}, blocks as (cluster, first, count))
+NAMED = [
+    ("one range each", 10, {"a": "0-6", "b": "7-9"}, [("a", 0, 7), ("b", 7, 3)]),
+    ("two runs of one cluster", 10, {"a": "0-5,9", "b": "6-8"}, [("a", 0, 6), ("b", 6, 3), ("a", 9, 1)]),
+    ("listed out of order", 4, {"b": "2,3", "a": "1,0"}, [("a", 0, 2), ("b", 2, 2)]),
+    ("interleaved", 4, {"a": "0,2", "b": "1,3"}, [("a", 0, 1), ("b", 1, 1), ("a", 2, 1), ("b", 3, 1)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "shards", "ranges", "blocks"), NAMED, ids=[r[0] for r in NAMED])
+def test_each_cluster_may_name_its_shards(
+    name: str, shards: int, ranges: dict[str, str], blocks: list[tuple[str, int, int]]
+) -> None:
+    """``{a: "0-5,9", b: "6-8"}``: a block per run of consecutive shards of one cluster, in shard order."""
+    from gymslurm.launcher.placement import blocks_for, cluster_of
+
+    found = blocks_for(shards, ranges)  # type: ignore[arg-type]
+    assert [(b.cluster, b.first, b.count) for b in found] == blocks
+    assert {s: cluster_of(found, s) for s in range(shards)} == {
+        s: next(c for c, r in ranges.items() if s in _numbers(r)) for s in range(shards)
+    }
+
+
+def _numbers(text: str) -> set[int]:
+    out: set[int] = set()
+    for item in text.split(","):
+        low, _, high = item.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+@pytest.mark.parametrize(("ranges", "says"), [
+    ({"a": "0-5", "b": "5-9"}, "shard 5 for both a and b"),
+    ({"a": "0-5", "b": "7-9"}, r"shard\(s\) 6 to no cluster"),
+    ({"a": "0-12"}, r"the run has shards 0..9"),
+    ({"a": "0-4", "b": "five"}, "expected shard numbers"),
+])  # fmt: skip
+def test_named_shards_cover_every_shard_once(ranges: dict[str, str], says: str) -> None:
+    """A shard named twice, by none, past the run's shards, or a word instead of numbers: refused."""
+    from gymslurm.launcher.placement import blocks_for
+
+    with pytest.raises(ConfigError, match=says):
+        blocks_for(10, ranges)  # type: ignore[arg-type]
