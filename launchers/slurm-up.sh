@@ -264,6 +264,8 @@ EOF
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF LLN=YES"
     if [[ "$c" == a ]]; then
         echo "PartitionName=low Nodes=ALL MaxTime=INFINITE State=UP PreemptMode=$PREEMPT_MODE GraceTime=5 LLN=YES"
+        # Both preemption modes at once: what a site's CANCEL partition does to a chain is tested too.
+        echo "PartitionName=lowcancel Nodes=ALL MaxTime=INFINITE State=UP PreemptMode=CANCEL GraceTime=5 LLN=YES"
         echo "PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF LLN=YES"
     fi
 }

@@ -235,6 +235,35 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         chain.cancel()
 
 
+def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_chain(
+    chains: dict[str, Chain], slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """Partition lowcancel (PreemptMode=CANCEL, as many sites set it): a high-partition job preempts
+    the link and Slurm ends it for good (no requeue). The link saves on the grace period's TERM and
+    decides CONTINUE (or a successor judges it: PREEMPTED is Slurm's end); the successor already
+    queued behind it runs and the chain finishes DONE, no retry spent, no human."""
+    for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
+        chain.wait(timeout=400, aggregation=False)
+    chain = Chain(scenario_user(slurm_session_dir, "launcher-preempt-cancel"), slurm_python,
+                  [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
+                  overrides=["slurm.partition=lowcancel", "slurm.extra_directives=['--cpus-per-task=8']",
+                             "aggregation.enabled=false"])  # fmt: skip
+    chain.submit()
+    try:
+        job = chain.wait_for_calls(1, timeout=420)
+        (node,) = job_nodes(job)
+        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
+        chain.user.run(preemptor)
+        report = chain.wait(timeout=300, aggregation=False)
+        decisions = chain.decisions()
+        assert [d["decision"] for d in decisions] == ["CONTINUE", "DONE"], decisions
+        assert decisions[0]["job_id"] == job and decisions[1]["job_id"] != job, decisions  # not requeued
+        assert all(d["budgets_after"]["infra_retries_used"] == 0 for d in decisions), decisions
+        assert report["shards"][0]["verdict"] == "DONE", report["shards"][0]
+    finally:
+        chain.cancel()
+
+
 def test_login_side_killed_right_after_submit_leaves_chains_that_finish_alone(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
