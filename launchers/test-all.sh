@@ -78,8 +78,9 @@ fi
 # hold NeMo Gym's fixed ports, and a parallel run of the whole suite was seen starting three of its
 # stacks at once on different workers (all but one failed to bind), so it does not share the run.
 workers="${GYMSLURM_TEST_WORKERS:-6}"
-step "pytest -n $workers --dist loadgroup -m 'not nemogym' $*"
-"$PY" -m pytest -n "$workers" --dist loadgroup -m "not nemogym" "$@"
+# --durations: the slowest tests in the log, so the suite's time can be read from any CI run.
+step "pytest -n $workers --dist loadgroup -m 'not nemogym' --durations=30 $*"
+"$PY" -m pytest -n "$workers" --dist loadgroup -m "not nemogym" --durations=30 "$@"
 rc=$?
 step "pytest -m nemogym $* (the NeMo Gym compat suite, serially)"
 "$PY" -m pytest -p no:xdist -m nemogym "$@"
