@@ -167,7 +167,8 @@ def test_a_local_fault_to_a_gone_process_is_not_recorded(tmp_path: Path) -> None
 
 def _sleeper(tmp_path: Path) -> Path:
     script = tmp_path / "sleep.sbatch"
-    script.write_text("#!/bin/bash\nsleep 30\n")
+    # its own log in tmp_path (the local backend's default, local-%j.out, is relative to the cwd)
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={tmp_path}/sleep-%j.out\nsleep 30\n")
     return script
 
 
