@@ -33,9 +33,10 @@ from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import Record
 from gymslurm.launcher.links import KINDS, fault_text, faults_survived, human_gpu_hours, links_of
+from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
-from gymslurm.launcher.views.cost import cost_line, final_metrics
+from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.status import read_chains, run_status
 from gymslurm.launcher.views.table import COLUMNS, summary_line

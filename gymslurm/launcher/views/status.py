@@ -34,9 +34,10 @@ from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, jo
 from gymslurm.launcher.job.collector_files import life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
+from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
-from gymslurm.launcher.views.cost import Cost, ask_accounting, cost_summary, final_metrics
+from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import (
     counts_of,
     epoch_of,
