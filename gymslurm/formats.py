@@ -43,6 +43,8 @@ FORMATS: dict[str, Format] = {
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "rewards": Format("the merged reward histogram", "format_version", 1),
+    "run_summary": Format("the run's summary (summary.json)", "format_version", 1,
+                          "move it aside: 'gymslurm status RUN --json' gives the same figures"),
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),

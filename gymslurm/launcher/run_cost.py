@@ -10,10 +10,16 @@ runs and resubmitted chains included), so they exist with or without accounting;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from gymslurm.errors import StoreError
-from gymslurm.launcher.ledger import Record, Started, Submitted
+from gymslurm.formats import check_version, version_of
+from gymslurm.launcher.decide import VERDICT_OF_STOP
+from gymslurm.launcher.ledger import ChainState, Record, Started, Submitted, summarize
 from gymslurm.launcher.links import (
     chain_gpu_hours,
     faults_survived,
@@ -21,7 +27,7 @@ from gymslurm.launcher.links import (
     idle_gpu_hours,
     links_of,
 )
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
 from gymslurm.store.paths import RunPaths
 
@@ -105,3 +111,122 @@ def cost_summary(
         "budget_warning": fraction is not None and fraction >= warn_at,
         "faults": faults,
     }
+
+
+SUMMARY_NAME = "summary.json"
+_REWRITE = "move it aside: the ledgers hold what it says ('gymslurm status RUN --json' gives the figures)"
+
+
+class ShardSummary(BaseModel):
+    """One shard as its run ended: its verdict, its rollouts, its GPU-hours."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shard: int
+    verdict: str
+    expected: int | None
+    successful: int
+    failed: int
+    omitted: int
+    links: int
+    gpu_hours: float
+    gpu_hours_idle: float
+    gpu_hours_slurm: float | None
+
+
+class RunSummary(BaseModel):
+    """``<run>/summary.json`` (version 1): how the run ended, beside ``run.json`` (what was asked).
+
+    Written whole by the job that ends the run (the aggregation after its final decision; with the
+    aggregation disabled, the link whose decision finished the last chain), replaced whole when a
+    resubmitted run ends again. docs/formats.md, "summary.json"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: int
+    run: str
+    benchmark: str
+    written_at: str
+    written_by: str
+    verdicts: dict[str, int]
+    rollouts: dict[str, int]
+    final_metrics: dict[str, Any] | None
+    final_metrics_problem: str | None
+    aggregation: dict[str, str] | None
+    cost: dict[str, Any]
+    shards: list[ShardSummary]
+
+
+def chain_verdict(state: ChainState) -> str:
+    """The word a finished chain ended with (DONE, FAILED, EXHAUSTED, BUDGET, PAUSED, CANCELLED)."""
+    if state.cancelled or state.last_decision is None:
+        return "CANCELLED"
+    return VERDICT_OF_STOP.get(state.last_decision.decision, str(state.last_decision.decision))
+
+
+def run_summary(
+    info: RunInfo, chains: list[list[Record]], aggregate_records: list[Record], coverages: list[Any],
+    *, now: float, written_at: str, written_by: str, metrics: tuple[dict[str, Any] | None, str | None],
+    slurm_gpu_s: dict[str, float] | None, budget: float | None,
+) -> RunSummary:  # fmt: skip
+    """The summary of a finished run from its records, its shards' coverage and its merged metrics
+    (pure: the caller read them; ``slurm_gpu_s`` is Slurm's GPU-seconds by job, None without)."""
+    costs = [Cost.of(records, now, slurm_gpu_s) for records in chains]
+    aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
+    shards = []
+    for shard, (records, cost, coverage) in enumerate(zip(chains, costs, coverages, strict=True)):
+        shards.append(ShardSummary(
+            shard=shard, verdict=chain_verdict(summarize(records)),
+            expected=None if coverage is None else coverage.expected,
+            successful=0 if coverage is None else coverage.successful,
+            failed=0 if coverage is None else coverage.failed,
+            omitted=0 if coverage is None else coverage.intentionally_omitted,
+            links=len(links_of(records)), gpu_hours=round(cost.gpu_hours, 4),
+            gpu_hours_idle=round(cost.idle, 4),
+            gpu_hours_slurm=None if cost.slurm is None else round(cost.slurm, 4),
+        ))  # fmt: skip
+    verdicts: dict[str, int] = {}
+    for row in shards:
+        verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
+    last = summarize(aggregate_records).last_decision
+    return RunSummary(
+        format_version=version_of("run_summary"), run=info.name, benchmark=info.benchmark,
+        written_at=written_at, written_by=written_by, verdicts=dict(sorted(verdicts.items())),
+        rollouts={"expected": sum(r.expected or 0 for r in shards),
+                  "successful": sum(r.successful for r in shards),
+                  "failed": sum(r.failed for r in shards), "omitted": sum(r.omitted for r in shards)},
+        final_metrics=metrics[0], final_metrics_problem=metrics[1],
+        aggregation=None if last is None else {"decision": str(last.decision), "reason": last.reason},
+        cost=cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting),
+        shards=shards,
+    )  # fmt: skip
+
+
+def summary_path(run: RunDir) -> Path:
+    """``<run>/summary.json``."""
+    return run.root / SUMMARY_NAME
+
+
+def write_run_summary(run: RunDir, summary: RunSummary) -> Path:
+    """Replace ``summary.json`` atomically (its one writer: the job that ends the run)."""
+    path = summary_path(run)
+    atomic_write(path, orjson.dumps(summary.model_dump(), option=orjson.OPT_INDENT_2) + b"\n")
+    return path
+
+
+def read_run_summary(run: RunDir) -> RunSummary | None:
+    """``summary.json``, version-checked and validated; None before the run ended."""
+    path = summary_path(run)
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except orjson.JSONDecodeError as error:
+        raise StoreError(f"{path} is not JSON ({error}): {_REWRITE}") from None
+    if not isinstance(raw, dict):
+        raise StoreError(f"{path} is not a JSON object: {_REWRITE}")
+    check_version("run_summary", raw.get("format_version"), str(path), StoreError)
+    try:
+        return RunSummary.model_validate(raw)
+    except ValidationError as error:
+        raise StoreError(f"{path} is not a summary this gymslurm reads: {error}") from None

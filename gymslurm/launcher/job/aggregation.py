@@ -34,6 +34,7 @@ from gymslurm.launcher.job.chain import (
 from gymslurm.launcher.job.collector_process import run_collector
 from gymslurm.launcher.job.environment import withheld_in_job
 from gymslurm.launcher.job.heartbeat import Signals, log
+from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
@@ -183,6 +184,7 @@ def _run_aggregation_locked(
     log(f"aggregation {verdict.decision}: {verdict.reason}")
     if not verdict.decision.continues:
         cancel_pending(reread(), me[0], backend)
+        write_summary_if_ended(run, settings, backend, f"aggregation job {me[0]}")
         if settings.notify:
             _notify_end(run, settings, me, record)
     return job_exit_code(verdict.decision)

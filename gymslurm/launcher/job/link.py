@@ -71,6 +71,7 @@ from gymslurm.launcher.job.first_links import complete_queuing
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.job.stack import start_stack
+from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.ledger import (
     Cancelled,
     ChainState,
@@ -507,6 +508,8 @@ def _after_decision(
             log(f"could not restore the queued links now: {error}")
         return
     maybe_submit_aggregation(run, settings, backend, me, (shard, state))
+    if not settings.aggregation.enabled and decision != Decision.PAUSED:  # the last chain ends the run
+        write_summary_if_ended(run, settings, backend, f"job {me} (shard {shard})")
     cancelled = cancel_pending(state, me, backend)
     queued = " ".join(cancelled) or "-"
     ended = "paused" if decision == Decision.PAUSED else "finished"
