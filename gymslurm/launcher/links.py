@@ -212,7 +212,8 @@ def human_gpu_hours(value: float | None) -> str:
     return f"{value:,.0f} GPU-h"
 
 
-def _epoch(iso: str | None) -> float | None:
+def iso_epoch(iso: str | None) -> float | None:
+    """ISO-8601 as seconds since the epoch, None when missing or unreadable (the ledger's times)."""
     try:
         return datetime.fromisoformat(iso).timestamp() if iso else None
     except ValueError:
@@ -221,7 +222,7 @@ def _epoch(iso: str | None) -> float | None:
 
 def chain_gpu_hours(records: Iterable[Record], now_epoch: float) -> float:
     """GPU-hours every link of one chain held (a running link: until ``now_epoch``)."""
-    return sum(link_gpu_hours(link, now_epoch, _epoch(link.get("start"))) for link in links_of(records))
+    return sum(link_gpu_hours(link, now_epoch, iso_epoch(link.get("start"))) for link in links_of(records))
 
 
 def run_gpu_hours(chains: Iterable[Iterable[Record]], now_epoch: float) -> float:

@@ -25,6 +25,8 @@ from gymslurm.launcher.links import (
     faults_survived,
     human_gpu_hours,
     idle_gpu_hours,
+    iso_epoch,
+    link_gpu_hours,
     links_of,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
@@ -111,6 +113,22 @@ def cost_summary(
         "budget_warning": fraction is not None and fraction >= warn_at,
         "faults": faults,
     }
+
+
+def link_costs(records: list[Record], now: float) -> list[dict[str, Any]]:
+    """Each link of a chain with its GPU-hours: allocated (GPUs × elapsed; a running link until
+    ``now``) and idle (no request in flight), from the ledger alone (pure)."""
+    out = []
+    for link in links_of(records):
+        start = iso_epoch(link.get("start"))
+        out.append({
+            "job": link["job"], "restart": link["restart"], "start": link["start"], "end": link["end"],
+            "elapsed_s": link["elapsed_s"], "gpus": link["gpus"], "decision": link["decision"],
+            "slurm_state": link["slurm_state"],
+            "gpu_hours": round(link_gpu_hours(link, now, start), 4),
+            "gpu_hours_idle": round(idle_gpu_hours(link), 4),
+        })  # fmt: skip
+    return out
 
 
 SUMMARY_NAME = "summary.json"

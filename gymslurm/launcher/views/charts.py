@@ -15,8 +15,9 @@ from __future__ import annotations
 import html
 import itertools
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
+
+from gymslurm.launcher.links import iso_epoch
 
 W, H, PAD = 640, 150, 34
 KIND_COLOURS = {
@@ -34,23 +35,15 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def epoch(iso: str | None) -> float | None:
-    """ISO-8601 as seconds since the epoch, None when missing or unreadable."""
-    try:
-        return datetime.fromisoformat(iso).timestamp() if iso else None
-    except ValueError:
-        return None
-
-
 def _spans(shards: Sequence[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     """Every link with a start as numbers: start, end, outcomes before and after, GPUs, kind."""
     out = []
     for shard in shards:
         for link in shard["links"]:
-            start = epoch(link.get("start"))
+            start = iso_epoch(link.get("start"))
             if start is None:
                 continue
-            end = epoch(link.get("end")) or now
+            end = iso_epoch(link.get("end")) or now
             out.append(
                 {
                     "shard": shard["shard"],

@@ -32,7 +32,7 @@ import orjson
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import Record
-from gymslurm.launcher.links import KINDS, fault_text, faults_survived, human_gpu_hours, links_of
+from gymslurm.launcher.links import KINDS, fault_text, faults_survived, human_gpu_hours, iso_epoch, links_of
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
@@ -75,13 +75,6 @@ def report_data(
             "metrics": final_metrics(run, info.output_stem)[0], "rewards": rewards}  # fmt: skip
 
 
-def _epoch(iso: str | None) -> float | None:
-    try:
-        return datetime.fromisoformat(iso).timestamp() if iso else None
-    except ValueError:
-        return None
-
-
 _SPECIAL = frozenset('&<>"\'')
 
 
@@ -91,7 +84,7 @@ def _e(value: object) -> str:
 
 
 def _timeline(data: dict[str, Any], now: float) -> str:
-    spans = [(_epoch(link.get("start")), _epoch(link.get("end")) or now)
+    spans = [(iso_epoch(link.get("start")), iso_epoch(link.get("end")) or now)
              for shard in data["shards"] for link in shard["links"]]  # fmt: skip
     starts = [s for s, _ in spans if s is not None]
     if not starts:
@@ -105,7 +98,7 @@ def _timeline(data: dict[str, Any], now: float) -> str:
             continue
         bars = []
         for link in shard["links"]:
-            start, end = _epoch(link.get("start")), _epoch(link.get("end")) or now
+            start, end = iso_epoch(link.get("start")), iso_epoch(link.get("end")) or now
             if start is None:
                 continue
             left, span = 100 * (start - t0) / width, max(100 * (end - start) / width, 0.4)
