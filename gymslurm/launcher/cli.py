@@ -63,6 +63,9 @@ def _status(argv: list[str]) -> int:
     parser.add_argument("run", nargs="?", help="run name or path; omitted: list the runs")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
+        "--shard", type=int, metavar="N", help="this shard alone, with each link's GPU-hours (docs/cost.md)"
+    )
+    parser.add_argument(
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
@@ -78,10 +81,13 @@ def _status(argv: list[str]) -> int:
     run = resolve_run(args.run, root)
     backend = run_backend(run)
     gc.disable()  # a document of 10,000 shards is millions of objects and no cycles: no collector passes
-    chains = read_chains(run, run.read_info().shards)
-    report = run_status(run, backend, chains=chains)
-    if not args.json:  # the page is for people: a script polling --json does not pay its render
-        refresh_report(run, backend, report, chains)
+    shards = run.read_info().shards
+    if args.shard is not None and not 0 <= args.shard < shards:
+        raise ConfigError(f"run {run.name} has shards 0..{shards - 1}, not {args.shard}")
+    chains = read_chains(run, shards)
+    report = run_status(run, backend, chains=chains, shard=args.shard)
+    if not args.json and args.shard is None:  # the page is for people: a script polling --json
+        refresh_report(run, backend, report, chains)  # does not pay its render
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     else:

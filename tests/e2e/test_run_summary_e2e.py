@@ -56,3 +56,18 @@ def test_a_summary_of_another_version_is_refused_by_name(tmp_path: Path) -> None
     (run.root / "summary.json").write_text('{"format_version": 9}')
     with pytest.raises(StoreError, match=r"summary.json.*version 9.*move it aside"):
         read_run_summary(run)
+
+
+def test_status_of_one_shard_lists_each_links_gpu_hours(tmp_path: Path) -> None:
+    """``status RUN --shard 1``: that shard alone, each link with its GPUs and GPU-hours (allocated
+    and idle), summing to the shard's; a shard the run does not have is refused by number."""
+    run, _ = _finished(tmp_path, aggregation=False)
+    report = json.loads(gymslurm("status", str(run), "--shard", "1", "--json").stdout)
+    (row,) = report["shards"]
+    assert row["shard"] == 1 and [link["gpus"] for link in row["links"]] == [2, 2]
+    assert sum(link["gpu_hours"] for link in row["links"]) == pytest.approx(row["gpu_hours"], abs=1e-3)
+    assert all(link["gpu_hours"] > 0 and link["decision"] for link in row["links"])
+    text = gymslurm("status", str(run), "--shard", "1").stdout
+    assert "shard 1 links:" in text and text.count(" 2 GPUs, ") == 2, text
+    refused = gymslurm("status", str(run), "--shard", "5", check=False)
+    assert refused.returncode == 2 and "has shards 0..1, not 5" in refused.stderr

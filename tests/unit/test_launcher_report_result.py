@@ -187,3 +187,11 @@ def test_status_json_leaves_the_page_and_the_table_rewrites_it(
     assert main("status", [str(run.root)]) == 0
     assert page.exists()
     capsys.readouterr()
+
+
+def test_the_reports_links_table_gives_each_links_gpus_and_gpu_hours(tmp_path: Path) -> None:
+    """Every link's row has its GPUs and GPU-hours: three links of 4 GPUs for 30 minutes, 2 GPU-h each."""
+    page = _page(make_run(tmp_path))
+    links = page.split('<table id="links">', 1)[1].split("</table>", 1)[0]
+    assert "<th>GPUs</th><th>GPU-h</th><th>idle GPU-h</th>" in links
+    assert links.count("<td>4</td><td>2.00 GPU-h</td>") == 3, links

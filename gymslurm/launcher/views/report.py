@@ -32,7 +32,16 @@ import orjson
 from gymslurm.errors import StoreError
 from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import Record
-from gymslurm.launcher.links import KINDS, fault_text, faults_survived, human_gpu_hours, iso_epoch, links_of
+from gymslurm.launcher.links import (
+    KINDS,
+    fault_text,
+    faults_survived,
+    human_gpu_hours,
+    idle_gpu_hours,
+    iso_epoch,
+    link_gpu_hours,
+    links_of,
+)
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
@@ -172,7 +181,9 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
                               ("gpu_hours", "gpu_hours_idle", "gpu_hours_slurm"))])  # fmt: skip
     expected = int(summary.get("expected") or 0)
     link_rows = [[s["shard"], link["job"], link["restart"], link.get("start"), link.get("end"),
-                  human_duration(link.get("elapsed_s")), link.get("slurm_state"), link.get("exit_code"),
+                  human_duration(link.get("elapsed_s")), link.get("gpus"),
+                  human_gpu_hours(link_gpu_hours(link, now, iso_epoch(link.get("start")))),
+                  human_gpu_hours(idle_gpu_hours(link)), link.get("slurm_state"), link.get("exit_code"),
                   link.get("decision"), link.get("reason")]
                  for s in data["shards"] for link in s["links"]]  # fmt: skip
     metrics = data.get("metrics") or {}
@@ -204,8 +215,8 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
         "<h2>Walltime</h2>",
         _table(["shard", "walltime"], [[r["shard"], r["walltime"]] for r in status["shards"]], "walltime"),
         "<h2>Links</h2>",
-        _table(["shard", "job", "run", "start", "end", "elapsed", "Slurm", "exit", "decision", "reason"],
-               link_rows, "links"),
+        _table(["shard", "job", "run", "start", "end", "elapsed", "GPUs", "GPU-h", "idle GPU-h", "Slurm",
+                "exit", "decision", "reason"], link_rows, "links"),
         "<h2>Final metrics</h2>",
         _table(["metric", "value"], [[k, v] for k, v in sorted(metrics.items())], "metrics") if metrics
         else f"<p id=\"metrics\">{_e(_no_metrics(status))}</p>",

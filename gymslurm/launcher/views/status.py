@@ -34,7 +34,7 @@ from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, jo
 from gymslurm.launcher.job.collector_files import life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
-from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics
+from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.cost import ask_accounting
@@ -493,13 +493,15 @@ def read_chains(run: RunDir, shards: int) -> list[list[Record]]:
 
 
 def run_status(
-    run: RunDir, backend: Backend, now: float | None = None, chains: list[list[Record]] | None = None
-) -> dict[str, Any]:
+    run: RunDir, backend: Backend, now: float | None = None, chains: list[list[Record]] | None = None,
+    shard: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The status document of a run: every shard, the aggregation and the summary, with one queue query.
 
     ``sacct`` (one more query) for current jobs ``squeue`` forgot and, on a cluster with accounting,
     what Slurm recorded of a GPU run (views/cost.py), never when ``run.json`` says there is none.
-    ``chains``: :func:`read_chains`, if read already.
+    ``chains``: :func:`read_chains`, if read already. ``shard``: that shard's row alone, with its
+    links (each link's GPU-hours, and Slurm's figure per job); the summary stays the run's.
     """
     now = time.time() if now is None else now
     info = run.read_info()
@@ -531,16 +533,30 @@ def run_status(
     budget = gpu_budget(info.gpu_budget, aggregate_records)
     aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
     summary.update(cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting))
+    shown = [dict(vars(row)) for row in rows] if shard is None else [_with_links(
+        dict(vars(rows[shard])), chains[shard], now, slurm_gpu_s)]  # fmt: skip
     return {
         "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
         "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
         "summary": summary,
-        "shards": [dict(vars(row)) for row in rows],
+        "shards": shown,
         "aggregation": {**agg, "log": logs.job_log(None, agg["job"])},
         "final_metrics": metrics, "final_metrics_problem": problem,
         "queries": backend.queries,
     }  # fmt: skip
+
+
+def _with_links(
+    row: dict[str, Any], records: list[Record], now: float, slurm_gpu_s: dict[str, float] | None
+) -> dict[str, Any]:
+    """A shard's row with its links' GPU-hours and what Slurm recorded per job (every run of it)."""
+    row["links"] = link_costs(records, now)
+    jobs = dict.fromkeys(link["job"] for link in row["links"])
+    row["gpu_hours_slurm_by_job"] = (
+        None if slurm_gpu_s is None else {job: round(slurm_gpu_s.get(job, 0.0) / 3600, 4) for job in jobs}
+    )
+    return row
 
 
 folder_names = folder_listing  # one listing of shards/ or output/: which shards have files at all

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gymslurm.launcher.links import fault_text
+from gymslurm.launcher.links import fault_text, human_gpu_hours
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
 
@@ -68,6 +68,23 @@ def table_lines(report: dict[str, Any], colour: bool = False) -> list[str]:
     return lines
 
 
+def link_lines(row: dict[str, Any]) -> list[str]:
+    """``status --shard N``: each link of the shard with its GPU-hours (none without ``links``)."""
+    if "links" not in row:
+        return []
+    slurm = row.get("gpu_hours_slurm_by_job") or {}
+    out = [f"shard {row['shard']} links: job (run), elapsed, GPUs, GPU-h allocated (idle), decision"
+           + ("; Slurm recorded per job" if slurm else "")]  # fmt: skip
+    for link in row["links"]:
+        recorded = f"; Slurm {human_gpu_hours(slurm[link['job']])} (job)" if link["job"] in slurm else ""
+        out.append(
+            f"  {link['job']} ({link['restart']}), {human_duration(link['elapsed_s'])}, {link['gpus']} GPUs, "
+            f"{human_gpu_hours(link['gpu_hours'])} ({human_gpu_hours(link['gpu_hours_idle'])} idle), "
+            f"{link['decision'] or 'running'}{recorded}"
+        )
+    return out
+
+
 def print_table(report: dict[str, Any]) -> None:
     """The table (verdicts coloured on a terminal), each shard's reason, the aggregation, the summary."""
     out = [f"run {report['run']} ({report['backend']}, {report['path']})"]
@@ -82,6 +99,8 @@ def print_table(report: dict[str, Any]) -> None:
     out.append(summary_line(report["summary"]))
     if line := cost_line(report["summary"]):
         out.append(line)
+    for row in report["shards"]:
+        out += link_lines(row)
     faults = report["summary"].get("faults") or {}
     if any(faults.values()):
         out.append(f"faults survived: {fault_text(faults)}")
