@@ -107,3 +107,36 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
     merged = "output/merged/rollouts.jsonl"
     assert_same_results(run / merged, plain / merged, in_flight_max=2)
     assert len((run / merged).read_text().splitlines()) == ROWS
+
+
+def test_a_pause_during_the_aggregation_changes_nothing_and_the_merge_ends_once(tmp_path: Path) -> None:
+    """Every shard DONE, the aggregation running (it sleeps before it merges): ``pause`` says there is
+    nothing to pause and writes nothing, the aggregation runs to its end exactly once, the merged
+    output holds every row, and ``resume`` then finds nothing to restart."""
+    from tests.e2e.launcher_chains_helpers import write_benchmark
+
+    merge = ("import sys, time, pathlib; time.sleep(8); out = pathlib.Path(sys.argv[1]); "
+             "out.write_text(''.join(pathlib.Path(p).read_text() for p in sys.argv[2:]))")  # fmt: skip
+    bench = write_benchmark(
+        tmp_path, [{"exit": 0, "progress": 100}],
+        f"aggregation:\n  command: {json.dumps([sys.executable, '-c', merge, '{output}', '{inputs}'])}\n",
+    )  # fmt: skip
+    gymslurm("submit", str(bench), "--backend", "local", "shards=2")
+    run = only_run(tmp_path)
+    aggregate = run / "aggregate" / "ledger.jsonl"
+    started = '"kind":"start"'
+    _wait(lambda: aggregate.exists() and started in aggregate.read_text(), "the aggregation to start")
+    shard_ledgers = {s: (run / f"shards/00{s}/ledger.jsonl").read_bytes() for s in (0, 1)}
+    before = aggregate.read_bytes()
+    said = gymslurm("pause", str(run))
+    assert "nothing to pause (2 DONE)" in said.stdout, said.stdout
+    assert {s: (run / f"shards/00{s}/ledger.jsonl").read_bytes() for s in (0, 1)} == shard_ledgers
+    assert aggregate.read_bytes() == before  # the pause wrote nothing
+    report = wait_until_final(run)
+    decisions = [r for r in ledger(run, None) if r["kind"] == "decision"]
+    assert [d["decision"] for d in decisions] == ["DONE"], decisions
+    assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE"]
+    merged = (run / "output/merged/rollouts.jsonl")
+    assert merged.exists()
+    again = gymslurm("resume", str(run), str(bench), check=False)
+    assert again.returncode == 0 and not _live(run), again.stdout + again.stderr
