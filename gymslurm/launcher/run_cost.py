@@ -150,6 +150,7 @@ class ShardSummary(BaseModel):
     gpu_hours: float
     gpu_hours_idle: float
     gpu_hours_slurm: float | None
+    link_costs: list[dict[str, Any]]  # each link: job, run, elapsed, GPUs, GPU-hours allocated and idle
 
 
 class RunSummary(BaseModel):
@@ -202,6 +203,7 @@ def run_summary(
             links=len(links_of(records)), gpu_hours=round(cost.gpu_hours, 4),
             gpu_hours_idle=round(cost.idle, 4),
             gpu_hours_slurm=None if cost.slurm is None else round(cost.slurm, 4),
+            link_costs=link_costs(records, now),
         ))  # fmt: skip
     verdicts: dict[str, int] = {}
     for row in shards:

@@ -37,6 +37,9 @@ def test_the_job_that_ends_a_run_writes_its_summary_with_status_figures(
     assert summary.verdicts == {"DONE": 2}
     assert summary.rollouts["successful"] == 200 and summary.rollouts["expected"] == 200
     assert [s.links for s in summary.shards] == [2, 2]
+    for shard in summary.shards:  # each link's GPU-hours, summing to the shard's
+        assert [link["gpus"] for link in shard.link_costs] == [2, 2]
+        assert sum(link["gpu_hours"] for link in shard.link_costs) == pytest.approx(shard.gpu_hours, abs=1e-3)
     assert ("aggregation job" in summary.written_by) is aggregation, summary.written_by
     assert (summary.aggregation is not None) is aggregation
     shards = report["shards"]  # type: ignore[index]
