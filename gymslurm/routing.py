@@ -179,3 +179,40 @@ def url_of(block: Mapping[str, Any], fallback_host: str, name: str) -> str:
     host = str(block.get("host") or "")
     host = fallback_host if host in WILDCARD_HOSTS else host
     return f"http://{host}:{port}"
+
+
+def grader_by_name(
+    config: Mapping[str, Any], name: str, fallback_host: str, explicit: Protocol | None = None
+) -> tuple[str, Protocol]:
+    """Where ``gymslurm reverify`` re-grades the answers of the Environment Server NeMo Gym calls
+    ``name``, and with which body: a typed server's own ``/verify``; a legacy one (``legacy_agent``,
+    ``single_agent_turn_legacy``) has none, so its resources server's (named by the server's block,
+    else by its agent's), with NeMo Gym's flat verify request."""
+    origin, url = named_server(config, name, "environment_server_name", fallback_host)
+    protocol = explicit or protocol_of(origin, url)
+    if protocol == "episode":
+        return url, protocol
+    block = next(b for n, _, b in _servers(config) if n == name)
+    resources = _named(block.get("resources_server")) or _named(
+        _typed_block(config, origin.agent or "", "responses_api_agents").get("resources_server")
+    )
+    if not resources:
+        raise ConfigError(
+            f"the Environment Server {name!r} speaks {protocol}, whose answers are re-graded by its "
+            "resources server, but the NeMo Gym configuration names none for it (neither its block nor "
+            f"its agent {origin.agent!r} has resources_server.name): give it with +environment_server_url=URL"
+        )
+    return url_of(_typed_block(config, resources, "resources_servers"), fallback_host, resources), protocol
+
+
+def _named(reference: Any) -> str | None:
+    name = reference.get("name") if isinstance(reference, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _typed_block(config: Mapping[str, Any], name: str, category: str) -> Mapping[str, Any]:
+    """The one ``{category: {type: block}}`` block of ``config[name]`` ({} when there is none)."""
+    instance = config.get(name)
+    servers = instance.get(category) if isinstance(instance, Mapping) else None
+    blocks = [b for b in servers.values() if isinstance(b, Mapping)] if isinstance(servers, Mapping) else []
+    return blocks[0] if len(blocks) == 1 else {}

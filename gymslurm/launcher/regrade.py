@@ -16,8 +16,9 @@ written (spec 000, "judge-only recovery").
 
 Refused before anything is written: a source run that is still live (its collection could add
 answers while they are re-graded), a source that is itself a re-grading, a shard count other than
-the source's, and a benchmark whose collector is given no ``+environment_server_url`` (reverify
-names its grader by address; ``reverify.overrides`` can give it, ``{servers.NAME.url}`` included).
+the source's, and a benchmark whose collector is given neither ``+environment_server_url`` nor NeMo
+Gym's ``+environment_server_name`` (with the head server: reverify finds the grader as collect finds
+its server; ``reverify.overrides`` can give it, ``{servers.NAME.url}`` included).
 """
 
 from __future__ import annotations
@@ -35,16 +36,19 @@ SUFFIX = "-reverify"
 
 
 def grader_problem(settings: BenchmarkSettings, source: RunDir) -> str | None:
-    """Why a job could not name its grader (no ``+environment_server_url`` would reach reverify), or None."""
+    """Why a job could not name its grader (no ``+environment_server_url`` or ``+environment_server_name``
+    would reach reverify), or None."""
     urls = {server.name: f"http://{server.name}.invalid:1" for server in settings.servers}
     argv = reverify_argv(settings, source, 0, urls, source)
-    if any(item.lstrip("+~").startswith("environment_server_url=") for item in argv):
+    named = ("environment_server_url=", "environment_server_name=")
+    if any(item.lstrip("+~").startswith(named) for item in argv):
         return None
     return (
-        "the benchmark gives its collector no +environment_server_url (a server's collector_override or "
-        "collector.overrides), and reverify names its grader by address: give it with "
-        "reverify.overrides='[+environment_server_url={servers.NAME.url}]' (NAME: the server that grades; "
-        "for a NeMo Gym legacy server, its resources server, with +environment_protocol=legacy_agent)"
+        "the benchmark gives its collector neither +environment_server_url nor NeMo Gym's "
+        "+environment_server_name (a server's collector_override or collector.overrides), and reverify "
+        "needs its grader: give it with reverify.overrides='[+environment_server_url={servers.NAME.url}]' "
+        "(NAME: the server that grades; for a NeMo Gym legacy server, its resources server, with "
+        "+environment_protocol=legacy_agent)"
     )
 
 

@@ -44,10 +44,23 @@ def test_the_nemo_gym_benchmark_runs_from_a_fresh_checkout_in_one_command(tmp_pa
              "--backend", "local", "--wait", f"run_root={tmp_path / 'runs'}"],
             cwd=checkout, env=env, capture_output=True, text=True, timeout=1500, check=False,
         )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (merged,) = (tmp_path / "runs").glob("*/output/merged/weather.jsonl")
+        rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
+        assert len(rows) == 5 and {row["reward"] for row in rows} == {1.0}
+        assert {row["_ng_environment_server"] for row in rows} == {"weather_legacy_env"}
+        # Judge-only re-grading as jobs, the grader named the NeMo Gym way (issue 21): the job starts
+        # the stack again and finds the relay's resources server through the head server; nothing
+        # ended in a judge failure, so the completed results are carried, all 5.
+        source = merged.parents[2]
+        regrade = subprocess.run(
+            [sys.executable, "-m", "gymslurm", "submit", "--reverify", str(source), "--backend", "local",
+             "--wait", f"--run-root={tmp_path / 'runs'}"],
+            cwd=checkout, env=env, capture_output=True, text=True, timeout=1500, check=False,
+        )  # fmt: skip
     finally:
         stop_session(fake.pid)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (merged,) = (tmp_path / "runs").glob("*/output/merged/weather.jsonl")
-    rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
-    assert len(rows) == 5 and {row["reward"] for row in rows} == {1.0}
-    assert {row["_ng_environment_server"] for row in rows} == {"weather_legacy_env"}
+    assert regrade.returncode == 0, regrade.stdout[-3000:] + regrade.stderr[-3000:]
+    (carried,) = (tmp_path / "runs").glob("*-reverify*/output/merged/weather.jsonl")
+    again = [json.loads(line) for line in carried.read_text().splitlines() if line.strip()]
+    assert sorted(r["_ng_rollout_id"] for r in again) == sorted(r["_ng_rollout_id"] for r in rows)

@@ -57,8 +57,13 @@ def collector_argv(
     return argv
 
 
-# What ``gymslurm reverify`` takes of the collector's overrides: the grader and how to speak to it.
-REVERIFY_KEYS = frozenset({"environment_server_url", "environment_protocol", "request_timeout_s"})
+# What ``gymslurm reverify`` takes of the collector's overrides: the grader and how to speak to it,
+# by address or, in NeMo Gym's spelling, by name through the head server (as collect finds it).
+REVERIFY_KEYS = frozenset({
+    "environment_server_url", "environment_protocol", "request_timeout_s",
+    "environment_server_name", "environment_routing_mode", "head_server_url", "head_server.host",
+    "head_server.port",
+})  # fmt: skip
 REVERIFY_COMMAND_LENGTH = 5  # interpreter -m gymslurm reverify --judge-failed-only: then the overrides
 
 
