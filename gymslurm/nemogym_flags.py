@@ -68,7 +68,7 @@ REFUSED_FLAGS = {
     "--config": _SERVERS, "--benchmark": _SERVERS, "--environment": _SERVERS, "--resources-server": _SERVERS,
     "--model-type": _SERVERS, "--search-dir": _SERVERS, "--agent-type": _SERVERS,
     "--allow-unsupported-pairing": _SERVERS, "--model": _SERVERS, "--model-url": _SERVERS,
-    "--model-api-key": _SERVERS, "--split": REFUSED["split"], "--prompt-config": REFUSED["prompt_config"],
+    "--model-api-key": _SERVERS, "-m": _SERVERS, "--split": REFUSED["split"], "--prompt-config": REFUSED["prompt_config"],
     "--interleave-repeats": REFUSED["interleave_repeats"],
     "--temperature": REFUSED["responses_create_params"],
     "--top-p": REFUSED["responses_create_params"], "--max-output-tokens": REFUSED["responses_create_params"],
