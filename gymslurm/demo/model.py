@@ -26,7 +26,8 @@ Faults, to rehearse what real model servers do: ``latency_ms`` before each compl
 ``http500_rate`` (an "engine dead" 500, a deterministic draw per request); ``die_after`` N
 completions (the process exits, like a CUDA OOM); ``hang_after`` N completions (the process stops
 answering anything, health included, like a hung GPU); slow start is the CLI's ``--slow-start-s``
-(it listens only after that long, like a model loading its weights).
+(it listens only after that long, like a model loading its weights). Across nodes (``ranks``: the
+head of ``--nodes N``), every completion needs every worker rank's part (gymslurm/demo/ranks.py).
 
 ``ModelApp.handle(method, path, body) -> Reply`` is pure apart from its request counter; the HTTP
 layer (gymslurm/demo/http.py) performs the reply's actions (wait, die, hang).
@@ -38,6 +39,7 @@ import asyncio
 import hashlib
 import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,7 @@ import orjson
 
 from gymslurm.demo.arith import OPERATORS, expected_answer
 from gymslurm.demo.messages import Reply, json_reply
+from gymslurm.demo.ranks import RankGroup
 
 DEFAULT_MODEL = "demo-policy"
 PROBE_ANSWER = "pong"
@@ -142,13 +145,18 @@ class ModelApp:
     running: int = 0
     waiting: int = 0
     succeeded: int = 0
+    ranks: RankGroup | None = None  # the head of a server across nodes (demo/ranks.py)
     _slots: asyncio.Semaphore | None = None
 
     def handle(self, method: bytes, target: bytes, body: bytes) -> Reply:
         """The reply to one HTTP request."""
         path = target.split(b"?", 1)[0]
         if method == b"GET" and path == b"/health":
+            if self.ranks is not None and not self.ranks.ready:
+                return json_reply(503, {"status": f"waiting for worker ranks {self.ranks.waiting_for()}"})
             return json_reply(200, {"status": "ok"})
+        if method == b"POST" and path == b"/ranks/register" and self.ranks is not None:
+            return self.ranks.register(body)
         if method == b"GET" and path == b"/v1/models":
             model = {"id": self.config.model_name, "object": "model", "owned_by": "gymslurm-demo"}
             return json_reply(200, {"object": "list", "data": [model]})
@@ -197,10 +205,26 @@ class ModelApp:
         ):
             return _error(500, "EngineDeadError: the engine loop has stopped (injected)", "server_error")
         reply = json_reply(200, _completion(config.model_name, answer(config, prompt, seed), kind, count))
+        if self.ranks is not None:
+            if not self.ranks.ready:
+                return _error(503, f"waiting for worker ranks {self.ranks.waiting_for()}", "server_error")
+            return Reply(0, b"", later=self._served_by_every_rank(reply, prompt))
         if config.slots is None:
             self.succeeded += 1
             return reply._replace(delay_s=config.latency_ms / 1000)
         return Reply(0, b"", later=self._served_in_a_slot(reply))
+
+    async def _served_by_every_rank(self, reply: Reply, prompt: str) -> Reply:
+        """Every worker rank's part first: one that does not answer is the engine lost (the head exits,
+        as vLLM's does when a worker dies; supervision restarts every rank)."""
+        assert self.ranks is not None
+        if await self.ranks.parts(prompt) is None:
+            print("gymslurm demo-model-server: a worker rank did not answer: engine dead", file=sys.stderr)
+            return Reply(0, b"", die=True)
+        if self.config.slots is None:
+            self.succeeded += 1
+            return reply._replace(delay_s=self.config.latency_ms / 1000)
+        return await self._served_in_a_slot(reply)
 
     async def _served_in_a_slot(self, reply: Reply) -> Reply:
         """Wait for a free slot (FIFO), then take the service time the load gives."""

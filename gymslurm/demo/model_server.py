@@ -15,6 +15,7 @@ import time
 
 from gymslurm.demo.http import start_server
 from gymslurm.demo.model import DEFAULT_MODEL, ModelApp, ModelConfig
+from gymslurm.demo.ranks import RankGroup, serve_worker
 from gymslurm.errors import ConfigError
 
 LISTENING = "gymslurm demo-model-server listening on"
@@ -46,12 +47,17 @@ def _parser() -> argparse.ArgumentParser:
         "--load-factor", type=float, default=1.0,
         help="with --slots: a completion takes latency x (1 + factor x busy share) (default 1)",
     )  # fmt: skip
+    ranks = parser.add_argument_group("across nodes (as multi-node vLLM and SGLang: demo/ranks.py)")
+    ranks.add_argument("--nodes", type=int, default=1, help="ranks of this server, one per node (default 1)")
+    ranks.add_argument("--node-rank", type=int, default=0, help="this process's rank: 0 serves (the head)")
+    ranks.add_argument("--head-node", default=None, help="the head's host, for ranks >= 1")
+    ranks.add_argument("--head-port", type=int, default=None, help="the head's port (default: --port)")
     return parser
 
 
-async def serve(config: ModelConfig, host: str, port: int) -> int:
-    """Serve until SIGTERM or SIGINT."""
-    app = ModelApp(config)
+async def serve(config: ModelConfig, host: str, port: int, nodes: int = 1) -> int:
+    """Serve until SIGTERM or SIGINT (the head of ``nodes`` ranks when more than 1)."""
+    app = ModelApp(config, ranks=RankGroup(nodes) if nodes > 1 else None)
     try:
         server, connections = await start_server(app.handle, host, port)
     except OSError as error:
@@ -66,7 +72,8 @@ async def serve(config: ModelConfig, host: str, port: int) -> int:
     for connection in list(connections):
         connection.close()
     await server.wait_closed()
-    print(f"gymslurm demo-model-server: stopped after {app.completions} completions", file=sys.stderr)
+    parts = f", {app.ranks.parts_asked} with every worker rank's part" if app.ranks is not None else ""
+    print(f"gymslurm demo-model-server: stopped after {app.completions} completions{parts}", file=sys.stderr)
     return 0
 
 
@@ -81,9 +88,16 @@ def main(argv: list[str]) -> int:
     problems = config.problems()
     if args.slow_start_s < 0:
         problems.append(f"--slow-start-s must be >= 0, got {args.slow_start_s}")
+    if args.nodes < 1 or not 0 <= args.node_rank < args.nodes:
+        problems.append(f"--node-rank must be within 0..--nodes-1 ({args.nodes}), got {args.node_rank}")
+    if args.node_rank > 0 and not args.head_node:
+        problems.append("a worker rank (--node-rank >= 1) needs --head-node, the head's host")
     if problems:
         raise ConfigError("invalid demo-model-server options: " + "; ".join(problems) + ". See --help.")
     if args.slow_start_s:
         print(f"gymslurm demo-model-server: loading (slow start, {args.slow_start_s}s)", flush=True)
         time.sleep(args.slow_start_s)
-    return asyncio.run(serve(config, args.host, args.port))
+    if args.node_rank > 0:
+        head = f"http://{args.head_node}:{args.head_port or args.port}"
+        return asyncio.run(serve_worker(args.node_rank, args.host, args.port, head))
+    return asyncio.run(serve(config, args.host, args.port, args.nodes))

@@ -70,10 +70,13 @@ def test_a_model_server_spanning_two_nodes_serves_the_run_by_its_head_nodes_name
 ) -> None:
     """nodes: 2: one ``srun --overlap`` step per node (rank 0 on the head, rank 1 on another node), its
     URL the head node's name, the Environment Server on a third node reached by the collector by its
-    node's name; the run ends DONE with every rollout."""
+    node's name; the run ends DONE with every rollout. The demo model runs as a real two-rank server
+    (``--nodes {nodes} --node-rank {node_rank} --head-node {head_node}``, demo/ranks.py): rank 1 joins
+    the head across nodes and every completion took its part."""
     assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
     user = _user(slurm_session_dir, "two-node-server")
-    flags = ["--latency-ms", "200"]
+    ranks = ["--nodes", "{nodes}", "--node-rank", "{node_rank}", "--head-node", "{head_node}"]
+    flags = ["--latency-ms", "200", *ranks]
     policy = BASE["policy_yaml"] + "    nodes: 2\n"
     spec = {**BASE, "tasks": 12, "model_flags": flags, "policy_yaml": policy, "demo_yaml": "    nodes: 1\n"}
     chain = RealChain(user, slurm_python, spec).submit()
@@ -90,6 +93,9 @@ def test_a_model_server_spanning_two_nodes_serves_the_run_by_its_head_nodes_name
         steps = _steps(str(link["job_id"]))
         assert steps["gs-policy-0"] == head and steps["gs-policy-1"] not in (head, demo_host), steps
         assert steps["gs-demo-0"] == demo_host, steps
+        log = (chain.run / "logs" / "server-policy-s000.log").read_text()  # type: ignore[operator]
+        assert f"rank 1 listening on http://{steps['gs-policy-1']}:" in log, log[-2000:]
+        assert f"rank 1: joined http://{head}:" in log, log[-2000:]
     finally:
         chain.cancel()
 
