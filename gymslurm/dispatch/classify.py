@@ -137,6 +137,19 @@ def request_body(
     return {**task["task_input"], **_legacy_stamps(episode, indices)}
 
 
+# What NeMo Gym's collector copies from the row it sent onto the result (0.7.0 rollout_collection:
+# ``agent_ref``, ``task_source``, ``skills_ref``), so a flat relay's rows carry them as its do.
+ROW_REFS = ("agent_ref", "task_source", "skills_ref")
+
+
+def with_row_refs(outcome: Completed, row: Mapping[str, Any]) -> Completed:
+    """A flat relay's result with the sent row's ``agent_ref``/``task_source``/``skills_ref``, as NeMo
+    Gym's collector writes them (the row's own, e.g. ``{"type": ..., "name": ...}``), unless the
+    result has its own (pure)."""
+    refs = {key: row[key] for key in ROW_REFS if key in row and key not in outcome.result}
+    return Completed({**outcome.result, **refs}) if refs else outcome
+
+
 def _legacy_stamps(episode: EpisodeId, indices: tuple[int, int]) -> dict[str, Any]:
     return {TASK_INDEX: indices[0], ROLLOUT_INDEX: indices[1], ROLLOUT_ID: episode.rollout_id,
             ATTEMPT_INDEX: episode.attempt}  # fmt: skip

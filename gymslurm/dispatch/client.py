@@ -18,11 +18,13 @@ import httpx
 import orjson
 
 from gymslurm.dispatch.classify import (
+    Completed,
     Failed,
     Outcome,
     classify_exception,
     classify_reply,
     request_body,
+    with_row_refs,
 )
 from gymslurm.dispatch.http11 import (
     DEFAULT_MAX_REPLY_BYTES,
@@ -120,6 +122,8 @@ class EnvironmentClient:
             self.budget.give(held)
         if isinstance(outcome, Failed):
             self._warn_unregistered(outcome.record.failure.failure_kind, url)
+        if protocol == "legacy_agent" and isinstance(outcome, Completed):
+            return with_row_refs(outcome, task["task_input"])
         return outcome
 
     def _warn_unregistered(self, kind: str | None, url: str) -> None:

@@ -311,6 +311,82 @@ def start_stack(venv: Path, workdir: Path) -> Stack:
     return stack
 
 
+# Shipped resources-server configs of the wheel, collected unchanged (tests/compat/test_nemo_gym_shipped.py):
+# the name NeMo Gym gives each one's Environment Server → its config under resources_servers/.
+SHIPPED = {
+    "lc_equivalence_rule_environment_server": "equivalence_rule/configs/lc.yaml",
+    "gpqa_diamond_environment_server": "gpqa_diamond/configs/gpqa_diamond.yaml",
+    "freeform_formatting_environment_server": "format_verification/configs/freeform_formatting.yaml",
+    "example_session_state_mgmt_environment_server":
+        "example_session_state_mgmt/configs/example_session_state_mgmt.yaml",
+    "example_tool_call_multireward_environment_server":
+        "example_tool_call_multireward/configs/example_tool_call_multireward.yaml",
+    "circle_count_environment_server": "circle_count/configs/circle_count.yaml",
+    "citation_if_environment_server": "citation_if/configs/citation_if.yaml",
+    "arc_agi_environment_server": "arc_agi/configs/arc_agi.yaml",
+    "math_advanced_calculations_environment_server":
+        "math_advanced_calculations/configs/math_advanced_calculations.yaml",
+    "example_multi_step_environment_server": "example_multi_step/configs/example_multi_step.yaml",
+}  # fmt: skip
+SERVER_CATEGORIES = (
+    "resources_servers", "responses_api_agents", "environment_servers", "responses_api_models",
+)
+
+
+def shipped_dataset(venv: Path, environment_server: str) -> Path:
+    """The example rows the wheel ships beside a config of :data:`SHIPPED`."""
+    server_dir = SHIPPED[environment_server].split("/")[0]
+    return site_packages(venv) / "resources_servers" / server_dir / "data" / "example.jsonl"
+
+
+def start_shipped_stack(venv: Path, workdir: Path) -> Stack:
+    """``gym env start`` on every config of :data:`SHIPPED`, as the wheel ships them, plus one file
+    naming ``policy_model`` (``openai_model`` in front of :mod:`fake_openai`) and the head server;
+    every server's own port is NeMo Gym's choice. Waits for NeMo Gym's own "servers ready" line."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ports = {"head": free_port(), "fake": free_port()}
+    model = {"head_server": {"host": "127.0.0.1", "port": ports["head"]},
+             "policy_model": {"responses_api_models": {"openai_model": {
+                 "entrypoint": "app.py", "host": "127.0.0.1",
+                 "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1", "openai_api_key": "dummy",
+                 "openai_model": "fake", "openai_default_headers": {}}}}}  # fmt: skip
+    (workdir / "model.yaml").write_text(json.dumps(model, indent=2))
+    packages, venvs = site_packages(venv), workdir / "venvs"
+    for category in SERVER_CATEGORIES:  # every server type runs in the one NeMo Gym venv
+        for server in (packages / category).iterdir():
+            if server.is_dir() and not server.name.startswith("_"):
+                (venvs / category / server.name).mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    (venvs / category / server.name / ".venv").symlink_to(venv)
+    configs = ",".join(["model.yaml", *(str(packages / "resources_servers" / c) for c in SHIPPED.values())])
+    log = workdir / "gym-env-start.log"
+    fake = subprocess.Popen(
+        [str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(ports["fake"])], cwd=workdir,
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=(workdir / "fake_openai.log").open("wb"),
+    )  # fmt: skip
+    gym = subprocess.Popen(
+        [str(venv / "bin/gym"), "env", "start", f"+config_paths=[{configs}]", f"+uv_venv_dir={venvs}",
+         "+skip_venv_if_present=true"],
+        cwd=workdir, start_new_session=True, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )  # fmt: skip
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    stack = Stack(venv, workdir, urls, gym, fake, shipped_dataset(venv, next(iter(SHIPPED))), log)
+    deadline = time.monotonic() + 2 * START_TIMEOUT_S
+    try:
+        while "servers ready!" not in log.read_text(errors="replace"):
+            if gym.poll() is not None or time.monotonic() > deadline:
+                raise NemoGymSetupError(
+                    f"gym env start {'exited' if gym.poll() is not None else 'was not ready in time'} "
+                    f"with the shipped configs:\n{log.read_text(errors='replace')[-4000:]}"
+                )
+            time.sleep(1)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
 def _wait_up(stack: Stack, probes: list[str]) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     waiting = list(probes)

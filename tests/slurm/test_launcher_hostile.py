@@ -106,12 +106,15 @@ def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[s
 
 
 # What Slurm says about a link whose script exited 137: scontrol (no accounting) says 137:0;
-# slurmdbd stores 137 too, but 22.05.8's sacct prints it as `9:0`.
+# slurmdbd stores 137 too, but 22.05.8's sacct prints it as `9:0`. With accounting, a successor
+# asking before slurmctld handed the end to slurmdbd reads scontrol's 137 (backend.ended; seen in CI
+# under load): either is the same crash.
 @pytest.mark.parametrize(
-    ("scenario", "exit_text"), [("crash_loop", "exit 9"), ("crash_loop_no_accounting", "exit 137")]
+    ("scenario", "exit_texts"),
+    [("crash_loop", ("exit 9", "exit 137")), ("crash_loop_no_accounting", ("exit 137",))],
 )
 def test_a_crash_loop_spends_retries_and_stops_exhausted(
-    chains: dict[str, Chain], scenario: str, exit_text: str
+    chains: dict[str, Chain], scenario: str, exit_texts: tuple[str, ...]
 ) -> None:
     """Links killed by kill -9 of the chain step are crashes: each spends a retry, then EXHAUSTED."""
     chain = chains[scenario]
@@ -119,7 +122,9 @@ def test_a_crash_loop_spends_retries_and_stops_exhausted(
     decisions = chain.decisions()
     assert [d["decision"] for d in decisions] == ["RETRY", "RETRY", "RETRY", "STOP_EXHAUSTED"], decisions
     assert all(d["accounted_by"] and d["slurm_state"] == "FAILED" for d in decisions), decisions
-    assert all("crashed" in d["reason"] and exit_text in d["reason"] for d in decisions), decisions
+    assert all("crashed" in d["reason"] and any(t in d["reason"] for t in exit_texts) for d in decisions), [
+        d["reason"] for d in decisions
+    ]
     assert all(d["elapsed_s"] >= 2 for d in decisions), [d["elapsed_s"] for d in decisions]
     row = report["shards"][0]
     assert (row["verdict"], row["retries"]) == ("EXHAUSTED", "3/3"), row

@@ -803,3 +803,18 @@ def test_flat_metrics_keeps_scalars_of_both_sections() -> None:
 
     body = {"agent_metrics": {"a": 1, "nested": {"x": 1}}, "key_metrics": {"b": "s"}, "other": {"c": 2}}
     assert flat_metrics(body) == {"a": 1, "b": "s"}
+
+
+def test_a_relays_result_carries_the_sent_rows_refs_as_nemo_gyms_collector_writes_them() -> None:
+    """NeMo Gym's collector copies the row's own ``agent_ref`` (with its ``type``), ``task_source`` and
+    ``skills_ref`` onto the result; a flat relay's result gets them too, unless it has its own."""
+    from gymslurm.dispatch.classify import Completed, with_row_refs
+
+    row = {"agent_ref": {"type": "responses_api_agents", "name": "a"}, "task_source": "s", "q": 1}
+    assert with_row_refs(Completed({"reward": 1.0}), row).result == {
+        "reward": 1.0, "agent_ref": {"type": "responses_api_agents", "name": "a"}, "task_source": "s",
+    }  # fmt: skip
+    own = Completed({"reward": 0.0, "agent_ref": {"name": "b"}})
+    assert with_row_refs(own, row).result["agent_ref"] == {"name": "b"}
+    bare = Completed({"reward": 0.0})
+    assert with_row_refs(bare, {"q": 1}) is bare
