@@ -80,6 +80,18 @@ def rate(samples: list[tuple[float, int]], start: float, end: float) -> float:
     return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
+def _ledger_summary(run: Path) -> tuple[list[str], list[str], dict[str, int]]:
+    """The link decisions, their reasons, and how often replicas went down, were restarted or retired."""
+    records = [json.loads(line) for line in (run / "shards/000/ledger.jsonl").read_text().splitlines()]
+    decisions = [r["decision"] for r in records if r.get("kind") == "decision"]
+    reasons = [r["reason"][:200] for r in records if r.get("kind") == "decision"]
+    events: dict[str, int] = {}
+    for record in records:
+        if record.get("kind") == "server":
+            events[record["event"]] = events.get(record["event"], 0) + 1
+    return decisions, reasons, events
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=600)
@@ -121,8 +133,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 break
         coverage = json.loads((run / "output/shard-000/rollouts_coverage.json").read_text())
-        records = [json.loads(line) for line in (run / "shards/000/ledger.jsonl").read_text().splitlines()]
-        decisions = [r["decision"] for r in records if r.get("kind") == "decision"]
+        decisions, reasons, downs = _ledger_summary(run)
         gymslurm("cancel", str(run), cwd=tmp) if _live(run) else None
     limit = 0.6
     print(f"load average {os.getloadavg()[0]:.1f}; 3 replicas x {args.slots} slots x {args.latency_ms} ms, "
@@ -133,6 +144,7 @@ def main() -> None:
     print(f"ratio {ratio:.2f} (limit {limit}: {'met' if ratio >= limit else 'NOT met'}); "
           f"counted failures {coverage['counted_failures']}; successful {coverage['successful']} of "
           f"{coverage['expected']}; decisions {decisions}")  # fmt: skip
+    print(f"replica events: {downs or 'none'}; decision reasons: {reasons}")
 
 
 def _live(run: Path) -> bool:
