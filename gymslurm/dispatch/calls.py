@@ -336,6 +336,26 @@ def _metric(text: str, names: tuple[str, ...]) -> list[float] | None:
     return None
 
 
+# A model server's count of requests it finished (vLLM's counter; SGLang's): progress while it is busy.
+COMPLETED_METRICS = ("vllm:request_success_total", "sglang:num_requests_total")
+
+
+def parse_completed_total(text: str) -> float | None:
+    """Requests the model server finished so far, summed over its label sets; None when it names none."""
+    completed = _metric(text, COMPLETED_METRICS)
+    return None if completed is None else sum(completed)
+
+
+def completed_total(url: str, timeout_s: float) -> float | None:
+    """``GET <url>/metrics``: the finished-requests counter (:func:`parse_completed_total`), or None."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            reply = http.get(f"{url}/metrics")
+    except httpx.HTTPError:
+        return None
+    return parse_completed_total(reply.text) if reply.status_code == 200 else None
+
+
 def parse_queue_length(text: str) -> int | None:
     """Requests waiting at the model server, summed over its label sets; None when it names none (pure)."""
     waiting = _metric(text, QUEUE_METRICS)

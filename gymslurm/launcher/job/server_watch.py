@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gymslurm.dispatch import router_worker
+from gymslurm.dispatch.calls import completed_total
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.supervision import ServerEvent
 
@@ -42,6 +43,7 @@ class _Watch:
     pending: server_mod.RunningServer | None = None  # a replica relaunched, not yet healthy
     deadline: float = 0.0
     retired: bool = False
+    completed: float | None = None  # the server's finished-requests counter at its last probe
 
     @property
     def replica(self) -> bool:
@@ -124,6 +126,9 @@ class Supervisor:
         if code is not None:
             return f"process exited with {code}" if code >= 0 else f"process killed by signal {-code}"
         if server_mod.probe(server.host, server.port, server.settings):
+            watch.completed = None
+            return None
+        if self._busy(watch):
             return None
         watch.failed_probes += 1
         limit = server.settings.probe_failures
@@ -131,6 +136,20 @@ class Supervisor:
             return ""
         timeout = server.settings.probe_timeout_s
         return f"{limit} probe(s) in a row failed (timeout {timeout}s): hung or broken"
+
+    def _busy(self, watch: _Watch) -> bool:
+        """A probe that failed while the server finished requests since the last one: busy, not hung.
+
+        A generate probe waits in a saturated model server's queue behind the collector's own
+        requests; past ``probe_timeout_s`` it fails, though the server is working (seen: every
+        replica of ``bench/replicas.py`` taken for hung and retired). The server's own counter of
+        finished requests (vLLM's ``request_success_total``) moving is the evidence; a server that
+        names none, or whose counter stands still, is judged by its probes as before.
+        """
+        server = watch.server
+        now = completed_total(f"http://{server.host}:{server.port}", server.settings.probe_timeout_s)
+        before, watch.completed = watch.completed, now
+        return now is not None and before is not None and now > before
 
     def _down(self, watch: _Watch, cause: str) -> None:
         server = watch.server
