@@ -35,14 +35,17 @@ def write_summary_if_ended(
 
 
 def _write_if_ended(run: RunDir, settings: BenchmarkSettings, backend: Backend, written_by: str) -> None:
-    info = run.read_info()
-    array = run.read_array()
-    chains = [run.chain_records(shard, array) for shard in range(info.shards)]
-    if not all(summarize(records).finished for records in chains):
-        return
     aggregate = run.aggregate_ledger.read()
     if settings.aggregation.enabled and not summarize(aggregate).finished:
         return
+    info = run.read_info()
+    array = run.read_array()
+    chains: list[list[Record]] = []
+    for shard in range(info.shards):  # stops at the first chain still going: one read, not every shard's,
+        records = run.chain_records(shard, array)  # for each of the thousands of links that end early
+        if not summarize(records).finished:
+            return
+        chains.append(records)
     coverages = []
     for shard in range(info.shards):
         try:
