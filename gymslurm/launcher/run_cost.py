@@ -17,7 +17,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import StoreError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of
 from gymslurm.launcher.decide import VERDICT_OF_STOP
 from gymslurm.launcher.ledger import ChainState, Record, Started, Submitted, summarize
 from gymslurm.launcher.links import (
@@ -30,7 +30,7 @@ from gymslurm.launcher.links import (
     links_of,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics
+from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics, read_json_object
 from gymslurm.store.paths import RunPaths
 
 
@@ -237,15 +237,9 @@ def write_run_summary(run: RunDir, summary: RunSummary) -> Path:
 def read_run_summary(run: RunDir) -> RunSummary | None:
     """``summary.json``, version-checked and validated; None before the run ended."""
     path = summary_path(run)
-    try:
-        raw = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
+    raw = read_json_object(path, "the run's summary", _REWRITE, kind="run_summary")
+    if raw is None:
         return None
-    except orjson.JSONDecodeError as error:
-        raise StoreError(f"{path} is not JSON ({error}): {_REWRITE}") from None
-    if not isinstance(raw, dict):
-        raise StoreError(f"{path} is not a JSON object: {_REWRITE}")
-    check_version("run_summary", raw.get("format_version"), str(path), StoreError)
     try:
         return RunSummary.model_validate(raw)
     except ValidationError as error:
