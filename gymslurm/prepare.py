@@ -34,7 +34,16 @@ from gymslurm.settings import CollectSettings
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
-from gymslurm.tasks import MaterializeOptions, TaskScan, iter_rows, iter_tasks, materialize, scan_tasks
+from gymslurm.tasks import (
+    IdenticalRows,
+    MaterializeOptions,
+    TaskScan,
+    identical_rows,
+    iter_rows,
+    iter_tasks,
+    materialize,
+    scan_tasks,
+)
 from gymslurm.version import __version__
 
 Task = dict[str, Any]
@@ -144,6 +153,7 @@ class Inputs:
         self._settings = settings
         self._tasks: list[Task] | None = None
         self._scan: TaskScan | None = None
+        self._identical: IdenticalRows | None = None
 
     @property
     def tasks(self) -> list[Task]:
@@ -166,7 +176,9 @@ class Inputs:
         return TaskStream(self.scan().count, self._iter_tasks)
 
     def _iter_tasks(self) -> Iterator[Task]:
-        return iter_tasks(self._rows(), self._options())
+        if self._identical is None:  # a pass of its own, holding 8 bytes a row (tasks.py)
+            self._identical = identical_rows(self._rows(), self._options())
+        return iter_tasks(self._rows(), self._options(), self._identical)
 
     def _digest(self) -> str:
         sha = hashlib.sha256()

@@ -22,6 +22,15 @@ indices and NeMo Gym's id, ``_ng_rollout_id`` or else ``<task index>-<rollout in
 ``maybe_rollout_id_from_run_body``); a plain row's task id is its ``task_id`` or its task index, so the
 copies of one task share it. Such a file is not repeated again: ``num_repeats > 1`` is refused.
 
+**Identical rows are one task** (NeMo Gym 0.7.0's ``row_to_task_idx``): task indices number the
+distinct rows in order of first appearance, and a row equal to an earlier one (the same JSON object,
+keys in the same order) is that task again, its rollout indices going on from the earlier copies'
+(five identical rows: task 0, rollouts 0..4). Its rollout id is the task's with ``-r<rollout index>``.
+Finding them holds no row: :func:`identical_rows` keeps 8 bytes of hash per row while it reads, and
+only rows whose hash repeats are compared by content as the tasks are made. Trade-off: NeMo Gym
+compares raw lines, so two lines of one object spelled with other whitespace are one task here and
+two there (docs/nemo-gym.md).
+
 Trade-off: repeats are laid out row-major (row 0's copies, then row 1's ...), as NeMo Gym does, so
 the rollout index of a task depends on ``num_repeats``; that is fine because ``num_repeats`` is part
 of the identity anyway.
@@ -93,17 +102,62 @@ def iter_rows(lines: Iterable[bytes], source: str, limit: int | None = None) -> 
 
 def materialize(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> list[dict[str, Any]]:
     """The logical rollouts of ``rows`` in rollout-index order, ids checked; rows are not modified."""
-    tasks = list(iter_tasks(rows, options))
+    rows = list(rows)
+    tasks = list(iter_tasks(rows, options, identical_rows(rows, options)))
     check_rollout_ids(tasks)
     return tasks
 
 
-def iter_tasks(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> Iterator[dict[str, Any]]:
-    """:func:`materialize` one task at a time, ids *not* checked (:func:`scan_tasks` checks a stream)."""
+@dataclass(frozen=True)
+class IdenticalRows:
+    """The hashes of row contents met more than once: only such rows are compared as tasks are made.
+
+    Hashes are this process's (``hash`` of bytes), so an ``IdenticalRows`` is never saved.
+    """
+
+    hashes: frozenset[int]
+
+
+def identical_rows(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> IdenticalRows:
+    """One pass over ``rows`` (8 bytes kept per row) finding the contents that may repeat."""
+    hashes = array("q")
     for position, row in enumerate(rows):
         if options.limit is not None and position >= options.limit:
             break
-        yield from _expand(position, row, options)
+        if repeated_row_indices(position, row) is None:
+            hashes.append(hash(orjson.dumps(row)))
+    ordered = sorted(hashes)
+    del hashes
+    pairs = zip(ordered, islice(ordered, 1, None), strict=False)
+    return IdenticalRows(frozenset(a for a, b in pairs if a == b))
+
+
+def iter_tasks(
+    rows: Iterable[dict[str, Any]], options: MaterializeOptions, identical: IdenticalRows
+) -> Iterator[dict[str, Any]]:
+    """:func:`materialize` one task at a time, ids *not* checked (:func:`scan_tasks` checks a stream).
+
+    ``identical`` is :func:`identical_rows` of the same rows: a row equal to an earlier one is that
+    task again (module docstring).
+    """
+    seen: dict[bytes, list[int]] = {}  # content -> [task index, next rollout index], repeating rows only
+    next_task = 0
+    for position, row in enumerate(rows):
+        if options.limit is not None and position >= options.limit:
+            break
+        indices = repeated_row_indices(position, row)
+        if indices is not None:
+            yield _repeated_copy(position, row, indices, options)
+            continue
+        key = orjson.dumps(row) if identical.hashes else b""
+        task = seen.get(key) if key and hash(key) in identical.hashes else None
+        if task is None:
+            task = [next_task, 0]
+            next_task += 1
+            if key and hash(key) in identical.hashes:
+                seen[key] = task
+        yield from _expand(task[0], task[1], row, options)
+        task[1] += options.num_repeats
 
 
 @dataclass(frozen=True)
@@ -145,20 +199,21 @@ def scan_tasks(tasks: Callable[[], Iterable[dict[str, Any]]]) -> TaskScan:
     return TaskScan(len(hashes), "sha256:" + sha.hexdigest())
 
 
-def _expand(position: int, row: dict[str, Any], options: MaterializeOptions) -> list[dict[str, Any]]:
-    indices = repeated_row_indices(position, row)
-    if indices is not None:
-        return [_repeated_copy(position, row, indices, options)]
-    task_id, task_input = _task_of(position, row, options.dataset_name)
+def _expand(
+    task_index: int, first_rollout: int, row: dict[str, Any], options: MaterializeOptions
+) -> list[dict[str, Any]]:
+    """One row's ``num_repeats`` rollouts: task ``task_index``, rollout indices from ``first_rollout``."""
+    task_id, task_input = _task_of(task_index, row, options.dataset_name)
     if options.prompt_template is not None:
-        task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, position)
+        task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, task_index)
     base_id = _base_rollout_id(row, task_id)
     duration = row.get(EXPECTED_DURATION_KEY)
+    alone = options.num_repeats == 1 and first_rollout == 0  # so far the task's one rollout: no suffix
     copies = []
-    for repeat in range(options.num_repeats):
+    for repeat in range(first_rollout, first_rollout + options.num_repeats):
         task: dict[str, Any] = {
-            "_ng_rollout_id": base_id if options.num_repeats == 1 else f"{base_id}-r{repeat}",
-            "_ng_task_index": position,
+            "_ng_rollout_id": base_id if alone else f"{base_id}-r{repeat}",
+            "_ng_task_index": task_index,
             "_ng_rollout_index": repeat,
             "task_id": task_id,
             "task_input": task_input,

@@ -327,6 +327,7 @@ SHIPPED = {
     "math_advanced_calculations_environment_server":
         "math_advanced_calculations/configs/math_advanced_calculations.yaml",
     "example_multi_step_environment_server": "example_multi_step/configs/example_multi_step.yaml",
+    "blackjack_environment_server": "blackjack/configs/blackjack.yaml",  # identical rows: one task
 }  # fmt: skip
 SERVER_CATEGORIES = (
     "resources_servers", "responses_api_agents", "environment_servers", "responses_api_models",

@@ -17,8 +17,10 @@ import pytest
 from gymslurm.errors import InvalidRolloutIdError, ManifestError
 from gymslurm.selection import BudgetPolicy, select_rollouts
 from gymslurm.store.inputs import read_index, write_inputs
-from gymslurm.tasks import MaterializeOptions, iter_tasks, scan_tasks
+from gymslurm.tasks import IdenticalRows, MaterializeOptions, iter_tasks, scan_tasks
 from tests.unit.test_prepare_resume import URL, prepared
+
+NONE_IDENTICAL = IdenticalRows(frozenset())
 
 N = 20_000
 
@@ -67,7 +69,7 @@ def test_the_rollout_index_holds_no_string_and_no_dict_entry_per_rollout(tmp_pat
     peaks = []
     for count in (N // 2, N):
         path = tmp_path / f"inputs{count}.jsonl"
-        write_inputs(path, iter_tasks(_rows(count, prompt=10), MaterializeOptions("arith")))
+        write_inputs(path, iter_tasks(_rows(count, prompt=10), MaterializeOptions("arith"), NONE_IDENTICAL))
         peak, index = _peak(lambda path=path: read_index(path))  # type: ignore[misc]
         peaks.append(peak)
         assert len(index) == count
@@ -78,7 +80,7 @@ def test_the_rollout_index_holds_no_string_and_no_dict_entry_per_rollout(tmp_pat
 def test_the_index_finds_every_id_and_nothing_else(tmp_path: Path) -> None:
     """id -> index and index -> id agree for every rollout; an unknown or non-string id is not found."""
     path = tmp_path / "inputs.jsonl"
-    write_inputs(path, iter_tasks(_rows(500, prompt=1), MaterializeOptions("arith")))
+    write_inputs(path, iter_tasks(_rows(500, prompt=1), MaterializeOptions("arith"), NONE_IDENTICAL))
     index = read_index(path)
     assert index.index_of.get("arith-4") == 4 and index.index_of.get("rith-4") is None  # by a scan
     assert index.index_of.get("arith-49") == 49 and index.index_of.get("arith-4999") is None
@@ -97,7 +99,7 @@ def test_a_stream_with_a_repeated_id_publishes_nothing(tmp_path: Path) -> None:
     rows = [*_rows(3, prompt=1), next(_rows(1, prompt=1))]
     path = tmp_path / "inputs.jsonl"
     with pytest.raises(ManifestError, match="appears twice"):
-        write_inputs(path, iter_tasks(iter(rows), MaterializeOptions("arith")))
+        write_inputs(path, iter_tasks(iter(rows), MaterializeOptions("arith"), NONE_IDENTICAL))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -106,8 +108,8 @@ def test_a_streamed_materialization_refuses_a_repeated_id_naming_both_rows() -> 
     rows = [*_rows(5, prompt=1), next(_rows(3, prompt=1))]
     rows[-1] = {**rows[-1], "task_id": {"taskset": "arith", "task_id": "2"}}
     with pytest.raises(InvalidRolloutIdError, match="used by dataset rows 2 and 5"):
-        scan_tasks(lambda: iter_tasks(iter(rows), MaterializeOptions("arith")))
-    scan = scan_tasks(lambda: iter_tasks(iter(rows[:5]), MaterializeOptions("arith")))
+        scan_tasks(lambda: iter_tasks(iter(rows), MaterializeOptions("arith"), NONE_IDENTICAL))
+    scan = scan_tasks(lambda: iter_tasks(iter(rows[:5]), MaterializeOptions("arith"), NONE_IDENTICAL))
     assert scan.count == 5 and scan.digest.startswith("sha256:")
 
 

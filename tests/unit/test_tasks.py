@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
-from gymslurm.tasks import MaterializeOptions, materialize, parse_rows, source_digest
+from gymslurm.tasks import (
+    MaterializeOptions,
+    identical_rows,
+    iter_tasks,
+    materialize,
+    parse_rows,
+    source_digest,
+)
 
 OPTS = MaterializeOptions(dataset_name="math")
 
@@ -62,6 +69,50 @@ def test_repeats_carry_their_repeat_index() -> None:
     assert [(t["_ng_task_index"], t["_ng_rollout_index"]) for t in tasks] == [(0, 0), (0, 1), (0, 2)]
 
 
+def _indices(rows: list[dict[str, Any]], **options: Any) -> list[tuple[int, int, str]]:
+    tasks = materialize(rows, MaterializeOptions(dataset_name="math", **options))
+    return [(t["_ng_task_index"], t["_ng_rollout_index"], t["_ng_rollout_id"]) for t in tasks]
+
+
+@pytest.mark.parametrize(
+    ("rows", "repeats", "expected"),
+    [
+        ([{"q": 1}] * 3, 1, [(0, 0, "math-0"), (0, 1, "math-0-r1"), (0, 2, "math-0-r2")]),
+        ([{"q": 1}, {"q": 1}, {"q": 2}], 1, [(0, 0, "math-0"), (0, 1, "math-0-r1"), (1, 0, "math-1")]),
+        (
+            [{"q": 1}, {"q": 2}, {"q": 1}],
+            2,
+            [
+                *[(0, 0, "math-0-r0"), (0, 1, "math-0-r1"), (1, 0, "math-1-r0"), (1, 1, "math-1-r1")],
+                *[(0, 2, "math-0-r2"), (0, 3, "math-0-r3")],
+            ],
+        ),
+        ([{"_ng_rollout_id": "x"}] * 2, 1, [(0, 0, "x"), (0, 1, "x-r1")]),
+        ([{"task_id": "t", "q": 1}] * 2, 1, [(0, 0, "math-t"), (0, 1, "math-t-r1")]),
+        ([{"a": 1, "b": 2}, {"b": 2, "a": 1}], 1, [(0, 0, "math-0"), (1, 0, "math-1")]),
+    ],
+)
+def test_identical_rows_are_one_task_repeated(
+    rows: list[dict[str, Any]], repeats: int, expected: list[tuple[int, int, str]]
+) -> None:
+    """Identical rows are one task (NeMo Gym's row_to_task_idx): task indices number distinct rows in
+    order of first appearance, rollout indices go on per task, ids get -r<rollout index>; keys in
+    another order make another row, as in NeMo Gym's raw-line comparison."""
+    assert _indices(rows, num_repeats=repeats) == expected
+
+
+def test_an_identical_row_past_the_limit_does_not_count() -> None:
+    """limit cuts before rows are compared: a copy past it neither repeats the task nor suffixes its id."""
+    assert _indices([{"q": 1}, {"q": 2}, {"q": 1}], limit=2) == [(0, 0, "math-0"), (1, 0, "math-1")]
+
+
+def test_the_streamed_materialization_equals_the_list() -> None:
+    """iter_tasks over identical_rows' findings (the collector's streamed path) makes materialize's tasks."""
+    rows = [{"q": n % 3} for n in range(10)] + [{"q": 7}]
+    opts = MaterializeOptions(dataset_name="math", num_repeats=2)
+    assert list(iter_tasks(iter(rows), opts, identical_rows(iter(rows), opts))) == materialize(rows, opts)
+
+
 def test_limit_keeps_the_first_rows() -> None:
     """limit keeps the first N dataset rows (before repeats)."""
     assert ids([{"q": i} for i in range(5)], limit=2, num_repeats=2) == [
@@ -82,10 +133,10 @@ def test_unsafe_characters_are_replaced() -> None:
     [
         ([{"_ng_rollout_id": "bad id"}], "must match"),
         ([{"_ng_rollout_id": "run-a3"}], "-a<N>"),
-        ([{"_ng_rollout_id": "x"}, {"_ng_rollout_id": "x"}], "must be unique"),
+        ([{"_ng_rollout_id": "x", "q": 1}, {"_ng_rollout_id": "x", "q": 2}], "must be unique"),
         ([{"_ng_rollout_id": 5}], "must be a string"),
         ([{"_ng_rollout_id": ""}], "non-empty"),
-        ([{"task_id": "b1"}, {"task_id": "b1"}], "must be unique"),
+        ([{"task_id": "b1", "q": 1}, {"task_id": "b1", "q": 2}], "must be unique"),
         ([{"task_id": "a1"}], "-a<N>"),
     ],
 )
