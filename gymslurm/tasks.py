@@ -22,6 +22,10 @@ indices and NeMo Gym's id, ``_ng_rollout_id`` or else ``<task index>-<rollout in
 ``maybe_rollout_id_from_run_body``); a plain row's task id is its ``task_id`` or its task index, so the
 copies of one task share it. Such a file is not repeated again: ``num_repeats > 1`` is refused.
 
+**A given task index** (a row with ``_ng_task_index`` alone, as ``gymslurm submit`` stamps each
+shard's rows so that indices are the whole dataset's, not the shard's) is kept, as NeMo Gym keeps
+an upstream slicer's; rows that share one are that task's rollouts in turn.
+
 **Identical rows are one task** (NeMo Gym 0.7.0's ``row_to_task_idx``): task indices number the
 distinct rows in order of first appearance, and a row equal to an earlier one (the same JSON object,
 keys in the same order) is that task again, its rollout indices going on from the earlier copies'
@@ -110,26 +114,85 @@ def materialize(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> 
 
 @dataclass(frozen=True)
 class IdenticalRows:
-    """The hashes of row contents met more than once: only such rows are compared as tasks are made.
+    """What repeats among rows: the hashes of contents, and the given task indices, met more than once.
 
-    Hashes are this process's (``hash`` of bytes), so an ``IdenticalRows`` is never saved.
+    Only rows in these sets are tracked as tasks are made. Hashes are this process's (``hash`` of
+    bytes), so an ``IdenticalRows`` is never saved.
     """
 
     hashes: frozenset[int]
+    indices: frozenset[int] = frozenset()
+
+
+def row_key(row: dict[str, Any]) -> bytes:
+    """What makes two rows identical: the object's content, keys in their order (one compact line)."""
+    return orjson.dumps(row)
 
 
 def identical_rows(rows: Iterable[dict[str, Any]], options: MaterializeOptions) -> IdenticalRows:
-    """One pass over ``rows`` (8 bytes kept per row) finding the contents that may repeat."""
-    hashes = array("q")
+    """One pass over ``rows`` (8 bytes kept per row) finding the contents and given indices that repeat."""
+    hashes, given = array("q"), array("q")
     for position, row in enumerate(rows):
         if options.limit is not None and position >= options.limit:
             break
-        if repeated_row_indices(position, row) is None:
-            hashes.append(hash(orjson.dumps(row)))
-    ordered = sorted(hashes)
-    del hashes
+        index = given_task_index(position, row)
+        if index is not None:
+            given.append(index)
+        elif repeated_row_indices(position, row) is None:
+            hashes.append(hash(row_key(row)))
+    return IdenticalRows(_repeating(hashes), _repeating(given))
+
+
+def _repeating(values: array[int]) -> frozenset[int]:
+    ordered = sorted(values)
     pairs = zip(ordered, islice(ordered, 1, None), strict=False)
-    return IdenticalRows(frozenset(a for a, b in pairs if a == b))
+    return frozenset(a for a, b in pairs if a == b)
+
+
+def stamp_task_indices(lines: list[bytes]) -> list[bytes]:
+    """The dataset's lines, each object given its ``_ng_task_index`` in the whole dataset.
+
+    ``gymslurm submit`` stamps before it cuts shards, so each shard's tasks keep the dataset's
+    indices (identical rows one task, module docstring) and a merged run's task indices are the
+    whole dataset's, as NeMo Gym's per-task metrics group them. A line is extended in place (its
+    other bytes kept); one that already has a task index, or is not a JSON object, is left as it is
+    (the collector refuses a bad line by its number). Two parses a line; 8 bytes kept a line.
+    """
+    hashes = array("q")
+    for line in lines:
+        row = _stampable(line)
+        if row is not None:
+            hashes.append(hash(row_key(row)))
+    repeating, next_task = _repeating(hashes), 0
+    del hashes
+    seen: dict[bytes, int] = {}  # content -> task index, repeating rows only
+    stamped = []
+    for line in lines:
+        row = _stampable(line)
+        if row is None:
+            stamped.append(line)
+            continue
+        key = row_key(row)
+        index = seen.get(key) if hash(key) in repeating else None
+        if index is None:
+            index, next_task = next_task, next_task + 1
+            if hash(key) in repeating:
+                seen[key] = index
+        body = line.rstrip()[:-1].rstrip()
+        comma = b"" if body.endswith(b"{") else b", "
+        stamped.append(b'%s%s"%s": %d}\n' % (body, comma, TASK_INDEX_KEY.encode(), index))
+    return stamped
+
+
+def _stampable(line: bytes) -> dict[str, Any] | None:
+    """The row of a line :func:`stamp_task_indices` extends: a JSON object with neither index."""
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(row, dict) and TASK_INDEX_KEY not in row and ROLLOUT_INDEX_KEY not in row:
+        return row
+    return None
 
 
 def iter_tasks(
@@ -140,21 +203,29 @@ def iter_tasks(
     ``identical`` is :func:`identical_rows` of the same rows: a row equal to an earlier one is that
     task again (module docstring).
     """
-    seen: dict[bytes, list[int]] = {}  # content -> [task index, next rollout index], repeating rows only
+    seen: dict[bytes | int, list[int]] = {}  # content or given index -> [task index, next rollout index]
     next_task = 0
     for position, row in enumerate(rows):
         if options.limit is not None and position >= options.limit:
             break
-        indices = repeated_row_indices(position, row)
+        given = given_task_index(position, row)
+        indices = repeated_row_indices(position, row) if given is None else None
         if indices is not None:
             yield _repeated_copy(position, row, indices, options)
             continue
-        key = orjson.dumps(row) if identical.hashes else b""
-        task = seen.get(key) if key and hash(key) in identical.hashes else None
+        key: bytes | int | None = given
+        if given is None:
+            key = row_key(row) if identical.hashes else None
+            repeating = key is not None and hash(key) in identical.hashes
+        else:
+            repeating = given in identical.indices
+        task = seen.get(key) if repeating and key is not None else None
         if task is None:
-            task = [next_task, 0]
-            next_task += 1
-            if key and hash(key) in identical.hashes:
+            if given is None:
+                task, next_task = [next_task, 0], next_task + 1
+            else:
+                task = [given, 0]
+            if repeating and key is not None:
                 seen[key] = task
         yield from _expand(task[0], task[1], row, options)
         task[1] += options.num_repeats
@@ -222,6 +293,16 @@ def _expand(
             task[EXPECTED_DURATION_KEY] = duration
         copies.append(task)
     return copies
+
+
+def given_task_index(position: int, row: dict[str, Any]) -> int | None:
+    """The task index a row was given (``_ng_task_index`` without ``_ng_rollout_index``), else None."""
+    if ROLLOUT_INDEX_KEY in row or TASK_INDEX_KEY not in row:
+        return None
+    index = row[TASK_INDEX_KEY]
+    if type(index) is not int or index < 0:
+        raise ConfigError(f"row {position}: {TASK_INDEX_KEY}={index!r} must be an integer >= 0; fix or drop")
+    return index
 
 
 def repeated_row_indices(position: int, row: dict[str, Any]) -> tuple[int, int] | None:

@@ -84,6 +84,7 @@ from gymslurm.launcher.settings import (
     visible_credential_warnings,
 )
 from gymslurm.launcher.wait import wait_for_run
+from gymslurm.tasks import stamp_task_indices
 
 
 def resolve_backend_name(settings: BenchmarkSettings, forced: str | None) -> Literal["slurm", "local"]:
@@ -287,12 +288,13 @@ def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
 
 
 def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) -> list[int]:
-    """Write each shard's contiguous slice of the dataset; returns the row counts.
+    """Write each shard's contiguous slice of the dataset, rows stamped with their dataset-wide task
+    index (:func:`gymslurm.tasks.stamp_task_indices`); returns the row counts.
 
     ``array``: write one copy of the dataset instead; each shard's first link cuts its own slice
     (:func:`gymslurm.launcher.rundir.ensure_shard_input`), so submit writes one file, not N.
     """
-    lines = dataset_lines(dataset.read_bytes())
+    lines = stamp_task_indices(dataset_lines(dataset.read_bytes()))
     if array:
         atomic_write(run.dataset_copy, b"".join(lines))
         return [len(shard_slice(lines, shards, shard)) for shard in range(shards)]

@@ -222,3 +222,21 @@ def test_demo_runs_from_an_unactivated_venv(tmp_path: Path) -> None:
     run = only_run(tmp_path)
     assert [row["verdict"] for row in status(run)["shards"]] == ["DONE", "DONE"]
     assert (run / "output/merged/rollouts.jsonl").is_file()
+
+
+def test_merged_rows_of_a_sharded_run_carry_the_datasets_task_indices(tmp_path: Path) -> None:
+    """Shards keep the dataset's task indices (not each shard's from 0), identical rows one task.
+
+    Rows r0, r0, r1, r2, r3, r4 over two shards: (task, rollout) = (0,0) (0,1) (1,0) | (2,0) (3,0)
+    (4,0), as NeMo Gym numbers the whole file, so its per-task metrics group the merged rows right."""
+    demo = tmp_path / "demo-rows.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(demo), "--n", "5")
+    rows = demo.read_text().splitlines()
+    (tmp_path / "demo.jsonl").write_text("\n".join([rows[0], *rows]) + "\n")
+    gymslurm(
+        "submit", "demo", "--backend", "local", "--wait", "shards=2", f"run_root={tmp_path / 'runs'}",
+        f"dataset={tmp_path / 'demo.jsonl'}",
+    )  # fmt: skip
+    merged = (only_run(tmp_path) / "output/merged/rollouts.jsonl").read_text().splitlines()
+    indices = sorted((json.loads(r)["_ng_task_index"], json.loads(r)["_ng_rollout_index"]) for r in merged)
+    assert indices == [(0, 0), (0, 1), (1, 0), (2, 0), (3, 0), (4, 0)]

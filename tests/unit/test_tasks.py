@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
@@ -14,6 +15,7 @@ from gymslurm.tasks import (
     materialize,
     parse_rows,
     source_digest,
+    stamp_task_indices,
 )
 
 OPTS = MaterializeOptions(dataset_name="math")
@@ -250,11 +252,74 @@ def test_repeated_rows_are_not_repeated_again() -> None:
 
 
 @pytest.mark.parametrize(
-    "row",
-    [{"q": 1, "_ng_task_index": 0}, {"q": 1, "_ng_task_index": -1, "_ng_rollout_index": 0},
-     {"q": 1, "_ng_task_index": "0", "_ng_rollout_index": 0}],
+    ("row", "message"),
+    [({"q": 1, "_ng_rollout_index": 0}, "must both be integers"),
+     ({"q": 1, "_ng_task_index": -1, "_ng_rollout_index": 0}, "must both be integers"),
+     ({"q": 1, "_ng_task_index": "0", "_ng_rollout_index": 0}, "must both be integers"),
+     ({"q": 1, "_ng_task_index": "3"}, "must be an integer >= 0"),
+     ({"q": 1, "_ng_task_index": -2}, "must be an integer >= 0")],
 )  # fmt: skip
-def test_half_or_bad_repeat_indices_are_refused(row: dict[str, Any]) -> None:
-    """A row with only one index, or a non-integer or negative one, is refused before anything is written."""
-    with pytest.raises(ConfigError, match="must both be integers"):
+def test_half_or_bad_repeat_indices_are_refused(row: dict[str, Any], message: str) -> None:
+    """A rollout index alone, or a non-integer or negative index, is refused before anything is written."""
+    with pytest.raises(ConfigError, match=message):
         materialize([row], OPTS)
+
+
+@pytest.mark.parametrize(
+    ("rows", "repeats", "expected"),
+    [
+        ([{"q": 1, "_ng_task_index": 7}], 1, [(7, 0, "math-7")]),
+        ([{"q": 1, "_ng_task_index": 7}, {"q": 2, "_ng_task_index": 7}], 1,
+         [(7, 0, "math-7"), (7, 1, "math-7-r1")]),
+        ([{"q": 1, "_ng_task_index": 5}, {"q": 2}], 2,
+         [(5, 0, "math-5-r0"), (5, 1, "math-5-r1"), (0, 0, "math-0-r0"), (0, 1, "math-0-r1")]),
+        ([{"task_id": "t", "_ng_task_index": 3}], 1, [(3, 0, "math-t")]),
+    ],
+)  # fmt: skip
+def test_a_given_task_index_is_kept_and_its_rows_are_its_rollouts(
+    rows: list[dict[str, Any]], repeats: int, expected: list[tuple[int, int, str]]
+) -> None:
+    """_ng_task_index alone is the task (NeMo Gym keeps an upstream slicer's): rows sharing it are its
+    rollouts in turn; it takes no number from the rows without one; a plain row's id is built from it."""
+    assert _indices(rows, num_repeats=repeats) == expected
+
+
+REPEATED_LINE = b'{"_ng_task_index":0,"_ng_rollout_index":1}\n'
+
+
+def _stamped(*pairs: tuple[bytes, int | None]) -> list[bytes]:
+    """The expected lines: each line with `, "_ng_task_index": N}` in place of its end (None: unchanged)."""
+    return [line if n is None else line.rstrip()[:-1] + b', "_ng_task_index": %d}\n' % n for line, n in pairs]
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ([b'{"q": 1}\n', b'{"q":2}\n'], _stamped((b'{"q": 1}\n', 0), (b'{"q":2}\n', 1))),
+        ([b'{"q":1}\n', b'{"q":2}\n', b'{"q":1}\n'],
+         _stamped((b'{"q":1}\n', 0), (b'{"q":2}\n', 1), (b'{"q":1}\n', 0))),
+        ([b'{}\n'], [b'{"_ng_task_index": 0}\n']),
+        ([b'{"q":1,"_ng_task_index":9}\n', b'{"q":3}\n'],
+         _stamped((b'{"q":1,"_ng_task_index":9}\n', None), (b'{"q":3}\n', 0))),
+        ([REPEATED_LINE], [REPEATED_LINE]),
+        ([b'not json\n', b'[1]\n', b'{"q":1} \n'],
+         _stamped((b'not json\n', None), (b'[1]\n', None), (b'{"q":1}\n', 0))),
+    ],
+)  # fmt: skip
+def test_submit_stamps_each_row_with_its_dataset_wide_task_index(
+    lines: list[bytes], expected: list[bytes]
+) -> None:
+    """Each object line gains its task index (identical rows share one), its other bytes kept; a line
+    with an index, or not an object, is left for the collector to judge."""
+    assert stamp_task_indices(lines) == expected
+
+
+def test_stamped_shards_materialize_to_the_whole_datasets_indices() -> None:
+    """A stamped dataset cut anywhere materializes to the indices and ids the whole file has."""
+    lines = [orjson.dumps({"q": n % 4}) + b"\n" for n in range(9)]
+    whole = [(t["_ng_task_index"], t["_ng_rollout_index"], t["_ng_rollout_id"]) for t in
+             materialize(parse_rows(b"".join(lines), "d"), OPTS)]  # fmt: skip
+    stamped = stamp_task_indices(lines)
+    cut = [materialize(parse_rows(b"".join(part), "d"), OPTS) for part in (stamped[:5], stamped[5:])]
+    pieces = [(t["_ng_task_index"], t["_ng_rollout_index"], t["_ng_rollout_id"]) for p in cut for t in p]
+    assert [p[0] for p in pieces] == [w[0] for w in whole] and pieces[:5] == whole[:5]
