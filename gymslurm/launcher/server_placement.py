@@ -77,6 +77,25 @@ def node_gpus(servers: Sequence[ServerSettings]) -> list[int]:
     return need
 
 
+def device_slices(servers: Sequence[ServerSettings], visible: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The GPUs each instance in the link's process sees, by its label: the job's ``visible`` devices
+    (``CUDA_VISIBLE_DEVICES`` of the link) dealt in start order, ``gpus`` each, so two servers on one
+    node do not share a device. Empty when no such server asks for GPUs or the devices are too few
+    (each then sees what the link sees, as a server without ``gpus`` does). A placed instance's steps
+    get their devices from Slurm."""
+    wanted = [
+        (label(s.name, replica, s.replicas), s.gpus)
+        for s in servers if s.nodes is None and s.gpus for replica in range(s.replicas)
+    ]  # fmt: skip
+    if not wanted or sum(gpus for _, gpus in wanted) > len(visible):
+        return {}
+    slices, at = {}, 0
+    for name, gpus in wanted:
+        slices[name] = tuple(visible[at : at + gpus])
+        at += gpus
+    return slices
+
+
 def gpus_per_node(servers: Sequence[ServerSettings], declared: int) -> int:
     """The GPUs per node the job asks for (Slurm's ``--gres`` is per node): ``declared`` (slurm.gpus or
     a ``--gres``/``--gpus`` directive) when set, else what the servers' ``gpus`` need on their busiest

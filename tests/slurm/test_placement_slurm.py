@@ -209,3 +209,41 @@ def test_a_hung_replica_leaves_the_rotation_and_the_others_finish_the_run(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         chain.cancel()
+
+
+def _visible_devices(marker: str) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of this run's demo model server (``--model-name marker``) and of the demo
+    server asking it (its ``--policy-url`` ends with the model server's port)."""
+    procs = [(p, p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
+    found: dict[str, str] = {}
+    for proc, cmdline in procs:
+        if marker in cmdline and "demo-model-server" in cmdline:
+            port = cmdline[cmdline.index("--port") + 1]
+            asking = [p for p, c in procs if "demo-server" in c and any(a.endswith(f":{port}") for a in c)]
+            for role, each in [("policy", proc), *(("demo", p) for p in asking)]:
+                with contextlib.suppress(psutil.Error):
+                    found[role] = each.environ().get("CUDA_VISIBLE_DEVICES", "")
+    return found
+
+
+def test_servers_on_the_links_node_each_see_gpus_of_their_own(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """policy ``gpus: 2`` and demo ``gpus: 1``, both in the link's process: the job asks --gres=gpu:3,
+    Slurm gives the link CUDA_VISIBLE_DEVICES=0,1,2, and the policy's process sees 0,1, the demo
+    server's 2 (read from each running process's environment), not all three each."""
+    user = _user(slurm_session_dir, "gpu-split")
+    marker = f"gpusplit-{os.getpid()}-{time.monotonic_ns()}"
+    spec = {
+        **BASE, "tasks": 30, "model_flags": ["--latency-ms", "400", "--model-name", marker],
+        "policy_yaml": BASE["policy_yaml"] + "    gpus: 2\n", "demo_yaml": "    gpus: 1\n",
+    }  # fmt: skip
+    chain = RealChain(user, slurm_python, spec).submit()
+    try:
+        seen = _wait_for(lambda: (v := _visible_devices(marker)) and len(v) == 2 and v, 180, "both servers")
+        assert seen == {"policy": "0,1", "demo": "2"}, seen
+        assert chain.finished(timeout=300)["shards"][0]["verdict"] == "DONE"
+        started = {r["name"]: r["cause"] for r in _server_records(chain) if r["event"] == "started"}
+        assert "with GPUs 0,1 " in started["policy"] and "with GPUs 2 " in started["demo"], started
+    finally:
+        chain.cancel()

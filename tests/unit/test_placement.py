@@ -164,3 +164,27 @@ def test_a_declared_gpu_count_below_the_servers_need_is_refused() -> None:
         placement.gres_directive(stack, 4, [])
     with pytest.raises(ConfigError, match="need 5 GPUs"):
         placement.gres_directive(stack, 0, ["--gres=gpu:2"])
+
+
+DEVICE_CASES = [
+    ("two servers on the link's node get devices of their own, in start order",
+     [dict(name="policy", gpus=2), dict(name="judge", gpus=1)], ["0", "1", "2", "3"],
+     {"policy": ("0", "1"), "judge": ("2",)}),
+    ("each in-process replica its own", [dict(name="policy", gpus=1, replicas=2)], ["4", "5"],
+     {"policy-r0": ("4",), "policy-r1": ("5",)}),
+    ("a server without gpus and a placed one are not dealt any",
+     [dict(name="env"), dict(name="policy", nodes=1, gpus=4), dict(name="judge", gpus=1)], ["0"],
+     {"judge": ("0",)}),
+    ("too few devices: none dealt (each sees the link's)", [dict(name="policy", gpus=2)], ["0"], {}),
+    ("no GPUs asked for", [dict(name="env")], ["0", "1"], {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "servers", "visible", "dealt"), DEVICE_CASES, ids=[c[0] for c in DEVICE_CASES]
+)
+def test_the_gpus_each_in_process_server_sees(
+    name: str, servers: list[dict[str, object]], visible: list[str], dealt: dict[str, tuple[str, ...]]
+) -> None:
+    """Each row: the link's visible devices dealt to its in-process instances by their ``gpus``."""
+    assert placement.device_slices([server(**spec) for spec in servers], visible) == dealt  # type: ignore[arg-type]

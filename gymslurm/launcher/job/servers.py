@@ -76,6 +76,7 @@ class RunningServer:
     nodes: tuple[str, ...] = ()  # the nodes a placed instance spans, its head first
     ranks: list[subprocess.Popen[bytes]] = field(default_factory=list)  # the steps of node ranks >= 1
     host: str = ""  # where it is probed: its head node when placed, else settings.host
+    devices: tuple[str, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES), () = the link's own
     launched_at: float = 0.0  # time.monotonic() when its processes were started
 
     @property
@@ -185,17 +186,19 @@ def start(
     *,
     nodes: tuple[str, ...] = (),
     label: str = "",
+    devices: tuple[str, ...] = (),
 ) -> RunningServer:
     """Start one server (or adopt its ``url``) and wait until it is healthy.
 
     ``started``: the servers already running, by name, whose addresses ``{servers.NAME.url}`` names.
     ``nodes``: the nodes a placed instance spans (one ``srun --overlap`` step on each), else () for a
-    server in the link's process; ``label``: a replica's name.
+    server in the link's process; ``label``: a replica's name; ``devices``: its GPUs
+    (:func:`gymslurm.launcher.server_placement.device_slices`).
     """
     if settings.command is None:
         assert settings.url is not None
         return RunningServer(settings, settings.url)
-    server = launch(settings, log, port, started, withheld, nodes=nodes, label=label)
+    server = launch(settings, log, port, started, withheld, nodes=nodes, label=label, devices=devices)
     deadline = time.monotonic() + settings.startup_timeout_s
     while not started_yet(server, deadline):
         time.sleep(0.2)
@@ -211,8 +214,11 @@ def launch(
     *,
     nodes: tuple[str, ...] = (),
     label: str = "",
+    devices: tuple[str, ...] = (),
 ) -> RunningServer:
-    """Start the processes of one server (every node rank of a placed one) without waiting for them."""
+    """Start the processes of one server (every node rank of a placed one) without waiting for them.
+
+    ``devices``, when given, is its ``CUDA_VISIBLE_DEVICES`` unless its ``env`` sets one itself."""
     host = nodes[0] if nodes else settings.host
     port = port or settings.port or free_port(settings.host if not nodes else "0.0.0.0")
     known = started or {}
@@ -235,6 +241,8 @@ def launch(
             node=here if nodes else None, step_name=f"gs-{name}-{rank}",
         )  # fmt: skip
         env = {key: fill(value) for key, value in settings.env.items()}
+        if devices and "CUDA_VISIBLE_DEVICES" not in env:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         try:
             where = f"servers.{settings.name}.env"
             child_env = environment.child_environment(os.environ, env, withheld=withheld, where=where)
@@ -250,7 +258,7 @@ def launch(
         ))  # fmt: skip
     server = RunningServer(
         settings, f"http://{host}:{port}", processes[0], port, log, started=dict(known), withheld=withheld,
-        label=label, nodes=nodes, ranks=processes[1:], host=host, launched_at=t0,
+        label=label, nodes=nodes, ranks=processes[1:], host=host, launched_at=t0, devices=devices,
     )  # fmt: skip
     for process in processes:
         assert process.stdout is not None
@@ -423,7 +431,7 @@ def relaunch(server: RunningServer) -> RunningServer:
     assert server.log is not None
     fresh = launch(
         server.settings, server.log, server.port, server.started, server.withheld,
-        nodes=server.nodes, label=server.label,
+        nodes=server.nodes, label=server.label, devices=server.devices,
     )  # fmt: skip
     fresh.restarts = server.restarts + 1
     return fresh

@@ -88,6 +88,7 @@ def start_stack(
     """
     nodes = allocation_nodes() if any(s.nodes is not None for s in servers) else []
     instances = placement.instances(servers)
+    devices = placement.device_slices(servers, visible_devices())
     for wanted in servers:
         if wanted.nodes is not None and wanted.nodes > 1 and not nodes:
             raise ServerStartError(
@@ -104,7 +105,10 @@ def start_stack(
                 raise ServerStartError(str(error), deterministic=True) from error
             known = {s.name: s for s in started}
             log = logs / f"server-{name}-s{shard:03d}.log"
-            server = server_mod.start(wanted, log, started=known, withheld=withheld, nodes=where, label=name)
+            server = server_mod.start(
+                wanted, log, started=known, withheld=withheld, nodes=where, label=name,
+                devices=devices.get(name, ()),
+            )  # fmt: skip
             started.append(server)
             replicas.append(server)
             _noted(note, server)
@@ -118,9 +122,15 @@ def start_stack(
             _noted(note, router)
 
 
+def visible_devices() -> list[str]:
+    """The GPUs this link sees (Slurm sets ``CUDA_VISIBLE_DEVICES`` for a job with ``--gres=gpu``)."""
+    return [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+
+
 def _noted(note: Note, server: server_mod.RunningServer) -> None:
     if server.process is not None:
         where = f" on {', '.join(server.nodes)}" if server.nodes else ""
+        where += f" with GPUs {','.join(server.devices)}" if server.devices else ""
         probes = ", ".join(server.probes[-5:])
         note("started", server, f"healthy at {server.url}{where} after {server.startup_s:.1f}s ({probes})")
 
