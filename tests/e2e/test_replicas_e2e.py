@@ -25,7 +25,10 @@ from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_
 pytestmark = pytest.mark.e2e
 
 
-def _benchmark(tmp: Path, marker: str, *, rows: int, policy_extra: str = "", latency_ms: int = 300) -> Path:
+def _benchmark(
+    tmp: Path, marker: str, *, rows: int, policy_extra: str = "", latency_ms: int = 300,
+    router: str = "vllm_router",
+) -> Path:
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
     path = tmp / "bench.yaml"
@@ -36,7 +39,7 @@ def _benchmark(tmp: Path, marker: str, *, rows: int, policy_extra: str = "", lat
         f" '{{port}}', --model-name, {marker}, --latency-ms, '{latency_ms}']\n"
         "    replicas: 3\n    probe: chat_completions\n    probe_interval_s: 0.5\n    probe_timeout_s: 2\n"
         f"    startup_timeout_s: 60\n    collector_override: null\n{policy_extra}"
-        f"    router: {{command: [{py}, -m, vllm_router.launch_router]}}\n"
+        f"    router: {{command: [{py}, -m, {router}.launch_router]}}\n"
         f"  - name: env\n    command: [{py}, -m, gymslurm, demo-server, --host, '{{host}}',"
         " --port, '{port}', --policy-url, '{servers.policy.url}']\n"
         "    health_path: /health\n    probe_interval_s: 0.5\n"
@@ -84,11 +87,15 @@ def _server_events(run: Path) -> list[tuple[str, str]]:
     return [(r["name"], r["event"]) for r in ledger(run) if r["kind"] == "server"]
 
 
-def test_sigkill_of_one_replica_leaves_the_others_serving_and_spends_no_budget(tmp_path: Path) -> None:
+@pytest.mark.parametrize("router", ["vllm_router", "sglang_router"])
+def test_sigkill_of_one_replica_leaves_the_others_serving_and_spends_no_budget(
+    tmp_path: Path, router: str
+) -> None:
     """kill -9 of one of three replicas mid-run: it leaves the router's rotation and is restarted in
-    place while the other two carry the load (dispatch never pauses), 0 counted failures, one link."""
+    place while the other two carry the load (dispatch never pauses), 0 counted failures, one link.
+    Both of the ecosystem's routers, unchanged: vLLM's (the default) and SGLang's (``router.command``)."""
     marker = f"replica-{uuid.uuid4().hex[:8]}"
-    bench = _benchmark(tmp_path, marker, rows=80, latency_ms=600)
+    bench = _benchmark(tmp_path, marker, rows=80, latency_ms=600, router=router)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
     pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
