@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
+from urllib.parse import urlsplit
 
 from gymslurm.clock import utc_now
 from gymslurm.collector_end import (
@@ -514,6 +515,8 @@ async def _dispatch(  # noqa: PLR0917
         await supervised.start()
     poller, metrics_urls = None, settings.model_metrics_urls
     if settings.dispatch_adaptive == "metrics" and metrics_urls:
+        where = ", ".join(urlsplit(url).netloc.rpartition("@")[2] for url in metrics_urls)
+        print(f"gymslurm collect: adaptive load reads the model server's queue at {where}", file=sys.stderr)
         poller = asyncio.create_task(watch_model_queue(metrics_urls, loop_.server_queue))
     try:
         result = await run_dispatch(loop_, order, reporter.tick, watch.tick)

@@ -1,6 +1,10 @@
-"""``{servers.NAME.url|host|port}``: what a server's command and env, and the collector's overrides,
-may name of a server listed before them. Pure; settings validate with it at submit, the job's server
-start checks again what only the job knows (a URL resolved from ``${oc.env:...}``).
+"""``{servers.NAME.url|host|port|metrics_url}``: what a server's command and env, and the collector's
+overrides, may name of a server listed before them. Pure; settings validate with it at submit, the
+job's server start checks again what only the job knows (a URL resolved from ``${oc.env:...}``).
+
+``metrics_url`` is the server's Prometheus ``/metrics``; for a server with replicas, each replica's,
+comma-separated (not the router's): what ``+dispatch_model_metrics_url`` takes, so the collector's
+adaptive load reads every replica's queue (docs/servers.md, "Load that adapts").
 """
 
 from __future__ import annotations
@@ -9,7 +13,26 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port)\}")
+SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port|metrics_url)\}")
+
+
+def override_value(name: str, part: str, urls: Mapping[str, str]) -> str:
+    """:func:`reference_value` as a collector override takes it: several replicas' URLs quoted, as a
+    comma in a Hydra override is a sweep (``+k=a,b`` is refused as ambiguous, ``+k="a,b"`` is a,b)."""
+    value = reference_value(name, part, urls)
+    return f'"{value}"' if "," in value else value
+
+
+def reference_value(name: str, part: str, urls: Mapping[str, str]) -> str:
+    """The value of ``{servers.NAME.PART}``; ``urls``: the running servers' URLs by name, replicas by
+    their labels (``policy-r0``) beside their router's (``policy``)."""
+    url = urls[name]
+    if part == "metrics_url":
+        label = re.compile(rf"{re.escape(name)}-r\d+")
+        replicas = sorted((k for k in urls if label.fullmatch(k)), key=lambda k: int(k.rsplit("-r", 1)[1]))
+        return ",".join(f"{urls[k].rstrip('/')}/metrics" for k in replicas or [name])
+    parts = urlsplit(url)
+    return {"url": url, "host": parts.hostname or "", "port": str(parts.port or "")}[part]
 
 
 def credential_url_on_argv(argv: list[str], urls: Mapping[str, str | None]) -> str | None:

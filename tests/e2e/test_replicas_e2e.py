@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 def _benchmark(
     tmp: Path, marker: str, *, rows: int, policy_extra: str = "", latency_ms: int = 300,
-    router: str = "vllm_router",
+    router: str = "vllm_router", collector_extra: str = "",
 ) -> Path:
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
@@ -44,7 +44,7 @@ def _benchmark(
         " --port, '{port}', --policy-url, '{servers.policy.url}']\n"
         "    health_path: /health\n    probe_interval_s: 0.5\n"
         f"collector:\n  command: [{py}, -m, gymslurm, collect]\n"
-        "  overrides: [+route_failures_to_sidecar=true, +concurrency=8, +progress=none]\n"
+        f"  overrides: [+route_failures_to_sidecar=true, +concurrency=8, +progress=none{collector_extra}]\n"
         f"slurm:\n  python: {py}\naggregation:\n  enabled: false\n"
     )
     return path
@@ -157,3 +157,20 @@ def test_every_replica_killed_past_its_limit_stops_the_link_with_exit_1(tmp_path
     gave_up = sorted(name for name, event in _server_events(run)[:12] if event == "gave_up")
     assert gave_up == ["policy-r0", "policy-r1", "policy-r2"]
     assert _coverage(run)["counted_failures"] == 0
+
+
+def test_adaptive_load_reads_every_replicas_queue_by_reference(tmp_path: Path) -> None:
+    """``+dispatch_model_metrics_url={servers.policy.metrics_url}`` is each replica's /metrics (not the
+    router's): the collector polls all three, and the run finishes DONE."""
+    marker = f"metrics-{uuid.uuid4().hex[:8]}"
+    extra = ", +dispatch_adaptive=metrics, '+dispatch_model_metrics_url={servers.policy.metrics_url}'"
+    bench = _benchmark(tmp_path, marker, rows=30, latency_ms=100, collector_extra=extra)
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    report = wait_until_final(run, timeout_s=240, aggregation=False)
+    assert report["shards"][0]["verdict"] == "DONE" and _coverage(run)["successful"] == 30
+    started = {name: r["url"] for r in ledger(run) if r["kind"] == "server" and r["event"] == "started"
+               for name in [r["name"]]}  # fmt: skip
+    replicas = [started[f"policy-r{i}"].split("//")[1] for i in range(3)]
+    line = next(x for x in _job_log(run).splitlines() if "adaptive load reads" in x)
+    assert line.endswith(f"queue at {', '.join(replicas)}"), (line, replicas)

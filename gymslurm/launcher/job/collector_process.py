@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from gymslurm.launcher.decide import collector_unresponsive
 from gymslurm.launcher.job import environment
@@ -24,16 +23,11 @@ from gymslurm.launcher.job.collector_files import life_of, read_live_progress
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.server_refs import SERVER_REFERENCE
+from gymslurm.launcher.server_refs import SERVER_REFERENCE, override_value
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV, environment_string_problem
 from gymslurm.redaction import redact_value, remember
 from gymslurm.supervision import SUPERVISION_FD_ENV
-
-
-def _address(url: str, part: str) -> str:
-    parts = urlsplit(url)
-    return {"url": url, "host": parts.hostname or "", "port": str(parts.port or "")}[part]
 
 
 def collector_argv(
@@ -49,7 +43,7 @@ def collector_argv(
     ]
     argv += [f"{s.collector_override}={urls[s.name]}" for s in settings.servers if s.collector_override]
     argv += [
-        SERVER_REFERENCE.sub(lambda m: _address(urls[m.group(1)], m.group(2)), o)
+        SERVER_REFERENCE.sub(lambda m: override_value(m.group(1), m.group(2), urls), o)
         for o in settings.collector.overrides
     ]
     if resubmit:
@@ -78,7 +72,7 @@ def reverify_argv(
     collect = collector_argv(settings, run, shard, urls, resubmit=False)[len(settings.collector.command) :]
     grader = [item for item in collect if item.lstrip("+~").partition("=")[0] in REVERIFY_KEYS]
     grader += [
-        SERVER_REFERENCE.sub(lambda m: _address(urls[m.group(1)], m.group(2)), o)
+        SERVER_REFERENCE.sub(lambda m: override_value(m.group(1), m.group(2), urls), o)
         for o in settings.reverify.overrides
     ]
     stem = settings.output_stem

@@ -37,7 +37,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit
 
 import psutil
 
@@ -46,7 +45,7 @@ from gymslurm.errors import ConfigError, ServerStartError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.server_placement import node_words, step_head
-from gymslurm.launcher.server_refs import SERVER_REFERENCE, credential_url_on_argv
+from gymslurm.launcher.server_refs import SERVER_REFERENCE, credential_url_on_argv, reference_value
 from gymslurm.launcher.settings import ServerSettings
 from gymslurm.redaction import redact_text, remember
 from gymslurm.store.atomic import open_run_file
@@ -134,15 +133,9 @@ def stop_with_parent() -> None:
 
 
 def interpolate(text: str, started: Mapping[str, RunningServer], host: str = "", port: int = 0) -> str:
-    """``{host}``, ``{port}`` (this server's) and ``{servers.NAME.url|host|port}`` (an earlier one's)."""
-
-    def earlier(match: re.Match[str]) -> str:
-        server = started[match.group(1)]
-        parts = urlsplit(server.url)
-        values = {"url": server.url, "host": parts.hostname or "", "port": str(parts.port or "")}
-        return values[match.group(2)]
-
-    text = SERVER_REFERENCE.sub(earlier, text)
+    """``{host}``, ``{port}`` (this server's) and ``{servers.NAME.*}`` (an earlier one's, server_refs.py)."""
+    urls = {name: server.url for name, server in started.items()}
+    text = SERVER_REFERENCE.sub(lambda m: reference_value(m.group(1), m.group(2), urls), text)
     return text.replace("{port}", str(port)).replace("{host}", host) if port else text
 
 
