@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 TOOLS = {"ruff", "mypy"}  # run as commands by launchers/test-all.sh, never imported
-PROGRAMS = {"vllm-router"}  # run by a link in front of replicas (python -m vllm_router.launch_router)
+PROGRAMS = {"vllm-router", "sglang-router"}  # run by a link in front of replicas (python -m X.launch_router)
 PLUGINS = {"pytest-xdist": "--dist"}  # pytest plugins, used through the option test-all.sh passes
 
 
