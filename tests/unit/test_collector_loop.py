@@ -322,13 +322,15 @@ class CapacityClient:
 def test_an_adaptive_limit_keeps_in_flight_under_it_and_settles_near_the_servers_capacity() -> None:
     """With an adaptive limit under a cap of 64, a server of 4 slots never sees 64 and the limit ends near 4.
 
-    (A server past its slots answers later: the latency rule cuts the limit there.)
+    (A server past its slots answers later: the latency rule cuts the limit there, a window of 16
+    completions at a time here.)
     """
     from gymslurm.concurrency import AdaptiveLimit
 
-    n = 400
+    n = 600
     v, client = view(n), CapacityClient(slots=4, service_s=0.005)
-    loop = make_loop(v, client, [], concurrency=64, limit=AdaptiveLimit(cap=64))  # type: ignore[arg-type]
+    limit = AdaptiveLimit(cap=64, window=16)
+    loop = make_loop(v, client, [], concurrency=64, limit=limit)  # type: ignore[arg-type]
     outcome = run_loop(loop, v)
     assert outcome.progress_outcomes == n
     assert loop.limit is not None and loop.limit.current <= 16  # 4 slots: it settles at 2-3x, far from 64

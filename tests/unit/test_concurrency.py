@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from gymslurm.concurrency import AdaptiveLimit
+
+
+def _window(limit: AdaptiveLimit, latency_s: float, in_flight: int | None = None) -> None:
+    """One window of completions at ``latency_s``, the limit in use (or ``in_flight`` others out)."""
+    for _ in range(max(limit.current, limit.window)):
+        limit.completed(latency_s, limit.current - 1 if in_flight is None else in_flight)
 
 
 def test_the_limit_starts_small_and_never_passes_the_cap() -> None:
@@ -12,68 +20,117 @@ def test_the_limit_starts_small_and_never_passes_the_cap() -> None:
     assert AdaptiveLimit(cap=4).current == 4
     limit = AdaptiveLimit(cap=20)
     assert limit.current == 8
-    for _ in range(200):
-        limit.completed(0.1, in_flight=limit.current)
+    for _ in range(5):
+        _window(limit, 0.1)
     assert limit.current == 20
 
 
-def test_fast_answers_with_the_limit_in_use_double_it_per_window() -> None:
-    """In slow start each fast completion at a full limit adds one: 8 completions take 8 to 16."""
+def test_the_limit_moves_once_per_window_and_doubles_in_slow_start() -> None:
+    """Nothing moves within a window; a window of answers within tolerance, the limit in use, doubles it."""
     limit = AdaptiveLimit(cap=1000)
-    for _ in range(8):
-        limit.completed(0.1, in_flight=limit.current - 1)
+    for _ in range(limit.window - 1):
+        limit.completed(0.1, in_flight=7)
+    assert limit.current == 8
+    limit.completed(0.1, in_flight=7)
     assert limit.current == 16
 
 
 def test_an_unused_limit_does_not_grow() -> None:
     """Completions while far fewer requests are out than allowed say nothing about capacity."""
     limit = AdaptiveLimit(cap=1000)
-    for _ in range(100):
-        limit.completed(0.1, in_flight=1)
+    for _ in range(3):
+        _window(limit, 0.1, in_flight=1)
     assert limit.current == 8
 
 
-def test_a_slow_answer_shrinks_the_limit_once_per_window() -> None:
-    """Latency past tolerance × the fastest seen cuts the limit by 10 %, once per window of completions."""
+def test_a_slow_window_shrinks_the_limit_and_ends_slow_start() -> None:
+    """A window whose mean latency is past tolerance × the lowest window mean cuts the limit by 10 %;
+    past slow start a window within tolerance adds one."""
     limit = AdaptiveLimit(cap=1000, limit=100)
-    limit.completed(0.1, in_flight=99)
+    _window(limit, 0.1)
     grown = limit.limit
-    limit.completed(0.5, in_flight=99)
-    assert limit.limit == grown * 0.9
-    limit.completed(0.5, in_flight=99)
-    assert limit.limit == grown * 0.9
-
-
-def test_after_the_first_shrink_growth_is_one_per_window() -> None:
-    """Past slow start a window of fast completions at a full limit adds about one."""
-    limit = AdaptiveLimit(cap=1000, limit=50)
-    limit.completed(0.1, in_flight=49)
-    limit.completed(0.5, in_flight=49)
+    _window(limit, 0.5)
+    assert limit.limit == grown * 0.9 and not limit.slow_start
     before = limit.limit
-    for _ in range(int(before)):
-        limit.completed(0.1, in_flight=limit.current - 1)
-    assert 0.9 < limit.limit - before < 1.1
+    _window(limit, 0.1)
+    assert limit.limit == before + 1
+
+
+def test_one_slow_rollout_in_a_window_is_not_a_slow_server() -> None:
+    """Rollouts differ in length: a window with some long ones but a mean within tolerance grows."""
+    limit = AdaptiveLimit(cap=1000)
+    _window(limit, 1.0)
+    for number in range(limit.window):
+        limit.completed(10.0 if number % 16 == 0 else 1.0, in_flight=limit.current - 1)
+    assert limit.current == 32
+
+
+def _closed_loop(limit: AdaptiveLimit, sigma: float, slots: int | None, n: int, seed: int = 1) -> list[int]:
+    """A deterministic simulation: rollouts of lognormal length (``sigma``) at a server that serves
+    ``slots`` at full speed and shares itself beyond (None: no limit); the limit after each completion."""
+    rnd, t, out, seen = random.Random(seed), 0.0, [], []
+    for _ in range(n):
+        while len(out) < limit.current:
+            out.append([rnd.lognormvariate(0, sigma), t])
+        rate = 1.0 if slots is None else min(1.0, slots / len(out))
+        first = min(range(len(out)), key=lambda k: out[k][0])
+        step = out[first][0] / rate
+        for request in out:
+            request[0] -= step * rate
+        t += step
+        _, sent = out.pop(first)
+        limit.completed(t - sent, len(out))
+        seen.append(limit.current)
+    return seen
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
+def test_rollouts_of_different_lengths_at_a_server_with_room_keep_the_limit_at_the_cap(sigma: float) -> None:
+    """No capacity limit, rollouts of lognormal length: the limit stays near the cap (it fell to 5 of
+    64 at sigma 0.3 and to 1 at sigma 1.0 when each request was judged against the fastest one)."""
+    seen = _closed_loop(AdaptiveLimit(cap=64), sigma, slots=None, n=12_000)
+    assert min(seen[len(seen) // 2 :]) >= 48
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
+def test_a_server_of_16_slots_keeps_the_limit_past_its_slots_but_far_from_the_cap(sigma: float) -> None:
+    """16 slots, cap 512: the limit settles above 16 (every slot busy) and far below 512 (queue bounded)."""
+    seen = _closed_loop(AdaptiveLimit(cap=512), sigma, slots=16, n=6_000)
+    late = seen[len(seen) // 2 :]
+    assert 16 <= sum(late) / len(late) <= 64, sum(late) / len(late)
 
 
 def test_a_waiting_queue_at_the_server_shrinks_and_holds_the_limit() -> None:
-    """Requests waiting at the model server cut the limit by as many and stop growth until none waits."""
+    """Requests waiting at the model server cut the limit by as many and stop growth until none waits;
+    while the server's queue is heard, a slow window does not shrink it (the queue decides)."""
     limit = AdaptiveLimit(cap=1000, limit=40)
     limit.server_queue(waiting=5)
     assert limit.current == 35
-    for _ in range(50):
-        limit.completed(0.1, in_flight=limit.current - 1)
+    _window(limit, 0.1)
+    _window(limit, 0.9)
     assert limit.current == 35
     limit.server_queue(waiting=0)
-    limit.completed(0.1, in_flight=limit.current - 1)
+    _window(limit, 0.1)
     assert limit.limit > 35
+
+
+def test_metrics_that_stop_answering_bring_the_latency_rule_back() -> None:
+    """No metrics poll for two windows: a slow window shrinks the limit again."""
+    limit = AdaptiveLimit(cap=1000, limit=40)
+    limit.server_queue(waiting=0)
+    _window(limit, 0.1)
+    for _ in range(3):
+        _window(limit, 0.1)
+    before = limit.limit
+    _window(limit, 0.9)
+    assert not limit.queue_heard and limit.limit < before
 
 
 def test_the_limit_never_falls_below_one() -> None:
     """However slow the server gets, one request stays in flight."""
     limit = AdaptiveLimit(cap=10, limit=1)
-    limit.completed(0.1, in_flight=0)
-    for _ in range(50):
-        limit.completed(10.0, in_flight=0)
+    for latency in (0.1, *[10.0] * 20):
+        _window(limit, latency, in_flight=0)
         limit.server_queue(waiting=100)
     assert limit.current == 1
 
@@ -95,11 +152,10 @@ def test_a_nearly_full_kv_cache_holds_the_limit_though_none_waits() -> None:
     """KV cache at 95 % or more (none waiting yet): the limit neither grows nor drops; below, it grows."""
     limit = AdaptiveLimit(cap=1000, limit=40)
     limit.server_queue(waiting=0, kv_usage=0.97)
-    for _ in range(50):
-        limit.completed(0.1, in_flight=limit.current - 1)
+    _window(limit, 0.1)
     assert limit.current == 40
     limit.server_queue(waiting=0, kv_usage=0.5)
-    limit.completed(0.1, in_flight=limit.current - 1)
+    _window(limit, 0.1)
     assert limit.limit > 40
 
 
