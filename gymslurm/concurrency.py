@@ -4,15 +4,16 @@
 :data:`WINDOW`): one request's latency says nothing about load when rollouts differ in length (an
 agent's task takes seconds or minutes), but a window's mean does. With ``+dispatch_adaptive=latency``
 the limit follows the servers' latency (a Vegas-style AIMD over windows): it doubles per window in
-slow start, then grows by one, while the window's mean latency stays within ``tolerance`` times the
-lowest window mean seen lately and the limit was in use; past that it shrinks by ``decrease``, which
-is when a batching server's slots are full and requests start to queue. With
-``+dispatch_adaptive=metrics`` the model server's own queue decides (vLLM's
+slow start (until a window's mean is :data:`SLOW_START_END` times the lowest window mean seen
+lately), then grows by one, while the limit was in use and the mean stays within ``tolerance``
+times that lowest mean; past that it is cut in proportion (``tolerance`` × lowest ÷ mean, between
+half and ``decrease``), which is when a batching server's slots are full and requests start to
+queue. With ``+dispatch_adaptive=metrics`` the model server's own queue decides too (vLLM's
 ``vllm:num_requests_waiting``, summed over its replicas): requests waiting there mean the limit is
 past the server's capacity, and the limit drops by as many; a KV cache nearly full
-(``vllm:kv_cache_usage_perc``) holds it; none waiting while the limit is in use lets it grow. The
-latency rule then applies only while the metrics stop answering (no poll for two windows), so a
-server whose metrics fail is not driven blind.
+(``vllm:kv_cache_usage_perc``) holds it. Latency is still watched then: the Environment Server, not
+the model, may be what is full (``bench/adaptive.py``: the demo Environment Server slows past 32
+requests while the model server's queue stays empty).
 
 Why windows: with a limit judged per request against the fastest one seen, rollouts of lognormal
 length (sigma 0.3) held the limit at 5 of 64 in a simulation of a server with no capacity limit at
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 START = 8
 WINDOW = 64  # completions per decision at least: a window's mean latency is a load signal, one is not
 TOLERANCE = 2.0
+SLOW_START_END = 1.3  # a window mean this far past the lowest ends the doubling
 DECREASE = 0.9
 KV_FULL = 0.95  # a model server's KV cache this full takes no more requests without queuing them
 BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (the server may slow for good)
@@ -46,11 +48,9 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
-    queue_heard: bool = False  # a metrics poll answered within the last two windows
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
-    _quiet_windows: int = 0  # windows ended since the last metrics poll answered
 
     def __post_init__(self) -> None:
         self.limit = float(max(1, min(self.cap, self.limit)))
@@ -70,14 +70,14 @@ class AdaptiveLimit:
             return
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count
         self._count, self._total_s, self._busy = 0, 0.0, 0
-        self._quiet_windows += 1
-        if self._quiet_windows > 2:
-            self.queue_heard = False
         self.baseline_s = mean if self.baseline_s is None else min(mean, self.baseline_s * BASELINE_DRIFT)
-        if not self.queue_heard and mean > self.tolerance * self.baseline_s:
+        if mean > self.tolerance * self.baseline_s:  # the further past, the deeper the cut (to half)
             self.slow_start = False
-            self.limit = max(1.0, self.limit * self.decrease)
+            cut = max(0.5, min(self.decrease, self.tolerance * self.baseline_s / mean))
+            self.limit = max(1.0, self.limit * cut)
         elif busy and not self.queue_says_full:
+            if mean > SLOW_START_END * self.baseline_s:  # latency starts to climb: grow by one from here
+                self.slow_start = False
             self.limit = min(float(self.cap), self.limit * 2 if self.slow_start else self.limit + 1)
 
     def server_queue(self, waiting: int, kv_usage: float | None = None) -> None:
@@ -89,7 +89,6 @@ class AdaptiveLimit:
         KV cache at :data:`KV_FULL` or more holds the limit where it is: the next requests would
         wait (or preempt others) though none waits yet.
         """
-        self.queue_heard, self._quiet_windows = True, 0
         self.queue_says_full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         if waiting > 0:
             self.slow_start = False
