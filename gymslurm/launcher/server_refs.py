@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 SERVER_REFERENCE = re.compile(r"\{servers\.([A-Za-z0-9_-]+)\.(url|host|port|metrics_url)\}")
+CARRY_THE_URL = frozenset({"url", "metrics_url"})  # the references whose value holds the whole URL
 
 
 def override_value(name: str, part: str, urls: Mapping[str, str]) -> str:
@@ -36,17 +37,19 @@ def reference_value(name: str, part: str, urls: Mapping[str, str]) -> str:
 
 
 def credential_url_on_argv(argv: list[str], urls: Mapping[str, str | None]) -> str | None:
-    """Why ``argv`` may not be run: it names ``{servers.NAME.url}`` of a server whose URL carries a
-    user or password (``https://user:key@host``), which a command line shows every user of the
-    node (``ps``); None when it names none (pure). ``urls``: the earlier servers' URLs by name."""
+    """Why ``argv`` may not be run: it names ``{servers.NAME.url}`` (or ``.metrics_url``, built from
+    it) of a server whose URL carries a user or password (``https://user:key@host``), which a
+    command line shows every user of the node (``ps``); None when it names none (pure). ``urls``:
+    the earlier servers' URLs by name."""
     for part in argv:
         for name, field_name in SERVER_REFERENCE.findall(part):
             url = urls.get(name)
-            if field_name == "url" and url and "@" in urlsplit(url).netloc:
+            if field_name in CARRY_THE_URL and url and "@" in urlsplit(url).netloc:
+                reference = f"{{servers.{name}.{field_name}}}"
                 return (
-                    f"it names {{servers.{name}.url}} on its command line, and that URL carries a user "
+                    f"it names {reference} on its command line, and that URL carries a user "
                     "or password, which every user of the node can read in a command line: name it "
-                    f"in the server's env instead (env: {{{name.upper()}_URL: '{{servers.{name}.url}}'}}) "
+                    f"in the server's env instead (env: {{{name.upper()}_URL: '{reference}'}}) "
                     "and let the server read that variable"
                 )
     return None

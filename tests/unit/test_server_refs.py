@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gymslurm.launcher.server_refs import override_value, reference_value
+from gymslurm.launcher.server_refs import credential_url_on_argv, override_value, reference_value
 
 URLS = {
     "env": "http://127.0.0.1:9000",
@@ -38,3 +38,12 @@ def test_several_replicas_urls_are_quoted_in_a_collector_override() -> None:
     """A comma in a Hydra override is a sweep: several /metrics URLs are quoted, one is left as it is."""
     assert override_value("policy", "metrics_url", URLS).startswith('"http://a1:8101/metrics,')
     assert override_value("env", "metrics_url", URLS) == "http://127.0.0.1:9000/metrics"
+
+
+@pytest.mark.parametrize("part", ["url", "metrics_url"])
+def test_a_password_url_named_on_a_command_line_is_refused(part: str) -> None:
+    """{servers.NAME.url} or .metrics_url of a URL with a password may not reach a command line (ps
+    shows it every user); host and port carry no password and pass."""
+    urls = {"judge": "https://user:key@judge.example:443"}
+    assert credential_url_on_argv(["serve", f"--judge={{servers.judge.{part}}}"], urls)
+    assert credential_url_on_argv(["serve", "--judge-host={servers.judge.host}"], urls) is None
