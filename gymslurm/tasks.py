@@ -149,6 +149,34 @@ def _repeating(values: array[int]) -> frozenset[int]:
     return frozenset(a for a, b in pairs if a == b)
 
 
+class _TaskNumbers:
+    """Each row's task as ``[task index, next rollout index]``: distinct contents numbered by first
+    appearance, a given index kept; only what :class:`IdenticalRows` says repeats is remembered."""
+
+    def __init__(self, identical: IdenticalRows) -> None:
+        self.identical, self.next_task = identical, 0
+        self.by_content: dict[bytes, list[int]] = {}
+        self.by_index: dict[int, list[int]] = {}
+
+    def of_content(self, row: dict[str, Any]) -> list[int]:
+        key = row_key(row) if self.identical.hashes else b""
+        if key and hash(key) in self.identical.hashes:
+            task = self.by_content.get(key)
+            if task is None:
+                task = self.by_content[key] = self._new()
+            return task
+        return self._new()
+
+    def of_index(self, index: int) -> list[int]:
+        if index in self.identical.indices:
+            return self.by_index.setdefault(index, [index, 0])
+        return [index, 0]
+
+    def _new(self) -> list[int]:
+        self.next_task += 1
+        return [self.next_task - 1, 0]
+
+
 def stamp_task_indices(lines: list[bytes]) -> list[bytes]:
     """The dataset's lines, each object given its ``_ng_task_index`` in the whole dataset.
 
@@ -158,27 +186,15 @@ def stamp_task_indices(lines: list[bytes]) -> list[bytes]:
     other bytes kept); one that already has a task index, or is not a JSON object, is left as it is
     (the collector refuses a bad line by its number). Two parses a line; 8 bytes kept a line.
     """
-    hashes = array("q")
-    for line in lines:
-        row = _stampable(line)
-        if row is not None:
-            hashes.append(hash(row_key(row)))
-    repeating, next_task = _repeating(hashes), 0
-    del hashes
-    seen: dict[bytes, int] = {}  # content -> task index, repeating rows only
+    rows = (row for line in lines if (row := _stampable(line)) is not None)
+    numbers = _TaskNumbers(identical_rows(rows, MaterializeOptions(dataset_name="")))
     stamped = []
     for line in lines:
         row = _stampable(line)
         if row is None:
             stamped.append(line)
             continue
-        key = row_key(row)
-        index = seen.get(key) if hash(key) in repeating else None
-        if index is None:
-            index, next_task = next_task, next_task + 1
-            if hash(key) in repeating:
-                seen[key] = index
-        body = line.rstrip()[:-1].rstrip()
+        body, index = line.rstrip()[:-1].rstrip(), numbers.of_content(row)[0]
         comma = b"" if body.endswith(b"{") else b", "
         stamped.append(b'%s%s"%s": %d}\n' % (body, comma, TASK_INDEX_KEY.encode(), index))
     return stamped
@@ -201,10 +217,9 @@ def iter_tasks(
     """:func:`materialize` one task at a time, ids *not* checked (:func:`scan_tasks` checks a stream).
 
     ``identical`` is :func:`identical_rows` of the same rows: a row equal to an earlier one is that
-    task again (module docstring).
+    task again, as are rows given one task index (module docstring).
     """
-    seen: dict[bytes | int, list[int]] = {}  # content or given index -> [task index, next rollout index]
-    next_task = 0
+    numbers = _TaskNumbers(identical)
     for position, row in enumerate(rows):
         if options.limit is not None and position >= options.limit:
             break
@@ -213,20 +228,7 @@ def iter_tasks(
         if indices is not None:
             yield _repeated_copy(position, row, indices, options)
             continue
-        key: bytes | int | None = given
-        if given is None:
-            key = row_key(row) if identical.hashes else None
-            repeating = key is not None and hash(key) in identical.hashes
-        else:
-            repeating = given in identical.indices
-        task = seen.get(key) if repeating and key is not None else None
-        if task is None:
-            if given is None:
-                task, next_task = [next_task, 0], next_task + 1
-            else:
-                task = [given, 0]
-            if repeating and key is not None:
-                seen[key] = task
+        task = numbers.of_content(row) if given is None else numbers.of_index(given)
         yield from _expand(task[0], task[1], row, options)
         task[1] += options.num_repeats
 
