@@ -81,11 +81,13 @@ def device_slices(servers: Sequence[ServerSettings], visible: Sequence[str]) -> 
     """The GPUs each instance in the link's process sees, by its label: the job's ``visible`` devices
     (``CUDA_VISIBLE_DEVICES`` of the link) dealt in start order, ``gpus`` each, so two servers on one
     node do not share a device. Empty when no such server asks for GPUs or the devices are too few
-    (each then sees what the link sees, as a server without ``gpus`` does). A placed instance's steps
-    get their devices from Slurm."""
+    (each then sees what the link sees, as a server without ``gpus`` does). A server whose ``env``
+    sets ``CUDA_VISIBLE_DEVICES`` keeps its own and is dealt none. A placed instance's steps get
+    their devices from Slurm."""
     wanted = [
         (label(s.name, replica, s.replicas), s.gpus)
-        for s in servers if s.nodes is None and s.gpus for replica in range(s.replicas)
+        for s in servers if s.nodes is None and s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env
+        for replica in range(s.replicas)
     ]  # fmt: skip
     if not wanted or sum(gpus for _, gpus in wanted) > len(visible):
         return {}

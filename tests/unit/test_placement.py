@@ -176,6 +176,9 @@ DEVICE_CASES = [
      [dict(name="env"), dict(name="policy", nodes=1, gpus=4), dict(name="judge", gpus=1)], ["0"],
      {"judge": ("0",)}),
     ("too few devices: none dealt (each sees the link's)", [dict(name="policy", gpus=2)], ["0"], {}),
+    ("a server that sets its own CUDA_VISIBLE_DEVICES is dealt none",
+     [dict(name="policy", gpus=2, env={"CUDA_VISIBLE_DEVICES": "3"}), dict(name="judge", gpus=1)], ["0", "1"],
+     {"judge": ("0",)}),
     ("no GPUs asked for", [dict(name="env")], ["0", "1"], {}),
 ]  # fmt: skip
 

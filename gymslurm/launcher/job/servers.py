@@ -211,7 +211,7 @@ def launch(
 ) -> RunningServer:
     """Start the processes of one server (every node rank of a placed one) without waiting for them.
 
-    ``devices``, when given, is its ``CUDA_VISIBLE_DEVICES`` unless its ``env`` sets one itself."""
+    ``devices``, when given, is its ``CUDA_VISIBLE_DEVICES`` (server_placement.device_slices)."""
     host = nodes[0] if nodes else settings.host
     port = port or settings.port or free_port(settings.host if not nodes else "0.0.0.0")
     known = started or {}
@@ -234,7 +234,7 @@ def launch(
             node=here if nodes else None, step_name=f"gs-{name}-{rank}",
         )  # fmt: skip
         env = {key: fill(value) for key, value in settings.env.items()}
-        if devices and "CUDA_VISIBLE_DEVICES" not in env:
+        if devices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         try:
             where = f"servers.{settings.name}.env"
