@@ -105,7 +105,7 @@ def test_time_limit_signal_stops_cleanly_and_walltime_cap_ends_the_chain(tmp_pat
     assert all(
         r["exit_code"] == 75 and r["slurm_state"] in ("SIGNALLED:SIGUSR1", "SIGNALLED:SIGUSR1,SIGTERM")
         for r in records
-    ), records
+    ), [(r["job_id"], r["exit_code"], r["slurm_state"], r["decision"]) for r in records]
     assert records[-1]["budgets_after"]["walltime_s"] >= 5
     assert report["shards"][0]["verdict"] == "EXHAUSTED"
 

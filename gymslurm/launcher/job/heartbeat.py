@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import StoreError
+from gymslurm.launcher.job import early_signals
 from gymslurm.redaction import redact_text  # not identity's re-export: that imports omegaconf
 from gymslurm.store import live
 
@@ -63,13 +64,15 @@ class Signals:
         """Handle USR1, TERM and INT; take as received those the batch shell got before we ran.
 
         The shell names them in ``GYMSLURM_EARLY_SIGNALS`` (``" USR1"``): a USR1 that came before
-        the chain step started is the same warning as one that comes after.
+        the chain step started is the same warning as one that comes after. So are those caught
+        while the step was importing (:mod:`~gymslurm.launcher.job.early_signals`).
         """
         for signum in FORWARDED:
             signal.signal(signum, self.handle)
         for name in os.environ.get(EARLY_SIGNALS_ENV, "").split():
             with contextlib.suppress(KeyError):
                 self.received.append(signal.Signals[f"SIG{name}"])
+        self.received.extend(early_signals.caught())
 
     @property
     def names(self) -> str:
