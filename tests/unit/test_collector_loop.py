@@ -320,10 +320,13 @@ class CapacityClient:
 
 
 def test_an_adaptive_limit_keeps_in_flight_under_it_and_settles_near_the_servers_capacity() -> None:
-    """With an adaptive limit under a cap of 64, a server of 4 slots never sees 64 and the limit ends near 4.
+    """Under an adaptive limit with a cap of 64, a server of 4 slots never sees 64; the limit ends far below.
 
     (A server past its slots answers later: the latency rule cuts the limit there, a window of 16
-    completions at a time here.)
+    completions at a time here.) Where it settles is the tolerance times the baseline it measured:
+    near 2-3x the slots on an idle machine, but a loaded one inflates the baseline (12 ms for a
+    5 ms service, seen in CI, and the limit ended at 19.6), so the bound is half the cap; the
+    seeded simulations in test_concurrency.py pin the settling point without a clock.
     """
     from gymslurm.concurrency import AdaptiveLimit
 
@@ -333,7 +336,7 @@ def test_an_adaptive_limit_keeps_in_flight_under_it_and_settles_near_the_servers
     loop = make_loop(v, client, [], concurrency=64, limit=limit)  # type: ignore[arg-type]
     outcome = run_loop(loop, v)
     assert outcome.progress_outcomes == n
-    assert loop.limit is not None and loop.limit.current <= 16  # 4 slots: it settles at 2-3x, far from 64
+    assert loop.limit is not None and loop.limit.current <= 32
     assert client.peak < 64
 
 
