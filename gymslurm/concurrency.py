@@ -15,6 +15,14 @@ past the server's capacity, and the limit drops by as many; a KV cache nearly fu
 the model, may be what is full (``bench/adaptive.py``: the demo Environment Server slows past 32
 requests while the model server's queue stays empty).
 
+Why a cut is checked: rollouts that get longer as a run goes on (a dataset ordered easy to hard)
+raise the latency with no load at all, and cuts cannot bring it down; judged only against the lowest
+mean, the limit fell to 1 of 64 (a simulation of rollouts 3x longer by the end, at a server with
+no capacity limit). So a cut is judged by its effect: after a window to settle (what was sent
+before it), a window whose mean fell by less than half of what the cut predicts (latency in a queue
+falls with the in-flight count) says the latency was the work, not the load: the limit goes back
+to where it was and the lowest mean is raised to that window's (:meth:`AdaptiveLimit._judge_cut`).
+
 Why windows: with a limit judged per request against the fastest one seen, rollouts of lognormal
 length (sigma 0.3) held the limit at 5 of 64 in a simulation of a server with no capacity limit at
 all, and at sigma 1.0 at 1 (tests/unit/test_concurrency.py runs those simulations).
@@ -37,6 +45,16 @@ BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (
 
 
 @dataclass
+class _Cut:
+    """A cut of the limit waiting for its judgement: where the limit was, the mean that caused it."""
+
+    limit_before: float
+    mean_s: float
+    factor: float
+    settled: bool = False
+
+
+@dataclass
 class AdaptiveLimit:
     """The in-flight limit of one collection, moved by what completed requests and the server say."""
 
@@ -51,6 +69,7 @@ class AdaptiveLimit:
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
+    _cut: _Cut | None = None  # the last cut, until a window after it has judged it
 
     def __post_init__(self) -> None:
         self.limit = float(max(1, min(self.cap, self.limit)))
@@ -71,14 +90,37 @@ class AdaptiveLimit:
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count
         self._count, self._total_s, self._busy = 0, 0.0, 0
         self.baseline_s = mean if self.baseline_s is None else min(mean, self.baseline_s * BASELINE_DRIFT)
+        if self._cut is not None and not self._judge_cut(mean):
+            return
         if mean > self.tolerance * self.baseline_s:  # the further past, the deeper the cut (to half)
             self.slow_start = False
             cut = max(0.5, min(self.decrease, self.tolerance * self.baseline_s / mean))
+            self._cut = _Cut(limit_before=self.limit, mean_s=mean, factor=cut)
             self.limit = max(1.0, self.limit * cut)
         elif busy and not self.queue_says_full:
             if mean > SLOW_START_END * self.baseline_s:  # latency starts to climb: grow by one from here
                 self.slow_start = False
             self.limit = min(float(self.cap), self.limit * 2 if self.slow_start else self.limit + 1)
+
+    def _judge_cut(self, mean: float) -> bool:
+        """Judge the last cut by a window's mean; False when the window is spent on it.
+
+        The first window after a cut only settles (its requests were mostly sent before the cut).
+        The next one: latency that fell by less than half of what the cut predicts was not load.
+        The limit goes back and the lowest mean becomes this window's (over the
+        slow-start margin, so growth goes on by one), and nothing else moves this window.
+        """
+        cut = self._cut
+        assert cut is not None
+        if not cut.settled:
+            cut.settled = True
+            return False
+        self._cut = None
+        if mean <= (1 - (1 - cut.factor) / 2) * cut.mean_s:
+            return True  # it was the load: the usual rule goes on
+        self.limit = cut.limit_before
+        self.baseline_s = mean / SLOW_START_END
+        return False
 
     def server_queue(self, waiting: int, kv_usage: float | None = None) -> None:
         """The model server's own count of requests waiting for a slot (a metrics poll), and how full

@@ -53,10 +53,26 @@ def test_a_slow_window_cuts_the_limit_in_proportion_and_ends_slow_start() -> Non
     _window(limit, 0.25)
     assert limit.limit == pytest.approx(grown * 0.8, rel=0.01) and not limit.slow_start
     cut = limit.limit
+    _window(limit, 0.25)  # the window after a cut settles: its requests were sent before it
+    assert limit.limit == cut
+    _window(limit, 0.15)  # fell by more than half of the 20 % the cut predicts: it was the load
+    assert limit.limit == cut + 1
     _window(limit, 1.0)
-    assert limit.limit == pytest.approx(cut * 0.5)
-    before = limit.limit
+    assert limit.limit == pytest.approx((cut + 1) * 0.5)
+
+
+def test_a_cut_that_does_not_bring_the_latency_down_is_undone() -> None:
+    """Latency that stays up after a cut (and its settling window) was the work, not the load: the
+    limit goes back to where it was, and the lowest mean rises to that window's (over 1.3)."""
+    limit = AdaptiveLimit(cap=1000, limit=100)
     _window(limit, 0.1)
+    before = limit.limit
+    _window(limit, 0.4)
+    assert limit.limit == pytest.approx(before * 0.5, rel=0.01)
+    _window(limit, 0.4)
+    _window(limit, 0.38)
+    assert limit.limit == before and limit.baseline_s == pytest.approx(0.38 / 1.3)
+    _window(limit, 0.38)
     assert limit.limit == before + 1
 
 
@@ -78,13 +94,17 @@ def test_one_slow_rollout_in_a_window_is_not_a_slow_server() -> None:
     assert limit.current == 32
 
 
-def _closed_loop(limit: AdaptiveLimit, sigma: float, slots: int | None, n: int, seed: int = 1) -> list[int]:
+def _closed_loop(
+    limit: AdaptiveLimit, sigma: float, slots: int | None, n: int, *, seed: int = 1, growth: float = 0.0
+) -> list[int]:
     """A deterministic simulation: rollouts of lognormal length (``sigma``) at a server that serves
-    ``slots`` at full speed and shares itself beyond (None: no limit); the limit after each completion."""
-    rnd, t, out, seen = random.Random(seed), 0.0, [], []
+    ``slots`` at full speed and shares itself beyond (None: no limit); the limit after each completion.
+    With ``growth``, the rollouts get longer as the run goes on: the last is 1 + growth times the first."""
+    rnd, t, out, seen, started = random.Random(seed), 0.0, [], [], 0
     for _ in range(n):
         while len(out) < limit.current:
-            out.append([rnd.lognormvariate(0, sigma), t])
+            out.append([rnd.lognormvariate(0, sigma) * (1 + growth * started / n), t])
+            started += 1
         rate = 1.0 if slots is None else min(1.0, slots / len(out))
         first = min(range(len(out)), key=lambda k: out[k][0])
         step = out[first][0] / rate
@@ -103,6 +123,26 @@ def test_rollouts_of_different_lengths_at_a_server_with_room_keep_the_limit_at_t
     64 at sigma 0.3 and to 1 at sigma 1.0 when each request was judged against the fastest one)."""
     seen = _closed_loop(AdaptiveLimit(cap=64), sigma, slots=None, n=12_000)
     assert min(seen[len(seen) // 2 :]) >= 48
+
+
+@pytest.mark.parametrize("growth", [2.0, 5.0])
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
+def test_rollouts_that_get_longer_over_the_run_do_not_starve_a_server_with_room(
+    sigma: float, growth: float
+) -> None:
+    """A dataset ordered easy to hard: rollouts 3x (6x) longer by the end, no capacity limit: the
+    limit stays high (it fell to 1 of 64 when cuts were not judged by their effect)."""
+    seen = _closed_loop(AdaptiveLimit(cap=64), sigma, slots=None, n=6_000, growth=growth)
+    late = seen[len(seen) // 2 :]
+    assert sum(late) / len(late) >= 40, sum(late) / len(late)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
+def test_rollouts_that_get_longer_at_a_server_of_16_slots_keep_it_busy_and_bounded(sigma: float) -> None:
+    """Rollouts 3x longer by the end at 16 slots, cap 512: every slot stays busy, the queue bounded."""
+    seen = _closed_loop(AdaptiveLimit(cap=512), sigma, slots=16, n=6_000, growth=2.0)
+    late = seen[len(seen) // 2 :]
+    assert 16 <= sum(late) / len(late) <= 96, sum(late) / len(late)
 
 
 @pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
