@@ -383,6 +383,16 @@ def combined_load(loads: Sequence[ModelLoad]) -> ModelLoad | None:
                      max(kv) if kv else None)  # fmt: skip
 
 
+def serves_model_load(url: str, timeout_s: float) -> bool:
+    """``GET url`` (a model server's ``/metrics``) answers with a queue length vLLM or SGLang names."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+            reply = http.get(url)
+    except httpx.HTTPError:
+        return False
+    return reply.status_code == 200 and parse_model_load(reply.text) is not None
+
+
 async def model_load(client: httpx.AsyncClient, url: str) -> ModelLoad | None:
     """``GET url`` (a model server's ``/metrics``): its load, or None when unreadable."""
     try:

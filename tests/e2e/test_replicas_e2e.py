@@ -174,3 +174,21 @@ def test_adaptive_load_reads_every_replicas_queue_by_reference(tmp_path: Path) -
     replicas = [started[f"policy-r{i}"].split("//")[1] for i in range(3)]
     line = next(x for x in _job_log(run).splitlines() if "adaptive load reads" in x)
     assert line.endswith(f"queue at {', '.join(replicas)}"), (line, replicas)
+
+
+def test_without_a_word_in_the_benchmark_the_load_adapts_to_every_replicas_queue(tmp_path: Path) -> None:
+    """No dispatch_adaptive in collector.overrides: the link finds the model server's /metrics answering
+    and the collector reads each replica's queue (issue 22: the load adapts by default)."""
+    marker = f"auto-{uuid.uuid4().hex[:8]}"
+    bench = _benchmark(tmp_path, marker, rows=30, latency_ms=100)
+    gymslurm("submit", str(bench), "--backend", "local")
+    run = only_run(tmp_path)
+    report = wait_until_final(run, timeout_s=240, aggregation=False)
+    assert report["shards"][0]["verdict"] == "DONE" and _coverage(run)["successful"] == 30
+    started = {name: r["url"] for r in ledger(run) if r["kind"] == "server" and r["event"] == "started"
+               for name in [r["name"]]}  # fmt: skip
+    replicas = [started[f"policy-r{i}"].split("//")[1] for i in range(3)]
+    log = _job_log(run)
+    assert "the load adapts to model server 'policy''s queue (its /metrics answers)" in log
+    line = next(x for x in log.splitlines() if "adaptive load reads" in x)
+    assert line.endswith(f"queue at {', '.join(replicas)}"), (line, replicas)

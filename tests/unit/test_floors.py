@@ -45,7 +45,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         "gymslurm.launcher.backend", "gymslurm.launcher.local", "gymslurm.launcher.probe",
         "gymslurm.launcher.arrays", "gymslurm.launcher.doctor", "gymslurm.launcher.placement",
         "gymslurm.launcher.links", "gymslurm.launcher.notify", "gymslurm.launcher.server_placement",
-        "gymslurm.launcher.run_cost",
+        "gymslurm.launcher.run_cost", "gymslurm.launcher.adaptive_load",
     ]),
     ("inside a job; what a person reads", [
         "gymslurm.launcher.job", "gymslurm.launcher.job.*", "gymslurm.launcher.views",

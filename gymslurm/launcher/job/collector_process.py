@@ -16,6 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gymslurm.dispatch.calls import serves_model_load
+from gymslurm.launcher.adaptive_load import (
+    AdaptiveChoice,
+    adaptive_overrides,
+    chosen_by_benchmark,
+    metrics_urls,
+    model_servers,
+)
 from gymslurm.launcher.decide import collector_unresponsive
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.job import servers as server_mod
@@ -30,10 +38,23 @@ from gymslurm.redaction import redact_value, remember
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 
+def adaptive_choice(settings: BenchmarkSettings, urls: dict[str, str]) -> AdaptiveChoice:
+    """How this link's collector adapts its load (launcher/adaptive_load.py): asks each model
+    server's metrics once, unless the benchmark chose."""
+    overrides, models = settings.collector.overrides, model_servers(settings.servers)
+    if chosen_by_benchmark(overrides):
+        return adaptive_overrides(overrides, models, urls, {})
+    timeout = {s.name: s.probe_timeout_s for s in settings.servers}
+    serves = {n: any(serves_model_load(u, timeout[n]) for u in metrics_urls(n, urls)) for n in models}
+    return adaptive_overrides(overrides, models, urls, serves)
+
+
 def collector_argv(
-    settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], resubmit: bool
-) -> list[str]:
-    """The collector command of one link: resume, require completion, the shard's files, servers."""
+    settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], resubmit: bool, *,
+    adaptive: Iterable[str] = (),
+) -> list[str]:  # fmt: skip
+    """The collector command of one link: resume, require completion, the shard's files, servers,
+    and how its load adapts (``adaptive``: :func:`adaptive_choice`'s overrides)."""
     argv = [
         *settings.collector.command,
         f"+input_jsonl_fpath={run.shard_input(shard)}",
@@ -46,6 +67,7 @@ def collector_argv(
         SERVER_REFERENCE.sub(lambda m: override_value(m.group(1), m.group(2), urls), o)
         for o in settings.collector.overrides
     ]
+    argv += adaptive
     if resubmit:
         argv.append(settings.collector.resubmit_override)
     return argv

@@ -60,6 +60,7 @@ from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_o
 from gymslurm.launcher.job.collector_process import (
     REVERIFY_COMMAND_LENGTH,
     ProgressWatch,
+    adaptive_choice,
     collector_argv,
     overrides_problem,
     reverify_argv,
@@ -410,7 +411,9 @@ def _collect(  # noqa: PLR0917
         source = run.read_info().reverify_of  # submit --reverify: re-grade that run's answers instead
         watch: ProgressWatch | None = None  # reverify keeps no progress record: each call has a timeout
         if source is None:
-            argv = collector_argv(settings, run, shard, urls, resubmit)
+            adaptive = adaptive_choice(settings, urls)
+            log(adaptive.why)
+            argv = collector_argv(settings, run, shard, urls, resubmit, adaptive=adaptive.overrides)
             first = len(settings.collector.command)
             output = run.shard_output(shard, settings.output_stem)
             watch = ProgressWatch(output, settings.slurm.stall_window_s)
