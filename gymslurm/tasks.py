@@ -24,7 +24,11 @@ copies of one task share it. Such a file is not repeated again: ``num_repeats > 
 
 **A given task index** (a row with ``_ng_task_index`` alone, as ``gymslurm submit`` stamps each
 shard's rows so that indices are the whole dataset's, not the shard's) is kept, as NeMo Gym keeps
-an upstream slicer's; rows that share one are that task's rollouts in turn.
+an upstream slicer's; rows that share one are that task's rollouts in turn. A later copy of a row
+is stamped with its copy number too (``_gymslurm_task_copy``: 1 for the second appearance in the
+whole dataset, ...): its rollout indices start at copy × ``num_repeats``, so copies cut into
+different shards do not both take rollout 0 (they did: two rows with one rollout id in the merged
+output). It is metadata, never part of a plain row's ``task_input``.
 
 **Identical rows are one task** (NeMo Gym 0.7.0's ``row_to_task_idx``): task indices number the
 distinct rows in order of first appearance, and a row equal to an earlier one (the same JSON object,
@@ -58,6 +62,7 @@ from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
 ROLLOUT_ID_KEY = "_ng_rollout_id"
 TASK_INDEX_KEY, ROLLOUT_INDEX_KEY = "_ng_task_index", "_ng_rollout_index"
 EXPECTED_DURATION_KEY = "_ng_expected_duration_s"
+TASK_COPY_KEY = "_gymslurm_task_copy"  # submit's stamp: the how-manieth appearance of this task (module doc)
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -194,9 +199,13 @@ def stamp_task_indices(lines: list[bytes]) -> list[bytes]:
         if row is None:
             stamped.append(line)
             continue
-        body, index = line.rstrip()[:-1].rstrip(), numbers.of_content(row)[0]
+        task = numbers.of_content(row)  # [task index, copies met so far]
+        body, copy = line.rstrip()[:-1].rstrip(), b""
+        if task[1]:
+            copy = b', "%s": %d' % (TASK_COPY_KEY.encode(), task[1])
+        task[1] += 1
         comma = b"" if body.endswith(b"{") else b", "
-        stamped.append(b'%s%s"%s": %d}\n' % (body, comma, TASK_INDEX_KEY.encode(), index))
+        stamped.append(b'%s%s"%s": %d%s}\n' % (body, comma, TASK_INDEX_KEY.encode(), task[0], copy))
     return stamped
 
 
@@ -229,8 +238,10 @@ def iter_tasks(
             yield _repeated_copy(position, row, indices, options)
             continue
         task = numbers.of_content(row) if given is None else numbers.of_index(given)
-        yield from _expand(task[0], task[1], row, options)
-        task[1] += options.num_repeats
+        copy = task_copy(position, row) if given is not None else 0
+        first = copy * options.num_repeats if copy else task[1]
+        yield from _expand(task[0], first, row, options)
+        task[1] = max(task[1], first + options.num_repeats)
 
 
 @dataclass(frozen=True)
@@ -307,6 +318,14 @@ def given_task_index(position: int, row: dict[str, Any]) -> int | None:
     return index
 
 
+def task_copy(position: int, row: dict[str, Any]) -> int:
+    """The copy number submit stamped on a row with a given task index (0 when none; module doc)."""
+    copy = row.get(TASK_COPY_KEY, 0)
+    if type(copy) is not int or copy < 0:
+        raise ConfigError(f"row {position}: {TASK_COPY_KEY}={copy!r} must be an integer >= 0; fix or drop")
+    return copy
+
+
 def repeated_row_indices(position: int, row: dict[str, Any]) -> tuple[int, int] | None:
     """(task index, rollout index) of a row NeMo Gym already repeated, else None (module docstring)."""
     task_index, rollout_index = row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)
@@ -363,7 +382,7 @@ def _task_of(position: int, row: dict[str, Any], dataset_name: str) -> tuple[dic
             raise ConfigError(f"row {position}: task_input must be a JSON object")
         return {"taskset": taskset, "task_id": task_id}, row["task_input"]
     own_id = native_id if type(native_id) in (str, int) else position
-    task_input = {key: value for key, value in row.items() if not key.startswith("_ng_")}
+    task_input = {k: v for k, v in row.items() if not k.startswith("_ng_") and k != TASK_COPY_KEY}
     return {"taskset": dataset_name, "task_id": str(own_id)}, task_input
 
 

@@ -240,3 +240,20 @@ def test_merged_rows_of_a_sharded_run_carry_the_datasets_task_indices(tmp_path: 
     merged = (only_run(tmp_path) / "output/merged/rollouts.jsonl").read_text().splitlines()
     indices = sorted((json.loads(r)["_ng_task_index"], json.loads(r)["_ng_rollout_index"]) for r in merged)
     assert indices == [(0, 0), (0, 1), (1, 0), (2, 0), (3, 0), (4, 0)]
+
+
+def test_copies_of_a_row_in_different_shards_are_distinct_rollouts_of_one_task(tmp_path: Path) -> None:
+    """Rows r0, r1, r2, r0 over two shards: the second r0 is rollout 1 of task 0 with its own id, as in
+    one shard (it was rollout 0 again: two merged rows with one rollout id)."""
+    demo = tmp_path / "demo-rows.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(demo), "--n", "3")
+    rows = demo.read_text().splitlines()
+    (tmp_path / "demo.jsonl").write_text("\n".join([*rows, rows[0]]) + "\n")
+    gymslurm(
+        "submit", "demo", "--backend", "local", "--wait", "shards=2", f"run_root={tmp_path / 'runs'}",
+        f"dataset={tmp_path / 'demo.jsonl'}",
+    )  # fmt: skip
+    merged_file = only_run(tmp_path) / "output/merged/rollouts.jsonl"
+    merged = [json.loads(r) for r in merged_file.read_text().splitlines()]
+    keys = sorted((r["_ng_task_index"], r["_ng_rollout_index"], r["_ng_rollout_id"]) for r in merged)
+    assert keys == [(0, 0, "arith-0"), (0, 1, "arith-0-r1"), (1, 0, "arith-1"), (2, 0, "arith-2")], keys

@@ -287,9 +287,14 @@ def test_a_given_task_index_is_kept_and_its_rows_are_its_rollouts(
 REPEATED_LINE = b'{"_ng_task_index":0,"_ng_rollout_index":1}\n'
 
 
-def _stamped(*pairs: tuple[bytes, int | None]) -> list[bytes]:
-    """The expected lines: each line with `, "_ng_task_index": N}` in place of its end (None: unchanged)."""
-    return [line if n is None else line.rstrip()[:-1] + b', "_ng_task_index": %d}\n' % n for line, n in pairs]
+def _stamped(*pairs: tuple[bytes, int | None] | tuple[bytes, int, int]) -> list[bytes]:
+    """The expected lines: each line with `, "_ng_task_index": N}` in place of its end (None: unchanged),
+    and `, "_gymslurm_task_copy": K` before it when a third number is given."""
+    out = []
+    for line, n, *copy in pairs:
+        end = b', "_gymslurm_task_copy": %d' % copy[0] if copy else b""
+        out.append(line if n is None else line.rstrip()[:-1] + b', "_ng_task_index": %d%s}\n' % (n, end))
+    return out
 
 
 @pytest.mark.parametrize(
@@ -297,7 +302,7 @@ def _stamped(*pairs: tuple[bytes, int | None]) -> list[bytes]:
     [
         ([b'{"q": 1}\n', b'{"q":2}\n'], _stamped((b'{"q": 1}\n', 0), (b'{"q":2}\n', 1))),
         ([b'{"q":1}\n', b'{"q":2}\n', b'{"q":1}\n'],
-         _stamped((b'{"q":1}\n', 0), (b'{"q":2}\n', 1), (b'{"q":1}\n', 0))),
+         _stamped((b'{"q":1}\n', 0), (b'{"q":2}\n', 1), (b'{"q":1}\n', 0, 1))),
         ([b'{}\n'], [b'{"_ng_task_index": 0}\n']),
         ([b'{"q":1,"_ng_task_index":9}\n', b'{"q":3}\n'],
          _stamped((b'{"q":1,"_ng_task_index":9}\n', None), (b'{"q":3}\n', 0))),
@@ -309,17 +314,25 @@ def _stamped(*pairs: tuple[bytes, int | None]) -> list[bytes]:
 def test_submit_stamps_each_row_with_its_dataset_wide_task_index(
     lines: list[bytes], expected: list[bytes]
 ) -> None:
-    """Each object line gains its task index (identical rows share one), its other bytes kept; a line
-    with an index, or not an object, is left for the collector to judge."""
+    """Each object line gains its task index (identical rows share one; a later copy its copy number
+    too), its other bytes kept; a line with an index, or not an object, is left for the collector."""
     assert stamp_task_indices(lines) == expected
 
 
-def test_stamped_shards_materialize_to_the_whole_datasets_indices() -> None:
-    """A stamped dataset cut anywhere materializes to the indices and ids the whole file has."""
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_stamped_shards_materialize_to_the_whole_datasets_tasks(repeats: int) -> None:
+    """A stamped dataset cut anywhere materializes to the tasks the whole file has: the same indices,
+    ids and inputs; copies of a row in different shards no longer both take rollout 0 (they did)."""
     lines = [orjson.dumps({"q": n % 4}) + b"\n" for n in range(9)]
-    whole = [(t["_ng_task_index"], t["_ng_rollout_index"], t["_ng_rollout_id"]) for t in
-             materialize(parse_rows(b"".join(lines), "d"), OPTS)]  # fmt: skip
+    opts = MaterializeOptions(dataset_name="d", num_repeats=repeats)
+    whole = materialize(parse_rows(b"".join(lines), "d"), opts)
     stamped = stamp_task_indices(lines)
-    cut = [materialize(parse_rows(b"".join(part), "d"), OPTS) for part in (stamped[:5], stamped[5:])]
-    pieces = [(t["_ng_task_index"], t["_ng_rollout_index"], t["_ng_rollout_id"]) for p in cut for t in p]
-    assert [p[0] for p in pieces] == [w[0] for w in whole] and pieces[:5] == whole[:5]
+    for at in range(1, len(lines)):
+        cut = [materialize(parse_rows(b"".join(part), "d"), opts) for part in (stamped[:at], stamped[at:])]
+        assert [t for part in cut for t in part] == whole, at
+
+
+def test_a_bad_copy_number_is_refused_naming_the_row() -> None:
+    """``_gymslurm_task_copy`` must be an integer >= 0, like the indices."""
+    with pytest.raises(ConfigError, match="row 0: _gymslurm_task_copy=-1"):
+        materialize([{"q": 1, "_ng_task_index": 0, "_gymslurm_task_copy": -1}], OPTS)
