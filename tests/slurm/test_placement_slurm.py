@@ -22,7 +22,7 @@ import pytest
 
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir, run
 from .launcher_real import RealChain
-from .test_node_down import resume_node
+from .test_node_down import QUIET_TIMEOUT_S, jobs_on, resume_node
 
 pytestmark = pytest.mark.slurm
 
@@ -112,26 +112,41 @@ def test_a_replicas_node_set_down_mid_run_leaves_the_run_to_the_other_two(
 ) -> None:
     """Three replicas on three nodes behind vllm-router; the node of one (not the link's) is set DOWN
     mid-run: that replica leaves the rotation, its restarts fail on the dead node, the other two finish
-    the run in the same job, 0 budget spent."""
+    the run in the same job, 0 budget spent.
+
+    Setting a node DOWN kills every job on it, other tests' too (it requeued the node-down test's
+    shard on a2, seen in CI): the two replicas' nodes that are not the link's are drained first, and
+    the first of them that no other job uses is the one set DOWN."""
     assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
     user = _user(slurm_session_dir, "replica-node-down")
-    chain = RealChain(user, slurm_python, _replica_spec(120, "    restart_limit: 1\n")).submit()
-    node = ""
+    chain = RealChain(user, slurm_python, _replica_spec(400, "    restart_limit: 1\n")).submit()
+    replica_nodes: dict[str, str] = {}
     try:
         _wait_for(lambda: _results(chain) >= 8, 240, "some outcomes before the node goes down")
         started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
-        node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
         link = next(r for r in chain.ledger() if r["kind"] == "start")
-        assert node != link["host"], (node, link)
-        run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test-replica"])
+        names = ("policy-r0", "policy-r1", "policy-r2")
+        hosts = {n: started[n]["url"].split("//")[1].split(":")[0] for n in names}
+        replica_nodes = {name: host for name, host in hosts.items() if host != link["host"]}
+        assert len(replica_nodes) == 2, (hosts, link)  # the first replica shares the link's node
+        for node in replica_nodes.values():
+            run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=gymslurm-test-replica"])
+        own = {str(link["job_id"])}
+        quiet = _wait_for(
+            lambda: next((name for name, node in replica_nodes.items() if not jobs_on(node) - own), None),
+            QUIET_TIMEOUT_S, "a replica's node that no other job uses",
+        )  # fmt: skip
+        assert _results(chain) < 400, "the run finished before a replica's node was quiet"
+        down = ["scontrol", "update", f"nodename={replica_nodes[quiet]}", "state=down"]
+        run([*down, "reason=gymslurm-test-replica"])
         report = chain.finished(timeout=400)
         coverage = chain.companion(0, "_coverage.json")
         assert report["shards"][0]["verdict"] == "DONE" and coverage["counted_failures"] == 0, coverage
         assert [d["decision"] for d in chain.decisions()] == ["DONE"], "the same job finished the run"
         downs = [r["name"] for r in _server_records(chain) if r["event"] == "down"]
-        assert downs and set(downs) == {"policy-r1"}, _server_records(chain)
+        assert downs and set(downs) == {quiet}, _server_records(chain)
     finally:
-        if node:
+        for node in replica_nodes.values():
             resume_node(node)
         chain.cancel()
 
