@@ -115,38 +115,30 @@ def test_a_replicas_node_set_down_mid_run_leaves_the_run_to_the_other_two(
     the run in the same job, 0 budget spent.
 
     Setting a node DOWN kills every job on it, other tests' too (it requeued the node-down test's
-    shard on a2, seen in CI): the two replicas' nodes that are not the link's are drained first, and
-    the first of them that no other job uses is the one set DOWN."""
+    shard on a2, seen in CI): the job asks for its nodes ``--exclusive``, so the node set DOWN holds
+    nothing else (Slurm's scheduler finds them, nothing of the cluster is blocked meanwhile)."""
     assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
     user = _user(slurm_session_dir, "replica-node-down")
-    chain = RealChain(user, slurm_python, _replica_spec(400, "    restart_limit: 1\n")).submit()
-    replica_nodes: dict[str, str] = {}
+    spec = _replica_spec(120, "    restart_limit: 1\n")
+    spec["slurm"] += "  extra_directives: ['--exclusive']\n"
+    chain = RealChain(user, slurm_python, spec).submit()
+    node = ""
     try:
-        _wait_for(lambda: _results(chain) >= 8, 240, "some outcomes before the node goes down")
+        _wait_for(lambda: _results(chain) >= 8, QUIET_TIMEOUT_S, "some outcomes before the node goes down")
         started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
+        node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
         link = next(r for r in chain.ledger() if r["kind"] == "start")
-        names = ("policy-r0", "policy-r1", "policy-r2")
-        hosts = {n: started[n]["url"].split("//")[1].split(":")[0] for n in names}
-        replica_nodes = {name: host for name, host in hosts.items() if host != link["host"]}
-        assert len(replica_nodes) == 2, (hosts, link)  # the first replica shares the link's node
-        for node in replica_nodes.values():
-            run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=gymslurm-test-replica"])
-        own = {str(link["job_id"])}
-        quiet = _wait_for(
-            lambda: next((name for name, node in replica_nodes.items() if not jobs_on(node) - own), None),
-            QUIET_TIMEOUT_S, "a replica's node that no other job uses",
-        )  # fmt: skip
-        assert _results(chain) < 400, "the run finished before a replica's node was quiet"
-        down = ["scontrol", "update", f"nodename={replica_nodes[quiet]}", "state=down"]
-        run([*down, "reason=gymslurm-test-replica"])
+        assert node != link["host"], (node, link)
+        assert not jobs_on(node) - {str(link["job_id"])}, f"another job shares {node}: {jobs_on(node)}"
+        run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test-replica"])
         report = chain.finished(timeout=400)
         coverage = chain.companion(0, "_coverage.json")
         assert report["shards"][0]["verdict"] == "DONE" and coverage["counted_failures"] == 0, coverage
         assert [d["decision"] for d in chain.decisions()] == ["DONE"], "the same job finished the run"
         downs = [r["name"] for r in _server_records(chain) if r["event"] == "down"]
-        assert downs and set(downs) == {quiet}, _server_records(chain)
+        assert downs and set(downs) == {"policy-r1"}, _server_records(chain)
     finally:
-        for node in replica_nodes.values():
+        if node:
             resume_node(node)
         chain.cancel()
 
