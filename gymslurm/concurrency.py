@@ -20,8 +20,10 @@ raise the latency with no load at all, and cuts cannot bring it down; judged onl
 mean, the limit fell to 1 of 64 (a simulation of rollouts 3x longer by the end, at a server with
 no capacity limit). So a cut is judged by its effect: after a window to settle (what was sent
 before it), a window whose mean fell by less than half of what the cut predicts (latency in a queue
-falls with the in-flight count) says the latency was the work, not the load: the limit goes back
-to where it was and the lowest mean is raised to that window's (:meth:`AdaptiveLimit._judge_cut`).
+falls with the in-flight count) says the latency was the work, not the load: the lowest mean is
+raised to that window's, and the limit grows again from where the cut left it (not back to where it
+was: an Environment Server whose backlog drains slowly after a cut would be overloaded again)
+(:meth:`AdaptiveLimit._judge_cut`).
 
 Why windows: with a limit judged per request against the fastest one seen, rollouts of lognormal
 length (sigma 0.3) held the limit at 5 of 64 in a simulation of a server with no capacity limit at
@@ -107,8 +109,8 @@ class AdaptiveLimit:
 
         The first window after a cut only settles (its requests were mostly sent before the cut).
         The next one: latency that fell by less than half of what the cut predicts was not load.
-        The limit goes back and the lowest mean becomes this window's (over the
-        slow-start margin, so growth goes on by one), and nothing else moves this window.
+        The lowest mean becomes this window's (over the slow-start margin, so growth goes on by
+        one from the next window), and nothing else moves this window.
         """
         cut = self._cut
         assert cut is not None
@@ -118,7 +120,6 @@ class AdaptiveLimit:
         self._cut = None
         if mean <= (1 - (1 - cut.factor) / 2) * cut.mean_s:
             return True  # it was the load: the usual rule goes on
-        self.limit = cut.limit_before
         self.baseline_s = mean / SLOW_START_END
         return False
 
