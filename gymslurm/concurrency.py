@@ -48,9 +48,8 @@ BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (
 
 @dataclass
 class _Cut:
-    """A cut of the limit waiting for its judgement: where the limit was, the mean that caused it."""
+    """A cut of the limit waiting for its judgement: the mean that caused it and the cut's factor."""
 
-    limit_before: float
     mean_s: float
     factor: float
     settled: bool = False
@@ -97,7 +96,7 @@ class AdaptiveLimit:
         if mean > self.tolerance * self.baseline_s:  # the further past, the deeper the cut (to half)
             self.slow_start = False
             cut = max(0.5, min(self.decrease, self.tolerance * self.baseline_s / mean))
-            self._cut = _Cut(limit_before=self.limit, mean_s=mean, factor=cut)
+            self._cut = _Cut(mean_s=mean, factor=cut)
             self.limit = max(1.0, self.limit * cut)
         elif busy and not self.queue_says_full:
             if mean > SLOW_START_END * self.baseline_s:  # latency starts to climb: grow by one from here
