@@ -159,28 +159,10 @@ def test_every_replica_killed_past_its_limit_stops_the_link_with_exit_1(tmp_path
     assert _coverage(run)["counted_failures"] == 0
 
 
-def test_adaptive_load_reads_every_replicas_queue_by_reference(tmp_path: Path) -> None:
-    """``+dispatch_model_metrics_url={servers.policy.metrics_url}`` is each replica's /metrics (not the
-    router's): the collector polls all three, and the run finishes DONE."""
-    marker = f"metrics-{uuid.uuid4().hex[:8]}"
-    extra = ", +dispatch_adaptive=metrics, '+dispatch_model_metrics_url={servers.policy.metrics_url}'"
-    bench = _benchmark(tmp_path, marker, rows=30, latency_ms=100, collector_extra=extra)
-    gymslurm("submit", str(bench), "--backend", "local")
-    run = only_run(tmp_path)
-    report = wait_until_final(run, timeout_s=240, aggregation=False)
-    assert report["shards"][0]["verdict"] == "DONE" and _coverage(run)["successful"] == 30
-    started = {name: r["url"] for r in ledger(run) if r["kind"] == "server" and r["event"] == "started"
-               for name in [r["name"]]}  # fmt: skip
-    replicas = [started[f"policy-r{i}"].split("//")[1] for i in range(3)]
-    line = next(x for x in _job_log(run).splitlines() if "adaptive load reads" in x)
-    assert line.endswith(f"queue at {', '.join(replicas)}"), (line, replicas)
-
-
-def test_without_a_word_in_the_benchmark_the_load_adapts_to_every_replicas_queue(tmp_path: Path) -> None:
-    """No dispatch_adaptive in collector.overrides: the link finds the model server's /metrics answering
-    and the collector reads each replica's queue (issue 22: the load adapts by default)."""
-    marker = f"auto-{uuid.uuid4().hex[:8]}"
-    bench = _benchmark(tmp_path, marker, rows=30, latency_ms=100)
+def _run_reading_every_replicas_queue(tmp_path: Path, marker: str, collector_extra: str = "") -> str:
+    """Submit 30 rows to three replicas, wait for DONE with every row saved, check the collector's
+    line naming each replica's queue (not the router's); the job log."""
+    bench = _benchmark(tmp_path, marker, rows=30, latency_ms=100, collector_extra=collector_extra)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
     report = wait_until_final(run, timeout_s=240, aggregation=False)
@@ -189,6 +171,20 @@ def test_without_a_word_in_the_benchmark_the_load_adapts_to_every_replicas_queue
                for name in [r["name"]]}  # fmt: skip
     replicas = [started[f"policy-r{i}"].split("//")[1] for i in range(3)]
     log = _job_log(run)
-    assert "the load adapts to model server 'policy''s queue (its /metrics answers)" in log
     line = next(x for x in log.splitlines() if "adaptive load reads" in x)
     assert line.endswith(f"queue at {', '.join(replicas)}"), (line, replicas)
+    return log
+
+
+def test_adaptive_load_reads_every_replicas_queue_by_reference(tmp_path: Path) -> None:
+    """``+dispatch_model_metrics_url={servers.policy.metrics_url}`` is each replica's /metrics (not the
+    router's): the collector polls all three, and the run finishes DONE."""
+    extra = ", +dispatch_adaptive=metrics, '+dispatch_model_metrics_url={servers.policy.metrics_url}'"
+    _run_reading_every_replicas_queue(tmp_path, f"metrics-{uuid.uuid4().hex[:8]}", extra)
+
+
+def test_without_a_word_in_the_benchmark_the_load_adapts_to_every_replicas_queue(tmp_path: Path) -> None:
+    """No dispatch_adaptive in collector.overrides: the link finds the model server's /metrics answering
+    and the collector reads each replica's queue (issue 22: the load adapts by default)."""
+    log = _run_reading_every_replicas_queue(tmp_path, f"auto-{uuid.uuid4().hex[:8]}")
+    assert "the load adapts to model server 'policy''s queue (its /metrics answers)" in log
