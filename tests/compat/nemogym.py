@@ -28,12 +28,15 @@ import fcntl
 import glob
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +64,10 @@ HERE = Path(__file__).resolve().parent
 
 class NemoGymSetupError(RuntimeError):
     """NeMo Gym could not be installed or started; the message says what to do."""
+
+
+class StackExitedError(NemoGymSetupError):
+    """``gym env start`` exited before every server answered (:func:`start_stack` tries once more)."""
 
 
 # --- install ------------------------------------------------------------------------------------
@@ -146,6 +153,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+# NeMo Gym picks its servers' ports in 10001-20000 and Ray (which ``gym env start`` starts before the
+# servers) its workers' there too and its own daemons' in the kernel's ephemeral range, where every
+# outgoing connection also takes one: a port chosen there before the stack starts may be taken by
+# the time a server binds it. The stack's own ports come from the gap between the two.
+STACK_PORTS_LOW = 20_001
+
+
+def ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32_768
+
+
+def stack_ports(names: Iterable[str]) -> dict[str, int]:
+    """A free port for each name, all distinct, from the gap above NeMo Gym's and Ray's ranges and
+    below the ephemeral one (see :data:`STACK_PORTS_LOW`)."""
+    candidates = list(range(STACK_PORTS_LOW, ephemeral_low()))
+    random.shuffle(candidates)
+    free = (port for port in candidates if port_is_free(port))
+    return {name: next(free) for name in names}
 
 
 def port_is_free(port: int) -> bool:
@@ -261,17 +291,33 @@ def stack_config(ports: dict[str, int]) -> str:
     return json.dumps(config, indent=2)
 
 
-def start_stack(venv: Path, workdir: Path) -> Stack:
-    """Start the fake model and ``gym env start`` on the stack config; wait until every server answers."""
+def start_stack(venv: Path, workdir: Path, attempts: int = 2) -> Stack:
+    """Start the fake model and ``gym env start`` on the stack config; wait until every server answers.
+
+    A stack that ``gym env start`` ends before it is up is started once more, on fresh ports, in a
+    fresh folder (NeMo Gym starts a Ray cluster and a dozen processes first, so a port or start-up
+    race outside gymslurm can end it); the first attempt's reason is kept in ``first-attempt.txt``
+    and printed. A second failure fails the tests with both reasons."""
+    reasons: list[str] = []
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_stack_once(venv, workdir / f"attempt-{attempt}")
+        except StackExitedError as error:
+            reasons.append(f"attempt {attempt}: {error}")
+            (workdir / "first-attempt.txt").write_text(reasons[0])
+            print(f"NeMo Gym stack attempt {attempt} of {attempts} ended early:\n{error}", file=sys.stderr)
+    raise NemoGymSetupError("\n\n".join(reasons))
+
+
+def _start_stack_once(venv: Path, workdir: Path) -> Stack:
     if not port_is_free(HEAD_PORT):
         raise NemoGymSetupError(
             f"port {HEAD_PORT} (NeMo Gym's default head server port) is in use on 127.0.0.1: the compat "
             "suite starts NeMo Gym's head server there to test the default; stop what listens on it"
         )
     workdir.mkdir(parents=True, exist_ok=True)
-    ports = {"head": HEAD_PORT, **{name: free_port() for name in ("fake", "model", "weather", "agent")},
-             **{name: free_port() for name in (TYPED, RELAY, ADAPTER, DEMO_POLICY)},
-             "demo_model": free_port()}  # fmt: skip
+    ports = {"head": HEAD_PORT, **stack_ports(("fake", "model", "weather", "agent", TYPED, RELAY, ADAPTER,
+                                               DEMO_POLICY, "demo_model"))}  # fmt: skip
     (workdir / "stack.yaml").write_text(stack_config(ports))
     venvs = workdir / "venvs"
     for server in SERVER_DIRS:  # skip_venv_if_present: every server runs in the one NeMo Gym venv
@@ -330,7 +376,10 @@ SHIPPED = {
     "blackjack_environment_server": "blackjack/configs/blackjack.yaml",  # identical rows: one task
 }  # fmt: skip
 SERVER_CATEGORIES = (
-    "resources_servers", "responses_api_agents", "environment_servers", "responses_api_models",
+    "resources_servers",
+    "responses_api_agents",
+    "environment_servers",
+    "responses_api_models",
 )
 
 
@@ -345,7 +394,7 @@ def start_shipped_stack(venv: Path, workdir: Path) -> Stack:
     naming ``policy_model`` (``openai_model`` in front of :mod:`fake_openai`) and the head server;
     every server's own port is NeMo Gym's choice. Waits for NeMo Gym's own "servers ready" line."""
     workdir.mkdir(parents=True, exist_ok=True)
-    ports = {"head": free_port(), "fake": free_port()}
+    ports = stack_ports(("head", "fake"))
     model = {"head_server": {"host": "127.0.0.1", "port": ports["head"]},
              "policy_model": {"responses_api_models": {"openai_model": {
                  "entrypoint": "app.py", "host": "127.0.0.1",
@@ -393,9 +442,10 @@ def _wait_up(stack: Stack, probes: list[str]) -> None:
     waiting = list(probes)
     while waiting:
         if stack.gym.poll() is not None:
-            raise NemoGymSetupError(
+            raise StackExitedError(
                 f"gym env start exited ({stack.gym.returncode}) before the stack was up:\n"
-                f"{stack.log.read_text()[-4000:]}"
+                f"{dead_servers_lines(stack.log.read_text(errors='replace'))}"
+                f"the end of its log ({stack.log}):\n{stack.log.read_text(errors='replace')[-4000:]}"
             )
         if time.monotonic() > deadline:
             raise NemoGymSetupError(
@@ -408,6 +458,16 @@ def _wait_up(stack: Stack, probes: list[str]) -> None:
                 waiting.pop(0)
                 continue
         time.sleep(1)
+
+
+def dead_servers_lines(log: str) -> str:
+    """What each server ``gym env start`` saw finish said (its lines carry its name in parentheses):
+    the cause sits above the shutdown lines that fill the end of the log."""
+    said = []
+    for name in re.findall(r"Process `([^`]+)` finished unexpectedly", log):
+        own = [line for line in log.splitlines() if line.startswith(f"({name})")]
+        said.append(f"what {name} said ({len(own)} lines, the last 40):\n" + "\n".join(own[-40:]) + "\n")
+    return "".join(said)
 
 
 if __name__ == "__main__":  # manual use: python -m tests.compat.nemogym WORKDIR (Ctrl-C stops it)
