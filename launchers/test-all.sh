@@ -71,26 +71,20 @@ fi
 # minutes are process tests that wait (on Slurm, on servers, on chains), not CPU. --dist loadgroup
 # keeps the tests that share something on one worker, in file order (tests/conftest.py,
 # xdist_group): the real-Slurm modules in four groups that run side by side (four workers), the
-# NeMo Gym stack (port 11000) with the tests that sample every process's command line, a module's
-# module-scoped fixture; the other workers take the rest. GYMSLURM_TEST_WORKERS=N changes the
-# count; pass -n 0 (after the script's name) for a serial run.
-# The NeMo Gym compat suite (marker nemogym) runs after them, serially in its own pytest: its stacks
-# hold NeMo Gym's fixed ports, and a parallel run of the whole suite was seen starting three of its
-# stacks at once on different workers (all but one failed to bind), so it does not share the run.
+# NeMo Gym compat suite (its stacks hold NeMo Gym's default port 11000, one module's stack at a
+# time) with the tests that sample every process's command line, a module's module-scoped fixture;
+# the other workers take the rest. GYMSLURM_TEST_WORKERS=N changes the count; pass -n 0 (after the
+# script's name) for a serial run.
 workers="${GYMSLURM_TEST_WORKERS:-6}"
 # --durations: the slowest tests in the log, so the suite's time can be read from any CI run.
-step "pytest -n $workers --dist loadgroup -m 'not nemogym' --durations=30 $*"
-"$PY" -m pytest -n "$workers" --dist loadgroup -m "not nemogym" --durations=30 "$@"
+step "pytest -n $workers --dist loadgroup --durations=30 $*"
+"$PY" -m pytest -n "$workers" --dist loadgroup --durations=30 "$@"
 rc=$?
-step "pytest -m nemogym $* (the NeMo Gym compat suite, serially)"
-"$PY" -m pytest -p no:xdist -m nemogym "$@"
-rc_compat=$?
-if [[ $rc -eq 5 && $rc_compat -eq 5 ]]; then
-    fail "pytest collected no tests (exit 5): check the selection ($*) and that tests/ exists"
-else
-    case $rc in 0 | 5) ;; *) fail "pytest (exit $rc)" ;; esac
-    case $rc_compat in 0 | 5) ;; *) fail "pytest, NeMo Gym compat suite (exit $rc_compat)" ;; esac
-fi
+case $rc in
+    0) ;;
+    5) fail "pytest collected no tests (exit 5): check the selection ($*) and that tests/ exists" ;;
+    *) fail "pytest (exit $rc)" ;;
+esac
 
 step "ruff check"
 "$PY" -m ruff check . || fail "ruff check (run: $PY -m ruff check --fix .)"

@@ -30,11 +30,10 @@ _E2E_DIR = Path(__file__).parent / "e2e"
 # Balanced by their wall time on the sandbox (the longest first); a module not listed joins slurm-4.
 # Seconds in the CI-equivalent run of 01b1e08 (the slowest 30 tests only): chains 597, hostile 445,
 # cost 348, placement 274, real_collector 189, status_live 111, node_down 90; slurm-4 then held
-# cost, placement and real_collector, 963 s of the suite's 965. The two modules that take a node
-# DOWN (node_down, placement) share slurm-1, one after the other.
+# cost, placement and real_collector, 963 s of the suite's 965 (820 s once placement joined slurm-1).
+# The two modules that take a node DOWN (node_down, placement) share slurm-1, one after the other.
 SLURM_GROUPS = {
     "test_placement_slurm.py": "slurm-1",
-    "test_launcher_real_collector.py": "slurm-1",
     "test_kill_slurm.py": "slurm-1",
     "test_node_down.py": "slurm-1",
     "test_submit_reverify_slurm.py": "slurm-1",
@@ -45,6 +44,7 @@ SLURM_GROUPS = {
     "test_inject_server_slurm.py": "slurm-1",
     "test_launcher_chains.py": "slurm-2",
     "test_interruptions.py": "slurm-2",
+    "test_launcher_real_collector.py": "slurm-2",
     "test_doctor.py": "slurm-2",
     "test_resubmit_shards_slurm.py": "slurm-2",
     "test_launcher_hostile.py": "slurm-3",
