@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 OutcomeKind = Literal["result", "failure", "omission"]
 
@@ -52,18 +52,105 @@ EVALUATION_SIDE_KINDS = frozenset(
 MODEL_SIDE_AT_AGENT_STAGE = frozenset({"provider_oom_killed"})
 
 
-@dataclass(slots=True)
-class SavedOutcome:
+class _Compact:
+    """A record that stores only its core fields while its details sit at their defaults.
+
+    The store builds a :class:`SavedOutcome` per saved record and a :class:`RolloutState` per rollout
+    when it reconciles, so at a million rollouts their size is most of what a resume holds. A record
+    whose details (``_DETAILS``, name → default) are all at their defaults is an instance of the class
+    itself, with slots for its core fields only; the defaults are class attributes, read as fast as
+    slots. Any other record is an instance of the class's ``_detailed`` subclass, which has a slot
+    for every field. Built as ``Class(*fields in _FIELDS order, **by name)``; compared by value. Not
+    frozen on purpose (a frozen class costs about ten times as much to build): treat it as immutable.
+    The selection loop's fast path builds plain records without this constructor (:func:`plain`).
+    """
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+    _DETAILS: Mapping[str, object] = {}
+    _OPTIONAL: Mapping[str, object] = {}  # core fields that may be left out, with their defaults
+    _detailed: type[_Compact]
+
+    def __new__(cls, *args: object, **named: object) -> Any:
+        if not args and not named:  # unpickling or copying: the fields are set afterwards
+            return object.__new__(cls)
+        if len(args) > len(cls._FIELDS):
+            raise TypeError(f"{cls.__name__} takes at most {len(cls._FIELDS)} fields, got {len(args)}")
+        values = dict(zip(cls._FIELDS, args, strict=False))
+        twice = values.keys() & named.keys()
+        unknown = named.keys() - set(cls._FIELDS)
+        defaults = {**cls._OPTIONAL, **cls._DETAILS}
+        missing = [n for n in cls._FIELDS if n not in values and n not in named and n not in defaults]
+        if twice or unknown or missing:
+            problems = {"given twice": sorted(twice), "unknown": sorted(unknown), "missing": missing}
+            said = "; ".join(f"{what}: {', '.join(names)}" for what, names in problems.items() if names)
+            raise TypeError(f"{cls.__name__}: fields {said}")
+        values.update(named)
+        plain = all(_is_default(values.get(n, d), d) for n, d in cls._DETAILS.items())
+        record = object.__new__(cls if plain else cls._detailed)
+        for name in cls._FIELDS:
+            if not plain or name not in cls._DETAILS:
+                object.__setattr__(record, name, values.get(name, defaults.get(name)))
+        return record
+
+    def __init__(self, *args: object, **named: object) -> None:
+        """Everything was set by ``__new__``."""
+
+    def fields(self) -> tuple[object, ...]:
+        """Every field's value, in ``_FIELDS`` order."""
+        return tuple(getattr(self, name) for name in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Compact) or other._FIELDS != self._FIELDS:
+            return NotImplemented
+        return self.fields() == other.fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable by type, compared by value
+
+    def __repr__(self) -> str:
+        values = zip(self._FIELDS, self.fields(), strict=True)
+        shown = ", ".join(f"{name}={value!r}" for name, value in values)
+        return f"{_public(type(self)).__name__}({shown})"
+
+    def __reduce__(self) -> tuple[Any, tuple[object, ...]]:
+        return _public(type(self)), self.fields()
+
+
+def _is_default(value: object, default: object) -> bool:
+    return value is default or (type(value) is type(default) and value == default)
+
+
+def _public(kind: type[_Compact]) -> type[_Compact]:
+    """The class a record was built as (a detailed record's base)."""
+    return kind.__base__ if kind.__name__.startswith("_Detailed") else kind  # type: ignore[return-value]
+
+
+plain = object.__new__  # the fast path's constructor: ``record = plain(SavedOutcome)``, then its core fields
+
+
+class SavedOutcome(_Compact):
     """What selection needs to know of one saved record: a result, a failure or an omission.
 
-    Not frozen on purpose: a frozen dataclass costs about ten times as much to build, and the store
-    builds one per saved record when it reconciles a million-rollout run. Treat it as immutable.
+    ``SavedOutcome(attempt, kind, line, reward=None, **details)``. A plain result keeps only these four
+    fields (48 bytes instead of 128); see :class:`_Compact`.
     """
+
+    __slots__ = ("attempt", "kind", "line", "reward")
+    _FIELDS = (
+        "attempt", "kind", "line", "reward", "masked", "retry_masked", "terminal", "delivery",
+        "failure_kind", "stage", "failure_class", "legacy_class", "kept_answer", "max_attempts",
+    )  # fmt: skip
+    _OPTIONAL: Mapping[str, object] = {"reward": None}
+    _DETAILS: Mapping[str, object] = {
+        "masked": False, "retry_masked": False, "terminal": False, "delivery": None,
+        "failure_kind": None, "stage": None, "failure_class": None, "legacy_class": None,
+        "kept_answer": False, "max_attempts": None,
+    }  # fmt: skip
 
     attempt: int
     kind: OutcomeKind
     line: int  # 0-based line in its own file (results file or failure sidecar)
-    reward: float | None = None
+    reward: float | None
     masked: bool = False
     retry_masked: bool = False
     terminal: bool = False
@@ -74,6 +161,24 @@ class SavedOutcome:
     legacy_class: str | None = None
     kept_answer: bool = False  # a failure that kept the model's answer (001): final, never regenerated
     max_attempts: int | None = None  # a legacy row's own attempt limit (_ng_failure_max_attempts), else None
+
+
+class _DetailedOutcome(SavedOutcome):
+    __slots__ = (
+        "delivery",
+        "failure_class",
+        "failure_kind",
+        "kept_answer",
+        "legacy_class",
+        "masked",
+        "max_attempts",
+        "retry_masked",
+        "stage",
+        "terminal",
+    )  # fmt: skip
+
+
+SavedOutcome._detailed = _DetailedOutcome
 
 
 @dataclass(frozen=True)
@@ -101,16 +206,33 @@ class Disposition(StrEnum):
 SUCCESSFUL = frozenset({Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED})
 
 
-@dataclass(slots=True)
-class RolloutState:
-    """A logical rollout's selected state and whether another execution may start now."""
+class RolloutState(_Compact):
+    """A logical rollout's selected state and whether another execution may start now.
+
+    ``RolloutState(disposition, selected, counted_failures, pending, exhausted, limit=None)``. A rollout
+    with nothing counted, nothing pending and no own limit keeps only its first two fields; see
+    :class:`_Compact`.
+    """
+
+    __slots__ = ("disposition", "selected")
+    _FIELDS = ("disposition", "selected", "counted_failures", "pending", "exhausted", "limit")
+    _DETAILS: Mapping[str, object] = {
+        "counted_failures": 0, "pending": False, "exhausted": False, "limit": None,
+    }  # fmt: skip
 
     disposition: Disposition
     selected: SavedOutcome | None
-    counted_failures: int
-    pending: bool
-    exhausted: bool
+    counted_failures: int = 0
+    pending: bool = False
+    exhausted: bool = False
     limit: int | None = None  # a legacy row's own attempt limit that holds for this rollout, else None
+
+
+class _DetailedState(RolloutState):
+    __slots__ = ("counted_failures", "exhausted", "limit", "pending")
+
+
+RolloutState._detailed = _DetailedState
 
 
 def is_numeric_reward(value: object) -> bool:
@@ -276,17 +398,20 @@ def select_rollouts(
     newest = array("q", [-1]) * len(counts)
     add_state = states.append
     measured, masked, unscored = Disposition.MEASURED, Disposition.MASKED, Disposition.UNSCORED
+    new, State = plain, RolloutState  # noqa: N806  (locals: read once per rollout)
     for index, reserved in enumerate(counts):
         group = groups[index]
         if (
-            type(group) is SavedOutcome
+            isinstance(group, SavedOutcome)  # a plain or a detailed one
             and group.attempt == reserved - 1
             and group.kind == "result"
             and not group.retry_masked
         ):
             newest[index] = reserved - 1
-            disposition = masked if group.masked else unscored if group.reward is None else measured
-            add_state(RolloutState(disposition, group, 0, False, False))
+            made = new(State)  # RolloutState(disposition, group, 0, False, False), inlined
+            made.disposition = masked if group.masked else unscored if group.reward is None else measured
+            made.selected = group
+            add_state(made)
             continue
         if group is None:  # one shared state per reservation count (states are replaced, never changed)
             state = nothing_saved.get(reserved)
@@ -294,7 +419,7 @@ def select_rollouts(
                 state = nothing_saved[reserved] = select_rollout(reserved, (), policy)
             add_state(state)
             continue
-        outcomes: Sequence[SavedOutcome] = (group,) if type(group) is SavedOutcome else group  # type: ignore[assignment]
+        outcomes: Sequence[SavedOutcome] = (group,) if isinstance(group, SavedOutcome) else group
         newest[index] = max([outcome.attempt for outcome in outcomes])
         problem = history_problem(reserved, outcomes)
         if problem:
@@ -317,7 +442,8 @@ def advance_state(
     limit = state.limit or policy.max_rollout_attempts
     remaining = replace(policy, max_rollout_attempts=limit - spent)
     fresh = select_rollout(reserved, [saved], remaining)
-    return replace(fresh, counted_failures=spent + fresh.counted_failures, limit=state.limit)
+    return RolloutState(fresh.disposition, fresh.selected, spent + fresh.counted_failures, fresh.pending,
+                        fresh.exhausted, limit=state.limit)  # fmt: skip
 
 
 # --- reading result rows ------------------------------------------------------------------------

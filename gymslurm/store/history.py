@@ -22,7 +22,7 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from math import isfinite
+from math import copysign, isfinite
 from pathlib import Path
 from typing import Any, Protocol, get_args
 
@@ -45,11 +45,16 @@ from gymslurm.selection import (
     is_retry_masked,
     kept_partial_answer,
     kept_timeout_answer,
+    plain,
 )
 from gymslurm.store.jsonl import TailReport, iter_records, malformed, max_line_bytes, over_the_line_limit
 from gymslurm.store.paths import RunPaths
 
 _READ_CHUNK = 1 << 20
+# Distinct float rewards shared between the outcomes that have them (a verifier's 0.0 and 1.0, or a
+# few grades): one float object each instead of one per outcome, 24 bytes a rollout. Bounded, so a
+# continuous reward costs a dict of this size at most. A negative zero is kept as it is.
+_SHARED_REWARDS = 4096
 SKIPPED = "skipped"  # a legacy producer's intentional skip
 LEGACY_PARTIAL_RESPONSE = "_ng_failure_partial_response"  # NeMo Gym's name of a native partial response
 
@@ -73,7 +78,7 @@ class History:
         group = self.groups[index]
         if group is None:
             return ()
-        return (group,) if type(group) is SavedOutcome else group  # type: ignore[return-value]
+        return (group,) if isinstance(group, SavedOutcome) else group
 
 
 class RolloutKeys:
@@ -155,10 +160,10 @@ class _Reader:
         group = groups[index]
         if group is None:
             groups[index] = outcome
-        elif type(group) is SavedOutcome:
+        elif isinstance(group, SavedOutcome):  # one outcome so far
             groups[index] = [group, outcome]
         else:
-            group.append(outcome)  # type: ignore[union-attr]
+            group.append(outcome)
 
     def locate(self, path: Path, line: int, row: dict[str, Any]) -> tuple[int, int, bool]:
         """``(rollout index, execution number, legacy?)`` of a row, or a CorruptRecordError."""
@@ -207,14 +212,18 @@ class _Reader:
             handle = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115
         except FileNotFoundError:
             return
-        tail = self.history.results_tail
-        intern, add, locate, run_id = self.intern, self.add, self.locate, self.run_id
-        index_of, groups, loads = self.keys.index_of, self.history.groups, orjson.loads
+        intern, add, locate, run_id, tail = (
+            self.intern,
+            self.add,
+            self.locate,
+            self.run_id,
+            self.history.results_tail,
+        )
+        index_of, groups, loads, new = self.keys.index_of, self.history.groups, orjson.loads, plain
         blob, ends = self.keys.id_bytes
-        known = len(ends) - 1
+        known, shared = len(ends) - 1, dict[float, float]()
         readline, limit = handle.readline, max_line_bytes()
-        line = index = -1
-        offset = 0
+        line, index, offset = -1, -1, 0
         with handle:
             while raw := readline(limit + 1):  # bounded_lines inlined (a generator per row shows here)
                 if raw[-1:] != b"\n":
@@ -247,10 +256,22 @@ class _Reader:
                 reward = get("reward")
                 if (type(reward) is not float and type(reward) is not int) or not isfinite(reward):
                     reward = None
+                elif (
+                    type(reward) is float
+                    and (reward or copysign(1.0, reward) > 0.0)
+                    and (len(shared) < _SHARED_REWARDS or reward in shared)
+                ):
+                    reward = shared.setdefault(reward, reward)
                 if get("mask_sample") is True:
                     outcome = result_outcome(row, attempt, line, intern)
                 else:  # result_outcome's common case, inlined (a test pins the two equal)
-                    outcome = SavedOutcome(attempt, "result", line, reward)
+                    outcome = new(SavedOutcome)  # SavedOutcome(attempt, "result", line, reward), inlined
+                    outcome.attempt, outcome.kind, outcome.line, outcome.reward = (
+                        attempt,
+                        "result",
+                        line,
+                        reward,
+                    )
                 if groups[index] is None:
                     groups[index] = outcome
                 else:
