@@ -28,10 +28,10 @@ _E2E_DIR = Path(__file__).parent / "e2e"
 
 
 # Balanced by their wall time on the sandbox (the longest first); a module not listed joins slurm-4.
-# Seconds in the CI-equivalent run of 01b1e08 (the slowest 30 tests only): chains 597, hostile 445,
-# cost 348, placement 274, real_collector 189, status_live 111, node_down 90; slurm-4 then held
-# cost, placement and real_collector, 963 s of the suite's 965 (820 s once placement joined slurm-1).
-# The two modules that take a node DOWN (node_down, placement) share slurm-1, one after the other.
+# Seconds per module in this round's CI runs (where the groups did not hold, see pyproject.toml's
+# pytest pin): chains 530-660, hostile 440-770, cost 330-350, placement 220-350, real_collector
+# 190-200, status_live 110-150, node_down 90-100. The two modules that take a node DOWN (node_down,
+# placement) share slurm-1, one after the other.
 SLURM_GROUPS = {
     "test_placement_slurm.py": "slurm-1",
     "test_kill_slurm.py": "slurm-1",
@@ -44,12 +44,12 @@ SLURM_GROUPS = {
     "test_inject_server_slurm.py": "slurm-1",
     "test_launcher_chains.py": "slurm-2",
     "test_interruptions.py": "slurm-2",
-    "test_launcher_real_collector.py": "slurm-2",
     "test_doctor.py": "slurm-2",
     "test_resubmit_shards_slurm.py": "slurm-2",
     "test_launcher_hostile.py": "slurm-3",
     "test_status_live.py": "slurm-3",
     "test_array_scale.py": "slurm-3",
+    "test_launcher_real_collector.py": "slurm-4",
     "test_multinode.py": "slurm-4",
     "test_secrets_slurm.py": "slurm-4",
     "test_cost_slurm.py": "slurm-4",
@@ -69,15 +69,16 @@ def xdist_group(item: pytest.Item) -> str | None:
       changed, so workers never reinstall under each other's jobs.
     - ``machine``: tests that hold or read something of the whole machine, one after another: the
       compat suite (marker ``nemogym``: its stack's head server holds NeMo Gym's fixed port 11000,
-      which a collector whose server gives no configuration asks, as a canary test does) and the
+      which a collector whose server gives no configuration asks, as a canary test does; its
+      Slurm benchmark test too, so that two NeMo Gym stacks and their Ray never overlap) and the
       tests marked ``every_process`` (they sample every process's command line while they run, the
       secret canaries: a neighbour's would be judged as theirs).
     - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
     """
+    if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
+        return "machine"  # before slurm: NeMo Gym's Slurm benchmark never runs beside a compat stack
     if item.get_closest_marker("slurm") is not None:
         return SLURM_GROUPS.get(Path(item.path).name, "slurm-4")
-    if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
-        return "machine"
     fixtures = getattr(item, "_fixtureinfo", None)
     scopes = {d.scope for defs in (fixtures.name2fixturedefs.values() if fixtures else ()) for d in defs}
     return str(Path(item.path).relative_to(Path(__file__).parent)) if "module" in scopes else None
