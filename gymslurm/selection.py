@@ -57,47 +57,19 @@ class _Compact:
 
     The store builds a :class:`SavedOutcome` per saved record and a :class:`RolloutState` per rollout
     when it reconciles, so at a million rollouts their size is most of what a resume holds. A record
-    whose details (``_DETAILS``, name → default) are all at their defaults is an instance of the class
-    itself, with slots for its core fields only; the defaults are class attributes, read as fast as
-    slots. Any other record is an instance of the class's ``_detailed`` subclass, which has a slot
-    for every field. Built as ``Class(*fields in _FIELDS order, **by name)``; compared by value. Not
-    frozen on purpose (a frozen class costs about ten times as much to build): treat it as immutable.
-    The selection loop's fast path builds plain records without this constructor (:func:`plain`).
+    whose details are all at their defaults is an instance of the class itself, with slots for its
+    core fields only; the defaults are class attributes, read as fast as slots. Any other record is
+    an instance of the class's ``_Detailed`` subclass, which has a slot for every field. Each class's
+    ``__new__`` spells its fields out (a generic one cost ~10x as much per record). Compared by value.
+    Not frozen on purpose (a frozen class costs about ten times as much to build): treat it as
+    immutable. The selection loop's fast path builds plain records without the constructor (:data:`plain`).
     """
 
     __slots__ = ()
     _FIELDS: tuple[str, ...] = ()
-    _DETAILS: Mapping[str, object] = {}
-    _OPTIONAL: Mapping[str, object] = {}  # core fields that may be left out, with their defaults
-    _detailed: type[_Compact]
-
-    def __new__(cls, *args: object, **named: object) -> Any:
-        if not args and not named:  # unpickling or copying: the fields are set afterwards
-            return object.__new__(cls)
-        if len(args) > len(cls._FIELDS):
-            raise TypeError(f"{cls.__name__} takes at most {len(cls._FIELDS)} fields, got {len(args)}")
-        values = dict(zip(cls._FIELDS, args, strict=False))
-        twice = values.keys() & named.keys()
-        unknown = named.keys() - set(cls._FIELDS)
-        defaults = {**cls._OPTIONAL, **cls._DETAILS}
-        missing = [n for n in cls._FIELDS if n not in values and n not in named and n not in defaults]
-        if twice or unknown or missing:
-            problems = {"given twice": sorted(twice), "unknown": sorted(unknown), "missing": missing}
-            said = "; ".join(f"{what}: {', '.join(names)}" for what, names in problems.items() if names)
-            raise TypeError(f"{cls.__name__}: fields {said}")
-        values.update(named)
-        plain = all(_is_default(values.get(n, d), d) for n, d in cls._DETAILS.items())
-        record = object.__new__(cls if plain else cls._detailed)
-        for name in cls._FIELDS:
-            if not plain or name not in cls._DETAILS:
-                object.__setattr__(record, name, values.get(name, defaults.get(name)))
-        return record
-
-    def __init__(self, *args: object, **named: object) -> None:
-        """Everything was set by ``__new__``."""
 
     def fields(self) -> tuple[object, ...]:
-        """Every field's value, in ``_FIELDS`` order."""
+        """Every field's value, in ``_FIELDS`` order (the order the constructor takes them)."""
         return tuple(getattr(self, name) for name in self._FIELDS)
 
     def __eq__(self, other: object) -> bool:
@@ -116,10 +88,6 @@ class _Compact:
         return _public(type(self)), self.fields()
 
 
-def _is_default(value: object, default: object) -> bool:
-    return value is default or (type(value) is type(default) and value == default)
-
-
 def _public(kind: type[_Compact]) -> type[_Compact]:
     """The class a record was built as (a detailed record's base)."""
     return kind.__base__ if kind.__name__.startswith("_Detailed") else kind  # type: ignore[return-value]
@@ -131,8 +99,7 @@ plain = object.__new__  # the fast path's constructor: ``record = plain(SavedOut
 class SavedOutcome(_Compact):
     """What selection needs to know of one saved record: a result, a failure or an omission.
 
-    ``SavedOutcome(attempt, kind, line, reward=None, **details)``. A plain result keeps only these four
-    fields (48 bytes instead of 128); see :class:`_Compact`.
+    A plain result keeps only its first four fields (48 bytes instead of 128); see :class:`_Compact`.
     """
 
     __slots__ = ("attempt", "kind", "line", "reward")
@@ -140,12 +107,6 @@ class SavedOutcome(_Compact):
         "attempt", "kind", "line", "reward", "masked", "retry_masked", "terminal", "delivery",
         "failure_kind", "stage", "failure_class", "legacy_class", "kept_answer", "max_attempts",
     )  # fmt: skip
-    _OPTIONAL: Mapping[str, object] = {"reward": None}
-    _DETAILS: Mapping[str, object] = {
-        "masked": False, "retry_masked": False, "terminal": False, "delivery": None,
-        "failure_kind": None, "stage": None, "failure_class": None, "legacy_class": None,
-        "kept_answer": False, "max_attempts": None,
-    }  # fmt: skip
 
     attempt: int
     kind: OutcomeKind
@@ -162,6 +123,27 @@ class SavedOutcome(_Compact):
     kept_answer: bool = False  # a failure that kept the model's answer (001): final, never regenerated
     max_attempts: int | None = None  # a legacy row's own attempt limit (_ng_failure_max_attempts), else None
 
+    def __new__(  # noqa: PLR0917  (the fields, positional as a dataclass took them)
+        cls, attempt: int, kind: OutcomeKind, line: int, reward: float | None = None, masked: bool = False,
+        retry_masked: bool = False, terminal: bool = False, delivery: str | None = None,
+        failure_kind: str | None = None, stage: str | None = None, failure_class: str | None = None,
+        legacy_class: str | None = None, kept_answer: bool = False, max_attempts: int | None = None,
+    ) -> SavedOutcome:  # fmt: skip
+        if (
+            masked is False and retry_masked is False and terminal is False and delivery is None
+            and failure_kind is None and stage is None and failure_class is None and legacy_class is None
+            and kept_answer is False and max_attempts is None
+        ):  # fmt: skip
+            record = object.__new__(cls)
+        else:
+            record = object.__new__(_DetailedOutcome)
+            record.masked, record.retry_masked, record.terminal = masked, retry_masked, terminal
+            record.delivery, record.failure_kind, record.stage = delivery, failure_kind, stage
+            record.failure_class, record.legacy_class = failure_class, legacy_class
+            record.kept_answer, record.max_attempts = kept_answer, max_attempts
+        record.attempt, record.kind, record.line, record.reward = attempt, kind, line, reward
+        return record
+
 
 class _DetailedOutcome(SavedOutcome):
     __slots__ = (
@@ -176,9 +158,6 @@ class _DetailedOutcome(SavedOutcome):
         "stage",
         "terminal",
     )  # fmt: skip
-
-
-SavedOutcome._detailed = _DetailedOutcome
 
 
 @dataclass(frozen=True)
@@ -209,16 +188,12 @@ SUCCESSFUL = frozenset({Disposition.MEASURED, Disposition.MASKED, Disposition.UN
 class RolloutState(_Compact):
     """A logical rollout's selected state and whether another execution may start now.
 
-    ``RolloutState(disposition, selected, counted_failures, pending, exhausted, limit=None)``. A rollout
-    with nothing counted, nothing pending and no own limit keeps only its first two fields; see
-    :class:`_Compact`.
+    A rollout with nothing counted, nothing pending and no own limit keeps only its first two fields;
+    see :class:`_Compact`.
     """
 
     __slots__ = ("disposition", "selected")
     _FIELDS = ("disposition", "selected", "counted_failures", "pending", "exhausted", "limit")
-    _DETAILS: Mapping[str, object] = {
-        "counted_failures": 0, "pending": False, "exhausted": False, "limit": None,
-    }  # fmt: skip
 
     disposition: Disposition
     selected: SavedOutcome | None
@@ -227,12 +202,22 @@ class RolloutState(_Compact):
     exhausted: bool = False
     limit: int | None = None  # a legacy row's own attempt limit that holds for this rollout, else None
 
+    def __new__(  # noqa: PLR0917  (the fields, positional as a dataclass took them)
+        cls, disposition: Disposition, selected: SavedOutcome | None, counted_failures: int = 0,
+        pending: bool = False, exhausted: bool = False, limit: int | None = None,
+    ) -> RolloutState:  # fmt: skip
+        if counted_failures == 0 and pending is False and exhausted is False and limit is None:
+            record = object.__new__(cls)
+        else:
+            record = object.__new__(_DetailedState)
+            record.counted_failures, record.pending = counted_failures, pending
+            record.exhausted, record.limit = exhausted, limit
+        record.disposition, record.selected = disposition, selected
+        return record
+
 
 class _DetailedState(RolloutState):
     __slots__ = ("counted_failures", "exhausted", "limit", "pending")
-
-
-RolloutState._detailed = _DetailedState
 
 
 def is_numeric_reward(value: object) -> bool:
