@@ -20,6 +20,7 @@ The execution number and the budget are different counters: three interruptions 
 
 from __future__ import annotations
 
+import inspect
 import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -66,7 +67,12 @@ class _Compact:
     """
 
     __slots__ = ()
-    _FIELDS: tuple[str, ...] = ()
+    _FIELDS: tuple[str, ...] = ()  # a public class's annotated fields, in the order its constructor takes
+
+    def __init_subclass__(cls) -> None:
+        own = inspect.get_annotations(cls)
+        if own:  # the public class (a _Detailed one only adds slots)
+            cls._FIELDS = tuple(own)
 
     def fields(self) -> tuple[object, ...]:
         """Every field's value, in ``_FIELDS`` order (the order the constructor takes them)."""
@@ -89,8 +95,8 @@ class _Compact:
 
 
 def _public(kind: type[_Compact]) -> type[_Compact]:
-    """The class a record was built as (a detailed record's base)."""
-    return kind.__base__ if kind.__name__.startswith("_Detailed") else kind  # type: ignore[return-value]
+    """The class a record was built as: the one right below :class:`_Compact` (a detailed record's base)."""
+    return next(c for c in kind.__mro__ if _Compact in c.__bases__)
 
 
 plain = object.__new__  # the fast path's constructor: ``record = plain(SavedOutcome)``, then its core fields
@@ -103,10 +109,6 @@ class SavedOutcome(_Compact):
     """
 
     __slots__ = ("attempt", "kind", "line", "reward")
-    _FIELDS = (
-        "attempt", "kind", "line", "reward", "masked", "retry_masked", "terminal", "delivery",
-        "failure_kind", "stage", "failure_class", "legacy_class", "kept_answer", "max_attempts",
-    )  # fmt: skip
 
     attempt: int
     kind: OutcomeKind
@@ -146,18 +148,7 @@ class SavedOutcome(_Compact):
 
 
 class _DetailedOutcome(SavedOutcome):
-    __slots__ = (
-        "delivery",
-        "failure_class",
-        "failure_kind",
-        "kept_answer",
-        "legacy_class",
-        "masked",
-        "max_attempts",
-        "retry_masked",
-        "stage",
-        "terminal",
-    )  # fmt: skip
+    __slots__ = SavedOutcome._FIELDS[len(SavedOutcome.__slots__) :]
 
 
 @dataclass(frozen=True)
@@ -193,7 +184,6 @@ class RolloutState(_Compact):
     """
 
     __slots__ = ("disposition", "selected")
-    _FIELDS = ("disposition", "selected", "counted_failures", "pending", "exhausted", "limit")
 
     disposition: Disposition
     selected: SavedOutcome | None
@@ -217,7 +207,7 @@ class RolloutState(_Compact):
 
 
 class _DetailedState(RolloutState):
-    __slots__ = ("counted_failures", "exhausted", "limit", "pending")
+    __slots__ = RolloutState._FIELDS[len(RolloutState.__slots__) :]
 
 
 def is_numeric_reward(value: object) -> bool:

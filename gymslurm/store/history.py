@@ -212,14 +212,9 @@ class _Reader:
             handle = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115
         except FileNotFoundError:
             return
-        intern, add, locate, run_id, tail = (
-            self.intern,
-            self.add,
-            self.locate,
-            self.run_id,
-            self.history.results_tail,
-        )
-        index_of, groups, loads, new = self.keys.index_of, self.history.groups, orjson.loads, plain
+        intern, add, locate, run_id, new = self.intern, self.add, self.locate, self.run_id, plain
+        tail, groups, index_of, loads = (
+            self.history.results_tail, self.history.groups, self.keys.index_of, orjson.loads)  # fmt: skip
         blob, ends = self.keys.id_bytes
         known, shared = len(ends) - 1, dict[float, float]()
         readline, limit = handle.readline, max_line_bytes()
@@ -267,11 +262,7 @@ class _Reader:
                 else:  # result_outcome's common case, inlined (a test pins the two equal)
                     outcome = new(SavedOutcome)  # SavedOutcome(attempt, "result", line, reward), inlined
                     outcome.attempt, outcome.kind, outcome.line, outcome.reward = (
-                        attempt,
-                        "result",
-                        line,
-                        reward,
-                    )
+                        attempt, "result", line, reward)  # fmt: skip
                 if groups[index] is None:
                     groups[index] = outcome
                 else:

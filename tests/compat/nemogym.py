@@ -304,7 +304,8 @@ def start_stack(venv: Path, workdir: Path, attempts: int = 2) -> Stack:
             return _start_stack_once(venv, workdir / f"attempt-{attempt}")
         except StackExitedError as error:
             reasons.append(f"attempt {attempt}: {error}")
-            (workdir / "first-attempt.txt").write_text(reasons[0])
+            if attempt == 1:
+                (workdir / "first-attempt.txt").write_text(reasons[0])
             print(f"NeMo Gym stack attempt {attempt} of {attempts} ended early:\n{error}", file=sys.stderr)
     raise NemoGymSetupError("\n\n".join(reasons))
 
