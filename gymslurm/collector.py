@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -41,9 +43,11 @@ from gymslurm.collector_end import (
     final_exit,
     not_asked_after_a_stall,
     publish_reports,
+    resume_answer,
     run_health_hook,
 )
 from gymslurm.collector_live import STALL, LiveWatch
+from gymslurm.collector_seal import Invocation, Tee, Transcript, seal
 from gymslurm.collector_view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
 from gymslurm.collector_watch import Breaker, Supervised
 from gymslurm.concurrency import AdaptiveLimit
@@ -57,7 +61,7 @@ from gymslurm.dispatch import (
     fetch_environment_config,
     watch_model_queue,
 )
-from gymslurm.errors import IncompleteRunError
+from gymslurm.errors import IncompleteRunError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, say
@@ -74,6 +78,7 @@ from gymslurm.selection import (
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
 from gymslurm.store.paths import others_writable_warning
+from gymslurm.store.seal import write_seal
 
 construct_episode = EpisodeId.model_construct  # ids were validated at materialization: no re-validation
 SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGUSR1")
@@ -389,11 +394,13 @@ def run_collect(
     stderr: IO[str] = sys.stderr,
     stdout: IO[str] = sys.stdout,
     fetch: Callable[[str], dict[str, Any]] | None = None,
+    command: Invocation | None = None,
 ) -> ExitCode:
     """Run one collection invocation; return the exit code ``gymslurm collect`` exits with (0/1/75/76).
 
     ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
-    :func:`gymslurm.dispatch.fetch_environment_config`).
+    :func:`gymslurm.dispatch.fetch_environment_config`). ``command``: the command line this runs, so
+    that a collection ending finished can seal the run for its resume (collector_seal.py).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     refuse_before_writing(settings, paths.output)
@@ -413,7 +420,10 @@ def run_collect(
     with RunLock(paths.lock):
         prepared = prepare(settings, raw, paths, stderr, fetch_config)
         try:
-            return _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
+            code, answer = _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
+            if command is not None and answer is not None:
+                _seal(command, raw, settings, paths, answer)
+            return code
         finally:
             prepared.store.close()
 
@@ -425,7 +435,9 @@ def _collect_prepared(  # noqa: PLR0917
     stderr: IO[str],
     stdout: IO[str],
     routing: Routing,
-) -> ExitCode:
+) -> tuple[ExitCode, Callable[[Transcript], int] | None]:
+    """The collection of a prepared run: its exit code, and how a resume of it would answer when it
+    ends finished (nothing left to dispatch, every report written, nothing for a resume to change)."""
     store, rec = prepared.store, prepared.reconciliation
     view = RunView(
         tasks=store.rollout_index,  # rows read back when dispatched: never all in memory
@@ -452,16 +464,36 @@ def _collect_prepared(  # noqa: PLR0917
         del order  # its ints (one per rollout dispatched) are not held through the reports
     coverage = build_coverage(view, result)
     post = not_asked_after_a_stall if result.stopped_by == STALL else None
-    publish_reports(
+    health = Tee(stderr)
+    check = [] if settings.disable_health_check else [lambda: run_health_hook(paths, coverage, view, health)]
+    written = publish_reports(
         [
             lambda: store.write_coverage(coverage),
             lambda: export_metrics(settings, store, view, coverage, routing, stderr, post),
-            *([] if settings.disable_health_check else [lambda: run_health_hook(paths, coverage, view)]),
+            *check,
         ],
         result,
         stderr,
     )
-    return final_exit(settings, coverage, result, paths, stderr, stdout)
+    finished = written and prepared.repeats_quietly and result.error is None and not settings.resubmit
+    answer = None
+    if finished and not any(state.pending for state in view.states):
+        answer = resume_answer(settings, store, view, coverage, routing, health.said)
+    return final_exit(settings, coverage, result, paths, stderr, stdout), answer
+
+
+def _seal(
+    command: Invocation, raw: dict[str, Any], settings: CollectSettings, paths: RunPaths,
+    answer: Callable[[Transcript], int],
+) -> None:  # fmt: skip
+    """Seal a finished run for the resume of ``command``, last of all its writes (store/seal.py).
+
+    A seal that cannot be written is no loss: the next resume takes the full path.
+    """
+    sealed = seal(command, raw, paths, Path(settings.input_jsonl_fpath), answer)
+    if sealed is not None:
+        with contextlib.suppress(StoreError, OSError):
+            write_seal(paths, sealed)
 
 
 async def _dispatch(  # noqa: PLR0917
@@ -556,5 +588,3 @@ def saver(store: RunStore) -> Callable[[int, int, Outcome], SavedOutcome]:
         return append_omission(index, attempt, getattr(outcome, "payload", None))
 
     return save
-
-

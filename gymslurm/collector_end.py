@@ -16,6 +16,7 @@ from typing import IO, Any
 import orjson
 
 from gymslurm.collector_live import STALL
+from gymslurm.collector_seal import Transcript
 from gymslurm.collector_view import LoopResult, RunView
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
 from gymslurm.dispatch import MetricsRows, post_aggregate_metrics
@@ -82,15 +83,16 @@ def exhausted_message(coverage: Coverage, failures_path: Path) -> str | None:
     )
 
 
-def publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> None:
+def publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr: IO[str]) -> bool:
     """Publish the end-of-collection reports (coverage snapshot, metrics, health), in order.
 
     On a full disk the reports are snapshots that a resume or an aggregation rebuilds (000), so a
     report that cannot be written does not hide what matters: after a failed append, that first
     error stays the one reported; when this invocation dispatched nothing (a resume of a finished
     run) nothing new needs saving and the exit code stands, with a warning. Otherwise the disk-full
-    error names the report file and stops (exit 1, resumable).
+    error names the report file and stops (exit 1, resumable). Returns whether every report was written.
     """
+    written = True
     for step in steps:
         try:
             step()
@@ -98,6 +100,8 @@ def publish_reports(steps: list[Callable[[], None]], result: LoopResult, stderr:
             if result.error is None and result.dispatched:
                 raise
             say(stderr, f"warning: {error}")
+            written = False
+    return written
 
 
 METRICS_TIMEOUT_S = 60.0  # one POST /aggregate_metrics per server at the end of a collection
@@ -141,7 +145,7 @@ def export_metrics(  # noqa: PLR0917
     """
     basis = export_basis(settings, store, view, routing)
     if _exported(store, basis):
-        say(stderr, f"metrics unchanged since the last export ({store.paths.aggregate_metrics}): not asked")
+        say(stderr, unchanged_metrics_message(store.paths))
         return
     metrics = compute_metrics(
         view.states,
@@ -183,6 +187,10 @@ def export_metrics(  # noqa: PLR0917
         store.write_gymslurm_metrics({**body, "servers_without_metrics": silent})
     else:  # a basis stands only for answers
         store.write_gymslurm_metrics({**body, "export_basis": basis})
+
+
+def unchanged_metrics_message(paths: RunPaths) -> str:
+    return f"metrics unchanged since the last export ({paths.aggregate_metrics}): not asked"
 
 
 def _entry_of(  # noqa: PLR0917
@@ -233,13 +241,44 @@ def _exported(store: RunStore, basis: str) -> bool:
     return exported.exists() and not exported.is_symlink()
 
 
-def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView) -> None:
+def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView, stderr: IO[str]) -> None:
     """The automatic health report, inside the lock, from the states the collection ends with.
 
     ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
     rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
     """
-    after_collection(paths, coverage, selected=SelectedRun(view.states, view.run_id))
+    after_collection(paths, coverage, stderr=stderr, selected=SelectedRun(view.states, view.run_id))
+
+
+def resume_answer(  # noqa: PLR0917
+    settings: CollectSettings,
+    store: RunStore,
+    view: RunView,
+    coverage: Coverage,
+    routing: Routing,
+    health_said: Iterable[str],
+) -> Callable[[Transcript], int] | None:
+    """How a resume of this finished run would end, printed into a transcript, for its seal.
+
+    The same steps as here with nothing dispatched: the metrics export finds its basis unchanged
+    and says so, health says what it said now (the same states), and the exit follows from the same
+    coverage without this invocation's progress. None when that resume would do more than speak: a
+    server left without metrics is asked again.
+    """
+    exported = _exported(store, export_basis(settings, store, view, routing))
+    if not exported and not settings.disable_aggregation:
+        return None
+    repeat = coverage.model_copy(update={"progress_outcomes_recorded": 0})
+    said = list(health_said)
+
+    def answer(transcript: Transcript) -> int:
+        if exported:
+            say(transcript.stderr, unchanged_metrics_message(store.paths))
+        for text in said:
+            transcript.stderr.write(text)
+        return final_exit(settings, repeat, LoopResult(), store.paths, transcript.stderr, transcript.stdout)
+
+    return answer
 
 
 def final_exit(  # noqa: PLR0917

@@ -48,6 +48,8 @@ FORMATS: dict[str, Format] = {
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
+    "finished_seal": Format("the finished-run seal", "format_version", 1,
+                            "nothing to do: the next resume ignores it and writes it again"),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
     "supervision_event": Format(

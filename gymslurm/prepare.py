@@ -260,6 +260,10 @@ class Prepared:
     store: RunStore
     load_tasks: Callable[[], list[Task]]
     reconciliation: Reconciliation
+    # Whether preparing this run again with the same command would write and say nothing (no drift,
+    # no overridden identity, no torn tail; an unverified identity is not vouched for): what a
+    # finished run's seal assumes (collector_seal.py).
+    repeats_quietly: bool = False
 
 
 def build_run_identity(
@@ -529,4 +533,5 @@ def _reconciled(
     except BaseException:
         store.close()
         raise
-    return Prepared(store, load_tasks, reconciliation)
+    quietly = not writes and not repaired and store.manifest.identity_verified
+    return Prepared(store, load_tasks, reconciliation, repeats_quietly=quietly)

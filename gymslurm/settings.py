@@ -31,11 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gymslurm.errors import ConfigError
 from gymslurm.nemogym_flags import refuse_unsupported
-from gymslurm.process_env import SECRET_OVERRIDES_ENV
+from gymslurm.process_env import MAX_ATTEMPTS_ENV
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, Protocol
 from gymslurm.redaction import REDACTED, is_credential_name, learn, redact_text, redact_value
 
-MAX_ATTEMPTS_ENV = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 FROM_ENVIRONMENT = "max_rollout_attempts"  # the one setting that comes from the environment
 CONCURRENCY_ALIASES = ("num_samples_in_parallel",)
 # NeMo Gym's head server default address (nemo_gym/global_config.py: host 127.0.0.1, port 11000).
@@ -225,33 +224,6 @@ def head_server_url(block: Any) -> str | None:
 def _check_url(url: str) -> None:
     if not (url.startswith("http://") or url.startswith("https://")) or len(url) <= len("http://"):
         raise ValueError(f"{redact_text(url)!r} is not an http(s) URL: write it as http://HOST:PORT")
-
-
-
-
-def secret_overrides(environ: dict[str, str] | None = None) -> list[str]:
-    """Overrides passed in the environment (a JSON list of strings), appended after the command line's.
-
-    The channel for overrides that carry a credential: a command line is visible to every user of
-    the machine (``ps``, ``/proc/*/cmdline``), a process's environment only to its owner. The chain
-    step passes each credential-bearing override here (docs/security.md).
-    """
-    import json
-
-    env = os.environ if environ is None else environ
-    raw = env.get(SECRET_OVERRIDES_ENV)
-    if not raw:
-        return []
-    try:
-        items = json.loads(raw)
-    except ValueError:
-        items = None
-    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
-        raise ConfigError(
-            f"{SECRET_OVERRIDES_ENV} in the environment is not a JSON list of override strings; unset it "
-            'or set it like \'["+policy_api_key=..."]\''
-        )
-    return items
 
 
 def max_rollout_attempts(environ: Mapping[str, str] | None = None) -> int:

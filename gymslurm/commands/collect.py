@@ -69,12 +69,19 @@ def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return ExitCode.DONE
-    from gymslurm.collector import run_collect
-    from gymslurm.process_env import SECRET_OVERRIDES_ENV
-    from gymslurm.settings import load_settings, secret_overrides
+    from gymslurm.collector_seal import invocation, replay
+    from gymslurm.process_env import SECRET_OVERRIDES_ENV, secret_overrides
 
     config_dir, config_name, overrides = split_options(argv)
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once: no process the collector starts inherits them
+    command = invocation(overrides, config_dir, config_name, given)
+    answered = replay(command, sys.stdout, sys.stderr)  # a finished run's resume, from its seal
+    if answered is not None:
+        return answered
+
+    from gymslurm.collector import run_collect
+    from gymslurm.settings import load_settings
+
     settings, raw = load_settings([*overrides, *given], config_dir, config_name)
-    return run_collect(settings, raw, stderr=sys.stderr, stdout=sys.stdout)
+    return run_collect(settings, raw, stderr=sys.stderr, stdout=sys.stdout, command=command)

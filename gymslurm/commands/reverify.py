@@ -105,8 +105,7 @@ def main(argv: list[str]) -> int:
         )
     import os
 
-    from gymslurm.process_env import SECRET_OVERRIDES_ENV
-    from gymslurm.settings import secret_overrides
+    from gymslurm.process_env import SECRET_OVERRIDES_ENV, secret_overrides
 
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once, as collect does

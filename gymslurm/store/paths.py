@@ -30,6 +30,7 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "aggregate_coverage": "_aggregate_coverage.json",
     "health": "_health.json",
     "progress": "_progress.json",
+    "finished": "_finished.json",
     # The retired draft attempt journal of earlier development revisions (000): never written, only
     # detected (a resume and aggregation refuse it; a fresh collection replaces it).
     "attempts_journal": "_attempts.jsonl",
@@ -150,6 +151,11 @@ class RunPaths:
         return self._companion("_progress.json")
 
     @property
+    def finished(self) -> Path:
+        """The seal of a finished run (store/seal.py): what a resume that changes nothing says."""
+        return self._companion("_finished.json")
+
+    @property
     def attempts_journal(self) -> Path:
         return self._companion("_attempts.jsonl")
 
@@ -171,6 +177,7 @@ class RunPaths:
             "aggregate_coverage": self.aggregate_coverage,
             "health": self.health,
             "progress": self.progress,
+            "finished": self.finished,
             "attempts_journal": self.attempts_journal,
         }
 

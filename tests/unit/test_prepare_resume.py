@@ -17,7 +17,8 @@ import pytest
 
 from gymslurm.errors import IdentityMismatchError, ManifestError
 from gymslurm.prepare import Prepared, prepare
-from gymslurm.settings import MAX_ATTEMPTS_ENV, load_settings
+from gymslurm.process_env import MAX_ATTEMPTS_ENV
+from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths
 from tests.e2e.helpers import read_jsonl, write_tasks
 

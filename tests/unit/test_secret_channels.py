@@ -23,7 +23,7 @@ from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Signals
 from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
-from gymslurm.settings import SECRET_OVERRIDES_ENV, secret_overrides
+from gymslurm.process_env import SECRET_OVERRIDES_ENV, secret_overrides
 
 COMMAND = ["python", "-m", "gymslurm", "collect"]
 

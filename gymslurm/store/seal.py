@@ -1,0 +1,124 @@
+"""``<stem>_finished.json``: the seal a finished collection leaves for the resume that would change nothing.
+
+Written last, under the run lock, by a collection that ends with nothing left to dispatch
+(``collector_seal.py`` decides when and what it holds); read by ``gymslurm collect`` before it
+composes a configuration, asks a server or reconciles a run. It holds:
+
+- ``invocation``: the digest of the command that a resume must repeat (``collector_seal.Invocation``);
+- ``files``: the identity (device, inode, size, mtime, ctime in ns; ``null`` for an absent file) of
+  every file the resume would read: the run's files (not its lock, not this seal) and the dataset;
+- ``transcript``: what that resume prints, stream by stream, and ``exit_code``: what it exits with.
+
+Why identity and not content: a file cannot be written, replaced, truncated or appended to without
+changing its ctime, which no user call can set back (a copy gets a new inode). Reading the run again
+to check it would cost what the seal saves. A seal that does not match is ignored, never trusted in
+part; a damaged one (not JSON, another version) is ignored too: the full resume that follows
+replaces it. Imports nothing heavy on purpose: the resume of a finished run reads only this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gymslurm.formats import version_of, version_problem
+from gymslurm.store.paths import RunPaths
+
+Identity = tuple[int, int, int, int, int] | None  # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)
+NOT_SEALED = frozenset({"lock", "finished"})  # the lock is rewritten by every holder; the seal is itself
+STREAMS = ("stdout", "stderr")
+
+
+def file_identity(path: str | os.PathLike[str]) -> Identity:
+    """What a file is right now, by the kernel's account; None when it does not exist."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+def identities(paths: Iterable[Path]) -> dict[str, Identity]:
+    """The identity of each of ``paths``, by its absolute path."""
+    return {str(path): file_identity(path) for path in paths}
+
+
+def sealed_files(paths: RunPaths, dataset: Path) -> list[Path]:
+    """Every file a resume of this run reads: its own (bar the lock and the seal) and the dataset."""
+    own = [path for role, path in paths.companions().items() if role not in NOT_SEALED]
+    return [*own, dataset.expanduser().absolute()]
+
+
+@dataclass(frozen=True)
+class FinishedSeal:
+    """A finished run's answer to one repeated command (see the module docstring)."""
+
+    invocation: str
+    env_names: tuple[str, ...]  # the environment variables the invocation digest read
+    files: dict[str, Identity]
+    exit_code: int
+    transcript: tuple[tuple[str, str], ...]  # (stream, text) in the order written
+
+    def still_holds(self) -> bool:
+        """Whether every sealed file is exactly as it was sealed."""
+        return all(file_identity(path) == identity for path, identity in self.files.items())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": version_of("finished_seal"),
+            "invocation": self.invocation,
+            "env_names": list(self.env_names),
+            "files": {path: list(identity) if identity else None for path, identity in self.files.items()},
+            "exit_code": self.exit_code,
+            "transcript": [list(item) for item in self.transcript],
+        }
+
+
+def read_seal(paths: RunPaths) -> FinishedSeal | None:
+    """The run's seal, or None when there is none or it cannot be used as written (never an error)."""
+    try:
+        data = orjson.loads(paths.finished.read_bytes())
+        if type(data) is not dict or version_problem("finished_seal", data.get("format_version")):
+            return None
+        return _parsed(data)
+    except (OSError, orjson.JSONDecodeError, TypeError, ValueError):
+        return None
+
+
+def _parsed(data: dict[str, Any]) -> FinishedSeal | None:
+    invocation, names, files = data.get("invocation"), data.get("env_names"), data.get("files")
+    code, transcript = data.get("exit_code"), data.get("transcript")
+    if (
+        type(invocation) is not str
+        or type(names) is not list
+        or not all(type(name) is str for name in names)
+        or type(files) is not dict
+        or type(code) is not int
+        or type(transcript) is not list
+    ):
+        return None
+    sealed: dict[str, Identity] = {}
+    for path, identity in files.items():
+        if identity is not None and (
+            type(identity) is not list or len(identity) != 5 or not all(type(n) is int for n in identity)
+        ):
+            return None
+        sealed[path] = tuple(identity) if identity is not None else None
+    lines = []
+    for item in transcript:
+        if type(item) is not list or len(item) != 2 or item[0] not in STREAMS or type(item[1]) is not str:
+            return None
+        lines.append((item[0], item[1]))
+    return FinishedSeal(invocation, tuple(names), sealed, code, tuple(lines))
+
+
+def write_seal(paths: RunPaths, seal: FinishedSeal) -> None:
+    """Publish the seal (atomically; a link planted at its name is replaced, never followed)."""
+    from gymslurm.store.atomic import publish_json
+
+    publish_json(paths.finished, seal.to_json())
