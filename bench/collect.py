@@ -8,8 +8,10 @@ Prints, for N rollouts (default 100,000):
    time for the fresh run, with every durable reservation and saved outcome;
 3. the wall time of a whole ``gymslurm collect +resume_from_cache=true`` process on the finished run,
    against a raw *parse-and-diff* client measured in the same run (a fresh process that parses the
-   dataset and the results file and finds no rollout left to do: the least a resume can cost);
-4. the peak RSS (the collector process's own VmHWM) of the fresh collection and of its resume, and per
+   dataset and the results file and finds no rollout left to do: the least a resume can cost); it is
+   answered from the run's seal (docs/collector.md), so the same resume without the seal, the full
+   path a changed run takes, is measured too;
+4. the peak RSS (the collector process's own VmHWM) of the fresh collection and of its full resume, and per
    rollout, so that runs of several sizes (``--n 100000,300000``) show whether it stays flat;
 5. the same resume after removing the second half of the results file (re-dispatched).
 
@@ -208,10 +210,16 @@ def one_size(folder: Path, n: int, url: str, concurrency: int, skip_half: bool) 
     )
     print(f"  ratio collector / raw:     {rate / raw:10.2f}   (target >= 0.60)")
     print(f"  ratio collector / 4,000/s: {rate / 4000:10.2f}   (target >= 1.00)")
-    resume_wall, _, resume_rss = run_collect(dataset, output, url, concurrency, resume=True)
+    resume_wall, _, sealed_rss = run_collect(dataset, output, url, concurrency, resume=True)
     raw_wall = raw_resume_wall(dataset, output)
     print(f"resume, finished run:        {resume_wall:10.2f} s whole process; raw diff {raw_wall:.2f} s")
-    print(f"  ratio resume / raw diff:   {resume_wall / raw_wall:10.2f}   (target <= 1.20)")
+    print(f"  ratio resume / raw diff:   {resume_wall / raw_wall:10.2f}   (target <= 1.20; from the seal)")
+    output.with_name(output.stem + "_finished.json").unlink()  # the full path: what a changed run costs
+    full_wall, _, resume_rss = run_collect(dataset, output, url, concurrency, resume=True)
+    print(
+        f"  without the seal (full):   {full_wall:10.2f} s, {full_wall / raw_wall:.2f}x the raw diff "
+        f"(peak RSS {resume_rss:,.0f} MB; from the seal {sealed_rss:,.0f} MB)"
+    )
     for name, rss, limit in (("fresh", fresh_rss, 500), ("resume", resume_rss, 300)):
         print(
             f"peak RSS, {name:6}:          {rss:10,.0f} MB  ({rss * 2**20 / n:,.0f} bytes/rollout; "

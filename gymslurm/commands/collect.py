@@ -70,7 +70,8 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return ExitCode.DONE
     from gymslurm.collector_seal import invocation, replay
-    from gymslurm.process_env import SECRET_OVERRIDES_ENV, secret_overrides
+    from gymslurm.commands.overrides import secret_overrides
+    from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
     config_dir, config_name, overrides = split_options(argv)
     given = secret_overrides()

@@ -105,7 +105,8 @@ def main(argv: list[str]) -> int:
         )
     import os
 
-    from gymslurm.process_env import SECRET_OVERRIDES_ENV, secret_overrides
+    from gymslurm.commands.overrides import secret_overrides
+    from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once, as collect does

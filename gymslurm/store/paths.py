@@ -206,3 +206,19 @@ def file_size(path: os.PathLike[str]) -> int:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0
+
+
+Identity = tuple[int, int, int, int, int] | None  # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)
+
+
+def file_identity(path: str | os.PathLike[str]) -> Identity:
+    """What a file is right now, by the kernel's account; None when it does not exist.
+
+    Every write, replacement, truncation or append changes it (the ctime, which no user call can set
+    back; a replaced file has a new inode), so two equal identities are one unchanged file.
+    """
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)

@@ -18,7 +18,6 @@ replaces it. Imports nothing heavy on purpose: the resume of a finished run read
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,20 +26,10 @@ from typing import Any
 import orjson
 
 from gymslurm.formats import version_of, version_problem
-from gymslurm.store.paths import RunPaths
+from gymslurm.store.paths import Identity, RunPaths, file_identity
 
-Identity = tuple[int, int, int, int, int] | None  # (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)
 NOT_SEALED = frozenset({"lock", "finished"})  # the lock is rewritten by every holder; the seal is itself
 STREAMS = ("stdout", "stderr")
-
-
-def file_identity(path: str | os.PathLike[str]) -> Identity:
-    """What a file is right now, by the kernel's account; None when it does not exist."""
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
 def identities(paths: Iterable[Path]) -> dict[str, Identity]:

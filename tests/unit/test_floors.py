@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("the run's files", ["gymslurm.store", "gymslurm.store.*"]),
     ("reading and preparing runs", [
         "gymslurm.prepare", "gymslurm.health", "gymslurm.outcomes", "gymslurm.collector_watch",
-        "gymslurm.collector_view", "gymslurm.shard_inputs",
+        "gymslurm.collector_view", "gymslurm.shard_inputs", "gymslurm.collector_seal",
     ]),
     ("aggregation and the collector's watch", ["gymslurm.aggregate", "gymslurm.collector_live"]),
     ("after a collection; re-grading", ["gymslurm.collector_end", "gymslurm.reverify", "gymslurm.recovery"]),

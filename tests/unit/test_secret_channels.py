@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.overrides import secret_overrides
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.collector_process import child_environment, run_collector, split_command
@@ -23,7 +24,7 @@ from gymslurm.launcher.job.environment import withheld_variables
 from gymslurm.launcher.job.heartbeat import Signals
 from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
-from gymslurm.process_env import SECRET_OVERRIDES_ENV, secret_overrides
+from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
 COMMAND = ["python", "-m", "gymslurm", "collect"]
 

@@ -99,5 +99,6 @@ def test_every_written_format_is_in_the_table() -> None:
     """The formats docs/formats.md versions are exactly the gate's table."""
     assert sorted(FORMATS) == sorted(
         ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
-         "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards", "run_summary"]
+         "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards", "run_summary",
+         "finished_seal"]
     )  # fmt: skip
