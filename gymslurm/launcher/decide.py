@@ -90,7 +90,7 @@ class Progress:
     failed: int = 0
     intentionally_omitted: int = 0
     progress_outcomes_recorded: int = 0
-    written_at: str = ""
+    snapshot: str = ""  # which coverage file this is: its identity, new with every publish
 
     @property
     def outcomes(self) -> int:
@@ -216,7 +216,7 @@ def made_progress(before: Progress | None, after: Progress | None) -> bool:
     """Whether a fresh coverage snapshot shows outcomes this invocation saved."""
     if after is None:
         return False
-    if before is not None and after.written_at and after.written_at == before.written_at:
+    if before is not None and after.snapshot and after.snapshot == before.snapshot:
         return False  # the collector never rewrote its coverage: nothing new is known
     if after.progress_outcomes_recorded > 0:
         return True

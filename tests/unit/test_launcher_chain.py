@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.launcher.decide import made_progress
 from gymslurm.launcher.job.aggregation import aggregate_argv
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset
 from gymslurm.launcher.job.collector_process import collector_argv
@@ -69,6 +70,22 @@ def test_read_progress_from_coverage(tmp_path: Path) -> None:
     write_coverage(RunPaths.for_output(output), coverage)  # the collector's own writer and format
     progress = read_progress(output)
     assert progress is not None and (progress.outcomes, progress.progress_outcomes_recorded) == (7, 3)
+
+
+def test_a_coverage_rewritten_within_the_same_second_is_a_new_snapshot(tmp_path: Path) -> None:
+    """Two links a moment apart: the second's coverage (same ``written_at`` second) is still its own.
+
+    Found as a flake of the local chain test under load: progress was judged by ``written_at``, to the
+    second, so a link whose collector wrote its coverage in the second of the one before spent a retry.
+    """
+    output = tmp_path / "rollouts.jsonl"
+    coverage = standin_coverage(4, progress=3, complete=False)
+    write_coverage(RunPaths.for_output(output), coverage)
+    before = read_progress(output)
+    write_coverage(RunPaths.for_output(output), coverage)  # the same written_at, a new file
+    after = read_progress(output)
+    assert made_progress(before, after)
+    assert not made_progress(after, read_progress(output))  # not rewritten since: nothing new
 
 
 def test_coverage_of_another_version_is_no_progress(

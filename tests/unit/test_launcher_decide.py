@@ -20,10 +20,10 @@ from gymslurm.launcher.decide import (
     start_gate,
 )
 
-BEFORE = Progress(successful=3, failed=1, written_at="t0")
-GREW = Progress(successful=5, failed=1, written_at="t1")
-SAME = Progress(successful=3, failed=1, written_at="t1")
-FLAGGED = Progress(successful=3, failed=1, progress_outcomes_recorded=2, written_at="t1")
+BEFORE = Progress(successful=3, failed=1, snapshot="t0")
+GREW = Progress(successful=5, failed=1, snapshot="t1")
+SAME = Progress(successful=3, failed=1, snapshot="t1")
+FLAGGED = Progress(successful=3, failed=1, progress_outcomes_recorded=2, snapshot="t1")
 LIMITS = Limits(infra_retry_limit=2, max_walltime_s=3600)
 
 # (name, end, budgets before, decision, retries used after)

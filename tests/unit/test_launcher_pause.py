@@ -24,7 +24,7 @@ from gymslurm.launcher.views.status import verdict
 from gymslurm.launcher.wait import wait_outcome
 
 SPENT = Budgets(jobs=3, walltime_s=100.0, infra_retries_used=1, links_without_progress=2)
-NOTHING_NEW = Progress(successful=4, written_at="t1")
+NOTHING_NEW = Progress(successful=4, snapshot="t1")
 
 
 def _row(job: str, state: str) -> QueueRow:

@@ -13,7 +13,7 @@ from gymslurm.errors import StoreError
 from gymslurm.launcher.decide import CollectorLife, Progress
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.store import live
-from gymslurm.store.paths import RunPaths
+from gymslurm.store.paths import RunPaths, file_identity
 
 if TYPE_CHECKING:
     from gymslurm.coverage import Coverage
@@ -35,13 +35,14 @@ def saved_coverage(output: Path) -> Coverage | None:
 
 def read_progress(output: Path) -> Progress | None:
     """The progress counts of the collector's coverage file, or None when it has none yet."""
+    snapshot = file_identity(RunPaths.for_output(output).coverage)  # before reading: never newer than it
     coverage = saved_coverage(output)
     if coverage is None:
         return None
     return Progress(
         successful=coverage.successful, failed=coverage.failed,
         intentionally_omitted=coverage.intentionally_omitted,
-        progress_outcomes_recorded=coverage.progress_outcomes_recorded, written_at=coverage.written_at,
+        progress_outcomes_recorded=coverage.progress_outcomes_recorded, snapshot=repr(snapshot),
     )  # fmt: skip
 
 
