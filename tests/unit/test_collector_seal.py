@@ -202,3 +202,12 @@ def test_a_seal_that_cannot_be_used_is_ignored_not_refused(tmp_path: Path, conte
     paths = RunPaths.for_output(tmp_path / "out.jsonl")
     paths.finished.write_bytes(content)
     assert read_seal(paths) is None
+
+
+def test_a_seal_is_never_read_through_a_link(tmp_path: Path) -> None:
+    """A link planted at the seal's name is no answer, even to a valid seal elsewhere."""
+    paths, _ = sealed(tmp_path)
+    elsewhere = tmp_path / "planted.json"
+    paths.finished.rename(elsewhere)
+    paths.finished.symlink_to(elsewhere)
+    assert read_seal(paths) is None
