@@ -1,4 +1,4 @@
-"""The collection loop: lock → validate/prepare → reconcile → reserve → dispatch → save → coverage → exit.
+"""The collection: lock → prepare → reconcile → reserve → dispatch → save → coverage → exit → seal.
 
 This module ties the pieces together and owns no format of its own (docs/architecture.md):
 settings.py (typed configuration), tasks.py (materialization), identity.py (what a run measured),
@@ -17,6 +17,8 @@ Order matters and is the point of this module (spec 000):
    reading 7) as new reservations, until their budget is spent.
 5. SIGTERM / SIGINT / SIGUSR1 stop dispatch at once and cancel in-flight requests; coverage is
    written and the lock released; the exit code comes from ``completion_exit_code``.
+6. A collection that ends finished seals the run last (collector_seal.py): the same command's resume
+   is then answered from the seal, without this module.
 
 Hot-path trade-offs: the loop keeps per-rollout state in plain lists (no pydantic per rollout);
 progress is a handful of integer counters sampled by a ticker; outcomes are saved synchronously
