@@ -65,6 +65,20 @@ def test_the_seal_answers_as_the_full_resume_does(
     assert "exit " in full[2]
 
 
+def test_a_folder_others_can_write_is_warned_about_from_the_seal_too(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The folder's mode is not sealed: its warning comes first from the seal as from the full path."""
+    server = start_demo_server("--accuracy", "1.0")
+    output = finished_run(server.url, tmp_path)
+    output.parent.chmod(0o777)
+    from_seal = said(collect(tmp_path / "tasks.jsonl", output, server.url, RESUME))
+    companion(output, "_finished.json").unlink()
+    full = said(collect(tmp_path / "tasks.jsonl", output, server.url, RESUME))
+    assert from_seal == full
+    assert "is writable by other users" in full[2].splitlines()[0]
+
+
 def test_a_finished_run_resumes_without_its_server(
     start_demo_server: Callable[..., Any], tmp_path: Path
 ) -> None:
