@@ -120,3 +120,25 @@ def test_every_json_companion_is_read_by_the_one_reader(
     with pytest.raises(ManifestError) as raised:
         read(paths)
     assert str(path) in str(raised.value) and says in str(raised.value)
+
+
+BLOB = (b"t0t1t2", [0, 2, 4, 6])  # three ids, as the store's RolloutIndex holds them
+
+
+@pytest.mark.parametrize(
+    ("rollout_id", "guesses", "found"),
+    [
+        ("t1", (1,), 1),  # a right guess
+        ("t1", (0, 2, 1), 1),  # wrong guesses cost a comparison each
+        ("t1", (5, -1, None, True, "1"), 11),  # out of range, not an int (a bool is not): looked up
+        ("t2", (), 12),  # no guess: looked up
+        ("nope", (0, 1, 2), None),  # no guess is ever taken on trust
+        (3, (0,), None),  # not a string
+    ],
+)
+def test_a_rollout_guess_is_confirmed_by_its_ids_bytes(rollout_id: object, guesses: tuple[object, ...],
+                                                       found: int | None) -> None:  # fmt: skip
+    """The readers guess a row's rollout (its task index, the one after the row before) and check the guess
+    against the id's bytes; anything else is looked up (here a lookup answers 10 + the index)."""
+    keys = RolloutKeys({"t0": 10, "t1": 11, "t2": 12}, dict, BLOB)
+    assert keys.find(rollout_id, *guesses) == found
