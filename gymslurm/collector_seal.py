@@ -12,13 +12,15 @@ the run; anything else takes the full path, which seals again when it ends finis
 
 The command's digest (:meth:`Invocation.digest`) covers all a resume's answer depends on besides
 the run's files: the overrides (NeMo Gym's flags translated; ``resume_from_cache`` left out, since
-the collection that seals is often the fresh one), ``--config-dir``/``--config-name``, the working
-directory, the *names* of the overrides given in ``GYMSLURM_COLLECT_OVERRIDES`` (credentials: their
-values cannot change which rollouts are done, and no digest of a secret is written), the
-environment variables the configuration reads (``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` and each
-``${oc.env:NAME}``, one named like a credential by presence only), and the identity of every
-config file Hydra may read and of gymslurm's own code. Left out on purpose: the Environment
-Servers. A finished run sends them nothing, so a resume of it needs none of them up.
+the collection that seals is often the fresh one), those given in ``GYMSLURM_COLLECT_OVERRIDES``
+after them (a chain's link passes all of its collector's there), ``--config-dir``/``--config-name``,
+the working directory, the environment variables the configuration reads
+(``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` and each ``${oc.env:NAME}``), and the identity of every config
+file Hydra may read and of gymslurm's own code. A credential enters by presence only (a
+credential-named override or variable; a password or token inside a value is cut out by its
+shape): it cannot change which rollouts are done, and no digest of a secret is written. Left out
+on purpose: the Environment Servers. A finished run sends them nothing, so a resume of it needs none
+of them up.
 
 Not sealed (the full path runs each time): a configuration whose interpolations read anything but
 the environment and itself, a config folder that extends Hydra's search path, ``resubmit``, a run
@@ -70,7 +72,6 @@ class Invocation:
     config_dir: Path | None
     config_name: str
     cwd: str
-    secret_names: tuple[str, ...]  # the keys of the overrides given in the environment, never values
 
     def last(self, key: str) -> str | None:
         """The value of the last override of ``key``, as written."""
@@ -82,13 +83,7 @@ class Invocation:
         return found
 
     def resumed_run(self) -> RunPaths | None:
-        """The run a resuming command names on its command line as a plain path; else None.
-
-        Only a resume is answered from a seal; the environment's overrides come last, so one of
-        these two keys there leaves the command line's word open.
-        """
-        if RESUME_KEY in self.secret_names or OUTPUT_KEY in self.secret_names:
-            return None
+        """The run a resuming command names in its overrides as a plain path; else None."""
         value = self.last(OUTPUT_KEY)
         if self.last(RESUME_KEY) != "true" or not value or not _PLAIN_VALUE.fullmatch(value):
             return None
@@ -104,7 +99,6 @@ class Invocation:
             str(self.config_dir.expanduser().absolute()) if self.config_dir else None,
             self.config_name,
             self.cwd,
-            sorted(self.secret_names),
             [[name, environment_value(name, environ)] for name in sorted(set(env_names))],
             sorted(identities(files).items()),
         ]
@@ -112,11 +106,23 @@ class Invocation:
 
 
 def invocation(
-    overrides: list[str], config_dir: Path | None, config_name: str, secret_overrides: list[str]
+    overrides: list[str], config_dir: Path | None, config_name: str, environment_overrides: list[str]
 ) -> Invocation:
-    """The command being run (``secret_overrides``: those given in the environment; only keys kept)."""
-    names = tuple(sorted({(override_key(item) or (item,))[0] for item in secret_overrides}))
-    return Invocation(tuple(overrides), config_dir, config_name, os.getcwd(), names)
+    """The command being run: its overrides, then the environment's, each with its credentials masked."""
+    given = (*overrides, *environment_overrides)
+    return Invocation(tuple(map(masked, given)), config_dir, config_name, os.getcwd())
+
+
+def masked(item: str) -> str:
+    """An override as a seal keeps it: a credential-named key's value by presence, any other value
+    with credential shapes (a URL's password, a bearer token) cut out. Pure: learns nothing, so the
+    collection that seals and the resume that reads it mask alike."""
+    from gymslurm.redaction import REDACTED, is_credential_name, redact_shapes
+
+    pair = override_key(item)
+    if pair is not None and is_credential_name(pair[0].rsplit(".", 1)[-1]):
+        return f"{pair[0]}={REDACTED}"
+    return redact_shapes(item)
 
 
 def environment_value(name: str, environ: Mapping[str, str]) -> str | bool | None:

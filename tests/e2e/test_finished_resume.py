@@ -7,6 +7,7 @@ Real processes: the demo Environment Server and ``gymslurm collect`` as subproce
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import collect, companion, write_tasks
+from tests.e2e.helpers import collect, companion, gymslurm, write_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -89,6 +90,28 @@ def test_a_finished_run_resumes_without_its_server(
     done = collect(tmp_path / "tasks.jsonl", output, server.url, RESUME)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1] == "gymslurm collect: exit 0: complete"
+
+
+def test_a_links_resume_is_answered_from_the_seal(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A chain's link gives its collector every override in GYMSLURM_COLLECT_OVERRIDES, a URL with a
+    password among them: its finished shard is sealed and resumed without the server all the same,
+    the password kept out of the seal."""
+    server = start_demo_server("--accuracy", "1.0")
+    dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}])
+    output = tmp_path / "run" / "out.jsonl"
+    url = server.url.replace("http://", "http://bench:pw-CANARY7@")  # a password inside a value
+    overrides = [f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", RESUME,
+                 f"+environment_server_url={url}", "+require_complete=true"]  # fmt: skip
+    env = {"GYMSLURM_COLLECT_OVERRIDES": json.dumps(overrides)}
+    first = gymslurm("collect", env=env)
+    assert first.returncode == 0, first.stderr
+    server.stop()
+    again = gymslurm("collect", env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines()[-1] == "gymslurm collect: exit 0: complete"
+    assert "CANARY7" not in companion(output, "_finished.json").read_text()
 
 
 def _touch_dataset(output: Path) -> None:

@@ -13,34 +13,32 @@ from gymslurm.store.paths import RunPaths, file_identity
 from gymslurm.store.seal import FinishedSeal, read_seal, write_seal
 
 
-def command(*overrides: str, cwd: str = "/work", secret: tuple[str, ...] = ()) -> Invocation:
-    return Invocation(tuple(overrides), None, "collect", cwd, secret)
+def command(*overrides: str, cwd: str = "/work") -> Invocation:
+    return Invocation(tuple(overrides), None, "collect", cwd)
 
 
 RESUME, OUT = "+resume_from_cache=true", "+output_jsonl_fpath=runs/out.jsonl"
 
 
 @pytest.mark.parametrize(
-    ("overrides", "secret", "answered"),
+    ("overrides", "answered"),
     [
-        ((RESUME, OUT), (), True),
-        (("resume_from_cache=true", "++output_jsonl_fpath=runs/out.jsonl"), (), True),
-        ((OUT,), (), False),  # a fresh collection replaces the run: never answered from a seal
-        (("+resume_from_cache=false", OUT), (), False),
-        (("+resume_from_cache=True", OUT), (), False),  # Hydra's other spellings take the full path
-        ((RESUME, OUT, "+resume_from_cache=false"), (), False),  # the last word counts
-        ((RESUME,), (), False),  # the output comes from a config file: unknown here
-        ((RESUME, "+output_jsonl_fpath=${oc.env:OUT}"), (), False),
-        ((RESUME, "+output_jsonl_fpath='runs/a b.jsonl'"), (), False),
-        ((RESUME, OUT), ("+output_jsonl_fpath",), False),  # the environment's overrides come last
-        ((RESUME, OUT), ("resume_from_cache",), False),
+        ((RESUME, OUT), True),
+        (("resume_from_cache=true", "++output_jsonl_fpath=runs/out.jsonl"), True),
+        ((OUT,), False),  # a fresh collection replaces the run: never answered from a seal
+        (("+resume_from_cache=false", OUT), False),
+        (("+resume_from_cache=True", OUT), False),  # Hydra's other spellings take the full path
+        ((RESUME, OUT, "+resume_from_cache=false"), False),  # the last word counts
+        ((RESUME,), False),  # the output comes from a config file: unknown here
+        ((RESUME, "+output_jsonl_fpath=${oc.env:OUT}"), False),
+        ((RESUME, "+output_jsonl_fpath='runs/a b.jsonl'"), False),
     ],
 )
 def test_only_a_resume_naming_a_plain_output_is_answered_from_a_seal(
-    overrides: tuple[str, ...], secret: tuple[str, ...], answered: bool
+    overrides: tuple[str, ...], answered: bool
 ) -> None:
-    """A seal answers a resume whose command line names its output as a plain path, nothing else."""
-    found = command(*overrides, secret=tuple(name.lstrip("+") for name in secret)).resumed_run()
+    """A seal answers a resume whose overrides name its output as a plain path, nothing else."""
+    found = command(*overrides).resumed_run()
     assert (found is not None) is answered
     if answered:
         assert found == RunPaths.for_output("/work/runs/out.jsonl")
@@ -56,12 +54,17 @@ def test_the_output_is_found_beside_the_working_directory_or_home() -> None:
     )
 
 
+def test_the_environments_overrides_count_after_the_command_lines() -> None:
+    """A chain's link passes all of its collector's overrides in the environment: they are the command."""
+    assert invocation([], None, "collect", [RESUME, OUT]).resumed_run() is not None
+    assert invocation([RESUME, OUT], None, "collect", ["+resume_from_cache=false"]).resumed_run() is None
+
+
 def digest(
-    overrides: tuple[str, ...] = (RESUME, OUT), env: dict[str, str] | None = None, **parts: object
+    overrides: tuple[str, ...] = (RESUME, OUT), env: dict[str, str] | None = None, cwd: str = "/work"
 ) -> str:
-    base = {"cwd": "/work", "secret": ()}
-    base.update(parts)
-    made = command(*overrides, cwd=str(base["cwd"]), secret=tuple(base["secret"]))  # type: ignore[arg-type]
+    made = invocation(list(overrides), None, "collect", [])
+    made = Invocation(made.overrides, None, "collect", cwd)
     found = made.digest(env or {}, (MAX_ATTEMPTS_ENV, "DATA", "POLICY_API_KEY"))
     assert found is not None
     return found
@@ -75,7 +78,7 @@ def digest(
         ({"overrides": (RESUME, OUT, "+limit=1", "+limit=2")}, False),  # the same overrides, in an order
         ({"overrides": (RESUME, OUT, "+require_complete=true")}, False),
         ({"cwd": "/elsewhere"}, False),
-        ({"secret": ("policy_api_key",)}, False),  # which keys the environment overrides, not their values
+        ({"overrides": (RESUME, OUT, "+policy_api_key=sk-1")}, False),  # a credential given or not...
         ({"env": {MAX_ATTEMPTS_ENV: "5"}}, False),
         ({"env": {"DATA": "/other"}}, False),  # a ${oc.env:DATA} the configuration reads
         ({"env": {"UNREAD": "x"}}, True),  # a variable the configuration does not read
@@ -92,15 +95,33 @@ def test_the_order_of_overrides_is_in_the_digest() -> None:
     assert digest((RESUME, OUT, "+limit=1", "+limit=2")) != digest((RESUME, OUT, "+limit=2", "+limit=1"))
 
 
-def test_a_credentials_value_is_not_in_the_digest() -> None:
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"env": {"POLICY_API_KEY": "sk-1"}}, {"env": {"POLICY_API_KEY": "sk-2"}}),
+        (
+            {"overrides": (RESUME, OUT, "+policy_api_key=sk-1")},
+            {"overrides": (RESUME, OUT, "+policy_api_key=sk-2")},
+        ),
+        (
+            {"overrides": (RESUME, OUT, "+head_server.auth_token=a1")},
+            {"overrides": (RESUME, OUT, "+head_server.auth_token=b2")},
+        ),
+        (
+            {"overrides": (RESUME, OUT, "+environment_server_url=http://u:pw-1@h:1")},
+            {"overrides": (RESUME, OUT, "+environment_server_url=http://u:pw-2@h:1")},
+        ),
+    ],
+)
+def test_a_credentials_value_is_not_in_the_digest(one: dict[str, object], other: dict[str, object]) -> None:
     """A credential counts by presence only: its value changes no rollout and no digest of it is written."""
-    assert digest(env={"POLICY_API_KEY": "sk-1"}) == digest(env={"POLICY_API_KEY": "sk-2"})
+    assert digest(**one) == digest(**other)  # type: ignore[arg-type]
 
 
 def test_the_digest_follows_the_config_files(tmp_path: Path) -> None:
     """A config file in --config-dir changed, added or removed changes the digest."""
     (tmp_path / "bench.yaml").write_text("defaults: [collect, _self_]\n")
-    made = Invocation((RESUME, OUT), tmp_path, "bench", "/work", ())
+    made = Invocation((RESUME, OUT), tmp_path, "bench", "/work")
     before = made.digest({}, ())
     (tmp_path / "bench.yaml").write_text("defaults: [collect, _self_]\nlimit: 3\n")
     assert made.digest({}, ()) != before
@@ -109,11 +130,11 @@ def test_the_digest_follows_the_config_files(tmp_path: Path) -> None:
     assert made.digest({}, ()) != changed
 
 
-def test_a_secret_overrides_value_is_kept_out_of_the_command() -> None:
-    """Only the keys of the environment's overrides are kept, never their values."""
-    made = invocation([RESUME, OUT], None, "collect", ["+policy_api_key=sk-CANARY", "++head_token=t"])
-    assert made.secret_names == ("head_token", "policy_api_key")
+def test_no_credential_is_kept_in_the_command() -> None:
+    """A credential-named override keeps its key only; a password inside a URL is cut out."""
+    made = invocation([RESUME, OUT], None, "collect", ["+policy_api_key=sk-CANARY1", "+u=http://a:CANARY2@h"])
     assert "CANARY" not in repr(made)
+    assert made.last("u") is not None and made.last("policy_api_key") is not None
 
 
 @pytest.mark.parametrize(
