@@ -260,14 +260,16 @@ def seal(
 def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
     """Answer a resume from the run's seal when it still holds (printing what it recorded); else None.
 
-    Under the run lock, as the full resume would be: a lock held elsewhere, or any error, leaves the
-    answer to the full path, which reports it in its own words.
+    Decided under the run lock, as the full resume would be: a lock held elsewhere, or any error,
+    leaves the answer to the full path, which reports it in its own words. Printed once decided (a
+    stream that fails then fails as the full path's would, never making it run too).
     """
     paths = command.resumed_run()
     if paths is None or not paths.finished.exists():
         return None
     from gymslurm.errors import GymslurmError
     from gymslurm.store.lock import RunLock
+    from gymslurm.store.paths import others_writable_warning
 
     try:
         with RunLock(paths.lock):
@@ -276,21 +278,15 @@ def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
                 return None
             if not found.still_holds():
                 return None
-            _warn_if_others_write(paths, stderr)
-            for stream, text in found.transcript:
-                (stdout if stream == "stdout" else stderr).write(text)
-            stdout.flush()
-            stderr.flush()
-            return found.exit_code
+        warning = others_writable_warning(paths.folder, paths.folder.stat().st_mode)
     except (GymslurmError, OSError):
         return None
-
-
-def _warn_if_others_write(paths: RunPaths, stderr: IO[str]) -> None:
-    """The full path's first warning, said the same way (the folder's mode is not sealed)."""
-    from gymslurm.store.paths import others_writable_warning
-
-    if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
+    if warning:  # the full path's first line, said the same way (the folder's mode is not sealed)
         from gymslurm.progress import say
 
         say(stderr, f"warning: {warning}")
+    for stream, text in found.transcript:
+        (stdout if stream == "stdout" else stderr).write(text)
+    stdout.flush()
+    stderr.flush()
+    return found.exit_code
