@@ -46,6 +46,8 @@ from gymslurm.store.paths import RunPaths
 from gymslurm.store.seal import FinishedSeal, identities, read_seal
 
 RESUME_KEY, OUTPUT_KEY = "resume_from_cache", "output_jsonl_fpath"
+# The one line a replay adds to what the full path says: where the answer came from.
+SAID_FROM_SEAL = "gymslurm collect: the run is finished and unchanged since: answered from its seal"
 MAX_CONFIG_FILES = 500  # a --config-dir holding more than this is not walked for a seal
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./~@%+-]+")  # an override value Hydra reads as the string itself
 _RESOLVER = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*:")  # ${resolver:...}
@@ -262,7 +264,9 @@ def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
 
     Decided under the run lock, as the full resume would be: a lock held elsewhere, or any error,
     leaves the answer to the full path, which reports it in its own words. Printed once decided (a
-    stream that fails then fails as the full path's would, never making it run too).
+    stream that fails then fails as the full path's would, never making it run too), with one line
+    more than the full path says: that the answer is the seal's (a job log shows why no server was
+    asked).
     """
     paths = command.resumed_run()
     if paths is None or not paths.finished.exists():
@@ -285,6 +289,7 @@ def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
         from gymslurm.progress import say
 
         say(stderr, f"warning: {warning}")
+    print(f"{SAID_FROM_SEAL} {paths.finished} (no server was asked)", file=stderr)
     for stream, text in found.transcript:
         (stdout if stream == "stdout" else stderr).write(text)
     stdout.flush()

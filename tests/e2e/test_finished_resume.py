@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gymslurm.collector_seal import SAID_FROM_SEAL
 from tests.e2e.helpers import collect, companion, gymslurm, write_tasks
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +29,17 @@ MIXED = [{}, {"_demo_fault": "terminal"}, {"_demo_fault": "omit"}, {"_demo_fault
 
 
 def said(done: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
-    return done.returncode, done.stdout, done.stderr
+    """Exit status and both streams, without the one line a replay adds (where its answer came from)."""
+    lines = done.stderr.splitlines(keepends=True)
+    return (
+        done.returncode,
+        done.stdout,
+        "".join(line for line in lines if not line.startswith(SAID_FROM_SEAL)),
+    )
+
+
+def from_seal(done: subprocess.CompletedProcess[str]) -> bool:
+    return SAID_FROM_SEAL in done.stderr
 
 
 def finished_run(
@@ -58,12 +69,13 @@ def test_the_seal_answers_as_the_full_resume_does(
     server = start_demo_server("--accuracy", "1.0")
     output = finished_run(server.url, tmp_path, *overrides, tasks=MIXED)
     dataset, seal = tmp_path / "tasks.jsonl", companion(output, "_finished.json")
-    from_seal = said(collect(dataset, output, server.url, *overrides, RESUME))
+    sealed = collect(dataset, output, server.url, *overrides, RESUME)
     seal.unlink()
-    full = said(collect(dataset, output, server.url, *overrides, RESUME))
+    full = collect(dataset, output, server.url, *overrides, RESUME)
     assert seal.exists()  # the full resume sealed the run again
-    assert from_seal == full
-    assert "exit " in full[2]
+    assert from_seal(sealed) and not from_seal(full)
+    assert said(sealed) == said(full)
+    assert "exit " in full.stderr
 
 
 def test_a_folder_others_can_write_is_warned_about_from_the_seal_too(
@@ -73,11 +85,11 @@ def test_a_folder_others_can_write_is_warned_about_from_the_seal_too(
     server = start_demo_server("--accuracy", "1.0")
     output = finished_run(server.url, tmp_path)
     output.parent.chmod(0o777)
-    from_seal = said(collect(tmp_path / "tasks.jsonl", output, server.url, RESUME))
+    sealed = collect(tmp_path / "tasks.jsonl", output, server.url, RESUME)
     companion(output, "_finished.json").unlink()
-    full = said(collect(tmp_path / "tasks.jsonl", output, server.url, RESUME))
-    assert from_seal == full
-    assert "is writable by other users" in full[2].splitlines()[0]
+    full = collect(tmp_path / "tasks.jsonl", output, server.url, RESUME)
+    assert from_seal(sealed) and said(sealed) == said(full)
+    assert "is writable by other users" in sealed.stderr.splitlines()[0]
 
 
 def test_a_finished_run_resumes_without_its_server(
@@ -89,6 +101,7 @@ def test_a_finished_run_resumes_without_its_server(
     server.stop()
     done = collect(tmp_path / "tasks.jsonl", output, server.url, RESUME)
     assert done.returncode == 0, done.stderr
+    assert from_seal(done)
     assert done.stderr.splitlines()[-1] == "gymslurm collect: exit 0: complete"
 
 
