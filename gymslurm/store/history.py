@@ -47,6 +47,7 @@ from gymslurm.selection import (
     kept_timeout_answer,
     plain,
 )
+from gymslurm.store.inputs import id_is_at
 from gymslurm.store.jsonl import TailReport, iter_records, malformed, max_line_bytes, over_the_line_limit
 from gymslurm.store.paths import RunPaths
 
@@ -103,22 +104,16 @@ class RolloutKeys:
         self._by_task_cache: Mapping[tuple[int, int], int] | None = None
 
     def find(self, rollout_id: Any, *guesses: Any) -> int | None:
-        """The index of ``rollout_id``: tried first at each of ``guesses`` (one byte comparison each),
-        then looked up. A guess is only ever confirmed by the id's bytes, so a wrong one costs a slice.
+        """The index of ``rollout_id``: tried first at each of ``guesses`` (:func:`id_is_at`), then
+        looked up.
 
         The failure sidecar is read through it: its rows are far apart in rollout order (a lookup by
         id each, and the lookup's sorted index built once, were half of a 1M reconcile's failure read),
         but a rollout's index is most often its task index (no repeats) or next to the row before."""
         blob, ends = self.id_bytes
-        if type(rollout_id) is str:
-            encoded, known = rollout_id.encode(), len(ends) - 1
-            for guess in guesses:
-                if (
-                    type(guess) is int
-                    and 0 <= guess < known
-                    and blob[ends[guess] : ends[guess + 1]] == encoded
-                ):
-                    return guess
+        for guess in guesses:
+            if id_is_at(blob, ends, guess, rollout_id):
+                return guess
         return self.index_of.get(rollout_id)
 
     def legacy_index(self, row: Mapping[str, Any]) -> int | None:

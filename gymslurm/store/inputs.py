@@ -139,6 +139,17 @@ class RolloutLookup:
         return len(self._index)
 
 
+def id_is_at(blob: bytes | bytearray, ends: Sequence[int], index: object, rollout_id: object) -> bool:
+    """Whether rollout ``index`` of the ids ``blob``/``ends`` (see :class:`RolloutIndex`) is ``rollout_id``:
+    one slice compared, so a reader may guess an index and never take a wrong guess on trust."""
+    return (
+        type(index) is int
+        and 0 <= index < len(ends) - 1
+        and type(rollout_id) is str
+        and blob[ends[index] : ends[index + 1]] == rollout_id.encode()
+    )
+
+
 class RolloutIndex:
     """Rollout ids by index, id → index, and where each rollout's row sits in the file. No dict.
 
@@ -214,12 +225,7 @@ class RolloutIndex:
 
     def is_at(self, index: int, rollout_id: object) -> bool:
         """Whether rollout ``index`` has this id (the readers' cheap guess before :meth:`find`)."""
-        ends = self.ends
-        return (
-            0 <= index < len(ends) - 1
-            and type(rollout_id) is str
-            and self.blob[ends[index] : ends[index + 1]] == rollout_id.encode()
-        )
+        return id_is_at(self.blob, self.ends, index, rollout_id)
 
     def _sort(self) -> tuple[array[int], array[int]]:
         hashes = self.hashes
