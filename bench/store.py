@@ -7,8 +7,10 @@ tenth first gets a reserved, failed execution. The cost of reserve+append must s
 (reservation is O(1)); it is sampled on each filled run in interleaved rounds, so that the load of a
 shared machine hits every size alike. The largest run is reconciled in a fresh subprocess and, in
 another, the same outcome files are parsed bare (``orjson.loads`` of every line), alternating, fastest
-of each kept; then again with larger result rows. Targets, measured in this run: reconcile <= 1.5x bare
-parse (issue 17; 2x before); peak RSS of the reconciling process < 500 MB.
+of each kept; then again with larger result rows. Each reconcile is measured twice: as the run's
+writer left it (its outcome index covers every row: store/outcome_index.py) and with the index moved
+aside (every row parsed, as after a writer killed before its first save). Targets, measured in this
+run: reconcile <= 1.5x bare parse (issue 17; 2x before); peak RSS of the reconciling process < 500 MB.
 """
 
 from __future__ import annotations
@@ -133,6 +135,22 @@ def in_child(mode: str, output: Path) -> dict[str, float]:
 
 
 def report_reconcile(output: Path, rollouts: int, label: str, rounds: int) -> None:
+    """Reconcile ``output`` as its writer left it (with its outcome index), then with the index moved
+    aside (a run whose writer was killed before its first save), each against a bare parse."""
+    from gymslurm.store import RunPaths
+
+    index = RunPaths.for_output(output).outcome_index
+    assert index.exists(), f"the writer left no outcome index at {index}"
+    report_one(output, rollouts, f"{label}, from the outcome index its writer left", rounds)
+    aside = index.with_name("aside.bin")
+    index.rename(aside)
+    try:
+        report_one(output, rollouts, f"{label}, every row parsed (no outcome index)", rounds)
+    finally:
+        aside.rename(index)
+
+
+def report_one(output: Path, rollouts: int, label: str, rounds: int) -> None:
     """Reconcile ``output`` and parse it bare in fresh processes, alternating; keep the fastest of each."""
     bares, recs = [], []
     for _ in range(rounds):

@@ -111,7 +111,7 @@ class Shard:
 
 def load_shard(source: ShardSource) -> Shard:
     """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
-    from gymslurm.store.store import refuse_retired_journal
+    from gymslurm.store.existing import refuse_retired_journal
 
     refuse_retired_journal(source.companion("_attempts.jsonl"))
     if source.has_manifest:

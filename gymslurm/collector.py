@@ -423,11 +423,11 @@ def run_collect(
         prepared = prepare(settings, raw, paths, stderr, fetch_config)
         try:
             code, answer = _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
-            if command is not None and answer is not None:
-                _seal(command, raw, settings, paths, answer)
-            return code
         finally:
-            prepared.store.close()
+            prepared.store.close()  # its last write (the outcome index) comes before the seal
+        if command is not None and answer is not None:
+            _seal(command, raw, settings, paths, answer)
+        return code
 
 
 def _collect_prepared(  # noqa: PLR0917

@@ -50,6 +50,8 @@ FORMATS: dict[str, Format] = {
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
     "finished_seal": Format("the finished-run seal", "format_version", 1,
                             "nothing to do: the next resume ignores it and writes it again"),
+    "outcome_index": Format("the outcome index", "format_version", 1,
+                            "nothing to do: a reconcile ignores it and the run's writer writes it again"),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
     "supervision_event": Format(

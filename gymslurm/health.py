@@ -172,7 +172,7 @@ def run_health_check(
     paths = RunPaths.for_output(output)
     limits = thresholds or HealthThresholds()
     _require_results(paths, output)
-    from gymslurm.store.store import refuse_retired_journal
+    from gymslurm.store.existing import refuse_retired_journal
 
     refuse_retired_journal(paths.attempts_journal)
     if paths.manifest.exists():

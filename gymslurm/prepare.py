@@ -31,9 +31,10 @@ from gymslurm.identity import (
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
+from gymslurm.store.existing import ExistingRun, existing_run
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
+from gymslurm.store.store import Reconciliation, RunSpec, RunStore
 from gymslurm.tasks import (
     IdenticalRows,
     MaterializeOptions,

@@ -16,21 +16,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gymslurm.store.existing import ExistingRun, existing_run
     from gymslurm.store.files import read_resubmit_offset
     from gymslurm.store.lock import RunLock
     from gymslurm.store.manifest import Manifest
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.store import ExistingRun, Reconciliation, RunSpec, RunStore, existing_run
+    from gymslurm.store.store import Reconciliation, RunSpec, RunStore
 
 _HOMES = {
-    "ExistingRun": "store",
+    "ExistingRun": "existing",
     "Manifest": "manifest",
     "Reconciliation": "store",
     "RunLock": "lock",
     "RunPaths": "paths",
     "RunSpec": "store",
     "RunStore": "store",
-    "existing_run": "store",
+    "existing_run": "existing",
     "read_resubmit_offset": "files",
 }
 

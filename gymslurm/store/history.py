@@ -49,6 +49,7 @@ from gymslurm.selection import (
 )
 from gymslurm.store.inputs import id_is_at
 from gymslurm.store.jsonl import TailReport, iter_records, malformed, max_line_bytes, over_the_line_limit
+from gymslurm.store.outcome_index import IndexRead, OutcomeLog, read_index
 from gymslurm.store.paths import RunPaths
 
 _READ_CHUNK = 1 << 20
@@ -148,15 +149,54 @@ def read_history(
     rollout_count: int,
     legacy: bool,
     manifest: Path | None = None,
+    known: IndexRead | None = None,
+    log: OutcomeLog | None = None,
 ) -> History:
-    """Read the failure sidecar then the results file (that order numbers legacy rows by arrival)."""
-    """``manifest``: set while importing a legacy run (no manifest yet); a stamped row then means the
-    run's manifest was lost, which an import cannot repair."""
+    """Read the failure sidecar then the results file (that order numbers legacy rows by arrival).
+
+    ``manifest``: set while importing a legacy run (no manifest yet); a stamped row then means the
+    run's manifest was lost, which an import cannot repair. ``known``: the run's verified outcome
+    index: its outcomes are taken as read, and each file is read from where it ends. ``log``: every
+    outcome read is added to it (the run's writer keeps it to write the index again)."""
     reader = _Reader(run_id, keys, rollout_count, legacy)
     reader.importing_beside = manifest
-    reader.read_failures(failures)
-    reader.read_results(results)
+    reader.tail_log = log
+    starts = {name: (0, 0) for name in ("failures", "results")}
+    if known is not None:
+        reader.history.failure_lines = known.log.failure_lines
+        starts = known.log.starts()
+        known.add_to(reader.history.groups, "failures")
+    reader.read_failures(failures, starts["failures"])
+    if known is not None:
+        known.add_to(reader.history.groups, "results")
+    reader.read_results(results, starts["results"])
+    if log is not None:
+        log.failure_lines = reader.history.failure_lines
     return reader.history
+
+
+def read_run_history(
+    paths: RunPaths, run_id: str, keys: RolloutKeys, rollout_count: int, *, legacy: bool, writable: bool
+) -> tuple[History, OutcomeLog | None]:
+    """A run's history, from its outcome index as far as it verifies, then from the rows after it;
+    and for its writer (``writable``) the log of all of it, to leave as the next index.
+
+    A legacy (imported) run has no index: its rows are numbered by arrival across both files."""
+    known = None if legacy else read_index(paths, run_id, rollout_count, for_writer=writable)
+    log = None
+    if writable and not legacy:
+        log = known.log if known is not None else OutcomeLog.empty(run_id, rollout_count)
+    history = read_history(
+        paths.results, paths.failures, run_id=run_id, keys=keys, rollout_count=rollout_count,
+        legacy=legacy, known=known, log=log,
+    )  # fmt: skip
+    if log is None:
+        return history, None
+    try:
+        log.caught_up(paths, {"failures": history.failures_tail, "results": history.results_tail})
+    except OSError:
+        return history, None
+    return history, log
 
 
 class _Reader:
@@ -168,6 +208,7 @@ class _Reader:
             self.history.legacy_counts = [0] * rollout_count
         self.intern = _Interner()
         self.importing_beside: Path | None = None
+        self.tail_log: OutcomeLog | None = None  # set: every outcome read is added to it (the writer's)
 
     def add(self, index: int, outcome: SavedOutcome) -> None:
         groups = self.history.groups
@@ -217,7 +258,7 @@ class _Reader:
         counts[index] = attempt + 1
         return index, attempt, True
 
-    def read_results(self, path: Path) -> None:
+    def read_results(self, path: Path, start: tuple[int, int] = (0, 0)) -> None:  # noqa: PLR0915
         """Read the results file; the hot loop of a reconcile (bench/store.py measures it).
 
         Locals, positional SavedOutcome arguments and the line loop of ``iter_records`` inlined on
@@ -235,8 +276,10 @@ class _Reader:
         blob, ends = self.keys.id_bytes
         known, shared = len(ends) - 1, dict[float, float]()
         readline, limit = handle.readline, max_line_bytes()
-        line, index, offset = -1, -1, 0
+        offset, line, index = start[0], start[1] - 1, start[1] - 1
+        logged = self.tail_log.sections["results"].add if self.tail_log is not None else None
         with handle:
+            handle.seek(offset)
             while raw := readline(limit + 1):  # bounded_lines inlined (a generator per row shows here)
                 if raw[-1:] != b"\n":
                     if len(raw) > limit:
@@ -284,11 +327,14 @@ class _Reader:
                     groups[index] = outcome
                 else:
                     add(index, outcome)
-        tail.complete_lines = line + 1
+                if logged is not None:
+                    logged(index, outcome)
+        tail.complete_lines, tail.complete_bytes = line + 1, offset
 
-    def read_failures(self, path: Path) -> None:
+    def read_failures(self, path: Path, start: tuple[int, int] = (0, 0)) -> None:
         index = -2
-        for line, row in iter_records(path, self.history.failures_tail):
+        logged = self.tail_log.sections["failures"].add if self.tail_log is not None else None
+        for line, row in iter_records(path, self.history.failures_tail, start):
             index, attempt, legacy = self.locate(path, line, row, index)
             if row.get("_ng_omitted") is True:
                 if "_ng_failure_record" in row:
@@ -299,7 +345,10 @@ class _Reader:
                     problem = failure_row_problem(row, attempt)
                     if problem:
                         raise malformed(path, line, f"is not a valid failure record: {problem}")
-            self.add(index, sidecar_outcome(row, attempt, line, self.intern))
+            outcome = sidecar_outcome(row, attempt, line, self.intern)
+            self.add(index, outcome)
+            if logged is not None:
+                logged(index, outcome)
 
 
 # --- the one saved-row reader: a row as selection needs it --------------------------------------------

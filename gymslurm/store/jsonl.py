@@ -36,6 +36,7 @@ class TailReport:
     """What a full read of one file found at its end."""
 
     complete_lines: int = 0
+    complete_bytes: int = 0  # where the complete lines end (set by the readers that parse: iter_records)
     torn_at: int | None = None  # byte offset where an incomplete last line starts
     torn_bytes: int = 0
 
@@ -54,12 +55,13 @@ def max_line_bytes() -> int:
     return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_LINE_BYTES
 
 
-def bounded_lines(handle: BinaryIO, path: Path) -> Iterator[bytes]:
+def bounded_lines(handle: BinaryIO, path: Path, first_line: int = 0) -> Iterator[bytes]:
     """The lines of ``handle`` as ``for raw in handle`` gives them, but none held past the line limit:
-    a longer line is refused naming its file and line (a file gymslurm wrote has none)."""
+    a longer line is refused naming its file and line (a file gymslurm wrote has none; the handle's
+    first line is line ``first_line``, 0-based)."""
     limit = max_line_bytes()
     readline = handle.readline
-    line = 0
+    line = first_line
     while raw := readline(limit + 1):
         if len(raw) > limit and raw[-1:] != b"\n":
             raise over_the_line_limit(path, line + 1, limit)
@@ -76,10 +78,13 @@ def over_the_line_limit(path: Path, number: int, limit: int) -> CorruptRecordErr
     )
 
 
-def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[int, Any]]:
+def iter_records(
+    path: Path, tail: TailReport | None = None, start: tuple[int, int] = (0, 0)
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, record)`` for every complete non-blank line (0-based line numbers).
 
     A missing file yields nothing. The torn tail, if any, is described in ``tail`` once exhausted.
+    ``start``: (byte offset, line number) of a line start to read from (what comes before is known).
     """
     report = tail if tail is not None else TailReport()
     try:
@@ -87,10 +92,10 @@ def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[i
     except FileNotFoundError:
         return
     loads = orjson.loads
-    offset = 0
-    complete = 0
+    offset, complete = start
     with handle:
-        for raw in bounded_lines(handle, path):
+        handle.seek(offset)
+        for raw in bounded_lines(handle, path, complete):
             if raw[-1:] != b"\n":
                 report.torn_at, report.torn_bytes = offset, len(raw)
                 break
@@ -106,7 +111,7 @@ def iter_records(path: Path, tail: TailReport | None = None) -> Iterator[tuple[i
             if type(record) is not dict:
                 raise malformed(path, line, "is not a JSON object")
             yield line, record
-    report.complete_lines = complete
+    report.complete_lines, report.complete_bytes = complete, offset
 
 
 def malformed(path: Path, line: int, problem: str) -> CorruptRecordError:
@@ -228,6 +233,7 @@ class Appender:
         except OSError as error:
             raise write_error(error, f"could not open {path} for appending", path.parent) from error
         self._failed: StoreError | None = None
+        self.last_written: bytes | None = None  # the last record's bytes, when written as serialized
 
     def append(self, record: Any) -> int:
         """Write ``record`` as one line; return its 0-based line number.
@@ -240,7 +246,9 @@ class Appender:
             raise self._failed
         if self._fd is None:
             raise StoreError(f"appender for {self.path} is closed")
-        data = memoryview(scrub_bytes(dump_line(record)))  # no learned secret reaches a run file
+        line_bytes = dump_line(record)
+        scrubbed = scrub_bytes(line_bytes)  # no learned secret reaches a run file
+        data = memoryview(scrubbed)
         written = 0
         try:
             while written < len(data):
@@ -251,6 +259,7 @@ class Appender:
             raise self._failed from error
         line = self.next_line
         self.next_line += 1
+        self.last_written = scrubbed if scrubbed is line_bytes else None  # None: not the record as given
         return line
 
     def _cut(self, written: int) -> None:

@@ -31,6 +31,7 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "health": "_health.json",
     "progress": "_progress.json",
     "finished": "_finished.json",
+    "outcome_index": "_outcome_index.bin",
     # The retired draft attempt journal of earlier development revisions (000): never written, only
     # detected (a resume and aggregation refuse it; a fresh collection replaces it).
     "attempts_journal": "_attempts.jsonl",
@@ -156,6 +157,11 @@ class RunPaths:
         return self._companion("_finished.json")
 
     @property
+    def outcome_index(self) -> Path:
+        """What a reconcile read of the outcome files, keyed by their bytes (store/outcome_index.py)."""
+        return self._companion("_outcome_index.bin")
+
+    @property
     def attempts_journal(self) -> Path:
         return self._companion("_attempts.jsonl")
 
@@ -178,6 +184,7 @@ class RunPaths:
             "health": self.health,
             "progress": self.progress,
             "finished": self.finished,
+            "outcome_index": self.outcome_index,
             "attempts_journal": self.attempts_journal,
         }
 
@@ -222,3 +229,20 @@ def file_identity(path: str | os.PathLike[str]) -> Identity:
     except FileNotFoundError:
         return None
     return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+def own_file_bytes(path: Path) -> bytes:
+    """The bytes of ``path``, a regular file of this user's, never read through a link.
+
+    For the files trusted to speak for a run (a seal, an outcome index): whoever else can write the
+    run's folder must not be able to plant one.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
+            raise ValueError(f"{path} is not a regular file of this user's")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)

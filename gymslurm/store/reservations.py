@@ -58,6 +58,7 @@ class ReservationTable:
             ) from None
         self._counts = _parse(path, raw, run_id, slot_count)
         self._fd: int | None = open_run_file(path, os.O_RDWR) if writable else None
+        self.writable = writable
 
     def __len__(self) -> int:
         return len(self._counts)

@@ -18,8 +18,6 @@ replaces it. Imports nothing heavy on purpose: the resume of a finished run read
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ from typing import Any
 import orjson
 
 from gymslurm.formats import version_of, version_problem
-from gymslurm.store.paths import Identity, RunPaths, file_identity
+from gymslurm.store.paths import Identity, RunPaths, file_identity, own_file_bytes
 
 NOT_SEALED = frozenset({"lock", "finished"})  # the lock is rewritten by every holder; the seal is itself
 STREAMS = ("stdout", "stderr")
@@ -77,24 +75,12 @@ def read_seal(paths: RunPaths) -> FinishedSeal | None:
     run's folder must not be able to plant an answer (a seal is trusted to speak for the run).
     """
     try:
-        data = orjson.loads(_own_file_bytes(paths.finished))
+        data = orjson.loads(own_file_bytes(paths.finished))
         if type(data) is not dict or version_problem("finished_seal", data.get("format_version")):
             return None
         return _parsed(data)
     except (OSError, orjson.JSONDecodeError, TypeError, ValueError):
         return None
-
-
-def _own_file_bytes(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
-            raise ValueError(f"{path} is not a regular file of this user's")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
-    finally:
-        os.close(fd)
 
 
 def _parsed(data: dict[str, Any]) -> FinishedSeal | None:

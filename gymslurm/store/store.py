@@ -10,6 +10,9 @@ Guarantees (docs/store.md):
   it returns; numbers only grow.
 - *Every outcome is flushed when its append returns*, stamped with this run's id, the rollout id,
   the execution number and the task identity.
+- *The outcome index is a cache.* A store that saved something leaves what it read and saved
+  (``outcome_index.py``) at its first save and at close; a reconcile takes from it only what still
+  hashes as written, and parses the rows after it.
 - *Fresh replacement is detectable.* ``create_fresh`` over existing files first publishes the new
   manifest as ``replacing``, then replaces or removes every companion, then publishes ``ready`` last.
 
@@ -24,7 +27,6 @@ import os
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Literal
 
 from gymslurm.clock import utc_now
@@ -33,6 +35,7 @@ from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, Manife
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, LEGACY_JUDGE_MARKERS, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
+from gymslurm.store.existing import ExistingRun, existing_run, refuse_retired_journal
 from gymslurm.store.files import (
     read_json_object,
     read_resubmit_offset,
@@ -45,6 +48,7 @@ from gymslurm.store.history import (
     gc_paused,
     history_conflict,
     read_history,
+    read_run_history,
     result_outcome,
     sidecar_outcome,
 )
@@ -60,48 +64,13 @@ from gymslurm.store.inputs import (
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.lines import selected_rows
 from gymslurm.store.manifest import IdentitySource, Manifest, new_run_id, read_manifest, write_manifest
+from gymslurm.store.outcome_index import OutcomeLog
 from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
 from gymslurm.store.reservations import ReservationTable, create_table
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
 )
-
-
-class ExistingRun(StrEnum):
-    """What an output path holds before a collection starts."""
-
-    NOTHING = "nothing"  # no manifest, no outcome file, no companion
-    PARTIAL_INITIAL_CACHE = "partial_initial_cache"  # no manifest, outcome files absent or empty
-    LEGACY = "legacy"  # no manifest but saved outcomes: importable only with allow_unsafe_resume
-    MANIFEST = "manifest"  # a manifest-backed run (maybe interrupted while being replaced)
-
-
-def existing_run(paths: RunPaths) -> ExistingRun:
-    """Classify the output. ``PARTIAL_INITIAL_CACHE``: print "Skipping resume_from_cache", start fresh.
-
-    A retired attempt journal counts as a manifest: its history must not be dropped by the
-    partial-cache fallback; opening it reports the format mismatch (:func:`refuse_retired_journal`).
-    """
-    if paths.manifest.exists() or paths.attempts_journal.exists():
-        return ExistingRun.MANIFEST
-    if any(file_size(path) > 0 for path in (paths.results, paths.failures)):
-        return ExistingRun.LEGACY
-    companions = [p for role, p in paths.companions().items() if role != "lock"]
-    if any(path.exists() for path in companions):
-        return ExistingRun.PARTIAL_INITIAL_CACHE
-    return ExistingRun.NOTHING
-
-
-def refuse_retired_journal(journal: os.PathLike[str]) -> None:
-    """Report a run written with the retired draft attempt journal instead of dropping its history (000)."""
-    if os.path.lexists(journal):
-        raise ManifestError(
-            f"{journal} is the attempt journal of an earlier development revision: this gymslurm reads "
-            "manifest version 2 runs only and would silently drop that history. Read the run with the "
-            "revision that wrote it, or move its files aside (keep them together) and start a new run; "
-            "a fresh collection (without +resume_from_cache=true) replaces it"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +128,9 @@ class RunStore:
         self._failures: Appender | None = None
         self._save_error: StoreError | None = None  # the first failed append stops all saving
         self._origins: Mapping[str, Mapping[str, Any] | None] = {}
+        self._writable = table is not None and table.writable
+        self._log: OutcomeLog | None = None  # the outcome index to leave (store/outcome_index.py)
+        self._appended = False  # only a store that saved something leaves an index (at once, and at close)
 
     # --- building ------------------------------------------------------------------------------
 
@@ -186,6 +158,7 @@ class RunStore:
         store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
         store._index = index
         store._newest_outcome = array("q", [-1]) * len(inputs)
+        store._log = OutcomeLog.empty(manifest.run_id, len(inputs))
         return store
 
     @classmethod
@@ -270,6 +243,8 @@ class RunStore:
         return read_rows(paths.materialized_inputs)
 
     def close(self) -> None:
+        if self._appended:
+            self.write_outcome_index()
         for appender in (self._results, self._failures):
             if appender is not None:
                 appender.close()
@@ -317,15 +292,26 @@ class RunStore:
         )
 
     def read_history(self) -> History:
+        """Every saved outcome, from the run's outcome index as far as it verifies, then from the rows.
+
+        A writable store keeps what it read as the index it leaves (:meth:`write_outcome_index`)."""
         index = self.rollout_index
-        return read_history(
-            self.paths.results,
-            self.paths.failures,
-            run_id=self.run_id,
-            keys=RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
-            rollout_count=self.manifest.rollout_count,
-            legacy=self.manifest.identity_source == "imported",
-        )
+        history, self._log = read_run_history(
+            self.paths, self.run_id, RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
+            self.manifest.rollout_count, legacy=self.manifest.identity_source == "imported",
+            writable=self._writable,
+        )  # fmt: skip
+        return history
+
+    def write_outcome_index(self) -> None:
+        """Leave the outcome index of what this writer read and saved, when it has anything new.
+
+        Called at the first save and at close, never before: a run refused after its reconcile
+        (another identity, a bad override) is left exactly as it was. A cache: a failure to write
+        it (a full disk) costs the next reconcile its speed, nothing else."""
+        if self._log is not None and self._save_error is None:
+            with contextlib.suppress(OSError, StoreError):
+                self._log.write(self.paths)
 
     def reconcile(self) -> Reconciliation:
         """Read every outcome, check it against the reservations, and select each rollout's state."""
@@ -390,7 +376,7 @@ class RunStore:
             stamps.pop("agent_ref", None)
         row = {**result, **stamps}
         line = self._append("results", row)
-        return self._saved(index, result_outcome(row, attempt, line))
+        return self._saved(index, result_outcome(row, attempt, line), "results")
 
     def append_failure(
         self,
@@ -425,13 +411,13 @@ class RunStore:
         if diagnostics:
             row["_ng_failure_diagnostics"] = dict(diagnostics)
         line = self._append("failures", row)
-        return self._saved(index, sidecar_outcome(row, attempt, line))
+        return self._saved(index, sidecar_outcome(row, attempt, line), "failures", failure=True)
 
     def append_omission(self, index: int, attempt: int,
                         payload: Mapping[str, Any] | None = None) -> SavedOutcome:  # fmt: skip
         """Save an intentional omission (``_ng_omitted: true``), with a legacy ``skipped`` payload if any."""
         row = {**self._stamps(index, attempt), "_ng_omitted": True, **(payload or {})}
-        return self._saved(index, sidecar_outcome(row, attempt, self._append("failures", row)))
+        return self._saved(index, sidecar_outcome(row, attempt, self._append("failures", row)), "failures")
 
     def write_coverage(self, coverage: Coverage | Mapping[str, Any]) -> None:
         if isinstance(coverage, Coverage):
@@ -519,9 +505,21 @@ class RunStore:
             stamps["_ng_task_id"] = stamps["task_id"]
         return stamps
 
-    def _saved(self, index: int, outcome: SavedOutcome) -> SavedOutcome:
+    def _saved(self, index: int, outcome: SavedOutcome, which: str, *, failure: bool = False) -> SavedOutcome:
+        """Note a saved outcome: the newest per rollout, and in the outcome index to leave.
+
+        ``failure``: a failure record (the sidecar's other rows are omissions), counted as the
+        reader counts them."""
         assert self._newest_outcome is not None
         self._newest_outcome[index] = outcome.attempt
+        if self._log is not None:
+            appender = self._results if which == "results" else self._failures
+            assert appender is not None
+            if not self._log.saved(which, appender.last_written, index, outcome, failure=failure):
+                self._log = None
+        if not self._appended:  # the run was validated to be written to: a link killed from here on
+            self._appended = True  # still leaves what its reconcile read
+            self.write_outcome_index()
         return outcome
 
     def _append(self, which: str, row: Mapping[str, Any]) -> int:
@@ -540,16 +538,25 @@ class RunStore:
             return appender.append(row)
         except StoreError as error:
             self._save_error = error
+            self._log = None  # the index on disk still holds for what it covers
             raise
 
     def _appender(self, which: str) -> Appender:
         if which == "results":
             if self._results is None:
-                self._results = Appender(self.paths.results, read_tail(self.paths.results).complete_lines)
+                self._results = Appender(self.paths.results, self._lines(which))
             return self._results
         if self._failures is None:
-            self._failures = Appender(self.paths.failures, read_tail(self.paths.failures).complete_lines)
+            self._failures = Appender(self.paths.failures, self._lines(which))
         return self._failures
+
+    def _lines(self, which: str) -> int:
+        """The complete lines of an outcome file: the reconcile counted them (no second scan), unless
+        the file is not as it read it."""
+        path = getattr(self.paths, which)
+        if self._log is not None and file_size(path) == self._log.sections[which].covered_bytes:
+            return self._log.sections[which].lines
+        return read_tail(path).complete_lines
 
 
 def _write_run_files(
@@ -586,11 +593,8 @@ def _clear_companions(paths: RunPaths) -> None:
 
 
 __all__ = [
-    "ExistingRun",
     "Reconciliation",
     "RunStore",
-    "existing_run",
     "read_resubmit_offset",
-    "refuse_retired_journal",
     "saved_outcome_bytes",
 ]

@@ -100,5 +100,5 @@ def test_every_written_format_is_in_the_table() -> None:
     assert sorted(FORMATS) == sorted(
         ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
          "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards", "run_summary",
-         "finished_seal"]
+         "finished_seal", "outcome_index"]
     )  # fmt: skip
