@@ -74,7 +74,7 @@ class Section:
     lines: int = 0
     hasher: Any = field(default_factory=hashlib.sha256)
     records: bytearray = field(default_factory=bytearray)
-    details: list[bytes] = field(default_factory=list)  # JSON array items (a read index's: all in one)
+    details: bytearray = field(default_factory=bytearray)  # the JSON array's items, each followed by ","
     detailed: int = 0  # how many records are DETAILED
 
     def add(self, index: int, outcome: SavedOutcome) -> None:
@@ -91,7 +91,8 @@ class Section:
                 self.records += RECORD.pack(index, outcome.attempt, outcome.line, float(reward), REWARD_INT)
                 return
         self.records += RECORD.pack(index, 0, 0, 0.0, DETAILED)
-        self.details.append(orjson.dumps(outcome.fields()))
+        self.details += orjson.dumps(outcome.fields())  # in one buffer: orjson's bytes hold 4 KB each
+        self.details += b","
         self.detailed += 1
 
     def written(self, data: bytes) -> None:
@@ -108,7 +109,7 @@ class Section:
         }  # fmt: skip
 
     def details_json(self) -> bytes:
-        return b"[" + b",".join(self.details) + b"]"
+        return b"[" + self.details[:-1] + b"]"
 
 
 @dataclass
@@ -199,11 +200,14 @@ class IndexRead:
         Called for the sidecar, whose newer rows are then read, then for the results file: the
         order of a full read, which a rollout's outcomes keep."""
         shared: dict[float, float] = {}
-        records, details = self.blocks[name]
+        names: dict[str, str] = {}
+        records, details = self.blocks.pop(name)  # the index's bytes are freed once both are in
         fields = iter(details)
         for index, attempt, line, reward, flags in RECORD.iter_unpack(records):
-            if flags & DETAILED:
-                outcome = SavedOutcome(*next(fields))
+            if flags & DETAILED:  # its names shared, as the reader shares them (one string per name)
+                outcome = SavedOutcome(
+                    *[names.setdefault(v, v) if type(v) is str else v for v in next(fields)]
+                )
             else:
                 outcome = plain(SavedOutcome)
                 outcome.attempt, outcome.kind, outcome.line = attempt, "result", line
@@ -247,11 +251,9 @@ def read_index(
             hasher = _prefix_hasher(getattr(paths, name), part["bytes"], part["sha256"])
             if hasher is None:
                 return None
-            kept = (
-                (bytearray(records), [raw_details[1:-1]] if details else [])
-                if for_writer
-                else (bytearray(), [])
-            )
+            kept = (bytearray(), bytearray())  # a writer goes on from the index's records and details
+            if for_writer:
+                kept = (bytearray(records), bytearray(raw_details[1:-1] + b"," if details else b""))
             sections[name] = Section(part["bytes"], part["lines"], hasher, *kept, len(details))
             blocks[name] = (records, details)
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
