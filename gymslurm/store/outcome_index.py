@@ -178,12 +178,12 @@ class OutcomeLog:
             "rollout_count": self.rollout_count, "reader": digest, "failure_lines": self.failure_lines,
         }  # fmt: skip
         details = {name: self.sections[name].details_json() for name in FILES}
+        payload: list[bytes] = []
         for name in FILES:
             header[name] = self.sections[name].header(details[name])
-        parts = [orjson.dumps(header) + b"\n"]
-        for name in FILES:
-            parts += [bytes(self.sections[name].records), details[name]]
-        publish_stream(paths.outcome_index, parts)
+            payload += [bytes(self.sections[name].records), details[name]]
+        header["payload_sha256"] = _digest(payload)  # a damaged index is ignored, never read as outcomes
+        publish_stream(paths.outcome_index, [orjson.dumps(header) + b"\n", *payload])
         self.written_as = sizes
 
 
@@ -205,9 +205,8 @@ class IndexRead:
         fields = iter(details)
         for index, attempt, line, reward, flags in RECORD.iter_unpack(records):
             if flags & DETAILED:  # its names shared, as the reader shares them (one string per name)
-                outcome = SavedOutcome(
-                    *[names.setdefault(v, v) if type(v) is str else v for v in next(fields)]
-                )
+                values: list[Any] = [names.setdefault(v, v) if type(v) is str else v for v in next(fields)]
+                outcome = SavedOutcome(*values)
             else:
                 outcome = plain(SavedOutcome)
                 outcome.attempt, outcome.kind, outcome.line = attempt, "result", line
@@ -236,7 +235,7 @@ def read_index(
         data = own_file_bytes(paths.outcome_index)
         offset = data.index(b"\n") + 1
         header = orjson.loads(data[:offset])
-        if not _usable(header, run_id, rollout_count):
+        if not _usable(header, run_id, rollout_count) or _digest([data[offset:]]) != header["payload_sha256"]:
             return None
         sections, blocks = {}, {}
         for name in FILES:
@@ -273,8 +272,16 @@ def _usable(header: Any, run_id: str, rollout_count: int) -> bool:
         and header.get("reader") is not None
         and header.get("reader") == reader_digest()
         and type(header.get("failure_lines")) is int
+        and type(header.get("payload_sha256")) is str
         and all(_section_usable(header.get(name)) for name in FILES)
     )
+
+
+def _digest(parts: list[bytes]) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
 
 
 def _section_usable(part: Any) -> bool:

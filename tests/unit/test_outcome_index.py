@@ -172,7 +172,7 @@ def test_an_edit_inside_the_covered_rows_is_read_from_the_rows(paths: RunPaths) 
 @pytest.mark.parametrize(
     "change",
     ["truncated", "replaced", "other run", "damaged", "future version", "other reader", "short payload",
-     "a link"],
+     "a flipped record", "a link"],
 )  # fmt: skip
 def test_an_index_that_does_not_hold_is_ignored_never_an_error(
     paths: RunPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
@@ -202,6 +202,11 @@ def test_an_index_that_does_not_hold_is_ignored_never_an_error(
         monkeypatch.setattr(index_module, "reader_digest", lambda: "sha256-of-another-gymslurm")
     elif change == "short payload":
         paths.outcome_index.write_bytes(data[:-5])
+    elif (
+        change == "a flipped record"
+    ):  # rollout 0's first result read as rollout 1's: same shape, other meaning
+        first = data.index(b"\n") + 1
+        paths.outcome_index.write_bytes(data[:first] + bytes([payload[0] ^ 1]) + data[first + 1 :])
     else:
         planted = tmp_path / "planted.bin"
         planted.write_bytes(data)
