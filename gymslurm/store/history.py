@@ -182,7 +182,7 @@ def read_run_history(
     and for its writer (``writable``) the log of all of it, to leave as the next index.
 
     A legacy (imported) run has no index: its rows are numbered by arrival across both files."""
-    known = None if legacy else read_index(paths, run_id, rollout_count, for_writer=writable)
+    known = None if legacy else read_index(paths, run_id, rollout_count)
     log = None
     if writable and not legacy:
         log = known.log if known is not None else OutcomeLog.empty(run_id, rollout_count)

@@ -40,7 +40,7 @@ from gymslurm.formats import version_of, version_problem
 from gymslurm.selection import SavedOutcome, plain
 from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import TailReport
-from gymslurm.store.paths import RunPaths, own_file_bytes
+from gymslurm.store.paths import Identity, RunPaths, file_identity, own_file
 
 RECORD = struct.Struct("<IIIdB")  # rollout index, execution, line, reward, flags
 REWARD_NONE, REWARD_INT, DETAILED = 1, 2, 4
@@ -73,9 +73,10 @@ class Section:
     covered_bytes: int = 0
     lines: int = 0
     hasher: Any = field(default_factory=hashlib.sha256)
-    records: bytearray = field(default_factory=bytearray)
+    records: bytearray = field(default_factory=bytearray)  # since the index on disk (``base``)
     details: bytearray = field(default_factory=bytearray)  # the JSON array's items, each followed by ","
-    detailed: int = 0  # how many records are DETAILED
+    detailed: int = 0  # how many of ``records`` are DETAILED
+    base: Base | None = None  # this file's records and details in the index on disk: not kept in memory
 
     def add(self, index: int, outcome: SavedOutcome) -> None:
         """Append one outcome's record (in file order: the order the reader adds them)."""
@@ -101,15 +102,48 @@ class Section:
         self.covered_bytes += len(data)
         self.lines += data.count(b"\n")
 
-    def header(self, details: bytes) -> dict[str, Any]:
+    def header(self, records: bytes, details: bytes, detailed: int) -> dict[str, Any]:
         return {
             "bytes": self.covered_bytes, "lines": self.lines, "sha256": self.hasher.hexdigest(),
-            "records": len(self.records) // RECORD.size, "details": self.detailed,
-            "details_bytes": len(details),
+            "records": len(records) // RECORD.size, "details": detailed, "details_bytes": len(details),
         }  # fmt: skip
 
-    def details_json(self) -> bytes:
-        return b"[" + self.details[:-1] + b"]"
+    def payload(self, on_disk: bytes) -> tuple[bytes, bytes, int]:
+        """(records, details array, detailed count): the base's from the index on disk, then the new."""
+        records, inner, detailed = b"", b"", 0
+        if self.base is not None:
+            records, inner, detailed = (
+                self.base.records(on_disk),
+                self.base.inner(on_disk),
+                self.base.detailed,
+            )
+        new = bytes(self.details[:-1])
+        details = b"[" + inner + (b"," if inner and new else b"") + new + b"]"
+        return records + self.records, details, detailed + self.detailed
+
+    def rebased(self, offset: int, records: int, details: int, detailed: int) -> int:
+        """Point ``base`` at this file's part of the index just written at ``offset``; the end offset."""
+        self.base = Base(offset, records, offset + records, details, detailed)
+        self.records, self.details, self.detailed = bytearray(), bytearray(), 0
+        return offset + records + details
+
+
+@dataclass(frozen=True)
+class Base:
+    """Where one file's records and details array sit in the index on disk."""
+
+    records_at: int
+    records_size: int
+    details_at: int
+    details_size: int
+    detailed: int
+
+    def records(self, data: bytes) -> bytes:
+        return data[self.records_at : self.records_at + self.records_size]
+
+    def inner(self, data: bytes) -> bytes:
+        """The details array's items, without its brackets."""
+        return data[self.details_at + 1 : self.details_at + self.details_size - 1]
 
 
 @dataclass
@@ -121,6 +155,7 @@ class OutcomeLog:
     sections: dict[str, Section]
     failure_lines: int = 0
     written_as: tuple[int, int] | None = None  # the covered sizes the index on disk was written with
+    on_disk: Identity = None  # the identity of the index file the sections' bases point into
 
     @classmethod
     def empty(cls, run_id: str, rollout_count: int) -> OutcomeLog:
@@ -173,25 +208,35 @@ class OutcomeLog:
         digest = reader_digest()
         if digest is None or sizes == self.written_as or not self.covers(paths):
             return
+        on_disk = b""
+        if any(self.sections[name].base is not None for name in FILES):
+            on_disk, identity = own_file(paths.outcome_index)
+            if identity != self.on_disk:  # not the index this log was read from: its bases are lost
+                raise OSError(f"{paths.outcome_index} changed under its writer; it is written again next run")
         header = {
             "format_version": version_of("outcome_index"), "run_id": self.run_id,
             "rollout_count": self.rollout_count, "reader": digest, "failure_lines": self.failure_lines,
         }  # fmt: skip
-        details = {name: self.sections[name].details_json() for name in FILES}
+        parts = {name: self.sections[name].payload(on_disk) for name in FILES}
         payload: list[bytes] = []
         for name in FILES:
-            header[name] = self.sections[name].header(details[name])
-            payload += [bytes(self.sections[name].records), details[name]]
+            records, details, detailed = parts[name]
+            header[name] = self.sections[name].header(records, details, detailed)
+            payload += [records, details]
         header["payload_sha256"] = _digest(payload)  # a damaged index is ignored, never read as outcomes
-        publish_stream(paths.outcome_index, [orjson.dumps(header) + b"\n", *payload])
-        self.written_as = sizes
+        head = orjson.dumps(header) + b"\n"
+        publish_stream(paths.outcome_index, [head, *payload])
+        self.written_as, self.on_disk, offset = sizes, file_identity(paths.outcome_index), len(head)
+        for name in FILES:  # what was written is read back from the file, not kept in memory
+            records, details, detailed = parts[name]
+            offset = self.sections[name].rebased(offset, len(records), len(details), detailed)
 
 
 @dataclass
 class IndexRead:
     """An index whose covered bytes still hash as written: the log to go on from, and its outcomes."""
 
-    log: OutcomeLog  # where each file goes on; its records too when read ``for_writer``
+    log: OutcomeLog  # where each file goes on, and where its indexed outcomes sit in the index file
     blocks: dict[str, tuple[memoryview, list[Any]]]  # per file: its records, its details
 
     def add_to(self, groups: list[Any], name: str) -> None:
@@ -227,12 +272,13 @@ class IndexRead:
                 groups[index] = [group, outcome]
 
 
-def read_index(
-    paths: RunPaths, run_id: str, rollout_count: int, *, for_writer: bool = False
-) -> IndexRead | None:
-    """The run's index when it can be used as written (module docstring), else None; never an error."""
+def read_index(paths: RunPaths, run_id: str, rollout_count: int) -> IndexRead | None:
+    """The run's index when it can be used as written (module docstring), else None; never an error.
+
+    Its log keeps where each file's records and details sit in the index file (``Section.base``), not
+    their bytes: a writer reads them back from that file when it writes the next index."""
     try:
-        data = own_file_bytes(paths.outcome_index)
+        data, identity = own_file(paths.outcome_index)
         offset = data.index(b"\n") + 1
         header = orjson.loads(data[:offset])
         if not _usable(header, run_id, rollout_count) or _digest([data[offset:]]) != header["payload_sha256"]:
@@ -250,17 +296,16 @@ def read_index(
             hasher = _prefix_hasher(getattr(paths, name), part["bytes"], part["sha256"])
             if hasher is None:
                 return None
-            kept = (bytearray(), bytearray())  # a writer goes on from the index's records and details
-            if for_writer:
-                kept = (bytearray(records), bytearray(raw_details[1:-1] + b"," if details else b""))
-            sections[name] = Section(part["bytes"], part["lines"], hasher, *kept, len(details))
+            base = Base(offset - size - details_size, size, offset - details_size, details_size, len(details))
+            sections[name] = Section(part["bytes"], part["lines"], hasher, base=base)
             blocks[name] = (records, details)
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
     if offset != len(data):
         return None
     written = (sections["failures"].covered_bytes, sections["results"].covered_bytes)
-    return IndexRead(OutcomeLog(run_id, rollout_count, sections, header["failure_lines"], written), blocks)
+    log = OutcomeLog(run_id, rollout_count, sections, header["failure_lines"], written, identity)
+    return IndexRead(log, blocks)
 
 
 def _usable(header: Any, run_id: str, rollout_count: int) -> bool:

@@ -237,12 +237,18 @@ def own_file_bytes(path: Path) -> bytes:
     For the files trusted to speak for a run (a seal, an outcome index): whoever else can write the
     run's folder must not be able to plant one.
     """
+    return own_file(path)[0]
+
+
+def own_file(path: Path) -> tuple[bytes, Identity]:
+    """:func:`own_file_bytes`, and the identity of the file those bytes were read from."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
             raise ValueError(f"{path} is not a regular file of this user's")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
+            data = handle.read()
+        return data, (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
     finally:
         os.close(fd)

@@ -270,3 +270,35 @@ def test_a_fresh_run_at_the_same_path_removes_the_index(paths: RunPaths) -> None
     again = create(paths)
     assert not paths.outcome_index.exists()
     again.close()
+
+
+def test_an_index_removed_under_its_writer_is_not_written_without_its_outcomes(paths: RunPaths) -> None:
+    """The writer keeps where the indexed outcomes sit in the index file, not the outcomes: with that
+    file gone it writes no index (a partial one would lose them), and the next reconcile reads every row."""
+    store = create(paths)
+    every_kind(store)
+    store.close()
+    writer = RunStore.open(paths)
+    writer.reconcile()
+    paths.outcome_index.unlink()
+    save(writer, 2, reward=0.5)
+    writer.close()
+    assert not paths.outcome_index.exists()
+    assert [len(read(paths).outcomes(i)) for i in range(ROLLOUTS)] == [2, 2, 2, 1, 1, 2]
+
+
+def test_each_write_carries_the_outcomes_of_the_index_before_it(paths: RunPaths) -> None:
+    """Three writers in turn (each writing at its first save and at close): the last index still
+    holds the first writer's outcomes, read back from the file, not from memory."""
+    store = create(paths)
+    every_kind(store)
+    store.close()
+    for index in (2, 3):
+        writer = RunStore.open(paths)
+        writer.reconcile()
+        save(writer, index, reward=0.125)
+        save(writer, index, reward=0.25)
+        writer.close()
+    found = index_module.read_index(paths, store.run_id, ROLLOUTS)
+    assert found is not None and found.log.sections["results"].lines == 10
+    assert same(read(paths), read_every_row(paths))
