@@ -49,7 +49,7 @@ def publish_bytes(target: Path, data: bytes, *, follow_link: bool = False, mode:
 
 
 def publish_stream(
-    target: Path, chunks: Iterable[bytes], *, follow_link: bool = False, mode: int = DEFAULT_MODE
+    target: Path, chunks: Iterable[bytes | memoryview], *, follow_link: bool = False, mode: int = DEFAULT_MODE
 ) -> int:
     """Replace ``target`` with the concatenated ``chunks``; return bytes written.
 

@@ -42,6 +42,7 @@ from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import TailReport
 from gymslurm.store.paths import Identity, RunPaths, file_identity, own_file
 
+Chunk = bytes | memoryview  # a part of the index as written: a view of the old one or of the log's buffers
 RECORD = struct.Struct("<IIIdB")  # rollout index, execution, line, reward, flags
 REWARD_NONE, REWARD_INT, DETAILED = 1, 2, 4
 FILES = ("failures", "results")  # the reader's order: the sidecar first (spec 000 numbers legacy rows so)
@@ -102,24 +103,23 @@ class Section:
         self.covered_bytes += len(data)
         self.lines += data.count(b"\n")
 
-    def header(self, records: bytes, details: bytes, detailed: int) -> dict[str, Any]:
+    def header(self, records: int, details: int, detailed: int) -> dict[str, Any]:
         return {
             "bytes": self.covered_bytes, "lines": self.lines, "sha256": self.hasher.hexdigest(),
-            "records": len(records) // RECORD.size, "details": detailed, "details_bytes": len(details),
+            "records": records // RECORD.size, "details": detailed, "details_bytes": details,
         }  # fmt: skip
 
-    def payload(self, on_disk: bytes) -> tuple[bytes, bytes, int]:
-        """(records, details array, detailed count): the base's from the index on disk, then the new."""
-        records, inner, detailed = b"", b"", 0
+    def payload(self, on_disk: memoryview) -> tuple[list[Chunk], list[Chunk], int]:
+        """(records, details array, detailed count) as chunks, never copied whole: the base's from the
+        index on disk, then the new ones."""
+        records: list[Chunk] = [memoryview(self.records)]
+        inner: Chunk = b""
+        detailed = self.detailed
         if self.base is not None:
-            records, inner, detailed = (
-                self.base.records(on_disk),
-                self.base.inner(on_disk),
-                self.base.detailed,
-            )
-        new = bytes(self.details[:-1])
-        details = b"[" + inner + (b"," if inner and new else b"") + new + b"]"
-        return records + self.records, details, detailed + self.detailed
+            records.insert(0, self.base.records(on_disk))
+            inner, detailed = self.base.inner(on_disk), detailed + self.base.detailed
+        new = memoryview(self.details)[:-1]
+        return records, [b"[", inner, b"," if len(inner) and len(new) else b"", new, b"]"], detailed
 
     def rebased(self, offset: int, records: int, details: int, detailed: int) -> int:
         """Point ``base`` at this file's part of the index just written at ``offset``; the end offset."""
@@ -138,10 +138,10 @@ class Base:
     details_size: int
     detailed: int
 
-    def records(self, data: bytes) -> bytes:
+    def records(self, data: memoryview) -> memoryview:
         return data[self.records_at : self.records_at + self.records_size]
 
-    def inner(self, data: bytes) -> bytes:
+    def inner(self, data: memoryview) -> memoryview:
         """The details array's items, without its brackets."""
         return data[self.details_at + 1 : self.details_at + self.details_size - 1]
 
@@ -208,9 +208,10 @@ class OutcomeLog:
         digest = reader_digest()
         if digest is None or sizes == self.written_as or not self.covers(paths):
             return
-        on_disk = b""
+        on_disk = memoryview(b"")
         if any(self.sections[name].base is not None for name in FILES):
-            on_disk, identity = own_file(paths.outcome_index)
+            data, identity = own_file(paths.outcome_index)
+            on_disk = memoryview(data)
             if identity != self.on_disk:  # not the index this log was read from: its bases are lost
                 raise OSError(f"{paths.outcome_index} changed under its writer; it is written again next run")
         header = {
@@ -218,18 +219,18 @@ class OutcomeLog:
             "rollout_count": self.rollout_count, "reader": digest, "failure_lines": self.failure_lines,
         }  # fmt: skip
         parts = {name: self.sections[name].payload(on_disk) for name in FILES}
-        payload: list[bytes] = []
+        payload: list[Chunk] = []
         for name in FILES:
             records, details, detailed = parts[name]
-            header[name] = self.sections[name].header(records, details, detailed)
-            payload += [records, details]
+            header[name] = self.sections[name].header(_size_of(records), _size_of(details), detailed)
+            payload += [*records, *details]
         header["payload_sha256"] = _digest(payload)  # a damaged index is ignored, never read as outcomes
         head = orjson.dumps(header) + b"\n"
         publish_stream(paths.outcome_index, [head, *payload])
         self.written_as, self.on_disk, offset = sizes, file_identity(paths.outcome_index), len(head)
         for name in FILES:  # what was written is read back from the file, not kept in memory
             records, details, detailed = parts[name]
-            offset = self.sections[name].rebased(offset, len(records), len(details), detailed)
+            offset = self.sections[name].rebased(offset, _size_of(records), _size_of(details), detailed)
 
 
 @dataclass
@@ -322,7 +323,11 @@ def _usable(header: Any, run_id: str, rollout_count: int) -> bool:
     )
 
 
-def _digest(parts: list[bytes]) -> str:
+def _size_of(chunks: list[Chunk]) -> int:
+    return sum(len(chunk) for chunk in chunks)
+
+
+def _digest(parts: list[Chunk]) -> str:
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part)
