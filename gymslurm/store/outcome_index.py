@@ -219,18 +219,23 @@ class OutcomeLog:
             "rollout_count": self.rollout_count, "reader": digest, "failure_lines": self.failure_lines,
         }  # fmt: skip
         parts = {name: self.sections[name].payload(on_disk) for name in FILES}
-        payload: list[Chunk] = []
-        for name in FILES:
-            records, details, detailed = parts[name]
-            header[name] = self.sections[name].header(_size_of(records), _size_of(details), detailed)
-            payload += [*records, *details]
-        header["payload_sha256"] = _digest(payload)  # a damaged index is ignored, never read as outcomes
-        head = orjson.dumps(header) + b"\n"
-        publish_stream(paths.outcome_index, [head, *payload])
+        payload = [chunk for name in FILES for chunk in (*parts[name][0], *parts[name][1])]
+        lengths = {
+            name: (_size_of(parts[name][0]), _size_of(parts[name][1]), parts[name][2]) for name in FILES
+        }
+        try:
+            for name in FILES:
+                header[name] = self.sections[name].header(*lengths[name])
+            header["payload_sha256"] = _digest(payload)  # a damaged index is ignored, never read as outcomes
+            head = orjson.dumps(header) + b"\n"
+            publish_stream(paths.outcome_index, [head, *payload])
+        finally:  # a view left on the log's buffers would stop the next save from growing them
+            for chunk in payload:
+                if isinstance(chunk, memoryview):
+                    chunk.release()
         self.written_as, self.on_disk, offset = sizes, file_identity(paths.outcome_index), len(head)
         for name in FILES:  # what was written is read back from the file, not kept in memory
-            records, details, detailed = parts[name]
-            offset = self.sections[name].rebased(offset, _size_of(records), _size_of(details), detailed)
+            offset = self.sections[name].rebased(offset, *lengths[name])
 
 
 @dataclass

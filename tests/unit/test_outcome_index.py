@@ -302,3 +302,26 @@ def test_each_write_carries_the_outcomes_of_the_index_before_it(paths: RunPaths)
     found = index_module.read_index(paths, store.run_id, ROLLOUTS)
     assert found is not None and found.log.sections["results"].lines == 10
     assert same(read(paths), read_every_row(paths))
+
+
+def test_a_failed_index_write_costs_nothing_but_the_index(
+    paths: RunPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk when the index is written: saving goes on, and the index written at close holds."""
+    store = create(paths)
+    save(store, 0, reward=1.0)  # the first save's write succeeds
+    publish = index_module.publish_stream
+    calls = [0]
+
+    def full_disk(target: Path, chunks: Any) -> int:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OSError(28, "No space left on device")
+        return publish(target, chunks)
+
+    monkeypatch.setattr(index_module, "publish_stream", full_disk)
+    save(store, 2, reward=0.5)
+    store.write_outcome_index()  # fails, silently: a cache
+    every_kind(store)
+    store.close()
+    assert calls[0] == 2 and same(read(paths), read_every_row(paths))
