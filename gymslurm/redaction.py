@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 REDACTED = "<redacted>"
@@ -384,8 +384,12 @@ def _scrub_known(text: str) -> str:
     return text
 
 
-def scrub_bytes(data: bytes) -> bytes:
-    """``data`` with every learned secret replaced (the store's net over every byte it writes)."""
+_Bytes = TypeVar("_Bytes", bytes, bytearray)
+
+
+def scrub_bytes(data: _Bytes) -> _Bytes:
+    """``data`` with every learned secret replaced (the store's net over every byte it writes); the
+    same object when it holds none."""
     for secret in _known_bytes:
         if secret in data:
             data = data.replace(secret, REDACTED.encode())

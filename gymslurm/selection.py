@@ -215,6 +215,20 @@ def is_numeric_reward(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# Distinct float rewards shared between the outcomes that have them (a verifier's 0.0 and 1.0, or a
+# few grades): one float object each instead of one per outcome, 24 bytes a rollout. Bounded, so a
+# continuous reward costs a dict of this size at most.
+SHARED_REWARDS = 4096
+
+
+def shared_reward(shared: dict[float, float], reward: float) -> float:
+    """``reward`` as the one object ``shared`` keeps for its value (the readers of saved outcomes
+    build millions); a negative zero is kept as it is (it equals 0.0 and must not become it)."""
+    if (reward or math.copysign(1.0, reward) > 0.0) and (len(shared) < SHARED_REWARDS or reward in shared):
+        return shared.setdefault(reward, reward)
+    return reward
+
+
 def is_timeout(outcome: SavedOutcome) -> bool:
     """Whether a failure is a timeout by its canonical kind or its routing names."""
     names = (outcome.failure_kind, outcome.failure_class, outcome.legacy_class)

@@ -39,6 +39,7 @@ from gymslurm.records import (
     Stage,
 )
 from gymslurm.selection import (
+    SHARED_REWARDS,
     Group,
     SavedOutcome,
     is_numeric_reward,
@@ -53,10 +54,6 @@ from gymslurm.store.outcome_index import IndexRead, OutcomeLog, read_index
 from gymslurm.store.paths import RunPaths
 
 _READ_CHUNK = 1 << 20
-# Distinct float rewards shared between the outcomes that have them (a verifier's 0.0 and 1.0, or a
-# few grades): one float object each instead of one per outcome, 24 bytes a rollout. Bounded, so a
-# continuous reward costs a dict of this size at most. A negative zero is kept as it is.
-_SHARED_REWARDS = 4096
 SKIPPED = "skipped"  # a legacy producer's intentional skip
 LEGACY_PARTIAL_RESPONSE = "_ng_failure_partial_response"  # NeMo Gym's name of a native partial response
 
@@ -311,10 +308,10 @@ class _Reader:
                 reward = get("reward")
                 if (type(reward) is not float and type(reward) is not int) or not isfinite(reward):
                     reward = None
-                elif (
+                elif (  # selection.shared_reward, inlined (a call per row shows here)
                     type(reward) is float
                     and (reward or copysign(1.0, reward) > 0.0)
-                    and (len(shared) < _SHARED_REWARDS or reward in shared)
+                    and (len(shared) < SHARED_REWARDS or reward in shared)
                 ):
                     reward = shared.setdefault(reward, reward)
                 if get("mask_sample") is True:

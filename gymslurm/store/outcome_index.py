@@ -27,20 +27,19 @@ import functools
 import hashlib
 import importlib
 import inspect
-import os
 import struct
 from dataclasses import dataclass, field
-from math import copysign
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from gymslurm.formats import version_of, version_problem
-from gymslurm.selection import SavedOutcome, plain
+from gymslurm.redaction import scrub_bytes
+from gymslurm.selection import SavedOutcome, plain, shared_reward
 from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import TailReport
-from gymslurm.store.paths import Identity, RunPaths, file_identity, own_file
+from gymslurm.store.paths import Identity, RunPaths, file_identity, file_size, own_file
 
 Chunk = bytes | memoryview  # a part of the index as written: a view of the old one or of the log's buffers
 RECORD = struct.Struct("<IIIdB")  # rollout index, execution, line, reward, flags
@@ -186,21 +185,14 @@ class OutcomeLog:
         for name, part in self.sections.items():
             end = tails[name].complete_bytes
             if end > part.covered_bytes:
-                with open(getattr(paths, name), "rb", buffering=0) as handle:
-                    handle.seek(part.covered_bytes)
-                    left = end - part.covered_bytes
-                    while left > 0:
-                        chunk = handle.read(min(_READ_CHUNK, left))
-                        if not chunk:
-                            raise OSError(f"{getattr(paths, name)} shrank while it was read")
-                        part.hasher.update(chunk)
-                        left -= len(chunk)
+                if not _hash_range(part.hasher, getattr(paths, name), part.covered_bytes, end):
+                    raise OSError(f"{getattr(paths, name)} shrank while it was read")
                 part.covered_bytes = end
             part.lines = max(part.lines, tails[name].complete_lines)
 
     def covers(self, paths: RunPaths) -> bool:
         """Whether the sections cover both files exactly as they are now (nothing appended unseen)."""
-        return all(_size(getattr(paths, name)) == self.sections[name].covered_bytes for name in FILES)
+        return all(file_size(getattr(paths, name)) == self.sections[name].covered_bytes for name in FILES)
 
     def write(self, paths: RunPaths) -> None:
         """Replace the index with this log, when it covers the files as they are and is new."""
@@ -208,6 +200,8 @@ class OutcomeLog:
         digest = reader_digest()
         if digest is None or sizes == self.written_as or not self.covers(paths):
             return
+        if any(scrub_bytes(part.details) is not part.details for part in self.sections.values()):
+            return  # a row saved before a secret was learned holds it: no second file gets a copy
         on_disk = memoryview(b"")
         if any(self.sections[name].base is not None for name in FILES):
             data, identity = own_file(paths.outcome_index)
@@ -265,10 +259,8 @@ class IndexRead:
                     outcome.reward = None
                 elif flags & REWARD_INT:
                     outcome.reward = int(reward)
-                elif (reward or copysign(1.0, reward) > 0.0) and (len(shared) < 4096 or reward in shared):
-                    outcome.reward = shared.setdefault(reward, reward)  # as the reader shares them
                 else:
-                    outcome.reward = reward
+                    outcome.reward = shared_reward(shared, reward)  # as the reader shares them
             group = groups[index]
             if group is None:
                 groups[index] = outcome
@@ -287,7 +279,10 @@ def read_index(paths: RunPaths, run_id: str, rollout_count: int) -> IndexRead | 
         data, identity = own_file(paths.outcome_index)
         offset = data.index(b"\n") + 1
         header = orjson.loads(data[:offset])
-        if not _usable(header, run_id, rollout_count) or _digest([data[offset:]]) != header["payload_sha256"]:
+        if (
+            not _usable(header, run_id, rollout_count)
+            or _digest([memoryview(data)[offset:]]) != header["payload_sha256"]
+        ):
             return None
         sections, blocks = {}, {}
         for name in FILES:
@@ -351,23 +346,25 @@ def _section_usable(part: Any) -> bool:
 def _prefix_hasher(path: Path, size: int, expected: str) -> Any:
     """A SHA-256 fed the first ``size`` bytes of ``path`` when they hash to ``expected``, else None."""
     hasher = hashlib.sha256()
+    if not _hash_range(hasher, path, 0, size) or hasher.hexdigest() != expected:
+        return None
+    return hasher
+
+
+def _hash_range(hasher: Any, path: Path, start: int, end: int) -> bool:
+    """Feed bytes ``start``..``end`` of ``path`` to ``hasher``; False when the file has fewer."""
+    if end <= start:
+        return True
     try:
         with open(path, "rb", buffering=0) as handle:
-            left = size
+            handle.seek(start)
+            left = end - start
             while left > 0:
                 chunk = handle.read(min(_READ_CHUNK, left))
                 if not chunk:
-                    return None
+                    return False
                 hasher.update(chunk)
                 left -= len(chunk)
     except FileNotFoundError:
-        if size != 0:
-            return None
-    return hasher if hasher.hexdigest() == expected else None
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
+        return False
+    return True

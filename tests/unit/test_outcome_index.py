@@ -325,3 +325,21 @@ def test_a_failed_index_write_costs_nothing_but_the_index(
     every_kind(store)
     store.close()
     assert calls[0] == 2 and same(read(paths), read_every_row(paths))
+
+
+def test_outcomes_that_hold_a_secret_learned_since_are_never_copied_into_an_index(paths: RunPaths) -> None:
+    """A failure kind saved before its text was known to be a secret stays in the run's files, but
+    the writer that learned it writes no index that would copy it to another file."""
+    store = create(paths)
+    fail(store, 0, kind="kind-with-s3cr3t-token-inside")
+    store.close()
+    paths.outcome_index.unlink()  # the next writer reads every row (the kind among them)
+    redaction.remember(["s3cr3t-token"])
+    try:
+        writer = RunStore.open(paths)
+        writer.reconcile()
+        save(writer, 1, reward=1.0)
+        writer.close()
+    finally:
+        redaction.forget_all()
+    assert not paths.outcome_index.exists()

@@ -359,6 +359,7 @@ def test_select_rollouts_equals_select_rollout_for_every_rollout() -> None:
     """The one loop (its fast case too) gives select_rollout's state and the newest saved execution."""
     counts = [reserved for reserved, _ in GROUPS]
     groups = [group for _, group in GROUPS]
+
     def conflict(index: int, problem: str) -> Exception:
         return AssertionError(problem)
 
@@ -398,3 +399,20 @@ def test_the_selection_rule_is_written_once() -> None:
              or 'and group.kind == "result"' in path.read_text())
     ]  # fmt: skip
     assert copies == []
+
+
+@pytest.mark.parametrize(
+    ("reward", "shared_before", "kept_is_shared"),
+    [(0.5, {}, True), (0.0, {}, True), (-0.0, {0.0: 0.0}, False),
+     (0.25, dict.fromkeys(range(4096), 0.0), False)],
+)  # fmt: skip
+def test_a_reward_is_shared_by_value_except_a_negative_zero_or_past_the_bound(
+    reward: float, shared_before: dict[float, float], kept_is_shared: bool
+) -> None:
+    """One float object per distinct reward value; -0.0 keeps its sign; a full table shares no more."""
+    from gymslurm.selection import shared_reward
+
+    shared = {float(k): v for k, v in shared_before.items()}
+    first = shared_reward(shared, reward)
+    again = shared_reward(shared, float(str(reward)))
+    assert str(first) == str(reward) and (first is again) is kept_is_shared
