@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from gymslurm.collector import DispatchLoop, initial_counters, pending_order
-from gymslurm.collector_view import RunView
+from gymslurm.collector.collect import DispatchLoop, initial_counters, pending_order
+from gymslurm.collector.view import RunView
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.dispatch import EnvironmentClient
 from gymslurm.dispatch.calls import parse_queue_length, watch_model_queue

@@ -36,10 +36,10 @@ import orjson
 from omegaconf import OmegaConf
 
 from gymslurm.coverage import Coverage
-from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.site.backend import SlurmBackend
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import print_table
 from gymslurm.store import live

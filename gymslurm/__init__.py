@@ -24,7 +24,7 @@ _HOMES: dict[str, str] = {
     "OutcomeFuture": "gymslurm.outcomes",
     "RowOutcome": "gymslurm.outcomes",
     # one collection, as ``gymslurm collect`` runs it (docs/collector.md)
-    "collect": "gymslurm.collector",
+    "collect": "gymslurm.collector.collect",
     "CollectSettings": "gymslurm.settings",
     # the records a run saves (docs/formats.md)
     "RolloutFailureRecord": "gymslurm.records",
@@ -88,7 +88,7 @@ __all__ = [
 ]  # the same names as _HOMES (a test pins both)
 
 if TYPE_CHECKING:
-    from gymslurm.collector import collect
+    from gymslurm.collector.collect import collect
     from gymslurm.errors import (
         ConfigError,
         CorruptRecordError,

@@ -70,7 +70,7 @@ class EnvironmentClient:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.run_id, self.route_failures = run_id, route_failures
-        # one protocol for every server, or one per server URL (a run may mix them: routing.py)
+        # one protocol for every server, or one per server URL (a run may mix them: collector/routing.py)
         self.protocol: Protocol = protocol if isinstance(protocol, str) else "episode"
         self._protocols: Mapping[str, Protocol] = {} if isinstance(protocol, str) else protocol
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}

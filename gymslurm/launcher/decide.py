@@ -47,8 +47,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from gymslurm.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from gymslurm.store.live import LiveProgress
 
 
 class Decision(StrEnum):
@@ -400,3 +404,14 @@ def collector_unresponsive(
             f"{life.quiet_s:.0f}s: its servers stopped answering (stall_window_s={window_s:g})"
         )
     return None
+
+
+def life_of(
+    record: LiveProgress | None, pid: int | None, since_start_s: float, now: float
+) -> CollectorLife:
+    """What the live progress record says of the collector ``pid`` at wall-clock ``now`` (pure)."""
+    if record is None:
+        return CollectorLife(pid, since_start_s)
+    age = max(now - record.epoch, 0.0)  # quiet as the collector saw it: a frozen one is not "quiet"
+    return CollectorLife(pid, since_start_s, record.pid, age, record.in_flight, record.last_outcome_age_s,
+                         record.ended)  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gymslurm.collector_seal import SAID_FROM_SEAL
+from gymslurm.collector.seal import SAID_FROM_SEAL
 from tests.e2e.helpers import collect, companion, gymslurm, write_tasks
 
 pytestmark = pytest.mark.e2e

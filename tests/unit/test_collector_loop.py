@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gymslurm.collector import (
+from gymslurm.collector.collect import (
     DispatchLoop,
     RunView,
     build_coverage,
@@ -16,7 +16,7 @@ from gymslurm.collector import (
     run_dispatch,
     shown_as,
 )
-from gymslurm.collector_end import budget_message, decide_exit
+from gymslurm.collector.end import budget_message, decide_exit
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, SavedOutcome, advance_state, select_rollout
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import orjson
 
-from gymslurm.collector import LoopResult, RunView, build_coverage
-from gymslurm.collector_end import export_metrics
-from gymslurm.collector_view import OriginStamps
+from gymslurm.collector.collect import LoopResult, RunView, build_coverage
+from gymslurm.collector.end import export_metrics
+from gymslurm.collector.routing import Route, Routing
+from gymslurm.collector.view import OriginStamps
 from gymslurm.dispatch import MetricsRows
 from gymslurm.errors import MetricsUnavailableError
 from gymslurm.nemogym import ServerOrigin
-from gymslurm.routing import Route, Routing
 from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths, RunStore
 from tests.unit.test_store_runstore import create

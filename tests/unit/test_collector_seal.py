@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.collector_seal import Invocation, Transcript, config_problem, env_names, invocation
+from gymslurm.collector.seal import Invocation, Transcript, config_problem, env_names, invocation
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
 from gymslurm.store.paths import RunPaths, file_identity
 from gymslurm.store.seal import FinishedSeal, read_seal, write_seal

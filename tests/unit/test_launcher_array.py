@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_run import render_scripts, split_dataset
+from gymslurm.commands.wait import next_poll_s
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.arrays import plan_arrays
+from gymslurm.launcher.job.first_links import array_indices
 from gymslurm.launcher.ledger import Started, Submitted
 from gymslurm.launcher.rundir import (
     ArrayRecord,
@@ -18,8 +20,7 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.submit import array_indices, render_scripts, split_dataset
-from gymslurm.launcher.wait import next_poll_s
+from gymslurm.launcher.site.arrays import plan_arrays
 
 INDEX_ROWS = [
     ("every shard, no throttle", list(range(1000)), None, "0-999"),

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError, SlurmError
-from gymslurm.launcher.backend import ClusterSetBackend, SlurmBackend, run_backend
 from gymslurm.launcher.job.aggregation import aggregation_backend
-from gymslurm.launcher.placement import Block, cluster_parts, place_shards
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.slurm import SlurmClient, split_job_id
+from gymslurm.launcher.site.backend import ClusterSetBackend, SlurmBackend
+from gymslurm.launcher.site.placement import Block, cluster_parts, place_shards
+from gymslurm.launcher.site.slurm import SlurmClient, split_job_id
 from gymslurm.launcher.views.status import LogIndex
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
@@ -210,7 +211,7 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
     """submit of 3 shards over [a, b]: each cluster's settings are read (scontrol -M), run.json records
     a: 0..1, b: 2 and the aggregation on a; shards 0-1 are tasks 0-1 of an array on a, shard 2 task 2
     of an array on b (the same links script), each array followed by its spare on the same cluster."""
-    from gymslurm.launcher.submit import submit
+    from gymslurm.commands.submit import submit
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(6)))
@@ -244,7 +245,7 @@ def test_doctor_of_a_benchmark_checks_every_cluster_it_names_with_that_clusters_
     tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """doctor --benchmark over {a: 2, b: 1} and 3 shards: scontrol -M a and -M b, a with 2 shards, b 1."""
-    from gymslurm.launcher.doctor import run_plan_doctor
+    from gymslurm.commands.doctor import run_plan_doctor
 
     settings = validate({**BASE, "shards": 3, "slurm": {"clusters": {"a": 2, "b": 1}}}, "t")
     assert run_plan_doctor(settings, True, None) == 0
@@ -258,7 +259,7 @@ def test_doctor_of_a_benchmark_fails_on_a_cluster_that_cannot_be_asked(
     tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cluster whose scontrol fails is an error finding of that cluster, and doctor exits 1."""
-    from gymslurm.launcher.doctor import run_plan_doctor
+    from gymslurm.commands.doctor import run_plan_doctor
 
     scontrol = slurm_log.parent / "bin" / "scontrol"
     scontrol.write_text('#!/bin/sh\ncase "$1" in --clusters=zz) echo no such cluster >&2; exit 1 ;; esac\n'
@@ -276,14 +277,14 @@ def test_the_list_of_runs_reads_a_run_across_clusters_from_its_own_clusters(
 ) -> None:
     """``gymslurm status`` (no run): shard 0 (a:12_0) and shard 1 (b:12_1) both running, as a's and b's
     squeue say; the default cluster's one squeue (shared by the list) knows neither id."""
-    from gymslurm.launcher.cli import main
+    from gymslurm.commands.status import main
 
     run = _run_across(tmp_path)
     record = ArrayRecord(job_id="a:12", shards=2, max_running=None, at="2026-01-01T00:00:00.000+00:00",
                          chunk=1001, parts=[ArrayPart(job_id="a:12", base=0, size=1),
                                             ArrayPart(job_id="b:12", base=0, size=1, offset=1)])  # fmt: skip
     atomic_write(run.array_path, record.model_dump_json().encode())
-    assert main("status", ["--json", "--run-root", str(tmp_path)]) == 0
+    assert main(["--json", "--run-root", str(tmp_path)]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
     assert listed["shards"] == {"HEALTHY": 2}, listed  # the shared default squeue: 2 STALLED
     asked = {c.split()[1] for c in _calls(slurm_log) if c.startswith("squeue")}
@@ -304,7 +305,7 @@ def test_each_cluster_may_name_its_shards(
     name: str, shards: int, ranges: dict[str, str], blocks: list[tuple[str, int, int]]
 ) -> None:
     """``{a: "0-5,9", b: "6-8"}``: a block per run of consecutive shards of one cluster, in shard order."""
-    from gymslurm.launcher.placement import blocks_for, cluster_of
+    from gymslurm.launcher.site.placement import blocks_for, cluster_of
 
     found = blocks_for(shards, ranges)  # type: ignore[arg-type]
     assert [(b.cluster, b.first, b.count) for b in found] == blocks
@@ -329,7 +330,7 @@ def _numbers(text: str) -> set[int]:
 ])  # fmt: skip
 def test_named_shards_cover_every_shard_once(ranges: dict[str, str], says: str) -> None:
     """A shard named twice, by none, past the run's shards, or a word instead of numbers: refused."""
-    from gymslurm.launcher.placement import blocks_for
+    from gymslurm.launcher.site.placement import blocks_for
 
     with pytest.raises(ConfigError, match=says):
         blocks_for(10, ranges)  # type: ignore[arg-type]

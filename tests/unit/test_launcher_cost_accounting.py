@@ -6,11 +6,11 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.status import run_status
 

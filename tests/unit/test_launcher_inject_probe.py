@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.inject import slurm_argv
+from gymslurm.commands.inject import slurm_argv
+from gymslurm.commands.probe import findings_of
 from gymslurm.launcher.job.link import try_link_lock
-from gymslurm.launcher.probe import findings_of
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from gymslurm.commands.new_run import new_run_dir
+from gymslurm.commands.submit import submit
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.render import LINK_TEMPLATE, ScriptValues, load_template, render
 from gymslurm.launcher.settings import BenchmarkSettings, validate
-from gymslurm.launcher.submit import new_run_dir, submit
+from gymslurm.launcher.site.render import LINK_TEMPLATE, ScriptValues, load_template, render
 
 PAYLOAD = "touch PWNED"
 

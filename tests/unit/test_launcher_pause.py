@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.pause import pause
+from gymslurm.commands.wait import wait_outcome
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Limits, Progress, decide, job_exit_code
 from gymslurm.launcher.ledger import (
     BudgetsRecord,
@@ -16,12 +18,10 @@ from gymslurm.launcher.ledger import (
     Submitted,
     summarize,
 )
-from gymslurm.launcher.local import LocalBackend
-from gymslurm.launcher.pause import pause
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.status import verdict
-from gymslurm.launcher.wait import wait_outcome
 
 SPENT = Budgets(jobs=3, walltime_s=100.0, infra_retries_used=1, links_without_progress=2)
 NOTHING_NEW = Progress(successful=4, snapshot="t1")

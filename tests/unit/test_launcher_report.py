@@ -9,8 +9,8 @@ from pathlib import Path
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.links import faults_survived, links_of
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.views.report import (
     REPORT_SCHEMA,
     refresh_report,

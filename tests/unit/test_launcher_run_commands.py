@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.cancel import cancel
+from gymslurm.commands.inject import inject
+from gymslurm.commands.new_run import new_run_dir
+from gymslurm.commands.resubmit import parse_shard_selection
 from gymslurm.errors import ConfigError, SlurmError
-from gymslurm.launcher.backend import SlurmBackend
-from gymslurm.launcher.cancel import cancel
 from gymslurm.launcher.decide import Budgets, Decision
-from gymslurm.launcher.inject import inject
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.slurm import SlurmClient
-from gymslurm.launcher.submit import new_run_dir, parse_shard_selection
+from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.store import live
 
 

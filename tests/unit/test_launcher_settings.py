@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_run import render_scripts
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import (
@@ -16,10 +17,9 @@ from gymslurm.launcher.settings import (
     early_signal_warning,
     load_benchmark,
     merge_secrets,
-    slurm_seconds,
     split_secrets,
 )
-from gymslurm.launcher.submit import render_scripts
+from gymslurm.launcher.site.slurm import slurm_seconds
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from gymslurm.launcher.ledger import (
     Submitted,
     summarize,
 )
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.slurm import QueueRow, parse_accounting_storage
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.slurm import QueueRow, parse_accounting_storage
 from gymslurm.launcher.views.status import (
     STATUS_SCHEMA,
     STATUS_VERSION,
@@ -294,12 +294,12 @@ def test_status_document_is_versioned_and_lists_columns_and_summary(tmp_path: Pa
 
 def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`gymslurm status` with no run prints the column header, with no run and with runs."""
-    from gymslurm.launcher.cli import list_header, main
+    from gymslurm.commands.status import list_header, main
 
-    assert main("status", ["--run-root", str(tmp_path / "none")]) == 0
+    assert main(["--run-root", str(tmp_path / "none")]) == 0
     assert capsys.readouterr().out.splitlines()[0] == list_header()
     _run_with_forgotten_job(tmp_path / "runs", accounting=None)
-    assert main("status", ["--run-root", str(tmp_path / "runs")]) == 0
+    assert main(["--run-root", str(tmp_path / "runs")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == list_header() and lines[1].startswith("run ") and "1 STALLED" in lines[1]
 
@@ -342,7 +342,7 @@ def test_a_held_link_says_it_will_not_run_by_itself() -> None:
 
 def test_held_states_are_live_so_cancel_and_status_see_them() -> None:
     """SPECIAL_EXIT and REQUEUE_HOLD count as live jobs of a chain."""
-    from gymslurm.launcher.backend import LIVE_STATES
+    from gymslurm.launcher.site.backend import LIVE_STATES
 
     assert {"SPECIAL_EXIT", "REQUEUE_HOLD"} <= LIVE_STATES
 

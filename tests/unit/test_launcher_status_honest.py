@@ -9,7 +9,7 @@ from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.status import (
     LogIndex,
     ShardFiles,

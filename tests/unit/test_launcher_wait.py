@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gymslurm.launcher.wait import wait_outcome
+from gymslurm.commands.wait import wait_outcome
 
 
 def report(

@@ -10,7 +10,7 @@ import pytest
 from gymslurm.launcher.decide import Limits
 from gymslurm.launcher.job.link import account_for_dead_runs
 from gymslurm.launcher.ledger import Ledger, Started, Submitted, fold, summarize
-from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.site.local import LocalBackend
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_run import create_run_dir, new_run_dir, prepare_dataset
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.submit import create_run_dir, new_run_dir, prepare_dataset
 from tests.e2e.helpers import gymslurm
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
+from gymslurm.collector.prepare import Prepared, prepare
 from gymslurm.errors import IdentityMismatchError, ManifestError
-from gymslurm.prepare import Prepared, prepare
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
 from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from gymslurm.collector.routing import grader_by_name
 from gymslurm.errors import ConfigError
-from gymslurm.routing import grader_by_name
 
 # The shape of NeMo Gym 0.7.0's global config (../shared/nemogym/compat_stack.yaml's servers).
 CONFIG: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""NeMo Gym's server names and types, resolved in the head server's configuration (gymslurm.routing)."""
+"""NeMo Gym's server names and types, resolved in the head server's configuration (collector/routing.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import httpx
 import orjson
 import pytest
 
+from gymslurm.collector.routing import resolve_routing
 from gymslurm.dispatch import Completed, EnvironmentClient
 from gymslurm.errors import ConfigError
 from gymslurm.records import EpisodeId
-from gymslurm.routing import resolve_routing
 from gymslurm.settings import load_settings
 
 BASE = ["+input_jsonl_fpath=/data/in.jsonl", "+output_jsonl_fpath=/runs/out.jsonl"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.collector_live import is_stalled
+from gymslurm.collector.live import is_stalled
 from gymslurm.errors import ManifestError
 from gymslurm.store.live import (
     Heartbeat,

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend, run_backend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
 from gymslurm.launcher.job.chain import (
     account_for_dead_runs,
@@ -38,9 +37,11 @@ from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.slurm import split_job_id
+from gymslurm.launcher.site.backend import Backend
+from gymslurm.launcher.site.slurm import split_job_id
 from gymslurm.store.flock import locked, try_lock
 from gymslurm.store.paths import RunPaths
 

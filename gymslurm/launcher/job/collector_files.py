@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.decide import CollectorLife, Progress
+from gymslurm.launcher.decide import Progress
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.store import live
 from gymslurm.store.paths import RunPaths, file_identity
@@ -69,17 +69,6 @@ def saved_bytes(output: Path) -> int:
     from gymslurm.store.paths import saved_outcome_bytes  # imported late: keeps chain-step's start fast
 
     return saved_outcome_bytes(RunPaths.for_output(output))
-
-
-def life_of(
-    record: live.LiveProgress | None, pid: int | None, since_start_s: float, now: float
-) -> CollectorLife:
-    """What the live progress record says of the collector ``pid`` at wall-clock ``now`` (pure)."""
-    if record is None:
-        return CollectorLife(pid, since_start_s)
-    age = max(now - record.epoch, 0.0)  # quiet as the collector saw it: a frozen one is not "quiet"
-    return CollectorLife(pid, since_start_s, record.pid, age, record.in_flight, record.last_outcome_age_s,
-                         record.ended)  # fmt: skip
 
 
 def read_live_progress(output: Path) -> live.LiveProgress | None:

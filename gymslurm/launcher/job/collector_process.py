@@ -24,10 +24,10 @@ from gymslurm.launcher.adaptive_load import (
     metrics_urls,
     model_servers,
 )
-from gymslurm.launcher.decide import collector_unresponsive
+from gymslurm.launcher.decide import collector_unresponsive, life_of
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.collector_files import life_of, read_live_progress
+from gymslurm.launcher.job.collector_files import read_live_progress
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir

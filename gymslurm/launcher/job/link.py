@@ -46,7 +46,6 @@ from pathlib import Path
 
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend, SlurmBackend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, Verdict, decide, job_exit_code, start_gate
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
@@ -96,6 +95,7 @@ from gymslurm.launcher.notify import (
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.server_placement import job_gpus
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.site.backend import Backend, SlurmBackend
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 

@@ -30,7 +30,6 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import Record
 from gymslurm.launcher.links import (
     KINDS,
@@ -44,6 +43,7 @@ from gymslurm.launcher.links import (
 )
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration

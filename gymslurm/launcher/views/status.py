@@ -29,14 +29,13 @@ from typing import Any
 
 from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
-from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, job_exit_code
-from gymslurm.launcher.job.collector_files import life_of
+from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, job_exit_code, life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
-from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
+from gymslurm.launcher.site.backend import HELD_STATES, LIVE_STATES, Backend
+from gymslurm.launcher.site.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import (
     counts_of,

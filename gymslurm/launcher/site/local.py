@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import psutil
 
-from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
 from gymslurm.store.flock import locked, try_lock
 
 TICK_S = 0.2
@@ -59,7 +59,7 @@ def script_options(text: str) -> ScriptOptions:
         match = _DIRECTIVE.match(line.strip())
         if match:
             options[match.group(1)] = (match.group(2) or "").strip()
-    from gymslurm.launcher.settings import slurm_seconds
+    from gymslurm.launcher.site.slurm import slurm_seconds
 
     sig, lead = None, 0
     if options.get("signal", "").startswith("B:"):
@@ -119,7 +119,7 @@ class LocalBackend:
         os.close(fd)  # free: no supervisor; start one (a racing second one exits at once)
         with (self.dir / "supervisor.log").open("ab") as log:
             subprocess.Popen(
-                [self.python, "-m", "gymslurm.launcher.local", str(self.dir)],
+                [self.python, "-m", "gymslurm.launcher.site.local", str(self.dir)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
 

@@ -393,3 +393,21 @@ def site_limits(config: Mapping[str, str]) -> dict[str, int]:
         if value.isdigit():
             limits[name] = int(value)
     return limits
+
+
+def slurm_seconds(text: str | int) -> int:
+    """Seconds in a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    raw = str(text).strip()
+    days, _, rest = raw.rpartition("-") if "-" in raw else ("0", "", raw)
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        raise ValueError(f"{text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+    numbers = [int(p) for p in parts]
+    if "-" in raw:  # D-HH[:MM[:SS]]
+        numbers += [0] * (3 - len(numbers))
+        hours, minutes, seconds = numbers
+    elif len(numbers) == 3:
+        hours, minutes, seconds = numbers
+    else:  # MM or MM:SS
+        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
+    return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds

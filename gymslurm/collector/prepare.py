@@ -5,7 +5,7 @@ validates the experiment's identity (semantic change refused naming the keys, op
 accepted with a warning and a journal line) and then the saved history, before a single byte
 changes; only then are the resume's metadata writes made and torn tails repaired. A fresh
 collection materializes (and so refuses bad rows) before it replaces an existing run.
-``collector.py`` runs the loop on what :func:`prepare` returns.
+``collector/collect.py`` runs the loop on what :func:`prepare` returns.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ class Prepared:
     reconciliation: Reconciliation
     # Whether preparing this run again with the same command would write and say nothing (no drift,
     # no overridden identity, no torn tail; an unverified identity is not vouched for): what a
-    # finished run's seal assumes (collector_seal.py).
+    # finished run's seal assumes (collector/seal.py).
     repeats_quietly: bool = False
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from string import Template
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.scriptsafe import control_problem
+from gymslurm.launcher.site.scriptsafe import control_problem
 from gymslurm.resources import templates_dir
 
 LINK_TEMPLATE = "link.sbatch"

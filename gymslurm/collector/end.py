@@ -15,9 +15,10 @@ from typing import IO, Any
 
 import orjson
 
-from gymslurm.collector_live import STALL
-from gymslurm.collector_seal import Transcript
-from gymslurm.collector_view import LoopResult, RunView
+from gymslurm.collector.live import STALL
+from gymslurm.collector.routing import Routing
+from gymslurm.collector.seal import Transcript
+from gymslurm.collector.view import LoopResult, RunView
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
 from gymslurm.dispatch import MetricsRows, post_aggregate_metrics
 from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
@@ -27,7 +28,6 @@ from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics
 from gymslurm.progress import say, summary_table
 from gymslurm.redaction import redact_text
-from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.atomic import write_error

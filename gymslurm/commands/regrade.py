@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gymslurm.commands.new_run import chain_is_live, create_run
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.backend import run_backend
 from gymslurm.launcher.job.collector_process import reverify_argv
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.run_site import run_backend
+from gymslurm.launcher.rundir import RunDir, resolve_run_or_job
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate
-from gymslurm.launcher.submit import chain_is_live, create_run, resolve_run_or_job
 
 SUFFIX = "-reverify"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from gymslurm.clock import utc_now
-from gymslurm.collector_view import LoopResult
+from gymslurm.collector.view import LoopResult
 from gymslurm.errors import StoreError
 from gymslurm.progress import Counters, rate_and_eta, say
 from gymslurm.store.live import LiveProgress, write_progress
