@@ -119,8 +119,10 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'gymslurm' has no attribute {name!r}; the supported names are "
-                             "gymslurm.__all__ (docs/api.md)")  # fmt: skip
+        raise AttributeError(
+            f"module 'gymslurm' has no attribute {name!r}; the supported names are "
+            "gymslurm.__all__ (docs/api.md)"
+        )
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

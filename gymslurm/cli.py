@@ -135,5 +135,3 @@ def _redact_what_is_printed() -> None:
         stream = getattr(sys, name)
         if not isinstance(stream, _RedactingStream):
             setattr(sys, name, _RedactingStream(stream))
-
-

@@ -106,8 +106,11 @@ def run_examples(
     ``route_failures_to_sidecar`` gives the failure row (``_ng_failure_class``, ``_ng_failure_terminal``,
     ``_ng_failure_message``, ``_ng_failure_record`` and the row's stamps). Call it inside a running loop.
     """
-    knobs = {"dispatch_budget_s": dispatch_budget_s, "drain_margin_s": drain_margin_s,
-             "latency_tracker": latency_tracker}  # fmt: skip
+    knobs = {
+        "dispatch_budget_s": dispatch_budget_s,
+        "drain_margin_s": drain_margin_s,
+        "latency_tracker": latency_tracker,
+    }
     unsupported = [name for name, value in knobs.items() if value is not None]
     if unsupported:
         raise ConfigError(
@@ -115,8 +118,15 @@ def run_examples(
         )
     url, chosen = _server(server_url, environment_server_name, head_server_config, protocol)
     concurrency = max_resident_tasks or int(getattr(semaphore, "_value", 0) or 0) or 64
-    stream = run_outcomes(examples, server_url=url, run_id=run_id, route_failures=True,
-                          concurrency=concurrency, protocol=chosen, transport=transport)  # fmt: skip
+    stream = run_outcomes(
+        examples,
+        server_url=url,
+        run_id=run_id,
+        route_failures=True,
+        concurrency=concurrency,
+        protocol=chosen,
+        transport=transport,
+    )
     return (_as_result(future, route_failures_to_sidecar) for future in stream)
 
 

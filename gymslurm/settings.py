@@ -168,8 +168,13 @@ class CollectSettings(BaseModel):
             raise ValueError(
                 "both environment_server_url and environment_server_name name the default server: keep one"
             )
-        if not (self.environment_server_url or self.environment_server_urls or self.environment_server_name
-                or self.environment_server_routes or self.agent_name):  # fmt: skip
+        if not (
+            self.environment_server_url
+            or self.environment_server_urls
+            or self.environment_server_name
+            or self.environment_server_routes
+            or self.agent_name
+        ):
             raise ValueError(
                 "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
                 "(start one with `gymslurm demo-server`), +environment_server_urls={taskset: URL, ...}, or "

@@ -485,9 +485,12 @@ def _collect_prepared(  # noqa: PLR0917
 
 
 def _seal(
-    command: Invocation, raw: dict[str, Any], settings: CollectSettings, paths: RunPaths,
+    command: Invocation,
+    raw: dict[str, Any],
+    settings: CollectSettings,
+    paths: RunPaths,
     answer: Callable[[Transcript], int],
-) -> None:  # fmt: skip
+) -> None:
     """Seal a finished run for the resume of ``command``, last of all its writes (store/seal.py).
 
     A seal that cannot be written is no loss: the next resume takes the full path.
@@ -525,8 +528,12 @@ async def _dispatch(  # noqa: PLR0917
     supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
     breaker = None
     if supervised is None and settings.dispatch_breaker_failures:
-        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
-                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
+        breaker = Breaker(
+            settings.dispatch_breaker_failures,
+            settings.dispatch_breaker_wait_s,
+            lambda why: loop_.stop(why),  # noqa: PLW0108 (loop_ is bound below)
+            tell,
+        )
     loop_ = DispatchLoop(
         view=view,
         client=client,

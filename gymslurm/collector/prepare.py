@@ -249,9 +249,15 @@ class TaskStream:
 # Settings of one invocation that say nothing about what a run measures: left out of the identity so
 # that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
 INVOCATION_KEYS = (
-    "progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume", "resubmit",
-    "live_progress_interval_s", "stall_window_s",
-)  # fmt: skip
+    "progress",
+    "progress_interval_s",
+    "summary",
+    "resume_from_cache",
+    "allow_unsafe_resume",
+    "resubmit",
+    "live_progress_interval_s",
+    "stall_window_s",
+)
 
 
 @dataclass

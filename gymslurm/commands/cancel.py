@@ -73,8 +73,10 @@ def cancel_run(run: RunDir, backend: Backend) -> int:
     backend.cancel(targets)
     shown = " ".join(targets[:10]) + (f" ... ({len(targets) - 10} more)" if len(targets) > 10 else "")
     kept = info.shards - marked
-    print(f"run {run.name}: cancelled {len(every)} job(s) ({shown or 'none live'}); "
-          f"{kept} finished chain(s) keep their verdict".rstrip())  # fmt: skip
+    print(
+        f"run {run.name}: cancelled {len(every)} job(s) ({shown or 'none live'}); "
+        f"{kept} finished chain(s) keep their verdict".rstrip()
+    )
     return ExitCode.DONE
 
 

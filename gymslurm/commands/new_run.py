@@ -90,8 +90,6 @@ def backend_for(
     return choose_backend(name, local_dir=run.local_dir, accounting=accounting, cluster=cluster)
 
 
-
-
 ARRAY_TASK, TASK_VARIABLE = "__SLURM_ARRAY_TASK_ID__", '"$SLURM_ARRAY_TASK_ID"'
 
 
@@ -107,18 +105,28 @@ def render_scripts(
     slurm = settings.slurm
     mail = [f"--mail-{k}={v}" for k, v in (("type", slurm.mail_type), ("user", slurm.mail_user)) if v]
     common = {
-        "run_name": run.name, "signal_lead": slurm.signal_lead_s, "workdir": str(workdir),
+        "run_name": run.name,
+        "signal_lead": slurm.signal_lead_s,
+        "workdir": str(workdir),
         "directives": directives_block(
             slurm.partition, slurm.account, slurm.qos, [*slurm.extra_directives, *mail]
         ),
         "env_setup": env_setup_block(slurm.env_setup),
-    }  # fmt: skip
-    link_common = {**common, "directives": directives_block(
-        slurm.partition, slurm.account, slurm.qos,
-        [*placement_directives(settings.servers, slurm.extra_directives),
-         *gres_directive(settings.servers, slurm.gpus, slurm.extra_directives),
-         *slurm.extra_directives, *mail],
-    )}  # fmt: skip
+    }
+    link_common = {
+        **common,
+        "directives": directives_block(
+            slurm.partition,
+            slurm.account,
+            slurm.qos,
+            [
+                *placement_directives(settings.servers, slurm.extra_directives),
+                *gres_directive(settings.servers, slurm.gpus, slurm.extra_directives),
+                *slurm.extra_directives,
+                *mail,
+            ],
+        ),
+    }
     servers = servers_block(stack_lines(settings.servers))
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
@@ -127,31 +135,43 @@ def render_scripts(
         path = run.links_script_for(first)
         task = TASK_VARIABLE if first == 0 else f'"$(({first} + SLURM_ARRAY_TASK_ID))"'
         values = ScriptValues(
-            shard=f"{first} + $SLURM_ARRAY_TASK_ID (the array task id)" if first else
-            "$SLURM_ARRAY_TASK_ID (the array task id)", job_name=f"gs-{run.name}",
+            shard=f"{first} + $SLURM_ARRAY_TASK_ID (the array task id)"
+            if first
+            else "$SLURM_ARRAY_TASK_ID (the array task id)",
+            job_name=f"gs-{run.name}",
             script_path=f"--array=TASK {path} (TASK = the shard{f' - {first}' if first else ''}; "
             "use the job id the ledger names)",
             log_path=str(run.links_log_pattern_for(first)),
-            ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"), time_limit=slurm.time,
-            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, task), servers=servers,
+            ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"),
+            time_limit=slurm.time,
+            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, task),
+            servers=servers,
             **link_common,  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
         scripts[path] = render(link, values)
     for shard in range(0 if plan is not None else settings.shards):
         values = ScriptValues(
-            shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
-            log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
+            shard=f"{shard:03d}",
+            job_name=f"gs-{run.name}-s{shard:03d}",
+            script_path=str(run.script(shard)),
+            log_path=str(run.log_pattern(shard)),
+            ledger_path=str(run.ledger(shard).path),
             time_limit=slurm.time,
-            command=command_line([*base, "--shard", str(shard)]), servers=servers,
+            command=command_line([*base, "--shard", str(shard)]),
+            servers=servers,
             **link_common,  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
         scripts[run.script(shard)] = render(link, values)
     values = ScriptValues(
-        shard="aggregate", job_name=f"gs-{run.name}-agg", script_path=str(run.script(None)),
-        log_path=str(run.log_pattern(None)), ledger_path=str(run.aggregate_ledger.path),
-        time_limit=settings.aggregation.time, command=command_line([*base, "--aggregate"]),
+        shard="aggregate",
+        job_name=f"gs-{run.name}-agg",
+        script_path=str(run.script(None)),
+        log_path=str(run.log_pattern(None)),
+        ledger_path=str(run.aggregate_ledger.path),
+        time_limit=settings.aggregation.time,
+        command=command_line([*base, "--aggregate"]),
         **common,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     scripts[run.script(None)] = render(load_template(AGGREGATE_TEMPLATE), values)
     return scripts
 
@@ -206,9 +226,12 @@ def create_run_dir(run: RunDir) -> None:
         run.root.mkdir(mode=0o700)
     except FileExistsError:
         what = (
-            f"a symbolic link to {os.readlink(run.root)!r}" if run.root.is_symlink()
-            else "a folder" if run.root.is_dir() else "a file"
-        )  # fmt: skip
+            f"a symbolic link to {os.readlink(run.root)!r}"
+            if run.root.is_symlink()
+            else "a folder"
+            if run.root.is_dir()
+            else "a file"
+        )
         raise ConfigError(
             f"the run directory {run.root} was taken while submit ran: {what} appeared at its path "
             "(another process or user put it there); gymslurm never writes into a name it did not "
@@ -298,10 +321,16 @@ def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) 
 
 
 def create_run(
-    settings: BenchmarkSettings, data: dict[str, Any], overrides: list[str],
+    settings: BenchmarkSettings,
+    data: dict[str, Any],
+    overrides: list[str],
     backend_kind: Literal["slurm", "local"],
-    workdir: Path, *, dry_run: bool, wait: bool, reverify_of: str | None = None,
-) -> int:  # fmt: skip
+    workdir: Path,
+    *,
+    dry_run: bool,
+    wait: bool,
+    reverify_of: str | None = None,
+) -> int:
     """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
     run it re-grades in ``reverify_of``); with ``wait``, stay until it ended."""
     clean, secrets = split_secrets(data)
@@ -315,7 +344,10 @@ def create_run(
         raise ConfigError(site.refusal)
     plan = (
         plan_arrays(
-            settings.shards, site.limits, settings.slurm.max_running, settings.slurm.array_size,
+            settings.shards,
+            site.limits,
+            settings.slurm.max_running,
+            settings.slurm.array_size,
             lookahead=settings.slurm.lookahead,
         )
         if backend_kind == "slurm"
@@ -340,19 +372,32 @@ def create_run(
     clusters = settings.slurm.clusters if backend_kind == "slurm" else None
     placement = None if clusters is None else blocks_for(settings.shards, clusters)
     info = RunInfo(
-        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
-        backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
-        infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
-        accounting=site.accounting, array=plan is not None, cluster=settings.slurm.cluster,
+        name=run.name,
+        benchmark=settings.name,
+        overrides=redact_value(overrides),
+        created_at=utc_now_ms(),
+        backend=backend_kind,
+        shards=settings.shards,
+        workdir=str(workdir),
+        output_stem=settings.output_stem,
+        infra_retry_limit=settings.slurm.infra_retry_limit,
+        max_walltime_s=settings.slurm.max_walltime_s,
+        accounting=site.accounting,
+        array=plan is not None,
+        cluster=settings.slurm.cluster,
         placement=placement,
         aggregate_cluster=None if placement is None else settings.slurm.aggregation_cluster,
         reverify_of=reverify_of,
-        gpus=job_gpus(settings.servers, settings.slurm.declared_gpus), gpu_budget=settings.budget.gpu_hours,
-        budget_warn_at=settings.budget.warn_at, report_share=settings.report.share,
-    )  # fmt: skip
+        gpus=job_gpus(settings.servers, settings.slurm.declared_gpus),
+        gpu_budget=settings.budget.gpu_hours,
+        budget_warn_at=settings.budget.warn_at,
+        report_share=settings.report.share,
+    )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
-    backend = run_backend(run) if placement is not None else backend_for(
-        run, backend_kind, site.accounting, settings.slurm.cluster
+    backend = (
+        run_backend(run)
+        if placement is not None
+        else backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     )
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
     for path, text in scripts.items():
@@ -365,9 +410,15 @@ def create_run(
             assert isinstance(backend, SlurmBackend | ClusterSetBackend)
             throttle = settings.slurm.max_running
             submit_arrays(
-                run, backend, settings.shards, plan, max_running=throttle, counts=counts,
-                lookahead=settings.slurm.lookahead, placement=placement,
-            )  # fmt: skip
+                run,
+                backend,
+                settings.shards,
+                plan,
+                max_running=throttle,
+                counts=counts,
+                lookahead=settings.slurm.lookahead,
+                placement=placement,
+            )
         for block in placement or []:
             print(f"shards {block.first}..{block.first + block.count - 1}: cluster {block.cluster}")
         if placement is not None:

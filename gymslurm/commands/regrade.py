@@ -84,6 +84,12 @@ def submit_reverify(
         raise ConfigError(f"--backend {kind!r}: use slurm or local")
     print(f"re-grading the saved judge-failed answers of run {source.name} ({info.shards} shards)")
     return create_run(
-        settings, data, overrides, "slurm" if kind == "slurm" else "local", workdir, dry_run=dry_run,
-        wait=wait, reverify_of=str(source.root),
-    )  # fmt: skip
+        settings,
+        data,
+        overrides,
+        "slurm" if kind == "slurm" else "local",
+        workdir,
+        dry_run=dry_run,
+        wait=wait,
+        reverify_of=str(source.root),
+    )

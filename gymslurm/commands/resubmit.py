@@ -78,8 +78,10 @@ def _say_new_chains(todo: list[int], jobs: dict[int, str], fresh: bool = True) -
             print(f"shard {shard}: new chain, first link {jobs[shard]} ({budgets})")
     else:
         arrays = " ".join(sorted({job.split("_")[0] for job in jobs.values()}))
-        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with {budgets}, first links "
-              f"in job array(s) {arrays}")  # fmt: skip
+        print(
+            f"{len(todo)} shards ({array_indices(todo, None)}): new chains with {budgets}, first links "
+            f"in job array(s) {arrays}"
+        )
 
 
 def _budget_to_raise(run: RunDir, info: RunInfo, gpu_hours_added: float) -> float | None:
@@ -99,8 +101,14 @@ def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) 
 
 
 def resubmit(
-    ref: str, benchmark: str, overrides: list[str], run_root: str | None, shards: str | None = None, *,
-    gpu_hours_added: float = 0.0, reset_budget: bool = True,
+    ref: str,
+    benchmark: str,
+    overrides: list[str],
+    run_root: str | None,
+    shards: str | None = None,
+    *,
+    gpu_hours_added: float = 0.0,
+    reset_budget: bool = True,
 ) -> int:
     """``gymslurm resubmit RUN|JOB_ID BENCHMARK [--shards SEL] [--gpu-hours +H]``: fresh budgets and new
     chains for the unfinished (or selected) shards, one ``sbatch`` per job array; ``--gpu-hours``
@@ -126,15 +134,29 @@ def resubmit(
         if not free:
             raise ConfigError(f"run {run.name}: its submit is still queuing first links; wait for it to end")
         selection = (verdict_word, explicit)
-        return _restart(run, settings, backend, shards=shards, secrets=secrets, selection=selection,
-                        gpu_hours_added=gpu_hours_added, reset_budget=reset_budget)  # fmt: skip
+        return _restart(
+            run,
+            settings,
+            backend,
+            shards=shards,
+            secrets=secrets,
+            selection=selection,
+            gpu_hours_added=gpu_hours_added,
+            reset_budget=reset_budget,
+        )
 
 
 def _restart(
-    run: RunDir, settings: BenchmarkSettings, backend: Backend, *, shards: str | None,
-    secrets: dict[str, Any], selection: tuple[str | None, set[int]], gpu_hours_added: float,
+    run: RunDir,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    *,
+    shards: str | None,
+    secrets: dict[str, Any],
+    selection: tuple[str | None, set[int]],
+    gpu_hours_added: float,
     reset_budget: bool,
-) -> int:  # fmt: skip
+) -> int:
     """resubmit's restart of the chosen shards, under the run's submit lock."""
     info, (verdict_word, explicit) = run.read_info(), selection
     queue = backend.queue()
@@ -143,9 +165,12 @@ def _restart(
     unfinished = [
         shard
         for shard, state in enumerate(states)
-        if not (state.last_decision is not None and state.last_decision.decision == Decision.DONE
-                and not state.cancelled)
-    ]  # fmt: skip
+        if not (
+            state.last_decision is not None
+            and state.last_decision.decision == Decision.DONE
+            and not state.cancelled
+        )
+    ]
     if verdict_word is not None:
         from gymslurm.launcher.views.status import run_status
 
@@ -187,9 +212,14 @@ def _restart(
 
 
 def _resubmit_links(
-    run: RunDir, backend: Backend, info: RunInfo, todo: list[int], max_running: int | None, *,
+    run: RunDir,
+    backend: Backend,
+    info: RunInfo,
+    todo: list[int],
+    max_running: int | None,
+    *,
     lookahead: int,
-) -> dict[int, str]:  # fmt: skip
+) -> dict[int, str]:
     """The new first links: one array per links script (one ``sbatch`` for up to MaxArraySize shards);
     link by link, each with its lookahead (recorded)."""
     array = run.read_array() if info.array else None
@@ -227,13 +257,18 @@ def main(argv: list[str]) -> int:
         "--run-root", default=None, help="where runs live (default: the benchmark's run_root)"
     )
     parser.add_argument(
-        "--shards", default=None, metavar="SEL",
+        "--shards",
+        default=None,
+        metavar="SEL",
         help="restart only these shards: failed, stalled, exhausted, cancelled (by status), or 0,3,7-9",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--gpu-hours", type=_gpu_hours_raise, default=0.0, metavar="+H",
+        "--gpu-hours",
+        type=_gpu_hours_raise,
+        default=0.0,
+        metavar="+H",
         help="raise the run's budget.gpu_hours by H GPU-hours (docs/cost.md)",
-    )  # fmt: skip
+    )
     args = parser.parse_intermixed_args(argv)
 
     return resubmit(

@@ -71,9 +71,15 @@ def _list_runs(runs: list[Any], as_json: bool) -> int:
         report = run_status(run, backend)
         verdicts = Counter(row["verdict"] for row in report["shards"])
         listed.append(
-            {"run": run.name, "benchmark": info.benchmark, "backend": info.backend,
-             "created_at": info.created_at, "shards": dict(verdicts), "path": str(run.root)}
-        )  # fmt: skip
+            {
+                "run": run.name,
+                "benchmark": info.benchmark,
+                "backend": info.backend,
+                "created_at": info.created_at,
+                "shards": dict(verdicts),
+                "path": str(run.root),
+            }
+        )
     if as_json:
         print(json.dumps(listed, indent=2))
         return 0

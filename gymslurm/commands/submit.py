@@ -22,7 +22,6 @@ def submit(
     return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait)
 
 
-
 def main(argv: list[str]) -> int:
     """``gymslurm submit``: parse its arguments and run it."""
     parser = argparse.ArgumentParser(prog="gymslurm submit", description="Submit a benchmark as job chains.")
@@ -31,13 +30,15 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. shards=3 slurm.partition=low")
     parser.add_argument(
-        "--reverify", metavar="RUN",
+        "--reverify",
+        metavar="RUN",
         help="re-grade RUN's saved judge-failed answers as jobs (no benchmark: RUN's own, overrides on top)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--run-root", default=DEFAULT_RUN_ROOT,
+        "--run-root",
+        default=DEFAULT_RUN_ROOT,
         help=f"with --reverify: where RUN lives (default {DEFAULT_RUN_ROOT})",
-    )  # fmt: skip
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the scripts; write and submit nothing")
     parser.add_argument("--backend", choices=["slurm", "local"], help="default: the benchmark's (auto)")
     parser.add_argument(

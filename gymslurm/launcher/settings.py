@@ -212,6 +212,7 @@ class SlurmSettings(_Strict):
                 "'Scale'); remove slurm.array from the benchmark"
             )
         return value
+
     # GPUs each link holds: rendered as #SBATCH --gres=gpu:N on link scripts (not the aggregation's);
     # 0 counts a --gres=gpu:N / --gpus=N line of extra_directives instead (docs/cost.md).
     gpus: int = Field(default=0, ge=0)
@@ -285,7 +286,6 @@ class SlurmSettings(_Strict):
                 f"slurm.aggregate_on {self.aggregate_on!r} is not one of slurm.clusters "
                 f"{list(self.clusters or [])}"
             )
-
 
     @property
     def aggregation_cluster(self) -> str | None:
@@ -383,6 +383,7 @@ class BenchmarkSettings(_Strict):
     def _no_nul_anywhere(cls, data: Any) -> Any:
         _nul_free(data, "")
         return data
+
     def model_post_init(self, _context: Any) -> None:
         """Server names are unique and ``{servers.NAME.*}`` names a server listed earlier."""
         seen: list[str] = []
@@ -512,11 +513,17 @@ def with_interpreter(settings: BenchmarkSettings) -> BenchmarkSettings:
         return [python if part == PYTHON else part for part in command]
 
     servers = [
-        server if server.command is None else server.model_copy(update={
-            "command": fill(server.command), "worker_command": fill(server.worker_command or []) or None,
-            "router": server.router.model_copy(update={"command": fill(server.router.command)})})
+        server
+        if server.command is None
+        else server.model_copy(
+            update={
+                "command": fill(server.command),
+                "worker_command": fill(server.worker_command or []) or None,
+                "router": server.router.model_copy(update={"command": fill(server.router.command)}),
+            }
+        )
         for server in settings.servers
-    ]  # fmt: skip
+    ]
     return settings.model_copy(
         update={
             "dataset_command": None if settings.dataset_command is None else fill(settings.dataset_command),

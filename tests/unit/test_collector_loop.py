@@ -178,10 +178,12 @@ class Dropped:
     """A collector-observed dropped connection (what a job-wide SIGTERM does to the server)."""
 
     record = RolloutFailureRecord(
-        episode_id=EpisodeId(rollout_id="t-0", attempt=0), run_id="run-x", source="collector",
+        episode_id=EpisodeId(rollout_id="t-0", attempt=0),
+        run_id="run-x",
+        source="collector",
         delivery="possibly_delivered",
         failure=EpisodeFailure(failure_reason="dropped", terminal=False, failure_kind="transport_peer_drop"),
-    )  # fmt: skip
+    )
 
     def __call__(self, attempt: int) -> SavedOutcome:
         return retryable(attempt)

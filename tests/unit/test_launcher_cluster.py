@@ -59,9 +59,19 @@ def test_a_runs_backend_asks_the_cluster_in_its_run_json(
     """status/cancel/resubmit's backend for a run recorded on cluster b queries b (the default else)."""
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=1,
-                   workdir="/", output_stem="o", infra_retry_limit=3, max_walltime_s=None,
-                   cluster=cluster)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=1,
+        workdir="/",
+        output_stem="o",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        cluster=cluster,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     seen = tmp_path / "seen"
     _fake_squeue(tmp_path / "bin", seen)

@@ -43,7 +43,8 @@ def _decision(  # noqa: PLR0917
         reason="why",
         budgets_before=BudgetsRecord(),
         budgets_after=BudgetsRecord(),
-        outcomes_before=outcomes[0], outcomes=outcomes[1],
+        outcomes_before=outcomes[0],
+        outcomes=outcomes[1],
         idle_s=600,
     )
 

@@ -64,9 +64,13 @@ SCONTROL = (
 
 @pytest.mark.parametrize(
     ("stdout", "job_id"),
-    [("Submitted batch job 42\n", "42"), ("42\n", "42"), ("42;gymslurm\n", "42"),
-     ("Submitted batch job 7 on cluster gymslurm\n", "7")],
-)  # fmt: skip
+    [
+        ("Submitted batch job 42\n", "42"),
+        ("42\n", "42"),
+        ("42;gymslurm\n", "42"),
+        ("Submitted batch job 7 on cluster gymslurm\n", "7"),
+    ],
+)
 def test_parse_sbatch(stdout: str, job_id: str) -> None:
     """sbatch's plain and --parsable outputs both give the job id."""
     assert parse_sbatch(stdout) == job_id
@@ -82,8 +86,10 @@ def test_parse_squeue_rows() -> None:
     """squeue's pipe-separated rows become QueueRows with state, reason and dependency."""
     rows = parse_squeue(SQUEUE)
     assert [(r.job_id, r.state, r.reason) for r in rows[:3]] == [
-        ("12", "PENDING", "Dependency"), ("10", "RUNNING", "None"), ("1", "FAILED", "NonZeroExitCode"),
-    ]  # fmt: skip
+        ("12", "PENDING", "Dependency"),
+        ("10", "RUNNING", "None"),
+        ("1", "FAILED", "NonZeroExitCode"),
+    ]
     assert rows[0].dependency == "afterany:11(unfulfilled)"
 
 
@@ -91,16 +97,21 @@ def test_parse_squeue_keeps_array_tasks_apart() -> None:
     """Array tasks are ARRAY_TASK ids (one row each with -r), so each shard's first link has its own id."""
     rows = parse_squeue(SQUEUE)
     assert [(r.job_id, r.state) for r in rows[3:]] == [
-        ("162_3", "COMPLETED"), ("166_7", "COMPLETED"), ("167_0", "PENDING"), ("167_1", "PENDING"),
-    ]  # fmt: skip
+        ("162_3", "COMPLETED"),
+        ("166_7", "COMPLETED"),
+        ("167_0", "PENDING"),
+        ("167_1", "PENDING"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("env", "job"),
-    [({"SLURM_JOB_ID": "165", "SLURM_ARRAY_JOB_ID": "162", "SLURM_ARRAY_TASK_ID": "2"}, ("162_2", 0)),
-     ({"SLURM_JOB_ID": "165", "SLURM_RESTART_COUNT": "1"}, ("165", 1)),
-     ({"GYMSLURM_JOB_ID": "local-3"}, ("local-3", 0))],
-)  # fmt: skip
+    [
+        ({"SLURM_JOB_ID": "165", "SLURM_ARRAY_JOB_ID": "162", "SLURM_ARRAY_TASK_ID": "2"}, ("162_2", 0)),
+        ({"SLURM_JOB_ID": "165", "SLURM_RESTART_COUNT": "1"}, ("165", 1)),
+        ({"GYMSLURM_JOB_ID": "local-3"}, ("local-3", 0)),
+    ],
+)
 def test_a_job_knows_its_own_id_as_the_scheduler_names_it(env: dict[str, str], job: tuple[str, int]) -> None:
     """An array task is ARRAY_TASK (what sbatch, squeue -r, scancel and afterany use), else SLURM_JOB_ID."""
     from gymslurm.launcher.site.backend import current_job
@@ -232,9 +243,13 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
 ) -> None:
     """A job submitted from inside an array task (the aggregation, a successor) or a requeued job does not
     inherit its submitter's SLURM_ARRAY_* or SLURM_RESTART_COUNT: it reads only what Slurm says of it."""
-    for name, value in [("SLURM_ARRAY_JOB_ID", "188"), ("SLURM_ARRAY_TASK_ID", "0"),
-                        ("SLURM_RESTART_COUNT", "4"),
-                        ("SLURM_JOB_ID", "190"), ("KEEP_ME", "1")]:  # fmt: skip
+    for name, value in [
+        ("SLURM_ARRAY_JOB_ID", "188"),
+        ("SLURM_ARRAY_TASK_ID", "0"),
+        ("SLURM_RESTART_COUNT", "4"),
+        ("SLURM_JOB_ID", "190"),
+        ("KEEP_ME", "1"),
+    ]:
         monkeypatch.setenv(name, value)
     client = ScriptedClient({"sbatch": _done("189\n")})
     client.submit(__import__("pathlib").Path("/aggregate.sbatch"), after=["188_0"])
@@ -259,8 +274,9 @@ def test_assoc_and_site_limits_are_read_from_pasted_output() -> None:
     assert parse_assoc_limits("5000|\n|200\n3000|\n") == {"MaxSubmitJobs": 3000, "MaxJobs": 200}
     assert parse_assoc_limits("|\n") == {}
     assert site_limits({"MaxArraySize": "40001", "MaxJobCount": "50000"}) == {
-        "MaxArraySize": 40001, "MaxJobCount": 50000,
-    }  # fmt: skip
+        "MaxArraySize": 40001,
+        "MaxJobCount": 50000,
+    }
     assert site_limits({}) == {"MaxArraySize": 1001, "MaxJobCount": 10000}
 
 
@@ -312,15 +328,21 @@ def test_end_from_scontrol_reads_day_run_times() -> None:
     assert end_from_scontrol({"JobId": "1", "RunTime": "INVALID"}).elapsed_s is None
 
 
-INHERITED = {"SLURM_JOB_ID": "189", "SLURM_ARRAY_JOB_ID": "188", "SLURM_ARRAY_TASK_ID": "0",
-             "SLURM_RESTART_COUNT": "4"}  # fmt: skip
+INHERITED = {
+    "SLURM_JOB_ID": "189",
+    "SLURM_ARRAY_JOB_ID": "188",
+    "SLURM_ARRAY_TASK_ID": "0",
+    "SLURM_RESTART_COUNT": "4",
+}
 
 
 @pytest.mark.parametrize(
     ("says", "job"),
-    [({"JobId": "189", "Restarts": "0"}, ("189", 0)),
-     ({"JobId": "191", "ArrayJobId": "188", "ArrayTaskId": "3", "Restarts": "1"}, ("188_3", 1))],
-)  # fmt: skip
+    [
+        ({"JobId": "189", "Restarts": "0"}, ("189", 0)),
+        ({"JobId": "191", "ArrayJobId": "188", "ArrayTaskId": "3", "Restarts": "1"}, ("188_3", 1)),
+    ],
+)
 def test_a_job_reads_what_slurm_says_of_it_not_inherited_variables(
     says: dict[str, str], job: tuple[str, int]
 ) -> None:

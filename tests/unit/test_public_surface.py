@@ -12,14 +12,37 @@ import pytest
 import gymslurm
 
 SUPPORTED = {
-    "__version__", "run_outcomes", "OutcomeStream", "OutcomeFuture", "RowOutcome", "collect",
-    "CollectSettings", "RolloutFailureRecord", "EpisodeFailure", "EpisodeId", "ExitCode", "HealthExit",
-    "RunPaths", "GymslurmError", "ConfigError", "IdentityMismatchError", "StoreError", "ManifestError",
-    "CorruptRecordError", "DiskFullError", "RunLockedError", "ProtocolError", "SlurmError",
+    "__version__",
+    "run_outcomes",
+    "OutcomeStream",
+    "OutcomeFuture",
+    "RowOutcome",
+    "collect",
+    "CollectSettings",
+    "RolloutFailureRecord",
+    "EpisodeFailure",
+    "EpisodeId",
+    "ExitCode",
+    "HealthExit",
+    "RunPaths",
+    "GymslurmError",
+    "ConfigError",
+    "IdentityMismatchError",
+    "StoreError",
+    "ManifestError",
+    "CorruptRecordError",
+    "DiskFullError",
+    "RunLockedError",
+    "ProtocolError",
+    "SlurmError",
     # the specification's recovery API (issue 21)
-    "run_examples", "preprocess_examples", "check_completion", "RolloutStore", "EpisodeFailedError",
+    "run_examples",
+    "preprocess_examples",
+    "check_completion",
+    "RolloutStore",
+    "EpisodeFailedError",
     "IncompleteRunError",
-}  # fmt: skip
+}
 
 
 def test_the_supported_names_are_pinned() -> None:

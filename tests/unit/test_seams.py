@@ -59,10 +59,16 @@ def test_say_lives_with_the_other_output_for_people() -> None:
 
 @pytest.mark.parametrize(
     ("disposition", "shown"),
-    [(Disposition.MEASURED, "done"), (Disposition.MASKED, "done"), (Disposition.UNSCORED, "done"),
-     (Disposition.FAILED, "failed"), (Disposition.OMITTED, "omitted"), (Disposition.MISSING, None),
-     (Disposition.NOT_STARTED, None)],
-)  # fmt: skip
+    [
+        (Disposition.MEASURED, "done"),
+        (Disposition.MASKED, "done"),
+        (Disposition.UNSCORED, "done"),
+        (Disposition.FAILED, "failed"),
+        (Disposition.OMITTED, "omitted"),
+        (Disposition.MISSING, None),
+        (Disposition.NOT_STARTED, None),
+    ],
+)
 def test_progress_counts_by_disposition(disposition: Disposition, shown: str | None) -> None:
     """Each selected state is counted as done, failed, omitted or not at all; -1 takes it back."""
     counters = Counters(total=1)

@@ -18,6 +18,7 @@ from gymslurm.store.paths import RunPaths, file_identity
 if TYPE_CHECKING:
     from gymslurm.coverage import Coverage
 
+
 def saved_coverage(output: Path) -> Coverage | None:
     """The collector's coverage of ``output``, read through the store; None when none is usable.
 
@@ -40,10 +41,12 @@ def read_progress(output: Path) -> Progress | None:
     if coverage is None:
         return None
     return Progress(
-        successful=coverage.successful, failed=coverage.failed,
+        successful=coverage.successful,
+        failed=coverage.failed,
         intentionally_omitted=coverage.intentionally_omitted,
-        progress_outcomes_recorded=coverage.progress_outcomes_recorded, snapshot=repr(snapshot),
-    )  # fmt: skip
+        progress_outcomes_recorded=coverage.progress_outcomes_recorded,
+        snapshot=repr(snapshot),
+    )
 
 
 def read_resubmit_offset(output: Path) -> str | None:

@@ -35,9 +35,23 @@ if TYPE_CHECKING:
 # never run again by themselves, but they are queued: ``cancel`` must cancel them and ``status``
 # must show them.
 LIVE_STATES = frozenset(
-    {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
-)  # fmt: skip
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+    }
+)
 HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 # A job in one of these states may still be running a link (COMPLETING jobs are being torn down).
 ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
@@ -243,7 +257,10 @@ def backend_name(wanted: str) -> Literal["slurm", "local"]:
 
 
 def choose_backend(
-    wanted: str, run_root: Path | None = None, local_dir: Path | None = None, accounting: bool | None = None,
+    wanted: str,
+    run_root: Path | None = None,
+    local_dir: Path | None = None,
+    accounting: bool | None = None,
     cluster: str | None = None,
 ) -> Backend:
     """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`); ``cluster``: the
