@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from gymslurm.launcher.job.context import ensure_link_lookahead, shard_state
 from gymslurm.launcher.job.first_links import complete_queuing, queuing, submit_arrays
-from gymslurm.launcher.job.link import ensure_link_lookahead, shard_state
 from gymslurm.launcher.ledger import Started
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
