@@ -76,7 +76,12 @@ class Backend(Protocol):
         ...
 
     def queue(self) -> dict[str, QueueRow]:
-        """Every job the scheduler still knows, by id: one query."""
+        """Every job the scheduler still knows, by id: one query (the run-wide views: ``status``)."""
+        ...
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """These jobs as the queue still shows them, by id: one query that reads only their rows (none
+        asked: no query). What a link asks of its own chain, whatever the size of the run."""
         ...
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
@@ -146,6 +151,11 @@ class SlurmBackend:
             return {row.job_id: row for row in self.client.queue()}
         rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue())
         return {row.job_id: row for row in rows}
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """One ``squeue -j`` of these jobs (of this cluster)."""
+        rows = self.client.jobs([self.raw(job) for job in job_ids])
+        return {self.own(row.job_id): replace(row, job_id=self.own(row.job_id)) for row in rows}
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
         """One ``sacct`` call (None when accounting is disabled, without asking when the run knows)."""
@@ -233,6 +243,13 @@ class ClusterSetBackend:
         merged: dict[str, QueueRow] = {}
         for backend in self.backends.values():
             merged |= backend.queue()
+        return merged
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """One ``squeue -j`` per cluster that holds some of these jobs."""
+        merged: dict[str, QueueRow] = {}
+        for cluster, jobs in self._by_cluster(job_ids).items():
+            merged |= self.backends[cluster].job_rows(jobs)
         return merged
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:

@@ -157,23 +157,17 @@ class LocalBackend:
     def queue(self) -> dict[str, QueueRow]:
         """Every job of the queue as squeue would show it (one query)."""
         self.queries += 1
+        return {job["id"]: _queue_row(job) for job in self.jobs()}
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """These jobs of the queue (one query reading only their files; none asked: none)."""
+        if not job_ids:
+            return {}
+        self.queries += 1
         rows = {}
-        for found in self.jobs():
-            job = found
-            if job["state"] == "RUNNING" and not _same_process(job.get("pid"), job.get("pid_create_time")):
-                job = {**job, "state": "NODE_FAIL", "ended_at": job.get("ended_at") or time.time()}
-            used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
-            dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
-            rows[job["id"]] = QueueRow(
-                job["id"],
-                job["name"],
-                job["state"],
-                job["reason"],
-                dependency,
-                f"{used}s",
-                str(job["time_s"]),
-                str(job["started_at"] or "N/A"),
-            )
+        for job_id in dict.fromkeys(job_ids):
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                rows[job_id] = _queue_row(json.loads((self.jobs_dir / f"{job_id}.json").read_text()))
         return rows
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
@@ -328,6 +322,25 @@ class Supervisor:
         job.update(state=state, exit_code=exit_code, signal_code=sig, ended_at=time.time())
         self.procs.pop(job["id"], None)
         self._save(job)
+
+
+def _queue_row(found: dict[str, Any]) -> QueueRow:
+    """One job file as squeue would show it: RUNNING with no such process is a dead job (NODE_FAIL)."""
+    job = found
+    if job["state"] == "RUNNING" and not _same_process(job.get("pid"), job.get("pid_create_time")):
+        job = {**job, "state": "NODE_FAIL", "ended_at": job.get("ended_at") or time.time()}
+    used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
+    dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
+    return QueueRow(
+        job["id"],
+        job["name"],
+        job["state"],
+        job["reason"],
+        dependency,
+        f"{used}s",
+        str(job["time_s"]),
+        str(job["started_at"] or "N/A"),
+    )
 
 
 def _create_time(pid: int) -> float | None:
