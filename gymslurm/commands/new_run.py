@@ -392,6 +392,7 @@ def create_run(
         gpu_budget=settings.budget.gpu_hours,
         budget_warn_at=settings.budget.warn_at,
         report_share=settings.report.share,
+        local_max_running=settings.slurm.max_running if backend_kind == "local" else None,
     )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = (

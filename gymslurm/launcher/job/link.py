@@ -70,6 +70,7 @@ from gymslurm.launcher.job.environment import withheld_in_job
 from gymslurm.launcher.job.first_links import complete_queuing
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
+from gymslurm.launcher.job.spend import run_spend, tally_spend
 from gymslurm.launcher.job.stack import start_stack
 from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.ledger import (
@@ -83,7 +84,7 @@ from gymslurm.launcher.ledger import (
     record_decision,
     summarize,
 )
-from gymslurm.launcher.links import allocated_gpus, gpu_budget, run_gpu_hours
+from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import (
     LINK_GRACE_S,
     Notifier,
@@ -103,26 +104,6 @@ from gymslurm.store.flock import try_lock
 def _limits(settings: BenchmarkSettings, gpu_hours: float | None = None) -> Limits:
     slurm = settings.slurm
     return Limits(slurm.infra_retry_limit, slurm.max_walltime_s, slurm.max_links_without_progress, gpu_hours)
-
-
-def run_spend(
-    run: RunDir, settings: BenchmarkSettings, own: tuple[int, list[Record]] | None = None
-) -> tuple[float | None, float]:
-    """The run's GPU-hours budget (with every resubmit raise) and what every chain spent until now.
-
-    Read only when a budget is set (every shard's ledger, once per phase of a link); ``own``: the
-    calling link's shard and the records it just read, used instead of reading its ledger again.
-    """
-    if settings.budget.gpu_hours is None:  # no budget, no raise (resubmit refuses one): nothing to read
-        return None, 0.0
-    aggregate = run.aggregate_ledger.read()
-    budget = gpu_budget(settings.budget.gpu_hours, aggregate)
-    array = run.read_array()
-    chains = [
-        own[1] if own is not None and own[0] == shard else run.chain_records(shard, array)
-        for shard in range(settings.shards)
-    ]
-    return budget, run_gpu_hours([*chains, aggregate], time.time())
 
 
 def _idle_s(output: Path, started_epoch: float, elapsed_s: float) -> float:
@@ -271,6 +252,7 @@ def _run_link_locked(
         if not wait_for_space(run.root, ledger, me[0], signals):
             return ExitCode.DONE
         chain = Chain.read(run, shard)  # a wait of any length: what cancel, pause or inject wrote meanwhile
+    accounted_from = len(chain.records)
     state = account_for_dead_runs(
         chain.state,
         ledger,
@@ -281,6 +263,7 @@ def _run_link_locked(
         written=chain.records,
         beat=_last_beat(run.heartbeat(shard)),
     )
+    tally_spend(run, settings, shard, chain.records, chain.records[accounted_from:])
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
         if not state.cancelled:  # a stop written by accounting above, or by a link killed right
@@ -331,6 +314,7 @@ def _run_link_locked(
     offset = read_resubmit_offset(output)
     extras = _figures(end, output, started, elapsed)
     after.add(record_decision(ledger, started, end, state.budgets, verdict, resubmit_offset=offset, **extras))
+    tally_spend(run, settings, shard, after.records, after.records[-1:])
     _after_decision(run, shard, settings, backend, me=me[0], decision=verdict.decision, state=after.state)
     _link_events(notifier, shard, settings, after.records, spent=spent_now, budget=budget)
     return job_exit_code(verdict.decision)
@@ -431,6 +415,7 @@ def _stop_before_start(
     end = JobEnd("NOT_STARTED", None, elapsed)
     idle = round(elapsed, 1)
     chain.add(record_decision(run.ledger(shard), started, end, gate.budgets_after, gate, idle_s=idle))
+    tally_spend(run, settings, shard, chain.records, chain.records[-1:])
     _after_decision(run, shard, settings, backend, me=me[0], decision=gate.decision, state=chain.state)
     return job_exit_code(gate.decision)
 

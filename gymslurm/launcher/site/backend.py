@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -264,6 +265,24 @@ class ClusterSetBackend:
         """How one job ended, asked of its own cluster."""
         (cluster,) = self._by_cluster([job_id])
         return self.backends[cluster].ended(job_id)
+
+
+def scheduler_use(backend: Backend) -> str:
+    """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 1,
+    squeue 2, sbatch 1), rows read: 5`` (the local backend counts queries only)."""
+    clients = (
+        [backend.client]
+        if isinstance(backend, SlurmBackend)
+        else [b.client for b in backend.backends.values()]
+        if isinstance(backend, ClusterSetBackend)
+        else []
+    )
+    if not clients:
+        return f"scheduler queries: {backend.queries}"
+    calls = sum((client.calls for client in clients), Counter[str]())
+    rows = sum(client.rows for client in clients)
+    by_command = ", ".join(f"{name} {n}" for name, n in sorted(calls.items()))
+    return f"scheduler calls: {sum(calls.values())} ({by_command or 'none'}), rows read: {rows}"
 
 
 def backend_name(wanted: str) -> Literal["slurm", "local"]:

@@ -6,6 +6,10 @@ rendered sbatch scripts themselves, honouring what the chain relies on: ``aftera
 ``--output`` (appended), ``--time`` with ``--signal=B:USR1@N`` sent to the batch shell only, then
 TERM to the whole job and KILL after 10 s, and ``scancel``-like cancellation.
 
+Bounded: at most ``slurm.max_running`` jobs run at once (default: one per core and per 2 GiB of
+memory, :func:`default_max_running`); the others wait PENDING like jobs waiting for resources, so a
+run of 500 shards on a laptop runs a few chains at a time rather than 1,500 processes at once.
+
 How: each job is a JSON file in ``<run>/local/jobs/``, created by the submitter and from then on
 written only by the supervisor (atomically). One supervisor per run holds ``supervisor.lock``; it
 is started detached by the first submission and exits when nothing is pending or running.
@@ -199,13 +203,43 @@ class LocalBackend:
         return (self.accounting([job_id]) or {}).get(job_id)
 
 
-class Supervisor:
-    """Runs the queue's jobs; one per run (it holds supervisor.lock)."""
+def default_max_running(cores: int | None = None, memory_bytes: int | None = None) -> int:
+    """How many jobs the local queue runs at once when ``slurm.max_running`` is not set: one per core,
+    and one per 2 GiB of memory (a link is a collector and its servers), at least one (pure when
+    both are given)."""
+    cores = cores if cores is not None else os.cpu_count() or 1
+    memory = memory_bytes if memory_bytes is not None else psutil.virtual_memory().total
+    return max(1, min(cores, memory // (2 * 2**30)))
 
-    def __init__(self, local_dir: Path) -> None:
+
+def queue_cap(local_dir: Path) -> int:
+    """The run's cap on running jobs: run.json's ``local_max_running`` (``slurm.max_running``), else
+    :func:`default_max_running`."""
+    from gymslurm.launcher.rundir import RunDir
+
+    with contextlib.suppress(Exception):  # a run.json this supervisor cannot read: the machine's default
+        cap = RunDir(local_dir.parent).read_info().local_max_running
+        if cap is not None:
+            return cap
+    return default_max_running()
+
+
+def _job_number(job: dict[str, Any]) -> int:
+    return int(str(job["id"]).rpartition("-")[2] or 0)
+
+
+class Supervisor:
+    """Runs the queue's jobs; one per run (it holds supervisor.lock).
+
+    At most ``cap`` jobs run at once (:func:`queue_cap`); the others wait PENDING (reason
+    ``Resources``, as Slurm says of a job waiting for room) and start in submission order.
+    """
+
+    def __init__(self, local_dir: Path, cap: int | None = None) -> None:
         self.backend = LocalBackend(local_dir)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.unsaved: dict[str, dict[str, Any]] = {}  # states a full disk kept us from writing
+        self.cap = cap if cap is not None else queue_cap(local_dir)
 
     def tick(self) -> bool:
         """One pass over the queue; True while something is pending or running.
@@ -218,11 +252,15 @@ class Supervisor:
         for job in list(self.unsaved.values()):
             self._save(job)
         busy = False
-        for job in jobs.values():
+        running = sum(1 for job in jobs.values() if job["state"] == "RUNNING")
+        for job in sorted(jobs.values(), key=_job_number):
             if job["state"] == "PENDING":
-                self._maybe_start(job, jobs)
+                was = job["state"]
+                self._maybe_start(job, jobs, room=running < self.cap)
+                running += job["state"] == "RUNNING" and was != "RUNNING"
             elif job["state"] == "RUNNING":
                 self._watch(job)
+                running -= job["state"] != "RUNNING"
             busy = busy or job["state"] in ("PENDING", "RUNNING")
         return busy
 
@@ -237,12 +275,19 @@ class Supervisor:
     def _cancel_requested(self, job: dict[str, Any]) -> bool:
         return (self.backend.jobs_dir / f"{job['id']}.cancel").exists()
 
-    def _maybe_start(self, job: dict[str, Any], jobs: dict[str, dict[str, Any]]) -> None:
+    def _maybe_start(
+        self, job: dict[str, Any], jobs: dict[str, dict[str, Any]], *, room: bool = True
+    ) -> None:
         if self._cancel_requested(job):
             job.update(state="CANCELLED", reason="None", ended_at=time.time())
             self._save(job)
             return
         if any(jobs.get(dep, {}).get("state", "COMPLETED") not in FINAL for dep in job["after"]):
+            return
+        if not room:  # every slot taken: it waits, as a Slurm job waits for resources
+            if job["reason"] != "Resources":
+                job["reason"] = "Resources"
+                self._save(job)
             return
         log_path = Path(job["workdir"], job["output"].replace("%j", job["id"]))
         log_path.parent.mkdir(parents=True, exist_ok=True)
