@@ -1,4 +1,4 @@
-"""The run's tally (store/tally.py): finished chains and spent GPU-hours in one line, never below the truth."""
+"""The run's tally (store/tally.py): finished chains and GPU-hours spent in one line, never below truth."""
 
 from __future__ import annotations
 
