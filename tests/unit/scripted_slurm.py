@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gymslurm.errors import SlurmError
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
 from gymslurm.launcher.site.slurm import SlurmClient
@@ -48,8 +49,10 @@ class ScriptedSlurm(SlurmClient):
         self.queries += 1
         self.calls[argv[0]] += 1
         self.log.append(list(argv))
-        answer = getattr(self, f"_{argv[0]}")(list(argv))
-        return subprocess.CompletedProcess(list(argv), *answer)
+        code, stdout, stderr = getattr(self, f"_{argv[0]}")(list(argv))
+        if check and code != 0:  # as SlurmClient.run says a failed command
+            raise SlurmError(f"{' '.join(argv)} exited {code}\nstdout: {stdout}\nstderr: {stderr}")
+        return subprocess.CompletedProcess(list(argv), code, stdout, stderr)
 
     def _sbatch(self, argv: list[str]) -> tuple[int, str, str]:
         array = next((a.split("=", 1)[1] for a in argv if a.startswith("--array=")), None)
