@@ -392,7 +392,6 @@ def create_run(
         gpu_budget=settings.budget.gpu_hours,
         budget_warn_at=settings.budget.warn_at,
         report_share=settings.report.share,
-        local_max_running=settings.slurm.max_running if backend_kind == "local" else None,
     )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = (
@@ -401,6 +400,8 @@ def create_run(
         else backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     )
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
+    if isinstance(backend, LocalBackend):  # its queue runs at most slurm.max_running jobs at once
+        backend.limit(settings.slurm.max_running)
     for path, text in scripts.items():
         atomic_write(path, text.encode())
     counts = split_dataset(dataset, run, settings.shards, plan is not None)

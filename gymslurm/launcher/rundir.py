@@ -75,8 +75,6 @@ class RunInfo(BaseModel):
     aggregate_cluster: str | None = None  # where the aggregation of a run across clusters runs
     # submit --reverify: the run whose saved answers each shard re-grades (its root); None: a collection
     reverify_of: str | None = None
-    # the local backend: at most this many jobs run at once (slurm.max_running; None: from the machine)
-    local_max_running: int | None = None
 
     @property
     def clusters(self) -> list[str]:

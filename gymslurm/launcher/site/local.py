@@ -6,9 +6,9 @@ rendered sbatch scripts themselves, honouring what the chain relies on: ``aftera
 ``--output`` (appended), ``--time`` with ``--signal=B:USR1@N`` sent to the batch shell only, then
 TERM to the whole job and KILL after 10 s, and ``scancel``-like cancellation.
 
-Bounded: at most ``slurm.max_running`` jobs run at once (default: one per core and per 2 GiB of
-memory, :func:`default_max_running`); the others wait PENDING like jobs waiting for resources, so a
-run of 500 shards on a laptop runs a few chains at a time rather than 1,500 processes at once.
+Bounded: at most ``slurm.max_running`` jobs run at once (``local/cap``; default: one per core and
+per 2 GiB of memory, :func:`default_max_running`); the others wait PENDING like jobs waiting for
+resources, so a run of 500 shards on a laptop runs a few chains at a time rather than 1,500 processes at once.
 
 How: each job is a JSON file in ``<run>/local/jobs/``, created by the submitter and from then on
 written only by the supervisor (atomically). One supervisor per run holds ``supervisor.lock``; it
@@ -37,6 +37,7 @@ from typing import IO, Any
 import psutil
 
 from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
+from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.flock import locked, try_lock
 
 TICK_S = 0.2
@@ -127,6 +128,12 @@ class LocalBackend:
         self.ensure_supervisor()
         return job_id
 
+    def limit(self, max_running: int | None) -> None:
+        """Record the queue's cap on running jobs (``slurm.max_running``; None: the machine's default)."""
+        if max_running is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            publish_bytes(self.dir / "cap", f"{max_running}\n".encode())
+
     def ensure_supervisor(self) -> None:
         """Start a detached supervisor unless one holds the lock."""
         fd = try_lock(self.dir / "supervisor.lock")
@@ -213,13 +220,11 @@ def default_max_running(cores: int | None = None, memory_bytes: int | None = Non
 
 
 def queue_cap(local_dir: Path) -> int:
-    """The run's cap on running jobs: run.json's ``local_max_running`` (``slurm.max_running``), else
-    :func:`default_max_running`."""
-    from gymslurm.launcher.rundir import RunDir
-
-    with contextlib.suppress(Exception):  # a run.json this supervisor cannot read: the machine's default
-        cap = RunDir(local_dir.parent).read_info().local_max_running
-        if cap is not None:
+    """The queue's cap on running jobs: ``local/cap`` (``slurm.max_running``, written at submit by
+    :meth:`LocalBackend.limit`), else :func:`default_max_running`."""
+    with contextlib.suppress(OSError, ValueError):  # none written (or unreadable): the machine's default
+        cap = int((local_dir / "cap").read_text().strip())
+        if cap >= 1:
             return cap
     return default_max_running()
 
