@@ -54,6 +54,9 @@ class Queue(SlurmBackend):
     def queue(self) -> dict[str, QueueRow]:
         return {job: QueueRow(job, "gs", state, "", "", "", "", "") for job, state in self.rows.items()}
 
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        return {job: row for job, row in self.queue().items() if job in job_ids}
+
 
 def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:
     bench = tmp_path / "b.yaml"

@@ -17,6 +17,7 @@ from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
 from gymslurm.launcher.job.chain import cancel_pending
 from gymslurm.launcher.job.context import LinkContext
 from gymslurm.launcher.job.heartbeat import log
+from gymslurm.launcher.job.spend import tally_spend
 from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.notify import LINK_GRACE_S, budget_event, chain_events, run_done_event, safely
 
@@ -26,6 +27,13 @@ Step = Callable[[LinkContext, Decision], None]
 def _stops(link: LinkContext, decision: Decision) -> bool:
     """The chain ends here by its own decision (a cancelled chain ended already)."""
     return not decision.continues and not link.chain.state.cancelled
+
+
+def tally(link: LinkContext, decision: Decision) -> None:
+    """What this link held goes into the run's tally (its decision is the chain's last record), so the
+    budget gate of every other link reads it without reading this chain."""
+    records = link.chain.records
+    tally_spend(link.run, link.settings, link.shard, records, records[-1:])
 
 
 def cancelled(link: LinkContext, decision: Decision) -> None:
@@ -83,7 +91,15 @@ def notifications(link: LinkContext, decision: Decision) -> None:
     notifier.wait(LINK_GRACE_S)
 
 
-AFTER_DECISION: tuple[Step, ...] = (cancelled, lookahead, aggregation, summary, stop_lookahead, notifications)
+AFTER_DECISION: tuple[Step, ...] = (
+    tally,
+    cancelled,
+    lookahead,
+    aggregation,
+    summary,
+    stop_lookahead,
+    notifications,
+)
 
 
 def after_decision(link: LinkContext, decision: Decision) -> None:

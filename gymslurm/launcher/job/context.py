@@ -9,15 +9,14 @@ decision are functions of a :class:`LinkContext`, so a feature adds a function, 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from gymslurm.launcher.decide import Limits
 from gymslurm.launcher.job.chain import ensure_lookahead
 from gymslurm.launcher.job.heartbeat import Signals
+from gymslurm.launcher.job.spend import run_spend
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, fold, summarize
-from gymslurm.launcher.links import gpu_budget, run_gpu_hours
 from gymslurm.launcher.notify import Notifier
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
@@ -89,26 +88,6 @@ class LinkContext:
         return ensure_link_lookahead(
             self.run, self.shard, self.job, self.backend, self.settings, state=held, recheck=recheck
         )
-
-
-def run_spend(
-    run: RunDir, settings: BenchmarkSettings, own: tuple[int, list[Record]] | None = None
-) -> tuple[float | None, float]:
-    """The run's GPU-hours budget (with every resubmit raise) and what every chain spent until now.
-
-    Read only when a budget is set (every shard's ledger, once per phase of a link); ``own``: the
-    calling link's shard and the records it just read, used instead of reading its ledger again.
-    """
-    if settings.budget.gpu_hours is None:  # no budget, no raise (resubmit refuses one): nothing to read
-        return None, 0.0
-    aggregate = run.aggregate_ledger.read()
-    budget = gpu_budget(settings.budget.gpu_hours, aggregate)
-    array = run.read_array()
-    chains = [
-        own[1] if own is not None and own[0] == shard else run.chain_records(shard, array)
-        for shard in range(settings.shards)
-    ]
-    return budget, run_gpu_hours([*chains, aggregate], time.time())
 
 
 def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:

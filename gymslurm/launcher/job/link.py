@@ -56,9 +56,10 @@ from gymslurm.launcher.job.after_decision import after_decision
 from gymslurm.launcher.job.chain import account_for_dead_runs
 from gymslurm.launcher.job.collect_phase import collect, prepare
 from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
-from gymslurm.launcher.job.context import Chain, LinkContext, run_spend
+from gymslurm.launcher.job.context import Chain, LinkContext
 from gymslurm.launcher.job.disk import disk_full
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
+from gymslurm.launcher.job.spend import run_spend, tally_spend
 from gymslurm.launcher.ledger import ChainState, Started, record_decision
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
@@ -105,7 +106,9 @@ def _run_locked(link: LinkContext) -> int:
 
 
 def account(link: LinkContext) -> None:
-    """A decision for every run of the chain that started and never wrote one (kept in ``link.chain``)."""
+    """A decision for every run of the chain that started and never wrote one (kept in ``link.chain``;
+    what those runs held added to the run's tally)."""
+    accounted_from = len(link.chain.records)
     account_for_dead_runs(
         link.chain.state,
         link.ledger,
@@ -116,6 +119,8 @@ def account(link: LinkContext) -> None:
         written=link.chain.records,
         beat=_last_beat(link.run.heartbeat(link.shard)),
     )
+    records = link.chain.records
+    tally_spend(link.run, link.settings, link.shard, records, records[accounted_from:])
 
 
 def _collect(link: LinkContext, accounted: ChainState) -> tuple[JobEnd, str | None]:
