@@ -96,6 +96,7 @@ from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.server_placement import job_gpus
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.site.backend import Backend, SlurmBackend
+from gymslurm.launcher.suite_run import is_suite
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 
@@ -221,6 +222,13 @@ def _holder(heartbeat: Path) -> str:
     return "a link whose heartbeat is not readable"
 
 
+def run_suite_link_locked(*args: object, **kwargs: object) -> int:
+    """The suite link (imported here on use: suite_link imports this module)."""
+    from gymslurm.launcher.job.suite_link import run_suite_link_locked as suite_link
+
+    return suite_link(*args, **kwargs)  # type: ignore[arg-type]
+
+
 def run_link(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]
 ) -> int:
@@ -246,6 +254,8 @@ def run_link(
                 f"{duplicate}"
             )
             return 0
+        if is_suite(run):  # one model load, every benchmark's shard of this chain (suite_link.py)
+            return run_suite_link_locked(run, shard, settings, backend, me, signals=signals, held=chain)
         return _run_link_locked(run, shard, settings, backend, me, signals=signals, chain=chain)
     finally:
         os.close(lock)
