@@ -332,7 +332,7 @@ def run_suite_link_locked(
         chain_link.ensure_link_lookahead(
             run, chain, me[0], backend, settings, state=held_chain.state, recheck=False
         )
-    except (OSError, Exception) as error:
+    except (SlurmError, OSError) as error:  # collect anyway; queued again after the decision
         log(f"could not queue the next links now: {error}")
     every = benches(run, chain, me, backend, limits=limits, suite=state)
     todo = [b for b in every if not b.done_before]
