@@ -67,7 +67,6 @@ def suite_lines(rows: list[dict[str, Any]]) -> list[str]:
             headline = (
                 f"{score['value']:.3f} ±{score['stderr']:.3f} [{low:.2f},{high:.2f}] n={score['tasks']}"
             )
-        lines.append(
-            f"{row['benchmark']:<24} {row['shards']:>6} {row['verdict']:<10} {coverage:>13}  {headline:<28} {row['run']}"
-        )
+        name, shards, verdict = row["benchmark"], row["shards"], row["verdict"]
+        lines.append(f"{name:<24} {shards:>6} {verdict:<10} {coverage:>13}  {headline:<28} {row['run']}")
     return lines
