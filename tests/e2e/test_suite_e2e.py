@@ -53,7 +53,10 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
     gymslurm("submit", str(suite), "--backend", "local", "--wait")
     (run,) = [p.parent for p in (tmp_path / "runs").glob("three-*/run.json")]
     data = tmp_path / "data.jsonl"
-    for name, extra in (("a", []), ("c", ["+collector.overrides=[+route_failures_to_sidecar=true,+num_repeats=2]"])):
+    for name, extra in (
+        ("a", []),
+        ("c", ['collector.overrides=["+route_failures_to_sidecar=true","+num_repeats=2"]']),
+    ):
         root = tmp_path / f"alone-{name}"
         overrides = [f"dataset={data}", f"run_root={root}", "shards=2", *extra]
         gymslurm("submit", "demo", *overrides, "--backend", "local", "--wait")
@@ -66,7 +69,9 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
     for chain in (0, 1):
         records = _ledger(run / f"shards/{chain:03d}/ledger.jsonl")
         starts = [r for r in records if r["kind"] == "start"]
-        policy = [r for r in records if r["kind"] == "server" and r["name"] == "policy" and r["event"] == "started"]
+        policy = [
+            r for r in records if r["kind"] == "server" and r["name"] == "policy" and r["event"] == "started"
+        ]
         assert len(policy) == len(starts) >= 1
     metrics = json.loads((run / "suite_metrics.json").read_text())
     assert [(b["name"], b["tasks"], b["rows"], b["verdict"]) for b in metrics["benchmarks"]] == [
@@ -79,7 +84,10 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
 
 def _standin_suite(tmp: Path) -> Path:
     (tmp / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(4)))
-    for name, steps in (("ok", [{"exit": 75, "progress": 1}, {"exit": 0, "progress": 1}]), ("broken", [{"exit": 1}])):
+    for name, steps in (
+        ("ok", [{"exit": 75, "progress": 1}, {"exit": 0, "progress": 1}]),
+        ("broken", [{"exit": 1}]),
+    ):
         (tmp / f"{name}.json").write_text(json.dumps(steps))
         (tmp / f"{name}.yaml").write_text(
             f"dataset: {tmp / 'data.jsonl'}\n"
@@ -87,7 +95,8 @@ def _standin_suite(tmp: Path) -> Path:
         )
     suite = tmp / "loop.yaml"
     suite.write_text(
-        f"run_root: {tmp / 'runs'}\nshards: 2\nslurm: {{infra_retry_limit: 1}}\naggregation: {{enabled: false}}\n"
+        f"run_root: {tmp / 'runs'}\nshards: 2\n"
+        "slurm: {infra_retry_limit: 1}\naggregation: {enabled: false}\n"
         "benchmarks:\n"
         f"  - {{name: first, benchmark: {tmp / 'ok.yaml'}}}\n"
         f"  - {{name: broken, benchmark: {tmp / 'broken.yaml'}}}\n"
@@ -110,7 +119,8 @@ def test_a_crash_loop_stops_only_its_benchmark_and_a_resubmit_finishes_it_alone(
         "second": "DONE",
     }
     kept = {
-        name: (run / f"benchmarks/{name}/shards/000/ledger.jsonl").read_bytes() for name in ("first", "second")
+        name: (run / f"benchmarks/{name}/shards/000/ledger.jsonl").read_bytes()
+        for name in ("first", "second")
     }
     (tmp_path / "broken.json").write_text(json.dumps([{"exit": 0, "progress": 4}]))
     gymslurm("resubmit", str(run), str(suite))

@@ -368,4 +368,6 @@ def run_suite_link_locked(
         decision=verdict.decision,
         state=after.state,
     )
+    notifier = chain_link.Notifier(run, settings.notify, settings.name)
+    chain_link._link_events(notifier, chain, settings, after.records, spent=spent_now, budget=budget)
     return job_exit_code(verdict.decision)
