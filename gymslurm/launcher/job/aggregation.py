@@ -227,7 +227,7 @@ def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[
     from gymslurm.launcher.job.suite_aggregation import merge_suite
     from gymslurm.launcher.suite_run import is_suite
 
-    return merge_suite(run, signals) if is_suite(run) else merge_run(run, settings, signals)
+    return merge_suite(run, signals, merge_run) if is_suite(run) else merge_run(run, settings, signals)
 
 
 def merge_run(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -222,13 +223,6 @@ def _holder(heartbeat: Path) -> str:
     return "a link whose heartbeat is not readable"
 
 
-def run_suite_link_locked(*args: object, **kwargs: object) -> int:
-    """The suite link (imported here on use: suite_link imports this module)."""
-    from gymslurm.launcher.job.suite_link import run_suite_link_locked as suite_link
-
-    return suite_link(*args, **kwargs)  # type: ignore[arg-type]
-
-
 def run_link(
     run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int]
 ) -> int:
@@ -254,8 +248,12 @@ def run_link(
                 f"{duplicate}"
             )
             return 0
-        if is_suite(run):  # one model load, every benchmark's shard of this chain (suite_link.py)
-            return run_suite_link_locked(run, shard, settings, backend, me, signals=signals, held=chain)
+        if is_suite(run):  # one model load for every benchmark's shard of this chain (suite_link.py)
+            from gymslurm.launcher.job.suite_link import run_suite_link_locked as suite
+
+            return suite(
+                run, shard, settings, backend, me, signals=signals, held=chain, steps=sys.modules[__name__]
+            )
         return _run_link_locked(run, shard, settings, backend, me, signals=signals, chain=chain)
     finally:
         os.close(lock)

@@ -10,12 +10,17 @@ DONE merged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.decide import VERDICT_OF_STOP, Decision
 from gymslurm.launcher.job.heartbeat import Signals, log
 from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.suite_run import SuiteEntry, load_member_settings, member_run, read_suite_record
 from gymslurm.store.suite_metrics import BenchmarkScore, read_task_values, score, write_suite_metrics
+
+MergeRun = Callable[[RunDir, BenchmarkSettings, Signals], tuple[int | None, str]]
 
 
 def benchmark_verdict(run: RunDir, entry: SuiteEntry) -> str:
@@ -33,10 +38,9 @@ def benchmark_verdict(run: RunDir, entry: SuiteEntry) -> str:
     return VERDICT_OF_STOP.get(stops[0], "FAILED") if stops else "CANCELLED"
 
 
-def merge_suite(run: RunDir, signals: Signals) -> tuple[int | None, str]:
-    """Merge every benchmark, write ``suite_metrics.json``: the exit code and what happened."""
-    from gymslurm.launcher.job.aggregation import merge_run
-
+def merge_suite(run: RunDir, signals: Signals, merge_run: MergeRun) -> tuple[int | None, str]:
+    """Merge every benchmark with ``merge_run`` (aggregation.merge_run: each as the benchmark alone),
+    write ``suite_metrics.json``: the exit code and what happened."""
     record = read_suite_record(run)
     scores: list[BenchmarkScore] = []
     said, failed = [], []

@@ -21,7 +21,7 @@ import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
@@ -53,7 +53,9 @@ from gymslurm.launcher.suite_rules import combined_verdict, in_chain, needs_resu
 from gymslurm.launcher.suite_run import load_member_settings, member_run, read_suite_record
 
 if TYPE_CHECKING:
-    from gymslurm.launcher.job.link import Chain
+    from types import ModuleType
+
+Chain = Any  # link.Chain: the chain as the link holds it
 
 # the collector exit a suite chain's decision record carries (what a benchmark link's would say)
 COMBINED_EXIT = {Decision.DONE: 0, Decision.CONTINUE: 75, Decision.PAUSED: 75, Decision.STOP_FAILED: 76}
@@ -286,10 +288,10 @@ def run_suite_link_locked(
     *,
     signals: Signals,
     held: Chain,
+    steps: ModuleType,
 ) -> int:
     """The suite link, its chain's lock held (link.run_link): link.py's chain steps around the suite's."""
-    from gymslurm.launcher.job import link as chain_link
-
+    chain_link: Any = steps  # link.py's chain steps (passed in: this module does not import link)
     held_chain = held
     ledger = run.ledger(chain)
     budget, spent = chain_link.run_spend(run, settings, (chain, held_chain.records))
