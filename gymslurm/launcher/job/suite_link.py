@@ -21,7 +21,6 @@ import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
@@ -36,14 +35,18 @@ from gymslurm.launcher.decide import (
     job_exit_code,
 )
 from gymslurm.launcher.job import servers as server_mod
+from gymslurm.launcher.job.after_decision import after_decision
 from gymslurm.launcher.job.chain import account_for_dead_runs
+from gymslurm.launcher.job.collect_phase import reap_predecessors, server_record
 from gymslurm.launcher.job.collector_files import read_progress, saved_bytes
 from gymslurm.launcher.job.collector_process import ProgressWatch, adaptive_choice, collector_argv
 from gymslurm.launcher.job.collectors import CollectorJob, run_collectors
+from gymslurm.launcher.job.context import Chain, LinkContext
 from gymslurm.launcher.job.disk import disk_full
 from gymslurm.launcher.job.environment import withheld_in_job
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.server_watch import Supervisor
+from gymslurm.launcher.job.spend import run_spend
 from gymslurm.launcher.job.stack import Note, start_stack
 from gymslurm.launcher.ledger import ChainState, Ledger, Resubmitted, Started, record_decision, summarize
 from gymslurm.launcher.rundir import RunDir
@@ -51,11 +54,6 @@ from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.suite_rules import combined_verdict, in_chain, needs_resubmit_copy
 from gymslurm.launcher.suite_run import load_member_settings, member_run, read_suite_record
-
-if TYPE_CHECKING:
-    from types import ModuleType
-
-Chain = Any  # link.Chain: the chain as the link holds it
 
 # the collector exit a suite chain's decision record carries (what a benchmark link's would say)
 COMBINED_EXIT = {Decision.DONE: 0, Decision.CONTINUE: 75, Decision.PAUSED: 75, Decision.STOP_FAILED: 76}
@@ -279,97 +277,44 @@ def pid_note() -> str:
     return f"suite link pid {os.getpid()}"
 
 
-def run_suite_link_locked(
-    run: RunDir,
-    chain: int,
-    settings: BenchmarkSettings,
-    backend: Backend,
-    me: tuple[str, int],
-    *,
-    signals: Signals,
-    held: Chain,
-    steps: ModuleType,
-) -> int:
-    """The suite link, its chain's lock held (link.run_link): link.py's chain steps around the suite's."""
-    chain_link: Any = steps  # link.py's chain steps (passed in: this module does not import link)
-    held_chain = held
-    ledger = run.ledger(chain)
-    budget, spent = chain_link.run_spend(run, settings, (chain, held_chain.records))
-    limits = chain_link._limits(settings, budget)
-    suite_output = run.shard_output(chain, settings.output_stem)
-    state = account_for_dead_runs(
-        held_chain.state,
-        ledger,
-        me,
-        backend,
-        output=None,
-        limits=limits,
-        written=held_chain.records,
-        beat=chain_link._last_beat(run.heartbeat(chain)),
-    )
-    if state.finished:
-        log(f"the suite chain {chain} is already finished; nothing to do")
-        if not state.cancelled:
-            chain_link.maybe_submit_aggregation(run, settings, backend, me[0], (chain, state))
-            chain_link.cancel_pending(state, me[0], backend)
-        return ExitCode.DONE
-    started = chain_link._record_start(run, chain, settings, me, suite_output)
-    if started is None:
-        return ExitCode.DONE
-    held_chain.add(started)
-    gate = chain_link.start_gate(spent, state.budgets, limits) if budget is not None else None
-    if gate is not None:
-        return chain_link._stop_before_start(
-            run,
-            chain,
-            settings,
-            backend,
-            me=me,
-            started=started,
-            gate=gate,
-            chain=held_chain,
-        )
-    chain_link.reap_predecessors(state, ledger, me)
+def run_suite(link: LinkContext, accounted: ChainState) -> int:
+    """The middle of a suite link (link.py passed its gates and accounted for the suite chain): every
+    benchmark's shard of this chain collected against one start of the shared stack, each decided in
+    its own ledger, the suite chain's decision combined from them, recorded, and the steps after it."""
+    run, chain, me = link.run, link.shard, link.me
+    reap_predecessors(accounted, link.ledger, me)
     try:
-        chain_link.ensure_link_lookahead(
-            run, chain, me[0], backend, settings, state=held_chain.state, recheck=False
-        )
+        link.ensure_lookahead(recheck=False)
     except (SlurmError, OSError) as error:  # collect anyway; queued again after the decision
         log(f"could not queue the next links now: {error}")
-    every = benches(run, chain, me, backend, limits=limits, suite=state)
+    every = benches(run, chain, me, link.backend, limits=link.limits, suite=accounted)
     todo = [b for b in every if not b.done_before]
     log(f"suite chain {chain}: {', '.join(b.name for b in todo) or 'no benchmark'} to collect")
     start_benches(todo, me)
-    host = socket.gethostname()
+    host, started = socket.gethostname(), link.started
+    assert started is not None, "the start gate records the start before anything is collected"
 
     def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
         log(f"server {server.name!r} {event}: {cause}")
-        ledger.append(chain_link._serverrecord_decision(me, host, event, server, cause))
+        link.ledger.append(server_record(me, host, event, server, cause))
 
     said = None
     if todo:
         with Heartbeat(run.heartbeat(chain), me[0], me[1], started.at) as heartbeat:
             said = collect_suite(
-                run, chain, settings, signals, me, heartbeat=heartbeat, todo=todo, note_server=note
+                run, chain, link.settings, link.signals, me, heartbeat=heartbeat, todo=todo, note_server=note
             )
-    after = chain_link.Chain.read(run, chain)
-    spent_now = chain_link.run_spend(run, settings, (chain, after.records))[1] if budget is not None else 0.0
-    decided = decide_benches(todo, limits, signals, spent_now=spent_now, paused=after.state.paused, note=said)
+    link.chain = Chain.read(run, chain)
+    if link.budget is not None:
+        link.spent = run_spend(run, link.settings, (chain, link.chain.records))[1]
+    paused = link.chain.state.paused
+    decided = decide_benches(todo, link.limits, link.signals, spent_now=link.spent, paused=paused, note=said)
     elapsed = time.time() - job_started_at()
-    verdict = suite_outcome(every, decided, state.budgets, elapsed)
+    verdict = suite_outcome(every, decided, accounted.budgets, elapsed)
     log(f"decision {verdict.decision}: {verdict.reason}")
+    signals = link.signals
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(slurm_state, combined_exit(verdict.decision), elapsed)
-    after.add(record_decision(ledger, started, end, state.budgets, verdict))
-    chain_link._after_decision(
-        run,
-        chain,
-        settings,
-        backend,
-        me=me[0],
-        decision=verdict.decision,
-        state=after.state,
-    )
-    notifier = chain_link.Notifier(run, settings.notify, settings.name)
-    chain_link._link_events(notifier, chain, settings, after.records, spent=spent_now, budget=budget)
+    link.chain.add(record_decision(link.ledger, started, end, accounted.budgets, verdict))
+    after_decision(link, verdict.decision)
     return job_exit_code(verdict.decision)
