@@ -43,6 +43,12 @@ FORMATS: dict[str, Format] = {
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "rewards": Format("the merged reward histogram", "format_version", 1),
+    "suite_metrics": Format(
+        "the suite metrics (suite_metrics.json)",
+        "format_version",
+        1,
+        "the suite's aggregation job writes it again ('gymslurm resubmit RUN' reruns it)",
+    ),
     "run_summary": Format(
         "the run's summary (summary.json)",
         "format_version",

@@ -94,6 +94,9 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.run_cost",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
+            "gymslurm.launcher.suite_rules",
+            "gymslurm.launcher.suite_settings",
+            "gymslurm.launcher.suite_run",
         ],
     ),
     (

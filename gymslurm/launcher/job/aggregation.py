@@ -251,6 +251,14 @@ def _notify_end(
 
 
 def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
+    """The run's merge: a suite's benchmarks one by one (suite_aggregation.py), or :func:`merge_run`."""
+    from gymslurm.launcher.job.suite_aggregation import merge_suite
+    from gymslurm.launcher.suite_run import is_suite
+
+    return merge_suite(run, signals, merge_run) if is_suite(run) else merge_run(run, settings, signals)
+
+
+def merge_run(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
     """Apply ``on_failed_shard`` and run the aggregation command: its exit code and what happened."""
     array = run.read_array()
     states = [run.chain_state(s, array) for s in range(settings.shards)]

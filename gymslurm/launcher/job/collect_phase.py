@@ -60,7 +60,7 @@ def collect(
 
     def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
         log(f"server {server.name!r} {event}: {cause}")
-        ledger.append(_serverrecord_decision(me, host, event, server, cause))
+        ledger.append(server_record(me, host, event, server, cause))
 
     started: list[server_mod.RunningServer] = []
     withheld = withheld_in_job(settings)
@@ -124,7 +124,7 @@ def collect(
     return env_code, killer, None
 
 
-def _serverrecord_decision(
+def server_record(
     me: tuple[str, int], host: str, event: str, server: server_mod.RunningServer, cause: str | None
 ) -> ServerRecord:
     return ServerRecord(

@@ -60,10 +60,12 @@ from gymslurm.launcher.job.context import Chain, LinkContext
 from gymslurm.launcher.job.disk import disk_full
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.launcher.job.spend import run_spend, tally_spend
+from gymslurm.launcher.job.suite_link import run_suite
 from gymslurm.launcher.ledger import ChainState, Started, record_decision
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.site.backend import Backend
+from gymslurm.launcher.suite_run import is_suite
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 
@@ -100,6 +102,8 @@ def _run_locked(link: LinkContext) -> int:
     if isinstance(answer, Verdict):
         return _decided_without_starting(link, answer)
     accounted = link.chain.state  # the start's budgets and resubmit mark, whatever is read later
+    if is_suite(link.run):  # one model load for every benchmark's shard of this chain (suite_link.py)
+        return run_suite(link, accounted)
     prepare(link, accounted)
     end, note = _collect(link, accounted)
     return _decide_and_record(link, end, note, accounted)
@@ -114,7 +118,7 @@ def account(link: LinkContext) -> None:
         link.ledger,
         link.me,
         link.backend,
-        output=link.output,
+        output=None if is_suite(link.run) else link.output,  # a suite chain's collectors are its benchmarks'
         limits=link.limits,
         written=link.chain.records,
         beat=_last_beat(link.run.heartbeat(link.shard)),
