@@ -67,6 +67,12 @@ def _rewards(tmp: Path) -> None:
     read_reward_histogram(paths)
 
 
+def _comparison(tmp: Path) -> None:
+    from gymslurm.comparison import parse_comparison
+
+    parse_comparison(orjson.dumps({"format_version": FUTURE, "benchmarks": []}), "saved.json")
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -76,6 +82,7 @@ READERS: dict[str, Callable[[Path], None]] = {
     "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
     "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
     "progress": _live("progress"), "heartbeat": _live("heartbeat"), "rewards": _rewards,
+    "comparison": _comparison,
 }  # fmt: skip
 
 
@@ -100,5 +107,5 @@ def test_every_written_format_is_in_the_table() -> None:
     assert sorted(FORMATS) == sorted(
         ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
          "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards", "run_summary",
-         "finished_seal", "outcome_index"]
+         "finished_seal", "outcome_index", "comparison", "gate"]
     )  # fmt: skip
