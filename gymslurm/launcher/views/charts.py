@@ -259,7 +259,7 @@ def comparison_chart(document: dict[str, Any]) -> str:
     margin = max(high - low, 1e-6) * 0.1
     low, high = low - margin, high + margin
     left, lane = 170.0, 26.0
-    height = PAD + lane * len(rows) + PAD
+    height = PAD + lane * len(rows) + PAD + 14
 
     def x(value: float) -> float:
         return left + (W - left - PAD) * (value - low) / (high - low)
@@ -281,7 +281,8 @@ def comparison_chart(document: dict[str, Any]) -> str:
             f"<title>{_e(title)}</title></circle>" + _label(left - 8, y + 4, entry["benchmark"], "end")
         )
     parts.append(_label(x(low), height - PAD + 14, f"{low:+.3f}", "start"))
-    parts.append(_label(x(0.0), height - PAD + 14, "0", "middle"))
+    parts.append(_label(x(0.0), PAD / 2 - 4, "0: no change", "middle"))
+    parts.append(_label(left, height - PAD + 28, "candidate - baseline: the dot, its interval the bar"))
     parts.append(_label(x(high), height - PAD + 14, f"{high:+.3f}", "end"))
     return (
         f'<svg id="chart-compare" class="chart" viewBox="0 0 {W} {height:.0f}" role="img" '
