@@ -197,9 +197,11 @@ class Options:
 
 
 def compare_runs(
-    baseline: Sequence[BenchmarkRewards], candidate: Sequence[BenchmarkRewards], options: Options,
+    baseline: Sequence[BenchmarkRewards],
+    candidate: Sequence[BenchmarkRewards],
+    options: Options,
     labels: tuple[str, str],
-) -> ComparisonDocument:  # fmt: skip
+) -> ComparisonDocument:
     """Every benchmark pair of two runs (a run is one benchmark; a suite run several).
 
     Two single runs pair whatever their benchmarks are named (a checkpoint against a baseline of the
@@ -249,21 +251,33 @@ def compare_benchmark(
     b_only = sum(1 for key, tally in b.items() if tally.measured and not (key in a and a[key].measured))
     known = len(a.keys() | b.keys())
     counts = TaskCounts(
-        paired=len(paired), baseline_only=a_only, candidate_only=b_only,
-        neither=known - len(paired) - a_only - b_only, coverage=len(paired) / known if known else None,
-    )  # fmt: skip
+        paired=len(paired),
+        baseline_only=a_only,
+        candidate_only=b_only,
+        neither=known - len(paired) - a_only - b_only,
+        coverage=len(paired) / known if known else None,
+    )
     means = [(a[key].mean(), b[key].mean()) for key in paired]
     binary = all(v in (0.0, 1.0) for key in paired for v in (*a[key].values, *b[key].values))
     flips = task_flips(paired, means, binary)
     single = all(len(a[key].values) == 1 and len(b[key].values) == 1 for key in paired)
     figures = paired_figures(means, flips, binary and single, options)
     return BenchmarkComparison(
-        benchmark=candidate.name, baseline=side_summary(baseline), candidate=side_summary(candidate),
-        tasks=counts, binary=binary, flips=flips, baseline_mean=figures.baseline_mean,
-        candidate_mean=figures.candidate_mean, delta=figures.delta, interval=figures.interval,
-        test=figures.test, p_value=figures.p_value, p_exact=figures.p_exact,
+        benchmark=candidate.name,
+        baseline=side_summary(baseline),
+        candidate=side_summary(candidate),
+        tasks=counts,
+        binary=binary,
+        flips=flips,
+        baseline_mean=figures.baseline_mean,
+        candidate_mean=figures.candidate_mean,
+        delta=figures.delta,
+        interval=figures.interval,
+        test=figures.test,
+        p_value=figures.p_value,
+        p_exact=figures.p_exact,
         change=change_of(figures.interval),
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -301,8 +315,11 @@ def paired_figures(
         baseline_mean=math.fsum(base for base, _ in means) / len(means),
         candidate_mean=math.fsum(cand for _, cand in means) / len(means),
         delta=math.fsum(differences) / len(differences),
-        interval=interval, test=test, p_value=p_value, p_exact=p_exact,
-    )  # fmt: skip
+        interval=interval,
+        test=test,
+        p_value=p_value,
+        p_exact=p_exact,
+    )
 
 
 def change_of(interval: tuple[float, float] | None) -> Change:
@@ -321,9 +338,13 @@ def side_summary(side: BenchmarkRewards) -> Side:
     """A side's own figures: its tasks, its mean over every task it measured, its rollouts."""
     measured = [tally.mean() for tally in side.tasks.values() if tally.measured]
     return Side(
-        name=side.name, source=side.source, tasks=len(side.tasks), measured_tasks=len(measured),
-        mean=math.fsum(measured) / len(measured) if measured else None, rollouts=side.rollouts(),
-    )  # fmt: skip
+        name=side.name,
+        source=side.source,
+        tasks=len(side.tasks),
+        measured_tasks=len(measured),
+        mean=math.fsum(measured) / len(measured) if measured else None,
+        rollouts=side.rollouts(),
+    )
 
 
 def task_flips(paired: Sequence[TaskKey], means: Sequence[tuple[float, float]], binary: bool) -> Flips:

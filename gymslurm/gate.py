@@ -145,7 +145,7 @@ RULES: tuple[tuple[tuple[bool | None, ...], Verdict, str], ...] = (
     ((True, True, False, ANY), "warn", "a drop larger than allowed, not significant"),
     ((True, False, ANY, False), "warn", "too few tasks measured on both sides to vouch for it"),
     ((True, False, ANY, True), "pass", "no drop beyond the allowed one"),
-)  # fmt: skip
+)
 
 
 def decide(facts: Facts) -> tuple[Verdict, str]:
@@ -205,24 +205,37 @@ def apply_policy(comparison: ComparisonDocument, policy: GatePolicy) -> GateDocu
         verdict, why = decide(facts_of(entry, limits))
         decisions.append(
             BenchmarkDecision(
-                benchmark=entry.benchmark, decision=verdict, reason=_reason(why, entry, limits),
-                max_drop=limits.max_drop, alpha=limits.alpha, min_coverage=limits.min_coverage,
-                delta=entry.delta, p_value=entry.p_value, coverage=entry.tasks.coverage,
+                benchmark=entry.benchmark,
+                decision=verdict,
+                reason=_reason(why, entry, limits),
+                max_drop=limits.max_drop,
+                alpha=limits.alpha,
+                min_coverage=limits.min_coverage,
+                delta=entry.delta,
+                p_value=entry.p_value,
+                coverage=entry.tasks.coverage,
             )
-        )  # fmt: skip
+        )
     for missing in comparison.unpaired:
         decisions.append(
             BenchmarkDecision(
-                benchmark=missing.benchmark, decision="warn",
+                benchmark=missing.benchmark,
+                decision="warn",
                 reason=f"only the {missing.side} has this benchmark: nothing to judge",
-                max_drop=None, alpha=None, min_coverage=None,
+                max_drop=None,
+                alpha=None,
+                min_coverage=None,
             )
-        )  # fmt: skip
+        )
     overall: Verdict = max((d.decision for d in decisions), key=SEVERITY.__getitem__, default="warn")
     return GateDocument(
-        format_version=version_of("gate"), decision=overall, exit_code=int(EXIT[overall]),
-        baseline=comparison.baseline, candidate=comparison.candidate, benchmarks=decisions,
-    )  # fmt: skip
+        format_version=version_of("gate"),
+        decision=overall,
+        exit_code=int(EXIT[overall]),
+        baseline=comparison.baseline,
+        candidate=comparison.candidate,
+        benchmarks=decisions,
+    )
 
 
 def _reason(why: str, entry: BenchmarkComparison, limits: Thresholds) -> str:

@@ -120,8 +120,13 @@ def _resampled_by_counts(counts: Counter[float], n: int, rng: random.Random) -> 
 def _mode_of(n: int, p: float) -> tuple[int, float]:
     """Binomial(n, p)'s mode and its probability (a resample's first draw always asks the same)."""
     mode = min(n, math.floor((n + 1) * p))
-    log_pmf = (math.lgamma(n + 1) - math.lgamma(mode + 1) - math.lgamma(n - mode + 1)
-               + mode * math.log(p) + (n - mode) * math.log1p(-p))  # fmt: skip
+    log_pmf = (
+        math.lgamma(n + 1)
+        - math.lgamma(mode + 1)
+        - math.lgamma(n - mode + 1)
+        + mode * math.log(p)
+        + (n - mode) * math.log1p(-p)
+    )
     return mode, math.exp(log_pmf)
 
 

@@ -30,9 +30,12 @@ def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence", type=float, default=0.95, help="the interval's level (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resamples (default 0)")
     parser.add_argument(
-        "--bootstrap", type=int, default=2000, metavar="N",
+        "--bootstrap",
+        type=int,
+        default=2000,
+        metavar="N",
         help="resamples of the bootstrap interval and of the sign-flip test (default 2000)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--run-root",
         default=DEFAULT_RUN_ROOT,
@@ -87,8 +90,11 @@ def comparison_from_args(args: argparse.Namespace) -> ComparisonDocument:
     baseline = read_side(args.baseline, root, args.metric)
     candidate = read_side(args.candidate, root, args.metric)
     options = Options(confidence=args.confidence, seed=args.seed, resamples=args.bootstrap)
-    labels = (baseline[0].source, candidate[0].source) if len(baseline) == len(candidate) == 1 else (
-        args.baseline, args.candidate)  # fmt: skip
+    labels = (
+        (baseline[0].source, candidate[0].source)
+        if len(baseline) == len(candidate) == 1
+        else (args.baseline, args.candidate)
+    )
     return compare_runs(baseline, candidate, options, labels)
 
 

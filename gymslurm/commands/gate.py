@@ -65,8 +65,10 @@ def _gate(argv: list[str]) -> int:
     else:
         for entry in decision.benchmarks:
             print(f"{entry.decision.upper():5} {entry.benchmark}: {entry.reason}")
-        print(f"gate: {decision.decision} (exit {decision.exit_code}) for {decision.candidate} "
-              f"against {decision.baseline}, policy {args.policy}")  # fmt: skip
+        print(
+            f"gate: {decision.decision} (exit {decision.exit_code}) for {decision.candidate} "
+            f"against {decision.baseline}, policy {args.policy}"
+        )
     return decision.exit_code
 
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
-from gymslurm.launcher.placement import Block, cluster_of
+from gymslurm.launcher.site.placement import Block, cluster_of
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.store.atomic import publish_bytes
 
@@ -263,9 +263,12 @@ class RunDir:
         return Ledger(self.root / "ledger.jsonl")
 
     def chain_records(
-        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None,
+        self,
+        shard: int,
+        array: ArrayRecord | None,
+        present: frozenset[str] | None = None,
         run_records: list[Record] | None = None,
-    ) -> list[Record]:  # fmt: skip
+    ) -> list[Record]:
         """A shard's ledger records, preceded by its first link's submission when that was an array task.
 
         ``present``: one listing of ``shards/`` (a shard without a folder has no ledger yet: not opened).
@@ -285,9 +288,12 @@ class RunDir:
         return [*head, *records]
 
     def chain_state(
-        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None,
+        self,
+        shard: int,
+        array: ArrayRecord | None,
+        present: frozenset[str] | None = None,
         run_records: list[Record] | None = None,
-    ) -> ChainState:  # fmt: skip
+    ) -> ChainState:
         """The fold of :meth:`chain_records` (the one way launcher code reads a shard's chain)."""
         return summarize(self.chain_records(shard, array, present, run_records))
 

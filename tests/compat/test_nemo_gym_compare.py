@@ -70,9 +70,22 @@ def test_gymslurm_and_nemo_gym_agree_on_the_delta_and_the_flips(tmp_path: Path) 
         nemo[name].parent.mkdir(parents=True)
         shutil.copy(output, nemo[name])
     _run([str(venv / "bin/python"), "-c", AGGREGATE, *map(str, nemo.values())], tmp_path)
-    _run([str(venv / "bin/gym"), "eval", "compare", "--baseline", str(nemo["baseline"]),
-          "--candidates", str(nemo["candidate"]), "-o", str(tmp_path / "report"), "--report-format", "json"],
-         tmp_path)  # fmt: skip
+    _run(
+        [
+            str(venv / "bin/gym"),
+            "eval",
+            "compare",
+            "--baseline",
+            str(nemo["baseline"]),
+            "--candidates",
+            str(nemo["candidate"]),
+            "-o",
+            str(tmp_path / "report"),
+            "--report-format",
+            "json",
+        ],
+        tmp_path,
+    )
     theirs = json.loads((tmp_path / "report" / "compare_report.json").read_text())["comparisons"][0]
     ours = _ours(outputs)
 

@@ -33,10 +33,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The baseline, the same baseline collected again, and the candidate (module docstring)."""
     root = tmp_path_factory.mktemp("compare")
     faults = (
-        [{"_demo_fault": "masked_kept"}] * MASKED + [{"_demo_fault": "unscored"}] * UNSCORED
+        [{"_demo_fault": "masked_kept"}] * MASKED
+        + [{"_demo_fault": "unscored"}] * UNSCORED
         + [{"_demo_fault": "terminal"}] * FAILED
         + [{"_demo_fault": "retryable", "_demo_fault_attempts": 1}] * RETRIED
-    )  # fmt: skip
+    )
     tasks = write_tasks(root / "tasks.jsonl", [{}] * TASKS)
     faulty = write_tasks(root / "faulty.jsonl", faults + [{}] * (TASKS - len(faults)))
     baseline = launch_demo_server(BASELINE, root / "baseline.stderr")
@@ -44,9 +45,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     outputs = {name: root / name / "rollouts.jsonl" for name in ("baseline", "again", "candidate")}
     try:
         for name, dataset, server, extra in (
-            ("baseline", tasks, baseline, ()), ("again", tasks, baseline, ()),
+            ("baseline", tasks, baseline, ()),
+            ("again", tasks, baseline, ()),
             ("candidate", faulty, candidate, (f"+limit={LIMIT}",)),
-        ):  # fmt: skip
+        ):
             done = collect(dataset, outputs[name], server.url, *extra)
             assert done.returncode == 0, done.stderr
     finally:
@@ -117,8 +119,14 @@ def test_masked_unscored_and_failed_tasks_are_left_out_counted_never_failures(
     assert (tasks["candidate_only"], tasks["neither"]) == (0, 0)
     assert tasks["coverage"] == pytest.approx((LIMIT - unmeasured) / TASKS)
     rollouts = regression["candidate"]["rollouts"]
-    assert rollouts == {"measured": LIMIT - unmeasured, "masked": MASKED, "unscored": UNSCORED,
-                        "failed": FAILED, "omitted": 0, "unfinished": 0}  # fmt: skip
+    assert rollouts == {
+        "measured": LIMIT - unmeasured,
+        "masked": MASKED,
+        "unscored": UNSCORED,
+        "failed": FAILED,
+        "omitted": 0,
+        "unfinished": 0,
+    }
     flipped = {f["task_id"] for f in regression["flips"]["pass_to_fail"]}
     assert flipped.isdisjoint(str(t) for t in range(unmeasured)), "an unmeasured task is never a fail"
 

@@ -35,17 +35,25 @@ pytestmark = pytest.mark.e2e
 # under a loaded machine too (60 rows at 0.4 s raced it at load 20: the shard was DONE first).
 ROWS = 120
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0", "--window-size=1280,1000"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--window-size=1280,1000",
+]
 
 
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.fail(
-            "Chromium is not installed: as root, `apt-get install -y chromium` (test-all.sh does)"
-        )
+        pytest.fail("Chromium is not installed: as root, `apt-get install -y chromium` (test-all.sh does)")
     return found
 
 
@@ -213,9 +221,15 @@ def test_the_comparison_page_renders_its_table_and_chart_in_headless_chromium(tm
     """``gymslurm compare A B --html PAGE`` opened alone in Chromium: the table, the chart with the
     benchmark's interval and delta, the embedded document parsed, a drawn screenshot, no console error."""
     for name, passes in (("a", 30), ("b", 18)):
-        rows = [{"_ng_run_id": f"run-{name}", "_ng_rollout_id": f"arith-{task}",
-                 "task_id": {"taskset": "arith", "task_id": str(task)}, "reward": float(task < passes)}
-                for task in range(40)]  # fmt: skip
+        rows = [
+            {
+                "_ng_run_id": f"run-{name}",
+                "_ng_rollout_id": f"arith-{task}",
+                "task_id": {"taskset": "arith", "task_id": str(task)},
+                "reward": float(task < passes),
+            }
+            for task in range(40)
+        ]
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     page = tmp_path / "copied" / "compare.html"
     page.parent.mkdir()

@@ -163,9 +163,10 @@ def test_the_interval_covers_the_true_difference_of_two_demo_policies_in_90_of_1
     covered = excluded_zero = 0
     for trial in range(100):
         result = compare_benchmark(
-            demo_policy(0.8, 2 * trial, 200), demo_policy(0.65, 2 * trial + 1, 200),
+            demo_policy(0.8, 2 * trial, 200),
+            demo_policy(0.65, 2 * trial + 1, 200),
             Options(seed=trial, resamples=1000),
-        )  # fmt: skip
+        )
         assert result.interval is not None
         covered += result.interval[0] <= -0.15 <= result.interval[1]
         excluded_zero += result.change == "regressed"
@@ -178,9 +179,10 @@ def test_the_interval_covers_the_true_difference_with_repeats_in_90_of_100_trial
     covered = 0
     for trial in range(100):
         result = compare_benchmark(
-            demo_policy(0.7, 2 * trial, 60, repeats=4), demo_policy(0.6, 2 * trial + 1, 60, repeats=4),
+            demo_policy(0.7, 2 * trial, 60, repeats=4),
+            demo_policy(0.6, 2 * trial + 1, 60, repeats=4),
             Options(seed=trial, resamples=500),
-        )  # fmt: skip
+        )
         assert result.interval is not None and result.test == "sign_flip"
         covered += result.interval[0] <= -0.1 <= result.interval[1]
     assert covered >= 90, covered

@@ -16,8 +16,12 @@ from gymslurm.store.task_rewards import read_task_rewards
 
 def row(task: int, **fields: Any) -> dict[str, Any]:
     """A merged result row of task ``task`` (its rollout id, run id and task id stamped)."""
-    stamps = {"_ng_run_id": "run-1", "_ng_rollout_id": f"arith-{task}", "_ng_attempt": 0,
-              "task_id": {"taskset": "arith", "task_id": str(task)}}  # fmt: skip
+    stamps = {
+        "_ng_run_id": "run-1",
+        "_ng_rollout_id": f"arith-{task}",
+        "_ng_attempt": 0,
+        "task_id": {"taskset": "arith", "task_id": str(task)},
+    }
     return {**stamps, **fields}
 
 
@@ -30,18 +34,32 @@ def test_each_row_is_counted_as_what_it_is_and_only_numeric_unmasked_rewards_are
     tmp_path: Path,
 ) -> None:
     """Measured, masked (even with a reward), unscored (no or a non-numeric reward), failure, omission."""
-    merged = write(tmp_path / "merged.jsonl", [
-        row(0, reward=1.0), row(1, reward=0), row(2, reward=1.0, mask_sample=True), row(3),
-        row(4, reward="1.0"), row(5, _ng_failure_class="agent_timeout"), row(6, _ng_omitted=True),
-    ])  # fmt: skip
+    merged = write(
+        tmp_path / "merged.jsonl",
+        [
+            row(0, reward=1.0),
+            row(1, reward=0),
+            row(2, reward=1.0, mask_sample=True),
+            row(3),
+            row(4, reward="1.0"),
+            row(5, _ng_failure_class="agent_timeout"),
+            row(6, _ng_omitted=True),
+        ],
+    )
     side = read_task_rewards(merged, name="arith")
     tallies = {task[1]: tally for task, tally in side.tasks.items()}
     assert tallies["0"].values == [1.0] and tallies["1"].values == [0.0]
     assert (tallies["2"].masked, tallies["2"].values) == (1, [])
     assert tallies["3"].unscored == tallies["4"].unscored == 1
     assert (tallies["5"].failed, tallies["6"].omitted) == (1, 1)
-    assert side.rollouts() == {"measured": 2, "masked": 1, "unscored": 2, "failed": 1, "omitted": 1,
-                               "unfinished": 0}  # fmt: skip
+    assert side.rollouts() == {
+        "measured": 2,
+        "masked": 1,
+        "unscored": 2,
+        "failed": 1,
+        "omitted": 1,
+        "unfinished": 0,
+    }
     assert (side.name, side.source) == ("arith", str(merged))
 
 

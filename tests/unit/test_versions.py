@@ -79,11 +79,18 @@ def _failure_record(tmp: Path) -> None:
 
 
 READERS: dict[str, Callable[[Path], None]] = {
-    "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
-    "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
-    "progress": _live("progress"), "heartbeat": _live("heartbeat"), "rewards": _rewards,
+    "manifest": _manifest,
+    "coverage": _coverage,
+    "ledger": _ledger,
+    "supervision_event": _event,
+    "reservations": _reservations,
+    "failure_record": _failure_record,
+    "gymslurm_metrics": _gymslurm_metrics,
+    "progress": _live("progress"),
+    "heartbeat": _live("heartbeat"),
+    "rewards": _rewards,
     "comparison": _comparison,
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("kind", sorted(READERS))
@@ -105,7 +112,23 @@ def test_only_the_exact_integer_version_passes(found: object) -> None:
 def test_every_written_format_is_in_the_table() -> None:
     """The formats docs/formats.md versions are exactly the gate's table."""
     assert sorted(FORMATS) == sorted(
-        ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
-         "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards", "run_summary",
-         "finished_seal", "outcome_index", "comparison", "gate"]
-    )  # fmt: skip
+        [
+            "manifest",
+            "reservations",
+            "failure_record",
+            "coverage",
+            "aggregate_coverage",
+            "health",
+            "ledger",
+            "supervision_event",
+            "gymslurm_metrics",
+            "progress",
+            "heartbeat",
+            "rewards",
+            "run_summary",
+            "finished_seal",
+            "outcome_index",
+            "comparison",
+            "gate",
+        ]
+    )

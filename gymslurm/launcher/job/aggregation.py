@@ -22,7 +22,6 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend, run_backend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
 from gymslurm.launcher.job.chain import (
     account_for_dead_runs,
@@ -38,17 +37,22 @@ from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.slurm import split_job_id
+from gymslurm.launcher.site.backend import Backend
+from gymslurm.launcher.site.slurm import split_job_id
 from gymslurm.store.flock import locked, try_lock
 from gymslurm.store.paths import RunPaths
 
 
 def maybe_submit_aggregation(
-    run: RunDir, settings: BenchmarkSettings, backend: Backend, me: str | None,
+    run: RunDir,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    me: str | None,
     own: tuple[int, ChainState] | None = None,
-) -> str | None:  # fmt: skip
+) -> str | None:
     """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock).
 
     The job is queued with its lookahead (``slurm.lookahead`` jobs, each ``afterany`` the one
@@ -73,8 +77,14 @@ def maybe_submit_aggregation(
             return None
         if summarize(run.aggregate_ledger.read()).epoch_jobs:
             return None
-        jobs = queue_chain(run.aggregate_ledger, backend, run.script(None), after, settings.slurm.lookahead,
-                           by=me or "resubmit")  # fmt: skip
+        jobs = queue_chain(
+            run.aggregate_ledger,
+            backend,
+            run.script(None),
+            after,
+            settings.slurm.lookahead,
+            by=me or "resubmit",
+        )
     log(f"every shard's chain finished: aggregation job {jobs[0]} queued (then {' '.join(jobs[1:])})")
     return jobs[0]
 
@@ -156,18 +166,25 @@ def _run_aggregation_locked(
     state = account_for_dead_runs(state, ledger, me, backend, output=None, limits=limits)
     if state.finished:
         cancelled = cancel_pending(state, me[0], backend)
-        log(f"the aggregation is already decided ({_decided(state)}); nothing to do"
-            f"{'; cancelled ' + ' '.join(cancelled) if cancelled else ''}")  # fmt: skip
+        log(
+            f"the aggregation is already decided ({_decided(state)}); nothing to do"
+            f"{'; cancelled ' + ' '.join(cancelled) if cancelled else ''}"
+        )
         return ExitCode.DONE
     started = Started(
         job_id=me[0], restart_count=me[1], host=socket.gethostname(), gpus=allocated_gpus(os.environ, 0)
-    )  # fmt: skip
+    )
     ledger.append(started)
     fold(state, started)
     try:
         ensure_lookahead(
-            ledger, me[0], backend, lambda after: backend.submit(run.script(None), [after]),
-            state=state, reread=reread, depth=settings.slurm.lookahead,
+            ledger,
+            me[0],
+            backend,
+            lambda after: backend.submit(run.script(None), [after]),
+            state=state,
+            reread=reread,
+            depth=settings.slurm.lookahead,
         )
     except (SlurmError, OSError) as error:  # merge anyway; the decision below is what matters
         log(f"could not queue the next aggregation jobs now: {error}")
@@ -195,8 +212,11 @@ def _notify_end(
 ) -> None:
     """``aggregation_done`` and ``run_done``, given a bounded moment to be delivered."""
     notifier = Notifier(run, settings.notify, settings.name)
-    done = ("aggregation_done", f"aggregation_done:{me[0]}:{me[1]}",
-            {"job": me[0], "decision": str(record.decision), "reason": record.reason})  # fmt: skip
+    done = (
+        "aggregation_done",
+        f"aggregation_done:{me[0]}:{me[1]}",
+        {"job": me[0], "decision": str(record.decision), "reason": record.reason},
+    )
     safely(lambda: notifier.emit_all([done, run_done_event(run, settings.shards, record)]))
     notifier.deliver_soon()
     notifier.wait(LINK_GRACE_S)

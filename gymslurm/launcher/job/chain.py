@@ -28,12 +28,12 @@ from datetime import datetime
 from pathlib import Path
 
 from gymslurm.clock import utc_now_ms
-from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import DeadRun, Limits, dead_run_end, decide
 from gymslurm.launcher.job.collector_files import saved_bytes
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, Submitted, fold, record_decision
-from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.site.backend import ALIVE_STATES, LIVE_STATES, Backend
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.store import live
 
 
@@ -60,9 +60,12 @@ def last_beat_s(run: Started, beat: live.Heartbeat | None) -> float | None:
 
 
 def dead_run_facts(
-    run: Started, me: tuple[str, int], backend: Backend, output: Path | None,
+    run: Started,
+    me: tuple[str, int],
+    backend: Backend,
+    output: Path | None,
     beat: live.Heartbeat | None = None,
-) -> DeadRun:  # fmt: skip
+) -> DeadRun:
     """What is known of a run that never wrote its decision: Slurm's word, its start, its saves and
     (``beat``: the shard's heartbeat file) when it last showed life."""
     since = seconds_between(run.at, utc_now_ms())
@@ -133,9 +136,15 @@ def is_live(row: QueueRow | None) -> bool:
 
 
 def ensure_lookahead(
-    ledger: Ledger, me: str, backend: Backend, submit: Callable[[str], str], *,
-    state: ChainState, reread: Callable[[], ChainState] | None, depth: int,
-) -> list[str]:  # fmt: skip
+    ledger: Ledger,
+    me: str,
+    backend: Backend,
+    submit: Callable[[str], str],
+    *,
+    state: ChainState,
+    reread: Callable[[], ChainState] | None,
+    depth: int,
+) -> list[str]:
     """The ``depth`` jobs queued behind ``me`` (``slurm.lookahead``), queuing what is missing;
     strays cancelled.
 

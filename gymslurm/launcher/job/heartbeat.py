@@ -106,9 +106,13 @@ class Heartbeat:
     def beat(self) -> None:
         """Write one heartbeat now."""
         record = live.Heartbeat(
-            **self.payload, at=utc_now_ms(), epoch=time.time(), interval_s=self.interval_s,  # type: ignore[arg-type]
-            pid=os.getpid(), host=socket.gethostname(),
-        )  # fmt: skip
+            **self.payload,  # type: ignore[arg-type]
+            at=utc_now_ms(),
+            epoch=time.time(),
+            interval_s=self.interval_s,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
         with contextlib.suppress(StoreError):
             live.write_heartbeat(self.path, record)
 

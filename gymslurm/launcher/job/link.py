@@ -46,7 +46,6 @@ from pathlib import Path
 
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend, SlurmBackend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, Verdict, decide, job_exit_code, start_gate
 from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
@@ -96,6 +95,7 @@ from gymslurm.launcher.notify import (
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 from gymslurm.launcher.server_placement import job_gpus
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.site.backend import Backend, SlurmBackend
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 
@@ -173,18 +173,28 @@ class Chain:
 
 
 def ensure_link_lookahead(
-    run: RunDir, shard: int, me: str, backend: Backend, settings: BenchmarkSettings, *,
-    state: ChainState | None = None, recheck: bool = True,
-) -> list[str]:  # fmt: skip
+    run: RunDir,
+    shard: int,
+    me: str,
+    backend: Backend,
+    settings: BenchmarkSettings,
+    *,
+    state: ChainState | None = None,
+    recheck: bool = True,
+) -> list[str]:
     """The links queued behind this job (:func:`gymslurm.launcher.job.chain.ensure_lookahead`), from
     ``state`` (the chain as the caller holds it; read when not given), which gets what is queued.
     ``recheck`` False: a cancel that raced a link queued here is caught by the link's read after its
     collector (``_after_decision``), not by reading the ledger again now."""
     return ensure_lookahead(
-        run.ledger(shard), me, backend, lambda after: submit_link(run, shard, backend, [after]),
+        run.ledger(shard),
+        me,
+        backend,
+        lambda after: submit_link(run, shard, backend, [after]),
         state=shard_state(run, shard) if state is None else state,
-        reread=(lambda: shard_state(run, shard)) if recheck else None, depth=settings.slurm.lookahead,
-    )  # fmt: skip
+        reread=(lambda: shard_state(run, shard)) if recheck else None,
+        depth=settings.slurm.lookahead,
+    )
 
 
 def try_link_lock(path: Path) -> int | None:
@@ -220,8 +230,10 @@ def run_link(
     duplicate = f"this job {me[0]} exits without a decision, a successor or spending anything"
     lock = try_link_lock(run.link_lock(shard))
     if lock is None:
-        log(f"another link of shard {shard} is live: {_holder(run.heartbeat(shard))} holds "
-            f"{run.link_lock(shard)}; {duplicate}")  # fmt: skip
+        log(
+            f"another link of shard {shard} is live: {_holder(run.heartbeat(shard))} holds "
+            f"{run.link_lock(shard)}; {duplicate}"
+        )
         return 0
     try:
         chain = Chain.read(run, shard)  # the start's one read of the ledger
@@ -229,8 +241,10 @@ def run_link(
             return _start_nothing_paused(chain.state, shard, me[0], backend)
         other = other_live_link(chain.state, me, backend)
         if other is not None:
-            log(f"another link of shard {shard} is live: job {other} started and is still in the queue; "
-                f"{duplicate}")  # fmt: skip
+            log(
+                f"another link of shard {shard} is live: job {other} started and is still in the queue; "
+                f"{duplicate}"
+            )
             return 0
         return _run_link_locked(run, shard, settings, backend, me, signals=signals, chain=chain)
     finally:
@@ -238,9 +252,15 @@ def run_link(
 
 
 def _run_link_locked(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: tuple[str, int], *,
-    signals: Signals, chain: Chain,
-) -> int:  # fmt: skip
+    run: RunDir,
+    shard: int,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    me: tuple[str, int],
+    *,
+    signals: Signals,
+    chain: Chain,
+) -> int:
     ledger = run.ledger(shard)
     budget, spent = run_spend(run, settings, (shard, chain.records))
     limits = _limits(settings, budget)
@@ -252,9 +272,15 @@ def _run_link_locked(
             return ExitCode.DONE
         chain = Chain.read(run, shard)  # a wait of any length: what cancel, pause or inject wrote meanwhile
     state = account_for_dead_runs(
-        chain.state, ledger, me, backend, output=output, limits=limits, written=chain.records,
+        chain.state,
+        ledger,
+        me,
+        backend,
+        output=output,
+        limits=limits,
+        written=chain.records,
         beat=_last_beat(run.heartbeat(shard)),
-    )  # fmt: skip
+    )
     if state.finished:
         log(f"the chain of shard {shard} is already finished ({_finished_why(state)}); nothing to do")
         if not state.cancelled:  # a stop written by accounting above, or by a link killed right
@@ -271,8 +297,9 @@ def _run_link_locked(
         notifier.deliver_soon()
     gate = start_gate(spent, state.budgets, limits) if budget is not None else None
     if gate is not None:
-        stopped = _stop_before_start(run, shard, settings, backend, me=me, started=started, gate=gate,
-                                     chain=chain)  # fmt: skip
+        stopped = _stop_before_start(
+            run, shard, settings, backend, me=me, started=started, gate=gate, chain=chain
+        )
         _link_events(notifier, shard, settings, chain.records, spent=spent, budget=budget)
         return stopped
     reap_predecessors(state, ledger, me)
@@ -284,9 +311,15 @@ def _run_link_locked(
     elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(
-        slurm_state, code, elapsed, before_progress, read_progress(output), killer,
-        saved_outcomes=saved_bytes(output) > bytes_before, disk_full=disk_full(run.root),
-    )  # fmt: skip
+        slurm_state,
+        code,
+        elapsed,
+        before_progress,
+        read_progress(output),
+        killer,
+        saved_outcomes=saved_bytes(output) > bytes_before,
+        disk_full=disk_full(run.root),
+    )
     # the second phase's one read: gymslurm pause writes its record before it signals this link, so
     # it is there now, as is a cancel that came meanwhile; the budgets are the start's (the lock held)
     after = Chain.read(run, shard)
@@ -312,9 +345,15 @@ def _figures(end: JobEnd, output: Path, started: Started, elapsed: float) -> dic
 
 
 def _prepare_to_collect(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, me: str, *, output: Path,
+    run: RunDir,
+    shard: int,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    me: str,
+    *,
+    output: Path,
     chain: Chain,
-) -> Chain:  # fmt: skip
+) -> Chain:
     """Before the collector starts: the first links a killed submit left unqueued, this chain's
     lookahead (both tried again later when they fail now), the output folder and the shard's input.
     The chain as the link holds it, with what was queued (read again only when a killed submit's
@@ -354,9 +393,14 @@ def _record_start(
 
 
 def _link_events(
-    notifier: Notifier, shard: int, settings: BenchmarkSettings, records: list[Record], *, spent: float,
+    notifier: Notifier,
+    shard: int,
+    settings: BenchmarkSettings,
+    records: list[Record],
+    *,
+    spent: float,
     budget: float | None,
-) -> None:  # fmt: skip
+) -> None:
     """Claim this chain's events (from ``records``: the chain as the link holds it, its decision
     included) and the budget warning, and give delivery a bounded moment."""
     if not settings.notify:
@@ -371,9 +415,16 @@ def _link_events(
 
 
 def _stop_before_start(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: tuple[str, int],
-    started: Started, gate: Verdict, chain: Chain,
-) -> int:  # fmt: skip
+    run: RunDir,
+    shard: int,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    *,
+    me: tuple[str, int],
+    started: Started,
+    gate: Verdict,
+    chain: Chain,
+) -> int:
     """Rule 0: the budget is spent; record a run that started nothing, stop the chain, exit 75."""
     log(f"decision {gate.decision}: {gate.reason}")
     elapsed = max(time.time() - job_started_at(), 0.0)
@@ -425,15 +476,25 @@ def _collect(  # noqa: PLR0917
         supervisor = Supervisor(started, None, note, say=log) if any(s.process for s in started) else None
         try:
             env_code, killer = run_collector(
-                argv, signals, settings.collector.env, supervisor, heartbeat=heartbeat,
-                first_override=first, withheld=withheld, watch=watch,
-            )  # fmt: skip
+                argv,
+                signals,
+                settings.collector.env,
+                supervisor,
+                heartbeat=heartbeat,
+                first_override=first,
+                withheld=withheld,
+                watch=watch,
+            )
         except ConfigError as error:  # collector.env names a variable this job does not have
             return ExitCode.RETRY, None, f"collector not started: {error}"
         if watch is not None and watch.reason is not None:
-            return ExitCode.RETRY, None, (
-                f"unresponsive: {watch.reason}; the link stopped the collector (exit {env_code}, counted "
-                "as 1: retryable, the next link starts it afresh)"
+            return (
+                ExitCode.RETRY,
+                None,
+                (
+                    f"unresponsive: {watch.reason}; the link stopped the collector (exit {env_code}, counted "
+                    "as 1: retryable, the next link starts it afresh)"
+                ),
             )
         if supervisor is not None and supervisor.gave_up is not None:
             name = supervisor.gave_up
@@ -456,11 +517,19 @@ def _serverrecord_decision(
     me: tuple[str, int], host: str, event: str, server: server_mod.RunningServer, cause: str | None
 ) -> ServerRecord:
     return ServerRecord(
-        job_id=me[0], restart_count=me[1], name=server.name, event=event,  # type: ignore[arg-type]
-        host=host, pid=server.pid, create_time=server.create_time or None, url=server.url,
+        job_id=me[0],
+        restart_count=me[1],
+        name=server.name,
+        event=event,  # type: ignore[arg-type]
+        host=host,
+        pid=server.pid,
+        create_time=server.create_time or None,
+        url=server.url,
         startup_s=round(server.startup_s, 3) if event in ("started", "restarted") else None,
-        restarts=server.restarts, cause=cause, probes=server.probes[-20:],
-    )  # fmt: skip
+        restarts=server.restarts,
+        cause=cause,
+        probes=server.probes[-20:],
+    )
 
 
 def cancelled_while_starting(run: RunDir, shard: int, started: Started) -> bool | None:
@@ -494,9 +563,15 @@ def reap_predecessors(state: ChainState, ledger: Ledger, me: tuple[str, int]) ->
 
 
 def _after_decision(
-    run: RunDir, shard: int, settings: BenchmarkSettings, backend: Backend, *, me: str, decision: Decision,
+    run: RunDir,
+    shard: int,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    *,
+    me: str,
+    decision: Decision,
     state: ChainState,
-) -> None:  # fmt: skip
+) -> None:
     """Chain goes on: the lookahead is restored. Chain stops: the aggregation is queued if due,
     *then* the lookahead is cancelled, so a kill between the two leaves a link that finishes it.
     ``state``: the chain as read after the collector, this link's decision folded in."""

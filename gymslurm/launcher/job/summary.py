@@ -13,13 +13,13 @@ import time
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import GymslurmError, SlurmError, StoreError
-from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import Record, Started, Submitted, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import final_metrics, run_summary, write_run_summary
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
+from gymslurm.launcher.site.backend import Backend
 from gymslurm.store.files import read_coverage
 from gymslurm.store.paths import RunPaths
 
@@ -53,10 +53,17 @@ def _write_if_ended(run: RunDir, settings: BenchmarkSettings, backend: Backend, 
         except StoreError:
             coverages.append(None)
     summary = run_summary(
-        info, chains, aggregate, coverages, now=time.time(), written_at=utc_now_ms(), written_by=written_by,
-        metrics=final_metrics(run, info.output_stem), slurm_gpu_s=_slurm_gpu_s(info.accounting, info.gpus,
-        chains, aggregate, backend), budget=gpu_budget(info.gpu_budget, aggregate),
-    )  # fmt: skip
+        info,
+        chains,
+        aggregate,
+        coverages,
+        now=time.time(),
+        written_at=utc_now_ms(),
+        written_by=written_by,
+        metrics=final_metrics(run, info.output_stem),
+        slurm_gpu_s=_slurm_gpu_s(info.accounting, info.gpus, chains, aggregate, backend),
+        budget=gpu_budget(info.gpu_budget, aggregate),
+    )
     log(f"the run ended: wrote {write_run_summary(run, summary)}")
 
 
@@ -66,9 +73,14 @@ def _slurm_gpu_s(
     """What Slurm recorded of a GPU run, by job (one ``sacct`` for every job of the run), else None."""
     if accounting is not True or gpus <= 0:
         return None
-    jobs = list(dict.fromkeys(
-        r.job_id for records in [*chains, aggregate] for r in records if isinstance(r, Submitted | Started)
-    ))  # fmt: skip
+    jobs = list(
+        dict.fromkeys(
+            r.job_id
+            for records in [*chains, aggregate]
+            for r in records
+            if isinstance(r, Submitted | Started)
+        )
+    )
     try:
         rows = backend.accounting(jobs, every_run=True)
     except SlurmError as error:

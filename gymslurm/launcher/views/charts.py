@@ -242,7 +242,7 @@ def rewards_chart(tasksets: Sequence[dict[str, Any]] | None) -> str:
     return (
         f'<svg id="chart-rewards" class="chart" viewBox="0 0 {total_w} 135" role="img" '
         'xmlns="http://www.w3.org/2000/svg"><title>reward distribution per taskset</title>'
-        f'{"".join(panels)}</svg>'
+        f"{''.join(panels)}</svg>"
     )
 
 
@@ -272,8 +272,10 @@ def comparison_chart(document: dict[str, Any]) -> str:
         y = PAD + lane * index + lane / 2
         start, end = entry["interval"]
         colour = CHANGE_COLOURS.get(entry["change"], "#000")
-        title = (f"{entry['benchmark']}: delta {entry['delta']:+.4f}, interval [{start:+.4f}, {end:+.4f}], "
-                 f"{entry['tasks']['paired']} paired tasks, {entry['change']}")  # fmt: skip
+        title = (
+            f"{entry['benchmark']}: delta {entry['delta']:+.4f}, interval [{start:+.4f}, {end:+.4f}], "
+            f"{entry['tasks']['paired']} paired tasks, {entry['change']}"
+        )
         parts.append(
             f'<line class="interval" x1="{x(start):.1f}" y1="{y:.1f}" x2="{x(end):.1f}" y2="{y:.1f}" '
             f'stroke="{colour}" stroke-width="4"><title>{_e(title)}</title></line>'

@@ -18,8 +18,17 @@ from gymslurm.comparison import BenchmarkComparison, ComparisonDocument, Flip
 from gymslurm.launcher.views.charts import comparison_chart
 
 FLIPS_SHOWN = 10  # per direction on the terminal and the page (every flip is in --json)
-COLUMNS = ("benchmark", "paired tasks", "baseline", "candidate", "delta", "interval", "p (test)",
-           "flips ↓ / ↑", "change")  # fmt: skip
+COLUMNS = (
+    "benchmark",
+    "paired tasks",
+    "baseline",
+    "candidate",
+    "delta",
+    "interval",
+    "p (test)",
+    "flips ↓ / ↑",
+    "change",
+)
 CHANGE_STYLE = {"improved": "green", "regressed": "red", "no change": "", "not comparable": "yellow"}
 
 
@@ -41,9 +50,17 @@ def row_cells(entry: BenchmarkComparison, confidence: float) -> list[str]:
         else "-"
     )
     delta = "-" if entry.delta is None else f"{entry.delta:+.4f}"
-    return [entry.benchmark, f"{tasks.paired}{coverage}", _number(entry.baseline_mean),
-            _number(entry.candidate_mean), delta, f"{interval} {confidence:.0%}" if entry.interval else "-",
-            p_value, flips, entry.change]  # fmt: skip
+    return [
+        entry.benchmark,
+        f"{tasks.paired}{coverage}",
+        _number(entry.baseline_mean),
+        _number(entry.candidate_mean),
+        delta,
+        f"{interval} {confidence:.0%}" if entry.interval else "-",
+        p_value,
+        flips,
+        entry.change,
+    ]
 
 
 def notes(entry: BenchmarkComparison) -> list[str]:
@@ -60,8 +77,11 @@ def notes(entry: BenchmarkComparison) -> list[str]:
         if unscored:
             text = ", ".join(f"{k} {v}" for k, v in unscored.items())
             out.append(f"{label} rollouts not scored (never counted as failures): {text}")
-    for title, flips in (("pass → fail", entry.flips.pass_to_fail), ("fail → pass", entry.flips.fail_to_pass),
-                         ("changed", entry.flips.changed)):  # fmt: skip
+    for title, flips in (
+        ("pass → fail", entry.flips.pass_to_fail),
+        ("fail → pass", entry.flips.fail_to_pass),
+        ("changed", entry.flips.changed),
+    ):
         if flips:
             shown = ", ".join(_task(flip) for flip in flips[:FLIPS_SHOWN])
             more = f" (+{len(flips) - FLIPS_SHOWN} more: --json)" if len(flips) > FLIPS_SHOWN else ""
@@ -125,8 +145,10 @@ def comparison_page(document: ComparisonDocument) -> str:
         f"<li>{e(entry.benchmark)}: {e(line)}</li>" for entry in document.benchmarks for line in notes(entry)
     )
     embedded = orjson.dumps(data).decode().replace("</", "<\\/")
-    script = ("document.body.dataset.benchmarks = String(JSON.parse("
-              "document.getElementById('gymslurm-comparison').textContent).benchmarks.length);")  # fmt: skip
+    script = (
+        "document.body.dataset.benchmarks = String(JSON.parse("
+        "document.getElementById('gymslurm-comparison').textContent).benchmarks.length);"
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'

@@ -24,14 +24,17 @@ go to the processes directly and cancel/requeue are the local queue's.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
+from pathlib import Path
 
+from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError, SlurmError, StoreError
-from gymslurm.launcher.backend import ALIVE_STATES, Backend, SlurmBackend
 from gymslurm.launcher.ledger import FAULTS, Fault, Injected, summarize
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.launcher.site.backend import ALIVE_STATES, Backend, SlurmBackend
+from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.store import live
 
 _PROCESS_SIGNAL = {"crash": signal.SIGKILL, "server-crash": signal.SIGKILL, "hang": signal.SIGSTOP}
@@ -133,3 +136,25 @@ def _local(fault: str, job: str, pid: int | None, backend: Backend) -> None:
         backend.cancel([job])  # the local queue has no requeue: its successor carries on
     else:
         raise ConfigError(f"the local backend cannot send {fault!r}; use the Slurm backend to rehearse it")
+
+
+def main(argv: list[str]) -> int:
+    """``gymslurm inject``: parse its arguments and run it."""
+    from gymslurm.launcher.ledger import FAULTS
+
+    parser = argparse.ArgumentParser(
+        prog="gymslurm inject",
+        description="Send one fault to a shard's live link (recorded in its ledger); docs/inject.md.",
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("shard", type=int)
+    parser.add_argument("--kind", required=True, choices=FAULTS)
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.commands.inject import inject
+    from gymslurm.launcher.run_site import run_backend
+    from gymslurm.launcher.rundir import resolve_run_or_job
+
+    run = resolve_run_or_job(args.run, Path(args.run_root).resolve())
+    print(inject(run, args.shard, args.kind, run_backend(run, args.shard)))
+    return 0

@@ -113,6 +113,7 @@ class Supervised:
         that failed because its server got the signal first freed the slot, and the next row was
         reserved and sent to a dying server: a second attempt to re-send per link at every pause.
         """
+
         def held() -> bool:
             return self.timeline.down or self.timeline.stopping_at is not None
 
@@ -170,9 +171,15 @@ class Breaker:
     """
 
     def __init__(
-        self, threshold: int, wait_s: float, on_dead: Callable[[str], None], say: Callable[[str], None],
-        *, interval_s: float = 1.0, probe: Callable[[str], bool] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        threshold: int,
+        wait_s: float,
+        on_dead: Callable[[str], None],
+        say: Callable[[str], None],
+        *,
+        interval_s: float = 1.0,
+        probe: Callable[[str], bool] | None = None,
+    ) -> None:
         from gymslurm.supervision import Streak
 
         self.streak, self.wait_s, self.interval_s = Streak(threshold), wait_s, interval_s
@@ -222,10 +229,11 @@ class Breaker:
                 return outcome, False
         shown = redact_text(url)  # evidence is saved in the sidecar: never a URL's password
         evidence = {
-            "cause": "server_unreachable", "server": shown,
+            "cause": "server_unreachable",
+            "server": shown,
             "how": f"transport failures in a row across {self.streak.threshold} rollouts and {shown} "
-                   "did not answer a probe",
-        }  # fmt: skip
+            "did not answer a probe",
+        }
         failed_at = time.monotonic()
         diagnostics = {
             **(outcome.diagnostics or {}),

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gymslurm.commands.new_run import chain_is_live, create_run
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.backend import run_backend
 from gymslurm.launcher.job.collector_process import reverify_argv
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.run_site import run_backend
+from gymslurm.launcher.rundir import RunDir, resolve_run_or_job
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate
-from gymslurm.launcher.submit import chain_is_live, create_run, resolve_run_or_job
 
 SUFFIX = "-reverify"
 
@@ -84,6 +84,12 @@ def submit_reverify(
         raise ConfigError(f"--backend {kind!r}: use slurm or local")
     print(f"re-grading the saved judge-failed answers of run {source.name} ({info.shards} shards)")
     return create_run(
-        settings, data, overrides, "slurm" if kind == "slurm" else "local", workdir, dry_run=dry_run,
-        wait=wait, reverify_of=str(source.root),
-    )  # fmt: skip
+        settings,
+        data,
+        overrides,
+        "slurm" if kind == "slurm" else "local",
+        workdir,
+        dry_run=dry_run,
+        wait=wait,
+        reverify_of=str(source.root),
+    )

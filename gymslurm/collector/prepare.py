@@ -5,7 +5,7 @@ validates the experiment's identity (semantic change refused naming the keys, op
 accepted with a warning and a journal line) and then the saved history, before a single byte
 changes; only then are the resume's metadata writes made and torn tails repaired. A fresh
 collection materializes (and so refuses bad rows) before it replaces an existing run.
-``collector.py`` runs the loop on what :func:`prepare` returns.
+``collector/collect.py`` runs the loop on what :func:`prepare` returns.
 """
 
 from __future__ import annotations
@@ -249,9 +249,15 @@ class TaskStream:
 # Settings of one invocation that say nothing about what a run measures: left out of the identity so
 # that they are not even reported as drift (resume_from_cache is always "changed" on a resume).
 INVOCATION_KEYS = (
-    "progress", "progress_interval_s", "summary", "resume_from_cache", "allow_unsafe_resume", "resubmit",
-    "live_progress_interval_s", "stall_window_s",
-)  # fmt: skip
+    "progress",
+    "progress_interval_s",
+    "summary",
+    "resume_from_cache",
+    "allow_unsafe_resume",
+    "resubmit",
+    "live_progress_interval_s",
+    "stall_window_s",
+)
 
 
 @dataclass
@@ -263,7 +269,7 @@ class Prepared:
     reconciliation: Reconciliation
     # Whether preparing this run again with the same command would write and say nothing (no drift,
     # no overridden identity, no torn tail; an unverified identity is not vouched for): what a
-    # finished run's seal assumes (collector_seal.py).
+    # finished run's seal assumes (collector/seal.py).
     repeats_quietly: bool = False
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from string import Template
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.scriptsafe import control_problem
+from gymslurm.launcher.site.scriptsafe import control_problem
 from gymslurm.resources import templates_dir
 
 LINK_TEMPLATE = "link.sbatch"
@@ -50,8 +50,11 @@ class ScriptValues:
 
 def directives_block(partition: str | None, account: str | None, qos: str | None, extra: list[str]) -> str:
     """The optional ``#SBATCH`` lines: partition, account and qos when set, then the extra ones."""
-    lines = [f"#SBATCH --{flag}={value}" for flag, value in
-             (("partition", partition), ("account", account), ("qos", qos)) if value]  # fmt: skip
+    lines = [
+        f"#SBATCH --{flag}={value}"
+        for flag, value in (("partition", partition), ("account", account), ("qos", qos))
+        if value
+    ]
     for raw in extra:
         line = raw.strip()
         lines.append(line if line.startswith("#SBATCH") else f"#SBATCH {line}")

@@ -1,7 +1,7 @@
 """``gymslurm doctor --probe RUN_ROOT``: what a compute node sees, from a tiny job.
 
 The login side takes an exclusive ``flock`` on ``RUN_ROOT/.gymslurm-doctor/probe.lock`` and
-submits one short job running ``<python> -m gymslurm.launcher.probe inside LOCK OUT`` with the
+submits one short job running ``<python> -m gymslurm.commands.probe inside LOCK OUT`` with the
 Python the benchmark's jobs run (``slurm.python``). The job reports its Python and gymslurm
 versions, its host and clock, and whether its own non-blocking ``flock`` of the same file was
 refused, as it must be while the login side holds it: the spec requires flock to work across
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.findings import Finding, Level
-from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.launcher.site.findings import Finding, Level
+from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.store.flock import lock_fd
 
 PROBE_TIMEOUT_S = 180.0
@@ -120,7 +120,7 @@ def probe_findings(client: SlurmClient, root: str, partition: str | None, python
     folder.mkdir(parents=True, exist_ok=True)
     lock, out = folder / "probe.lock", folder / f"probe-{os.getpid()}.json"
     log = folder / f"probe-{os.getpid()}.log"
-    command = shlex.join([python, "-m", "gymslurm.launcher.probe", "inside", str(lock), str(out)])
+    command = shlex.join([python, "-m", "gymslurm.commands.probe", "inside", str(lock), str(out)])
     argv = [
         "sbatch",
         "--parsable",
@@ -172,7 +172,7 @@ def _ended(client: SlurmClient, job: str) -> bool:
     return job not in {row.job_id for row in client.queue() if row.state in alive}
 
 
-if __name__ == "__main__":  # the job's side: python -m gymslurm.launcher.probe inside LOCK OUT
+if __name__ == "__main__":  # the job's side: python -m gymslurm.commands.probe inside LOCK OUT
     if len(sys.argv) != 4 or sys.argv[1] != "inside":
-        raise SystemExit("usage: python -m gymslurm.launcher.probe inside LOCK OUT")
+        raise SystemExit("usage: python -m gymslurm.commands.probe inside LOCK OUT")
     raise SystemExit(inside(Path(sys.argv[2]), Path(sys.argv[3])))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.slurm import (
+from gymslurm.launcher.site.slurm import (
     AccountingRow,
     QueueRow,
     SlurmClient,
@@ -28,25 +28,33 @@ from gymslurm.launcher.slurm import (
 )
 
 if TYPE_CHECKING:
-    from gymslurm.launcher.ledger import ChainState
-    from gymslurm.launcher.rundir import RunDir
+    pass
 
 # States in which a job still counts as part of a live chain. The held ones (REQUEUE_HOLD,
 # SPECIAL_EXIT: requeued and held by RequeueExitHold or ``scontrol requeuehold``; RESV_DEL_HOLD)
 # never run again by themselves, but they are queued: ``cancel`` must cancel them and ``status``
 # must show them.
 LIVE_STATES = frozenset(
-    {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
-)  # fmt: skip
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+    }
+)
 HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 # A job in one of these states may still be running a link (COMPLETING jobs are being torn down).
 ALIVE_STATES = LIVE_STATES - {"COMPLETING", "STAGE_OUT"}
-
-
-def live_jobs(state: ChainState, queue: Mapping[str, QueueRow]) -> list[str]:
-    """The jobs of the chain's current epoch that the queue holds in a live state (pure)."""
-    return [job for job in state.epoch_jobs if job in queue and queue[job].state in LIVE_STATES]
 
 
 class Backend(Protocol):
@@ -249,12 +257,15 @@ def backend_name(wanted: str) -> Literal["slurm", "local"]:
 
 
 def choose_backend(
-    wanted: str, run_root: Path | None = None, local_dir: Path | None = None, accounting: bool | None = None,
+    wanted: str,
+    run_root: Path | None = None,
+    local_dir: Path | None = None,
+    accounting: bool | None = None,
     cluster: str | None = None,
 ) -> Backend:
     """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`); ``cluster``: the
     Slurm cluster its commands go to (``slurm.cluster``; None: the default one)."""
-    from gymslurm.launcher.local import LocalBackend
+    from gymslurm.launcher.site.local import LocalBackend
 
     if backend_name(wanted) == "slurm":
         return SlurmBackend(SlurmClient(cluster=cluster), accounting=accounting)
@@ -292,27 +303,6 @@ def current_job(
     )
     restarts = env.get("SLURM_RESTART_COUNT") or env.get("GYMSLURM_RESTART_COUNT") or "0"
     return job_id, int(restarts)
-
-
-def run_backend(run: RunDir, shard: int | None = None, *, aggregation: bool = False) -> Backend:
-    """The backend of a submitted run, knowing what its ``run.json`` says of accounting (False: no sacct)
-    and on which Slurm cluster the run is (``slurm.cluster``).
-
-    A run across clusters (``slurm.clusters``): the backend of ``shard``'s cluster, of the
-    aggregation's (``aggregation``), or, for neither, a :class:`ClusterSetBackend` of them all.
-    """
-    info = run.read_info()
-    if info.placement is None or info.backend != "slurm":
-        return choose_backend(
-            info.backend, local_dir=run.local_dir, accounting=info.accounting, cluster=info.cluster
-        )
-
-    def on(cluster: str | None) -> SlurmBackend:
-        return SlurmBackend(SlurmClient(cluster=cluster), accounting=info.accounting, qualify=True)
-
-    if aggregation or shard is not None:
-        return on(info.cluster_of(None if aggregation else shard))
-    return ClusterSetBackend({cluster: on(cluster) for cluster in info.clusters})
 
 
 def this_job(backend: Backend) -> tuple[str, int]:

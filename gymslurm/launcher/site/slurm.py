@@ -29,9 +29,14 @@ MAX_JOB_COUNT = 10000  # Slurm's default MaxJobCount: job records slurmctld hold
 # jobs: a job submitted from inside an array task, or from a requeued job, would read its
 # submitter's values as its own identity (issue 19). They are removed from sbatch's environment.
 INHERITED_IDENTITY = (
-    "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MAX",
-    "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP", "SLURM_RESTART_COUNT",
-)  # fmt: skip
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_STEP",
+    "SLURM_RESTART_COUNT",
+)
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,ElapsedRaw,AllocTRES"
 _GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")  # the untyped count (gres/gpu:a100=2 is a part of it)
 _SUBMITTED = re.compile(r"^Submitted batch job (\d+)(?: on cluster \S+)?$")
@@ -123,9 +128,19 @@ def parse_sacct(stdout: str) -> list[AccountingRow]:
         gpu = _GPU_TRES.search(tres)
         gpus = int(gpu.group(1)) if gpu else 0
         rows.append(
-            AccountingRow(job_id, name, state_word, code, signal, start, end, elapsed_s, gpus,
-                          float(gpus * (elapsed_s or 0)))
-        )  # fmt: skip
+            AccountingRow(
+                job_id,
+                name,
+                state_word,
+                code,
+                signal,
+                start,
+                end,
+                elapsed_s,
+                gpus,
+                float(gpus * (elapsed_s or 0)),
+            )
+        )
     return rows
 
 
@@ -225,11 +240,15 @@ def end_from_scontrol(fields: Mapping[str, str]) -> AccountingRow:
     """How a job ended as ``scontrol show job`` says it (for clusters without accounting)."""
     code, signal = parse_exit_code(fields.get("ExitCode", "0:0"))
     return AccountingRow(
-        job_id=fields.get("JobId", ""), name=fields.get("JobName", ""),
-        state=(fields.get("JobState") or "UNKNOWN").split()[0], exit_code=code, signal=signal,
-        start=fields.get("StartTime", ""), end=fields.get("EndTime", ""),
+        job_id=fields.get("JobId", ""),
+        name=fields.get("JobName", ""),
+        state=(fields.get("JobState") or "UNKNOWN").split()[0],
+        exit_code=code,
+        signal=signal,
+        start=fields.get("StartTime", ""),
+        end=fields.get("EndTime", ""),
         elapsed_s=_run_time_s(fields.get("RunTime", "")),
-    )  # fmt: skip
+    )
 
 
 CLUSTER_COMMANDS = frozenset({"sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "srun"})
@@ -393,3 +412,21 @@ def site_limits(config: Mapping[str, str]) -> dict[str, int]:
         if value.isdigit():
             limits[name] = int(value)
     return limits
+
+
+def slurm_seconds(text: str | int) -> int:
+    """Seconds in a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    raw = str(text).strip()
+    days, _, rest = raw.rpartition("-") if "-" in raw else ("0", "", raw)
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        raise ValueError(f"{text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+    numbers = [int(p) for p in parts]
+    if "-" in raw:  # D-HH[:MM[:SS]]
+        numbers += [0] * (3 - len(numbers))
+        hours, minutes, seconds = numbers
+    elif len(numbers) == 3:
+        hours, minutes, seconds = numbers
+    else:  # MM or MM:SS
+        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
+    return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds

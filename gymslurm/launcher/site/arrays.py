@@ -51,9 +51,12 @@ def footprint(shards: int, running: int, lookahead: int) -> int:
 
 
 def plan_arrays(
-    shards: int, limits: dict[str, int], max_running: int | None, array_size: int | None = None,
+    shards: int,
+    limits: dict[str, int],
+    max_running: int | None,
+    array_size: int | None = None,
     lookahead: int = 2,
-) -> ArrayPlan:  # fmt: skip
+) -> ArrayPlan:
     """The arrays for ``shards`` under the site's ``limits`` (scontrol / sacctmgr names), or a ConfigError
     naming the limit the run cannot fit. ``array_size`` (slurm.array_size) caps the shards per array
     below ``MaxArraySize``; ``lookahead`` is ``slurm.lookahead``."""

@@ -2,7 +2,7 @@
 
 ``RunView`` is the run's per-rollout state (plain lists: no model per rollout), advanced with the
 store's selection rules as outcomes are saved; ``LoopResult`` is what the loop did, which the end
-of the collection (``collector_end.py``) turns into reports and an exit code.
+of the collection (``collector/end.py``) turns into reports and an exit code.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gymslurm.collector.prepare import Task
 from gymslurm.nemogym import ServerOrigin
-from gymslurm.prepare import Task
 from gymslurm.selection import BudgetPolicy, Disposition, RolloutState, SavedOutcome, advance_state
 
 

@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.site.backend import Backend
 
 FINAL_VERDICTS = frozenset(
     {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED", "BUDGET", "PAUSED"}

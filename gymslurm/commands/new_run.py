@@ -1,6 +1,6 @@
-"""``submit``, ``resubmit`` and ``cancel``: what the user types on a login node.
+"""A new run on the login node: what ``gymslurm submit`` (and ``submit --reverify``) does.
 
-``submit`` resolves the benchmark once, refuses when a run of the same benchmark is still live,
+:func:`create_run` resolves the benchmark once, refuses when a run of the same benchmark is still live,
 creates the run directory (rundir.py), slices the dataset into shards, renders and saves every
 script, then queues the first link of each shard's chain and records it in the shard's ledger.
 Everything after that happens inside the jobs (``launcher/job/``), so the login-side process may die right
@@ -22,36 +22,48 @@ from typing import Any, Literal
 from omegaconf import OmegaConf
 
 from gymslurm.clock import utc_now_ms
+from gymslurm.commands.doctor import Site, read_sites
+from gymslurm.commands.wait import wait_for_run
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
-from gymslurm.launcher.arrays import ArrayPlan, plan_arrays
-from gymslurm.launcher.backend import (
+from gymslurm.launcher.job.collector_process import environment_problem
+from gymslurm.launcher.job.first_links import (
+    queue_first_links,
+    queuing,
+    submit_arrays,
+)
+from gymslurm.launcher.job.stack import stack_lines
+from gymslurm.launcher.notify import notify_submitted
+from gymslurm.launcher.run_site import live_jobs, run_backend
+from gymslurm.launcher.rundir import (
+    SECRETS_ENV,
+    RunDir,
+    RunInfo,
+    atomic_write,
+    chain_states,
+    dataset_lines,
+    find_runs,
+    shard_slice,
+)
+from gymslurm.launcher.server_placement import gres_directive, job_gpus, placement_directives
+from gymslurm.launcher.settings import (
+    BenchmarkSettings,
+    early_signal_warning,
+    split_secrets,
+    visible_credential_warnings,
+)
+from gymslurm.launcher.site.arrays import ArrayPlan, plan_arrays
+from gymslurm.launcher.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
     backend_name,
     choose_backend,
-    live_jobs,
-    run_backend,
 )
-from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.doctor import Site, read_sites
-from gymslurm.launcher.job.collector_process import environment_problem
-from gymslurm.launcher.job.first_links import (
-    array_indices,
-    queue_first_links,
-    queuing,
-    queuing_taken_over,
-    submit_arrays,
-)
-from gymslurm.launcher.job.stack import stack_lines
-from gymslurm.launcher.ledger import Resubmitted, Submitted
-from gymslurm.launcher.links import gpu_budget
-from gymslurm.launcher.local import LocalBackend
-from gymslurm.launcher.notify import notify_submitted
-from gymslurm.launcher.placement import blocks_for, parse_shard_numbers
-from gymslurm.launcher.render import (
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.placement import blocks_for
+from gymslurm.launcher.site.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
     ScriptValues,
@@ -62,28 +74,7 @@ from gymslurm.launcher.render import (
     render,
     servers_block,
 )
-from gymslurm.launcher.rundir import (
-    SECRETS_ENV,
-    RunDir,
-    RunInfo,
-    atomic_write,
-    chain_states,
-    dataset_lines,
-    find_runs,
-    resolve_run_or_job,
-    shard_slice,
-)
-from gymslurm.launcher.scriptsafe import path_directive_problem
-from gymslurm.launcher.server_placement import gres_directive, job_gpus, placement_directives
-from gymslurm.launcher.settings import (
-    BenchmarkSettings,
-    early_signal_warning,
-    load_benchmark,
-    merge_secrets,
-    split_secrets,
-    visible_credential_warnings,
-)
-from gymslurm.launcher.wait import wait_for_run
+from gymslurm.launcher.site.scriptsafe import path_directive_problem
 from gymslurm.tasks import stamp_task_indices
 
 
@@ -97,8 +88,6 @@ def backend_for(
 ) -> Backend:
     """The backend that runs (or ran) ``run`` (``accounting`` False: never ask ``sacct``), on ``cluster``."""
     return choose_backend(name, local_dir=run.local_dir, accounting=accounting, cluster=cluster)
-
-
 
 
 ARRAY_TASK, TASK_VARIABLE = "__SLURM_ARRAY_TASK_ID__", '"$SLURM_ARRAY_TASK_ID"'
@@ -116,18 +105,28 @@ def render_scripts(
     slurm = settings.slurm
     mail = [f"--mail-{k}={v}" for k, v in (("type", slurm.mail_type), ("user", slurm.mail_user)) if v]
     common = {
-        "run_name": run.name, "signal_lead": slurm.signal_lead_s, "workdir": str(workdir),
+        "run_name": run.name,
+        "signal_lead": slurm.signal_lead_s,
+        "workdir": str(workdir),
         "directives": directives_block(
             slurm.partition, slurm.account, slurm.qos, [*slurm.extra_directives, *mail]
         ),
         "env_setup": env_setup_block(slurm.env_setup),
-    }  # fmt: skip
-    link_common = {**common, "directives": directives_block(
-        slurm.partition, slurm.account, slurm.qos,
-        [*placement_directives(settings.servers, slurm.extra_directives),
-         *gres_directive(settings.servers, slurm.gpus, slurm.extra_directives),
-         *slurm.extra_directives, *mail],
-    )}  # fmt: skip
+    }
+    link_common = {
+        **common,
+        "directives": directives_block(
+            slurm.partition,
+            slurm.account,
+            slurm.qos,
+            [
+                *placement_directives(settings.servers, slurm.extra_directives),
+                *gres_directive(settings.servers, slurm.gpus, slurm.extra_directives),
+                *slurm.extra_directives,
+                *mail,
+            ],
+        ),
+    }
     servers = servers_block(stack_lines(settings.servers))
     base = [slurm.interpreter, "-m", "gymslurm", "chain-step", "--run-dir", str(run.root)]
     scripts = {}
@@ -136,31 +135,43 @@ def render_scripts(
         path = run.links_script_for(first)
         task = TASK_VARIABLE if first == 0 else f'"$(({first} + SLURM_ARRAY_TASK_ID))"'
         values = ScriptValues(
-            shard=f"{first} + $SLURM_ARRAY_TASK_ID (the array task id)" if first else
-            "$SLURM_ARRAY_TASK_ID (the array task id)", job_name=f"gs-{run.name}",
+            shard=f"{first} + $SLURM_ARRAY_TASK_ID (the array task id)"
+            if first
+            else "$SLURM_ARRAY_TASK_ID (the array task id)",
+            job_name=f"gs-{run.name}",
             script_path=f"--array=TASK {path} (TASK = the shard{f' - {first}' if first else ''}; "
             "use the job id the ledger names)",
             log_path=str(run.links_log_pattern_for(first)),
-            ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"), time_limit=slurm.time,
-            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, task), servers=servers,
+            ledger_path=str(run.root / "shards" / "<shard>" / "ledger.jsonl"),
+            time_limit=slurm.time,
+            command=command_line([*base, "--shard", ARRAY_TASK]).replace(ARRAY_TASK, task),
+            servers=servers,
             **link_common,  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
         scripts[path] = render(link, values)
     for shard in range(0 if plan is not None else settings.shards):
         values = ScriptValues(
-            shard=f"{shard:03d}", job_name=f"gs-{run.name}-s{shard:03d}", script_path=str(run.script(shard)),
-            log_path=str(run.log_pattern(shard)), ledger_path=str(run.ledger(shard).path),
+            shard=f"{shard:03d}",
+            job_name=f"gs-{run.name}-s{shard:03d}",
+            script_path=str(run.script(shard)),
+            log_path=str(run.log_pattern(shard)),
+            ledger_path=str(run.ledger(shard).path),
             time_limit=slurm.time,
-            command=command_line([*base, "--shard", str(shard)]), servers=servers,
+            command=command_line([*base, "--shard", str(shard)]),
+            servers=servers,
             **link_common,  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
         scripts[run.script(shard)] = render(link, values)
     values = ScriptValues(
-        shard="aggregate", job_name=f"gs-{run.name}-agg", script_path=str(run.script(None)),
-        log_path=str(run.log_pattern(None)), ledger_path=str(run.aggregate_ledger.path),
-        time_limit=settings.aggregation.time, command=command_line([*base, "--aggregate"]),
+        shard="aggregate",
+        job_name=f"gs-{run.name}-agg",
+        script_path=str(run.script(None)),
+        log_path=str(run.log_pattern(None)),
+        ledger_path=str(run.aggregate_ledger.path),
+        time_limit=settings.aggregation.time,
+        command=command_line([*base, "--aggregate"]),
         **common,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     scripts[run.script(None)] = render(load_template(AGGREGATE_TEMPLATE), values)
     return scripts
 
@@ -215,9 +226,12 @@ def create_run_dir(run: RunDir) -> None:
         run.root.mkdir(mode=0o700)
     except FileExistsError:
         what = (
-            f"a symbolic link to {os.readlink(run.root)!r}" if run.root.is_symlink()
-            else "a folder" if run.root.is_dir() else "a file"
-        )  # fmt: skip
+            f"a symbolic link to {os.readlink(run.root)!r}"
+            if run.root.is_symlink()
+            else "a folder"
+            if run.root.is_dir()
+            else "a file"
+        )
         raise ConfigError(
             f"the run directory {run.root} was taken while submit ran: {what} appeared at its path "
             "(another process or user put it there); gymslurm never writes into a name it did not "
@@ -306,20 +320,17 @@ def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) 
     return counts
 
 
-def submit(
-    benchmark: str, overrides: list[str], backend_name: str | None, dry_run: bool, *, wait: bool = False
-) -> int:
-    """``gymslurm submit``: create the run and queue the first link of each shard."""
-    settings, data = load_benchmark(benchmark, overrides)
-    kind = resolve_backend_name(settings, backend_name)
-    return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait)
-
-
 def create_run(
-    settings: BenchmarkSettings, data: dict[str, Any], overrides: list[str],
+    settings: BenchmarkSettings,
+    data: dict[str, Any],
+    overrides: list[str],
     backend_kind: Literal["slurm", "local"],
-    workdir: Path, *, dry_run: bool, wait: bool, reverify_of: str | None = None,
-) -> int:  # fmt: skip
+    workdir: Path,
+    *,
+    dry_run: bool,
+    wait: bool,
+    reverify_of: str | None = None,
+) -> int:
     """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
     run it re-grades in ``reverify_of``); with ``wait``, stay until it ended."""
     clean, secrets = split_secrets(data)
@@ -333,7 +344,10 @@ def create_run(
         raise ConfigError(site.refusal)
     plan = (
         plan_arrays(
-            settings.shards, site.limits, settings.slurm.max_running, settings.slurm.array_size,
+            settings.shards,
+            site.limits,
+            settings.slurm.max_running,
+            settings.slurm.array_size,
             lookahead=settings.slurm.lookahead,
         )
         if backend_kind == "slurm"
@@ -358,19 +372,32 @@ def create_run(
     clusters = settings.slurm.clusters if backend_kind == "slurm" else None
     placement = None if clusters is None else blocks_for(settings.shards, clusters)
     info = RunInfo(
-        name=run.name, benchmark=settings.name, overrides=redact_value(overrides), created_at=utc_now_ms(),
-        backend=backend_kind, shards=settings.shards, workdir=str(workdir), output_stem=settings.output_stem,
-        infra_retry_limit=settings.slurm.infra_retry_limit, max_walltime_s=settings.slurm.max_walltime_s,
-        accounting=site.accounting, array=plan is not None, cluster=settings.slurm.cluster,
+        name=run.name,
+        benchmark=settings.name,
+        overrides=redact_value(overrides),
+        created_at=utc_now_ms(),
+        backend=backend_kind,
+        shards=settings.shards,
+        workdir=str(workdir),
+        output_stem=settings.output_stem,
+        infra_retry_limit=settings.slurm.infra_retry_limit,
+        max_walltime_s=settings.slurm.max_walltime_s,
+        accounting=site.accounting,
+        array=plan is not None,
+        cluster=settings.slurm.cluster,
         placement=placement,
         aggregate_cluster=None if placement is None else settings.slurm.aggregation_cluster,
         reverify_of=reverify_of,
-        gpus=job_gpus(settings.servers, settings.slurm.declared_gpus), gpu_budget=settings.budget.gpu_hours,
-        budget_warn_at=settings.budget.warn_at, report_share=settings.report.share,
-    )  # fmt: skip
+        gpus=job_gpus(settings.servers, settings.slurm.declared_gpus),
+        gpu_budget=settings.budget.gpu_hours,
+        budget_warn_at=settings.budget.warn_at,
+        report_share=settings.report.share,
+    )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
-    backend = run_backend(run) if placement is not None else backend_for(
-        run, backend_kind, site.accounting, settings.slurm.cluster
+    backend = (
+        run_backend(run)
+        if placement is not None
+        else backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     )
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
     for path, text in scripts.items():
@@ -383,9 +410,15 @@ def create_run(
             assert isinstance(backend, SlurmBackend | ClusterSetBackend)
             throttle = settings.slurm.max_running
             submit_arrays(
-                run, backend, settings.shards, plan, max_running=throttle, counts=counts,
-                lookahead=settings.slurm.lookahead, placement=placement,
-            )  # fmt: skip
+                run,
+                backend,
+                settings.shards,
+                plan,
+                max_running=throttle,
+                counts=counts,
+                lookahead=settings.slurm.lookahead,
+                placement=placement,
+            )
         for block in placement or []:
             print(f"shards {block.first}..{block.first + block.count - 1}: cluster {block.cluster}")
         if placement is not None:
@@ -397,176 +430,3 @@ def create_run(
     facts = {"shards": settings.shards, "backend": backend_kind, "path": str(run.root)}
     notify_submitted(run, settings.notify, settings.name, facts)
     return wait_for_run(run, backend, settings.aggregation.enabled) if wait else 0
-
-
-def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
-    """``--shards``: ``failed`` / ``stalled`` (a verdict, chosen by status) or ``0,3,7-9`` (pure).
-
-    Returns the verdict word (None for explicit numbers) and the explicit shards; a number outside
-    0..shards-1 or an unreadable item is a ConfigError before anything is written.
-    """
-    word = text.strip().lower()
-    if word in SELECTABLE_VERDICTS:
-        return SELECTABLE_VERDICTS[word], set()
-    if not all(part.strip().replace("-", "").isdigit() for part in word.split(",")):
-        raise ConfigError(
-            f"--shards {text!r}: expected failed, stalled, exhausted, cancelled, paused or shard numbers "
-            "such as 0,3,7-9"
-        )
-    return None, parse_shard_numbers(word, shards, "--shards")
-
-
-SELECTABLE_VERDICTS = {
-    "failed": "FAILED",
-    "stalled": "STALLED",
-    "exhausted": "EXHAUSTED",
-    "cancelled": "CANCELLED",
-    "paused": "PAUSED",
-}
-
-
-def _say_new_chains(todo: list[int], jobs: dict[int, str], fresh: bool = True) -> None:
-    budgets = "fresh retry and walltime budgets" if fresh else "the budgets they had spent"
-    if len(todo) <= 20:
-        for shard in todo:
-            print(f"shard {shard}: new chain, first link {jobs[shard]} ({budgets})")
-    else:
-        arrays = " ".join(sorted({job.split("_")[0] for job in jobs.values()}))
-        print(f"{len(todo)} shards ({array_indices(todo, None)}): new chains with {budgets}, first links "
-              f"in job array(s) {arrays}")  # fmt: skip
-
-
-def _budget_to_raise(run: RunDir, info: RunInfo, gpu_hours_added: float) -> float | None:
-    """The run's GPU budget now; refused when ``--gpu-hours`` would raise a budget it does not have."""
-    budget = gpu_budget(info.gpu_budget, run.aggregate_ledger.read())
-    if gpu_hours_added and budget is None:
-        raise ConfigError(
-            f"run {run.name} has no budget.gpu_hours to raise; --gpu-hours applies to a run with one"
-        )
-    return budget
-
-
-def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) -> None:
-    run.aggregate_ledger.append(Resubmitted(gpu_hours_added=gpu_hours_added))
-    if gpu_hours_added:
-        print(f"budget.gpu_hours raised by {gpu_hours_added:g} to {(budget or 0) + gpu_hours_added:g}")
-
-
-def resubmit(
-    ref: str, benchmark: str, overrides: list[str], run_root: str | None, shards: str | None = None, *,
-    gpu_hours_added: float = 0.0, reset_budget: bool = True,
-) -> int:
-    """``gymslurm resubmit RUN|JOB_ID BENCHMARK [--shards SEL] [--gpu-hours +H]``: fresh budgets and new
-    chains for the unfinished (or selected) shards, one ``sbatch`` per job array; ``--gpu-hours``
-    raises ``budget.gpu_hours``, recorded in the aggregate ledger before any new link starts."""
-    workdir = Path.cwd()
-    settings, data = load_benchmark(benchmark, overrides)
-    run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
-    info = run.read_info()
-    settings, data = load_benchmark(benchmark, [*info.overrides, *overrides])
-    if settings.name != info.benchmark:
-        raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
-    verdict_word, explicit = parse_shard_selection(shards, info.shards) if shards else (None, set())
-    clean, secrets = split_secrets(data)
-    saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
-    merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
-    if clean != saved:
-        raise ConfigError(
-            f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "
-            f"({run.config_path}); resubmit with the same configuration, or submit a new run"
-        )
-    backend = run_backend(run)
-    with queuing_taken_over(run, backend, settings.slurm.lookahead, complete=bool(shards)) as free:
-        if not free:
-            raise ConfigError(f"run {run.name}: its submit is still queuing first links; wait for it to end")
-        selection = (verdict_word, explicit)
-        return _restart(run, settings, backend, shards=shards, secrets=secrets, selection=selection,
-                        gpu_hours_added=gpu_hours_added, reset_budget=reset_budget)  # fmt: skip
-
-
-def _restart(
-    run: RunDir, settings: BenchmarkSettings, backend: Backend, *, shards: str | None,
-    secrets: dict[str, Any], selection: tuple[str | None, set[int]], gpu_hours_added: float,
-    reset_budget: bool,
-) -> int:  # fmt: skip
-    """resubmit's restart of the chosen shards, under the run's submit lock."""
-    info, (verdict_word, explicit) = run.read_info(), selection
-    queue = backend.queue()
-    budget = _budget_to_raise(run, info, gpu_hours_added)
-    states = chain_states(run, info.shards)[:-1]
-    unfinished = [
-        shard
-        for shard, state in enumerate(states)
-        if not (state.last_decision is not None and state.last_decision.decision == Decision.DONE
-                and not state.cancelled)
-    ]  # fmt: skip
-    if verdict_word is not None:
-        from gymslurm.launcher.views.status import run_status
-
-        rows = run_status(run, backend)["shards"]
-        todo = [row["shard"] for row in rows if row["verdict"] == verdict_word]
-    elif shards:
-        todo = sorted(explicit)
-    else:
-        todo = unfinished
-    live = [s for s in (todo if shards else range(info.shards)) if _live_jobs(states[s], queue)]
-    live_aggregation = _live_jobs(chain_states(run, info.shards)[-1], queue)
-    if live or (not shards and live_aggregation):
-        which = f"shard(s) {array_indices(live, None)}" if live else "the aggregation"
-        raise ConfigError(
-            f"run {run.name}: {which} still has live jobs; wait for them or 'gymslurm cancel {run.name}'"
-        )
-    done = [s for s in todo if s not in unfinished]
-    if done:
-        raise ConfigError(
-            f"run {run.name}: shard(s) {array_indices(done, None)} are DONE; nothing to restart there"
-        )
-    os.environ[SECRETS_ENV] = json.dumps(secrets)
-    if todo or not shards:  # before any new link starts: links read the budget's raises there
-        _record_resubmit(run, gpu_hours_added, budget)
-    for shard in todo:
-        run.ledger(shard).append(Resubmitted(reset_budget=reset_budget))
-    lookahead = settings.slurm.lookahead
-    jobs = _resubmit_links(run, backend, info, todo, settings.slurm.max_running, lookahead=lookahead)
-    _say_new_chains(todo, jobs, fresh=reset_budget)
-    if shards and not todo:
-        print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
-        return ExitCode.DONE
-    if not unfinished:
-        from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
-
-        job_id = maybe_submit_aggregation(run, settings, backend, None)
-        print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")
-    return ExitCode.DONE
-
-
-def _resubmit_links(
-    run: RunDir, backend: Backend, info: RunInfo, todo: list[int], max_running: int | None, *,
-    lookahead: int,
-) -> dict[int, str]:  # fmt: skip
-    """The new first links: one array per links script (one ``sbatch`` for up to MaxArraySize shards);
-    link by link, each with its lookahead (recorded)."""
-    array = run.read_array() if info.array else None
-    if array is None or not isinstance(backend, SlurmBackend | ClusterSetBackend):
-        return {shard: queue_first_links(run, shard, backend, "resubmit", lookahead)[0] for shard in todo}
-    jobs: dict[int, str] = {}
-    by_base: dict[tuple[int, str | None], list[int]] = {}  # a run across clusters: by base and cluster
-    for shard in todo:
-        by_base.setdefault((array.base(shard), info.cluster_of(shard)), []).append(shard)
-    for (base, cluster), group in by_base.items():
-        target = backend.on(cluster) if isinstance(backend, ClusterSetBackend) and cluster else backend
-        assert isinstance(target, SlurmBackend)
-        indices = array_indices([s - base for s in group], max_running)
-        job = target.submit_array(run.links_script_for(base), indices)
-        jobs.update({s: f"{job}_{s - base}" for s in group})
-        for shard in group:
-            run.ledger(shard).append(Submitted(job_id=jobs[shard], by="resubmit"))
-        after = job
-        for _ in range(lookahead - 1):  # the first links' spares, as submit queues them
-            after = target.submit_array(run.links_script_for(base), indices, after=[after])
-            for shard in group:
-                run.ledger(shard).append(Submitted(job_id=f"{after}_{shard - base}", by="resubmit (spare)"))
-    return jobs
-
-
-_live_jobs = live_jobs  # the one rule lives in backend.py

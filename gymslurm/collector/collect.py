@@ -7,7 +7,7 @@ store/ (every file of the run), selection.py/coverage.py (pure decisions), dispa
 Order matters and is the point of this module (spec 000):
 
 1. The run lock is taken on the *resolved* output path before anything is read or written.
-2. prepare.py validates or creates the run: a resume validates identity before touching a byte (a
+2. collector/prepare.py validates or creates the run: a resume validates identity before touching a byte (a
    semantic change is refused naming the keys; an operational change goes on with a warning and a
    drift line); a run with no manifest is refused unless ``allow_unsafe_resume``; a partial initial
    cache prints ``Skipping resume_from_cache`` and starts fresh. Only then are torn tails repaired.
@@ -17,7 +17,7 @@ Order matters and is the point of this module (spec 000):
    reading 7) as new reservations, until their budget is spent.
 5. SIGTERM / SIGINT / SIGUSR1 stop dispatch at once and cancel in-flight requests; coverage is
    written and the lock released; the exit code comes from ``completion_exit_code``.
-6. A collection that ends finished seals the run last (collector_seal.py): the same command's resume
+6. A collection that ends finished seals the run last (collector/seal.py): the same command's resume
    is then answered from the seal, without this module.
 
 Hot-path trade-offs: the loop keeps per-rollout state in plain lists (no pydantic per rollout);
@@ -40,7 +40,7 @@ from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
 from gymslurm.clock import utc_now
-from gymslurm.collector_end import (
+from gymslurm.collector.end import (
     export_metrics,
     final_exit,
     not_asked_after_a_stall,
@@ -48,10 +48,12 @@ from gymslurm.collector_end import (
     resume_answer,
     run_health_hook,
 )
-from gymslurm.collector_live import STALL, LiveWatch
-from gymslurm.collector_seal import Invocation, Tee, Transcript, seal
-from gymslurm.collector_view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
-from gymslurm.collector_watch import Breaker, Supervised
+from gymslurm.collector.live import STALL, LiveWatch
+from gymslurm.collector.prepare import Prepared, environment_config, prepare, refuse_before_writing
+from gymslurm.collector.routing import Routing, resolve_routing
+from gymslurm.collector.seal import Invocation, Tee, Transcript, seal
+from gymslurm.collector.view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
+from gymslurm.collector.watch import Breaker, Supervised
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.coverage import Coverage, compute_coverage
 from gymslurm.dispatch import (
@@ -65,10 +67,8 @@ from gymslurm.dispatch import (
 )
 from gymslurm.errors import IncompleteRunError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.progress import Counters, make_reporter, say
 from gymslurm.records import EpisodeId
-from gymslurm.routing import Routing, resolve_routing
 from gymslurm.selection import (
     Disposition,
     RolloutState,
@@ -402,7 +402,7 @@ def run_collect(
 
     ``fetch`` reads an Environment Server's configuration (the HTTP seam; default
     :func:`gymslurm.dispatch.fetch_environment_config`). ``command``: the command line this runs, so
-    that a collection ending finished can seal the run for its resume (collector_seal.py).
+    that a collection ending finished can seal the run for its resume (collector/seal.py).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
     refuse_before_writing(settings, paths.output)
@@ -485,9 +485,12 @@ def _collect_prepared(  # noqa: PLR0917
 
 
 def _seal(
-    command: Invocation, raw: dict[str, Any], settings: CollectSettings, paths: RunPaths,
+    command: Invocation,
+    raw: dict[str, Any],
+    settings: CollectSettings,
+    paths: RunPaths,
     answer: Callable[[Transcript], int],
-) -> None:  # fmt: skip
+) -> None:
     """Seal a finished run for the resume of ``command``, last of all its writes (store/seal.py).
 
     A seal that cannot be written is no loss: the next resume takes the full path.
@@ -525,8 +528,12 @@ async def _dispatch(  # noqa: PLR0917
     supervised = Supervised.from_environment(lambda why: loop_.stop(why), tell)  # noqa: PLW0108
     breaker = None
     if supervised is None and settings.dispatch_breaker_failures:
-        breaker = Breaker(settings.dispatch_breaker_failures, settings.dispatch_breaker_wait_s,
-                          lambda why: loop_.stop(why), tell)  # fmt: skip  # noqa: PLW0108
+        breaker = Breaker(
+            settings.dispatch_breaker_failures,
+            settings.dispatch_breaker_wait_s,
+            lambda why: loop_.stop(why),  # noqa: PLW0108 (loop_ is bound below)
+            tell,
+        )
     loop_ = DispatchLoop(
         view=view,
         client=client,

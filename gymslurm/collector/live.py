@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from gymslurm.clock import utc_now
-from gymslurm.collector_view import LoopResult
+from gymslurm.collector.view import LoopResult
 from gymslurm.errors import StoreError
 from gymslurm.progress import Counters, rate_and_eta, say
 from gymslurm.store.live import LiveProgress, write_progress
@@ -35,6 +35,7 @@ class WatchedLoop(Protocol):
     def oldest_in_flight_s(self, now: float) -> float | None: ...
 
     def busy_seconds(self, now: float) -> float: ...
+
 
 def is_stalled(in_flight: int, quiet_s: float, window_s: float | None) -> bool:
     """The stall rule: requests are in flight and no outcome was saved for ``window_s`` (pure)."""
@@ -94,13 +95,22 @@ class LiveWatch:
         counters, loop = self.loop.counters, self.loop
         rate, _ = rate_and_eta(counters, now)
         return LiveProgress(
-            written_at=utc_now(), epoch=time.time(), pid=os.getpid(),
+            written_at=utc_now(),
+            epoch=time.time(),
+            pid=os.getpid(),
             job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("GYMSLURM_JOB_ID"),
-            expected=counters.total, successful=counters.done, failed=counters.failed,
-            intentionally_omitted=counters.omitted, in_flight=counters.in_flight,
+            expected=counters.total,
+            successful=counters.done,
+            failed=counters.failed,
+            intentionally_omitted=counters.omitted,
+            in_flight=counters.in_flight,
             interrupted=counters.interrupted,
-            new_outcomes=max(counters.new_outcomes, 0), started_epoch=self.started_epoch,
-            rate_per_s=max(rate, 0.0), oldest_in_flight_s=loop.oldest_in_flight_s(now),
+            new_outcomes=max(counters.new_outcomes, 0),
+            started_epoch=self.started_epoch,
+            rate_per_s=max(rate, 0.0),
+            oldest_in_flight_s=loop.oldest_in_flight_s(now),
             last_outcome_age_s=max(now - loop.last_outcome_at, 0.0),
-            stalled=loop.result.stopped_by == STALL, ended=ended, busy_s=round(loop.busy_seconds(now), 3),
-        )  # fmt: skip
+            stalled=loop.result.stopped_by == STALL,
+            ended=ended,
+            busy_s=round(loop.busy_seconds(now), 3),
+        )

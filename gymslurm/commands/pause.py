@@ -15,12 +15,16 @@ links-without-progress it had spent before the pause, and no more.
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
 from pathlib import Path
 
+from gymslurm.commands.resubmit import resubmit
+from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.ledger import Paused
-from gymslurm.launcher.submit import _live_jobs, chain_states, resolve_run_or_job, resubmit, run_backend
+from gymslurm.launcher.run_site import live_jobs, run_backend
+from gymslurm.launcher.rundir import chain_states, resolve_run_or_job
 
 
 def pause(ref: str, run_root: str) -> int:
@@ -41,12 +45,12 @@ def pause(ref: str, run_root: str) -> int:
         print(f"run {run.name}: nothing to pause ({said}); nothing was changed")
         return ExitCode.DONE
     for shard in todo:
-        run.ledger(shard).append(Paused(job_ids=_live_jobs(shards[shard], queue)))
+        run.ledger(shard).append(Paused(job_ids=live_jobs(shards[shard], queue)))
     # Look again after recording: a link that queued a successor before seeing the record is caught
     # here; one that starts after it reads the record and starts nothing.
     queue = backend.queue()
     again = chain_states(run, info.shards)
-    jobs = [job for shard in todo for job in _live_jobs(again[shard], queue)]
+    jobs = [job for shard in todo for job in live_jobs(again[shard], queue)]
     backend.cancel(jobs)
     shown = " ".join(jobs[:10]) + (f" ... ({len(jobs) - 10} more)" if len(jobs) > 10 else "")
     print(
@@ -60,3 +64,16 @@ def pause(ref: str, run_root: str) -> int:
 def resume(ref: str, benchmark: str, overrides: list[str], run_root: str | None) -> int:
     """``gymslurm resume RUN BENCHMARK``: new links for the paused shards, with the budgets they had."""
     return resubmit(ref, benchmark, overrides, run_root, "paused", reset_budget=False)
+
+
+def main(argv: list[str]) -> int:
+    """``gymslurm pause``: parse its arguments and run it."""
+    parser = argparse.ArgumentParser(
+        prog="gymslurm pause", description="Give a run's allocation back now; 'gymslurm resume' goes on."
+    )
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.commands.pause import pause
+
+    return pause(args.run, args.run_root)

@@ -15,14 +15,17 @@ shard is cancelled either way (``job/link.py``).
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
 from pathlib import Path
 
+from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend, ClusterSetBackend, SlurmBackend, live_jobs, run_backend
 from gymslurm.launcher.ledger import Cancelled, ChainState, Ledger, append_each
+from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import RunDir, chain_states, folder_listing, resolve_run_or_job
-from gymslurm.launcher.slurm import QueueRow, array_ids
+from gymslurm.launcher.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.launcher.site.slurm import QueueRow, array_ids
 
 
 def cancel(ref: str, run_root: str) -> int:
@@ -70,8 +73,10 @@ def cancel_run(run: RunDir, backend: Backend) -> int:
     backend.cancel(targets)
     shown = " ".join(targets[:10]) + (f" ... ({len(targets) - 10} more)" if len(targets) > 10 else "")
     kept = info.shards - marked
-    print(f"run {run.name}: cancelled {len(every)} job(s) ({shown or 'none live'}); "
-          f"{kept} finished chain(s) keep their verdict".rstrip())  # fmt: skip
+    print(
+        f"run {run.name}: cancelled {len(every)} job(s) ({shown or 'none live'}); "
+        f"{kept} finished chain(s) keep their verdict".rstrip()
+    )
     return ExitCode.DONE
 
 
@@ -95,3 +100,14 @@ def _final_word(state: ChainState) -> str:
     if state.cancelled:
         return "CANCELLED"
     return str(state.last_decision.decision) if state.last_decision else "not started"
+
+
+def main(argv: list[str]) -> int:
+    """``gymslurm cancel``: parse its arguments and run it."""
+    parser = argparse.ArgumentParser(prog="gymslurm cancel", description="Cancel every job of a run.")
+    parser.add_argument("run", help="run name or path, or the id of one of its jobs")
+    parser.add_argument("--run-root", default=DEFAULT_RUN_ROOT)
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.commands.cancel import cancel
+
+    return cancel(args.run, args.run_root)

@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import psutil
 
-from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
 from gymslurm.store.flock import locked, try_lock
 
 TICK_S = 0.2
@@ -59,7 +59,7 @@ def script_options(text: str) -> ScriptOptions:
         match = _DIRECTIVE.match(line.strip())
         if match:
             options[match.group(1)] = (match.group(2) or "").strip()
-    from gymslurm.launcher.settings import slurm_seconds
+    from gymslurm.launcher.site.slurm import slurm_seconds
 
     sig, lead = None, 0
     if options.get("signal", "").startswith("B:"):
@@ -101,12 +101,24 @@ class LocalBackend:
         options = script_options(script.read_text())
         job_id = self._next_id()
         job = {
-            "id": job_id, "script": str(script), "after": list(after), "state": "PENDING",
-            "reason": "Dependency" if after else "None", "name": options.name, "output": options.output,
-            "time_s": options.time_s, "signal": options.signal, "signal_lead_s": options.signal_lead_s,
-            "workdir": os.getcwd(), "submitted_at": time.time(), "exit_code": None, "signal_code": None,
-            "pid": None, "started_at": None, "ended_at": None,
-        }  # fmt: skip
+            "id": job_id,
+            "script": str(script),
+            "after": list(after),
+            "state": "PENDING",
+            "reason": "Dependency" if after else "None",
+            "name": options.name,
+            "output": options.output,
+            "time_s": options.time_s,
+            "signal": options.signal,
+            "signal_lead_s": options.signal_lead_s,
+            "workdir": os.getcwd(),
+            "submitted_at": time.time(),
+            "exit_code": None,
+            "signal_code": None,
+            "pid": None,
+            "started_at": None,
+            "ended_at": None,
+        }
         _write_json(self.jobs_dir / f"{job_id}.json", job)
         self.ensure_supervisor()
         return job_id
@@ -119,9 +131,12 @@ class LocalBackend:
         os.close(fd)  # free: no supervisor; start one (a racing second one exits at once)
         with (self.dir / "supervisor.log").open("ab") as log:
             subprocess.Popen(
-                [self.python, "-m", "gymslurm.launcher.local", str(self.dir)],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+                [self.python, "-m", "gymslurm.launcher.site.local", str(self.dir)],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Leave a cancel marker for the supervisor (it TERMs running jobs, KILLs after 10 s)."""
@@ -150,9 +165,15 @@ class LocalBackend:
             used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
             dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
             rows[job["id"]] = QueueRow(
-                job["id"], job["name"], job["state"], job["reason"], dependency, f"{used}s",
-                str(job["time_s"]), str(job["started_at"] or "N/A"),
-            )  # fmt: skip
+                job["id"],
+                job["name"],
+                job["state"],
+                job["reason"],
+                dependency,
+                f"{used}s",
+                str(job["time_s"]),
+                str(job["started_at"] or "N/A"),
+            )
         return rows
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
@@ -168,9 +189,15 @@ class LocalBackend:
                     else None
                 )
                 rows[job["id"]] = AccountingRow(
-                    job["id"], job["name"], job["state"], job["exit_code"], job["signal_code"],
-                    str(job["started_at"]), str(job["ended_at"]), elapsed,
-                )  # fmt: skip
+                    job["id"],
+                    job["name"],
+                    job["state"],
+                    job["exit_code"],
+                    job["signal_code"],
+                    str(job["started_at"]),
+                    str(job["ended_at"]),
+                    elapsed,
+                )
         return rows
 
     def ended(self, job_id: str) -> AccountingRow | None:
@@ -225,23 +252,37 @@ class Supervisor:
             return
         log_path = Path(job["workdir"], job["output"].replace("%j", job["id"]))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "GYMSLURM_JOB_ID": job["id"], "GYMSLURM_BACKEND": "local",
-               "GYMSLURM_RESTART_COUNT": "0"}  # fmt: skip
+        env = {
+            **os.environ,
+            "GYMSLURM_JOB_ID": job["id"],
+            "GYMSLURM_BACKEND": "local",
+            "GYMSLURM_RESTART_COUNT": "0",
+        }
         try:
             log: IO[bytes] | int = log_path.open("ab")
         except OSError:  # a full disk: the job runs, its output is lost (Slurm's would be too)
             log = subprocess.DEVNULL
         try:
             proc = subprocess.Popen(
-                ["bash", job["script"]], cwd=job["workdir"], env=env, stdout=log, stderr=log,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+                ["bash", job["script"]],
+                cwd=job["workdir"],
+                env=env,
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             if not isinstance(log, int):
                 log.close()
         self.procs[job["id"]] = proc
-        job.update(state="RUNNING", reason="None", pid=proc.pid, started_at=time.time(),
-                   pid_create_time=_create_time(proc.pid))  # fmt: skip
+        job.update(
+            state="RUNNING",
+            reason="None",
+            pid=proc.pid,
+            started_at=time.time(),
+            pid_create_time=_create_time(proc.pid),
+        )
         self._save(job)
 
     def _watch(self, job: dict[str, Any]) -> None:

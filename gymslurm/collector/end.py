@@ -15,9 +15,10 @@ from typing import IO, Any
 
 import orjson
 
-from gymslurm.collector_live import STALL
-from gymslurm.collector_seal import Transcript
-from gymslurm.collector_view import LoopResult, RunView
+from gymslurm.collector.live import STALL
+from gymslurm.collector.routing import Routing
+from gymslurm.collector.seal import Transcript
+from gymslurm.collector.view import LoopResult, RunView
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
 from gymslurm.dispatch import MetricsRows, post_aggregate_metrics
 from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
@@ -27,7 +28,6 @@ from gymslurm.metrics import METRICS_SOURCE_OWN, ScoringPolicy, compute_metrics
 from gymslurm.nemogym import ServerOrigin, metrics_entry, row_for_metrics
 from gymslurm.progress import say, summary_table
 from gymslurm.redaction import redact_text
-from gymslurm.routing import Routing
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.atomic import write_error
@@ -153,8 +153,11 @@ def export_metrics(  # noqa: PLR0917
         historical_failed_attempts=coverage.historical_failed_attempts,
         policy=ScoringPolicy(count_failure_classes_as_zero=frozenset(settings.count_failure_classes_as_zero)),
     )
-    body: dict[str, Any] = {"metrics": metrics, "metrics_source": METRICS_SOURCE_OWN,
-                            "written_at": coverage.written_at}  # fmt: skip
+    body: dict[str, Any] = {
+        "metrics": metrics,
+        "metrics_source": METRICS_SOURCE_OWN,
+        "written_at": coverage.written_at,
+    }
     store.write_gymslurm_metrics(body)
     if settings.disable_aggregation:
         return
@@ -167,8 +170,10 @@ def export_metrics(  # noqa: PLR0917
             spool = spools.get(url) or spools.setdefault(url, MetricsRows(store.paths.output.parent))
             spool.add(row_for_metrics(row))
         origins = routing.origins()
-        asked = {url: _entry_of(url, rows, origins.get(url), store, stderr, post)
-                 for url, rows in sorted(spools.items())}  # fmt: skip
+        asked = {
+            url: _entry_of(url, rows, origins.get(url), store, stderr, post)
+            for url, rows in sorted(spools.items())
+        }
     except OSError as error:  # the request spool beside the output: a full disk is the store's error
         raise _spool_error(error, store) from error
     finally:
@@ -194,16 +199,23 @@ def unchanged_metrics_message(paths: RunPaths) -> str:
 
 
 def _entry_of(  # noqa: PLR0917
-    url: str, rows: MetricsRows, origin: ServerOrigin | None, store: RunStore, stderr: IO[str],
+    url: str,
+    rows: MetricsRows,
+    origin: ServerOrigin | None,
+    store: RunStore,
+    stderr: IO[str],
     post: MetricsPost | None,
-) -> dict[str, Any] | None:  # fmt: skip
+) -> dict[str, Any] | None:
     """A server's aggregate-metrics entry (its answer); None, with a warning, when it does not answer."""
     try:
         return metrics_entry(origin, url, (post or post_aggregate_metrics)(url, rows, METRICS_TIMEOUT_S))
     except MetricsUnavailableError as error:
-        say(stderr, f"warning: {error}; {store.paths.aggregate_metrics.name} has no entry for "
-                    f"{_server_name(url, origin)}: gymslurm's own metrics of the run are in "
-                    f"{store.paths.gymslurm_metrics}")  # fmt: skip
+        say(
+            stderr,
+            f"warning: {error}; {store.paths.aggregate_metrics.name} has no entry for "
+            f"{_server_name(url, origin)}: gymslurm's own metrics of the run are in "
+            f"{store.paths.gymslurm_metrics}",
+        )
         return None
 
 
@@ -216,10 +228,13 @@ def export_basis(settings: CollectSettings, store: RunStore, view: RunView, rout
     """What an export is computed from: the saved outcomes (their files' sizes only grow), the selection
     policy, the scoring policy and the servers asked. Equal bases give equal metrics files."""
     parts = [
-        store.run_id, *outcome_sizes(store.paths), repr(view.policy),
-        sorted(settings.count_failure_classes_as_zero), routing.default.url if routing.default else None,
+        store.run_id,
+        *outcome_sizes(store.paths),
+        repr(view.policy),
+        sorted(settings.count_failure_classes_as_zero),
+        routing.default.url if routing.default else None,
         sorted((taskset, route.url) for taskset, route in routing.by_taskset.items()),
-    ]  # fmt: skip
+    ]
     return "sha256:" + hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 

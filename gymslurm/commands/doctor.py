@@ -3,8 +3,8 @@ breaks and the fix.
 
 Two layers, as everywhere in the launcher: :func:`check` is a pure rule table over the parsed
 text of ``scontrol show config`` and ``scontrol show partition -o`` (tested on captured text),
-and :func:`run_doctor` gathers that text through :class:`gymslurm.launcher.slurm.SlurmClient`,
-optionally runs a tiny probe job (:mod:`gymslurm.launcher.probe`), and prints the findings.
+and :func:`run_doctor` gathers that text through :class:`gymslurm.launcher.site.slurm.SlurmClient`,
+optionally runs a tiny probe job (:mod:`gymslurm.commands.probe`), and prints the findings.
 ``submit`` applies the same table (:func:`blocking`) and refuses a cluster on which a chain would
 hang or loop, before anything is written.
 
@@ -15,19 +15,20 @@ status can and cannot show here).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from gymslurm.commands.probe import probe_findings
 from gymslurm.errors import ConfigError, SlurmError
-from gymslurm.launcher.arrays import plan_arrays
-from gymslurm.launcher.findings import Finding, Level
-from gymslurm.launcher.placement import blocks_for
-from gymslurm.launcher.probe import probe_findings
 from gymslurm.launcher.settings import BenchmarkSettings, SlurmSettings
-from gymslurm.launcher.slurm import SlurmClient, parse_config, parse_partitions, site_limits
+from gymslurm.launcher.site.arrays import plan_arrays
+from gymslurm.launcher.site.findings import Finding, Level
+from gymslurm.launcher.site.placement import blocks_for
+from gymslurm.launcher.site.slurm import SlurmClient, parse_config, parse_partitions, site_limits
 
 CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
 MIN_KILL_WAIT_S = 10
@@ -437,8 +438,14 @@ def format_findings(findings: list[Finding]) -> str:
 
 
 def run_doctor(
-    partition: str | None, shards: int | None, as_json: bool, probe_root: str | None, python: str,
-    *, cluster: str | None = None, lookahead: int = 2,
+    partition: str | None,
+    shards: int | None,
+    as_json: bool,
+    probe_root: str | None,
+    python: str,
+    *,
+    cluster: str | None = None,
+    lookahead: int = 2,
 ) -> int:
     """``gymslurm doctor``: print every finding (of ``cluster``, else the default); exit 1 on an error."""
     client = SlurmClient(cluster=cluster)
@@ -458,8 +465,12 @@ def run_doctor(
 
 
 def _cluster_report(config: Mapping[str, str], findings: list[Finding], **more: object) -> dict[str, object]:
-    return {"slurm_version": config.get("SLURM_VERSION", "?"), "cluster": config.get("ClusterName", "?"),
-            **more, "findings": [asdict(f) for f in findings]}  # fmt: skip
+    return {
+        "slurm_version": config.get("SLURM_VERSION", "?"),
+        "cluster": config.get("ClusterName", "?"),
+        **more,
+        "findings": [asdict(f) for f in findings],
+    }
 
 
 def _cluster_header(config: Mapping[str, str]) -> str:
@@ -490,15 +501,29 @@ def run_plan_doctor(
             config, partitions = cluster_text(client)
         except SlurmError as error:
             config = {"ClusterName": name or "(default)"}
-            findings = [Finding("error", "cluster", name or "(default)", f"cannot be asked: {error}",
-                                "check slurm.clusters and `sacctmgr list cluster`")]  # fmt: skip
+            findings = [
+                Finding(
+                    "error",
+                    "cluster",
+                    name or "(default)",
+                    f"cannot be asked: {error}",
+                    "check slurm.clusters and `sacctmgr list cluster`",
+                )
+            ]
         else:
             slurm = settings.slurm
-            findings = check(config, partitions, partition=slurm.partition, shards=shards,
-                             signal_lead_s=slurm.signal_lead_s, lookahead=slurm.lookahead)  # fmt: skip
+            findings = check(
+                config,
+                partitions,
+                partition=slurm.partition,
+                shards=shards,
+                signal_lead_s=slurm.signal_lead_s,
+                lookahead=slurm.lookahead,
+            )
             if probe_root is not None:
-                findings += probe_findings(client, os.path.abspath(probe_root), slurm.partition,
-                                           python or slurm.interpreter)  # fmt: skip
+                findings += probe_findings(
+                    client, os.path.abspath(probe_root), slurm.partition, python or slurm.interpreter
+                )
         reports.append(_cluster_report(config, findings, shards=shards))
         if blocking(findings):
             failing.append(str(config.get("ClusterName", name)))
@@ -508,6 +533,61 @@ def run_plan_doctor(
     if as_json:
         print(json.dumps({"benchmark": settings.name, "clusters": reports}, indent=2))
     elif failing:
-        print(f"cluster(s) {', '.join(failing)} would make chains hang or loop: submit refuses",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"cluster(s) {', '.join(failing)} would make chains hang or loop: submit refuses", file=sys.stderr
+        )
     return 1 if failing else 0
+
+
+def main(argv: list[str]) -> int:
+    """``gymslurm doctor``: parse its arguments and run it."""
+    parser = argparse.ArgumentParser(
+        prog="gymslurm doctor",
+        description="Check the Slurm settings job chains rely on: what each breaks, and the fix.",
+    )
+    parser.add_argument("--partition", help="check this partition only (and that it exists)")
+    parser.add_argument("--shards", type=int, help="check queue limits against this many shards")
+    parser.add_argument(
+        "--lookahead", type=int, default=2, help="slurm.lookahead of the run (jobs queued behind each job)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--probe",
+        metavar="RUN_ROOT",
+        default=None,
+        help="also run a tiny job: Python and gymslurm on the compute node, flock on RUN_ROOT, clock",
+    )
+    parser.add_argument("--python", default="python", help="the Python the probe job runs (slurm.python)")
+    parser.add_argument("--cluster", help="check this Slurm cluster (as -M; slurm.cluster), not the default")
+    parser.add_argument(
+        "--benchmark",
+        metavar="BENCH",
+        help="check every cluster this benchmark names (slurm.clusters, else slurm.cluster) with its "
+        "partition and each cluster's share of its shards",
+    )
+    parser.add_argument("overrides", nargs="*", help="with --benchmark: Hydra overrides")
+    args = parser.parse_intermixed_args(argv)
+    from gymslurm.commands.doctor import run_doctor, run_plan_doctor
+
+    if args.benchmark is not None:
+        from gymslurm.launcher.settings import load_benchmark
+
+        if args.cluster or args.partition or args.shards is not None:
+            raise ConfigError(
+                "--benchmark takes its clusters, partition and shards from the benchmark: "
+                "give overrides (slurm.partition=P) instead of --cluster/--partition/--shards"
+            )
+        settings, _ = load_benchmark(args.benchmark, args.overrides)
+        python = args.python if args.python != "python" else None
+        return run_plan_doctor(settings, args.json, args.probe, python)
+    if args.overrides:
+        raise ConfigError(f"overrides {args.overrides} need --benchmark")
+    return run_doctor(
+        args.partition,
+        args.shards,
+        args.json,
+        args.probe,
+        args.python,
+        cluster=args.cluster,
+        lookahead=args.lookahead,
+    )

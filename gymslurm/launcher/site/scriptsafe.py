@@ -4,7 +4,7 @@ A job script is bash, and its ``#SBATCH`` lines are read by ``sbatch``: a newlin
 the line it lands on and the rest runs as a command inside the job (and a non-``#SBATCH`` line
 also ends sbatch's directive parsing, silently dropping every later directive). So every value
 that reaches a script is checked here, once, at the settings boundary (``launcher/settings.py``
-calls these from its validators; ``launcher/render.py`` checks its single-line slots again):
+calls these from its validators; ``launcher/site/render.py`` checks its single-line slots again):
 
 * no value anywhere in a benchmark may hold a NUL (it cannot reach a process at all);
 * no value that reaches a script may hold a newline or another control character;
@@ -122,9 +122,11 @@ def extra_directive_problem(key: str, value: str) -> str | None:
         lead = len(value) - len(value.lstrip())
         index = lead + len(line) - len(rest) + bad.start()  # rest is a suffix of the stripped line
         return _at(
-            key, value, index,
+            key,
+            value,
+            index,
             "an #SBATCH value may not hold whitespace, quotes or any of $ ` ; \\ < > ( ) #",
-        )  # fmt: skip
+        )
     return None
 
 
@@ -132,10 +134,12 @@ def path_directive_problem(key: str, value: str) -> str | None:
     """Why a path cannot appear in an ``#SBATCH --output=`` line (whitespace, quotes, ``%``...), else None."""
     if bad := _PATH_BAD.search(value):
         return _at(
-            key, value, bad.start(),
+            key,
+            value,
+            bad.start(),
             "the run directory's path appears in #SBATCH lines, which cannot hold whitespace, quotes, '%' "
             "or any of $ ` ; \\ < > ( ) #; choose a run_root (or work directory) without them",
-        )  # fmt: skip
+        )
     return control_problem(key, value)
 
 
