@@ -85,3 +85,16 @@ def needs_resubmit_copy(member_epochs: int, suite_epochs: int, member_done: bool
     benchmark added later) has nothing to restart.
     """
     return decided and not member_done and member_epochs < suite_epochs
+
+
+def load_shares(weights: Mapping[str, float], sequential: bool) -> dict[str, float]:
+    """Each collector's share of the one model server (``+dispatch_load_share``), by its ``weight``.
+
+    Concurrent collectors split the server's capacity in proportion to their weights (a share
+    caps only what a collector keeps while the server is full: one that holds less leaves the rest
+    to the others, and one alone is cut as if unshared, concurrency.py). In order, each has it all.
+    """
+    total = sum(max(w, 0.0) for w in weights.values())
+    if sequential or len(weights) < 2 or total <= 0:
+        return dict.fromkeys(weights, 1.0)
+    return {name: max(w, 0.0) / total or 1.0 / len(weights) for name, w in weights.items()}

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gymslurm.launcher.decide import Budgets, Decision
-from gymslurm.launcher.suite_rules import chains_for, combine, combined_verdict, in_chain, needs_resubmit_copy
+from gymslurm.launcher.suite_rules import (
+    chains_for,
+    combine,
+    combined_verdict,
+    in_chain,
+    load_shares,
+    needs_resubmit_copy,
+)
 
 D = Decision
 
@@ -75,3 +82,20 @@ def test_a_resubmit_restarts_every_benchmark_of_the_chain_not_done(
 ) -> None:
     """Resubmitting a suite skips finished benchmarks."""
     assert needs_resubmit_copy(member_epochs, suite_epochs, done, decided) is expected
+
+
+@pytest.mark.parametrize(
+    ("weights", "sequential", "expected"),
+    [
+        ({"a": 1.0, "b": 1.0}, False, {"a": 0.5, "b": 0.5}),
+        ({"a": 3.0, "b": 1.0}, False, {"a": 0.75, "b": 0.25}),
+        ({"a": 1.0}, False, {"a": 1.0}),
+        ({"a": 3.0, "b": 1.0}, True, {"a": 1.0, "b": 1.0}),
+        ({"a": 0.0, "b": 0.0}, False, {"a": 1.0, "b": 1.0}),
+    ],
+)
+def test_concurrent_collectors_share_the_model_server_by_weight(
+    weights: dict[str, float], sequential: bool, expected: dict[str, float]
+) -> None:
+    """Concurrent collectors split the server by weight; in order, or alone, each has it all."""
+    assert load_shares(weights, sequential) == pytest.approx(expected)

@@ -52,7 +52,7 @@ from gymslurm.launcher.ledger import ChainState, Ledger, Resubmitted, Started, r
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.site.backend import Backend
-from gymslurm.launcher.suite_rules import combined_verdict, in_chain, needs_resubmit_copy
+from gymslurm.launcher.suite_rules import combined_verdict, in_chain, load_shares, needs_resubmit_copy
 from gymslurm.launcher.suite_run import load_member_settings, member_run, read_suite_record
 
 # the collector exit a suite chain's decision record carries (what a benchmark link's would say)
@@ -143,6 +143,9 @@ def collect_suite(
                 bench.job = _ended(bench.name, code)
             return f"the shared stack did not start: {error}"
         shared = len(started)
+        record = read_suite_record(run)
+        weights = {e.name: e.weight for e in record.benchmarks}
+        shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
         for bench in todo:
             own = [s for s in bench.settings.servers if s.name not in {x.name for x in settings.servers}]
             mine = list(started[:shared])
@@ -162,8 +165,9 @@ def collect_suite(
                 chain,
                 urls,
                 bench.state.resubmit_pending,
-                adaptive=adaptive.overrides,
+                adaptive=[*adaptive.overrides, f"+dispatch_load_share={shares[bench.name]:.4g}"],
             )
+            log(f"{bench.name}: {adaptive.why}; its share of the model server {shares[bench.name]:.2f}")
             bench.job = CollectorJob(
                 name=bench.name,
                 argv=argv,
@@ -175,7 +179,7 @@ def collect_suite(
         jobs = [b.job for b in todo if b.job is not None and not b.job.ended]
         watched = [s for s in started if s.process]
         supervisor = Supervisor(watched, None, note, say=log) if watched else None
-        sequential = read_suite_record(run).order == "sequential"
+        sequential = record.order == "sequential"
         run_collectors(jobs, signals, supervisor, heartbeat=heartbeat, sequential=sequential)
         if supervisor is not None and supervisor.gave_up is not None:
             for job in jobs:
