@@ -548,9 +548,9 @@ async def _dispatch(  # noqa: PLR0917
         deadline=deadline,
         supervised=supervised,
         breaker=breaker,
-        limit=None if settings.dispatch_adaptive == "off" else AdaptiveLimit(
-            cap=settings.concurrency, share=settings.dispatch_load_share
-        ),
+        limit=None
+        if settings.dispatch_adaptive == "off"
+        else AdaptiveLimit(cap=settings.concurrency, share=settings.dispatch_load_share),
     )
     watch = LiveWatch(
         loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, sys.stderr

@@ -182,7 +182,9 @@ class DemoApp:
         question = question_text(episode.task_input["a"], episode.task_input["b"], episode.task_input["op"])
         assert self.config.policy_url is not None
         seed = f"{episode.rollout_id}/{episode.attempt}"
-        for _turn in range(self.config.policy_turns):  # each turn holds a model server slot, as an agent's does
+        for _turn in range(
+            self.config.policy_turns
+        ):  # each turn holds a model server slot, as an agent's does
             answer, problem = await ask(self.config.policy_url, self.config.model_name, question, seed)
             if problem is not None:
                 break
