@@ -40,11 +40,11 @@ def test_a_collector_fault_reaches_every_collector_of_a_suite_link(tmp_path: Pat
     """A suite link's heartbeat lists each collector it started: crash and hang go to all of them
     (one srun kill naming every pid); a benchmark link's heartbeat names its one collector."""
     run = RunDir(tmp_path)
-    beat = dict(job_id="42", start="s", at="a", epoch=1.0, interval_s=15, pid=1, collector_pid=7)
-    live.write_heartbeat(run.heartbeat(0), live.Heartbeat(**beat, collector_pids=[7, 8, 9]))
+    beat = live.Heartbeat(job_id="42", start="s", at="a", epoch=1.0, interval_s=15, pid=1, collector_pid=7)
+    live.write_heartbeat(run.heartbeat(0), beat.model_copy(update={"collector_pids": [7, 8, 9]}))
     assert target_pids(run, 0, "42", "crash") == [7, 8, 9]
     assert slurm_argv("hang", "42", [7, 8, 9])[-4:] == ["-STOP", "7", "8", "9"]
-    live.write_heartbeat(run.heartbeat(1), live.Heartbeat(**beat))
+    live.write_heartbeat(run.heartbeat(1), beat)
     assert target_pids(run, 1, "42", "hang") == [7]
 
 
