@@ -288,4 +288,5 @@ def test_benchmarks_of_short_and_long_rollouts_sharing_the_server_each_keep_thei
     fill slowly (the long rollouts) grows slowest and is cut to almost nothing."""
     assert _share_server((0.5, 0.5), (1, 10)) == [8, 8]
     short, long = _share_server((1.0, 1.0), (1, 10))
-    assert long <= 2 < 12 <= short
+    assert long <= 2
+    assert short >= 12

@@ -38,7 +38,7 @@ from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.job.after_decision import after_decision
 from gymslurm.launcher.job.chain import account_for_dead_runs
 from gymslurm.launcher.job.collect_phase import reap_predecessors, server_record
-from gymslurm.launcher.job.collector_files import read_progress, saved_bytes
+from gymslurm.launcher.job.collector_files import collector_busy_s, read_progress, saved_bytes
 from gymslurm.launcher.job.collector_process import ProgressWatch, adaptive_choice, collector_argv
 from gymslurm.launcher.job.collectors import CollectorJob, run_collectors
 from gymslurm.launcher.job.context import Chain, LinkContext
@@ -237,10 +237,17 @@ def decide_benches(
         extras = {
             "outcomes_before": bench.before.outcomes if bench.before else 0,
             "outcomes": after.outcomes if after else 0,
+            "busy_s": round(collector_busy_s(bench.output, _epoch(bench.started.at)), 1),
         }
         record_decision(bench.ledger, bench.started, end, bench.state.budgets, verdict, **extras)
         decisions[bench.name] = verdict.decision
     return decisions
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
 
 
 def start_benches(todo: list[Bench], me: tuple[str, int]) -> None:
