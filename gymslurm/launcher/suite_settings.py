@@ -268,7 +268,8 @@ def adhoc_suite(benchmarks: list[str], overrides: list[str]) -> Suite:
     return Suite(settings, "(command line)", members)
 
 
-def chain_settings(suite: Suite) -> tuple[BenchmarkSettings, dict[str, Any]]:
-    """The settings the suite's links, scripts and views run with, and their composed dict."""
-    data = chain_data(suite.settings, suite.chains)
+def chain_settings(suite: Suite, chains: int | None = None) -> tuple[BenchmarkSettings, dict[str, Any]]:
+    """The settings the suite's links, scripts and views run with, and their composed dict
+    (``chains``: a run's, kept when benchmarks are added or dropped)."""
+    data = chain_data(suite.settings, suite.chains if chains is None else chains)
     return validate(data, f"suite {suite.where}"), data
