@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SIDECAR = ["+route_failures_to_sidecar=true"]  # the demo benchmark's own collector override
 MODEL = ["{python}", "-m", "gymslurm", "demo-model-server", "--host", "{host}", "--port", "{port}"]
 ENV = [
     *["{python}", "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}"],
@@ -141,7 +142,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=40, help="tasks per benchmark (default 40)")
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=250.0)
+    parser.add_argument(
+        "--parts",
+        default="wall,throughput,slow",
+        help="which measurements (default all: wall,throughput,slow)",
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     five = [(f"b{i}", 1) for i in range(5)]
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
         root = Path(tmp)
@@ -149,68 +156,72 @@ def main() -> None:
         loaded = model_command(args.load_s, args.slots, args.latency_ms)
         cold = model_command(0.0, args.slots, args.latency_ms)
 
-        suite_wall, run = timed_suite(root, "five", five, loaded, [])
-        starts, links = policy_starts(run)
-        separate = 0.0
-        for i in range(5):
-            overrides = [f"dataset={root / 'data.jsonl'}", f"run_root={root / 'runs'}", "shards=1"]
-            t0 = time.perf_counter()
-            gymslurm(
-                "submit",
-                "demo",
-                *overrides,
-                f"servers.0.command={quoted(loaded)}",
-                "--backend",
-                "local",
-                "--wait",
-                cwd=root,
-            )
-            separate += time.perf_counter() - t0
-            print(f"  separate run {i + 1}/5: {time.perf_counter() - t0:.1f}s", flush=True)
-        print(f"model-server start-ups per link: {starts / links:.2f} (limit 1; five separate runs: 5)")
-        print(
-            f"suite wall {suite_wall:.1f}s vs five separate runs {separate:.1f}s: "
-            f"{suite_wall / separate:.2f}x (limit 0.35)",
-            flush=True,
-        )
+        if "wall" in parts:
+            wall(root, five, loaded)
+        if "throughput" in parts:
+            throughput(root, five, cold, args.tasks, args.slots)
+        if "slow" in parts:
+            slow(root, five[:4], cold)
 
-        calls = 5 * args.tasks
 
-        def throughput(extra: list[str]) -> float:
-            _, run = timed_suite(root, "tput", five, cold, extra)
-            begun, ended = collection(run)
-            assert all(rows_of(run, m) == args.tasks for m, _ in five)
-            return calls / (max(ended.values()) - begun)
+def wall(root: Path, five: list[tuple[str, int]], loaded: list[str]) -> None:
+    """Model-server start-ups per link, and the suite's wall against five separate runs."""
+    suite_wall, run = timed_suite(root, "five", five, loaded, [])
+    starts, links = policy_starts(run)
+    separate = 0.0
+    for i in range(5):
+        overrides = [f"dataset={root / 'data.jsonl'}", f"run_root={root / 'runs'}", "shards=1"]
+        t0 = time.perf_counter()
+        model = f"servers.0.command={quoted(loaded)}"
+        gymslurm("submit", "demo", *overrides, model, "--backend", "local", "--wait", cwd=root)
+        separate += time.perf_counter() - t0
+        print(f"  separate run {i + 1}/5: {time.perf_counter() - t0:.1f}s", flush=True)
+    print(f"model-server start-ups per link: {starts / links:.2f} (limit 1; five separate runs: 5)")
+    print(
+        f"suite wall {suite_wall:.1f}s vs five separate runs {separate:.1f}s: "
+        f"{suite_wall / separate:.2f}x (limit 0.35)",
+        flush=True,
+    )
 
-        adaptive = throughput([])
-        fixed = {}
-        for total in (args.slots, 2 * args.slots, 4 * args.slots):
-            per = max(1, total // 5)
-            fixed[total] = throughput(
-                [
-                    f"collector.overrides=[+route_failures_to_sidecar=true,+dispatch_adaptive=off,+concurrency={per}]"
-                ]
-            )
-            print(f"  fixed concurrency {per}x5: {fixed[total]:.1f} calls/s", flush=True)
-        best = max(fixed.values())
-        print(
-            f"server throughput adaptive {adaptive:.1f} calls/s vs best fixed {best:.1f}: "
-            f"{adaptive / best:.2f} (limit 0.9)",
-            flush=True,
-        )
 
-        four = five[:4]
-        _, alone_run = timed_suite(root, "four", four, cold, [])
-        begun, ended = collection(alone_run)
-        alone = max(ended.values()) - begun
-        _, mixed_run = timed_suite(root, "slow", [*four, ("slow", 10)], cold, [])
-        begun, ended = collection(mixed_run)
-        beside = max(t for m, t in ended.items() if m != "slow") - begun
-        slow = ended["slow"] - begun
-        print(
-            f"four benchmarks beside one 10x slower: end at {beside:.1f}s vs {alone:.1f}s alone: "
-            f"{beside / alone:.2f}x (limit 1.2); the slow one ended at {slow:.1f}s"
-        )
+def throughput(root: Path, five: list[tuple[str, int]], cold: list[str], tasks: int, slots: int) -> None:
+    """Model calls per second of the collectors' window: the suite's adaptive shares against the
+    best of three fixed totals in flight (split over the five collectors)."""
+
+    def measured(extra: list[str]) -> float:
+        _, run = timed_suite(root, "tput", five, cold, extra)
+        begun, ended = collection(run)
+        assert all(rows_of(run, m) == tasks for m, _ in five)
+        return len(five) * tasks / (max(ended.values()) - begun)
+
+    adaptive = measured([])
+    print(f"  adaptive, shared: {adaptive:.1f} calls/s", flush=True)
+    fixed = {}
+    for total in (slots, 2 * slots, 4 * slots):
+        per = max(1, total // len(five))
+        off = [*SIDECAR, "+dispatch_adaptive=off", f"+concurrency={per}"]
+        fixed[total] = measured([f"collector.overrides={quoted(off)}"])
+        print(f"  fixed concurrency {per}x{len(five)}: {fixed[total]:.1f} calls/s", flush=True)
+    best = max(fixed.values())
+    print(
+        f"server throughput adaptive {adaptive:.1f} calls/s vs best fixed {best:.1f}: "
+        f"{adaptive / best:.2f} (limit 0.9)",
+        flush=True,
+    )
+
+
+def slow(root: Path, four: list[tuple[str, int]], cold: list[str]) -> None:
+    """The four fast benchmarks' end beside a 10x slower one, against the four as a suite alone."""
+    _, alone_run = timed_suite(root, "four", four, cold, [])
+    begun, ended = collection(alone_run)
+    alone = max(ended.values()) - begun
+    _, mixed_run = timed_suite(root, "slow", [*four, ("slow", 10)], cold, [])
+    begun, ended = collection(mixed_run)
+    beside = max(t for m, t in ended.items() if m != "slow") - begun
+    print(
+        f"four benchmarks beside one 10x slower: end at {beside:.1f}s vs {alone:.1f}s alone: "
+        f"{beside / alone:.2f}x (limit 1.2); the slow one ended at {ended['slow'] - begun:.1f}s"
+    )
 
 
 if __name__ == "__main__":
