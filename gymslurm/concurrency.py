@@ -124,7 +124,7 @@ class AdaptiveLimit:
         return False
 
     def server_queue(
-        self, waiting: int, kv_usage: float | None = None, *, running: int | None = None, in_flight: int = 0
+        self, waiting: int, kv_usage: float | None = None, running: int | None = None, in_flight: int = 0
     ) -> None:
         """The model server's own count of requests waiting for a slot (a metrics poll), how full
         its KV cache is (0..1, where it says), how many it serves (``running``) and how many of

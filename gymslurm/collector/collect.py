@@ -229,12 +229,9 @@ class DispatchLoop:
             await self._below_limit.wait()
 
     def server_queue(self, load: ModelLoad) -> None:
-        """The model server's load (its replicas' together), read from their metrics: the adaptive
-        limit weighs it."""
+        """The model server's load (its replicas' together, from their metrics): the limit weighs it."""
         if self.limit is not None:
-            self.limit.server_queue(
-                load.waiting, load.kv_usage, running=load.running, in_flight=self.counters.in_flight
-            )
+            self.limit.server_queue(load.waiting, load.kv_usage, load.running, self.counters.in_flight)
             self._below_limit.set()
 
     def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:

@@ -20,6 +20,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 from gymslurm.errors import SlurmError
@@ -237,17 +238,13 @@ def decide_benches(
         extras = {
             "outcomes_before": bench.before.outcomes if bench.before else 0,
             "outcomes": after.outcomes if after else 0,
-            "busy_s": round(collector_busy_s(bench.output, _epoch(bench.started.at)), 1),
+            "busy_s": round(
+                collector_busy_s(bench.output, datetime.fromisoformat(bench.started.at).timestamp()), 1
+            ),
         }
         record_decision(bench.ledger, bench.started, end, bench.state.budgets, verdict, **extras)
         decisions[bench.name] = verdict.decision
     return decisions
-
-
-def _epoch(iso: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(iso).timestamp()
 
 
 def start_benches(todo: list[Bench], me: tuple[str, int]) -> None:

@@ -11,6 +11,7 @@ suite's split by its share of the model server's busy time (``busy_s`` of its de
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gymslurm.errors import GymslurmError, StoreError
@@ -73,7 +74,8 @@ def suite_rows(run: RunDir, gpu_hours: float | None = None) -> list[dict[str, An
     return rows
 
 
-def _live_progress(output: Any) -> live.LiveProgress | None:
+def _live_progress(output: Path) -> live.LiveProgress | None:
+    """The collector's live progress beside ``output`` (None: none, or unreadable)."""
     try:
         return live.read_progress(live.progress_path(output))
     except StoreError:
