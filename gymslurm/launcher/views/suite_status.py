@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.errors import GymslurmError, StoreError
-from gymslurm.launcher.job.collector_files import saved_coverage
-from gymslurm.launcher.job.suite_aggregation import benchmark_verdict
+from gymslurm.job.collector_files import saved_coverage
+from gymslurm.job.suite_aggregation import benchmark_verdict
 from gymslurm.launcher.ledger import DecisionRecord
 from gymslurm.launcher.links import human_gpu_hours
 from gymslurm.launcher.rundir import RunDir
