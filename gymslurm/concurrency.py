@@ -86,7 +86,7 @@ class AdaptiveLimit:
         self._count += 1
         self._total_s += latency_s
         self._busy += in_flight + 1 >= self.current
-        size = max(self.current, self.window)
+        size = max(self.current, round(self.window * self.share))  # a share sees that share of them
         if self._count < size:
             return
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count
