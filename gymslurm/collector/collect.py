@@ -405,7 +405,7 @@ def run_collect(
     that a collection ending finished can seal the run for its resume (collector/seal.py).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
-    refuse_before_writing(settings, paths.output)
+    refuse_before_writing(settings, paths)
     fetch_config = ServerConfigs(fetch or fetch_environment_config)  # each read once, kept for the seal
     # Which server runs each taskset and how it speaks, read from NeMo Gym's configuration: a name or
     # a server type gymslurm cannot resolve is refused here, before the output folder exists.

@@ -33,7 +33,7 @@ from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
 from gymslurm.store.existing import ExistingRun, existing_run
 from gymslurm.store.manifest import Manifest
-from gymslurm.store.paths import RunPaths
+from gymslurm.store.paths import RunPaths, companion_refusal, others_own
 from gymslurm.store.store import Reconciliation, RunSpec, RunStore
 from gymslurm.tasks import (
     IdenticalRows,
@@ -58,12 +58,14 @@ def unreadable_input(path: Path, error: OSError) -> str:
     return f"cannot read the input dataset {path}: {error.strerror or error}. Check +input_jsonl_fpath="
 
 
-def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
+def refuse_before_writing(settings: CollectSettings, paths: RunPaths) -> None:
     """The refusals that need no run file, made before the output folder or the run lock exist.
 
-    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset and an output path
-    that is a directory are found here, before ``collect`` creates the folder and the lock.
+    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset, an output path that is
+    a directory, a run's companion (either spelling), or a folder or run file of another user's are
+    found here, before ``collect`` creates the folder and the lock.
     """
+    output = paths.output
     try:
         with open(settings.input_jsonl_fpath, "rb"):
             pass
@@ -73,6 +75,14 @@ def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
         raise ConfigError(
             f"the output path {output} is a directory; +output_jsonl_fpath= names the results file "
             f"(e.g. {output / 'rollouts.jsonl'})"
+        )
+    if refusal := companion_refusal(paths.output_as_given, "the output path"):
+        raise ConfigError(refusal)
+    if theirs := others_own(paths):
+        raise ConfigError(
+            f"the output path {paths.output_as_given} would write where another user owns "
+            f"{', '.join(map(str, theirs))}; gymslurm writes a run only into a folder and files of "
+            "yours. Choose an output path in a folder of your own"
         )
 
 
