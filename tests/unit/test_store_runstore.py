@@ -261,7 +261,7 @@ def test_a_saved_result_whose_response_is_not_an_object_is_refused(paths: RunPat
         + orjson.dumps({**row, "response": response})
         + b"\n"
     )
-    with pytest.raises(CorruptRecordError, match="line 2: has a 'response' that is a .*invalid_response"):
+    with pytest.raises(CorruptRecordError, match=r"line 2: has a 'response' that is a .*invalid_response"):
         RunStore.open(paths).reconcile()
 
 
