@@ -147,6 +147,9 @@ def _redact_interpolation(body: str) -> str | None:
 # A value: quoted pieces ("..." with escapes, '...') and bare characters up to whitespace or & ; ,
 # (a quote inside a bare value does not end it: api_key=ab"cd is one value).
 _VALUE = r"(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&;,\"'])(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&;,])*"
+# A flow mapping or list (two levels deep) under a credential-named key is the secret whole:
+# ``credentials={user: bob, secret_value: V}`` keeps no part of it.
+_STRUCTURE = r"\{(?:[^{}]|\{[^{}]*\})*\}|\[(?:[^\[\]]|\[[^\[\]]*\])*\]"
 _FLOW_VALUE = (
     r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"(?:[^\"\\]|\\.)*\"|(?![\w\-]+\s+<redacted>)"
     r"(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
@@ -201,7 +204,9 @@ SHAPES: tuple[Shape, ...] = (
     ),
     Shape(
         "NAME=V",
-        re.compile(r"(?<![\w.\-])(?P<name>-{0,2}[A-Za-z_][\w.\-]*)=(?P<value>" + _VALUE + ")"),
+        re.compile(
+            r"(?<![\w.\-])(?P<name>-{0,2}[A-Za-z_][\w.\-]*)=(?P<value>" + _STRUCTURE + "|" + _VALUE + ")"
+        ),
         name="name",
     ),
     Shape(
@@ -245,8 +250,8 @@ def _parts(secret: str) -> list[str]:
     """A matched secret and what a server could repeat of it: unescaped, and each value of a flow
     mapping or list (``{anything: V}`` under ``secrets:``)."""
     parts = [secret, secret.replace('\\"', '"')]
-    if secret[:1] in "{[":
-        for piece in secret.strip("{}[] ").split(","):
+    if secret[:1] in "{[":  # every leaf, however deep: {user: bob, vault: {value: V}}
+        for piece in re.split(r"[{}\[\],]", secret):
             parts.append(piece.split(":", 1)[-1].strip().strip("'\""))
     return parts
 
