@@ -51,7 +51,6 @@ from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
     split_secrets,
-    visible_credential_warnings,
 )
 from gymslurm.launcher.site.arrays import ArrayPlan, plan_arrays
 from gymslurm.launcher.site.backend import (
@@ -75,6 +74,7 @@ from gymslurm.launcher.site.render import (
     servers_block,
 )
 from gymslurm.launcher.site.scriptsafe import path_directive_problem
+from gymslurm.launcher.visible_credentials import visible_credential_warnings
 from gymslurm.tasks import stamp_task_indices
 
 

@@ -404,21 +404,6 @@ SLURM_LIMIT_TICK_S = 30  # slurmctld checks time limits (and sends --signal warn
 MIN_WORK_BEFORE_SIGNAL_S = 60
 
 
-def visible_credential_warnings(settings: BenchmarkSettings) -> list[str]:
-    """Warnings for credentials a configured command would carry on its command line (pure).
-
-    A server's ``command`` is run as written: gymslurm cannot make a program read an argument from
-    elsewhere, so a credential there is readable by every user of the node (``ps``).
-    """
-    return [
-        f"servers[{index}].command ({server.name}) carries a credential on its command line, which every "
-        "user of the node can read (ps, /proc/*/cmdline); pass it in servers[].env and have the server "
-        "read it from its environment (docs/security.md)"
-        for index, server in enumerate(settings.servers)
-        if server.command is not None and redact_value(server.command) != server.command
-    ]
-
-
 def early_signal_warning(slurm: SlurmSettings) -> str | None:
     """A warning when Slurm may send USR1 before a job had a minute to work, else None.
 
