@@ -309,17 +309,41 @@ def _spellings(secret: str) -> set[str]:
     }
 
 
+def _derived(secret: str) -> list[str]:
+    """What a server may echo of a secret besides itself: each line of a multi-line one (a PEM key's
+    body), each leaf of a flow structure (what ``${oc.decode:...}`` makes of it), and its base64
+    (standard and URL-safe, padded or not: an Authorization header, a Kubernetes secret)."""
+    pieces = [secret]
+    if "\n" in secret:
+        pieces += [line.strip() for line in secret.splitlines() if not line.strip().startswith("-----")]
+    if secret[:1] in "{[":
+        pieces += _parts(secret)[2:]
+    encoded = secret.encode()
+    for b64 in (base64.b64encode(encoded).decode(), base64.urlsafe_b64encode(encoded).decode()):
+        pieces += [b64, b64.rstrip("=")]
+    return pieces
+
+
+def _learnable(secret: object) -> bool:
+    return (
+        isinstance(secret, str)
+        and len(secret.strip()) >= MIN_LEARNED_CHARS
+        and REDACTED not in secret
+        and not _REFERENCE.fullmatch(secret.strip())  # ${X}: names a secret, holds none
+        and secret.strip().lower() not in _NOT_SECRETS
+    )
+
+
 def remember(secrets: Iterable[str]) -> None:
-    """Learn secret values: from now on they are replaced wherever this process writes or prints them."""
+    """Learn secret values: from now on they are replaced wherever this process writes or prints them,
+    with what a server may echo of them (:func:`_derived`)."""
     new = {
         spelling
         for secret in secrets
-        if isinstance(secret, str)
-        and len(secret.strip()) >= MIN_LEARNED_CHARS
-        and REDACTED not in secret
-        and "${" not in secret
-        and secret.strip().lower() not in _NOT_SECRETS
-        for spelling in _spellings(secret.strip())
+        if _learnable(secret)
+        for piece in _derived(secret.strip())
+        if _learnable(piece)
+        for spelling in _spellings(piece.strip())
     }
     new -= _known.keys()
     if not new:
