@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -32,6 +32,7 @@ from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
 from gymslurm.store.existing import ExistingRun, existing_run
+from gymslurm.store.jsonl import bounded_lines
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths, companion_refusal, others_own
 from gymslurm.store.store import Reconciliation, RunSpec, RunStore
@@ -217,7 +218,7 @@ class Inputs:
         sha = hashlib.sha256()
         try:
             with open(path, "rb", buffering=1 << 20) as handle:
-                lines = _hashed(handle, sha.update)
+                lines = _hashed(bounded_lines(handle, path), sha.update)  # no line held past the limit
                 yield from iter_rows(lines, str(path), self._settings.limit)
                 for _ in lines:  # rows past the limit still count towards the digest
                     pass
@@ -234,7 +235,7 @@ class Inputs:
             )
 
 
-def _hashed(handle: IO[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
+def _hashed(handle: Iterable[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
     for line in handle:
         update(line)
         yield line
