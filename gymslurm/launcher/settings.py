@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.benchmark_checks import env_name_problem, override_grammar_problem
 from gymslurm.launcher.server_refs import check_references, credential_url_on_argv
 from gymslurm.launcher.settings_sections import (
     BudgetSettings,
@@ -398,6 +399,14 @@ class BenchmarkSettings(_Strict):
                 raise ValueError(f"server {server.name!r}: {problem}")
             seen.append(server.name)
         check_references(self.collector.overrides, seen, "collector.overrides")
+        envs = {
+            **{f"servers[{i}].env": server.env for i, server in enumerate(self.servers)},
+            "collector.env": self.collector.env,
+            **{f"notify[{i}].env": target.env for i, target in enumerate(self.notify)},
+        }
+        for where, env in envs.items():
+            _refuse(env_name_problem(env, where))
+        _refuse(override_grammar_problem(self.collector.overrides, "collector.overrides"))
 
 
 SLURM_LIMIT_TICK_S = 30  # slurmctld checks time limits (and sends --signal warnings) about this often
