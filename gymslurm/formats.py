@@ -66,6 +66,12 @@ FORMATS: dict[str, Format] = {
         1,
         "nothing to do: a reconcile ignores it and the run's writer writes it again",
     ),
+    "run_tally": Format(
+        "the run's tally (tally.jsonl)",
+        "v",
+        1,
+        "move it aside: the next link that finds every chain finished counts them again",
+    ),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
     "supervision_event": Format(

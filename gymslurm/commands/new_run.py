@@ -439,6 +439,8 @@ def create_run(
         else backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     )
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
+    if isinstance(backend, LocalBackend):  # its queue runs at most slurm.max_running jobs at once
+        backend.limit(settings.slurm.max_running)
     for path, text in scripts.items():
         atomic_write(path, text.encode())
     counts = split_dataset(dataset, run, settings.shards, plan is not None)

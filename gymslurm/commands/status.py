@@ -116,6 +116,9 @@ class _SharedSlurm:
             self.cache["queue"] = self.inner.queue()
         return self.cache["queue"]
 
+    def job_rows(self, job_ids: Any) -> Any:
+        return {job: row for job, row in self.queue().items() if job in set(job_ids)}
+
     def accounting(self, job_ids: Any, every_run: bool = False) -> Any:
         return {}  # the list shows verdicts only; per-run status asks sacct
 

@@ -72,7 +72,15 @@ def _failure_record(tmp: Path) -> None:
     raise GymslurmError(str(problem))
 
 
+def _tally(tmp: Path) -> None:
+    from gymslurm.store.tally import RunTally
+
+    (tmp / "tally.jsonl").write_bytes(orjson.dumps({"v": FUTURE, "event": "spent"}) + b"\n")
+    RunTally(tmp / "tally.jsonl").read()
+
+
 READERS: dict[str, Callable[[Path], None]] = {
+    "run_tally": _tally,
     "manifest": _manifest,
     "coverage": _coverage,
     "ledger": _ledger,
@@ -121,5 +129,6 @@ def test_every_written_format_is_in_the_table() -> None:
             "run_summary",
             "finished_seal",
             "outcome_index",
+            "run_tally",
         ]
     )
