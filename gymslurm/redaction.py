@@ -317,11 +317,33 @@ def _derived(secret: str) -> list[str]:
     if "\n" in secret:
         pieces += [line.strip() for line in secret.splitlines() if not line.strip().startswith("-----")]
     if secret[:1] in "{[":
-        pieces += _parts(secret)[2:]
+        pieces += _leaf_values(secret)
     encoded = secret.encode()
     for b64 in (base64.b64encode(encoded).decode(), base64.urlsafe_b64encode(encoded).decode()):
         pieces += [b64, b64.rstrip("=")]
     return pieces
+
+
+def _leaf_values(text: str) -> list[str]:
+    """The scalar values (never the keys) of a flow structure, as ``${oc.decode:...}`` would read it;
+    none when it does not parse (then only the whole is learned)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    found: list[str] = []
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif item is not None and not isinstance(item, bool):
+            found.append(str(item))
+    return found
 
 
 def _learnable(secret: object) -> bool:
