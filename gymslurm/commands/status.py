@@ -48,18 +48,24 @@ def main(argv: list[str]) -> int:
     report = run_status(run, backend, chains=chains, shard=args.shard)
     if not args.json and args.shard is None:  # the page is for people: a script polling --json
         refresh_report(run, backend, report, chains)  # does not pay its render
+    from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
+
+    suite = suite_rows(run)  # a suite run: one line per benchmark (docs/suites.md)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        document = {**report, "suite": suite} if suite else report
+        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         print_table(report)
+        for line in suite_lines(suite):
+            print(line)
     return ExitCode.DONE
 
 
 def _list_runs(runs: list[Any], as_json: bool) -> int:
     from gymslurm.launcher.run_site import run_backend
-    from gymslurm.launcher.site.backend import Backend
-    from gymslurm.launcher.site.local import LocalBackend
     from gymslurm.launcher.views.status import run_status
+    from gymslurm.site.backend import Backend
+    from gymslurm.site.local import LocalBackend
 
     shared: dict[str, Any] = {}
     listed = []
@@ -103,7 +109,7 @@ class _SharedSlurm:
     name = "slurm"
 
     def __init__(self, cache: dict[str, Any]) -> None:
-        from gymslurm.launcher.site.backend import SlurmBackend
+        from gymslurm.site.backend import SlurmBackend
 
         self.cache, self.inner = cache, cache.setdefault("backend", SlurmBackend())
 
