@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -48,6 +48,7 @@ from gymslurm.tasks import (
 from gymslurm.version import __version__
 
 Task = dict[str, Any]
+NemoGymRow = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
@@ -148,8 +149,9 @@ class Inputs:
     whole list) is for a legacy import, which reads history against them before writing.
     """
 
-    def __init__(self, settings: CollectSettings) -> None:
+    def __init__(self, settings: CollectSettings, nemo_gym_row: NemoGymRow | None = None) -> None:
         self.source_path = settings.input_jsonl_fpath
+        self.nemo_gym_row = nemo_gym_row
         self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
@@ -290,9 +292,14 @@ def prepare(
     paths: RunPaths,
     stderr: IO[str],
     fetch: Callable[[str], dict[str, Any]],
+    *,
+    nemo_gym_row: NemoGymRow | None = None,
 ) -> Prepared:
-    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
-    inputs = Inputs(settings)
+    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation.
+
+    ``nemo_gym_row``: each task as a row of NeMo Gym's ``<stem>_materialized_inputs.jsonl``, written
+    beside the run's own tasks by a fresh run (and by an import of a NeMo Gym run that has none)."""
+    inputs = Inputs(settings, nemo_gym_row)
     identity = build_run_identity(settings, raw, fetch)
     existing = existing_run(paths)
     if settings.resume_from_cache:
@@ -337,6 +344,7 @@ def _new_run(
         config_digest=config_digest(identity),
         max_rollout_attempts=settings.max_rollout_attempts,
         retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+        nemo_gym_row=inputs.nemo_gym_row,
     )
 
 
@@ -523,6 +531,12 @@ def _reconciled(
     """
     try:
         reconciliation = store.reconcile()
+        adopted = store.adopt()  # rows NeMo Gym's collector appended since gymslurm's last turn
+        if adopted:
+            say(
+                stderr,
+                f"adopted {adopted} outcome row(s) NeMo Gym's collector saved ({store.paths.adoptions})",
+            )
         for write in writes or []:
             write()
         repaired = store.repair_torn_tails()
@@ -540,5 +554,5 @@ def _reconciled(
     except BaseException:
         store.close()
         raise
-    quietly = not writes and not repaired and store.manifest.identity_verified
+    quietly = not writes and not repaired and not adopted and store.manifest.identity_verified
     return Prepared(store, load_tasks, reconciliation, repeats_quietly=quietly)

@@ -21,13 +21,13 @@ one setting, as before); a mixed run leaves it unset and lets each server's type
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from gymslurm.errors import ConfigError
-from gymslurm.nemogym import ServerOrigin, environment_servers, server_origin
+from gymslurm.nemogym import ServerOrigin, environment_servers, materialized_row, server_origin
 from gymslurm.records import Protocol
 from gymslurm.settings import CollectSettings
 
@@ -85,6 +85,20 @@ class Routing:
 
     def origins(self) -> dict[str, ServerOrigin | None]:
         return {route.url: route.origin for route in self.routes()}
+
+
+def nemo_gym_rows(routing: Routing) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """Each task as NeMo Gym's materialized row for the server that runs its taskset (never raises:
+    a taskset without a route gets no server name, and NeMo Gym's resume then needs its own flags)."""
+
+    def row(task: Mapping[str, Any]) -> dict[str, Any]:
+        task_id = task.get("task_id")
+        taskset = task_id.get("taskset") if isinstance(task_id, Mapping) else None
+        route = routing.by_taskset.get(str(taskset), routing.default)
+        origin = route.origin if route is not None else None
+        return materialized_row(task, origin, episode=route is None or route.protocol == "episode")
+
+    return row
 
 
 def resolve_routing(settings: CollectSettings, config: Mapping[str, Any]) -> Routing:
