@@ -57,10 +57,13 @@ class ServerOrigin:
     server_type: str
     agent: str | None
 
-    def stamps(self) -> dict[str, Any]:
-        """The stamps NeMo Gym puts on every record this server ran (``_ng_task_id`` is per row)."""
+    def stamps(self, *, agent_ref: bool = True) -> dict[str, Any]:
+        """The stamps NeMo Gym puts on every record this server ran (``_ng_task_id`` is per row).
+
+        ``agent_ref=False`` for a typed (``episode``) server: NeMo Gym stamps no agent on a
+        materialized task's record, so gymslurm's typed rows carry none either (issue 34)."""
         out: dict[str, Any] = {ENVIRONMENT_SERVER_STAMP: self.name, RESULT_TYPE_STAMP: self.server_type}
-        if self.agent:
+        if self.agent and agent_ref:
             out[AGENT_REF] = {"name": self.agent}
         return out
 

@@ -454,7 +454,8 @@ def _collect_prepared(  # noqa: PLR0917
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
-        store.stamp_origins(OriginStamps(routing.url_for, routing.origins()))
+        typed = frozenset(url for url, protocol in routing.protocols().items() if protocol == "episode")
+        store.stamp_origins(OriginStamps(routing.url_for, routing.origins(), typed))
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
