@@ -52,6 +52,12 @@ REFUSED: dict[str, str] = {
     "split": "name the dataset file with +input_jsonl_fpath=",
 }
 
+# Settings NeMo Gym documents with ``null`` (``+num_repeats=null``, ``+num_samples_in_parallel=null``,
+# ``--concurrency null``): null is NeMo Gym's default there (one repeat; no cap of its own), so it is
+# gymslurm's default here (one repeat; configs/collect.yaml's concurrency cap). The override is
+# dropped before composing, so the run's identity is the same as without it.
+NULL_IS_DEFAULT = frozenset({"num_repeats", "num_samples_in_parallel", "concurrency"})
+
 # gym eval run's --flags → the Hydra key each sets (NeMo Gym's nemo_gym/cli/main.py); None: no value.
 VALUE_FLAGS = {
     "--agent": "agent_name",
@@ -113,7 +119,8 @@ def translate_flags(argv: list[str]) -> list[str]:
     for item in items:
         name, has_value, value = item.partition("=")
         if not name.startswith("-"):
-            out.append(item)
+            if not null_default(name, value):
+                out.append(item)
         elif name in NO_OP_FLAGS:
             continue
         elif name in BOOL_FLAGS:
@@ -122,7 +129,8 @@ def translate_flags(argv: list[str]) -> list[str]:
             value = value if has_value else next(items, "")
             if not value:
                 raise ConfigError(f"{name} needs a value (as in `gym eval run {name} VALUE`)")
-            out.append(f"+{VALUE_FLAGS[name]}={value}")
+            if not null_default(VALUE_FLAGS[name], value):
+                out.append(f"+{VALUE_FLAGS[name]}={value}")
         elif name in REFUSED_FLAGS:
             raise ConfigError(
                 f"gym eval run's {name} is not supported by gymslurm collect: {REFUSED_FLAGS[name]}"
@@ -130,3 +138,8 @@ def translate_flags(argv: list[str]) -> list[str]:
         else:
             raise ConfigError(f"unknown option {item!r}: settings are overrides like +limit=10 (see --help)")
     return out
+
+
+def null_default(key: str, value: str) -> bool:
+    """Whether ``key=value`` is NeMo Gym's documented ``null`` for a setting whose null is the default."""
+    return key.lstrip("+~") in NULL_IS_DEFAULT and value.strip() == "null"
