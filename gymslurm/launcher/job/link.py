@@ -80,6 +80,7 @@ from gymslurm.launcher.ledger import (
     ServerRecord,
     Started,
     fold,
+    last_reason,
     record_decision,
     summarize,
 )
@@ -307,7 +308,16 @@ def _run_link_locked(
     before_progress = read_progress(output)
     with Heartbeat(run.heartbeat(shard), me[0], me[1], started.at) as heartbeat:
         resubmit = state.resubmit_pending
-        code, killer, note = _collect(run, shard, settings, signals, resubmit, me, heartbeat=heartbeat)
+        code, killer, note = _collect(
+            run,
+            shard,
+            settings,
+            signals,
+            resubmit,
+            me,
+            heartbeat=heartbeat,
+            previous=last_reason(chain.records),
+        )
     elapsed = time.time() - job_started_at()
     slurm_state = f"SIGNALLED:{signals.names}" if signals.received else "RUNNING"
     end = JobEnd(
@@ -444,7 +454,10 @@ def _collect(  # noqa: PLR0917
     me: tuple[str, int],
     *,
     heartbeat: Heartbeat,
+    previous: str | None = None,
 ) -> tuple[int | None, int | None, str | None]:
+    """Start the stack and run the collector; ``previous``: the reason of the shard's last decision
+    (a start-up failure the same as that one's stops the chain)."""
     ledger, host = run.ledger(shard), socket.gethostname()
 
     def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
@@ -457,7 +470,8 @@ def _collect(  # noqa: PLR0917
         try:
             start_stack(settings.servers, run.root / "logs", shard, started, note=note, withheld=withheld)
         except server_mod.ServerStartError as error:
-            return server_mod.start_failure_exit(error), None, f"server start failed: {error}"
+            code, repeated = server_mod.start_failure_exit(error, previous)
+            return code, None, f"server start failed{repeated}: {error}"
         urls = {server.name: server.url for server in started}
         source = run.read_info().reverify_of  # submit --reverify: re-grade that run's answers instead
         watch: ProgressWatch | None = None  # reverify keeps no progress record: each call has a timeout
