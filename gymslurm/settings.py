@@ -168,17 +168,10 @@ class CollectSettings(BaseModel):
             raise ValueError(
                 "both environment_server_url and environment_server_name name the default server: keep one"
             )
-        if not (
-            self.environment_server_url
-            or self.environment_server_urls
-            or self.environment_server_name
-            or self.environment_server_routes
-            or self.agent_name
-        ):
+        if self.environment_routing_mode == "agent" and not self.routes_by_agent:
             raise ValueError(
-                "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
-                "(start one with `gymslurm demo-server`), +environment_server_urls={taskset: URL, ...}, or "
-                "NeMo Gym's +environment_routing_mode=legacy +environment_server_name=NAME"
+                "environment_routing_mode=agent routes each row by its agent_ref (as in NeMo Gym): drop the "
+                "server settings (+environment_server_url/_urls/_name/_routes, +agent_name) or the mode"
             )
         if self.dispatch_adaptive == "metrics" and self.dispatch_model_metrics_url is None:
             raise ValueError(
@@ -190,6 +183,17 @@ class CollectSettings(BaseModel):
                 "input_jsonl_fpath and output_jsonl_fpath are the same file: choose another output path"
             )
         return self
+
+    @property
+    def routes_by_agent(self) -> bool:
+        """NeMo Gym's default routing: no server named, each row goes to its ``agent_ref``'s server."""
+        return not (
+            self.environment_server_url
+            or self.environment_server_urls
+            or self.environment_server_name
+            or self.environment_server_routes
+            or self.agent_name
+        )
 
     def config_sources(self) -> list[str]:
         """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.

@@ -50,7 +50,7 @@ from gymslurm.collector.end import (
 )
 from gymslurm.collector.live import STALL, LiveWatch
 from gymslurm.collector.prepare import Prepared, environment_config, prepare, refuse_before_writing
-from gymslurm.collector.routing import Routing, nemo_gym_rows, resolve_routing
+from gymslurm.collector.routing import Routing, resolve_routing
 from gymslurm.collector.seal import Invocation, Tee, Transcript, seal
 from gymslurm.collector.view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
 from gymslurm.collector.watch import Breaker, Supervised
@@ -420,7 +420,7 @@ def run_collect(
     if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
         say(stderr, f"warning: {warning}")
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch_config, nemo_gym_row=nemo_gym_rows(routing))
+        prepared = prepare(settings, raw, paths, stderr, fetch_config, routing=routing)
         try:
             code, answer = _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
         finally:

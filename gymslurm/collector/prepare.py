@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
+from gymslurm.collector.routing import Routing, nemo_gym_rows
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError, IdentityMismatchError, ManifestError
 from gymslurm.identity import (
     IdentityDiff,
@@ -48,7 +49,6 @@ from gymslurm.tasks import (
 from gymslurm.version import __version__
 
 Task = dict[str, Any]
-NemoGymRow = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 # --- the Environment Server's resolved configuration (part of the identity) ------------------------
@@ -149,9 +149,10 @@ class Inputs:
     whole list) is for a legacy import, which reads history against them before writing.
     """
 
-    def __init__(self, settings: CollectSettings, nemo_gym_row: NemoGymRow | None = None) -> None:
+    def __init__(self, settings: CollectSettings, routing: Routing | None = None) -> None:
         self.source_path = settings.input_jsonl_fpath
-        self.nemo_gym_row = nemo_gym_row
+        self.nemo_gym_row = nemo_gym_rows(routing) if routing is not None else None
+        self.agents = frozenset(routing.by_taskset) if routing is not None and routing.by_agent else None
         self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
@@ -201,6 +202,7 @@ class Inputs:
             limit=settings.limit,
             prompt_template=settings.prompt_template,
             prompt_field=settings.prompt_field,
+            agents=self.agents,
         )
 
     def _rows(self) -> Iterator[Task]:
@@ -293,13 +295,14 @@ def prepare(
     stderr: IO[str],
     fetch: Callable[[str], dict[str, Any]],
     *,
-    nemo_gym_row: NemoGymRow | None = None,
+    routing: Routing | None = None,
 ) -> Prepared:
     """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation.
 
-    ``nemo_gym_row``: each task as a row of NeMo Gym's ``<stem>_materialized_inputs.jsonl``, written
-    beside the run's own tasks by a fresh run (and by an import of a NeMo Gym run that has none)."""
-    inputs = Inputs(settings, nemo_gym_row)
+    ``routing``: the run's servers, for NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (written beside
+    the run's own tasks by a fresh run, and by an import of a NeMo Gym run that has none) and for
+    NeMo Gym's default routing by ``agent_ref`` (each flat row's taskset is its agent)."""
+    inputs = Inputs(settings, routing)
     identity = build_run_identity(settings, raw, fetch)
     existing = existing_run(paths)
     if settings.resume_from_cache:
@@ -366,7 +369,7 @@ def _import_legacy(
         )
     saved = RunStore.legacy_inputs(paths)
     if saved is not None and not all(is_gymslurm_task(row) for row in saved):
-        saved = nemo_gym_tasks(saved, settings, inputs.source_path, paths)
+        saved = nemo_gym_tasks(saved, settings, inputs, paths)
     reused = (
         f"reusing its {len(saved)} saved materialized tasks ({paths.materialized_inputs})"
         if saved is not None
@@ -387,14 +390,18 @@ def is_gymslurm_task(row: Task) -> bool:
     return type(row.get("_ng_rollout_id")) is str and type(row.get("task_id")) is dict and "task_input" in row
 
 
-def nemo_gym_tasks(rows: list[Task], settings: CollectSettings, source: Path, paths: RunPaths) -> list[Task]:
+def nemo_gym_tasks(
+    rows: list[Task], settings: CollectSettings, inputs: Inputs, paths: RunPaths
+) -> list[Task]:
     """NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (one flat row per rollout) as gymslurm's tasks.
 
     Each row is already one rollout (``_ng_task_index``, ``_ng_rollout_index``): it keeps NeMo Gym's
     rollout id (``<task index>-<rollout index>``), and its task is the row, as a fresh collection of
     that file would make it (tasks.py, "repeated rows"). It is never repeated or templated again.
     """
-    options = MaterializeOptions(dataset_name=settings.taskset or source.stem)
+    options = MaterializeOptions(
+        dataset_name=settings.taskset or inputs.source_path.stem, agents=inputs.agents
+    )
     try:
         return materialize(rows, options)
     except ConfigError as error:

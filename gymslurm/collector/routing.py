@@ -56,6 +56,9 @@ class Routing:
 
     default: Route | None
     by_taskset: Mapping[str, Route] = field(default_factory=dict)
+    # NeMo Gym's default routing: each flat row's taskset is its agent_ref's name (tasks.py), and
+    # ``by_taskset`` maps every agent one Environment Server fronts to that server.
+    by_agent: bool = False
 
     def route_for(self, taskset: str) -> Route:
         """The server that runs ``taskset``'s episodes (a ConfigError naming the taskset when none does)."""
@@ -95,7 +98,8 @@ def nemo_gym_rows(routing: Routing) -> Callable[[Mapping[str, Any]], dict[str, A
         task_id = task.get("task_id")
         taskset = task_id.get("taskset") if isinstance(task_id, Mapping) else None
         route = routing.by_taskset.get(str(taskset), routing.default)
-        origin = route.origin if route is not None else None
+        # routed by agent_ref, NeMo Gym's row names no server: its resume routes it by its agent again
+        origin = route.origin if route is not None and not routing.by_agent else None
         return materialized_row(task, origin, episode=route is None or route.protocol == "episode")
 
     return row
@@ -122,10 +126,46 @@ def resolve_routing(settings: CollectSettings, config: Mapping[str, Any]) -> Rou
     elif settings.agent_name:
         origin, url = server_of_agent(config, settings.agent_name, fallback_host)
         default = Route(url, explicit or protocol_of(origin, url), origin)
+    if settings.routes_by_agent:
+        return Routing(None, agent_routes(config, fallback_host, explicit), by_agent=True)
     routes = {taskset: by_url(url) for taskset, url in settings.environment_server_urls.items()}
     for taskset, name in (settings.environment_server_routes or {}).items():
         routes[taskset] = by_name(name, f"environment_server_routes.{taskset}")
     return Routing(default, routes)
+
+
+def agent_routes(
+    config: Mapping[str, Any], fallback_host: str, explicit: Protocol | None
+) -> dict[str, Route]:
+    """Each agent exactly one Environment Server fronts → that server, as NeMo Gym's agent routing
+    finds it (an agent of several servers, or of a server without a port, is left out: its rows are
+    refused by name before anything is written)."""
+    fronting: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
+    for name, server_type, block in _servers(config):
+        for agent in agents_of(block):
+            fronting.setdefault(agent, []).append((name, server_type, block))
+    routes = {}
+    for agent, found in fronting.items():
+        if len(found) == 1 and type(found[0][2].get("port")) is int:
+            name, server_type, block = found[0]
+            origin, url = origin_of(name, server_type, block), url_of(block, fallback_host, name)
+            routes[agent] = Route(url, explicit or protocol_of(origin, url), origin)
+    return routes
+
+
+def agents_of(block: Mapping[str, Any]) -> list[str]:
+    """The agents an Environment Server's block references: ``agent_server`` and any field of type
+    ``responses_api_agents`` (NeMo Gym's ``environment_server_agent_names``)."""
+    return [
+        str(reference["name"])
+        for key, reference in block.items()
+        if isinstance(reference, Mapping)
+        and reference.get("name") is not None
+        and (
+            reference.get("type") == "responses_api_agents"
+            or (key == "agent_server" and "type" not in reference)
+        )
+    ]
 
 
 def protocol_of(origin: ServerOrigin | None, url: str) -> Protocol:

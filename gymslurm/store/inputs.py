@@ -300,7 +300,10 @@ class RolloutIndex:
     def stamps(self, index: int, run_id: str, attempt: int) -> dict[str, Any]:
         row = self.row(index)
         task_id = row["task_id"]
-        return {
+        agent = (
+            row.get("task_input", {}).get("agent_ref") if isinstance(row.get("task_input"), dict) else None
+        )
+        stamps = {
             "_ng_run_id": run_id,
             "_ng_rollout_id": self.ids[index],
             "_ng_attempt": attempt,
@@ -308,6 +311,9 @@ class RolloutIndex:
             "_ng_rollout_index": row.get("_ng_rollout_index", 0),
             "task_id": {"taskset": task_id.get("taskset"), "task_id": task_id.get("task_id")},
         }
+        if isinstance(agent, dict) and agent.get("name"):  # a flat row's agent: NeMo Gym copies it to results
+            stamps["agent_ref"] = agent
+        return stamps
 
     def close(self) -> None:
         if self._fd is not None:

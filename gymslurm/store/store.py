@@ -536,10 +536,13 @@ class RunStore:
                 f"{self._newest_outcome[index]} (each execution gets one outcome, after its reservation)"
             )
         stamps = self.rollout_index.stamps(index, self.run_id, attempt)
+        own = stamps.pop("agent_ref", None)  # a row's own agent_ref, kept whole as NeMo Gym keeps it
         origin = self._origins.get(stamps["task_id"]["taskset"]) if self._origins else None
         if origin:
             stamps.update(origin)
             stamps["_ng_task_id"] = stamps["task_id"]
+            if own is not None and "agent_ref" in origin:  # a flat row's server (a typed one stamps none)
+                stamps["agent_ref"] = own
         return stamps
 
     def _saved(self, index: int, outcome: SavedOutcome, which: str, *, failure: bool = False) -> SavedOutcome:
