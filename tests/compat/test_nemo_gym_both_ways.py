@@ -23,28 +23,47 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.compat.nemogym import HEAD_PORT, RELAY, TYPED, Stack
+from tests.compat.nemogym import RELAY, TYPED, NemoGymSetupError, Stack, ensure_nemo_gym, start_stack
 from tests.e2e.helpers import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 
 COPIES = 6  # each example row six times: 30 rollouts a run, so that a kill lands mid-way
-HEAD = [
-    "--no-serve",
-    "+head_server.host=127.0.0.1",
-    f"+head_server.port={HEAD_PORT}",
-    "+disable_health_check=true",
-]
 PARALLEL = ["+num_samples_in_parallel=2"]
+NO_HEALTH = ["+disable_health_check=true"]
 RELAY_ROUTE = ["+environment_routing_mode=legacy", f"+environment_server_name={RELAY}"]
 TYPED_ROUTE = ["+environment_routing_mode=taskset", f"+environment_server_routes={{weather: {TYPED}}}"]
 SIDECAR = [*RELAY_ROUTE, "+num_repeats=2", "+route_failures_to_sidecar=true"]
 SHAPES = {"relay": RELAY_ROUTE, "typed": TYPED_ROUTE, "repeats-sidecar": SIDECAR}
 MAX_ATTEMPTS = 3  # NeMo Gym's and gymslurm's default NEMO_GYM_MAX_ROLLOUT_ATTEMPTS
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The compat stack with its head server on a free port (every command here names it)."""
+    try:
+        started = start_stack(ensure_nemo_gym(), tmp_path_factory.mktemp("both-ways-stack"), head_port=None)
+    except NemoGymSetupError as error:
+        pytest.fail(f"the NeMo Gym compat stack could not be set up: {error}", pytrace=False)
+    yield started
+    started.stop()
+    left = started.leftovers()
+    assert not left, f"processes of the NeMo Gym stack outlived its stop: {[p.pid for p in left]}"
+
+
+def head(stack: Stack) -> list[str]:
+    port = stack.head_url.rsplit(":", 1)[1]
+    return [
+        "--no-serve",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={port}",
+        "+disable_health_check=true",
+    ]
 
 
 def dataset(stack: Stack, folder: Path, shape: str) -> tuple[Path, int]:
@@ -80,7 +99,13 @@ def command(
     tool: str, stack: Stack, data: Path, output: Path, overrides: list[str], *, resume: str | None
 ) -> list[str]:
     """A turn's command line: NeMo Gym's own, plus the resume flags (``resume``: the tool that started)."""
-    args = [*HEAD, f"+input_jsonl_fpath={data}", f"+output_jsonl_fpath={output}", *overrides, *PARALLEL]
+    args = [
+        *head(stack),
+        f"+input_jsonl_fpath={data}",
+        f"+output_jsonl_fpath={output}",
+        *overrides,
+        *PARALLEL,
+    ]
     if tool == "nemo_gym":
         return [
             str(stack.venv / "bin/gym"),
@@ -134,11 +159,11 @@ def owed(output: Path, total: int) -> int:
 @pytest.mark.parametrize("first", ["nemo_gym", "gymslurm"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_run_goes_back_and_forth_between_nemo_gym_and_gymslurm(
-    nemo_gym_stack: Stack, tmp_path: Path, shape: str, first: str
+    stack: Stack, tmp_path: Path, shape: str, first: str
 ) -> None:
     """Four turns alternating the two tools, three killed mid-way: every rollout once, NeMo Gym's files
     unchanged by gymslurm, 0 saved rollouts re-sent."""
-    data, total = dataset(nemo_gym_stack, tmp_path, shape)
+    data, total = dataset(stack, tmp_path, shape)
     good = total - (2 if shape == "repeats-sidecar" else 0)
     output = tmp_path / "run" / "ng.jsonl"
     output.parent.mkdir()
@@ -150,8 +175,8 @@ def test_a_run_goes_back_and_forth_between_nemo_gym_and_gymslurm(
         expected = owed(output, total) if number else total
         last = number == len(tools) - 1
         kill_at = None if last else len(before[output]) + max(3, good // 8)
-        argv = command(tool, nemo_gym_stack, data, output, SHAPES[shape], resume=first if number else None)
-        code, said = turn(argv, nemo_gym_stack.workdir if tool == "nemo_gym" else REPO_ROOT, output, kill_at)
+        argv = command(tool, stack, data, output, SHAPES[shape], resume=first if number else None)
+        code, said = turn(argv, stack.workdir if tool == "nemo_gym" else REPO_ROOT, output, kill_at)
         where = f"turn {number + 1} ({tool}, exit {code}):\n{said[-4000:]}"
         assert code == (0 if last else -signal.SIGKILL), where
         assert number == 0 or sent(tool, said) == expected, where  # nothing saved is sent again
