@@ -26,11 +26,8 @@ REFUSED: dict[str, str] = {
     "agent_map": "re-routing agents is NeMo Gym's agent routing; name the server with "
     "+environment_server_name or +environment_server_routes",
     "fan_out": "running a row once per agent is not supported; collect once per agent's server",
-    "num_repeats_add_seed": "gymslurm sends the task as saved; put a seed in the dataset rows",
     "interleave_repeats": "gymslurm dispatches in rollout order (or longest first)",
-    "prompt_config": "use +prompt_template= (a Python format string over the row) instead",
     "skills": "skills are not supported",
-    "responses_create_params": "gymslurm sends each task as saved; put the overrides in the dataset rows",
     "max_resident_rollout_tasks": "gymslurm never holds results in memory",
     "retain_results_in_memory": "gymslurm never holds results in memory",
     "health_check_workers": "gymslurm's health report runs in the collector",
@@ -69,6 +66,10 @@ VALUE_FLAGS = {
     "--limit": "limit",
     "--num-repeats": "num_repeats",
     "--concurrency": "num_samples_in_parallel",
+    "--prompt-config": "prompt_config",
+    "--temperature": "responses_create_params.temperature",
+    "--top-p": "responses_create_params.top_p",
+    "--max-output-tokens": "responses_create_params.max_output_tokens",
 }
 BOOL_FLAGS = {
     "--resume": "resume_from_cache",
@@ -91,11 +92,7 @@ REFUSED_FLAGS = {
     "--model-api-key": _SERVERS,
     "-m": _SERVERS,
     "--split": REFUSED["split"],
-    "--prompt-config": REFUSED["prompt_config"],
     "--interleave-repeats": REFUSED["interleave_repeats"],
-    "--temperature": REFUSED["responses_create_params"],
-    "--top-p": REFUSED["responses_create_params"],
-    "--max-output-tokens": REFUSED["responses_create_params"],
     "--health-check-workers": REFUSED["health_check_workers"],
     "--health-check-ignore": REFUSED["health_check_ignored_checks"],
 }

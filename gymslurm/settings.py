@@ -53,6 +53,9 @@ class CollectSettings(BaseModel):
     taskset: str | None = None
     prompt_template: str | None = None
     prompt_field: str = Field(default="prompt", min_length=1)
+    prompt_config: str | None = Field(default=None, min_length=1)  # NeMo Gym's (gymslurm/nemogym_rows.py)
+    responses_create_params: dict[str, Any] | None = None  # NeMo Gym's overrides of each flat row's
+    num_repeats_add_seed: bool = False  # NeMo Gym's seed per repeat (gymslurm/nemogym_rows.py)
 
     resume_from_cache: bool = False
     allow_unsafe_resume: bool = False
@@ -167,6 +170,10 @@ class CollectSettings(BaseModel):
         if self.environment_server_url and self.environment_server_name:
             raise ValueError(
                 "both environment_server_url and environment_server_name name the default server: keep one"
+            )
+        if self.prompt_config and self.prompt_template:
+            raise ValueError(
+                "prompt_config (NeMo Gym's) and prompt_template (gymslurm's) both build the prompt: keep one"
             )
         if self.environment_routing_mode == "agent" and not self.routes_by_agent:
             raise ValueError(

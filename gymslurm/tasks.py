@@ -50,13 +50,14 @@ import hashlib
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 import orjson
 
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
+from gymslurm.nemogym_rows import RowPreparation, prepare_row, refuse_for_task, with_seed
 from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
 
 ROLLOUT_ID_KEY = "_ng_rollout_id"
@@ -78,6 +79,8 @@ class MaterializeOptions:
     # NeMo Gym's default routing (no server named): each flat row's taskset is its agent_ref's name,
     # which must be one of these agents (the ones a single Environment Server fronts). None: off.
     agents: frozenset[str] | None = None
+    # NeMo Gym's preparation of flat rows (its prompt config, its responses_create_params overrides).
+    nemo_gym: RowPreparation = field(default_factory=RowPreparation)
 
 
 def source_digest(data: bytes) -> str:
@@ -303,7 +306,7 @@ def _expand(
             "_ng_task_index": task_index,
             "_ng_rollout_index": repeat,
             "task_id": task_id,
-            "task_input": task_input,
+            "task_input": with_seed(task_input, repeat) if options.nemo_gym.seed else task_input,
         }
         if type(duration) in (int, float):
             task[EXPECTED_DURATION_KEY] = duration
@@ -385,9 +388,12 @@ def _task_of(
             )
         if type(row["task_input"]) is not dict:
             raise ConfigError(f"row {position}: task_input must be a JSON object")
+        refuse_for_task(position, options.nemo_gym)
         return {"taskset": taskset, "task_id": task_id}, row["task_input"]
     own_id = native_id if type(native_id) in (str, int) else position
     task_input = {k: v for k, v in row.items() if not k.startswith("_ng_") and k != TASK_COPY_KEY}
+    if options.nemo_gym:
+        task_input = prepare_row(position, task_input, options.nemo_gym)
     taskset = options.dataset_name if options.agents is None else _agent_of(position, row, options.agents)
     return {"taskset": taskset, "task_id": str(own_id)}, task_input
 

@@ -29,6 +29,7 @@ from gymslurm.identity import (
     describe_differences,
     identity_digest,
 )
+from gymslurm.nemogym_rows import RowPreparation, load_prompt_config
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
@@ -153,6 +154,7 @@ class Inputs:
         self.source_path = settings.input_jsonl_fpath
         self.nemo_gym_row = nemo_gym_rows(routing) if routing is not None else None
         self.agents = frozenset(routing.by_taskset) if routing is not None and routing.by_agent else None
+        self.preparation = row_preparation(settings)
         self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
@@ -203,6 +205,7 @@ class Inputs:
             prompt_template=settings.prompt_template,
             prompt_field=settings.prompt_field,
             agents=self.agents,
+            nemo_gym=self.preparation,
         )
 
     def _rows(self) -> Iterator[Task]:
@@ -226,6 +229,13 @@ class Inputs:
                 f"the input dataset {self.source_path} has no tasks (after limit={self._settings.limit}): "
                 "nothing to collect"
             )
+
+
+def row_preparation(settings: CollectSettings) -> RowPreparation:
+    """NeMo Gym's preparation of flat rows the settings ask for (its prompt config file read here)."""
+    user, system = load_prompt_config(settings.prompt_config) if settings.prompt_config else (None, None)
+    overrides = settings.responses_create_params or {}
+    return RowPreparation(user, system, overrides, seed=settings.num_repeats_add_seed)
 
 
 def _hashed(handle: IO[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
@@ -282,6 +292,9 @@ def build_run_identity(
 ) -> dict[str, Any]:
     """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
     config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
+    if settings.prompt_config:  # the run measures the prompt the file holds, not its path alone
+        user, system = load_prompt_config(settings.prompt_config)
+        config["prompt_config_templates"] = {"user": user, "system": system}
     # collect.yaml's defaults: a null setting whose default is null is left out of the identity, so a
     # setting added later with a null default does not make older runs look different.
     defaults = yaml.safe_load((configs_dir() / "collect.yaml").read_text()) or {}
