@@ -47,6 +47,12 @@ FORMATS: dict[str, Format] = {
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "rewards": Format("the merged reward histogram", "format_version", 1),
+    "suite_metrics": Format(
+        "the suite metrics (suite_metrics.json)",
+        "format_version",
+        1,
+        "the suite's aggregation job writes it again ('gymslurm resubmit RUN' reruns it)",
+    ),
     "run_summary": Format(
         "the run's summary (summary.json)",
         "format_version",
@@ -67,6 +73,12 @@ FORMATS: dict[str, Format] = {
         "format_version",
         1,
         "nothing to do: a reconcile ignores it and the run's writer writes it again",
+    ),
+    "run_tally": Format(
+        "the run's tally (tally.jsonl)",
+        "v",
+        1,
+        "move it aside: the next link that finds every chain finished counts them again",
     ),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),

@@ -88,7 +88,7 @@ def _mark(
     entries: list[tuple[Ledger, Cancelled]] = []
     for index in sorted(chosen):
         state = states[index]
-        if not state.cancelled:  # the run's record already stands for a shard with an empty ledger
+        if not state.finished:  # a final decision stays (a cancelled one: the run's record stands for it)
             entries.append((run.ledger(index), Cancelled(job_ids=live_jobs(state, queue))))
     if chosen or aggregation:  # as before: the aggregation's chain is over with the run
         entries.append((run.aggregate_ledger, Cancelled(job_ids=live_jobs(states[shards], queue))))

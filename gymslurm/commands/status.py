@@ -48,10 +48,16 @@ def main(argv: list[str]) -> int:
     report = run_status(run, backend, chains=chains, shard=args.shard)
     if not args.json and args.shard is None:  # the page is for people: a script polling --json
         refresh_report(run, backend, report, chains)  # does not pay its render
+    from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
+
+    suite = suite_rows(run)  # a suite run: one line per benchmark (docs/suites.md)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        document = {**report, "suite": suite} if suite else report
+        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         print_table(report)
+        for line in suite_lines(suite):
+            print(line)
     return ExitCode.DONE
 
 
@@ -115,6 +121,9 @@ class _SharedSlurm:
         if "queue" not in self.cache:
             self.cache["queue"] = self.inner.queue()
         return self.cache["queue"]
+
+    def job_rows(self, job_ids: Any) -> Any:
+        return {job: row for job, row in self.queue().items() if job in set(job_ids)}
 
     def accounting(self, job_ids: Any, every_run: bool = False) -> Any:
         return {}  # the list shows verdicts only; per-run status asks sacct

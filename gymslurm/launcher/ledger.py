@@ -412,8 +412,9 @@ def fold(state: ChainState, record: Record) -> ChainState:
     elif isinstance(record, DecisionRecord):
         _fold_decision(state, record)
     elif isinstance(record, Cancelled):
-        state.cancelled = True
-        state.finished = True
+        if not state.finished:  # a cancel never relabels a final decision (one racing it came too late)
+            state.cancelled = True
+            state.finished = True
     elif isinstance(record, Injected):
         state.injected.append(record)
     elif isinstance(record, Paused):

@@ -94,6 +94,9 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.run_cost",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
+            "gymslurm.launcher.suite_rules",
+            "gymslurm.launcher.suite_settings",
+            "gymslurm.launcher.suite_run",
         ],
     ),
     (
@@ -184,7 +187,6 @@ LINE_LIMIT = 600
 # code `ruff format` laid out, which CI checks), and may only shrink meanwhile. Remove an entry once
 # its module is under the limit.
 NOT_YET_SPLIT: dict[str, int] = {
-    "gymslurm.launcher.job.link": 606,
     "gymslurm.launcher.views.status": 602,
     "gymslurm.store.store": 604,
 }

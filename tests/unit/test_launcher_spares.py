@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from gymslurm.launcher.job.context import ensure_link_lookahead, shard_state
 from gymslurm.launcher.job.first_links import complete_queuing, queuing, submit_arrays
-from gymslurm.launcher.job.link import ensure_link_lookahead, shard_state
 from gymslurm.launcher.ledger import Started
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
@@ -53,6 +53,9 @@ class Queue(SlurmBackend):
 
     def queue(self) -> dict[str, QueueRow]:
         return {job: QueueRow(job, "gs", state, "", "", "", "", "") for job, state in self.rows.items()}
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        return {job: row for job, row in self.queue().items() if job in job_ids}
 
 
 def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:

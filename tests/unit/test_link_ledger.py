@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.launcher.decide import Limits
-from gymslurm.launcher.job.link import account_for_dead_runs
+from gymslurm.launcher.job.chain import account_for_dead_runs
 from gymslurm.launcher.ledger import Ledger, Started, Submitted, fold, summarize
 from gymslurm.launcher.site.local import LocalBackend
 

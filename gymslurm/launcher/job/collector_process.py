@@ -270,7 +270,7 @@ def _wait_supervising(
             return child.wait(timeout=step)
         if watch is not None and watch.reason is None and watch.check(child.pid) is not None:
             log(f"unresponsive: {watch.reason}; stopping the collector")
-            return _stop_unresponsive(child)
+            return stop_unresponsive(child)
         if supervisor is None or time.monotonic() < next_round:
             continue
         next_round = time.monotonic() + supervisor.interval_s
@@ -282,7 +282,7 @@ def _wait_supervising(
             child.terminate()
 
 
-def _stop_unresponsive(child: subprocess.Popen[bytes]) -> int:
+def stop_unresponsive(child: subprocess.Popen[bytes]) -> int:
     """CONT (a SIGSTOPped collector cannot take TERM), TERM, and KILL after 10 s: its exit code."""
     for signum in (signal.SIGCONT, signal.SIGTERM):
         with contextlib.suppress(ProcessLookupError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -76,7 +77,12 @@ class Backend(Protocol):
         ...
 
     def queue(self) -> dict[str, QueueRow]:
-        """Every job the scheduler still knows, by id: one query."""
+        """Every job the scheduler still knows, by id: one query (the run-wide views: ``status``)."""
+        ...
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """These jobs as the queue still shows them, by id: one query that reads only their rows (none
+        asked: no query). What a link asks of its own chain, whatever the size of the run."""
         ...
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
@@ -146,6 +152,11 @@ class SlurmBackend:
             return {row.job_id: row for row in self.client.queue()}
         rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue())
         return {row.job_id: row for row in rows}
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """One ``squeue -j`` of these jobs (of this cluster)."""
+        rows = self.client.jobs([self.raw(job) for job in job_ids])
+        return {self.own(row.job_id): replace(row, job_id=self.own(row.job_id)) for row in rows}
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
         """One ``sacct`` call (None when accounting is disabled, without asking when the run knows)."""
@@ -235,6 +246,13 @@ class ClusterSetBackend:
             merged |= backend.queue()
         return merged
 
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """One ``squeue -j`` per cluster that holds some of these jobs."""
+        merged: dict[str, QueueRow] = {}
+        for cluster, jobs in self._by_cluster(job_ids).items():
+            merged |= self.backends[cluster].job_rows(jobs)
+        return merged
+
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
         """One ``sacct`` per cluster asked; None when no cluster asked keeps accounting."""
         groups = self._by_cluster(job_ids).items()
@@ -247,6 +265,24 @@ class ClusterSetBackend:
         """How one job ended, asked of its own cluster."""
         (cluster,) = self._by_cluster([job_id])
         return self.backends[cluster].ended(job_id)
+
+
+def scheduler_use(backend: Backend) -> str:
+    """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 1,
+    squeue 2, sbatch 1), rows read: 5`` (the local backend counts queries only)."""
+    clients = (
+        [backend.client]
+        if isinstance(backend, SlurmBackend)
+        else [b.client for b in backend.backends.values()]
+        if isinstance(backend, ClusterSetBackend)
+        else []
+    )
+    if not clients:
+        return f"scheduler queries: {backend.queries}"
+    calls = sum((client.calls for client in clients), Counter[str]())
+    rows = sum(client.rows for client in clients)
+    by_command = ", ".join(f"{name} {n}" for name, n in sorted(calls.items()))
+    return f"scheduler calls: {sum(calls.values())} ({by_command or 'none'}), rows read: {rows}"
 
 
 def backend_name(wanted: str) -> Literal["slurm", "local"]:

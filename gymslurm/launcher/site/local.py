@@ -6,6 +6,10 @@ rendered sbatch scripts themselves, honouring what the chain relies on: ``aftera
 ``--output`` (appended), ``--time`` with ``--signal=B:USR1@N`` sent to the batch shell only, then
 TERM to the whole job and KILL after 10 s, and ``scancel``-like cancellation.
 
+Bounded: at most ``slurm.max_running`` jobs run at once (``local/cap``; default: one per core and
+per 2 GiB of memory, :func:`default_max_running`); the others wait PENDING like jobs waiting for
+resources, so a run of 500 shards on a laptop runs a few chains at a time rather than 1,500 processes at once.
+
 How: each job is a JSON file in ``<run>/local/jobs/``, created by the submitter and from then on
 written only by the supervisor (atomically). One supervisor per run holds ``supervisor.lock``; it
 is started detached by the first submission and exits when nothing is pending or running.
@@ -33,6 +37,7 @@ from typing import IO, Any
 import psutil
 
 from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
+from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.flock import locked, try_lock
 
 TICK_S = 0.2
@@ -123,6 +128,12 @@ class LocalBackend:
         self.ensure_supervisor()
         return job_id
 
+    def limit(self, max_running: int | None) -> None:
+        """Record the queue's cap on running jobs (``slurm.max_running``; None: the machine's default)."""
+        if max_running is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            publish_bytes(self.dir / "cap", f"{max_running}\n".encode())
+
     def ensure_supervisor(self) -> None:
         """Start a detached supervisor unless one holds the lock."""
         fd = try_lock(self.dir / "supervisor.lock")
@@ -157,23 +168,17 @@ class LocalBackend:
     def queue(self) -> dict[str, QueueRow]:
         """Every job of the queue as squeue would show it (one query)."""
         self.queries += 1
+        return {job["id"]: _queue_row(job) for job in self.jobs()}
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        """These jobs of the queue (one query reading only their files; none asked: none)."""
+        if not job_ids:
+            return {}
+        self.queries += 1
         rows = {}
-        for found in self.jobs():
-            job = found
-            if job["state"] == "RUNNING" and not _same_process(job.get("pid"), job.get("pid_create_time")):
-                job = {**job, "state": "NODE_FAIL", "ended_at": job.get("ended_at") or time.time()}
-            used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
-            dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
-            rows[job["id"]] = QueueRow(
-                job["id"],
-                job["name"],
-                job["state"],
-                job["reason"],
-                dependency,
-                f"{used}s",
-                str(job["time_s"]),
-                str(job["started_at"] or "N/A"),
-            )
+        for job_id in dict.fromkeys(job_ids):
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                rows[job_id] = _queue_row(json.loads((self.jobs_dir / f"{job_id}.json").read_text()))
         return rows
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
@@ -205,13 +210,41 @@ class LocalBackend:
         return (self.accounting([job_id]) or {}).get(job_id)
 
 
-class Supervisor:
-    """Runs the queue's jobs; one per run (it holds supervisor.lock)."""
+def default_max_running(cores: int | None = None, memory_bytes: int | None = None) -> int:
+    """How many jobs the local queue runs at once when ``slurm.max_running`` is not set: one per core,
+    and one per 2 GiB of memory (a link is a collector and its servers), at least one (pure when
+    both are given)."""
+    cores = cores if cores is not None else os.cpu_count() or 1
+    memory = memory_bytes if memory_bytes is not None else psutil.virtual_memory().total
+    return max(1, min(cores, memory // (2 * 2**30)))
 
-    def __init__(self, local_dir: Path) -> None:
+
+def queue_cap(local_dir: Path) -> int:
+    """The queue's cap on running jobs: ``local/cap`` (``slurm.max_running``, written at submit by
+    :meth:`LocalBackend.limit`), else :func:`default_max_running`."""
+    with contextlib.suppress(OSError, ValueError):  # none written (or unreadable): the machine's default
+        cap = int((local_dir / "cap").read_text().strip())
+        if cap >= 1:
+            return cap
+    return default_max_running()
+
+
+def _job_number(job: dict[str, Any]) -> int:
+    return int(str(job["id"]).rpartition("-")[2] or 0)
+
+
+class Supervisor:
+    """Runs the queue's jobs; one per run (it holds supervisor.lock).
+
+    At most ``cap`` jobs run at once (:func:`queue_cap`); the others wait PENDING (reason
+    ``Resources``, as Slurm says of a job waiting for room) and start in submission order.
+    """
+
+    def __init__(self, local_dir: Path, cap: int | None = None) -> None:
         self.backend = LocalBackend(local_dir)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.unsaved: dict[str, dict[str, Any]] = {}  # states a full disk kept us from writing
+        self.cap = cap if cap is not None else queue_cap(local_dir)
 
     def tick(self) -> bool:
         """One pass over the queue; True while something is pending or running.
@@ -224,11 +257,15 @@ class Supervisor:
         for job in list(self.unsaved.values()):
             self._save(job)
         busy = False
-        for job in jobs.values():
+        running = sum(1 for job in jobs.values() if job["state"] == "RUNNING")
+        for job in sorted(jobs.values(), key=_job_number):
             if job["state"] == "PENDING":
-                self._maybe_start(job, jobs)
+                was = job["state"]
+                self._maybe_start(job, jobs, room=running < self.cap)
+                running += job["state"] == "RUNNING" and was != "RUNNING"
             elif job["state"] == "RUNNING":
                 self._watch(job)
+                running -= job["state"] != "RUNNING"
             busy = busy or job["state"] in ("PENDING", "RUNNING")
         return busy
 
@@ -243,12 +280,19 @@ class Supervisor:
     def _cancel_requested(self, job: dict[str, Any]) -> bool:
         return (self.backend.jobs_dir / f"{job['id']}.cancel").exists()
 
-    def _maybe_start(self, job: dict[str, Any], jobs: dict[str, dict[str, Any]]) -> None:
+    def _maybe_start(
+        self, job: dict[str, Any], jobs: dict[str, dict[str, Any]], *, room: bool = True
+    ) -> None:
         if self._cancel_requested(job):
             job.update(state="CANCELLED", reason="None", ended_at=time.time())
             self._save(job)
             return
         if any(jobs.get(dep, {}).get("state", "COMPLETED") not in FINAL for dep in job["after"]):
+            return
+        if not room:  # every slot taken: it waits, as a Slurm job waits for resources
+            if job["reason"] != "Resources":
+                job["reason"] = "Resources"
+                self._save(job)
             return
         log_path = Path(job["workdir"], job["output"].replace("%j", job["id"]))
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,6 +372,25 @@ class Supervisor:
         job.update(state=state, exit_code=exit_code, signal_code=sig, ended_at=time.time())
         self.procs.pop(job["id"], None)
         self._save(job)
+
+
+def _queue_row(found: dict[str, Any]) -> QueueRow:
+    """One job file as squeue would show it: RUNNING with no such process is a dead job (NODE_FAIL)."""
+    job = found
+    if job["state"] == "RUNNING" and not _same_process(job.get("pid"), job.get("pid_create_time")):
+        job = {**job, "state": "NODE_FAIL", "ended_at": job.get("ended_at") or time.time()}
+    used = int((job["ended_at"] or time.time()) - job["started_at"]) if job["started_at"] else 0
+    dependency = ":".join(job["after"]) if job["state"] == "PENDING" and job["after"] else "(null)"
+    return QueueRow(
+        job["id"],
+        job["name"],
+        job["state"],
+        job["reason"],
+        dependency,
+        f"{used}s",
+        str(job["time_s"]),
+        str(job["started_at"] or "N/A"),
+    )
 
 
 def _create_time(pid: int) -> float | None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from gymslurm.errors import SlurmError
 
@@ -74,6 +76,9 @@ class AccountingRow:
     elapsed_s: int | None
     gpus: int = 0  # AllocTRES gres/gpu of this run (0: none allocated, or not started)
     gpu_s: float = 0.0  # GPU-seconds Slurm recorded: gpus × elapsed, summed over every run asked for
+
+
+_Row = TypeVar("_Row", QueueRow, AccountingRow)
 
 
 def _quote(text: str) -> str:
@@ -282,6 +287,8 @@ class SlurmClient:
 
     def __init__(self, env: Mapping[str, str] | None = None, cluster: str | None = None) -> None:
         self.queries = 0
+        self.calls: Counter[str] = Counter()  # commands run, by name (squeue, sacct, sbatch, ...)
+        self.rows = 0  # rows parsed from squeue, sacct and scontrol answers
         self._env = dict(env) if env is not None else None
         self.cluster = cluster  # every command goes to this cluster (slurm.cluster); None: the default
 
@@ -290,6 +297,7 @@ class SlurmClient:
     ) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command; a failure raises SlurmError with its command, code and output."""
         self.queries += 1
+        self.calls[os.path.basename(argv[0]) if argv else "?"] += 1
         argv = on_cluster(argv, self.cluster)
         environment = dict(env) if env is not None else self._env
         try:
@@ -323,7 +331,28 @@ class SlurmClient:
         argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT]
         if user:
             argv += ["-u", user]
-        return parse_squeue(self.run(argv).stdout)
+        return self._counted(parse_squeue(self.run(argv).stdout))
+
+    def jobs(self, job_ids: Sequence[str]) -> list[QueueRow]:
+        """These jobs as squeue shows them (finished ones for MinJobAge): ``squeue -j ID,...``, one call
+        whose rows are only these jobs, however many the user has queued (none asked: no call).
+
+        ``squeue -j`` of a single id Slurm forgot exits 1 ("Invalid job id specified"): no row, as
+        for a list of forgotten ids (which exits 0 with no line).
+        """
+        if not job_ids:
+            return []
+        argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT, "-j", ",".join(job_ids)]
+        done = self.run(argv, check=False)
+        if done.returncode != 0:
+            if _UNKNOWN_JOB in done.stderr:
+                return []
+            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {_quote(done.stderr.strip())}")
+        return self._counted(parse_squeue(done.stdout))
+
+    def _counted(self, rows: list[_Row]) -> list[_Row]:
+        self.rows += len(rows)
+        return rows
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> list[AccountingRow] | None:
         """``sacct`` rows of these jobs (``every_run``: ``-D``, a row per run of a requeued job, oldest
@@ -336,7 +365,7 @@ class SlurmClient:
             return None
         if done.returncode != 0:
             raise SlurmError(f"sacct exited {done.returncode}: {_quote(done.stderr.strip())}")
-        return parse_sacct(done.stdout)
+        return self._counted(parse_sacct(done.stdout))
 
     def show_job(self, job_id: str) -> dict[str, str] | None:
         """``scontrol show job -o ID``, or None once Slurm forgot the job (after MinJobAge)."""
@@ -345,6 +374,7 @@ class SlurmClient:
             if _UNKNOWN_JOB in done.stderr:
                 return None
             raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
+        self.rows += 1
         return parse_scontrol_job(done.stdout, job_id)
 
     def accounting_enabled(self) -> bool:
