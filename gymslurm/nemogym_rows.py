@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -47,16 +46,18 @@ class RowPreparation:
         return self.user is not None or bool(self.overrides) or self.seed
 
 
-def load_prompt_config(path: str) -> tuple[str, str | None]:
-    """``(user, system)`` of a NeMo Gym prompt config file (ConfigError naming the file when bad)."""
+def unreadable_prompt_config(path: str, error: OSError) -> ConfigError:
+    """The refusal of a prompt config file that cannot be read (the caller reads it)."""
+    return ConfigError(
+        f"cannot read the prompt config {path}: {error.strerror or error}. gymslurm resolves "
+        "+prompt_config= from the working directory (run from your NeMo Gym checkout, or give its full path)"
+    )
+
+
+def prompt_templates(path: str, text: str) -> tuple[str, str | None]:
+    """``(user, system)`` of a NeMo Gym prompt config file's text (ConfigError naming the file when bad)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as error:
-        raise ConfigError(
-            f"cannot read the prompt config {path}: {error.strerror or error}. gymslurm resolves "
-            "+prompt_config= from the working directory (run from your NeMo Gym checkout, or give its "
-            "full path)"
-        ) from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"the prompt config {path} is not valid YAML: {error}") from None
     user = data.get("user") if isinstance(data, dict) else None

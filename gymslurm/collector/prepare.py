@@ -29,14 +29,15 @@ from gymslurm.identity import (
     describe_differences,
     identity_digest,
 )
-from gymslurm.nemogym_rows import RowPreparation, load_prompt_config
+from gymslurm.nemogym_rows import RowPreparation, prompt_templates, unreadable_prompt_config
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
 from gymslurm.store.existing import ExistingRun, existing_run
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import Reconciliation, RunSpec, RunStore
+from gymslurm.store.run_files import RunSpec
+from gymslurm.store.store import Reconciliation, RunStore
 from gymslurm.tasks import (
     IdenticalRows,
     MaterializeOptions,
@@ -229,6 +230,15 @@ class Inputs:
                 f"the input dataset {self.source_path} has no tasks (after limit={self._settings.limit}): "
                 "nothing to collect"
             )
+
+
+def load_prompt_config(path: str) -> tuple[str, str | None]:
+    """``(user, system)`` of the NeMo Gym prompt config file at ``path`` (read from the working directory)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise unreadable_prompt_config(path, error) from None
+    return prompt_templates(path, text)
 
 
 def row_preparation(settings: CollectSettings) -> RowPreparation:

@@ -26,10 +26,10 @@ import contextlib
 import dataclasses
 import os
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
@@ -57,20 +57,18 @@ from gymslurm.store.history import (
 )
 from gymslurm.store.inputs import (
     RolloutIndex,
-    Tasks,
     check_rows,
     digest_file,
     read_index,
     read_rows,
-    write_inputs,
-    write_nemo_gym_inputs,
 )
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.lines import selected_rows
 from gymslurm.store.manifest import IdentitySource, Manifest, new_run_id, read_manifest, write_manifest
 from gymslurm.store.outcome_index import OutcomeLog
 from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
-from gymslurm.store.reservations import ReservationTable, create_table
+from gymslurm.store.reservations import ReservationTable
+from gymslurm.store.run_files import RunSpec, clear_companions, keys_of_rows, write_run_files
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
@@ -87,39 +85,6 @@ class Reconciliation:
     historical_failed_attempts: int
     torn_results_bytes: int
     torn_failures_bytes: int
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """What a new run records: the same for a fresh collection and a legacy import."""
-
-    source_path: str
-    source_digest: str
-    inputs: Tasks  # a list, or a stream (prepare.TaskStream) a fresh run writes as it is made
-    identity: Mapping[str, Any]
-    config_digest: str
-    max_rollout_attempts: int
-    retry_terminal_timeouts: bool = False
-    # Each task as NeMo Gym's <stem>_materialized_inputs.jsonl row (gymslurm.nemogym.materialized_row);
-    # None: no such file is written. An imported run keeps NeMo Gym's own file when it has one.
-    nemo_gym_row: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
-
-    def manifest(self, run_id: str, state: Literal["replacing", "ready"], source: IdentitySource) -> Manifest:
-        """The new run's manifest; ``inputs_digest`` is replaced once the inputs are written."""
-        return Manifest(
-            run_id=run_id,
-            state=state,
-            created_at=utc_now(),
-            source_path=self.source_path,
-            source_digest=self.source_digest,
-            inputs_digest=self.source_digest,
-            config_digest=self.config_digest,
-            rollout_count=len(self.inputs),
-            max_rollout_attempts=self.max_rollout_attempts,
-            retry_terminal_timeouts=self.retry_terminal_timeouts,
-            identity_verified=source == "verified",
-            identity_source=source,
-        )
 
 
 class RunStore:
@@ -160,9 +125,9 @@ class RunStore:
         manifest = spec.manifest(new_run_id(), "replacing", identity_source)
         if existing_run(paths) in (ExistingRun.MANIFEST, ExistingRun.LEGACY):
             write_manifest(paths.manifest, manifest)
-        _clear_companions(paths)
+        clear_companions(paths)
         publish_bytes(paths.results, b"")
-        manifest, index = _write_run_files(paths, manifest, inputs, spec, len(inputs))
+        manifest, index = write_run_files(paths, manifest, inputs, spec, len(inputs))
         store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
         store._index = index
         store._newest_outcome = array("q", [-1]) * len(inputs)
@@ -221,7 +186,7 @@ class RunStore:
         inputs = spec.inputs if isinstance(spec.inputs, Sequence) else list(spec.inputs)
         check_rows(inputs)
         run_id = new_run_id()
-        keys = _keys_of_rows(inputs)
+        keys = keys_of_rows(inputs)
         history = read_history(
             paths.results,
             paths.failures,
@@ -240,7 +205,7 @@ class RunStore:
         start_imported(paths.adoptions, lines)  # before the manifest, which says the import is complete
         keep = file_size(paths.materialized_inputs) > 0  # NeMo Gym's own file is never replaced
         spec = spec if not keep else dataclasses.replace(spec, nemo_gym_row=None)
-        manifest, index = _write_run_files(paths, manifest, inputs, spec, history.legacy_counts)
+        manifest, index = write_run_files(paths, manifest, inputs, spec, history.legacy_counts)
         store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
         store._index = index
         return store
@@ -597,38 +562,6 @@ class RunStore:
         if self._log is not None and file_size(path) == self._log.sections[which].covered_bytes:
             return self._log.sections[which].lines
         return read_tail(path).complete_lines
-
-
-def _write_run_files(
-    paths: RunPaths, manifest: Manifest, inputs: Tasks, spec: RunSpec, counts: list[int] | int
-) -> tuple[Manifest, RolloutIndex]:
-    """Identity, inputs (the run's own, then NeMo Gym's file), reservations, then the ready manifest
-    last (its presence means complete)."""
-    publish_json(paths.identity, dict(spec.identity))
-    inputs_digest, index = write_inputs(paths.tasks(manifest.format_version), inputs)
-    if spec.nemo_gym_row is not None:
-        write_nemo_gym_inputs(paths.materialized_inputs, index.path, spec.nemo_gym_row)
-    create_table(paths.reservations, manifest.run_id, counts)
-    manifest = manifest.model_copy(update={"inputs_digest": inputs_digest, "state": "ready"})
-    write_manifest(paths.manifest, Manifest.model_validate(manifest.model_dump()))
-    return manifest, index
-
-
-def _keys_of_rows(rows: Sequence[dict[str, Any]]) -> RolloutKeys:
-    """Row → rollout index for rows not yet written (legacy import reads history before writing)."""
-    index_of = {row.get("_ng_rollout_id"): index for index, row in enumerate(rows)}
-    by_task = {
-        (row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0)): i for i, row in enumerate(rows)
-    }
-    return RolloutKeys(index_of, lambda: by_task)
-
-
-def _clear_companions(paths: RunPaths) -> None:
-    for path in paths.replaced_by_fresh_run():
-        if path == paths.results:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
 
 
 __all__ = [

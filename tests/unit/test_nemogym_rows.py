@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.collector.prepare import load_prompt_config
 from gymslurm.errors import ConfigError
 from gymslurm.nemogym_flags import translate_flags
-from gymslurm.nemogym_rows import RowPreparation, load_prompt_config, prepare_row
+from gymslurm.nemogym_rows import RowPreparation, prepare_row
 from gymslurm.settings import load_settings
 from gymslurm.tasks import MaterializeOptions, materialize
 
