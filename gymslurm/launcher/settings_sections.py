@@ -69,6 +69,9 @@ class NotifyTarget(Strict):
     webhook: str | None = None
     format: Literal["json", "slack"] = "json"
     command: list[str] | None = None
+    # The variables a command receiver gets beyond the job's plain environment: it gets no secret it
+    # does not name here (``TOKEN: ${oc.env:TOKEN}``), like every child (job/environment.py).
+    env: dict[str, str] = Field(default_factory=dict)
     events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))  # type: ignore[arg-type]
     timeout_s: float = Field(default=5.0, gt=0)
     attempts: int = Field(default=4, ge=1)
