@@ -100,12 +100,12 @@ def watch_settings(args: argparse.Namespace) -> WatchSettings:
             f"suite {suite_file}: no {{checkpoint}} in its stack: a watch passes each checkpoint to the "
             'model server through it; add it to the server\'s command (e.g. --checkpoint, "{checkpoint}")'
         )
-    stand_in = Path.cwd() / "gymslurm-watch-check.yaml"
-    try:  # the suite as a checkpoint will make it, validated now: a mistake is found before any job
-        publish_bytes(stand_in, yaml.safe_dump(with_checkpoint(data, "/checkpoint")).encode())
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:  # the suite as a checkpoint will make it, now
+        stand_in = Path(scratch) / suite_file.name
+        stand_in.write_text(yaml.safe_dump(with_checkpoint(data, "/checkpoint")))
         load_suite(str(stand_in), args.overrides)
-    finally:
-        stand_in.unlink(missing_ok=True)
     for line in args.slurm_directive:
         if problem := control_problem("--slurm-directive", line):
             raise ConfigError(problem)

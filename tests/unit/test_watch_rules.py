@@ -45,7 +45,11 @@ def _candidate(name: str, *files: tuple[str, int, float]) -> Candidate:
         # settle: nothing changed for settle_s seconds (the newest file counts)
         (FinderSettings("settle", settle_s=60), _candidate("a", ("m", 1, NOW - 61)), True),
         (FinderSettings("settle", settle_s=60), _candidate("a", ("m", 1, NOW - 59)), False),
-        (FinderSettings("settle", settle_s=60), _candidate("a", ("m", 1, NOW - 600), ("n", 1, NOW - 5)), False),
+        (
+            FinderSettings("settle", settle_s=60),
+            _candidate("a", ("m", 1, NOW - 600), ("n", 1, NOW - 5)),
+            False,
+        ),
         (FinderSettings("settle", settle_s=60), _candidate("a", ("m", 1, NOW - 60)), True),
         # every rule: an empty folder is never a checkpoint, and the pattern filters names
         (FinderSettings("settle", settle_s=0), _candidate("empty"), False),
@@ -65,7 +69,9 @@ def test_digest_is_the_path_alone() -> None:
     assert len(digest("/ck/step_1")) == 16
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("1h", 3600), ("90", 90), ("10", 10)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30), ("5m", 300), ("1h", 3600), ("90", 90), ("10", 10)]
+)
 def test_parse_interval(text: str, seconds: int) -> None:
     """--every takes seconds, minutes or hours."""
     assert parse_interval(text) == seconds
@@ -167,6 +173,8 @@ def test_references_previous_and_best() -> None:
 def test_checkpoint_placeholder() -> None:
     """{checkpoint} is replaced wherever it appears in a suite's data, and its absence is seen."""
     stack = [{"command": ["serve", "--model", "{checkpoint}"], "env": {"CKPT": "{checkpoint}/hf"}}]
-    assert with_checkpoint(stack, "/ck/1") == [{"command": ["serve", "--model", "/ck/1"], "env": {"CKPT": "/ck/1/hf"}}]
+    assert with_checkpoint(stack, "/ck/1") == [
+        {"command": ["serve", "--model", "/ck/1"], "env": {"CKPT": "/ck/1/hf"}}
+    ]
     assert uses_checkpoint(stack)
     assert not uses_checkpoint([{"command": ["serve"]}])
