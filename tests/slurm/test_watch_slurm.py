@@ -45,14 +45,16 @@ def _tick_jobs(user: SlurmUser) -> list[str]:
 
 
 def _outside_jobs(user: SlurmUser) -> list[str]:
-    """The user's processes with no slurmstepd among their ancestors: what runs on the login node."""
+    """This test's processes (of the user, naming its folder) with no slurmstepd among their
+    ancestors: what runs on the login node. Other tests run as the same user: theirs are not counted."""
     found = []
     for proc in psutil.process_iter(["username", "cmdline"]):
-        if proc.info["username"] != user.name:
+        command = " ".join(proc.info["cmdline"] or [])
+        if proc.info["username"] != user.name or str(user.workdir) not in command:
             continue
         try:
             if not any(parent.name().startswith("slurmstepd") for parent in proc.parents()):
-                found.append(" ".join(proc.info["cmdline"] or []))
+                found.append(command)
         except psutil.NoSuchProcess:
             continue
     return found
