@@ -44,6 +44,12 @@ def _tick_jobs(user: SlurmUser) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def _kill(user: SlurmUser) -> None:
+    jobs = _tick_jobs(user)
+    assert jobs, "the watch had no job to kill"
+    run(["scancel", *jobs])
+
+
 def _outside_jobs(user: SlurmUser) -> list[str]:
     """This test's processes (of the user, naming its folder) with no slurmstepd among their
     ancestors: what runs on the login node. Other tests run as the same user: theirs are not counted."""
@@ -72,7 +78,8 @@ def _training_script(source: Path) -> str:
 def test_five_checkpoints_five_suite_runs_with_the_watch_killed_and_submitted_by_hand(
     slurm_cluster: SlurmCluster, slurm_user: SlurmUser, slurm_python: Path
 ) -> None:
-    """5 checkpoints written by a job; the watch's job killed twice and submitted twice by hand:
+    """5 checkpoints written by a job; the watch's jobs killed twice (every tick job of it: the watch
+    stops) and submitted twice by hand (it goes on where it stood):
     exactly 5 suite runs, each checkpoint once, each scored as its own policy, nothing left outside
     Slurm."""
     work = slurm_user.workdir
@@ -114,18 +121,21 @@ def test_five_checkpoints_five_suite_runs_with_the_watch_killed_and_submitted_by
     watch = work / "runs" / "watches" / "w"
     tick = watch / "scripts" / "tick.sbatch"
 
-    _wait(lambda: any(r["kind"] == "claimed" for r in _ledger(watch)), "a first checkpoint claimed", 180)
-    run(["scancel", *_tick_jobs(slurm_user)])  # killed (1): every tick job of the watch
-    slurm_user.run(["sbatch", str(tick)])  # submitted by hand (1)
-    _wait(lambda: sum(r["kind"] == "submitted" for r in _ledger(watch)) >= 2, "a second suite run", 240)
-    slurm_user.run(["sbatch", str(tick)])  # submitted by hand (2), while the chain is alive
-    time.sleep(5)
-    run(["scancel", _tick_jobs(slurm_user)[0]])  # killed (2): one of them
-
     def five_compared() -> bool:
         return sum(r["kind"] == "compared" for r in _ledger(watch)) >= len(ACCURACIES)
 
-    _wait(five_compared, "5 checkpoints compared")
+    try:
+        _wait(lambda: any(r["kind"] == "claimed" for r in _ledger(watch)), "a first checkpoint claimed", 180)
+        _kill(slurm_user)  # killed (1): every tick job of the watch
+        time.sleep(15)  # checkpoints go on being written while no watch job exists
+        slurm_user.run(["sbatch", str(tick)])  # submitted by hand (1)
+        _wait(lambda: sum(r["kind"] == "submitted" for r in _ledger(watch)) >= 2, "a second suite run", 240)
+        _kill(slurm_user)  # killed (2)
+        time.sleep(15)
+        slurm_user.run(["sbatch", str(tick)])  # submitted by hand (2)
+        _wait(five_compared, "5 checkpoints compared")
+    finally:
+        _stop(slurm_user, gymslurm, work / "runs")
     records = _ledger(watch)
     claims = [r["checkpoint"] for r in records if r["kind"] == "claimed"]
     assert sorted(claims) == [str(source / f"step_00{n}") for n in range(1, 6)]  # 0 duplicates
@@ -142,7 +152,14 @@ def test_five_checkpoints_five_suite_runs_with_the_watch_killed_and_submitted_by
     assert scores["step_001"] > scores["step_002"] < scores["step_003"]  # each checkpoint its own policy
     status = slurm_user.run([*gymslurm, "status", "w", "--run-root", str(work / "runs")])
     assert "5 checkpoint(s)" in status
-    slurm_user.run([*gymslurm, "cancel", "w", "--run-root", str(work / "runs")])
     _wait(lambda: not _tick_jobs(slurm_user), "the watch's jobs to end", 60)
     run(["scancel", str(training)])
     assert _outside_jobs(slurm_user) == []
+    assert "cancelled" in slurm_user.run([*gymslurm, "status", "w", "--run-root", str(work / "runs")])
+
+
+def _stop(user: SlurmUser, gymslurm: list[str], runs: Path) -> None:
+    """Cancel the watch, then every suite run it made (the fixture cancels only what it submitted)."""
+    user.run([*gymslurm, "cancel", "w", "--run-root", str(runs)])
+    for folder in sorted(runs.glob("w-*")):
+        user.run([*gymslurm, "cancel", str(folder)])
