@@ -19,14 +19,14 @@ import os
 from collections.abc import Callable, Iterator
 
 from gymslurm.clock import utc_now_ms
-from gymslurm.launcher.job.chain import queue_chain
-from gymslurm.launcher.job.heartbeat import log
+from gymslurm.job.chain import queue_chain
+from gymslurm.job.heartbeat import log
 from gymslurm.launcher.ledger import summarize
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write
-from gymslurm.launcher.site.arrays import ArrayPlan
-from gymslurm.launcher.site.backend import Backend, ClusterSetBackend, SlurmBackend
-from gymslurm.launcher.site.placement import Block, cluster_parts
+from gymslurm.site.arrays import ArrayPlan
+from gymslurm.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.site.placement import Block, cluster_parts
 from gymslurm.store.flock import try_lock
 
 

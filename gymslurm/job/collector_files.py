@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gymslurm.errors import StoreError
+from gymslurm.job.heartbeat import log
 from gymslurm.launcher.decide import Progress
-from gymslurm.launcher.job.heartbeat import log
 from gymslurm.store import live
 from gymslurm.store.paths import RunPaths, file_identity
 

@@ -2,7 +2,7 @@
 
 Where each instance runs is :mod:`gymslurm.launcher.server_placement`'s rule; this module reads the job's
 nodes (``scontrol show hostnames $SLURM_JOB_NODELIST``, the link's node first) and starts each
-instance with :func:`gymslurm.launcher.job.servers.start`. A server with ``replicas: K`` starts its
+instance with :func:`gymslurm.job.servers.start`. A server with ``replicas: K`` starts its
 K replicas (``policy-r0`` ...), then its router (``servers[].router``, vLLM's ``vllm-router`` by
 default) on the link's node with one ``--worker-urls`` entry per replica; the router goes by the
 server's own name, so ``{servers.NAME.url}`` and the collector's override get the router's URL.
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gymslurm.errors import ConfigError, ServerStartError
+from gymslurm.job import servers as server_mod
 from gymslurm.launcher import server_placement as placement
-from gymslurm.launcher.job import servers as server_mod
 from gymslurm.launcher.settings import ServerSettings
 
 Note = Callable[[str, server_mod.RunningServer, str], None]

@@ -50,22 +50,22 @@ from datetime import datetime
 from pathlib import Path
 
 from gymslurm.errors import StoreError
+from gymslurm.job import gates
+from gymslurm.job.after_decision import after_decision
+from gymslurm.job.chain import account_for_dead_runs
+from gymslurm.job.collect_phase import collect, prepare
+from gymslurm.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
+from gymslurm.job.context import Chain, LinkContext
+from gymslurm.job.disk import disk_full
+from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
+from gymslurm.job.spend import run_spend, tally_spend
+from gymslurm.job.suite_link import run_suite
 from gymslurm.launcher.decide import JobEnd, Verdict, decide, job_exit_code
-from gymslurm.launcher.job import gates
-from gymslurm.launcher.job.after_decision import after_decision
-from gymslurm.launcher.job.chain import account_for_dead_runs
-from gymslurm.launcher.job.collect_phase import collect, prepare
-from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
-from gymslurm.launcher.job.context import Chain, LinkContext
-from gymslurm.launcher.job.disk import disk_full
-from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
-from gymslurm.launcher.job.spend import run_spend, tally_spend
-from gymslurm.launcher.job.suite_link import run_suite
 from gymslurm.launcher.ledger import ChainState, Started, record_decision
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.suite_run import is_suite
+from gymslurm.site.backend import Backend
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock
 

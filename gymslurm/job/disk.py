@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.job.heartbeat import Signals, log
+from gymslurm.job.heartbeat import Signals, log
 from gymslurm.launcher.ledger import DiskFull, Ledger
 
 MIN_FREE_BYTES = int(os.environ.get("GYMSLURM_MIN_FREE_BYTES", str(1 << 20)))

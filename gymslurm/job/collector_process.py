@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gymslurm.dispatch.calls import serves_model_load
+from gymslurm.job import environment
+from gymslurm.job import servers as server_mod
+from gymslurm.job.collector_files import read_live_progress
+from gymslurm.job.heartbeat import Heartbeat, Signals, log
+from gymslurm.job.server_watch import Supervisor
 from gymslurm.launcher.adaptive_load import (
     AdaptiveChoice,
     adaptive_overrides,
@@ -25,11 +30,6 @@ from gymslurm.launcher.adaptive_load import (
     model_servers,
 )
 from gymslurm.launcher.decide import collector_unresponsive, life_of
-from gymslurm.launcher.job import environment
-from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.collector_files import read_live_progress
-from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
-from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.server_refs import SERVER_REFERENCE, override_value
 from gymslurm.launcher.settings import BenchmarkSettings
@@ -165,7 +165,7 @@ def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[st
 
     Each process gets only its own secrets: the collector its overrides and ``collector.env``
     (``${oc.env:NAME}`` resolved here, inside the job), each server its ``env``, never
-    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (launcher/job/environment.py).
+    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (job/environment.py).
     """
     own = extra or {}
     child_env = environment.child_environment(os.environ, own, withheld=withheld, where="collector.env")

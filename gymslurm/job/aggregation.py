@@ -22,26 +22,26 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
-from gymslurm.launcher.job.chain import (
+from gymslurm.job.chain import (
     account_for_dead_runs,
     cancel_pending,
     ensure_lookahead,
     other_live_link,
     queue_chain,
 )
-from gymslurm.launcher.job.collector_process import run_collector
-from gymslurm.launcher.job.environment import withheld_in_job
-from gymslurm.launcher.job.heartbeat import Signals, log
-from gymslurm.launcher.job.summary import write_summary_if_ended
+from gymslurm.job.collector_process import run_collector
+from gymslurm.job.environment import withheld_in_job
+from gymslurm.job.heartbeat import Signals, log
+from gymslurm.job.summary import write_summary_if_ended
+from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.site.backend import Backend
-from gymslurm.launcher.site.slurm import split_job_id
+from gymslurm.site.backend import Backend
+from gymslurm.site.slurm import split_job_id
 from gymslurm.store.flock import locked, try_lock
 from gymslurm.store.paths import RunPaths
 
@@ -252,7 +252,7 @@ def _notify_end(
 
 def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
     """The run's merge: a suite's benchmarks one by one (suite_aggregation.py), or :func:`merge_run`."""
-    from gymslurm.launcher.job.suite_aggregation import merge_suite
+    from gymslurm.job.suite_aggregation import merge_suite
     from gymslurm.launcher.suite_run import is_suite
 
     return merge_suite(run, signals, merge_run) if is_suite(run) else merge_run(run, settings, signals)

@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gymslurm.job.chain import ensure_lookahead
+from gymslurm.job.heartbeat import Signals
+from gymslurm.job.spend import run_spend
 from gymslurm.launcher.decide import Limits
-from gymslurm.launcher.job.chain import ensure_lookahead
-from gymslurm.launcher.job.heartbeat import Signals
-from gymslurm.launcher.job.spend import run_spend
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, fold, summarize
 from gymslurm.launcher.notify import Notifier
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.site.backend import Backend, SlurmBackend
+from gymslurm.site.backend import Backend, SlurmBackend
 
 
 @dataclass
@@ -116,7 +116,7 @@ def ensure_link_lookahead(
     state: ChainState | None = None,
     recheck: bool = True,
 ) -> list[str]:
-    """The links queued behind this job (:func:`gymslurm.launcher.job.chain.ensure_lookahead`), from
+    """The links queued behind this job (:func:`gymslurm.job.chain.ensure_lookahead`), from
     ``state`` (the chain as the caller holds it; read when not given), which gets what is queued.
     ``recheck`` False: a cancel that raced a link queued here is caught by the link's read after its
     collector, not by reading the ledger again now."""

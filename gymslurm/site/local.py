@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import psutil
 
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
+from gymslurm.site.slurm import AccountingRow, QueueRow
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.flock import locked, try_lock
 
@@ -64,7 +64,7 @@ def script_options(text: str) -> ScriptOptions:
         match = _DIRECTIVE.match(line.strip())
         if match:
             options[match.group(1)] = (match.group(2) or "").strip()
-    from gymslurm.launcher.site.slurm import slurm_seconds
+    from gymslurm.site.slurm import slurm_seconds
 
     sig, lead = None, 0
     if options.get("signal", "").startswith("B:"):
@@ -144,7 +144,7 @@ class LocalBackend:
         os.close(fd)  # free: no supervisor; start one (a racing second one exits at once)
         with (self.dir / "supervisor.log").open("ab") as log:
             subprocess.Popen(
-                [self.python, "-m", "gymslurm.launcher.site.local", str(self.dir)],
+                [self.python, "-m", "gymslurm.site.local", str(self.dir)],
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,

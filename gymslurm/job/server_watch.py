@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from gymslurm.dispatch import router_worker
 from gymslurm.dispatch.calls import completed_total
-from gymslurm.launcher.job import servers as server_mod
+from gymslurm.job import servers as server_mod
 from gymslurm.supervision import ServerEvent
 
 

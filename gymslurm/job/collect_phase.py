@@ -9,8 +9,8 @@ from pathlib import Path
 
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.collector_process import (
+from gymslurm.job import servers as server_mod
+from gymslurm.job.collector_process import (
     REVERIFY_COMMAND_LENGTH,
     ProgressWatch,
     adaptive_choice,
@@ -19,12 +19,12 @@ from gymslurm.launcher.job.collector_process import (
     reverify_argv,
     run_collector,
 )
-from gymslurm.launcher.job.context import Chain, LinkContext
-from gymslurm.launcher.job.environment import withheld_in_job
-from gymslurm.launcher.job.first_links import complete_queuing
-from gymslurm.launcher.job.heartbeat import Heartbeat, log
-from gymslurm.launcher.job.server_watch import Supervisor
-from gymslurm.launcher.job.stack import start_stack
+from gymslurm.job.context import Chain, LinkContext
+from gymslurm.job.environment import withheld_in_job
+from gymslurm.job.first_links import complete_queuing
+from gymslurm.job.heartbeat import Heartbeat, log
+from gymslurm.job.server_watch import Supervisor
+from gymslurm.job.stack import start_stack
 from gymslurm.launcher.ledger import ChainState, Ledger, ServerRecord
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 

@@ -18,15 +18,15 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.collector_process import (
+from gymslurm.job import servers as server_mod
+from gymslurm.job.collector_process import (
     ProgressWatch,
     child_environment,
     split_command,
     stop_unresponsive,
 )
-from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
-from gymslurm.launcher.job.server_watch import Supervisor
+from gymslurm.job.heartbeat import Heartbeat, Signals, log
+from gymslurm.job.server_watch import Supervisor
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
 from gymslurm.redaction import redact_value
 from gymslurm.supervision import SUPERVISION_FD_ENV

@@ -16,13 +16,13 @@ import time
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import GymslurmError, StoreError
-from gymslurm.launcher.job.heartbeat import log
+from gymslurm.job.heartbeat import log
 from gymslurm.launcher.ledger import Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import final_metrics, run_summary, write_run_summary
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.site.backend import Backend
+from gymslurm.site.backend import Backend
 from gymslurm.store.files import read_coverage
 from gymslurm.store.paths import RunPaths
 

@@ -28,12 +28,12 @@ from datetime import datetime
 from pathlib import Path
 
 from gymslurm.clock import utc_now_ms
+from gymslurm.job.collector_files import saved_bytes
+from gymslurm.job.heartbeat import log
 from gymslurm.launcher.decide import DeadRun, Limits, dead_run_end, decide
-from gymslurm.launcher.job.collector_files import saved_bytes
-from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, Submitted, fold, record_decision
-from gymslurm.launcher.site.backend import ALIVE_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.site.slurm import QueueRow
+from gymslurm.site.backend import ALIVE_STATES, LIVE_STATES, Backend
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store import live
 
 STRAYS_ASKED = 4  # never-started jobs of a chain asked about beyond its lookahead (chain_jobs_to_ask)

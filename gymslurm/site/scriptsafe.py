@@ -4,7 +4,7 @@ A job script is bash, and its ``#SBATCH`` lines are read by ``sbatch``: a newlin
 the line it lands on and the rest runs as a command inside the job (and a non-``#SBATCH`` line
 also ends sbatch's directive parsing, silently dropping every later directive). So every value
 that reaches a script is checked here, once, at the settings boundary (``launcher/settings.py``
-calls these from its validators; ``launcher/site/render.py`` checks its single-line slots again):
+calls these from its validators; ``site/render.py`` checks its single-line slots again):
 
 * no value anywhere in a benchmark may hold a NUL (it cannot reach a process at all);
 * no value that reaches a script may hold a newline or another control character;

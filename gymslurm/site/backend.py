@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.site.slurm import (
+from gymslurm.site.slurm import (
     AccountingRow,
     QueueRow,
     SlurmClient,
@@ -302,7 +302,7 @@ def choose_backend(
 ) -> Backend:
     """The backend for ``slurm``, ``local``, or ``auto`` (see :func:`backend_name`); ``cluster``: the
     Slurm cluster its commands go to (``slurm.cluster``; None: the default one)."""
-    from gymslurm.launcher.site.local import LocalBackend
+    from gymslurm.site.local import LocalBackend
 
     if backend_name(wanted) == "slurm":
         return SlurmBackend(SlurmClient(cluster=cluster), accounting=accounting)

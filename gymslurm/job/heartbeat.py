@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import StoreError
-from gymslurm.launcher.job import early_signals
+from gymslurm.job import early_signals
 from gymslurm.redaction import redact_text  # not identity's re-export: that imports omegaconf
 from gymslurm.store import live
 
 if TYPE_CHECKING:
-    from gymslurm.launcher.job.server_watch import Supervisor
+    from gymslurm.job.server_watch import Supervisor
 
 HEARTBEAT_S = live.HEARTBEAT_S
 
@@ -67,7 +67,7 @@ class Signals:
 
         The shell names them in ``GYMSLURM_EARLY_SIGNALS`` (``" USR1"``): a USR1 that came before
         the chain step started is the same warning as one that comes after. So are those caught
-        while the step was importing (:mod:`~gymslurm.launcher.job.early_signals`).
+        while the step was importing (:mod:`~gymslurm.job.early_signals`).
         """
         for signum in FORWARDED:
             signal.signal(signum, self.handle)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gymslurm.exitcodes import ExitCode
+from gymslurm.job.heartbeat import Signals, log
 from gymslurm.launcher.decide import VERDICT_OF_STOP, Decision
-from gymslurm.launcher.job.heartbeat import Signals, log
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.suite_run import SuiteEntry, load_member_settings, member_run, read_suite_record

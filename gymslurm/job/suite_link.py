@@ -24,6 +24,20 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.job import servers as server_mod
+from gymslurm.job.after_decision import after_decision
+from gymslurm.job.chain import account_for_dead_runs
+from gymslurm.job.collect_phase import reap_predecessors, server_record
+from gymslurm.job.collector_files import read_progress, saved_bytes
+from gymslurm.job.collector_process import ProgressWatch, adaptive_choice, collector_argv
+from gymslurm.job.collectors import CollectorJob, run_collectors
+from gymslurm.job.context import Chain, LinkContext
+from gymslurm.job.disk import disk_full
+from gymslurm.job.environment import withheld_in_job
+from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
+from gymslurm.job.server_watch import Supervisor
+from gymslurm.job.spend import run_spend
+from gymslurm.job.stack import Note, start_stack
 from gymslurm.launcher.decide import (
     Budgets,
     Decision,
@@ -34,26 +48,12 @@ from gymslurm.launcher.decide import (
     decide,
     job_exit_code,
 )
-from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.after_decision import after_decision
-from gymslurm.launcher.job.chain import account_for_dead_runs
-from gymslurm.launcher.job.collect_phase import reap_predecessors, server_record
-from gymslurm.launcher.job.collector_files import read_progress, saved_bytes
-from gymslurm.launcher.job.collector_process import ProgressWatch, adaptive_choice, collector_argv
-from gymslurm.launcher.job.collectors import CollectorJob, run_collectors
-from gymslurm.launcher.job.context import Chain, LinkContext
-from gymslurm.launcher.job.disk import disk_full
-from gymslurm.launcher.job.environment import withheld_in_job
-from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, job_started_at, log
-from gymslurm.launcher.job.server_watch import Supervisor
-from gymslurm.launcher.job.spend import run_spend
-from gymslurm.launcher.job.stack import Note, start_stack
 from gymslurm.launcher.ledger import ChainState, Ledger, Resubmitted, Started, record_decision, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.suite_rules import combined_verdict, in_chain, needs_resubmit_copy
 from gymslurm.launcher.suite_run import load_member_settings, member_run, read_suite_record
+from gymslurm.site.backend import Backend
 
 # the collector exit a suite chain's decision record carries (what a benchmark link's would say)
 COMBINED_EXIT = {Decision.DONE: 0, Decision.CONTINUE: 75, Decision.PAUSED: 75, Decision.STOP_FAILED: 76}

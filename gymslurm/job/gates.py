@@ -1,6 +1,6 @@
 """The gates a link passes before it starts its servers and collector, in order.
 
-Each gate is a small function of the link (:class:`~gymslurm.launcher.job.context.LinkContext`)
+Each gate is a small function of the link (:class:`~gymslurm.job.context.LinkContext`)
 that answers None (go on), a :class:`Stop` (end the link now: nothing more is recorded or
 queued), or a :class:`~gymslurm.launcher.decide.Verdict` (the chain is decided without starting
 anything: the link records it and runs the steps after a decision). A feature that must hold a
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.job.aggregation import maybe_submit_aggregation
+from gymslurm.job.chain import cancel_pending, other_live_link
+from gymslurm.job.collector_files import saved_bytes
+from gymslurm.job.context import Chain, LinkContext
+from gymslurm.job.disk import disk_full, wait_for_space
+from gymslurm.job.heartbeat import log
 from gymslurm.launcher.decide import Verdict, start_gate
-from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
-from gymslurm.launcher.job.chain import cancel_pending, other_live_link
-from gymslurm.launcher.job.collector_files import saved_bytes
-from gymslurm.launcher.job.context import Chain, LinkContext
-from gymslurm.launcher.job.disk import disk_full, wait_for_space
-from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import Cancelled, ChainState, Started
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import Notifier

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gymslurm.errors import SlurmError
+from gymslurm.job.aggregation import maybe_submit_aggregation
+from gymslurm.job.chain import cancel_pending
+from gymslurm.job.context import LinkContext
+from gymslurm.job.heartbeat import log
+from gymslurm.job.spend import tally_spend
+from gymslurm.job.summary import write_summary_if_ended
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
-from gymslurm.launcher.job.chain import cancel_pending
-from gymslurm.launcher.job.context import LinkContext
-from gymslurm.launcher.job.heartbeat import log
-from gymslurm.launcher.job.spend import tally_spend
-from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.notify import LINK_GRACE_S, budget_event, chain_events, run_done_event, safely
 
 Step = Callable[[LinkContext, Decision], None]

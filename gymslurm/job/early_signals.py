@@ -5,7 +5,7 @@ instant must not kill it) and forwards each signal once. One forwarded while the
 importing used to be lost: a USR1 that came then never stopped the link, whose collector ran on
 until the TERM of ``--time`` (seen in CI under load, where the imports took longer than the lead).
 ``python -m gymslurm chain-step`` calls :func:`catch` before anything else; the step's
-:class:`~gymslurm.launcher.job.heartbeat.Signals` takes what was caught as received.
+:class:`~gymslurm.job.heartbeat.Signals` takes what was caught as received.
 Imports nothing but ``signal``, so the window left is the interpreter's own start.
 """
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from string import Template
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.site.scriptsafe import control_problem
 from gymslurm.resources import templates_dir
+from gymslurm.site.scriptsafe import control_problem
 
 LINK_TEMPLATE = "link.sbatch"
 AGGREGATE_TEMPLATE = "aggregate.sbatch"
