@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.local import LocalBackend
 from tests.e2e.launcher_chains_helpers import gymslurm
 
 pytestmark = pytest.mark.e2e

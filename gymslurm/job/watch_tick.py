@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 from gymslurm.errors import GymslurmError
-from gymslurm.launcher.site.backend import LIVE_STATES, SlurmBackend, this_job
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.backend import LIVE_STATES, SlurmBackend, this_job
+from gymslurm.site.local import LocalBackend
 from gymslurm.store.watch_ledger import WatchFolder, WatchSettings, record
 from gymslurm.watch_rules import (
     Candidate,
@@ -144,7 +144,7 @@ def advance(
     elif step == "submit":
         _submit(folder, settings, checkpoint)
     elif step == "compare":
-        from gymslurm.launcher.watch_compare import compare_checkpoint
+        from gymslurm.job.watch_compare import compare_checkpoint
 
         state = fold(folder.read())
         result = compare_checkpoint(settings, checkpoint, state)
