@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gymslurm.site.local import LocalBackend
 from tests.e2e.launcher_chains_helpers import gymslurm
@@ -67,9 +68,10 @@ def _live_jobs(watch: Path) -> list[str]:
 
 
 def test_each_checkpoint_gets_one_suite_run_despite_hand_submitted_and_killed_ticks(tmp_path: Path) -> None:
-    """Three checkpoints (accuracy 0.9, 0.2, 0.9), ticks submitted twice by hand and one killed: three
-    suite runs, one per checkpoint, scores that follow each checkpoint's policy, the drop blocked by the
-    gate and notified once, and after cancel no job of the watch left."""
+    """Three checkpoints (accuracy 0.9, 0.2, 0.9), each converted by a job first, ticks submitted
+    twice by hand and one killed: three suite runs, one per checkpoint, each on its converted folder,
+    scores that follow each checkpoint's policy, the drop blocked by the gate and notified once, and
+    after cancel no job of the watch left."""
     source = tmp_path / "ck"
     source.mkdir()
     policy = tmp_path / "gate.yaml"
@@ -92,6 +94,8 @@ def test_each_checkpoint_gets_one_suite_run_despite_hand_submitted_and_killed_ti
         "w",
         "--gate",
         str(policy),
+        "--convert",
+        "bash -c 'mkdir -p {output} && cp {checkpoint}/accuracy.txt {output}/'",
     )
     watch = tmp_path / "runs" / "watches" / "w"
     tick = watch / "scripts" / "tick.sbatch"
@@ -120,6 +124,12 @@ def test_each_checkpoint_gets_one_suite_run_despite_hand_submitted_and_killed_ti
     assert by_name["step_002"]["score"] < 0.45
     assert by_name["step_002"]["previous"]["gate"] == "block"
     assert by_name["step_003"]["previous"]["gate"] == "pass"
+    converted = {r["digest"]: r["checkpoint"] for r in records if r["kind"] == "converted"}
+    assert sorted(converted) == sorted(compared)  # each converted by its own job, first
+    for key, folder in converted.items():
+        assert folder == str(watch / "converted" / key)
+        suite = yaml.safe_load((watch / "suites" / f"{key}.yaml").read_text())
+        assert folder in suite["stack"][0]["command"]  # the model server got the converted folder
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines() if line]
     assert [e["event"] for e in events] == ["watch_blocked"]
     assert events[0]["checkpoint"] == str(source / "step_002")
