@@ -178,3 +178,20 @@ def test_checkpoint_placeholder() -> None:
     ]
     assert uses_checkpoint(stack)
     assert not uses_checkpoint([{"command": ["serve"]}])
+
+
+@pytest.mark.parametrize(
+    ("scron", "says"),
+    [
+        ("(null)", "scrontab is not enabled"),
+        ("enable", "scrontab is enabled too"),
+        ("enable,explicit_scancel", "scrontab is enabled too"),
+        ("explicit_scancel", "scrontab is not enabled"),
+    ],
+)
+def test_doctor_says_how_a_watch_is_kept_alive(scron: str, says: str) -> None:
+    """doctor: a watch is a self-queuing tick job on every site, and whether scrontab is enabled too."""
+    from gymslurm.site.watch_site import watch_rules
+
+    (finding,) = watch_rules({"ScronParameters": scron})
+    assert finding.setting == "watch" and "sbatch --begin" in finding.value and says in finding.value
