@@ -92,6 +92,11 @@ FORMATS: dict[str, Format] = {
         "make it again with `gymslurm compare --json` of this gymslurm",
     ),
     "gate": Format("the gate decision", "format_version", 1, "run `gymslurm gate --json` again"),
+    # a watch (docs/watch.md): watch.json, written once, and its append-only ledger
+    "watch": Format("the watch settings (watch.json)", "format_version", 1, "start a new watch"),
+    "watch_ledger": Format(
+        "the watch ledger", "v", 1, "read it with the gymslurm version that wrote it (gymslurm status WATCH)"
+    ),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),

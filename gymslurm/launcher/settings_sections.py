@@ -47,7 +47,13 @@ class ReportSettings(Strict):
 
 
 NotifyEvent = Literal[
-    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done"
+    "run_submitted",
+    "link_failed",
+    "shard_stopped",
+    "budget_warning",
+    "aggregation_done",
+    "run_done",
+    "watch_blocked",
 ]
 NOTIFY_EVENTS: tuple[str, ...] = (
     "run_submitted",
@@ -56,6 +62,7 @@ NOTIFY_EVENTS: tuple[str, ...] = (
     "budget_warning",
     "aggregation_done",
     "run_done",
+    "watch_blocked",
 )
 
 
