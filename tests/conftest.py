@@ -3,10 +3,11 @@
 The markers ``slurm`` and ``e2e`` are declared in pyproject.toml (``--strict-markers``); this file
 only makes the ``slurm``, ``e2e`` and ``vllm`` markers reliable: every test under ``tests/slurm/``
 gets ``slurm``, under ``tests/e2e/`` ``e2e`` and under ``tests/vllm/`` ``vllm``, so ``pytest -m "not
-e2e and not crash and not slurm and not vllm"`` (the one-minute inner loop) deselects every test that starts processes even when a
-test author forgot the decorator. It also registers the hypothesis profile every property test runs
-under: no per-example deadline and no "too slow" health check, because the suite shares two cores
-with real servers, collectors and Slurm jobs, and wall-clock limits there only measure the load.
+e2e and not crash and not slurm and not vllm"`` (the one-minute inner loop) deselects every test that
+starts processes even when a test author forgot the decorator. It also registers the hypothesis
+profile every property test runs under: no per-example deadline and no "too slow" health check,
+because the suite shares two cores with real servers, collectors and Slurm jobs, and wall-clock
+limits there only measure the load.
 
 Run in parallel (``pytest -n N --dist loadgroup``, as launchers/test-all.sh does with pytest-xdist),
 each test goes to whichever worker is free, except those that share something with their

@@ -57,7 +57,8 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
     env = {
         "name": "env", "health_path": "/health", "probe_interval_s": 1,
         "command": [sys.executable, "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}",
-                    "--policy-url", "{servers.policy.url}", "--model-name", SERVED_MODEL, "--latency-ms", "300"],
+                    "--policy-url", "{servers.policy.url}", "--model-name", SERVED_MODEL,
+                    "--latency-ms", "300"],
     }  # fmt: skip
     overrides = ["+route_failures_to_sidecar=true", f"+concurrency={concurrency}", "+progress=none"]
     bench: dict[str, Any] = {
@@ -86,11 +87,13 @@ def results(run: Path) -> int:
 
 
 def server_pid(run: Path, name: str, event: str, nth: int = 0) -> int | None:
-    """The pid of the ``nth`` ``event`` (started, restarted) ledger record of server ``name``, once written."""
+    """The pid of the ``nth`` ``event`` (started, restarted) ledger record of server ``name``, if written."""
     path = run / "shards/000/ledger.jsonl"
     if not path.exists():
         return None
-    found = [r["pid"] for r in ledger(run) if r["kind"] == "server" and r["name"] == name and r["event"] == event]
+    found = [
+        r["pid"] for r in ledger(run) if r["kind"] == "server" and r["name"] == name and r["event"] == event
+    ]
     return found[nth] if len(found) > nth else None
 
 

@@ -3,7 +3,8 @@
 One run (the module's fixture, since each vLLM start takes minutes): the link starts docs/servers.md's
 "vLLM on CPU" server and the demo Environment Server asking it; once rollouts are being saved the
 test kills vLLM's whole process group with SIGKILL (a crash: API server, EngineCore and Worker
-gone); once the restarted vLLM has served more, it SIGSTOPs the new API server (a hang). The tests
+gone); once the restarted vLLM has served more, it SIGSTOPs the new vLLM's EngineCore (a wedged
+engine: the API server still answers ``/health`` 200 and ``/metrics``, completions never come). The tests
 read what the run left: restarted in place twice, no rollout charged, every rollout saved.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.launcher_chains_helpers import decisions, ledger
@@ -22,6 +23,12 @@ from tests.vllm.scenario import Run, finish, kill_group, leftovers, results, ser
 from tests.vllm.scenario import write_benchmark as benchmark
 
 ROWS = 80
+
+
+def engine_core(api_server: int) -> int:
+    """The pid of the EngineCore process the vLLM API server ``api_server`` started."""
+    (engine,) = [p.pid for p in psutil.Process(api_server).children() if "EngineCore" in p.name()]
+    return engine
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +41,7 @@ def supervised(vllm_install: Vllm, tmp_path_factory: pytest.TempPathFactory) -> 
     second = wait_for(lambda: server_pid(run, "policy", "restarted"), "vLLM's restart after the kill")
     saved = results(run)
     wait_for(lambda: results(run) >= saved + 8, "rollouts from the restarted vLLM")
-    os.kill(second, signal.SIGSTOP)  # the API server only: its engine keeps running, as in a real hang
+    os.kill(engine_core(second), signal.SIGSTOP)  # a wedged engine: the API server still answers /health
     yield finish(run)
 
 
@@ -47,8 +54,9 @@ def test_a_killed_vllm_process_group_is_restarted_in_place(supervised: Run) -> N
     ]  # fmt: skip
 
 
-def test_a_stopped_vllm_is_found_hung_by_its_probes_and_restarted(supervised: Run) -> None:
-    """SIGSTOP of vLLM's API server: its one-token probes time out, it is killed and restarted in place."""
+def test_a_wedged_vllm_engine_is_found_hung_by_its_probes_and_restarted(supervised: Run) -> None:
+    """SIGSTOP of vLLM's EngineCore: /health still says 200, but the one-token probes time out and the
+    finished-requests counter stands still, so it is down; killed and restarted in place."""
     downs = [r for r in ledger(supervised.path) if r["kind"] == "server" and r["event"] == "down"]
     assert len(downs) == 2 and "probe(s) in a row failed" in downs[1]["cause"], downs
     assert supervised.server_events()[4:] == [("policy", "restarted")]
@@ -58,8 +66,8 @@ def test_a_stopped_vllm_is_found_hung_by_its_probes_and_restarted(supervised: Ru
 def test_both_outages_spend_no_budget_and_every_rollout_is_saved(supervised: Run) -> None:
     """The rollouts vLLM's outages broke are interruptions charged to no one: 0 counted failures, every
     rollout saved, DONE in the one link."""
-    coverage = supervised.coverage()
-    assert (supervised.report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
+    coverage, verdict = supervised.coverage(), supervised.report["shards"][0]["verdict"]
+    assert (verdict, coverage["successful"], coverage["counted_failures"]) == (
         "DONE", ROWS, 0,
     )  # fmt: skip
     assert decisions(supervised.path) == ["DONE"]
