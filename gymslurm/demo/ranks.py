@@ -66,7 +66,7 @@ class RankGroup:
             found = orjson.loads(body)
             rank, url = int(found["rank"]), str(found["url"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            return json_reply(400, {"error": "register with {\"rank\": R, \"url\": \"http://HOST:PORT\"}"})
+            return json_reply(400, {"error": 'register with {"rank": R, "url": "http://HOST:PORT"}'})
         if not 1 <= rank < self.nodes:
             return json_reply(400, {"error": f"rank {rank} is not a worker of {self.nodes} nodes"})
         self.workers[rank] = url.rstrip("/")
@@ -106,7 +106,7 @@ class WorkerApp:
             try:
                 prompt = str(orjson.loads(body)["prompt"])
             except (orjson.JSONDecodeError, KeyError, TypeError):
-                return json_reply(400, {"error": "ask with {\"prompt\": TEXT}"})
+                return json_reply(400, {"error": 'ask with {"prompt": TEXT}'})
             self.parts += 1
             return json_reply(200, {"rank": self.rank, "part": part_of(prompt, self.rank)})
         return json_reply(404, {"error": f"rank {self.rank} serves /health and /rank/part only"})
