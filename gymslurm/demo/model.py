@@ -28,9 +28,10 @@ Faults, to rehearse what real model servers do: ``latency_ms`` before each compl
 completions (the process exits, like a CUDA OOM); ``hang_after`` N completions (the engine wedges:
 completion N+1 and every later one are never answered, while ``/health`` still says 200 and
 ``/metrics`` still answers with the load it last had, as a real vLLM does with its EngineCore
-stopped, checked in tests/vllm/; a whole process stopped is SIGSTOP's to rehearse); slow start is the CLI's ``--slow-start-s``
-(it listens only after that long, like a model loading its weights). Across nodes (``ranks``: the
-head of ``--nodes N``), every completion needs every worker rank's part (gymslurm/demo/ranks.py).
+stopped, checked in tests/vllm/; a whole process stopped is SIGSTOP's to rehearse); slow start is
+the CLI's ``--slow-start-s`` (it listens only after that long, like a model loading its weights).
+Across nodes (``ranks``: the head of ``--nodes N``), every completion needs every worker rank's
+part (gymslurm/demo/ranks.py).
 
 ``ModelApp.handle(method, path, body) -> Reply`` is pure apart from its request counter; the HTTP
 layer (gymslurm/demo/http.py) performs the reply's actions (wait, die, hang).

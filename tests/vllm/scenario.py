@@ -102,11 +102,11 @@ def submit(bench: Path, tmp: Path) -> Path:
     return only_run(tmp)
 
 
-def finish(run: Path) -> Run:
-    """Wait for the run's final verdict; every vLLM pid it recorded."""
+def finish(run: Path, vllms: tuple[str, ...] = ("policy",)) -> Run:
+    """Wait for the run's final verdict; the pid of every start of the servers named ``vllms``."""
     report = wait_until_final(run, timeout_s=RUN_TIMEOUT_S, aggregation=False)
     pids = [r["pid"] for r in ledger(run) if r["kind"] == "server" and r["event"] in ("started", "restarted")
-            and r["name"].startswith("policy") and r.get("pid")]  # fmt: skip
+            and r["name"] in vllms]  # fmt: skip
     return Run(run, report, pids)
 
 

@@ -33,7 +33,7 @@ def one_replica_killed(vllm_install: Vllm, tmp_path_factory: pytest.TempPathFact
     victim = server_pid(run, "policy-r1", "started")
     assert victim is not None
     kill_group(victim, signal.SIGKILL)
-    yield finish(run)
+    yield finish(run, vllms=("policy-r0", "policy-r1"))
 
 
 def test_every_rollout_is_saved_by_the_replica_left(one_replica_killed: Run) -> None:
