@@ -6,7 +6,7 @@
 #   bash bench/gpu_vllm.sh [--n 2000]
 #
 # MODEL (default Qwen/Qwen2.5-0.5B-Instruct: a hub download, or a local directory),
-# GYMSLURM_VLLM_PACKAGE (default vllm==0.11.0) and GYMSLURM_VLLM_PYTHON (default python3.12) choose
+# GYMSLURM_VLLM_PACKAGE (default vllm==0.11.0) and GYMSLURM_VLLM_PYTHON (default python3.11) choose
 # what launchers/vllm-up.sh installs into its cache: docs/servers.md's GPU recipe, which differs from
 # the CPU one only in the package and the flags. The server runs in a session of its own and its whole
 # process group is stopped on any exit (a kill of the API server alone leaves EngineCore running).
@@ -19,7 +19,6 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 model="${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}"
 export GYMSLURM_VLLM_PACKAGE="${GYMSLURM_VLLM_PACKAGE:-vllm==0.11.0}"
-export GYMSLURM_VLLM_PYTHON="${GYMSLURM_VLLM_PYTHON:-python3.12}"
 venv="$(bash launchers/vllm-up.sh | sed -n 's/^GYMSLURM_VLLM_VENV=//p')"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 log="$(mktemp "${TMPDIR:-/tmp}/gpu-vllm.XXXXXX")"

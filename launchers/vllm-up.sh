@@ -20,7 +20,7 @@
 # its marker file holds what was built (the package, the builder's digest); anything else there is
 # an interrupted build, removed and done again. Concurrent callers serialize on a lock file.
 #
-# GPU form: GYMSLURM_VLLM_PACKAGE=vllm==0.11.0 GYMSLURM_VLLM_PYTHON=python3.12 \
+# GPU form: GYMSLURM_VLLM_PACKAGE=vllm==0.11.0 \
 #   bash launchers/vllm-up.sh   (PyPI's CUDA build; no torchvision removal: its CUDA build matches).
 set -euo pipefail
 
