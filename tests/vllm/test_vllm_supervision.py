@@ -59,7 +59,7 @@ def test_a_wedged_vllm_engine_is_found_hung_by_its_probes_and_restarted(supervis
     finished-requests counter stands still, so it is down; killed and restarted in place."""
     downs = [r for r in ledger(supervised.path) if r["kind"] == "server" and r["event"] == "down"]
     assert len(downs) == 2 and "probe(s) in a row failed" in downs[1]["cause"], downs
-    assert supervised.server_events()[4:] == [("policy", "restarted")]
+    assert supervised.server_events()[4:] == [("policy", "down"), ("policy", "restarted")]
     assert supervised.report["shards"][0]["server_restarts"] == "policy:2"
 
 
