@@ -39,8 +39,8 @@ from typing import Any
 
 import httpx
 
-from gymslurm.collector import DispatchLoop, initial_counters, pending_order
-from gymslurm.collector_view import RunView
+from gymslurm.collector.collect import DispatchLoop, initial_counters, pending_order
+from gymslurm.collector.view import RunView
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.dispatch import EnvironmentClient
 from gymslurm.dispatch.calls import parse_queue_length, watch_model_queue
@@ -52,8 +52,13 @@ sys.path.insert(0, str(REPO))  # tests.vllm.harness: the recipe's vLLM, shared w
 
 
 def start(argv: list[str], banner: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, "-m", "gymslurm", *argv], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gymslurm", *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     if banner not in line:
@@ -77,11 +82,24 @@ class Timed:
 
 async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -> dict[str, float]:
     policy = BudgetPolicy(max_rollout_attempts=3)
-    tasks = [{"_ng_rollout_id": f"r{i}", "task_id": {"taskset": "arith", "task_id": str(i)},
-              "task_input": {"a": i % 97, "b": 3, "op": "+"}} for i in range(n)]  # fmt: skip
+    tasks = [
+        {
+            "_ng_rollout_id": f"r{i}",
+            "task_id": {"taskset": "arith", "task_id": str(i)},
+            "task_input": {"a": i % 97, "b": 3, "op": "+"},
+        }
+        for i in range(n)
+    ]
     states = [select_rollout(0, [], policy) for _ in range(n)]
-    view = RunView(tasks=tasks, reserved=[0] * n, states=states, policy=policy, run_id="run-bench",
-                   identity_verified=True, historical_failed_attempts=0)  # fmt: skip
+    view = RunView(
+        tasks=tasks,
+        reserved=[0] * n,
+        states=states,
+        policy=policy,
+        run_id="run-bench",
+        identity_verified=True,
+        historical_failed_attempts=0,
+    )
     client = Timed(EnvironmentClient(concurrency=cap, run_id="run-bench", route_failures=False))
 
     def reserve(index: int) -> int:
@@ -91,9 +109,17 @@ async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -
     def save(index: int, attempt: int, outcome: Any) -> SavedOutcome:
         return SavedOutcome(attempt=attempt, kind="result", line=0, reward=1.0)
 
-    loop = DispatchLoop(view=view, client=client, reserve=reserve, save=save, urls=[env_url] * n,
-                        counters=initial_counters(view.states), concurrency=cap, retry_in_invocation=False,
-                        limit=None if mode == "fixed" else AdaptiveLimit(cap=cap))  # fmt: skip
+    loop = DispatchLoop(
+        view=view,
+        client=client,
+        reserve=reserve,
+        save=save,
+        urls=[env_url] * n,
+        counters=initial_counters(view.states),
+        concurrency=cap,
+        retry_in_invocation=False,
+        limit=None if mode == "fixed" else AdaptiveLimit(cap=cap),
+    )
     peak_queue = 0
 
     async def sample_queue() -> None:
@@ -115,8 +141,13 @@ async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -
     await client.client.aclose()
     lat = sorted(client.latencies)
     end_limit = float(loop.limit.current) if loop.limit else float(cap)
-    return {"rate": n / wall, "p50": statistics.median(lat), "p99": lat[int(0.99 * (len(lat) - 1))],
-            "queue": peak_queue, "limit": end_limit}  # fmt: skip
+    return {
+        "rate": n / wall,
+        "p50": statistics.median(lat),
+        "p99": lat[int(0.99 * (len(lat) - 1))],
+        "queue": peak_queue,
+        "limit": end_limit,
+    }
 
 
 def main() -> None:
@@ -135,8 +166,18 @@ def main() -> None:
         vllm, model, name = start_vllm(), None, "tiny"
         model_url, what = vllm.url, "vLLM (CPU, tiny model, --max-num-seqs 32)"
     else:
-        model, model_url = start(["demo-model-server", "--port", "0", "--slots", str(args.slots),
-                                  "--latency-ms", str(args.latency_ms)], "listening on")  # fmt: skip
+        model, model_url = start(
+            [
+                "demo-model-server",
+                "--port",
+                "0",
+                "--slots",
+                str(args.slots),
+                "--latency-ms",
+                str(args.latency_ms),
+            ],
+            "listening on",
+        )
         name, what = "demo-arith-policy", f"demo: {args.slots} slots, {args.latency_ms:g} ms"
     fixed, cap = ((4, 8, 16, 32, 64), 64) if args.vllm or args.vllm_url else ((8, 32, 128, 512), 512)
     env, env_url = start(
@@ -164,12 +205,16 @@ def main() -> None:
     best_name = max((k for k in rows if k.startswith("fixed")), key=lambda k: rows[k]["rate"])
     best = rows[best_name]
     print(f"model server: {what}; {args.n} episodes per setting")
-    print(f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
-          f"{'max queue':>9} {'end limit':>9}")  # fmt: skip
+    print(
+        f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
+        f"{'max queue':>9} {'end limit':>9}"
+    )
     for name, row in rows.items():
-        print(f"{name:28} {row['rate']:10.0f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
-              f"{row['p99'] * 1e3:8.0f} {row['p99'] / best['p99']:10.2f} {row['queue']:9.0f} "
-              f"{row['limit']:9.0f}")  # fmt: skip
+        print(
+            f"{name:28} {row['rate']:10.0f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
+            f"{row['p99'] * 1e3:8.0f} {row['p99'] / best['p99']:10.2f} {row['queue']:9.0f} "
+            f"{row['limit']:9.0f}"
+        )
     print(f"best fixed setting: {best_name}; target: adaptive >= 0.95 of its rate, p99 <= its p99")
 
 

@@ -104,9 +104,16 @@ def build_shard(output: Path, first: int, count: int, seed: int) -> None:
     ]
     paths = RunPaths.for_output(output)
     store = RunStore.create_fresh(
-        paths, RunSpec(source_path="tasks.jsonl", source_digest=DIGEST, inputs=inputs, identity={"m": 1},
-        config_digest=DIGEST, max_rollout_attempts=3),
-    )  # fmt: skip
+        paths,
+        RunSpec(
+            source_path="tasks.jsonl",
+            source_digest=DIGEST,
+            inputs=inputs,
+            identity={"m": 1},
+            config_digest=DIGEST,
+            max_rollout_attempts=3,
+        ),
+    )
     run_id = store.run_id
     store.close()
     results, failures, reserved = [], [], []

@@ -105,11 +105,20 @@ def run_collect(
 ) -> tuple[float, str, float]:
     """Wall seconds, stderr and peak RSS (MB) of one whole ``gymslurm collect`` process."""
     command = [
-        sys.executable, "-c", PEAK_WRAPPER, "collect", f"+input_jsonl_fpath={dataset}",
-        f"+output_jsonl_fpath={output}", f"+environment_server_url={url}", f"+concurrency={concurrency}",
-        "+progress=plain", "+progress_interval_s=3600", "+summary=false",
-        f"+resume_from_cache={str(resume).lower()}", *EXTRA,
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        PEAK_WRAPPER,
+        "collect",
+        f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={output}",
+        f"+environment_server_url={url}",
+        f"+concurrency={concurrency}",
+        "+progress=plain",
+        "+progress_interval_s=3600",
+        "+summary=false",
+        f"+resume_from_cache={str(resume).lower()}",
+        *EXTRA,
+    ]
     wall, code, stderr, rss = _run_measured(command)
     if code != 0:
         raise SystemExit(f"collect failed ({code}):\n{stderr}")
@@ -187,9 +196,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--skip-half", action="store_true", help="skip the half-removed resume")
     parser.add_argument(
-        "--no-aggregation", action="store_true",
+        "--no-aggregation",
+        action="store_true",
         help="+disable_aggregation=true: no POST /aggregate_metrics (its body passes 64 MB near 1M rollouts)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     if args.no_aggregation:
         EXTRA.append("+disable_aggregation=true")

@@ -55,21 +55,29 @@ def main() -> int:
     passed = [t for t in trials if t.passed]
     kills = [k for t in trials for k in t.killed]
     before = [k for k in kills if "before its first act" in k]
-    print(f"trials {len(trials)}, passed {len(passed)}, failed {len(trials) - len(passed)} "
-          f"(lookahead {args.lookahead or 'per plan: 2 or 3'})")  # fmt: skip
+    print(
+        f"trials {len(trials)}, passed {len(passed)}, failed {len(trials) - len(passed)} "
+        f"(lookahead {args.lookahead or 'per plan: 2 or 3'})"
+    )
     aggregation = sum(1 for t in trials for k in t.plan.kills if k.target == "aggregation")
-    print(f"kills {len(kills)}: {len(before)} before the job's first act, {len(kills) - len(before)} after; "
-          f"{aggregation} planned on aggregation jobs")  # fmt: skip
-    by_target = Counter(f'{k.split()[0]} {k.split("(")[1].split()[0].rstrip(":)")}' for k in kills)
+    print(
+        f"kills {len(kills)}: {len(before)} before the job's first act, {len(kills) - len(before)} after; "
+        f"{aggregation} planned on aggregation jobs"
+    )
+    by_target = Counter(f"{k.split()[0]} {k.split('(')[1].split()[0].rstrip(':)')}" for k in kills)
     print("kills by target: " + ", ".join(f"{name} {n}" for name, n in sorted(by_target.items())))
-    print(f"runs needing a human command (submit --wait not done, or merged output wrong): "
-          f"{len(trials) - len(passed)}; merged output right: "
-          f"{sum(t.merged_ok for t in trials)}")  # fmt: skip
+    print(
+        f"runs needing a human command (submit --wait not done, or merged output wrong): "
+        f"{len(trials) - len(passed)}; merged output right: "
+        f"{sum(t.merged_ok for t in trials)}"
+    )
     print(f"leftover processes naming the bench folder after the last trial: {_leftovers(folder)}")
     per = [t.seconds for t in trials]
-    print(f"per trial: median {statistics.median(per):.1f}s, max {max(per):.1f}s; the same run with no "
-          f"kill (baseline, this run): {base.seconds:.1f}s (passed {base.passed}); "
-          f"all {args.trials} in {wall:.0f}s at {args.at_once} at once")  # fmt: skip
+    print(
+        f"per trial: median {statistics.median(per):.1f}s, max {max(per):.1f}s; the same run with no "
+        f"kill (baseline, this run): {base.seconds:.1f}s (passed {base.passed}); "
+        f"all {args.trials} in {wall:.0f}s at {args.at_once} at once"
+    )
     for trial in trials:
         if not trial.passed:
             print(f"FAILED seed {trial.seed}: {trial.killed}: {trial.last_line}")

@@ -36,8 +36,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def gymslurm(*args: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "gymslurm", *args], cwd=cwd, capture_output=True, text=True,
-                          check=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "gymslurm", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     return done.stdout
 
 
@@ -45,8 +51,10 @@ def benchmark(tmp: Path, marker: str, args: argparse.Namespace) -> Path:
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(args.rows), cwd=tmp)
     py = sys.executable
-    model = (f"[{py}, -m, gymslurm, demo-model-server, --host, '{{host}}', --port, '{{port}}', --model-name, "
-             f"{marker}, --slots, '{args.slots}', --latency-ms, '{args.latency_ms}']")  # fmt: skip
+    model = (
+        f"[{py}, -m, gymslurm, demo-model-server, --host, '{{host}}', --port, '{{port}}', --model-name, "
+        f"{marker}, --slots, '{args.slots}', --latency-ms, '{args.latency_ms}']"
+    )
     path = tmp / "bench.yaml"
     path.write_text(
         f"dataset: {dataset}\nrun_root: {tmp / 'runs'}\nshards: 1\nservers:\n"
@@ -136,14 +144,18 @@ def main() -> None:
         decisions, reasons, downs = _ledger_summary(run)
         gymslurm("cancel", str(run), cwd=tmp) if _live(run) else None
     limit = 0.6
-    print(f"load average {os.getloadavg()[0]:.1f}; 3 replicas x {args.slots} slots x {args.latency_ms} ms, "
-          f"concurrency {args.concurrency}, probe interval {args.probe_interval:g} s")  # fmt: skip
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; 3 replicas x {args.slots} slots x {args.latency_ms} ms, "
+        f"concurrency {args.concurrency}, probe interval {args.probe_interval:g} s"
+    )
     print(f"before the kill: {before:.2f} results/s (over {args.window:g} s)")
     print(f"from two probe intervals after it: {after:.2f} results/s (over {args.window:g} s)")
     ratio = after / before if before else 0.0
-    print(f"ratio {ratio:.2f} (limit {limit}: {'met' if ratio >= limit else 'NOT met'}); "
-          f"counted failures {coverage['counted_failures']}; successful {coverage['successful']} of "
-          f"{coverage['expected']}; decisions {decisions}")  # fmt: skip
+    print(
+        f"ratio {ratio:.2f} (limit {limit}: {'met' if ratio >= limit else 'NOT met'}); "
+        f"counted failures {coverage['counted_failures']}; successful {coverage['successful']} of "
+        f"{coverage['expected']}; decisions {decisions}"
+    )
     print(f"replica events: {downs or 'none'}; decision reasons: {reasons}")
 
 

@@ -36,8 +36,15 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ["small", "declared-100mb", "tiny-keys-60mb", "deep-nesting-60mb", "endless-chunked", "endless-close",
-         "slow-endless"]  # fmt: skip
+CASES = [
+    "small",
+    "declared-100mb",
+    "tiny-keys-60mb",
+    "deep-nesting-60mb",
+    "endless-chunked",
+    "endless-close",
+    "slow-endless",
+]
 ENDLESS_CAP = 96 * 1024 * 1024  # an endless body stops here per connection (the bench ends by itself)
 PIECE = b"x" * (1 << 20)
 HUNDRED_MB = b', "pad": "' + b"x" * (100 << 20) + b'"'
@@ -100,8 +107,11 @@ def serve(case: list[str], ready: threading.Event, port: list[int]) -> None:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length"))  # fmt: skip
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
                 request = json.loads(await reader.readexactly(length))
                 if not await _answer(case[0], request, writer, pads):
                     break
@@ -133,16 +143,27 @@ def _peak_rss_mb(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[fl
 
 def run_case(args: argparse.Namespace, port: int, tmp: Path) -> tuple[float, str]:
     dataset = tmp / "tasks.jsonl"
-    dataset.write_text("".join(
-        json.dumps({"task_id": {"taskset": "big", "task_id": str(i)}, "task_input": {"q": i}}) + "\n"
-        for i in range(args.rollouts)))  # fmt: skip
+    dataset.write_text(
+        "".join(
+            json.dumps({"task_id": {"taskset": "big", "task_id": str(i)}, "task_input": {"q": i}}) + "\n"
+            for i in range(args.rollouts)
+        )
+    )
     output = tmp / "out" / "o.jsonl"
     command = [
-        sys.executable, "-m", "gymslurm", "collect", f"+input_jsonl_fpath={dataset}",
-        f"+output_jsonl_fpath={output}", f"+environment_server_url=http://127.0.0.1:{port}",
-        "+environment_config={bench: reply_size}", "+progress=plain", "+summary=false",
-        f"+concurrency={args.rollouts}", "+route_failures_to_sidecar=true",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "gymslurm",
+        "collect",
+        f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={output}",
+        f"+environment_server_url=http://127.0.0.1:{port}",
+        "+environment_config={bench: reply_size}",
+        "+progress=plain",
+        "+summary=false",
+        f"+concurrency={args.rollouts}",
+        "+route_failures_to_sidecar=true",
+    ]
     if args.budget_mb is not None:
         command.append(f"+max_inflight_reply_bytes={args.budget_mb << 20}")
     env = {**os.environ, "PYTHONPATH": str(args.checkout), "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": "1"}
@@ -175,8 +196,10 @@ def main() -> int:
             peaks[case], what = run_case(args, port[0], Path(tmp))
         print(f"{case:>16}: peak RSS {peaks[case]:7.0f} MB; {what}", flush=True)
     bound = peaks["small"] + 1.5 * budget_mb
-    print(f"checkout {args.checkout}, concurrency {args.rollouts}: bound = baseline {peaks['small']:.0f} MB "
-          f"+ 1.5 x max_inflight_reply_bytes {budget_mb} MiB = {bound:.0f} MB")  # fmt: skip
+    print(
+        f"checkout {args.checkout}, concurrency {args.rollouts}: bound = baseline {peaks['small']:.0f} MB "
+        f"+ 1.5 x max_inflight_reply_bytes {budget_mb} MiB = {bound:.0f} MB"
+    )
     worst = max(peaks.values())
     print(f"worst case {worst:.0f} MB = {worst / bound:.2f} x the bound")
     return 0 if worst <= bound else 1

@@ -36,10 +36,10 @@ import orjson
 from omegaconf import OmegaConf
 
 from gymslurm.coverage import Coverage
-from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.site.backend import SlurmBackend
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import print_table
 from gymslurm.store import live
@@ -55,19 +55,36 @@ def _line(record: object) -> bytes:
 def _decision(job: str, before: Budgets, decision: Decision, code: int) -> tuple[DecisionRecord, Budgets]:
     after = Budgets(before.jobs + 1, before.walltime_s + 600, before.infra_retries_used)
     record = DecisionRecord(
-        job_id=job, end=AT, elapsed_s=600, slurm_state="RUNNING", exit_code=code, decision=decision,
-        reason=f"collector exit {code}", budgets_before=BudgetsRecord.of(before),
+        job_id=job,
+        end=AT,
+        elapsed_s=600,
+        slurm_state="RUNNING",
+        exit_code=code,
+        decision=decision,
+        reason=f"collector exit {code}",
+        budgets_before=BudgetsRecord.of(before),
         budgets_after=BudgetsRecord.of(after),
-    )  # fmt: skip
+    )
     return record, after
 
 
 def build_run(root: Path, busy: bool) -> tuple[RunDir, list[str]]:
     """The run (``busy``: every shard has three links and coverage) and the squeue lines of it."""
     run = RunDir(root / ("busy-run" if busy else "mid-run"))
-    info = RunInfo(name=run.name, benchmark="bench", overrides=[], created_at=AT, backend="slurm",
-                   shards=SHARDS, workdir=str(root), output_stem="rollouts", infra_retry_limit=3,
-                   max_walltime_s=86400.0, accounting=False, array=True)  # fmt: skip
+    info = RunInfo(
+        name=run.name,
+        benchmark="bench",
+        overrides=[],
+        created_at=AT,
+        backend="slurm",
+        shards=SHARDS,
+        workdir=str(root),
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=86400.0,
+        accounting=False,
+        array=True,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     config = {
         "name": "bench",
@@ -76,8 +93,10 @@ def build_run(root: Path, busy: bool) -> tuple[RunDir, list[str]]:
         "slurm": {"max_walltime": "1-00:00:00"},
     }
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(config)).encode())
-    parts = [ArrayPart(job_id=str(100 + i), base=base, size=min(CHUNK, SHARDS - base))
-             for i, base in enumerate(range(0, SHARDS, CHUNK))]  # fmt: skip
+    parts = [
+        ArrayPart(job_id=str(100 + i), base=base, size=min(CHUNK, SHARDS - base))
+        for i, base in enumerate(range(0, SHARDS, CHUNK))
+    ]
     record = ArrayRecord(
         job_id=parts[0].job_id, shards=SHARDS, max_running=None, at=AT, chunk=CHUNK, parts=parts
     )
@@ -102,8 +121,9 @@ def build_run(root: Path, busy: bool) -> tuple[RunDir, list[str]]:
             last = kind == "done" and link == links - 1
             if kind == "running" and link == links - 1:
                 break
-            decision, budgets = _decision(jobs[-1], budgets, Decision.DONE if last else Decision.CONTINUE,
-                                          0 if last else 75)  # fmt: skip
+            decision, budgets = _decision(
+                jobs[-1], budgets, Decision.DONE if last else Decision.CONTINUE, 0 if last else 75
+            )
             data += _line(decision)
         state = "COMPLETED" if kind == "done" else "RUNNING" if kind == "running" else "COMPLETED"
         lines += [f"{j}|gs-bench|COMPLETED|None|(null)|10:00|1:00:00|{AT[:19]}" for j in jobs[:-1]]
@@ -125,25 +145,68 @@ def build_run(root: Path, busy: bool) -> tuple[RunDir, list[str]]:
         atomic_write(output.with_name("rollouts_coverage.json"), _coverage(ok).model_dump_json().encode())
         if kind == "running":  # a live link: its heartbeat and its collector's progress record, fresh
             now = time.time()
-            live.write_heartbeat(run.heartbeat(shard), live.Heartbeat(
-                job_id=jobs[-1], start=AT, at=AT, epoch=now, interval_s=3600, pid=1, collector_pid=2,
-                collector_started=now, stall_window_s=None))  # fmt: skip
-            live.write_progress(live.progress_path(output), live.LiveProgress(
-                written_at=AT, epoch=now, job_id=jobs[-1], pid=2, expected=100, successful=70, failed=0,
-                intentionally_omitted=0, in_flight=4, new_outcomes=10, started_epoch=now - 60,
-                rate_per_s=0.2))  # fmt: skip
+            live.write_heartbeat(
+                run.heartbeat(shard),
+                live.Heartbeat(
+                    job_id=jobs[-1],
+                    start=AT,
+                    at=AT,
+                    epoch=now,
+                    interval_s=3600,
+                    pid=1,
+                    collector_pid=2,
+                    collector_started=now,
+                    stall_window_s=None,
+                ),
+            )
+            live.write_progress(
+                live.progress_path(output),
+                live.LiveProgress(
+                    written_at=AT,
+                    epoch=now,
+                    job_id=jobs[-1],
+                    pid=2,
+                    expected=100,
+                    successful=70,
+                    failed=0,
+                    intentionally_omitted=0,
+                    in_flight=4,
+                    new_outcomes=10,
+                    started_epoch=now - 60,
+                    rate_per_s=0.2,
+                ),
+            )
     return run, lines
 
 
 def _coverage(ok: int) -> Coverage:
     """The coverage a collector writes after ``ok`` of 100 rollouts succeeded (the rest not started)."""
     return Coverage(
-        run_id="bench", expected=100, successful=ok, measured=ok, masked=0, unscored=0, failed=0,
-        intentionally_omitted=0, not_started=100 - ok, missing=0, complete=ok == 100, reconciled=True,
-        scored=ok, attempts=ok, counted_failures=0, failure_budget_exhausted=0, max_rollout_attempts=3,
-        retry_terminal_timeouts=False, retryable=0, progress_outcomes_recorded=ok, failed_by_class={},
-        historical_failed_attempts=0, identity_verified=True, written_at=AT,
-    )  # fmt: skip
+        run_id="bench",
+        expected=100,
+        successful=ok,
+        measured=ok,
+        masked=0,
+        unscored=0,
+        failed=0,
+        intentionally_omitted=0,
+        not_started=100 - ok,
+        missing=0,
+        complete=ok == 100,
+        reconciled=True,
+        scored=ok,
+        attempts=ok,
+        counted_failures=0,
+        failure_budget_exhausted=0,
+        max_rollout_attempts=3,
+        retry_terminal_timeouts=False,
+        retryable=0,
+        progress_outcomes_recorded=ok,
+        failed_by_class={},
+        historical_failed_attempts=0,
+        identity_verified=True,
+        written_at=AT,
+    )
 
 
 def bare_loop(run: RunDir, squeue_text: Path) -> float:
@@ -175,8 +238,10 @@ def fake_slurm(bin_dir: Path, lines: list[str], counter: Path) -> None:
     """squeue printing ``lines`` and sacct saying accounting is disabled; both count their calls."""
     bin_dir.mkdir()
     (bin_dir / "squeue.txt").write_text("\n".join(lines) + "\n")
-    for name, body in (("squeue", f"cat {bin_dir / 'squeue.txt'}"),
-                       ("sacct", "echo 'Slurm accounting storage is disabled' >&2; exit 1")):  # fmt: skip
+    for name, body in (
+        ("squeue", f"cat {bin_dir / 'squeue.txt'}"),
+        ("sacct", "echo 'Slurm accounting storage is disabled' >&2; exit 1"),
+    ):
         script = bin_dir / name
         script.write_text(f"#!/bin/bash\necho {name} >> {counter}\n{body}\n")
         script.chmod(0o755)
@@ -192,8 +257,12 @@ def _cli(run: RunDir, *extra: str) -> tuple[float, float]:
     """Wall and CPU seconds of ``python -m gymslurm status RUN [extra]``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "gymslurm", "status", str(run.root), *extra], check=True,
-                   capture_output=True, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "gymslurm", "status", str(run.root), *extra],
+        check=True,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     took = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -266,22 +335,32 @@ def main() -> int:
     ok = True
     for name, f in (("mid-way", mid), ("every shard busy (no target)", busy)):
         print(f"status of {SHARDS} shards, {name}: {f['verdicts']}; {f['rows']} squeue rows; load {load:.1f}")
-        print(f"  CLI --json: {f['cli_json']:.3f} s wall ({f['cli_json'] / LIMIT_S:.2f} of the "
-              f"{LIMIT_S:.0f} s limit), {f['cli_json_cpu']:.3f} s CPU, {f['cli_queries']:.0f} scheduler "
-              f"queries (limit {LIMIT_QUERIES})")  # fmt: skip
-        print(f"  CLI --json renders no report.html; CLI table with the page unchanged (kept): "
-              f"{f['cli_table']:.3f} s wall ({f['cli_table'] / LIMIT_S:.2f} of the limit), "
-              f"{f['cli_table_cpu']:.3f} s CPU (Python start-up included)")  # fmt: skip
-        print(f"  CLI table writing report.html anew: {f['cli_fresh']:.3f} s wall, "
-              f"{f['cli_fresh_cpu']:.3f} s CPU "
-              f"({f['cli_fresh_cpu'] / LIMIT_S:.2f} of the limit)")  # fmt: skip
-        print(f"  in-process: document {f['doc']:.3f} s ({f['doc_cpu']:.3f} s CPU, {f['queries']:.0f} "
-              "queries), "
-              f"table {f['table']:.3f} s; bare loop over the same files and rows {f['bare']:.3f} s: "
-              f"document {f['doc'] / f['bare']:.1f}x")  # fmt: skip
+        print(
+            f"  CLI --json: {f['cli_json']:.3f} s wall ({f['cli_json'] / LIMIT_S:.2f} of the "
+            f"{LIMIT_S:.0f} s limit), {f['cli_json_cpu']:.3f} s CPU, {f['cli_queries']:.0f} scheduler "
+            f"queries (limit {LIMIT_QUERIES})"
+        )
+        print(
+            f"  CLI --json renders no report.html; CLI table with the page unchanged (kept): "
+            f"{f['cli_table']:.3f} s wall ({f['cli_table'] / LIMIT_S:.2f} of the limit), "
+            f"{f['cli_table_cpu']:.3f} s CPU (Python start-up included)"
+        )
+        print(
+            f"  CLI table writing report.html anew: {f['cli_fresh']:.3f} s wall, "
+            f"{f['cli_fresh_cpu']:.3f} s CPU "
+            f"({f['cli_fresh_cpu'] / LIMIT_S:.2f} of the limit)"
+        )
+        print(
+            f"  in-process: document {f['doc']:.3f} s ({f['doc_cpu']:.3f} s CPU, {f['queries']:.0f} "
+            "queries), "
+            f"table {f['table']:.3f} s; bare loop over the same files and rows {f['bare']:.3f} s: "
+            f"document {f['doc'] / f['bare']:.1f}x"
+        )
     bare_wall, bare_cpu = _interpreter()
-    print(f"bare interpreter (python -c pass, this machine's site hooks included): {bare_wall:.3f} s wall, "
-          f"{bare_cpu:.3f} s CPU; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"bare interpreter (python -c pass, this machine's site hooks included): {bare_wall:.3f} s wall, "
+        f"{bare_cpu:.3f} s CPU; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     # The verdict is on CPU seconds: on a shared machine (load above its CPUs) wall time is mostly
     # the other processes' (see the figures printed), CPU time is what status itself costs.
     ok = all(mid[key] <= LIMIT_S for key in ("cli_json_cpu", "cli_table_cpu", "cli_fresh_cpu"))

@@ -34,10 +34,15 @@ SENTENCE = "The answer follows from the second paragraph of the task statement. 
 
 def inputs(count: int) -> list[dict[str, object]]:
     return [
-        {"_ng_rollout_id": f"bench-t{i}", "_ng_task_index": i, "_ng_rollout_index": 0,
-         "task_id": {"taskset": "bench", "task_id": f"t{i}"}, "task_input": {"question": f"q{i}"}}
+        {
+            "_ng_rollout_id": f"bench-t{i}",
+            "_ng_task_index": i,
+            "_ng_rollout_index": 0,
+            "task_id": {"taskset": "bench", "task_id": f"t{i}"},
+            "task_input": {"question": f"q{i}"},
+        }
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
 def fill(folder: Path, count: int, response_chars: int) -> tuple[Path, float]:
@@ -48,9 +53,16 @@ def fill(folder: Path, count: int, response_chars: int) -> tuple[Path, float]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = RunPaths.for_output(folder / f"run{count}.jsonl")
     store = RunStore.create_fresh(
-        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=inputs(count), identity={},
-        config_digest=DIGEST, max_rollout_attempts=3),
-    )  # fmt: skip
+        paths,
+        RunSpec(
+            source_path="d",
+            source_digest=DIGEST,
+            inputs=inputs(count),
+            identity={},
+            config_digest=DIGEST,
+            max_rollout_attempts=3,
+        ),
+    )
     store.reconcile()
     ids = store.rollout_ids()
     text = (SENTENCE * (response_chars // len(SENTENCE) + 1))[:response_chars]
@@ -62,9 +74,12 @@ def fill(folder: Path, count: int, response_chars: int) -> tuple[Path, float]:
         if index % 10 == 0:
             attempt = store.reserve(index)
             record = RolloutFailureRecord(
-                episode_id=EpisodeId(rollout_id=ids[index], attempt=attempt), run_id=store.run_id,
-                source="collector", delivery="possibly_delivered", failure=failure,
-            )  # fmt: skip
+                episode_id=EpisodeId(rollout_id=ids[index], attempt=attempt),
+                run_id=store.run_id,
+                source="collector",
+                delivery="possibly_delivered",
+                failure=failure,
+            )
             store.append_failure(index, attempt, record)
         attempt = store.reserve(index)
         result = {

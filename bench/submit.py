@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gymslurm.launcher.slurm import parse_config, site_limits
-from gymslurm.launcher.submit import submit
+from gymslurm.commands.submit import submit
+from gymslurm.launcher.site.slurm import parse_config, site_limits
 
 SHARDS, SMALL, LIMIT_S, CANCEL_LIMIT_S = 10_000, 10, 3.0, 2.0
 COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
@@ -82,8 +82,12 @@ def footprint(arrays: list[str], live: bool = False) -> int:
     """Job records of these arrays in the queue (``squeue`` without ``-r``: a pending array is one).
     ``live``: only pending, running or suspended ones (not those cancelled and kept for MinJobAge)."""
     states = ["-t", "PD,R,S,CF"] if live else []
-    out = subprocess.run(["squeue", "-h", "-j", ",".join(arrays), *states, "-o", "%i"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-j", ",".join(arrays), *states, "-o", "%i"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return len(out.split())
 
 
@@ -101,8 +105,12 @@ def measure(
     before = resource.getrusage(resource.RUSAGE_CHILDREN if cli else resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     if cli:
-        subprocess.run([sys.executable, "-m", "gymslurm", "submit", str(bench)], check=True, cwd=root,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "gymslurm", "submit", str(bench)],
+            check=True,
+            cwd=root,
+            capture_output=True,
+        )
     else:
         with contextlib.redirect_stdout(io.StringIO()):
             assert submit(str(bench), [], "slurm", False) == 0
@@ -133,14 +141,23 @@ def bare_loop(root: Path, shards: int, chunk: int, lookahead: int) -> tuple[floa
     script = root / "bare.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --time=00:05:00\n#SBATCH --output=/dev/null\ntrue\n")
     ranges = " ".join(f"0-{min(chunk, shards - base) - 1}" for base in range(0, shards, chunk))
-    spares = (f"for s in $(seq {lookahead - 1}); do j=$(sbatch --parsable --hold --array=$r "
-              f"--dependency=afterany:$j {script}); echo $j; done; ")  # fmt: skip
+    spares = (
+        f"for s in $(seq {lookahead - 1}); do j=$(sbatch --parsable --hold --array=$r "
+        f"--dependency=afterany:$j {script}); echo $j; done; "
+    )
     t0 = time.perf_counter()
     out = subprocess.run(
-        ["bash", "-c", f"scontrol show config >/dev/null; for r in {ranges}; do j=$(sbatch --parsable --hold "
-         f"--array=$r {script}); echo $j; {spares}done"],
-        capture_output=True, text=True, check=True, cwd=root,
-    ).stdout.split()  # fmt: skip
+        [
+            "bash",
+            "-c",
+            f"scontrol show config >/dev/null; for r in {ranges}; do j=$(sbatch --parsable --hold "
+            f"--array=$r {script}); echo $j; {spares}done",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+    ).stdout.split()
     submit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     subprocess.run(["bash", "-c", f"squeue -h -r >/dev/null; scancel {' '.join(out)}"], check=True)
@@ -181,24 +198,36 @@ def main() -> int:
         finally:  # whatever failed, nothing the bench submitted stays queued
             cancel_run(root, SHARDS)
     load = os.getloadavg()[0]
-    print(f"submit of {SHARDS} shards on the Slurm sandbox (MaxArraySize {chunk}: {arrays} held job "
-          f"arrays, each with {lookahead - 1} spare array(s) at lookahead {lookahead}: {sbatches} sbatch); "
-          f"load {load:.1f}")  # fmt: skip
-    print(f"  whole CLI:  {cli_s:.3f} s wall ({cli_s / LIMIT_S:.2f} of the {LIMIT_S:.0f} s limit), "
-          f"{cli_cpu:.3f} s CPU, {cli_calls} Slurm calls (limit {sbatches + 1}: one per array "
-          f"and spare array, plus one); bare loop of the same Slurm "
-          f"calls {bare_submit:.3f} s: {cli_s / bare_submit:.2f}x")  # fmt: skip
+    print(
+        f"submit of {SHARDS} shards on the Slurm sandbox (MaxArraySize {chunk}: {arrays} held job "
+        f"arrays, each with {lookahead - 1} spare array(s) at lookahead {lookahead}: {sbatches} sbatch); "
+        f"load {load:.1f}"
+    )
+    print(
+        f"  whole CLI:  {cli_s:.3f} s wall ({cli_s / LIMIT_S:.2f} of the {LIMIT_S:.0f} s limit), "
+        f"{cli_cpu:.3f} s CPU, {cli_calls} Slurm calls (limit {sbatches + 1}: one per array "
+        f"and spare array, plus one); bare loop of the same Slurm "
+        f"calls {bare_submit:.3f} s: {cli_s / bare_submit:.2f}x"
+    )
     print(f"  {SMALL} shards: {small_s:.3f} s, {small_calls} Slurm calls")
-    print(f"  queue footprint after submit: {held} job records (limit: throttle 0 + {sbatches} arrays, "
-          "spares included)")
-    print(f"  cancel, whole CLI: {cancel_s:.3f} s wall ({cancel_s / CANCEL_LIMIT_S:.2f} of the "
-          f"{CANCEL_LIMIT_S:.0f} s limit), {cancel_calls} Slurm calls, {left} job records left; "
-          f"bare squeue + scancel "
-          f"{bare_cancel:.3f} s: {cancel_s / bare_cancel:.2f}x")  # fmt: skip
+    print(
+        f"  queue footprint after submit: {held} job records (limit: throttle 0 + {sbatches} arrays, "
+        "spares included)"
+    )
+    print(
+        f"  cancel, whole CLI: {cancel_s:.3f} s wall ({cancel_s / CANCEL_LIMIT_S:.2f} of the "
+        f"{CANCEL_LIMIT_S:.0f} s limit), {cancel_calls} Slurm calls, {left} job records left; "
+        f"bare squeue + scancel "
+        f"{bare_cancel:.3f} s: {cancel_s / bare_cancel:.2f}x"
+    )
     ok = (
-        cli_s <= LIMIT_S and cancel_s <= CANCEL_LIMIT_S and cli_calls <= sbatches + 1 and left == 0
-        and small_calls <= lookahead + 1 and held <= sbatches
-    )  # fmt: skip
+        cli_s <= LIMIT_S
+        and cancel_s <= CANCEL_LIMIT_S
+        and cli_calls <= sbatches + 1
+        and left == 0
+        and small_calls <= lookahead + 1
+        and held <= sbatches
+    )
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 

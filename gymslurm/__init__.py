@@ -24,7 +24,7 @@ _HOMES: dict[str, str] = {
     "OutcomeFuture": "gymslurm.outcomes",
     "RowOutcome": "gymslurm.outcomes",
     # one collection, as ``gymslurm collect`` runs it (docs/collector.md)
-    "collect": "gymslurm.collector",
+    "collect": "gymslurm.collector.collect",
     "CollectSettings": "gymslurm.settings",
     # the records a run saves (docs/formats.md)
     "RolloutFailureRecord": "gymslurm.records",
@@ -88,7 +88,7 @@ __all__ = [
 ]  # the same names as _HOMES (a test pins both)
 
 if TYPE_CHECKING:
-    from gymslurm.collector import collect
+    from gymslurm.collector.collect import collect
     from gymslurm.errors import (
         ConfigError,
         CorruptRecordError,
@@ -119,8 +119,10 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'gymslurm' has no attribute {name!r}; the supported names are "
-                             "gymslurm.__all__ (docs/api.md)")  # fmt: skip
+        raise AttributeError(
+            f"module 'gymslurm' has no attribute {name!r}; the supported names are "
+            "gymslurm.__all__ (docs/api.md)"
+        )
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

@@ -195,9 +195,13 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
     for outcome in shard.legacy_outcomes:
         accumulator.add_legacy_outcome(outcome)
     summary = ShardSummary(
-        shard.source, shard.run_id, shard.identity_verified, shard.torn_bytes, accumulator,
+        shard.source,
+        shard.run_id,
+        shard.identity_verified,
+        shard.torn_bytes,
+        accumulator,
         array("q", sorted(shard.selected_result_lines)),
-    )  # fmt: skip
+    )
     coverage = shard.coverage(written_at)
     if coverage is not None:
         summary.coverage = coverage.model_dump(exclude={"written_at"})
@@ -238,9 +242,14 @@ def _fast_manifest_summary(
     except StoreError as error:
         raise StoreError(f"{error}: rollout ids are not unique; restore the run's files together") from None
     history = read_history(
-        paths.results, paths.failures, run_id=manifest.run_id,
-        keys=RolloutKeys(index.index_of, dict, (index.blob, index.ends)), rollout_count=count, legacy=False,
-    )  # fmt: skip
+        paths.results,
+        paths.failures,
+        run_id=manifest.run_id,
+        keys=RolloutKeys(index.index_of, dict, (index.blob, index.ends)),
+        rollout_count=count,
+        legacy=False,
+    )
+
     def conflict(rollout: int, problem: str) -> CorruptRecordError:
         return history_conflict(paths, index.ids[rollout], problem, remedy="leave this shard out")
 
@@ -257,16 +266,26 @@ def _fast_manifest_summary(
     for state in states:
         accumulator.add_state(state)
     coverage = compute_coverage(
-        states, run_id=manifest.run_id, attempts=sum(counts), policy=policy,
-        identity_verified=manifest.identity_verified, historical_failed_attempts=history.failure_lines,
-        progress_outcomes_recorded=0, written_at=written_at,
-    )  # fmt: skip
+        states,
+        run_id=manifest.run_id,
+        attempts=sum(counts),
+        policy=policy,
+        identity_verified=manifest.identity_verified,
+        historical_failed_attempts=history.failure_lines,
+        progress_outcomes_recorded=0,
+        written_at=written_at,
+    )
     torn = history.results_tail.torn_bytes + history.failures_tail.torn_bytes
     lines.sort()
     return ShardSummary(
-        source, manifest.run_id, manifest.identity_verified, torn, accumulator, array("q", lines),
+        source,
+        manifest.run_id,
+        manifest.identity_verified,
+        torn,
+        accumulator,
+        array("q", lines),
         coverage=coverage.model_dump(exclude={"written_at"}),
-    )  # fmt: skip
+    )
 
 
 def summarize_shards(
@@ -334,10 +353,22 @@ def shard_coverage_entry(shard: ShardSummary) -> dict[str, Any]:
 
 
 _SUMMED = (
-    "expected", "successful", "measured", "masked", "unscored", "failed", "intentionally_omitted",
-    "not_started", "missing", "scored", "attempts", "counted_failures", "failure_budget_exhausted",
-    "retryable", "historical_failed_attempts",
-)  # fmt: skip
+    "expected",
+    "successful",
+    "measured",
+    "masked",
+    "unscored",
+    "failed",
+    "intentionally_omitted",
+    "not_started",
+    "missing",
+    "scored",
+    "attempts",
+    "counted_failures",
+    "failure_budget_exhausted",
+    "retryable",
+    "historical_failed_attempts",
+)
 
 
 # Coverage fields that the aggregate metrics (the same selected states, the scoring policy applied)

@@ -1,8 +1,8 @@
 """The ``gymslurm`` command: a table of subcommands, each imported only when it runs.
 
 ``gymslurm --help`` must start in well under half a second, so this module imports nothing heavy:
-each subcommand lives in its own module exposing ``main(argv: list[str]) -> int`` and parses its own
-arguments (``collect`` takes Hydra overrides such as ``+output_jsonl_fpath=...``).
+every subcommand lives in its own module of ``gymslurm/commands/`` exposing ``main(argv: list[str]) -> int``
+and parses its own arguments (``collect`` takes Hydra overrides such as ``+output_jsonl_fpath=...``).
 User-facing errors (:class:`gymslurm.errors.GymslurmError`) print as one message, no traceback.
 """
 
@@ -22,17 +22,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregate": ("gymslurm.commands.aggregate", "merge shard outputs into one selected-result projection"),
     "health": ("gymslurm.commands.health", "failure-rate and completeness checks over a run"),
     "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),
-    "submit": ("gymslurm.launcher.cli", "submit a benchmark as self-healing Slurm job chains"),
-    "status": ("gymslurm.launcher.cli", "show the health of each chain of a run"),
-    "logs": ("gymslurm.launcher.cli", "print a link's job log and its servers' logs (--follow)"),
-    "report": ("gymslurm.launcher.cli", "write a run's self-contained report.html"),
-    "resubmit": ("gymslurm.launcher.cli", "give retryable failures a fresh budget and restart chains"),
-    "cancel": ("gymslurm.launcher.cli", "cancel every job of a run"),
-    "pause": ("gymslurm.launcher.cli", "give a run's allocation back now, without losing anything"),
-    "resume": ("gymslurm.launcher.cli", "go on with a paused run where each shard stopped"),
-    "doctor": ("gymslurm.launcher.cli", "check the Slurm site settings job chains rely on"),
-    "inject": ("gymslurm.launcher.cli", "send a fault (timeout, preempt, crash...) to a shard's live link"),
-    "chain-step": ("gymslurm.launcher.cli", "(internal) run one link of a chain inside a job"),
+    "submit": ("gymslurm.commands.submit", "submit a benchmark as self-healing Slurm job chains"),
+    "status": ("gymslurm.commands.status", "show the health of each chain of a run"),
+    "logs": ("gymslurm.commands.logs", "print a link's job log and its servers' logs (--follow)"),
+    "report": ("gymslurm.commands.report", "write a run's self-contained report.html"),
+    "resubmit": ("gymslurm.commands.resubmit", "give retryable failures a fresh budget and restart chains"),
+    "cancel": ("gymslurm.commands.cancel", "cancel every job of a run"),
+    "pause": ("gymslurm.commands.pause", "give a run's allocation back now, without losing anything"),
+    "resume": ("gymslurm.commands.resume", "go on with a paused run where each shard stopped"),
+    "doctor": ("gymslurm.commands.doctor", "check the Slurm site settings job chains rely on"),
+    "inject": ("gymslurm.commands.inject", "send a fault (timeout, preempt, crash...) to a live link"),
+    "chain-step": ("gymslurm.commands.chain_step", "(internal) run one link of a chain inside a job"),
 }
 
 USAGE = "usage: gymslurm [-h] [--version] COMMAND [ARGS...]"
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from gymslurm.errors import GymslurmError
 
     try:
-        code: int = module.main(rest) if name not in _LAUNCHER else module.main(name, rest)
+        code: int = module.main(rest)
     except GymslurmError as error:
         from gymslurm.redaction import redact_text
 
@@ -135,9 +135,3 @@ def _redact_what_is_printed() -> None:
         stream = getattr(sys, name)
         if not isinstance(stream, _RedactingStream):
             setattr(sys, name, _RedactingStream(stream))
-
-
-_LAUNCHER = {
-    "submit", "status", "logs", "report", "resubmit", "cancel", "pause", "resume", "doctor", "inject",
-    "chain-step",
-}  # fmt: skip

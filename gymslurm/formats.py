@@ -43,15 +43,39 @@ FORMATS: dict[str, Format] = {
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "rewards": Format("the merged reward histogram", "format_version", 1),
-    "run_summary": Format("the run's summary (summary.json)", "format_version", 1,
-                          "move it aside: 'gymslurm status RUN --json' gives the same figures"),
+    "suite_metrics": Format(
+        "the suite metrics (suite_metrics.json)",
+        "format_version",
+        1,
+        "the suite's aggregation job writes it again ('gymslurm resubmit RUN' reruns it)",
+    ),
+    "run_summary": Format(
+        "the run's summary (summary.json)",
+        "format_version",
+        1,
+        "move it aside: 'gymslurm status RUN --json' gives the same figures",
+    ),
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
-    "finished_seal": Format("the finished-run seal", "format_version", 1,
-                            "nothing to do: the next resume ignores it and writes it again"),
-    "outcome_index": Format("the outcome index", "format_version", 1,
-                            "nothing to do: a reconcile ignores it and the run's writer writes it again"),
+    "finished_seal": Format(
+        "the finished-run seal",
+        "format_version",
+        1,
+        "nothing to do: the next resume ignores it and writes it again",
+    ),
+    "outcome_index": Format(
+        "the outcome index",
+        "format_version",
+        1,
+        "nothing to do: a reconcile ignores it and the run's writer writes it again",
+    ),
+    "run_tally": Format(
+        "the run's tally (tally.jsonl)",
+        "v",
+        1,
+        "move it aside: the next link that finds every chain finished counts them again",
+    ),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
     "supervision_event": Format(
@@ -77,9 +101,7 @@ def version_problem(kind: str, found: object) -> str | None:
     )
 
 
-def check_version(
-    kind: str, found: object, where: str, error: type[GymslurmError] = ManifestError
-) -> None:
+def check_version(kind: str, found: object, where: str, error: type[GymslurmError] = ManifestError) -> None:
     """Raise ``error`` naming ``where`` unless ``found`` is the version of ``kind`` this gymslurm reads."""
     problem = version_problem(kind, found)
     if problem is not None:

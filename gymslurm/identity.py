@@ -241,23 +241,53 @@ def identity_digest(identity: Mapping[str, Any]) -> str:
 OPERATIONAL_NAMES = frozenset(
     {
         # concurrency
-        "concurrency", "max_concurrency", "num_samples_in_parallel", "max_concurrent_requests",
-        "parallelism", "num_workers", "max_workers", "max_connections", "max_keepalive_connections",
+        "concurrency",
+        "max_concurrency",
+        "num_samples_in_parallel",
+        "max_concurrent_requests",
+        "parallelism",
+        "num_workers",
+        "max_workers",
+        "max_connections",
+        "max_keepalive_connections",
         # transport
-        "transport", "http2", "verify_ssl", "ssl_verify", "proxy", "proxies", "keepalive", "trust_env",
+        "transport",
+        "http2",
+        "verify_ssl",
+        "ssl_verify",
+        "proxy",
+        "proxies",
+        "keepalive",
+        "trust_env",
         # reporting
-        "verbose", "quiet", "log_level", "progress", "progress_bar", "print_summary",
+        "verbose",
+        "quiet",
+        "log_level",
+        "progress",
+        "progress_bar",
+        "print_summary",
         # memory and dispatch
-        "max_resident_tasks", "memory_limit", "keep_results_in_memory", "max_reply_bytes",
+        "max_resident_tasks",
+        "memory_limit",
+        "keep_results_in_memory",
+        "max_reply_bytes",
         "max_inflight_reply_bytes",
         # retry controls
-        "max_rollout_attempts", "backoff", "backoff_s", "max_backoff_s",
+        "max_rollout_attempts",
+        "backoff",
+        "backoff_s",
+        "max_backoff_s",
         # resume and reporting flags
-        "resume_from_cache", "allow_unsafe_resume", "require_complete", "route_failures_to_sidecar",
-        "count_missing_rollouts_as_zero", "count_failure_classes_as_zero", "disable_health_check",
+        "resume_from_cache",
+        "allow_unsafe_resume",
+        "require_complete",
+        "route_failures_to_sidecar",
+        "count_missing_rollouts_as_zero",
+        "count_failure_classes_as_zero",
+        "disable_health_check",
         "merge_shards",
     }
-)  # fmt: skip
+)
 # Any word of the last component that makes it operational: request_timeout_s, max_retries, wandb_project.
 OPERATIONAL_WORDS = _table("timeout timeouts retry retries wandb mlflow tensorboard health")
 # The first word that makes it operational: dispatch_budget_s, dispatch_longest_first.

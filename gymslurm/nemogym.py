@@ -27,18 +27,25 @@ from urllib.parse import urlsplit
 from gymslurm.identity import redact_text
 
 ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, TASK_ID_STAMP, AGENT_REF = (
-    "_ng_environment_server", "_ng_result_type", "_ng_task_id", "agent_ref",
-)  # fmt: skip
+    "_ng_environment_server",
+    "_ng_result_type",
+    "_ng_task_id",
+    "agent_ref",
+)
 ORIGIN_STAMPS = frozenset({ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, TASK_ID_STAMP})
 ENVIRONMENT_SERVERS = "environment_servers"
 # The sections of NeMo Gym's AggregateMetrics answer and their JSON types (nemo_gym/config_types.py).
 SECTION_SHAPES: dict[str, dict[str, Any] | list[Any]] = {
-    "agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": [],
-}  # fmt: skip
+    "agent_metrics": {},
+    "key_metrics": {},
+    "group_level_metrics": [],
+    "repeat_level_metrics": [],
+}
 # Fields NeMo Gym strips from each row before POST /aggregate_metrics (only usage details of the
 # response are kept): the request stays small and the servers see what NeMo Gym sends them.
-HEAVY_FIELDS = frozenset({"response", "responses_create_params", "ng_agent_observations",
-                          "ng_model_call_capture", "ng_trajectory"})  # fmt: skip
+HEAVY_FIELDS = frozenset(
+    {"response", "responses_create_params", "ng_agent_observations", "ng_model_call_capture", "ng_trajectory"}
+)
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0"})
 
 

@@ -54,28 +54,45 @@ REFUSED: dict[str, str] = {
 
 # gym eval run's --flags → the Hydra key each sets (NeMo Gym's nemo_gym/cli/main.py); None: no value.
 VALUE_FLAGS = {
-    "--agent": "agent_name", "-a": "agent_name", "--input": "input_jsonl_fpath", "-i": "input_jsonl_fpath",
-    "--output": "output_jsonl_fpath", "-o": "output_jsonl_fpath", "--limit": "limit",
-    "--num-repeats": "num_repeats", "--concurrency": "num_samples_in_parallel",
-}  # fmt: skip
+    "--agent": "agent_name",
+    "-a": "agent_name",
+    "--input": "input_jsonl_fpath",
+    "-i": "input_jsonl_fpath",
+    "--output": "output_jsonl_fpath",
+    "-o": "output_jsonl_fpath",
+    "--limit": "limit",
+    "--num-repeats": "num_repeats",
+    "--concurrency": "num_samples_in_parallel",
+}
 BOOL_FLAGS = {
-    "--resume": "resume_from_cache", "--no-health-check": "disable_health_check",
+    "--resume": "resume_from_cache",
+    "--no-health-check": "disable_health_check",
     "--disable-aggregation": "disable_aggregation",
-}  # fmt: skip
+}
 # Accepted and without effect: gymslurm's collect always works against servers that are already up.
 NO_OP_FLAGS = frozenset({"--no-serve"})
 REFUSED_FLAGS = {
-    "--config": _SERVERS, "--benchmark": _SERVERS, "--environment": _SERVERS, "--resources-server": _SERVERS,
-    "--model-type": _SERVERS, "--search-dir": _SERVERS, "--agent-type": _SERVERS,
-    "--allow-unsupported-pairing": _SERVERS, "--model": _SERVERS, "--model-url": _SERVERS,
-    "--model-api-key": _SERVERS, "-m": _SERVERS, "--split": REFUSED["split"],
+    "--config": _SERVERS,
+    "--benchmark": _SERVERS,
+    "--environment": _SERVERS,
+    "--resources-server": _SERVERS,
+    "--model-type": _SERVERS,
+    "--search-dir": _SERVERS,
+    "--agent-type": _SERVERS,
+    "--allow-unsupported-pairing": _SERVERS,
+    "--model": _SERVERS,
+    "--model-url": _SERVERS,
+    "--model-api-key": _SERVERS,
+    "-m": _SERVERS,
+    "--split": REFUSED["split"],
     "--prompt-config": REFUSED["prompt_config"],
     "--interleave-repeats": REFUSED["interleave_repeats"],
     "--temperature": REFUSED["responses_create_params"],
-    "--top-p": REFUSED["responses_create_params"], "--max-output-tokens": REFUSED["responses_create_params"],
+    "--top-p": REFUSED["responses_create_params"],
+    "--max-output-tokens": REFUSED["responses_create_params"],
     "--health-check-workers": REFUSED["health_check_workers"],
     "--health-check-ignore": REFUSED["health_check_ignored_checks"],
-}  # fmt: skip
+}
 
 
 def refuse_unsupported(keys: object) -> None:

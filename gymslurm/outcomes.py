@@ -64,14 +64,21 @@ def run_outcomes(
     an event loop running; bad rows raise :class:`~gymslurm.errors.ConfigError` before anything is sent.
     """
     invocation_run_id = new_run_id()
-    prepared = [_prepare(index, row, run_id or invocation_run_id, override=run_id is not None)
-                for index, row in enumerate(rows)]  # fmt: skip
+    prepared = [
+        _prepare(index, row, run_id or invocation_run_id, override=run_id is not None)
+        for index, row in enumerate(rows)
+    ]
     for item in prepared:
         _server_for(server_url, item.task["task_id"]["taskset"])  # refuse unmapped tasksets up front
     client = EnvironmentClient(
-        concurrency=concurrency, run_id=invocation_run_id, route_failures=route_failures,
-        connect_timeout=connect_timeout, read_timeout=read_timeout, transport=transport, protocol=protocol,
-    )  # fmt: skip
+        concurrency=concurrency,
+        run_id=invocation_run_id,
+        route_failures=route_failures,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        transport=transport,
+        protocol=protocol,
+    )
     return OutcomeStream(prepared, client, server_url, concurrency)
 
 
@@ -230,8 +237,9 @@ class OutcomeStream:
             self._next_row += 1
             url = _server_for(self._server_url, item.task["task_id"]["taskset"])
             try:
-                outcome = await self._client.run(url, item.episode, item.task, run_id=item.run_id,
-                                                 indices=item.indices())  # fmt: skip
+                outcome = await self._client.run(
+                    url, item.episode, item.task, run_id=item.run_id, indices=item.indices()
+                )
             except Exception as exc:  # a programming error or ProtocolError: hand it to the caller
                 self._resolve_next(exception=exc)
                 continue

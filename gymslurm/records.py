@@ -30,16 +30,31 @@ DEFAULT_MAX_ROLLOUT_ATTEMPTS = 3
 # The shared failure-kind vocabulary (PROTOCOL.md). Unregistered names are accepted with a warning.
 FAILURE_KINDS: frozenset[str] = frozenset(
     {
-        "transport_unreachable", "transport_peer_drop", "transport_timeout", "transport_local_resource",
-        "agent_run_error", "agent_request_failed", "agent_timeout", "agent_command_not_allowed",
-        "judge_failed", "judge_unparseable", "verifier_error",
-        "provider_unavailable", "provider_quota_exhausted", "provider_oom_killed",
-        "session_lost", "session_expired", "session_release_failed",
-        "cancelled", "kill_shaped", "shutdown",
-        "persistence_failed", "cohort_incomplete",
+        "transport_unreachable",
+        "transport_peer_drop",
+        "transport_timeout",
+        "transport_local_resource",
+        "agent_run_error",
+        "agent_request_failed",
+        "agent_timeout",
+        "agent_command_not_allowed",
+        "judge_failed",
+        "judge_unparseable",
+        "verifier_error",
+        "provider_unavailable",
+        "provider_quota_exhausted",
+        "provider_oom_killed",
+        "session_lost",
+        "session_expired",
+        "session_release_failed",
+        "cancelled",
+        "kill_shaped",
+        "shutdown",
+        "persistence_failed",
+        "cohort_incomplete",
         "environment_protocol_violation",
     }
-)  # fmt: skip
+)
 ROUTING_CLASS_UNSPECIFIED = "environment_server_failed"
 # The `_ng_*` keys a result may carry from older judges; every other `_ng_*` key is the collector's.
 LEGACY_JUDGE_MARKERS = frozenset({"_ng_judge_failsafe", "_ng_judge_invalid"})

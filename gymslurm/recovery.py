@@ -9,7 +9,8 @@ For code that drives episodes itself (a trainer, a custom collection driver) rat
 - :func:`run_examples` — one attempt per row, each awaitable giving ``(row, result dict)`` with NeMo
   Gym's dictionary/exception behaviour: a failure raises :class:`EpisodeFailedError`, or with
   ``route_failures_to_sidecar=True`` gives the sidecar's failure row (``_ng_failure_*`` fields);
-  Environment Servers addressed by URL or by NeMo Gym name, each in its declared protocol (routing.py);
+  Environment Servers addressed by URL or by NeMo Gym name, each in its declared protocol
+  (collector/routing.py);
 - :func:`check_completion` — a custom driver's completion rule: ``retryable`` and ``made_progress`` are
   required (000); an incomplete run under ``require_complete`` raises :class:`IncompleteRunError`, the
   ``RuntimeError`` of 001 carrying the status (75 resume, 1 retry, 76 stop);
@@ -29,13 +30,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gymslurm.collector.routing import named_server, protocol_of
 from gymslurm.coverage import Completion, Coverage, completion_exit_code
 from gymslurm.dispatch import fetch_environment_config
 from gymslurm.errors import ConfigError, EpisodeFailedError, IncompleteRunError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.outcomes import STAMPS, OutcomeFuture, run_outcomes
 from gymslurm.records import EpisodeId, Protocol, RolloutFailureRecord
-from gymslurm.routing import named_server, protocol_of
 from gymslurm.store import RunLock, RunPaths, RunStore
 from gymslurm.tasks import MaterializeOptions, materialize
 
@@ -105,8 +106,11 @@ def run_examples(
     ``route_failures_to_sidecar`` gives the failure row (``_ng_failure_class``, ``_ng_failure_terminal``,
     ``_ng_failure_message``, ``_ng_failure_record`` and the row's stamps). Call it inside a running loop.
     """
-    knobs = {"dispatch_budget_s": dispatch_budget_s, "drain_margin_s": drain_margin_s,
-             "latency_tracker": latency_tracker}  # fmt: skip
+    knobs = {
+        "dispatch_budget_s": dispatch_budget_s,
+        "drain_margin_s": drain_margin_s,
+        "latency_tracker": latency_tracker,
+    }
     unsupported = [name for name, value in knobs.items() if value is not None]
     if unsupported:
         raise ConfigError(
@@ -114,8 +118,15 @@ def run_examples(
         )
     url, chosen = _server(server_url, environment_server_name, head_server_config, protocol)
     concurrency = max_resident_tasks or int(getattr(semaphore, "_value", 0) or 0) or 64
-    stream = run_outcomes(examples, server_url=url, run_id=run_id, route_failures=True,
-                          concurrency=concurrency, protocol=chosen, transport=transport)  # fmt: skip
+    stream = run_outcomes(
+        examples,
+        server_url=url,
+        run_id=run_id,
+        route_failures=True,
+        concurrency=concurrency,
+        protocol=chosen,
+        transport=transport,
+    )
     return (_as_result(future, route_failures_to_sidecar) for future in stream)
 
 

@@ -102,9 +102,13 @@ def plan_rollout(
             continue  # an interruption: look further back
         if is_judge_failure(outcome) and answered(outcome.line):
             return Decision(
-                index, "rejudge", line=outcome.line, source_attempt=attempt, new_attempt=reserved,
+                index,
+                "rejudge",
+                line=outcome.line,
+                source_attempt=attempt,
+                new_attempt=reserved,
                 reason="judge failure with a saved answer",
-            )  # fmt: skip
+            )
         return _stopped(index, outcome, by_attempt, answered)
     return Decision(index, "skip", reason="no recorded outcome")
 
@@ -160,8 +164,9 @@ def http_regrader(
 
     def regrade(request: dict[str, Any]) -> Outcome:
         episode = EpisodeId.model_validate(request["episode_id"])
-        return verify_answer(http, url, episode, request["task"], request["response"], run_id=run_id,
-                             protocol=protocol)  # fmt: skip
+        return verify_answer(
+            http, url, episode, request["task"], request["response"], run_id=run_id, protocol=protocol
+        )
 
     return regrade
 
@@ -269,9 +274,15 @@ def reverify_judge_failed(
         for decision in rejudge:
             assert decision.line is not None
             kind, row = journal.done.get((decision.index, decision.source_attempt)) or _regraded(
-                decision, stamps(decision), inputs[decision.index]["task_input"], answers[decision.line],
-                regrade, store.run_id, journal, keep_unanswered=not require_complete,
-            )  # fmt: skip
+                decision,
+                stamps(decision),
+                inputs[decision.index]["task_input"],
+                answers[decision.line],
+                regrade,
+                store.run_id,
+                journal,
+                keep_unanswered=not require_complete,
+            )
             _count(report, kind)
             if kind != "unanswered":
                 (rows if kind == "result" else failures).append(orjson.dumps(row) + b"\n")

@@ -43,11 +43,19 @@ TIMEOUT_KINDS = frozenset({"agent_timeout", "timeout_exceeded", "transport_timeo
 # grades such a saved answer again instead of regenerating it (_MASKED_REGRADE_KINDS).
 EVALUATION_SIDE_KINDS = frozenset(
     {
-        "provider_unavailable", "provider_quota_exhausted", "provider_oom_killed",
-        "session_lost", "session_expired", "session_release_failed",
-        "persistence_failed", "cohort_incomplete", "cancelled", "shutdown", "verifier_error",
+        "provider_unavailable",
+        "provider_quota_exhausted",
+        "provider_oom_killed",
+        "session_lost",
+        "session_expired",
+        "session_release_failed",
+        "persistence_failed",
+        "cohort_incomplete",
+        "cancelled",
+        "shutdown",
+        "verifier_error",
     }
-)  # fmt: skip
+)
 # Registered provider/session kinds that are model-side at the agent stage (001: "agent OOM remains
 # model-side while seed OOM is evaluation-side when its originating stage is available").
 MODEL_SIDE_AT_AGENT_STAGE = frozenset({"provider_oom_killed"})
@@ -126,16 +134,34 @@ class SavedOutcome(_Compact):
     max_attempts: int | None = None  # a legacy row's own attempt limit (_ng_failure_max_attempts), else None
 
     def __new__(  # noqa: PLR0917  (the fields, positional as a dataclass took them)
-        cls, attempt: int, kind: OutcomeKind, line: int, reward: float | None = None, masked: bool = False,
-        retry_masked: bool = False, terminal: bool = False, delivery: str | None = None,
-        failure_kind: str | None = None, stage: str | None = None, failure_class: str | None = None,
-        legacy_class: str | None = None, kept_answer: bool = False, max_attempts: int | None = None,
-    ) -> SavedOutcome:  # fmt: skip
+        cls,
+        attempt: int,
+        kind: OutcomeKind,
+        line: int,
+        reward: float | None = None,
+        masked: bool = False,
+        retry_masked: bool = False,
+        terminal: bool = False,
+        delivery: str | None = None,
+        failure_kind: str | None = None,
+        stage: str | None = None,
+        failure_class: str | None = None,
+        legacy_class: str | None = None,
+        kept_answer: bool = False,
+        max_attempts: int | None = None,
+    ) -> SavedOutcome:
         if (
-            masked is False and retry_masked is False and terminal is False and delivery is None
-            and failure_kind is None and stage is None and failure_class is None and legacy_class is None
-            and kept_answer is False and max_attempts is None
-        ):  # fmt: skip
+            masked is False
+            and retry_masked is False
+            and terminal is False
+            and delivery is None
+            and failure_kind is None
+            and stage is None
+            and failure_class is None
+            and legacy_class is None
+            and kept_answer is False
+            and max_attempts is None
+        ):
             record = object.__new__(cls)
         else:
             record = object.__new__(_DetailedOutcome)
@@ -193,9 +219,14 @@ class RolloutState(_Compact):
     limit: int | None = None  # a legacy row's own attempt limit that holds for this rollout, else None
 
     def __new__(  # noqa: PLR0917  (the fields, positional as a dataclass took them)
-        cls, disposition: Disposition, selected: SavedOutcome | None, counted_failures: int = 0,
-        pending: bool = False, exhausted: bool = False, limit: int | None = None,
-    ) -> RolloutState:  # fmt: skip
+        cls,
+        disposition: Disposition,
+        selected: SavedOutcome | None,
+        counted_failures: int = 0,
+        pending: bool = False,
+        exhausted: bool = False,
+        limit: int | None = None,
+    ) -> RolloutState:
         if counted_failures == 0 and pending is False and exhausted is False and limit is None:
             record = object.__new__(cls)
         else:
@@ -431,8 +462,14 @@ def advance_state(
     limit = state.limit or policy.max_rollout_attempts
     remaining = replace(policy, max_rollout_attempts=limit - spent)
     fresh = select_rollout(reserved, [saved], remaining)
-    return RolloutState(fresh.disposition, fresh.selected, spent + fresh.counted_failures, fresh.pending,
-                        fresh.exhausted, limit=state.limit)  # fmt: skip
+    return RolloutState(
+        fresh.disposition,
+        fresh.selected,
+        spent + fresh.counted_failures,
+        fresh.pending,
+        fresh.exhausted,
+        limit=state.limit,
+    )
 
 
 # --- reading result rows ------------------------------------------------------------------------

@@ -80,7 +80,7 @@ class CollectSettings(BaseModel):
     environment_server_urls: dict[str, str] = Field(default_factory=dict)
     environment_config: dict[str, Any] | None = None
     head_server_url: str | None = None
-    environment_protocol: Protocol | None = None  # None: read from each server's declared type (routing.py)
+    environment_protocol: Protocol | None = None  # None: each server's declared type (routing)
     # NeMo Gym's spellings (docs/nemo-gym.md): servers named in the head server's configuration.
     environment_routing_mode: Literal["agent", "legacy", "taskset"] | None = None
     environment_server_name: str | None = Field(default=None, min_length=1)
@@ -168,8 +168,13 @@ class CollectSettings(BaseModel):
             raise ValueError(
                 "both environment_server_url and environment_server_name name the default server: keep one"
             )
-        if not (self.environment_server_url or self.environment_server_urls or self.environment_server_name
-                or self.environment_server_routes or self.agent_name):  # fmt: skip
+        if not (
+            self.environment_server_url
+            or self.environment_server_urls
+            or self.environment_server_name
+            or self.environment_server_routes
+            or self.agent_name
+        ):
             raise ValueError(
                 "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
                 "(start one with `gymslurm demo-server`), +environment_server_urls={taskset: URL, ...}, or "

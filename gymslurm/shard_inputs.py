@@ -23,8 +23,12 @@ _GLOB_CHARS = frozenset("*?[")
 # Companion suffixes of a run (store/paths.py). RECOVERY companions make a path an established run.
 COMPANION_SUFFIXES = tuple(PATH_SUFFIXES.values())
 RECOVERY_SUFFIXES = (
-    "_manifest.json", "_materialized_inputs.jsonl", "_failures.jsonl", "_reservations.bin", "_attempts.jsonl",
-)  # fmt: skip
+    "_manifest.json",
+    "_materialized_inputs.jsonl",
+    "_failures.jsonl",
+    "_reservations.bin",
+    "_attempts.jsonl",
+)
 _JSONL_COMPANIONS = tuple(s for s in COMPANION_SUFFIXES if s.endswith(".jsonl"))
 
 

@@ -93,10 +93,15 @@ def parse_event(line: bytes) -> ServerEvent:
     if unknown or kind not in EVENT_KINDS or not isinstance(at, int | float):
         raise SupervisionError(f"{where} sent a malformed event {raw!r} (unknown fields {sorted(unknown)})")
     return ServerEvent(
-        kind=kind, at=float(at), server=raw.get("server"), since=_number(raw.get("since")),
-        cause=raw.get("cause"), restarts=int(raw.get("restarts", 0)),
-        interval_s=_number(raw.get("interval_s")), carried=raw.get("carried") is True,
-    )  # fmt: skip
+        kind=kind,
+        at=float(at),
+        server=raw.get("server"),
+        since=_number(raw.get("since")),
+        cause=raw.get("cause"),
+        restarts=int(raw.get("restarts", 0)),
+        interval_s=_number(raw.get("interval_s")),
+        carried=raw.get("carried") is True,
+    )
 
 
 def _number(value: object) -> float | None:
@@ -174,9 +179,13 @@ def judge_failure(sent_at: float, failed_at: float, timeline: Timeline) -> Judge
     for outage in timeline.outages:
         if outage.since <= failed_at and sent_at <= outage.last_send:
             evidence = {
-                "cause": "server_died", "server": outage.server, "how": outage.cause,
-                "down_since": outage.since, "detected_at": outage.detected_at, "back_at": outage.ended_at,
-            }  # fmt: skip
+                "cause": "server_died",
+                "server": outage.server,
+                "how": outage.cause,
+                "down_since": outage.since,
+                "detected_at": outage.detected_at,
+                "back_at": outage.ended_at,
+            }
             return Judgement("interruption", evidence)
     stopping = timeline.stopping_at
     if stopping is not None and failed_at >= stopping - timeline.interval_s:
@@ -240,9 +249,12 @@ def interruption_record(original: RolloutFailureRecord, evidence: dict[str, Any]
         failure_reason=reason[:MAX_FAILURE_REASON], terminal=False, failure_kind=INTERRUPTION_KIND
     )
     return RolloutFailureRecord(
-        episode_id=original.episode_id, run_id=original.run_id, source="collector",
-        delivery=original.delivery, failure=failure,
-    )  # fmt: skip
+        episode_id=original.episode_id,
+        run_id=original.run_id,
+        source="collector",
+        delivery=original.delivery,
+        failure=failure,
+    )
 
 
 def interruption_diagnostics(
@@ -252,8 +264,9 @@ def interruption_diagnostics(
     return {
         "interruption": {
             **{k: v for k, v in evidence.items() if v is not None},
-            "sent_at": sent_at, "failed_at": failed_at,
+            "sent_at": sent_at,
+            "failed_at": failed_at,
             "attempt_failure": original.failure.model_dump(mode="json", exclude_none=True),
             "attempt_source": original.source,
         }
-    }  # fmt: skip
+    }

@@ -6,7 +6,7 @@
 # time; the vLLM tests wait on its lock), bring up the multi-node Slurm sandbox
 # (as root; otherwise say how), install Debian's chromium for the report's browser test (as root),
 # run the whole pytest suite in parallel workers (extra args pass through), then
-# `ruff check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
+# `ruff check`, `ruff format --check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
 # problems; the exit code is non-zero if any step failed. pytest's "no tests collected" (5)
 # counts as a failure: a suite that ran nothing must not look green.
 set -uo pipefail
@@ -103,6 +103,9 @@ fi
 
 step "ruff check"
 "$PY" -m ruff check . || fail "ruff check (run: $PY -m ruff check --fix .)"
+
+step "ruff format --check"
+"$PY" -m ruff format --check . || fail "ruff format (run: $PY -m ruff format .)"
 
 step "mypy"
 "$PY" -m mypy || fail "mypy"

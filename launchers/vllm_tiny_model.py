@@ -67,27 +67,44 @@ def build(out: Path) -> None:
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=2048, special_tokens=SPECIAL, show_progress=False,
+        vocab_size=2048,
+        special_tokens=SPECIAL,
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tok.train_from_iterator(corpus(20000), trainer=trainer)
     hf_tok = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="<|end|>",
-        pad_token="<pad>", additional_special_tokens=SPECIAL[4:], model_max_length=2048,
-    )  # fmt: skip
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="<|end|>",
+        pad_token="<pad>",
+        additional_special_tokens=SPECIAL[4:],
+        model_max_length=2048,
+    )
     hf_tok.chat_template = CHAT_TEMPLATE
     hf_tok.save_pretrained(out)
     config_path = out / "tokenizer_config.json"  # some versions write chat_template.jinja only
     config = json.loads(config_path.read_text())
     config["chat_template"] = CHAT_TEMPLATE
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    ids = {"bos_token_id": hf_tok.bos_token_id, "eos_token_id": hf_tok.eos_token_id,
-           "pad_token_id": hf_tok.pad_token_id}  # fmt: skip
+    ids = {
+        "bos_token_id": hf_tok.bos_token_id,
+        "eos_token_id": hf_tok.eos_token_id,
+        "pad_token_id": hf_tok.pad_token_id,
+    }
     model_config = LlamaConfig(
-        vocab_size=len(hf_tok), hidden_size=128, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
-        tie_word_embeddings=False, torch_dtype="float32", **ids,
-    )  # fmt: skip
+        vocab_size=len(hf_tok),
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        **ids,
+    )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(model_config)
     for key, value in ids.items():
@@ -97,8 +114,11 @@ def build(out: Path) -> None:
 
 def digests(folder: Path) -> dict[str, str]:
     """Every file's sha256 under ``folder``, by relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def check() -> int:

@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
         print(USAGE)
         return ExitCode.DONE
-    from gymslurm.collector_seal import invocation, replay
+    from gymslurm.collector.seal import invocation, replay
     from gymslurm.commands.overrides import secret_overrides
     from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     if answered is not None:
         return answered
 
-    from gymslurm.collector import run_collect
+    from gymslurm.collector.collect import run_collect
     from gymslurm.settings import load_settings
 
     settings, raw = load_settings([*overrides, *given], config_dir, config_name)

@@ -61,7 +61,7 @@ KNOWN = {
 
 def _grader(settings: dict[str, object], explicit: Protocol | None) -> tuple[str, Protocol]:
     """The URL and body re-grades go with: ``+environment_server_url``, or the server NeMo Gym names
-    (``+environment_server_name`` through the head server, as ``collect`` finds it: routing.py)."""
+    (``+environment_server_name`` through the head server, as ``collect`` finds it: collector/routing.py)."""
     from gymslurm.errors import ConfigError
 
     if settings.get("environment_server_url"):
@@ -72,8 +72,8 @@ def _grader(settings: dict[str, object], explicit: Protocol | None) -> tuple[str
         return str(settings["environment_server_url"]).rstrip("/"), explicit or "episode"
     from urllib.parse import urlsplit
 
+    from gymslurm.collector.routing import grader_by_name
     from gymslurm.dispatch import fetch_environment_config
-    from gymslurm.routing import grader_by_name
     from gymslurm.settings import head_server_url
 
     block = {k.split(".")[1]: settings[k] for k in ("head_server.host", "head_server.port") if k in settings}

@@ -56,10 +56,23 @@ FAULTS: dict[str, str] = {
 # The faults the --<name>-rate flags draw, in the order their intervals are laid out on [0, 1).
 # Flags are --<name with dashes>-rate. New faults go at the end, so old seeds keep their draws.
 RATE_ORDER: tuple[str, ...] = (
-    "retryable", "terminal", "masked", "unscored", "omit", "malformed", "stale", "http503",
-    "unspecified", "admission", "kill_shaped", "masked_kept", "wrong_task", "http500", "http429",
+    "retryable",
+    "terminal",
+    "masked",
+    "unscored",
+    "omit",
+    "malformed",
+    "stale",
+    "http503",
+    "unspecified",
+    "admission",
+    "kill_shaped",
+    "masked_kept",
+    "wrong_task",
+    "http500",
+    "http429",
     "judge_failed",
-)  # fmt: skip
+)
 SLOW_DEFAULT_MS = 1000.0
 FAULT_FIELD = "_demo_fault"
 ATTEMPTS_FIELD = "_demo_fault_attempts"

@@ -180,9 +180,14 @@ class ModelApp:
             ("vllm:num_requests_running", "gauge", "Requests being served.", label, self.running),
             ("vllm:num_requests_waiting", "gauge", "Requests waiting for a slot.", label, self.waiting),
             ("vllm:kv_cache_usage_perc", "gauge", "Share of the slots in use (1 = full).", label, usage),
-            ("vllm:request_success_total", "counter", "Completions answered.",
-             f'{{engine="0",finished_reason="stop",model_name="{name}"}}', self.succeeded),
-        ]  # fmt: skip
+            (
+                "vllm:request_success_total",
+                "counter",
+                "Completions answered.",
+                f'{{engine="0",finished_reason="stop",model_name="{name}"}}',
+                self.succeeded,
+            ),
+        ]
         out = []
         for metric, kind, help_text, labels, value in lines:
             out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", f"{metric}{labels} {value}"]
@@ -225,8 +230,12 @@ class ModelApp:
         as vLLM's gauges stand still when its EngineCore is stopped)."""
         if not self.wedged:
             self.wedged = True
-            print("gymslurm demo-model-server: injected fault 'hang': the engine is wedged; completions are "
-                  "never answered, /health and /metrics still are", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                "gymslurm demo-model-server: injected fault 'hang': the engine is wedged; completions are "
+                "never answered, /health and /metrics still are",
+                file=sys.stderr,
+                flush=True,
+            )
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
@@ -265,27 +274,54 @@ class ModelApp:
 
 # OpenAI's ResponseUsage: the two details objects are required (NeMo Gym's openai_model refuses a
 # reply without them: its NeMoGymResponse validation, the compat suite).
-RESPONSES_USAGE = {"input_tokens": 8, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1,
-                   "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 9}  # fmt: skip
+RESPONSES_USAGE = {
+    "input_tokens": 8,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 1,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 9,
+}
 
 
 def _completion(model: str, text: str, kind: str, count: int) -> dict[str, Any]:
     usage = {"prompt_tokens": 8, "completion_tokens": 1, "total_tokens": 9}
     if kind == RESPONSES:
-        message = {"id": f"msg-demo-{count}", "type": "message", "role": "assistant", "status": "completed",
-                   "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
-        return {"id": f"resp-demo-{count}", "object": "response", "created_at": 0, "model": model,
-                "status": "completed", "output": [message], "parallel_tool_calls": True,
-                "tool_choice": "auto", "tools": [],
-                "usage": RESPONSES_USAGE}  # fmt: skip
+        message = {
+            "id": f"msg-demo-{count}",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        return {
+            "id": f"resp-demo-{count}",
+            "object": "response",
+            "created_at": 0,
+            "model": model,
+            "status": "completed",
+            "output": [message],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": RESPONSES_USAGE,
+        }
     if kind == CHAT:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": "stop"}  # fmt: skip
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+        }
         kind = "chat.completion"
     else:
         choice, kind = {"index": 0, "text": text, "finish_reason": "stop"}, "text_completion"
-    return {"id": f"cmpl-demo-{count}", "object": kind, "created": 0, "model": model, "choices": [choice],
-            "usage": usage}  # fmt: skip
+    return {
+        "id": f"cmpl-demo-{count}",
+        "object": kind,
+        "created": 0,
+        "model": model,
+        "choices": [choice],
+        "usage": usage,
+    }
 
 
 def completion_text(reply: object) -> str | None:
@@ -293,8 +329,13 @@ def completion_text(reply: object) -> str | None:
     if not isinstance(reply, dict):
         return None
     if reply.get("object") == "response":
-        texts = [part.get("text") for item in reply.get("output") or [] if isinstance(item, dict)
-                 for part in item.get("content") or [] if isinstance(part, dict)]  # fmt: skip
+        texts = [
+            part.get("text")
+            for item in reply.get("output") or []
+            if isinstance(item, dict)
+            for part in item.get("content") or []
+            if isinstance(part, dict)
+        ]
         joined = "".join(t for t in texts if isinstance(t, str))
         return joined if texts else None
     choices = reply.get("choices")

@@ -40,13 +40,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--slow-start-s", type=float, default=0.0, help="wait this long before listening")
     parser.add_argument(
-        "--slots", type=int, default=None, metavar="N",
+        "--slots",
+        type=int,
+        default=None,
+        metavar="N",
         help="serve at most N completions at once, queue the rest (default: no limit)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--load-factor", type=float, default=1.0,
+        "--load-factor",
+        type=float,
+        default=1.0,
         help="with --slots: a completion takes latency x (1 + factor x busy share) (default 1)",
-    )  # fmt: skip
+    )
     ranks = parser.add_argument_group("across nodes (as multi-node vLLM and SGLang: demo/ranks.py)")
     ranks.add_argument("--nodes", type=int, default=1, help="ranks of this server, one per node (default 1)")
     ranks.add_argument("--node-rank", type=int, default=0, help="this process's rank: 0 serves (the head)")
@@ -81,10 +86,16 @@ def main(argv: list[str]) -> int:
     """Entry point of ``gymslurm demo-model-server``."""
     args = _parser().parse_args(argv)
     config = ModelConfig(
-        model_name=args.model_name, accuracy=args.accuracy, seed=args.seed, latency_ms=args.latency_ms,
-        http500_rate=args.http500_rate, die_after=args.die_after, hang_after=args.hang_after,
-        slots=args.slots, load_factor=args.load_factor,
-    )  # fmt: skip
+        model_name=args.model_name,
+        accuracy=args.accuracy,
+        seed=args.seed,
+        latency_ms=args.latency_ms,
+        http500_rate=args.http500_rate,
+        die_after=args.die_after,
+        hang_after=args.hang_after,
+        slots=args.slots,
+        load_factor=args.load_factor,
+    )
     problems = config.problems()
     if args.slow_start_s < 0:
         problems.append(f"--slow-start-s must be >= 0, got {args.slow_start_s}")

@@ -40,9 +40,12 @@ def openai_seed(text: str) -> int:
 async def ask(policy_url: str, model_name: str, question: str, seed: str) -> tuple[str, str | None]:
     """The model's answer to ``question``, or ``("", problem)`` when the call failed."""
     body: dict[str, Any] = {
-        "model": model_name, "messages": [{"role": "user", "content": question}],
-        "max_tokens": 16, "temperature": 0, "seed": openai_seed(seed),
-    }  # fmt: skip
+        "model": model_name,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "seed": openai_seed(seed),
+    }
     url = policy_url.rstrip("/") + "/v1/chat/completions"
     try:
         reply = await _client().post(url, json=body)

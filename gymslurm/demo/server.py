@@ -73,9 +73,11 @@ def _parser() -> argparse.ArgumentParser:
         "--die-after", type=int, default=None, metavar="N", help="answer N /run requests, die on the next"
     )
     parser.add_argument(
-        "--policy-url", default=None, metavar="URL",
+        "--policy-url",
+        default=None,
+        metavar="URL",
         help="an OpenAI-compatible model server answering for the policy (e.g. gymslurm demo-model-server)",
-    )  # fmt: skip
+    )
     dataset = parser.add_argument_group("dataset")
     dataset.add_argument("--write-dataset", type=Path, metavar="PATH", help="write a JSONL dataset and exit")
     dataset.add_argument(

@@ -67,10 +67,16 @@ def verify_answer(
     except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
         return classify_exception(exc, episode=episode, run_id=run_id, url=url, path=VERIFY_PATH)
     return classify_reply(
-        reply.status_code, reply.content, episode=episode, task_id=task["task_id"], run_id=run_id,
-        route_failures=True, url=url, path=VERIFY_PATH,
+        reply.status_code,
+        reply.content,
+        episode=episode,
+        task_id=task["task_id"],
+        run_id=run_id,
+        route_failures=True,
+        url=url,
+        path=VERIFY_PATH,
         protocol="episode" if protocol == "episode" else "legacy_reply",
-    )  # fmt: skip
+    )
 
 
 # One-off calls: the server's configuration and its reward metrics (synchronous, off the hot path)
@@ -379,8 +385,9 @@ def combined_load(loads: Sequence[ModelLoad]) -> ModelLoad | None:
         return None
     running = [load.running for load in loads if load.running is not None]
     kv = [load.kv_usage for load in loads if load.kv_usage is not None]
-    return ModelLoad(sum(load.waiting for load in loads), sum(running) if running else None,
-                     max(kv) if kv else None)  # fmt: skip
+    return ModelLoad(
+        sum(load.waiting for load in loads), sum(running) if running else None, max(kv) if kv else None
+    )
 
 
 def serves_model_load(url: str, timeout_s: float) -> bool:

@@ -110,19 +110,23 @@ REPLY_FIELDS = frozenset({"episode_id", "task_id", "result", "failure", NO_PERSI
 # them (000), so a failure that claims one is a protocol violation, not data.
 COLLECTOR_OWNED_FIELDS = frozenset(
     {"source", "delivery", "run_id", "schema_version", "episode_id", "failure"}
-)  # fmt: skip
+)
 OBSERVATION_FIELDS = frozenset({"source", "delivery"})
 DIAGNOSTIC_BODY_CHARS = 4000
 
 LEGACY_STAGE, LEGACY_PARTIAL = "_ng_failure_stage", "_ng_failure_partial_response"
 # Keys of a legacy failure that are not copied into its diagnostics: the markers themselves (read into
 # the record) and the old reward/response placeholders (spec 000: "not copied into the failure record").
-LEGACY_PLACEHOLDERS = frozenset({LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward",
-                                 "response", LEGACY_PARTIAL})  # fmt: skip
+LEGACY_PLACEHOLDERS = frozenset(
+    {LEGACY_CLASS, LEGACY_TERMINAL, LEGACY_MESSAGE, NO_PERSIST, "reward", "response", LEGACY_PARTIAL}
+)
 # The stamps a flat legacy row carries (NeMo Gym's key names); echoed back, they are checked and dropped.
 TASK_INDEX, ROLLOUT_INDEX, ROLLOUT_ID, ATTEMPT_INDEX = (
-    "_ng_task_index", "_ng_rollout_index", "_ng_rollout_id", "_ng_attempt_index",
-)  # fmt: skip
+    "_ng_task_index",
+    "_ng_rollout_index",
+    "_ng_rollout_id",
+    "_ng_attempt_index",
+)
 
 
 def request_body(
@@ -151,15 +155,24 @@ def with_row_refs(outcome: Completed, row: Mapping[str, Any]) -> Completed:
 
 
 def _legacy_stamps(episode: EpisodeId, indices: tuple[int, int]) -> dict[str, Any]:
-    return {TASK_INDEX: indices[0], ROLLOUT_INDEX: indices[1], ROLLOUT_ID: episode.rollout_id,
-            ATTEMPT_INDEX: episode.attempt}  # fmt: skip
+    return {
+        TASK_INDEX: indices[0],
+        ROLLOUT_INDEX: indices[1],
+        ROLLOUT_ID: episode.rollout_id,
+        ATTEMPT_INDEX: episode.attempt,
+    }
+
 
 # Gateway and throttling answers: the Environment Server may or may not have seen the request.
 # 429 and 503 say "not now" (the serving side is overloaded or throttling) → provider_unavailable;
 # 502 says the upstream answered the gateway badly or hung up → transport_peer_drop; 504 that the
 # gateway gave up waiting → transport_timeout, the same evidence as our own read timeout.
-GATEWAY_STATUS_KINDS = {429: "provider_unavailable", 502: "transport_peer_drop",
-                        503: "provider_unavailable", 504: "transport_timeout"}  # fmt: skip
+GATEWAY_STATUS_KINDS = {
+    429: "provider_unavailable",
+    502: "transport_peer_drop",
+    503: "provider_unavailable",
+    504: "transport_timeout",
+}
 # Answered by the server but saying nothing about the episode: resending the same request cannot help.
 UNSERVABLE_5XX = frozenset({501, 505})
 
@@ -199,8 +212,9 @@ def classify_reply(
     ``protocol`` says how the server answers (module docstring), ``indices`` what a flat row carried.
     Raises :class:`ProtocolError` for a protocol violation when ``route_failures`` is off.
     """
-    call = _Call(episode, dict(task_id), run_id, route_failures, url, status_code, body, path, protocol,
-                 indices)  # fmt: skip
+    call = _Call(
+        episode, dict(task_id), run_id, route_failures, url, status_code, body, path, protocol, indices
+    )
     return _screened(_classify(call))
 
 
@@ -243,8 +257,9 @@ def _classify(call: _Call) -> Outcome:
         reason = f"HTTP {status_code} from a gateway or the server: the request may not have reached it"
         return call.collector_failure(reason, GATEWAY_STATUS_KINDS[status_code], "possibly_delivered")
     if status_code == 408:
-        return call.collector_failure("HTTP 408: the server timed out reading the request",
-                                      "transport_timeout", "delivered")  # fmt: skip
+        return call.collector_failure(
+            "HTTP 408: the server timed out reading the request", "transport_timeout", "delivered"
+        )
     if 500 <= status_code < 600 and status_code not in UNSERVABLE_5XX:
         return _server_error(call)
     return call.violation(
@@ -286,11 +301,18 @@ class _Call(NamedTuple):
     indices: tuple[int, int] = (0, 0)
 
     def record(
-        self, reason: str, *, source: Source, delivery: Delivery, terminal: bool, kind: str | None,
+        self,
+        reason: str,
+        *,
+        source: Source,
+        delivery: Delivery,
+        terminal: bool,
+        kind: str | None,
         stage: Stage | None = None,
     ) -> RolloutFailureRecord:
-        failure = EpisodeFailure(failure_reason=_truncate(redact_text(reason)), terminal=terminal,
-                                 failure_kind=kind, stage=stage)  # fmt: skip
+        failure = EpisodeFailure(
+            failure_reason=_truncate(redact_text(reason)), terminal=terminal, failure_kind=kind, stage=stage
+        )
         return RolloutFailureRecord(
             episode_id=self.episode, run_id=self.run_id, source=source, delivery=delivery, failure=failure
         )
@@ -313,8 +335,13 @@ class _Call(NamedTuple):
                 "+route_failures_to_sidecar=true to record such replies as terminal "
                 "environment_protocol_violation failures and let the other tasks continue."
             )
-        record = self.record(f"protocol violation: {problem}", source="collector", delivery="delivered",
-                             terminal=True, kind=PROTOCOL_VIOLATION)  # fmt: skip
+        record = self.record(
+            f"protocol violation: {problem}",
+            source="collector",
+            delivery="delivered",
+            terminal=True,
+            kind=PROTOCOL_VIOLATION,
+        )
         return Failed(record, diagnostics=self.http_diagnostics())
 
 
@@ -445,9 +472,12 @@ def _native_failure(call: _Call, reply: dict[str, Any], failure: object) -> Fail
         raise _BadReplyError(f"'failure' breaks the EpisodeFailure schema: {_first_error(exc)}") from None
     envelope = {key: value for key, value in reply.items() if key not in REPLY_FIELDS}
     record = RolloutFailureRecord(
-        episode_id=call.episode, run_id=call.run_id, source="environment", delivery="delivered",
+        episode_id=call.episode,
+        run_id=call.run_id,
+        source="environment",
+        delivery="delivered",
         failure=canonical,
-    )  # fmt: skip
+    )
     return Failed(record, response=response, diagnostics=(envelope | extra) or None)
 
 
@@ -476,8 +506,14 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed | Omitted:
         diagnostics.pop(LEGACY_STAGE)  # kept in the record; an unknown stage stays here (spec 000)
     if len(reason) > MAX_FAILURE_REASON:
         diagnostics[LEGACY_MESSAGE] = reason  # the canonical reason is cut; the whole text stays here
-    record = call.record(reason, source="environment", delivery="delivered", terminal=terminal, kind=kind,
-                         stage=stage if stage in STAGES else None)  # fmt: skip
+    record = call.record(
+        reason,
+        source="environment",
+        delivery="delivered",
+        terminal=terminal,
+        kind=kind,
+        stage=stage if stage in STAGES else None,
+    )
     response = result.get("response")
     return Failed(
         record,

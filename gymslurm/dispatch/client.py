@@ -70,7 +70,7 @@ class EnvironmentClient:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.run_id, self.route_failures = run_id, route_failures
-        # one protocol for every server, or one per server URL (a run may mix them: routing.py)
+        # one protocol for every server, or one per server URL (a run may mix them: collector/routing.py)
         self.protocol: Protocol = protocol if isinstance(protocol, str) else "episode"
         self._protocols: Mapping[str, Protocol] = {} if isinstance(protocol, str) else protocol
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}
@@ -113,9 +113,16 @@ class EnvironmentClient:
             self.budget.take(cost)  # the parse guard: what orjson would build must fit too
             held += cost
             outcome = classify_reply(
-                status, content, episode=episode, task_id=task["task_id"], run_id=run_id,
-                route_failures=self.route_failures, url=url, protocol=protocol, indices=indices,
-            )  # fmt: skip
+                status,
+                content,
+                episode=episode,
+                task_id=task["task_id"],
+                run_id=run_id,
+                route_failures=self.route_failures,
+                url=url,
+                protocol=protocol,
+                indices=indices,
+            )
         except _ReplyTooLarge as exc:
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
         finally:
@@ -135,8 +142,9 @@ class EnvironmentClient:
             "Environment Server %s reported failure_kind %r, which is not in the shared vocabulary "
             "(gymslurm.records.FAILURE_KINDS); it is saved as sent. Use a registered kind, or namespace "
             "the server's own as '<server>:<kind>'.",
-            url, kind,
-        )  # fmt: skip
+            url,
+            kind,
+        )
 
     async def aclose(self) -> None:
         """Close every idle connection; call after in-flight requests finished or were cancelled."""
@@ -177,9 +185,12 @@ class EnvironmentClient:
         self, transport: httpx.AsyncBaseTransport, target: _Target, body: bytes
     ) -> tuple[int, bytes]:
         request = httpx.Request(
-            "POST", target.url, content=body, headers=REQUEST_HEADERS,
+            "POST",
+            target.url,
+            content=body,
+            headers=REQUEST_HEADERS,
             extensions={"timeout": self._timeouts | {"pool": None}},
-        )  # fmt: skip
+        )
         response = await transport.handle_async_request(request)
         try:
             return response.status_code, await self._bounded_body(response)

@@ -135,9 +135,12 @@ class Http11Transport(httpx.AsyncBaseTransport):
     """
 
     def __init__(
-        self, *, keepalive_expiry: float = 4.0, max_body_bytes: int | None = None,
+        self,
+        *,
+        keepalive_expiry: float = 4.0,
+        max_body_bytes: int | None = None,
         budget: ReplyBudget | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._keepalive_expiry = keepalive_expiry
         self._max_body = max_body_bytes
         self.budget = budget

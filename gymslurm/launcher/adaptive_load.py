@@ -46,9 +46,11 @@ def metrics_urls(name: str, urls: Mapping[str, str]) -> list[str]:
 
 
 def adaptive_overrides(
-    overrides: Sequence[str], models: Sequence[str], urls: Mapping[str, str],
+    overrides: Sequence[str],
+    models: Sequence[str],
+    urls: Mapping[str, str],
     serves_metrics: Mapping[str, bool],
-) -> AdaptiveChoice:  # fmt: skip
+) -> AdaptiveChoice:
     """The overrides that make the collector adapt (none when the benchmark chose), and why.
 
     ``serves_metrics``: for each model server, whether its metrics answered with a queue length.
@@ -62,6 +64,9 @@ def adaptive_overrides(
                 ["+dispatch_adaptive=metrics", f"+dispatch_model_metrics_url={url}"],
                 f"the load adapts to model server {name!r}'s queue (its /metrics answers)",
             )
-    served = f"model server {', '.join(map(repr, models))} serves no vLLM/SGLang metrics" if models else (
-        "no model server in the stack")  # fmt: skip
+    served = (
+        f"model server {', '.join(map(repr, models))} serves no vLLM/SGLang metrics"
+        if models
+        else ("no model server in the stack")
+    )
     return AdaptiveChoice(["+dispatch_adaptive=latency"], f"the load adapts to latency ({served})")

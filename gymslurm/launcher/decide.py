@@ -47,8 +47,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from gymslurm.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from gymslurm.store.live import LiveProgress
 
 
 class Decision(StrEnum):
@@ -148,9 +152,20 @@ class JobEnd:
 
 # Ends that Slurm (or a person through Slurm) caused: the chain goes on without spending a retry.
 SLURM_ENDED = frozenset(
-    {"TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "CANCELLED", "REQUEUED",
-     "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
-)  # fmt: skip
+    {
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "CANCELLED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+    }
+)
 # Ends that say the job itself failed.
 CRASHED = frozenset({"FAILED", "OUT_OF_MEMORY"})
 # An end nobody can explain, this soon after the start and with nothing saved, is a crash.
@@ -198,9 +213,12 @@ def dead_run_end(run: DeadRun) -> JobEnd:
     elif elapsed < CRASH_WINDOW_S and not run.saved_outcomes:
         crash = f"the job ended ({shown}) {elapsed:.0f}s after its start with no new outcome"
     return JobEnd(
-        slurm_state=state, exit_code=None, elapsed_s=max(elapsed, 0.0), crash=crash,
+        slurm_state=state,
+        exit_code=None,
+        elapsed_s=max(elapsed, 0.0),
+        crash=crash,
         saved_outcomes=run.saved_outcomes,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -400,3 +418,13 @@ def collector_unresponsive(
             f"{life.quiet_s:.0f}s: its servers stopped answering (stall_window_s={window_s:g})"
         )
     return None
+
+
+def life_of(record: LiveProgress | None, pid: int | None, since_start_s: float, now: float) -> CollectorLife:
+    """What the live progress record says of the collector ``pid`` at wall-clock ``now`` (pure)."""
+    if record is None:
+        return CollectorLife(pid, since_start_s)
+    age = max(now - record.epoch, 0.0)  # quiet as the collector saw it: a frozen one is not "quiet"
+    return CollectorLife(
+        pid, since_start_s, record.pid, age, record.in_flight, record.last_outcome_age_s, record.ended
+    )

@@ -45,9 +45,13 @@ from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 LEDGER_VERSION = version_of("ledger")  # what is written; FORMATS["ledger"].read is what is read
 LedgerVersion = Literal[1, 2]
 FINISHED = {
-    Decision.DONE, Decision.STOP_FAILED, Decision.STOP_EXHAUSTED, Decision.STOP_WALLTIME,
-    Decision.STOP_NO_PROGRESS, Decision.STOP_BUDGET,
-}  # fmt: skip
+    Decision.DONE,
+    Decision.STOP_FAILED,
+    Decision.STOP_EXHAUSTED,
+    Decision.STOP_WALLTIME,
+    Decision.STOP_NO_PROGRESS,
+    Decision.STOP_BUDGET,
+}
 
 
 class _Record(BaseModel):
@@ -71,9 +75,11 @@ class BudgetsRecord(BaseModel):
     def of(cls, budgets: Budgets) -> BudgetsRecord:
         """Store a decide.Budgets."""
         return cls(
-            jobs=budgets.jobs, walltime_s=budgets.walltime_s, infra_retries_used=budgets.infra_retries_used,
+            jobs=budgets.jobs,
+            walltime_s=budgets.walltime_s,
+            infra_retries_used=budgets.infra_retries_used,
             links_without_progress=budgets.links_without_progress,
-        )  # fmt: skip
+        )
 
     def budgets(self) -> Budgets:
         """Back to a decide.Budgets."""
@@ -222,8 +228,16 @@ class NotifyRecord(_Record):
 
 
 Record = Annotated[
-    Submitted | Started | DecisionRecord | Cancelled | Resubmitted | ServerRecord | Injected | DiskFull
-    | NotifyRecord | Paused,
+    Submitted
+    | Started
+    | DecisionRecord
+    | Cancelled
+    | Resubmitted
+    | ServerRecord
+    | Injected
+    | DiskFull
+    | NotifyRecord
+    | Paused,
     Field(discriminator="kind"),
 ]
 _RECORDS: TypeAdapter[list[Record]] = TypeAdapter(list[Record])  # every read: a whole ledger per call
@@ -319,12 +333,19 @@ def record_decision(
 ) -> DecisionRecord:
     """Append the decision that ends ``run`` (a link's own, or one accounted for by its successor)."""
     record = DecisionRecord(
-        job_id=run.job_id, restart_count=run.restart_count, start=run.at, end=utc_now_ms(),
-        elapsed_s=end.elapsed_s, slurm_state=end.slurm_state, exit_code=end.exit_code,
-        decision=verdict.decision, reason=verdict.reason,
-        budgets_before=BudgetsRecord.of(before), budgets_after=BudgetsRecord.of(verdict.budgets_after),
+        job_id=run.job_id,
+        restart_count=run.restart_count,
+        start=run.at,
+        end=utc_now_ms(),
+        elapsed_s=end.elapsed_s,
+        slurm_state=end.slurm_state,
+        exit_code=end.exit_code,
+        decision=verdict.decision,
+        reason=verdict.reason,
+        budgets_before=BudgetsRecord.of(before),
+        budgets_after=BudgetsRecord.of(verdict.budgets_after),
         **extra,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     ledger.append(record)
     return record
 
@@ -391,8 +412,9 @@ def fold(state: ChainState, record: Record) -> ChainState:
     elif isinstance(record, DecisionRecord):
         _fold_decision(state, record)
     elif isinstance(record, Cancelled):
-        state.cancelled = True
-        state.finished = True
+        if not state.finished:  # a cancel never relabels a final decision (one racing it came too late)
+            state.cancelled = True
+            state.finished = True
     elif isinstance(record, Injected):
         state.injected.append(record)
     elif isinstance(record, Paused):

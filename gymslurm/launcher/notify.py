@@ -60,8 +60,16 @@ def backoff_s(attempts: int) -> float:
 
 def event_body(name: str, key: str, run: str, benchmark: str, facts: dict[str, Any]) -> dict[str, Any]:
     """The JSON every receiver of this event gets (pure)."""
-    return {"schema": EVENT_SCHEMA, "version": EVENT_VERSION, "id": key, "event": name, "run": run,
-            "benchmark": benchmark, "at": utc_now_ms(), **facts}  # fmt: skip
+    return {
+        "schema": EVENT_SCHEMA,
+        "version": EVENT_VERSION,
+        "id": key,
+        "event": name,
+        "run": run,
+        "benchmark": benchmark,
+        "at": utc_now_ms(),
+        **facts,
+    }
 
 
 def headline(body: dict[str, Any]) -> str:
@@ -76,8 +84,10 @@ def headline(body: dict[str, Any]) -> str:
         where = f"shard {body.get('shard')} stopped {body.get('verdict')}"
         return f"gymslurm run {run}: {where}: {body.get('reason')}"
     if name == "budget_warning":
-        return (f"gymslurm run {run}: {body.get('gpu_hours'):.2f} of {body.get('gpu_budget'):g} GPU-hours "
-                f"spent ({100 * body.get('fraction', 0):.0f} %)")  # fmt: skip
+        return (
+            f"gymslurm run {run}: {body.get('gpu_hours'):.2f} of {body.get('gpu_budget'):g} GPU-hours "
+            f"spent ({100 * body.get('fraction', 0):.0f} %)"
+        )
     if name == "aggregation_done":
         return f"gymslurm run {run}: aggregation {body.get('decision')}: {body.get('reason')}"
     return f"gymslurm run {run} done: {body.get('verdicts')}"
@@ -126,10 +136,13 @@ def fold(records: Iterable[Record]) -> dict[tuple[str, int], Pending]:
 def due(state: dict[tuple[str, int], Pending], targets: list[NotifyTarget]) -> list[Pending]:
     """Events to try now: claimed, not sent or given up, no attempt in doubt, attempts left (pure)."""
     return [
-        item for item in state.values()
-        if not item.done and not item.open_attempt and item.target < len(targets)
+        item
+        for item in state.values()
+        if not item.done
+        and not item.open_attempt
+        and item.target < len(targets)
         and item.attempts < targets[item.target].attempts
-    ]  # fmt: skip
+    ]
 
 
 def _log(message: str) -> None:
@@ -144,9 +157,14 @@ def send(target: NotifyTarget, body: dict[str, Any]) -> str | None:
     env = {**os.environ, "GYMSLURM_EVENT": str(body.get("event"))}
     try:
         done = subprocess.run(
-            target.command, input=json.dumps(body).encode(), env=env, timeout=target.timeout_s,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
+            target.command,
+            input=json.dumps(body).encode(),
+            env=env,
+            timeout=target.timeout_s,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"command timed out after {target.timeout_s:g}s"
     except OSError as error:
@@ -155,17 +173,23 @@ def send(target: NotifyTarget, body: dict[str, Any]) -> str | None:
 
 
 def _step(item: Pending, step: NotifyStep, attempt: int, detail: str | None = None) -> NotifyRecord:
-    return NotifyRecord(event=item.event, key=item.key, target=item.target, step=step, attempt=attempt,
-                        detail=detail)  # fmt: skip
+    return NotifyRecord(
+        event=item.event, key=item.key, target=item.target, step=step, attempt=attempt, detail=detail
+    )
 
 
 class Notifier:
     """Claims a run's events and delivers them (docstring above); ``sleep`` and ``clock`` for tests."""
 
     def __init__(
-        self, run: RunDir, targets: list[NotifyTarget], benchmark: str, *,
-        sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-    ) -> None:  # fmt: skip
+        self,
+        run: RunDir,
+        targets: list[NotifyTarget],
+        benchmark: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.run, self.targets, self.benchmark = run, targets, benchmark
         self.sleep, self.clock = sleep, clock
         self._threads: list[threading.Thread] = []
@@ -264,9 +288,14 @@ def chain_events(shard: int, records: Iterable[Record]) -> list[Event]:
         if not isinstance(record, DecisionRecord):
             continue
         where = f"{shard}:{record.job_id}:{record.restart_count}"
-        facts = {"shard": shard, "job": record.job_id, "restart": record.restart_count,
-                 "decision": str(record.decision), "reason": record.reason,
-                 "exit_code": record.exit_code}  # fmt: skip
+        facts = {
+            "shard": shard,
+            "job": record.job_id,
+            "restart": record.restart_count,
+            "decision": str(record.decision),
+            "reason": record.reason,
+            "exit_code": record.exit_code,
+        }
         if record.decision == Decision.RETRY:
             out.append(("link_failed", f"link_failed:{where}", facts))
         elif not record.decision.continues:
@@ -295,8 +324,11 @@ def run_done_event(run: RunDir, shards: int, aggregation: DecisionRecord | None)
         return None
     verdicts: dict[str, int] = {}
     for state in states:
-        word = "CANCELLED" if state.cancelled or state.last_decision is None else (
-            VERDICT_OF_STOP.get(state.last_decision.decision, str(state.last_decision.decision)))
+        word = (
+            "CANCELLED"
+            if state.cancelled or state.last_decision is None
+            else (VERDICT_OF_STOP.get(state.last_decision.decision, str(state.last_decision.decision)))
+        )
         verdicts[word] = verdicts.get(word, 0) + 1
     if aggregation is not None:
         key = f"run_done:aggregation:{aggregation.job_id}:{aggregation.restart_count}"

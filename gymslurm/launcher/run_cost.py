@@ -121,13 +121,20 @@ def link_costs(records: list[Record], now: float) -> list[dict[str, Any]]:
     out = []
     for link in links_of(records):
         start = iso_epoch(link.get("start"))
-        out.append({
-            "job": link["job"], "restart": link["restart"], "start": link["start"], "end": link["end"],
-            "elapsed_s": link["elapsed_s"], "gpus": link["gpus"], "decision": link["decision"],
-            "slurm_state": link["slurm_state"],
-            "gpu_hours": round(link_gpu_hours(link, now, start), 4),
-            "gpu_hours_idle": round(idle_gpu_hours(link), 4),
-        })  # fmt: skip
+        out.append(
+            {
+                "job": link["job"],
+                "restart": link["restart"],
+                "start": link["start"],
+                "end": link["end"],
+                "elapsed_s": link["elapsed_s"],
+                "gpus": link["gpus"],
+                "decision": link["decision"],
+                "slurm_state": link["slurm_state"],
+                "gpu_hours": round(link_gpu_hours(link, now, start), 4),
+                "gpu_hours_idle": round(idle_gpu_hours(link), 4),
+            }
+        )
     return out
 
 
@@ -184,42 +191,62 @@ def chain_verdict(state: ChainState) -> str:
 
 
 def run_summary(
-    info: RunInfo, chains: list[list[Record]], aggregate_records: list[Record], coverages: list[Any],
-    *, now: float, written_at: str, written_by: str, metrics: tuple[dict[str, Any] | None, str | None],
-    slurm_gpu_s: dict[str, float] | None, budget: float | None,
-) -> RunSummary:  # fmt: skip
+    info: RunInfo,
+    chains: list[list[Record]],
+    aggregate_records: list[Record],
+    coverages: list[Any],
+    *,
+    now: float,
+    written_at: str,
+    written_by: str,
+    metrics: tuple[dict[str, Any] | None, str | None],
+    slurm_gpu_s: dict[str, float] | None,
+    budget: float | None,
+) -> RunSummary:
     """The summary of a finished run from its records, its shards' coverage and its merged metrics
     (pure: the caller read them; ``slurm_gpu_s`` is Slurm's GPU-seconds by job, None without)."""
     costs = [Cost.of(records, now, slurm_gpu_s) for records in chains]
     aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
     shards = []
     for shard, (records, cost, coverage) in enumerate(zip(chains, costs, coverages, strict=True)):
-        shards.append(ShardSummary(
-            shard=shard, verdict=chain_verdict(summarize(records)),
-            expected=None if coverage is None else coverage.expected,
-            successful=0 if coverage is None else coverage.successful,
-            failed=0 if coverage is None else coverage.failed,
-            omitted=0 if coverage is None else coverage.intentionally_omitted,
-            links=len(links_of(records)), gpu_hours=round(cost.gpu_hours, 4),
-            gpu_hours_idle=round(cost.idle, 4),
-            gpu_hours_slurm=None if cost.slurm is None else round(cost.slurm, 4),
-            link_costs=link_costs(records, now),
-        ))  # fmt: skip
+        shards.append(
+            ShardSummary(
+                shard=shard,
+                verdict=chain_verdict(summarize(records)),
+                expected=None if coverage is None else coverage.expected,
+                successful=0 if coverage is None else coverage.successful,
+                failed=0 if coverage is None else coverage.failed,
+                omitted=0 if coverage is None else coverage.intentionally_omitted,
+                links=len(links_of(records)),
+                gpu_hours=round(cost.gpu_hours, 4),
+                gpu_hours_idle=round(cost.idle, 4),
+                gpu_hours_slurm=None if cost.slurm is None else round(cost.slurm, 4),
+                link_costs=link_costs(records, now),
+            )
+        )
     verdicts: dict[str, int] = {}
     for row in shards:
         verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
     last = summarize(aggregate_records).last_decision
     return RunSummary(
-        format_version=version_of("run_summary"), run=info.name, benchmark=info.benchmark,
-        written_at=written_at, written_by=written_by, verdicts=dict(sorted(verdicts.items())),
-        rollouts={"expected": sum(r.expected or 0 for r in shards),
-                  "successful": sum(r.successful for r in shards),
-                  "failed": sum(r.failed for r in shards), "omitted": sum(r.omitted for r in shards)},
-        final_metrics=metrics[0], final_metrics_problem=metrics[1],
+        format_version=version_of("run_summary"),
+        run=info.name,
+        benchmark=info.benchmark,
+        written_at=written_at,
+        written_by=written_by,
+        verdicts=dict(sorted(verdicts.items())),
+        rollouts={
+            "expected": sum(r.expected or 0 for r in shards),
+            "successful": sum(r.successful for r in shards),
+            "failed": sum(r.failed for r in shards),
+            "omitted": sum(r.omitted for r in shards),
+        },
+        final_metrics=metrics[0],
+        final_metrics_problem=metrics[1],
         aggregation=None if last is None else {"decision": str(last.decision), "reason": last.reason},
         cost=cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting),
         shards=shards,
-    )  # fmt: skip
+    )
 
 
 def summary_path(run: RunDir) -> Path:

@@ -37,9 +37,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
-from gymslurm.launcher.placement import Block, cluster_of
+from gymslurm.launcher.site.placement import Block, cluster_of
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.tally import RunTally
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
@@ -263,9 +264,12 @@ class RunDir:
         return Ledger(self.root / "ledger.jsonl")
 
     def chain_records(
-        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None,
+        self,
+        shard: int,
+        array: ArrayRecord | None,
+        present: frozenset[str] | None = None,
         run_records: list[Record] | None = None,
-    ) -> list[Record]:  # fmt: skip
+    ) -> list[Record]:
         """A shard's ledger records, preceded by its first link's submission when that was an array task.
 
         ``present``: one listing of ``shards/`` (a shard without a folder has no ledger yet: not opened).
@@ -285,9 +289,12 @@ class RunDir:
         return [*head, *records]
 
     def chain_state(
-        self, shard: int, array: ArrayRecord | None, present: frozenset[str] | None = None,
+        self,
+        shard: int,
+        array: ArrayRecord | None,
+        present: frozenset[str] | None = None,
         run_records: list[Record] | None = None,
-    ) -> ChainState:  # fmt: skip
+    ) -> ChainState:
         """The fold of :meth:`chain_records` (the one way launcher code reads a shard's chain)."""
         return summarize(self.chain_records(shard, array, present, run_records))
 
@@ -333,6 +340,11 @@ class RunDir:
     def delivery_lock(self) -> Path:
         """Held by the one notification delivery pass at a time (for as long as it sends)."""
         return self.root / "notify-delivery.lock"
+
+    @property
+    def tally(self) -> RunTally:
+        """The run's tally of finished chains and spent GPU-hours (``store/tally.py``)."""
+        return RunTally(self.root / "tally.jsonl")
 
     @property
     def aggregate_lock(self) -> Path:

@@ -86,9 +86,10 @@ def device_slices(servers: Sequence[ServerSettings], visible: Sequence[str]) -> 
     their devices from Slurm."""
     wanted = [
         (label(s.name, replica, s.replicas), s.gpus)
-        for s in servers if s.nodes is None and s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env
+        for s in servers
+        if s.nodes is None and s.gpus and "CUDA_VISIBLE_DEVICES" not in s.env
         for replica in range(s.replicas)
-    ]  # fmt: skip
+    ]
     if not wanted or sum(gpus for _, gpus in wanted) > len(visible):
         return {}
     slices, at = {}, 0
@@ -168,8 +169,10 @@ def node_words(text: str, nodes: Sequence[str], rank: int) -> str:
     """``{nodes}``, ``{head_node}`` and ``{node_rank}`` in one command item or env value."""
     if not nodes:
         return text
-    return text.replace("{nodes}", str(len(nodes))).replace("{head_node}", nodes[0]).replace(
-        "{node_rank}", str(rank)
+    return (
+        text.replace("{nodes}", str(len(nodes)))
+        .replace("{head_node}", nodes[0])
+        .replace("{node_rank}", str(rank))
     )
 
 

@@ -28,7 +28,6 @@ from pydantic import (
 )
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher import scriptsafe
 from gymslurm.launcher.server_refs import check_references, credential_url_on_argv
 from gymslurm.launcher.settings_sections import (
     BudgetSettings,
@@ -40,6 +39,8 @@ from gymslurm.launcher.settings_sections import (
     gpus_in_directives,
     placement_problem,
 )
+from gymslurm.launcher.site import scriptsafe
+from gymslurm.launcher.site.slurm import slurm_seconds
 from gymslurm.redaction import REDACTED, learn, redact_value
 from gymslurm.resources import configs_dir
 
@@ -57,14 +58,14 @@ def _refuse(problem: str | None) -> None:
 
 
 def _one_line(value: str | None, info: ValidationInfo) -> str | None:
-    """A value that reaches a job script: one line, no control characters (launcher/scriptsafe.py)."""
+    """A value that reaches a job script: one line, no control characters (launcher/site/scriptsafe.py)."""
     if value is not None:
         _refuse(scriptsafe.control_problem(str(info.field_name), value))
     return value
 
 
 def _slug(value: str, info: ValidationInfo) -> str:
-    """A name that becomes a folder, file or job name: a safe slug (launcher/scriptsafe.py)."""
+    """A name that becomes a folder, file or job name: a safe slug (launcher/site/scriptsafe.py)."""
     _refuse(scriptsafe.slug_problem(str(info.field_name), value))
     return value
 
@@ -211,6 +212,7 @@ class SlurmSettings(_Strict):
                 "'Scale'); remove slurm.array from the benchmark"
             )
         return value
+
     # GPUs each link holds: rendered as #SBATCH --gres=gpu:N on link scripts (not the aggregation's);
     # 0 counts a --gres=gpu:N / --gpus=N line of extra_directives instead (docs/cost.md).
     gpus: int = Field(default=0, ge=0)
@@ -284,7 +286,6 @@ class SlurmSettings(_Strict):
                 f"slurm.aggregate_on {self.aggregate_on!r} is not one of slurm.clusters "
                 f"{list(self.clusters or [])}"
             )
-
 
     @property
     def aggregation_cluster(self) -> str | None:
@@ -382,6 +383,7 @@ class BenchmarkSettings(_Strict):
     def _no_nul_anywhere(cls, data: Any) -> Any:
         _nul_free(data, "")
         return data
+
     def model_post_init(self, _context: Any) -> None:
         """Server names are unique and ``{servers.NAME.*}`` names a server listed earlier."""
         seen: list[str] = []
@@ -396,24 +398,6 @@ class BenchmarkSettings(_Strict):
                 raise ValueError(f"server {server.name!r}: {problem}")
             seen.append(server.name)
         check_references(self.collector.overrides, seen, "collector.overrides")
-
-
-def slurm_seconds(text: str | int) -> int:
-    """Seconds in a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
-    raw = str(text).strip()
-    days, _, rest = raw.rpartition("-") if "-" in raw else ("0", "", raw)
-    parts = rest.split(":")
-    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
-        raise ValueError(f"{text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-    numbers = [int(p) for p in parts]
-    if "-" in raw:  # D-HH[:MM[:SS]]
-        numbers += [0] * (3 - len(numbers))
-        hours, minutes, seconds = numbers
-    elif len(numbers) == 3:
-        hours, minutes, seconds = numbers
-    else:  # MM or MM:SS
-        hours, minutes, seconds = 0, numbers[0], numbers[1] if len(numbers) == 2 else 0
-    return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 SLURM_LIMIT_TICK_S = 30  # slurmctld checks time limits (and sends --signal warnings) about this often
@@ -529,11 +513,17 @@ def with_interpreter(settings: BenchmarkSettings) -> BenchmarkSettings:
         return [python if part == PYTHON else part for part in command]
 
     servers = [
-        server if server.command is None else server.model_copy(update={
-            "command": fill(server.command), "worker_command": fill(server.worker_command or []) or None,
-            "router": server.router.model_copy(update={"command": fill(server.router.command)})})
+        server
+        if server.command is None
+        else server.model_copy(
+            update={
+                "command": fill(server.command),
+                "worker_command": fill(server.worker_command or []) or None,
+                "router": server.router.model_copy(update={"command": fill(server.router.command)}),
+            }
+        )
         for server in settings.servers
-    ]  # fmt: skip
+    ]
     return settings.model_copy(
         update={
             "dataset_command": None if settings.dataset_command is None else fill(settings.dataset_command),

@@ -50,8 +50,13 @@ NotifyEvent = Literal[
     "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done"
 ]
 NOTIFY_EVENTS: tuple[str, ...] = (
-    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done",
-)  # fmt: skip
+    "run_submitted",
+    "link_failed",
+    "shard_stopped",
+    "budget_warning",
+    "aggregation_done",
+    "run_done",
+)
 
 
 class NotifyTarget(Strict):

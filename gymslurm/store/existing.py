@@ -1,6 +1,6 @@
 """What an output path holds before a collection starts: nothing, a partial cache, a legacy run or a run.
 
-Read before any store is opened (``prepare.py`` decides from it whether to start fresh, import or
+Read before any store is opened (``collector/prepare.py`` decides from it whether to start fresh, import or
 resume), and the one refusal of a run written with the retired attempt journal.
 """
 

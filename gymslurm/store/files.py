@@ -138,8 +138,13 @@ def _entry(where: Path, entry: dict[str, Any], remedy: str) -> MetricsEntry:
             f"object; {remedy}"
         )
     note = entry.get("gymslurm_note")
-    return MetricsEntry(server, agent_name if isinstance(agent_name, str) else server, metrics, key,
-                        note if isinstance(note, str) else None)  # fmt: skip
+    return MetricsEntry(
+        server,
+        agent_name if isinstance(agent_name, str) else server,
+        metrics,
+        key,
+        note if isinstance(note, str) else None,
+    )
 
 
 def read_resubmit_offset(paths: RunPaths) -> tuple[int, int]:

@@ -184,9 +184,15 @@ def read_run_history(
     if writable and not legacy:
         log = known.log if known is not None else OutcomeLog.empty(run_id, rollout_count)
     history = read_history(
-        paths.results, paths.failures, run_id=run_id, keys=keys, rollout_count=rollout_count,
-        legacy=legacy, known=known, log=log,
-    )  # fmt: skip
+        paths.results,
+        paths.failures,
+        run_id=run_id,
+        keys=keys,
+        rollout_count=rollout_count,
+        legacy=legacy,
+        known=known,
+        log=log,
+    )
     if log is None:
         return history, None
     try:
@@ -269,7 +275,11 @@ class _Reader:
             return
         intern, add, locate, run_id, new = self.intern, self.add, self.locate, self.run_id, plain
         tail, groups, find, loads = (
-            self.history.results_tail, self.history.groups, self.keys.find, orjson.loads)  # fmt: skip
+            self.history.results_tail,
+            self.history.groups,
+            self.keys.find,
+            orjson.loads,
+        )
         blob, ends = self.keys.id_bytes
         known, shared = len(ends) - 1, dict[float, float]()
         readline, limit = handle.readline, max_line_bytes()
@@ -319,7 +329,11 @@ class _Reader:
                 else:  # result_outcome's common case, inlined (a test pins the two equal)
                     outcome = new(SavedOutcome)  # SavedOutcome(attempt, "result", line, reward), inlined
                     outcome.attempt, outcome.kind, outcome.line, outcome.reward = (
-                        attempt, "result", line, reward)  # fmt: skip
+                        attempt,
+                        "result",
+                        line,
+                        reward,
+                    )
                 if groups[index] is None:
                     groups[index] = outcome
                 else:
@@ -359,9 +373,14 @@ def result_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Name
     kind = row.get("failure_kind")
     kind = (intern[kind] if intern is not None else kind) if type(kind) is str else None
     return SavedOutcome(
-        attempt, "result", line, reward if is_numeric_reward(reward) else None, masked=True,
-        retry_masked=is_retry_masked(row), failure_kind=kind,
-    )  # fmt: skip
+        attempt,
+        "result",
+        line,
+        reward if is_numeric_reward(reward) else None,
+        masked=True,
+        retry_masked=is_retry_masked(row),
+        failure_kind=kind,
+    )
 
 
 def sidecar_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Names = None) -> SavedOutcome:
@@ -404,10 +423,18 @@ def sidecar_outcome(row: Mapping[str, Any], attempt: int, line: int, intern: Nam
         max_attempts = limit if type(limit) is int and limit >= 1 else None
     kept = kept or kept_timeout_answer((kind, routing, legacy_class), response)
     return SavedOutcome(
-        attempt, "failure", line, terminal=terminal, delivery=name(delivery), failure_kind=name(kind),
-        stage=name(stage), failure_class=name(routing), legacy_class=name(legacy_class),
-        kept_answer=kept, max_attempts=max_attempts,
-    )  # fmt: skip
+        attempt,
+        "failure",
+        line,
+        terminal=terminal,
+        delivery=name(delivery),
+        failure_kind=name(kind),
+        stage=name(stage),
+        failure_class=name(routing),
+        legacy_class=name(legacy_class),
+        kept_answer=kept,
+        max_attempts=max_attempts,
+    )
 
 
 def row_outcome(row: Mapping[str, Any], attempt: int, line: int) -> SavedOutcome:

@@ -49,9 +49,13 @@ _EXACT_INT = 2**53  # an int reward beyond this would not survive the float slot
 _READ_CHUNK = 1 << 20
 # The modules whose source decides what a row reads as: a change to any of them retires every index.
 READER_MODULES = (
-    "gymslurm.store.history", "gymslurm.store.jsonl", "gymslurm.store.outcome_index", "gymslurm.selection",
-    "gymslurm.records", "gymslurm.formats",
-)  # fmt: skip
+    "gymslurm.store.history",
+    "gymslurm.store.jsonl",
+    "gymslurm.store.outcome_index",
+    "gymslurm.selection",
+    "gymslurm.records",
+    "gymslurm.formats",
+)
 
 
 @functools.cache
@@ -104,9 +108,13 @@ class Section:
 
     def header(self, records: int, details: int, detailed: int) -> dict[str, Any]:
         return {
-            "bytes": self.covered_bytes, "lines": self.lines, "sha256": self.hasher.hexdigest(),
-            "records": records // RECORD.size, "details": detailed, "details_bytes": details,
-        }  # fmt: skip
+            "bytes": self.covered_bytes,
+            "lines": self.lines,
+            "sha256": self.hasher.hexdigest(),
+            "records": records // RECORD.size,
+            "details": detailed,
+            "details_bytes": details,
+        }
 
     def payload(self, on_disk: memoryview) -> tuple[list[Chunk], list[Chunk], int]:
         """(records, details array, detailed count) as chunks, never copied whole: the base's from the
@@ -209,9 +217,12 @@ class OutcomeLog:
             if identity != self.on_disk:  # not the index this log was read from: its bases are lost
                 raise OSError(f"{paths.outcome_index} changed under its writer; it is written again next run")
         header = {
-            "format_version": version_of("outcome_index"), "run_id": self.run_id,
-            "rollout_count": self.rollout_count, "reader": digest, "failure_lines": self.failure_lines,
-        }  # fmt: skip
+            "format_version": version_of("outcome_index"),
+            "run_id": self.run_id,
+            "rollout_count": self.rollout_count,
+            "reader": digest,
+            "failure_lines": self.failure_lines,
+        }
         parts = {name: self.sections[name].payload(on_disk) for name in FILES}
         payload = [chunk for name in FILES for chunk in (*parts[name][0], *parts[name][1])]
         lengths = {

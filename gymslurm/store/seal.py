@@ -1,7 +1,7 @@
 """``<stem>_finished.json``: the seal a finished collection leaves for the resume that would change nothing.
 
 Written last, under the run lock, by a collection that ends with nothing left to dispatch
-(``collector_seal.py`` decides when and what it holds); read by ``gymslurm collect`` before it
+(``collector/seal.py`` decides when and what it holds); read by ``gymslurm collect`` before it
 composes a configuration, asks a server or reconciles a run. It holds:
 
 - ``invocation``: the digest of the command that a resume must repeat (``collector_seal.Invocation``);

@@ -297,10 +297,13 @@ class RunStore:
         A writable store keeps what it read as the index it leaves (:meth:`write_outcome_index`)."""
         index = self.rollout_index
         history, self._log = read_run_history(
-            self.paths, self.run_id, RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
-            self.manifest.rollout_count, legacy=self.manifest.identity_source == "imported",
+            self.paths,
+            self.run_id,
+            RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
+            self.manifest.rollout_count,
+            legacy=self.manifest.identity_source == "imported",
             writable=self._writable,
-        )  # fmt: skip
+        )
         return history
 
     def write_outcome_index(self) -> None:
@@ -413,8 +416,9 @@ class RunStore:
         line = self._append("failures", row)
         return self._saved(index, sidecar_outcome(row, attempt, line), "failures", failure=True)
 
-    def append_omission(self, index: int, attempt: int,
-                        payload: Mapping[str, Any] | None = None) -> SavedOutcome:  # fmt: skip
+    def append_omission(
+        self, index: int, attempt: int, payload: Mapping[str, Any] | None = None
+    ) -> SavedOutcome:
         """Save an intentional omission (``_ng_omitted: true``), with a legacy ``skipped`` payload if any."""
         row = {**self._stamps(index, attempt), "_ng_omitted": True, **(payload or {})}
         return self._saved(index, sidecar_outcome(row, attempt, self._append("failures", row)), "failures")

@@ -26,14 +26,23 @@ def _id(prefix: str) -> str:
 
 def response(body: dict[str, Any], output: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
-        "model": body.get("model", "fake"), "status": "completed", "output": output,
-        "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": body.get("model", "fake"),
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools", []),
-        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
-                  "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens_details": {"reasoning_tokens": 0}},
-    }  # fmt: skip
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "total_tokens": 15,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
 
 
 def answer(body: dict[str, Any]) -> dict[str, Any]:
@@ -41,12 +50,23 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
     items = items if isinstance(items, list) else []
     answered = any(isinstance(item, dict) and item.get("type") == "function_call_output" for item in items)
     if not answered and body.get("tools"):
-        call = {"type": "function_call", "id": _id("fc"), "call_id": _id("call"), "name": "get_weather",
-                "arguments": json.dumps({"city": "sf"}), "status": "completed"}  # fmt: skip
+        call = {
+            "type": "function_call",
+            "id": _id("fc"),
+            "call_id": _id("call"),
+            "name": "get_weather",
+            "arguments": json.dumps({"city": "sf"}),
+            "status": "completed",
+        }
         return response(body, [call])
     text = {"type": "output_text", "text": "It is cold in sf.", "annotations": []}
-    message = {"type": "message", "id": _id("msg"), "role": "assistant", "status": "completed",
-               "content": [text]}  # fmt: skip
+    message = {
+        "type": "message",
+        "id": _id("msg"),
+        "role": "assistant",
+        "status": "completed",
+        "content": [text],
+    }
     return response(body, [message])
 
 

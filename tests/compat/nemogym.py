@@ -125,11 +125,32 @@ def _install(venv: Path, download: Path) -> None:
     wheel = download / f"nemo_gym-{NEMO_GYM_VERSION}-py3-none-any.whl"
     steps = []
     if not wheel.exists():
-        steps.append([python, "-m", "pip", "download", "--no-deps", f"nemo-gym=={NEMO_GYM_VERSION}",
-                      "--python-version", "3.13.14", "--only-binary=:all:", "-d", str(download)])  # fmt: skip
+        steps.append(
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                f"nemo-gym=={NEMO_GYM_VERSION}",
+                "--python-version",
+                "3.13.14",
+                "--only-binary=:all:",
+                "-d",
+                str(download),
+            ]
+        )
     steps.append([python, "-m", "venv", str(venv)])
-    steps.append([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
-                  "--ignore-requires-python", str(wheel)])  # fmt: skip
+    steps.append(
+        [
+            str(venv / "bin/pip"),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--ignore-requires-python",
+            str(wheel),
+        ]
+    )
     for argv in steps:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
         if done.returncode != 0:
@@ -208,9 +229,13 @@ class Stack:
     def gym_command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         """Run NeMo Gym's own ``gym`` CLI against this stack (text output captured)."""
         return subprocess.run(
-            [str(self.venv / "bin/gym"), *args], cwd=self.workdir, capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )  # fmt: skip
+            [str(self.venv / "bin/gym"), *args],
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def stop(self) -> list[int]:
         """SIGINT to ``gym env start``, then every process of its session by pid; returns the pids stopped."""
@@ -264,30 +289,69 @@ def stack_config(ports: dict[str, int]) -> str:
     loop = {"entrypoint": "app.py", "host": "127.0.0.1"}
     resources = {"type": "resources_servers", "name": "weather"}
     agent = {"type": "responses_api_agents", "name": "weather_agent"}
-    session = {"resources_server": resources, "agent_server": agent,
-               "resources_tool_transports": ["direct_http"], "max_concurrent_episodes": None,
-               "queue_timeout_seconds": None,
-               "default_episode_timeout_seconds": 600, "cleanup_timeout_seconds": 30}  # fmt: skip
+    session = {
+        "resources_server": resources,
+        "agent_server": agent,
+        "resources_tool_transports": ["direct_http"],
+        "max_concurrent_episodes": None,
+        "queue_timeout_seconds": None,
+        "default_episode_timeout_seconds": 600,
+        "cleanup_timeout_seconds": 30,
+    }
     config = {
         "head_server": {"host": "127.0.0.1", "port": ports["head"]},
-        "policy_model": {"responses_api_models": {"openai_model": {
-            **loop, "port": ports["model"], "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1",
-            "openai_api_key": "dummy", "openai_model": "fake", "openai_default_headers": {}}}},
-        DEMO_POLICY: {"responses_api_models": {"openai_model": {
-            **loop, "port": ports[DEMO_POLICY], "openai_base_url": f"http://127.0.0.1:{ports['demo_model']}/v1",
-            "openai_api_key": "dummy", "openai_model": "demo-policy", "openai_default_headers": {}}}},
-        "weather": {"resources_servers": {"example_single_tool_call": {
-            **loop, "port": ports["weather"], "domain": "agent", "verified": False}}},
-        "weather_agent": {"responses_api_agents": {"simple_agent": {
-            **loop, "port": ports["agent"], "resources_server": resources,
-            "model_server": {"type": "responses_api_models", "name": "policy_model"}}}},
-        TYPED: {"environment_servers": {"single_agent_turn": {
-            **loop, "port": ports[TYPED], **session}}},
-        RELAY: {"environment_servers": {"legacy_agent": {
-            **loop, "port": ports[RELAY], "agent_server": agent}}},
-        ADAPTER: {"environment_servers": {"single_agent_turn_legacy": {
-            **loop, "port": ports[ADAPTER], **session}}},
-    }  # fmt: skip
+        "policy_model": {
+            "responses_api_models": {
+                "openai_model": {
+                    **loop,
+                    "port": ports["model"],
+                    "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1",
+                    "openai_api_key": "dummy",
+                    "openai_model": "fake",
+                    "openai_default_headers": {},
+                }
+            }
+        },
+        DEMO_POLICY: {
+            "responses_api_models": {
+                "openai_model": {
+                    **loop,
+                    "port": ports[DEMO_POLICY],
+                    "openai_base_url": f"http://127.0.0.1:{ports['demo_model']}/v1",
+                    "openai_api_key": "dummy",
+                    "openai_model": "demo-policy",
+                    "openai_default_headers": {},
+                }
+            }
+        },
+        "weather": {
+            "resources_servers": {
+                "example_single_tool_call": {
+                    **loop,
+                    "port": ports["weather"],
+                    "domain": "agent",
+                    "verified": False,
+                }
+            }
+        },
+        "weather_agent": {
+            "responses_api_agents": {
+                "simple_agent": {
+                    **loop,
+                    "port": ports["agent"],
+                    "resources_server": resources,
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                }
+            }
+        },
+        TYPED: {"environment_servers": {"single_agent_turn": {**loop, "port": ports[TYPED], **session}}},
+        RELAY: {
+            "environment_servers": {"legacy_agent": {**loop, "port": ports[RELAY], "agent_server": agent}}
+        },
+        ADAPTER: {
+            "environment_servers": {"single_agent_turn_legacy": {**loop, "port": ports[ADAPTER], **session}}
+        },
+    }
     return json.dumps(config, indent=2)
 
 
@@ -317,8 +381,12 @@ def _start_stack_once(venv: Path, workdir: Path) -> Stack:
             "suite starts NeMo Gym's head server there to test the default; stop what listens on it"
         )
     workdir.mkdir(parents=True, exist_ok=True)
-    ports = {"head": HEAD_PORT, **stack_ports(("fake", "model", "weather", "agent", TYPED, RELAY, ADAPTER,
-                                               DEMO_POLICY, "demo_model"))}  # fmt: skip
+    ports = {
+        "head": HEAD_PORT,
+        **stack_ports(
+            ("fake", "model", "weather", "agent", TYPED, RELAY, ADAPTER, DEMO_POLICY, "demo_model")
+        ),
+    }
     (workdir / "stack.yaml").write_text(stack_config(ports))
     venvs = workdir / "venvs"
     for server in SERVER_DIRS:  # skip_venv_if_present: every server runs in the one NeMo Gym venv
@@ -329,28 +397,54 @@ def _start_stack_once(venv: Path, workdir: Path) -> Stack:
     log = workdir / "gym-env-start.log"
     python = str(venv / "bin/python")
     fake = subprocess.Popen(
-        [python, str(HERE / "fake_openai.py"), str(ports["fake"])], cwd=workdir, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=(workdir / "fake_openai.log").open("wb"),
-    )  # fmt: skip
+        [python, str(HERE / "fake_openai.py"), str(ports["fake"])],
+        cwd=workdir,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "fake_openai.log").open("wb"),
+    )
     demo_model = subprocess.Popen(
-        [sys.executable, "-m", "gymslurm", "demo-model-server", "--host", "127.0.0.1",
-         "--port", str(ports["demo_model"])],
-        cwd=workdir, start_new_session=True, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-model-server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(ports["demo_model"]),
+        ],
+        cwd=workdir,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
         stderr=(workdir / "demo_model.log").open("wb"),
-    )  # fmt: skip
+    )
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     gym = subprocess.Popen(
-        [str(venv / "bin/gym"), "env", "start", "+config_paths=[stack.yaml]", f"+uv_venv_dir={venvs}",
-         "+skip_venv_if_present=true"],
-        cwd=workdir, start_new_session=True, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        [
+            str(venv / "bin/gym"),
+            "env",
+            "start",
+            "+config_paths=[stack.yaml]",
+            f"+uv_venv_dir={venvs}",
+            "+skip_venv_if_present=true",
+        ],
+        cwd=workdir,
+        start_new_session=True,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     dataset = site_packages(venv) / "resources_servers/example_single_tool_call/data/example.jsonl"
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     stack = Stack(venv, workdir, urls, gym, fake, dataset, log, demo_model)
     try:
         servers = (TYPED, RELAY, ADAPTER, "agent", "weather", DEMO_POLICY)
-        probes = [urls["head"] + "/global_config_dict_yaml", urls["fake"] + "/v1/models",
-                  urls["demo_model"] + "/health"]  # fmt: skip
+        probes = [
+            urls["head"] + "/global_config_dict_yaml",
+            urls["fake"] + "/v1/models",
+            urls["demo_model"] + "/health",
+        ]
         _wait_up(stack, probes + [urls[name] + "/docs" for name in servers])
     except BaseException:
         stack.stop()
@@ -364,18 +458,15 @@ SHIPPED = {
     "lc_equivalence_rule_environment_server": "equivalence_rule/configs/lc.yaml",
     "gpqa_diamond_environment_server": "gpqa_diamond/configs/gpqa_diamond.yaml",
     "freeform_formatting_environment_server": "format_verification/configs/freeform_formatting.yaml",
-    "example_session_state_mgmt_environment_server":
-        "example_session_state_mgmt/configs/example_session_state_mgmt.yaml",
-    "example_tool_call_multireward_environment_server":
-        "example_tool_call_multireward/configs/example_tool_call_multireward.yaml",
+    "example_session_state_mgmt_environment_server": "example_session_state_mgmt/configs/example_session_state_mgmt.yaml",  # noqa: E501
+    "example_tool_call_multireward_environment_server": "example_tool_call_multireward/configs/example_tool_call_multireward.yaml",  # noqa: E501
     "circle_count_environment_server": "circle_count/configs/circle_count.yaml",
     "citation_if_environment_server": "citation_if/configs/citation_if.yaml",
     "arc_agi_environment_server": "arc_agi/configs/arc_agi.yaml",
-    "math_advanced_calculations_environment_server":
-        "math_advanced_calculations/configs/math_advanced_calculations.yaml",
+    "math_advanced_calculations_environment_server": "math_advanced_calculations/configs/math_advanced_calculations.yaml",  # noqa: E501
     "example_multi_step_environment_server": "example_multi_step/configs/example_multi_step.yaml",
     "blackjack_environment_server": "blackjack/configs/blackjack.yaml",  # identical rows: one task
-}  # fmt: skip
+}
 SERVER_CATEGORIES = (
     "resources_servers",
     "responses_api_agents",
@@ -396,11 +487,21 @@ def start_shipped_stack(venv: Path, workdir: Path) -> Stack:
     every server's own port is NeMo Gym's choice. Waits for NeMo Gym's own "servers ready" line."""
     workdir.mkdir(parents=True, exist_ok=True)
     ports = stack_ports(("head", "fake"))
-    model = {"head_server": {"host": "127.0.0.1", "port": ports["head"]},
-             "policy_model": {"responses_api_models": {"openai_model": {
-                 "entrypoint": "app.py", "host": "127.0.0.1",
-                 "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1", "openai_api_key": "dummy",
-                 "openai_model": "fake", "openai_default_headers": {}}}}}  # fmt: skip
+    model = {
+        "head_server": {"host": "127.0.0.1", "port": ports["head"]},
+        "policy_model": {
+            "responses_api_models": {
+                "openai_model": {
+                    "entrypoint": "app.py",
+                    "host": "127.0.0.1",
+                    "openai_base_url": f"http://127.0.0.1:{ports['fake']}/v1",
+                    "openai_api_key": "dummy",
+                    "openai_model": "fake",
+                    "openai_default_headers": {},
+                }
+            }
+        },
+    }
     (workdir / "model.yaml").write_text(json.dumps(model, indent=2))
     packages, venvs = site_packages(venv), workdir / "venvs"
     for category in SERVER_CATEGORIES:  # every server type runs in the one NeMo Gym venv
@@ -412,15 +513,27 @@ def start_shipped_stack(venv: Path, workdir: Path) -> Stack:
     configs = ",".join(["model.yaml", *(str(packages / "resources_servers" / c) for c in SHIPPED.values())])
     log = workdir / "gym-env-start.log"
     fake = subprocess.Popen(
-        [str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(ports["fake"])], cwd=workdir,
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=(workdir / "fake_openai.log").open("wb"),
-    )  # fmt: skip
+        [str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(ports["fake"])],
+        cwd=workdir,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "fake_openai.log").open("wb"),
+    )
     gym = subprocess.Popen(
-        [str(venv / "bin/gym"), "env", "start", f"+config_paths=[{configs}]", f"+uv_venv_dir={venvs}",
-         "+skip_venv_if_present=true"],
-        cwd=workdir, start_new_session=True, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            str(venv / "bin/gym"),
+            "env",
+            "start",
+            f"+config_paths=[{configs}]",
+            f"+uv_venv_dir={venvs}",
+            "+skip_venv_if_present=true",
+        ],
+        cwd=workdir,
+        start_new_session=True,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
-    )  # fmt: skip
+    )
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     stack = Stack(venv, workdir, urls, gym, fake, shipped_dataset(venv, next(iter(SHIPPED))), log)
     deadline = time.monotonic() + 2 * START_TIMEOUT_S

@@ -74,10 +74,20 @@ def test_the_legacy_adapter_runs_every_task(nemo_gym_stack: Stack, tmp_path: Pat
 def relay_run(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One collection through the legacy relay, killed (SIGKILL) after its first result, then resumed."""
     output = tmp_path_factory.mktemp("relay-kill") / "relay.jsonl"
-    args = collect_args(nemo_gym_stack.dataset, output, nemo_gym_stack.urls[RELAY], "+taskset=weather",
-                        "+environment_protocol=legacy_agent", "+concurrency=1")  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "gymslurm", *args], cwd=REPO_ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    args = collect_args(
+        nemo_gym_stack.dataset,
+        output,
+        nemo_gym_stack.urls[RELAY],
+        "+taskset=weather",
+        "+environment_protocol=legacy_agent",
+        "+concurrency=1",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gymslurm", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not (output.exists() and output.read_bytes().count(b"\n") >= 1) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -120,9 +130,13 @@ def test_nemo_gyms_aggregate_reads_gymslurms_outputs(nemo_gym_stack: Stack, rela
     """gym eval aggregate on gymslurm's results file computes full metrics (not an empty list)."""
     output = relay_run.parent / "ng" / "ng.jsonl"
     done = nemo_gym_stack.gym_command(
-        "eval", "aggregate", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
-        f"+input_glob={relay_run}", f"+output_jsonl_fpath={output}",
-    )  # fmt: skip
+        "eval",
+        "aggregate",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={HEAD_PORT}",
+        f"+input_glob={relay_run}",
+        f"+output_jsonl_fpath={output}",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     entries = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
     assert [entry["_ng_environment_server"] for entry in entries] == [RELAY]
@@ -137,11 +151,18 @@ def nemo_gym_collection(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPath
     """NeMo Gym's collector (gym eval run --no-serve) through the relay, num_repeats=2: its results file."""
     output = tmp_path_factory.mktemp("ng-run") / "ng.jsonl"
     done = nemo_gym_stack.gym_command(
-        "eval", "run", "--no-serve", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
-        "+disable_health_check=true", f"+input_jsonl_fpath={nemo_gym_stack.dataset}",
-        f"+output_jsonl_fpath={output}", "+num_repeats=2", "+environment_routing_mode=legacy",
+        "eval",
+        "run",
+        "--no-serve",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={HEAD_PORT}",
+        "+disable_health_check=true",
+        f"+input_jsonl_fpath={nemo_gym_stack.dataset}",
+        f"+output_jsonl_fpath={output}",
+        "+num_repeats=2",
+        "+environment_routing_mode=legacy",
         f"+environment_server_name={RELAY}",
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return output
 
@@ -152,8 +173,13 @@ def test_nemo_gyms_repeated_rows_are_collected_with_nemo_gyms_ids(
     """NeMo Gym's materialized file of a num_repeats=2 run: one rollout per row, ids <task>-<rollout>."""
     materialized = nemo_gym_collection.parent / "ng_materialized_inputs.jsonl"
     output = tmp_path / "repeated.jsonl"
-    args = collect_args(materialized, output, nemo_gym_stack.urls[RELAY], "+taskset=weather",
-                        "+environment_protocol=legacy_agent")  # fmt: skip
+    args = collect_args(
+        materialized,
+        output,
+        nemo_gym_stack.urls[RELAY],
+        "+taskset=weather",
+        "+environment_protocol=legacy_agent",
+    )
     done = gymslurm(*args, timeout=600)
     assert done.returncode == 0, done.stderr
     results = rows(output)
@@ -187,15 +213,22 @@ def test_nemo_gyms_openai_model_serves_the_demo_model_servers_answers(nemo_gym_s
     import httpx
 
     question = {"input": [{"role": "user", "content": "What is 17 + 25?"}]}
-    direct = httpx.post(nemo_gym_stack.urls["demo_model"] + "/v1/responses", json=question, timeout=60,
-                        trust_env=False)  # fmt: skip
-    via = httpx.post(nemo_gym_stack.urls[DEMO_POLICY] + "/v1/responses", json=question, timeout=60,
-                     trust_env=False)  # fmt: skip
+    direct = httpx.post(
+        nemo_gym_stack.urls["demo_model"] + "/v1/responses", json=question, timeout=60, trust_env=False
+    )
+    via = httpx.post(
+        nemo_gym_stack.urls[DEMO_POLICY] + "/v1/responses", json=question, timeout=60, trust_env=False
+    )
     assert (direct.status_code, via.status_code) == (200, 200), via.text[:500]
 
     def text(reply: dict[str, Any]) -> str:
-        return "".join(part["text"] for item in reply["output"] if item.get("type") == "message"
-                       for part in item["content"] if part.get("type") == "output_text")  # fmt: skip
+        return "".join(
+            part["text"]
+            for item in reply["output"]
+            if item.get("type") == "message"
+            for part in item["content"]
+            if part.get("type") == "output_text"
+        )
 
     assert text(via.json()) == text(direct.json()) != ""
     assert via.json()["model"] == "demo-policy"

@@ -33,17 +33,39 @@ def test_the_nemo_gym_benchmark_runs_from_a_fresh_checkout_in_one_command(tmp_pa
     checkout = tmp_path / "checkout"
     subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(checkout)], check=True, timeout=120)
     port = free_port()
-    fake = subprocess.Popen([str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(port)],
-                            start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    env = {**os.environ, "NEMO_GYM_VENV": str(venv), "POLICY_BASE_URL": f"http://127.0.0.1:{port}/v1",
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(checkout)}  # fmt: skip
+    fake = subprocess.Popen(
+        [str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(port)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        **os.environ,
+        "NEMO_GYM_VENV": str(venv),
+        "POLICY_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONPATH": str(checkout),
+    }
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "gymslurm", "submit", "configs/benchmarks/nemo_gym_weather.yaml",
-             "--backend", "local", "--wait", f"run_root={tmp_path / 'runs'}"],
-            cwd=checkout, env=env, capture_output=True, text=True, timeout=1500, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gymslurm",
+                "submit",
+                "configs/benchmarks/nemo_gym_weather.yaml",
+                "--backend",
+                "local",
+                "--wait",
+                f"run_root={tmp_path / 'runs'}",
+            ],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         (merged,) = (tmp_path / "runs").glob("*/output/merged/weather.jsonl")
         rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
@@ -54,10 +76,25 @@ def test_the_nemo_gym_benchmark_runs_from_a_fresh_checkout_in_one_command(tmp_pa
         # ended in a judge failure, so the completed results are carried, all 5.
         source = merged.parents[2]
         regrade = subprocess.run(
-            [sys.executable, "-m", "gymslurm", "submit", "--reverify", str(source), "--backend", "local",
-             "--wait", f"--run-root={tmp_path / 'runs'}"],
-            cwd=checkout, env=env, capture_output=True, text=True, timeout=1500, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gymslurm",
+                "submit",
+                "--reverify",
+                str(source),
+                "--backend",
+                "local",
+                "--wait",
+                f"--run-root={tmp_path / 'runs'}",
+            ],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+        )
     finally:
         stop_session(fake.pid)
     assert regrade.returncode == 0, regrade.stdout[-3000:] + regrade.stderr[-3000:]

@@ -26,8 +26,12 @@ from tests.e2e.helpers import gymslurm
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 
 ROWS = 5
-HEAD = ["--no-serve", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
-        "+disable_health_check=true"]  # fmt: skip
+HEAD = [
+    "--no-serve",
+    "+head_server.host=127.0.0.1",
+    f"+head_server.port={HEAD_PORT}",
+    "+disable_health_check=true",
+]
 RELAY_ROUTE = ["+environment_routing_mode=legacy", f"+environment_server_name={RELAY}"]
 TYPED_ROUTE = ["+environment_routing_mode=taskset", f"+environment_server_routes={{weather: {TYPED}}}"]
 RESUME = ["+resume_from_cache=true", "+allow_unsafe_resume=true"]
@@ -49,16 +53,25 @@ def materialized(flat: list[dict[str, Any]], taskset: str) -> list[dict[str, Any
 
 def nemo_gym_run(stack: Stack, dataset: Path, output: Path, *overrides: str) -> Path:
     """NeMo Gym's own collector, ``gym eval run --no-serve``, on the stack: its results file."""
-    done = stack.gym_command("eval", "run", *HEAD, f"+input_jsonl_fpath={dataset}",
-                             f"+output_jsonl_fpath={output}", *overrides)  # fmt: skip
+    done = stack.gym_command(
+        "eval", "run", *HEAD, f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", *overrides
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return output
 
 
 def under_gymslurm(dataset: Path, output: Path, *overrides: str) -> Any:
     """The same arguments given to ``gymslurm collect``."""
-    return gymslurm("collect", *HEAD, f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}",
-                    "+progress=plain", "+summary=false", *overrides, timeout=600)  # fmt: skip
+    return gymslurm(
+        "collect",
+        *HEAD,
+        f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={output}",
+        "+progress=plain",
+        "+summary=false",
+        *overrides,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +88,7 @@ def datasets(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPathFactory) ->
         "mixed": write_rows(
             folder / "mixed.jsonl", [*materialized(flat, "typed"), *materialized(flat, "relay")]
         ),
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +98,14 @@ def nemo_gym_runs(
     """Two runs of NeMo Gym's own collector: typed (5 rows), and relay (num_repeats=2, a failures sidecar)."""
     folder = tmp_path_factory.mktemp("nemo-gym-runs")
     typed = nemo_gym_run(nemo_gym_stack, datasets["native"], folder / "typed" / "ng.jsonl", *TYPED_ROUTE)
-    relay = nemo_gym_run(nemo_gym_stack, datasets["with_bad"], folder / "relay" / "ng.jsonl", *RELAY_ROUTE,
-                         "+num_repeats=2", "+route_failures_to_sidecar=true")  # fmt: skip
+    relay = nemo_gym_run(
+        nemo_gym_stack,
+        datasets["with_bad"],
+        folder / "relay" / "ng.jsonl",
+        *RELAY_ROUTE,
+        "+num_repeats=2",
+        "+route_failures_to_sidecar=true",
+    )
     assert len(rows(relay.with_name("ng_failures.jsonl"))) == 2  # the bad row's two repeats
     return {"typed": typed, "relay": relay}
 
@@ -128,8 +147,9 @@ def test_an_unknown_server_name_is_refused_before_anything_is_written(
 ) -> None:
     """A name the head server's config does not hold: exit 2 naming it and the known ones; no file."""
     output = tmp_path / "run" / "x.jsonl"
-    done = under_gymslurm(datasets["flat"], output, "+environment_routing_mode=legacy",
-                          "+environment_server_name=weather_relay")  # fmt: skip
+    done = under_gymslurm(
+        datasets["flat"], output, "+environment_routing_mode=legacy", "+environment_server_name=weather_relay"
+    )
     assert done.returncode == 2 and "'weather_relay'" in done.stderr and RELAY in done.stderr
     assert not output.parent.exists()
 
@@ -211,9 +231,13 @@ def test_nemo_gyms_aggregate_reads_merged_shards(
     assert (merged.parent / "weather_gymslurm_metrics.json").exists()
     output = tmp_path / "ng" / "ng.jsonl"
     done = nemo_gym_stack.gym_command(
-        "eval", "aggregate", "+head_server.host=127.0.0.1", f"+head_server.port={HEAD_PORT}",
-        f"+input_glob={merged}", f"+output_jsonl_fpath={output}",
-    )  # fmt: skip
+        "eval",
+        "aggregate",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={HEAD_PORT}",
+        f"+input_glob={merged}",
+        f"+output_jsonl_fpath={output}",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (entry,) = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
     assert entry["_ng_environment_server"] == RELAY and entry["agent_metrics"]

@@ -42,9 +42,13 @@ def nemo_gym_eval_run() -> dict[str, list[str]]:
     except NemoGymSetupError as error:
         pytest.fail(f"NeMo Gym could not be installed: {error}", pytrace=False)
     done = subprocess.run(
-        [str(venv / "bin/python"), "-c", READ], capture_output=True, text=True, timeout=300, check=True,
+        [str(venv / "bin/python"), "-c", READ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
-    )  # fmt: skip
+    )
     found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
@@ -53,8 +57,12 @@ def test_every_gym_eval_run_flag_is_accepted_or_refused_by_name(
     nemo_gym_eval_run: dict[str, list[str]],
 ) -> None:
     """Each option of 0.7.0's ``gym eval run`` (short aliases too) is in gymslurm's flag table."""
-    ours = {*nemogym_flags.VALUE_FLAGS, *nemogym_flags.BOOL_FLAGS, *nemogym_flags.NO_OP_FLAGS,
-            *nemogym_flags.REFUSED_FLAGS}  # fmt: skip
+    ours = {
+        *nemogym_flags.VALUE_FLAGS,
+        *nemogym_flags.BOOL_FLAGS,
+        *nemogym_flags.NO_OP_FLAGS,
+        *nemogym_flags.REFUSED_FLAGS,
+    }
     assert [flag for flag in nemo_gym_eval_run["flags"] if flag not in ours | GENERIC] == []
     assert sorted(ours - set(nemo_gym_eval_run["flags"])) == []  # nothing NeMo Gym does not have
 

@@ -97,16 +97,34 @@ def test_a_shipped_config_gives_gymslurm_the_rows_nemo_gym_gets(
     """The same NeMo Gym command line, both collectors: the same rows, field by field."""
     dataset = shipped_dataset(shipped_stack.venv, server)
     head = shipped_stack.head_url.rsplit(":", 1)[1]
-    spelled = ["--no-serve", "+head_server.host=127.0.0.1", f"+head_server.port={head}",
-               "+disable_health_check=true", "+environment_routing_mode=legacy",
-               f"+environment_server_name={server}", f"+input_jsonl_fpath={dataset}"]  # fmt: skip
+    spelled = [
+        "--no-serve",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={head}",
+        "+disable_health_check=true",
+        "+environment_routing_mode=legacy",
+        f"+environment_server_name={server}",
+        f"+input_jsonl_fpath={dataset}",
+    ]
     theirs = shipped_stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={tmp_path}/ng.jsonl")
     assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
     ours = subprocess.run(
-        [sys.executable, "-m", "gymslurm", "collect", *spelled, f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
-         "+progress=none", "+summary=false"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "collect",
+            *spelled,
+            f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
+            "+progress=none",
+            "+summary=false",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
     nemo_gym = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "ng.jsonl")}
     gymslurm = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "gs.jsonl")}

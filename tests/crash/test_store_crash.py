@@ -28,17 +28,29 @@ REPLACEMENT_ROLLOUTS = 20000
 
 def inputs(count: int) -> list[dict[str, object]]:
     return [
-        {"_ng_rollout_id": f"crash-t{i}", "_ng_task_index": i, "_ng_rollout_index": 0,
-         "task_id": {"taskset": "crash", "task_id": f"t{i}"}, "task_input": {"i": i}}
+        {
+            "_ng_rollout_id": f"crash-t{i}",
+            "_ng_task_index": i,
+            "_ng_rollout_index": 0,
+            "task_id": {"taskset": "crash", "task_id": f"t{i}"},
+            "task_input": {"i": i},
+        }
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
 def create(paths: RunPaths, count: int = ROLLOUTS) -> RunStore:
     return RunStore.create_fresh(
-        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=inputs(count), identity={"model": "m"},
-        config_digest=DIGEST, max_rollout_attempts=3),
-    )  # fmt: skip
+        paths,
+        RunSpec(
+            source_path="d",
+            source_digest=DIGEST,
+            inputs=inputs(count),
+            identity={"model": "m"},
+            config_digest=DIGEST,
+            max_rollout_attempts=3,
+        ),
+    )
 
 
 def child_env() -> dict[str, str]:

@@ -34,18 +34,28 @@ def gymslurm(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m gymslurm ARGS`` from the worktree root to its end (text output captured)."""
     return subprocess.run(
-        [sys.executable, "-m", "gymslurm", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **(env or {})}, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "gymslurm", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def collect_args(dataset: Path, output: Path, url: str | None, *overrides: str) -> list[str]:
     """The ``collect`` arguments of one run (plain progress, no summary table)."""
     server = [f"+environment_server_url={url}"] if url else []
     return [
-        "collect", f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", *server,
-        "+progress=plain", "+summary=false", *overrides,
-    ]  # fmt: skip
+        "collect",
+        f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={output}",
+        *server,
+        "+progress=plain",
+        "+summary=false",
+        *overrides,
+    ]
 
 
 def collect_command(dataset: Path, output: Path, url: str | None, *overrides: str) -> list[str]:

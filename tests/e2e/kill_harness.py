@@ -173,9 +173,14 @@ def _running(local: Path, job: dict[str, object]) -> bool:
 
 
 def run_trial(
-    folder: Path, seed: int, *, shards: int = 1, rows: int = 4, timeout_s: float = 600,
+    folder: Path,
+    seed: int,
+    *,
+    shards: int = 1,
+    rows: int = 4,
+    timeout_s: float = 600,
     plan: Plan | None = None,
-) -> Trial:  # fmt: skip
+) -> Trial:
     """One trial in ``folder`` (created): submit --wait, kill by the seed's plan, check the merge."""
     import threading
 
@@ -186,8 +191,11 @@ def run_trial(
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gymslurm", "submit", str(bench), "--backend", "local", "--wait"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     done: list[bool] = []
     while not list((folder / "runs").glob("*/local")) and proc.poll() is None:
         time.sleep(0.01)

@@ -32,9 +32,13 @@ def gymslurm(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m gymslurm`` from the worktree root (so jobs import this checkout)."""
     done = subprocess.run(
-        [sys.executable, "-m", "gymslurm", *args], cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "gymslurm", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
     if check and done.returncode != 0:
         raise AssertionError(
             f"gymslurm {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
@@ -95,6 +99,7 @@ def assert_same_results(paused: Path, plain: Path, in_flight_max: int) -> None:
     when the pause came. Those were sent again (``_ng_attempt`` > 0, at most ``in_flight_max``), and the
     demo policy draws its answer per attempt, so their answer may differ; so may a row the unpaused run
     sent again (a neighbour's fault on a shared cluster can interrupt it too)."""
+
     def rows(path: Path) -> dict[str, dict[str, Any]]:
         lines = path.read_text().splitlines()
         found = {row["_ng_rollout_id"]: row for row in map(json.loads, lines)}
@@ -105,6 +110,7 @@ def assert_same_results(paused: Path, plain: Path, in_flight_max: int) -> None:
     assert ours.keys() == theirs.keys()
     again = {key for key, row in ours.items() if row["_ng_attempt"] > 0}
     assert len(again) <= in_flight_max, sorted(again)
+
     def same(key: str) -> bool:
         return {**ours[key], "_ng_run_id": ""} == {**theirs[key], "_ng_run_id": ""}
 

@@ -27,7 +27,7 @@ def shards(tmp_path_factory: pytest.TempPathFactory, shared_demo_server: Any) ->
         [{}, retry_once, {"_demo_fault": "masked"}, {"_demo_fault": "omit"}],
         [{}, {"_demo_fault": "unscored"}, {"_demo_fault": "terminal"}],
         [{}, {}, {"_demo_fault": "retryable"}],
-    ]  # fmt: skip
+    ]
     outputs = []
     for number, spec in enumerate(specs):
         dataset = write_tasks(root / f"tasks{number}.jsonl", spec)
@@ -49,8 +49,12 @@ def test_merge_matches_the_collectors_coverage(
 ) -> None:
     """The merged projection holds each shard's completed results once; metrics sum the shards' coverage."""
     merged = tmp_path / "merged.jsonl"
-    done = gymslurm("aggregate", *map(str, shards), f"+output_jsonl_fpath={merged}",
-                    f"+environment_server_url={shared_demo_server.url}")  # fmt: skip
+    done = gymslurm(
+        "aggregate",
+        *map(str, shards),
+        f"+output_jsonl_fpath={merged}",
+        f"+environment_server_url={shared_demo_server.url}",
+    )
     assert done.returncode == 0, done.stderr
     coverages = [load(companion(s, "_coverage.json")) for s in shards]
     metrics = load(companion(merged, "_gymslurm_metrics.json"))

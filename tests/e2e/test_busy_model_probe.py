@@ -33,11 +33,28 @@ def _model(tmp_path: Path) -> ServerSettings:
     import sys
 
     return ServerSettings(
-        name="policy", command=[sys.executable, "-m", "gymslurm", "demo-model-server", "--host", "{host}",
-                                "--port", "{port}", "--slots", "1", "--latency-ms", "600"],
-        probe="chat_completions", probe_timeout_s=1.2, probe_failures=2, probe_interval_s=0.5,
-        startup_timeout_s=60, collector_override=None,
-    )  # fmt: skip
+        name="policy",
+        command=[
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-model-server",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--slots",
+            "1",
+            "--latency-ms",
+            "600",
+        ],
+        probe="chat_completions",
+        probe_timeout_s=1.2,
+        probe_failures=2,
+        probe_interval_s=0.5,
+        startup_timeout_s=60,
+        collector_override=None,
+    )
 
 
 def _busy(url: str, stop_event: threading.Event) -> None:

@@ -55,14 +55,19 @@ def _benchmark(tmp_path: Path, in_file: bool) -> Path:
     bench.write_text(
         json.dumps(
             {
-                "dataset": str(dataset), "shards": 1, "run_root": str(tmp_path / "runs"), "backend": "local",
+                "dataset": str(dataset),
+                "shards": 1,
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
                 "servers": [{"name": "env", "command": server, "health_path": "/health"}],
-                "collector": collector, "slurm": {"python": py},
-                "aggregation": {"command": [py, "-m", "gymslurm", "aggregate", "{inputs}",
-                                            "+output_jsonl_fpath={output}"]},
+                "collector": collector,
+                "slurm": {"python": py},
+                "aggregation": {
+                    "command": [py, "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
+                },
             }
         )
-    )  # fmt: skip
+    )
     return bench
 
 

@@ -85,7 +85,10 @@ def _benchmark(tmp_path: Path, server_url: str) -> Path:
     bench.write_text(
         json.dumps(
             {
-                "dataset": str(dataset), "shards": 2, "run_root": str(tmp_path / "runs"), "backend": "local",
+                "dataset": str(dataset),
+                "shards": 2,
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
                 "servers": [{"name": "env", "url": server_url}],
                 "collector": {
                     "command": [py, "-m", "gymslurm", "collect"],
@@ -93,11 +96,12 @@ def _benchmark(tmp_path: Path, server_url: str) -> Path:
                     "env": {"DATABASE_URL": f"postgres://app:{CANARIES['DSN password in env']}@db:5432/x"},
                 },
                 "slurm": {"python": py},
-                "aggregation": {"command": [py, "-m", "gymslurm", "aggregate", "{inputs}",
-                                            "+output_jsonl_fpath={output}"]},
+                "aggregation": {
+                    "command": [py, "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
+                },
             }
         )
-    )  # fmt: skip
+    )
     return bench
 
 
@@ -131,8 +135,12 @@ def watching_command_lines() -> Iterator[list[str]]:
 
 
 def _leaks(canaries: dict[str, str], texts: dict[str, str]) -> list[str]:
-    return [f"{form} in {where}" for form, canary in canaries.items() for where, text in texts.items()
-            if canary in text]  # fmt: skip
+    return [
+        f"{form} in {where}"
+        for form, canary in canaries.items()
+        for where, text in texts.items()
+        if canary in text
+    ]
 
 
 def _files(folder: Path) -> dict[str, str]:
@@ -148,8 +156,10 @@ def test_no_canary_reaches_files_logs_messages_or_command_lines_of_a_local_submi
     mirror = f"https://u:{CANARIES['submit override URL']}@mirror/x"
     key = CANARIES["submit override"]
     overrides = [
-        f"collector.env.OTHER_API_KEY={key}", f"+collector.env.MIRROR_URL={mirror}", "report.share=group",
-    ]  # fmt: skip
+        f"collector.env.OTHER_API_KEY={key}",
+        f"+collector.env.MIRROR_URL={mirror}",
+        "report.share=group",
+    ]
     outputs: dict[str, str] = {}
     with watching_command_lines() as command_lines:
         dry = gymslurm("submit", str(bench), "--dry-run", *overrides, env=ENV)
@@ -202,15 +212,23 @@ def test_a_server_that_never_gets_healthy_leaks_no_canary_in_ledger_log_or_statu
     bench.write_text(
         json.dumps(
             {
-                "dataset": str(dataset), "run_root": str(tmp_path / "runs"), "backend": "local",
-                "servers": [{"name": "stuck", "command": [py, "-c", "import time; time.sleep(30)",
-                                                           "--api-key", canary],
-                             "startup_timeout_s": 1, "env": {"STUCK_API_KEY": env_canary}}],
+                "dataset": str(dataset),
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
+                "servers": [
+                    {
+                        "name": "stuck",
+                        "command": [py, "-c", "import time; time.sleep(30)", "--api-key", canary],
+                        "startup_timeout_s": 1,
+                        "env": {"STUCK_API_KEY": env_canary},
+                    }
+                ],
                 "collector": {"command": [py, "-m", "gymslurm", "collect"]},
-                "slurm": {"python": py, "infra_retry_limit": 0}, "aggregation": {"enabled": False},
+                "slurm": {"python": py, "infra_retry_limit": 0},
+                "aggregation": {"enabled": False},
             }
         )
-    )  # fmt: skip
+    )
     done = gymslurm("submit", str(bench), "--wait")
     (run,) = [p.parent for p in (tmp_path / "runs").glob("*/run.json")]
     status = gymslurm("status", str(run))

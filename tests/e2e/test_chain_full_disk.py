@@ -49,17 +49,21 @@ def test_a_full_disk_reads_disk_full_and_the_chain_goes_on_once_space_is_back(tm
         )
         done = subprocess.run(
             [sys.executable, "-m", "gymslurm", "submit", str(bench), "--backend", "local"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         (run,) = [p.parent for p in (disk / "runs").glob("*/run.json")]
         answers = run / "output/shard-000/rollouts.jsonl"
         _until(lambda: answers.exists() and answers.read_text().count("\n") >= 1, 120, "a first answer")
         fill(disk)
         try:
             row = _until(
-                lambda: next((r for r in status(run)["shards"] if r["verdict"] == "DISK_FULL"), None), 120,
+                lambda: next((r for r in status(run)["shards"] if r["verdict"] == "DISK_FULL"), None),
+                120,
                 "status to say DISK_FULL",
-            )  # fmt: skip
+            )
             assert f"disk full at {run}" in row["why"], row["why"]
         finally:
             free(disk)

@@ -122,8 +122,14 @@ def test_a_timeout_of_one_rollout_while_the_server_answers_still_counts(
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     rows[3]["task_input"].update({"_demo_fault": "slow", "_demo_fault_attempts": 1})  # 1 s, first attempt
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    argv = collect_command(data, tmp_path / "out" / "r.jsonl", server.url, "+concurrency=4",
-                           "+route_failures_to_sidecar=true", "+request_timeout_s=0.6")  # fmt: skip
+    argv = collect_command(
+        data,
+        tmp_path / "out" / "r.jsonl",
+        server.url,
+        "+concurrency=4",
+        "+route_failures_to_sidecar=true",
+        "+request_timeout_s=0.6",
+    )
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     coverage = coverage_of(tmp_path / "out" / "r.jsonl")
     assert done.returncode == 0, done.stderr

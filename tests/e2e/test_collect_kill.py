@@ -56,11 +56,19 @@ def dataset(path: Path) -> tuple[Path, Counter[str]]:
 
 def command(data: Path, output: Path, url: str, resume: bool) -> list[str]:
     return [
-        sys.executable, "-m", "gymslurm", "collect",
-        f"+input_jsonl_fpath={data}", f"+output_jsonl_fpath={output}", f"+environment_server_url={url}",
-        "+progress=none", "+summary=false", "+concurrency=4",
-        "+require_complete=true", f"+resume_from_cache={str(resume).lower()}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "gymslurm",
+        "collect",
+        f"+input_jsonl_fpath={data}",
+        f"+output_jsonl_fpath={output}",
+        f"+environment_server_url={url}",
+        "+progress=none",
+        "+summary=false",
+        "+concurrency=4",
+        "+require_complete=true",
+        f"+resume_from_cache={str(resume).lower()}",
+    ]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -76,9 +84,11 @@ def test_sigkill_at_random_moments_then_resume_matches_ground_truth(
     while kills < KILLS:
         runs += 1
         process = subprocess.Popen(
-            command(data, output, server.url, resume=runs > 1), cwd=REPO_ROOT,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            command(data, output, server.url, resume=runs > 1),
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         if kill_at_random_moment(process, rng, output):
             kills += 1
         else:
@@ -86,9 +96,13 @@ def test_sigkill_at_random_moments_then_resume_matches_ground_truth(
             pytest.fail(f"the run finished after {kills} kills; make the dataset larger")
     for _ in range(5):
         final = subprocess.run(
-            command(data, output, server.url, resume=True), cwd=REPO_ROOT, capture_output=True, text=True,
-            check=False, timeout=300,
-        )  # fmt: skip
+            command(data, output, server.url, resume=True),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         if final.returncode != 75:
             break
     assert final.returncode == 76, final.stderr  # the scripted terminal failures remain

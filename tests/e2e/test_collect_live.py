@@ -74,9 +74,11 @@ def test_hung_server_ends_collection_with_exit_1_after_the_stall_window(
     dataset, output = write_tasks(tmp_path / "tasks.jsonl", [{}] * 400), tmp_path / "out.jsonl"
     overrides = ("+concurrency=4", "+live_progress_interval_s=0.2", "+stall_window_s=2")
     process = subprocess.Popen(
-        collect_command(dataset, output, server.url, *overrides), stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        collect_command(dataset, output, server.url, *overrides),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(lambda: ((_progress(output) or {}).get("successful") or 0) > 0, 120, "first outcomes")
     server.process.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()

@@ -105,9 +105,12 @@ def test_second_collector_is_refused_naming_the_holder(
     dataset = write_tasks(tmp_path / "d.jsonl", [{} for _ in range(600)])  # 2 min: outlasts a slow start
     output = tmp_path / "out.jsonl"
     first = subprocess.Popen(
-        collect_command(dataset, output, server.url, "+concurrency=1"), cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        collect_command(dataset, output, server.url, "+concurrency=1"),
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(lambda: companion(output, "_coverage.json").exists(), first)
         second = collect(dataset, output, server.url, "+resume_from_cache=true")
@@ -247,9 +250,12 @@ def test_stop_signal_cancels_in_flight_and_leaves_them_unfinished(
     output = tmp_path / "out.jsonl"
     extra = [f"+require_complete={str(require_complete).lower()}", "+concurrency=3"]
     process = subprocess.Popen(
-        collect_command(dataset, output, server.url, *extra), cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        collect_command(dataset, output, server.url, *extra),
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(lambda: len(read_jsonl(output)) >= 3, process)
     process.send_signal(getattr(signal, signame))
     _, stderr = process.communicate(timeout=60)
@@ -365,8 +371,10 @@ def test_tasksets_are_routed_to_their_servers(start_demo_server: Callable[..., A
     healthy = start_demo_server("--accuracy", "1.0", "--model-name", "model-a")
     failing = start_demo_server("--terminal-rate", "1.0", "--model-name", "model-b")
     dataset = tmp_path / "d.jsonl"
-    rows = [{"task_id": {"taskset": ts, "task_id": str(i)}, "task_input": {"a": i, "b": 1, "op": "+"}}
-            for i, ts in enumerate(["alpha", "beta", "alpha", "beta"])]  # fmt: skip
+    rows = [
+        {"task_id": {"taskset": ts, "task_id": str(i)}, "task_input": {"a": i, "b": 1, "op": "+"}}
+        for i, ts in enumerate(["alpha", "beta", "alpha", "beta"])
+    ]
     dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
     output = tmp_path / "out.jsonl"
     mapping = f"+environment_server_urls={{alpha: '{healthy.url}', beta: '{failing.url}'}}"
@@ -374,8 +382,11 @@ def test_tasksets_are_routed_to_their_servers(start_demo_server: Callable[..., A
     assert run.returncode == 0, run.stderr
     chosen = selected(output)
     assert {rid: kind for rid, (kind, _) in chosen.items()} == {
-        "alpha-0": "result", "beta-1": "failure", "alpha-2": "result", "beta-3": "failure",
-    }  # fmt: skip
+        "alpha-0": "result",
+        "beta-1": "failure",
+        "alpha-2": "result",
+        "beta-3": "failure",
+    }
     identity = json.loads(companion(output, "_identity.json").read_text())
     assert set(identity["environment_config"]) == {"alpha", "beta"}
 

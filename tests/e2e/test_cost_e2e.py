@@ -61,8 +61,14 @@ def test_a_run_stops_with_budget_then_resubmit_raises_it_and_the_run_finishes(tm
 def test_resubmit_refuses_to_raise_a_budget_the_run_does_not_have(tmp_path: Path) -> None:
     """--gpu-hours on a run without budget.gpu_hours is refused, saying why, and records nothing."""
     bench = write_benchmark(tmp_path, [{"exit": 1}])
-    gymslurm("submit", str(bench), "--backend", "local", "slurm.infra_retry_limit=0",
-             "aggregation.command=[/bin/true]")  # fmt: skip
+    gymslurm(
+        "submit",
+        str(bench),
+        "--backend",
+        "local",
+        "slurm.infra_retry_limit=0",
+        "aggregation.command=[/bin/true]",
+    )
     run = only_run(tmp_path)
     wait_until_final(run)  # the aggregation too: it writes the aggregate ledger
     before = (run / "aggregate" / "ledger.jsonl").read_text()

@@ -18,6 +18,7 @@ from gymslurm.demo.model_server import LISTENING
 
 pytestmark = pytest.mark.e2e
 
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -30,10 +31,25 @@ QUESTION = {"messages": [{"role": "user", "content": "What is 2 + 3?"}]}
 def _rank(rank: int, port: int, head_port: int, log: Path) -> subprocess.Popen[str]:
     extra = [] if rank == 0 else ["--head-node", "127.0.0.1", "--head-port", str(head_port)]
     return subprocess.Popen(
-        [sys.executable, "-m", "gymslurm", "demo-model-server", "--port", str(port), "--accuracy", "1",
-         "--nodes", "2", "--node-rank", str(rank), *extra],
-        stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-model-server",
+            "--port",
+            str(port),
+            "--accuracy",
+            "1",
+            "--nodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
 
 
 def _health(url: str) -> int:

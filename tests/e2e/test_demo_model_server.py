@@ -17,10 +17,23 @@ from gymslurm.demo.model_server import LISTENING
 def model_server() -> Iterator[str]:
     """``gymslurm demo-model-server --slots 2 --latency-ms 1000`` on a free port; yields its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gymslurm", "demo-model-server", "--port", "0", "--slots", "2",
-         "--latency-ms", "1000", "--accuracy", "1"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-model-server",
+            "--port",
+            "0",
+            "--slots",
+            "2",
+            "--latency-ms",
+            "1000",
+            "--accuracy",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout is not None
     line = process.stdout.readline()
     assert line.startswith(LISTENING), line
@@ -42,8 +55,10 @@ def test_requests_past_its_slots_queue_and_metrics_show_the_queue(model_server: 
     body = {"model": "demo-policy", "messages": [{"role": "user", "content": "What is 3 * 4?"}]}
     samples: list[dict[str, float]] = []
     with ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(httpx.post, f"{model_server}/v1/chat/completions", json=body, timeout=60)
-                   for _ in range(6)]  # fmt: skip
+        futures = [
+            pool.submit(httpx.post, f"{model_server}/v1/chat/completions", json=body, timeout=60)
+            for _ in range(6)
+        ]
         while not all(future.done() for future in futures):
             samples.append(_gauges(model_server))
         replies = [future.result() for future in futures]

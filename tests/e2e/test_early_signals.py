@@ -22,10 +22,11 @@ pytestmark = pytest.mark.e2e
 def test_usr1_in_the_first_instant_of_every_link_kills_no_link(tmp_path: Path) -> None:
     """time 8 s, signal lead 8 s: USR1 at once; links decide themselves until the no-progress stop."""
     bench = write_benchmark(
-        tmp_path, [{"exit": 75, "sleep": 1, "on_signal": 75, "progress": 0}],
+        tmp_path,
+        [{"exit": 75, "sleep": 1, "on_signal": 75, "progress": 0}],
         "slurm:\n  time: '00:00:08'\n  signal_lead_s: 8\n  max_links_without_progress: 3\n  lookahead: 1\n"
         "aggregation:\n  enabled: false\n",
-    )  # fmt: skip
+    )
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
     report = wait_until_final(run, timeout_s=240, aggregation=False)

@@ -87,18 +87,30 @@ def _benchmark(tmp_path: Path) -> Path:
     bench.write_text(
         json.dumps(
             {
-                "dataset": str(dataset), "shards": 1, "run_root": str(tmp_path / "runs"), "backend": "local",
-                "servers": [{"name": "env", "command": server, "health_path": "/health",
-                             "env": {"DEMO_API_KEY": "${oc.env:GS_E2E_SERVER_VALUE}"}}],
-                "collector": {"command": [py, "-m", "gymslurm", "collect"],
-                              "overrides": ["+progress=plain", "+summary=false"],
-                              "env": {"JUDGE_API_KEY": "${oc.env:GS_E2E_COLLECTOR_VALUE}"}},
+                "dataset": str(dataset),
+                "shards": 1,
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
+                "servers": [
+                    {
+                        "name": "env",
+                        "command": server,
+                        "health_path": "/health",
+                        "env": {"DEMO_API_KEY": "${oc.env:GS_E2E_SERVER_VALUE}"},
+                    }
+                ],
+                "collector": {
+                    "command": [py, "-m", "gymslurm", "collect"],
+                    "overrides": ["+progress=plain", "+summary=false"],
+                    "env": {"JUDGE_API_KEY": "${oc.env:GS_E2E_COLLECTOR_VALUE}"},
+                },
                 "slurm": {"python": py},
-                "aggregation": {"command": [py, "-m", "gymslurm", "aggregate", "{inputs}",
-                                            "+output_jsonl_fpath={output}"]},
+                "aggregation": {
+                    "command": [py, "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
+                },
             }
         )
-    )  # fmt: skip
+    )
     return bench
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gymslurm.collector_seal import SAID_FROM_SEAL
+from gymslurm.collector.seal import SAID_FROM_SEAL
 from tests.e2e.helpers import collect, companion, gymslurm, write_tasks
 
 pytestmark = pytest.mark.e2e
@@ -24,8 +24,14 @@ pytestmark = pytest.mark.e2e
 RESUME = "+resume_from_cache=true"
 # One task of each ending a finished run can have: a result, a terminal failure, an omission, a
 # masked result, an unscored one, and a retryable failure that spends its whole budget.
-MIXED = [{}, {"_demo_fault": "terminal"}, {"_demo_fault": "omit"}, {"_demo_fault": "masked"},
-         {"_demo_fault": "unscored"}, {"_demo_fault": "retryable"}]  # fmt: skip
+MIXED = [
+    {},
+    {"_demo_fault": "terminal"},
+    {"_demo_fault": "omit"},
+    {"_demo_fault": "masked"},
+    {"_demo_fault": "unscored"},
+    {"_demo_fault": "retryable"},
+]
 
 
 def said(done: subprocess.CompletedProcess[str]) -> tuple[int, str, str]:
@@ -115,8 +121,13 @@ def test_a_links_resume_is_answered_from_the_seal(
     dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}])
     output = tmp_path / "run" / "out.jsonl"
     url = server.url.replace("http://", "http://bench:pw-CANARY7@")  # a password inside a value
-    overrides = [f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={output}", RESUME,
-                 f"+environment_server_url={url}", "+require_complete=true"]  # fmt: skip
+    overrides = [
+        f"+input_jsonl_fpath={dataset}",
+        f"+output_jsonl_fpath={output}",
+        RESUME,
+        f"+environment_server_url={url}",
+        "+require_complete=true",
+    ]
     env = {"GYMSLURM_COLLECT_OVERRIDES": json.dumps(overrides)}
     first = gymslurm("collect", env=env)
     assert first.returncode == 0, first.stderr

@@ -40,8 +40,14 @@ def _phase(stderr: str, folder: Path) -> str:
     """The phase of the file the disk-full *error* names (warnings about reports may come first)."""
     line = next(line for line in stderr.splitlines() if "error: disk full: " in line)
     named = line.split(" (", 1)[0]  # "... could not append to /path/out.jsonl (No space left ...)"
-    phase = next((phase for suffix, phase in PHASES.items() if named.endswith(f"{folder}/{suffix}")
-                  or named.endswith(f"{folder}/out{suffix}")), None)  # fmt: skip
+    phase = next(
+        (
+            phase
+            for suffix, phase in PHASES.items()
+            if named.endswith(f"{folder}/{suffix}") or named.endswith(f"{folder}/out{suffix}")
+        ),
+        None,
+    )
     assert phase, f"the disk-full error names no run file: {line}"
     return phase
 

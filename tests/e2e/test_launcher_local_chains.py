@@ -166,8 +166,15 @@ def test_secrets_never_reach_run_files(tmp_path: Path) -> None:
     extra = "  env:\n    OPENAI_API_KEY: canary-cfg-91\n"
     bench = write_benchmark(tmp_path, [{"exit": 0}])
     bench.write_text(bench.read_text() + extra)
-    gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.command=[/bin/true]",
-             env={"HF_TOKEN": "canary-env-77"})  # fmt: skip
+    gymslurm(
+        "submit",
+        str(bench),
+        "--backend",
+        "local",
+        "shards=1",
+        "aggregation.command=[/bin/true]",
+        env={"HF_TOKEN": "canary-env-77"},
+    )
     run = only_run(tmp_path)
     wait_until_final(run)
     for path in run.rglob("*"):
@@ -193,10 +200,16 @@ def test_demo_benchmark_starts_checks_and_stops_its_server(tmp_path: Path) -> No
     steps = tmp_path / "steps.json"
     steps.write_text(json.dumps([{"exit": 75}, {"exit": 0}]))
     gymslurm(
-        "submit", "demo", "--backend", "local", "shards=1", f"run_root={tmp_path / 'runs'}",
-        f"dataset={tmp_path / 'demo.jsonl'}", f"collector.command=[{sys.executable},{STANDIN},{steps}]",
+        "submit",
+        "demo",
+        "--backend",
+        "local",
+        "shards=1",
+        f"run_root={tmp_path / 'runs'}",
+        f"dataset={tmp_path / 'demo.jsonl'}",
+        f"collector.command=[{sys.executable},{STANDIN},{steps}]",
         "aggregation.command=[/bin/true]",
-    )  # fmt: skip
+    )
     run = only_run(tmp_path)
     assert wait_until_final(run)["shards"][0]["verdict"] == "DONE"
     calls = [
@@ -217,10 +230,16 @@ def test_demo_runs_from_an_unactivated_venv(tmp_path: Path) -> None:
     (foreign / "python").write_text("#!/bin/sh\necho 'not the interpreter running gymslurm' >&2\nexit 127\n")
     (foreign / "python").chmod(0o755)
     done = gymslurm(
-        "submit", "demo", "--backend", "local", "--wait", f"run_root={tmp_path / 'runs'}",
+        "submit",
+        "demo",
+        "--backend",
+        "local",
+        "--wait",
+        f"run_root={tmp_path / 'runs'}",
         f"dataset={tmp_path / 'demo.jsonl'}",
-        env={"PATH": f"{foreign}:{os.environ['PATH']}", "VIRTUAL_ENV": ""}, check=False,
-    )  # fmt: skip
+        env={"PATH": f"{foreign}:{os.environ['PATH']}", "VIRTUAL_ENV": ""},
+        check=False,
+    )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     run = only_run(tmp_path)
     assert [row["verdict"] for row in status(run)["shards"]] == ["DONE", "DONE"]
@@ -237,9 +256,15 @@ def test_merged_rows_of_a_sharded_run_carry_the_datasets_task_indices(tmp_path: 
     rows = demo.read_text().splitlines()
     (tmp_path / "demo.jsonl").write_text("\n".join([rows[0], *rows]) + "\n")
     gymslurm(
-        "submit", "demo", "--backend", "local", "--wait", "shards=2", f"run_root={tmp_path / 'runs'}",
+        "submit",
+        "demo",
+        "--backend",
+        "local",
+        "--wait",
+        "shards=2",
+        f"run_root={tmp_path / 'runs'}",
         f"dataset={tmp_path / 'demo.jsonl'}",
-    )  # fmt: skip
+    )
     merged = (only_run(tmp_path) / "output/merged/rollouts.jsonl").read_text().splitlines()
     indices = sorted((json.loads(r)["_ng_task_index"], json.loads(r)["_ng_rollout_index"]) for r in merged)
     assert indices == [(0, 0), (0, 1), (1, 0), (2, 0), (3, 0), (4, 0)]
@@ -253,9 +278,15 @@ def test_copies_of_a_row_in_different_shards_are_distinct_rollouts_of_one_task(t
     rows = demo.read_text().splitlines()
     (tmp_path / "demo.jsonl").write_text("\n".join([*rows, rows[0]]) + "\n")
     gymslurm(
-        "submit", "demo", "--backend", "local", "--wait", "shards=2", f"run_root={tmp_path / 'runs'}",
+        "submit",
+        "demo",
+        "--backend",
+        "local",
+        "--wait",
+        "shards=2",
+        f"run_root={tmp_path / 'runs'}",
         f"dataset={tmp_path / 'demo.jsonl'}",
-    )  # fmt: skip
+    )
     merged_file = only_run(tmp_path) / "output/merged/rollouts.jsonl"
     merged = [json.loads(r) for r in merged_file.read_text().splitlines()]
     keys = sorted((r["_ng_task_index"], r["_ng_rollout_index"], r["_ng_rollout_id"]) for r in merged)

@@ -35,9 +35,13 @@ def test_logs_prints_the_links_job_log_and_follow_stops_after_its_decision(tmp_p
     # --link 1: on a loaded machine (CI) the newest link was already a second one by the time
     # `logs` started (seen once); which link is newest is not what this test is about.
     follow = subprocess.run(
-        [sys.executable, "-m", "gymslurm", "logs", str(run), "--link", "1", "--follow"], cwd=ROOT,
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "gymslurm", "logs", str(run), "--link", "1", "--follow"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     ledger = (run / "shards" / "000" / "ledger.jsonl").read_text()
     assert follow.returncode == 0, follow.stderr
     assert "shard-000-local-1.out <==" in follow.stdout, ledger

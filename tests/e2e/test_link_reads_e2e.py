@@ -53,10 +53,13 @@ def test_a_link_reads_its_ledger_once_per_phase_with_a_budget_and_an_aggregation
         tmp_path, [{"exit": 75, "progress": 1}, {"exit": 0, "progress": 1}], "budget:\n  gpu_hours: 1000\n"
     )
     log = tmp_path / "reads.jsonl"
-    hook = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")])),
-            "GYMSLURM_TEST_READS": str(log)}  # fmt: skip
-    gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.command=[/bin/true]",
-             env=hook)  # fmt: skip
+    hook = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOK), os.environ.get("PYTHONPATH")])),
+        "GYMSLURM_TEST_READS": str(log),
+    }
+    gymslurm(
+        "submit", str(bench), "--backend", "local", "shards=1", "aggregation.command=[/bin/true]", env=hook
+    )
     run = only_run(tmp_path)
     wait_until_final(run)
     assert decisions(run) == ["CONTINUE", "DONE"]

@@ -71,8 +71,9 @@ def test_a_frozen_collector_reads_unresponsive_and_its_link_ends_in_the_stall_wi
     hung_at = time.monotonic()
     row = _until(
         lambda: next((r for r in [status(run)["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None),
-        WINDOW_S + 10, "status to say UNRESPONSIVE",
-    )  # fmt: skip
+        WINDOW_S + 10,
+        "status to say UNRESPONSIVE",
+    )
     assert "progress record" in row["why"] and "frozen" in row["why"], row["why"]
     first = _until(lambda: _decisions(run), WINDOW_S + 40, "the hung link's decision")[0]
     assert time.monotonic() - hung_at < WINDOW_S + 30
@@ -93,8 +94,9 @@ def test_a_server_that_stops_answering_while_alive_ends_the_link(tmp_path: Path)
         try:
             row = _until(
                 lambda: next((r for r in [status(run)["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None),
-                WINDOW_S + 15, "status to say UNRESPONSIVE",
-            )  # fmt: skip
+                WINDOW_S + 15,
+                "status to say UNRESPONSIVE",
+            )
             assert "stopped answering" in row["why"], row["why"]
             first = _until(lambda: _decisions(run), WINDOW_S + 40, "the link's decision")[0]
         finally:

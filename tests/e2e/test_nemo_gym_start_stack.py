@@ -32,10 +32,23 @@ def test_a_non_root_user_without_nemo_gym_venv_gets_the_venv_under_its_home_cach
     subprocess.run(["chown", "-R", f"{TEST_USER}:", str(home)], check=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home)}
     done = subprocess.run(
-        ["runuser", "-u", TEST_USER, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
-         "sh", str(SCRIPT), "18999"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            "runuser",
+            "-u",
+            TEST_USER,
+            "--",
+            "env",
+            "-i",
+            *(f"{k}={v}" for k, v in env.items()),
+            "sh",
+            str(SCRIPT),
+            "18999",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     args = called.read_text().splitlines()
     assert args[:2] == ["env", "start"] and "+head_server.port=18999" in args, args

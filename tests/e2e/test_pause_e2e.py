@@ -110,17 +110,21 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
 
 
 def test_a_pause_during_the_aggregation_changes_nothing_and_the_merge_ends_once(tmp_path: Path) -> None:
-    """Every shard DONE, the aggregation running (it sleeps before it merges): ``pause`` says there is
-    nothing to pause and writes nothing, the aggregation runs to its end exactly once, the merged
-    output holds every row, and ``resume`` then finds nothing to restart."""
+    """Every shard DONE, the aggregation running (it sleeps 20 s before it merges: a pause on a loaded
+    machine takes seconds): ``pause`` says there is nothing to pause and writes nothing, the
+    aggregation runs to its end exactly once, the merged output holds every row, and ``resume`` then
+    finds nothing to restart."""
     from tests.e2e.launcher_chains_helpers import write_benchmark
 
-    merge = ("import sys, time, pathlib; time.sleep(8); out = pathlib.Path(sys.argv[1]); "
-             "out.write_text(''.join(pathlib.Path(p).read_text() for p in sys.argv[2:]))")  # fmt: skip
+    merge = (
+        "import sys, time, pathlib; time.sleep(20); out = pathlib.Path(sys.argv[1]); "
+        "out.write_text(''.join(pathlib.Path(p).read_text() for p in sys.argv[2:]))"
+    )
     bench = write_benchmark(
-        tmp_path, [{"exit": 0, "progress": 100}],
+        tmp_path,
+        [{"exit": 0, "progress": 100}],
         f"aggregation:\n  command: {json.dumps([sys.executable, '-c', merge, '{output}', '{inputs}'])}\n",
-    )  # fmt: skip
+    )
     gymslurm("submit", str(bench), "--backend", "local", "shards=2")
     run = only_run(tmp_path)
     aggregate = run / "aggregate" / "ledger.jsonl"
@@ -136,7 +140,7 @@ def test_a_pause_during_the_aggregation_changes_nothing_and_the_merge_ends_once(
     decisions = [r for r in ledger(run, None) if r["kind"] == "decision"]
     assert [d["decision"] for d in decisions] == ["DONE"], decisions
     assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE"]
-    merged = (run / "output/merged/rollouts.jsonl")
+    merged = run / "output/merged/rollouts.jsonl"
     assert merged.exists()
     again = gymslurm("resume", str(run), str(bench), check=False)
     assert again.returncode == 0 and not _live(run), again.stdout + again.stderr

@@ -54,13 +54,21 @@ def test_a_local_submit_under_umask_000_leaves_only_private_files(tmp_path: Path
     py = sys.executable
     dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}])
     bench = tmp_path / "b.yaml"
-    bench.write_text(json.dumps({
-        "dataset": str(dataset), "run_root": str(tmp_path / "fresh" / "runs"), "backend": "local",
-        "servers": [{"name": "env", "url": shared_demo_server.url}],
-        "collector": {"command": [py, "-m", "gymslurm", "collect"]}, "slurm": {"python": py},
-        "aggregation": {"command": [py, "-m", "gymslurm", "aggregate", "{inputs}",
-                                    "+output_jsonl_fpath={output}"]},
-    }))  # fmt: skip
+    bench.write_text(
+        json.dumps(
+            {
+                "dataset": str(dataset),
+                "run_root": str(tmp_path / "fresh" / "runs"),
+                "backend": "local",
+                "servers": [{"name": "env", "url": shared_demo_server.url}],
+                "collector": {"command": [py, "-m", "gymslurm", "collect"]},
+                "slurm": {"python": py},
+                "aggregation": {
+                    "command": [py, "-m", "gymslurm", "aggregate", "{inputs}", "+output_jsonl_fpath={output}"]
+                },
+            }
+        )
+    )
     with umask(0):
         done = gymslurm("submit", str(bench), "--wait")
     assert done.returncode == 0, done.stdout + done.stderr

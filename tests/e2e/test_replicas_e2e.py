@@ -26,8 +26,14 @@ pytestmark = pytest.mark.e2e
 
 
 def _benchmark(
-    tmp: Path, marker: str, *, rows: int, policy_extra: str = "", latency_ms: int = 300,
-    router: str = "vllm_router", collector_extra: str = "",
+    tmp: Path,
+    marker: str,
+    *,
+    rows: int,
+    policy_extra: str = "",
+    latency_ms: int = 300,
+    router: str = "vllm_router",
+    collector_extra: str = "",
 ) -> Path:
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
@@ -104,8 +110,10 @@ def test_sigkill_of_one_replica_leaves_the_others_serving_and_spends_no_budget(
     report = wait_until_final(run, timeout_s=240, aggregation=False)
     coverage = _coverage(run)
     assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
-        "DONE", 80, 0,
-    )  # fmt: skip
+        "DONE",
+        80,
+        0,
+    )
     assert decisions(run) == ["DONE"], "the same link finished"
     events = _server_events(run)
     started = [name for name, event in events if event == "started"]
@@ -130,8 +138,10 @@ def test_a_hung_replica_leaves_the_rotation_and_is_restarted(tmp_path: Path) -> 
     report = wait_until_final(run, timeout_s=240, aggregation=False)
     coverage = _coverage(run)
     assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
-        "DONE", 200, 0,
-    )  # fmt: skip
+        "DONE",
+        200,
+        0,
+    )
     down = next(r for r in ledger(run) if r["kind"] == "server" and r["event"] == "down")
     assert down["name"].startswith("policy-r") and "probe(s) in a row failed" in down["cause"], down
     assert (down["name"], "restarted") in _server_events(run)
@@ -167,8 +177,12 @@ def _run_reading_every_replicas_queue(tmp_path: Path, marker: str, collector_ext
     run = only_run(tmp_path)
     report = wait_until_final(run, timeout_s=240, aggregation=False)
     assert report["shards"][0]["verdict"] == "DONE" and _coverage(run)["successful"] == 30
-    started = {name: r["url"] for r in ledger(run) if r["kind"] == "server" and r["event"] == "started"
-               for name in [r["name"]]}  # fmt: skip
+    started = {
+        name: r["url"]
+        for r in ledger(run)
+        if r["kind"] == "server" and r["event"] == "started"
+        for name in [r["name"]]
+    }
     replicas = [started[f"policy-r{i}"].split("//")[1] for i in range(3)]
     log = _job_log(run)
     line = next(x for x in log.splitlines() if "adaptive load reads" in x)

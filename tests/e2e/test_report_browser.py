@@ -35,17 +35,25 @@ pytestmark = pytest.mark.e2e
 # under a loaded machine too (60 rows at 0.4 s raced it at load 20: the shard was DONE first).
 ROWS = 120
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0", "--window-size=1280,1000"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--window-size=1280,1000",
+]
 
 
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.fail(
-            "Chromium is not installed: as root, `apt-get install -y chromium` (test-all.sh does)"
-        )
+        pytest.fail("Chromium is not installed: as root, `apt-get install -y chromium` (test-all.sh does)")
     return found
 
 

@@ -44,8 +44,16 @@ def _head_server(config: dict[str, object]) -> tuple[http.server.ThreadingHTTPSe
 
 
 def _reverify(source: Path, output: Path, *server: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "gymslurm", "reverify", "--judge-failed-only",
-               f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={output}", *server]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "gymslurm",
+        "reverify",
+        "--judge-failed-only",
+        f"+input_jsonl_fpath={source}",
+        f"+output_jsonl_fpath={output}",
+        *server,
+    ]
     return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -55,8 +63,17 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
     root = tmp_path_factory.mktemp("reverify-by-name")
     grader = launch_demo_server((), root / "grader.stderr")
     parts = urlsplit(grader.url)
-    config = {"grader_env": {"environment_servers": {"single_agent_turn": {
-        "host": parts.hostname, "port": parts.port, "agent_server": {"name": "agent"}}}}}  # fmt: skip
+    config = {
+        "grader_env": {
+            "environment_servers": {
+                "single_agent_turn": {
+                    "host": parts.hostname,
+                    "port": parts.port,
+                    "agent_server": {"name": "agent"},
+                }
+            }
+        }
+    }
     head, port = _head_server(config)
     try:
         tasks = write_tasks(root / "tasks.jsonl", [{"_demo_fault": "judge_failed"}] * 2 + [{}])
@@ -75,9 +92,13 @@ def test_reverify_finds_the_grader_by_nemo_gyms_name(judged: tuple[Path, str, in
     root = source.parent.parent
     by_url = _reverify(source, root / "by-url" / "out.jsonl", f"+environment_server_url={url}")
     by_name = _reverify(
-        source, root / "by-name" / "out.jsonl", "+head_server.host=127.0.0.1", f"+head_server.port={port}",
-        "+environment_routing_mode=legacy", "+environment_server_name=grader_env",
-    )  # fmt: skip
+        source,
+        root / "by-name" / "out.jsonl",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={port}",
+        "+environment_routing_mode=legacy",
+        "+environment_server_name=grader_env",
+    )
     assert by_url.returncode == 0 and by_name.returncode == 0, by_url.stderr + by_name.stderr
     assert "re-judged 2 saved answers" in by_name.stdout, by_name.stdout
 

@@ -54,9 +54,15 @@ STOPPED_TASKS = [{"_demo_fault": ["judge_failed", "retryable"]}]
 def reverify(source: Path, output: Path, url: str) -> subprocess.CompletedProcess[str]:
     """Run ``gymslurm reverify --judge-failed-only`` to its end."""
     command = [
-        sys.executable, "-m", "gymslurm", "reverify", "--judge-failed-only",
-        f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={output}", f"+environment_server_url={url}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "gymslurm",
+        "reverify",
+        "--judge-failed-only",
+        f"+input_jsonl_fpath={source}",
+        f"+output_jsonl_fpath={output}",
+        f"+environment_server_url={url}",
+    ]
     return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -64,8 +70,11 @@ def interrupt(dataset: Path, output: Path, hanging: DemoServer, reserved: list[i
     """Resume against a server that never answers; SIGKILL once ``reserved`` executions are reserved."""
     process = subprocess.Popen(
         collect_command(dataset, output, hanging.url, RESUME, NO_RETRY),
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     try:
         while reservations_of(output) != reserved:
@@ -135,10 +144,18 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     counts = re.search(r"stopped after (\d+) /run requests .* and (\d+) /verify requests", grader.stderr())
     assert counts, grader.stderr()
     yield Scenario(
-        review, stopped, review_out, stopped_out, review_done, stopped_done, before, after,
+        review,
+        stopped,
+        review_out,
+        stopped_out,
+        review_done,
+        stopped_done,
+        before,
+        after,
         run_requests_by_collection=len(REVIEW_TASKS) + 2,  # review: one attempt each; stopped: two
-        run_requests=int(counts[1]), verify_requests=int(counts[2]),
-    )  # fmt: skip
+        run_requests=int(counts[1]),
+        verify_requests=int(counts[2]),
+    )
 
 
 def test_collection_saved_judge_failures_with_answers(scenario: Scenario) -> None:

@@ -31,16 +31,31 @@ def test_a_server_printing_its_credentials_leaves_none_in_its_log(tmp_path: Path
     """The server's start-up line is in its log, its API key and its URL's password are not."""
     py = sys.executable
     bench = tmp_path / "bench.yaml"
-    bench.write_text(json.dumps({
-        "name": "srvlog", "dataset": str(write_tasks(tmp_path / "tasks.jsonl", [{}])), "shards": 1,
-        "run_root": str(tmp_path / "runs"), "backend": "local", "slurm": {"python": py},
-        "servers": [{
-            "name": "env", "command": [py, "-c", ECHO, "{host}", "{port}"], "health_path": "/health",
-            "env": {"JUDGE_API_KEY": KEY, "JUDGE_DB": f"postgres://judge:{URL_PASSWORD}@db:5432/x"},
-        }],
-        "collector": {"command": [py, "-m", "gymslurm", "collect"], "overrides": ["+progress=plain"]},
-        "aggregation": {"enabled": False},
-    }))  # fmt: skip
+    bench.write_text(
+        json.dumps(
+            {
+                "name": "srvlog",
+                "dataset": str(write_tasks(tmp_path / "tasks.jsonl", [{}])),
+                "shards": 1,
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
+                "slurm": {"python": py},
+                "servers": [
+                    {
+                        "name": "env",
+                        "command": [py, "-c", ECHO, "{host}", "{port}"],
+                        "health_path": "/health",
+                        "env": {
+                            "JUDGE_API_KEY": KEY,
+                            "JUDGE_DB": f"postgres://judge:{URL_PASSWORD}@db:5432/x",
+                        },
+                    }
+                ],
+                "collector": {"command": [py, "-m", "gymslurm", "collect"], "overrides": ["+progress=plain"]},
+                "aggregation": {"enabled": False},
+            }
+        )
+    )
     done = gymslurm("submit", str(bench), "--wait")
     assert done.returncode == 0, done.stdout + done.stderr
     (log,) = (tmp_path / "runs").glob("*/logs/server-env-s000.log")

@@ -33,14 +33,17 @@ def _benchmark(tmp_path: Path) -> Path:
     bench.write_text(
         json.dumps(
             {
-                "dataset": str(dataset), "shards": 1, "run_root": str(tmp_path / "runs"), "backend": "local",
+                "dataset": str(dataset),
+                "shards": 1,
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
                 "servers": [{"name": "env", "command": server, "health_path": "/health"}],
                 "collector": {"command": [py, "-m", "gymslurm", "collect"], "overrides": ["+progress=none"]},
                 "slurm": {"python": py},
                 "aggregation": {"enabled": False},
             }
         )
-    )  # fmt: skip
+    )
     return bench
 
 

@@ -61,8 +61,10 @@ def see_test_dependencies(python: str) -> None:
     """
     purelib = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     ours = [*site.getsitepackages(), site.getusersitepackages()]
     seen = "".join(f"{path}\n" for path in ours if Path(path).is_dir())
     (Path(purelib) / "gymslurm_test_dependencies.pth").write_text(seen)

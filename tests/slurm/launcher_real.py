@@ -135,8 +135,10 @@ class RealChain(Chain):
         mine = {r["job_id"] for s in ledgers for r in self.ledger(s) if "job_id" in r}
         out = subprocess.run(
             ["squeue", "-h", "-u", TEST_USER, "-t", ACTIVE_STATES, "-o", "%i %T"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         states = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
         return {job: state for job, state in states.items() if job in mine}
 

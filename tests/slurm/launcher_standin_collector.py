@@ -42,14 +42,31 @@ def standin_coverage(
     from gymslurm.coverage import Coverage
 
     return Coverage(
-        run_id="run-standin", expected=EXPECTED, successful=successful, measured=successful, masked=0,
-        unscored=0, failed=failed, intentionally_omitted=omitted,
-        not_started=max(EXPECTED - successful - failed - omitted, 0), missing=0, complete=complete,
-        reconciled=True, scored=successful, attempts=successful + failed, counted_failures=failed,
-        failure_budget_exhausted=0, max_rollout_attempts=3, retry_terminal_timeouts=False, retryable=1,
-        progress_outcomes_recorded=progress, failed_by_class={}, historical_failed_attempts=failed,
-        identity_verified=True, written_at=utc_now(),
-    )  # fmt: skip
+        run_id="run-standin",
+        expected=EXPECTED,
+        successful=successful,
+        measured=successful,
+        masked=0,
+        unscored=0,
+        failed=failed,
+        intentionally_omitted=omitted,
+        not_started=max(EXPECTED - successful - failed - omitted, 0),
+        missing=0,
+        complete=complete,
+        reconciled=True,
+        scored=successful,
+        attempts=successful + failed,
+        counted_failures=failed,
+        failure_budget_exhausted=0,
+        max_rollout_attempts=3,
+        retry_terminal_timeouts=False,
+        retryable=1,
+        progress_outcomes_recorded=progress,
+        failed_by_class={},
+        historical_failed_attempts=failed,
+        identity_verified=True,
+        written_at=utc_now(),
+    )
 
 
 def _override(argv: list[str], key: str) -> str:

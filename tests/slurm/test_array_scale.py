@@ -35,9 +35,11 @@ def chain(slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Pa
     ensure_test_user(TEST_USER)
     user = SlurmUser(TEST_USER, make_user_dir(slurm_session_dir, "array-200", owner=TEST_USER), as_root=True)
     submitted = Chain(
-        user, slurm_python, steps=[{"exit": 75, "progress": 1}, {"exit": 0}],
+        user,
+        slurm_python,
+        steps=[{"exit": 75, "progress": 1}, {"exit": 0}],
         overrides=[f"shards={SHARDS}", "slurm.array=true", f"slurm.max_running={THROTTLE}"],
-    ).submit()  # fmt: skip
+    ).submit()
     yield submitted
     submitted.cancel()
 

@@ -39,9 +39,13 @@ def test_ledger_and_sacct_gpu_hours_agree_across_requeues_a_preemption_and_a_res
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
     """Two requeues, one preemption, one resubmit: the ledger's GPU-hours and sacct's TRES agree in 2 %."""
-    chain = Chain(scenario_user(slurm_session_dir, "cost-sacct"), slurm_python, STEPS,
-                  overrides=["slurm.partition=low", "slurm.gpus=1", "aggregation.enabled=false"],
-                  slurm_yaml="  infra_retry_limit: 1\n")  # fmt: skip
+    chain = Chain(
+        scenario_user(slurm_session_dir, "cost-sacct"),
+        slurm_python,
+        STEPS,
+        overrides=["slurm.partition=low", "slurm.gpus=1", "aggregation.enabled=false"],
+        slurm_yaml="  infra_retry_limit: 1\n",
+    )
     chain.submit()
     try:
         job = _running_for(chain, 1, HOLD_S)
@@ -50,8 +54,18 @@ def test_ledger_and_sacct_gpu_hours_agree_across_requeues_a_preemption_and_a_res
         chain.user.run(["scontrol", "requeue", job])
         _running_for(chain, 3, HOLD_S)
         (node,) = job_nodes(job)  # the preemptor wants the link's own node, all of its GPUs
-        preemptor = ["sbatch", "-p", "high", "--gres=gpu:4", "-w", node, "-o", "/dev/null",
-                     "--wrap", "sleep 3"]  # fmt: skip
+        preemptor = [
+            "sbatch",
+            "-p",
+            "high",
+            "--gres=gpu:4",
+            "-w",
+            node,
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 3",
+        ]
         chain.user.run(preemptor)
         report = chain.wait(timeout=600, aggregation=False)
         assert report["shards"][0]["verdict"] == "EXHAUSTED", report["shards"][0]
@@ -78,9 +92,13 @@ def test_without_accounting_the_status_says_so_and_runs_no_sacct(
 ) -> None:
     """Cluster n (no slurmdbd): the ledger's GPU-hours, no Slurm figure (null, not 0); the line says why."""
     env = cluster_env(NO_ACCOUNTING_CLUSTER)
-    chain = Chain(scenario_user(slurm_session_dir, "cost-no-accounting"), slurm_python,
-                  [{"exit": 0, "sleep": 5}], overrides=["slurm.gpus=1", "aggregation.enabled=false"],
-                  env=env)  # fmt: skip
+    chain = Chain(
+        scenario_user(slurm_session_dir, "cost-no-accounting"),
+        slurm_python,
+        [{"exit": 0, "sleep": 5}],
+        overrides=["slurm.gpus=1", "aggregation.enabled=false"],
+        env=env,
+    )
     chain.submit()
     try:
         report = chain.wait(timeout=240, aggregation=False)

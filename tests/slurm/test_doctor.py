@@ -62,9 +62,13 @@ def test_doctor_checks_the_cluster_it_is_given(slurm_user: SlurmUser, slurm_pyth
     """``doctor --cluster b`` reads cluster b's settings (its name, its one partition), not the default's."""
     argv = [str(slurm_python), "-m", "gymslurm", "doctor", "--json", "--cluster", "b"]
     done = subprocess.run(
-        slurm_user.command(argv), cwd=slurm_user.workdir, capture_output=True, text=True, timeout=120,
+        slurm_user.command(argv),
+        cwd=slurm_user.workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["cluster"] == "b"
@@ -84,9 +88,13 @@ def test_doctor_of_a_benchmark_checks_each_cluster_of_its_plan(
     )
     argv = [str(slurm_python), "-m", "gymslurm", "doctor", "--json", "--benchmark", str(bench)]
     done = subprocess.run(
-        slurm_user.command(argv), cwd=slurm_user.workdir, capture_output=True, text=True, timeout=120,
+        slurm_user.command(argv),
+        cwd=slurm_user.workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     clusters = json.loads(done.stdout)["clusters"]
     assert [(c["cluster"], c["shards"]) for c in clusters] == [("a", 2), ("b", 1)]

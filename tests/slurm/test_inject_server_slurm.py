@@ -36,12 +36,18 @@ def _server_yaml(python: Path) -> str:
 @pytest.fixture(scope="module")
 def chain(slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path) -> Iterator[Chain]:
     """One array run whose link starts the demo Environment Server and then sleeps (cancelled at the end)."""
-    spec = dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml="  time: '00:12:00'\n",
-                extra_yaml=_server_yaml(slurm_python))  # fmt: skip
+    spec = dict(
+        steps=SLEEPER,
+        overrides=["aggregation.enabled=false"],
+        slurm_yaml="  time: '00:12:00'\n",
+        extra_yaml=_server_yaml(slurm_python),
+    )
     for chains in submitted_up_front(
-        slurm_session_dir, "inject-server", {"server_crash": spec},
+        slurm_session_dir,
+        "inject-server",
+        {"server_crash": spec},
         lambda user, spec: Chain(user, slurm_python, **spec).submit(),  # type: ignore[arg-type]
-    ):  # fmt: skip
+    ):
         yield chains["server_crash"]
 
 

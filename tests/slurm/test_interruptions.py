@@ -105,8 +105,11 @@ def _alive(pid: int, create_time: float) -> bool:
 
 
 def _watch(
-    chains: dict[str, RealChain], done: dict[str, tuple[RealChain, dict[str, Any]]], stop: threading.Event,
-    errors: list[BaseException], lock: threading.Lock,
+    chains: dict[str, RealChain],
+    done: dict[str, tuple[RealChain, dict[str, Any]]],
+    stop: threading.Event,
+    errors: list[BaseException],
+    lock: threading.Lock,
 ) -> None:
     """Interrupt each chain (as soon as it is submitted) once its first link has saved 8 outcomes."""
     try:

@@ -94,16 +94,28 @@ def plan_for(index: int, rng: random.Random) -> list[Kill]:
 def _bench(user: SlurmUser, python: Path) -> Path:
     """The trial's benchmark, with copies of the harness's collector and merge the job user can read."""
     work = user.workdir
-    for name in ("tests/__init__.py", "tests/slurm/__init__.py", "tests/slurm/launcher_standin_collector.py",
-                 "tests/e2e/kill_collector.py", "tests/e2e/kill_merge.py"):  # fmt: skip
+    for name in (
+        "tests/__init__.py",
+        "tests/slurm/__init__.py",
+        "tests/slurm/launcher_standin_collector.py",
+        "tests/e2e/kill_collector.py",
+        "tests/e2e/kill_merge.py",
+    ):
         (work / "repo" / name).parent.mkdir(parents=True, exist_ok=True)
         source = REPO / name
         (work / "repo" / name).write_text(source.read_text() if source.exists() else "")
     subprocess.run(["chown", "-R", f"{user.name}:{user.name}", str(work / "repo")], check=True)
     user.write("data.jsonl", "".join(json.dumps({"q": i}) + "\n" for i in range(ROWS)), mode=0o644)
     collector = [str(python), str(work / "repo/tests/e2e/kill_collector.py"), str(ROW_S), str(PER_LINK)]
-    merge = ["bash", "-c", 'sleep 3; exec "$0" "$@"', str(python), str(work / "repo/tests/e2e/kill_merge.py"),
-             "{inputs_glob}", "{output}"]  # fmt: skip
+    merge = [
+        "bash",
+        "-c",
+        'sleep 3; exec "$0" "$@"',
+        str(python),
+        str(work / "repo/tests/e2e/kill_merge.py"),
+        "{inputs_glob}",
+        "{output}",
+    ]
     return user.write(
         "bench.yaml",
         f"dataset: {work / 'data.jsonl'}\nrun_root: {work / 'runs'}\nshards: 1\n"
@@ -125,8 +137,9 @@ def _submit(chain: Chain) -> Chain:
 
 def _running() -> dict[str, str]:
     """Every RUNNING job (array tasks one by one) by id, with its name: one squeue."""
-    out = subprocess.run(["squeue", "-h", "-r", "-t", "R", "-o", "%i|%j"], capture_output=True, text=True,
-                         check=False).stdout  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "R", "-o", "%i|%j"], capture_output=True, text=True, check=False
+    ).stdout
     return dict(line.split("|", 1) for line in out.split() if "|" in line)
 
 
@@ -153,8 +166,12 @@ class Killer:
             time.sleep(0.1)
 
     @staticmethod
-    def _step(trial: Trial, seen: dict[str, list[tuple[str, float]]], running: dict[str, str], now: float,
-              ) -> None:  # fmt: skip
+    def _step(
+        trial: Trial,
+        seen: dict[str, list[tuple[str, float]]],
+        running: dict[str, str],
+        now: float,
+    ) -> None:
         if trial.name is None:  # submit creates the run folder before its first sbatch
             runs = trial.chain.user.workdir / "runs"
             found = [p.name for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
@@ -221,8 +238,10 @@ def test_array_runs_killed_at_random_instants_finish_by_themselves(trials: list[
         chain = trial.chain
         assert chain.run is not None
         acted = [_acted(chain, job, kill.target == "aggregation") for kill, job, _ in trial.killed]
-        kills = [f"{k.target}#{k.nth} {job} --{k.how} +{s:.1f}s{'' if a else ' (before its first act)'}"
-                 for (k, job, s), a in zip(trial.killed, acted, strict=True)]  # fmt: skip
+        kills = [
+            f"{k.target}#{k.nth} {job} --{k.how} +{s:.1f}s{'' if a else ' (before its first act)'}"
+            for (k, job, s), a in zip(trial.killed, acted, strict=True)
+        ]
         verdict = (report["shards"][0]["verdict"], report["aggregation"]["state"].split()[0].rstrip(":"))
         lines.append(f"trial {index}: {verdict} {'; '.join(kills) or 'no kill'}")
         if verdict != ("DONE", "DONE") or _merged(chain) != [{"q": i, "a": 2 * i} for i in range(ROWS)]:
@@ -238,6 +257,10 @@ def test_array_runs_killed_at_random_instants_finish_by_themselves(trials: list[
     summary = "\n".join(lines)
     print(summary)
     assert not problems, "\n".join(problems) + "\n" + summary
-    early_first = sum(1 for t in trials for k, job, _ in t.killed
-                      if k.target == "link" and k.nth == 1 and not _acted(t.chain, job, False))  # fmt: skip
+    early_first = sum(
+        1
+        for t in trials
+        for k, job, _ in t.killed
+        if k.target == "link" and k.nth == 1 and not _acted(t.chain, job, False)
+    )
     assert early_first >= 2 * TRIALS // 5, f"{early_first} first links killed before their act\n{summary}"

@@ -63,9 +63,11 @@ def chains(
 ) -> Iterator[dict[str, Chain]]:
     """Every scenario submitted up front, so their Slurm waits overlap."""
     yield from submitted_up_front(
-        slurm_session_dir, "launcher", SCENARIOS,
+        slurm_session_dir,
+        "launcher",
+        SCENARIOS,
         lambda user, spec: Chain(user, slurm_python, **spec).submit(),  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
 
 
 def test_progress_chain_runs_four_jobs_without_spending_retries(chains: dict[str, Chain]) -> None:
@@ -159,8 +161,9 @@ def test_scontrol_requeue_reruns_the_same_job_without_a_doubled_link(chains: dic
     chain.wait(timeout=180)
     decisions = chain.decisions()
     assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
-        (job, 0, "CONTINUE"), (job, 1, "DONE"),
-    ]  # fmt: skip
+        (job, 0, "CONTINUE"),
+        (job, 1, "DONE"),
+    ]
     successors = [r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]
     assert len(successors) == 1
 
@@ -187,8 +190,9 @@ def test_three_shards_ending_together_aggregate_exactly_once(chains: dict[str, C
 
 
 @pytest.mark.parametrize("cluster", ["a", NO_ACCOUNTING_CLUSTER])  # with and without slurmdbd
-def test_status_while_pending_running_and_after(slurm_cluster: SlurmCluster, slurm_python: Path,
-                                                slurm_session_dir: Path, cluster: str) -> None:  # fmt: skip
+def test_status_while_pending_running_and_after(
+    slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path, cluster: str
+) -> None:
     """status says WAITING while held, HEALTHY while running, DONE after; one squeue + at most one sacct."""
     env = cluster_env(cluster)
     held = ["slurm.extra_directives=[--hold]", "aggregation.enabled=false"]
@@ -212,10 +216,16 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
     """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
     for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
         chain.wait(timeout=400, aggregation=False)
-    chain = Chain(scenario_user(slurm_session_dir, "launcher-preempt"), slurm_python,
-                  [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
-                  overrides=["slurm.partition=low", "slurm.extra_directives=['--cpus-per-task=8']",
-                             "aggregation.enabled=false"])  # fmt: skip
+    chain = Chain(
+        scenario_user(slurm_session_dir, "launcher-preempt"),
+        slurm_python,
+        [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
+        overrides=[
+            "slurm.partition=low",
+            "slurm.extra_directives=['--cpus-per-task=8']",
+            "aggregation.enabled=false",
+        ],
+    )
     chain.submit()
     try:
         # The link needs a whole node: with the other Slurm groups' jobs spread over every node, one may
@@ -228,8 +238,9 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         chain.wait(timeout=240, aggregation=False)
         decisions = chain.decisions()
         assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
-            (job, 0, "CONTINUE"), (job, 1, "DONE"),
-        ]  # fmt: skip
+            (job, 0, "CONTINUE"),
+            (job, 1, "DONE"),
+        ]
         assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
     finally:
         chain.cancel()
@@ -244,10 +255,16 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
     queued behind it runs and the chain finishes DONE, no retry spent, no human."""
     for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
         chain.wait(timeout=400, aggregation=False)
-    chain = Chain(scenario_user(slurm_session_dir, "launcher-preempt-cancel"), slurm_python,
-                  [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
-                  overrides=["slurm.partition=lowcancel", "slurm.extra_directives=['--cpus-per-task=8']",
-                             "aggregation.enabled=false"])  # fmt: skip
+    chain = Chain(
+        scenario_user(slurm_session_dir, "launcher-preempt-cancel"),
+        slurm_python,
+        [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
+        overrides=[
+            "slurm.partition=lowcancel",
+            "slurm.extra_directives=['--cpus-per-task=8']",
+            "aggregation.enabled=false",
+        ],
+    )
     chain.submit()
     try:
         job = chain.wait_for_calls(1, timeout=420)

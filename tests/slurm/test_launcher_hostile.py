@@ -38,11 +38,15 @@ SCENARIOS = {
     "crash_loop": dict(steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"]),
     # The same on cluster n, which keeps no accounting: the dead link is judged from scontrol.
     "crash_loop_no_accounting": dict(
-        steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"],
+        steps=[],
+        collector_command=CRASHER,
+        overrides=["aggregation.enabled=false"],
         env=cluster_env(NO_ACCOUNTING_CLUSTER),
     ),
     "crash_loop_no_progress": dict(
-        steps=[], collector_command=CRASHER, overrides=["aggregation.enabled=false"],
+        steps=[],
+        collector_command=CRASHER,
+        overrides=["aggregation.enabled=false"],
         slurm_yaml="  infra_retry_limit: 10\n  max_links_without_progress: 2\n",
     ),
     # Long enough for the hand job to start while the link still runs on a busy sandbox, and short
@@ -58,10 +62,12 @@ SCENARIOS = {
     # Cluster n again, every job held: the fixture releases the first link, which crashes; its
     # successor stays held until Slurm forgot the link (MinJobAge), from the module's start on.
     "forgotten_no_accounting": dict(
-        steps=[], collector_command=CRASHER, env=cluster_env(NO_ACCOUNTING_CLUSTER),
+        steps=[],
+        collector_command=CRASHER,
+        env=cluster_env(NO_ACCOUNTING_CLUSTER),
         overrides=["aggregation.enabled=false", "slurm.extra_directives=[--hold]"],
     ),
-}  # fmt: skip
+}
 RELEASED_AT_SUBMIT = {"forgotten_no_accounting"}
 # slurmctld purges ended jobs older than MinJobAge once a minute (22.05: PURGE_JOB_INTERVAL 60 s).
 PURGE_INTERVAL_S = 60
@@ -192,10 +198,14 @@ def _inject(chain: Chain, kind: str) -> str:
 
 @pytest.mark.parametrize(
     ("kind", "state", "code", "decision"),
-    [("timeout", "SIGNALLED:SIGUSR1", 75, "CONTINUE"), ("preempt", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
-     ("crash", "RUNNING", None, "RETRY"), ("cancel", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
-     ("requeue", "SIGNALLED:SIGTERM", 75, "CONTINUE")],
-)  # fmt: skip
+    [
+        ("timeout", "SIGNALLED:SIGUSR1", 75, "CONTINUE"),
+        ("preempt", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
+        ("crash", "RUNNING", None, "RETRY"),
+        ("cancel", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
+        ("requeue", "SIGNALLED:SIGTERM", 75, "CONTINUE"),
+    ],
+)
 def test_an_injected_fault_is_survived_and_recorded(
     chains: dict[str, Chain], kind: str, state: str, code: int | None, decision: str
 ) -> None:
@@ -207,8 +217,11 @@ def test_an_injected_fault_is_survived_and_recorded(
     report = chain.wait(timeout=240, aggregation=False)
     first, last = chain.decisions()
     assert (first["job_id"], first["slurm_state"], first["exit_code"], first["decision"]) == (
-        job, state, code, decision,
-    ), first  # fmt: skip
+        job,
+        state,
+        code,
+        decision,
+    ), first
     assert last["decision"] == "DONE" and (last["job_id"] == job) == (kind == "requeue"), last
     (record,) = [r for r in chain.ledger() if r["kind"] == "injected"]
     assert (record["job_id"], record["fault"]) == (job, kind)
@@ -257,8 +270,11 @@ def test_a_dead_link_slurm_forgot_is_judged_from_its_heartbeat_without_accountin
     chain.wait_for_decisions(0)
     judged = chain.decisions()[0]
     assert (judged["job_id"], judged["restart_count"], judged["slurm_state"], judged["decision"]) == (
-        first, 0, "VANISHED", "RETRY",
-    ), judged  # fmt: skip
+        first,
+        0,
+        "VANISHED",
+        "RETRY",
+    ), judged
     assert judged["accounted_by"] == successor, judged
     assert judged["budgets_after"]["infra_retries_used"] == 1, judged
     # The crasher kills its link 2 s in; the heartbeat interval is 15 s: judged > MinJobAge later.

@@ -76,9 +76,11 @@ def runs(
 ) -> Iterator[dict[str, RealChain]]:
     """Every scenario submitted up front (slowest first), so their Slurm waits overlap."""
     yield from submitted_up_front(
-        slurm_session_dir, "real", SCENARIOS,
+        slurm_session_dir,
+        "real",
+        SCENARIOS,
         lambda user, spec: RealChain(user, slurm_python, spec).submit(),
-    )  # fmt: skip
+    )
 
 
 def _until(what: str, timeout_s: float, value: Callable[[], Any]) -> Any:
@@ -103,8 +105,11 @@ def test_inject_hang_ends_the_link_within_the_stall_window_and_the_chain_goes_on
     job = [r for r in run.ledger() if r["kind"] == "start"][-1]["job_id"]
     out = run.gymslurm("inject", str(run.run), "0", "--kind", "hang")
     assert f"hang sent to job {job}" in out, out
-    row = _until("UNRESPONSIVE", 90, lambda: next(
-        (r for r in [run.status()["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None))  # fmt: skip
+    row = _until(
+        "UNRESPONSIVE",
+        90,
+        lambda: next((r for r in [run.status()["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None),
+    )
     assert "frozen" in row["why"], row
     first = _until("decision of the hung link", 180, run.decisions)[0]
     assert (first["job_id"], first["decision"]) == (job, "RETRY"), first

@@ -98,9 +98,11 @@ def held_as_user(lock: Path) -> Iterator[None]:
     would make it) for the ``with`` block."""
     script = f'mkdir -p {lock.parent} && exec flock {lock} -c "echo locked; exec sleep 900"'
     holder = subprocess.Popen(
-        ["runuser", "-u", TEST_USER, "--", "bash", "-c", script], stdout=subprocess.PIPE, text=True,
+        ["runuser", "-u", TEST_USER, "--", "bash", "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         yield
@@ -140,15 +142,20 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
     ensure_test_user(TEST_USER)
     workdir = make_user_dir(slurm_session_dir, "across-clusters", owner=TEST_USER)
     user = SlurmUser(TEST_USER, workdir, as_root=True)
-    overrides = ["shards=2", f"slurm.clusters=[a,{SECOND_CLUSTER}]", f"slurm.aggregate_on={SECOND_CLUSTER}",
-                 "aggregation.command=[sleep,'25']"]  # fmt: skip
+    overrides = [
+        "shards=2",
+        f"slurm.clusters=[a,{SECOND_CLUSTER}]",
+        f"slurm.aggregate_on={SECOND_CLUSTER}",
+        "aggregation.command=[sleep,'25']",
+    ]
     chain = Chain(user, slurm_python, [{"exit": 0}], overrides=overrides)
     try:
         chain.submit()
         assert chain.run is not None
         info = json.loads((chain.run / "run.json").read_text())
         assert [(b["cluster"], b["first"], b["count"]) for b in info["placement"]] == [
-            ("a", 0, 1), (SECOND_CLUSTER, 1, 1)
+            ("a", 0, 1),
+            (SECOND_CLUSTER, 1, 1),
         ]
         assert info["aggregate_cluster"] == SECOND_CLUSTER
         with held_as_user(chain.run / "aggregate" / "lock"):  # the trigger of either shard waits here
@@ -160,8 +167,11 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
             for job in triggers:  # each is blocked in the aggregate lock: kill it there
                 cluster, _, raw = job.rpartition(":")
                 run(["scancel", f"--clusters={cluster}", "--signal=KILL", "--full", raw])
-            _wait(f"{triggers} still running after SIGKILL", lambda: not any(
-                _job_state(job) in {"RUNNING", "COMPLETING"} for job in triggers), timeout=120)  # fmt: skip
+            _wait(
+                f"{triggers} still running after SIGKILL",
+                lambda: not any(_job_state(job) in {"RUNNING", "COMPLETING"} for job in triggers),
+                timeout=120,
+            )
             assert not (chain.run / "aggregate" / "ledger.jsonl").exists()  # no trigger got through
         _wait("the aggregation never started", lambda: _starts(chain, None))
         first = _starts(chain, None)[0]["job_id"]
@@ -194,14 +204,25 @@ def test_the_demo_with_shards_on_both_clusters_merges_every_rollout_once(
     workdir = make_user_dir(slurm_session_dir, "demo-across", owner=TEST_USER)
     user = SlurmUser(TEST_USER, workdir, as_root=True)
     named = f"slurm.clusters={{a:'0',{SECOND_CLUSTER}:'1'}}"  # each cluster names its shard
-    argv = [str(slurm_python), "-m", "gymslurm", "submit", "demo", named,
-            f"slurm.aggregate_on={SECOND_CLUSTER}", f"slurm.python={slurm_python}", "--wait"]  # fmt: skip
+    argv = [
+        str(slurm_python),
+        "-m",
+        "gymslurm",
+        "submit",
+        "demo",
+        named,
+        f"slurm.aggregate_on={SECOND_CLUSTER}",
+        f"slurm.python={slurm_python}",
+        "--wait",
+    ]
     out = user.run(argv, timeout=600)
     (run_dir,) = (workdir / "gymslurm_runs").glob("demo-*/")
     try:
         assert f"shards 1..1: cluster {SECOND_CLUSTER}" in out, out
-        nodes = {c: set(user.run(["sinfo", "-h", "-N", "-o", "%N"], env=cluster_env(c)).split())
-                 for c in ("a", SECOND_CLUSTER)}  # fmt: skip
+        nodes = {
+            c: set(user.run(["sinfo", "-h", "-N", "-o", "%N"], env=cluster_env(c)).split())
+            for c in ("a", SECOND_CLUSTER)
+        }
         ledgers = {0: run_dir / "shards/000", 1: run_dir / "shards/001", None: run_dir / "aggregate"}
         for shard, folder in ledgers.items():
             records = [json.loads(line) for line in (folder / "ledger.jsonl").read_text().splitlines()]
@@ -239,8 +260,14 @@ def test_a_model_server_spanning_two_nodes_as_an_srun_step_serves_a_whole_run(
     ensure_test_user(TEST_USER)
     workdir = make_user_dir(slurm_session_dir, "two-node-model", owner=TEST_USER)
     user = SlurmUser(TEST_USER, workdir, as_root=True)
-    spec = {"tasks": 20, "shards": 1, "server_flags": [], "collector": [], "model_flags": [],
-            "slurm": '  extra_directives: ["--nodes=2", "--ntasks-per-node=1"]\n'}  # fmt: skip
+    spec = {
+        "tasks": 20,
+        "shards": 1,
+        "server_flags": [],
+        "collector": [],
+        "model_flags": [],
+        "slurm": '  extra_directives: ["--nodes=2", "--ntasks-per-node=1"]\n',
+    }
     chain = TwoNodeModelChain(user, slurm_python, spec)
     try:
         chain.submit()
@@ -283,9 +310,10 @@ def test_cancel_and_resubmit_of_a_run_across_clusters_reach_every_cluster(
 
         def left_in_queues() -> set[str]:  # scancel is asynchronous: the queues let go a moment later
             return {
-                f"{cluster}:{job}" for cluster in ("a", SECOND_CLUSTER)
+                f"{cluster}:{job}"
+                for cluster in ("a", SECOND_CLUSTER)
                 for job in user.run(["squeue", f"--clusters={cluster}", "-h", "-o", "%i"]).split()
-            } & mine  # fmt: skip
+            } & mine
 
         _wait("no job of the cancelled run left on either cluster", lambda: not left_in_queues())
         out = chain.gymslurm("resubmit", str(chain.run), str(workdir / "bench.yaml"))
@@ -321,8 +349,11 @@ def test_inject_logs_and_report_of_a_run_across_clusters_go_to_the_shards_cluste
         assert job.startswith(f"{SECOND_CLUSTER}:"), job
         out = chain.gymslurm("inject", str(chain.run), "1", "--kind", "timeout")
         assert f"sent to job {job}" in out and "--clusters" not in out.split("(")[0], out
-        _wait("shard 1 never went on to DONE", lambda: [d["decision"] for d in chain.decisions(1)][-1:] == [
-            "DONE"], timeout=180)  # fmt: skip
+        _wait(
+            "shard 1 never went on to DONE",
+            lambda: [d["decision"] for d in chain.decisions(1)][-1:] == ["DONE"],
+            timeout=180,
+        )
         assert len(chain.decisions(1)) == 2, chain.decisions(1)  # the signalled link, then its successor
         assert [r["kind"] for r in chain.ledger(1)].count("injected") == 1
         assert chain.decisions(0) == [] and chain.calls(0) == 1  # shard 0 on a: still its first link

@@ -57,28 +57,50 @@ def test_the_nemo_gym_benchmark_runs_on_slurm_from_a_fresh_checkout_in_one_comma
         subprocess.run(["chown", "-R", f"{slurm_user.name}:", str(checkout)], check=True, timeout=120)
     host = socket.gethostbyname(CONTROLLER)
     port = _bridge_port(host)
-    fake = subprocess.Popen([sys.executable, str(HERE / "fake_openai.py"), str(port), host],
-                            start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    env = {"NEMO_GYM_VENV": str(venv), "POLICY_BASE_URL": f"http://{host}:{port}/v1",
-           "RAY_USAGE_STATS_ENABLED": "0", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # fmt: skip
+    fake = subprocess.Popen(
+        [sys.executable, str(HERE / "fake_openai.py"), str(port), host],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "NEMO_GYM_VENV": str(venv),
+        "POLICY_BASE_URL": f"http://{host}:{port}/v1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
     runs = slurm_user.workdir / "runs"
-    argv = [str(slurm_python), "-m", "gymslurm", "submit", "configs/benchmarks/nemo_gym_weather.yaml",
-            "--wait", f"run_root={runs}"]  # fmt: skip
+    argv = [
+        str(slurm_python),
+        "-m",
+        "gymslurm",
+        "submit",
+        "configs/benchmarks/nemo_gym_weather.yaml",
+        "--wait",
+        f"run_root={runs}",
+    ]
     try:
         done = subprocess.run(
             ["runuser", "-u", slurm_user.name, "--", "env", *[f"{k}={v}" for k, v in env.items()], *argv]
-            if slurm_user.as_root else argv,
-            cwd=checkout, env={**os.environ, **env}, capture_output=True, text=True, timeout=1500,
+            if slurm_user.as_root
+            else argv,
+            cwd=checkout,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=1500,
             check=False,
-        )  # fmt: skip
+        )
     finally:
         stop_session(fake.pid)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"^0\s+DONE\s", done.stdout, re.MULTILINE), done.stdout[-3000:]
     (run,) = runs.iterdir()
-    (start,) = [json.loads(line) for line in (run / "shards/000/ledger.jsonl").read_text().splitlines()
-                if json.loads(line)["kind"] == "start"]  # fmt: skip
+    (start,) = [
+        json.loads(line)
+        for line in (run / "shards/000/ledger.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "start"
+    ]
     assert start["host"] in slurm_cluster.nodes  # the stack ran on a compute node, not on the host
     merged = run / "output/merged/weather.jsonl"
     rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]

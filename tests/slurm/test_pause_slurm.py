@@ -23,9 +23,12 @@ from .launcher_real import RealChain
 pytestmark = pytest.mark.slurm
 
 SCENARIO: dict[str, Any] = dict(
-    tasks=240, shards=2, server_flags=["--latency-ms", "300"],
-    collector=["+concurrency=1", "+live_progress_interval_s=1"], slurm="  time: '00:10:00'\n",
-)  # fmt: skip
+    tasks=240,
+    shards=2,
+    server_flags=["--latency-ms", "300"],
+    collector=["+concurrency=1", "+live_progress_interval_s=1"],
+    slurm="  time: '00:10:00'\n",
+)
 
 
 def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 300.0) -> None:

@@ -27,10 +27,12 @@ from .test_node_down import QUIET_TIMEOUT_S, jobs_on, resume_node
 pytestmark = pytest.mark.slurm
 
 BASE: dict[str, Any] = dict(
-    shards=1, server_flags=[], collector=["+concurrency=8"],
+    shards=1,
+    server_flags=[],
+    collector=["+concurrency=8"],
     slurm="  time: '00:05:00'\n  lookahead: 1\n",
     policy_yaml="    probe_interval_s: 1\n    probe_timeout_s: 3\n    startup_timeout_s: 120\n",
-)  # fmt: skip
+)
 
 
 def _user(slurm_session_dir: Path, name: str) -> SlurmUser:
@@ -42,8 +44,10 @@ def _steps(job_id: str) -> dict[str, str]:
     """Each step of a job by name, with the node it ran on (sacct: accounting is on)."""
     out = subprocess.run(
         ["sacct", "-n", "-P", "-j", job_id, "-o", "JobName,NodeList"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return dict(line.split("|", 1) for line in out.splitlines() if line.startswith("gs-"))
 
 
@@ -102,9 +106,11 @@ def test_a_model_server_spanning_two_nodes_serves_the_run_by_its_head_nodes_name
 
 def _replica_spec(tasks: int, extra: str = "") -> dict[str, Any]:
     return {
-        **BASE, "tasks": tasks, "model_flags": ["--latency-ms", "1000"],
+        **BASE,
+        "tasks": tasks,
+        "model_flags": ["--latency-ms", "1000"],
         "policy_yaml": BASE["policy_yaml"] + "    nodes: 1\n    replicas: 3\n" + extra,
-    }  # fmt: skip
+    }
 
 
 def test_a_replicas_node_set_down_mid_run_leaves_the_run_to_the_other_two(
@@ -243,9 +249,12 @@ def test_servers_on_the_links_node_each_see_gpus_of_their_own(
     user = _user(slurm_session_dir, "gpu-split")
     marker = f"gpusplit-{os.getpid()}-{time.monotonic_ns()}"
     spec = {
-        **BASE, "tasks": 30, "model_flags": ["--latency-ms", "400", "--model-name", marker],
-        "policy_yaml": BASE["policy_yaml"] + "    gpus: 2\n", "demo_yaml": "    gpus: 1\n",
-    }  # fmt: skip
+        **BASE,
+        "tasks": 30,
+        "model_flags": ["--latency-ms", "400", "--model-name", marker],
+        "policy_yaml": BASE["policy_yaml"] + "    gpus: 2\n",
+        "demo_yaml": "    gpus: 1\n",
+    }
     chain = RealChain(user, slurm_python, spec).submit()
     try:
         seen = _wait_for(lambda: (v := _visible_devices(marker)) and len(v) == 2 and v, 180, "both servers")

@@ -20,15 +20,18 @@ def chain(slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Pa
     """Three shards whose first collector run exits 76 (FAILED) and whose next one is DONE."""
     spec = dict(steps=[{"exit": 76}, {"exit": 0}], overrides=["shards=3", "aggregation.enabled=false"])
     for chains in submitted_up_front(
-        slurm_session_dir, "resubmit-shards", {"failed": spec},
+        slurm_session_dir,
+        "resubmit-shards",
+        {"failed": spec},
         lambda user, spec: Chain(user, slurm_python, **spec).submit(),  # type: ignore[arg-type]
-    ):  # fmt: skip
+    ):
         yield chains["failed"]
 
 
 def test_resubmit_shards_restarts_the_selected_shards_in_one_array(chain: Chain) -> None:
     """--shards 0,2 of three FAILED shards: shards 0 and 2 get first links ``A_0``, ``A_2`` of one new
     array A (and spares of one array B), run DONE; shard 1 is FAILED with its ledger unchanged."""
+
     def queued(shard: int, by: str) -> list[str]:
         return [r["job_id"] for r in chain.ledger(shard) if r["kind"] == "submitted" and r.get("by") == by]
 

@@ -47,12 +47,17 @@ SPEC = dict(
     shards=1,
     server_flags=[],
     collector=[
-        "+environment_config={judge: {api_key: " + CANARIES["credential-named key"]
-        + ", headers: {Authorization: 'Bearer " + CANARIES["Bearer header"] + "'}}}",
+        "+environment_config={judge: {api_key: "
+        + CANARIES["credential-named key"]
+        + ", headers: {Authorization: 'Bearer "
+        + CANARIES["Bearer header"]
+        + "'}}}",
         "+environment_config.policy.base_url='http://h/v1?api_key="
-        + CANARIES["nested override (issue 20)"] + "'",
+        + CANARIES["nested override (issue 20)"]
+        + "'",
         "+environment_config.judge2.header='Authorization: Token "
-        + CANARIES["Authorization Token (issue 20)"] + "'",
+        + CANARIES["Authorization Token (issue 20)"]
+        + "'",
         "+environment_config.mirror='https://" + CANARIES["URL user as token (issue 20)"] + "@git.example/x'",
     ],
     slurm="  time: '00:05:00'\n",
@@ -61,10 +66,12 @@ SPEC = dict(
     server_yaml=f"    env: {{HF_TOKEN: {CANARIES['server env']}, "
     "DEMO_API_KEY: '${oc.env:GS_SLURM_SERVER_VALUE}'}\n",
     task_fields={i: {"_demo_fault": "rejected_key", "_demo_fault_attempts": 1} for i in (0, 1)},
-)  # fmt: skip
+)
 # Exported where the user runs submit (sbatch hands them to the job), named by ${oc.env:...} only.
-EXPORTED = {"GS_SLURM_SERVER_VALUE": "GS-SLURM-SERVER-KEY-51d2a7",
-            "GS_SLURM_COLLECTOR_VALUE": "GS-SLURM-COLL-KEY-0b9e33"}  # fmt: skip
+EXPORTED = {
+    "GS_SLURM_SERVER_VALUE": "GS-SLURM-SERVER-KEY-51d2a7",
+    "GS_SLURM_COLLECTOR_VALUE": "GS-SLURM-COLL-KEY-0b9e33",
+}
 
 
 def _hydra_quoted(text: str) -> str:
@@ -79,8 +86,11 @@ _COLLECTOR_ENV = {f"CORPUS_{i:02d}": f.text for i, f in enumerate(FORMS)}
 _COLLECTOR_ENV["JUDGE_API_KEY"] = "${oc.env:GS_SLURM_COLLECTOR_VALUE}"
 SPEC["collector_yaml"] = f"  env: {json.dumps(_COLLECTOR_ENV)}\n"
 TYPED = [f"++collector.env.TYPED_{i:02d}={_hydra_quoted(f.text)}" for i, f in enumerate(FORMS)]
-NEEDLES = {**CANARIES, **{f"corpus {form.label!r}": form.needle for form in FORMS},
-           **{f"${{oc.env:{name}}}": value for name, value in EXPORTED.items()}}  # fmt: skip
+NEEDLES = {
+    **CANARIES,
+    **{f"corpus {form.label!r}": form.needle for form in FORMS},
+    **{f"${{oc.env:{name}}}": value for name, value in EXPORTED.items()},
+}
 # Processes whose environment is read: each holds its own secrets only (a server its env: s03; the
 # collector its env and overrides: everything else), the aggregation none.
 UNTOLD = (" demo-server ", " -m gymslurm aggregate ", " -m gymslurm collect")
@@ -156,15 +166,22 @@ def test_a_real_slurm_run_leaks_no_canary_to_files_logs_streams_command_lines_or
     assert any(" demo-server " in where for where in found["environs"]), "the watcher read a server's environ"
     assert any(" gymslurm collect" in where for where in found["environs"]), "... and the collector's"
     bench = chain.user.workdir / "bench.yaml"  # what the user wrote
-    texts = {str(p): p.read_bytes().decode(errors="replace") for p in chain.user.workdir.rglob("*")
-             if p.is_file() and p != bench}  # fmt: skip
+    texts = {
+        str(p): p.read_bytes().decode(errors="replace")
+        for p in chain.user.workdir.rglob("*")
+        if p.is_file() and p != bench
+    }
     assert any("/logs/shard-000-" in path for path in texts), "Slurm wrote the link's log"
     texts["submit stdout"] = chain.submit_output
     texts.update(found["texts"])
     typed = {line for line in seen if " -m gymslurm submit " in line}  # the user's own command line
     texts.update({f"cmdline {i}": line for i, line in enumerate(sorted(seen - typed))})
-    leaks = [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in texts.items()
-             if needle in text]  # fmt: skip
+    leaks = [
+        f"{form} in {where}"
+        for form, needle in NEEDLES.items()
+        for where, text in texts.items()
+        if needle in text
+    ]
     server_own = {CANARIES["server env"], EXPORTED["GS_SLURM_SERVER_VALUE"]}
 
     def own(needle: str, where: str) -> bool:  # in this process's environment by design
@@ -173,8 +190,12 @@ def test_a_real_slurm_run_leaks_no_canary_to_files_logs_streams_command_lines_or
         return " -m gymslurm collect" in where and needle not in server_own
 
     environs: dict[str, str] = found["environs"]
-    leaks += [f"{form} in {where}" for form, needle in NEEDLES.items() for where, text in environs.items()
-              if needle in text and not own(needle, where)]  # fmt: skip
+    leaks += [
+        f"{form} in {where}"
+        for form, needle in NEEDLES.items()
+        for where, text in environs.items()
+        if needle in text and not own(needle, where)
+    ]
     assert not leaks, f"{len(leaks)} leaks:\n" + "\n".join(leaks)
 
 

@@ -38,15 +38,20 @@ pytestmark = pytest.mark.slurm
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "live": dict(
-        tasks=900, shards=1, server_flags=["--latency-ms", "1000"],
-        collector=["+concurrency=1", "+live_progress_interval_s=1"], slurm="  time: '00:10:00'\n",
+        tasks=900,
+        shards=1,
+        server_flags=["--latency-ms", "1000"],
+        collector=["+concurrency=1", "+live_progress_interval_s=1"],
+        slurm="  time: '00:10:00'\n",
     ),
     "hung": dict(
-        tasks=800, shards=1, server_flags=["--latency-ms", "200"],
+        tasks=800,
+        shards=1,
+        server_flags=["--latency-ms", "200"],
         collector=["+concurrency=2", "+live_progress_interval_s=1", "+stall_window_s=10"],
         slurm="  time: '00:10:00'\n",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +60,11 @@ def runs(
 ) -> Iterator[dict[str, RealChain]]:
     """Both scenarios submitted up front, so their Slurm waits overlap."""
     yield from submitted_up_front(
-        slurm_session_dir, "live", SCENARIOS,
+        slurm_session_dir,
+        "live",
+        SCENARIOS,
         lambda user, spec: RealChain(user, slurm_python, spec).submit(),
-    )  # fmt: skip
+    )
 
 
 def _poll(

@@ -51,12 +51,18 @@ def test_submit_reverify_regrades_a_runs_answers_in_slurm_jobs_and_merges_them(
     assert match, out
     run = Path(match.group(1))
     assert re.search(r"^0\s+DONE\s", out, re.M) and re.search(r"^1\s+DONE\s", out, re.M), out
-    starts = [json.loads(line) for shard in (0, 1)
-              for line in (run / f"shards/{shard:03d}/ledger.jsonl").read_text().splitlines()
-              if json.loads(line)["kind"] == "start"]  # fmt: skip
+    starts = [
+        json.loads(line)
+        for shard in (0, 1)
+        for line in (run / f"shards/{shard:03d}/ledger.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "start"
+    ]
     assert {start["host"] for start in starts} <= set(slurm_cluster.nodes)
     rows = [json.loads(line) for line in (run / "output/merged/rollouts.jsonl").read_text().splitlines()]
     assert sorted(row["task_id"]["task_id"] for row in rows) == [str(n) for n in range(6)]
-    regraded = sorted((row["task_id"]["task_id"], row["_ng_attempt"], row["reward"])
-                      for row in rows if "_ng_reverify" in row)  # fmt: skip
+    regraded = sorted(
+        (row["task_id"]["task_id"], row["_ng_attempt"], row["reward"])
+        for row in rows
+        if "_ng_reverify" in row
+    )
     assert regraded == [("1", 1, 1.0), ("4", 1, 1.0)]

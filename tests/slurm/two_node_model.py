@@ -33,8 +33,19 @@ def step_nodes() -> list[str]:
 
 def worker(port: int) -> None:
     """Task 1: the demo model server on this node's name."""
-    os.execv(sys.executable, [sys.executable, "-m", "gymslurm", "demo-model-server", "--host",
-                              socket.gethostname(), "--port", str(port + 1)])  # fmt: skip
+    os.execv(
+        sys.executable,
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-model-server",
+            "--host",
+            socket.gethostname(),
+            "--port",
+            str(port + 1),
+        ],
+    )
 
 
 def head(port: int, worker_node: str) -> None:

@@ -19,21 +19,36 @@ REPLICAS = {"policy": "http://n1:7000", "policy-r0": "http://n2:8000", "policy-r
         (["dispatch_adaptive=latency"], ["policy"], URLS, {"policy": True}, []),
         (["++dispatch_adaptive=metrics", "+dispatch_model_metrics_url=x"], [], URLS, {}, []),
         # the model server's /metrics answers with a queue: its queue decides
-        ([], ["policy"], URLS, {"policy": True},
-         ["+dispatch_adaptive=metrics", "+dispatch_model_metrics_url=http://n1:8000/metrics"]),
+        (
+            [],
+            ["policy"],
+            URLS,
+            {"policy": True},
+            ["+dispatch_adaptive=metrics", "+dispatch_model_metrics_url=http://n1:8000/metrics"],
+        ),
         # replicas: each one's /metrics, quoted (a comma in a Hydra override is a sweep)
-        (["+concurrency=64"], ["policy"], REPLICAS, {"policy": True},
-         ["+dispatch_adaptive=metrics",
-          '+dispatch_model_metrics_url="http://n2:8000/metrics,http://n3:8000/metrics"']),
+        (
+            ["+concurrency=64"],
+            ["policy"],
+            REPLICAS,
+            {"policy": True},
+            [
+                "+dispatch_adaptive=metrics",
+                '+dispatch_model_metrics_url="http://n2:8000/metrics,http://n3:8000/metrics"',
+            ],
+        ),
         # no metrics there, or no model server in the stack: latency decides
         ([], ["policy"], URLS, {"policy": False}, ["+dispatch_adaptive=latency"]),
         ([], [], URLS, {}, ["+dispatch_adaptive=latency"]),
     ],
-)  # fmt: skip
+)
 def test_the_load_adapts_to_the_model_queue_where_it_is_served_else_to_latency(
-    overrides: list[str], models: list[str], urls: dict[str, str], serves: dict[str, bool],
+    overrides: list[str],
+    models: list[str],
+    urls: dict[str, str],
+    serves: dict[str, bool],
     expected: list[str],
-) -> None:  # fmt: skip
+) -> None:
     """The benchmark's own dispatch_adaptive wins; else metrics where a model server serves them;
     else latency."""
     assert adaptive_overrides(overrides, models, urls, serves).overrides == expected

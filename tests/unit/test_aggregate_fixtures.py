@@ -47,9 +47,15 @@ class ShardBuilder:
         ]
         self.store = RunStore.create_fresh(
             RunPaths.for_output(output),
-            RunSpec(source_path="tasks.jsonl", source_digest=DIGEST, inputs=inputs, identity={"model": "m"},
-                    config_digest=DIGEST, max_rollout_attempts=max_attempts),
-        )  # fmt: skip
+            RunSpec(
+                source_path="tasks.jsonl",
+                source_digest=DIGEST,
+                inputs=inputs,
+                identity={"model": "m"},
+                config_digest=DIGEST,
+                max_rollout_attempts=max_attempts,
+            ),
+        )
         self.ids = ids
 
     @property
@@ -93,9 +99,13 @@ class ShardBuilder:
             failure=EpisodeFailure(failure_reason=f"{kind} on {rid}", terminal=terminal, failure_kind=kind),
         )
         self.store.append_failure(
-            self.ids.index(rid), attempt, record, legacy_class=legacy_class, response=response,
+            self.ids.index(rid),
+            attempt,
+            record,
+            legacy_class=legacy_class,
+            response=response,
             diagnostics=diagnostics,
-        )  # fmt: skip
+        )
         return self
 
     def omit(self, rid: str) -> ShardBuilder:

@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import pytest
 
+from gymslurm.collector.prepare import environment_config, identity_config
 from gymslurm.commands.collect import main as collect_main
 from gymslurm.commands.collect import split_options
 from gymslurm.dispatch import fetch_environment_config, probe_health
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError
-from gymslurm.prepare import environment_config, identity_config
 from gymslurm.progress import (
     BarReporter,
     Counters,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gymslurm.collector import (
+from gymslurm.collector.collect import (
     DispatchLoop,
     RunView,
     build_coverage,
@@ -16,7 +16,7 @@ from gymslurm.collector import (
     run_dispatch,
     shown_as,
 )
-from gymslurm.collector_end import budget_message, decide_exit
+from gymslurm.collector.end import budget_message, decide_exit
 from gymslurm.records import EpisodeFailure, EpisodeId, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, SavedOutcome, advance_state, select_rollout
 
@@ -178,10 +178,12 @@ class Dropped:
     """A collector-observed dropped connection (what a job-wide SIGTERM does to the server)."""
 
     record = RolloutFailureRecord(
-        episode_id=EpisodeId(rollout_id="t-0", attempt=0), run_id="run-x", source="collector",
+        episode_id=EpisodeId(rollout_id="t-0", attempt=0),
+        run_id="run-x",
+        source="collector",
         delivery="possibly_delivered",
         failure=EpisodeFailure(failure_reason="dropped", terminal=False, failure_kind="transport_peer_drop"),
-    )  # fmt: skip
+    )
 
     def __call__(self, attempt: int) -> SavedOutcome:
         return retryable(attempt)

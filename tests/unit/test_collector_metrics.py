@@ -13,13 +13,13 @@ from typing import Any
 
 import orjson
 
-from gymslurm.collector import LoopResult, RunView, build_coverage
-from gymslurm.collector_end import export_metrics
-from gymslurm.collector_view import OriginStamps
+from gymslurm.collector.collect import LoopResult, RunView, build_coverage
+from gymslurm.collector.end import export_metrics
+from gymslurm.collector.routing import Route, Routing
+from gymslurm.collector.view import OriginStamps
 from gymslurm.dispatch import MetricsRows
 from gymslurm.errors import MetricsUnavailableError
 from gymslurm.nemogym import ServerOrigin
-from gymslurm.routing import Route, Routing
 from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths, RunStore
 from tests.unit.test_store_runstore import create
@@ -31,9 +31,13 @@ ROUTING = Routing(Route(URL, "legacy_agent", ORIGIN))
 
 
 def finished_run(tmp_path: Path) -> tuple[Any, RunStore, RunView]:
-    settings, _ = load_settings([f"+input_jsonl_fpath={tmp_path}/in.jsonl",
-                                 f"+output_jsonl_fpath={tmp_path}/out.jsonl",
-                                 f"+environment_server_url={URL}"])  # fmt: skip
+    settings, _ = load_settings(
+        [
+            f"+input_jsonl_fpath={tmp_path}/in.jsonl",
+            f"+output_jsonl_fpath={tmp_path}/out.jsonl",
+            f"+environment_server_url={URL}",
+        ]
+    )
     store = create(RunPaths.for_output(tmp_path / "out.jsonl"), count=2)
     store.reconcile()
     for index in (0, 1):
@@ -41,9 +45,15 @@ def finished_run(tmp_path: Path) -> tuple[Any, RunStore, RunView]:
     store.close()
     store = RunStore.open(store.paths)
     rec = store.reconcile()
-    view = RunView(tasks=[], reserved=list(store.table.counts()), states=list(rec.states),
-                   policy=rec.policy, run_id=store.run_id, identity_verified=True,
-                   historical_failed_attempts=0)  # fmt: skip
+    view = RunView(
+        tasks=[],
+        reserved=list(store.table.counts()),
+        states=list(rec.states),
+        policy=rec.policy,
+        run_id=store.run_id,
+        identity_verified=True,
+        historical_failed_attempts=0,
+    )
     return settings, store, view
 
 
@@ -109,8 +119,9 @@ def test_imported_rows_without_a_task_id_are_routed_by_their_rollouts_task(tmp_p
     """A result row NeMo Gym wrote (imported, no task_id) goes to the server of its rollout's taskset."""
     settings, store, view = finished_run(tmp_path)
     rows = [orjson.loads(line) for line in store.paths.results.read_bytes().splitlines()]
-    store.paths.results.write_bytes(b"".join(orjson.dumps({k: v for k, v in row.items() if k != "task_id"})
-                                             + b"\n" for row in rows))  # fmt: skip
+    store.paths.results.write_bytes(
+        b"".join(orjson.dumps({k: v for k, v in row.items() if k != "task_id"}) + b"\n" for row in rows)
+    )
     asked: list[str] = []
 
     def post(url: str, rows: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
@@ -193,9 +204,16 @@ def test_a_collections_view_reads_tasks_from_the_store_and_keeps_none_once_saved
     store = create(RunPaths.for_output(tmp_path / "out.jsonl"), count=3)
     rec = store.reconcile()
     index = store.rollout_index
-    view = RunView(tasks=index, ids=index.ids, reserved=list(store.table.counts()), states=list(rec.states),
-                   policy=rec.policy, run_id=store.run_id, identity_verified=True,
-                   historical_failed_attempts=0)  # fmt: skip
+    view = RunView(
+        tasks=index,
+        ids=index.ids,
+        reserved=list(store.table.counts()),
+        states=list(rec.states),
+        policy=rec.policy,
+        run_id=store.run_id,
+        identity_verified=True,
+        historical_failed_attempts=0,
+    )
     inputs = store.inputs()
     assert view.wire_task(1) == {"task_id": inputs[1]["task_id"], "task_input": inputs[1]["task_input"]}
     view.mark_reserved(1, store.reserve(1))

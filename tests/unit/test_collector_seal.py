@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.collector_seal import Invocation, Transcript, config_problem, env_names, invocation
+from gymslurm.collector.seal import Invocation, Transcript, config_problem, env_names, invocation
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
 from gymslurm.store.paths import RunPaths, file_identity
 from gymslurm.store.seal import FinishedSeal, read_seal, write_seal
@@ -214,10 +214,15 @@ def test_a_seal_no_longer_holds_once_a_sealed_file_changes(tmp_path: Path, touch
 
 @pytest.mark.parametrize(
     "content",
-    [b"not json", b"[]", b'{"format_version": 99}', b'{"format_version": 1, "invocation": 3}',
-     b'{"format_version": 1, "invocation": "x", "env_names": [], "files": {"/a": [1, 2]}, '
-     b'"exit_code": 0, "transcript": []}'],
-)  # fmt: skip
+    [
+        b"not json",
+        b"[]",
+        b'{"format_version": 99}',
+        b'{"format_version": 1, "invocation": 3}',
+        b'{"format_version": 1, "invocation": "x", "env_names": [], "files": {"/a": [1, 2]}, '
+        b'"exit_code": 0, "transcript": []}',
+    ],
+)
 def test_a_seal_that_cannot_be_used_is_ignored_not_refused(tmp_path: Path, content: bytes) -> None:
     """A damaged or future seal is no answer and no error: the full resume follows and writes it again."""
     paths = RunPaths.for_output(tmp_path / "out.jsonl")

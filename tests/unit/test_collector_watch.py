@@ -1,4 +1,4 @@
-"""The collector's side of the supervision channel (gymslurm/collector_watch.py), over a real pipe."""
+"""The collector's side of the supervision channel (gymslurm/collector/watch.py), over a real pipe."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 
-from gymslurm.collector_watch import Supervised
+from gymslurm.collector.watch import Supervised
 from gymslurm.supervision import ServerEvent
 
 

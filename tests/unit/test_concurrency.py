@@ -207,8 +207,10 @@ def test_the_load_is_read_from_vllm_or_sglang_metrics_and_replicas_add_up() -> N
     several replicas' loads: waiting and running summed, the fullest cache."""
     from gymslurm.dispatch.calls import ModelLoad, combined_load, parse_model_load
 
-    vllm = ('vllm:num_requests_waiting{model_name="a"} 3.0\nvllm:num_requests_running{model_name="a"} 8\n'
-            'vllm:kv_cache_usage_perc{model_name="a"} 0.41\n')  # fmt: skip
+    vllm = (
+        'vllm:num_requests_waiting{model_name="a"} 3.0\nvllm:num_requests_running{model_name="a"} 8\n'
+        'vllm:kv_cache_usage_perc{model_name="a"} 0.41\n'
+    )
     assert parse_model_load(vllm) == ModelLoad(3, 8, 0.41)
     v0 = "vllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.9\n"
     assert parse_model_load(v0) == ModelLoad(0, None, 0.9)
@@ -225,8 +227,12 @@ def test_metrics_urls_of_replicas_are_given_comma_separated() -> None:
     from gymslurm.errors import ConfigError
     from gymslurm.settings import CollectSettings
 
-    base = {"input_jsonl_fpath": "in.jsonl", "output_jsonl_fpath": "out.jsonl",
-            "environment_server_url": "http://127.0.0.1:1", "dispatch_adaptive": "metrics"}  # fmt: skip
+    base = {
+        "input_jsonl_fpath": "in.jsonl",
+        "output_jsonl_fpath": "out.jsonl",
+        "environment_server_url": "http://127.0.0.1:1",
+        "dispatch_adaptive": "metrics",
+    }
     settings = CollectSettings.model_validate(
         {**base, "dispatch_model_metrics_url": "http://a:1/metrics, http://b:2/metrics/"}
     )

@@ -27,10 +27,20 @@ PARTIAL = {"output": [], "id": "resp-1"}  # a partial response object, even with
 def native_row(stage: str | None, response: object) -> dict[str, Any]:
     """A gymslurm sidecar row of a non-terminal native failure at ``stage`` that kept ``response``."""
     failure = {"failure_reason": "cleanup timed out", "terminal": False, "failure_kind": None, "stage": stage}
-    record = {"schema_version": 1, "episode_id": {"rollout_id": "r-0", "attempt": 0}, "run_id": "run",
-              "source": "environment", "delivery": "delivered", "failure": failure}  # fmt: skip
-    return {"_ng_failure_record": record, "_ng_failure_class": "environment_server_failed",
-            "_ng_failure_terminal": False, "_ng_failure_response": response}  # fmt: skip
+    record = {
+        "schema_version": 1,
+        "episode_id": {"rollout_id": "r-0", "attempt": 0},
+        "run_id": "run",
+        "source": "environment",
+        "delivery": "delivered",
+        "failure": failure,
+    }
+    return {
+        "_ng_failure_record": record,
+        "_ng_failure_class": "environment_server_failed",
+        "_ng_failure_terminal": False,
+        "_ng_failure_response": response,
+    }
 
 
 def test_a_cleanup_failure_that_kept_a_partial_response_is_never_regenerated() -> None:
@@ -48,8 +58,11 @@ def test_a_legacy_sidecar_row_with_a_kept_response_is_never_regenerated() -> Non
     """A legacy row (no canonical record) that saved _ng_failure_response kept its answer: final."""
     row = {"_ng_failure_class": "agent_run_error", "_ng_failure_response": PARTIAL}
     assert not select_rollout(1, [sidecar_outcome(row, 0, 0)], POLICY).pending
-    nemo_gym = {"_ng_failure_class": "environment_server_failed", "_ng_failure_stage": "cleanup",
-                "_ng_failure_partial_response": PARTIAL}  # NeMo Gym 0.7.0's own sidecar spelling
+    nemo_gym = {
+        "_ng_failure_class": "environment_server_failed",
+        "_ng_failure_stage": "cleanup",
+        "_ng_failure_partial_response": PARTIAL,
+    }  # NeMo Gym 0.7.0's own sidecar spelling
     assert not select_rollout(1, [sidecar_outcome(nemo_gym, 0, 0)], POLICY).pending
 
 
@@ -72,10 +85,22 @@ def test_a_legacy_rows_own_attempt_limit_holds() -> None:
 
 def test_a_skipped_reply_is_an_omission_that_keeps_its_payload() -> None:
     """A legacy ``skipped`` answer is an intentional omission (not a failure), its markers kept."""
-    outcome, _ = run_once("legacy_agent", 200, {"_ng_failure_class": "skipped", "_ng_failure_terminal": True,
-                                                "_ng_failure_message": "no deliverable"})  # fmt: skip
-    assert outcome == Omitted({"_ng_failure_class": "skipped", "_ng_failure_terminal": True,
-                               "_ng_failure_message": "no deliverable"})  # fmt: skip
+    outcome, _ = run_once(
+        "legacy_agent",
+        200,
+        {
+            "_ng_failure_class": "skipped",
+            "_ng_failure_terminal": True,
+            "_ng_failure_message": "no deliverable",
+        },
+    )
+    assert outcome == Omitted(
+        {
+            "_ng_failure_class": "skipped",
+            "_ng_failure_terminal": True,
+            "_ng_failure_message": "no deliverable",
+        }
+    )
 
 
 def test_a_saved_skip_is_omitted_and_scored_only_when_asked(tmp_path: Path) -> None:

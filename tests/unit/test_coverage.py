@@ -21,12 +21,25 @@ def coverage_of(**counts: int) -> Coverage:
     successful = fields["measured"] + fields["masked"] + fields["unscored"]
     expected = sum(fields.values())
     return Coverage(
-        run_id="run-x", expected=expected, successful=successful, complete=successful == expected,
-        reconciled=fields["missing"] == 0, scored=fields["measured"], attempts=expected, counted_failures=0,
-        failure_budget_exhausted=0, max_rollout_attempts=3, retry_terminal_timeouts=False, retryable=0,
-        progress_outcomes_recorded=0, failed_by_class={}, historical_failed_attempts=0,
-        identity_verified=True, written_at="t", **fields,
-    )  # fmt: skip
+        run_id="run-x",
+        expected=expected,
+        successful=successful,
+        complete=successful == expected,
+        reconciled=fields["missing"] == 0,
+        scored=fields["measured"],
+        attempts=expected,
+        counted_failures=0,
+        failure_budget_exhausted=0,
+        max_rollout_attempts=3,
+        retry_terminal_timeouts=False,
+        retryable=0,
+        progress_outcomes_recorded=0,
+        failed_by_class={},
+        historical_failed_attempts=0,
+        identity_verified=True,
+        written_at="t",
+        **fields,
+    )
 
 
 EXIT_CASES = [
@@ -109,9 +122,15 @@ def _states(histories, policy=POLICY):
 
 def _coverage(histories, policy=POLICY):
     return compute_coverage(
-        _states(histories, policy), run_id="run-x", attempts=sum(r for r, _ in histories), policy=policy,
-        identity_verified=True, historical_failed_attempts=0, progress_outcomes_recorded=0, written_at="t",
-    )  # fmt: skip
+        _states(histories, policy),
+        run_id="run-x",
+        attempts=sum(r for r, _ in histories),
+        policy=policy,
+        identity_verified=True,
+        historical_failed_attempts=0,
+        progress_outcomes_recorded=0,
+        written_at="t",
+    )
 
 
 def test_scored_counts_masked_results_with_a_reward_but_not_unscored():

@@ -139,8 +139,11 @@ def test_with_slots_requests_past_capacity_wait_and_metrics_say_so() -> None:
         replies = await asyncio.gather(*tasks)
         after = app.handle(b"GET", b"/metrics", b"").body.decode()
         names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-        return ([_metric(during, n) for n in names], [_metric(after, n) for n in names],
-                [reply.status for reply in replies])  # fmt: skip
+        return (
+            [_metric(during, n) for n in names],
+            [_metric(after, n) for n in names],
+            [reply.status for reply in replies],
+        )
 
     during, after, statuses = asyncio.run(scenario())
     assert during == [2.0, 3.0, 1.0]

@@ -78,9 +78,14 @@ def test_verify_reply_is_a_completed_outcome_for_dispatch() -> None:
     """The collector's classifier reads a /verify grade as a completed result for the episode."""
     reply = DemoApp(DemoConfig()).handle(b"POST", b"/verify", orjson.dumps(verify_body("42")))
     outcome = classify_reply(
-        reply.status, reply.body, episode=EPISODE_ID, task_id=TASK_ID, run_id=RUN_ID,
-        route_failures=False, path="/verify",
-    )  # fmt: skip
+        reply.status,
+        reply.body,
+        episode=EPISODE_ID,
+        task_id=TASK_ID,
+        run_id=RUN_ID,
+        route_failures=False,
+        path="/verify",
+    )
     assert isinstance(outcome, Completed) and outcome.result["reward"] == 1.0
 
 
@@ -155,9 +160,13 @@ def test_run_judge_failed_is_saved_as_a_judge_failure_with_answer() -> None:
     del body["response"]
     reply = DemoApp(DemoConfig(accuracy=1.0)).handle(b"POST", b"/run", orjson.dumps(body))
     outcome = classify_reply(
-        reply.status, reply.body, episode=EPISODE_ID, task_id=TASK_ID, run_id=RUN_ID,
+        reply.status,
+        reply.body,
+        episode=EPISODE_ID,
+        task_id=TASK_ID,
+        run_id=RUN_ID,
         route_failures=False,
-    )  # fmt: skip
+    )
     assert isinstance(outcome, Failed)
     assert (outcome.record.failure.failure_kind, outcome.record.failure.terminal) == ("judge_failed", False)
     assert outcome.response == response_object("42")

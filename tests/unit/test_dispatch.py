@@ -86,27 +86,58 @@ class Case:
 
 
 COMPLETED = [
-    Case("a graded result is saved as sent", 200, reply(result={"reward": 0.0, "answer": "41"}),
-         {"result": {"reward": 0.0, "answer": "41"}}),
-    Case("a masked result is a result", 200, reply(result={"reward": 1.0, "mask_sample": True}),
-         {"result": {"reward": 1.0, "mask_sample": True}}),
-    Case("a result without reward stays without one (unscored)", 200, reply(result={"answer": "x"}),
-         {"result": {"answer": "x"}}),
-    Case("a null reward is an unscored result, kept as sent", 200, reply(result={"reward": None}),
-         {"result": {"reward": None}}),
-    Case("an old execute_only result is completed", 200, reply(result={"execute_only": True}),
-         {"result": {"execute_only": True}}),
-    Case("the two legacy judge markers are accepted", 200,
-         reply(result={"response": "r", "_ng_judge_failsafe": True, "_ng_judge_invalid": False}),
-         {"result": {"response": "r", "_ng_judge_failsafe": True, "_ng_judge_invalid": False}}),
-    Case("_ng_no_persist=false is no suppression and is not saved", 200,
-         reply(result={"reward": 1, "_ng_no_persist": False}), {"result": {"reward": 1}}),
-    Case("a masked result with a failure_kind is still a result", 200,
-         reply(result={"mask_sample": True, "failure_kind": "session_lost"}),
-         {"result": {"mask_sample": True, "failure_kind": "session_lost"}}),
-    Case("any 2xx status carries an episode reply", 201, reply(result={"reward": 1}),
-         {"result": {"reward": 1}}),
-]  # fmt: skip
+    Case(
+        "a graded result is saved as sent",
+        200,
+        reply(result={"reward": 0.0, "answer": "41"}),
+        {"result": {"reward": 0.0, "answer": "41"}},
+    ),
+    Case(
+        "a masked result is a result",
+        200,
+        reply(result={"reward": 1.0, "mask_sample": True}),
+        {"result": {"reward": 1.0, "mask_sample": True}},
+    ),
+    Case(
+        "a result without reward stays without one (unscored)",
+        200,
+        reply(result={"answer": "x"}),
+        {"result": {"answer": "x"}},
+    ),
+    Case(
+        "a null reward is an unscored result, kept as sent",
+        200,
+        reply(result={"reward": None}),
+        {"result": {"reward": None}},
+    ),
+    Case(
+        "an old execute_only result is completed",
+        200,
+        reply(result={"execute_only": True}),
+        {"result": {"execute_only": True}},
+    ),
+    Case(
+        "the two legacy judge markers are accepted",
+        200,
+        reply(result={"response": "r", "_ng_judge_failsafe": True, "_ng_judge_invalid": False}),
+        {"result": {"response": "r", "_ng_judge_failsafe": True, "_ng_judge_invalid": False}},
+    ),
+    Case(
+        "_ng_no_persist=false is no suppression and is not saved",
+        200,
+        reply(result={"reward": 1, "_ng_no_persist": False}),
+        {"result": {"reward": 1}},
+    ),
+    Case(
+        "a masked result with a failure_kind is still a result",
+        200,
+        reply(result={"mask_sample": True, "failure_kind": "session_lost"}),
+        {"result": {"mask_sample": True, "failure_kind": "session_lost"}},
+    ),
+    Case(
+        "any 2xx status carries an episode reply", 201, reply(result={"reward": 1}), {"result": {"reward": 1}}
+    ),
+]
 
 
 @pytest.mark.parametrize("case", COMPLETED, ids=lambda case: case.why)
@@ -163,52 +194,142 @@ class FailureCase:
 
 
 ENVIRONMENT_FAILURES = [
-    FailureCase("kind, terminal and stage are kept", 200,
-                reply(failure=failure(failure_kind="session_lost", terminal=True, stage="seed")),
-                "session_lost", True, "seed"),
+    FailureCase(
+        "kind, terminal and stage are kept",
+        200,
+        reply(failure=failure(failure_kind="session_lost", terminal=True, stage="seed")),
+        "session_lost",
+        True,
+        "seed",
+    ),
     FailureCase("an absent failure_kind stays absent", 200, reply(failure=failure()), None, False),
-    FailureCase("an unregistered or namespaced kind is kept", 200,
-                reply(failure=failure(failure_kind="harbor:disk_full")), "harbor:disk_full", False),
-    FailureCase("admission timeouts keep their stage", 200,
-                reply(failure=failure(failure_kind="agent_timeout", stage="admission")),
-                "agent_timeout", False, "admission"),
-    FailureCase("kill_shaped with _ng_no_persist in the failure is saved", 200,
-                reply(failure=failure(failure_kind="kill_shaped", _ng_no_persist=True)),
-                "kill_shaped", False),
-    FailureCase("kill_shaped with a top-level _ng_no_persist is saved", 200,
-                reply(failure=failure(failure_kind="kill_shaped"), _ng_no_persist=True),
-                "kill_shaped", False),
-    FailureCase("producer fields go to diagnostics, the partial response aside", 200,
-                reply(failure=failure(trace_path="/t/1", response={"output": []}), grader="notes"),
-                None, False, response={"output": []}, diagnostics={"trace_path": "/t/1", "grader": "notes"}),
-    FailureCase("a top-level partial response is kept aside", 200,
-                reply(failure=failure(), response={"output": ["partial"]}), None, False,
-                response={"output": ["partial"]}),
-    FailureCase("an unknown stage stays unset and is kept in diagnostics", 200,
-                reply(failure=failure(stage="teardown")), None, False, diagnostics={"stage": "teardown"}),
-    FailureCase("a null result beside a failure is no result", 200,
-                reply(result=None, failure=failure(stage=None, failure_kind=None)), None, False),
-    FailureCase("a 500 carrying a well-formed failure keeps the environment's verdict", 500,
-                reply(failure=failure(terminal=True, failure_kind="verifier_error")), "verifier_error", True),
-    FailureCase("legacy _ng_failure_class results are converted, reward placeholder dropped", 200,
-                reply(result={"_ng_failure_class": "judge_failed", "_ng_failure_message": "judge 500",
-                              "reward": 0.0, "response": {"output": ["A"]}, "tokens": 12}),
-                "judge_failed", False, response={"output": ["A"]}, diagnostics={"tokens": 12},
-                reason="judge 500"),
-    FailureCase("legacy timeout_exceeded is agent_timeout, its class kept", 200,
-                reply(result={"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}),
-                "agent_timeout", True, legacy_class="timeout_exceeded",
-                reason="legacy producer reported failure class 'timeout_exceeded' without a message"),
-    FailureCase("a legacy unregistered class has no canonical kind", 200,
-                reply(result={"_ng_failure_class": "gdpval_stage_fail", "_ng_failure_message": "m"}),
-                None, False, legacy_class="gdpval_stage_fail", reason="m"),
-    FailureCase("a legacy generic class is no kind and no separate legacy class", 200,
-                reply(result={"_ng_failure_class": "environment_server_failed", "_ng_failure_message": "m"}),
-                None, False, reason="m"),
-    FailureCase("a legacy kill_shaped result with _ng_no_persist is saved, not omitted", 200,
-                reply(result={"_ng_failure_class": "kill_shaped", "_ng_no_persist": True,
-                              "_ng_failure_message": "killed"}), "kill_shaped", False, reason="killed"),
-]  # fmt: skip
+    FailureCase(
+        "an unregistered or namespaced kind is kept",
+        200,
+        reply(failure=failure(failure_kind="harbor:disk_full")),
+        "harbor:disk_full",
+        False,
+    ),
+    FailureCase(
+        "admission timeouts keep their stage",
+        200,
+        reply(failure=failure(failure_kind="agent_timeout", stage="admission")),
+        "agent_timeout",
+        False,
+        "admission",
+    ),
+    FailureCase(
+        "kill_shaped with _ng_no_persist in the failure is saved",
+        200,
+        reply(failure=failure(failure_kind="kill_shaped", _ng_no_persist=True)),
+        "kill_shaped",
+        False,
+    ),
+    FailureCase(
+        "kill_shaped with a top-level _ng_no_persist is saved",
+        200,
+        reply(failure=failure(failure_kind="kill_shaped"), _ng_no_persist=True),
+        "kill_shaped",
+        False,
+    ),
+    FailureCase(
+        "producer fields go to diagnostics, the partial response aside",
+        200,
+        reply(failure=failure(trace_path="/t/1", response={"output": []}), grader="notes"),
+        None,
+        False,
+        response={"output": []},
+        diagnostics={"trace_path": "/t/1", "grader": "notes"},
+    ),
+    FailureCase(
+        "a top-level partial response is kept aside",
+        200,
+        reply(failure=failure(), response={"output": ["partial"]}),
+        None,
+        False,
+        response={"output": ["partial"]},
+    ),
+    FailureCase(
+        "an unknown stage stays unset and is kept in diagnostics",
+        200,
+        reply(failure=failure(stage="teardown")),
+        None,
+        False,
+        diagnostics={"stage": "teardown"},
+    ),
+    FailureCase(
+        "a null result beside a failure is no result",
+        200,
+        reply(result=None, failure=failure(stage=None, failure_kind=None)),
+        None,
+        False,
+    ),
+    FailureCase(
+        "a 500 carrying a well-formed failure keeps the environment's verdict",
+        500,
+        reply(failure=failure(terminal=True, failure_kind="verifier_error")),
+        "verifier_error",
+        True,
+    ),
+    FailureCase(
+        "legacy _ng_failure_class results are converted, reward placeholder dropped",
+        200,
+        reply(
+            result={
+                "_ng_failure_class": "judge_failed",
+                "_ng_failure_message": "judge 500",
+                "reward": 0.0,
+                "response": {"output": ["A"]},
+                "tokens": 12,
+            }
+        ),
+        "judge_failed",
+        False,
+        response={"output": ["A"]},
+        diagnostics={"tokens": 12},
+        reason="judge 500",
+    ),
+    FailureCase(
+        "legacy timeout_exceeded is agent_timeout, its class kept",
+        200,
+        reply(result={"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}),
+        "agent_timeout",
+        True,
+        legacy_class="timeout_exceeded",
+        reason="legacy producer reported failure class 'timeout_exceeded' without a message",
+    ),
+    FailureCase(
+        "a legacy unregistered class has no canonical kind",
+        200,
+        reply(result={"_ng_failure_class": "gdpval_stage_fail", "_ng_failure_message": "m"}),
+        None,
+        False,
+        legacy_class="gdpval_stage_fail",
+        reason="m",
+    ),
+    FailureCase(
+        "a legacy generic class is no kind and no separate legacy class",
+        200,
+        reply(result={"_ng_failure_class": "environment_server_failed", "_ng_failure_message": "m"}),
+        None,
+        False,
+        reason="m",
+    ),
+    FailureCase(
+        "a legacy kill_shaped result with _ng_no_persist is saved, not omitted",
+        200,
+        reply(
+            result={
+                "_ng_failure_class": "kill_shaped",
+                "_ng_no_persist": True,
+                "_ng_failure_message": "killed",
+            }
+        ),
+        "kill_shaped",
+        False,
+        reason="killed",
+    ),
+]
 
 
 @pytest.mark.parametrize("case", ENVIRONMENT_FAILURES, ids=lambda case: case.why)
@@ -218,15 +339,22 @@ def test_environment_failures(case: FailureCase) -> None:
     assert isinstance(outcome, Failed)
     record = outcome.record
     assert (record.source, record.delivery, record.run_id, record.episode_id) == (
-        "environment", "delivered", RUN_ID, EPISODE,
-    )  # fmt: skip
+        "environment",
+        "delivered",
+        RUN_ID,
+        EPISODE,
+    )
     assert (record.failure.failure_kind, record.failure.terminal, record.failure.stage) == (
-        case.kind, case.terminal, case.stage,
-    )  # fmt: skip
+        case.kind,
+        case.terminal,
+        case.stage,
+    )
     assert record.failure.failure_reason == case.reason
     assert (outcome.response, outcome.diagnostics, outcome.legacy_class) == (
-        case.response, case.diagnostics, case.legacy_class,
-    )  # fmt: skip
+        case.response,
+        case.diagnostics,
+        case.legacy_class,
+    )
 
 
 def test_unregistered_kind_is_kept_and_warned_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -246,8 +374,11 @@ def test_unregistered_kind_is_kept_and_warned_once(caplog: pytest.LogCaptureFixt
     with caplog.at_level("WARNING", logger="gymslurm.dispatch"):
         outcomes = asyncio.run(go())
     assert [o.record.failure.failure_kind for o in outcomes if isinstance(o, Failed)] == [
-        "disk_on_fire", "disk_on_fire", "harbor:disk_full", "session_lost",
-    ]  # fmt: skip
+        "disk_on_fire",
+        "disk_on_fire",
+        "harbor:disk_full",
+        "session_lost",
+    ]
     assert len(caplog.records) == 1
     assert "'disk_on_fire'" in caplog.records[0].getMessage()
 
@@ -257,12 +388,27 @@ def test_public_api_is_pinned() -> None:
     import gymslurm.dispatch
 
     assert sorted(gymslurm.dispatch.__all__) == [
-        "Completed", "EnvironmentClient", "Failed", "Http11Transport", "MetricsRows", "ModelLoad", "Omitted",
+        "Completed",
+        "EnvironmentClient",
+        "Failed",
+        "Http11Transport",
+        "MetricsRows",
+        "ModelLoad",
+        "Omitted",
         "Outcome",
-        "classify_exception", "classify_reply", "fetch_aggregate_metrics", "fetch_environment_config",
-        "post_aggregate_metrics", "probe_answers", "probe_completion", "probe_health", "router_worker",
-        "verify_answer", "verify_client", "watch_model_queue",
-    ]  # fmt: skip
+        "classify_exception",
+        "classify_reply",
+        "fetch_aggregate_metrics",
+        "fetch_environment_config",
+        "post_aggregate_metrics",
+        "probe_answers",
+        "probe_completion",
+        "probe_health",
+        "router_worker",
+        "verify_answer",
+        "verify_client",
+        "watch_model_queue",
+    ]
 
 
 def test_absent_kind_routes_as_environment_server_failed() -> None:
@@ -296,24 +442,43 @@ def test_stale_reply_is_retryable(route_failures: bool) -> None:
     assert isinstance(outcome, Failed)
     record = outcome.record
     assert (record.source, record.delivery, record.failure.terminal, record.failure.failure_kind) == (
-        "collector", "delivered", False, "transport_peer_drop",
-    )  # fmt: skip
+        "collector",
+        "delivered",
+        False,
+        "transport_peer_drop",
+    )
     assert "stale reply" in record.failure.failure_reason
 
 
 VIOLATIONS = [
-    Case("a reply for another rollout", 200,
-         reply(result={}) | {"episode_id": {"rollout_id": "arith-8", "attempt": 2}}),
-    Case("a reply for another task", 200,
-         reply(result={}) | {"task_id": {"taskset": "arith", "task_id": "8"}}),
-    Case("another rollout even with another attempt", 200,
-         reply(result={}) | {"episode_id": {"rollout_id": "arith-8", "attempt": 0}}),
-    Case("another task even with another attempt", 200,
-         reply(result={}) | {"episode_id": {"rollout_id": "arith-7", "attempt": 0},
-                             "task_id": {"taskset": "arith", "task_id": "8"}}),
+    Case(
+        "a reply for another rollout",
+        200,
+        reply(result={}) | {"episode_id": {"rollout_id": "arith-8", "attempt": 2}},
+    ),
+    Case(
+        "a reply for another task", 200, reply(result={}) | {"task_id": {"taskset": "arith", "task_id": "8"}}
+    ),
+    Case(
+        "another rollout even with another attempt",
+        200,
+        reply(result={}) | {"episode_id": {"rollout_id": "arith-8", "attempt": 0}},
+    ),
+    Case(
+        "another task even with another attempt",
+        200,
+        reply(result={})
+        | {
+            "episode_id": {"rollout_id": "arith-7", "attempt": 0},
+            "task_id": {"taskset": "arith", "task_id": "8"},
+        },
+    ),
     Case("no episode_id", 200, {"task_id": TASK_ID, "result": {}}),
-    Case("an attempt that is not an integer", 200,
-         reply(result={}) | {"episode_id": {"rollout_id": "arith-7", "attempt": "2"}}),
+    Case(
+        "an attempt that is not an integer",
+        200,
+        reply(result={}) | {"episode_id": {"rollout_id": "arith-7", "attempt": "2"}},
+    ),
     Case("neither result nor failure", 200, reply()),
     Case("both result and failure", 200, reply(result={"reward": 1}, failure=failure())),
     Case("a body that is not JSON", 200, b"<html>Bad Gateway</html>"),
@@ -322,32 +487,47 @@ VIOLATIONS = [
     Case("a result that is not an object", 200, reply(result=[1])),
     Case("a result with a reserved _ng_ key", 200, reply(result={"reward": 1, "_ng_rollout_id": "x"})),
     Case("a failure_reason over 2000 characters", 200, reply(failure=failure(failure_reason="x" * 2001))),
-    Case("the former 'message' name instead of failure_reason", 200,
-         reply(failure={"message": "m", "terminal": False})),
+    Case(
+        "the former 'message' name instead of failure_reason",
+        200,
+        reply(failure={"message": "m", "terminal": False}),
+    ),
     Case("a terminal flag that is not a boolean", 200, reply(failure=failure(terminal="true"))),
     Case("a missing terminal flag", 200, reply(failure={"failure_reason": "m"})),
     Case("a stage that is not a string", 200, reply(failure=failure(stage=3))),
     Case("a failure_kind that is not a string", 200, reply(failure=failure(failure_kind=7))),
     Case("a failure that is not an object", 200, reply(failure="boom")),
-    Case("a legacy terminal flag that is not a boolean", 200,
-         reply(result={"_ng_failure_class": "judge_failed", "_ng_failure_terminal": "yes"})),
+    Case(
+        "a legacy terminal flag that is not a boolean",
+        200,
+        reply(result={"_ng_failure_class": "judge_failed", "_ng_failure_terminal": "yes"}),
+    ),
     Case("a reward that is text", 200, reply(result={"reward": "abc"})),
     Case("a reward that is numeric text", 200, reply(result={"reward": "1.0"})),
     Case("a reward that is a list", 200, reply(result={"reward": [1]})),
     Case("a reward that is a boolean", 200, reply(result={"reward": True})),
     Case("a masked result with an invalid reward", 200, reply(result={"reward": "n/a", "mask_sample": True})),
-    Case("a failure claiming the collector's source and delivery", 200,
-         reply(failure=failure(source="collector", delivery="not_sent"))),
+    Case(
+        "a failure claiming the collector's source and delivery",
+        200,
+        reply(failure=failure(source="collector", delivery="not_sent")),
+    ),
     Case("a failure claiming a run id", 200, reply(failure=failure(run_id="run-" + "0" * 32))),
-    Case("a whole failure record instead of a failure", 200,
-         reply(failure={"schema_version": 1, "failure": failure(), "source": "environment"})),
-    Case("a reply claiming the delivery beside its failure", 200,
-         reply(failure=failure()) | {"delivery": "not_sent"}),
+    Case(
+        "a whole failure record instead of a failure",
+        200,
+        reply(failure={"schema_version": 1, "failure": failure(), "source": "environment"}),
+    ),
+    Case(
+        "a reply claiming the delivery beside its failure",
+        200,
+        reply(failure=failure()) | {"delivery": "not_sent"},
+    ),
     Case("HTTP 404 (wrong endpoint)", 404, b"Not Found"),
     Case("HTTP 422 (request rejected)", 422, {"detail": "bad task_input"}),
     Case("HTTP 501 (no POST /run)", 501, b""),
     Case("HTTP 302 (redirects are not followed)", 302, b""),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case", VIOLATIONS, ids=lambda case: case.why)
@@ -357,8 +537,11 @@ def test_violation_with_routing_is_terminal_failure(case: Case) -> None:
     assert isinstance(outcome, Failed)
     record = outcome.record
     assert (record.source, record.delivery, record.failure.terminal, record.failure.failure_kind) == (
-        "collector", "delivered", True, "environment_protocol_violation",
-    )  # fmt: skip
+        "collector",
+        "delivered",
+        True,
+        "environment_protocol_violation",
+    )
     assert outcome.diagnostics is not None
     assert outcome.diagnostics["http_status"] == case.status
 
@@ -397,8 +580,11 @@ HTTP_FAILURES = [
 ]
 
 
-@pytest.mark.parametrize(("status", "source", "delivery", "kind"), [row[:4] for row in HTTP_FAILURES],
-                         ids=[row[4] for row in HTTP_FAILURES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "source", "delivery", "kind"),
+    [row[:4] for row in HTTP_FAILURES],
+    ids=[row[4] for row in HTTP_FAILURES],
+)
 @pytest.mark.parametrize("route_failures", [True, False], ids=["routing on", "routing off"])
 def test_http_errors_are_retryable_failures(
     status: int, source: str, delivery: str, kind: str | None, route_failures: bool
@@ -408,8 +594,11 @@ def test_http_errors_are_retryable_failures(
     assert isinstance(outcome, Failed)
     record = outcome.record
     assert (record.source, record.delivery, record.failure.terminal, record.failure.failure_kind) == (
-        source, delivery, False, kind,
-    )  # fmt: skip
+        source,
+        delivery,
+        False,
+        kind,
+    )
     assert outcome.diagnostics == {"http_status": status, "body": "<html>upstream error</html>"}
 
 
@@ -458,8 +647,11 @@ def test_exception_mapping(exc: BaseException, delivery: str, kind: str) -> None
     outcome = classify_exception(exc, episode=EPISODE, run_id=RUN_ID)
     record = outcome.record
     assert (record.source, record.delivery, record.failure.failure_kind, record.failure.terminal) == (
-        "collector", delivery, kind, False,
-    )  # fmt: skip
+        "collector",
+        delivery,
+        kind,
+        False,
+    )
     assert type(exc).__name__ in record.failure.failure_reason
 
 
@@ -565,8 +757,13 @@ Responder = Callable[[bytes], bytes | None]
 def ok_response(body: bytes) -> bytes:
     """An echoing keep-alive answer framed by Content-Length."""
     request = json.loads(body)
-    content = orjson.dumps({"episode_id": request["episode_id"], "task_id": request["task"]["task_id"],
-                            "result": {"reward": 1.0}})  # fmt: skip
+    content = orjson.dumps(
+        {
+            "episode_id": request["episode_id"],
+            "task_id": request["task"]["task_id"],
+            "result": {"reward": 1.0},
+        }
+    )
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(content), content)
 
 
@@ -585,8 +782,13 @@ async def serve(responder: Responder) -> tuple[asyncio.Server, str, list[int]]:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))  # fmt: skip
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
                 answer = responder(await reader.readexactly(length))
                 if answer is None:
                     break
@@ -812,8 +1014,10 @@ def test_a_relays_result_carries_the_sent_rows_refs_as_nemo_gyms_collector_write
 
     row = {"agent_ref": {"type": "responses_api_agents", "name": "a"}, "task_source": "s", "q": 1}
     assert with_row_refs(Completed({"reward": 1.0}), row).result == {
-        "reward": 1.0, "agent_ref": {"type": "responses_api_agents", "name": "a"}, "task_source": "s",
-    }  # fmt: skip
+        "reward": 1.0,
+        "agent_ref": {"type": "responses_api_agents", "name": "a"},
+        "task_source": "s",
+    }
     own = Completed({"reward": 0.0, "agent_ref": {"name": "b"}})
     assert with_row_refs(own, row).result["agent_ref"] == {"name": "b"}
     bare = Completed({"reward": 0.0})

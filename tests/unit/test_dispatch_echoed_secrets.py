@@ -32,21 +32,31 @@ ECHOES = {
     "a native failure's extra fields": (200, {**HEAD, "failure": {**REFUSED, "upstream": OPENAI_ERROR}}),
     "an HTTP 500 body": (500, ERROR_BODY),
     "a legacy failure's long message": (
-        200, {**HEAD, "result": {"_ng_failure_class": "judge_failed", "_ng_failure_message": LONG}},
+        200,
+        {**HEAD, "result": {"_ng_failure_class": "judge_failed", "_ng_failure_message": LONG}},
     ),
     "a legacy failure's response": (
-        200, {**HEAD, "result": {"_ng_failure_class": "judge_failed", "response": ERROR_BODY}},
+        200,
+        {**HEAD, "result": {"_ng_failure_class": "judge_failed", "response": ERROR_BODY}},
     ),
     "a legacy skip's message": (
-        200, {**HEAD, "result": {"_ng_failure_class": "skipped", "_ng_failure_message": OPENAI_ERROR}},
+        200,
+        {**HEAD, "result": {"_ng_failure_class": "skipped", "_ng_failure_message": OPENAI_ERROR}},
     ),
-}  # fmt: skip
+}
 
 
 def _classify(status: int, body: dict[str, Any]) -> Any:
     forget_all()  # the collector never learned the server's key
-    return classify_reply(status, orjson.dumps(body), episode=EPISODE, task_id=TASK_ID, run_id="r",
-                          route_failures=True, protocol="legacy_reply")  # fmt: skip
+    return classify_reply(
+        status,
+        orjson.dumps(body),
+        episode=EPISODE,
+        task_id=TASK_ID,
+        run_id="r",
+        route_failures=True,
+        protocol="legacy_reply",
+    )
 
 
 @pytest.mark.parametrize("status, body", ECHOES.values(), ids=ECHOES.keys())

@@ -26,8 +26,12 @@ TASK_ID = {"taskset": "weather", "task_id": "3"}
 ROW = {"responses_create_params": {"input": "what's it like in sf?"}, "expected": "cold"}
 TASK = {"task_id": TASK_ID, "task_input": ROW}
 INDICES = (3, 1)
-STAMPS = {"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_rollout_id": "weather-3-r1",
-          "_ng_attempt_index": 2}  # fmt: skip
+STAMPS = {
+    "_ng_task_index": 3,
+    "_ng_rollout_index": 1,
+    "_ng_rollout_id": "weather-3-r1",
+    "_ng_attempt_index": 2,
+}
 VERIFY_RESPONSE = {**ROW, "response": {"output": ["It is cold in sf."]}, "reward": 1.0}
 
 
@@ -44,8 +48,13 @@ def run_once(
 
     async def go() -> Outcome:
         transport = httpx.MockTransport(handler)
-        client = EnvironmentClient(concurrency=1, run_id=RUN_ID, route_failures=route_failures,
-                                   transport=transport, protocol=protocol)  # fmt: skip
+        client = EnvironmentClient(
+            concurrency=1,
+            run_id=RUN_ID,
+            route_failures=route_failures,
+            transport=transport,
+            protocol=protocol,
+        )
         async with client:
             return await client.run("http://env.test:1", EPISODE, TASK, indices=INDICES)
 
@@ -125,8 +134,13 @@ def test_the_adapters_failure_markers_are_a_failure_with_stage_and_partial_respo
 
 def test_a_relayed_legacy_failure_keeps_its_class_and_drops_placeholders() -> None:
     """A legacy agent's _ng_failure_class maps to the shared kind; reward/response placeholders dropped."""
-    answer = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True,
-              "_ng_failure_message": "agent ran out of time", "reward": 0.0, "response": None}  # fmt: skip
+    answer = {
+        "_ng_failure_class": "timeout_exceeded",
+        "_ng_failure_terminal": True,
+        "_ng_failure_message": "agent ran out of time",
+        "reward": 0.0,
+        "response": None,
+    }
     outcome, _ = run_once("legacy_agent", 200, answer)
     assert isinstance(outcome, Failed)
     assert outcome.record.failure.failure_kind == "agent_timeout" and outcome.record.failure.terminal is True
@@ -163,8 +177,11 @@ def test_an_echoed_other_attempt_is_a_stale_retryable_failure() -> None:
 
 def test_a_typed_envelope_from_a_legacy_server_is_read_as_one() -> None:
     """A server declared legacy that answers the typed envelope: read by the typed rules."""
-    envelope = {"episode_id": {"rollout_id": "weather-3-r1", "attempt": 2}, "task_id": TASK_ID,
-                "result": {"reward": 0.5}}  # fmt: skip
+    envelope = {
+        "episode_id": {"rollout_id": "weather-3-r1", "attempt": 2},
+        "task_id": TASK_ID,
+        "result": {"reward": 0.5},
+    }
     outcome, _ = run_once("legacy_reply", 200, envelope)
     assert outcome == Completed({"reward": 0.5})
 

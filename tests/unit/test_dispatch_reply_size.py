@@ -25,8 +25,10 @@ def _padded(body: bytes, size: int) -> bytes:
 
 def _chunked(answer: bytes) -> bytes:
     content = answer.split(b"\r\n\r\n", 1)[1]
-    chunks = b"".join(b"%x\r\n%s\r\n" % (len(content[i : i + 4096]), content[i : i + 4096])
-                      for i in range(0, len(content), 4096))  # fmt: skip
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(content[i : i + 4096]), content[i : i + 4096])
+        for i in range(0, len(content), 4096)
+    )
     return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
 
 
@@ -74,6 +76,7 @@ def test_the_connection_of_a_refused_reply_is_not_reused() -> None:
 
 def test_the_default_limit_is_64_mib_and_configurable() -> None:
     """max_reply_bytes defaults to 64 MiB (docs/collector.md) and is a collect setting."""
-    settings = CollectSettings.model_validate({"input_jsonl_fpath": "i", "output_jsonl_fpath": "o",
-                                               "environment_server_url": "http://h:1"})  # fmt: skip
+    settings = CollectSettings.model_validate(
+        {"input_jsonl_fpath": "i", "output_jsonl_fpath": "o", "environment_server_url": "http://h:1"}
+    )
     assert settings.max_reply_bytes == 64 * 1024 * 1024

@@ -28,10 +28,19 @@ def _submit(tmp_path: Path, collector: dict[str, object]) -> tuple[str, Path]:
     write = [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('{}\\n')", "{dataset}"]
     bench = tmp_path / "bench.yaml"
     command = [sys.executable, "-m", "gymslurm", "collect"]
-    bench.write_text(json.dumps({
-        "name": "b", "dataset": str(data), "dataset_command": write, "run_root": str(tmp_path / "runs"),
-        "backend": "local", "collector": {"command": command, **collector}, "aggregation": {"enabled": False},
-    }))  # fmt: skip
+    bench.write_text(
+        json.dumps(
+            {
+                "name": "b",
+                "dataset": str(data),
+                "dataset_command": write,
+                "run_root": str(tmp_path / "runs"),
+                "backend": "local",
+                "collector": {"command": command, **collector},
+                "aggregation": {"enabled": False},
+            }
+        )
+    )
     done = gymslurm("submit", str(bench))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr

@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_codes_are_the_contract_between_collector_and_chain() -> None:
     """0 done, 1 retry, 2 refused, 75 continue, 76 stop, 130 interrupted; health 0/1/3."""
     assert {code.name: int(code) for code in ExitCode} == {
-        "DONE": 0, "RETRY": 1, "REFUSED": 2, "CONTINUE": 75, "STOP": 76, "INTERRUPTED": 130,
-    }  # fmt: skip
+        "DONE": 0,
+        "RETRY": 1,
+        "REFUSED": 2,
+        "CONTINUE": 75,
+        "STOP": 76,
+        "INTERRUPTED": 130,
+    }
     assert {code.name: int(code) for code in HealthExit} == {"PASS": 0, "FAIL": 1, "SKIPPED": 3}
 
 
@@ -46,10 +51,15 @@ def test_errors_exit_with_the_shared_names() -> None:
 
 @pytest.mark.parametrize(
     ("decision", "code"),
-    [(Decision.DONE, ExitCode.DONE), (Decision.CONTINUE, ExitCode.DONE), (Decision.RETRY, ExitCode.DONE),
-     (Decision.STOP_FAILED, ExitCode.STOP), (Decision.STOP_EXHAUSTED, ExitCode.RETRY),
-     (Decision.STOP_WALLTIME, ExitCode.CONTINUE)],
-)  # fmt: skip
+    [
+        (Decision.DONE, ExitCode.DONE),
+        (Decision.CONTINUE, ExitCode.DONE),
+        (Decision.RETRY, ExitCode.DONE),
+        (Decision.STOP_FAILED, ExitCode.STOP),
+        (Decision.STOP_EXHAUSTED, ExitCode.RETRY),
+        (Decision.STOP_WALLTIME, ExitCode.CONTINUE),
+    ],
+)
 def test_chain_step_exits_with_the_shared_names(decision: Decision, code: ExitCode) -> None:
     """The chain step's own exit code is an ExitCode, so sacct and the ledger agree."""
     assert job_exit_code(decision) is code

@@ -15,49 +15,102 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gymslurm"
 
 # From the ground up. A module may import only modules of its own floor or of a lower one.
 FLOORS: list[tuple[str, list[str]]] = [
-    ("ground: stands on nothing", [
-        "gymslurm.version", "gymslurm.exitcodes", "gymslurm.clock", "gymslurm.process_env",
-        "gymslurm.records", "gymslurm.selection", "gymslurm.identity", "gymslurm.resources",
-        "gymslurm.concurrency", "gymslurm.redaction",
-    ]),
+    (
+        "ground: stands on nothing",
+        [
+            "gymslurm.version",
+            "gymslurm.exitcodes",
+            "gymslurm.clock",
+            "gymslurm.process_env",
+            "gymslurm.records",
+            "gymslurm.selection",
+            "gymslurm.identity",
+            "gymslurm.resources",
+            "gymslurm.concurrency",
+            "gymslurm.redaction",
+        ],
+    ),
     ("errors and the version table", ["gymslurm.errors", "gymslurm.formats"]),
-    ("pure rules and their vocabularies", [
-        "gymslurm.tasks", "gymslurm.metrics", "gymslurm.nemogym", "gymslurm.nemogym_flags",
-        "gymslurm.progress",
-        "gymslurm.coverage", "gymslurm.supervision", "gymslurm.demo", "gymslurm.demo.*",
-    ]),
-    ("HTTP and the collector's settings", ["gymslurm.dispatch", "gymslurm.dispatch.*", "gymslurm.settings",
-                                           "gymslurm.routing"]),
+    (
+        "pure rules and their vocabularies",
+        [
+            "gymslurm.tasks",
+            "gymslurm.metrics",
+            "gymslurm.nemogym",
+            "gymslurm.nemogym_flags",
+            "gymslurm.progress",
+            "gymslurm.coverage",
+            "gymslurm.supervision",
+            "gymslurm.demo",
+            "gymslurm.demo.*",
+        ],
+    ),
+    (
+        "HTTP and the collector's settings",
+        [
+            "gymslurm.dispatch",
+            "gymslurm.dispatch.*",
+            "gymslurm.settings",
+            "gymslurm.collector.routing",
+            "gymslurm.collector",
+        ],
+    ),
     ("the run's files", ["gymslurm.store", "gymslurm.store.*"]),
-    ("reading and preparing runs", [
-        "gymslurm.prepare", "gymslurm.health", "gymslurm.outcomes", "gymslurm.collector_watch",
-        "gymslurm.collector_view", "gymslurm.shard_inputs", "gymslurm.collector_seal",
-    ]),
-    ("aggregation and the collector's watch", ["gymslurm.aggregate", "gymslurm.collector_live"]),
-    ("after a collection; re-grading", ["gymslurm.collector_end", "gymslurm.reverify", "gymslurm.recovery"]),
-    ("the collector", ["gymslurm.collector"]),
-    ("the collector's commands", ["gymslurm.commands", "gymslurm.commands.*"]),
-    ("the launcher's model of a site and a run", [
-        "gymslurm.launcher", "gymslurm.launcher.scriptsafe", "gymslurm.launcher.slurm",
-        "gymslurm.launcher.decide", "gymslurm.launcher.findings", "gymslurm.launcher.settings",
-        "gymslurm.launcher.settings_sections", "gymslurm.launcher.server_refs",
-        "gymslurm.launcher.ledger", "gymslurm.launcher.rundir", "gymslurm.launcher.render",
-        "gymslurm.launcher.backend", "gymslurm.launcher.local", "gymslurm.launcher.probe",
-        "gymslurm.launcher.arrays", "gymslurm.launcher.doctor", "gymslurm.launcher.placement",
-        "gymslurm.launcher.links", "gymslurm.launcher.notify", "gymslurm.launcher.server_placement",
-        "gymslurm.launcher.run_cost", "gymslurm.launcher.adaptive_load",
-    ]),
-    ("inside a job; what a person reads", [
-        "gymslurm.launcher.job", "gymslurm.launcher.job.*", "gymslurm.launcher.views",
-        "gymslurm.launcher.views.*",
-    ]),
-    ("the launcher's commands", [
-        "gymslurm.launcher.submit", "gymslurm.launcher.inject", "gymslurm.launcher.cancel",
-        "gymslurm.launcher.cli", "gymslurm.launcher.wait", "gymslurm.launcher.regrade",
-        "gymslurm.launcher.pause",
-    ]),
+    (
+        "reading and preparing runs",
+        [
+            "gymslurm.collector.prepare",
+            "gymslurm.health",
+            "gymslurm.outcomes",
+            "gymslurm.collector.watch",
+            "gymslurm.collector.view",
+            "gymslurm.shard_inputs",
+            "gymslurm.collector.seal",
+        ],
+    ),
+    ("aggregation and the collector's watch", ["gymslurm.aggregate", "gymslurm.collector.live"]),
+    ("after a collection; re-grading", ["gymslurm.collector.end", "gymslurm.reverify", "gymslurm.recovery"]),
+    ("the collector", ["gymslurm.collector.collect"]),
+    (
+        "the site: the scheduler, placement, scripts",
+        [
+            "gymslurm.launcher.site",
+            "gymslurm.launcher.site.*",
+        ],
+    ),
+    (
+        "the launcher's model of a run",
+        [
+            "gymslurm.launcher",
+            "gymslurm.launcher.decide",
+            "gymslurm.launcher.settings",
+            "gymslurm.launcher.settings_sections",
+            "gymslurm.launcher.server_refs",
+            "gymslurm.launcher.ledger",
+            "gymslurm.launcher.rundir",
+            "gymslurm.launcher.links",
+            "gymslurm.launcher.notify",
+            "gymslurm.launcher.server_placement",
+            "gymslurm.launcher.run_cost",
+            "gymslurm.launcher.adaptive_load",
+            "gymslurm.launcher.run_site",
+            "gymslurm.launcher.suite_rules",
+            "gymslurm.launcher.suite_settings",
+            "gymslurm.launcher.suite_run",
+        ],
+    ),
+    (
+        "inside a job; what a person reads",
+        [
+            "gymslurm.launcher.job",
+            "gymslurm.launcher.job.*",
+            "gymslurm.launcher.views",
+            "gymslurm.launcher.views.*",
+        ],
+    ),
+    ("every subcommand", ["gymslurm.commands", "gymslurm.commands.*"]),
     ("the command line and the package's face", ["gymslurm.cli", "gymslurm.__main__", "gymslurm"]),
-]  # fmt: skip
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -130,9 +183,13 @@ def test_no_circle_anywhere() -> None:
 
 
 LINE_LIMIT = 600
-# Modules still over the limit, at most as long as this; each is to be split (issue 17), and may
-# only shrink meanwhile. Remove an entry once its module is under the limit.
-NOT_YET_SPLIT: dict[str, int] = {}
+# Modules still over the limit, at most as long as this; each is to be split (issue 29: measured on
+# code `ruff format` laid out, which CI checks), and may only shrink meanwhile. Remove an entry once
+# its module is under the limit.
+NOT_YET_SPLIT: dict[str, int] = {
+    "gymslurm.launcher.views.status": 602,
+    "gymslurm.store.store": 604,
+}
 
 
 def test_no_module_is_over_the_limit() -> None:
@@ -150,6 +207,11 @@ def test_the_job_never_imports_the_view() -> None:
         return name == package or name.startswith(package + ".")
 
     job, views = "gymslurm.launcher.job", "gymslurm.launcher.views"
-    arrows = [f"{name} -> {dep}" for name, deps in _graph().items() if inside(name, job)
-              for dep in sorted(deps) if inside(dep, views)]  # fmt: skip
+    arrows = [
+        f"{name} -> {dep}"
+        for name, deps in _graph().items()
+        if inside(name, job)
+        for dep in sorted(deps)
+        if inside(dep, views)
+    ]
     assert arrows == []

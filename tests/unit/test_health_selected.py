@@ -96,9 +96,16 @@ def test_selected_check_counts_the_selected_states(tmp_path: Path) -> None:
     out = run.finish()
     report = check_selected(RunPaths.for_output(out), reconciled(out))
     assert report.counts == {
-        "expected": 9, "completed": 3, "final_failures": 2, "retryable_failures": 1, "exhausted": 1,
-        "omitted": 1, "not_started": 1, "missing": 1, "unfinished": 2,
-    }  # fmt: skip
+        "expected": 9,
+        "completed": 3,
+        "final_failures": 2,
+        "retryable_failures": 1,
+        "exhausted": 1,
+        "omitted": 1,
+        "not_started": 1,
+        "missing": 1,
+        "unfinished": 2,
+    }
     assert set(report.failure_examples) == {"agent_command_not_allowed", "session_lost"}
 
 

@@ -35,12 +35,24 @@ def test_public_api_is_pinned() -> None:
     """The module exports exactly the documented API."""
     assert sorted(identity.__all__) == sorted(
         [
-            "REDACTED", "IdentityDiff", "build_identity", "classify_differences", "config_digest",
-            "describe_differences", "drop_null_defaults", "identity_digest", "is_connection_name",
-            "is_credential_name", "is_operational", "redact_credentials", "redact_text", "redact_value",
-            "resolve", "semantic_identity",
+            "REDACTED",
+            "IdentityDiff",
+            "build_identity",
+            "classify_differences",
+            "config_digest",
+            "describe_differences",
+            "drop_null_defaults",
+            "identity_digest",
+            "is_connection_name",
+            "is_credential_name",
+            "is_operational",
+            "redact_credentials",
+            "redact_text",
+            "redact_value",
+            "resolve",
+            "semantic_identity",
         ]
-    )  # fmt: skip
+    )
 
 
 # --- credential names ---------------------------------------------------------------------------
@@ -556,10 +568,43 @@ def test_describe_operational_only() -> None:
 
 # --- property: redaction is idempotent and complete ---------------------------------------------
 
-NAMES = ["api_key", "HF_TOKEN", "secrets", "Authorization", "password", "name", "value", "model",
-         "max_tokens", "env", "url", "cmd", "task_input", "port"]  # fmt: skip
-FRAGMENTS = ["Bearer ", "Basic ", f"{BASIC}", "HF_TOKEN=", "--token ", "https://u:", "@h/", "${oc.env:",
-             "A_TOKEN", "}", "${", "policy_api_key", '"token": "', "'", " ", "x", "=", "&", "\\"]  # fmt: skip
+NAMES = [
+    "api_key",
+    "HF_TOKEN",
+    "secrets",
+    "Authorization",
+    "password",
+    "name",
+    "value",
+    "model",
+    "max_tokens",
+    "env",
+    "url",
+    "cmd",
+    "task_input",
+    "port",
+]
+FRAGMENTS = [
+    "Bearer ",
+    "Basic ",
+    f"{BASIC}",
+    "HF_TOKEN=",
+    "--token ",
+    "https://u:",
+    "@h/",
+    "${oc.env:",
+    "A_TOKEN",
+    "}",
+    "${",
+    "policy_api_key",
+    '"token": "',
+    "'",
+    " ",
+    "x",
+    "=",
+    "&",
+    "\\",
+]
 TEXT = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), max_size=8).map("".join)
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT
 CONFIGS = st.recursive(

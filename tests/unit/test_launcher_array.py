@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_run import render_scripts, split_dataset
+from gymslurm.commands.wait import next_poll_s
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.arrays import plan_arrays
+from gymslurm.launcher.job.first_links import array_indices
 from gymslurm.launcher.ledger import Started, Submitted
 from gymslurm.launcher.rundir import (
     ArrayRecord,
@@ -18,8 +20,7 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.submit import array_indices, render_scripts, split_dataset
-from gymslurm.launcher.wait import next_poll_s
+from gymslurm.launcher.site.arrays import plan_arrays
 
 INDEX_ROWS = [
     ("every shard, no throttle", list(range(1000)), None, "0-999"),
@@ -82,10 +83,12 @@ def test_max_running_is_shared_by_the_arrays() -> None:
 
 @pytest.mark.parametrize(
     ("limits", "named"),
-    [({"MaxArraySize": 0}, "MaxArraySize = 0"),
-     ({"MaxArraySize": 1001, "MaxJobCount": 10_000}, "MaxJobCount = 10000"),
-     ({"MaxArraySize": 1001, "MaxJobCount": 100_000, "MaxSubmitJobs": 5000}, "MaxSubmitJobs = 5000")],
-)  # fmt: skip
+    [
+        ({"MaxArraySize": 0}, "MaxArraySize = 0"),
+        ({"MaxArraySize": 1001, "MaxJobCount": 10_000}, "MaxJobCount = 10000"),
+        ({"MaxArraySize": 1001, "MaxJobCount": 100_000, "MaxSubmitJobs": 5000}, "MaxSubmitJobs = 5000"),
+    ],
+)
 def test_a_plan_that_cannot_fit_is_refused_naming_the_limit(limits: dict[str, int], named: str) -> None:
     """No arrays at all, no room for one link per array, or more tasks than MaxSubmitJobs: refused."""
     with pytest.raises(ConfigError, match=named):
@@ -113,12 +116,19 @@ def test_a_shard_past_the_first_array_begins_with_its_own_array_task(tmp_path: P
     from gymslurm.launcher.rundir import ArrayPart
 
     record = ArrayRecord(
-        job_id="10", shards=2000, max_running=None, at="t", chunk=1001,
+        job_id="10",
+        shards=2000,
+        max_running=None,
+        at="t",
+        chunk=1001,
         parts=[ArrayPart(job_id="10", base=0, size=1001), ArrayPart(job_id="11", base=1001, size=999)],
-    )  # fmt: skip
+    )
     assert (record.task(0), record.task(1000), record.task(1001), record.task(1500)) == (
-        "10_0", "10_1000", "11_0", "11_499",
-    )  # fmt: skip
+        "10_0",
+        "10_1000",
+        "11_0",
+        "11_499",
+    )
     assert record.base(1500) == 1001 and record.base(7) == 0
     old = ArrayRecord(job_id="162", shards=3, max_running=None, at="t")  # written before parts existed
     assert (old.task(2), old.base(2)) == ("162_2", 0)
@@ -175,8 +185,18 @@ def test_wait_polls_with_backoff(name: str, previous: float, changed: bool, wait
 
 def test_run_info_records_array_and_accounting() -> None:
     """run.json says whether the first links are an array and whether Slurm keeps accounting."""
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=1,
-                   workdir="/", output_stem="o", infra_retry_limit=3, max_walltime_s=None)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=1,
+        workdir="/",
+        output_stem="o",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+    )
     assert (info.array, info.accounting) == (False, None)
 
 
@@ -184,8 +204,14 @@ def test_a_shard_whose_array_was_never_queued_has_no_first_link(tmp_path: Path) 
     """submit died after its first array: array.json lists it alone, and shard 1 has no job (STALLED)."""
     from gymslurm.launcher.rundir import ArrayPart
 
-    record = ArrayRecord(job_id="10", shards=3, max_running=None, at="t", chunk=1,
-                         parts=[ArrayPart(job_id="10", base=0, size=1)])  # fmt: skip
+    record = ArrayRecord(
+        job_id="10",
+        shards=3,
+        max_running=None,
+        at="t",
+        chunk=1,
+        parts=[ArrayPart(job_id="10", base=0, size=1)],
+    )
     run = RunDir(tmp_path / "r")
     assert run.chain_state(0, record).jobs == ["10_0"]
     assert record.task(1) is None and run.chain_state(1, record).jobs == []

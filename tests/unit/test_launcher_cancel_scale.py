@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.backend import SlurmBackend
-from gymslurm.launcher.cancel import cancel_run
-from gymslurm.launcher.job.link import cancelled_while_starting
+from gymslurm.commands.cancel import cancel_run
+from gymslurm.launcher.job.gates import cancelled_while_starting
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Started, Submitted, append_each
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write, chain_states
-from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.launcher.site.slurm import SlurmClient
 
 SHARDS = 300
 
@@ -40,13 +40,26 @@ class Recorded(SlurmClient):
 def _array_run(tmp_path: Path, shards: int = SHARDS) -> RunDir:
     """A Slurm array run of ``shards`` shards in two arrays (100, 101), no link started yet."""
     run = RunDir(tmp_path / "r")
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=shards,
-                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None,
-                   accounting=False, array=True)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=shards,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        accounting=False,
+        array=True,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     half = shards // 2
-    parts = [ArrayPart(job_id="100", base=0, size=half),
-             ArrayPart(job_id="101", base=half, size=shards - half)]  # fmt: skip
+    parts = [
+        ArrayPart(job_id="100", base=0, size=half),
+        ArrayPart(job_id="101", base=half, size=shards - half),
+    ]
     array = ArrayRecord(job_id="100", shards=shards, max_running=None, at="t", chunk=half, parts=parts)
     atomic_write(run.array_path, array.model_dump_json().encode())
     return run

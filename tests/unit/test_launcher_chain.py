@@ -21,9 +21,14 @@ from tests.slurm.launcher_standin_collector import standin_coverage
 
 def _settings(**extra: object) -> BenchmarkSettings:
     return BenchmarkSettings.model_validate(
-        {"name": "b", "dataset": "d.jsonl", "servers": [{"name": "env", "command": ["srv"]}],
-         "collector": {"command": ["stand-in"], "overrides": ["+limit=3"]}, **extra}
-    )  # fmt: skip
+        {
+            "name": "b",
+            "dataset": "d.jsonl",
+            "servers": [{"name": "env", "command": ["srv"]}],
+            "collector": {"command": ["stand-in"], "overrides": ["+limit=3"]},
+            **extra,
+        }
+    )
 
 
 def test_collector_argv_resumes_requires_completion_and_names_the_shard_files() -> None:
@@ -31,10 +36,14 @@ def test_collector_argv_resumes_requires_completion_and_names_the_shard_files() 
     run = RunDir(Path("/runs/r"))
     argv = collector_argv(_settings(), run, 2, {"env": "http://127.0.0.1:9"}, resubmit=False)
     assert argv == [
-        "stand-in", "+input_jsonl_fpath=/runs/r/inputs/shard-002.jsonl",
-        "+output_jsonl_fpath=/runs/r/output/shard-002/rollouts.jsonl", "+resume_from_cache=true",
-        "+require_complete=true", "+environment_server_url=http://127.0.0.1:9", "+limit=3",
-    ]  # fmt: skip
+        "stand-in",
+        "+input_jsonl_fpath=/runs/r/inputs/shard-002.jsonl",
+        "+output_jsonl_fpath=/runs/r/output/shard-002/rollouts.jsonl",
+        "+resume_from_cache=true",
+        "+require_complete=true",
+        "+environment_server_url=http://127.0.0.1:9",
+        "+limit=3",
+    ]
 
 
 def test_first_link_after_resubmit_resets_the_collector_budget() -> None:
@@ -47,8 +56,11 @@ def test_aggregate_argv_expands_inputs_and_output() -> None:
     """{inputs} becomes one argument per shard output and {output} the merged path."""
     settings = _settings(aggregation={"command": ["agg", "{inputs}", "+out={output}"]})
     assert aggregate_argv(settings, [Path("/a.jsonl"), Path("/b.jsonl")], Path("/m.jsonl")) == [
-        "agg", "/a.jsonl", "/b.jsonl", "+out=/m.jsonl",
-    ]  # fmt: skip
+        "agg",
+        "/a.jsonl",
+        "/b.jsonl",
+        "+out=/m.jsonl",
+    ]
 
 
 def test_aggregate_argv_passes_one_glob_not_one_argument_per_shard() -> None:

@@ -23,8 +23,14 @@ def _shards(seed: int) -> list[dict[str, Any]]:
         for _ in range(rng.randint(0, 4)):
             start = 1_000_000 + rng.uniform(0, 5000)
             end = None if rng.random() < 0.2 else start + rng.uniform(0, 3000)  # None: running until now
-            links.append({"start": _iso(start), "end": None if end is None else _iso(end),
-                          "gpus": rng.choice([0, 1, 4, 8]), "job": f"{shard}"})  # fmt: skip
+            links.append(
+                {
+                    "start": _iso(start),
+                    "end": None if end is None else _iso(end),
+                    "gpus": rng.choice([0, 1, 4, 8]),
+                    "job": f"{shard}",
+                }
+            )
         shards.append({"shard": shard, "links": links})
     return shards
 
@@ -34,10 +40,14 @@ def test_gpu_series_equals_the_sum_over_every_link_at_each_point(seed: int) -> N
     """Each point is Σ gpus × (time held until then) over every link: running links until now."""
     shards, now = _shards(seed), 1_000_000 + 9000.0
     spans = [
-        (datetime.fromisoformat(link["start"]).timestamp(),
-         datetime.fromisoformat(link["end"]).timestamp() if link["end"] else now, link["gpus"])
-        for shard in shards for link in shard["links"]
-    ]  # fmt: skip
+        (
+            datetime.fromisoformat(link["start"]).timestamp(),
+            datetime.fromisoformat(link["end"]).timestamp() if link["end"] else now,
+            link["gpus"],
+        )
+        for shard in shards
+        for link in shard["links"]
+    ]
     for t, value in gpu_series(shards, now):
         naive = sum(g * max(min(t, end) - start, 0.0) for start, end, g in spans) / 3600.0
         assert value == pytest.approx(naive, rel=1e-9, abs=1e-9)
@@ -57,8 +67,16 @@ def _outcome_shards(seed: int) -> list[dict[str, Any]]:
             start = at + rng.choice([0.0, rng.uniform(0, 300)])  # some links start where one ended
             end = start + rng.choice([0.0, rng.uniform(1, 900)])
             after = outcomes + rng.randint(0, 50)
-            links.append({"start": _iso(start), "end": _iso(end), "gpus": 1, "job": f"{shard}",
-                          "outcomes_before": outcomes, "outcomes_after": after})  # fmt: skip
+            links.append(
+                {
+                    "start": _iso(start),
+                    "end": _iso(end),
+                    "gpus": 1,
+                    "job": f"{shard}",
+                    "outcomes_before": outcomes,
+                    "outcomes_after": after,
+                }
+            )
             outcomes, at = after, end
         shards.append({"shard": shard, "links": links})
     return shards
@@ -72,8 +90,11 @@ def test_rate_series_sums_the_links_running_over_each_interval(seed: int) -> Non
     shards = _outcome_shards(seed)
     spans = [s for s in _spans(shards, 0.0) if s["before"] is not None and s["after"] is not None]
     for left, right, rate in rate_series(shards, 0.0):
-        naive = sum((s["after"] - s["before"]) / max(s["end"] - s["start"], 1e-9)
-                    for s in spans if s["start"] <= left and s["end"] >= right)  # fmt: skip
+        naive = sum(
+            (s["after"] - s["before"]) / max(s["end"] - s["start"], 1e-9)
+            for s in spans
+            if s["start"] <= left and s["end"] >= right
+        )
         assert rate == pytest.approx(max(naive, 0.0), rel=1e-9, abs=1e-6)
 
 
@@ -87,9 +108,10 @@ def test_coverage_series_counts_each_shards_latest_outcomes(seed: int) -> None:
     latest: dict[int, int] = {}
     events = sorted(
         (datetime.fromisoformat(link[key]).timestamp(), shard["shard"], link[count])
-        for shard in shards for link in shard["links"]
+        for shard in shards
+        for link in shard["links"]
         for key, count in (("start", "outcomes_before"), ("end", "outcomes_after"))
-    )  # fmt: skip
+    )
     assert len(series) == len(events)
     for (at, shard, outcomes), (t, total) in zip(events, series, strict=True):
         latest[shard] = max(outcomes, latest.get(shard, 0))

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.backend import run_backend
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.slurm import on_cluster
+from gymslurm.launcher.site.slurm import on_cluster
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
 
@@ -59,9 +59,19 @@ def test_a_runs_backend_asks_the_cluster_in_its_run_json(
     """status/cancel/resubmit's backend for a run recorded on cluster b queries b (the default else)."""
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=1,
-                   workdir="/", output_stem="o", infra_retry_limit=3, max_walltime_s=None,
-                   cluster=cluster)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=1,
+        workdir="/",
+        output_stem="o",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        cluster=cluster,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     seen = tmp_path / "seen"
     _fake_squeue(tmp_path / "bin", seen)

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError, SlurmError
-from gymslurm.launcher.backend import ClusterSetBackend, SlurmBackend, run_backend
 from gymslurm.launcher.job.aggregation import aggregation_backend
-from gymslurm.launcher.placement import Block, cluster_parts, place_shards
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.slurm import SlurmClient, split_job_id
+from gymslurm.launcher.site.backend import ClusterSetBackend, SlurmBackend
+from gymslurm.launcher.site.placement import Block, cluster_parts, place_shards
+from gymslurm.launcher.site.slurm import SlurmClient, split_job_id
 from gymslurm.launcher.views.status import LogIndex
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
@@ -66,17 +67,31 @@ def _calls(log: Path) -> list[str]:
 def _run_across(tmp_path: Path, shards: int = 2) -> RunDir:
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    info = RunInfo(name="r", benchmark="t", overrides=[], created_at="t", backend="slurm", shards=shards,
-                   workdir="/", output_stem="o", infra_retry_limit=3, max_walltime_s=None, array=True,
-                   placement=place_shards(shards, {"a": 1, "b": 1}), aggregate_cluster="b")  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="t",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=shards,
+        workdir="/",
+        output_stem="o",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        array=True,
+        placement=place_shards(shards, {"a": 1, "b": 1}),
+        aggregate_cluster="b",
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     return run
 
 
 def test_equal_weights_cut_the_shards_into_one_block_per_cluster_in_listed_order() -> None:
     """[a, b] over 5 shards: a runs 0..2, b runs 3..4 (the remainder goes to the cluster listed first)."""
-    assert place_shards(5, {"a": 1, "b": 1}) == [Block(cluster="a", first=0, count=3),
-                                                 Block(cluster="b", first=3, count=2)]  # fmt: skip
+    assert place_shards(5, {"a": 1, "b": 1}) == [
+        Block(cluster="a", first=0, count=3),
+        Block(cluster="b", first=3, count=2),
+    ]
 
 
 def test_weights_share_the_shards_by_largest_remainder() -> None:
@@ -94,15 +109,23 @@ def test_array_ranges_are_cut_where_a_clusters_block_begins() -> None:
     1-3 of the range at 4, b's range at 8."""
     blocks = place_shards(10, {"a": 1, "b": 1})
     assert cluster_parts([(0, 4), (4, 4), (8, 2)], blocks) == [
-        (0, 0, 4, "a"), (4, 0, 1, "a"), (4, 1, 3, "b"), (8, 0, 2, "b")
+        (0, 0, 4, "a"),
+        (4, 0, 1, "a"),
+        (4, 1, 3, "b"),
+        (8, 0, 2, "b"),
     ]
 
 
 def test_a_shard_is_found_in_the_array_of_its_cluster_when_two_share_a_range() -> None:
     """array.json with a's tasks 0 and b's task 1 of one range: shard 1 is b's array, task 1."""
-    record = ArrayRecord(job_id="a:12", shards=2, max_running=None, at="t", chunk=1001, parts=[
-        ArrayPart(job_id="a:12", base=0, size=1),
-        ArrayPart(job_id="b:12", base=0, size=1, offset=1)])  # fmt: skip
+    record = ArrayRecord(
+        job_id="a:12",
+        shards=2,
+        max_running=None,
+        at="t",
+        chunk=1001,
+        parts=[ArrayPart(job_id="a:12", base=0, size=1), ArrayPart(job_id="b:12", base=0, size=1, offset=1)],
+    )
     assert (record.task(0), record.task(1), record.base(1)) == ("a:12_0", "b:12_1", 0)
 
 
@@ -114,11 +137,14 @@ def test_clusters_take_a_list_or_weights_and_exclude_a_single_cluster() -> None:
     assert (weighted.clusters, weighted.aggregation_cluster) == ({"a": 3, "b": 1}, "b")
     named = validate({**BASE, "slurm": {"clusters": {"a": "0-5,9", "b": "6-8"}}}, "t").slurm
     assert (named.clusters, named.planned_clusters) == ({"a": "0-5,9", "b": "6-8"}, ["a", "b"])
-    for bad, says in [({"clusters": ["a"], "cluster": "b"}, "not both"), ({"clusters": []}, "empty"),
-                      ({"clusters": ["a", "a"]}, "twice"),
-                      ({"clusters": ["a"], "aggregate_on": "b"}, "not one of"),
-                      ({"clusters": ["a --wrap=x"]}, "clusters"),
-                      ({"clusters": {"a": 3, "b": "4-9"}}, "not both")]:  # fmt: skip
+    for bad, says in [
+        ({"clusters": ["a"], "cluster": "b"}, "not both"),
+        ({"clusters": []}, "empty"),
+        ({"clusters": ["a", "a"]}, "twice"),
+        ({"clusters": ["a"], "aggregate_on": "b"}, "not one of"),
+        ({"clusters": ["a --wrap=x"]}, "clusters"),
+        ({"clusters": {"a": 3, "b": "4-9"}}, "not both"),
+    ]:
         with pytest.raises(ConfigError, match=says):
             validate({**BASE, "slurm": bad}, "t")
 
@@ -147,7 +173,8 @@ def test_cancel_of_a_run_across_clusters_is_one_scancel_per_cluster(tmp_path: Pa
     """cancel of a:12, b:12 and b:13: ``scancel --clusters=a 12`` and ``scancel --clusters=b 12 13``."""
     run_backend(_run_across(tmp_path)).cancel(["a:12", "b:12", "b:13"])
     assert sorted(c for c in _calls(slurm_log) if c.startswith("scancel")) == [
-        "scancel --clusters=a 12", "scancel --clusters=b 12 13"
+        "scancel --clusters=a 12",
+        "scancel --clusters=b 12 13",
     ]
 
 
@@ -196,9 +223,18 @@ def test_run_json_without_placement_keeps_the_one_cluster_backend(tmp_path: Path
     """A run written before slurm.clusters (no placement) reads as before: one backend, plain ids."""
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    data = {"name": "r", "benchmark": "t", "overrides": [], "created_at": "t", "backend": "slurm",
-            "shards": 1, "workdir": "/", "output_stem": "o", "infra_retry_limit": 3,
-            "max_walltime_s": None}  # fmt: skip
+    data = {
+        "name": "r",
+        "benchmark": "t",
+        "overrides": [],
+        "created_at": "t",
+        "backend": "slurm",
+        "shards": 1,
+        "workdir": "/",
+        "output_stem": "o",
+        "infra_retry_limit": 3,
+        "max_walltime_s": None,
+    }
     atomic_write(run.info_path, json.dumps(data).encode())
     backend = run_backend(run, 0)
     assert isinstance(backend, SlurmBackend) and not backend.qualify
@@ -210,7 +246,7 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
     """submit of 3 shards over [a, b]: each cluster's settings are read (scontrol -M), run.json records
     a: 0..1, b: 2 and the aggregation on a; shards 0-1 are tasks 0-1 of an array on a, shard 2 task 2
     of an array on b (the same links script), each array followed by its spare on the same cluster."""
-    from gymslurm.launcher.submit import submit
+    from gymslurm.commands.submit import submit
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(6)))
@@ -227,7 +263,8 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
     assert array is not None and [array.task(s) for s in range(3)] == ["a:12_0", "a:12_1", "b:12_2"]
     calls = _calls(slurm_log)
     assert {c for c in calls if c.startswith("scontrol")} == {
-        "scontrol --clusters=a show config", "scontrol --clusters=b show config"
+        "scontrol --clusters=a show config",
+        "scontrol --clusters=b show config",
     }
     sbatches = [c.split()[:5] for c in calls if c.startswith("sbatch")]  # each array, then its spare
     links = str(run_json.parent / "scripts/links.sbatch")
@@ -244,7 +281,7 @@ def test_doctor_of_a_benchmark_checks_every_cluster_it_names_with_that_clusters_
     tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """doctor --benchmark over {a: 2, b: 1} and 3 shards: scontrol -M a and -M b, a with 2 shards, b 1."""
-    from gymslurm.launcher.doctor import run_plan_doctor
+    from gymslurm.commands.doctor import run_plan_doctor
 
     settings = validate({**BASE, "shards": 3, "slurm": {"clusters": {"a": 2, "b": 1}}}, "t")
     assert run_plan_doctor(settings, True, None) == 0
@@ -258,16 +295,20 @@ def test_doctor_of_a_benchmark_fails_on_a_cluster_that_cannot_be_asked(
     tmp_path: Path, slurm_log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cluster whose scontrol fails is an error finding of that cluster, and doctor exits 1."""
-    from gymslurm.launcher.doctor import run_plan_doctor
+    from gymslurm.commands.doctor import run_plan_doctor
 
     scontrol = slurm_log.parent / "bin" / "scontrol"
-    scontrol.write_text('#!/bin/sh\ncase "$1" in --clusters=zz) echo no such cluster >&2; exit 1 ;; esac\n'
-                        + scontrol.read_text().split("\n", 1)[1])  # fmt: skip
+    scontrol.write_text(
+        '#!/bin/sh\ncase "$1" in --clusters=zz) echo no such cluster >&2; exit 1 ;; esac\n'
+        + scontrol.read_text().split("\n", 1)[1]
+    )
     settings = validate({**BASE, "shards": 2, "slurm": {"clusters": ["a", "zz"]}}, "t")
     assert run_plan_doctor(settings, True, None) == 1
     report = json.loads(capsys.readouterr().out)
-    errors = {c["cluster"]: [f["setting"] for f in c["findings"] if f["level"] == "error"]
-              for c in report["clusters"]}  # fmt: skip
+    errors = {
+        c["cluster"]: [f["setting"] for f in c["findings"] if f["level"] == "error"]
+        for c in report["clusters"]
+    }
     assert errors == {"a": [], "zz": ["cluster"]}
 
 
@@ -276,14 +317,19 @@ def test_the_list_of_runs_reads_a_run_across_clusters_from_its_own_clusters(
 ) -> None:
     """``gymslurm status`` (no run): shard 0 (a:12_0) and shard 1 (b:12_1) both running, as a's and b's
     squeue say; the default cluster's one squeue (shared by the list) knows neither id."""
-    from gymslurm.launcher.cli import main
+    from gymslurm.commands.status import main
 
     run = _run_across(tmp_path)
-    record = ArrayRecord(job_id="a:12", shards=2, max_running=None, at="2026-01-01T00:00:00.000+00:00",
-                         chunk=1001, parts=[ArrayPart(job_id="a:12", base=0, size=1),
-                                            ArrayPart(job_id="b:12", base=0, size=1, offset=1)])  # fmt: skip
+    record = ArrayRecord(
+        job_id="a:12",
+        shards=2,
+        max_running=None,
+        at="2026-01-01T00:00:00.000+00:00",
+        chunk=1001,
+        parts=[ArrayPart(job_id="a:12", base=0, size=1), ArrayPart(job_id="b:12", base=0, size=1, offset=1)],
+    )
     atomic_write(run.array_path, record.model_dump_json().encode())
-    assert main("status", ["--json", "--run-root", str(tmp_path)]) == 0
+    assert main(["--json", "--run-root", str(tmp_path)]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
     assert listed["shards"] == {"HEALTHY": 2}, listed  # the shared default squeue: 2 STALLED
     asked = {c.split()[1] for c in _calls(slurm_log) if c.startswith("squeue")}
@@ -296,7 +342,7 @@ NAMED = [
     ("two runs of one cluster", 10, {"a": "0-5,9", "b": "6-8"}, [("a", 0, 6), ("b", 6, 3), ("a", 9, 1)]),
     ("listed out of order", 4, {"b": "2,3", "a": "1,0"}, [("a", 0, 2), ("b", 2, 2)]),
     ("interleaved", 4, {"a": "0,2", "b": "1,3"}, [("a", 0, 1), ("b", 1, 1), ("a", 2, 1), ("b", 3, 1)]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "shards", "ranges", "blocks"), NAMED, ids=[r[0] for r in NAMED])
@@ -304,7 +350,7 @@ def test_each_cluster_may_name_its_shards(
     name: str, shards: int, ranges: dict[str, str], blocks: list[tuple[str, int, int]]
 ) -> None:
     """``{a: "0-5,9", b: "6-8"}``: a block per run of consecutive shards of one cluster, in shard order."""
-    from gymslurm.launcher.placement import blocks_for, cluster_of
+    from gymslurm.launcher.site.placement import blocks_for, cluster_of
 
     found = blocks_for(shards, ranges)  # type: ignore[arg-type]
     assert [(b.cluster, b.first, b.count) for b in found] == blocks
@@ -321,15 +367,18 @@ def _numbers(text: str) -> set[int]:
     return out
 
 
-@pytest.mark.parametrize(("ranges", "says"), [
-    ({"a": "0-5", "b": "5-9"}, "shard 5 for both a and b"),
-    ({"a": "0-5", "b": "7-9"}, r"shard\(s\) 6 to no cluster"),
-    ({"a": "0-12"}, r"the run has shards 0..9"),
-    ({"a": "0-4", "b": "five"}, "expected shard numbers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ranges", "says"),
+    [
+        ({"a": "0-5", "b": "5-9"}, "shard 5 for both a and b"),
+        ({"a": "0-5", "b": "7-9"}, r"shard\(s\) 6 to no cluster"),
+        ({"a": "0-12"}, r"the run has shards 0..9"),
+        ({"a": "0-4", "b": "five"}, "expected shard numbers"),
+    ],
+)
 def test_named_shards_cover_every_shard_once(ranges: dict[str, str], says: str) -> None:
     """A shard named twice, by none, past the run's shards, or a word instead of numbers: refused."""
-    from gymslurm.launcher.placement import blocks_for
+    from gymslurm.launcher.site.placement import blocks_for
 
     with pytest.raises(ConfigError, match=says):
         blocks_for(10, ranges)  # type: ignore[arg-type]

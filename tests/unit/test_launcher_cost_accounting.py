@@ -6,11 +6,11 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymslurm.launcher.backend import SlurmBackend
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.slurm import SlurmClient
+from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.status import run_status
 
@@ -42,25 +42,46 @@ class Scripted(SlurmClient):
 
 def _decided(job: str, restart: int, decision: Decision, elapsed: float) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, restart_count=restart, end="t", elapsed_s=elapsed, slurm_state="RUNNING", exit_code=0,
-        decision=decision, reason="why", budgets_before=BudgetsRecord(),
+        job_id=job,
+        restart_count=restart,
+        end="t",
+        elapsed_s=elapsed,
+        slurm_state="RUNNING",
+        exit_code=0,
+        decision=decision,
+        reason="why",
+        budgets_before=BudgetsRecord(),
         budgets_after=BudgetsRecord.of(Budgets(1, elapsed, 0)),
-    )  # fmt: skip
+    )
 
 
 def _run(tmp_path: Path, accounting: bool | None, gpus: int = 2) -> RunDir:
     run = RunDir(tmp_path / "run")
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=1,
-                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None,
-                   accounting=accounting, gpus=gpus)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=1,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        accounting=accounting,
+        gpus=gpus,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     for record in [
-        Submitted(job_id="20_0"), Started(job_id="20_0", gpus=gpus),
+        Submitted(job_id="20_0"),
+        Started(job_id="20_0", gpus=gpus),
         _decided("20_0", 0, Decision.CONTINUE, 56),
-        Submitted(job_id="21", after="20_0"), Started(job_id="20_0", restart_count=1, gpus=gpus),
-        _decided("20_0", 1, Decision.CONTINUE, 4), Started(job_id="21", gpus=gpus),
+        Submitted(job_id="21", after="20_0"),
+        Started(job_id="20_0", restart_count=1, gpus=gpus),
+        _decided("20_0", 1, Decision.CONTINUE, 4),
+        Started(job_id="21", gpus=gpus),
         _decided("21", 0, Decision.DONE, 59),
-    ]:  # fmt: skip
+    ]:
         run.ledger(0).append(record)
     return run
 

@@ -30,41 +30,116 @@ LIMITS = Limits(infra_retry_limit=2, max_walltime_s=3600)
 ROWS = [
     ("exit 0 is done", JobEnd("RUNNING", 0, 60), Budgets(), Decision.DONE, 0),
     ("exit 0 is done even at the walltime cap", JobEnd("RUNNING", 0, 4000), Budgets(), Decision.DONE, 0),
-    ("exit 75 with progress continues for free", JobEnd("RUNNING", 75, 60, BEFORE, GREW), Budgets(),
-     Decision.CONTINUE, 0),
-    ("exit 75 with progress_outcomes_recorded continues", JobEnd("RUNNING", 75, 60, BEFORE, FLAGGED),
-     Budgets(), Decision.CONTINUE, 0),
-    ("exit 75 without new outcomes spends a retry", JobEnd("RUNNING", 75, 60, BEFORE, SAME), Budgets(),
-     Decision.RETRY, 1),
-    ("exit 75 with stale coverage spends a retry", JobEnd("RUNNING", 75, 60, BEFORE, BEFORE), Budgets(),
-     Decision.RETRY, 1),
+    (
+        "exit 75 with progress continues for free",
+        JobEnd("RUNNING", 75, 60, BEFORE, GREW),
+        Budgets(),
+        Decision.CONTINUE,
+        0,
+    ),
+    (
+        "exit 75 with progress_outcomes_recorded continues",
+        JobEnd("RUNNING", 75, 60, BEFORE, FLAGGED),
+        Budgets(),
+        Decision.CONTINUE,
+        0,
+    ),
+    (
+        "exit 75 without new outcomes spends a retry",
+        JobEnd("RUNNING", 75, 60, BEFORE, SAME),
+        Budgets(),
+        Decision.RETRY,
+        1,
+    ),
+    (
+        "exit 75 with stale coverage spends a retry",
+        JobEnd("RUNNING", 75, 60, BEFORE, BEFORE),
+        Budgets(),
+        Decision.RETRY,
+        1,
+    ),
     ("exit 75 with no coverage spends a retry", JobEnd("RUNNING", 75, 60), Budgets(), Decision.RETRY, 1),
-    ("exit 1 retries while the budget lasts", JobEnd("RUNNING", 1, 60), Budgets(infra_retries_used=1),
-     Decision.RETRY, 2),
-    ("exit 1 stops when retries are used up", JobEnd("RUNNING", 1, 60), Budgets(infra_retries_used=2),
-     Decision.STOP_EXHAUSTED, 2),
-    ("exit 75 without progress stops when retries are used up", JobEnd("RUNNING", 75, 60, BEFORE, SAME),
-     Budgets(infra_retries_used=2), Decision.STOP_EXHAUSTED, 2),
+    (
+        "exit 1 retries while the budget lasts",
+        JobEnd("RUNNING", 1, 60),
+        Budgets(infra_retries_used=1),
+        Decision.RETRY,
+        2,
+    ),
+    (
+        "exit 1 stops when retries are used up",
+        JobEnd("RUNNING", 1, 60),
+        Budgets(infra_retries_used=2),
+        Decision.STOP_EXHAUSTED,
+        2,
+    ),
+    (
+        "exit 75 without progress stops when retries are used up",
+        JobEnd("RUNNING", 75, 60, BEFORE, SAME),
+        Budgets(infra_retries_used=2),
+        Decision.STOP_EXHAUSTED,
+        2,
+    ),
     ("exit 76 stops failed", JobEnd("RUNNING", 76, 60), Budgets(), Decision.STOP_FAILED, 0),
-    ("exit 2 (configuration refused) stops failed", JobEnd("RUNNING", 2, 60), Budgets(),
-     Decision.STOP_FAILED, 0),
+    (
+        "exit 2 (configuration refused) stops failed",
+        JobEnd("RUNNING", 2, 60),
+        Budgets(),
+        Decision.STOP_FAILED,
+        0,
+    ),
     ("an unexpected exit code spends a retry", JobEnd("RUNNING", 139, 60), Budgets(), Decision.RETRY, 1),
-    ("TIMEOUT without exit code continues for free", JobEnd("TIMEOUT", None, 60), Budgets(),
-     Decision.CONTINUE, 0),
-    ("PREEMPTED continues for free", JobEnd("PREEMPTED", None, 60), Budgets(infra_retries_used=2),
-     Decision.CONTINUE, 2),
+    (
+        "TIMEOUT without exit code continues for free",
+        JobEnd("TIMEOUT", None, 60),
+        Budgets(),
+        Decision.CONTINUE,
+        0,
+    ),
+    (
+        "PREEMPTED continues for free",
+        JobEnd("PREEMPTED", None, 60),
+        Budgets(infra_retries_used=2),
+        Decision.CONTINUE,
+        2,
+    ),
     ("NODE_FAIL continues for free", JobEnd("NODE_FAIL", None, 60), Budgets(), Decision.CONTINUE, 0),
-    ("a killed job (CANCELLED) continues for free", JobEnd("CANCELLED", None, 60), Budgets(),
-     Decision.CONTINUE, 0),
-    ("a collector killed by a signal Slurm did not send spends a retry",
-     JobEnd("RUNNING", None, 60, collector_signal=9), Budgets(), Decision.RETRY, 1),
-    ("walltime cap reached stops with that reason", JobEnd("TIMEOUT", None, 600),
-     Budgets(walltime_s=3000), Decision.STOP_WALLTIME, 0),
-    ("walltime cap stops even after progress", JobEnd("RUNNING", 75, 600, BEFORE, GREW),
-     Budgets(walltime_s=3000), Decision.STOP_WALLTIME, 0),
-    ("exit 76 wins over the walltime cap", JobEnd("RUNNING", 76, 600), Budgets(walltime_s=3000),
-     Decision.STOP_FAILED, 0),
-]  # fmt: skip
+    (
+        "a killed job (CANCELLED) continues for free",
+        JobEnd("CANCELLED", None, 60),
+        Budgets(),
+        Decision.CONTINUE,
+        0,
+    ),
+    (
+        "a collector killed by a signal Slurm did not send spends a retry",
+        JobEnd("RUNNING", None, 60, collector_signal=9),
+        Budgets(),
+        Decision.RETRY,
+        1,
+    ),
+    (
+        "walltime cap reached stops with that reason",
+        JobEnd("TIMEOUT", None, 600),
+        Budgets(walltime_s=3000),
+        Decision.STOP_WALLTIME,
+        0,
+    ),
+    (
+        "walltime cap stops even after progress",
+        JobEnd("RUNNING", 75, 600, BEFORE, GREW),
+        Budgets(walltime_s=3000),
+        Decision.STOP_WALLTIME,
+        0,
+    ),
+    (
+        "exit 76 wins over the walltime cap",
+        JobEnd("RUNNING", 76, 600),
+        Budgets(walltime_s=3000),
+        Decision.STOP_FAILED,
+        0,
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "end", "budgets", "decision", "retries"), ROWS, ids=[r[0] for r in ROWS])
@@ -109,9 +184,16 @@ def test_progress_needs_a_fresh_snapshot() -> None:
 
 @pytest.mark.parametrize(
     ("decision", "code"),
-    [(Decision.DONE, 0), (Decision.CONTINUE, 0), (Decision.RETRY, 0), (Decision.STOP_FAILED, 76),
-     (Decision.STOP_EXHAUSTED, 1), (Decision.STOP_WALLTIME, 75), (Decision.STOP_NO_PROGRESS, 1)],
-)  # fmt: skip
+    [
+        (Decision.DONE, 0),
+        (Decision.CONTINUE, 0),
+        (Decision.RETRY, 0),
+        (Decision.STOP_FAILED, 76),
+        (Decision.STOP_EXHAUSTED, 1),
+        (Decision.STOP_WALLTIME, 75),
+        (Decision.STOP_NO_PROGRESS, 1),
+    ],
+)
 def test_job_exit_code(decision: Decision, code: int) -> None:
     """The chain step's own exit code makes Slurm mark a FAILED stop as FAILED and a going chain COMPLETED."""
     assert job_exit_code(decision) == code
@@ -129,14 +211,26 @@ DEAD = [
     ("OUT_OF_MEMORY is a crash", DeadRun("OUT_OF_MEMORY", 600, 0, 9, 600, True), True, Decision.RETRY),
     ("a non-zero end with no decision is a crash", DeadRun("UNKNOWN", 600, 139), True, Decision.RETRY),
     ("COMPLETED with no decision is a crash", DeadRun("COMPLETED", 600, 0, None, 600), True, Decision.RETRY),
-    ("an unknown end within a minute with nothing saved is a crash", DeadRun("VANISHED", 12), True,
-     Decision.RETRY),
-    ("an unknown end within a minute that saved outcomes is not a crash",
-     DeadRun("VANISHED", 12, saved_outcomes=True), False, Decision.CONTINUE),
+    (
+        "an unknown end within a minute with nothing saved is a crash",
+        DeadRun("VANISHED", 12),
+        True,
+        Decision.RETRY,
+    ),
+    (
+        "an unknown end within a minute that saved outcomes is not a crash",
+        DeadRun("VANISHED", 12, saved_outcomes=True),
+        False,
+        Decision.CONTINUE,
+    ),
     ("an unknown end after a minute is not a crash", DeadRun("VANISHED", 300), False, Decision.CONTINUE),
-    ("judged late, an unknown end whose last heartbeat was seconds after its start is a crash",
-     DeadRun("VANISHED", 621, last_beat_s=17), True, Decision.RETRY),
-]  # fmt: skip
+    (
+        "judged late, an unknown end whose last heartbeat was seconds after its start is a crash",
+        DeadRun("VANISHED", 621, last_beat_s=17),
+        True,
+        Decision.RETRY,
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "facts", "crashed", "decision"), DEAD, ids=[r[0] for r in DEAD])
@@ -157,16 +251,25 @@ def test_crash_reason_names_slurm_state_and_exit_code() -> None:
 
 @pytest.mark.parametrize(
     ("facts", "elapsed"),
-    [(DeadRun("FAILED", 40.0, 137, None, 2), 2.0), (DeadRun("VANISHED", 40.0), 40.0),
-     (DeadRun("FAILED", 40.0, 137, None, 0), 40.0),
-     (DeadRun("VANISHED", 621.0, last_beat_s=17.0), 17.0),
-     (DeadRun("REQUEUED", 900.0, last_beat_s=315.0), 315.0),
-     (DeadRun("UNKNOWN", 30.0, last_beat_s=45.0), 30.0),
-     (DeadRun("FAILED", 621.0, 137, None, 2, last_beat_s=17.0), 2.0)],
-    ids=["Slurm's elapsed when known", "start record to now without it", "Slurm's 0 is not believed",
-         "judged late: its last heartbeat bounds it", "a requeued run: not the wait before the restart",
-         "the heartbeat bound never lengthens it", "Slurm's elapsed before the heartbeat"],
-)  # fmt: skip
+    [
+        (DeadRun("FAILED", 40.0, 137, None, 2), 2.0),
+        (DeadRun("VANISHED", 40.0), 40.0),
+        (DeadRun("FAILED", 40.0, 137, None, 0), 40.0),
+        (DeadRun("VANISHED", 621.0, last_beat_s=17.0), 17.0),
+        (DeadRun("REQUEUED", 900.0, last_beat_s=315.0), 315.0),
+        (DeadRun("UNKNOWN", 30.0, last_beat_s=45.0), 30.0),
+        (DeadRun("FAILED", 621.0, 137, None, 2, last_beat_s=17.0), 2.0),
+    ],
+    ids=[
+        "Slurm's elapsed when known",
+        "start record to now without it",
+        "Slurm's 0 is not believed",
+        "judged late: its last heartbeat bounds it",
+        "a requeued run: not the wait before the restart",
+        "the heartbeat bound never lengthens it",
+        "Slurm's elapsed before the heartbeat",
+    ],
+)
 def test_dead_link_walltime_is_its_real_elapsed_time(facts: DeadRun, elapsed: float) -> None:
     """A dead link adds its real elapsed time to the chain's walltime, never 0."""
     verdict = decide(dead_run_end(facts), Budgets(walltime_s=100.0), LIMITS)
@@ -224,21 +327,41 @@ def test_no_progress_stop_off_when_unset() -> None:
 
 LIFE_CASES = [
     ("no collector yet: nothing to judge", dict(pid=None, since_start_s=900), None),
-    ("no record of this collector, young: not yet",
-     dict(pid=7, since_start_s=10, record_pid=3, record_age_s=1), None),
-    ("no record of this collector for the window: frozen before dispatch",
-     dict(pid=7, since_start_s=60), "wrote no progress record"),
-    ("a fresh record, requests answered: alive",
-     dict(pid=7, since_start_s=60, record_pid=7, record_age_s=2, in_flight=3, quiet_s=5), None),
-    ("a record not rewritten for the window: frozen (SIGSTOP, deadlock)",
-     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=31, in_flight=3, quiet_s=40), "frozen"),
-    ("a record that says dispatch ended: the end phase writes none",
-     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=80, ended=True), None),
-    ("requests in flight and no outcome for the window: servers stopped answering",
-     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=1, in_flight=2, quiet_s=31),
-     "stopped answering"),
-    ("nothing in flight and no outcome: idle, not hung",
-     dict(pid=7, since_start_s=90, record_pid=7, record_age_s=1, in_flight=0, quiet_s=80), None),
+    (
+        "no record of this collector, young: not yet",
+        dict(pid=7, since_start_s=10, record_pid=3, record_age_s=1),
+        None,
+    ),
+    (
+        "no record of this collector for the window: frozen before dispatch",
+        dict(pid=7, since_start_s=60),
+        "wrote no progress record",
+    ),
+    (
+        "a fresh record, requests answered: alive",
+        dict(pid=7, since_start_s=60, record_pid=7, record_age_s=2, in_flight=3, quiet_s=5),
+        None,
+    ),
+    (
+        "a record not rewritten for the window: frozen (SIGSTOP, deadlock)",
+        dict(pid=7, since_start_s=90, record_pid=7, record_age_s=31, in_flight=3, quiet_s=40),
+        "frozen",
+    ),
+    (
+        "a record that says dispatch ended: the end phase writes none",
+        dict(pid=7, since_start_s=90, record_pid=7, record_age_s=80, ended=True),
+        None,
+    ),
+    (
+        "requests in flight and no outcome for the window: servers stopped answering",
+        dict(pid=7, since_start_s=90, record_pid=7, record_age_s=1, in_flight=2, quiet_s=31),
+        "stopped answering",
+    ),
+    (
+        "nothing in flight and no outcome: idle, not hung",
+        dict(pid=7, since_start_s=90, record_pid=7, record_age_s=1, in_flight=0, quiet_s=80),
+        None,
+    ),
 ]
 
 
@@ -277,13 +400,17 @@ def test_a_collector_that_ended_on_a_full_disk_spends_nothing(code: int | None, 
 BUDGET = Limits(infra_retry_limit=2, max_walltime_s=3600, gpu_hours=10.0)
 # (name, end, GPU-hours the run spent with this link, decision)
 BUDGET_ROWS = [
-    ("a link ending past the GPU budget stops the chain with STOP_BUDGET",
-     JobEnd("RUNNING", 75, 60, BEFORE, GREW), 10.5, Decision.STOP_BUDGET),
+    (
+        "a link ending past the GPU budget stops the chain with STOP_BUDGET",
+        JobEnd("RUNNING", 75, 60, BEFORE, GREW),
+        10.5,
+        Decision.STOP_BUDGET,
+    ),
     ("exactly at the budget is past it", JobEnd("TIMEOUT", None, 60), 10.0, Decision.STOP_BUDGET),
     ("below the budget the chain goes on", JobEnd("RUNNING", 75, 60, BEFORE, GREW), 9.9, Decision.CONTINUE),
     ("a finished shard is DONE whatever it spent", JobEnd("RUNNING", 0, 60), 50.0, Decision.DONE),
     ("exit 76 is STOP_FAILED whatever it spent", JobEnd("RUNNING", 76, 60), 50.0, Decision.STOP_FAILED),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "end", "spent", "decision"), BUDGET_ROWS, ids=[r[0] for r in BUDGET_ROWS])

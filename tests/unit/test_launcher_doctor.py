@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.doctor import Finding, blocking, check, exit_codes, refusal
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.doctor import Finding, blocking, check, exit_codes, refusal
-from gymslurm.launcher.slurm import parse_config, parse_partitions
+from gymslurm.launcher.site.slurm import parse_config, parse_partitions
 
 RECORDED = Path(__file__).with_name("recorded")
 CONFIG_TEXT = (RECORDED / "scontrol_show_config_sandbox.txt").read_text()
@@ -51,29 +51,74 @@ def test_the_sandbox_as_captured() -> None:
 ROWS = [
     ("RequeueExit with 75 loops a stopped link", {"RequeueExit": "75"}, None, "RequeueExit", "error"),
     ("RequeueExit with a range over 76", {"RequeueExit": "1-100"}, None, "RequeueExit", "error"),
-    ("RequeueExitHold with 75 holds the link for ever", {"RequeueExitHold": "75,76"}, None,
-     "RequeueExitHold", "error"),
-    ("RequeueExit without 75 or 76 is fine", {"RequeueExit": "3,4"}, None, "RequeueExit/RequeueExitHold",
-     "ok"),
-    ("PreemptMode CANCEL is supported", {}, ("PreemptMode=REQUEUE", "PreemptMode=CANCEL"), "PreemptMode[low]",
-     "ok"),
-    ("PreemptMode SUSPEND freezes a link", {}, ("PreemptMode=REQUEUE", "PreemptMode=SUSPEND,GANG"),
-     "PreemptMode[low]", "warning"),
-    ("a short MinJobAge without accounting loses crash evidence", {"MinJobAge": "10 sec"}, None, "MinJobAge",
-     "warning"),
-    ("accounting gives final states for ever", {"AccountingStorageType": "accounting_storage/slurmdbd"}, None,
-     "AccountingStorageType", "ok"),
-    ("proctrack/cgroup kills every process", {"ProctrackType": "proctrack/cgroup"}, None, "ProctrackType",
-     "ok"),
-    ("a short KillWait may kill a link before its decision", {"KillWait": "2 sec"}, None, "KillWait",
-     "warning"),
+    (
+        "RequeueExitHold with 75 holds the link for ever",
+        {"RequeueExitHold": "75,76"},
+        None,
+        "RequeueExitHold",
+        "error",
+    ),
+    (
+        "RequeueExit without 75 or 76 is fine",
+        {"RequeueExit": "3,4"},
+        None,
+        "RequeueExit/RequeueExitHold",
+        "ok",
+    ),
+    (
+        "PreemptMode CANCEL is supported",
+        {},
+        ("PreemptMode=REQUEUE", "PreemptMode=CANCEL"),
+        "PreemptMode[low]",
+        "ok",
+    ),
+    (
+        "PreemptMode SUSPEND freezes a link",
+        {},
+        ("PreemptMode=REQUEUE", "PreemptMode=SUSPEND,GANG"),
+        "PreemptMode[low]",
+        "warning",
+    ),
+    (
+        "a short MinJobAge without accounting loses crash evidence",
+        {"MinJobAge": "10 sec"},
+        None,
+        "MinJobAge",
+        "warning",
+    ),
+    (
+        "accounting gives final states for ever",
+        {"AccountingStorageType": "accounting_storage/slurmdbd"},
+        None,
+        "AccountingStorageType",
+        "ok",
+    ),
+    (
+        "proctrack/cgroup kills every process",
+        {"ProctrackType": "proctrack/cgroup"},
+        None,
+        "ProctrackType",
+        "ok",
+    ),
+    (
+        "a short KillWait may kill a link before its decision",
+        {"KillWait": "2 sec"},
+        None,
+        "KillWait",
+        "warning",
+    ),
     ("JobRequeue=0 still requeues --requeue links", {"JobRequeue": "0"}, None, "JobRequeue", "info"),
     # slurm.lookahead 2: 2 shards hold 2 x 2 tasks (first links, spares), + 1 per running link + 2
     ("MaxJobCount below 3 x shards + 2 throttles", {"MaxJobCount": "7"}, None, "MaxJobCount", "info"),
-    ("MaxJobCount without room for one link per array blocks", {"MaxJobCount": "5"}, None,
-     "MaxJobCount/MaxArraySize", "error"),
+    (
+        "MaxJobCount without room for one link per array blocks",
+        {"MaxJobCount": "5"},
+        None,
+        "MaxJobCount/MaxArraySize",
+        "error",
+    ),
     ("MaxArraySize 0 (no arrays) blocks", {"MaxArraySize": "0"}, None, "MaxArraySize", "error"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "edits", "edit", "setting", "level"), ROWS, ids=[r[0] for r in ROWS])
@@ -138,8 +183,10 @@ def test_no_refusal_on_the_sandbox() -> None:
 
 def test_doctor_says_why_kill_on_invalid_dep_is_not_passed_naming_the_version_and_the_bug() -> None:
     """The finding names the cluster's Slurm version, the site's kill_invalid_depend and desispec#2658."""
-    finding = _find(check(_config(SchedulerParameters="kill_invalid_depend"), _partitions(), shards=2),
-                    "--kill-on-invalid-dep")  # fmt: skip
+    finding = _find(
+        check(_config(SchedulerParameters="kill_invalid_depend"), _partitions(), shards=2),
+        "--kill-on-invalid-dep",
+    )
     assert finding.level == "info" and "kill_invalid_depend on" in finding.value and "Slurm " in finding.value
     assert "desispec#2658" in finding.meaning and "afterany" in finding.meaning
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.inject import slurm_argv
+from gymslurm.commands.inject import slurm_argv
+from gymslurm.commands.probe import findings_of
 from gymslurm.launcher.job.link import try_link_lock
-from gymslurm.launcher.probe import findings_of
 
 
 @pytest.mark.parametrize(
@@ -54,9 +54,16 @@ REPORT = {
         ({"time": 1003.0}, "clock of the compute node", "ok"),
         ({"time": 1060.0}, "clock of the compute node", "warning"),
     ],
-    ids=["flock refused while held", "flock granted (localflock)", "flock unsupported (noflock)",
-         "same gymslurm", "another gymslurm", "clock within 10 s", "clock a minute off"],
-)  # fmt: skip
+    ids=[
+        "flock refused while held",
+        "flock granted (localflock)",
+        "flock unsupported (noflock)",
+        "same gymslurm",
+        "another gymslurm",
+        "clock within 10 s",
+        "clock a minute off",
+    ],
+)
 def test_probe_report_findings(changes: dict[str, object], setting: str, level: str) -> None:
     """The probe job's report becomes findings: flock must be refused, versions equal, clocks close."""
     (finding,) = [f for f in findings_of({**REPORT, **changes}, 1000.0, "1.0") if f.setting == setting]

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from gymslurm.commands.new_run import new_run_dir
+from gymslurm.commands.submit import submit
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.render import LINK_TEMPLATE, ScriptValues, load_template, render
 from gymslurm.launcher.settings import BenchmarkSettings, validate
-from gymslurm.launcher.submit import new_run_dir, submit
+from gymslurm.launcher.site.render import LINK_TEMPLATE, ScriptValues, load_template, render
 
 PAYLOAD = "touch PWNED"
 
@@ -55,8 +56,11 @@ RENDERED_KEYS: list[tuple[str, Any]] = [
     ("aggregation__time", lambda s: "00:30:00" + s),
     ("servers__0__name", lambda s: "env" + s),
 ]
-BREAKERS = {"newline": ("\n" + PAYLOAD, "a newline (U+000A)"), "NUL": ("\x00", "a NUL (U+0000)"),
-            "carriage return": ("\r" + PAYLOAD, "a carriage return (U+000D)")}  # fmt: skip
+BREAKERS = {
+    "newline": ("\n" + PAYLOAD, "a newline (U+000A)"),
+    "NUL": ("\x00", "a NUL (U+0000)"),
+    "carriage return": ("\r" + PAYLOAD, "a carriage return (U+000D)"),
+}
 
 
 def _leaf(key: str) -> str:
@@ -90,9 +94,18 @@ def test_shell_and_sbatch_metacharacters_in_directive_names_are_refused(key: str
 
 
 @pytest.mark.parametrize(
-    "bad", ["--comment=$(id)", "--comment='x;y'", "--mem=4G; touch PWNED", "--x=`id`", "touch PWNED",
-            "--mem=4G --time=1", "--chdir=a(b)", "--begin=now>x"],
-)  # fmt: skip
+    "bad",
+    [
+        "--comment=$(id)",
+        "--comment='x;y'",
+        "--mem=4G; touch PWNED",
+        "--x=`id`",
+        "touch PWNED",
+        "--mem=4G --time=1",
+        "--chdir=a(b)",
+        "--begin=now>x",
+    ],
+)
 def test_extra_directive_must_be_one_plain_sbatch_option(bad: str) -> None:
     """An extra directive is one option (``--flag``, ``--flag=value``, ``-X value``), no metacharacters."""
     message = _refusal(_benchmark(slurm__extra_directives=[bad]))
@@ -100,10 +113,20 @@ def test_extra_directive_must_be_one_plain_sbatch_option(bad: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "good", ["--mem=4G", "--gres=gpu:1", "--gres gpu:2", "-N 1", "#SBATCH --exclusive",
-             "--constraint=a100&nvlink", "--constraint=a100|v100", "--nodelist=node[01-04]",
-             "--mail-user=me@example.org", "--output=/tmp/x-%j.out"],
-)  # fmt: skip
+    "good",
+    [
+        "--mem=4G",
+        "--gres=gpu:1",
+        "--gres gpu:2",
+        "-N 1",
+        "#SBATCH --exclusive",
+        "--constraint=a100&nvlink",
+        "--constraint=a100|v100",
+        "--nodelist=node[01-04]",
+        "--mail-user=me@example.org",
+        "--output=/tmp/x-%j.out",
+    ],
+)
 def test_ordinary_extra_directives_are_accepted(good: str) -> None:
     """Directives real benchmarks use stay accepted (constraints with ``&``/``|``, node lists, ``%j``)."""
     settings = validate(_benchmark(slurm__extra_directives=[good]), "bench.yaml")
@@ -113,10 +136,16 @@ def test_ordinary_extra_directives_are_accepted(good: str) -> None:
 def test_ordinary_names_and_partition_lists_are_accepted() -> None:
     """Slug names, dotted stems and comma-separated partitions pass the checks."""
     settings = validate(
-        _benchmark(name="my-bench_v1.2", output_stem="rollouts.v2", slurm__partition="gpu,cpu",
-                   slurm__account="proj-42", slurm__qos="normal", slurm__env_setup=["export A=1\t# tab ok"]),
+        _benchmark(
+            name="my-bench_v1.2",
+            output_stem="rollouts.v2",
+            slurm__partition="gpu,cpu",
+            slurm__account="proj-42",
+            slurm__qos="normal",
+            slurm__env_setup=["export A=1\t# tab ok"],
+        ),
         "bench.yaml",
-    )  # fmt: skip
+    )
     assert settings.slurm.partition == "gpu,cpu"
 
 
@@ -146,10 +175,19 @@ def test_run_root_that_cannot_appear_in_an_sbatch_line_is_refused(tmp_path: Path
 def test_render_refuses_a_multi_line_value_that_bypassed_the_settings(tmp_path: Path) -> None:
     """Defence in depth: render itself refuses a single-line slot holding a newline."""
     values = ScriptValues(
-        run_name="r", shard="000", job_name="gs-r\n" + PAYLOAD, script_path="/r/s", log_path="/r/l",
-        ledger_path="/r/g", signal_lead=90, time_limit="01:00:00", directives="", env_setup="",
-        workdir="/w", command="true",
-    )  # fmt: skip
+        run_name="r",
+        shard="000",
+        job_name="gs-r\n" + PAYLOAD,
+        script_path="/r/s",
+        log_path="/r/l",
+        ledger_path="/r/g",
+        signal_lead=90,
+        time_limit="01:00:00",
+        directives="",
+        env_setup="",
+        workdir="/w",
+        command="true",
+    )
     with pytest.raises(ConfigError, match="job_name contains a newline"):
         render(load_template(LINK_TEMPLATE), values)
     assert "\n" + PAYLOAD in render(
@@ -175,16 +213,22 @@ def _every_file(folder: Path) -> list[Path]:
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "submit"])
 @pytest.mark.parametrize(
     "case",
-    [('  partition: "low\\ntouch PWNED"\n', []), ("  partition: null\n", ["slurm.account='a;touch PWNED'"]),
-     ("  partition: null\n", ["slurm.qos='$(touch PWNED)'"]),
-     ('  extra_directives: ["--mem=4G\\ntouch PWNED"]\n', []),
-     ("  partition: null\n", ["name=../../../PWNED"])],
+    [
+        ('  partition: "low\\ntouch PWNED"\n', []),
+        ("  partition: null\n", ["slurm.account='a;touch PWNED'"]),
+        ("  partition: null\n", ["slurm.qos='$(touch PWNED)'"]),
+        ('  extra_directives: ["--mem=4G\\ntouch PWNED"]\n', []),
+        ("  partition: null\n", ["name=../../../PWNED"]),
+    ],
     ids=["newline-in-yaml", "semicolon-override", "subshell-override", "newline-directive", "escaping-name"],
-)  # fmt: skip
+)
 def test_refused_value_never_reaches_a_script(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    case: tuple[str, list[str]], dry_run: bool,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: tuple[str, list[str]],
+    dry_run: bool,
+) -> None:
     """submit (and --dry-run) with an injected value refuses before rendering: no script, no output of it."""
     slurm_yaml, overrides = case
     bench = _write_bench(tmp_path, slurm_yaml)

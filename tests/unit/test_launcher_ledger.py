@@ -27,9 +27,17 @@ from gymslurm.launcher.ledger import (
 
 def _decision(job: str, decision: Decision, after: Budgets, restart: int = 0) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, restart_count=restart, end="t", elapsed_s=10.0, slurm_state="RUNNING", exit_code=75,
-        decision=decision, reason="r", budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(after),
-    )  # fmt: skip
+        job_id=job,
+        restart_count=restart,
+        end="t",
+        elapsed_s=10.0,
+        slurm_state="RUNNING",
+        exit_code=75,
+        decision=decision,
+        reason="r",
+        budgets_before=BudgetsRecord(),
+        budgets_after=BudgetsRecord.of(after),
+    )
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -122,10 +130,14 @@ def test_corrupt_middle_line_is_refused(tmp_path: Path) -> None:
 
 def test_summary_tracks_budgets_and_successors() -> None:
     """The fold keeps the latest budgets, the job list and who follows whom."""
-    state = summarize([
-        Submitted(job_id="1"), Started(job_id="1"), Submitted(job_id="2", after="1", by="1"),
-        _decision("1", Decision.RETRY, Budgets(1, 10, 1)),
-    ])  # fmt: skip
+    state = summarize(
+        [
+            Submitted(job_id="1"),
+            Started(job_id="1"),
+            Submitted(job_id="2", after="1", by="1"),
+            _decision("1", Decision.RETRY, Budgets(1, 10, 1)),
+        ]
+    )
     assert state.budgets == Budgets(1, 10, 1)
     assert state.jobs == ["1", "2"] and state.successor_of == {"1": "2"}
     assert not state.finished and state.open_runs == []
@@ -133,25 +145,37 @@ def test_summary_tracks_budgets_and_successors() -> None:
 
 def test_summary_lists_runs_without_a_decision() -> None:
     """A run that started but never wrote its decision stays open for its successor to account for."""
-    state = summarize([Started(job_id="1"), _decision("1", Decision.CONTINUE, Budgets(1, 10, 0)),
-                       Started(job_id="1", restart_count=1)])  # fmt: skip
+    state = summarize(
+        [
+            Started(job_id="1"),
+            _decision("1", Decision.CONTINUE, Budgets(1, 10, 0)),
+            Started(job_id="1", restart_count=1),
+        ]
+    )
     assert [(r.job_id, r.restart_count) for r in state.open_runs] == [("1", 1)]
 
 
 @pytest.mark.parametrize(
     ("decision", "finished"),
-    [(Decision.DONE, True), (Decision.STOP_FAILED, True), (Decision.STOP_EXHAUSTED, True),
-     (Decision.STOP_WALLTIME, True), (Decision.STOP_NO_PROGRESS, True), (Decision.CONTINUE, False),
-     (Decision.RETRY, False)],
-)  # fmt: skip
+    [
+        (Decision.DONE, True),
+        (Decision.STOP_FAILED, True),
+        (Decision.STOP_EXHAUSTED, True),
+        (Decision.STOP_WALLTIME, True),
+        (Decision.STOP_NO_PROGRESS, True),
+        (Decision.CONTINUE, False),
+        (Decision.RETRY, False),
+    ],
+)
 def test_summary_finished_after_a_stop(decision: Decision, finished: bool) -> None:
     """A chain is finished after DONE or any STOP, not after CONTINUE or RETRY."""
     assert summarize([_decision("1", decision, Budgets(1, 1, 0))]).finished is finished
 
 
 def test_cancel_finishes_and_resubmit_reopens_with_fresh_budget() -> None:
-    """cancel ends the chain; resubmit reopens it with fresh retries and walltime, history kept."""
-    records = [_decision("1", Decision.STOP_EXHAUSTED, Budgets(4, 99, 3)), Cancelled(job_ids=["2"])]
+    """cancel ends a going chain; resubmit reopens it with fresh retries and walltime, history kept
+    (a cancel after a final decision changes nothing: tests/unit/test_cancel_keeps_final.py)."""
+    records = [_decision("1", Decision.RETRY, Budgets(4, 99, 3)), Cancelled(job_ids=["2"])]
     assert summarize(records).cancelled
     state = summarize([*records, Resubmitted()])
     assert not state.finished and state.budgets == Budgets(jobs=4) and state.total_walltime_s == 10.0
@@ -171,8 +195,15 @@ def test_server_records_fold_into_restarts_and_the_processes_a_successor_may_rea
     def server(event: str, pid: int) -> ServerRecord:
         return ServerRecord(job_id="7", name="policy", event=event, pid=pid, create_time=100.0 + pid)  # type: ignore[arg-type]
 
-    state = summarize([server("started", 1), server("down", 1), server("restarted", 2), server("down", 2),
-                       server("restarted", 3)])  # fmt: skip
+    state = summarize(
+        [
+            server("started", 1),
+            server("down", 1),
+            server("restarted", 2),
+            server("down", 2),
+            server("restarted", 3),
+        ]
+    )
     assert state.server_restarts == {"policy": 2}
     assert [(r.pid, r.create_time) for r in state.server_processes] == [(1, 101.0), (2, 102.0), (3, 103.0)]
 

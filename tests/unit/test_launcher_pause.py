@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.pause import pause
+from gymslurm.commands.wait import wait_outcome
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Limits, Progress, decide, job_exit_code
 from gymslurm.launcher.ledger import (
     BudgetsRecord,
@@ -16,12 +18,10 @@ from gymslurm.launcher.ledger import (
     Submitted,
     summarize,
 )
-from gymslurm.launcher.local import LocalBackend
-from gymslurm.launcher.pause import pause
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.status import verdict
-from gymslurm.launcher.wait import wait_outcome
 
 SPENT = Budgets(jobs=3, walltime_s=100.0, infra_retries_used=1, links_without_progress=2)
 NOTHING_NEW = Progress(successful=4, snapshot="t1")
@@ -37,8 +37,9 @@ def test_a_paused_link_spends_no_retry_and_counts_no_link_without_progress(code:
     end = JobEnd("SIGNALLED:SIGTERM", code, 30.0, NOTHING_NEW, NOTHING_NEW)
     verdict_ = decide(end, SPENT, Limits(infra_retry_limit=1, max_links_without_progress=3), paused=True)
     assert verdict_.decision == Decision.PAUSED and not verdict_.decision.continues
-    assert verdict_.budgets_after == Budgets(jobs=4, walltime_s=130.0, infra_retries_used=1,
-                                             links_without_progress=2)  # fmt: skip
+    assert verdict_.budgets_after == Budgets(
+        jobs=4, walltime_s=130.0, infra_retries_used=1, links_without_progress=2
+    )
     assert job_exit_code(Decision.PAUSED) == 75
 
 
@@ -50,16 +51,27 @@ def test_a_collector_that_finished_before_the_pause_is_done() -> None:
 
 def _decided(job: str, decision: Decision) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, end="t", elapsed_s=10, slurm_state="SIGNALLED:SIGTERM", exit_code=75, decision=decision,
-        reason="why", budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(SPENT),
-    )  # fmt: skip
+        job_id=job,
+        end="t",
+        elapsed_s=10,
+        slurm_state="SIGNALLED:SIGTERM",
+        exit_code=75,
+        decision=decision,
+        reason="why",
+        budgets_before=BudgetsRecord(),
+        budgets_after=BudgetsRecord.of(SPENT),
+    )
 
 
 def test_the_pause_record_holds_until_a_resume_keeps_the_budgets() -> None:
     """A paused chain is not finished; a resubmit without reset clears the pause and keeps what was spent
     (the chain's budgets and the collector's failure budget)."""
-    records = [Submitted(job_id="1"), Started(job_id="1"), Paused(job_ids=["1", "2"]),
-               _decided("1", Decision.PAUSED)]  # fmt: skip
+    records = [
+        Submitted(job_id="1"),
+        Started(job_id="1"),
+        Paused(job_ids=["1", "2"]),
+        _decided("1", Decision.PAUSED),
+    ]
     state = summarize(records)
     assert (state.paused, state.finished) == (True, False)
     resumed = summarize([*records, Resubmitted(reset_budget=False)])
@@ -79,17 +91,33 @@ def test_status_says_paused_and_whether_a_link_is_still_saving() -> None:
 
 def test_submit_wait_ends_on_a_paused_run_with_75() -> None:
     """--wait ends once every shard is PAUSED (or done): 75, saying how to resume."""
-    report = {"run": "r", "benchmark": "b", "aggregation": {"job": None, "finished": False, "state": "-"},
-              "shards": [{"shard": 0, "verdict": "PAUSED", "why": "paused"},
-                         {"shard": 1, "verdict": "DONE", "why": "done"}]}  # fmt: skip
+    report = {
+        "run": "r",
+        "benchmark": "b",
+        "aggregation": {"job": None, "finished": False, "state": "-"},
+        "shards": [
+            {"shard": 0, "verdict": "PAUSED", "why": "paused"},
+            {"shard": 1, "verdict": "DONE", "why": "done"},
+        ],
+    }
     outcome = wait_outcome(report, aggregation_enabled=True)
     assert outcome is not None and outcome[0] == 75 and "'gymslurm resume r b'" in outcome[1]
 
 
 def _local_run(tmp_path: Path) -> tuple[RunDir, LocalBackend]:
     run = RunDir(tmp_path / "runs" / "r")
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="local", shards=2,
-                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="local",
+        shards=2,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     return run, LocalBackend(run.local_dir)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.render import (
+from gymslurm.launcher.site.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
     ScriptValues,
@@ -108,12 +108,14 @@ def test_no_secret_reaches_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_link_script_lists_every_server_command_with_credentials_redacted() -> None:
     """The script header names each server a link starts, in order, as it will run; no secret."""
-    from gymslurm.launcher.render import servers_block
+    from gymslurm.launcher.site.render import servers_block
 
-    block = servers_block([
-        ("policy", ["vllm", "serve", "m", "--port", "{port}", "--api-key", "sk-live-0123456789"], None),
-        ("env", None, "http://10.0.0.5:8000"),
-    ])  # fmt: skip
+    block = servers_block(
+        [
+            ("policy", ["vllm", "serve", "m", "--port", "{port}", "--api-key", "sk-live-0123456789"], None),
+            ("env", None, "http://10.0.0.5:8000"),
+        ]
+    )
     assert block.splitlines()[0].startswith("#   policy: vllm serve m --port '{port}' --api-key ")
     assert "sk-live-0123456789" not in block
     assert block.splitlines()[1] == "#   env: already running at http://10.0.0.5:8000"

@@ -9,8 +9,8 @@ from pathlib import Path
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.links import faults_survived, links_of
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.views.report import (
     REPORT_SCHEMA,
     refresh_report,
@@ -27,26 +27,42 @@ def _decided(
     job: str, decision: Decision, code: int | None, restart: int = 0, by: str | None = None
 ) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, restart_count=restart, start="2026-12-01T10:00:00+00:00", end="2026-12-01T10:10:00+00:00",
-        elapsed_s=600, slurm_state="RUNNING", exit_code=code, decision=decision, reason="why",
-        budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(Budgets(1, 600, 0)), accounted_by=by,
-    )  # fmt: skip
+        job_id=job,
+        restart_count=restart,
+        start="2026-12-01T10:00:00+00:00",
+        end="2026-12-01T10:10:00+00:00",
+        elapsed_s=600,
+        slurm_state="RUNNING",
+        exit_code=code,
+        decision=decision,
+        reason="why",
+        budgets_before=BudgetsRecord(),
+        budgets_after=BudgetsRecord.of(Budgets(1, 600, 0)),
+        accounted_by=by,
+    )
 
 
 RECORDS = [
-    Submitted(job_id="1"), Started(job_id="1", at="2026-12-01T10:00:00+00:00"),
-    _decided("1", Decision.CONTINUE, None), Started(job_id="1", restart_count=1, at="2026-12-01T10:11:00+00:00"),  # noqa: E501
-    _decided("1", Decision.RETRY, 1, restart=1), Started(job_id="2", at="2026-12-01T10:20:00+00:00"),
-    _decided("2", Decision.CONTINUE, None, by="3"), Started(job_id="3", at="2026-12-01T10:30:00+00:00"),
-]  # fmt: skip
+    Submitted(job_id="1"),
+    Started(job_id="1", at="2026-12-01T10:00:00+00:00"),
+    _decided("1", Decision.CONTINUE, None),
+    Started(job_id="1", restart_count=1, at="2026-12-01T10:11:00+00:00"),
+    _decided("1", Decision.RETRY, 1, restart=1),
+    Started(job_id="2", at="2026-12-01T10:20:00+00:00"),
+    _decided("2", Decision.CONTINUE, None, by="3"),
+    Started(job_id="3", at="2026-12-01T10:30:00+00:00"),
+]
 
 
 def test_links_are_each_run_of_each_job_with_how_it_ended() -> None:
     """One link per run of a job (a requeue is a second run), the last one still running."""
     links = links_of(RECORDS)  # type: ignore[arg-type]
     assert [(link["job"], link["restart"], link["decision"]) for link in links] == [
-        ("1", 0, "CONTINUE"), ("1", 1, "RETRY"), ("2", 0, "CONTINUE"), ("3", 0, None),
-    ]  # fmt: skip
+        ("1", 0, "CONTINUE"),
+        ("1", 1, "RETRY"),
+        ("2", 0, "CONTINUE"),
+        ("3", 0, None),
+    ]
     assert links[-1]["end"] is None and links[-1]["reason"].startswith("running")
 
 
@@ -57,18 +73,56 @@ def test_faults_survived_count_a_lost_link_and_a_retry() -> None:
 
 
 def _data() -> dict[str, object]:
-    shard = {"shard": 0, "verdict": "HEALTHY", "why": "w", "job": "3", "job_state": "RUNNING", "successor": None,  # noqa: E501
-             "jobs": 3, "last_exit": 0, "last_decision": "CONTINUE", "retries": "1/3", "walltime": "30m00s/none",  # noqa: E501
-             "coverage": "5/9 ok, 0 failed", "eta": "-", "server_restarts": "-", "expected": 9, "successful": 5,  # noqa: E501
-             "failed": 0, "omitted": 0, "in_flight": 1}  # fmt: skip
-    status = {"schema": "gymslurm.status", "version": 1, "run": "r<1>", "benchmark": "b", "backend": "slurm",
-              "path": "/p", "generated_at": "t", "shards": [shard],
-              "summary": {"expected": 9, "successful": 5, "failed": 0, "omitted": 0, "eta": "-",
-                          "failed_by_class": {}, "verdicts": {"HEALTHY": 1}, "walltime_used_s": 1800},
-              "aggregation": {"job": None, "state": "not submitted"}}  # fmt: skip
+    shard = {
+        "shard": 0,
+        "verdict": "HEALTHY",
+        "why": "w",
+        "job": "3",
+        "job_state": "RUNNING",
+        "successor": None,
+        "jobs": 3,
+        "last_exit": 0,
+        "last_decision": "CONTINUE",
+        "retries": "1/3",
+        "walltime": "30m00s/none",
+        "coverage": "5/9 ok, 0 failed",
+        "eta": "-",
+        "server_restarts": "-",
+        "expected": 9,
+        "successful": 5,
+        "failed": 0,
+        "omitted": 0,
+        "in_flight": 1,
+    }
+    status = {
+        "schema": "gymslurm.status",
+        "version": 1,
+        "run": "r<1>",
+        "benchmark": "b",
+        "backend": "slurm",
+        "path": "/p",
+        "generated_at": "t",
+        "shards": [shard],
+        "summary": {
+            "expected": 9,
+            "successful": 5,
+            "failed": 0,
+            "omitted": 0,
+            "eta": "-",
+            "failed_by_class": {},
+            "verdicts": {"HEALTHY": 1},
+            "walltime_used_s": 1800,
+        },
+        "aggregation": {"job": None, "state": "not submitted"},
+    }
     links = links_of(RECORDS)  # type: ignore[arg-type]
-    return {"schema": REPORT_SCHEMA, "version": 1, "status": status,
-            "shards": [{"shard": 0, "links": links, "faults": faults_survived(RECORDS, links)}], "metrics": None}  # fmt: skip  # noqa: E501
+    return {
+        "schema": REPORT_SCHEMA,
+        "version": 1,
+        "status": status,
+        "shards": [{"shard": 0, "links": links, "faults": faults_survived(RECORDS, links)}],
+        "metrics": None,
+    }
 
 
 def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
@@ -86,15 +140,26 @@ def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
 def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -> None:
     """Once aggregation wrote NeMo Gym's aggregate-metrics list, the report shows its metrics."""
     run = RunDir(tmp_path / "run")
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="2026-12-01T10:00:00+00:00",
-                   backend="local", shards=1, workdir="/", output_stem="rollouts", infra_retry_limit=3,
-                   max_walltime_s=3600.0)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="2026-12-01T10:00:00+00:00",
+        backend="local",
+        shards=1,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=3600.0,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     merged = RunPaths.for_output(run.merged_output("rollouts"))
     merged.aggregate_metrics.parent.mkdir(parents=True)
     metrics = {"reward/mean": 0.75, "coverage/expected": 4}
-    publish_json(merged.aggregate_metrics, [{"agent_ref": {"name": "a"}, "_ng_environment_server": "env",
-                                             "agent_metrics": metrics}])  # fmt: skip
+    publish_json(
+        merged.aggregate_metrics,
+        [{"agent_ref": {"name": "a"}, "_ng_environment_server": "env", "agent_metrics": metrics}],
+    )
     data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
     assert data["metrics"] == metrics
     assert "not merged yet" not in render(data)
@@ -103,9 +168,18 @@ def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -
 def test_without_the_servers_metrics_the_report_shows_gymslurms_own(tmp_path: Path) -> None:
     """A merge no server answered wrote only <stem>_gymslurm_metrics.json: the report shows those."""
     run = RunDir(tmp_path / "run")
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="2026-12-01T10:00:00+00:00",
-                   backend="local", shards=1, workdir="/", output_stem="rollouts", infra_retry_limit=3,
-                   max_walltime_s=3600.0)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="2026-12-01T10:00:00+00:00",
+        backend="local",
+        shards=1,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=3600.0,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     merged = RunPaths.for_output(run.merged_output("rollouts"))
     merged.gymslurm_metrics.parent.mkdir(parents=True)
@@ -139,9 +213,18 @@ def test_table_cells_are_escaped_even_when_one_holds_a_separator_character() -> 
 
 def _one_shard_run(tmp_path: Path) -> RunDir:
     run = RunDir(tmp_path / "run")
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="2026-12-01T10:00:00+00:00",
-                   backend="local", shards=1, workdir="/", output_stem="rollouts", infra_retry_limit=3,
-                   max_walltime_s=3600.0)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="2026-12-01T10:00:00+00:00",
+        backend="local",
+        shards=1,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=3600.0,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     for record in RECORDS:
         run.ledger(0).append(record)  # type: ignore[arg-type]

@@ -10,8 +10,8 @@ import pytest
 
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.views.report import write_report
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import print_table
@@ -43,7 +43,8 @@ def _decision(  # noqa: PLR0917
         reason="why",
         budgets_before=BudgetsRecord(),
         budgets_after=BudgetsRecord(),
-        outcomes_before=outcomes[0], outcomes=outcomes[1],
+        outcomes_before=outcomes[0],
+        outcomes=outcomes[1],
         idle_s=600,
     )
 
@@ -178,13 +179,13 @@ def test_status_json_leaves_the_page_and_the_table_rewrites_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`status --json` (what scripts poll) does not render report.html; `status` (a person's look) does."""
-    from gymslurm.launcher.cli import main
+    from gymslurm.commands.status import main
 
     run = make_run(tmp_path)
     page = run.root / "report.html"
-    assert main("status", [str(run.root), "--json"]) == 0
+    assert main([str(run.root), "--json"]) == 0
     assert not page.exists()
-    assert main("status", [str(run.root)]) == 0
+    assert main([str(run.root)]) == 0
     assert page.exists()
     capsys.readouterr()
 

@@ -9,32 +9,49 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.cancel import cancel
+from gymslurm.commands.inject import inject
+from gymslurm.commands.new_run import new_run_dir
+from gymslurm.commands.resubmit import parse_shard_selection
 from gymslurm.errors import ConfigError, SlurmError
-from gymslurm.launcher.backend import SlurmBackend
-from gymslurm.launcher.cancel import cancel
 from gymslurm.launcher.decide import Budgets, Decision
-from gymslurm.launcher.inject import inject
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.slurm import SlurmClient
-from gymslurm.launcher.submit import new_run_dir, parse_shard_selection
+from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.store import live
 
 
 def _info(backend: str, shards: int = 2, accounting: bool | None = None) -> RunInfo:
-    return RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend=backend, shards=shards,  # type: ignore[arg-type]
-                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None,
-                   accounting=accounting)  # fmt: skip
+    return RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend=backend,
+        shards=shards,  # type: ignore[arg-type]
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        accounting=accounting,
+    )
 
 
 def _done(job: str) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, end="t", elapsed_s=1, slurm_state="RUNNING", exit_code=0, decision=Decision.DONE,
-        reason="collector exit 0", budgets_before=BudgetsRecord(),
+        job_id=job,
+        end="t",
+        elapsed_s=1,
+        slurm_state="RUNNING",
+        exit_code=0,
+        decision=Decision.DONE,
+        reason="collector exit 0",
+        budgets_before=BudgetsRecord(),
         budgets_after=BudgetsRecord.of(Budgets(1, 1)),
-    )  # fmt: skip
+    )
 
 
 def _run(tmp_path: Path, info: RunInfo) -> RunDir:
@@ -202,8 +219,9 @@ SCONTROL_FAILED = (
 def test_a_dead_link_is_judged_from_scontrol_when_sacct_cannot_reach_the_database() -> None:
     """sacct failing inside a job (slurmdbd without its database, seen on the sandbox) falls back to
     scontrol: the crashed link reads FAILED 137, not UNKNOWN."""
-    down = _reply(stderr="sacct: error: Problem talking to the database: Unable to connect to database",
-                  code=1)  # fmt: skip
+    down = _reply(
+        stderr="sacct: error: Problem talking to the database: Unable to connect to database", code=1
+    )
     client = Recorded({"sacct": [down], "scontrol": [_reply(SCONTROL_FAILED)]})
     row = SlurmBackend(client, accounting=True).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)

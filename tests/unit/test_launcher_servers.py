@@ -115,8 +115,12 @@ def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tm
     """Not healthy in time: the error (the ledger's reason) carries the probes and the end of the
     server's log, with the key it was given and credential-shaped text redacted."""
     script = 'echo "starting with key $OPENAI_API_KEY"; echo "Authorization: Bearer sk-live-123456"; sleep 60'
-    settings = ServerSettings(name="stuck", command=["bash", "-c", script], startup_timeout_s=1.5,
-                              env={"OPENAI_API_KEY": "sk-secret-abcdef123"})  # fmt: skip
+    settings = ServerSettings(
+        name="stuck",
+        command=["bash", "-c", script],
+        startup_timeout_s=1.5,
+        env={"OPENAI_API_KEY": "sk-secret-abcdef123"},
+    )
     with pytest.raises(ServerStartError) as caught:
         start(settings, tmp_path / "server.log")
     message = str(caught.value)
@@ -138,15 +142,29 @@ def test_interpolate_fills_this_server_s_port_and_an_earlier_server_s_address() 
 @pytest.mark.parametrize(
     ("container", "expected"),
     [
-        ({"runtime": "pyxis", "image": "nvcr.io/nvidia/vllm:25.01", "mounts": ["/data:/data:ro"]},
-         ["srun", "--overlap", "--ntasks=1", "--nodes=1", "--container-image=nvcr.io/nvidia/vllm:25.01",
-          "--container-mounts=/data:/data:ro", "--", "vllm", "serve", "m"]),
-        ({"runtime": "apptainer", "image": "/images/sglang.sif", "gpus": True, "mounts": ["/data"]},
-         ["apptainer", "exec", "--nv", "--bind", "/data", "/images/sglang.sif", "vllm", "serve", "m"]),
+        (
+            {"runtime": "pyxis", "image": "nvcr.io/nvidia/vllm:25.01", "mounts": ["/data:/data:ro"]},
+            [
+                "srun",
+                "--overlap",
+                "--ntasks=1",
+                "--nodes=1",
+                "--container-image=nvcr.io/nvidia/vllm:25.01",
+                "--container-mounts=/data:/data:ro",
+                "--",
+                "vllm",
+                "serve",
+                "m",
+            ],
+        ),
+        (
+            {"runtime": "apptainer", "image": "/images/sglang.sif", "gpus": True, "mounts": ["/data"]},
+            ["apptainer", "exec", "--nv", "--bind", "/data", "/images/sglang.sif", "vllm", "serve", "m"],
+        ),
         (None, ["vllm", "serve", "m"]),
     ],
     ids=["pyxis", "apptainer", "no container"],
-)  # fmt: skip
+)
 def test_a_container_wraps_the_server_command(
     container: dict[str, object] | None, expected: list[str]
 ) -> None:
@@ -179,7 +197,7 @@ def test_the_first_error_is_a_tracebacks_exception_not_a_warning_before_it(tmp_p
     log.write_text(
         "[2026-12-01 23:19:04,581 W 11937 11937] network_util.cc:330: Failed to determine local IP\n"
         "2026-12-01 23:19:04,570\tWARNING authentication_token_setup.py:85 -- token failed\n"
-        "Traceback (most recent call last):\n  File \"_venv_setup.py\", line 33, in setup_environment\n"
+        'Traceback (most recent call last):\n  File "_venv_setup.py", line 33, in setup_environment\n'
         "    with venv.open() as lock:\n"
         "PermissionError: [Errno 13] Permission denied: '/tmp/v.setup.lock'\n"
         "RuntimeError: Process `policy_model` finished unexpectedly!\n"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_run import render_scripts
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import (
@@ -16,17 +17,22 @@ from gymslurm.launcher.settings import (
     early_signal_warning,
     load_benchmark,
     merge_secrets,
-    slurm_seconds,
     split_secrets,
 )
-from gymslurm.launcher.submit import render_scripts
+from gymslurm.launcher.site.slurm import slurm_seconds
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30", 1800), ("1:30", 90), ("01:00:00", 3600), ("2-00", 172800), ("1-01:02", 90120),
-     ("1-00:00:05", 86405)],
-)  # fmt: skip
+    [
+        ("30", 1800),
+        ("1:30", 90),
+        ("01:00:00", 3600),
+        ("2-00", 172800),
+        ("1-01:02", 90120),
+        ("1-00:00:05", 86405),
+    ],
+)
 def test_slurm_seconds(text: str, seconds: int) -> None:
     """Every Slurm time format converts to seconds."""
     assert slurm_seconds(text) == seconds
@@ -92,9 +98,15 @@ def test_missing_secret_in_job_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize(
     ("key", "secret"),
-    [("OPENAI_API_KEY", True), ("+db_password", True), ("HF_TOKEN", True), ("max_tokens", False),
-     ("eos_token", False), ("sort_key", False)],
-)  # fmt: skip
+    [
+        ("OPENAI_API_KEY", True),
+        ("+db_password", True),
+        ("HF_TOKEN", True),
+        ("max_tokens", False),
+        ("eos_token", False),
+        ("sort_key", False),
+    ],
+)
 def test_secret_keys_follow_identitys_credential_rule(key: str, secret: bool) -> None:
     """A key is a secret exactly when identity.is_credential_name says it names a credential."""
     _, secrets = split_secrets({key: "v", "overrides": [f"{key}=v"]})
@@ -103,9 +115,15 @@ def test_secret_keys_follow_identitys_credential_rule(key: str, secret: bool) ->
 
 @pytest.mark.parametrize(
     ("time", "lead", "warns"),
-    [("01:00:00", 90, False), ("3", 90, False), ("2", 30, False), ("1", 60, True), ("1", 20, True),
-     ("2", 31, True)],
-)  # fmt: skip
+    [
+        ("01:00:00", 90, False),
+        ("3", 90, False),
+        ("2", 30, False),
+        ("1", 60, True),
+        ("1", 20, True),
+        ("2", 31, True),
+    ],
+)
 def test_early_signal_warning_when_usr1_may_come_before_a_minute_of_work(
     time: str, lead: int, warns: bool
 ) -> None:
@@ -139,9 +157,11 @@ def test_demo_commands_run_with_the_interpreter_that_runs_gymslurm() -> None:
     """slurm.python unset: the demo dataset, server, collector and aggregation commands run sys.executable."""
     settings, _ = load_benchmark("demo", [])
     commands = [
-        settings.dataset_command, settings.servers[0].command, settings.collector.command,
+        settings.dataset_command,
+        settings.servers[0].command,
+        settings.collector.command,
         settings.aggregation.command,
-    ]  # fmt: skip
+    ]
     assert [command[0] if command else None for command in commands] == [sys.executable] * 4
     assert settings.slurm.interpreter == sys.executable
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.slurm import (
+from gymslurm.launcher.site.slurm import (
     SlurmClient,
     end_from_scontrol,
     fold_runs,
@@ -64,9 +64,13 @@ SCONTROL = (
 
 @pytest.mark.parametrize(
     ("stdout", "job_id"),
-    [("Submitted batch job 42\n", "42"), ("42\n", "42"), ("42;gymslurm\n", "42"),
-     ("Submitted batch job 7 on cluster gymslurm\n", "7")],
-)  # fmt: skip
+    [
+        ("Submitted batch job 42\n", "42"),
+        ("42\n", "42"),
+        ("42;gymslurm\n", "42"),
+        ("Submitted batch job 7 on cluster gymslurm\n", "7"),
+    ],
+)
 def test_parse_sbatch(stdout: str, job_id: str) -> None:
     """sbatch's plain and --parsable outputs both give the job id."""
     assert parse_sbatch(stdout) == job_id
@@ -82,8 +86,10 @@ def test_parse_squeue_rows() -> None:
     """squeue's pipe-separated rows become QueueRows with state, reason and dependency."""
     rows = parse_squeue(SQUEUE)
     assert [(r.job_id, r.state, r.reason) for r in rows[:3]] == [
-        ("12", "PENDING", "Dependency"), ("10", "RUNNING", "None"), ("1", "FAILED", "NonZeroExitCode"),
-    ]  # fmt: skip
+        ("12", "PENDING", "Dependency"),
+        ("10", "RUNNING", "None"),
+        ("1", "FAILED", "NonZeroExitCode"),
+    ]
     assert rows[0].dependency == "afterany:11(unfulfilled)"
 
 
@@ -91,19 +97,24 @@ def test_parse_squeue_keeps_array_tasks_apart() -> None:
     """Array tasks are ARRAY_TASK ids (one row each with -r), so each shard's first link has its own id."""
     rows = parse_squeue(SQUEUE)
     assert [(r.job_id, r.state) for r in rows[3:]] == [
-        ("162_3", "COMPLETED"), ("166_7", "COMPLETED"), ("167_0", "PENDING"), ("167_1", "PENDING"),
-    ]  # fmt: skip
+        ("162_3", "COMPLETED"),
+        ("166_7", "COMPLETED"),
+        ("167_0", "PENDING"),
+        ("167_1", "PENDING"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("env", "job"),
-    [({"SLURM_JOB_ID": "165", "SLURM_ARRAY_JOB_ID": "162", "SLURM_ARRAY_TASK_ID": "2"}, ("162_2", 0)),
-     ({"SLURM_JOB_ID": "165", "SLURM_RESTART_COUNT": "1"}, ("165", 1)),
-     ({"GYMSLURM_JOB_ID": "local-3"}, ("local-3", 0))],
-)  # fmt: skip
+    [
+        ({"SLURM_JOB_ID": "165", "SLURM_ARRAY_JOB_ID": "162", "SLURM_ARRAY_TASK_ID": "2"}, ("162_2", 0)),
+        ({"SLURM_JOB_ID": "165", "SLURM_RESTART_COUNT": "1"}, ("165", 1)),
+        ({"GYMSLURM_JOB_ID": "local-3"}, ("local-3", 0)),
+    ],
+)
 def test_a_job_knows_its_own_id_as_the_scheduler_names_it(env: dict[str, str], job: tuple[str, int]) -> None:
     """An array task is ARRAY_TASK (what sbatch, squeue -r, scancel and afterany use), else SLURM_JOB_ID."""
-    from gymslurm.launcher.backend import current_job
+    from gymslurm.launcher.site.backend import current_job
 
     assert current_job(env) == job
 
@@ -171,7 +182,7 @@ SCONTROL_ARRAY = "".join(
 @pytest.mark.parametrize(("asked", "job"), [("949", "949_2"), ("951", "949_1"), ("949_0", "949_0")])
 def test_an_array_task_asking_by_its_job_id_reads_its_own_line(asked: str, job: str) -> None:
     """scontrol show job ARRAY_ID lists every task: the task holding that id is itself, not task 0."""
-    from gymslurm.launcher.backend import current_job
+    from gymslurm.launcher.site.backend import current_job
 
     assert current_job({}, slurm_says=parse_scontrol_job(SCONTROL_ARRAY, asked)) == (job, 0)
 
@@ -232,9 +243,13 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
 ) -> None:
     """A job submitted from inside an array task (the aggregation, a successor) or a requeued job does not
     inherit its submitter's SLURM_ARRAY_* or SLURM_RESTART_COUNT: it reads only what Slurm says of it."""
-    for name, value in [("SLURM_ARRAY_JOB_ID", "188"), ("SLURM_ARRAY_TASK_ID", "0"),
-                        ("SLURM_RESTART_COUNT", "4"),
-                        ("SLURM_JOB_ID", "190"), ("KEEP_ME", "1")]:  # fmt: skip
+    for name, value in [
+        ("SLURM_ARRAY_JOB_ID", "188"),
+        ("SLURM_ARRAY_TASK_ID", "0"),
+        ("SLURM_RESTART_COUNT", "4"),
+        ("SLURM_JOB_ID", "190"),
+        ("KEEP_ME", "1"),
+    ]:
         monkeypatch.setenv(name, value)
     client = ScriptedClient({"sbatch": _done("189\n")})
     client.submit(__import__("pathlib").Path("/aggregate.sbatch"), after=["188_0"])
@@ -245,7 +260,7 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
 
 def test_array_ids_cancel_each_array_once() -> None:
     """cancel of a run: one scancel argument per array, not one per task (8,889 characters at 1,000)."""
-    from gymslurm.launcher.slurm import array_ids
+    from gymslurm.launcher.site.slurm import array_ids
 
     tasks = [f"162_{i}" for i in range(1000)] + ["170_3", "171_9", "180"]
     assert array_ids(tasks) == ["162", "170", "171", "180"]
@@ -254,13 +269,14 @@ def test_array_ids_cancel_each_array_once() -> None:
 def test_assoc_and_site_limits_are_read_from_pasted_output() -> None:
     """sacctmgr -n -P show assoc format=MaxSubmitJobs,MaxJobs: the smallest limit set; scontrol's
     MaxArraySize and MaxJobCount, else Slurm's defaults."""
-    from gymslurm.launcher.slurm import parse_assoc_limits, site_limits
+    from gymslurm.launcher.site.slurm import parse_assoc_limits, site_limits
 
     assert parse_assoc_limits("5000|\n|200\n3000|\n") == {"MaxSubmitJobs": 3000, "MaxJobs": 200}
     assert parse_assoc_limits("|\n") == {}
     assert site_limits({"MaxArraySize": "40001", "MaxJobCount": "50000"}) == {
-        "MaxArraySize": 40001, "MaxJobCount": 50000,
-    }  # fmt: skip
+        "MaxArraySize": 40001,
+        "MaxJobCount": 50000,
+    }
     assert site_limits({}) == {"MaxArraySize": 1001, "MaxJobCount": 10000}
 
 
@@ -281,7 +297,7 @@ def test_backend_name_resolves_auto_by_sbatch_on_path(
     """'auto' is Slurm exactly when sbatch is on PATH; an explicit choice is kept."""
     import shutil
 
-    from gymslurm.launcher.backend import backend_name
+    from gymslurm.launcher.site.backend import backend_name
 
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/sbatch" if sbatch_on_path else None)
     assert backend_name(wanted) == expected
@@ -312,27 +328,33 @@ def test_end_from_scontrol_reads_day_run_times() -> None:
     assert end_from_scontrol({"JobId": "1", "RunTime": "INVALID"}).elapsed_s is None
 
 
-INHERITED = {"SLURM_JOB_ID": "189", "SLURM_ARRAY_JOB_ID": "188", "SLURM_ARRAY_TASK_ID": "0",
-             "SLURM_RESTART_COUNT": "4"}  # fmt: skip
+INHERITED = {
+    "SLURM_JOB_ID": "189",
+    "SLURM_ARRAY_JOB_ID": "188",
+    "SLURM_ARRAY_TASK_ID": "0",
+    "SLURM_RESTART_COUNT": "4",
+}
 
 
 @pytest.mark.parametrize(
     ("says", "job"),
-    [({"JobId": "189", "Restarts": "0"}, ("189", 0)),
-     ({"JobId": "191", "ArrayJobId": "188", "ArrayTaskId": "3", "Restarts": "1"}, ("188_3", 1))],
-)  # fmt: skip
+    [
+        ({"JobId": "189", "Restarts": "0"}, ("189", 0)),
+        ({"JobId": "191", "ArrayJobId": "188", "ArrayTaskId": "3", "Restarts": "1"}, ("188_3", 1)),
+    ],
+)
 def test_a_job_reads_what_slurm_says_of_it_not_inherited_variables(
     says: dict[str, str], job: tuple[str, int]
 ) -> None:
     """The aggregation (job 189) queued by array task 188_0 is 189, restart 0: scontrol's word wins."""
-    from gymslurm.launcher.backend import current_job
+    from gymslurm.launcher.site.backend import current_job
 
     assert current_job(INHERITED, slurm_says=says) == job
 
 
 def test_sbatch_never_hands_a_job_its_submitters_array_or_restart_variables() -> None:
     """The environment sbatch exports has no array or restart variable of the submitting job."""
-    from gymslurm.launcher.slurm import submit_environment
+    from gymslurm.launcher.site.slurm import submit_environment
 
     env = submit_environment({**INHERITED, "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"})
     assert env == {"SLURM_JOB_ID": "189", "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"}
@@ -340,7 +362,7 @@ def test_sbatch_never_hands_a_job_its_submitters_array_or_restart_variables() ->
 
 def test_a_local_job_is_the_local_queues_job_whatever_slurm_variables_it_inherited() -> None:
     """A local-backend job started from inside a Slurm allocation is still its local id."""
-    from gymslurm.launcher.backend import current_job
+    from gymslurm.launcher.site.backend import current_job
 
     env = {**INHERITED, "GYMSLURM_BACKEND": "local", "GYMSLURM_JOB_ID": "local-7"}
     assert current_job(env) == ("local-7", 0)

@@ -12,15 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gymslurm.launcher.arrays import plan_arrays
-from gymslurm.launcher.backend import SlurmBackend
-from gymslurm.launcher.job.first_links import complete_queuing, queuing
-from gymslurm.launcher.job.link import ensure_link_lookahead, shard_state
+from gymslurm.launcher.job.context import ensure_link_lookahead, shard_state
+from gymslurm.launcher.job.first_links import complete_queuing, queuing, submit_arrays
 from gymslurm.launcher.ledger import Started
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
-from gymslurm.launcher.slurm import QueueRow
-from gymslurm.launcher.submit import submit_arrays
+from gymslurm.launcher.site.arrays import plan_arrays
+from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.store.flock import try_lock
 
 
@@ -55,6 +54,9 @@ class Queue(SlurmBackend):
     def queue(self) -> dict[str, QueueRow]:
         return {job: QueueRow(job, "gs", state, "", "", "", "", "") for job, state in self.rows.items()}
 
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        return {job: row for job, row in self.queue().items() if job in job_ids}
+
 
 def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:
     bench = tmp_path / "b.yaml"
@@ -74,8 +76,11 @@ def test_each_array_of_first_links_is_followed_by_its_spare(tmp_path: Path) -> N
     """submit queues each array, then a spare array of the same tasks afterany it; array.json names it."""
     run, queue, _ = _submitted(tmp_path)
     assert queue.arrays == [
-        ("100", "0-1", []), ("101", "0-1", ["100"]), ("102", "0", []), ("103", "0", ["102"]),
-    ]  # fmt: skip
+        ("100", "0-1", []),
+        ("101", "0-1", ["100"]),
+        ("102", "0", []),
+        ("103", "0", ["102"]),
+    ]
     record = run.read_array()
     assert record is not None and [p.spares for p in record.arrays] == [["101"], ["103"]]
     assert shard_state(run, 1).epoch_jobs == ["100_1", "101_1"]  # the first link, then its spare
@@ -112,9 +117,19 @@ def _killed_submit(tmp_path: Path, parts: list[ArrayPart], array: bool = True) -
     """A run whose submit was killed after queuing ``parts``: the mark left, the lock free."""
     run, queue = RunDir(tmp_path / "run"), Queue()
     run.root.mkdir()
-    info = RunInfo(name="r", benchmark="b", overrides=[], created_at="t", backend="slurm", shards=3,
-                   workdir="/", output_stem="rollouts", infra_retry_limit=3, max_walltime_s=None,
-                   array=array)  # fmt: skip
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="t",
+        backend="slurm",
+        shards=3,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=None,
+        array=array,
+    )
     atomic_write(run.info_path, info.model_dump_json().encode())
     if parts:
         record = ArrayRecord(job_id=parts[0].job_id, shards=3, max_running=None, at="t", chunk=2, parts=parts)
@@ -133,8 +148,9 @@ def test_the_first_job_queues_the_arrays_a_killed_submit_left(tmp_path: Path) ->
     assert queue.arrays == [("200", "0", []), ("201", "0", ["200"])]
     record = run.read_array()
     assert record is not None and [(p.job_id, p.base, p.spares) for p in record.arrays] == [
-        ("100", 0, ["101"]), ("200", 2, ["201"]),
-    ]  # fmt: skip
+        ("100", 0, ["101"]),
+        ("200", 2, ["201"]),
+    ]
     assert shard_state(run, 2).epoch_jobs == ["200_0", "201_0"] and not run.queuing_mark.exists()
     assert complete_queuing(run, queue, 2, "100_1") == [] and len(queue.arrays) == 2
 

@@ -18,9 +18,9 @@ from gymslurm.launcher.ledger import (
     Submitted,
     summarize,
 )
-from gymslurm.launcher.local import LocalBackend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.slurm import QueueRow, parse_accounting_storage
+from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.launcher.site.slurm import QueueRow, parse_accounting_storage
 from gymslurm.launcher.views.status import (
     STATUS_SCHEMA,
     STATUS_VERSION,
@@ -51,50 +51,108 @@ def _row(job: str, state: str, reason: str = "None") -> QueueRow:
 
 def _decided(job: str, decision: Decision, elapsed: float = 1, code: int | None = 0) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, end="t", elapsed_s=elapsed, slurm_state="RUNNING", exit_code=code, decision=decision,
-        reason="why", budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(Budgets(1, elapsed, 0)),
-    )  # fmt: skip
+        job_id=job,
+        end="t",
+        elapsed_s=elapsed,
+        slurm_state="RUNNING",
+        exit_code=code,
+        decision=decision,
+        reason="why",
+        budgets_before=BudgetsRecord(),
+        budgets_after=BudgetsRecord.of(Budgets(1, elapsed, 0)),
+    )
 
 
 GOING = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE), Submitted(job_id="2", after="1")]
 FRESH, STALE = Beat(10, 15), Beat(31, 15)
 ROWS = [
     ("a running link with a fresh heartbeat is HEALTHY", GOING, [_row("2", "RUNNING")], FRESH, "HEALTHY"),
-    ("a running link whose heartbeat is older than two intervals is UNRESPONSIVE", GOING,
-     [_row("2", "RUNNING")], STALE, "UNRESPONSIVE"),
-    ("a running link that never beat since its start two intervals ago is UNRESPONSIVE", GOING,
-     [_row("2", "RUNNING")], Beat(40, 15, since_start=True), "UNRESPONSIVE"),
-    ("a link still COMPLETING is not UNRESPONSIVE (it stopped beating on purpose)", GOING,
-     [_row("2", "COMPLETING")], STALE, "HEALTHY"),
+    (
+        "a running link whose heartbeat is older than two intervals is UNRESPONSIVE",
+        GOING,
+        [_row("2", "RUNNING")],
+        STALE,
+        "UNRESPONSIVE",
+    ),
+    (
+        "a running link that never beat since its start two intervals ago is UNRESPONSIVE",
+        GOING,
+        [_row("2", "RUNNING")],
+        Beat(40, 15, since_start=True),
+        "UNRESPONSIVE",
+    ),
+    (
+        "a link still COMPLETING is not UNRESPONSIVE (it stopped beating on purpose)",
+        GOING,
+        [_row("2", "COMPLETING")],
+        STALE,
+        "HEALTHY",
+    ),
     ("a pending link is WAITING", GOING, [_row("2", "PENDING", "Dependency")], None, "WAITING"),
     ("no live job and not finished is STALLED", GOING, [], None, "STALLED"),
     ("a cancelled chain is CANCELLED", [*GOING, Cancelled(job_ids=["2"])], [], None, "CANCELLED"),
-    ("a cancelled chain whose jobs are still leaving the queue is CANCELLED, not ORPHANED",
-     [*GOING, Submitted(job_id="3", after="2"), Cancelled(job_ids=["2", "3"])],
-     [_row("2", "COMPLETING"), _row("3", "PENDING", "Dependency")], None, "CANCELLED"),
-    ("two running links are ORPHANED", [*GOING, Submitted(job_id="3")],
-     [_row("2", "RUNNING"), _row("3", "RUNNING")], None, "ORPHANED"),
-    ("a never-satisfiable dependency is ORPHANED", GOING, [_row("2", "PENDING", "DependencyNeverSatisfied")],
-     None, "ORPHANED"),
-    ("a link left queued after DONE is DONE: it exits at once when it runs (no human command)",
-     [*GOING, _decided("2", Decision.DONE), Submitted(job_id="3", after="2")],
-     [_row("3", "PENDING", "Dependency")], None, "DONE"),
-    ("a link left running after DONE is DONE: it saw the end and is exiting (seen: 1 of 100 kill trials)",
-     [*GOING, _decided("2", Decision.DONE), Submitted(job_id="3", after="2")],
-     [_row("3", "RUNNING")], None, "DONE"),
-    ("a held link left after DONE is ORPHANED: it never runs, so never exits by itself",
-     [*GOING, _decided("2", Decision.DONE), Submitted(job_id="3", after="2")],
-     [_row("3", "PENDING", "JobHeldUser")], None, "ORPHANED"),
-    ("the deciding job still exiting is not an orphan", [*GOING, _decided("2", Decision.DONE)],
-     [_row("2", "COMPLETING")], None, "DONE"),
+    (
+        "a cancelled chain whose jobs are still leaving the queue is CANCELLED, not ORPHANED",
+        [*GOING, Submitted(job_id="3", after="2"), Cancelled(job_ids=["2", "3"])],
+        [_row("2", "COMPLETING"), _row("3", "PENDING", "Dependency")],
+        None,
+        "CANCELLED",
+    ),
+    (
+        "two running links are ORPHANED",
+        [*GOING, Submitted(job_id="3")],
+        [_row("2", "RUNNING"), _row("3", "RUNNING")],
+        None,
+        "ORPHANED",
+    ),
+    (
+        "a never-satisfiable dependency is ORPHANED",
+        GOING,
+        [_row("2", "PENDING", "DependencyNeverSatisfied")],
+        None,
+        "ORPHANED",
+    ),
+    (
+        "a link left queued after DONE is DONE: it exits at once when it runs (no human command)",
+        [*GOING, _decided("2", Decision.DONE), Submitted(job_id="3", after="2")],
+        [_row("3", "PENDING", "Dependency")],
+        None,
+        "DONE",
+    ),
+    (
+        "a link left running after DONE is DONE: it saw the end and is exiting (seen: 1 of 100 kill trials)",
+        [*GOING, _decided("2", Decision.DONE), Submitted(job_id="3", after="2")],
+        [_row("3", "RUNNING")],
+        None,
+        "DONE",
+    ),
+    (
+        "a held link left after DONE is ORPHANED: it never runs, so never exits by itself",
+        [*GOING, _decided("2", Decision.DONE), Submitted(job_id="3", after="2")],
+        [_row("3", "PENDING", "JobHeldUser")],
+        None,
+        "ORPHANED",
+    ),
+    (
+        "the deciding job still exiting is not an orphan",
+        [*GOING, _decided("2", Decision.DONE)],
+        [_row("2", "COMPLETING")],
+        None,
+        "DONE",
+    ),
     ("DONE", [*GOING, _decided("2", Decision.DONE)], [], None, "DONE"),
     ("STOP_FAILED is FAILED", [*GOING, _decided("2", Decision.STOP_FAILED)], [], None, "FAILED"),
     ("STOP_EXHAUSTED is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_EXHAUSTED)], [], None, "EXHAUSTED"),
     ("STOP_WALLTIME is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_WALLTIME)], [], None, "EXHAUSTED"),
-    ("STOP_NO_PROGRESS is EXHAUSTED", [*GOING, _decided("2", Decision.STOP_NO_PROGRESS)], [], None,
-     "EXHAUSTED"),
+    (
+        "STOP_NO_PROGRESS is EXHAUSTED",
+        [*GOING, _decided("2", Decision.STOP_NO_PROGRESS)],
+        [],
+        None,
+        "EXHAUSTED",
+    ),
     ("a held link is WAITING", GOING, [_row("2", "SPECIAL_EXIT", "JobHeldUser")], None, "WAITING"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "records", "live", "beat", "expected"), ROWS, ids=[r[0] for r in ROWS])
@@ -107,9 +165,15 @@ def test_verdict(
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "-"), (0, "0s"), (45.4, "45s"), (725, "12m05s"), (3 * 3600 + 240, "3h04m"),
-     (2 * 86400 + 3 * 3600, "2d03h")],
-)  # fmt: skip
+    [
+        (None, "-"),
+        (0, "0s"),
+        (45.4, "45s"),
+        (725, "12m05s"),
+        (3 * 3600 + 240, "3h04m"),
+        (2 * 86400 + 3 * 3600, "2d03h"),
+    ],
+)
 def test_durations_are_human(seconds: float | None, text: str) -> None:
     """Walltime and ETA are shown in human units, never raw seconds."""
     assert human_duration(seconds) == text
@@ -118,9 +182,12 @@ def test_durations_are_human(seconds: float | None, text: str) -> None:
 WALLTIME_ROWS = [
     ("one chain: used/cap", (3720, 3720, 86400, 1), "1h02m/1d00h"),
     ("no cap", (60, 60, None, 1), "1m00s/none"),
-    ("after a resubmit the total keeps counting; the budget restarts", (11400, 3720, 86400, 2),
-     "3h10m (1h02m/1d00h since resubmit)"),
-]  # fmt: skip
+    (
+        "after a resubmit the total keeps counting; the budget restarts",
+        (11400, 3720, 86400, 2),
+        "3h10m (1h02m/1d00h since resubmit)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "args", "text"), WALLTIME_ROWS, ids=[r[0] for r in WALLTIME_ROWS])
@@ -131,22 +198,49 @@ def test_walltime_text(name: str, args: tuple[float, float, float | None, int], 
 
 def _progress(successful: int, epoch: float = T0, ended: bool = False) -> LiveProgress:
     return LiveProgress(
-        written_at=AT0, epoch=epoch, pid=1, expected=200, successful=successful, failed=1,
-        intentionally_omitted=0, in_flight=4, new_outcomes=successful, started_epoch=epoch - 60,
-        rate_per_s=0.5, ended=ended,
-    )  # fmt: skip
+        written_at=AT0,
+        epoch=epoch,
+        pid=1,
+        expected=200,
+        successful=successful,
+        failed=1,
+        intentionally_omitted=0,
+        in_flight=4,
+        new_outcomes=successful,
+        started_epoch=epoch - 60,
+        rate_per_s=0.5,
+        ended=ended,
+    )
 
 
 def coverage_of(**given: object) -> Coverage:
     """A typed coverage snapshot of 200 rollouts, with the given fields changed."""
     fields: dict[str, object] = {
-        "run_id": "run-" + "0" * 32, "expected": 200, "successful": 0, "measured": 0, "masked": 0,
-        "unscored": 0, "failed": 0, "intentionally_omitted": 0, "not_started": 200, "missing": 0,
-        "complete": False, "reconciled": True, "scored": 0, "attempts": 0, "counted_failures": 0,
-        "failure_budget_exhausted": 0, "max_rollout_attempts": 3, "retry_terminal_timeouts": False,
-        "retryable": 0, "progress_outcomes_recorded": 0, "failed_by_class": {"timeout": 1},
-        "historical_failed_attempts": 0, "identity_verified": True, "written_at": "2026-05-28T20:00:00+00:00",
-    }  # fmt: skip
+        "run_id": "run-" + "0" * 32,
+        "expected": 200,
+        "successful": 0,
+        "measured": 0,
+        "masked": 0,
+        "unscored": 0,
+        "failed": 0,
+        "intentionally_omitted": 0,
+        "not_started": 200,
+        "missing": 0,
+        "complete": False,
+        "reconciled": True,
+        "scored": 0,
+        "attempts": 0,
+        "counted_failures": 0,
+        "failure_budget_exhausted": 0,
+        "max_rollout_attempts": 3,
+        "retry_terminal_timeouts": False,
+        "retryable": 0,
+        "progress_outcomes_recorded": 0,
+        "failed_by_class": {"timeout": 1},
+        "historical_failed_attempts": 0,
+        "identity_verified": True,
+        "written_at": "2026-05-28T20:00:00+00:00",
+    }
     return Coverage.model_validate({**fields, **given})
 
 
@@ -177,17 +271,32 @@ def test_no_rate_when_no_link_runs() -> None:
     assert (counts.successful, counts.live, counts.rate_per_s) == (30, False, None)
 
 
-INFO = RunInfo(name="r", benchmark="b", overrides=[], created_at=AT0, backend="slurm", shards=1, workdir="/",
-               output_stem="rollouts", infra_retry_limit=3, max_walltime_s=86400.0)  # fmt: skip
+INFO = RunInfo(
+    name="r",
+    benchmark="b",
+    overrides=[],
+    created_at=AT0,
+    backend="slurm",
+    shards=1,
+    workdir="/",
+    output_stem="rollouts",
+    infra_retry_limit=3,
+    max_walltime_s=86400.0,
+)
 STARTED_2 = Started(job_id="2", at="2026-05-28T20:16:40+00:00")  # 600 s before T0
 
 
 def _shard(records: list[object], queue: list[QueueRow], files: ShardFiles) -> dict[str, object]:
     row = shard_status(
-        0, summarize(records), {r.job_id: r for r in queue}, {}, info=INFO,  # type: ignore[arg-type]
-        files=files, now=T0,
+        0,
+        summarize(records),
+        {r.job_id: r for r in queue},
+        {},
+        info=INFO,  # type: ignore[arg-type]
+        files=files,
+        now=T0,
         logs=LogIndex(Path("/logs"), frozenset({"shard-000-2.out", "server-demo-s000.log"})),
-    )  # fmt: skip
+    )
     return vars(row)
 
 
@@ -195,8 +304,11 @@ def test_row_shows_the_running_link_and_its_queued_successor() -> None:
     """job/state are the running link's; the queued successor has its own columns; live coverage, ETA."""
     records = [*GOING, STARTED_2, Submitted(job_id="3", after="2")]
     beat = Heartbeat(job_id="2", start=STARTED_2.at, at=AT0, epoch=T0 - 5, interval_s=15, pid=9)
-    row = _shard(records, [_row("2", "RUNNING"), _row("3", "PENDING", "Dependency")],
-                 ShardFiles(COVERAGE, _progress(30), beat))  # fmt: skip
+    row = _shard(
+        records,
+        [_row("2", "RUNNING"), _row("3", "PENDING", "Dependency")],
+        ShardFiles(COVERAGE, _progress(30), beat),
+    )
     assert (row["verdict"], row["job"], row["job_state"]) == ("HEALTHY", "2", "RUNNING")
     assert (row["successor"], row["successor_state"]) == ("3", "PENDING (Dependency)")
     assert (row["coverage"], row["live"], row["eta"]) == ("30/200 ok, 1 failed", True, "5m38s")
@@ -233,7 +345,7 @@ def test_walltime_keeps_counting_across_a_resubmit() -> None:
         _decided("2", Decision.CONTINUE, elapsed=60),
         Submitted(job_id="3", after="2"),
     ]
-    row = _shard(records, [_row("3", "PENDING")], ShardFiles(None, None, None))  # fmt: skip
+    row = _shard(records, [_row("3", "PENDING")], ShardFiles(None, None, None))
     assert row["walltime"] == "1h01m (1m00s/1d00h since resubmit)" and row["walltime_used_s"] == 3660
 
 
@@ -242,9 +354,15 @@ def test_summary_line_counts_rollouts_eta_and_failure_classes() -> None:
     records = [*GOING, STARTED_2, Submitted(job_id="3", after="2")]
     beat = Heartbeat(job_id="2", start=STARTED_2.at, at=AT0, epoch=T0 - 5, interval_s=15, pid=9)
     running = shard_status(
-        0, summarize(records), {"2": _row("2", "RUNNING")}, {}, info=INFO,  # type: ignore[arg-type]
-        files=ShardFiles(COVERAGE, _progress(30), beat), now=T0, logs=LogIndex(Path("/l"), frozenset()),
-    )  # fmt: skip
+        0,
+        summarize(records),
+        {"2": _row("2", "RUNNING")},
+        {},
+        info=INFO,  # type: ignore[arg-type]
+        files=ShardFiles(COVERAGE, _progress(30), beat),
+        now=T0,
+        logs=LogIndex(Path("/l"), frozenset()),
+    )
     summary = summary_of([running, running])
     assert (summary["successful"], summary["expected"], summary["eta"]) == (60, 400, "5m38s")
     line = summary_line(summary)
@@ -253,9 +371,11 @@ def test_summary_line_counts_rollouts_eta_and_failure_classes() -> None:
 
 @pytest.mark.parametrize(
     ("text", "kept"),
-    [("AccountingStorageType   = accounting_storage/none\nMinJobAge = 600 sec\n", False),
-     ("AccountingStorageHost = db\nAccountingStorageType   = accounting_storage/slurmdbd\n", True)],
-)  # fmt: skip
+    [
+        ("AccountingStorageType   = accounting_storage/none\nMinJobAge = 600 sec\n", False),
+        ("AccountingStorageHost = db\nAccountingStorageType   = accounting_storage/slurmdbd\n", True),
+    ],
+)
 def test_accounting_storage_from_scontrol_show_config(text: str, kept: bool) -> None:
     """`scontrol show config` (Slurm 22.05) says whether sacct has anything to say."""
     assert parse_accounting_storage(text) is kept
@@ -294,12 +414,12 @@ def test_status_document_is_versioned_and_lists_columns_and_summary(tmp_path: Pa
 
 def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`gymslurm status` with no run prints the column header, with no run and with runs."""
-    from gymslurm.launcher.cli import list_header, main
+    from gymslurm.commands.status import list_header, main
 
-    assert main("status", ["--run-root", str(tmp_path / "none")]) == 0
+    assert main(["--run-root", str(tmp_path / "none")]) == 0
     assert capsys.readouterr().out.splitlines()[0] == list_header()
     _run_with_forgotten_job(tmp_path / "runs", accounting=None)
-    assert main("status", ["--run-root", str(tmp_path / "runs")]) == 0
+    assert main(["--run-root", str(tmp_path / "runs")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == list_header() and lines[1].startswith("run ") and "1 STALLED" in lines[1]
 
@@ -342,7 +462,7 @@ def test_a_held_link_says_it_will_not_run_by_itself() -> None:
 
 def test_held_states_are_live_so_cancel_and_status_see_them() -> None:
     """SPECIAL_EXIT and REQUEUE_HOLD count as live jobs of a chain."""
-    from gymslurm.launcher.backend import LIVE_STATES
+    from gymslurm.launcher.site.backend import LIVE_STATES
 
     assert {"SPECIAL_EXIT", "REQUEUE_HOLD"} <= LIVE_STATES
 
@@ -360,16 +480,33 @@ def test_a_shards_coverage_file_is_read_into_the_typed_coverage(tmp_path: Path) 
 
 def _beat(collector_started: float, window: float | None = 60.0) -> Heartbeat:
     return Heartbeat(
-        job_id="5", start="2026-01-01T00:00:00+00:00", at="2026-01-01T00:00:00+00:00", epoch=1000.0,
-        interval_s=15.0, pid=1, collector_pid=42, collector_started=collector_started, stall_window_s=window,
-    )  # fmt: skip
+        job_id="5",
+        start="2026-01-01T00:00:00+00:00",
+        at="2026-01-01T00:00:00+00:00",
+        epoch=1000.0,
+        interval_s=15.0,
+        pid=1,
+        collector_pid=42,
+        collector_started=collector_started,
+        stall_window_s=window,
+    )
 
 
 def _record(epoch: float, in_flight: int = 4, quiet: float = 1.0) -> LiveProgress:
     return LiveProgress(
-        written_at="x", epoch=epoch, pid=42, expected=2000, successful=704, failed=0, intentionally_omitted=0,
-        in_flight=in_flight, new_outcomes=704, started_epoch=0.0, rate_per_s=3.0, last_outcome_age_s=quiet,
-    )  # fmt: skip
+        written_at="x",
+        epoch=epoch,
+        pid=42,
+        expected=2000,
+        successful=704,
+        failed=0,
+        intentionally_omitted=0,
+        in_flight=in_flight,
+        new_outcomes=704,
+        started_epoch=0.0,
+        rate_per_s=3.0,
+        last_outcome_age_s=quiet,
+    )
 
 
 def test_a_frozen_collector_under_a_beating_link_reads_unresponsive_with_its_evidence() -> None:

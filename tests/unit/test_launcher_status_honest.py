@@ -9,7 +9,7 @@ from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.status import (
     LogIndex,
     ShardFiles,
@@ -24,8 +24,18 @@ from gymslurm.store.live import LiveProgress
 
 T0 = 1_780_000_000.0
 AT0 = "2026-05-28T20:26:40+00:00"
-INFO = RunInfo(name="r", benchmark="b", overrides=[], created_at=AT0, backend="slurm", shards=1, workdir="/",
-               output_stem="rollouts", infra_retry_limit=3, max_walltime_s=86400.0)  # fmt: skip
+INFO = RunInfo(
+    name="r",
+    benchmark="b",
+    overrides=[],
+    created_at=AT0,
+    backend="slurm",
+    shards=1,
+    workdir="/",
+    output_stem="rollouts",
+    infra_retry_limit=3,
+    max_walltime_s=86400.0,
+)
 
 
 def _row(job: str, state: str, reason: str = "None") -> QueueRow:
@@ -34,23 +44,48 @@ def _row(job: str, state: str, reason: str = "None") -> QueueRow:
 
 def _decided(job: str, decision: Decision) -> DecisionRecord:
     return DecisionRecord(
-        job_id=job, end="t", elapsed_s=1, slurm_state="RUNNING", exit_code=0, decision=decision,
-        reason="why", budgets_before=BudgetsRecord(), budgets_after=BudgetsRecord.of(Budgets(1, 1, 0)),
-    )  # fmt: skip
+        job_id=job,
+        end="t",
+        elapsed_s=1,
+        slurm_state="RUNNING",
+        exit_code=0,
+        decision=decision,
+        reason="why",
+        budgets_before=BudgetsRecord(),
+        budgets_after=BudgetsRecord.of(Budgets(1, 1, 0)),
+    )
 
 
 GOING = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE), Submitted(job_id="2", after="1")]
 
+
 def _coverage(**given: object) -> Coverage:
     fields: dict[str, object] = {
-        "run_id": "run-" + "0" * 32, "expected": 1000, "successful": 340, "measured": 340, "masked": 0,
-        "unscored": 0, "failed": 20, "intentionally_omitted": 0, "not_started": 640, "missing": 0,
-        "complete": False, "reconciled": True, "scored": 340, "attempts": 360, "counted_failures": 0,
-        "failure_budget_exhausted": 0, "max_rollout_attempts": 3, "retry_terminal_timeouts": False,
-        "retryable": 660, "progress_outcomes_recorded": 340, "failed_by_class": {"kill_shaped": 20},
-        "historical_failed_attempts": 20, "identity_verified": True,
+        "run_id": "run-" + "0" * 32,
+        "expected": 1000,
+        "successful": 340,
+        "measured": 340,
+        "masked": 0,
+        "unscored": 0,
+        "failed": 20,
+        "intentionally_omitted": 0,
+        "not_started": 640,
+        "missing": 0,
+        "complete": False,
+        "reconciled": True,
+        "scored": 340,
+        "attempts": 360,
+        "counted_failures": 0,
+        "failure_budget_exhausted": 0,
+        "max_rollout_attempts": 3,
+        "retry_terminal_timeouts": False,
+        "retryable": 660,
+        "progress_outcomes_recorded": 340,
+        "failed_by_class": {"kill_shaped": 20},
+        "historical_failed_attempts": 20,
+        "identity_verified": True,
         "written_at": "2026-05-28T20:00:00+00:00",
-    }  # fmt: skip
+    }
     return Coverage.model_validate({**fields, **given})
 
 
@@ -67,17 +102,33 @@ def test_interrupted_rollouts_are_not_failures_in_the_coverage_file() -> None:
 def test_interrupted_rollouts_are_not_failures_in_the_live_record() -> None:
     """A running collector's record counts its interruptions apart (LiveProgress.interrupted)."""
     record = LiveProgress(
-        written_at=AT0, epoch=T0, pid=1, expected=1000, successful=340, failed=23, intentionally_omitted=0,
-        in_flight=8, interrupted=20, new_outcomes=3, started_epoch=T0 - 60, rate_per_s=0.5,
-    )  # fmt: skip
+        written_at=AT0,
+        epoch=T0,
+        pid=1,
+        expected=1000,
+        successful=340,
+        failed=23,
+        intentionally_omitted=0,
+        in_flight=8,
+        interrupted=20,
+        new_outcomes=3,
+        started_epoch=T0 - 60,
+        rate_per_s=0.5,
+    )
     assert counts_of(REQUEUED, record, running=True).text == "340/1000 ok, 3 failed, 20 interrupted"
 
 
 def _row_of(shard: int, coverage: Coverage | None) -> object:
     return shard_status(
-        shard, summarize([Submitted(job_id=f"1_{shard}")]), {f"1_{shard}": _row(f"1_{shard}", "PENDING")}, {},
-        info=INFO, files=ShardFiles(coverage, None, None), now=T0, logs=LogIndex(Path("/l"), frozenset()),
-    )  # fmt: skip
+        shard,
+        summarize([Submitted(job_id=f"1_{shard}")]),
+        {f"1_{shard}": _row(f"1_{shard}", "PENDING")},
+        {},
+        info=INFO,
+        files=ShardFiles(coverage, None, None),
+        now=T0,
+        logs=LogIndex(Path("/l"), frozenset()),
+    )
 
 
 def test_the_run_summary_says_how_many_shards_it_counts() -> None:
@@ -117,9 +168,15 @@ def test_after_a_requeue_the_job_column_shows_the_requeued_link() -> None:
     records = [Submitted(job_id="5_0"), Started(job_id="5_0"), Submitted(job_id="9_0", after="5_0")]
     queue = {"5_0": _row("5_0", "PENDING", "BeginTime"), "9_0": _row("9_0", "PENDING", "Dependency")}
     row = shard_status(
-        0, summarize(records), queue, {}, info=INFO, files=ShardFiles(None, None, None), now=T0,
+        0,
+        summarize(records),
+        queue,
+        {},
+        info=INFO,
+        files=ShardFiles(None, None, None),
+        now=T0,
         logs=LogIndex(Path("/l"), frozenset()),
-    )  # fmt: skip
+    )
     assert (row.job, row.successor) == ("5_0", "9_0")
 
 

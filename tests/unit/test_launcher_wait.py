@@ -6,13 +6,18 @@ from typing import Any
 
 import pytest
 
-from gymslurm.launcher.wait import wait_outcome
+from gymslurm.commands.wait import wait_outcome
 
 
 def report(
-    verdicts: list[str], job: str | None = None, finished: bool = False, *, stalled: bool = False,
-    state: str = "x", job_state: str = "COMPLETED",
-) -> dict[str, Any]:  # fmt: skip
+    verdicts: list[str],
+    job: str | None = None,
+    finished: bool = False,
+    *,
+    stalled: bool = False,
+    state: str = "x",
+    job_state: str = "COMPLETED",
+) -> dict[str, Any]:
     shards = [
         {"shard": i, "verdict": v, "why": f"why {v}", "job_state": job_state} for i, v in enumerate(verdicts)
     ]
@@ -24,26 +29,62 @@ ON, OFF = True, False
 CASES = [
     ("a running chain has not ended", report(["HEALTHY", "DONE"]), ON, None),
     ("a waiting chain has not ended", report(["WAITING", "DONE"]), ON, None),
-    ("all DONE while the last link still queues the aggregation is not the end",
-     report(["DONE"], job_state="RUNNING"), ON, None),
-    ("all DONE, no aggregation queued and no job left is the end, never a wait on nothing",
-     report(["DONE", "DONE"]), ON, (1, "aggregation never queued")),
+    (
+        "all DONE while the last link still queues the aggregation is not the end",
+        report(["DONE"], job_state="RUNNING"),
+        ON,
+        None,
+    ),
+    (
+        "all DONE, no aggregation queued and no job left is the end, never a wait on nothing",
+        report(["DONE", "DONE"]),
+        ON,
+        (1, "aggregation never queued"),
+    ),
     ("all DONE and the aggregation running is not the end", report(["DONE", "DONE"], "7"), ON, None),
-    ("all DONE and the aggregation DONE is done, exit 0",
-     report(["DONE", "DONE"], "7", True, state="DONE: aggregate exited 0"), ON, (0, "done:")),
-    ("all DONE with the aggregation disabled is done when the shards end",
-     report(["DONE", "DONE"]), OFF, (0, "done: every shard DONE (aggregation disabled)")),
-    ("a killed aggregation with no job left ends the wait, naming resubmit",
-     report(["DONE"], "7", stalled=True, state="STALLED: ..."), ON, (1, "aggregation stalled")),
-    ("an aggregation that stopped FAILED exits 76",
-     report(["DONE"], "7", True, state="STOP_FAILED: aggregate exited 76"), ON, (76, "aggregation stopped")),
-    ("a FAILED shard without aggregation is the end, 76",
-     report(["DONE", "FAILED"]), ON, (76, "stopped: shard 1 FAILED")),
+    (
+        "all DONE and the aggregation DONE is done, exit 0",
+        report(["DONE", "DONE"], "7", True, state="DONE: aggregate exited 0"),
+        ON,
+        (0, "done:"),
+    ),
+    (
+        "all DONE with the aggregation disabled is done when the shards end",
+        report(["DONE", "DONE"]),
+        OFF,
+        (0, "done: every shard DONE (aggregation disabled)"),
+    ),
+    (
+        "a killed aggregation with no job left ends the wait, naming resubmit",
+        report(["DONE"], "7", stalled=True, state="STALLED: ..."),
+        ON,
+        (1, "aggregation stalled"),
+    ),
+    (
+        "an aggregation that stopped FAILED exits 76",
+        report(["DONE"], "7", True, state="STOP_FAILED: aggregate exited 76"),
+        ON,
+        (76, "aggregation stopped"),
+    ),
+    (
+        "a FAILED shard without aggregation is the end, 76",
+        report(["DONE", "FAILED"]),
+        ON,
+        (76, "stopped: shard 1 FAILED"),
+    ),
     ("an EXHAUSTED shard with an aggregation still running is not", report(["EXHAUSTED"], "9"), ON, None),
-    ("an EXHAUSTED shard once the aggregation ended exits 1",
-     report(["EXHAUSTED"], "9", True), ON, (1, "stopped: shard 0 EXHAUSTED")),
-    ("a STALLED chain is the end, naming resubmit",
-     report(["STALLED", "DONE"]), ON, (1, "stopped: shard 0 STALLED")),
+    (
+        "an EXHAUSTED shard once the aggregation ended exits 1",
+        report(["EXHAUSTED"], "9", True),
+        ON,
+        (1, "stopped: shard 0 EXHAUSTED"),
+    ),
+    (
+        "a STALLED chain is the end, naming resubmit",
+        report(["STALLED", "DONE"]),
+        ON,
+        (1, "stopped: shard 0 STALLED"),
+    ),
     ("a CANCELLED chain is the end, 130", report(["CANCELLED", "CANCELLED"]), ON, (130, "cancelled:")),
     ("a full disk ends the wait, 75", report(["DISK_FULL", "HEALTHY"]), ON, (75, "disk full:")),
     ("an UNRESPONSIVE link has not ended (the link or Slurm ends it)", report(["UNRESPONSIVE"]), ON, None),

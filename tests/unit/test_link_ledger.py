@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gymslurm.launcher.decide import Limits
-from gymslurm.launcher.job.link import account_for_dead_runs
+from gymslurm.launcher.job.chain import account_for_dead_runs
 from gymslurm.launcher.ledger import Ledger, Started, Submitted, fold, summarize
-from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.site.local import LocalBackend
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -36,8 +36,14 @@ def test_dead_run_accounting_folds_its_own_decisions_instead_of_rereading(
         ledger.append(Started(job_id=job, at="2026-12-01T10:00:00.000+00:00"))
     state = summarize(ledger.read())
     reads = _counting_reads(monkeypatch)
-    after = account_for_dead_runs(state, ledger, ("3", 0), LocalBackend(tmp_path / "local"),
-                                  output=tmp_path / "out.jsonl", limits=Limits())  # fmt: skip
+    after = account_for_dead_runs(
+        state,
+        ledger,
+        ("3", 0),
+        LocalBackend(tmp_path / "local"),
+        output=tmp_path / "out.jsonl",
+        limits=Limits(),
+    )
     assert reads == []
     assert after.open_runs == [] and after.decided == {("1", 0), ("2", 0)}
     assert after == summarize(ledger.read())  # the fold is what a re-read would say
@@ -62,8 +68,9 @@ def test_a_dead_runs_last_heartbeat_bounds_its_life_only_if_it_is_that_runs() ->
     start = datetime.fromisoformat(run.at).timestamp()
 
     def beat(job: str, restart: int) -> Heartbeat:
-        return Heartbeat(job_id=job, restart_count=restart, start=run.at, at=run.at, epoch=start + 30,
-                         interval_s=15, pid=1)  # fmt: skip
+        return Heartbeat(
+            job_id=job, restart_count=restart, start=run.at, at=run.at, epoch=start + 30, interval_s=15, pid=1
+        )
 
     assert last_beat_s(run, beat("7", 1)) == 45.0
     assert last_beat_s(run, beat("7", 0)) is None and last_beat_s(run, beat("8", 1)) is None

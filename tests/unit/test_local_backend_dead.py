@@ -7,17 +7,31 @@ import json
 import subprocess
 from pathlib import Path
 
-from gymslurm.launcher.local import LocalBackend
+from gymslurm.launcher.site.local import LocalBackend
 
 
 def _job(folder: Path, pid: int, create_time: float | None) -> None:
     (folder / "jobs").mkdir(parents=True, exist_ok=True)
     job = {
-        "id": "local-1", "script": "x", "after": [], "state": "RUNNING", "reason": "None", "name": "j",
-        "output": "o", "time_s": None, "signal": None, "signal_lead_s": 0, "workdir": str(folder),
-        "submitted_at": 1.0, "exit_code": None, "signal_code": None, "pid": pid, "started_at": 1.0,
-        "ended_at": None, "pid_create_time": create_time,
-    }  # fmt: skip
+        "id": "local-1",
+        "script": "x",
+        "after": [],
+        "state": "RUNNING",
+        "reason": "None",
+        "name": "j",
+        "output": "o",
+        "time_s": None,
+        "signal": None,
+        "signal_lead_s": 0,
+        "workdir": str(folder),
+        "submitted_at": 1.0,
+        "exit_code": None,
+        "signal_code": None,
+        "pid": pid,
+        "started_at": 1.0,
+        "ended_at": None,
+        "pid_create_time": create_time,
+    }
     (folder / "jobs" / "local-1.json").write_text(json.dumps(job))
 
 

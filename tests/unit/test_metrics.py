@@ -27,9 +27,15 @@ def failure(
 ) -> SavedOutcome:
     """A saved failure record whose routing class follows its canonical kind."""
     return SavedOutcome(
-        attempt=attempt, kind="failure", line=attempt, terminal=terminal, delivery=delivery,
-        failure_kind=kind, failure_class=kind or "environment_server_failed", legacy_class=legacy,
-    )  # fmt: skip
+        attempt=attempt,
+        kind="failure",
+        line=attempt,
+        terminal=terminal,
+        delivery=delivery,
+        failure_kind=kind,
+        failure_class=kind or "environment_server_failed",
+        legacy_class=legacy,
+    )
 
 
 def omission(payload_class: str | None = None, *, terminal: bool = False) -> SavedOutcome:
@@ -166,9 +172,10 @@ def test_failure_matching_two_names_counts_once() -> None:
 def test_counted_zero_keeps_disposition() -> None:
     """A failure counted as zero stays failed, and a skipped omission stays omitted."""
     out = metrics(
-        state(failure("judge_failed")), state(omission("skipped", terminal=True)),
+        state(failure("judge_failed")),
+        state(omission("skipped", terminal=True)),
         count_failure_classes_as_zero=frozenset({"judge_failed", "skipped"}),
-    )  # fmt: skip
+    )
     assert (out["coverage/failed"], out["coverage/omitted"], out["coverage/measured"]) == (1, 1, 0)
 
 

@@ -13,11 +13,15 @@ AGENT = {"type": "responses_api_agents", "name": "weather_agent"}
 CONFIG: dict[str, Any] = {
     "head_server": {"host": "127.0.0.1", "port": 11000},
     "weather_agent": {"responses_api_agents": {"simple_agent": {"host": "127.0.0.1", "port": 18312}}},
-    "weather_env": {"environment_servers": {"single_agent_turn": {
-        "host": "127.0.0.1", "port": 18313, "agent_server": AGENT}}},
-    "weather_legacy_env": {"environment_servers": {"legacy_agent": {
-        "host": "node7", "port": 18314, "agent_server": AGENT}}},
-}  # fmt: skip
+    "weather_env": {
+        "environment_servers": {
+            "single_agent_turn": {"host": "127.0.0.1", "port": 18313, "agent_server": AGENT}
+        }
+    },
+    "weather_legacy_env": {
+        "environment_servers": {"legacy_agent": {"host": "node7", "port": 18314, "agent_server": AGENT}}
+    },
+}
 
 
 @pytest.mark.parametrize(
@@ -47,8 +51,11 @@ def test_configs_keyed_by_taskset_are_searched_too() -> None:
 def test_stamps_are_nemo_gyms_keys() -> None:
     """_ng_environment_server, _ng_result_type and agent_ref, as NeMo Gym's collector stamps every record."""
     stamps = ServerOrigin("weather_env", "single_agent_turn", "weather_agent").stamps()
-    assert stamps == {"_ng_environment_server": "weather_env", "_ng_result_type": "single_agent_turn",
-                      "agent_ref": {"name": "weather_agent"}}  # fmt: skip
+    assert stamps == {
+        "_ng_environment_server": "weather_env",
+        "_ng_result_type": "single_agent_turn",
+        "agent_ref": {"name": "weather_agent"},
+    }
 
 
 def test_a_metrics_entry_has_nemo_gyms_shape() -> None:
@@ -57,14 +64,21 @@ def test_a_metrics_entry_has_nemo_gyms_shape() -> None:
     origin = ServerOrigin("weather_env", "single_agent_turn", "weather_agent")
     entry = metrics_entry(origin, "http://x:1", answer)
     assert entry == {
-        "agent_ref": {"name": "weather_agent"}, "_ng_environment_server": "weather_env",
-        "agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/reward": 1.0},
-        "group_level_metrics": [], "repeat_level_metrics": [],
-    }  # fmt: skip
+        "agent_ref": {"name": "weather_agent"},
+        "_ng_environment_server": "weather_env",
+        "agent_metrics": {"mean/reward": 1.0},
+        "key_metrics": {"mean/reward": 1.0},
+        "group_level_metrics": [],
+        "repeat_level_metrics": [],
+    }
 
 
 def test_rows_sent_for_metrics_lose_their_heavy_fields() -> None:
     """As NeMo Gym does: the request and trajectory go, only the response's usage stays."""
-    row = {"reward": 1.0, "responses_create_params": {"input": "x"}, "ng_trajectory": {},
-           "response": {"output": ["long"], "usage": {"total_tokens": 15}}}  # fmt: skip
+    row = {
+        "reward": 1.0,
+        "responses_create_params": {"input": "x"},
+        "ng_trajectory": {},
+        "response": {"output": ["long"], "usage": {"total_tokens": 15}},
+    }
     assert row_for_metrics(row) == {"reward": 1.0, "response": {"usage": {"total_tokens": 15}}}

@@ -8,8 +8,11 @@ from gymslurm.commands.collect import split_options
 from gymslurm.errors import ConfigError
 from gymslurm.settings import load_settings
 
-BASE = ["+input_jsonl_fpath=/data/in.jsonl", "+output_jsonl_fpath=/runs/out.jsonl",
-        "+environment_server_url=http://127.0.0.1:1"]  # fmt: skip
+BASE = [
+    "+input_jsonl_fpath=/data/in.jsonl",
+    "+output_jsonl_fpath=/runs/out.jsonl",
+    "+environment_server_url=http://127.0.0.1:1",
+]
 
 
 def test_gym_eval_runs_flags_become_their_settings() -> None:
@@ -42,8 +45,15 @@ def test_a_flag_without_meaning_here_is_refused_by_name() -> None:
         split_options(["--temperature", "0.5"])
 
 
-@pytest.mark.parametrize("setting", ["+fan_out={a: [b]}", "+responses_create_params.temperature=0.1",
-                                     "+wandb_project=p", "+drain_margin_s=30"])  # fmt: skip
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "+fan_out={a: [b]}",
+        "+responses_create_params.temperature=0.1",
+        "+wandb_project=p",
+        "+drain_margin_s=30",
+    ],
+)
 def test_a_nemo_gym_setting_without_meaning_here_is_refused_by_name(setting: str) -> None:
     """A NeMo Gym collection setting gymslurm does not implement is refused with its name and the reason."""
     name = setting.split("=", maxsplit=1)[0].split(".", maxsplit=1)[0]

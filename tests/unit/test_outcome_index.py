@@ -26,15 +26,26 @@ ROLLOUTS = 6
 
 def inputs(count: int = ROLLOUTS) -> list[dict[str, Any]]:
     return [
-        {"_ng_rollout_id": f"ix-t{i}", "_ng_task_index": i, "_ng_rollout_index": 0,
-         "task_id": {"taskset": "ix", "task_id": f"t{i}"}, "task_input": {"question": f"q{i}"}}
+        {
+            "_ng_rollout_id": f"ix-t{i}",
+            "_ng_task_index": i,
+            "_ng_rollout_index": 0,
+            "task_id": {"taskset": "ix", "task_id": f"t{i}"},
+            "task_input": {"question": f"q{i}"},
+        }
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
 def create(paths: RunPaths) -> RunStore:
-    spec = RunSpec(source_path="d", source_digest=DIGEST, inputs=inputs(), identity={}, config_digest=DIGEST,
-                   max_rollout_attempts=4)  # fmt: skip
+    spec = RunSpec(
+        source_path="d",
+        source_digest=DIGEST,
+        inputs=inputs(),
+        identity={},
+        config_digest=DIGEST,
+        max_rollout_attempts=4,
+    )
     store = RunStore.create_fresh(paths, spec)
     store.reconcile()
     return store
@@ -45,10 +56,12 @@ def fail(
 ) -> None:
     attempt = store.reserve(index)
     record = RolloutFailureRecord(
-        episode_id=EpisodeId(rollout_id=store.rollout_ids()[index], attempt=attempt), run_id=store.run_id,
-        source="collector", delivery="possibly_delivered",
+        episode_id=EpisodeId(rollout_id=store.rollout_ids()[index], attempt=attempt),
+        run_id=store.run_id,
+        source="collector",
+        delivery="possibly_delivered",
         failure=EpisodeFailure(failure_reason="upstream timed out", terminal=terminal, failure_kind=kind),
-    )  # fmt: skip
+    )
     store.append_failure(index, attempt, record, response={"output": "partial"} if terminal else None)
 
 
@@ -171,9 +184,18 @@ def test_an_edit_inside_the_covered_rows_is_read_from_the_rows(paths: RunPaths) 
 
 @pytest.mark.parametrize(
     "change",
-    ["truncated", "replaced", "other run", "damaged", "future version", "other reader", "short payload",
-     "a flipped record", "a link"],
-)  # fmt: skip
+    [
+        "truncated",
+        "replaced",
+        "other run",
+        "damaged",
+        "future version",
+        "other reader",
+        "short payload",
+        "a flipped record",
+        "a link",
+    ],
+)
 def test_an_index_that_does_not_hold_is_ignored_never_an_error(
     paths: RunPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:

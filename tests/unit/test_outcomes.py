@@ -61,10 +61,12 @@ def by_rollout(results: list[RowOutcome]) -> dict[str, RowOutcome]:
 
 def test_each_row_gives_its_outcome() -> None:
     """Completed dicts, failure records and omissions come back beside their own row."""
-    handler = answer_by_task({
-        "1": {"failure": {"failure_reason": "sandbox died", "terminal": False, "stage": "seed"}},
-        "2": {"result": {"_ng_no_persist": True}},
-    })  # fmt: skip
+    handler = answer_by_task(
+        {
+            "1": {"failure": {"failure_reason": "sandbox died", "terminal": False, "stage": "seed"}},
+            "2": {"result": {"_ng_no_persist": True}},
+        }
+    )
     results = by_rollout(collect([row(0), row(1), row(2)], handler))
     assert results["arith-0"][1]["reward"] == 1.0
     failure = results["arith-1"][1]
@@ -330,8 +332,9 @@ def test_async_iteration_and_context_manager() -> None:
     """The stream is async-iterable and closes itself as an async context manager."""
 
     async def go() -> list[str]:
-        async with run_outcomes([row(0), row(1)], server_url=URL,
-                                transport=httpx.MockTransport(answer_by_task({}))) as stream:  # fmt: skip
+        async with run_outcomes(
+            [row(0), row(1)], server_url=URL, transport=httpx.MockTransport(answer_by_task({}))
+        ) as stream:
             return sorted([(await future)[0]["_ng_rollout_id"] async for future in stream])
 
     assert asyncio.run(go()) == ["arith-0", "arith-1"]
@@ -342,8 +345,12 @@ def test_public_api_is_pinned() -> None:
     import gymslurm.outcomes
 
     assert sorted(gymslurm.outcomes.__all__) == [
-        "OutcomeFuture", "OutcomeStream", "RowOutcome", "new_run_id", "run_outcomes",
-    ]  # fmt: skip
+        "OutcomeFuture",
+        "OutcomeStream",
+        "RowOutcome",
+        "new_run_id",
+        "run_outcomes",
+    ]
 
 
 def test_needs_a_running_event_loop() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_run import create_run_dir, new_run_dir, prepare_dataset
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.submit import create_run_dir, new_run_dir, prepare_dataset
 from tests.e2e.helpers import gymslurm
 
 
@@ -79,10 +79,19 @@ def test_a_name_planted_at_run_root_is_refused_before_a_write(tmp_path: Path, pl
     data = tmp_path / "data.jsonl"
     bench = tmp_path / "bench.yaml"
     write = [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('{}\\n')", "{dataset}"]
-    bench.write_text(json.dumps({
-        "name": "b", "dataset": str(data), "dataset_command": write, "run_root": str(runs),
-        "backend": "local", "collector": {"command": ["true"]}, "aggregation": {"enabled": False},
-    }))  # fmt: skip
+    bench.write_text(
+        json.dumps(
+            {
+                "name": "b",
+                "dataset": str(data),
+                "dataset_command": write,
+                "run_root": str(runs),
+                "backend": "local",
+                "collector": {"command": ["true"]},
+                "aggregation": {"enabled": False},
+            }
+        )
+    )
     done = gymslurm("submit", str(bench))
     assert done.returncode == 2 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

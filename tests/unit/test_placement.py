@@ -38,8 +38,9 @@ def test_the_job_asks_for_the_nodes_the_stack_takes_and_no_kill_with_replicas() 
     assert placement.placement_directives([server("env")], []) == []
     assert placement.placement_directives([server("policy", nodes=2)], []) == ["--nodes=2"]
     assert placement.placement_directives([server("policy", nodes=2, replicas=2)], []) == [
-        "--nodes=4", "--no-kill",
-    ]  # fmt: skip
+        "--nodes=4",
+        "--no-kill",
+    ]
 
 
 def test_an_extra_nodes_directive_beside_a_placed_stack_is_refused() -> None:
@@ -70,9 +71,15 @@ def test_a_placed_server_runs_as_an_overlapping_step_on_its_node() -> None:
     """No container: ``srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE --job-name=STEP -- ARGV``."""
     argv = container_argv(server("policy"), ["serve"], node="a3", step_name="gs-policy-1")
     assert argv == [
-        "srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=a3", "--job-name=gs-policy-1",
-        "--", "serve",
-    ]  # fmt: skip
+        "srun",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        "--nodelist=a3",
+        "--job-name=gs-policy-1",
+        "--",
+        "serve",
+    ]
 
 
 def test_a_placed_pyxis_server_is_one_srun_with_its_node_and_image() -> None:
@@ -111,8 +118,10 @@ def test_the_router_goes_by_the_servers_name_and_takes_its_override() -> None:
     policy = server("policy", replicas=2, collector_override="+policy_base_url")
     settings = router_settings(policy, [], "127.0.0.1")
     assert (settings.name, settings.collector_override, settings.health_path) == (
-        "policy", "+policy_base_url", "/health",
-    )  # fmt: skip
+        "policy",
+        "+policy_base_url",
+        "/health",
+    )
 
 
 def test_each_router_gets_a_free_port_for_its_metrics_unless_one_is_named() -> None:
@@ -128,16 +137,25 @@ def test_each_router_gets_a_free_port_for_its_metrics_unless_one_is_named() -> N
 # (name, servers, GPUs needed on each node of the job)
 NODE_GPUS = [
     ("no GPU anywhere", [dict(name="env")], [0]),
-    ("in-process servers add up on the link's node",
-     [dict(name="policy", gpus=2), dict(name="judge", gpus=1)], [3]),
+    (
+        "in-process servers add up on the link's node",
+        [dict(name="policy", gpus=2), dict(name="judge", gpus=1)],
+        [3],
+    ),
     ("in-process replicas all run on the link's node", [dict(name="policy", gpus=2, replicas=2)], [4]),
     ("a placed server takes its gpus on each node it spans", [dict(name="policy", nodes=2, gpus=4)], [4, 4]),
-    ("the first placed head shares the link's node with in-process servers",
-     [dict(name="policy", nodes=2, gpus=4), dict(name="env", gpus=1)], [5, 4]),
+    (
+        "the first placed head shares the link's node with in-process servers",
+        [dict(name="policy", nodes=2, gpus=4), dict(name="env", gpus=1)],
+        [5, 4],
+    ),
     ("replicas on node sets of their own", [dict(name="policy", nodes=1, replicas=3, gpus=2)], [2, 2, 2]),
-    ("a judge apart from the policy",
-     [dict(name="policy", nodes=2, gpus=4), dict(name="judge", nodes=1, gpus=1)], [4, 4, 1]),
-]  # fmt: skip
+    (
+        "a judge apart from the policy",
+        [dict(name="policy", nodes=2, gpus=4), dict(name="judge", nodes=1, gpus=1)],
+        [4, 4, 1],
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "servers", "need"), NODE_GPUS, ids=[r[0] for r in NODE_GPUS])
@@ -167,20 +185,33 @@ def test_a_declared_gpu_count_below_the_servers_need_is_refused() -> None:
 
 
 DEVICE_CASES = [
-    ("two servers on the link's node get devices of their own, in start order",
-     [dict(name="policy", gpus=2), dict(name="judge", gpus=1)], ["0", "1", "2", "3"],
-     {"policy": ("0", "1"), "judge": ("2",)}),
-    ("each in-process replica its own", [dict(name="policy", gpus=1, replicas=2)], ["4", "5"],
-     {"policy-r0": ("4",), "policy-r1": ("5",)}),
-    ("a server without gpus and a placed one are not dealt any",
-     [dict(name="env"), dict(name="policy", nodes=1, gpus=4), dict(name="judge", gpus=1)], ["0"],
-     {"judge": ("0",)}),
+    (
+        "two servers on the link's node get devices of their own, in start order",
+        [dict(name="policy", gpus=2), dict(name="judge", gpus=1)],
+        ["0", "1", "2", "3"],
+        {"policy": ("0", "1"), "judge": ("2",)},
+    ),
+    (
+        "each in-process replica its own",
+        [dict(name="policy", gpus=1, replicas=2)],
+        ["4", "5"],
+        {"policy-r0": ("4",), "policy-r1": ("5",)},
+    ),
+    (
+        "a server without gpus and a placed one are not dealt any",
+        [dict(name="env"), dict(name="policy", nodes=1, gpus=4), dict(name="judge", gpus=1)],
+        ["0"],
+        {"judge": ("0",)},
+    ),
     ("too few devices: none dealt (each sees the link's)", [dict(name="policy", gpus=2)], ["0"], {}),
-    ("a server that sets its own CUDA_VISIBLE_DEVICES is dealt none",
-     [dict(name="policy", gpus=2, env={"CUDA_VISIBLE_DEVICES": "3"}), dict(name="judge", gpus=1)], ["0", "1"],
-     {"judge": ("0",)}),
+    (
+        "a server that sets its own CUDA_VISIBLE_DEVICES is dealt none",
+        [dict(name="policy", gpus=2, env={"CUDA_VISIBLE_DEVICES": "3"}), dict(name="judge", gpus=1)],
+        ["0", "1"],
+        {"judge": ("0",)},
+    ),
     ("no GPUs asked for", [dict(name="env")], ["0", "1"], {}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

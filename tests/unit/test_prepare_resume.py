@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
+from gymslurm.collector.prepare import Prepared, prepare
 from gymslurm.errors import IdentityMismatchError, ManifestError
-from gymslurm.prepare import Prepared, prepare
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
 from gymslurm.settings import load_settings
 from gymslurm.store import RunPaths
@@ -272,8 +272,9 @@ def test_run_saved_with_a_whole_identity_digest_still_resumes(dataset: Path, tmp
 
 def nemo_gym_run(output: Path, rows: list[dict[str, Any]], done: list[tuple[int, int]]) -> None:
     """What NeMo Gym's collector leaves for ``num_repeats=2``: flat materialized rows, flat results."""
-    materialized = [{**row, "_ng_task_index": t, "_ng_rollout_index": r} for t, row in enumerate(rows)
-                    for r in range(2)]  # fmt: skip
+    materialized = [
+        {**row, "_ng_task_index": t, "_ng_rollout_index": r} for t, row in enumerate(rows) for r in range(2)
+    ]
     output.with_name(output.stem + "_materialized_inputs.jsonl").write_bytes(
         b"".join(orjson.dumps(row) + b"\n" for row in materialized)
     )

@@ -86,8 +86,9 @@ def test_run_examples_gives_result_dicts_and_raises_a_failure() -> None:
 
 def test_run_examples_routed_to_the_sidecar_gives_the_failure_row() -> None:
     """route_failures_to_sidecar=True: the failure comes back as the sidecar's _ng_failure_* row."""
-    (_, row), = _run(preprocess_examples([{"fail": True}]), server_url="http://typed:1",
-                     route_failures_to_sidecar=True)  # fmt: skip
+    ((_, row),) = _run(
+        preprocess_examples([{"fail": True}]), server_url="http://typed:1", route_failures_to_sidecar=True
+    )
     assert (row["_ng_failure_class"], row["_ng_failure_terminal"]) == ("session_lost", False)
     assert row["_ng_failure_record"]["source"] == "environment"
 
@@ -112,9 +113,15 @@ def states(*dispositions: Disposition, pending: bool = False) -> list[RolloutSta
 
 def coverage(*dispositions: Disposition, pending: bool = False) -> Any:
     return compute_coverage(
-        states(*dispositions, pending=pending), run_id="r", attempts=2, policy=POLICY, identity_verified=True,
-        historical_failed_attempts=0, progress_outcomes_recorded=1, written_at="2026-12-01T00:00:00Z",
-    )  # fmt: skip
+        states(*dispositions, pending=pending),
+        run_id="r",
+        attempts=2,
+        policy=POLICY,
+        identity_verified=True,
+        historical_failed_attempts=0,
+        progress_outcomes_recorded=1,
+        written_at="2026-12-01T00:00:00Z",
+    )
 
 
 @pytest.mark.parametrize(
@@ -126,8 +133,11 @@ def test_check_completion_raises_the_runtime_error_with_the_status(
 ) -> None:
     """001: an incomplete run raises a RuntimeError carrying 75 / 1 / 76 from the two explicit facts."""
     with pytest.raises(IncompleteRunError) as raised:
-        check_completion(coverage(Disposition.MEASURED, Disposition.FAILED), retryable=retryable,
-                         made_progress=made_progress)  # fmt: skip
+        check_completion(
+            coverage(Disposition.MEASURED, Disposition.FAILED),
+            retryable=retryable,
+            made_progress=made_progress,
+        )
     assert isinstance(raised.value, RuntimeError) and raised.value.status == status
 
 
@@ -163,11 +173,18 @@ def test_collect_raises_the_runtime_error_under_require_complete(tmp_path: Path)
     """001: collect(settings, raw) with require_complete raises IncompleteRunError(status) instead of 75/1."""
     dataset = tmp_path / "in.jsonl"
     dataset.write_text('{"q": 1}\n')
-    settings, raw = load_settings([
-        f"+input_jsonl_fpath={dataset}", f"+output_jsonl_fpath={tmp_path}/out.jsonl",
-        "+environment_server_url=http://127.0.0.1:9", "+environment_config={m: 1}", "+require_complete=true",
-        "+dispatch_breaker_failures=0", "+progress=none", "+summary=false",
-    ])  # fmt: skip
+    settings, raw = load_settings(
+        [
+            f"+input_jsonl_fpath={dataset}",
+            f"+output_jsonl_fpath={tmp_path}/out.jsonl",
+            "+environment_server_url=http://127.0.0.1:9",
+            "+environment_config={m: 1}",
+            "+require_complete=true",
+            "+dispatch_breaker_failures=0",
+            "+progress=none",
+            "+summary=false",
+        ]
+    )
     with pytest.raises(IncompleteRunError) as raised:
         gymslurm.collect(settings, raw, stderr=StringIO(), stdout=sys.stdout)
     assert raised.value.status == ExitCode.RETRY

@@ -95,9 +95,11 @@ def test_env_setup_may_name_an_exported_variable() -> None:
 
 @pytest.mark.parametrize(
     ("field", "line"),
-    [("extra_directives", "--comment=api_key=CNRY-DIR-6"),
-     ("env_setup", "export DB_URL=postgres://h/db?password=CNRY-SETUP-7")],
-)  # fmt: skip
+    [
+        ("extra_directives", "--comment=api_key=CNRY-DIR-6"),
+        ("env_setup", "export DB_URL=postgres://h/db?password=CNRY-SETUP-7"),
+    ],
+)
 def test_a_credential_inside_another_assignment_is_refused_in_a_script(field: str, line: str) -> None:
     """A script line whose credential hides inside an outer assignment is refused, without the value."""
     with pytest.raises(ValidationError, match="carries a credential") as refused:

@@ -329,9 +329,10 @@ def test_a_legacy_resources_server_gets_nemo_gyms_flat_verify_request(tmp_path: 
     client = httpx.Client(transport=httpx.MockTransport(resources_server))
     src = source(tmp_path, lambda b: judge_failed(b, "arith-0"))
     report = reverify_judge_failed(
-        src, tmp_path / "new.jsonl", lambda run_id: http_regrader("http://rs", run_id, client=client,
-                                                                   protocol="legacy_agent"),
-    )  # fmt: skip
+        src,
+        tmp_path / "new.jsonl",
+        lambda run_id: http_regrader("http://rs", run_id, client=client, protocol="legacy_agent"),
+    )
     assert report.regraded_ok == 1 and rows(tmp_path / "new.jsonl") == [("arith-0", 1, 1.0)]
     assert "episode_id" not in sent[0] and sent[0]["response"] == ANSWER
 

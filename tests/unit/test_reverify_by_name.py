@@ -7,34 +7,66 @@ from typing import Any
 
 import pytest
 
+from gymslurm.collector.routing import grader_by_name
 from gymslurm.errors import ConfigError
-from gymslurm.routing import grader_by_name
 
 # The shape of NeMo Gym 0.7.0's global config (../shared/nemogym/compat_stack.yaml's servers).
 CONFIG: dict[str, Any] = {
     "weather": {"resources_servers": {"example_single_tool_call": {"host": "127.0.0.1", "port": 18311}}},
-    "weather_agent": {"responses_api_agents": {"simple_agent": {
-        "host": "127.0.0.1", "port": 18312, "resources_server": {"name": "weather"}}}},
-    "weather_env": {"environment_servers": {"single_agent_turn": {
-        "host": "127.0.0.1", "port": 18313, "resources_server": {"name": "weather"},
-        "agent_server": {"name": "weather_agent"}}}},
-    "weather_legacy_env": {"environment_servers": {"legacy_agent": {
-        "host": "0.0.0.0", "port": 18314, "agent_server": {"name": "weather_agent"}}}},
-    "weather_sat_legacy_env": {"environment_servers": {"single_agent_turn_legacy": {
-        "host": "127.0.0.1", "port": 18315, "resources_server": {"name": "weather"},
-        "agent_server": {"name": "weather_agent"}}}},
+    "weather_agent": {
+        "responses_api_agents": {
+            "simple_agent": {"host": "127.0.0.1", "port": 18312, "resources_server": {"name": "weather"}}
+        }
+    },
+    "weather_env": {
+        "environment_servers": {
+            "single_agent_turn": {
+                "host": "127.0.0.1",
+                "port": 18313,
+                "resources_server": {"name": "weather"},
+                "agent_server": {"name": "weather_agent"},
+            }
+        }
+    },
+    "weather_legacy_env": {
+        "environment_servers": {
+            "legacy_agent": {"host": "0.0.0.0", "port": 18314, "agent_server": {"name": "weather_agent"}}
+        }
+    },
+    "weather_sat_legacy_env": {
+        "environment_servers": {
+            "single_agent_turn_legacy": {
+                "host": "127.0.0.1",
+                "port": 18315,
+                "resources_server": {"name": "weather"},
+                "agent_server": {"name": "weather_agent"},
+            }
+        }
+    },
     "orphan_relay": {"environment_servers": {"legacy_agent": {"host": "127.0.0.1", "port": 18316}}},
-}  # fmt: skip
+}
 
 GRADERS = [
     ("a typed server grades itself", "weather_env", None, ("http://127.0.0.1:18313", "episode")),
-    ("a relay through its agent's resources server", "weather_legacy_env", None,
-     ("http://127.0.0.1:18311", "legacy_agent")),
-    ("an adapter through its own resources server", "weather_sat_legacy_env", None,
-     ("http://127.0.0.1:18311", "legacy_reply")),
-    ("an explicit protocol wins over the type", "weather_env", "legacy_reply",
-     ("http://127.0.0.1:18311", "legacy_reply")),
-]  # fmt: skip
+    (
+        "a relay through its agent's resources server",
+        "weather_legacy_env",
+        None,
+        ("http://127.0.0.1:18311", "legacy_agent"),
+    ),
+    (
+        "an adapter through its own resources server",
+        "weather_sat_legacy_env",
+        None,
+        ("http://127.0.0.1:18311", "legacy_reply"),
+    ),
+    (
+        "an explicit protocol wins over the type",
+        "weather_env",
+        "legacy_reply",
+        ("http://127.0.0.1:18311", "legacy_reply"),
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "name", "explicit", "found"), GRADERS, ids=[g[0] for g in GRADERS])

@@ -1,4 +1,4 @@
-"""NeMo Gym's server names and types, resolved in the head server's configuration (gymslurm.routing)."""
+"""NeMo Gym's server names and types, resolved in the head server's configuration (collector/routing.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import httpx
 import orjson
 import pytest
 
+from gymslurm.collector.routing import resolve_routing
 from gymslurm.dispatch import Completed, EnvironmentClient
 from gymslurm.errors import ConfigError
 from gymslurm.records import EpisodeId
-from gymslurm.routing import resolve_routing
 from gymslurm.settings import load_settings
 
 BASE = ["+input_jsonl_fpath=/data/in.jsonl", "+output_jsonl_fpath=/runs/out.jsonl"]
@@ -21,14 +21,21 @@ OTHER_AGENT = {"type": "responses_api_agents", "name": "math_agent"}
 # NeMo Gym's global config as its head server answers it (trimmed): three servers of three types.
 CONFIG: dict[str, Any] = {
     "head_server": {"host": "10.0.0.5", "port": 11000},
-    "weather_env": {"environment_servers": {"single_agent_turn": {
-        "host": "127.0.0.1", "port": 18313, "agent_server": AGENT}}},
-    "weather_legacy_env": {"environment_servers": {"legacy_agent": {
-        "host": "0.0.0.0", "port": 18314, "agent_server": OTHER_AGENT}}},
-    "weather_sat_env": {"environment_servers": {"single_agent_turn_legacy": {
-        "host": "node7", "port": 18315}}},
+    "weather_env": {
+        "environment_servers": {
+            "single_agent_turn": {"host": "127.0.0.1", "port": 18313, "agent_server": AGENT}
+        }
+    },
+    "weather_legacy_env": {
+        "environment_servers": {
+            "legacy_agent": {"host": "0.0.0.0", "port": 18314, "agent_server": OTHER_AGENT}
+        }
+    },
+    "weather_sat_env": {
+        "environment_servers": {"single_agent_turn_legacy": {"host": "node7", "port": 18315}}
+    },
     "odd_env": {"environment_servers": {"my_own_server": {"host": "node8", "port": 1}}},
-}  # fmt: skip
+}
 
 
 def routing(*overrides: str, config: dict[str, Any] = CONFIG) -> Any:
@@ -44,8 +51,9 @@ def test_a_legacy_mode_name_is_the_servers_address_and_its_type_the_protocol() -
 
 def test_a_wildcard_host_is_the_head_servers_host() -> None:
     """A server listening on 0.0.0.0 is reached at the host of the head server the config came from."""
-    route = routing("+environment_server_name=weather_legacy_env", "+head_server.host=10.0.0.5",
-                    "+head_server.port=11000").default  # fmt: skip
+    route = routing(
+        "+environment_server_name=weather_legacy_env", "+head_server.host=10.0.0.5", "+head_server.port=11000"
+    ).default
     assert (route.url, route.protocol) == ("http://10.0.0.5:18314", "legacy_agent")
 
 
@@ -108,8 +116,9 @@ def test_legacy_mode_without_a_server_name_is_refused() -> None:
 
 def test_head_server_host_and_port_are_the_head_server_url() -> None:
     """NeMo Gym's +head_server.host=H +head_server.port=P is head_server_url http://H:P."""
-    settings = load_settings([*BASE, "+environment_server_name=x", "+head_server.host=10.1.2.3",
-                              "+head_server.port=11001"])[0]  # fmt: skip
+    settings = load_settings(
+        [*BASE, "+environment_server_name=x", "+head_server.host=10.1.2.3", "+head_server.port=11001"]
+    )[0]
     assert settings.head_server_url == "http://10.1.2.3:11001"
     assert settings.config_sources() == ["http://10.1.2.3:11001"]
 
@@ -123,8 +132,14 @@ def test_one_client_speaks_each_servers_own_protocol() -> None:
         sent[request.url.host] = body
         if request.url.host == "relay":
             return httpx.Response(200, json={"reward": 1.0})
-        return httpx.Response(200, json={"episode_id": body["episode_id"], "task_id": body["task"]["task_id"],
-                                         "result": {"reward": 1.0}})  # fmt: skip
+        return httpx.Response(
+            200,
+            json={
+                "episode_id": body["episode_id"],
+                "task_id": body["task"]["task_id"],
+                "result": {"reward": 1.0},
+            },
+        )
 
     task = {"task_id": {"taskset": "w", "task_id": "0"}, "task_input": {"question": "q"}}
 
@@ -136,8 +151,10 @@ def test_one_client_speaks_each_servers_own_protocol() -> None:
             protocol={"http://relay:1": "legacy_agent", "http://typed:1": "episode"},
         )
         async with client:
-            return [await client.run(url, EpisodeId(rollout_id="w-0", attempt=0), task)
-                    for url in ("http://relay:1", "http://typed:1")]  # fmt: skip
+            return [
+                await client.run(url, EpisodeId(rollout_id="w-0", attempt=0), task)
+                for url in ("http://relay:1", "http://typed:1")
+            ]
 
     outcomes = asyncio.run(go())
     assert all(isinstance(outcome, Completed) for outcome in outcomes)

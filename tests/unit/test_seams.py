@@ -15,7 +15,7 @@ from gymslurm.progress import Counters, say
 from gymslurm.selection import Disposition
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gymslurm"
-SEAMS = ["prepare.py", "collector.py"]
+SEAMS = ["collector/prepare.py", "collector/collect.py"]
 
 
 def _tree(name: str) -> ast.Module:
@@ -24,7 +24,7 @@ def _tree(name: str) -> ast.Module:
 
 @pytest.mark.parametrize("name", SEAMS)
 def test_no_seam_is_typed_any(name: str) -> None:
-    """No parameter, return or attribute of prepare.py / collector.py is annotated bare ``Any``."""
+    """No parameter, return or attribute of the collector's seams is annotated bare ``Any``."""
     bare = []
     for node in ast.walk(_tree(name)):
         annotations: list[ast.expr | None] = []
@@ -39,7 +39,7 @@ def test_no_seam_is_typed_any(name: str) -> None:
 
 @pytest.mark.parametrize("name", SEAMS)
 def test_imports_are_visible(name: str) -> None:
-    """prepare.py and collector.py import at the top of the module, never inside a function."""
+    """The collector's seams import at the top of the module, never inside a function."""
     hidden = [
         inner.lineno
         for node in ast.walk(_tree(name))
@@ -59,10 +59,16 @@ def test_say_lives_with_the_other_output_for_people() -> None:
 
 @pytest.mark.parametrize(
     ("disposition", "shown"),
-    [(Disposition.MEASURED, "done"), (Disposition.MASKED, "done"), (Disposition.UNSCORED, "done"),
-     (Disposition.FAILED, "failed"), (Disposition.OMITTED, "omitted"), (Disposition.MISSING, None),
-     (Disposition.NOT_STARTED, None)],
-)  # fmt: skip
+    [
+        (Disposition.MEASURED, "done"),
+        (Disposition.MASKED, "done"),
+        (Disposition.UNSCORED, "done"),
+        (Disposition.FAILED, "failed"),
+        (Disposition.OMITTED, "omitted"),
+        (Disposition.MISSING, None),
+        (Disposition.NOT_STARTED, None),
+    ],
+)
 def test_progress_counts_by_disposition(disposition: Disposition, shown: str | None) -> None:
     """Each selected state is counted as done, failed, omitted or not at all; -1 takes it back."""
     counters = Counters(total=1)

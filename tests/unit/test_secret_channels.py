@@ -31,10 +31,18 @@ COMMAND = ["python", "-m", "gymslurm", "collect"]
 
 @pytest.mark.parametrize(
     "override",
-    ["+policy_api_key=sk-1", "+environment_server_url=http://u:pw@h:1",
-     "+environment_config={judge: {api_key: v}}", "+x=Bearer abc", "+environment_config.policy.base_url=http://h/v1?api_key=CANARY-NESTED",
-     "+environment_server_url=http://h:1", "+limit=3", "+max_tokens=5", "+output_jsonl_fpath=/r/o.jsonl"],
-)  # fmt: skip
+    [
+        "+policy_api_key=sk-1",
+        "+environment_server_url=http://u:pw@h:1",
+        "+environment_config={judge: {api_key: v}}",
+        "+x=Bearer abc",
+        "+environment_config.policy.base_url=http://h/v1?api_key=CANARY-NESTED",
+        "+environment_server_url=http://h:1",
+        "+limit=3",
+        "+max_tokens=5",
+        "+output_jsonl_fpath=/r/o.jsonl",
+    ],
+)
 def test_every_override_leaves_the_command_line(override: str) -> None:
     """Whatever an override looks like, it goes to the environment; the command line is the command."""
     public, hidden = split_command([*COMMAND, override], first_override=len(COMMAND))
@@ -125,9 +133,11 @@ def test_a_server_gets_its_own_env_and_not_the_bundle(
         "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[2]))); s.listen(); time.sleep(30)"
     )
     settings = ServerSettings(
-        name="dump", command=[sys.executable, "-c", program, str(dump), "{port}"],
-        env={"SRV_TOKEN": "own", "OPENAI_API_KEY": "${oc.env:JUDGE_API_KEY}"}, startup_timeout_s=20,
-    )  # fmt: skip
+        name="dump",
+        command=[sys.executable, "-c", program, str(dump), "{port}"],
+        env={"SRV_TOKEN": "own", "OPENAI_API_KEY": "${oc.env:JUDGE_API_KEY}"},
+        startup_timeout_s=20,
+    )
     monkeypatch.setenv("JUDGE_API_KEY", "for-this-server")
     monkeypatch.setenv("OTHER_API_KEY", "for-another")
     withheld = frozenset({"JUDGE_API_KEY", "OTHER_API_KEY"})
@@ -169,9 +179,11 @@ def test_the_link_learns_a_server_env_value_read_from_a_plainly_named_variable(
         "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(30)"
     )
     settings = ServerSettings(
-        name="echo", command=[sys.executable, "-c", program, "{port}"],
-        env={"VLLM_API_KEY": "${oc.env:POLICY}"}, startup_timeout_s=20,
-    )  # fmt: skip
+        name="echo",
+        command=[sys.executable, "-c", program, "{port}"],
+        env={"VLLM_API_KEY": "${oc.env:POLICY}"},
+        startup_timeout_s=20,
+    )
     log = tmp_path / "server.log"
     server = server_mod.start(settings, log, withheld=frozenset({"POLICY"}))
     try:

@@ -23,16 +23,38 @@ from gymslurm.selection import (
 POLICY = BudgetPolicy(max_rollout_attempts=3)
 
 
-def result(attempt: int, reward: float | None = 1.0, *, masked: bool = False, retry_masked: bool = False,
-           line: int = 0) -> SavedOutcome:  # fmt: skip
+def result(
+    attempt: int,
+    reward: float | None = 1.0,
+    *,
+    masked: bool = False,
+    retry_masked: bool = False,
+    line: int = 0,
+) -> SavedOutcome:
     return SavedOutcome(attempt, "result", line, reward=reward, masked=masked, retry_masked=retry_masked)
 
 
-def failure(attempt: int, *, terminal: bool = False, delivery: str = "delivered",
-            kind: str | None = "session_lost", stage: str | None = None, line: int = 0,
-            legacy: str | None = None) -> SavedOutcome:  # fmt: skip
-    return SavedOutcome(attempt, "failure", line, terminal=terminal, delivery=delivery, failure_kind=kind,
-                        stage=stage, failure_class=kind, legacy_class=legacy)  # fmt: skip
+def failure(
+    attempt: int,
+    *,
+    terminal: bool = False,
+    delivery: str = "delivered",
+    kind: str | None = "session_lost",
+    stage: str | None = None,
+    line: int = 0,
+    legacy: str | None = None,
+) -> SavedOutcome:
+    return SavedOutcome(
+        attempt,
+        "failure",
+        line,
+        terminal=terminal,
+        delivery=delivery,
+        failure_kind=kind,
+        stage=stage,
+        failure_class=kind,
+        legacy_class=legacy,
+    )
 
 
 def omission(attempt: int) -> SavedOutcome:
@@ -304,8 +326,15 @@ def test_finished_response_with_empty_output_is_a_generation():
 
 def kept_timeout(attempt: int, *, terminal: bool = False) -> SavedOutcome:
     """A non-terminal agent_timeout failure that kept the model's answer."""
-    return SavedOutcome(attempt, "failure", 0, terminal=terminal, delivery="delivered",
-                        failure_kind="agent_timeout", kept_answer=True)  # fmt: skip
+    return SavedOutcome(
+        attempt,
+        "failure",
+        0,
+        terminal=terminal,
+        delivery="delivered",
+        failure_kind="agent_timeout",
+        kept_answer=True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -372,9 +401,12 @@ def test_select_rollouts_equals_select_rollout_for_every_rollout() -> None:
 
 @pytest.mark.parametrize(
     ("reserved", "group", "problem"),
-    [(1, result(1), "never reserved"), (0, result(0), "never reserved"),
-     (2, [failure(0), result(0)], "two outcomes for execution 0")],
-)  # fmt: skip
+    [
+        (1, result(1), "never reserved"),
+        (0, result(0), "never reserved"),
+        (2, [failure(0), result(0)], "two outcomes for execution 0"),
+    ],
+)
 def test_select_rollouts_raises_the_callers_conflict(reserved: int, group: object, problem: str) -> None:
     """A history that conflicts with the reservations raises conflict(index, problem), fast case or not."""
 
@@ -395,17 +427,24 @@ def test_the_selection_rule_is_written_once() -> None:
         str(path.relative_to(package))
         for path in package.rglob("*.py")
         if path.name != "selection.py"
-        and ("history_problem(" in path.read_text() or "select_rollout(" in path.read_text()
-             or 'and group.kind == "result"' in path.read_text())
-    ]  # fmt: skip
+        and (
+            "history_problem(" in path.read_text()
+            or "select_rollout(" in path.read_text()
+            or 'and group.kind == "result"' in path.read_text()
+        )
+    ]
     assert copies == []
 
 
 @pytest.mark.parametrize(
     ("reward", "shared_before", "kept_is_shared"),
-    [(0.5, {}, True), (0.0, {}, True), (-0.0, {0.0: 0.0}, False),
-     (0.25, dict.fromkeys(range(4096), 0.0), False)],
-)  # fmt: skip
+    [
+        (0.5, {}, True),
+        (0.0, {}, True),
+        (-0.0, {0.0: 0.0}, False),
+        (0.25, dict.fromkeys(range(4096), 0.0), False),
+    ],
+)
 def test_a_reward_is_shared_by_value_except_a_negative_zero_or_past_the_bound(
     reward: float, shared_before: dict[float, float], kept_is_shared: bool
 ) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.collector.routing import resolve_routing
 from gymslurm.errors import ConfigError
-from gymslurm.routing import resolve_routing
 from gymslurm.settings import (
     load_settings,
     max_rollout_attempts,

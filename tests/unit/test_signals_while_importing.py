@@ -20,7 +20,11 @@ def _run_ignoring_usr1(code: str) -> subprocess.CompletedProcess[str]:
             signal.signal(signum, signal.SIG_IGN)
 
     return subprocess.run(
-        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
         preexec_fn=ignore,
     )
 

@@ -21,8 +21,12 @@ def _print_config(cluster: str, env: dict[str, str]) -> subprocess.CompletedProc
     away = {"GYMSLURM_ETC": "/nonexistent/gymslurm-etc", "GYMSLURM_SANDBOX_DIR": "/nonexistent/gymslurm-dir"}
     return subprocess.run(
         ["bash", str(SLURM_UP), "--print-config", cluster],
-        env={**os.environ, **away, **env}, capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        env={**os.environ, **away, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 def _config(cluster: str = "a", **env: str) -> str:

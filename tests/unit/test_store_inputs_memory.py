@@ -126,12 +126,25 @@ def _finished_run(folder: Path, count: int) -> Path:
 
     (folder / f"finished{count}").mkdir()
     paths = RunPaths.for_output(folder / f"finished{count}" / "out.jsonl")
-    rows = [{"_ng_rollout_id": f"r{i}", "_ng_task_index": i, "_ng_rollout_index": 0,
-             "task_id": {"taskset": "arith", "task_id": str(i)}, "task_input": {"q": i}}
-            for i in range(count)]  # fmt: skip
+    rows = [
+        {
+            "_ng_rollout_id": f"r{i}",
+            "_ng_task_index": i,
+            "_ng_rollout_index": 0,
+            "task_id": {"taskset": "arith", "task_id": str(i)},
+            "task_input": {"q": i},
+        }
+        for i in range(count)
+    ]
     digest = "sha256:" + "3" * 64
-    spec = RunSpec(source_path="d", source_digest=digest, inputs=rows, identity={}, config_digest=digest,
-                   max_rollout_attempts=3)  # fmt: skip
+    spec = RunSpec(
+        source_path="d",
+        source_digest=digest,
+        inputs=rows,
+        identity={},
+        config_digest=digest,
+        max_rollout_attempts=3,
+    )
     with RunStore.create_fresh(paths, spec) as store:
         for index in range(count):
             store.append_result(index, store.reserve(index), {"reward": float(index % 2)})

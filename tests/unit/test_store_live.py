@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.collector_live import is_stalled
+from gymslurm.collector.live import is_stalled
 from gymslurm.errors import ManifestError
 from gymslurm.store.live import (
     Heartbeat,
@@ -19,9 +19,18 @@ from gymslurm.store.live import (
 )
 
 RECORD = LiveProgress(
-    written_at="2026-12-01T10:00:00+00:00", epoch=1.0, pid=1, expected=10, successful=3, failed=1,
-    intentionally_omitted=0, in_flight=2, new_outcomes=4, started_epoch=0.0, rate_per_s=4.0,
-)  # fmt: skip
+    written_at="2026-12-01T10:00:00+00:00",
+    epoch=1.0,
+    pid=1,
+    expected=10,
+    successful=3,
+    failed=1,
+    intentionally_omitted=0,
+    in_flight=2,
+    new_outcomes=4,
+    started_epoch=0.0,
+    rate_per_s=4.0,
+)
 BEAT = Heartbeat(job_id="7", start="s", at="a", epoch=1.0, interval_s=15, pid=2)
 
 STALL_ROWS = [
@@ -32,8 +41,9 @@ STALL_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "in_flight", "quiet", "window", "expected"), STALL_ROWS,
-                         ids=[r[0] for r in STALL_ROWS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "in_flight", "quiet", "window", "expected"), STALL_ROWS, ids=[r[0] for r in STALL_ROWS]
+)
 def test_stall_rule(name: str, in_flight: int, quiet: float, window: float | None, expected: bool) -> None:
     """A collection is stalled exactly when requests are in flight and nothing was saved for the window."""
     assert is_stalled(in_flight, quiet, window) is expected
@@ -44,10 +54,28 @@ def test_progress_record_round_trips_and_pins_its_fields(tmp_path: Path) -> None
     path = tmp_path / "out_progress.json"
     write_progress(path, RECORD)
     assert sorted(json.loads(path.read_text())) == sorted(
-        ["format_version", "written_at", "epoch", "job_id", "pid", "expected", "successful", "failed",
-         "intentionally_omitted", "in_flight", "interrupted", "new_outcomes", "started_epoch", "rate_per_s",
-         "oldest_in_flight_s", "last_outcome_age_s", "stalled", "ended", "busy_s"]
-    )  # fmt: skip
+        [
+            "format_version",
+            "written_at",
+            "epoch",
+            "job_id",
+            "pid",
+            "expected",
+            "successful",
+            "failed",
+            "intentionally_omitted",
+            "in_flight",
+            "interrupted",
+            "new_outcomes",
+            "started_epoch",
+            "rate_per_s",
+            "oldest_in_flight_s",
+            "last_outcome_age_s",
+            "stalled",
+            "ended",
+            "busy_s",
+        ]
+    )
     assert read_progress(path) == RECORD and RECORD.finished == 4
 
 
@@ -61,9 +89,12 @@ def test_heartbeat_round_trips(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("{", "is corrupt"), ('{"format_version": 2}', "is version 2"),
-     ('{"format_version": 1, "job_id": "1"}', "is malformed")],
-)  # fmt: skip
+    [
+        ("{", "is corrupt"),
+        ('{"format_version": 2}', "is version 2"),
+        ('{"format_version": 1, "job_id": "1"}', "is malformed"),
+    ],
+)
 def test_unreadable_live_files_raise_naming_the_file(tmp_path: Path, text: str, message: str) -> None:
     """A torn, foreign-version or malformed record raises ManifestError naming the file."""
     path = tmp_path / "heartbeat.json"

@@ -36,11 +36,22 @@ def manifest(**changes: object) -> Manifest:
 def test_field_set_of_version_2_is_pinned() -> None:
     """The manifest's fields are exactly those of docs/formats.md."""
     assert set(Manifest.model_fields) == {
-        "format_version", "run_id", "state", "created_at", "source_path", "source_digest",
-        "inputs_digest", "config_digest", "rollout_count", "max_rollout_attempts",
-        "retry_terminal_timeouts", "identity_verified", "identity_source", "selection_policy",
+        "format_version",
+        "run_id",
+        "state",
+        "created_at",
+        "source_path",
+        "source_digest",
+        "inputs_digest",
+        "config_digest",
+        "rollout_count",
+        "max_rollout_attempts",
+        "retry_terminal_timeouts",
+        "identity_verified",
+        "identity_source",
+        "selection_policy",
         "gymslurm_version",
-    }  # fmt: skip
+    }
 
 
 def test_round_trip(tmp_path: Path) -> None:

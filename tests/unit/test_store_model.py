@@ -56,9 +56,16 @@ def test_reopened_store_agrees_with_what_was_saved(ops: list[tuple[int, str]]) -
             for i in range(ROLLOUTS)
         ]
         store = RunStore.create_fresh(
-            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=rows, identity={},
-                           config_digest=DIGEST, max_rollout_attempts=2),
-        )  # fmt: skip
+            paths,
+            RunSpec(
+                source_path="d",
+                source_digest=DIGEST,
+                inputs=rows,
+                identity={},
+                config_digest=DIGEST,
+                max_rollout_attempts=2,
+            ),
+        )
         store.reconcile()
         for index, kind in ops:
             save(store, index, kind)
@@ -83,6 +90,9 @@ def test_an_environment_failure_that_was_possibly_delivered_is_refused() -> None
     """PROTOCOL.md: a failure the environment reported implies delivered; possibly_delivered is refused."""
     with pytest.raises(ValidationError, match="source: environment"):
         RolloutFailureRecord(
-            episode_id=EpisodeId(rollout_id="m-0", attempt=0), run_id="r", source="environment",
-            delivery="possibly_delivered", failure=EpisodeFailure(failure_reason="x", terminal=False),
-        )  # fmt: skip
+            episode_id=EpisodeId(rollout_id="m-0", attempt=0),
+            run_id="r",
+            source="environment",
+            delivery="possibly_delivered",
+            failure=EpisodeFailure(failure_reason="x", terminal=False),
+        )

@@ -30,9 +30,12 @@ def test_only_the_store_and_selection_build_saved_outcomes() -> None:
         name
         for name, tree in _modules().items()
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "SavedOutcome"
-        and not name.startswith("store/") and name != "selection.py"
-    )  # fmt: skip
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "SavedOutcome"
+        and not name.startswith("store/")
+        and name != "selection.py"
+    )
     assert builders == []
 
 
@@ -50,26 +53,39 @@ def test_the_legacy_judge_markers_are_defined_once() -> None:
 
 def test_a_legacy_failure_row_reads_alike_in_aggregation_and_in_an_imported_run(tmp_path: Path) -> None:
     """A legacy sidecar row (no canonical record) means the same to aggregation as to the store's import."""
-    failure = {"_ng_rollout_id": "arith-0", "_ng_failure_class": "transport_timeout",
-               "_ng_failure_terminal": False, "_ng_failure_message": "timed out"}  # fmt: skip
+    failure = {
+        "_ng_rollout_id": "arith-0",
+        "_ng_failure_class": "transport_timeout",
+        "_ng_failure_terminal": False,
+        "_ng_failure_message": "timed out",
+    }
     result = {"_ng_rollout_id": "arith-1", "reward": 1.0}
     output = write_legacy(tmp_path / "legacy.jsonl", [result], [failure])
     (aggregated, _) = load_shard(resolve_inputs([output])[0]).legacy_outcomes
     paths = RunPaths.for_output(output)
     history = read_history(
-        paths.results, paths.failures, run_id="run-" + "0" * 32, rollout_count=2, legacy=True,
+        paths.results,
+        paths.failures,
+        run_id="run-" + "0" * 32,
+        rollout_count=2,
+        legacy=True,
         keys=RolloutKeys({"arith-0": 0, "arith-1": 1}, dict),
-    )  # fmt: skip
+    )
     (imported,) = history.outcomes(0)
     assert aggregated == imported
     assert (imported.failure_kind, imported.delivery) == ("transport_timeout", "possibly_delivered")
 
 
 ROWS: list[dict[str, Any]] = [
-    {"reward": 1.0}, {"reward": 2}, {"reward": True}, {"reward": float("inf")}, {"reward": None},
+    {"reward": 1.0},
+    {"reward": 2},
+    {"reward": True},
+    {"reward": float("inf")},
+    {"reward": None},
     {"reward": 0.5, "mask_sample": True, "failure_kind": "judge_failed"},
-    {"mask_sample": True, "failure_kind": 3}, {"reward": 0.0, "mask_sample": False},
-]  # fmt: skip
+    {"mask_sample": True, "failure_kind": 3},
+    {"reward": 0.0, "mask_sample": False},
+]
 
 
 def test_the_hot_results_reader_reads_every_row_as_result_outcome(tmp_path: Path) -> None:
@@ -99,9 +115,12 @@ READERS: list[tuple[str, Callable[[RunPaths], Any], Callable[[RunPaths], Path]]]
     ("coverage", read_coverage, lambda p: p.coverage),
     ("gymslurm metrics", lambda p: read_gymslurm_metrics(p.gymslurm_metrics), lambda p: p.gymslurm_metrics),
     ("live progress", lambda p: live.read_progress(p.progress), lambda p: p.progress),
-    ("heartbeat", lambda p: live.read_heartbeat(p.output.parent / "heartbeat.json"),
-     lambda p: p.output.parent / "heartbeat.json"),
-]  # fmt: skip
+    (
+        "heartbeat",
+        lambda p: live.read_heartbeat(p.output.parent / "heartbeat.json"),
+        lambda p: p.output.parent / "heartbeat.json",
+    ),
+]
 
 
 BAD = [(b"{not json", "is corrupt (not valid JSON"), (b"[1]", "is not a JSON object; ")]
@@ -110,9 +129,10 @@ BAD = [(b"{not json", "is corrupt (not valid JSON"), (b"[1]", "is not a JSON obj
 @pytest.mark.parametrize("bad", BAD, ids=["not-json", "not-an-object"])
 @pytest.mark.parametrize("reader", READERS, ids=[r[0] for r in READERS])
 def test_every_json_companion_is_read_by_the_one_reader(
-    tmp_path: Path, reader: tuple[str, Callable[[RunPaths], Any], Callable[[RunPaths], Path]],
+    tmp_path: Path,
+    reader: tuple[str, Callable[[RunPaths], Any], Callable[[RunPaths], Path]],
     bad: tuple[bytes, str],
-) -> None:  # fmt: skip
+) -> None:
     """Manifest, identity, coverage, metrics and live files refuse a bad file alike (named, with a remedy)."""
     (_, read, where), (content, says) = reader, bad
     paths = RunPaths.for_output(tmp_path / "run.jsonl")
@@ -136,8 +156,9 @@ BLOB = (b"t0t1t2", [0, 2, 4, 6])  # three ids, as the store's RolloutIndex holds
         (3, (0,), None),  # not a string
     ],
 )
-def test_a_rollout_guess_is_confirmed_by_its_ids_bytes(rollout_id: object, guesses: tuple[object, ...],
-                                                       found: int | None) -> None:  # fmt: skip
+def test_a_rollout_guess_is_confirmed_by_its_ids_bytes(
+    rollout_id: object, guesses: tuple[object, ...], found: int | None
+) -> None:
     """The readers guess a row's rollout (its task index, the one after the row before) and check the guess
     against the id's bytes; anything else is looked up (here a lookup answers 10 + the index)."""
     keys = RolloutKeys({"t0": 10, "t1": 11, "t2": 12}, dict, BLOB)

@@ -48,8 +48,15 @@ def create(paths: RunPaths, count: int = 3, **changes: Any) -> RunStore:
     return RunStore.create_fresh(paths, RunSpec(**{**options, **changes}))
 
 
-def failure(store: RunStore, index: int, attempt: int, *, terminal: bool = False, kind: str | None = None,
-            delivery: str = "delivered") -> RolloutFailureRecord:  # fmt: skip
+def failure(
+    store: RunStore,
+    index: int,
+    attempt: int,
+    *,
+    terminal: bool = False,
+    kind: str | None = None,
+    delivery: str = "delivered",
+) -> RolloutFailureRecord:
     return RolloutFailureRecord(
         episode_id=EpisodeId(rollout_id=store.rollout_ids()[index], attempt=attempt),
         run_id=store.run_id,
@@ -292,8 +299,13 @@ def test_fresh_replacement_clears_every_companion(paths: RunPaths) -> None:
     assert not paths.failures.exists() and paths.results.read_bytes() == b""
     assert not any(
         p.exists()
-        for p in (paths.resubmit_offset, paths.coverage, paths.health, paths.aggregate_metrics,
-                  paths.gymslurm_metrics)
+        for p in (
+            paths.resubmit_offset,
+            paths.coverage,
+            paths.health,
+            paths.aggregate_metrics,
+            paths.gymslurm_metrics,
+        )
     )
     assert RunStore.open(paths).reconcile().attempts == 0
 
@@ -401,16 +413,28 @@ def test_drift_journal_appends(paths: RunPaths) -> None:
 
 def test_legacy_import_orders_sidecar_before_results(paths: RunPaths) -> None:
     """Legacy rows are numbered by arrival per rollout, sidecar failures before main-file results."""
-    legacy_failure = {"_ng_rollout_id": "demo-t0", "_ng_attempt": 0, "_ng_failure_class": "session_lost",
-                      "_ng_failure_terminal": False, "_ng_failure_message": "x"}  # fmt: skip
+    legacy_failure = {
+        "_ng_rollout_id": "demo-t0",
+        "_ng_attempt": 0,
+        "_ng_failure_class": "session_lost",
+        "_ng_failure_terminal": False,
+        "_ng_failure_message": "x",
+    }
     append_raw(paths.failures, legacy_failure)
     append_raw(paths.results, {"_ng_rollout_id": "demo-t0", "_ng_attempt": 0, "reward": 1.0})
     append_raw(paths.results, {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0})
     assert existing_run(paths) is ExistingRun.LEGACY
     store = RunStore.import_legacy(
-        paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
-        config_digest=DIGEST, max_rollout_attempts=3),
-    )  # fmt: skip
+        paths,
+        RunSpec(
+            source_path="d",
+            source_digest=DIGEST,
+            inputs=make_inputs(3),
+            identity={},
+            config_digest=DIGEST,
+            max_rollout_attempts=3,
+        ),
+    )
     recon = store.reconcile()
     assert list(store.table.counts()) == [2, 1, 0]
     assert recon.states[0].disposition == Disposition.MEASURED  # the result arrived after the failure
@@ -430,9 +454,16 @@ def test_legacy_row_matching_no_rollout_is_an_error(paths: RunPaths) -> None:
     append_raw(paths.results, {"_ng_rollout_id": "gone", "reward": 1.0})
     with pytest.raises(CorruptRecordError, match="legacy row"):
         RunStore.import_legacy(
-            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(1), identity={},
-            config_digest=DIGEST, max_rollout_attempts=3),
-        )  # fmt: skip
+            paths,
+            RunSpec(
+                source_path="d",
+                source_digest=DIGEST,
+                inputs=make_inputs(1),
+                identity={},
+                config_digest=DIGEST,
+                max_rollout_attempts=3,
+            ),
+        )
     assert not paths.manifest.exists()
 
 
@@ -465,9 +496,16 @@ def test_public_api_is_pinned() -> None:
     import gymslurm.store
 
     assert sorted(gymslurm.store.__all__) == [
-        "ExistingRun", "Manifest", "Reconciliation", "RunLock", "RunPaths", "RunSpec", "RunStore",
-        "existing_run", "read_resubmit_offset",
-    ]  # fmt: skip
+        "ExistingRun",
+        "Manifest",
+        "Reconciliation",
+        "RunLock",
+        "RunPaths",
+        "RunSpec",
+        "RunStore",
+        "existing_run",
+        "read_resubmit_offset",
+    ]
 
 
 def test_read_only_open_cannot_reserve(paths: RunPaths) -> None:
@@ -496,14 +534,24 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
     assert existing_run(paths) is ExistingRun.LEGACY
     with pytest.raises(CorruptRecordError, match="Restore the manifest"):
         RunStore.import_legacy(
-            paths, RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(3), identity={},
-            config_digest=DIGEST, max_rollout_attempts=3),
-        )  # fmt: skip
+            paths,
+            RunSpec(
+                source_path="d",
+                source_digest=DIGEST,
+                inputs=make_inputs(3),
+                identity={},
+                config_digest=DIGEST,
+                max_rollout_attempts=3,
+            ),
+        )
     assert not paths.manifest.exists()
 
 
-ORIGIN = {"_ng_environment_server": "weather_env", "_ng_result_type": "single_agent_turn",
-          "agent_ref": {"name": "weather_agent"}}  # fmt: skip
+ORIGIN = {
+    "_ng_environment_server": "weather_env",
+    "_ng_result_type": "single_agent_turn",
+    "agent_ref": {"name": "weather_agent"},
+}
 
 
 def test_records_carry_nemo_gyms_origin_stamps(paths: RunPaths) -> None:
@@ -560,15 +608,29 @@ def test_agent_timeout_that_kept_its_answer_is_not_retried_after_reopen(paths: R
 
 def test_one_run_spec_describes_a_fresh_run_and_a_legacy_import(tmp_path: Path) -> None:
     """The same RunSpec gives a fresh run and an imported one the same recorded description."""
-    spec = RunSpec(source_path="d", source_digest=DIGEST, inputs=make_inputs(2), identity={"model": "m"},
-                   config_digest=DIGEST, max_rollout_attempts=4, retry_terminal_timeouts=True)  # fmt: skip
+    spec = RunSpec(
+        source_path="d",
+        source_digest=DIGEST,
+        inputs=make_inputs(2),
+        identity={"model": "m"},
+        config_digest=DIGEST,
+        max_rollout_attempts=4,
+        retry_terminal_timeouts=True,
+    )
     (tmp_path / "a").mkdir()
     fresh = RunStore.create_fresh(RunPaths.for_output(tmp_path / "a" / "out.jsonl"), spec).manifest
     legacy_paths = RunPaths.for_output(tmp_path / "b" / "out.jsonl")
     legacy_paths.folder.mkdir()
     append_raw(legacy_paths.results, {"_ng_rollout_id": "demo-t0", "reward": 1.0})
     legacy = RunStore.import_legacy(legacy_paths, spec).manifest
-    fields = ("source_path", "source_digest", "inputs_digest", "config_digest", "rollout_count",
-              "max_rollout_attempts", "retry_terminal_timeouts")  # fmt: skip
+    fields = (
+        "source_path",
+        "source_digest",
+        "inputs_digest",
+        "config_digest",
+        "rollout_count",
+        "max_rollout_attempts",
+        "retry_terminal_timeouts",
+    )
     assert [getattr(fresh, f) for f in fields] == [getattr(legacy, f) for f in fields]
     assert (fresh.identity_source, legacy.identity_source) == ("verified", "imported")

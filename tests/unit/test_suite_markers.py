@@ -39,7 +39,7 @@ def test_every_marker_the_tests_use_is_declared_in_pyproject() -> None:
     assert {name: where for name, where in _used_markers().items() if name not in known} == {}
 
 
-PROBE = '''
+PROBE = """
 import json, os, pytest
 
 @pytest.hookimpl(trylast=True)
@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items):
         groups[item.nodeid] = mark.args[0] if mark else None
     with open(os.environ["GROUPS_OUT"], "w") as out:
         json.dump(groups, out)
-'''
+"""
 
 
 def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
@@ -60,13 +60,26 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
     module-scoped fixture's tests their module; others go anywhere."""
     (tmp_path / "groups_probe.py").write_text(PROBE)
     out = tmp_path / "groups.json"
-    files = ["slurm/test_smoke.py", "slurm/test_status_live.py", "compat/test_nemo_gym.py",
-             "e2e/test_canary_suite.py", "e2e/test_aggregate_e2e.py", "unit/test_errors.py",
-             "vllm/test_vllm_server.py", "vllm/test_vllm_replicas.py"]  # fmt: skip
+    files = [
+        "slurm/test_smoke.py",
+        "slurm/test_status_live.py",
+        "compat/test_nemo_gym.py",
+        "e2e/test_canary_suite.py",
+        "e2e/test_aggregate_e2e.py",
+        "unit/test_errors.py",
+        "vllm/test_vllm_server.py",
+        "vllm/test_vllm_replicas.py",
+    ]
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "GROUPS_OUT": str(out)}
     argv = [sys.executable, "-m", "pytest", "--co", "-q", "-p", "groups_probe", "-p", "no:cacheprovider"]
-    done = subprocess.run([*argv, *(f"tests/{f}" for f in files)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*argv, *(f"tests/{f}" for f in files)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     found: dict[str, set[str | None]] = {}
     for nodeid, group in json.loads(out.read_text()).items():
@@ -83,7 +96,7 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
     }
 
 
-GROUPED_MODULE = '''
+GROUPED_MODULE = """
 import pytest
 
 pytestmark = pytest.mark.xdist_group("together")
@@ -92,7 +105,7 @@ pytestmark = pytest.mark.xdist_group("together")
 @pytest.mark.parametrize("n", range(4))
 def test_grouped(n):
     pass
-'''
+"""
 
 
 def test_an_xdist_group_runs_on_one_worker_under_the_installed_pytest(tmp_path: Path) -> None:
@@ -103,10 +116,27 @@ def test_an_xdist_group_runs_on_one_worker_under_the_installed_pytest(tmp_path: 
         (tmp_path / name).write_text(GROUPED_MODULE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-         "-p", "no:randomly", str(tmp_path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     ran = [line.split()[0] for line in lines if "PASSED" in line and "test_grouped" in line]

@@ -117,8 +117,9 @@ JUDGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("events", "sent", "failed", "verdict"), [c[1:] for c in JUDGE_CASES],
-                         ids=[c[0] for c in JUDGE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("events", "sent", "failed", "verdict"), [c[1:] for c in JUDGE_CASES], ids=[c[0] for c in JUDGE_CASES]
+)
 def test_judge_failure(events: list[ServerEvent], sent: float, failed: float, verdict: str) -> None:
     """Each row of the rule in docs/spec-readings.md ("a server death the job owns")."""
     assert judge_failure(sent, failed, timeline(*events)).verdict == verdict
@@ -141,8 +142,10 @@ def test_an_interruption_carries_the_death_as_evidence() -> None:
     judged = judge_failure(11.0, 12.6, timeline(WATCH, HEALTHY_10, DOWN_12))
     assert judged.evidence is not None
     assert (judged.evidence["server"], judged.evidence["how"], judged.evidence["down_since"]) == (
-        "policy", "process killed by signal 9", 12.0,
-    )  # fmt: skip
+        "policy",
+        "process killed by signal 9",
+        12.0,
+    )
 
 
 def _peer_drop() -> RolloutFailureRecord:
@@ -150,9 +153,12 @@ def _peer_drop() -> RolloutFailureRecord:
         failure_reason="connection reset", terminal=False, failure_kind="transport_peer_drop"
     )
     return RolloutFailureRecord(
-        episode_id=EpisodeId(rollout_id="r1", attempt=2), run_id="run-1", source="collector",
-        delivery="possibly_delivered", failure=failure,
-    )  # fmt: skip
+        episode_id=EpisodeId(rollout_id="r1", attempt=2),
+        run_id="run-1",
+        source="collector",
+        delivery="possibly_delivered",
+        failure=failure,
+    )
 
 
 def test_an_interruption_record_spends_no_budget_and_is_not_progress() -> None:
@@ -179,8 +185,15 @@ def test_an_interruption_record_spends_no_budget_and_is_not_progress() -> None:
 
 def _as_saved(record: RolloutFailureRecord) -> SavedOutcome:
     kind = record.failure.failure_kind
-    return SavedOutcome(record.episode_id.attempt, "failure", 0, terminal=record.failure.terminal,
-                        delivery=record.delivery, failure_kind=kind, failure_class=kind)  # fmt: skip
+    return SavedOutcome(
+        record.episode_id.attempt,
+        "failure",
+        0,
+        terminal=record.failure.terminal,
+        delivery=record.delivery,
+        failure_kind=kind,
+        failure_class=kind,
+    )
 
 
 def test_events_round_trip_through_the_channel_format() -> None:
@@ -239,12 +252,21 @@ def test_the_breaker_streak_probes_after_threshold_different_rollouts() -> None:
 
 @pytest.mark.parametrize(
     ("source", "kind", "transport"),
-    [("collector", "transport_peer_drop", True), ("collector", "transport_unreachable", True),
-     ("collector", "transport_timeout", True), ("environment", "transport_peer_drop", False),
-     ("collector", "environment_protocol_violation", False)],
-    ids=["a dropped connection", "a refused connection", "a timeout", "a kind the server reported",
-         "a protocol violation"],
-)  # fmt: skip
+    [
+        ("collector", "transport_peer_drop", True),
+        ("collector", "transport_unreachable", True),
+        ("collector", "transport_timeout", True),
+        ("environment", "transport_peer_drop", False),
+        ("collector", "environment_protocol_violation", False),
+    ],
+    ids=[
+        "a dropped connection",
+        "a refused connection",
+        "a timeout",
+        "a kind the server reported",
+        "a protocol violation",
+    ],
+)
 def test_only_what_the_collector_saw_on_the_wire_is_a_transport_failure(
     source: str, kind: str, transport: bool
 ) -> None:
@@ -252,7 +274,11 @@ def test_only_what_the_collector_saw_on_the_wire_is_a_transport_failure(
     from gymslurm.supervision import is_transport_failure
 
     failure = EpisodeFailure(failure_reason="x", terminal=False, failure_kind=kind)
-    record = RolloutFailureRecord(episode_id=EpisodeId(rollout_id="r"), run_id="run", source=source,  # type: ignore[arg-type]
-                                  delivery="possibly_delivered" if source == "collector" else "delivered",
-                                  failure=failure)  # fmt: skip
+    record = RolloutFailureRecord(
+        episode_id=EpisodeId(rollout_id="r"),
+        run_id="run",
+        source=source,  # type: ignore[arg-type]
+        delivery="possibly_delivered" if source == "collector" else "delivered",
+        failure=failure,
+    )
     assert is_transport_failure(record) is transport

@@ -215,13 +215,21 @@ def test_source_digest_is_sha256_of_bytes() -> None:
 # --- repeated rows: NeMo Gym's materialized file of a num_repeats > 1 run -----------------------------
 
 NG_REPEATED = [
-    {"task_id": {"taskset": "weather", "task_id": "w0"}, "task_input": {"q": "sf"},
-     "_ng_task_index": 0, "_ng_rollout_index": 0},
-    {"task_id": {"taskset": "weather", "task_id": "w0"}, "task_input": {"q": "sf"},
-     "_ng_task_index": 0, "_ng_rollout_index": 1},
+    {
+        "task_id": {"taskset": "weather", "task_id": "w0"},
+        "task_input": {"q": "sf"},
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 0,
+    },
+    {
+        "task_id": {"taskset": "weather", "task_id": "w0"},
+        "task_input": {"q": "sf"},
+        "_ng_task_index": 0,
+        "_ng_rollout_index": 1,
+    },
     {"q": "nyc", "_ng_task_index": 1, "_ng_rollout_index": 0},
     {"q": "nyc", "_ng_task_index": 1, "_ng_rollout_index": 1},
-]  # fmt: skip
+]
 
 
 def test_repeated_rows_are_accepted_with_nemo_gyms_ids() -> None:
@@ -253,12 +261,14 @@ def test_repeated_rows_are_not_repeated_again() -> None:
 
 @pytest.mark.parametrize(
     ("row", "message"),
-    [({"q": 1, "_ng_rollout_index": 0}, "must both be integers"),
-     ({"q": 1, "_ng_task_index": -1, "_ng_rollout_index": 0}, "must both be integers"),
-     ({"q": 1, "_ng_task_index": "0", "_ng_rollout_index": 0}, "must both be integers"),
-     ({"q": 1, "_ng_task_index": "3"}, "must be an integer >= 0"),
-     ({"q": 1, "_ng_task_index": -2}, "must be an integer >= 0")],
-)  # fmt: skip
+    [
+        ({"q": 1, "_ng_rollout_index": 0}, "must both be integers"),
+        ({"q": 1, "_ng_task_index": -1, "_ng_rollout_index": 0}, "must both be integers"),
+        ({"q": 1, "_ng_task_index": "0", "_ng_rollout_index": 0}, "must both be integers"),
+        ({"q": 1, "_ng_task_index": "3"}, "must be an integer >= 0"),
+        ({"q": 1, "_ng_task_index": -2}, "must be an integer >= 0"),
+    ],
+)
 def test_half_or_bad_repeat_indices_are_refused(row: dict[str, Any], message: str) -> None:
     """A rollout index alone, or a non-integer or negative index, is refused before anything is written."""
     with pytest.raises(ConfigError, match=message):
@@ -269,13 +279,19 @@ def test_half_or_bad_repeat_indices_are_refused(row: dict[str, Any], message: st
     ("rows", "repeats", "expected"),
     [
         ([{"q": 1, "_ng_task_index": 7}], 1, [(7, 0, "math-7")]),
-        ([{"q": 1, "_ng_task_index": 7}, {"q": 2, "_ng_task_index": 7}], 1,
-         [(7, 0, "math-7"), (7, 1, "math-7-r1")]),
-        ([{"q": 1, "_ng_task_index": 5}, {"q": 2}], 2,
-         [(5, 0, "math-5-r0"), (5, 1, "math-5-r1"), (0, 0, "math-0-r0"), (0, 1, "math-0-r1")]),
+        (
+            [{"q": 1, "_ng_task_index": 7}, {"q": 2, "_ng_task_index": 7}],
+            1,
+            [(7, 0, "math-7"), (7, 1, "math-7-r1")],
+        ),
+        (
+            [{"q": 1, "_ng_task_index": 5}, {"q": 2}],
+            2,
+            [(5, 0, "math-5-r0"), (5, 1, "math-5-r1"), (0, 0, "math-0-r0"), (0, 1, "math-0-r1")],
+        ),
         ([{"task_id": "t", "_ng_task_index": 3}], 1, [(3, 0, "math-t")]),
     ],
-)  # fmt: skip
+)
 def test_a_given_task_index_is_kept_and_its_rows_are_its_rollouts(
     rows: list[dict[str, Any]], repeats: int, expected: list[tuple[int, int, str]]
 ) -> None:
@@ -301,16 +317,22 @@ def _stamped(*pairs: tuple[bytes, int | None] | tuple[bytes, int, int]) -> list[
     ("lines", "expected"),
     [
         ([b'{"q": 1}\n', b'{"q":2}\n'], _stamped((b'{"q": 1}\n', 0), (b'{"q":2}\n', 1))),
-        ([b'{"q":1}\n', b'{"q":2}\n', b'{"q":1}\n'],
-         _stamped((b'{"q":1}\n', 0), (b'{"q":2}\n', 1), (b'{"q":1}\n', 0, 1))),
-        ([b'{}\n'], [b'{"_ng_task_index": 0}\n']),
-        ([b'{"q":1,"_ng_task_index":9}\n', b'{"q":3}\n'],
-         _stamped((b'{"q":1,"_ng_task_index":9}\n', None), (b'{"q":3}\n', 0))),
+        (
+            [b'{"q":1}\n', b'{"q":2}\n', b'{"q":1}\n'],
+            _stamped((b'{"q":1}\n', 0), (b'{"q":2}\n', 1), (b'{"q":1}\n', 0, 1)),
+        ),
+        ([b"{}\n"], [b'{"_ng_task_index": 0}\n']),
+        (
+            [b'{"q":1,"_ng_task_index":9}\n', b'{"q":3}\n'],
+            _stamped((b'{"q":1,"_ng_task_index":9}\n', None), (b'{"q":3}\n', 0)),
+        ),
         ([REPEATED_LINE], [REPEATED_LINE]),
-        ([b'not json\n', b'[1]\n', b'{"q":1} \n'],
-         _stamped((b'not json\n', None), (b'[1]\n', None), (b'{"q":1}\n', 0))),
+        (
+            [b"not json\n", b"[1]\n", b'{"q":1} \n'],
+            _stamped((b"not json\n", None), (b"[1]\n", None), (b'{"q":1}\n', 0)),
+        ),
     ],
-)  # fmt: skip
+)
 def test_submit_stamps_each_row_with_its_dataset_wide_task_index(
     lines: list[bytes], expected: list[bytes]
 ) -> None:

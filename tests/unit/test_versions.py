@@ -67,16 +67,39 @@ def _rewards(tmp: Path) -> None:
     read_reward_histogram(paths)
 
 
+def _suite_metrics(tmp: Path) -> None:
+    from gymslurm.store.suite_metrics import read_suite_metrics
+
+    (tmp / "suite_metrics.json").write_bytes(orjson.dumps({"format_version": FUTURE, "benchmarks": []}))
+    read_suite_metrics(tmp)
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
 
 
+def _tally(tmp: Path) -> None:
+    from gymslurm.store.tally import RunTally
+
+    (tmp / "tally.jsonl").write_bytes(orjson.dumps({"v": FUTURE, "event": "spent"}) + b"\n")
+    RunTally(tmp / "tally.jsonl").read()
+
+
 READERS: dict[str, Callable[[Path], None]] = {
-    "manifest": _manifest, "coverage": _coverage, "ledger": _ledger, "supervision_event": _event,
-    "reservations": _reservations, "failure_record": _failure_record, "gymslurm_metrics": _gymslurm_metrics,
-    "progress": _live("progress"), "heartbeat": _live("heartbeat"), "rewards": _rewards,
-}  # fmt: skip
+    "run_tally": _tally,
+    "manifest": _manifest,
+    "coverage": _coverage,
+    "ledger": _ledger,
+    "supervision_event": _event,
+    "reservations": _reservations,
+    "failure_record": _failure_record,
+    "gymslurm_metrics": _gymslurm_metrics,
+    "progress": _live("progress"),
+    "heartbeat": _live("heartbeat"),
+    "rewards": _rewards,
+    "suite_metrics": _suite_metrics,
+}
 
 
 @pytest.mark.parametrize("kind", sorted(READERS))
@@ -98,7 +121,23 @@ def test_only_the_exact_integer_version_passes(found: object) -> None:
 def test_every_written_format_is_in_the_table() -> None:
     """The formats docs/formats.md versions are exactly the gate's table."""
     assert sorted(FORMATS) == sorted(
-        ["manifest", "reservations", "failure_record", "coverage", "aggregate_coverage", "health", "ledger",
-         "supervision_event", "gymslurm_metrics", "progress", "heartbeat", "rewards", "run_summary",
-         "finished_seal", "outcome_index"]
-    )  # fmt: skip
+        [
+            "manifest",
+            "reservations",
+            "failure_record",
+            "coverage",
+            "aggregate_coverage",
+            "health",
+            "ledger",
+            "supervision_event",
+            "gymslurm_metrics",
+            "progress",
+            "heartbeat",
+            "rewards",
+            "suite_metrics",
+            "run_summary",
+            "finished_seal",
+            "outcome_index",
+            "run_tally",
+        ]
+    )

@@ -55,17 +55,36 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
     entry = server_entry(vllm, name="policy", probe_interval_s=1, probe_timeout_s=10, **policy)
     env = {
-        "name": "env", "health_path": "/health", "probe_interval_s": 1,
-        "command": [sys.executable, "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}",
-                    "--policy-url", "{servers.policy.url}", "--model-name", SERVED_MODEL,
-                    "--latency-ms", "300"],
-    }  # fmt: skip
+        "name": "env",
+        "health_path": "/health",
+        "probe_interval_s": 1,
+        "command": [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-server",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--policy-url",
+            "{servers.policy.url}",
+            "--model-name",
+            SERVED_MODEL,
+            "--latency-ms",
+            "300",
+        ],
+    }
     overrides = ["+route_failures_to_sidecar=true", f"+concurrency={concurrency}", "+progress=none"]
     bench: dict[str, Any] = {
-        "dataset": str(dataset), "run_root": str(tmp / "runs"), "shards": 1, "servers": [entry, env],
+        "dataset": str(dataset),
+        "run_root": str(tmp / "runs"),
+        "shards": 1,
+        "servers": [entry, env],
         "collector": {"command": [sys.executable, "-m", "gymslurm", "collect"], "overrides": overrides},
-        "slurm": {"python": sys.executable}, "aggregation": {"enabled": False},
-    }  # fmt: skip
+        "slurm": {"python": sys.executable},
+        "aggregation": {"enabled": False},
+    }
     path = tmp / "bench.yaml"
     path.write_text(yaml.safe_dump(bench))
     return path
@@ -105,8 +124,11 @@ def submit(bench: Path, tmp: Path) -> Path:
 def finish(run: Path, vllms: tuple[str, ...] = ("policy",)) -> Run:
     """Wait for the run's final verdict; the pid of every start of the servers named ``vllms``."""
     report = wait_until_final(run, timeout_s=RUN_TIMEOUT_S, aggregation=False)
-    pids = [r["pid"] for r in ledger(run) if r["kind"] == "server" and r["event"] in ("started", "restarted")
-            and r["name"] in vllms]  # fmt: skip
+    pids = [
+        r["pid"]
+        for r in ledger(run)
+        if r["kind"] == "server" and r["event"] in ("started", "restarted") and r["name"] in vllms
+    ]
     return Run(run, report, pids)
 
 

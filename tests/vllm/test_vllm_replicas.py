@@ -42,8 +42,10 @@ def test_every_rollout_is_saved_by_the_replica_left(one_replica_killed: Run) -> 
     run = one_replica_killed
     coverage = run.coverage()
     assert (run.report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
-        "DONE", ROWS, 0,
-    )  # fmt: skip
+        "DONE",
+        ROWS,
+        0,
+    )
     assert decisions(run.path) == ["DONE"]
     assert "dispatch paused" not in run.job_log(), "the replica left carried the load"
 
@@ -54,8 +56,9 @@ def test_the_killed_replica_leaves_the_rotation_and_is_retired(one_replica_kille
     started = [name for name, event in events if event == "started"]
     assert started == ["policy-r0", "policy-r1", "policy", "env"], events
     assert [e for e in events if e[1] in ("down", "gave_up", "restarted")] == [
-        ("policy-r1", "down"), ("policy-r1", "gave_up"),
-    ], events  # fmt: skip
+        ("policy-r1", "down"),
+        ("policy-r1", "gave_up"),
+    ], events
 
 
 def test_no_vllm_replica_outlives_the_link(one_replica_killed: Run) -> None:

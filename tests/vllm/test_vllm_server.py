@@ -50,19 +50,44 @@ def test_vllm_metrics_carry_the_queue_and_the_finished_count_gymslurm_reads(
 def _benchmark(tmp: Path, policy_url: str, rows: int) -> Path:
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
-    policy = {"name": "policy", "url": policy_url, "probe": "chat_completions", "probe_model": SERVED_MODEL,
-              "probe_timeout_s": 30, "collector_override": None}  # fmt: skip
+    policy = {
+        "name": "policy",
+        "url": policy_url,
+        "probe": "chat_completions",
+        "probe_model": SERVED_MODEL,
+        "probe_timeout_s": 30,
+        "collector_override": None,
+    }
     env = {
-        "name": "env", "health_path": "/health",
-        "command": [sys.executable, "-m", "gymslurm", "demo-server", "--host", "{host}", "--port", "{port}",
-                    "--policy-url", "{servers.policy.url}", "--model-name", SERVED_MODEL],
-    }  # fmt: skip
+        "name": "env",
+        "health_path": "/health",
+        "command": [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "demo-server",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--policy-url",
+            "{servers.policy.url}",
+            "--model-name",
+            SERVED_MODEL,
+        ],
+    }
     bench: dict[str, Any] = {
-        "dataset": str(dataset), "run_root": str(tmp / "runs"), "shards": 1, "servers": [policy, env],
-        "collector": {"command": [sys.executable, "-m", "gymslurm", "collect"],
-                      "overrides": ["+route_failures_to_sidecar=true", "+concurrency=16", "+progress=none"]},
-        "slurm": {"python": sys.executable}, "aggregation": {"enabled": False},
-    }  # fmt: skip
+        "dataset": str(dataset),
+        "run_root": str(tmp / "runs"),
+        "shards": 1,
+        "servers": [policy, env],
+        "collector": {
+            "command": [sys.executable, "-m", "gymslurm", "collect"],
+            "overrides": ["+route_failures_to_sidecar=true", "+concurrency=16", "+progress=none"],
+        },
+        "slurm": {"python": sys.executable},
+        "aggregation": {"enabled": False},
+    }
     path = tmp / "bench.yaml"
     path.write_text(yaml.safe_dump(bench))
     return path
@@ -79,8 +104,10 @@ def test_a_benchmark_whose_policy_is_vllm_is_collected_in_full(
     report = wait_until_final(run, timeout_s=300, aggregation=False)
     coverage = json.loads((run / "output/shard-000/rollouts_coverage.json").read_text())
     assert (report["shards"][0]["verdict"], coverage["successful"], coverage["counted_failures"]) == (
-        "DONE", rows, 0,
-    )  # fmt: skip
+        "DONE",
+        rows,
+        0,
+    )
     assert decisions(run) == ["DONE"]
     log = "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.out")))
     assert "the load adapts to model server 'policy''s queue (its /metrics answers)" in log

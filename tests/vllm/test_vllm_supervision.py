@@ -50,8 +50,11 @@ def test_a_killed_vllm_process_group_is_restarted_in_place(supervised: Run) -> N
     downs = [r for r in ledger(supervised.path) if r["kind"] == "server" and r["event"] == "down"]
     assert "signal 9" in downs[0]["cause"], downs
     assert supervised.server_events()[:4] == [
-        ("policy", "started"), ("env", "started"), ("policy", "down"), ("policy", "restarted"),
-    ]  # fmt: skip
+        ("policy", "started"),
+        ("env", "started"),
+        ("policy", "down"),
+        ("policy", "restarted"),
+    ]
 
 
 def test_a_wedged_vllm_engine_is_found_hung_by_its_probes_and_restarted(supervised: Run) -> None:
@@ -68,8 +71,10 @@ def test_both_outages_spend_no_budget_and_every_rollout_is_saved(supervised: Run
     rollout saved, DONE in the one link."""
     coverage, verdict = supervised.coverage(), supervised.report["shards"][0]["verdict"]
     assert (verdict, coverage["successful"], coverage["counted_failures"]) == (
-        "DONE", ROWS, 0,
-    )  # fmt: skip
+        "DONE",
+        ROWS,
+        0,
+    )
     assert decisions(supervised.path) == ["DONE"]
     interrupted = [r for r in supervised.failures() if r["_ng_failure_class"] == "kill_shaped"]
     assert interrupted and {r["_ng_failure_diagnostics"]["interruption"]["server"] for r in interrupted} == {

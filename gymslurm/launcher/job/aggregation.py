@@ -22,7 +22,6 @@ from pathlib import Path
 
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.backend import Backend, run_backend
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
 from gymslurm.launcher.job.chain import (
     account_for_dead_runs,
@@ -38,17 +37,22 @@ from gymslurm.launcher.job.summary import write_summary_if_ended
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.slurm import split_job_id
+from gymslurm.launcher.site.backend import Backend
+from gymslurm.launcher.site.slurm import split_job_id
 from gymslurm.store.flock import locked, try_lock
 from gymslurm.store.paths import RunPaths
 
 
 def maybe_submit_aggregation(
-    run: RunDir, settings: BenchmarkSettings, backend: Backend, me: str | None,
+    run: RunDir,
+    settings: BenchmarkSettings,
+    backend: Backend,
+    me: str | None,
     own: tuple[int, ChainState] | None = None,
-) -> str | None:  # fmt: skip
+) -> str | None:
     """Submit the aggregation job if every shard's chain finished and nobody did yet (under a lock).
 
     The job is queued with its lookahead (``slurm.lookahead`` jobs, each ``afterany`` the one
@@ -58,25 +62,59 @@ def maybe_submit_aggregation(
     on another cluster with no dependency at all: Slurm has none across clusters outside a
     federation, and none is needed, since ``me`` wrote its decision (after its outputs) before
     calling this. ``own``: the calling link's shard and its chain as the link holds it (decision
-    included), so the link's ledger is not read again; every other shard's is read under the lock.
+    included): a finished one is counted in the run's tally, and every other shard's ledger is read
+    (under the lock) only when the tally counts every chain finished (:func:`every_chain_finished`).
     """
     if not settings.aggregation.enabled:
+        count_finished(run, own)
         return None
     backend, after = aggregation_backend(run, backend, me)
     with locked(run.aggregate_lock):
-        array = run.read_array()
-        states = [
-            own[1] if own is not None and own[0] == s else run.chain_state(s, array)
-            for s in range(settings.shards)
-        ]
-        if not all(s.finished and not s.cancelled for s in states):
+        if own is not None and own[1].finished and not own[1].cancelled:
+            run.tally.chain_finished(own[0])  # before asking: the count is never below the truth
+        if not every_chain_finished(run, settings.shards, own, counted=own is not None):
             return None
         if summarize(run.aggregate_ledger.read()).epoch_jobs:
             return None
-        jobs = queue_chain(run.aggregate_ledger, backend, run.script(None), after, settings.slurm.lookahead,
-                           by=me or "resubmit")  # fmt: skip
+        jobs = queue_chain(
+            run.aggregate_ledger,
+            backend,
+            run.script(None),
+            after,
+            settings.slurm.lookahead,
+            by=me or "resubmit",
+        )
     log(f"every shard's chain finished: aggregation job {jobs[0]} queued (then {' '.join(jobs[1:])})")
     return jobs[0]
+
+
+def count_finished(run: RunDir, own: tuple[int, ChainState] | None) -> None:
+    """A finished chain counted in the run's tally, under the aggregate lock (a recount holds it)."""
+    if own is not None and own[1].finished and not own[1].cancelled:
+        with locked(run.aggregate_lock):
+            run.tally.chain_finished(own[0])
+
+
+def every_chain_finished(
+    run: RunDir, shards: int, own: tuple[int, ChainState] | None = None, *, counted: bool = True
+) -> bool:
+    """Every shard's chain finished, none cancelled: the run's tally first (one line read), then, only
+    when it counts every shard, every ledger once (``own``: the caller's chain as it holds it).
+    Called under the aggregate lock, which every count and recount of the tally holds: a chain whose
+    decision a recount missed counts itself after it, never before it.
+
+    ``counted`` False (``resubmit``, which reopens chains): every ledger at once. A read of every
+    ledger that finds fewer finished chains than the tally says writes the true count (a ``recount``),
+    so the links after it trust the tally again.
+    """
+    if counted and run.tally.read().finished < shards:
+        return False
+    array = run.read_array()
+    states = [own[1] if own is not None and own[0] == s else run.chain_state(s, array) for s in range(shards)]
+    finished = sum(1 for s in states if s.finished and not s.cancelled)
+    if finished != run.tally.read().finished:
+        run.tally.recount(finished)
+    return finished == shards
 
 
 def aggregation_backend(run: RunDir, caller: Backend, me: str | None) -> tuple[Backend, str | None]:
@@ -156,18 +194,25 @@ def _run_aggregation_locked(
     state = account_for_dead_runs(state, ledger, me, backend, output=None, limits=limits)
     if state.finished:
         cancelled = cancel_pending(state, me[0], backend)
-        log(f"the aggregation is already decided ({_decided(state)}); nothing to do"
-            f"{'; cancelled ' + ' '.join(cancelled) if cancelled else ''}")  # fmt: skip
+        log(
+            f"the aggregation is already decided ({_decided(state)}); nothing to do"
+            f"{'; cancelled ' + ' '.join(cancelled) if cancelled else ''}"
+        )
         return ExitCode.DONE
     started = Started(
         job_id=me[0], restart_count=me[1], host=socket.gethostname(), gpus=allocated_gpus(os.environ, 0)
-    )  # fmt: skip
+    )
     ledger.append(started)
     fold(state, started)
     try:
         ensure_lookahead(
-            ledger, me[0], backend, lambda after: backend.submit(run.script(None), [after]),
-            state=state, reread=reread, depth=settings.slurm.lookahead,
+            ledger,
+            me[0],
+            backend,
+            lambda after: backend.submit(run.script(None), [after]),
+            state=state,
+            reread=reread,
+            depth=settings.slurm.lookahead,
         )
     except (SlurmError, OSError) as error:  # merge anyway; the decision below is what matters
         log(f"could not queue the next aggregation jobs now: {error}")
@@ -195,14 +240,25 @@ def _notify_end(
 ) -> None:
     """``aggregation_done`` and ``run_done``, given a bounded moment to be delivered."""
     notifier = Notifier(run, settings.notify, settings.name)
-    done = ("aggregation_done", f"aggregation_done:{me[0]}:{me[1]}",
-            {"job": me[0], "decision": str(record.decision), "reason": record.reason})  # fmt: skip
+    done = (
+        "aggregation_done",
+        f"aggregation_done:{me[0]}:{me[1]}",
+        {"job": me[0], "decision": str(record.decision), "reason": record.reason},
+    )
     safely(lambda: notifier.emit_all([done, run_done_event(run, settings.shards, record)]))
     notifier.deliver_soon()
     notifier.wait(LINK_GRACE_S)
 
 
 def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
+    """The run's merge: a suite's benchmarks one by one (suite_aggregation.py), or :func:`merge_run`."""
+    from gymslurm.launcher.job.suite_aggregation import merge_suite
+    from gymslurm.launcher.suite_run import is_suite
+
+    return merge_suite(run, signals, merge_run) if is_suite(run) else merge_run(run, settings, signals)
+
+
+def merge_run(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
     """Apply ``on_failed_shard`` and run the aggregation command: its exit code and what happened."""
     array = run.read_array()
     states = [run.chain_state(s, array) for s in range(settings.shards)]

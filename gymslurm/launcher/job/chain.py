@@ -28,13 +28,15 @@ from datetime import datetime
 from pathlib import Path
 
 from gymslurm.clock import utc_now_ms
-from gymslurm.launcher.backend import ALIVE_STATES, LIVE_STATES, Backend
 from gymslurm.launcher.decide import DeadRun, Limits, dead_run_end, decide
 from gymslurm.launcher.job.collector_files import saved_bytes
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, Submitted, fold, record_decision
-from gymslurm.launcher.slurm import QueueRow
+from gymslurm.launcher.site.backend import ALIVE_STATES, LIVE_STATES, Backend
+from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.store import live
+
+STRAYS_ASKED = 4  # never-started jobs of a chain asked about beyond its lookahead (chain_jobs_to_ask)
 
 
 def seconds_between(start: str | None, end: str | None) -> float:
@@ -60,9 +62,12 @@ def last_beat_s(run: Started, beat: live.Heartbeat | None) -> float | None:
 
 
 def dead_run_facts(
-    run: Started, me: tuple[str, int], backend: Backend, output: Path | None,
+    run: Started,
+    me: tuple[str, int],
+    backend: Backend,
+    output: Path | None,
     beat: live.Heartbeat | None = None,
-) -> DeadRun:  # fmt: skip
+) -> DeadRun:
     """What is known of a run that never wrote its decision: Slurm's word, its start, its saves and
     (``beat``: the shard's heartbeat file) when it last showed life."""
     since = seconds_between(run.at, utc_now_ms())
@@ -86,7 +91,7 @@ def other_live_link(state: ChainState, me: tuple[str, int], backend: Backend) ->
     if not others:
         return None
     try:
-        queue = backend.queue()
+        queue = backend.job_rows(others)
     except Exception as error:  # the link lock was free: the runs are very likely dead
         log(f"could not ask the scheduler whether jobs {' '.join(others)} still run: {error}")
         return None
@@ -133,9 +138,15 @@ def is_live(row: QueueRow | None) -> bool:
 
 
 def ensure_lookahead(
-    ledger: Ledger, me: str, backend: Backend, submit: Callable[[str], str], *,
-    state: ChainState, reread: Callable[[], ChainState] | None, depth: int,
-) -> list[str]:  # fmt: skip
+    ledger: Ledger,
+    me: str,
+    backend: Backend,
+    submit: Callable[[str], str],
+    *,
+    state: ChainState,
+    reread: Callable[[], ChainState] | None,
+    depth: int,
+) -> list[str]:
     """The ``depth`` jobs queued behind ``me`` (``slurm.lookahead``), queuing what is missing;
     strays cancelled.
 
@@ -154,7 +165,7 @@ def ensure_lookahead(
     chain was; ``reread`` None: the caller reads the ledger later, before it ends, and cancels the
     chain's pending jobs then (a link: after its collector; what it queued waits ``afterany`` it).
     """
-    queue = backend.queue()
+    queue = backend.job_rows(chain_jobs_to_ask(state, me, depth))
     chain, after, queued = [], me, False
     for _ in range(depth):
         job = state.successor_of.get(after)
@@ -191,13 +202,41 @@ def queue_chain(
     return jobs
 
 
-def cancel_pending(state: ChainState, me: str, backend: Backend) -> list[str]:
-    """Cancel every pending job of the chain but ``me`` (a chain that stopped needs none)."""
-    queue = backend.queue()
-    pending = [job for job in state.epoch_jobs if job != me and _pending(queue.get(job))]
+def cancel_pending(state: ChainState, me: str, backend: Backend, depth: int = 2) -> list[str]:
+    """Cancel every pending job of the chain but ``me`` (a chain that stopped needs none): of the jobs
+    :func:`chain_jobs_to_ask` names, those the queue shows pending."""
+    asked = [job for job in chain_jobs_to_ask(state, me, depth) if job != me]
+    queue = backend.job_rows(asked)
+    pending = [job for job in asked if _pending(queue.get(job))]
     if pending:
         backend.cancel(pending)
     return pending
+
+
+def chain_jobs_to_ask(state: ChainState, me: str, depth: int) -> list[str]:
+    """The jobs of this chain a link asks the scheduler about (pure): its lookahead as recorded (the
+    ``depth`` successors from ``me``) and the newest jobs of the epoch that never started (what may
+    still be pending: a spare, a hand rerun, a duplicate), at most ``depth + STRAYS_ASKED`` in all.
+
+    Bounded whatever the chain's length or the run's size: the jobs that started are ended or
+    running (the link lock tells which), so only the never-started tail can still wait in the queue.
+    """
+    wanted: list[str] = []
+    after = me
+    for _ in range(depth):
+        job = state.successor_of.get(after)
+        if job is None or job == me or job in wanted:
+            break
+        wanted.append(job)
+        after = job
+    started = {job for job, _ in state.decided} | {run.job_id for run in state.open_runs}
+    never_started = [job for job in state.epoch_jobs if job not in started and job != me]
+    for job in reversed(never_started):
+        if len(wanted) >= depth + STRAYS_ASKED:
+            break
+        if job not in wanted:
+            wanted.append(job)
+    return wanted
 
 
 def _pending(row: QueueRow | None) -> bool:

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.decide import CollectorLife, Progress
+from gymslurm.launcher.decide import Progress
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.store import live
 from gymslurm.store.paths import RunPaths, file_identity
 
 if TYPE_CHECKING:
     from gymslurm.coverage import Coverage
+
 
 def saved_coverage(output: Path) -> Coverage | None:
     """The collector's coverage of ``output``, read through the store; None when none is usable.
@@ -40,10 +41,12 @@ def read_progress(output: Path) -> Progress | None:
     if coverage is None:
         return None
     return Progress(
-        successful=coverage.successful, failed=coverage.failed,
+        successful=coverage.successful,
+        failed=coverage.failed,
         intentionally_omitted=coverage.intentionally_omitted,
-        progress_outcomes_recorded=coverage.progress_outcomes_recorded, snapshot=repr(snapshot),
-    )  # fmt: skip
+        progress_outcomes_recorded=coverage.progress_outcomes_recorded,
+        snapshot=repr(snapshot),
+    )
 
 
 def read_resubmit_offset(output: Path) -> str | None:
@@ -69,17 +72,6 @@ def saved_bytes(output: Path) -> int:
     from gymslurm.store.paths import saved_outcome_bytes  # imported late: keeps chain-step's start fast
 
     return saved_outcome_bytes(RunPaths.for_output(output))
-
-
-def life_of(
-    record: live.LiveProgress | None, pid: int | None, since_start_s: float, now: float
-) -> CollectorLife:
-    """What the live progress record says of the collector ``pid`` at wall-clock ``now`` (pure)."""
-    if record is None:
-        return CollectorLife(pid, since_start_s)
-    age = max(now - record.epoch, 0.0)  # quiet as the collector saw it: a frozen one is not "quiet"
-    return CollectorLife(pid, since_start_s, record.pid, age, record.in_flight, record.last_outcome_age_s,
-                         record.ended)  # fmt: skip
 
 
 def read_live_progress(output: Path) -> live.LiveProgress | None:

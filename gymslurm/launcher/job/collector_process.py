@@ -24,10 +24,10 @@ from gymslurm.launcher.adaptive_load import (
     metrics_urls,
     model_servers,
 )
-from gymslurm.launcher.decide import collector_unresponsive
+from gymslurm.launcher.decide import collector_unresponsive, life_of
 from gymslurm.launcher.job import environment
 from gymslurm.launcher.job import servers as server_mod
-from gymslurm.launcher.job.collector_files import life_of, read_live_progress
+from gymslurm.launcher.job.collector_files import read_live_progress
 from gymslurm.launcher.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.launcher.job.server_watch import Supervisor
 from gymslurm.launcher.rundir import RunDir
@@ -50,9 +50,14 @@ def adaptive_choice(settings: BenchmarkSettings, urls: dict[str, str]) -> Adapti
 
 
 def collector_argv(
-    settings: BenchmarkSettings, run: RunDir, shard: int, urls: dict[str, str], resubmit: bool, *,
+    settings: BenchmarkSettings,
+    run: RunDir,
+    shard: int,
+    urls: dict[str, str],
+    resubmit: bool,
+    *,
     adaptive: Iterable[str] = (),
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The collector command of one link: resume, require completion, the shard's files, servers,
     and how its load adapts (``adaptive``: :func:`adaptive_choice`'s overrides)."""
     argv = [
@@ -75,11 +80,18 @@ def collector_argv(
 
 # What ``gymslurm reverify`` takes of the collector's overrides: the grader and how to speak to it,
 # by address or, in NeMo Gym's spelling, by name through the head server (as collect finds it).
-REVERIFY_KEYS = frozenset({
-    "environment_server_url", "environment_protocol", "request_timeout_s",
-    "environment_server_name", "environment_routing_mode", "head_server_url", "head_server.host",
-    "head_server.port",
-})  # fmt: skip
+REVERIFY_KEYS = frozenset(
+    {
+        "environment_server_url",
+        "environment_protocol",
+        "request_timeout_s",
+        "environment_server_name",
+        "environment_routing_mode",
+        "head_server_url",
+        "head_server.host",
+        "head_server.port",
+    }
+)
 REVERIFY_COMMAND_LENGTH = 5  # interpreter -m gymslurm reverify --judge-failed-only: then the overrides
 
 
@@ -99,10 +111,16 @@ def reverify_argv(
     ]
     stem = settings.output_stem
     return [
-        settings.slurm.interpreter, "-m", "gymslurm", "reverify", "--judge-failed-only",
+        settings.slurm.interpreter,
+        "-m",
+        "gymslurm",
+        "reverify",
+        "--judge-failed-only",
         f"+input_jsonl_fpath={source.shard_output(shard, stem)}",
-        f"+output_jsonl_fpath={run.shard_output(shard, stem)}", "+require_complete=true", *grader,
-    ]  # fmt: skip
+        f"+output_jsonl_fpath={run.shard_output(shard, stem)}",
+        "+require_complete=true",
+        *grader,
+    ]
 
 
 def split_command(argv: list[str], first_override: int) -> tuple[list[str], list[str]]:
@@ -211,9 +229,12 @@ def run_collector(
         pass_fds = (read_fd,)
         supervisor.begin()
     child = subprocess.Popen(
-        public, stdin=subprocess.DEVNULL, env=child_env, pass_fds=pass_fds,
+        public,
+        stdin=subprocess.DEVNULL,
+        env=child_env,
+        pass_fds=pass_fds,
         preexec_fn=server_mod.stop_with_parent,  # noqa: PLW1509  a collector never outlives its link
-    )  # fmt: skip
+    )
     if read_fd is not None:
         os.close(read_fd)
     signals.child, signals.supervisor = child, supervisor
@@ -221,9 +242,10 @@ def run_collector(
         watch.started = time.time()
     if heartbeat is not None:
         heartbeat.publish(
-            collector_pid=child.pid, collector_started=time.time(),
+            collector_pid=child.pid,
+            collector_started=time.time(),
             stall_window_s=None if watch is None else watch.window_s,
-        )  # fmt: skip
+        )
     try:
         code = _wait_supervising(child, supervisor, watch)
     finally:
@@ -248,7 +270,7 @@ def _wait_supervising(
             return child.wait(timeout=step)
         if watch is not None and watch.reason is None and watch.check(child.pid) is not None:
             log(f"unresponsive: {watch.reason}; stopping the collector")
-            return _stop_unresponsive(child)
+            return stop_unresponsive(child)
         if supervisor is None or time.monotonic() < next_round:
             continue
         next_round = time.monotonic() + supervisor.interval_s
@@ -260,7 +282,7 @@ def _wait_supervising(
             child.terminate()
 
 
-def _stop_unresponsive(child: subprocess.Popen[bytes]) -> int:
+def stop_unresponsive(child: subprocess.Popen[bytes]) -> int:
     """CONT (a SIGSTOPped collector cannot take TERM), TERM, and KILL after 10 s: its exit code."""
     for signum in (signal.SIGCONT, signal.SIGTERM):
         with contextlib.suppress(ProcessLookupError):

@@ -19,13 +19,14 @@ import os
 from collections.abc import Callable, Iterator
 
 from gymslurm.clock import utc_now_ms
-from gymslurm.launcher.arrays import ArrayPlan
-from gymslurm.launcher.backend import Backend, ClusterSetBackend, SlurmBackend, run_backend
 from gymslurm.launcher.job.chain import queue_chain
 from gymslurm.launcher.job.heartbeat import log
 from gymslurm.launcher.ledger import summarize
-from gymslurm.launcher.placement import Block, cluster_parts
+from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write
+from gymslurm.launcher.site.arrays import ArrayPlan
+from gymslurm.launcher.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.launcher.site.placement import Block, cluster_parts
 from gymslurm.store.flock import try_lock
 
 
@@ -84,21 +85,37 @@ def queuing_taken_over(run: RunDir, backend: Backend, lookahead: int, *, complet
 
 
 def _write(
-    run: RunDir, shards: int, max_running: int | None, plan: tuple[int, int | None], parts: list[ArrayPart],
-    *, at: str | None = None,
-) -> None:  # fmt: skip
+    run: RunDir,
+    shards: int,
+    max_running: int | None,
+    plan: tuple[int, int | None],
+    parts: list[ArrayPart],
+    *,
+    at: str | None = None,
+) -> None:
     record = ArrayRecord(
-        job_id=parts[0].job_id, shards=shards, max_running=max_running, at=at or utc_now_ms(),
-        chunk=plan[0], parts=parts, throttle=plan[1],
-    )  # fmt: skip
+        job_id=parts[0].job_id,
+        shards=shards,
+        max_running=max_running,
+        at=at or utc_now_ms(),
+        chunk=plan[0],
+        parts=parts,
+        throttle=plan[1],
+    )
     atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
 
 
 def _queue_part(
-    run: RunDir, backend: Backend, piece: tuple[int, int, int, str | None], *, throttle: int | None,
-    lookahead: int, have: ArrayPart | None, record: list[ArrayPart],
+    run: RunDir,
+    backend: Backend,
+    piece: tuple[int, int, int, str | None],
+    *,
+    throttle: int | None,
+    lookahead: int,
+    have: ArrayPart | None,
+    record: list[ArrayPart],
     write: Callable[[list[ArrayPart]], None],
-) -> ArrayPart:  # fmt: skip
+) -> ArrayPart:
     """One array of first links (``piece``: base, offset, size, cluster) and its ``lookahead - 1``
     spare arrays (what ``have`` lacks of them), on the piece's cluster, ``write(parts)`` after each
     ``sbatch`` so a kill between two leaves every queued array recorded."""
@@ -119,9 +136,16 @@ def _queue_part(
 
 
 def submit_arrays(
-    run: RunDir, backend: SlurmBackend | ClusterSetBackend, shards: int, plan: ArrayPlan, *,
-    max_running: int | None, counts: list[int], lookahead: int = 2, placement: list[Block] | None = None,
-) -> str:  # fmt: skip
+    run: RunDir,
+    backend: SlurmBackend | ClusterSetBackend,
+    shards: int,
+    plan: ArrayPlan,
+    *,
+    max_running: int | None,
+    counts: list[int],
+    lookahead: int = 2,
+    placement: list[Block] | None = None,
+) -> str:
     """Every shard's first link as the plan's job arrays (one ``sbatch`` each; a run across clusters:
     each range cut by cluster, each piece an array of its cluster, ``--clusters=C``), each array
     followed by its ``lookahead - 1`` spare arrays (one ``sbatch`` each, ``afterany`` the array
@@ -139,16 +163,27 @@ def submit_arrays(
 
     pieces = cluster_parts(plan.parts, placement)
     for piece in pieces:
-        part = _queue_part(run, backend, piece, throttle=plan.throttle, lookahead=lookahead, have=None,
-                           record=parts, write=write)  # fmt: skip
+        part = _queue_part(
+            run,
+            backend,
+            piece,
+            throttle=plan.throttle,
+            lookahead=lookahead,
+            have=None,
+            record=parts,
+            write=write,
+        )
         parts.append(part)
         first, size = part.first, part.size
         rows = counts[first : first + size]
         if len(pieces) <= 20 or first == 0:
             then = f", spare tasks in {' '.join(part.spares or [])}" if part.spares else ""
             indices = array_indices(list(range(part.offset, part.offset + size)), plan.throttle)
-            print(f"shards {first}..{first + size - 1} ({min(rows)}-{max(rows)} rows each): first links are "
-                  f"job array {part.job_id} (--array={indices}){then}", flush=True)  # fmt: skip
+            print(
+                f"shards {first}..{first + size - 1} ({min(rows)}-{max(rows)} rows each): first links are "
+                f"job array {part.job_id} (--array={indices}){then}",
+                flush=True,
+            )
     if len(pieces) > 20:
         print(f"... {len(pieces)} job arrays in all: {parts[0].job_id} .. {parts[-1].job_id}")
     if plan.throttle:
@@ -175,8 +210,10 @@ def complete_queuing(run: RunDir, backend: Backend, lookahead: int, me: str) -> 
             return []
         queued = _complete(run, backend, lookahead, me)
         run.queuing_mark.unlink()
-        log(f"submit did not queue every first link (killed midway?); job {me} queued "
-            f"{' '.join(queued) or 'nothing more'}")  # fmt: skip
+        log(
+            f"submit did not queue every first link (killed midway?); job {me} queued "
+            f"{' '.join(queued) or 'nothing more'}"
+        )
         return queued
     finally:
         os.close(fd)
@@ -211,8 +248,18 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
         if known is not None and known.spares is None:  # a part written before spares: leave it be
             parts.append(known)
             continue
-        parts.append(_queue_part(run, backend, piece, throttle=record.throttle, lookahead=lookahead,
-                                 have=known, record=parts, write=write))  # fmt: skip
+        parts.append(
+            _queue_part(
+                run,
+                backend,
+                piece,
+                throttle=record.throttle,
+                lookahead=lookahead,
+                have=known,
+                record=parts,
+                write=write,
+            )
+        )
     after = run.read_array()
     ids = [] if after is None else [job for p in after.arrays for job in [p.job_id, *(p.spares or [])]]
     return [job for job in ids if job not in before]

@@ -49,6 +49,7 @@ class Signals:
     received: list[int] = field(default_factory=list)
     child: subprocess.Popen[bytes] | None = None
     supervisor: Supervisor | None = None
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)  # a suite link's collectors
 
     def handle(self, signum: int, _frame: FrameType | None) -> None:
         """Remember the signal and forward it to the child the first time it arrives."""
@@ -56,9 +57,10 @@ class Signals:
         self.received.append(signum)
         if self.supervisor is not None:
             self.supervisor.stop_requested()
-        if first and self.child is not None and self.child.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.child.send_signal(signum)
+        for child in [self.child, *self.children] if first else []:
+            if child is not None and child.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signum)
 
     def install(self) -> None:
         """Handle USR1, TERM and INT; take as received those the batch shell got before we ran.
@@ -106,9 +108,13 @@ class Heartbeat:
     def beat(self) -> None:
         """Write one heartbeat now."""
         record = live.Heartbeat(
-            **self.payload, at=utc_now_ms(), epoch=time.time(), interval_s=self.interval_s,  # type: ignore[arg-type]
-            pid=os.getpid(), host=socket.gethostname(),
-        )  # fmt: skip
+            **self.payload,  # type: ignore[arg-type]
+            at=utc_now_ms(),
+            epoch=time.time(),
+            interval_s=self.interval_s,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
         with contextlib.suppress(StoreError):
             live.write_heartbeat(self.path, record)
 

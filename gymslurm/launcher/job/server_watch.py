@@ -68,6 +68,7 @@ class Supervisor:
     _watches: list[_Watch] = field(default_factory=list)
     say: Callable[[str], None] = lambda _message: None  # a line for the job log (the link's log)
     _paused: set[str] = field(default_factory=set)  # servers whose replicas are all out of rotation
+    more_fds: list[int] = field(default_factory=list)  # a suite link's other collectors' channels
 
     def __post_init__(self) -> None:
         now = time.monotonic()
@@ -79,11 +80,12 @@ class Supervisor:
         return min((w.server.settings.probe_interval_s for w in self._watches), default=5.0)
 
     def emit(self, event: ServerEvent) -> None:
-        """Send one event to the collector (a collector that already exited is not an error)."""
-        if self.write_fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.write(self.write_fd, event.encode())
+        """Send one event to the collector, and to every other collector of a suite link sharing these
+        servers (``more_fds``); a collector that already exited is not an error."""
+        for fd in [self.write_fd, *self.more_fds]:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(fd, event.encode())
 
     def begin(self) -> None:
         """Tell the collector supervision started, and how often it probes."""

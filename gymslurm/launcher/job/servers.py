@@ -230,9 +230,11 @@ def launch(
             return node_words(interpolate(text, known, here, port), nodes, rank)
 
         argv = container_argv(
-            settings, [fill(part) for part in rank_argv(settings, rank)],
-            node=here if nodes else None, step_name=f"gs-{name}-{rank}",
-        )  # fmt: skip
+            settings,
+            [fill(part) for part in rank_argv(settings, rank)],
+            node=here if nodes else None,
+            step_name=f"gs-{name}-{rank}",
+        )
         env = {key: fill(value) for key, value in settings.env.items()}
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
@@ -244,15 +246,32 @@ def launch(
             for process in processes:
                 _kill_tree(process.pid, 0.0)
             raise ServerStartError(f"server {name!r} not started: {error}") from error
-        processes.append(subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=child_env,  # its own secrets only (process_env.child_environment)
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
-        ))  # fmt: skip
+        processes.append(
+            subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=child_env,  # its own secrets only (process_env.child_environment)
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
+        )
     server = RunningServer(
-        settings, f"http://{host}:{port}", processes[0], port, log, started=dict(known), withheld=withheld,
-        label=label, nodes=nodes, ranks=processes[1:], host=host, launched_at=t0, devices=devices,
-    )  # fmt: skip
+        settings,
+        f"http://{host}:{port}",
+        processes[0],
+        port,
+        log,
+        started=dict(known),
+        withheld=withheld,
+        label=label,
+        nodes=nodes,
+        ranks=processes[1:],
+        host=host,
+        launched_at=t0,
+        devices=devices,
+    )
     for process in processes:
         assert process.stdout is not None
         pump = threading.Thread(target=pump_log, args=(process.stdout, log), daemon=True, name="log")
@@ -423,9 +442,15 @@ def relaunch(server: RunningServer) -> RunningServer:
     kill_now(server)
     assert server.log is not None
     fresh = launch(
-        server.settings, server.log, server.port, server.started, server.withheld,
-        nodes=server.nodes, label=server.label, devices=server.devices,
-    )  # fmt: skip
+        server.settings,
+        server.log,
+        server.port,
+        server.started,
+        server.withheld,
+        nodes=server.nodes,
+        label=server.label,
+        devices=server.devices,
+    )
     fresh.restarts = server.restarts + 1
     return fresh
 

@@ -33,8 +33,11 @@ def allocation_nodes() -> list[str]:
     try:
         done = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ServerStartError(f"cannot read the job's nodes (scontrol show hostnames): {error}") from error
     if done.returncode != 0 or not done.stdout.split():
@@ -49,16 +52,31 @@ def router_settings(
     """The router of ``server``'s replicas as a server of its own: the replicas' URLs, health-probed."""
     router = server.router
     argv = [
-        *router.command, "--host", "{host}", "--port", "{port}",
-        "--worker-urls", *(replica.url for replica in replicas),
-        "--policy", router.policy, *router.extra_args, *metrics_port_args(router.extra_args),
-    ]  # fmt: skip
+        *router.command,
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--worker-urls",
+        *(replica.url for replica in replicas),
+        "--policy",
+        router.policy,
+        *router.extra_args,
+        *metrics_port_args(router.extra_args),
+    ]
     return ServerSettings(
-        name=server.name, command=argv, host=host, health_path="/health", probe="health",
-        startup_timeout_s=router.startup_timeout_s, collector_override=server.collector_override,
-        probe_interval_s=server.probe_interval_s, probe_timeout_s=server.probe_timeout_s,
-        probe_failures=server.probe_failures, restart_limit=server.restart_limit,
-    )  # fmt: skip
+        name=server.name,
+        command=argv,
+        host=host,
+        health_path="/health",
+        probe="health",
+        startup_timeout_s=router.startup_timeout_s,
+        collector_override=server.collector_override,
+        probe_interval_s=server.probe_interval_s,
+        probe_timeout_s=server.probe_timeout_s,
+        probe_failures=server.probe_failures,
+        restart_limit=server.restart_limit,
+    )
 
 
 def metrics_port_args(extra_args: list[str]) -> list[str]:
@@ -93,8 +111,9 @@ def start_stack(
         if wanted.nodes is not None and wanted.nodes > 1 and not nodes:
             raise ServerStartError(
                 f"server {wanted.name!r} spans nodes: {wanted.nodes}, which needs a Slurm allocation of "
-                "that many nodes (the local backend runs everything on this host)", deterministic=True,
-            )  # fmt: skip
+                "that many nodes (the local backend runs everything on this host)",
+                deterministic=True,
+            )
         mine = [i for i in instances if i.server == wanted.name]
         replicas = []
         for instance in mine:
@@ -106,9 +125,14 @@ def start_stack(
             known = {s.name: s for s in started}
             log = logs / f"server-{name}-s{shard:03d}.log"
             server = server_mod.start(
-                wanted, log, started=known, withheld=withheld, nodes=where, label=name,
+                wanted,
+                log,
+                started=known,
+                withheld=withheld,
+                nodes=where,
+                label=name,
                 devices=devices.get(name, ()),
-            )  # fmt: skip
+            )
             started.append(server)
             replicas.append(server)
             _noted(note, server)
@@ -153,7 +177,17 @@ def stack_lines(servers: list[ServerSettings]) -> list[tuple[str, list[str] | No
             lines.append((f"{name} (rank {rank})" if len(instance.nodes) > 1 else name, argv, None))
         if server.replicas > 1 and instance.replica == server.replicas - 1:
             urls = [f"<{placement.label(server.name, r, server.replicas)}>" for r in range(server.replicas)]
-            router = [*server.router.command, "--host", "{host}", "--port", "{port}", "--worker-urls",
-                      *urls, "--policy", server.router.policy, *server.router.extra_args]  # fmt: skip
+            router = [
+                *server.router.command,
+                "--host",
+                "{host}",
+                "--port",
+                "{port}",
+                "--worker-urls",
+                *urls,
+                "--policy",
+                server.router.policy,
+                *server.router.extra_args,
+            ]
             lines.append((f"{server.name} (router)", router, None))
     return lines

@@ -240,5 +240,5 @@ def rewards_chart(tasksets: Sequence[dict[str, Any]] | None) -> str:
     return (
         f'<svg id="chart-rewards" class="chart" viewBox="0 0 {total_w} 135" role="img" '
         'xmlns="http://www.w3.org/2000/svg"><title>reward distribution per taskset</title>'
-        f'{"".join(panels)}</svg>'
+        f"{''.join(panels)}</svg>"
     )

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import ChainState
 from gymslurm.launcher.links import (
     human_gpu_hours,
 )
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.slurm import AccountingRow, QueueRow
+from gymslurm.launcher.site.backend import Backend
+from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
 
 
 def cost_line(summary: dict[str, Any]) -> str | None:

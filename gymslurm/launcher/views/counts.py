@@ -80,17 +80,25 @@ def counts_of(coverage: Coverage | None, record: live.LiveProgress | None, runni
         by_class = dict(coverage.failed_by_class)
         interrupted = int(by_class.pop(INTERRUPTION_CLASS, 0))
         counts = Counts(
-            coverage.expected, coverage.successful, coverage.failed - interrupted,
-            coverage.intentionally_omitted, failed_by_class=by_class, interrupted=interrupted,
-        )  # fmt: skip
+            coverage.expected,
+            coverage.successful,
+            coverage.failed - interrupted,
+            coverage.intentionally_omitted,
+            failed_by_class=by_class,
+            interrupted=interrupted,
+        )
     if record is not None and (coverage is None or record.epoch >= epoch_of(coverage.written_at)):
         counts = Counts(
-            record.expected, record.successful, record.failed - record.interrupted,
+            record.expected,
+            record.successful,
+            record.failed - record.interrupted,
             record.intentionally_omitted,
-            record.in_flight if running else 0, record.rate_per_s if running and not record.ended else None,
-            live=running and not record.ended, failed_by_class=counts.failed_by_class,
+            record.in_flight if running else 0,
+            record.rate_per_s if running and not record.ended else None,
+            live=running and not record.ended,
+            failed_by_class=counts.failed_by_class,
             interrupted=record.interrupted,
-        )  # fmt: skip
+        )
     return counts
 
 

@@ -30,7 +30,6 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import StoreError
-from gymslurm.launcher.backend import Backend
 from gymslurm.launcher.ledger import Record
 from gymslurm.launcher.links import (
     KINDS,
@@ -44,6 +43,7 @@ from gymslurm.launcher.links import (
 )
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
@@ -54,16 +54,25 @@ from gymslurm.store.rewards import read_reward_histogram
 
 REPORT_SCHEMA, REPORT_VERSION = "gymslurm.report", 1
 REPORT_NAME = "report.html"
-DECISION_COLOURS = {"DONE": "#2e7d32", "CONTINUE": "#1565c0", "RETRY": "#ef6c00",
-                    "STOP_FAILED": "#c62828", "STOP_EXHAUSTED": "#c62828", "STOP_WALLTIME": "#c62828",
-                    "STOP_NO_PROGRESS": "#c62828", "STOP_BUDGET": "#f9a825",
-                    "RUNNING": "#9e9e9e"}  # fmt: skip
+DECISION_COLOURS = {
+    "DONE": "#2e7d32",
+    "CONTINUE": "#1565c0",
+    "RETRY": "#ef6c00",
+    "STOP_FAILED": "#c62828",
+    "STOP_EXHAUSTED": "#c62828",
+    "STOP_WALLTIME": "#c62828",
+    "STOP_NO_PROGRESS": "#c62828",
+    "STOP_BUDGET": "#f9a825",
+    "RUNNING": "#9e9e9e",
+}
 
 
 def report_data(
-    run: RunDir, backend: Backend, status: dict[str, Any] | None = None,
+    run: RunDir,
+    backend: Backend,
+    status: dict[str, Any] | None = None,
     chains: list[list[Record]] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The report's data: the status document (queried unless given) plus timelines, faults, rewards.
 
     ``chains``: the records ``status`` was made from (:func:`read_chains`), so no ledger is read twice.
@@ -80,11 +89,17 @@ def report_data(
     except StoreError:
         histogram = None
     rewards = None if histogram is None else [entry.model_dump() for entry in histogram]
-    return {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "status": status, "shards": shards,
-            "metrics": final_metrics(run, info.output_stem)[0], "rewards": rewards}  # fmt: skip
+    return {
+        "schema": REPORT_SCHEMA,
+        "version": REPORT_VERSION,
+        "status": status,
+        "shards": shards,
+        "metrics": final_metrics(run, info.output_stem)[0],
+        "rewards": rewards,
+    }
 
 
-_SPECIAL = frozenset('&<>"\'')
+_SPECIAL = frozenset("&<>\"'")
 
 
 def _e(value: object) -> str:
@@ -93,8 +108,11 @@ def _e(value: object) -> str:
 
 
 def _timeline(data: dict[str, Any], now: float) -> str:
-    spans = [(iso_epoch(link.get("start")), iso_epoch(link.get("end")) or now)
-             for shard in data["shards"] for link in shard["links"]]  # fmt: skip
+    spans = [
+        (iso_epoch(link.get("start")), iso_epoch(link.get("end")) or now)
+        for shard in data["shards"]
+        for link in shard["links"]
+    ]
     starts = [s for s, _ in spans if s is not None]
     if not starts:
         return '<p id="timeline" class="timeline">no link has started yet</p>'
@@ -112,20 +130,28 @@ def _timeline(data: dict[str, Any], now: float) -> str:
                 continue
             left, span = 100 * (start - t0) / width, max(100 * (end - start) / width, 0.4)
             colour = DECISION_COLOURS.get(link.get("decision") or "RUNNING", "#6a1b9a")
-            title = (f"job {link['job']} (run {link['restart']}): {link.get('decision') or 'running'}; "
-                     f"{link.get('slurm_state')}, exit {link.get('exit_code')}; "
-                     f"{link.get('reason')}")  # fmt: skip
-            bars.append(f'<span class="bar" style="left:{left:.2f}%;width:{span:.2f}%;background:{colour}" '
-                        f'title="{_e(title)}"></span>')  # fmt: skip
-        rows.append(f'<div class="lane"><span class="label">shard {shard["shard"]}</span>'
-                    f'<span class="track">{"".join(bars)}</span></div>')  # fmt: skip
+            title = (
+                f"job {link['job']} (run {link['restart']}): {link.get('decision') or 'running'}; "
+                f"{link.get('slurm_state')}, exit {link.get('exit_code')}; "
+                f"{link.get('reason')}"
+            )
+            bars.append(
+                f'<span class="bar" style="left:{left:.2f}%;width:{span:.2f}%;background:{colour}" '
+                f'title="{_e(title)}"></span>'
+            )
+        rows.append(
+            f'<div class="lane"><span class="label">shard {shard["shard"]}</span>'
+            f'<span class="track">{"".join(bars)}</span></div>'
+        )
     legend = " ".join(
         f'<span class="key" style="background:{c}"></span>{_e(d)}' for d, c in DECISION_COLOURS.items()
     )
     waiting = f" &middot; {unstarted} shard(s) not drawn: no link started yet" if unstarted else ""
-    return (f'<div id="timeline" class="timeline">{"".join(rows)}</div>'
-            f'<p class="legend">{legend} &middot; {human_duration(t1 - t0)} '
-            f"from the first link's start{waiting}</p>")  # fmt: skip
+    return (
+        f'<div id="timeline" class="timeline">{"".join(rows)}</div>'
+        f'<p class="legend">{legend} &middot; {human_duration(t1 - t0)} '
+        f"from the first link's start{waiting}</p>"
+    )
 
 
 _CELL, _ROW = "\x1e", "\x1f"  # ASCII record separators: joined, escaped once, then made markup
@@ -166,8 +192,10 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
     status = data["status"]
     now = datetime.now().timestamp() if now is None else now
     shard_rows = [[row.get(key) for key, _ in COLUMNS] for row in status["shards"]]
-    coverage_rows = [[row["shard"], row["expected"], row["successful"], row["failed"], row["omitted"],
-                      row["in_flight"]] for row in status["shards"]]  # fmt: skip
+    coverage_rows = [
+        [row["shard"], row["expected"], row["successful"], row["failed"], row["omitted"], row["in_flight"]]
+        for row in status["shards"]
+    ]
     classes = sorted(status["summary"]["failed_by_class"].items())
     names = [*KINDS, "retries_spent", "server_restarts"]
     fault_rows = [[s["shard"], *(s["faults"].get(name, 0) for name in names)] for s in data["shards"]]
@@ -175,17 +203,44 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
     fault_rows.append(["all", *totals.values()])
     fault_headers = ["shard", *(name.replace("_", " ") for name in names)]
     summary = status["summary"]
-    gpu_rows = [[r["shard"], human_gpu_hours(r.get("gpu_hours")), human_gpu_hours(r.get("gpu_hours_idle")),
-                 human_gpu_hours(r.get("gpu_hours_slurm"))] for r in status["shards"]]  # fmt: skip
-    gpu_rows.append(["all", *(human_gpu_hours(summary.get(key)) for key in
-                              ("gpu_hours", "gpu_hours_idle", "gpu_hours_slurm"))])  # fmt: skip
+    gpu_rows = [
+        [
+            r["shard"],
+            human_gpu_hours(r.get("gpu_hours")),
+            human_gpu_hours(r.get("gpu_hours_idle")),
+            human_gpu_hours(r.get("gpu_hours_slurm")),
+        ]
+        for r in status["shards"]
+    ]
+    gpu_rows.append(
+        [
+            "all",
+            *(
+                human_gpu_hours(summary.get(key))
+                for key in ("gpu_hours", "gpu_hours_idle", "gpu_hours_slurm")
+            ),
+        ]
+    )
     expected = int(summary.get("expected") or 0)
-    link_rows = [[s["shard"], link["job"], link["restart"], link.get("start"), link.get("end"),
-                  human_duration(link.get("elapsed_s")), link.get("gpus"),
-                  human_gpu_hours(link_gpu_hours(link, now, iso_epoch(link.get("start")))),
-                  human_gpu_hours(idle_gpu_hours(link)), link.get("slurm_state"), link.get("exit_code"),
-                  link.get("decision"), link.get("reason")]
-                 for s in data["shards"] for link in s["links"]]  # fmt: skip
+    link_rows = [
+        [
+            s["shard"],
+            link["job"],
+            link["restart"],
+            link.get("start"),
+            link.get("end"),
+            human_duration(link.get("elapsed_s")),
+            link.get("gpus"),
+            human_gpu_hours(link_gpu_hours(link, now, iso_epoch(link.get("start")))),
+            human_gpu_hours(idle_gpu_hours(link)),
+            link.get("slurm_state"),
+            link.get("exit_code"),
+            link.get("decision"),
+            link.get("reason"),
+        ]
+        for s in data["shards"]
+        for link in s["links"]
+    ]
     metrics = data.get("metrics") or {}
     embedded = orjson.dumps(data).decode().replace("</", "<\\/")
     parts = [
@@ -195,35 +250,62 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
         f'<p class="summary" id="summary">{_e(summary_line(status["summary"]))}</p>',
         f"<p>aggregation: {_e(status['aggregation']['job'])} {_e(status['aggregation']['state'])}</p>",
         f'<p class="summary" id="result">{_e(headline(metrics) or _no_metrics(status))}</p>',
-        "<h2>Shards</h2>", _table([t for _, t in COLUMNS], shard_rows, "shards"),
-        "<h2>Timeline of links</h2>", _timeline(data, now),
+        "<h2>Shards</h2>",
+        _table([t for _, t in COLUMNS], shard_rows, "shards"),
+        "<h2>Timeline of links</h2>",
+        _timeline(data, now),
         "<h2>Coverage by category</h2>",
-        _table(["shard", "expected", "successful", "failed", "omitted", "in flight"], coverage_rows,
-               "coverage"),
+        _table(
+            ["shard", "expected", "successful", "failed", "omitted", "in flight"], coverage_rows, "coverage"
+        ),
         "<h2>Failure classes</h2>",
-        _table(["class", "selected failures"], [list(c) for c in classes], "failures") if classes
+        _table(["class", "selected failures"], [list(c) for c in classes], "failures")
+        if classes
         else "<p>no selected failures</p>",
-        "<h2>Coverage and rate over time</h2>", coverage_chart(data["shards"], expected, now),
+        "<h2>Coverage and rate over time</h2>",
+        coverage_chart(data["shards"], expected, now),
         "<h2>Faults survived</h2>",
         f'<p id="faults-total">faults survived: {_e(fault_text(totals))}</p>',
         _table(fault_headers, fault_rows, "faults"),
         "<h2>GPU-hours</h2>",
         f'<p id="gpu-total">{_e(cost_line(summary) or "no GPU-hours recorded")}</p>',
-        _table(["shard", "allocated", "idle (no request in flight)", "Slurm recorded"], gpu_rows,
-               "gpu-hours"),
+        _table(
+            ["shard", "allocated", "idle (no request in flight)", "Slurm recorded"], gpu_rows, "gpu-hours"
+        ),
         gpu_chart(data["shards"], now, summary.get("gpu_budget")),
         "<h2>Walltime</h2>",
         _table(["shard", "walltime"], [[r["shard"], r["walltime"]] for r in status["shards"]], "walltime"),
         "<h2>Links</h2>",
-        _table(["shard", "job", "run", "start", "end", "elapsed", "GPUs", "GPU-h", "idle GPU-h", "Slurm",
-                "exit", "decision", "reason"], link_rows, "links"),
+        _table(
+            [
+                "shard",
+                "job",
+                "run",
+                "start",
+                "end",
+                "elapsed",
+                "GPUs",
+                "GPU-h",
+                "idle GPU-h",
+                "Slurm",
+                "exit",
+                "decision",
+                "reason",
+            ],
+            link_rows,
+            "links",
+        ),
         "<h2>Final metrics</h2>",
-        _table(["metric", "value"], [[k, v] for k, v in sorted(metrics.items())], "metrics") if metrics
-        else f"<p id=\"metrics\">{_e(_no_metrics(status))}</p>",
-        "<h2>Reward distribution per taskset</h2>", rewards_chart(data.get("rewards")),
-    ]  # fmt: skip
-    script = ("document.body.dataset.rendered = String(JSON.parse("
-              "document.getElementById('gymslurm-report').textContent).status.shards.length);")  # fmt: skip
+        _table(["metric", "value"], [[k, v] for k, v in sorted(metrics.items())], "metrics")
+        if metrics
+        else f'<p id="metrics">{_e(_no_metrics(status))}</p>',
+        "<h2>Reward distribution per taskset</h2>",
+        rewards_chart(data.get("rewards")),
+    ]
+    script = (
+        "document.body.dataset.rendered = String(JSON.parse("
+        "document.getElementById('gymslurm-report').textContent).status.shards.length);"
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="gymslurm-data" content="{digest or fingerprint(data)}">'
@@ -239,8 +321,11 @@ def headline(metrics: dict[str, Any] | None) -> str | None:
     """``result: mean/reward 0.75, coverage/measured 40 of 40``: the metrics a reader looks for first."""
     if not metrics:
         return None
-    parts = [f"{k} {v}" for k, v in sorted(metrics.items()) if k.startswith("mean/") or ("/" in k and not
-             k.startswith(("coverage/", "retries/", "scoring/")))]  # fmt: skip
+    parts = [
+        f"{k} {v}"
+        for k, v in sorted(metrics.items())
+        if k.startswith("mean/") or ("/" in k and not k.startswith(("coverage/", "retries/", "scoring/")))
+    ]
     if "coverage/measured" in metrics:
         expected = metrics.get("coverage/expected", "?")
         parts.append(f"coverage/measured {metrics['coverage/measured']} of {expected}")
@@ -269,11 +354,13 @@ def fingerprint(data: dict[str, Any]) -> str:
     steady = {
         **data,
         "status": {
-            **status, "generated_at": None, "queries": None,
+            **status,
+            "generated_at": None,
+            "queries": None,
             "summary": {k: v for k, v in status["summary"].items() if k not in _CLOCK_SUMMARY},
             "shards": [{k: v for k, v in row.items() if k not in _CLOCK_SHARD} for row in status["shards"]],
         },
-    }  # fmt: skip
+    }
     return hashlib.blake2b(orjson.dumps(steady), digest_size=16).hexdigest()
 
 
@@ -294,9 +381,14 @@ def report_path(run: RunDir) -> Path:
 
 
 def write_report(
-    run: RunDir, backend: Backend, output: Path | None = None, status: dict[str, Any] | None = None, *,
-    chains: list[list[Record]] | None = None, keep_unchanged: bool = False,
-) -> Path:  # fmt: skip
+    run: RunDir,
+    backend: Backend,
+    output: Path | None = None,
+    status: dict[str, Any] | None = None,
+    *,
+    chains: list[list[Record]] | None = None,
+    keep_unchanged: bool = False,
+) -> Path:
     """Read the run, render the page and replace ``report.html`` atomically; returns its path.
 
     ``status`` is a status document just made (``gymslurm status``, ``submit --wait``), so the page

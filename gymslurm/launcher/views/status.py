@@ -29,14 +29,13 @@ from typing import Any
 
 from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
-from gymslurm.launcher.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, job_exit_code
-from gymslurm.launcher.job.collector_files import life_of
+from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, job_exit_code, life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
-from gymslurm.launcher.slurm import AccountingRow, QueueRow, split_job_id
+from gymslurm.launcher.site.backend import HELD_STATES, LIVE_STATES, Backend
+from gymslurm.launcher.site.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import (
     counts_of,
@@ -302,9 +301,17 @@ def _live_jobs(state: ChainState, queue: dict[str, QueueRow]) -> list[QueueRow]:
 
 
 def shard_status(
-    shard: int, state: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
-    *, info: RunInfo, files: ShardFiles, now: float, logs: LogIndex, live: list[QueueRow] | None = None,
-) -> ShardStatus:  # fmt: skip
+    shard: int,
+    state: ChainState,
+    queue: dict[str, QueueRow],
+    accounting: dict[str, AccountingRow] | None,
+    *,
+    info: RunInfo,
+    files: ShardFiles,
+    now: float,
+    logs: LogIndex,
+    live: list[QueueRow] | None = None,
+) -> ShardStatus:
     """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock; ``live``:
     the chain's live jobs in the queue, when the caller found them already)."""
     live_jobs = _live_jobs(state, queue) if live is None else live
@@ -331,26 +338,40 @@ def shard_status(
     counts = counts_of(files.coverage, files.progress, running is not None)
     eta = eta_s(counts, running is not None and word == "HEALTHY")
     return ShardStatus(
-        shard=shard, verdict=word, why=why, job=job, job_state=_job_state(job, queue, accounting),
-        successor=successor, successor_state=_job_state(successor, queue, accounting) if successor else "-",
+        shard=shard,
+        verdict=word,
+        why=why,
+        job=job,
+        job_state=_job_state(job, queue, accounting),
+        successor=successor,
+        successor_state=_job_state(successor, queue, accounting) if successor else "-",
         jobs=len(state.decided),
         last_exit=job_exit_code(last.decision) if last and last.accounted_by is None else None,
         collector_exit=last.exit_code if last else None,
         last_decision=str(last.decision) if last else None,
         retries=f"{state.budgets.infra_retries_used}/{info.infra_retry_limit}",
         walltime=walltime_text(used, budget, info.max_walltime_s, state.epochs),
-        walltime_used_s=round(used, 1), walltime_budget_s=round(budget, 1),
+        walltime_used_s=round(used, 1),
+        walltime_budget_s=round(budget, 1),
         walltime_cap_s=info.max_walltime_s,
-        coverage=counts.text, expected=counts.expected, successful=counts.successful, failed=counts.failed,
-        omitted=counts.omitted, in_flight=counts.in_flight, live=counts.live,
+        coverage=counts.text,
+        expected=counts.expected,
+        successful=counts.successful,
+        failed=counts.failed,
+        omitted=counts.omitted,
+        in_flight=counts.in_flight,
+        live=counts.live,
         rate_per_s=None if counts.rate_per_s is None else round(counts.rate_per_s, 3),
-        eta_s=None if eta is None else round(eta, 1), eta=human_duration(eta),
+        eta_s=None if eta is None else round(eta, 1),
+        eta=human_duration(eta),
         heartbeat_age_s=None if beat is None else round(beat.age_s, 1),
-        log=logs.job_log(shard, job), server_logs=logs.server_logs(shard),
-        failed_by_class=counts.failed_by_class, server_restarts=_restarts(state),
+        log=logs.job_log(shard, job),
+        server_logs=logs.server_logs(shard),
+        failed_by_class=counts.failed_by_class,
+        server_restarts=_restarts(state),
         interrupted=counts.interrupted,
         injected=[f"{record.fault} (job {record.job_id}, {record.at[:19]})" for record in state.injected],
-    )  # fmt: skip
+    )
 
 
 def _restarts(state: ChainState) -> str:
@@ -438,21 +459,28 @@ def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
     counted = sum(1 for row in rows if row.expected is not None)
     eta = (expected - finished) / rate if rate > 0 and expected > finished and counted == len(rows) else None
     return {
-        "expected": expected, "successful": sum(row.successful for row in rows),
-        "failed": sum(row.failed for row in rows), "omitted": sum(row.omitted for row in rows),
+        "expected": expected,
+        "successful": sum(row.successful for row in rows),
+        "failed": sum(row.failed for row in rows),
+        "omitted": sum(row.omitted for row in rows),
         "interrupted": sum(row.interrupted for row in rows),
-        "shards": len(rows), "counted_shards": counted,
-        "rate_per_s": round(rate, 3), "eta_s": None if eta is None else round(eta, 1),
-        "eta": human_duration(eta), "failed_by_class": dict(sorted(by_class.items())),
+        "shards": len(rows),
+        "counted_shards": counted,
+        "rate_per_s": round(rate, 3),
+        "eta_s": None if eta is None else round(eta, 1),
+        "eta": human_duration(eta),
+        "failed_by_class": dict(sorted(by_class.items())),
         "verdicts": dict(sorted(verdicts.items())),
         "walltime_used_s": round(sum(row.walltime_used_s for row in rows), 1),
-    }  # fmt: skip
+    }
 
 
 def aggregation_status(
-    aggregate: ChainState, queue: dict[str, QueueRow], accounting: dict[str, AccountingRow] | None,
+    aggregate: ChainState,
+    queue: dict[str, QueueRow],
+    accounting: dict[str, AccountingRow] | None,
     held: Sequence[str] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The aggregation's job, state, whether it finished and whether it stalled (pure).
 
     Its deciding job is only exiting. ``stalled``: it was queued, has no final decision and no job
@@ -493,9 +521,12 @@ def read_chains(run: RunDir, shards: int) -> list[list[Record]]:
 
 
 def run_status(
-    run: RunDir, backend: Backend, now: float | None = None, chains: list[list[Record]] | None = None,
+    run: RunDir,
+    backend: Backend,
+    now: float | None = None,
+    chains: list[list[Record]] | None = None,
     shard: int | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The status document of a run: every shard, the aggregation and the summary, with one queue query.
 
     ``sacct`` (one more query) for current jobs ``squeue`` forgot and, on a cluster with accounting,
@@ -522,8 +553,9 @@ def run_status(
         files = read_shard_files(
             run, i, info.output_stem, running=running is not None, has_output=f"shard-{i:03d}" in outputs
         )
-        row = shard_status(i, st, queue, accounting, info=info, files=files, now=now, logs=logs,
-                           live=live_jobs)  # fmt: skip
+        row = shard_status(
+            i, st, queue, accounting, info=info, files=files, now=now, logs=logs, live=live_jobs
+        )
         vars(row).update(costs[i].fields())  # the row is this loop's own: no copy (0.1 s at 10,000)
         rows.append(row)
         held += [row.job_id for row in live_jobs if is_held(row)]
@@ -533,18 +565,26 @@ def run_status(
     budget = gpu_budget(info.gpu_budget, aggregate_records)
     aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
     summary.update(cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting))
-    shown = [dict(vars(row)) for row in rows] if shard is None else [_with_links(
-        dict(vars(rows[shard])), chains[shard], now, slurm_gpu_s)]  # fmt: skip
+    shown = (
+        [dict(vars(row)) for row in rows]
+        if shard is None
+        else [_with_links(dict(vars(rows[shard])), chains[shard], now, slurm_gpu_s)]
+    )
     return {
-        "schema": STATUS_SCHEMA, "version": STATUS_VERSION,
-        "run": run.name, "path": str(run.root), "backend": info.backend, "benchmark": info.benchmark,
+        "schema": STATUS_SCHEMA,
+        "version": STATUS_VERSION,
+        "run": run.name,
+        "path": str(run.root),
+        "backend": info.backend,
+        "benchmark": info.benchmark,
         "generated_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
         "summary": summary,
         "shards": shown,
         "aggregation": {**agg, "log": logs.job_log(None, agg["job"])},
-        "final_metrics": metrics, "final_metrics_problem": problem,
+        "final_metrics": metrics,
+        "final_metrics_problem": problem,
         "queries": backend.queries,
-    }  # fmt: skip
+    }
 
 
 def _with_links(

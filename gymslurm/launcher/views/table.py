@@ -37,15 +37,35 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 
 COLUMNS = [
-    ("shard", "shard"), ("verdict", "verdict"), ("job", "job"), ("job_state", "state"),
-    ("successor", "next"), ("jobs", "links"), ("last_exit", "exit"), ("last_decision", "decision"),
-    ("retries", "retries"), ("walltime", "walltime"), ("coverage", "coverage"), ("eta", "eta"),
-    ("server_restarts", "restarts"), ("gpu_text", "GPU-h"),
-]  # fmt: skip
-ANSI = {"HEALTHY": "32", "DONE": "32", "WAITING": "36", "STALLED": "33", "CANCELLED": "33",
-        "DISK_FULL": "31",
-        "UNRESPONSIVE": "31", "ORPHANED": "35", "EXHAUSTED": "31", "FAILED": "31",
-        "BUDGET": "33", "PAUSED": "36"}  # fmt: skip
+    ("shard", "shard"),
+    ("verdict", "verdict"),
+    ("job", "job"),
+    ("job_state", "state"),
+    ("successor", "next"),
+    ("jobs", "links"),
+    ("last_exit", "exit"),
+    ("last_decision", "decision"),
+    ("retries", "retries"),
+    ("walltime", "walltime"),
+    ("coverage", "coverage"),
+    ("eta", "eta"),
+    ("server_restarts", "restarts"),
+    ("gpu_text", "GPU-h"),
+]
+ANSI = {
+    "HEALTHY": "32",
+    "DONE": "32",
+    "WAITING": "36",
+    "STALLED": "33",
+    "CANCELLED": "33",
+    "DISK_FULL": "31",
+    "UNRESPONSIVE": "31",
+    "ORPHANED": "35",
+    "EXHAUSTED": "31",
+    "FAILED": "31",
+    "BUDGET": "33",
+    "PAUSED": "36",
+}
 
 
 def table_lines(report: dict[str, Any], colour: bool = False) -> list[str]:
@@ -73,8 +93,10 @@ def link_lines(row: dict[str, Any]) -> list[str]:
     if "links" not in row:
         return []
     slurm = row.get("gpu_hours_slurm_by_job") or {}
-    out = [f"shard {row['shard']} links: job (run), elapsed, GPUs, GPU-h allocated (idle), decision"
-           + ("; Slurm recorded per job" if slurm else "")]  # fmt: skip
+    out = [
+        f"shard {row['shard']} links: job (run), elapsed, GPUs, GPU-h allocated (idle), decision"
+        + ("; Slurm recorded per job" if slurm else "")
+    ]
     for link in row["links"]:
         recorded = f"; Slurm {human_gpu_hours(slurm[link['job']])} (job)" if link["job"] in slurm else ""
         out.append(
