@@ -78,6 +78,14 @@ FORMATS: dict[str, Format] = {
     ),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
+    # printed documents: `gymslurm compare --json` (comparison.py) and `gymslurm gate --json` (gate.py)
+    "comparison": Format(
+        "the comparison document",
+        "format_version",
+        1,
+        "make it again with `gymslurm compare --json` of this gymslurm",
+    ),
+    "gate": Format("the gate decision", "format_version", 1, "run `gymslurm gate --json` again"),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),

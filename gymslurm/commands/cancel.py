@@ -24,8 +24,8 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.ledger import Cancelled, ChainState, Ledger, append_each
 from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import RunDir, chain_states, folder_listing, resolve_run_or_job
-from gymslurm.launcher.site.backend import Backend, ClusterSetBackend, SlurmBackend
-from gymslurm.launcher.site.slurm import QueueRow, array_ids
+from gymslurm.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.site.slurm import QueueRow, array_ids
 
 
 def cancel(ref: str, run_root: str) -> int:

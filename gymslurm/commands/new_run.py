@@ -3,7 +3,7 @@
 :func:`create_run` resolves the benchmark once, refuses when a run of the same benchmark is still live,
 creates the run directory (rundir.py), slices the dataset into shards, renders and saves every
 script, then queues the first link of each shard's chain and records it in the shard's ledger.
-Everything after that happens inside the jobs (``launcher/job/``), so the login-side process may die right
+Everything after that happens inside the jobs (``job/``), so the login-side process may die right
 after submitting: a link already queued runs, starts its own successor and writes its own ledger.
 Secrets go to the jobs only through the environment (``GYMSLURM_SECRETS``).
 """
@@ -27,13 +27,13 @@ from gymslurm.commands.wait import wait_for_run
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
-from gymslurm.launcher.job.collector_process import environment_problem
-from gymslurm.launcher.job.first_links import (
+from gymslurm.job.collector_process import environment_problem
+from gymslurm.job.first_links import (
     queue_first_links,
     queuing,
     submit_arrays,
 )
-from gymslurm.launcher.job.stack import stack_lines
+from gymslurm.job.stack import stack_lines
 from gymslurm.launcher.notify import notify_submitted
 from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import (
@@ -53,17 +53,17 @@ from gymslurm.launcher.settings import (
     split_secrets,
     visible_credential_warnings,
 )
-from gymslurm.launcher.site.arrays import ArrayPlan, plan_arrays
-from gymslurm.launcher.site.backend import (
+from gymslurm.site.arrays import ArrayPlan, plan_arrays
+from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
     backend_name,
     choose_backend,
 )
-from gymslurm.launcher.site.local import LocalBackend
-from gymslurm.launcher.site.placement import blocks_for
-from gymslurm.launcher.site.render import (
+from gymslurm.site.local import LocalBackend
+from gymslurm.site.placement import blocks_for
+from gymslurm.site.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
     ScriptValues,
@@ -74,7 +74,7 @@ from gymslurm.launcher.site.render import (
     render,
     servers_block,
 )
-from gymslurm.launcher.site.scriptsafe import path_directive_problem
+from gymslurm.site.scriptsafe import path_directive_problem
 from gymslurm.tasks import stamp_task_indices
 
 

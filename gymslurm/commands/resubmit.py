@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.job.first_links import (
+from gymslurm.job.first_links import (
     array_indices,
     queue_first_links,
     queuing_taken_over,
 )
+from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_site import live_jobs, run_backend
@@ -37,12 +37,12 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
-from gymslurm.launcher.site.backend import (
+from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
 )
-from gymslurm.launcher.site.placement import parse_shard_numbers
+from gymslurm.site.placement import parse_shard_numbers
 
 
 def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
@@ -214,7 +214,7 @@ def _restart(
         print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
         return ExitCode.DONE
     if not unfinished:
-        from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
+        from gymslurm.job.aggregation import maybe_submit_aggregation
 
         job_id = maybe_submit_aggregation(run, settings, backend, None)
         print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")

@@ -63,9 +63,9 @@ def main(argv: list[str]) -> int:
 
 def _list_runs(runs: list[Any], as_json: bool) -> int:
     from gymslurm.launcher.run_site import run_backend
-    from gymslurm.launcher.site.backend import Backend
-    from gymslurm.launcher.site.local import LocalBackend
     from gymslurm.launcher.views.status import run_status
+    from gymslurm.site.backend import Backend
+    from gymslurm.site.local import LocalBackend
 
     shared: dict[str, Any] = {}
     listed = []
@@ -109,7 +109,7 @@ class _SharedSlurm:
     name = "slurm"
 
     def __init__(self, cache: dict[str, Any]) -> None:
-        from gymslurm.launcher.site.backend import SlurmBackend
+        from gymslurm.site.backend import SlurmBackend
 
         self.cache, self.inner = cache, cache.setdefault("backend", SlurmBackend())
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gymslurm.launcher.job.servers import ServerStartError, first_error_line, reap, start, stop
+from gymslurm.job.servers import ServerStartError, first_error_line, reap, start, stop
 from gymslurm.launcher.settings import ServerSettings
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,7 @@ def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
 LINK = """
 import sys, time
 from pathlib import Path
-from gymslurm.launcher.job.servers import start
+from gymslurm.job.servers import start
 from gymslurm.launcher.settings import ServerSettings
 script = "sleep 300 & exec " + sys.executable + " -m http.server --bind 127.0.0.1 {port}"
 server = start(ServerSettings(name="web", command=["bash", "-c", script], health_path="/"), Path(sys.argv[1]))
@@ -130,7 +130,7 @@ def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tm
 
 def test_interpolate_fills_this_server_s_port_and_an_earlier_server_s_address() -> None:
     """{host}/{port} are this server's; {servers.NAME.url|host|port} an earlier one's."""
-    from gymslurm.launcher.job.servers import RunningServer, interpolate
+    from gymslurm.job.servers import RunningServer, interpolate
 
     policy = RunningServer(ServerSettings(name="policy", url="http://10.1.2.3:8000"), "http://10.1.2.3:8000")
     text = "--port {port} --model {servers.policy.url}/v1 --on {servers.policy.host}:{servers.policy.port}"
@@ -169,7 +169,7 @@ def test_a_container_wraps_the_server_command(
     container: dict[str, object] | None, expected: list[str]
 ) -> None:
     """servers[].container renders the Pyxis (srun --container-image) or Apptainer (apptainer exec) line."""
-    from gymslurm.launcher.job.servers import container_argv
+    from gymslurm.job.servers import container_argv
 
     settings = ServerSettings.model_validate(
         {"name": "policy", "command": ["vllm", "serve", "m"], "container": container}
@@ -180,7 +180,7 @@ def test_a_container_wraps_the_server_command(
 def test_a_server_that_exits_at_start_up_stops_the_chain_with_its_first_error_line(tmp_path: Path) -> None:
     """A deterministic start-up failure (the server exited: `uv: command not found`) is not retried:
     the link exits 2 (the chain stops) and the message leads with the log's first error line."""
-    from gymslurm.launcher.job.servers import start_failure_exit
+    from gymslurm.job.servers import start_failure_exit
 
     script = "echo 'starting servers'; echo 'sh: 1: uv: command not found' >&2; echo 'Traceback'; exit 127"
     settings = ServerSettings(name="gym", command=["bash", "-c", script], startup_timeout_s=30)
@@ -208,7 +208,7 @@ def test_the_first_error_is_a_tracebacks_exception_not_a_warning_before_it(tmp_p
 
 def test_a_server_that_lost_its_port_at_start_up_is_retried(tmp_path: Path) -> None:
     """An exit whose log shows a transient cause (the port taken meanwhile) keeps the retry (exit 1)."""
-    from gymslurm.launcher.job.servers import start_failure_exit
+    from gymslurm.job.servers import start_failure_exit
 
     script = "echo 'OSError: [Errno 98] Address already in use'; exit 1"
     settings = ServerSettings(name="web", command=["bash", "-c", script], startup_timeout_s=30)
@@ -220,7 +220,7 @@ def test_a_server_that_lost_its_port_at_start_up_is_retried(tmp_path: Path) -> N
 def test_a_url_resolved_in_the_job_with_a_password_never_reaches_a_command_line(tmp_path: Path) -> None:
     """A URL known only in the job (``${oc.env:…}``) that carries a password, named by a later server's
     command: that server is not started (its argv would show the password in ``ps``), and says why."""
-    from gymslurm.launcher.job.servers import RunningServer
+    from gymslurm.job.servers import RunningServer
 
     policy = RunningServer(ServerSettings(name="policy", url="x"), "https://svc:hunter2pass@h.example:8000")
     env = ServerSettings(name="env", command=["sleep", "30", "{servers.policy.url}"])

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.job.link import run_link
-from gymslurm.launcher.site.backend import SlurmBackend, this_job
+from gymslurm.job.link import run_link
+from gymslurm.site.backend import SlurmBackend, this_job
 from tests.unit.scripted_slurm import ScriptedSlurm, array_run, benchmark
 
 QUERIES = ("squeue", "sacct", "scontrol")

@@ -74,6 +74,12 @@ def _suite_metrics(tmp: Path) -> None:
     read_suite_metrics(tmp)
 
 
+def _comparison(tmp: Path) -> None:
+    from gymslurm.comparison import parse_comparison
+
+    parse_comparison(orjson.dumps({"format_version": FUTURE, "benchmarks": []}), "saved.json")
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -99,6 +105,7 @@ READERS: dict[str, Callable[[Path], None]] = {
     "heartbeat": _live("heartbeat"),
     "rewards": _rewards,
     "suite_metrics": _suite_metrics,
+    "comparison": _comparison,
 }
 
 
@@ -139,5 +146,7 @@ def test_every_written_format_is_in_the_table() -> None:
             "finished_seal",
             "outcome_index",
             "run_tally",
+            "comparison",
+            "gate",
         ]
     )

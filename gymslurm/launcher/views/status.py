@@ -34,8 +34,6 @@ from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
-from gymslurm.launcher.site.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import (
     counts_of,
@@ -44,6 +42,8 @@ from gymslurm.launcher.views.counts import (
     human_duration,
     walltime_text,
 )
+from gymslurm.site.backend import HELD_STATES, LIVE_STATES, Backend
+from gymslurm.site.slurm import AccountingRow, QueueRow, split_job_id
 from gymslurm.store import live
 from gymslurm.store.files import read_coverage
 from gymslurm.store.paths import RunPaths

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from gymslurm.errors import GymslurmError
-from gymslurm.launcher.job.collector_files import saved_coverage
-from gymslurm.launcher.job.suite_aggregation import benchmark_verdict
+from gymslurm.job.collector_files import saved_coverage
+from gymslurm.job.suite_aggregation import benchmark_verdict
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.suite_run import is_suite, member_run, read_suite_record
 from gymslurm.store.suite_metrics import read_suite_metrics
