@@ -211,7 +211,7 @@ def main() -> None:
     )
     for name, row in rows.items():
         print(
-            f"{name:28} {row['rate']:10.0f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
+            f"{name:28} {row['rate']:10.1f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
             f"{row['p99'] * 1e3:8.0f} {row['p99'] / best['p99']:10.2f} {row['queue']:9.0f} "
             f"{row['limit']:9.0f}"
         )
