@@ -35,7 +35,11 @@ class Format:
 _LIVE_ADVICE = "delete the file; its writer replaces it"
 
 FORMATS: dict[str, Format] = {
-    "manifest": Format("the run manifest", "format_version", 2),
+    # manifest v3 (issue 34): the run's tasks are in <stem>_gymslurm_inputs.jsonl, and
+    # <stem>_materialized_inputs.jsonl is NeMo Gym's file in NeMo Gym's shape; v2 runs (the tasks under
+    # NeMo Gym's name) still read.
+    "manifest": Format("the run manifest", "format_version", 3, older=(2,)),
+    "adoptions": Format("the adoption journal", "format_version", 1),
     "reservations": Format("the reservation table", "header version", 1),
     "failure_record": Format("the failure record", "schema_version", 1),
     "coverage": Format("the coverage file", "format_version", 1),

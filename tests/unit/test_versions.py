@@ -146,6 +146,7 @@ def test_every_written_format_is_in_the_table() -> None:
             "finished_seal",
             "outcome_index",
             "run_tally",
+            "adoptions",
             "comparison",
             "gate",
         ]
