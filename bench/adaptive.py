@@ -44,7 +44,7 @@ from gymslurm.collector.view import RunView
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.dispatch import EnvironmentClient
 from gymslurm.dispatch.calls import parse_queue_length, watch_model_queue
-from gymslurm.launcher.job.servers import RunningServer
+from gymslurm.job.servers import RunningServer
 from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
 
 REPO = Path(__file__).resolve().parents[1]

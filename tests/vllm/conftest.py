@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gymslurm.launcher.job.servers import RunningServer
+from gymslurm.job.servers import RunningServer
 from tests.vllm.harness import Vllm, VllmSetupError, ensure_vllm, start_vllm, stop_vllm
 
 

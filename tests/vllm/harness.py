@@ -7,7 +7,7 @@
 - :func:`server_entry` is the server of docs/servers.md's "vLLM on CPU" recipe, read from the page
   itself (so the recipe is tested as written), with the venv and model of this machine in place of
   the page's paths.
-- :func:`start_vllm` starts one with gymslurm's own server code (``launcher/job/servers.py``: its
+- :func:`start_vllm` starts one with gymslurm's own server code (``job/servers.py``: its
   own session, the chat-completion probe) and :func:`stop_vllm` stops its whole process group: a
   kill of the API server's pid alone leaves vLLM's EngineCore and Worker (2.4 GB) running.
 """
@@ -25,8 +25,8 @@ import psutil
 import yaml
 
 from gymslurm.errors import ServerStartError
-from gymslurm.launcher.job import servers
-from gymslurm.launcher.job.servers import RunningServer
+from gymslurm.job import servers
+from gymslurm.job.servers import RunningServer
 from gymslurm.launcher.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import httpx
 import yaml
 
 from gymslurm.dispatch.calls import parse_completed_total, parse_model_load, serves_model_load
-from gymslurm.launcher.job import servers
-from gymslurm.launcher.job.servers import RunningServer
+from gymslurm.job import servers
+from gymslurm.job.servers import RunningServer
 from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
 from tests.vllm.harness import SERVED_MODEL
 
