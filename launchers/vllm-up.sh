@@ -68,7 +68,7 @@ build_model() {
     local digest tmp
     digest="$(sha256sum "$builder" | cut -d' ' -f1)"
     tmp="$model.partial"
-    rm -rf "$model" "$tmp"
+    rm -rf "$root"/tiny-llama-*  # an earlier builder's model, or an interrupted build
     log "building the tiny model into $model"
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" "$builder" "$tmp" >&2
     printf '%s\n' "$digest" >"$tmp/$marker"
