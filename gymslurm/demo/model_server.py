@@ -46,7 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--http500-rate", type=float, default=0.0, metavar="P", help="P(a 500 'engine dead')")
     parser.add_argument("--die-after", type=int, default=None, metavar="N", help="exit on completion N+1")
     parser.add_argument(
-        "--hang-after", type=int, default=None, metavar="N", help="stop answering anything at completion N+1"
+        "--hang-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="wedge the engine at completion N+1: no completion answered, /health and /metrics still are",
     )
     parser.add_argument("--slow-start-s", type=float, default=0.0, help="wait this long before listening")
     parser.add_argument(
