@@ -25,7 +25,7 @@ from gymslurm.job.first_links import complete_queuing
 from gymslurm.job.heartbeat import Heartbeat, log
 from gymslurm.job.server_watch import Supervisor
 from gymslurm.job.stack import start_stack
-from gymslurm.launcher.ledger import ChainState, Ledger, ServerRecord
+from gymslurm.launcher.ledger import ChainState, Ledger, ServerRecord, last_reason
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 
 
@@ -68,7 +68,8 @@ def collect(
         try:
             start_stack(settings.servers, run.root / "logs", shard, started, note=note, withheld=withheld)
         except server_mod.ServerStartError as error:
-            return server_mod.start_failure_exit(error), None, f"server start failed: {error}"
+            code, repeated = server_mod.start_failure_exit(error, last_reason(link.chain.records))
+            return code, None, f"server start failed{repeated}: {error}"
         urls = {server.name: server.url for server in started}
         source = run.read_info().reverify_of  # submit --reverify: re-grade that run's answers instead
         watch: ProgressWatch | None = None  # reverify keeps no progress record: each call has a timeout

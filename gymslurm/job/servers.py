@@ -290,11 +290,10 @@ def started_yet(server: RunningServer, deadline: float) -> bool:
         kill_now(server)
         first, transient = first_error_line(log, settings)
         said = f": {first}" if first else ""
+        signature = f"server {server.name!r} exited with {code} during start-up{said}"
         raise ServerStartError(
-            f"server {server.name!r} exited with {code} during start-up{said}"
-            f"{'' if transient else ' (a retry would meet it again: not retried)'}; see {log}"
-            + log_tail(log, settings),
-            deterministic=not transient,
+            f"{signature}; see {log}" + log_tail(log, settings),
+            signature=None if transient else signature,  # a port taken meanwhile: never the same twice
         )
     healthy = probe(server.host, server.port, settings)
     server.probes.append(f"{time.monotonic() - server.launched_at:.1f}s {'ok' if healthy else 'not yet'}")
@@ -401,9 +400,24 @@ def _error_of(lines: list[str], first: int) -> str:
     return lines[first].strip()
 
 
-def start_failure_exit(error: ServerStartError) -> int:
-    """The link's exit for a server that did not start: 2 (stop, fix it) when deterministic, else 1."""
-    return ExitCode.REFUSED if error.deterministic else ExitCode.RETRY
+REPEATED = "the same start-up failure as the link before, with nothing changed: not retried again"
+
+
+def start_failure_exit(error: ServerStartError, previous_reason: str | None = None) -> tuple[int, str]:
+    """The link's exit for a server that did not start, and what the reason adds (pure).
+
+    2 (stop, fix it) for a stack the job cannot hold, and for a server that exited during start-up
+    the same way as in the link right before (its signature, the server's name, exit code and first
+    error line, is in that link's decision ``previous_reason``: nothing changed between the two, so a
+    third would meet it again). Otherwise 1: a start-up failure is retried, and the chain's budget
+    decides how often (Ray's "current node timed out during startup" under load passes later). So a
+    deterministic failure costs at most two links.
+    """
+    if error.deterministic:
+        return ExitCode.REFUSED, ""
+    if error.signature and previous_reason and error.signature in previous_reason:
+        return ExitCode.REFUSED, f" ({REPEATED})"
+    return ExitCode.RETRY, ""
 
 
 LOG_TAIL_LINES = 15

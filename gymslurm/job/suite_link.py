@@ -119,6 +119,12 @@ def benches(
     return out
 
 
+def _last_reason(bench: Bench) -> str | None:
+    """The reason of the benchmark's last decision (a start failure the same as that one's stops it)."""
+    last = bench.state.last_decision
+    return last.reason if last is not None else None
+
+
 def collect_suite(
     run: RunDir,
     chain: int,
@@ -139,9 +145,8 @@ def collect_suite(
         try:
             start_stack(settings.servers, run.root / "logs", chain, started, note=note, withheld=withheld)
         except server_mod.ServerStartError as error:
-            code = server_mod.start_failure_exit(error)
             for bench in todo:
-                bench.job = _ended(bench.name, code)
+                bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
             return f"the shared stack did not start: {error}"
         shared = len(started)
         record = read_suite_record(run)
@@ -153,7 +158,7 @@ def collect_suite(
             try:
                 start_stack(own, bench.run.root / "logs", chain, mine, note=note, withheld=withheld)
             except server_mod.ServerStartError as error:
-                bench.job = _ended(bench.name, server_mod.start_failure_exit(error))
+                bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
                 log(f"{bench.name}: its servers did not start: {error}")
                 started += mine[shared:]
                 continue

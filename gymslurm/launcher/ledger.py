@@ -450,3 +450,14 @@ def _fold_decision(state: ChainState, record: DecisionRecord) -> None:
     state.finished = state.cancelled or record.decision in FINISHED
     if record.exit_code is not None:
         state.resubmit_pending = False
+
+
+def last_reason(records: Sequence[Record]) -> str | None:
+    """The reason of the last decision in a shard's ledger; None before its first, or when the run was
+    resubmitted since (a changed benchmark: its failure is not "the same with nothing changed")."""
+    for record in reversed(records):
+        if isinstance(record, Resubmitted):
+            return None
+        if isinstance(record, DecisionRecord):
+            return record.reason
+    return None
