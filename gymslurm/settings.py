@@ -74,6 +74,8 @@ class CollectSettings(BaseModel):
     dispatch_adaptive: Literal["off", "latency", "metrics"] = "off"  # +concurrency stays the cap
     # the model server's Prometheus /metrics (vLLM names); replicas: their URLs, comma-separated
     dispatch_model_metrics_url: str | None = None
+    # its share of the model server's capacity when other collectors share it (a suite link gives it)
+    dispatch_load_share: float = Field(default=1.0, gt=0, le=1)
     request_timeout_s: float = Field(default=3600, gt=0)
     stall_window_s: float | None = Field(default=None, gt=0)
     max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)

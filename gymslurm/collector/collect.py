@@ -229,10 +229,9 @@ class DispatchLoop:
             await self._below_limit.wait()
 
     def server_queue(self, load: ModelLoad) -> None:
-        """The model server's load (its replicas' together), read from their metrics: the adaptive
-        limit weighs it."""
+        """The model server's load (its replicas' together, from their metrics): the limit weighs it."""
         if self.limit is not None:
-            self.limit.server_queue(load.waiting, load.kv_usage)
+            self.limit.server_queue(load.waiting, load.kv_usage, load.running, self.counters.in_flight)
             self._below_limit.set()
 
     def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:
@@ -544,7 +543,9 @@ async def _dispatch(  # noqa: PLR0917
         deadline=deadline,
         supervised=supervised,
         breaker=breaker,
-        limit=None if settings.dispatch_adaptive == "off" else AdaptiveLimit(cap=settings.concurrency),
+        limit=None
+        if settings.dispatch_adaptive == "off"
+        else AdaptiveLimit(cap=settings.concurrency, share=settings.dispatch_load_share),
     )
     watch = LiveWatch(
         loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, sys.stderr

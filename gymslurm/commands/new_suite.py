@@ -42,10 +42,11 @@ class SuiteInputs:
         self.suite, self.workdir = suite, workdir
         self.datasets: dict[str, Path] = {}
 
-    def prepare(self) -> None:
-        """Each benchmark's dataset, created by its ``dataset_command`` when missing."""
+    def prepare(self, only: list[str] | None = None) -> None:
+        """Each benchmark's dataset (``only`` these), created by its ``dataset_command`` when missing."""
         for member in self.suite.members:
-            self.datasets[member.name] = prepare_dataset(member.settings, self.workdir)
+            if only is None or member.name in only:
+                self.datasets[member.name] = prepare_dataset(member.settings, self.workdir)
 
     def write(self, run: RunDir, array: bool) -> list[int]:
         """Each benchmark's run folder and shard inputs, then ``suite.json``; rows per suite chain."""
@@ -53,13 +54,14 @@ class SuiteInputs:
         per_chain = [0] * self.suite.chains
         info = run.read_info()
         for member in self.suite.members:
-            counts = self._write_member(run, member, info.model_copy(deep=True))
+            counts = self.write_member(run, member, info.model_copy(deep=True))
             for shard, count in enumerate(counts):
                 per_chain[shard] += count
         write_suite_record(run, suite_record(self.suite))
         return per_chain
 
-    def _write_member(self, run: RunDir, member: Member, suite_info: Any) -> list[int]:
+    def write_member(self, run: RunDir, member: Member, suite_info: Any) -> list[int]:
+        """One benchmark's run folder and its shards' inputs; rows per shard."""
         sub = member_run(run, member.name)
         create_run_dir(sub)
         info = suite_info.model_copy(

@@ -37,6 +37,7 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
+from gymslurm.launcher.suite_run import is_suite
 from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
@@ -100,13 +101,16 @@ def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) 
         print(f"budget.gpu_hours raised by {gpu_hours_added:g} to {(budget or 0) + gpu_hours_added:g}")
 
 
-def load_run_config(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, dict[str, Any]]:
-    """A benchmark's settings, or a suite's link settings (its stack and chains: docs/suites.md)."""
+def load_run_config(
+    name: str, overrides: list[str], chains: int | None = None
+) -> tuple[BenchmarkSettings, dict[str, Any]]:
+    """A benchmark's settings, or a suite's link settings (its stack and chains: docs/suites.md;
+    ``chains``: the run's, which an edited suite file does not change)."""
     from gymslurm.launcher.suite_settings import chain_settings, is_suite_file, load_suite, suite_path
 
     path = suite_path(name)
     if path is not None and is_suite_file(path):
-        return chain_settings(load_suite(name, overrides))
+        return chain_settings(load_suite(name, overrides), chains)
     return load_benchmark(name, overrides)
 
 
@@ -127,7 +131,7 @@ def resubmit(
     settings, data = load_run_config(benchmark, overrides)
     run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
     info = run.read_info()
-    settings, data = load_run_config(benchmark, [*info.overrides, *overrides])
+    settings, data = load_run_config(benchmark, [*info.overrides, *overrides], chains=info.shards)
     if settings.name != info.benchmark:
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     verdict_word, explicit = parse_shard_selection(shards, info.shards) if shards else (None, set())
@@ -139,6 +143,14 @@ def resubmit(
             f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "
             f"({run.config_path}); resubmit with the same configuration, or submit a new run"
         )
+    reopened: tuple[int, ...] = ()
+    if is_suite(run) and not shards:  # an edited suite file: benchmarks added or dropped (suite_change.py)
+        from gymslurm.commands.suite_change import apply_change
+        from gymslurm.launcher.suite_settings import load_suite
+
+        suite = load_suite(benchmark, [*info.overrides, *overrides])
+        change, members = apply_change(run, suite, info.shards, workdir)
+        secrets, reopened = {**secrets, **members}, tuple(change.reopened)
     backend = run_backend(run)
     with queuing_taken_over(run, backend, settings.slurm.lookahead, complete=bool(shards)) as free:
         if not free:
@@ -153,6 +165,7 @@ def resubmit(
             selection=selection,
             gpu_hours_added=gpu_hours_added,
             reset_budget=reset_budget,
+            reopened=list(reopened),
         )
 
 
@@ -182,8 +195,10 @@ def _restart(
     selection: tuple[str | None, set[int]],
     gpu_hours_added: float,
     reset_budget: bool,
+    reopened: list[int] = (),  # type: ignore[assignment]
 ) -> int:
-    """resubmit's restart of the chosen shards, under the run's submit lock."""
+    """resubmit's restart of the chosen shards, under the run's submit lock; ``reopened``: DONE
+    suite chains that run again for a benchmark added to the suite."""
     info, (verdict_word, explicit) = run.read_info(), selection
     queue = backend.queue()
     budget = _budget_to_raise(run, info, gpu_hours_added)
@@ -205,7 +220,8 @@ def _restart(
     elif shards:
         todo = sorted(explicit)
     else:
-        todo = unfinished
+        todo = sorted({*unfinished, *(reopened or [])})
+        unfinished = todo
     live = [s for s in (todo if shards else range(info.shards)) if live_jobs(states[s], queue)]
     live_aggregation = live_jobs(chain_states(run, info.shards)[-1], queue)
     if live or (not shards and live_aggregation):

@@ -56,7 +56,9 @@ def main(argv: list[str]) -> int:
         refresh_report(run, backend, report, chains)  # does not pay its render
     from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
 
-    suite = suite_rows(run)  # a suite run: one line per benchmark (docs/suites.md)
+    suite = suite_rows(
+        run, report["summary"].get("gpu_hours")
+    )  # a suite run: one line per benchmark (docs/suites.md)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
         document = {**report, "suite": suite} if suite else report
         sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")

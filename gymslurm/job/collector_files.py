@@ -80,3 +80,12 @@ def read_live_progress(output: Path) -> live.LiveProgress | None:
         return live.read_progress(live.progress_path(output))
     except StoreError:
         return None
+
+
+def collector_busy_s(output: Path, started_epoch: float) -> float:
+    """The seconds the collector started since ``started_epoch`` had requests in flight (0: none)."""
+    try:
+        record = live.read_progress(live.progress_path(output))
+    except StoreError:
+        record = None
+    return record.busy_s if record is not None and record.started_epoch >= started_epoch - 1.0 else 0.0

@@ -142,9 +142,14 @@ def _start(
     if supervisor is not None and channel is not None:
         supervisor.more_fds.append(channel)
         supervisor.begin() if len(supervisor.more_fds) == 1 else _tell_watching(supervisor, channel)
-    if heartbeat is not None and len(signals.children) == 1:  # inject's collector faults: the first one
-        stall = None if job.watch is None else job.watch.window_s
-        heartbeat.publish(collector_pid=job.child.pid, collector_started=time.time(), stall_window_s=stall)
+    if heartbeat is not None:  # inject's collector faults go to every collector started
+        pids = [child.pid for child in signals.children]
+        if len(pids) == 1:
+            stall = None if job.watch is None else job.watch.window_s
+            heartbeat.publish(
+                collector_pid=job.child.pid, collector_started=time.time(), stall_window_s=stall
+            )
+        heartbeat.publish(collector_pids=pids)
 
 
 def _tell_watching(supervisor: Supervisor, channel: int) -> None:

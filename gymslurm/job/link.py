@@ -54,7 +54,7 @@ from gymslurm.job import gates
 from gymslurm.job.after_decision import after_decision
 from gymslurm.job.chain import account_for_dead_runs
 from gymslurm.job.collect_phase import collect, prepare
-from gymslurm.job.collector_files import read_progress, read_resubmit_offset, saved_bytes
+from gymslurm.job.collector_files import collector_busy_s, read_progress, read_resubmit_offset, saved_bytes
 from gymslurm.job.context import Chain, LinkContext
 from gymslurm.job.disk import disk_full
 from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
@@ -197,12 +197,7 @@ def _figures(end: JobEnd, output: Path, started: Started) -> dict[str, object]:
 
 def _idle_s(output: Path, started_epoch: float, elapsed_s: float) -> float:
     """Of this link's time, the part with no request in flight: elapsed less its collector's busy time."""
-    try:
-        record = live.read_progress(live.progress_path(output))
-    except StoreError:
-        record = None
-    busy = record.busy_s if record is not None and record.started_epoch >= started_epoch - 1.0 else 0.0
-    return round(max(elapsed_s - busy, 0.0), 1)
+    return round(max(elapsed_s - collector_busy_s(output, started_epoch), 0.0), 1)
 
 
 def try_link_lock(path: Path) -> int | None:

@@ -20,6 +20,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 from gymslurm.errors import SlurmError
@@ -28,7 +29,7 @@ from gymslurm.job import servers as server_mod
 from gymslurm.job.after_decision import after_decision
 from gymslurm.job.chain import account_for_dead_runs
 from gymslurm.job.collect_phase import reap_predecessors, server_record
-from gymslurm.job.collector_files import read_progress, saved_bytes
+from gymslurm.job.collector_files import collector_busy_s, read_progress, saved_bytes
 from gymslurm.job.collector_process import ProgressWatch, adaptive_choice, collector_argv
 from gymslurm.job.collectors import CollectorJob, run_collectors
 from gymslurm.job.context import Chain, LinkContext
@@ -51,7 +52,7 @@ from gymslurm.launcher.decide import (
 from gymslurm.launcher.ledger import ChainState, Ledger, Resubmitted, Started, record_decision, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.suite_rules import combined_verdict, in_chain, needs_resubmit_copy
+from gymslurm.launcher.suite_rules import combined_verdict, in_chain, load_shares, needs_resubmit_copy
 from gymslurm.launcher.suite_run import load_member_settings, member_run, read_suite_record
 from gymslurm.site.backend import Backend
 
@@ -148,6 +149,9 @@ def collect_suite(
                 bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
             return f"the shared stack did not start: {error}"
         shared = len(started)
+        record = read_suite_record(run)
+        weights = {e.name: e.weight for e in record.benchmarks}
+        shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
         for bench in todo:
             own = [s for s in bench.settings.servers if s.name not in {x.name for x in settings.servers}]
             mine = list(started[:shared])
@@ -167,8 +171,9 @@ def collect_suite(
                 chain,
                 urls,
                 bench.state.resubmit_pending,
-                adaptive=adaptive.overrides,
+                adaptive=[*adaptive.overrides, f"+dispatch_load_share={shares[bench.name]:.4g}"],
             )
+            log(f"{bench.name}: {adaptive.why}; its share of the model server {shares[bench.name]:.2f}")
             bench.job = CollectorJob(
                 name=bench.name,
                 argv=argv,
@@ -180,7 +185,7 @@ def collect_suite(
         jobs = [b.job for b in todo if b.job is not None and not b.job.ended]
         watched = [s for s in started if s.process]
         supervisor = Supervisor(watched, None, note, say=log) if watched else None
-        sequential = read_suite_record(run).order == "sequential"
+        sequential = record.order == "sequential"
         run_collectors(jobs, signals, supervisor, heartbeat=heartbeat, sequential=sequential)
         if supervisor is not None and supervisor.gave_up is not None:
             for job in jobs:
@@ -238,6 +243,9 @@ def decide_benches(
         extras = {
             "outcomes_before": bench.before.outcomes if bench.before else 0,
             "outcomes": after.outcomes if after else 0,
+            "busy_s": round(
+                collector_busy_s(bench.output, datetime.fromisoformat(bench.started.at).timestamp()), 1
+            ),
         }
         record_decision(bench.ledger, bench.started, end, bench.state.budgets, verdict, **extras)
         decisions[bench.name] = verdict.decision

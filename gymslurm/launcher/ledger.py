@@ -126,6 +126,7 @@ class DecisionRecord(_Record):
     idle_s: float | None = None  # of elapsed_s, the time no request was in flight (launcher/links.py)
     outcomes_before: int | None = None  # the collector's outcomes when the link started (coverage chart)
     outcomes: int | None = None  # ... and when it ended
+    busy_s: float | None = None  # a suite benchmark's: its collector's time with requests in flight
 
 
 class Cancelled(_Record):

@@ -85,3 +85,36 @@ def needs_resubmit_copy(member_epochs: int, suite_epochs: int, member_done: bool
     benchmark added later) has nothing to restart.
     """
     return decided and not member_done and member_epochs < suite_epochs
+
+
+def load_shares(weights: Mapping[str, float], sequential: bool) -> dict[str, float]:
+    """Each collector's share of the one model server (``+dispatch_load_share``), by its ``weight``.
+
+    Concurrent collectors split the server's capacity in proportion to their weights (a share
+    caps only what a collector keeps while the server is full: one that holds less leaves the rest
+    to the others, and one alone is cut as if unshared, concurrency.py). In order, each has it all.
+    """
+    total = sum(max(w, 0.0) for w in weights.values())
+    if sequential or len(weights) < 2 or total <= 0:
+        return dict.fromkeys(weights, 1.0)
+    return {name: max(w, 0.0) / total or 1.0 / len(weights) for name, w in weights.items()}
+
+
+def gpu_hours_split(busy_s: Mapping[str, float], gpu_hours: float | None) -> dict[str, float | None]:
+    """Each benchmark's part of the suite's GPU-hours: its share of the model server's busy time
+    (the seconds its collectors had requests in flight, over every link). None where nothing is
+    known (no GPU-hours, or no busy time at all)."""
+    total = sum(busy_s.values())
+    if gpu_hours is None or total <= 0:
+        return dict.fromkeys(busy_s)
+    return {name: gpu_hours * busy / total for name, busy in busy_s.items()}
+
+
+def eta_s(remaining: int, rate_per_s: float, running: bool) -> float | None:
+    """Seconds until a benchmark's rollouts all have an outcome at its collectors' present rate:
+    0 when none remains, None when it is not running or has no rate yet."""
+    if remaining <= 0:
+        return 0.0
+    if not running or rate_per_s <= 0:
+        return None
+    return remaining / rate_per_s

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from omegaconf import OmegaConf
 from pydantic import Field, ValidationError, field_validator
 
 from gymslurm.errors import ConfigError
@@ -115,6 +116,7 @@ class Suite:
     settings: SuiteSettings
     where: str
     members: list[Member]
+    overrides: tuple[str, ...] = ()  # the command line's, applied to every benchmark and the links
 
     @property
     def chains(self) -> int:
@@ -212,6 +214,10 @@ def member_data(suite: SuiteSettings, entry: SuiteBenchmark, composed: dict[str,
     return data
 
 
+# the keys of a suite link's own settings a top-level override reaches (besides every benchmark)
+CHAIN_KEYS = frozenset({"slurm", "aggregation", "budget", "report", "notify", "run_root", "backend"})
+
+
 def chain_data(suite: SuiteSettings, chains: int) -> dict[str, Any]:
     """The benchmark config the suite's links run with (pure): the stack, the suite's chains, slurm,
     budget, notifications and report, no dataset of its own."""
@@ -247,7 +253,7 @@ def load_suite(name: str, overrides: list[str]) -> Suite:
         except ConfigError as error:
             raise _invalid(path, text, ("benchmarks", index), str(error)) from None
         members.append(Member(entry, member_settings, data))
-    return Suite(settings, str(path), members)
+    return Suite(settings, str(path), members, tuple(overrides))
 
 
 def adhoc_suite(benchmarks: list[str], overrides: list[str]) -> Suite:
@@ -265,10 +271,17 @@ def adhoc_suite(benchmarks: list[str], overrides: list[str]) -> Suite:
     for entry, data in zip(settings.benchmarks, composed, strict=True):
         merged = member_data(settings, entry, data)
         members.append(Member(entry, validate(merged, entry.benchmark), merged))
-    return Suite(settings, "(command line)", members)
+    return Suite(settings, "(command line)", members, tuple(overrides))
 
 
-def chain_settings(suite: Suite) -> tuple[BenchmarkSettings, dict[str, Any]]:
-    """The settings the suite's links, scripts and views run with, and their composed dict."""
-    data = chain_data(suite.settings, suite.chains)
+def chain_settings(suite: Suite, chains: int | None = None) -> tuple[BenchmarkSettings, dict[str, Any]]:
+    """The settings the suite's links, scripts and views run with, and their composed dict
+    (``chains``: a run's, kept when benchmarks are added or dropped)."""
+    data = chain_data(suite.settings, suite.chains if chains is None else chains)
+    for override in suite.overrides:  # slurm.time=..., budget.gpu_hours=...: the links' too
+        key, _, value = override.lstrip("+").partition("=")
+        if key.split(".")[0] in CHAIN_KEYS and "=" in override:
+            conf = OmegaConf.create(data)
+            OmegaConf.update(conf, key, yaml.safe_load(value) if value else None, force_add=True)
+            data = OmegaConf.to_container(conf, resolve=False)  # type: ignore[assignment]
     return validate(data, f"suite {suite.where}"), data

@@ -133,3 +133,49 @@ def test_a_crash_loop_stops_only_its_benchmark_and_a_resubmit_finishes_it_alone(
     }
     for name, before in kept.items():
         assert (run / f"benchmarks/{name}/shards/000/ledger.jsonl").read_bytes() == before, name
+
+
+def _two_then_edited(tmp: Path) -> tuple[Path, str]:
+    (tmp / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(4)))
+    (tmp / "done.json").write_text(json.dumps([{"exit": 0, "progress": 4}]))
+    (tmp / "ok.yaml").write_text(
+        f"dataset: {tmp / 'data.jsonl'}\n"
+        f"collector:\n  command: [{sys.executable}, {STANDIN}, {tmp / 'done.json'}]\n"
+    )
+    head = f"run_root: {tmp / 'runs'}\nshards: 2\naggregation: {{enabled: false}}\nbenchmarks:\n"
+    suite = tmp / "edit.yaml"
+    suite.write_text(
+        head
+        + f"  - {{name: first, benchmark: {tmp / 'ok.yaml'}}}\n"
+        + f"  - {{name: second, benchmark: {tmp / 'ok.yaml'}, shards: 1}}\n"
+    )
+    return suite, head
+
+
+def test_a_benchmark_added_to_a_finished_suite_runs_alone_and_a_dropped_one_keeps_its_files(
+    tmp_path: Path,
+) -> None:
+    """The suite file edited after the run finished: ``third`` added, ``second`` dropped. Resubmit
+    runs only ``third`` (``first``'s ledgers byte for byte the same), ``second``'s folder stays and
+    is listed as dropped; a kept benchmark whose config changed is refused, nothing written."""
+    suite, head = _two_then_edited(tmp_path)
+    gymslurm("submit", str(suite), "--backend", "local")
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("edit-*/run.json")]
+    wait_until_final(run, aggregation=False)
+    first = [(run / f"benchmarks/first/shards/{k:03d}/ledger.jsonl").read_bytes() for k in (0, 1)]
+    suite.write_text(
+        head
+        + f"  - {{name: first, benchmark: {tmp_path / 'ok.yaml'}}}\n"
+        + f"  - {{name: third, benchmark: {tmp_path / 'ok.yaml'}, shards: 1}}\n"
+    )
+    gymslurm("resubmit", str(run), str(suite))
+    report = wait_until_final(run, aggregation=False)
+    assert {r["benchmark"]: r["verdict"] for r in report["suite"]} == {"first": "DONE", "third": "DONE"}
+    assert [(run / f"benchmarks/first/shards/{k:03d}/ledger.jsonl").read_bytes() for k in (0, 1)] == first
+    assert (run / "benchmarks/second/shards/000/ledger.jsonl").is_file()
+    assert json.loads((run / "suite.json").read_text())["dropped"] == ["second"]
+    saved = (run / "suite.json").read_bytes()
+    suite.write_text(head + f"  - {{name: first, benchmark: {tmp_path / 'ok.yaml'}, repeats: 2}}\n")
+    refused = gymslurm("resubmit", str(run), str(suite), check=False)
+    assert refused.returncode != 0 and "benchmark 'first' is not the one run" in refused.stderr
+    assert (run / "suite.json").read_bytes() == saved

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from gymslurm.launcher.decide import Budgets, Decision
-from gymslurm.launcher.suite_rules import chains_for, combine, combined_verdict, in_chain, needs_resubmit_copy
+from gymslurm.launcher.suite_rules import (
+    chains_for,
+    combine,
+    combined_verdict,
+    eta_s,
+    gpu_hours_split,
+    in_chain,
+    load_shares,
+    needs_resubmit_copy,
+)
 
 D = Decision
 
@@ -75,3 +84,47 @@ def test_a_resubmit_restarts_every_benchmark_of_the_chain_not_done(
 ) -> None:
     """Resubmitting a suite skips finished benchmarks."""
     assert needs_resubmit_copy(member_epochs, suite_epochs, done, decided) is expected
+
+
+@pytest.mark.parametrize(
+    ("weights", "sequential", "expected"),
+    [
+        ({"a": 1.0, "b": 1.0}, False, {"a": 0.5, "b": 0.5}),
+        ({"a": 3.0, "b": 1.0}, False, {"a": 0.75, "b": 0.25}),
+        ({"a": 1.0}, False, {"a": 1.0}),
+        ({"a": 3.0, "b": 1.0}, True, {"a": 1.0, "b": 1.0}),
+        ({"a": 0.0, "b": 0.0}, False, {"a": 1.0, "b": 1.0}),
+    ],
+)
+def test_concurrent_collectors_share_the_model_server_by_weight(
+    weights: dict[str, float], sequential: bool, expected: dict[str, float]
+) -> None:
+    """Concurrent collectors split the server by weight; in order, or alone, each has it all."""
+    assert load_shares(weights, sequential) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("busy", "gpu_hours", "expected"),
+    [
+        ({"a": 30.0, "b": 10.0}, 8.0, {"a": 6.0, "b": 2.0}),
+        ({"a": 30.0, "b": 0.0}, 8.0, {"a": 8.0, "b": 0.0}),
+        ({"a": 0.0, "b": 0.0}, 8.0, {"a": None, "b": None}),
+        ({"a": 30.0, "b": 10.0}, None, {"a": None, "b": None}),
+    ],
+)
+def test_gpu_hours_are_split_by_each_benchmarks_share_of_the_servers_busy_time(
+    busy: dict[str, float], gpu_hours: float | None, expected: dict[str, float | None]
+) -> None:
+    """A benchmark's GPU-hours are the suite's times its share of the busy time; none when unknown."""
+    assert gpu_hours_split(busy, gpu_hours) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("remaining", "rate", "running", "expected"),
+    [(0, 0.0, False, 0.0), (100, 4.0, True, 25.0), (100, 0.0, True, None), (100, 4.0, False, None)],
+)
+def test_a_benchmarks_eta_is_what_is_left_at_its_running_rate(
+    remaining: int, rate: float, running: bool, expected: float | None
+) -> None:
+    """ETA: nothing left is 0; rollouts left at the running collectors' rate; else unknown."""
+    assert eta_s(remaining, rate, running) == expected

@@ -100,3 +100,12 @@ def test_key_line_finds_nested_keys_and_list_items() -> None:
     """The line of benchmarks[1].shards, and of its parent when the key is absent."""
     assert key_line(GOOD, ("benchmarks", 1, "shards")) == 11
     assert key_line(GOOD, ("benchmarks", 1, "nope")) == 9
+
+
+def test_a_top_level_override_reaches_the_suite_links_own_settings_too() -> None:
+    """``slurm.time=...`` and ``budget.gpu_hours=...`` on the command line set the links' own
+    settings (their time limit, the suite's budget), not only every benchmark's."""
+    suite = load_suite("demo-suite", ["slurm.time=00:20:00", "budget.gpu_hours=3"])
+    settings, _ = chain_settings(suite)
+    assert settings.slurm.time == "00:20:00" and settings.budget.gpu_hours == 3
+    assert chain_settings(load_suite("demo-suite", []))[0].slurm.time == "00:10:00"
