@@ -10,8 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
@@ -31,6 +29,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
+    from gymslurm.launcher.views.document import status_json
     from gymslurm.launcher.views.report import refresh_report
     from gymslurm.launcher.views.status import read_chains, run_status
     from gymslurm.launcher.views.table import print_table
@@ -49,7 +48,7 @@ def main(argv: list[str]) -> int:
     if not args.json and args.shard is None:  # the page is for people: a script polling --json
         refresh_report(run, backend, report, chains)  # does not pay its render
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(status_json(report))
     else:
         print_table(report)
     return ExitCode.DONE
@@ -69,7 +68,7 @@ def _list_runs(runs: list[Any], as_json: bool) -> int:
         if info.backend == "slurm" and (info.placement is not None or info.cluster is not None):
             backend = run_backend(run)  # its own clusters' queues (the shared one is the default cluster's)
         report = run_status(run, backend)
-        verdicts = Counter(row["verdict"] for row in report["shards"])
+        verdicts = Counter(str(row.verdict) for row in report.shards)
         listed.append(
             {
                 "run": run.name,

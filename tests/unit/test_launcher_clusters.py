@@ -25,7 +25,7 @@ from gymslurm.launcher.settings import validate
 from gymslurm.launcher.site.backend import ClusterSetBackend, SlurmBackend
 from gymslurm.launcher.site.placement import Block, cluster_parts, place_shards
 from gymslurm.launcher.site.slurm import SlurmClient, split_job_id
-from gymslurm.launcher.views.status import LogIndex
+from gymslurm.launcher.views.logs import LogIndex
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
 

@@ -92,12 +92,12 @@ def test_status_shows_what_slurm_recorded_for_every_run_of_every_job(tmp_path: P
     report = run_status(_run(tmp_path, accounting=True), SlurmBackend(client, accounting=True), now=T0)
     sacct = [call for call in client.calls if call[0] == "sacct"]
     assert len(sacct) == 1 and "-D" in sacct[0] and sacct[0][-1] == "20_0,21"
-    assert report["queries"] == 2  # one squeue, one sacct
-    shard = report["shards"][0]
-    assert shard["gpu_hours_slurm"] == round(2 * (57 + 4 + 60) / 3600, 4)
-    assert shard["gpu_hours"] == round(2 * (56 + 4 + 59) / 3600, 4)
-    assert report["summary"]["gpu_hours_slurm"] == shard["gpu_hours_slurm"]
-    assert "Slurm recorded 0.07 GPU-h" in (cost_line(report["summary"]) or "")
+    assert report.queries == 2  # one squeue, one sacct
+    shard = report.shards[0]
+    assert shard.gpu_hours_slurm == round(2 * (57 + 4 + 60) / 3600, 4)
+    assert shard.gpu_hours == round(2 * (56 + 4 + 59) / 3600, 4)
+    assert report.summary.gpu_hours_slurm == shard.gpu_hours_slurm
+    assert "Slurm recorded 0.07 GPU-h" in (cost_line(report.summary) or "")
 
 
 def test_without_accounting_status_says_so_and_asks_no_sacct(tmp_path: Path) -> None:
@@ -105,6 +105,6 @@ def test_without_accounting_status_says_so_and_asks_no_sacct(tmp_path: Path) -> 
     client = Scripted({"squeue": "", "sacct": SACCT_RUNS})
     report = run_status(_run(tmp_path, accounting=False), SlurmBackend(client, accounting=False), now=T0)
     assert [call[0] for call in client.calls] == ["squeue"]
-    assert report["shards"][0]["gpu_hours_slurm"] is None
-    assert report["summary"]["gpu_hours_slurm"] is None
-    assert "no Slurm figure: this cluster keeps no accounting" in (cost_line(report["summary"]) or "")
+    assert report.shards[0].gpu_hours_slurm is None
+    assert report.summary.gpu_hours_slurm is None
+    assert "no Slurm figure: this cluster keeps no accounting" in (cost_line(report.summary) or "")

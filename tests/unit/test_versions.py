@@ -121,5 +121,9 @@ def test_every_written_format_is_in_the_table() -> None:
             "run_summary",
             "finished_seal",
             "outcome_index",
+            "run_info",
+            "array",
+            "status",
+            "report",
         ]
     )
