@@ -3,8 +3,9 @@
 ``RunStore`` is the facade the collector uses while holding ``RunLock``; the submodules are one
 concern each: ``paths`` (where), ``atomic`` (whole-file publish), ``jsonl`` (append and torn-tail
 reading), ``manifest``, ``reservations`` (durable execution numbers), ``lock``, ``inputs``
-(materialized tasks), ``history`` (the fast outcome reader and the one saved-row reader), ``lines``
-(a file's lines by number, identity-verified) and ``files`` (the one versioned-JSON reader).
+(materialized tasks), ``start`` (a run's store created, adopted or validated), ``history`` (the
+fast outcome reader and the one saved-row reader), ``lines`` (a file's lines by number,
+identity-verified) and ``files`` (the one versioned-JSON reader).
 
 The package's names are imported on first use (PEP 562), so a module that needs only ``atomic`` or
 ``jsonl`` (the launcher's ledgers and run folder) does not pay for the facade and its pydantic models.
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from gymslurm.store.lock import RunLock
     from gymslurm.store.manifest import Manifest
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.store import Reconciliation, RunSpec, RunStore
+    from gymslurm.store.start import RunSpec
+    from gymslurm.store.store import Reconciliation, RunStore
 
 _HOMES = {
     "ExistingRun": "existing",
@@ -29,7 +31,7 @@ _HOMES = {
     "Reconciliation": "store",
     "RunLock": "lock",
     "RunPaths": "paths",
-    "RunSpec": "store",
+    "RunSpec": "start",
     "RunStore": "store",
     "existing_run": "existing",
     "read_resubmit_offset": "files",

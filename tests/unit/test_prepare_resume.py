@@ -238,7 +238,7 @@ def test_interrupted_fallback_fresh_start_is_finished_by_the_next_resume(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr("gymslurm.store.store.write_inputs", interrupted)
+        patch.setattr("gymslurm.store.start.write_inputs", interrupted)
         with pytest.raises(KeyboardInterrupt):
             prepared(dataset, output, URL, "+resume_from_cache=true")
     assert not output.with_name("out_manifest.json").exists()

@@ -274,7 +274,7 @@ def test_interrupted_fresh_replacement_is_refused(paths: RunPaths, monkeypatch: 
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("gymslurm.store.store.write_inputs", crash)
+    monkeypatch.setattr("gymslurm.store.start.write_inputs", crash)
     with pytest.raises(KeyboardInterrupt):
         create(paths)
     manifest = read_manifest(paths.manifest)
