@@ -256,13 +256,13 @@ def _exported(store: RunStore, basis: str) -> bool:
     return exported.exists() and not exported.is_symlink()
 
 
-def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView, stderr: IO[str]) -> None:
+def run_health_hook(paths: RunPaths, view: RunView, stderr: IO[str]) -> None:
     """The automatic health report, inside the lock, from the states the collection ends with.
 
     ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
     rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
     """
-    after_collection(paths, coverage, stderr=stderr, selected=SelectedRun(view.states, view.run_id))
+    after_collection(paths, stderr=stderr, selected=SelectedRun(view.states, view.run_id))
 
 
 def resume_answer(  # noqa: PLR0917

@@ -41,9 +41,13 @@ from typing import IO, Any
 
 import orjson
 
+from gymslurm.errors import GymslurmError
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
-from gymslurm.store.paths import RunPaths
-from gymslurm.store.seal import FinishedSeal, identities, read_seal
+from gymslurm.redaction import REDACTED, is_credential_name, redact_shapes
+from gymslurm.resources import configs_dir
+from gymslurm.store.lock import RunLock
+from gymslurm.store.paths import RunPaths, others_writable_warning
+from gymslurm.store.seal import FinishedSeal, identities, read_seal, sealed_files
 
 RESUME_KEY, OUTPUT_KEY = "resume_from_cache", "output_jsonl_fpath"
 # The one line a replay adds to what the full path says: where the answer came from.
@@ -119,8 +123,6 @@ def masked(item: str) -> str:
     """An override as a seal keeps it: a credential-named key's value by presence, any other value
     with credential shapes (a URL's password, a bearer token) cut out. Pure: learns nothing, so the
     collection that seals and the resume that reads it mask alike."""
-    from gymslurm.redaction import REDACTED, is_credential_name, redact_shapes
-
     pair = override_key(item)
     if pair is not None and is_credential_name(pair[0].rsplit(".", 1)[-1]):
         return f"{pair[0]}={REDACTED}"
@@ -129,8 +131,6 @@ def masked(item: str) -> str:
 
 def environment_value(name: str, environ: Mapping[str, str]) -> str | bool | None:
     """What the digest takes of an environment variable: its value, or for a credential whether it is set."""
-    from gymslurm.redaction import is_credential_name
-
     value = environ.get(name)
     if is_credential_name(name):
         return value is not None
@@ -139,8 +139,6 @@ def environment_value(name: str, environ: Mapping[str, str]) -> str | bool | Non
 
 def config_files(config_dir: Path | None) -> list[Path] | None:
     """Every file Hydra may compose from (the shipped configs, ``config_dir``) and gymslurm's own code."""
-    from gymslurm.resources import configs_dir
-
     found = _files_under(Path(__file__).resolve().parent, (".py",), None) or []
     for folder in (configs_dir(), config_dir):
         if folder is not None:
@@ -188,7 +186,7 @@ def env_names(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _strings(value: Any) -> Iterable[str]:
+def _strings(value: object) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
@@ -242,8 +240,6 @@ def seal(
     answer: Callable[[Transcript], int],
 ) -> FinishedSeal | None:
     """The seal of a finished run for ``command``: ``answer`` prints and returns what a resume would."""
-    from gymslurm.store.seal import sealed_files
-
     if config_problem(raw, command.config_dir) is not None:
         return None
     names = env_names(raw)
@@ -271,10 +267,6 @@ def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
     paths = command.resumed_run()
     if paths is None or not paths.finished.exists():
         return None
-    from gymslurm.errors import GymslurmError
-    from gymslurm.store.lock import RunLock
-    from gymslurm.store.paths import others_writable_warning
-
     try:
         with RunLock(paths.lock):
             found = read_seal(paths)
@@ -286,7 +278,7 @@ def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
     except (GymslurmError, OSError):
         return None
     if warning:  # the full path's first line, said the same way (the folder's mode is not sealed)
-        from gymslurm.progress import say
+        from gymslurm.progress import say  # only then: a replay that warns of nothing never loads it
 
         say(stderr, f"warning: {warning}")
     print(f"{SAID_FROM_SEAL} {paths.finished} (no server was asked)", file=stderr)

@@ -301,7 +301,7 @@ class RunStore:
         paths = (self.paths.results, self.paths.failures)
         return sum(repair_torn_tail(path) for path in paths if not ends_cleanly(path))
 
-    def stamp_origins(self, origins: Mapping[str, Mapping[str, Any]]) -> None:
+    def stamp_origins(self, origins: Mapping[str, Mapping[str, Any] | None]) -> None:
         """Stamp every record written from now on with NeMo Gym's origin of its taskset's server.
 
         ``origins`` maps a taskset to ``gymslurm.nemogym.ServerOrigin.stamps()`` (``_ng_environment_server``,
