@@ -19,7 +19,7 @@ from gymslurm.collector.live import STALL
 from gymslurm.collector.routing import Routing
 from gymslurm.collector.seal import Transcript
 from gymslurm.collector.view import LoopResult, RunView
-from gymslurm.coverage import Completion, Coverage, completion_exit_code
+from gymslurm.coverage import Completion, Coverage, completion_exit_code, omissions_warning
 from gymslurm.dispatch import MetricsRows, post_aggregate_metrics
 from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
 from gymslurm.exitcodes import ExitCode
@@ -46,12 +46,9 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
         made_progress=made_progress,
         require_complete=require_complete,
     )
-    if not require_complete and completion.warning is None:
-        strict = completion_exit_code(
-            coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
-        )
-        if strict.code == ExitCode.DONE and strict.warning:
-            return Completion(completion.code, completion.reason, strict.warning)
+    warning = omissions_warning(coverage)
+    if completion.warning is None and warning is not None:
+        return Completion(completion.code, completion.reason, warning)
     return completion
 
 

@@ -366,7 +366,7 @@ class RunDir:
         """The saved benchmark with secrets put back from ``GYMSLURM_SECRETS`` in the environment."""
         from omegaconf import OmegaConf
 
-        from gymslurm.launcher.settings import merge_secrets, validate
+        from gymslurm.launcher.settings import RETIRED_ARRAY_KEY, merge_secrets, validate
         from gymslurm.redaction import learn
 
         data = OmegaConf.to_container(OmegaConf.load(self.config_path), resolve=False)
@@ -374,6 +374,9 @@ class RunDir:
         secrets = json.loads(env.get(SECRETS_ENV, "{}"))
         assert isinstance(data, dict)
         merged: dict[str, Any] = merge_secrets(data, secrets)
+        slurm = merged.get("slurm")
+        if isinstance(slurm, dict) and slurm.get(RETIRED_ARRAY_KEY) is True:  # saved before it was retired:
+            del slurm[RETIRED_ARRAY_KEY]  # true, the one value it could hold, is what every run does now
         learn(merged)  # from now on this process replaces them wherever it writes or prints
         return validate(merged, str(self.config_path))
 

@@ -62,10 +62,6 @@ from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
 from gymslurm.store.reservations import ReservationTable
 from gymslurm.store.start import RunSpec
 
-RESULT_STAMPS = frozenset(
-    {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Reconciliation:

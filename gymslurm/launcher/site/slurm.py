@@ -347,10 +347,6 @@ class SlurmClient:
             raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
         return parse_scontrol_job(done.stdout, job_id)
 
-    def accounting_enabled(self) -> bool:
-        """One ``scontrol show config``: does the cluster keep accounting? (submit records it in run.json)."""
-        return parse_accounting_storage(self.run(["scontrol", "show", "config"]).stdout)
-
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel`` these jobs; jobs that already ended are not an error."""
         if job_ids:
