@@ -291,17 +291,20 @@ class SlurmClient:
         """Run one Slurm command; a failure raises SlurmError with its command, code and output."""
         self.queries += 1
         argv = on_cluster(argv, self.cluster)
-        environment = dict(env) if env is not None else self._env
-        try:
-            done = subprocess.run(list(argv), capture_output=True, text=True, env=environment, check=False)
-        except OSError as error:
-            raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
+        done = self.execute(list(argv), dict(env) if env is not None else self._env)
         if check and done.returncode != 0:
             raise SlurmError(
                 f"{' '.join(argv)} exited {done.returncode}\nstdout: {_quote(done.stdout)}\n"
                 f"stderr: {_quote(done.stderr)}"
             )
         return done
+
+    def execute(self, argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+        """The subprocess seam: run one command as given, its output captured (tests script it here)."""
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        except OSError as error:
+            raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
 
     def submit(
         self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = (), array: str | None = None
