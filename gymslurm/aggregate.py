@@ -56,6 +56,7 @@ from gymslurm.shard_inputs import (
     resolve_inputs,
 )
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.adoptions import Adoptions
 from gymslurm.store.atomic import publish_json, publish_stream
 from gymslurm.store.existing import refuse_retired_journal
 from gymslurm.store.files import write_gymslurm_metrics
@@ -236,10 +237,10 @@ def _fast_manifest_summary(
         manifest, counts, policy = store.manifest, store.table.counts(), store.policy()
     finally:
         store.close()
-    if manifest.identity_source == "imported":
-        return None
+    if manifest.identity_source == "imported" or paths.adoptions.exists():
+        return None  # legacy rows numbered by arrival, or adopted ones: the store's path
     count = manifest.rollout_count
-    index = read_index(paths.materialized_inputs)  # digest and line count checked by open
+    index = read_index(paths.tasks(manifest.format_version))  # digest and line count checked by open
     try:
         index.check_unique()
     except StoreError as error:
@@ -248,10 +249,13 @@ def _fast_manifest_summary(
         paths.results,
         paths.failures,
         run_id=manifest.run_id,
-        keys=RolloutKeys(index.index_of, dict, (index.blob, index.ends)),
+        keys=RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
         rollout_count=count,
         legacy=False,
+        adoptions=(adoptions := Adoptions(counts=counts, imported={})),
     )
+    if adoptions.pending:  # rows NeMo Gym's collector appended, not adopted yet: the store's path
+        return None
 
     def conflict(rollout: int, problem: str) -> CorruptRecordError:
         return history_conflict(paths, index.ids[rollout], problem, remedy="leave this shard out")

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregate": ("gymslurm.commands.aggregate", "merge shard outputs into one selected-result projection"),
     "health": ("gymslurm.commands.health", "failure-rate and completeness checks over a run"),
     "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),
+    "compare": ("gymslurm.commands.compare", "compare two runs per benchmark: delta, interval, test, flips"),
+    "gate": ("gymslurm.commands.gate", "apply a policy to a comparison: exit 0 pass, 1 block, 2 warn"),
     "submit": ("gymslurm.commands.submit", "submit a benchmark as self-healing Slurm job chains"),
     "status": ("gymslurm.commands.status", "show the health of each chain of a run"),
     "logs": ("gymslurm.commands.logs", "print a link's job log and its servers' logs (--follow)"),

@@ -35,7 +35,11 @@ class Format:
 _LIVE_ADVICE = "delete the file; its writer replaces it"
 
 FORMATS: dict[str, Format] = {
-    "manifest": Format("the run manifest", "format_version", 2),
+    # manifest v3 (issue 34): the run's tasks are in <stem>_gymslurm_inputs.jsonl, and
+    # <stem>_materialized_inputs.jsonl is NeMo Gym's file in NeMo Gym's shape; v2 runs (the tasks under
+    # NeMo Gym's name) still read.
+    "manifest": Format("the run manifest", "format_version", 3, older=(2,)),
+    "adoptions": Format("the adoption journal", "format_version", 1),
     "reservations": Format("the reservation table", "header version", 1),
     "failure_record": Format("the failure record", "schema_version", 1),
     "coverage": Format("the coverage file", "format_version", 1),
@@ -43,6 +47,12 @@ FORMATS: dict[str, Format] = {
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "rewards": Format("the merged reward histogram", "format_version", 1),
+    "suite_metrics": Format(
+        "the suite metrics (suite_metrics.json)",
+        "format_version",
+        1,
+        "the suite's aggregation job writes it again ('gymslurm resubmit RUN' reruns it)",
+    ),
     "run_summary": Format(
         "the run's summary (summary.json)",
         "format_version",
@@ -64,8 +74,22 @@ FORMATS: dict[str, Format] = {
         1,
         "nothing to do: a reconcile ignores it and the run's writer writes it again",
     ),
+    "run_tally": Format(
+        "the run's tally (tally.jsonl)",
+        "v",
+        1,
+        "move it aside: the next link that finds every chain finished counts them again",
+    ),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
+    # printed documents: `gymslurm compare --json` (comparison.py) and `gymslurm gate --json` (gate.py)
+    "comparison": Format(
+        "the comparison document",
+        "format_version",
+        1,
+        "make it again with `gymslurm compare --json` of this gymslurm",
+    ),
+    "gate": Format("the gate decision", "format_version", 1, "run `gymslurm gate --json` again"),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),

@@ -420,7 +420,7 @@ def run_collect(
     if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
         say(stderr, f"warning: {warning}")
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch_config)
+        prepared = prepare(settings, raw, paths, stderr, fetch_config, routing=routing)
         try:
             code, answer = _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
         finally:
@@ -454,7 +454,8 @@ def _collect_prepared(  # noqa: PLR0917
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
-        store.stamp_origins(OriginStamps(routing.url_for, routing.origins()))
+        typed = frozenset(url for url, protocol in routing.protocols().items() if protocol == "episode")
+        store.stamp_origins(OriginStamps(routing.url_for, routing.origins(), typed))
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(

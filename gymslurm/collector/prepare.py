@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import yaml
 
+from gymslurm.collector.routing import Routing, nemo_gym_rows
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError, IdentityMismatchError, ManifestError
 from gymslurm.identity import (
     IdentityDiff,
@@ -28,13 +29,14 @@ from gymslurm.identity import (
     describe_differences,
     identity_digest,
 )
+from gymslurm.nemogym_rows import RowPreparation, prompt_templates, unreadable_prompt_config
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
 from gymslurm.store.existing import ExistingRun, existing_run
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.start import RunSpec
+from gymslurm.store.run_files import RunSpec
 from gymslurm.store.store import Reconciliation, ResumePlan, RunStore
 from gymslurm.tasks import (
     IdenticalRows,
@@ -149,8 +151,11 @@ class Inputs:
     whole list) is for a legacy import, which reads history against them before writing.
     """
 
-    def __init__(self, settings: CollectSettings) -> None:
+    def __init__(self, settings: CollectSettings, routing: Routing | None = None) -> None:
         self.source_path = settings.input_jsonl_fpath
+        self.nemo_gym_row = nemo_gym_rows(routing) if routing is not None else None
+        self.agents = frozenset(routing.by_taskset) if routing is not None and routing.by_agent else None
+        self.preparation = row_preparation(settings)
         self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
@@ -200,6 +205,8 @@ class Inputs:
             limit=settings.limit,
             prompt_template=settings.prompt_template,
             prompt_field=settings.prompt_field,
+            agents=self.agents,
+            nemo_gym=self.preparation,
         )
 
     def _rows(self) -> Iterator[Task]:
@@ -223,6 +230,22 @@ class Inputs:
                 f"the input dataset {self.source_path} has no tasks (after limit={self._settings.limit}): "
                 "nothing to collect"
             )
+
+
+def load_prompt_config(path: str) -> tuple[str, str | None]:
+    """``(user, system)`` of the NeMo Gym prompt config file at ``path`` (read from the working directory)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise unreadable_prompt_config(path, error) from None
+    return prompt_templates(path, text)
+
+
+def row_preparation(settings: CollectSettings) -> RowPreparation:
+    """NeMo Gym's preparation of flat rows the settings ask for (its prompt config file read here)."""
+    user, system = load_prompt_config(settings.prompt_config) if settings.prompt_config else (None, None)
+    overrides = settings.responses_create_params or {}
+    return RowPreparation(user, system, overrides, seed=settings.num_repeats_add_seed)
 
 
 def _hashed(handle: IO[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
@@ -279,6 +302,9 @@ def build_run_identity(
 ) -> dict[str, Any]:
     """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
     config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
+    if settings.prompt_config:  # the run measures the prompt the file holds, not its path alone
+        user, system = load_prompt_config(settings.prompt_config)
+        config["prompt_config_templates"] = {"user": user, "system": system}
     # collect.yaml's defaults: a null setting whose default is null is left out of the identity, so a
     # setting added later with a null default does not make older runs look different.
     defaults = yaml.safe_load((configs_dir() / "collect.yaml").read_text()) or {}
@@ -291,9 +317,15 @@ def prepare(
     paths: RunPaths,
     stderr: IO[str],
     fetch: Callable[[str], dict[str, Any]],
+    *,
+    routing: Routing | None = None,
 ) -> Prepared:
-    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
-    inputs = Inputs(settings)
+    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation.
+
+    ``routing``: the run's servers, for NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (written beside
+    the run's own tasks by a fresh run, and by an import of a NeMo Gym run that has none) and for
+    NeMo Gym's default routing by ``agent_ref`` (each flat row's taskset is its agent)."""
+    inputs = Inputs(settings, routing)
     identity = build_run_identity(settings, raw, fetch)
     existing = existing_run(paths)
     if settings.resume_from_cache:
@@ -338,6 +370,7 @@ def _new_run(
         config_digest=config_digest(identity),
         max_rollout_attempts=settings.max_rollout_attempts,
         retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+        nemo_gym_row=inputs.nemo_gym_row,
     )
 
 
@@ -359,7 +392,7 @@ def _import_legacy(
         )
     saved = RunStore.legacy_inputs(paths)
     if saved is not None and not all(is_gymslurm_task(row) for row in saved):
-        saved = nemo_gym_tasks(saved, settings, inputs.source_path, paths)
+        saved = nemo_gym_tasks(saved, settings, inputs, paths)
     reused = (
         f"reusing its {len(saved)} saved materialized tasks ({paths.materialized_inputs})"
         if saved is not None
@@ -380,14 +413,18 @@ def is_gymslurm_task(row: Task) -> bool:
     return type(row.get("_ng_rollout_id")) is str and type(row.get("task_id")) is dict and "task_input" in row
 
 
-def nemo_gym_tasks(rows: list[Task], settings: CollectSettings, source: Path, paths: RunPaths) -> list[Task]:
+def nemo_gym_tasks(
+    rows: list[Task], settings: CollectSettings, inputs: Inputs, paths: RunPaths
+) -> list[Task]:
     """NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (one flat row per rollout) as gymslurm's tasks.
 
     Each row is already one rollout (``_ng_task_index``, ``_ng_rollout_index``): it keeps NeMo Gym's
     rollout id (``<task index>-<rollout index>``), and its task is the row, as a fresh collection of
     that file would make it (tasks.py, "repeated rows"). It is never repeated or templated again.
     """
-    options = MaterializeOptions(dataset_name=settings.taskset or source.stem)
+    options = MaterializeOptions(
+        dataset_name=settings.taskset or inputs.source_path.stem, agents=inputs.agents
+    )
     try:
         return materialize(rows, options)
     except ConfigError as error:
@@ -436,6 +473,12 @@ def _open_for_resume(
     return store, resume_plan(settings, manifest, semantic, diff.operational)
 
 
+def _digests_of(identity: dict[str, Any]) -> tuple[str, str]:
+    """The digests a manifest may hold for this identity: of its semantic part (what gymslurm records
+    now), and of the whole identity (what runs saved before the semantic digest recorded)."""
+    return config_digest(identity), identity_digest(identity)
+
+
 def resume_plan(
     settings: CollectSettings, manifest: Manifest, semantic: list[str], operational: list[str]
 ) -> ResumePlan:
@@ -448,12 +491,6 @@ def resume_plan(
         retry_terminal_timeouts=wanted if wanted != manifest.retry_terminal_timeouts else None,
         resubmit=settings.resubmit,
     )
-
-
-def _digests_of(identity: dict[str, Any]) -> tuple[str, str]:
-    """The digests a manifest may hold for this identity: of its semantic part (what gymslurm records
-    now), and of the whole identity (what runs saved before the semantic digest recorded)."""
-    return config_digest(identity), identity_digest(identity)
 
 
 def _input_problems(manifest: Manifest, inputs: Inputs) -> list[str]:
@@ -488,6 +525,10 @@ def _reconciled(
         store.close()
         raise
     paths, manifest = store.paths, store.manifest
+    if resumed.adopted:  # rows NeMo Gym's collector appended since gymslurm's last turn
+        say(
+            stderr, f"adopted {resumed.adopted} outcome row(s) NeMo Gym's collector saved ({paths.adoptions})"
+        )
     if plan.overridden:
         say(
             stderr,
@@ -515,5 +556,7 @@ def _reconciled(
             f"resubmit: a fresh failure budget; the {failures} failure line(s) (and {results} result "
             f"line(s)) saved so far no longer count against it ({paths.resubmit_offset})",
         )
-    quietly = not plan.changes_metadata and not resumed.repaired_bytes and manifest.identity_verified
+    quietly = (
+        not plan.changes_metadata and not repaired and not resumed.adopted and manifest.identity_verified
+    )
     return Prepared(store, load_tasks, resumed.reconciliation, repeats_quietly=quietly)

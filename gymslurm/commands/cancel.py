@@ -24,8 +24,8 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.ledger import Cancelled, ChainState, Ledger, append_each
 from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import RunDir, chain_states, folder_listing, resolve_run_or_job
-from gymslurm.launcher.site.backend import Backend, ClusterSetBackend, SlurmBackend
-from gymslurm.launcher.site.slurm import QueueRow, array_ids
+from gymslurm.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.site.slurm import QueueRow, array_ids
 
 
 def cancel(ref: str, run_root: str) -> int:
@@ -88,7 +88,7 @@ def _mark(
     entries: list[tuple[Ledger, Cancelled]] = []
     for index in sorted(chosen):
         state = states[index]
-        if not state.cancelled:  # the run's record already stands for a shard with an empty ledger
+        if not state.finished:  # a final decision stays (a cancelled one: the run's record stands for it)
             entries.append((run.ledger(index), Cancelled(job_ids=live_jobs(state, queue))))
     if chosen or aggregation:  # as before: the aggregation's chain is over with the run
         entries.append((run.aggregate_ledger, Cancelled(job_ids=live_jobs(states[shards], queue))))

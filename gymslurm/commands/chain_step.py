@@ -16,16 +16,20 @@ def main(argv: list[str]) -> int:
     which.add_argument("--shard", type=int)
     which.add_argument("--aggregate", action="store_true")
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.job.aggregation import run_aggregation
-    from gymslurm.launcher.job.link import run_link
+    from gymslurm.job.aggregation import run_aggregation
+    from gymslurm.job.heartbeat import log
+    from gymslurm.job.link import run_link
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import RunDir
-    from gymslurm.launcher.site.backend import this_job
+    from gymslurm.site.backend import scheduler_use, this_job
 
     run = RunDir(args.run_dir.resolve())
     settings = run.load_settings()
     # The cluster this job runs on (a run across clusters: run.json's placement of the shard).
     backend = run_backend(run, args.shard, aggregation=args.aggregate)
-    if args.aggregate:
-        return run_aggregation(run, settings, backend, this_job(backend))
-    return run_link(run, args.shard, settings, backend, this_job(backend))
+    try:
+        if args.aggregate:
+            return run_aggregation(run, settings, backend, this_job(backend))
+        return run_link(run, args.shard, settings, backend, this_job(backend))
+    finally:  # every job says what it asked of the scheduler (issue 32: a link's calls stay constant)
+        log(scheduler_use(backend))

@@ -33,8 +33,8 @@ from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.launcher.ledger import FAULTS, Fault, Injected, summarize
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.backend import ALIVE_STATES, Backend, SlurmBackend
-from gymslurm.launcher.site.slurm import SlurmClient
+from gymslurm.site.backend import ALIVE_STATES, Backend, SlurmBackend
+from gymslurm.site.slurm import SlurmClient
 from gymslurm.store import live
 
 _PROCESS_SIGNAL = {"crash": signal.SIGKILL, "server-crash": signal.SIGKILL, "hang": signal.SIGSTOP}

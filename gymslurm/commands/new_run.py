@@ -3,7 +3,7 @@
 :func:`create_run` resolves the benchmark once, refuses when a run of the same benchmark is still live,
 creates the run directory (rundir.py), slices the dataset into shards, renders and saves every
 script, then queues the first link of each shard's chain and records it in the shard's ledger.
-Everything after that happens inside the jobs (``launcher/job/``), so the login-side process may die right
+Everything after that happens inside the jobs (``job/``), so the login-side process may die right
 after submitting: a link already queued runs, starts its own successor and writes its own ledger.
 Secrets go to the jobs only through the environment (``GYMSLURM_SECRETS``).
 """
@@ -17,7 +17,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from omegaconf import OmegaConf
 
@@ -27,13 +27,13 @@ from gymslurm.commands.wait import wait_for_run
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
-from gymslurm.launcher.job.collector_process import environment_problem
-from gymslurm.launcher.job.first_links import (
+from gymslurm.job.collector_process import environment_problem
+from gymslurm.job.first_links import (
     queue_first_links,
     queuing,
     submit_arrays,
 )
-from gymslurm.launcher.job.stack import stack_lines
+from gymslurm.job.stack import stack_lines
 from gymslurm.launcher.notify import notify_submitted
 from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import (
@@ -53,17 +53,17 @@ from gymslurm.launcher.settings import (
     split_secrets,
     visible_credential_warnings,
 )
-from gymslurm.launcher.site.arrays import ArrayPlan, plan_arrays
-from gymslurm.launcher.site.backend import (
+from gymslurm.site.arrays import ArrayPlan, plan_arrays
+from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
     backend_name,
     choose_backend,
 )
-from gymslurm.launcher.site.local import LocalBackend
-from gymslurm.launcher.site.placement import blocks_for
-from gymslurm.launcher.site.render import (
+from gymslurm.site.local import LocalBackend
+from gymslurm.site.placement import blocks_for
+from gymslurm.site.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
     ScriptValues,
@@ -74,7 +74,7 @@ from gymslurm.launcher.site.render import (
     render,
     servers_block,
 )
-from gymslurm.launcher.site.scriptsafe import path_directive_problem
+from gymslurm.site.scriptsafe import path_directive_problem
 from gymslurm.tasks import stamp_task_indices
 
 
@@ -320,6 +320,40 @@ def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) 
     return counts
 
 
+class RunInputs(Protocol):
+    """What a run collects from: prepared after every refusal, written once the run's folder exists."""
+
+    def prepare(self) -> None:
+        """Create what is missing (a dataset), before the run folder exists."""
+
+    def write(self, run: RunDir, array: bool) -> list[int]:
+        """Write the run's inputs; the rows each chain collects."""
+        ...
+
+    def secrets(self) -> dict[str, Any]:
+        """Secrets the jobs need besides the run's own config's (added to the bundle)."""
+        ...
+
+
+class BenchmarkInputs:
+    """A benchmark's dataset, stamped and cut into its shards (``submit BENCHMARK``)."""
+
+    def __init__(self, settings: BenchmarkSettings, workdir: Path) -> None:
+        self.settings, self.workdir, self.dataset = settings, workdir, Path()
+
+    def prepare(self) -> None:
+        """Create the dataset with ``dataset_command`` when it does not exist yet."""
+        self.dataset = prepare_dataset(self.settings, self.workdir)
+
+    def write(self, run: RunDir, array: bool) -> list[int]:
+        """Each shard's slice (or, for an array run, one copy the first links cut)."""
+        return split_dataset(self.dataset, run, self.settings.shards, array)
+
+    def secrets(self) -> dict[str, Any]:
+        """None besides the benchmark's."""
+        return {}
+
+
 def create_run(
     settings: BenchmarkSettings,
     data: dict[str, Any],
@@ -330,9 +364,12 @@ def create_run(
     dry_run: bool,
     wait: bool,
     reverify_of: str | None = None,
+    inputs: RunInputs | None = None,
 ) -> int:
     """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
-    run it re-grades in ``reverify_of``); with ``wait``, stay until it ended."""
+    run it re-grades in ``reverify_of``; a suite's ``inputs``: its benchmarks); with ``wait``, stay
+    until it ended."""
+    inputs = BenchmarkInputs(settings, workdir) if inputs is None else inputs
     clean, secrets = split_secrets(data)
     if backend_kind == "local" and (wide := [s.name for s in settings.servers if (s.nodes or 1) > 1]):
         raise ConfigError(
@@ -367,7 +404,7 @@ def create_run(
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
     refuse_if_live(settings, workdir)
-    dataset = prepare_dataset(settings, workdir)
+    inputs.prepare()
     create_run_dir(run)
     clusters = settings.slurm.clusters if backend_kind == "slurm" else None
     placement = None if clusters is None else blocks_for(settings.shards, clusters)
@@ -400,11 +437,13 @@ def create_run(
         else backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     )
     atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
+    if isinstance(backend, LocalBackend):  # its queue runs at most slurm.max_running jobs at once
+        backend.limit(settings.slurm.max_running)
     for path, text in scripts.items():
         atomic_write(path, text.encode())
-    counts = split_dataset(dataset, run, settings.shards, plan is not None)
+    counts = inputs.write(run, plan is not None)
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
-    os.environ[SECRETS_ENV] = json.dumps(secrets)
+    os.environ[SECRETS_ENV] = json.dumps({**secrets, **inputs.secrets()})
     with queuing(run):  # a submit killed midway leaves the rest to the run's first job (first_links.py)
         if plan is not None:
             assert isinstance(backend, SlurmBackend | ClusterSetBackend)

@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.job.first_links import (
+from gymslurm.job.first_links import (
     array_indices,
     queue_first_links,
     queuing_taken_over,
 )
+from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_site import live_jobs, run_backend
@@ -37,12 +37,12 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
-from gymslurm.launcher.site.backend import (
+from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
 )
-from gymslurm.launcher.site.placement import parse_shard_numbers
+from gymslurm.site.placement import parse_shard_numbers
 
 
 def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
@@ -100,6 +100,16 @@ def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) 
         print(f"budget.gpu_hours raised by {gpu_hours_added:g} to {(budget or 0) + gpu_hours_added:g}")
 
 
+def load_run_config(name: str, overrides: list[str]) -> tuple[BenchmarkSettings, dict[str, Any]]:
+    """A benchmark's settings, or a suite's link settings (its stack and chains: docs/suites.md)."""
+    from gymslurm.launcher.suite_settings import chain_settings, is_suite_file, load_suite, suite_path
+
+    path = suite_path(name)
+    if path is not None and is_suite_file(path):
+        return chain_settings(load_suite(name, overrides))
+    return load_benchmark(name, overrides)
+
+
 def resubmit(
     ref: str,
     benchmark: str,
@@ -114,10 +124,10 @@ def resubmit(
     chains for the unfinished (or selected) shards, one ``sbatch`` per job array; ``--gpu-hours``
     raises ``budget.gpu_hours``, recorded in the aggregate ledger before any new link starts."""
     workdir = Path.cwd()
-    settings, data = load_benchmark(benchmark, overrides)
+    settings, data = load_run_config(benchmark, overrides)
     run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
     info = run.read_info()
-    settings, data = load_benchmark(benchmark, [*info.overrides, *overrides])
+    settings, data = load_run_config(benchmark, [*info.overrides, *overrides])
     if settings.name != info.benchmark:
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     verdict_word, explicit = parse_shard_selection(shards, info.shards) if shards else (None, set())
@@ -204,7 +214,7 @@ def _restart(
         print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
         return ExitCode.DONE
     if not unfinished:
-        from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
+        from gymslurm.job.aggregation import maybe_submit_aggregation
 
         job_id = maybe_submit_aggregation(run, settings, backend, None)
         print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")

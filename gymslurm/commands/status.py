@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_intermixed_args(argv)
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
-    from gymslurm.launcher.views.document import status_json
+    from gymslurm.launcher.views.document import status_json, with_suite
     from gymslurm.launcher.views.report import refresh_report
     from gymslurm.launcher.views.status import read_chains, run_status
     from gymslurm.launcher.views.table import print_table
@@ -47,18 +47,23 @@ def main(argv: list[str]) -> int:
     report = run_status(run, backend, chains=chains, shard=args.shard)
     if not args.json and args.shard is None:  # the page is for people: a script polling --json
         refresh_report(run, backend, report, chains)  # does not pay its render
+    from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
+
+    suite = suite_rows(run)  # a suite run: one line per benchmark (docs/suites.md)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
-        sys.stdout.buffer.write(status_json(report))
+        sys.stdout.buffer.write(status_json(with_suite(report, suite)))
     else:
         print_table(report)
+        for line in suite_lines(suite):
+            print(line)
     return ExitCode.DONE
 
 
 def _list_runs(runs: list[Any], as_json: bool) -> int:
     from gymslurm.launcher.run_site import run_backend
-    from gymslurm.launcher.site.backend import Backend
-    from gymslurm.launcher.site.local import LocalBackend
     from gymslurm.launcher.views.status import run_status
+    from gymslurm.site.backend import Backend
+    from gymslurm.site.local import LocalBackend
 
     shared: dict[str, Any] = {}
     listed = []
@@ -102,7 +107,7 @@ class _SharedSlurm:
     name = "slurm"
 
     def __init__(self, cache: dict[str, Any]) -> None:
-        from gymslurm.launcher.site.backend import SlurmBackend
+        from gymslurm.site.backend import SlurmBackend
 
         self.cache, self.inner = cache, cache.setdefault("backend", SlurmBackend())
 
@@ -114,6 +119,9 @@ class _SharedSlurm:
         if "queue" not in self.cache:
             self.cache["queue"] = self.inner.queue()
         return self.cache["queue"]
+
+    def job_rows(self, job_ids: Any) -> Any:
+        return {job: row for job, row in self.queue().items() if job in set(job_ids)}
 
     def accounting(self, job_ids: Any, every_run: bool = False) -> Any:
         return {}  # the list shows verdicts only; per-run status asks sacct

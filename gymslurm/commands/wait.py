@@ -13,7 +13,10 @@ queues) before it returns.
 - a shard FAILED, EXHAUSTED, STALLED or ORPHANED, once the aggregation (if any) ended: 76 when
   every stop is FAILED, else 1; ``stopped:`` with the verdict, the reason and the way out;
 - every shard DONE but the aggregation stopped, stalled (no job queued) or never queued: 1 (76
-  when it stopped FAILED), ``aggregation …:`` with the way out.
+  when it stopped FAILED), ``aggregation …:`` with the way out;
+- the scheduler failing to answer: asked again with the same back-off (a transient ``squeue``
+  failure under load is common); after :data:`QUERY_ATTEMPTS` failures in a row: 75,
+  ``scheduler unreachable:`` (never the raw error as the last line).
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.verdicts import Verdict
 from gymslurm.launcher.views.document import ShardRow, StatusDocument
+from gymslurm.site.backend import Backend
 
 V = Verdict
 FINAL_VERDICTS = frozenset(
@@ -35,6 +39,7 @@ STOPS = frozenset({V.FAILED, V.EXHAUSTED, V.STALLED, V.ORPHANED})
 BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
 
 WAIT_FIRST_S, WAIT_FACTOR, WAIT_MAX_S = 1.0, 1.5, 30.0
+QUERY_ATTEMPTS = 8  # failed status queries in a row (~2 min with the back-off) before --wait says so
 
 
 def _way_out(row: ShardRow, run: str, benchmark: str) -> str:
@@ -107,6 +112,19 @@ def wait_outcome(report: StatusDocument, aggregation_enabled: bool) -> tuple[int
     )
 
 
+def scheduler_outcome(run: str, failures: int, error: Exception) -> tuple[int, str] | None:
+    """After ``failures`` scheduler queries in a row failed: None (ask again, backing off) until
+    :data:`QUERY_ATTEMPTS`, then the verdict: 75 (the run goes on by itself), ``scheduler
+    unreachable:`` with the error's first line and the way back (pure)."""
+    if failures < QUERY_ATTEMPTS:
+        return None
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ExitCode.CONTINUE, (
+        f"run {run}: scheduler unreachable: {failures} queries in a row failed (last: {first}); the run "
+        f"goes on by itself: 'gymslurm status {run}' shows it once Slurm answers again"
+    )
+
+
 def next_poll_s(previous: float, changed: bool) -> float:
     """``--wait``'s backoff: 1 s, ×1.5 up to 30 s while nothing changes, 1 s again after a change (pure)."""
     return WAIT_FIRST_S if changed else min(previous * WAIT_FACTOR, WAIT_MAX_S)
@@ -125,10 +143,20 @@ def wait_for_run(
     from gymslurm.launcher.views.status import run_status
     from gymslurm.launcher.views.table import print_table
 
-    last_key, seen = None, None
+    last_key, seen, failures = None, None, 0
     while True:
         time.sleep(poll_s)
-        report = run_status(run, backend)
+        try:
+            report = run_status(run, backend)
+        except SlurmError as error:  # one failed squeue under load must not end the watch with its text
+            failures += 1
+            poll_s = next_poll_s(poll_s, changed=False)
+            given_up = scheduler_outcome(run.name, failures, error)
+            if given_up is None:
+                continue
+            print(given_up[1])
+            return int(given_up[0])
+        failures = 0
         key = _progress_key(report)
         poll_s = next_poll_s(poll_s, changed=key != last_key)
         last_key = key

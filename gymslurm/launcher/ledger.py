@@ -412,8 +412,9 @@ def fold(state: ChainState, record: Record) -> ChainState:
     elif isinstance(record, DecisionRecord):
         _fold_decision(state, record)
     elif isinstance(record, Cancelled):
-        state.cancelled = True
-        state.finished = True
+        if not state.finished:  # a cancel never relabels a final decision (one racing it came too late)
+            state.cancelled = True
+            state.finished = True
     elif isinstance(record, Injected):
         state.injected.append(record)
     elif isinstance(record, Paused):
@@ -448,3 +449,14 @@ def _fold_decision(state: ChainState, record: DecisionRecord) -> None:
     state.finished = state.cancelled or record.decision in FINISHED
     if record.exit_code is not None:
         state.resubmit_pending = False
+
+
+def last_reason(records: Sequence[Record]) -> str | None:
+    """The reason of the last decision in a shard's ledger; None before its first, or when the run was
+    resubmitted since (a changed benchmark: its failure is not "the same with nothing changed")."""
+    for record in reversed(records):
+        if isinstance(record, Resubmitted):
+            return None
+        if isinstance(record, DecisionRecord):
+            return record.reason
+    return None

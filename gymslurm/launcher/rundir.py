@@ -41,9 +41,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from gymslurm.errors import ConfigError
 from gymslurm.formats import check_version, version_of
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
-from gymslurm.launcher.site.placement import Block, cluster_of
 from gymslurm.process_env import SECRETS_ENV
+from gymslurm.site.placement import Block, cluster_of
 from gymslurm.store.atomic import publish_bytes
+from gymslurm.store.tally import RunTally
 
 if TYPE_CHECKING:
     from gymslurm.launcher.settings import BenchmarkSettings
@@ -339,6 +340,11 @@ class RunDir:
     def delivery_lock(self) -> Path:
         """Held by the one notification delivery pass at a time (for as long as it sends)."""
         return self.root / "notify-delivery.lock"
+
+    @property
+    def tally(self) -> RunTally:
+        """The run's tally of finished chains and spent GPU-hours (``store/tally.py``)."""
+        return RunTally(self.root / "tally.jsonl")
 
     @property
     def aggregate_lock(self) -> Path:

@@ -39,10 +39,10 @@ from gymslurm.launcher.settings_sections import (
     gpus_in_directives,
     placement_problem,
 )
-from gymslurm.launcher.site import scriptsafe
-from gymslurm.launcher.site.slurm import slurm_seconds
 from gymslurm.redaction import REDACTED, learn, redact_value
 from gymslurm.resources import configs_dir
+from gymslurm.site import scriptsafe
+from gymslurm.site.slurm import slurm_seconds
 
 SECRETS_HINT = "GYMSLURM_SECRETS, exported by sbatch from where the run was submitted"
 # A command item that stands for the interpreter running gymslurm (slurm.python overrides it).
@@ -58,14 +58,14 @@ def _refuse(problem: str | None) -> None:
 
 
 def _one_line(value: str | None, info: ValidationInfo) -> str | None:
-    """A value that reaches a job script: one line, no control characters (launcher/site/scriptsafe.py)."""
+    """A value that reaches a job script: one line, no control characters (site/scriptsafe.py)."""
     if value is not None:
         _refuse(scriptsafe.control_problem(str(info.field_name), value))
     return value
 
 
 def _slug(value: str, info: ValidationInfo) -> str:
-    """A name that becomes a folder, file or job name: a safe slug (launcher/site/scriptsafe.py)."""
+    """A name that becomes a folder, file or job name: a safe slug (site/scriptsafe.py)."""
     _refuse(scriptsafe.slug_problem(str(info.field_name), value))
     return value
 

@@ -3,7 +3,7 @@
 ``RunStore`` is the facade the collector uses while holding ``RunLock``; the submodules are one
 concern each: ``paths`` (where), ``atomic`` (whole-file publish), ``jsonl`` (append and torn-tail
 reading), ``manifest``, ``reservations`` (durable execution numbers), ``lock``, ``inputs``
-(materialized tasks), ``start`` (a run's store created, adopted or validated), ``history`` (the
+(materialized tasks), ``run_files`` (a run's store created, adopted or validated), ``history`` (the
 fast outcome reader and the one saved-row reader), ``lines`` (a file's lines by number,
 identity-verified) and ``files`` (the one versioned-JSON reader).
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gymslurm.store.lock import RunLock
     from gymslurm.store.manifest import Manifest
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.start import RunSpec
+    from gymslurm.store.run_files import RunSpec
     from gymslurm.store.store import Reconciliation, RunStore
 
 _HOMES = {
@@ -31,7 +31,7 @@ _HOMES = {
     "Reconciliation": "store",
     "RunLock": "lock",
     "RunPaths": "paths",
-    "RunSpec": "start",
+    "RunSpec": "run_files",
     "RunStore": "store",
     "existing_run": "existing",
     "read_resubmit_offset": "files",

@@ -21,6 +21,8 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "identity": "_identity.json",
     "reservations": "_reservations.bin",
     "materialized_inputs": "_materialized_inputs.jsonl",
+    "gymslurm_inputs": "_gymslurm_inputs.jsonl",
+    "adoptions": "_adoptions.jsonl",
     "coverage": "_coverage.json",
     "resubmit_offset": "_resubmit_offset",
     "resume_drift": "_resume_drift.jsonl",
@@ -114,6 +116,20 @@ class RunPaths:
         return self._companion("_materialized_inputs.jsonl")
 
     @property
+    def gymslurm_inputs(self) -> Path:
+        """The run's own materialized tasks (manifest v3); NeMo Gym's file keeps NeMo Gym's shape."""
+        return self._companion("_gymslurm_inputs.jsonl")
+
+    @property
+    def adoptions(self) -> Path:
+        """The journal of outcome rows NeMo Gym's collector appended to the run (store/adoptions.py)."""
+        return self._companion("_adoptions.jsonl")
+
+    def tasks(self, manifest_version: int) -> Path:
+        """Where a run's tasks are: its own file since manifest v3, NeMo Gym's name before."""
+        return self.gymslurm_inputs if manifest_version >= 3 else self.materialized_inputs
+
+    @property
     def coverage(self) -> Path:
         return self._companion("_coverage.json")
 
@@ -174,6 +190,8 @@ class RunPaths:
             "identity": self.identity,
             "reservations": self.reservations,
             "materialized_inputs": self.materialized_inputs,
+            "gymslurm_inputs": self.gymslurm_inputs,
+            "adoptions": self.adoptions,
             "coverage": self.coverage,
             "resubmit_offset": self.resubmit_offset,
             "resume_drift": self.resume_drift,

@@ -2,7 +2,7 @@
 
 Guarantees (docs/store.md):
 
-- *Open changes no byte.* ``RunStore.open`` validates the manifest (store/start.py) and the
+- *Open changes no byte.* ``RunStore.open`` validates the manifest (store/run_files.py) and the
   reservation table's header. Torn tails are repaired only when the caller asks
   (``repair_torn_tails``, or a :class:`ResumePlan` applied), after it validated the identity.
 - *Reserve before dispatch.* ``reserve`` makes the next execution number durable (one pwrite) before
@@ -12,7 +12,7 @@ Guarantees (docs/store.md):
 - *The outcome index is a cache.* A store that saved something leaves what it read and saved
   (``outcome_index.py``) at its first save and at close; a reconcile takes from it only what still
   hashes as written, and parses the rows after it.
-- *Fresh replacement is detectable* (store/start.py: how a run's store comes to be open).
+- *Fresh replacement is detectable* (store/run_files.py: how a run's store comes to be open).
 
 The store knows nothing of HTTP or of the configuration's meaning; it persists the identity dict it is
 given (redaction is the identity module's job) and leaves selection and coverage to the pure modules.
@@ -25,6 +25,7 @@ import os
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gymslurm.clock import utc_now
@@ -32,7 +33,8 @@ from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, StoreError
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, LEGACY_JUDGE_MARKERS, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
-from gymslurm.store import start
+from gymslurm.store import run_files
+from gymslurm.store.adoptions import Adoptions, adopt_pending, read_adoptions
 from gymslurm.store.atomic import publish_json, publish_text
 from gymslurm.store.files import (
     read_json_object,
@@ -60,7 +62,7 @@ from gymslurm.store.manifest import IdentitySource, Manifest, write_manifest
 from gymslurm.store.outcome_index import OutcomeLog
 from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
 from gymslurm.store.reservations import ReservationTable
-from gymslurm.store.start import RunSpec
+from gymslurm.store.run_files import RunSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +98,10 @@ class ResumePlan:
 
 @dataclass(frozen=True)
 class Resumed:
-    """What :meth:`RunStore.resume` did: the run's selected state after it, and what it repaired."""
+    """What :meth:`RunStore.resume` did: the run's selected state after it, and what it changed."""
 
     reconciliation: Reconciliation
+    adopted: int  # outcome rows NeMo Gym's collector appended, adopted (store/adoptions.py)
     repaired_bytes: int  # of incomplete last lines removed
     resubmitted: tuple[int, int] | None  # the failure and result lines a fresh budget starts after
 
@@ -119,6 +122,7 @@ class RunStore:
         self._writable = table is not None and table.writable
         self._log: OutcomeLog | None = None  # the outcome index to leave (store/outcome_index.py)
         self._appended = False  # only a store that saved something leaves an index (at once, and at close)
+        self._adoptions: Adoptions | None = None  # the adoption journal as the last read found it
 
     # --- building ------------------------------------------------------------------------------
 
@@ -126,8 +130,8 @@ class RunStore:
     def create_fresh(
         cls, paths: RunPaths, spec: RunSpec, *, identity_source: IdentitySource = "verified"
     ) -> RunStore:
-        """Start a new run at ``paths``, replacing whatever run was there (:func:`start.fresh_run_files`)."""
-        manifest, index = start.fresh_run_files(paths, spec, identity_source)
+        """Start a new run at ``paths``, replacing whatever was there (:func:`run_files.fresh_run_files`)."""
+        manifest, index = run_files.fresh_run_files(paths, spec, identity_source)
         count = manifest.rollout_count
         store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, count))
         store._index = index
@@ -139,11 +143,11 @@ class RunStore:
     def open(
         cls, paths: RunPaths, *, writable: bool = True, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS
     ) -> RunStore:
-        """Open and validate a manifest-backed run (:func:`start.validated_manifest`). Changes no byte.
+        """Open and validate a manifest-backed run (:func:`run_files.validated_manifest`). Changes no byte.
 
         ``adopt_attempts`` is the attempt limit a manifest without one adopts (the setting in force).
         """
-        manifest = start.validated_manifest(paths, adopt_attempts)
+        manifest = run_files.validated_manifest(paths, adopt_attempts)
         table = ReservationTable(
             paths.reservations, manifest.run_id, manifest.rollout_count, writable=writable
         )
@@ -151,18 +155,17 @@ class RunStore:
 
     @classmethod
     def import_legacy(cls, paths: RunPaths, spec: RunSpec) -> RunStore:
-        """Adopt a run without a manifest (``allow_unsafe_resume``): :func:`start.legacy_run_files`."""
-        manifest, index = start.legacy_run_files(paths, spec)
-        store = cls(
-            paths, manifest, ReservationTable(paths.reservations, manifest.run_id, manifest.rollout_count)
-        )
+        """Adopt a run without a manifest (``allow_unsafe_resume``): :func:`run_files.legacy_run_files`."""
+        manifest, index = run_files.legacy_run_files(paths, spec)
+        table = ReservationTable(paths.reservations, manifest.run_id, manifest.rollout_count)
+        store = cls(paths, manifest, table)
         store._index = index
         return store
 
     @staticmethod
     def legacy_inputs(paths: RunPaths) -> list[dict[str, Any]] | None:
-        """The materialized tasks a legacy run saved, or None (:func:`start.legacy_inputs`)."""
-        return start.legacy_inputs(paths)
+        """The materialized tasks a legacy run saved, or None (:func:`run_files.legacy_inputs`)."""
+        return run_files.legacy_inputs(paths)
 
     def close(self) -> None:
         if self._appended:
@@ -189,15 +192,20 @@ class RunStore:
     @property
     def rollout_index(self) -> RolloutIndex:
         if self._index is None:
-            self._index = read_index(self.paths.materialized_inputs)
+            self._index = read_index(self.tasks_path)
         return self._index
+
+    @property
+    def tasks_path(self) -> Path:
+        """The run's own tasks file (``<stem>_gymslurm_inputs.jsonl``; NeMo Gym's name before manifest v3)."""
+        return self.paths.tasks(self.manifest.format_version)
 
     def rollout_ids(self) -> list[str]:
         return list(self.rollout_index.ids)  # a list: the index holds them as bytes
 
     def inputs(self) -> list[dict[str, Any]]:
         """The materialized tasks, in rollout-index order."""
-        return read_rows(self.paths.materialized_inputs)
+        return read_rows(self.tasks_path)
 
     def saved_identity(self) -> dict[str, Any] | None:
         """The identity saved beside the manifest, or None; the caller checks it against config_digest."""
@@ -218,15 +226,25 @@ class RunStore:
 
         A writable store keeps what it read as the index it leaves (:meth:`write_outcome_index`)."""
         index = self.rollout_index
+        imported = self.manifest.identity_source == "imported"
+        self._adoptions = read_adoptions(self.paths.adoptions, self.table.counts(), imported_run=imported)
         history, self._log = read_run_history(
             self.paths,
             self.run_id,
             RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
             self.manifest.rollout_count,
-            legacy=self.manifest.identity_source == "imported",
+            legacy=imported,
             writable=self._writable,
+            adoptions=self._adoptions,
         )
         return history
+
+    def adopt(self) -> int:
+        """Adopt the rows NeMo Gym's collector appended that the last read found (store/adoptions.py)."""
+        adopted = adopt_pending(self._adoptions, self.table, self.paths.adoptions)
+        if adopted:
+            self._adoptions = None
+        return adopted
 
     def write_outcome_index(self) -> None:
         """Leave the outcome index of what this writer read and saved, when it has anything new.
@@ -247,6 +265,8 @@ class RunStore:
         history = self.read_history()
         policy = self.policy()
         counts = self.table.counts()
+        if self._adoptions is not None and self._adoptions.pending:  # rows NeMo Gym added, not yet adopted
+            counts = array("I", self._adoptions.raised(counts))
         ids = self.rollout_index.ids
 
         def conflict(index: int, problem: str) -> CorruptRecordError:
@@ -267,11 +287,13 @@ class RunStore:
         """Validate the history, then apply ``plan``, in the order of spec 000.
 
         The history is validated first (every rollout's state selected: a conflict or a foreign row
-        raises, no byte changed); then the override is marked, the drift journaled, the adopted
-        attempt limit and the policy saved, torn tails repaired and, with ``resubmit``, a fresh
-        failure budget recorded; selection runs again when the policy changed.
+        raises, no byte changed); then the rows NeMo Gym's collector appended are adopted, the
+        override marked, the drift journaled, the adopted attempt limit and the policy saved, torn
+        tails repaired and, with ``resubmit``, a fresh failure budget recorded; selection runs again
+        when the policy changed.
         """
         reconciliation = self.reconcile()
+        adopted = self.adopt()
         if plan.overridden:
             self.mark_identity_overridden()
         if plan.drift:
@@ -284,7 +306,7 @@ class RunStore:
         resubmitted = self.resubmit() if plan.resubmit else None
         if self.policy() != reconciliation.policy:
             reconciliation = self.reconcile()
-        return Resumed(reconciliation, repaired, resubmitted)
+        return Resumed(reconciliation, adopted, repaired, resubmitted)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -448,10 +470,13 @@ class RunStore:
                 f"{self._newest_outcome[index]} (each execution gets one outcome, after its reservation)"
             )
         stamps = self.rollout_index.stamps(index, self.run_id, attempt)
+        own = stamps.pop("agent_ref", None)  # a row's own agent_ref, kept whole as NeMo Gym keeps it
         origin = self._origins.get(stamps["task_id"]["taskset"]) if self._origins else None
         if origin:
             stamps.update(origin)
             stamps["_ng_task_id"] = stamps["task_id"]
+            if own is not None and "agent_ref" in origin:  # a flat row's server (a typed one stamps none)
+                stamps["agent_ref"] = own
         return stamps
 
     def _saved(self, index: int, outcome: SavedOutcome, which: str, *, failure: bool = False) -> SavedOutcome:

@@ -7,10 +7,10 @@ from pathlib import Path
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.backend import SlurmBackend
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.status import run_status
-from tests.support import ScriptedSlurm
+from gymslurm.site.backend import SlurmBackend
+from tests.unit.scripted_slurm import ScriptedSlurm
 
 T0 = 1_780_000_000.0
 # Pasted from the sandbox (sacct -D -X -n -P -o SACCT_FIELDS) with gres/gpu=2 written in: a link
@@ -72,7 +72,7 @@ def test_status_shows_what_slurm_recorded_for_every_run_of_every_job(tmp_path: P
     """With accounting and GPUs: one sacct -D over every job, requeued runs summed, beside the ledger."""
     client = ScriptedSlurm({"squeue": "", "sacct": SACCT_RUNS})
     report = run_status(_run(tmp_path, accounting=True), SlurmBackend(client, accounting=True), now=T0)
-    sacct = [call for call in client.calls if call[0] == "sacct"]
+    sacct = [call for call in client.log if call[0] == "sacct"]
     assert len(sacct) == 1 and "-D" in sacct[0] and sacct[0][-1] == "20_0,21"
     assert report.queries == 2  # one squeue, one sacct
     shard = report.shards[0]
@@ -86,7 +86,7 @@ def test_without_accounting_status_says_so_and_asks_no_sacct(tmp_path: Path) -> 
     """A run recorded without accounting: no sacct at all, and Slurm's figure is unknown (None), not 0."""
     client = ScriptedSlurm({"squeue": "", "sacct": SACCT_RUNS})
     report = run_status(_run(tmp_path, accounting=False), SlurmBackend(client, accounting=False), now=T0)
-    assert [call[0] for call in client.calls] == ["squeue"]
+    assert [call[0] for call in client.log] == ["squeue"]
     assert report.shards[0].gpu_hours_slurm is None
     assert report.summary.gpu_hours_slurm is None
     assert "no Slurm figure: this cluster keeps no accounting" in (cost_line(report.summary) or "")

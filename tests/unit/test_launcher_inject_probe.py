@@ -10,7 +10,7 @@ import pytest
 
 from gymslurm.commands.inject import slurm_argv
 from gymslurm.commands.probe import findings_of
-from gymslurm.launcher.job.link import try_link_lock
+from gymslurm.job.link import try_link_lock
 
 
 @pytest.mark.parametrize(

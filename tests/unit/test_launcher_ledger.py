@@ -173,8 +173,9 @@ def test_summary_finished_after_a_stop(decision: Decision, finished: bool) -> No
 
 
 def test_cancel_finishes_and_resubmit_reopens_with_fresh_budget() -> None:
-    """cancel ends the chain; resubmit reopens it with fresh retries and walltime, history kept."""
-    records = [_decision("1", Decision.STOP_EXHAUSTED, Budgets(4, 99, 3)), Cancelled(job_ids=["2"])]
+    """cancel ends a going chain; resubmit reopens it with fresh retries and walltime, history kept
+    (a cancel after a final decision changes nothing: tests/unit/test_cancel_keeps_final.py)."""
+    records = [_decision("1", Decision.RETRY, Budgets(4, 99, 3)), Cancelled(job_ids=["2"])]
     assert summarize(records).cancelled
     state = summarize([*records, Resubmitted()])
     assert not state.finished and state.budgets == Budgets(jobs=4) and state.total_walltime_s == 10.0

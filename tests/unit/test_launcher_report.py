@@ -13,10 +13,10 @@ from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.links import faults_survived, links_of
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.views.document import ReportData, ShardTimeline
 from gymslurm.launcher.views.report import refresh_report, render, report_data
 from gymslurm.launcher.views.status import run_status
+from gymslurm.site.local import LocalBackend
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import write_gymslurm_metrics

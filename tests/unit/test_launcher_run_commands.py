@@ -17,10 +17,10 @@ from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.site.backend import SlurmBackend
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.backend import SlurmBackend
+from gymslurm.site.local import LocalBackend
 from gymslurm.store import live
-from tests.support import ScriptedSlurm, reply
+from tests.unit.scripted_slurm import ScriptedSlurm, reply
 
 
 def _info(backend: str, shards: int = 2, accounting: bool | None = None) -> RunInfo:
@@ -116,7 +116,7 @@ def test_a_crash_on_an_array_task_goes_to_its_numeric_job_id(tmp_path: Path) -> 
     run = _running_array_link(tmp_path)
     client = ScriptedSlurm({"squeue": [reply(SQUEUE_RUNNING), reply("194\n")], "srun": [reply()]})
     inject(run, 0, "crash", SlurmBackend(client))
-    assert client.calls[-1][:2] == ["srun", "--jobid=194"]
+    assert client.log[-1][:2] == ["srun", "--jobid=194"]
     (record,) = [r for r in run.ledger(0).read() if r.kind == "injected"]
     assert record.job_id == "193_0" and "--jobid=194" in record.how  # type: ignore[union-attr]
 
@@ -181,7 +181,7 @@ def test_a_run_without_accounting_never_calls_sacct_for_a_dead_link() -> None:
     client = ScriptedSlurm({"scontrol": [reply(scontrol)], "sacct": [reply()]})
     row = SlurmBackend(client, accounting=False).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
-    assert [call[0] for call in client.calls] == ["scontrol"]
+    assert [call[0] for call in client.log] == ["scontrol"]
 
 
 SCONTROL_FAILED = (
@@ -198,7 +198,7 @@ def test_a_dead_link_is_judged_from_scontrol_when_sacct_cannot_reach_the_databas
     client = ScriptedSlurm({"sacct": [down], "scontrol": [reply(SCONTROL_FAILED)]})
     row = SlurmBackend(client, accounting=True).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
-    assert [call[0] for call in client.calls] == ["sacct", "scontrol"]
+    assert [call[0] for call in client.log] == ["sacct", "scontrol"]
 
 
 def test_a_link_sacct_still_shows_running_is_judged_from_scontrol() -> None:

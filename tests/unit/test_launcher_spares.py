@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gymslurm.launcher.job.first_links import complete_queuing, queuing, submit_arrays
-from gymslurm.launcher.job.link import ensure_link_lookahead, shard_state
+from gymslurm.job.context import ensure_link_lookahead, shard_state
+from gymslurm.job.first_links import complete_queuing, queuing, submit_arrays
 from gymslurm.launcher.ledger import Started
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
-from gymslurm.launcher.site.arrays import plan_arrays
-from gymslurm.launcher.site.backend import SlurmBackend
-from gymslurm.launcher.site.slurm import QueueRow
+from gymslurm.site.arrays import plan_arrays
+from gymslurm.site.backend import SlurmBackend
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store.flock import try_lock
 
 
@@ -53,6 +53,9 @@ class Queue(SlurmBackend):
 
     def queue(self) -> dict[str, QueueRow]:
         return {job: QueueRow(job, "gs", state, "", "", "", "", "") for job, state in self.rows.items()}
+
+    def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
+        return {job: row for job, row in self.queue().items() if job in job_ids}
 
 
 def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:

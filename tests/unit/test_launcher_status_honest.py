@@ -9,13 +9,13 @@ from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.counts import counts_of
 from gymslurm.launcher.views.diagnosis import verdict
 from gymslurm.launcher.views.document import ShardRow
 from gymslurm.launcher.views.logs import LogIndex
 from gymslurm.launcher.views.status import ShardFiles, aggregation_status, shard_status, summary_of
 from gymslurm.launcher.views.table import summary_line
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store.live import LiveProgress
 
 T0 = 1_780_000_000.0

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.local import LocalBackend
 
 
 def _job(folder: Path, pid: int, create_time: float | None) -> None:

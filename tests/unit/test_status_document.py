@@ -16,12 +16,12 @@ from gymslurm.formats import FORMATS
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import FINISHED, BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayRecord, RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.verdicts import DECISION_COLOURS, LOOKS, RUNNING_LINK, VERDICT_OF_STOP, Verdict
 from gymslurm.launcher.views.document import ShardRow, status_json
 from gymslurm.launcher.views.report import _CLOCK_SHARD, report_data
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import COLUMNS
+from gymslurm.site.local import LocalBackend
 
 ROW = [
     "shard",

@@ -185,11 +185,11 @@ def test_foreign_run_id_is_an_error(paths: RunPaths) -> None:
         RunStore.open(paths).reconcile()
 
 
-def test_unstamped_record_in_a_verified_run_is_an_error(paths: RunPaths) -> None:
-    """A record without _ng_run_id in a manifest-backed run is not silently adopted."""
+def test_unstamped_record_of_no_rollout_in_a_verified_run_is_an_error(paths: RunPaths) -> None:
+    """A record without _ng_run_id that names no rollout of the run is refused, never adopted."""
     create(paths)
-    append_raw(paths.results, {"_ng_rollout_id": "demo-t0", "reward": 1})
-    with pytest.raises(CorruptRecordError, match="has no _ng_run_id"):
+    append_raw(paths.results, {"_ng_rollout_id": "nope", "_ng_task_index": 9, "reward": 1})
+    with pytest.raises(CorruptRecordError, match="has no _ng_run_id and matches no materialized rollout"):
         RunStore.open(paths).reconcile()
 
 
@@ -274,7 +274,7 @@ def test_interrupted_fresh_replacement_is_refused(paths: RunPaths, monkeypatch: 
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("gymslurm.store.start.write_inputs", crash)
+    monkeypatch.setattr("gymslurm.store.run_files.write_inputs", crash)
     with pytest.raises(KeyboardInterrupt):
         create(paths)
     manifest = read_manifest(paths.manifest)
@@ -327,14 +327,14 @@ def test_fresh_run_through_a_symlinked_output(tmp_path: Path) -> None:
 def test_mixed_inputs_are_inconsistent(paths: RunPaths) -> None:
     """Materialized inputs that do not match the manifest's digest are refused."""
     create(paths)
-    paths.materialized_inputs.write_bytes(paths.materialized_inputs.read_bytes().replace(b"q1", b"q9"))
+    paths.gymslurm_inputs.write_bytes(paths.gymslurm_inputs.read_bytes().replace(b"q1", b"q9"))
     with pytest.raises(InconsistentHistoryError, match="materialized inputs"):
         RunStore.open(paths)
 
 
 @pytest.mark.parametrize(
     ("role", "message"),
-    [("reservations", "reservation table"), ("results", "results file"), ("materialized_inputs", "inputs")],
+    [("reservations", "reservation table"), ("results", "results file"), ("gymslurm_inputs", "inputs")],
 )
 def test_missing_companion_beside_a_manifest_is_an_error(paths: RunPaths, role: str, message: str) -> None:
     """A manifest without a required companion is an error, never a silent fresh start."""

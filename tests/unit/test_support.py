@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import SlurmError
-from tests.support import ScriptedSlurm, reply, wait_until
+from tests.support import wait_until
+from tests.unit.scripted_slurm import ScriptedSlurm, reply
 
 
 def test_wait_until_returns_the_first_true_value() -> None:
@@ -30,13 +31,15 @@ def test_the_scripted_client_answers_in_turn_and_records_each_command() -> None:
     """Replies in turn, the last one again; the real client parses them and checks the exit code."""
     client = ScriptedSlurm({"sbatch": ["51\n", reply("52\n")], "scancel": reply(stderr="no", code=1)})
     assert [client.submit(Path("/x.sbatch")) for _ in range(3)] == ["51", "52", "52"]
-    assert client.calls[0] == ["sbatch", "--parsable", "/x.sbatch"] and client.queries == 3
+    assert client.log[0] == ["sbatch", "--parsable", "/x.sbatch"] and client.queries == 3
     with pytest.raises(SlurmError, match="scancel 7 exited 1"):
         client.run(["scancel", "7"])
 
 
-def test_the_scripted_client_refuses_a_command_it_was_not_given() -> None:
-    """An unscripted command fails the test (unless the script says what the others answer)."""
-    with pytest.raises(AssertionError, match="unscripted Slurm command: squeue"):
-        ScriptedSlurm({}).queue()
-    assert ScriptedSlurm({}, otherwise="").queue() == []
+def test_the_scripted_client_answers_the_rest_from_its_queue_and_refuses_what_it_cannot() -> None:
+    """A command with no reply is answered by the in-memory queue (squeue of nothing queued: no row);
+    one the queue cannot answer either fails the test, naming it."""
+    client = ScriptedSlurm()
+    assert client.queue() == []
+    with pytest.raises(AssertionError, match="unscripted Slurm command: srun --jobid=1"):
+        client.run(["srun", "--jobid=1", "true"])

@@ -67,12 +67,33 @@ def _rewards(tmp: Path) -> None:
     read_reward_histogram(paths)
 
 
+def _suite_metrics(tmp: Path) -> None:
+    from gymslurm.store.suite_metrics import read_suite_metrics
+
+    (tmp / "suite_metrics.json").write_bytes(orjson.dumps({"format_version": FUTURE, "benchmarks": []}))
+    read_suite_metrics(tmp)
+
+
+def _comparison(tmp: Path) -> None:
+    from gymslurm.comparison import parse_comparison
+
+    parse_comparison(orjson.dumps({"format_version": FUTURE, "benchmarks": []}), "saved.json")
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
 
 
+def _tally(tmp: Path) -> None:
+    from gymslurm.store.tally import RunTally
+
+    (tmp / "tally.jsonl").write_bytes(orjson.dumps({"v": FUTURE, "event": "spent"}) + b"\n")
+    RunTally(tmp / "tally.jsonl").read()
+
+
 READERS: dict[str, Callable[[Path], None]] = {
+    "run_tally": _tally,
     "manifest": _manifest,
     "coverage": _coverage,
     "ledger": _ledger,
@@ -83,6 +104,8 @@ READERS: dict[str, Callable[[Path], None]] = {
     "progress": _live("progress"),
     "heartbeat": _live("heartbeat"),
     "rewards": _rewards,
+    "suite_metrics": _suite_metrics,
+    "comparison": _comparison,
 }
 
 
@@ -118,6 +141,7 @@ def test_every_written_format_is_in_the_table() -> None:
             "progress",
             "heartbeat",
             "rewards",
+            "suite_metrics",
             "run_summary",
             "finished_seal",
             "outcome_index",
@@ -125,5 +149,9 @@ def test_every_written_format_is_in_the_table() -> None:
             "array",
             "status",
             "report",
+            "run_tally",
+            "adoptions",
+            "comparison",
+            "gate",
         ]
     )

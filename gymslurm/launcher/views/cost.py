@@ -17,8 +17,8 @@ from gymslurm.launcher.links import (
 )
 from gymslurm.launcher.run_cost import CostSummary
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.site.backend import Backend
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
+from gymslurm.site.backend import Backend
+from gymslurm.site.slurm import AccountingRow, QueueRow
 
 
 def cost_line(summary: CostSummary) -> str | None:

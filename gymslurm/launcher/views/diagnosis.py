@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from gymslurm.launcher.decide import collector_unresponsive, life_of
 from gymslurm.launcher.ledger import ChainState
-from gymslurm.launcher.site.backend import HELD_STATES
-from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.verdicts import VERDICT_OF_STOP, Verdict
 from gymslurm.launcher.views.counts import epoch_of, human_duration
+from gymslurm.site.backend import HELD_STATES
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store import live
 
 STALE_BEATS = 2.0

@@ -135,6 +135,31 @@ class StatusDocument:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SuiteRow:
+    """A suite run's benchmark (docs/suites.md): its shards, verdict, outcomes, headline, own run folder."""
+
+    benchmark: str
+    shards: int
+    verdict: str
+    outcomes: int  # rollouts with an outcome, over its shards' coverage files
+    expected: int | None
+    headline: dict[str, Any] | None  # its score in suite_metrics.json, once the suite's aggregation wrote it
+    run: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteStatusDocument(StatusDocument):
+    """The document of a suite run: the run's, then one row per benchmark (``suite``)."""
+
+    suite: list[SuiteRow]
+
+
+def with_suite(document: StatusDocument, suite: list[SuiteRow]) -> StatusDocument:
+    """The document with its suite's rows after the rest (a run of one benchmark: as it is)."""
+    return SuiteStatusDocument(**vars(document), suite=suite) if suite else document
+
+
+@dataclass(frozen=True, kw_only=True)
 class ShardTimeline:
     """A shard's links (launcher/links.py: start, end, how each ended, GPUs) and its faults by kind."""
 

@@ -46,7 +46,6 @@ from gymslurm.launcher.links import (
 )
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
-from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.verdicts import DECISION_COLOURS, RUNNING_LINK, Verdict
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
 from gymslurm.launcher.views.cost import cost_line
@@ -59,6 +58,7 @@ from gymslurm.launcher.views.document import (
 )
 from gymslurm.launcher.views.status import read_chains, run_status
 from gymslurm.launcher.views.table import COLUMNS, cells_of, summary_line
+from gymslurm.site.backend import Backend
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.rewards import read_reward_histogram
 

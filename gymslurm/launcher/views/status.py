@@ -26,8 +26,6 @@ from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import NO_COST, Cost, CostSummary, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
-from gymslurm.launcher.site.backend import LIVE_STATES, Backend
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
 from gymslurm.launcher.verdicts import Verdict
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import counts_of, epoch_of, eta_s, human_duration, walltime_text
@@ -40,6 +38,8 @@ from gymslurm.launcher.views.document import (
     StatusSummary,
 )
 from gymslurm.launcher.views.logs import LogIndex
+from gymslurm.site.backend import LIVE_STATES, Backend
+from gymslurm.site.slurm import AccountingRow, QueueRow
 from gymslurm.store import live
 from gymslurm.store.files import read_coverage
 from gymslurm.store.paths import RunPaths

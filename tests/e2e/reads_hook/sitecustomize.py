@@ -3,7 +3,7 @@
 With ``GYMSLURM_TEST_READS`` set, it appends one JSON line to that file (one ``write`` with
 ``O_APPEND``, so processes never interleave) for every ledger read (``Ledger.read``, its path), every
 read of a collector's coverage (``store.files.read_coverage``) and when a link's collector starts and
-ends (``run_collector`` as ``job/link.py`` calls it), each with the process id: one link, one pid.
+ends (``run_collector`` as ``job/collect_phase.py`` calls it), each with the process id: one link, one pid.
 The real functions still run; nothing else changes.
 """
 
@@ -26,11 +26,11 @@ def _note(**what: object) -> None:
 
 
 def _install() -> None:
+    from gymslurm.job import collect_phase
     from gymslurm.launcher import ledger
-    from gymslurm.launcher.job import link
     from gymslurm.store import files
 
-    read, read_coverage, run_collector = ledger.Ledger.read, files.read_coverage, link.run_collector
+    read, read_coverage, run_collector = ledger.Ledger.read, files.read_coverage, collect_phase.run_collector
 
     def counted_read(self: ledger.Ledger) -> list[Any]:
         _note(read=str(self.path))
@@ -49,7 +49,7 @@ def _install() -> None:
 
     ledger.Ledger.read = counted_read  # type: ignore[method-assign]
     files.read_coverage = counted_coverage
-    link.run_collector = marked_collector
+    collect_phase.run_collector = marked_collector
 
 
 if _LOG:
