@@ -47,7 +47,15 @@ from gymslurm.formats import version_of
 from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.nemogym import metrics_entry, not_the_servers_metrics, row_for_metrics
-from gymslurm.selection import SUCCESSFUL, BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
+from gymslurm.selection import (
+    SUCCESSFUL,
+    BudgetPolicy,
+    RolloutState,
+    SavedOutcome,
+    row_limit,
+    select_rollout,
+    select_rollouts,
+)
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.shard_inputs import (
     ShardSource,
@@ -94,6 +102,7 @@ class Shard:
     attempts: int = 0
     historical_failed_attempts: int = 0
     torn_bytes: int = 0
+    legacy_capped: tuple[int, int] = (0, 0)  # legacy rollouts with a per-row limit, and those at it
 
     @property
     def legacy(self) -> bool:
@@ -126,15 +135,46 @@ def load_shard(source: ShardSource) -> Shard:
 def _load_legacy_shard(source: ShardSource) -> Shard:
     shard = Shard(source, run_id=None, identity_verified=False, policy=None)
     failures_tail, results_tail = TailReport(), TailReport()
+    by_rollout: dict[str, list[SavedOutcome]] = {}
     for line, row in iter_records(source.companion("_failures.jsonl"), failures_tail):
         outcome = sidecar_outcome(row, 0, line)
         shard.historical_failed_attempts += outcome.kind == "failure"
         shard.legacy_outcomes.append(outcome)
+        _arrived(by_rollout, row, line, sidecar_outcome)
     for line, row in iter_records(source.results, results_tail):
         shard.legacy_outcomes.append(result_outcome(row, 0, line))
         shard.selected_result_lines.add(line)
+        if by_rollout:  # only a rollout that failed before can be at its cap
+            _arrived(by_rollout, row, line, result_outcome)
     shard.torn_bytes = failures_tail.torn_bytes + results_tail.torn_bytes
+    shard.legacy_capped = legacy_row_caps(by_rollout.values())
     return shard
+
+
+def _arrived(
+    by_rollout: dict[str, list[SavedOutcome]], row: Mapping[str, Any], line: int, outcome: RowOutcome
+) -> None:
+    """A legacy row's outcome in its rollout's history, numbered by arrival (sidecar lines first, 000)."""
+    rollout = row.get("_ng_rollout_id")
+    if type(rollout) is str:
+        history = by_rollout.setdefault(rollout, [])
+        history.append(outcome(row, len(history), line))
+
+
+# The store's reader of one saved row (history.result_outcome, history.sidecar_outcome): row, attempt, line.
+RowOutcome = Callable[[Mapping[str, Any], int, int], SavedOutcome]
+
+
+def legacy_row_caps(histories: Iterable[Sequence[SavedOutcome]]) -> tuple[int, int]:
+    """Of a legacy shard's rollouts, how many carry their own ``_ng_failure_max_attempts`` limit, and
+    how many of those spent it (000: legacy runs keep their per-row limits; ``retries/at_cap``)."""
+    policy = BudgetPolicy(max_rollout_attempts=max_rollout_attempts())
+    capped = at_cap = 0
+    for history in histories:
+        if row_limit(history) is not None:
+            capped += 1
+            at_cap += select_rollout(len(history), history, policy).exhausted
+    return capped, at_cap
 
 
 def _load_manifest_shard(source: ShardSource) -> Shard:
@@ -198,6 +238,7 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
         accumulator.add_state(state)
     for outcome in shard.legacy_outcomes:
         accumulator.add_legacy_outcome(outcome)
+    accumulator.add_legacy_caps(*shard.legacy_capped)
     summary = ShardSummary(
         shard.source,
         shard.run_id,
@@ -216,6 +257,7 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
         )
         for outcome in shard.legacy_outcomes:
             observed.add_legacy_outcome(outcome)
+        observed.add_legacy_caps(*shard.legacy_capped)
         summary.observed = observed.metrics()
     return summary
 

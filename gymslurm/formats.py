@@ -62,10 +62,12 @@ FORMATS: dict[str, Format] = {
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
+    # finished_seal v2 (issue 33): the servers' answers, asked again before a seal answers; a v1
+    # seal kept none, so it cannot prove them: it is ignored (the full path seals again).
     "finished_seal": Format(
         "the finished-run seal",
         "format_version",
-        1,
+        2,
         "nothing to do: the next resume ignores it and writes it again",
     ),
     "outcome_index": Format(
@@ -90,6 +92,11 @@ FORMATS: dict[str, Format] = {
         "make it again with `gymslurm compare --json` of this gymslurm",
     ),
     "gate": Format("the gate decision", "format_version", 1, "run `gymslurm gate --json` again"),
+    # a watch (docs/watch.md): watch.json, written once, and its append-only ledger
+    "watch": Format("the watch settings (watch.json)", "format_version", 1, "start a new watch"),
+    "watch_ledger": Format(
+        "the watch ledger", "v", 1, "read it with the gymslurm version that wrote it (gymslurm status WATCH)"
+    ),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gymslurm.launcher.run_cost import NO_COST
-from gymslurm.launcher.verdicts import Verdict
+from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.document import AggregationStatus, ShardRow, StatusDocument
 from gymslurm.launcher.views.status import summary_of
 
@@ -15,7 +15,7 @@ def row(shard: int, verdict: str, **given: Any) -> ShardRow:
     """Shard ``shard``'s row saying ``verdict`` (and ``why {verdict}``), other fields as given."""
     fields: dict[str, Any] = {
         "shard": shard,
-        "verdict": Verdict(verdict),
+        "verdict": ChainVerdict(verdict),
         "why": f"why {verdict}",
         "job": None,
         "job_state": "-",

@@ -51,7 +51,7 @@ from gymslurm.collector.end import (
 from gymslurm.collector.live import STALL, LiveWatch
 from gymslurm.collector.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.collector.routing import Routing, resolve_routing
-from gymslurm.collector.seal import Invocation, Tee, Transcript, seal
+from gymslurm.collector.seal import Invocation, ServerConfigs, Tee, Transcript, seal
 from gymslurm.collector.view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
 from gymslurm.collector.watch import Breaker, Supervised
 from gymslurm.concurrency import AdaptiveLimit
@@ -405,14 +405,8 @@ def run_collect(
     that a collection ending finished can seal the run for its resume (collector/seal.py).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
-    refuse_before_writing(settings, paths.output)
-    fetched: dict[str, dict[str, Any]] = {}  # the configurations read, by URL: identity reads them again
-
-    def fetch_config(url: str) -> dict[str, Any]:
-        if url not in fetched:
-            fetched[url] = (fetch or fetch_environment_config)(url)
-        return fetched[url]
-
+    refuse_before_writing(settings, paths)
+    fetch_config = ServerConfigs(fetch or fetch_environment_config)  # each read once, kept for the seal
     # Which server runs each taskset and how it speaks, read from NeMo Gym's configuration: a name or
     # a server type gymslurm cannot resolve is refused here, before the output folder exists.
     routing = resolve_routing(settings, environment_config(settings, fetch_config))
@@ -426,7 +420,7 @@ def run_collect(
         finally:
             prepared.store.close()  # its last write (the outcome index) comes before the seal
         if command is not None and answer is not None:
-            _seal(command, raw, settings, paths, answer)
+            _seal(command, raw, settings, paths, answer, servers=fetch_config.asked)
         return code
 
 
@@ -491,12 +485,15 @@ def _seal(
     settings: CollectSettings,
     paths: RunPaths,
     answer: Callable[[Transcript], int],
+    *,
+    servers: Mapping[str, str | None],
 ) -> None:
     """Seal a finished run for the resume of ``command``, last of all its writes (store/seal.py).
 
-    A seal that cannot be written is no loss: the next resume takes the full path.
+    A seal that cannot be written is no loss: the next resume takes the full path. ``servers``: the
+    servers the identity read, and their answers' digests (asked again before the seal answers).
     """
-    sealed = seal(command, raw, paths, Path(settings.input_jsonl_fpath), answer)
+    sealed = seal(command, raw, paths, Path(settings.input_jsonl_fpath), answer, servers=servers)
     if sealed is not None:
         with contextlib.suppress(StoreError, OSError):
             write_seal(paths, sealed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,8 +34,9 @@ from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
 from gymslurm.store.existing import ExistingRun, existing_run
+from gymslurm.store.jsonl import bounded_lines
 from gymslurm.store.manifest import Manifest
-from gymslurm.store.paths import RunPaths
+from gymslurm.store.paths import RunPaths, companion_refusal, others_own
 from gymslurm.store.run_files import RunSpec
 from gymslurm.store.store import Reconciliation, ResumePlan, RunStore
 from gymslurm.tasks import (
@@ -61,12 +62,14 @@ def unreadable_input(path: Path, error: OSError) -> str:
     return f"cannot read the input dataset {path}: {error.strerror or error}. Check +input_jsonl_fpath="
 
 
-def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
+def refuse_before_writing(settings: CollectSettings, paths: RunPaths) -> None:
     """The refusals that need no run file, made before the output folder or the run lock exist.
 
-    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset and an output path
-    that is a directory are found here, before ``collect`` creates the folder and the lock.
+    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset, an output path that is
+    a directory, a run's companion (either spelling), or a folder or run file of another user's are
+    found here, before ``collect`` creates the folder and the lock.
     """
+    output = paths.output
     try:
         with open(settings.input_jsonl_fpath, "rb"):
             pass
@@ -76,6 +79,14 @@ def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
         raise ConfigError(
             f"the output path {output} is a directory; +output_jsonl_fpath= names the results file "
             f"(e.g. {output / 'rollouts.jsonl'})"
+        )
+    if refusal := companion_refusal(paths.output_as_given, "the output path"):
+        raise ConfigError(refusal)
+    if theirs := others_own(paths):
+        raise ConfigError(
+            f"the output path {paths.output_as_given} would write where another user owns "
+            f"{', '.join(map(str, theirs))}; gymslurm writes a run only into a folder and files of "
+            "yours. Choose an output path in a folder of your own"
         )
 
 
@@ -215,7 +226,7 @@ class Inputs:
         sha = hashlib.sha256()
         try:
             with open(path, "rb", buffering=1 << 20) as handle:
-                lines = _hashed(handle, sha.update)
+                lines = _hashed(bounded_lines(handle, path), sha.update)  # no line held past the limit
                 yield from iter_rows(lines, str(path), self._settings.limit)
                 for _ in lines:  # rows past the limit still count towards the digest
                     pass
@@ -248,7 +259,7 @@ def row_preparation(settings: CollectSettings) -> RowPreparation:
     return RowPreparation(user, system, overrides, seed=settings.num_repeats_add_seed)
 
 
-def _hashed(handle: IO[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
+def _hashed(handle: Iterable[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
     for line in handle:
         update(line)
         yield line

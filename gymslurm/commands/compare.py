@@ -19,6 +19,7 @@ from gymslurm.exitcodes import ExitCode
 
 if TYPE_CHECKING:
     from gymslurm.comparison import BenchmarkRewards, ComparisonDocument
+    from gymslurm.launcher.rundir import RunDir
 
 DEFAULT_RUN_ROOT = "gymslurm_runs"
 MAX_RESAMPLES = 1_000_000
@@ -111,6 +112,10 @@ def read_side(ref: str, run_root: Path, metric: str) -> list[BenchmarkRewards]:
     from gymslurm.launcher.rundir import resolve_run
 
     run = resolve_run(ref, run_root)
+    from gymslurm.launcher.suite_run import is_suite
+
+    if is_suite(run):
+        return _suite_side(run, metric)
     info = run.read_info()
     merged = run.merged_output(info.output_stem)
     if not merged.is_file():
@@ -119,3 +124,20 @@ def read_side(ref: str, run_root: Path, metric: str) -> list[BenchmarkRewards]:
             f"shard ended (gymslurm status {run.name}); or compare one shard's output .jsonl"
         )
     return [read_task_rewards(merged, name=info.benchmark, metric=metric)]
+
+
+def _suite_side(run: RunDir, metric: str) -> list[BenchmarkRewards]:
+    """A suite run's benchmarks, each from its own merged output (paired by name with the other side)."""
+    from gymslurm.launcher.suite_run import member_run, read_suite_record
+    from gymslurm.store.task_rewards import read_task_rewards
+
+    sides = []
+    for entry in read_suite_record(run).benchmarks:
+        merged = member_run(run, entry.name).merged_output(entry.output_stem)
+        if not merged.is_file():
+            raise ConfigError(
+                f"suite run {run.name}: benchmark {entry.name} has no merged output yet ({merged}): the "
+                f"suite's aggregation writes it once every chain ended (gymslurm status {run.name})"
+            )
+        sides.append(read_task_rewards(merged, name=entry.name, metric=metric))
+    return sides

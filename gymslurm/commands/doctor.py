@@ -29,6 +29,7 @@ from gymslurm.site.arrays import plan_arrays
 from gymslurm.site.findings import Finding, Level
 from gymslurm.site.placement import blocks_for
 from gymslurm.site.slurm import SlurmClient, parse_config, parse_partitions, site_limits
+from gymslurm.site.watch_site import watch_rules
 
 CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
 MIN_KILL_WAIT_S = 10
@@ -343,6 +344,7 @@ def check(
         *_dependency_rules(config),
         *_process_rules(config, signal_lead_s),
         *_size_rules(config, shards, lookahead),
+        *watch_rules(config),
     ]
 
 

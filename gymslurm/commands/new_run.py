@@ -51,8 +51,8 @@ from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
     split_secrets,
-    visible_credential_warnings,
 )
+from gymslurm.launcher.visible_credentials import visible_credential_warnings
 from gymslurm.site.arrays import ArrayPlan, plan_arrays
 from gymslurm.site.backend import (
     Backend,
@@ -301,6 +301,44 @@ def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
     return path
 
 
+def check_dataset(path: Path, shards: int) -> int:
+    """The dataset's row count, once every row is a JSON object on one UTF-8 line within the line
+    limit, and there are at least ``shards`` rows. Read as a stream (a 1 GB line is refused, not held);
+    each refusal names the user's file and line, before any run file exists."""
+    from gymslurm.store.jsonl import bounded_lines
+
+    rows = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(bounded_lines(handle, path), start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise ConfigError(
+                    f"{path}, line {number}: is not UTF-8 (byte {error.start + 1}); a dataset is JSONL "
+                    "in UTF-8: convert the file (e.g. iconv -t UTF-8) and submit again"
+                ) from None
+            except ValueError as error:
+                raise ConfigError(
+                    f"{path}, line {number}: is not valid JSON ({error}); fix that line and submit again"
+                ) from None
+            if not isinstance(row, dict):
+                raise ConfigError(
+                    f"{path}, line {number}: is a JSON {type(row).__name__}, not an object (one task per "
+                    "line, {...}); fix that line and submit again"
+                )
+            rows += 1
+    if not rows:
+        raise ConfigError(f"the dataset {path} has no rows: nothing to evaluate. Check the file")
+    if shards > rows:
+        raise ConfigError(
+            f"shards={shards} is more than the {rows} row(s) of the dataset {path}: some shards would have "
+            f"nothing to do. Use shards={rows} or fewer"
+        )
+    return rows
+
+
 def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) -> list[int]:
     """Write each shard's contiguous slice of the dataset, rows stamped with their dataset-wide task
     index (:func:`gymslurm.tasks.stamp_task_indices`); returns the row counts.
@@ -342,8 +380,10 @@ class BenchmarkInputs:
         self.settings, self.workdir, self.dataset = settings, workdir, Path()
 
     def prepare(self) -> None:
-        """Create the dataset with ``dataset_command`` when it does not exist yet."""
+        """Create the dataset with ``dataset_command`` when it does not exist yet, then check it: a bad
+        row, an empty dataset or more shards than rows names the user's file before the run exists."""
         self.dataset = prepare_dataset(self.settings, self.workdir)
+        check_dataset(self.dataset, self.settings.shards)
 
     def write(self, run: RunDir, array: bool) -> list[int]:
         """Each shard's slice (or, for an array run, one copy the first links cut)."""

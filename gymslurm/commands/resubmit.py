@@ -132,7 +132,7 @@ def resubmit(
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     verdict_word, explicit = parse_shard_selection(shards, info.shards) if shards else (None, set())
     clean, secrets = split_secrets(data)
-    saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    saved = saved_config(run)
     merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
     if clean != saved:
         raise ConfigError(
@@ -154,6 +154,22 @@ def resubmit(
             gpu_hours_added=gpu_hours_added,
             reset_budget=reset_budget,
         )
+
+
+def saved_config(run: RunDir) -> Any:
+    """The configuration ``run`` was submitted with (its ``benchmark.yaml``); a file that cannot be
+    read as YAML (corrupt, truncated, not UTF-8) is a one-line error naming it, never a traceback."""
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException, ValueError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(
+            f"run {run.name}: its saved configuration {run.config_path} cannot be read ({first}); "
+            "restore it from a backup of the run folder, or submit a new run"
+        ) from None
 
 
 def _restart(

@@ -37,6 +37,12 @@ def main(argv: list[str]) -> int:
     root = Path(args.run_root).resolve()
     if args.run is None:
         return _list_runs(find_runs(root), args.json)
+    from gymslurm.store.watch_ledger import find_watch
+
+    if (watch := find_watch(args.run, root)) is not None:  # a watch (docs/watch.md)
+        from gymslurm.commands.watch import watch_status
+
+        return watch_status(watch)
     run = resolve_run(args.run, root)
     backend = run_backend(run)
     gc.disable()  # a document of 10,000 shards is millions of objects and no cycles: no collector passes

@@ -27,11 +27,11 @@ from typing import Any
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.verdicts import Verdict
+from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.document import ShardRow, StatusDocument
 from gymslurm.site.backend import Backend
 
-V = Verdict
+V = ChainVerdict
 FINAL_VERDICTS = frozenset(
     {V.DONE, V.FAILED, V.EXHAUSTED, V.STALLED, V.CANCELLED, V.ORPHANED, V.BUDGET, V.PAUSED}
 )

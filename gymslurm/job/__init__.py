@@ -1,4 +1,4 @@
-"""What runs inside a Slurm (or local) job: one link of a shard's chain, or the aggregation.
+"""What runs inside a Slurm (or local) job: one link of a shard's chain, the aggregation, or a watch's tick.
 
 ``link.py`` (lock → gates → account → gates → start → collect → decide → record → steps: the gates in
 ``gates.py``, the steps after the decision in ``after_decision.py``, the collect phase in
@@ -6,5 +6,7 @@
 exactly once), ``heartbeat.py`` (signals and the liveness file), ``collector_process.py`` (the
 collector as a child process), ``collector_files.py`` (what a link reads of the collector's files,
 through the store), ``servers.py`` (starting and stopping the job's servers) and
-``server_watch.py`` (the link's end of server supervision). Nothing here imports the views.
+``server_watch.py`` (the link's end of server supervision); ``watch_tick.py`` (one tick of a
+``gymslurm watch``) and ``watch_compare.py`` (a checkpoint's comparison, gate and notification).
+Nothing here imports the views.
 """

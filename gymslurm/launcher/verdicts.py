@@ -15,8 +15,9 @@ from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import ChainState
 
 
-class Verdict(StrEnum):
-    """What a chain is doing, as ``status`` says it (a string: the document holds the word)."""
+class ChainVerdict(StrEnum):
+    """What a chain is doing, as ``status`` says it (a string: the document holds the word); not
+    :class:`gymslurm.launcher.decide.Verdict`, which is one link's decision with its reason."""
 
     HEALTHY = "HEALTHY"
     UNRESPONSIVE = "UNRESPONSIVE"
@@ -48,37 +49,39 @@ class Look:
 
 _GREEN, _RED, _AMBER, _CYAN = "#2e7d32", "#c62828", "#f9a825", "#00838f"
 
-LOOKS: dict[Verdict, Look] = {
-    Verdict.HEALTHY: Look("a link is running and its heartbeat is fresh", "32", _GREEN),
-    Verdict.UNRESPONSIVE: Look("a link is RUNNING but its heartbeat or its collector stopped", "31", _RED),
-    Verdict.WAITING: Look("a link is pending or held", "36", _CYAN),
-    Verdict.DISK_FULL: Look("a link waits for space on the run's filesystem", "31", _RED),
-    Verdict.STALLED: Look("no live job and the chain is not finished", "33", _AMBER),
-    Verdict.CANCELLED: Look("'gymslurm cancel' stopped the chain", "33", _AMBER),
-    Verdict.PAUSED: Look("'gymslurm pause' stopped the chain to go on later", "36", _CYAN),
-    Verdict.ORPHANED: Look("a job is queued that will never end by itself", "35", "#ad1457"),
-    Verdict.EXHAUSTED: Look("retries, walltime or links without progress used up", "31", _RED),
-    Verdict.DONE: Look("every rollout has an outcome", "32", _GREEN),
-    Verdict.FAILED: Look("stopped on terminal failures", "31", _RED),
-    Verdict.BUDGET: Look("stopped before a link would start past the GPU-hour budget", "33", _AMBER),
+LOOKS: dict[ChainVerdict, Look] = {
+    ChainVerdict.HEALTHY: Look("a link is running and its heartbeat is fresh", "32", _GREEN),
+    ChainVerdict.UNRESPONSIVE: Look(
+        "a link is RUNNING but its heartbeat or its collector stopped", "31", _RED
+    ),
+    ChainVerdict.WAITING: Look("a link is pending or held", "36", _CYAN),
+    ChainVerdict.DISK_FULL: Look("a link waits for space on the run's filesystem", "31", _RED),
+    ChainVerdict.STALLED: Look("no live job and the chain is not finished", "33", _AMBER),
+    ChainVerdict.CANCELLED: Look("'gymslurm cancel' stopped the chain", "33", _AMBER),
+    ChainVerdict.PAUSED: Look("'gymslurm pause' stopped the chain to go on later", "36", _CYAN),
+    ChainVerdict.ORPHANED: Look("a job is queued that will never end by itself", "35", "#ad1457"),
+    ChainVerdict.EXHAUSTED: Look("retries, walltime or links without progress used up", "31", _RED),
+    ChainVerdict.DONE: Look("every rollout has an outcome", "32", _GREEN),
+    ChainVerdict.FAILED: Look("stopped on terminal failures", "31", _RED),
+    ChainVerdict.BUDGET: Look("stopped before a link would start past the GPU-hour budget", "33", _AMBER),
 }
 
 # The verdict of a chain that stopped with this decision (status, the run's summary, notifications).
-VERDICT_OF_STOP: dict[Decision, Verdict] = {
-    Decision.DONE: Verdict.DONE,
-    Decision.STOP_FAILED: Verdict.FAILED,
-    Decision.STOP_EXHAUSTED: Verdict.EXHAUSTED,
-    Decision.STOP_WALLTIME: Verdict.EXHAUSTED,
-    Decision.STOP_NO_PROGRESS: Verdict.EXHAUSTED,
-    Decision.STOP_BUDGET: Verdict.BUDGET,
-    Decision.PAUSED: Verdict.PAUSED,
+VERDICT_OF_STOP: dict[Decision, ChainVerdict] = {
+    Decision.DONE: ChainVerdict.DONE,
+    Decision.STOP_FAILED: ChainVerdict.FAILED,
+    Decision.STOP_EXHAUSTED: ChainVerdict.EXHAUSTED,
+    Decision.STOP_WALLTIME: ChainVerdict.EXHAUSTED,
+    Decision.STOP_NO_PROGRESS: ChainVerdict.EXHAUSTED,
+    Decision.STOP_BUDGET: ChainVerdict.BUDGET,
+    Decision.PAUSED: ChainVerdict.PAUSED,
 }
 
 # The report's timeline colours each link by its decision: a stop in its verdict's colour, the two
 # decisions that go on in their own, a link still running grey (the legend's order is this one).
 RUNNING_LINK = "RUNNING"
 DECISION_COLOURS: dict[str, str] = {
-    Decision.DONE: LOOKS[Verdict.DONE].html,
+    Decision.DONE: LOOKS[ChainVerdict.DONE].html,
     Decision.CONTINUE: "#1565c0",
     Decision.RETRY: "#ef6c00",
     **{
@@ -100,6 +103,6 @@ def chain_verdict(state: ChainState) -> str:
     """The word a finished chain ended with (a cancelled one, or one with no decision: CANCELLED); a
     chain read before it finished says its last decision."""
     if state.cancelled or state.last_decision is None:
-        return str(Verdict.CANCELLED)
+        return str(ChainVerdict.CANCELLED)
     decision = state.last_decision.decision
     return str(VERDICT_OF_STOP.get(decision, decision))

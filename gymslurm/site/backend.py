@@ -134,9 +134,10 @@ class SlurmBackend:
             )
         return raw
 
-    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
-        """``sbatch --parsable [--dependency=afterany:...] SCRIPT``."""
-        return self.own(self.client.submit(script, after=[self.raw(job) for job in after]))
+    def submit(self, script: Path, after: Sequence[str] = (), begin_s: int | None = None) -> str:
+        """``sbatch --parsable [--dependency=afterany:...] [--begin=now+N] SCRIPT``."""
+        extra = [f"--begin=now+{begin_s}"] if begin_s else []
+        return self.own(self.client.submit(script, after=[self.raw(job) for job in after], extra=extra))
 
     def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
         """``sbatch --parsable --array=INDICES [--dependency=afterany:...] SCRIPT``: the array job's id."""

@@ -101,8 +101,9 @@ class LocalBackend:
             os.pwrite(fd, str(count).encode(), 0)
         return f"local-{count}"
 
-    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
-        """Queue the script; start the supervisor if none is running."""
+    def submit(self, script: Path, after: Sequence[str] = (), begin_s: int | None = None) -> str:
+        """Queue the script (``begin_s``: not before that many seconds, as ``sbatch --begin=now+N``);
+        start the supervisor if none is running."""
         options = script_options(script.read_text())
         job_id = self._next_id()
         job = {
@@ -118,6 +119,7 @@ class LocalBackend:
             "signal_lead_s": options.signal_lead_s,
             "workdir": os.getcwd(),
             "submitted_at": time.time(),
+            "begin_at": time.time() + begin_s if begin_s else None,
             "exit_code": None,
             "signal_code": None,
             "pid": None,
@@ -288,6 +290,8 @@ class Supervisor:
             self._save(job)
             return
         if any(jobs.get(dep, {}).get("state", "COMPLETED") not in FINAL for dep in job["after"]):
+            return
+        if (job.get("begin_at") or 0) > time.time():  # sbatch --begin: it waits, as Slurm's BeginTime
             return
         if not room:  # every slot taken: it waits, as a Slurm job waits for resources
             if job["reason"] != "Resources":

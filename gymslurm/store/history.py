@@ -347,6 +347,9 @@ class _Reader:
                 attempt = get("_ng_attempt")
                 if get("_ng_run_id") != run_id or index is None or type(attempt) is not int or attempt < 0:
                     index, attempt, _ = locate(path, line, row)
+                response = get("response")
+                if response is not None and type(response) is not dict:
+                    raise malformed(path, line, str(response_problem(row)))
                 reward = get("reward")
                 if (type(reward) is not float and type(reward) is not int) or not isfinite(reward):
                     reward = None
@@ -508,7 +511,28 @@ def failure_row_problem(row: Mapping[str, Any], attempt: int) -> str | None:
         return "run_id disagrees with the row's _ng_run_id"
     if record.get("source") not in SOURCES or record.get("delivery") not in DELIVERIES:
         return "source or delivery is not a known value"
-    return _failure_problem(failure, row)
+    return provenance_problem(record) or _failure_problem(failure, row)
+
+
+def provenance_problem(record: Mapping[str, Any]) -> str | None:
+    """A record that contradicts itself: the environment reported it, so it was delivered (PROTOCOL.md).
+
+    The one rule behind ``RolloutFailureRecord``'s validator, for saved rows read without pydantic.
+    """
+    if record.get("source") == "environment" and record.get("delivery") != "delivered":
+        return (
+            f"source: environment with delivery: {record.get('delivery')!r} contradicts itself (a failure "
+            "the environment reported was delivered to it)"
+        )
+    return None
+
+
+def response_problem(row: Mapping[str, Any]) -> str | None:
+    """A completed result whose ``response`` is present but not an object: no measured result (000)."""
+    response = row.get("response")
+    if response is None or type(response) is dict:
+        return None
+    return f"has a 'response' that is a {type(response).__name__}, not an object (invalid_response)"
 
 
 def _failure_problem(failure: Any, row: Mapping[str, Any]) -> str | None:

@@ -57,6 +57,49 @@ def others_writable_warning(folder: Path, mode: int) -> str | None:
     )
 
 
+def companion_of(path: Path) -> Path | None:
+    """The output of the run whose companion ``path`` is (``r_failures.jsonl`` → ``r.jsonl``), when
+    that run has a file there (its output or any companion, ``path`` included); else None.
+
+    The one rule for every command that writes an output (collect, aggregate, reverify): a run's
+    companion is never any command's output, since writing it would destroy that run.
+    """
+    for suffix in COMPANION_SUFFIXES.values():
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            output = path.with_name(path.name[: -len(suffix)] + ".jsonl")
+            run = [output, *(companion_path(output, other) for other in COMPANION_SUFFIXES.values())]
+            if any(os.path.lexists(file) for file in run):
+                return output
+    return None
+
+
+def companion_refusal(output: Path, what: str) -> str | None:
+    """Why ``what`` ``output`` must not be written, when either spelling is an existing run's file."""
+    for spelling in dict.fromkeys((output, output.resolve())):
+        run = companion_of(spelling)
+        if run is not None:
+            return (
+                f"{what} {output} is a companion file of the run {run}; writing it would destroy that "
+                "run. Name the results file itself (<stem>.jsonl) of a new run instead"
+            )
+    return None
+
+
+def others_own(paths: RunPaths) -> list[Path]:
+    """The run's folder, the output as given (a link counts as itself) and every file of the run
+    that exist and belong to another user: a collection must not write there (it would replace
+    their files, under the modes they chose)."""
+    me = os.geteuid()
+    found = []
+    for path in (paths.folder, paths.output_as_given, *paths.companions().values()):
+        try:
+            if os.lstat(path).st_uid != me:
+                found.append(path)
+        except FileNotFoundError:
+            continue
+    return list(dict.fromkeys(found))
+
+
 def run_stem(output: Path) -> str:
     """The run stem of an output path: its name without ``.jsonl``."""
     return output.stem if output.suffix == ".jsonl" else output.name

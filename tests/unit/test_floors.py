@@ -89,11 +89,12 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.decide",
             "gymslurm.launcher.settings",
             "gymslurm.launcher.settings_sections",
+            "gymslurm.launcher.benchmark_checks",
+            "gymslurm.launcher.visible_credentials",
             "gymslurm.launcher.server_refs",
             "gymslurm.launcher.ledger",
             "gymslurm.launcher.rundir",
             "gymslurm.launcher.links",
-            "gymslurm.launcher.notify",
             "gymslurm.launcher.server_placement",
             "gymslurm.launcher.run_cost",
             "gymslurm.launcher.verdicts",
@@ -109,6 +110,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         [
             "gymslurm.job",
             "gymslurm.job.*",
+            "gymslurm.launcher.notify",  # a command receiver gets a job child's environment
             "gymslurm.launcher.views",
             "gymslurm.launcher.views.*",
         ],

@@ -26,11 +26,11 @@ SEAMS = [
     "aggregate.py",
 ]
 # An import left inside a function for a reason the module gives there: the HTTP client only for a
-# merge a server is named for; progress only for a replay that warns (a finished run's resume stays
-# light).
+# merge a server is named for, or for the servers a seal asks again; progress only for a replay that
+# warns (a finished run's resume stays light).
 DEFERRED = {
     "aggregate.py": {"gymslurm.dispatch", "gymslurm.dispatch.calls"},
-    "collector/seal.py": {"gymslurm.progress"},
+    "collector/seal.py": {"gymslurm.progress", "gymslurm.dispatch.calls"},
 }
 
 

@@ -16,7 +16,7 @@ from gymslurm.formats import FORMATS
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import FINISHED, BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayRecord, RunDir, RunInfo, atomic_write
-from gymslurm.launcher.verdicts import DECISION_COLOURS, LOOKS, RUNNING_LINK, VERDICT_OF_STOP, Verdict
+from gymslurm.launcher.verdicts import DECISION_COLOURS, LOOKS, RUNNING_LINK, VERDICT_OF_STOP, ChainVerdict
 from gymslurm.launcher.views.document import ShardRow, status_json
 from gymslurm.launcher.views.report import _CLOCK_SHARD, report_data
 from gymslurm.launcher.views.status import run_status
@@ -198,7 +198,7 @@ def test_every_column_and_every_clock_field_is_a_field_of_the_row() -> None:
 
 def test_every_verdict_has_its_meaning_and_both_colours() -> None:
     """One vocabulary: each verdict has a meaning, a terminal colour (SGR) and a page colour."""
-    assert set(LOOKS) == set(Verdict)
+    assert set(LOOKS) == set(ChainVerdict)
     for look in LOOKS.values():
         assert (
             look.meaning and re.fullmatch(r"3[0-7]", look.ansi) and re.fullmatch(r"#[0-9a-f]{6}", look.html)
@@ -216,7 +216,7 @@ def test_the_docs_list_the_verdicts_of_the_vocabulary() -> None:
     """docs/launcher.md's verdict table names exactly the vocabulary's words, in its order."""
     page = (Path(__file__).parents[2] / "docs" / "launcher.md").read_text()
     table = page.split("| verdict | meaning |", 1)[1].split("\n\n", 1)[0]
-    assert re.findall(r"^\| ([A-Z_]+) \|", table, re.M) == [str(verdict) for verdict in Verdict]
+    assert re.findall(r"^\| ([A-Z_]+) \|", table, re.M) == [str(verdict) for verdict in ChainVerdict]
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,20 @@ def _comparison(tmp: Path) -> None:
     parse_comparison(orjson.dumps({"format_version": FUTURE, "benchmarks": []}), "saved.json")
 
 
+def _watch(tmp: Path) -> None:
+    from gymslurm.store.watch_ledger import WatchFolder
+
+    (tmp / "watch.json").write_bytes(orjson.dumps({"format_version": FUTURE, "name": "w"}))
+    WatchFolder(tmp).read_settings()
+
+
+def _watch_ledger(tmp: Path) -> None:
+    from gymslurm.store.watch_ledger import WatchFolder
+
+    (tmp / "ledger.jsonl").write_bytes(orjson.dumps({"v": FUTURE, "kind": "tick", "at": "x"}) + b"\n")
+    WatchFolder(tmp).read()
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -106,6 +120,8 @@ READERS: dict[str, Callable[[Path], None]] = {
     "rewards": _rewards,
     "suite_metrics": _suite_metrics,
     "comparison": _comparison,
+    "watch": _watch,
+    "watch_ledger": _watch_ledger,
 }
 
 
@@ -153,5 +169,7 @@ def test_every_written_format_is_in_the_table() -> None:
             "adoptions",
             "comparison",
             "gate",
+            "watch",
+            "watch_ledger",
         ]
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gymslurm.launcher.decide import collector_unresponsive, life_of
 from gymslurm.launcher.ledger import ChainState
-from gymslurm.launcher.verdicts import VERDICT_OF_STOP, Verdict
+from gymslurm.launcher.verdicts import VERDICT_OF_STOP, ChainVerdict
 from gymslurm.launcher.views.counts import epoch_of, human_duration
 from gymslurm.site.backend import HELD_STATES
 from gymslurm.site.slurm import QueueRow
@@ -42,7 +42,7 @@ class Beat:
 
 def verdict(
     state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = None, stall: str | None = None
-) -> tuple[Verdict, str]:
+) -> tuple[ChainVerdict, str]:
     """The chain's verdict and why: from its ledger, its jobs in the queue, the running link's beat
     and what its collector's progress says (``stall``: :func:`collector_stall`)."""
     running = [row for row in live_jobs if row.state in RUNNING_STATES]
@@ -53,14 +53,14 @@ def verdict(
         if state.cancelled:  # cancel's scancel is asynchronous: its jobs leave the queue a moment later
             ending = f"; job {left[0].job_id} is still {left[0].state} (scancel sent, ending)" if left else ""
             return (
-                Verdict.CANCELLED,
+                ChainVerdict.CANCELLED,
                 f"stopped by 'gymslurm cancel'{ending}; 'gymslurm resubmit' starts it again",
             )
         held = [row for row in left if is_held(row)]
         if held:  # it never runs by itself, so it never exits by itself
             job = held[0]
             why = f"the chain finished but job {job.job_id} is still {job.state}; {held_way_out(job)}"
-            return Verdict.ORPHANED, why
+            return ChainVerdict.ORPHANED, why
         assert state.last_decision is not None
         word, why = VERDICT_OF_STOP[state.last_decision.decision], state.last_decision.reason
         if left:  # a lookahead its decider was killed before cancelling: it starts, sees the end, exits
@@ -79,48 +79,51 @@ def verdict(
     if state.paused:
         saving = f"; job {running[0].job_id} is saving its work and ending" if running else ""
         return (
-            Verdict.PAUSED,
+            ChainVerdict.PAUSED,
             f"paused by 'gymslurm pause'{saving}; 'gymslurm resume' goes on where it stopped",
         )
     full = state.disk_full
     if full is not None and live_jobs:
-        return Verdict.DISK_FULL, (
+        return ChainVerdict.DISK_FULL, (
             f"disk full at {full.path} ({full.free_bytes} bytes free, since {full.at[:19]}): job "
             f"{full.job_id} waits for space and the chain goes on by itself once it is freed"
         )
     if len(running) > 1:
         return (
-            Verdict.ORPHANED,
+            ChainVerdict.ORPHANED,
             f"{len(running)} links running at once: {' '.join(r.job_id for r in running)}",
         )
     never = [row for row in pending if "NeverSatisfied" in row.reason]
     if never:
-        return Verdict.ORPHANED, f"job {never[0].job_id} waits on a dependency that can never be satisfied"
+        return (
+            ChainVerdict.ORPHANED,
+            f"job {never[0].job_id} waits on a dependency that can never be satisfied",
+        )
     if running:
         job = running[0]
         if beat is not None and beat.stale and job.state == "RUNNING":
             what = "it wrote no heartbeat since it started" if beat.since_start else "its heartbeat stopped"
-            return Verdict.UNRESPONSIVE, (
+            return ChainVerdict.UNRESPONSIVE, (
                 f"job {job.job_id} is RUNNING but {what} {human_duration(beat.age_s)} ago (one every "
                 f"{beat.interval_s:g}s): the step is frozen or lost its node; read 'gymslurm logs', "
                 f"then 'scancel {job.job_id}' lets the chain go on with a fresh link"
             )
         if stall is not None and job.state == "RUNNING":
-            return Verdict.UNRESPONSIVE, (
+            return ChainVerdict.UNRESPONSIVE, (
                 f"job {job.job_id} is RUNNING but {stall}; the link ends it within stall_window_s (exit 1: "
                 "the next link goes on)"
             )
-        return Verdict.HEALTHY, f"job {job.job_id} {job.state}"
+        return ChainVerdict.HEALTHY, f"job {job.job_id} {job.state}"
     held = [row for row in pending if is_held(row)]
     if held:
         row = held[0]
-        return Verdict.WAITING, (
+        return ChainVerdict.WAITING, (
             f"job {row.job_id} is held ({row.state}, {row.reason}) and will not run by itself: "
             f"'scontrol release {row.job_id}' lets it run, 'gymslurm cancel RUN' stops the run"
         )
     if pending:
-        return Verdict.WAITING, f"job {pending[0].job_id} pending ({pending[0].reason})"
-    return Verdict.STALLED, "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
+        return ChainVerdict.WAITING, f"job {pending[0].job_id} pending ({pending[0].reason})"
+    return ChainVerdict.STALLED, "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
 
 
 def is_held(row: QueueRow) -> bool:

@@ -21,7 +21,7 @@ import orjson
 
 from gymslurm.formats import version_of
 from gymslurm.launcher.run_cost import CostSummary, LinkCost
-from gymslurm.launcher.verdicts import Verdict
+from gymslurm.launcher.verdicts import ChainVerdict
 
 STATUS_SCHEMA = "gymslurm.status"
 REPORT_SCHEMA = "gymslurm.report"
@@ -32,7 +32,7 @@ class ShardRow:
     """One shard's row (docs/launcher.md, "Watching and steering": the columns and the rest)."""
 
     shard: int
-    verdict: Verdict
+    verdict: ChainVerdict
     why: str
     job: str | None  # the running link, else the oldest live one, else the chain's newest
     job_state: str

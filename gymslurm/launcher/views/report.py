@@ -46,7 +46,7 @@ from gymslurm.launcher.links import (
 )
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
-from gymslurm.launcher.verdicts import DECISION_COLOURS, RUNNING_LINK, Verdict
+from gymslurm.launcher.verdicts import DECISION_COLOURS, RUNNING_LINK, ChainVerdict
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
@@ -331,7 +331,7 @@ def _verdict_legend(verdicts: dict[str, int]) -> str:
     """``shards by verdict: ■ 20 DONE ■ 10 HEALTHY``, each in its page colour, its meaning on hover."""
     keys = []
     for word, n in verdicts.items():
-        look = Verdict(word).look
+        look = ChainVerdict(word).look
         swatch = f'<span class="key" style="background:{look.html}" title="{_e(look.meaning)}"></span>'
         keys.append(f"{swatch}{n} {_e(word)}")
     return f'<p class="legend" id="verdicts">shards by verdict: {" ".join(keys)}</p>'

@@ -26,7 +26,7 @@ from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import NO_COST, Cost, CostSummary, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
-from gymslurm.launcher.verdicts import Verdict
+from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import counts_of, epoch_of, eta_s, human_duration, walltime_text
 from gymslurm.launcher.views.diagnosis import RUNNING_STATES, beat_of, collector_stall, is_held, verdict
@@ -156,7 +156,7 @@ def shard_status(
         running_s = max(now - epoch_of(starts[-1].at), 0.0) if starts else 0.0
     used, budget = state.total_walltime_s + running_s, state.budgets.walltime_s + running_s
     counts = counts_of(files.coverage, files.progress, running is not None)
-    eta = eta_s(counts, running is not None and word == Verdict.HEALTHY)
+    eta = eta_s(counts, running is not None and word == ChainVerdict.HEALTHY)
     return ShardRow(
         shard=shard,
         verdict=word,
@@ -212,7 +212,7 @@ def summary_of(rows: Sequence[ShardRow], cost: CostSummary = NO_COST) -> StatusS
     then the run's ``cost`` (none when not given)."""
     expected = sum(row.expected or 0 for row in rows)
     finished = sum(row.successful + row.failed + row.omitted for row in rows)
-    rate = sum(row.rate_per_s or 0.0 for row in rows if row.verdict == Verdict.HEALTHY)
+    rate = sum(row.rate_per_s or 0.0 for row in rows if row.verdict == ChainVerdict.HEALTHY)
     by_class: dict[str, int] = {}
     for row in rows:
         for name, n in row.failed_by_class.items():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from gymslurm.launcher.links import fault_text, human_gpu_hours
-from gymslurm.launcher.verdicts import Verdict
+from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.document import LinkedShardRow, ShardRow, StatusDocument, StatusSummary
@@ -114,7 +114,7 @@ def print_table(report: StatusDocument) -> None:
     out = [f"run {report.run} ({report.backend}, {report.path})"]
     out += table_lines(report, colour=sys.stdout.isatty())
     for row in report.shards:
-        where = f" (log {row.log})" if row.log and row.verdict != Verdict.DONE else ""
+        where = f" (log {row.log})" if row.log and row.verdict != ChainVerdict.DONE else ""
         out.append(f"shard {row.shard}: {row.verdict}: {row.why}{where}")
         if row.injected:
             out.append(f"shard {row.shard}: injected faults: {', '.join(row.injected)}")
