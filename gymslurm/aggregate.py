@@ -52,8 +52,7 @@ from gymslurm.selection import (
     BudgetPolicy,
     RolloutState,
     SavedOutcome,
-    row_limit,
-    select_rollout,
+    legacy_row_caps,
     select_rollouts,
 )
 from gymslurm.settings import max_rollout_attempts
@@ -147,7 +146,8 @@ def _load_legacy_shard(source: ShardSource) -> Shard:
         if by_rollout:  # only a rollout that failed before can be at its cap
             _arrived(by_rollout, row, line, result_outcome)
     shard.torn_bytes = failures_tail.torn_bytes + results_tail.torn_bytes
-    shard.legacy_capped = legacy_row_caps(by_rollout.values())
+    policy = BudgetPolicy(max_rollout_attempts=max_rollout_attempts())
+    shard.legacy_capped = legacy_row_caps(by_rollout.values(), policy)
     return shard
 
 
@@ -163,18 +163,6 @@ def _arrived(
 
 # The store's reader of one saved row (history.result_outcome, history.sidecar_outcome): row, attempt, line.
 RowOutcome = Callable[[Mapping[str, Any], int, int], SavedOutcome]
-
-
-def legacy_row_caps(histories: Iterable[Sequence[SavedOutcome]]) -> tuple[int, int]:
-    """Of a legacy shard's rollouts, how many carry their own ``_ng_failure_max_attempts`` limit, and
-    how many of those spent it (000: legacy runs keep their per-row limits; ``retries/at_cap``)."""
-    policy = BudgetPolicy(max_rollout_attempts=max_rollout_attempts())
-    capped = at_cap = 0
-    for history in histories:
-        if row_limit(history) is not None:
-            capped += 1
-            at_cap += select_rollout(len(history), history, policy).exhausted
-    return capped, at_cap
 
 
 def _load_manifest_shard(source: ShardSource) -> Shard:

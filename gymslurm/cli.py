@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("gymslurm.commands.doctor", "check the Slurm site settings job chains rely on"),
     "inject": ("gymslurm.commands.inject", "send a fault (timeout, preempt, crash...) to a live link"),
     "watch": ("gymslurm.commands.watch", "evaluate each new checkpoint of a folder on a suite, from a job"),
-    "watch-tick": ("gymslurm.job.watch_tick", "(internal) one tick of a watch, inside its job"),
+    "watch-tick": ("gymslurm.commands.watch_tick", "(internal) one tick of a watch, inside its job"),
     "chain-step": ("gymslurm.commands.chain_step", "(internal) run one link of a chain inside a job"),
 }
 

@@ -6,7 +6,7 @@
 exactly once), ``heartbeat.py`` (signals and the liveness file), ``collector_process.py`` (the
 collector as a child process), ``collector_files.py`` (what a link reads of the collector's files,
 through the store), ``servers.py`` (starting and stopping the job's servers) and
-``server_watch.py`` (the link's end of server supervision); ``watch_tick.py`` (one tick of a
-``gymslurm watch``) and ``watch_compare.py`` (a checkpoint's comparison, gate and notification).
-Nothing here imports the views.
+``server_watch.py`` (the link's end of server supervision). A watch's tick job is a command
+(``commands/watch_tick.py``: it submits suite runs as ``gymslurm submit`` does). Nothing here imports
+the views.
 """

@@ -45,6 +45,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.supervision",
             "gymslurm.comparison",
             "gymslurm.gate",
+            "gymslurm.watch_rules",
             "gymslurm.demo",
             "gymslurm.demo.*",
         ],

@@ -85,7 +85,7 @@ def test_a_torn_last_line_is_cut_before_the_next_append(folder: WatchFolder) -> 
 _CLAIMER = """
 import sys, time
 from pathlib import Path
-from gymslurm.job.watch_tick import claim_ready
+from gymslurm.commands.watch_tick import claim_ready
 from gymslurm.store.watch_ledger import WatchFolder
 from gymslurm.watch_rules import fold
 folder = WatchFolder(Path(sys.argv[1]))
@@ -117,7 +117,7 @@ def test_racing_watchers_claim_each_checkpoint_once(folder: WatchFolder, tmp_pat
         (source / f"step_{n}" / "READY").touch()
     assert [p.wait(timeout=120) for p in procs] == [0] * 4
     with folder.lock():
-        from gymslurm.job.watch_tick import claim_ready
+        from gymslurm.commands.watch_tick import claim_ready
 
         claim_ready(folder, folder.read_settings(), fold(folder.read()))
     claims = [r["digest"] for r in folder.read() if r["kind"] == "claimed"]
@@ -127,7 +127,7 @@ def test_racing_watchers_claim_each_checkpoint_once(folder: WatchFolder, tmp_pat
 
 def test_a_checkpoint_still_settling_is_not_claimed(folder: WatchFolder, tmp_path: Path) -> None:
     """With --ready settle, a folder written a moment ago waits; an old one is claimed."""
-    from gymslurm.job.watch_tick import claim_ready
+    from gymslurm.commands.watch_tick import claim_ready
 
     settle = WatchFolder(tmp_path / "watches" / "s")
     settle.create(_settings(tmp_path / "ck", name="s", mode="settle", settle_s=30.0))

@@ -144,7 +144,7 @@ def advance(
     elif step == "submit":
         _submit(folder, settings, checkpoint)
     elif step == "compare":
-        from gymslurm.job.watch_compare import compare_checkpoint
+        from gymslurm.commands.watch_compare import compare_checkpoint
 
         state = fold(folder.read())
         result = compare_checkpoint(settings, checkpoint, state)

@@ -1,6 +1,6 @@
 """A checkpoint's suite run compared with the previous checkpoint's and the best one's, gated, notified.
 
-Called by a watch tick once the checkpoint's suite run ended (job/watch_tick.py). The figures
+Called by a watch tick once the checkpoint's suite run ended (commands/watch_tick.py). The figures
 are ``gymslurm compare``'s (comparison.py, over each benchmark's merged output), the decision
 ``gymslurm gate``'s (gate.py) when the watch has a ``--gate`` policy; a ``block`` is notified to the
 suite's ``notify:`` receivers as the ``watch_blocked`` event (docs/notifications.md). The result,
