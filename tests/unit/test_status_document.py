@@ -17,7 +17,7 @@ from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import FINISHED, BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.verdicts import DECISION_COLOURS, LOOKS, RUNNING_LINK, VERDICT_OF_STOP, ChainVerdict
-from gymslurm.launcher.views.document import ShardRow, status_json
+from gymslurm.launcher.views.document import ShardRow, SuiteRow, status_json, with_suite
 from gymslurm.launcher.views.report import _CLOCK_SHARD, report_data
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import COLUMNS
@@ -115,6 +115,7 @@ LINK = [
     "gpu_hours_idle",
 ]
 REPORT = ["schema", "version", "status", "shards", "metrics", "rewards"]
+SUITE = ["benchmark", "shards", "verdict", "outcomes", "expected", "headline", "run"]
 
 
 def _run(tmp_path: Path) -> RunDir:
@@ -171,6 +172,17 @@ def test_status_of_one_shard_adds_its_links_after_the_row(tmp_path: Path) -> Non
     (row,) = document["shards"]
     assert list(row) == [*ROW, "links", "gpu_hours_slurm_by_job"]
     assert [list(link) for link in row["links"]] == [LINK]
+
+
+def test_a_suite_runs_document_adds_one_row_per_benchmark_after_the_rest(tmp_path: Path) -> None:
+    """A suite run (docs/suites.md): the run's document, then `suite`, each benchmark with its fields."""
+    run = _run(tmp_path)
+    row = SuiteRow(benchmark="a", shards=1, verdict="DONE", outcomes=4, expected=4, headline=None, run="/r/a")
+    plain = run_status(run, LocalBackend(run.local_dir), now=1796119800.0)
+    assert with_suite(plain, []) is plain
+    document = json.loads(status_json(with_suite(plain, [row])))
+    assert list(document) == [*DOCUMENT, "suite"]
+    assert [list(r) for r in document["suite"]] == [SUITE]
 
 
 def test_the_reports_data_holds_the_status_document_unchanged(tmp_path: Path) -> None:
