@@ -98,6 +98,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.links",
             "gymslurm.launcher.server_placement",
             "gymslurm.launcher.run_cost",
+            "gymslurm.launcher.verdicts",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
             "gymslurm.launcher.suite_rules",
@@ -193,9 +194,7 @@ LINE_LIMIT = 600
 # Modules still over the limit, at most as long as this; each is to be split (issue 29: measured on
 # code `ruff format` laid out, which CI checks), and may only shrink meanwhile. Remove an entry once
 # its module is under the limit.
-NOT_YET_SPLIT: dict[str, int] = {
-    "gymslurm.launcher.views.status": 602,
-}
+NOT_YET_SPLIT: dict[str, int] = {}
 
 
 def test_no_module_is_over_the_limit() -> None:
