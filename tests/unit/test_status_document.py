@@ -114,8 +114,19 @@ LINK = [
     "gpu_hours",
     "gpu_hours_idle",
 ]
-REPORT = ["schema", "version", "status", "shards", "metrics", "rewards"]
-SUITE = ["benchmark", "shards", "verdict", "outcomes", "expected", "headline", "run"]
+REPORT = ["schema", "version", "status", "shards", "metrics", "rewards", "suite"]
+SUITE = [
+    "benchmark",
+    "shards",
+    "verdict",
+    "outcomes",
+    "expected",
+    "eta_s",
+    "busy_s",
+    "headline",
+    "run",
+    "gpu_hours",
+]
 
 
 def _run(tmp_path: Path) -> RunDir:
@@ -177,7 +188,17 @@ def test_status_of_one_shard_adds_its_links_after_the_row(tmp_path: Path) -> Non
 def test_a_suite_runs_document_adds_one_row_per_benchmark_after_the_rest(tmp_path: Path) -> None:
     """A suite run (docs/suites.md): the run's document, then `suite`, each benchmark with its fields."""
     run = _run(tmp_path)
-    row = SuiteRow(benchmark="a", shards=1, verdict="DONE", outcomes=4, expected=4, headline=None, run="/r/a")
+    row = SuiteRow(
+        benchmark="a",
+        shards=1,
+        verdict="DONE",
+        outcomes=4,
+        expected=4,
+        eta_s=None,
+        busy_s=0.0,
+        headline=None,
+        run="/r/a",
+    )
     plain = run_status(run, LocalBackend(run.local_dir), now=1796119800.0)
     assert with_suite(plain, []) is plain
     document = json.loads(status_json(with_suite(plain, [row])))
