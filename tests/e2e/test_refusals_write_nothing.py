@@ -83,7 +83,7 @@ def _other_uid() -> int:
     try:
         return pwd.getpwnam(OTHER_USER).pw_uid
     except KeyError:
-        pytest.skip(f"no user {OTHER_USER!r} to own a folder")
+        pytest.fail(f"no user {OTHER_USER!r} to own a folder: run bash launchers/slurm-up.sh (as root) first")
 
 
 @pytest.mark.parametrize("whose", ["folder", "results", "manifest"])
@@ -95,7 +95,7 @@ def test_a_collect_into_another_users_folder_or_file_is_refused(
     import os
 
     if os.geteuid() != 0:
-        pytest.skip("making a folder another user's needs root")
+        pytest.fail("run as root (bash launchers/test-all.sh): making a folder another user's needs root")
     uid = _other_uid()
     dataset = write_tasks(tmp_path / "tasks.jsonl", [{}])
     theirs = tmp_path / "theirs"
