@@ -123,6 +123,13 @@ def _starts(chain: Chain, shard: int | None) -> list[dict[str, Any]]:
     return [r for r in chain.ledger(shard) if r["kind"] == "start"]
 
 
+def _counted(run_dir: Path, shard: int) -> bool:
+    """The run's tally (``tally.jsonl``) counts shard ``shard``'s chain finished."""
+    tally = run_dir / "tally.jsonl"
+    lines = tally.read_text().splitlines() if tally.exists() else []
+    return any((r := json.loads(line))["event"] == "finished" and r.get("shard") == shard for line in lines)
+
+
 def _wait(what: str, check: Callable[[], object], timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -134,11 +141,12 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
     """slurm.clusters=[a, b], aggregate_on b: shard 0 runs on a, shard 1 on b (run.json's placement).
-    Both links that see their chain finish are killed while they wait to queue the aggregation (the
-    run's aggregate lock held), shard 1's spare links cancelled: the lookahead link of shard 0, on
-    a, queues the aggregation on b with no dependency (none exists across clusters). That
-    aggregation job is killed while it merges: its lookahead job on b reruns it, which ends DONE
-    once; status asks one squeue per cluster."""
+    Shard 1 finishes first and is counted in the run's tally; shard 0's collector is held until then,
+    so shard 0's link is the one that completes the tally. It is killed while it waits to count
+    itself (the run's aggregate lock held), shard 1's spare links cancelled: the lookahead link of
+    shard 0, on a, counts its chain and queues the aggregation on b with no dependency (none exists
+    across clusters). That aggregation job is killed while it merges: its lookahead job on b reruns
+    it, which ends DONE once; status asks one squeue per cluster."""
     ensure_test_user(TEST_USER)
     workdir = make_user_dir(slurm_session_dir, "across-clusters", owner=TEST_USER)
     user = SlurmUser(TEST_USER, workdir, as_root=True)
@@ -148,7 +156,9 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
         f"slurm.aggregate_on={SECOND_CLUSTER}",
         "aggregation.command=[sleep,'25']",
     ]
-    chain = Chain(user, slurm_python, [{"exit": 0}], overrides=overrides)
+    release = workdir / "release-shard-0"  # shard 0's collector waits for it
+    steps = [{"exit": 0, "hold": {"output": "/shard-000/", "until": str(release)}}]
+    chain = Chain(user, slurm_python, steps, overrides=overrides)
     try:
         chain.submit()
         assert chain.run is not None
@@ -158,23 +168,25 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
             (SECOND_CLUSTER, 1, 1),
         ]
         assert info["aggregate_cluster"] == SECOND_CLUSTER
-        with held_as_user(chain.run / "aggregate" / "lock"):  # the trigger of either shard waits here
-            _wait("a shard never decided", lambda: chain.decisions(0) and chain.decisions(1))
-            triggers = [str(chain.decisions(shard)[-1]["job_id"]) for shard in (0, 1)]
-            assert [t.split(":")[0] for t in triggers] == ["a", SECOND_CLUSTER], triggers
-            spares = [r["job_id"] for r in chain.ledger(1) if r["kind"] == "submitted"]
-            run(["scancel", f"--clusters={SECOND_CLUSTER}", *(j.split(":")[1] for j in spares)])
-            for job in triggers:  # the one that completed the run's tally is blocked in the aggregate lock:
-                cluster, _, raw = job.rpartition(":")  # kill it there (the other may have ended already)
-                subprocess.run(
-                    ["scancel", f"--clusters={cluster}", "--signal=KILL", "--full", raw], check=False
-                )
+        _wait("shard 1 was never counted in the run's tally", lambda: _counted(chain.run, 1))
+        trigger_b = str(chain.decisions(1)[-1]["job_id"])
+        spares = [r["job_id"] for r in chain.ledger(1) if r["kind"] == "submitted"]
+        ids = [j.split(":")[1] for j in spares]  # some may have run and ended: scancel may complain
+        subprocess.run(["scancel", f"--clusters={SECOND_CLUSTER}", *ids], check=False)
+        with held_as_user(chain.run / "aggregate" / "lock"):  # shard 0's trigger waits here to count
+            release.touch()
+            _wait("shard 0 never decided", lambda: chain.decisions(0))
+            trigger_a = str(chain.decisions(0)[-1]["job_id"])
+            assert [trigger_a.partition(":")[0], trigger_b.partition(":")[0]] == ["a", SECOND_CLUSTER]
+            run(["scancel", "--clusters=a", "--signal=KILL", "--full", trigger_a.split(":")[1]])
             _wait(
-                f"{triggers} still running after SIGKILL",
-                lambda: not any(_job_state(job) in {"RUNNING", "COMPLETING"} for job in triggers),
+                f"{trigger_a} still running after SIGKILL",
+                lambda: _job_state(trigger_a) not in {"RUNNING", "COMPLETING"},
                 timeout=120,
             )
             assert not (chain.run / "aggregate" / "ledger.jsonl").exists()  # no trigger got through
+            assert not _counted(chain.run, 0)
+        triggers = [trigger_a, trigger_b]
         _wait("the aggregation never started", lambda: _starts(chain, None))
         first = _starts(chain, None)[0]["job_id"]
         run(["scancel", f"--clusters={SECOND_CLUSTER}", "--signal=KILL", "--full", first.split(":")[1]])
