@@ -60,14 +60,17 @@ class Queue(SlurmBackend):
 
 def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:
     bench = tmp_path / "b.yaml"
-    bench.write_text(f"dataset: {tmp_path / 'd.jsonl'}\nrun_root: {tmp_path / 'runs'}\nshards: {shards}\n")
+    bench.write_text(
+        f"dataset: {tmp_path / 'd.jsonl'}\nrun_root: {tmp_path / 'runs'}\nshards: {shards}\n"
+        "slurm:\n  lookahead: 2\n"  # the mechanism at k = 2: a link, its successor, a spare array
+    )
     return load_benchmark(str(bench), [])[0]
 
 
 def _submitted(tmp_path: Path, shards: int = 3) -> tuple[RunDir, Queue, BenchmarkSettings]:
     run, queue, settings = RunDir(tmp_path / "run"), Queue(), _settings(tmp_path, shards)
     run.root.mkdir()
-    plan = plan_arrays(shards, {"MaxArraySize": 2}, None)
+    plan = plan_arrays(shards, {"MaxArraySize": 2}, None, lookahead=2)
     submit_arrays(run, queue, shards, plan, max_running=None, counts=[1] * shards, lookahead=2)
     return run, queue, settings
 

@@ -143,7 +143,7 @@ def submit_arrays(
     *,
     max_running: int | None,
     counts: list[int],
-    lookahead: int = 2,
+    lookahead: int = 3,
     placement: list[Block] | None = None,
 ) -> str:
     """Every shard's first link as the plan's job arrays (one ``sbatch`` each; a run across clusters:
