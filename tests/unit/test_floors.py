@@ -184,7 +184,6 @@ LINE_LIMIT = 600
 # code `ruff format` laid out, which CI checks), and may only shrink meanwhile. Remove an entry once
 # its module is under the limit.
 NOT_YET_SPLIT: dict[str, int] = {
-    "gymslurm.launcher.views.status": 602,
     "gymslurm.store.store": 604,
 }
 

@@ -18,8 +18,7 @@ embeds the same document (docs/launcher.md, "The status document").
 
 from __future__ import annotations
 
-import functools
-import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.site.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow, split_job_id
+from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import (
     counts_of,
@@ -44,8 +43,10 @@ from gymslurm.launcher.views.counts import (
     human_duration,
     walltime_text,
 )
+from gymslurm.launcher.views.logindex import LogIndex
 from gymslurm.store import live
 from gymslurm.store.files import read_coverage
+from gymslurm.store.flock import held_here
 from gymslurm.store.paths import RunPaths
 
 STATUS_SCHEMA = "gymslurm.status"
@@ -69,10 +70,18 @@ class Beat:
 
 
 def verdict(
-    state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = None, stall: str | None = None
+    state: ChainState,
+    live_jobs: list[QueueRow],
+    beat: Beat | None = None,
+    stall: str | None = None,
+    *,
+    outlived: str | None = None,
+    queuing: str | None = None,
 ) -> tuple[str, str]:
     """The chain's verdict and why: from its ledger, its jobs in the queue, the running link's beat
-    and what its collector's progress says (``stall``: :func:`collector_stall`)."""
+    and what its collector's progress says (``stall``: :func:`collector_stall`); ``outlived``: the job
+    of a link that still runs though its job left the queue (:func:`outlived_link`); ``queuing``: why
+    a shard with no job yet will get one (a killed submit's queuing is being completed)."""
     running = [row for row in live_jobs if row.state in RUNNING_STATES]
     pending = [row for row in live_jobs if row.state not in RUNNING_STATES]
     if state.finished:
@@ -130,6 +139,11 @@ def verdict(
                 "the next link goes on)"
             )
         return "HEALTHY", f"job {job.job_id} {job.state}"
+    if outlived is not None:  # never STALLED (and resubmit advised) while that link writes its decision
+        return "HEALTHY", (
+            f"job {outlived} left the queue, but its link still runs (its heartbeat is fresh and it holds "
+            "the shard's link lock): it outlived its job and writes its decision itself"
+        )
     held = [row for row in pending if is_held(row)]
     if held:
         row = held[0]
@@ -139,7 +153,22 @@ def verdict(
         )
     if pending:
         return "WAITING", f"job {pending[0].job_id} pending ({pending[0].reason})"
+    if queuing is not None and not state.epoch_jobs:
+        return "WAITING", queuing
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
+
+
+def outlived_link(
+    state: ChainState, heartbeat: live.Heartbeat | None, lock_held: bool | None, now: float
+) -> str | None:
+    """The job of a started run whose link still runs, the queue showing no job of the chain running:
+    the heartbeat is that run's and fresh (within :data:`STALE_BEATS` intervals) and the shard's link
+    lock is held (``lock_held`` None: not visible from this host, the heartbeat alone); else None (pure).
+    A link killed with its job stops beating: within two intervals the chain reads STALLED again."""
+    if heartbeat is None or lock_held is False or now - heartbeat.epoch > STALE_BEATS * heartbeat.interval_s:
+        return None
+    run = (heartbeat.job_id, heartbeat.restart_count)
+    return heartbeat.job_id if any((r.job_id, r.restart_count) == run for r in state.open_runs) else None
 
 
 def is_held(row: QueueRow) -> bool:
@@ -204,6 +233,9 @@ class ShardFiles:
     progress: live.LiveProgress | None
     heartbeat: live.Heartbeat | None
     problems: tuple[str, ...] = ()
+    lock_held: bool | None = (
+        None  # the shard's link lock, asked only of a link the queue lost (flock.held_here)
+    )
 
 
 def _coverage(output: Path) -> tuple[Coverage | None, str | None]:
@@ -221,15 +253,18 @@ NO_FILES = ShardFiles(None, None, None)
 
 
 def read_shard_files(
-    run: RunDir, shard: int, stem: str, running: bool, has_output: bool = True
+    run: RunDir, shard: int, stem: str, running: bool, has_output: bool = True, *, lost: bool = False
 ) -> ShardFiles:
     """The shard's coverage file, live progress record and (while a link runs) heartbeat.
 
     An unreadable live file is named in the row's reason, not fatal. ``has_output`` False (the
     run's ``output/`` listing has no folder for the shard: its first link has not run yet) reads
-    nothing, so the thousands of pending shards of a large array run cost no file opens.
+    nothing, so the thousands of pending shards of a large array run cost no file opens. ``lost``: a
+    run of the chain started and never decided, and the queue shows no job of it running: the
+    heartbeat is read, and the link lock looked at (:func:`link_lock_held`), in case its link
+    outlived its job.
     """
-    if not has_output and not running:
+    if not has_output and not running and not lost:
         return NO_FILES
     output = run.shard_output(shard, stem)
     problems: list[str] = []
@@ -239,12 +274,22 @@ def read_shard_files(
     except StoreError as error:
         problems.append(str(error))
     try:
-        heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running else None
+        heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running or lost else None
     except StoreError as error:
         problems.append(str(error))
     coverage, problem = _coverage(output)
     problems += [problem] if problem else []
-    return ShardFiles(coverage, progress, heartbeat, tuple(problems))
+    lock = link_lock_held(run, shard, heartbeat) if lost and not running else None
+    return ShardFiles(coverage, progress, heartbeat, tuple(problems), lock)
+
+
+def link_lock_held(run: RunDir, shard: int, heartbeat: live.Heartbeat | None) -> bool | None:
+    """Whether the shard's link lock is held, as far as this host can see without taking it: the holder
+    is looked for only on its heartbeat's host (a lock on another node of a shared filesystem is not
+    listed here: None)."""
+    if heartbeat is None or heartbeat.host != socket.gethostname():
+        return None
+    return held_here(run.link_lock(shard))
 
 
 def beat_of(
@@ -311,15 +356,19 @@ def shard_status(
     now: float,
     logs: LogIndex,
     live: list[QueueRow] | None = None,
+    queuing: str | None = None,
 ) -> ShardStatus:
     """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock; ``live``:
-    the chain's live jobs in the queue, when the caller found them already)."""
+    the chain's live jobs in the queue, when the caller found them already; ``queuing``: the run's
+    first links are still being queued, and why a shard without a job gets one)."""
     live_jobs = _live_jobs(state, queue) if live is None else live
     running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
     beat = beat_of(state, running, files.heartbeat, now)
     heartbeat = files.heartbeat
     own = heartbeat if running and heartbeat and heartbeat.job_id == running.job_id else None
-    word, why = verdict(state, live_jobs, beat, collector_stall(own, files.progress, now))
+    outlived = None if running else outlived_link(state, files.heartbeat, files.lock_held, now)
+    stall = collector_stall(own, files.progress, now)
+    word, why = verdict(state, live_jobs, beat, stall, outlived=outlived, queuing=queuing)
     if files.problems:
         why = f"{why}; {'; '.join(files.problems)}"
     # The job that runs next: the running one, else the oldest live one (a requeued link pends before
@@ -379,68 +428,6 @@ def _restarts(state: ChainState) -> str:
     if not state.server_restarts:
         return "-"
     return ", ".join(f"{name}:{count}" for name, count in sorted(state.server_restarts.items()))
-
-
-@dataclass(frozen=True)
-class LogIndex:
-    """Where a run's logs are (one listing of ``logs/``, so status stays one pass however many shards)."""
-
-    folder: Path
-    names: frozenset[str]
-
-    @classmethod
-    def of(cls, run: RunDir) -> LogIndex:
-        """List ``logs/`` once."""
-        folder = run.root / "logs"
-        try:
-            return cls(folder, frozenset(os.listdir(folder)))
-        except OSError:
-            return cls(folder, frozenset())
-
-    def job_log(self, shard: int | None, job: str | None) -> str | None:
-        """A job's output file (``logs/shard-NNN-<job>.out``; past the first array
-        ``logs/shard-BASE+TASK-<job>.out``), if it exists. Slurm names the file by its own id: a run
-        across clusters' ``b:12_3`` is ``12_3`` there, and the same id of another cluster is another
-        shard's file, told apart by the shard the name gives."""
-        if job is None:
-            return None
-        raw = split_job_id(job)[1]
-        name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{raw}.out"
-        if name in self.names:
-            return str(self.folder / name)
-        found = [n for n in self._by_job.get(raw, []) if _log_shard(n) == shard] if shard is not None else []
-        return str(self.folder / found[0]) if found else None
-
-    @functools.cached_property
-    def _by_job(self) -> dict[str, list[str]]:
-        by_job: dict[str, list[str]] = {}
-        for n in self.names:
-            if n.startswith("shard-") and n.endswith(".out"):
-                by_job.setdefault(n.rsplit("-", 1)[1][:-4], []).append(n)
-        return by_job
-
-    def server_logs(self, shard: int) -> list[str]:
-        """The shard's Environment Server logs (``logs/server-<name>-sNNN.log``)."""
-        return self._servers.get(f"s{shard:03d}", [])
-
-    @functools.cached_property
-    def _servers(self) -> dict[str, list[str]]:
-        """Server logs by shard (``sNNN``), from one pass over the listing: a pass per shard would be
-        quadratic at 10,000 shards, whose ``logs/`` holds a file per link."""
-        found: dict[str, list[str]] = {}
-        for name in sorted(self.names):
-            if name.startswith("server-") and name.endswith(".log"):
-                found.setdefault(name[:-4].rsplit("-", 1)[-1], []).append(str(self.folder / name))
-        return found
-
-
-def _log_shard(name: str) -> int | None:
-    """The shard a job log's name gives: ``shard-007-...`` is 7, ``shard-1001+5-...`` is 1006."""
-    head = name[len("shard-") :].split("-", 1)[0]
-    base, _, task = head.partition("+")
-    if not base.isdigit() or (task and not task.isdigit()):
-        return None
-    return int(base) + (int(task) if task else 0)
 
 
 def summary_of(rows: list[ShardStatus]) -> dict[str, Any]:
@@ -550,9 +537,9 @@ def run_status(
     for i, st in enumerate(states):
         live_jobs = _live_jobs(st, queue)
         running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
-        files = read_shard_files(
-            run, i, info.output_stem, running=running is not None, has_output=f"shard-{i:03d}" in outputs
-        )
+        lost = running is None and bool(st.open_runs) and not st.finished
+        has_output = f"shard-{i:03d}" in outputs
+        files = read_shard_files(run, i, info.output_stem, running is not None, has_output, lost=lost)
         row = shard_status(
             i, st, queue, accounting, info=info, files=files, now=now, logs=logs, live=live_jobs
         )
