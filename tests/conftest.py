@@ -49,6 +49,7 @@ SLURM_GROUPS = {
     "test_launcher_hostile.py": "slurm-3",
     "test_status_live.py": "slurm-3",
     "test_array_scale.py": "slurm-3",
+    "test_submit_killed_slurm.py": "slurm-3",
     "test_launcher_real_collector.py": "slurm-4",
     "test_multinode.py": "slurm-4",
     "test_secrets_slurm.py": "slurm-4",

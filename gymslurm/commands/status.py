@@ -29,6 +29,7 @@ def main(argv: list[str]) -> int:
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
+    from gymslurm.launcher.job.first_links import finish_queuing
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
     from gymslurm.launcher.views.report import refresh_report
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> int:
     if args.run is None:
         return _list_runs(find_runs(root), args.json)
     run = resolve_run(args.run, root)
+    finish_queuing(run, "status")  # a submit killed midway: its first links queued, never twice
     backend = run_backend(run)
     gc.disable()  # a document of 10,000 shards is millions of objects and no cycles: no collector passes
     shards = run.read_info().shards

@@ -266,7 +266,11 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
         "scontrol --clusters=a show config",
         "scontrol --clusters=b show config",
     }
-    sbatches = [c.split()[:5] for c in calls if c.startswith("sbatch")]  # each array, then its spares
+    sbatches = [  # each array, then its spares (each sbatch's --comment: its intent, first_links.py)
+        [word for word in c.split() if not word.startswith("--comment=")][:5]
+        for c in calls
+        if c.startswith("sbatch")
+    ]
     links = str(run_json.parent / "scripts/links.sbatch")
     assert sbatches == [
         ["sbatch", "--clusters=a", "--parsable", "--array=0-1", links],

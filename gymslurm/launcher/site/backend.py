@@ -138,9 +138,18 @@ class SlurmBackend:
         """``sbatch --parsable [--dependency=afterany:...] SCRIPT``."""
         return self.own(self.client.submit(script, after=[self.raw(job) for job in after]))
 
-    def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
-        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] SCRIPT``: the array job's id."""
-        return self.own(self.client.submit(script, after=[self.raw(job) for job in after], array=indices))
+    def submit_array(
+        self, script: Path, indices: str, after: Sequence[str] = (), comment: str | None = None
+    ) -> str:
+        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] [--comment=C] SCRIPT``: the
+        array job's id."""
+        raws = [self.raw(job) for job in after]
+        return self.own(self.client.submit(script, after=raws, array=indices, comment=comment))
+
+    def commented(self, name: str, comment: str) -> list[str]:
+        """The jobs named ``name`` that were submitted with ``comment`` (one ``squeue``): an intent's
+        job, when its ``sbatch`` went through though its submitter died before it learned the id."""
+        return [self.own(job) for job in self.client.commented(name, comment)]
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel``."""

@@ -312,15 +312,23 @@ class SlurmClient:
         return done
 
     def submit(
-        self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = (), array: str | None = None
+        self,
+        script: Path,
+        after: Sequence[str] = (),
+        extra: Sequence[str] = (),
+        array: str | None = None,
+        comment: str | None = None,
     ) -> str:
-        """``sbatch --parsable [--array=...] [--dependency=afterany:...] SCRIPT``: the (array) job id.
+        """``sbatch --parsable [--array=...] [--dependency=afterany:...] [--comment=...] SCRIPT``: the
+        (array) job id. ``comment``: the intent this job fulfils, found again by :meth:`commented`.
 
         sbatch runs without :data:`INHERITED_IDENTITY`, so the new job reads only what Slurm says of it.
         """
         argv = ["sbatch", "--parsable", *extra]
         if array is not None:
             argv.append(f"--array={array}")
+        if comment is not None:
+            argv.append(f"--comment={comment}")
         if after:
             argv.append("--dependency=afterany:" + ":".join(after))
         return parse_sbatch(self.run([*argv, str(script)], env=submit_environment(self._env)).stdout)
@@ -349,6 +357,15 @@ class SlurmClient:
                 return []
             raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {_quote(done.stderr.strip())}")
         return self._counted(parse_squeue(done.stdout))
+
+    def commented(self, name: str, comment: str) -> list[str]:
+        """The (array) job ids Slurm still knows (for MinJobAge after their end) that were submitted with
+        job name ``name`` and ``comment``: one ``squeue --name`` of the run's own jobs, an array one
+        line per array (and per started task)."""
+        argv = ["squeue", "-h", "-t", "all", f"--name={name}", "-o", "%F|%k"]
+        rows = [line.split("|", 1) for line in self.run(argv).stdout.splitlines() if "|" in line]
+        self.rows += len(rows)
+        return list(dict.fromkeys(job.strip() for job, said in rows if said.strip() == comment))
 
     def _counted(self, rows: list[_Row]) -> list[_Row]:
         self.rows += len(rows)

@@ -18,7 +18,6 @@ embeds the same document (docs/launcher.md, "The status document").
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,15 +42,14 @@ from gymslurm.launcher.views.counts import (
     human_duration,
     walltime_text,
 )
+from gymslurm.launcher.views.liveness import STALE_BEATS, link_lock_held, outlived_link, queuing_reason
 from gymslurm.launcher.views.logindex import LogIndex
 from gymslurm.store import live
 from gymslurm.store.files import read_coverage
-from gymslurm.store.flock import held_here
 from gymslurm.store.paths import RunPaths
 
 STATUS_SCHEMA = "gymslurm.status"
 STATUS_VERSION = 1
-STALE_BEATS = 2.0
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
 
 
@@ -156,19 +154,6 @@ def verdict(
     if queuing is not None and not state.epoch_jobs:
         return "WAITING", queuing
     return "STALLED", "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
-
-
-def outlived_link(
-    state: ChainState, heartbeat: live.Heartbeat | None, lock_held: bool | None, now: float
-) -> str | None:
-    """The job of a started run whose link still runs, the queue showing no job of the chain running:
-    the heartbeat is that run's and fresh (within :data:`STALE_BEATS` intervals) and the shard's link
-    lock is held (``lock_held`` None: not visible from this host, the heartbeat alone); else None (pure).
-    A link killed with its job stops beating: within two intervals the chain reads STALLED again."""
-    if heartbeat is None or lock_held is False or now - heartbeat.epoch > STALE_BEATS * heartbeat.interval_s:
-        return None
-    run = (heartbeat.job_id, heartbeat.restart_count)
-    return heartbeat.job_id if any((r.job_id, r.restart_count) == run for r in state.open_runs) else None
 
 
 def is_held(row: QueueRow) -> bool:
@@ -281,15 +266,6 @@ def read_shard_files(
     problems += [problem] if problem else []
     lock = link_lock_held(run, shard, heartbeat) if lost and not running else None
     return ShardFiles(coverage, progress, heartbeat, tuple(problems), lock)
-
-
-def link_lock_held(run: RunDir, shard: int, heartbeat: live.Heartbeat | None) -> bool | None:
-    """Whether the shard's link lock is held, as far as this host can see without taking it: the holder
-    is looked for only on its heartbeat's host (a lock on another node of a shared filesystem is not
-    listed here: None)."""
-    if heartbeat is None or heartbeat.host != socket.gethostname():
-        return None
-    return held_here(run.link_lock(shard))
 
 
 def beat_of(
@@ -534,6 +510,7 @@ def run_status(
     logs = LogIndex.of(run)
     rows: list[ShardStatus] = []
     held: list[str] = []
+    queuing = queuing_reason(run, queue, states)
     for i, st in enumerate(states):
         live_jobs = _live_jobs(st, queue)
         running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
@@ -541,7 +518,16 @@ def run_status(
         has_output = f"shard-{i:03d}" in outputs
         files = read_shard_files(run, i, info.output_stem, running is not None, has_output, lost=lost)
         row = shard_status(
-            i, st, queue, accounting, info=info, files=files, now=now, logs=logs, live=live_jobs
+            i,
+            st,
+            queue,
+            accounting,
+            info=info,
+            files=files,
+            now=now,
+            logs=logs,
+            live=live_jobs,
+            queuing=queuing,
         )
         vars(row).update(costs[i].fields())  # the row is this loop's own: no copy (0.1 s at 10,000)
         rows.append(row)
