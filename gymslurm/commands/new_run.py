@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
 from typing import Any, Literal
+from uuid import uuid4
 
 from omegaconf import OmegaConf
 
@@ -405,6 +406,7 @@ def create_run(
         budget_warn_at=settings.budget.warn_at,
         report_share=settings.report.share,
         lookahead=settings.slurm.lookahead,
+        uid=uuid4().hex,
     )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = (

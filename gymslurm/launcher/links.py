@@ -22,7 +22,8 @@ crashed         the collector was killed by a signal Slurm did not send, or the 
 lost            the link died without writing a decision and nothing says why
 ==============  ===================================================================================
 
-A link that ended by itself (collector exit 0, 1, 75, 76) was not interrupted (None). Retries
+A link that ended by itself (collector exit 0, 1, 75, 76), or that ``gymslurm pause`` stopped
+(decision PAUSED: a choice, not a fault), was not interrupted (None). Retries
 spent and server restarts are counted beside the interruptions (:func:`faults_survived`).
 
 **GPU-hours** (:func:`gpu_hours`): a link holds ``gpus`` (its start record: what Slurm allocated,
@@ -117,7 +118,7 @@ def interruption(
     ``rerun``: the same job ran again after this run; ``injected``: faults ``gymslurm inject`` sent
     to this job; ``slurm_state``: Slurm's accounting of the job, when known.
     """
-    if link.get("decision") is None:
+    if link.get("decision") in (None, "PAUSED"):  # a pause is the user's choice, not a fault survived
         return None
     state = slurm_state or ""
     own_state = str(link.get("slurm_state") or "")

@@ -75,6 +75,9 @@ class RunInfo(BaseModel):
     aggregate_cluster: str | None = None  # where the aggregation of a run across clusters runs
     # submit --reverify: the run whose saved answers each shard re-grades (its root); None: a collection
     reverify_of: str | None = None
+    # A random id given at submit (uuid4 hex): what makes a notification's ``id`` unique across runs,
+    # run roots and clusters (launcher/notify.py); None in runs from before (their name stands in)
+    uid: str | None = None
     # slurm.lookahead at submit: what ``status`` or a later ``submit`` queues when it completes the
     # queuing of a killed submit (None: a run from before; the setting's default then)
     lookahead: int | None = None
