@@ -36,7 +36,12 @@ class Queue(SlurmBackend):
         self.comments: dict[str, str] = {}  # job -> its --comment (the intent it fulfils)
 
     def submit_array(
-        self, script: Path, indices: str, after: Sequence[str] = (), comment: str | None = None
+        self,
+        script: Path,
+        indices: str,
+        after: Sequence[str] = (),
+        comment: str | None = None,
+        exclude: Sequence[str] = (),
     ) -> str:
         job, self.next_id = str(self.next_id), self.next_id + 1
         self.arrays.append((job, indices, list(after)))
@@ -232,7 +237,12 @@ class DyingQueue(Queue):
         self.kill_after, self.calls = kill_after, 0
 
     def submit_array(
-        self, script: Path, indices: str, after: Sequence[str] = (), comment: str | None = None
+        self,
+        script: Path,
+        indices: str,
+        after: Sequence[str] = (),
+        comment: str | None = None,
+        exclude: Sequence[str] = (),
     ) -> str:
         job = super().submit_array(script, indices, after, comment)
         self.calls += 1

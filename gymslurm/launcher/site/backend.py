@@ -139,12 +139,22 @@ class SlurmBackend:
         return self.own(self.client.submit(script, after=[self.raw(job) for job in after]))
 
     def submit_array(
-        self, script: Path, indices: str, after: Sequence[str] = (), comment: str | None = None
+        self,
+        script: Path,
+        indices: str,
+        after: Sequence[str] = (),
+        comment: str | None = None,
+        exclude: Sequence[str] = (),
     ) -> str:
-        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] [--comment=C] SCRIPT``: the
-        array job's id."""
+        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] [--comment=C]
+        [--exclude=NODES] SCRIPT``: the array job's id."""
         raws = [self.raw(job) for job in after]
-        return self.own(self.client.submit(script, after=raws, array=indices, comment=comment))
+        extra = [f"--exclude={','.join(exclude)}"] if exclude else []
+        return self.own(self.client.submit(script, after=raws, extra=extra, array=indices, comment=comment))
+
+    def exclude(self, job_ids: Sequence[str], nodes: Sequence[str]) -> None:
+        """Keep these pending jobs off ``nodes`` (``scontrol update ... ExcNodeList``)."""
+        self.client.exclude([self.raw(job) for job in job_ids], nodes)
 
     def commented(self, name: str, comment: str) -> list[str]:
         """The jobs named ``name`` that were submitted with ``comment`` (one ``squeue``): an intent's

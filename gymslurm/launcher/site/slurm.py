@@ -398,6 +398,12 @@ class SlurmClient:
         """One ``scontrol show config``: does the cluster keep accounting? (submit records it in run.json)."""
         return parse_accounting_storage(self.run(["scontrol", "show", "config"]).stdout)
 
+    def exclude(self, job_ids: Sequence[str], nodes: Sequence[str]) -> None:
+        """``scontrol update JobId=J ExcNodeList=N1,N2`` for each of these pending jobs (one call each;
+        a job that started or ended meanwhile is not an error: it is not placed again)."""
+        for job in job_ids:
+            self.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={','.join(nodes)}"], check=False)
+
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel`` these jobs; jobs that already ended are not an error."""
         if job_ids:

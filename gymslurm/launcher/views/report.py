@@ -107,6 +107,16 @@ def _e(value: object) -> str:
     return html.escape(text) if not _SPECIAL.isdisjoint(text) else text  # most cells need no escaping
 
 
+def _excluded(rows: list[dict[str, Any]]) -> str:
+    """The bad nodes each chain keeps its later links off (status's ``excluded_nodes``)."""
+    found = [
+        f"shard {row['shard']}: {', '.join(f'{node} ({n} node failures)' for node, n in nodes.items())}"
+        for row in rows
+        if (nodes := row.get("excluded_nodes"))
+    ]
+    return "nodes excluded from a chain's later links: " + ("; ".join(found) if found else "none")
+
+
 def _timeline(data: dict[str, Any], now: float) -> str:
     spans = [
         (iso_epoch(link.get("start")), iso_epoch(link.get("end")) or now)
@@ -267,6 +277,7 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
         "<h2>Faults survived</h2>",
         f'<p id="faults-total">faults survived: {_e(fault_text(totals))}</p>',
         _table(fault_headers, fault_rows, "faults"),
+        f'<p id="excluded-nodes">{_e(_excluded(status["shards"]))}</p>',
         "<h2>GPU-hours</h2>",
         f'<p id="gpu-total">{_e(cost_line(summary) or "no GPU-hours recorded")}</p>',
         _table(

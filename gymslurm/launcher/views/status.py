@@ -29,7 +29,7 @@ from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
 from gymslurm.launcher.decide import VERDICT_OF_STOP, collector_unresponsive, job_exit_code, life_of
 from gymslurm.launcher.ledger import ChainState, Record, summarize
-from gymslurm.launcher.links import gpu_budget
+from gymslurm.launcher.links import BAD_NODE_FAILURES, bad_nodes, gpu_budget
 from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.site.backend import HELD_STATES, LIVE_STATES, Backend
@@ -208,6 +208,7 @@ class ShardStatus:
     gpu_hours_slurm: float | None = None
     gpu_text: str = "-"
     faults: dict[str, int] = field(default_factory=dict)
+    excluded_nodes: dict[str, int] = field(default_factory=dict)  # bad nodes kept off its links: failures
 
 
 @dataclass(frozen=True)
@@ -530,6 +531,9 @@ def run_status(
             queuing=queuing,
         )
         vars(row).update(costs[i].fields())  # the row is this loop's own: no copy (0.1 s at 10,000)
+        if costs[i].faults.get("node_failure", 0) >= BAD_NODE_FAILURES:  # (bad_nodes: only where it may say)
+            row.excluded_nodes = bad_nodes(chains[i])
+            row.why += excluded_text(row.excluded_nodes)
         rows.append(row)
         held += [row.job_id for row in live_jobs if is_held(row)]
     agg = aggregation_status(aggregate, queue, accounting, held)
@@ -558,6 +562,14 @@ def run_status(
         "final_metrics_problem": problem,
         "queries": backend.queries,
     }
+
+
+def excluded_text(nodes: dict[str, int]) -> str:
+    """``; nodes a1 (2 node failures) kept off its later links`` (empty when none; pure)."""
+    if not nodes:
+        return ""
+    named = ", ".join(f"{node} ({n} node failures)" for node, n in nodes.items())
+    return f"; nodes {named} kept off its later links (--exclude)"
 
 
 def _with_links(
