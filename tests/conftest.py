@@ -36,6 +36,7 @@ SLURM_GROUPS = {
     "test_placement_slurm.py": "slurm-1",
     "test_kill_slurm.py": "slurm-1",
     "test_node_down.py": "slurm-1",
+    "test_bad_node_slurm.py": "slurm-1",
     "test_submit_reverify_slurm.py": "slurm-1",
     "test_sandbox.py": "slurm-1",
     "test_smoke.py": "slurm-1",
