@@ -398,6 +398,21 @@ class SlurmClient:
         """One ``scontrol show config``: does the cluster keep accounting? (submit records it in run.json)."""
         return parse_accounting_storage(self.run(["scontrol", "show", "config"]).stdout)
 
+    def steps(self, job_id: str) -> list[tuple[str, str]]:
+        """The steps of a job Slurm still runs, as ``(JOB.STEP, step name)``: one ``squeue -s``."""
+        done = self.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], check=False)
+        if done.returncode != 0:
+            if _UNKNOWN_JOB in done.stderr:
+                return []
+            raise SlurmError(f"squeue -s -j {job_id} exited {done.returncode}: {_quote(done.stderr.strip())}")
+        rows = [tuple(line.split("|", 1)) for line in done.stdout.splitlines() if "|" in line]
+        self.rows += len(rows)
+        return [(step.strip(), name.strip()) for step, name in rows]
+
+    def kill_step(self, step_id: str) -> None:
+        """``scancel --signal=KILL JOB.STEP``: the step's tasks killed now (a stopped one handles no TERM)."""
+        self.run(["scancel", "--signal=KILL", step_id], check=False)
+
     def exclude(self, job_ids: Sequence[str], nodes: Sequence[str]) -> None:
         """``scontrol update JobId=J ExcNodeList=N1,N2`` for each of these pending jobs (one call each;
         a job that started or ended meanwhile is not an error: it is not placed again)."""
