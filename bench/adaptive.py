@@ -12,6 +12,13 @@ Target (issue 22): adaptive throughput >= 0.95 of the best fixed setting's, with
 than that setting's, and a bounded queue. Run from the repository root:
     python bench/adaptive.py [--n 3000] [--slots 32] [--latency-ms 250]
 
+``--vllm`` puts a real vLLM in the model server's place (issue 31): docs/servers.md's "vLLM on CPU"
+recipe (``launchers/vllm-up.sh``'s cached venv and tiny model, ``--max-num-seqs 32``; started and
+stopped with its whole process group by tests/vllm/harness.py), the fixed settings 4, 8, 16, 32
+and 64, the adaptive ones capped at 64, all against the same vLLM in the same run:
+    python bench/adaptive.py --vllm [--n 300]
+``--vllm-url URL`` uses a vLLM already running there instead (bench/gpu_vllm.sh: a GPU one).
+
 The default model server (32 slots, 250 ms) is what bounds the throughput, as a model server does
 in an evaluation. With a fast one (``--latency-ms 40``: 800 completions/s) this machine's CPU and the
 demo Environment Server in front are what fill first (fixed 128 gives under half of fixed 32 there,
@@ -25,6 +32,7 @@ import asyncio
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,9 +44,11 @@ from gymslurm.collector.view import RunView
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.dispatch import EnvironmentClient
 from gymslurm.dispatch.calls import parse_queue_length, watch_model_queue
+from gymslurm.job.servers import RunningServer
 from gymslurm.selection import BudgetPolicy, SavedOutcome, select_rollout
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.vllm.harness: the recipe's vLLM, shared with the vLLM tests
 
 
 def start(argv: list[str], banner: str) -> tuple[subprocess.Popen[str], str]:
@@ -145,46 +155,77 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--slots", type=int, default=32)
     parser.add_argument("--latency-ms", type=float, default=250.0)
+    parser.add_argument("--vllm", action="store_true", help="a real vLLM (CPU) as the model server")
+    parser.add_argument("--vllm-url", default=None, help="a vLLM already serving there (model 'tiny')")
     args = parser.parse_args()
-    model, model_url = start(
-        [
-            "demo-model-server",
-            "--port",
-            "0",
-            "--slots",
-            str(args.slots),
-            "--latency-ms",
-            str(args.latency_ms),
-        ],
-        "listening on",
+    vllm = None
+    if args.vllm_url:
+        model, model_url, name = None, args.vllm_url.rstrip("/"), "tiny"
+        what = f"vLLM at {model_url}"
+    elif args.vllm:
+        vllm, model, name = start_vllm(), None, "tiny"
+        model_url, what = vllm.url, "vLLM (CPU, tiny model, --max-num-seqs 32)"
+    else:
+        model, model_url = start(
+            [
+                "demo-model-server",
+                "--port",
+                "0",
+                "--slots",
+                str(args.slots),
+                "--latency-ms",
+                str(args.latency_ms),
+            ],
+            "listening on",
+        )
+        name, what = "demo-arith-policy", f"demo: {args.slots} slots, {args.latency_ms:g} ms"
+    fixed, cap = ((4, 8, 16, 32, 64), 64) if args.vllm or args.vllm_url else ((8, 32, 128, 512), 512)
+    env, env_url = start(
+        ["demo-server", "--port", "0", "--policy-url", model_url, "--model-name", name], "listening on"
     )
-    env, env_url = start(["demo-server", "--port", "0", "--policy-url", model_url], "listening on")
     try:
         rows = {}
-        for cap in (8, 32, 128, 512):
-            rows[f"fixed {cap}"] = asyncio.run(measure(env_url, f"{model_url}/metrics", args.n, cap, "fixed"))
+        for setting in fixed:
+            rows[f"fixed {setting}"] = asyncio.run(
+                measure(env_url, f"{model_url}/metrics", args.n, setting, "fixed")
+            )
         for mode in ("latency", "metrics"):
-            rows[f"adaptive {mode} (cap 512)"] = asyncio.run(
-                measure(env_url, f"{model_url}/metrics", args.n, 512, mode)
+            rows[f"adaptive {mode} (cap {cap})"] = asyncio.run(
+                measure(env_url, f"{model_url}/metrics", args.n, cap, mode)
             )
     finally:
         for process in (env, model):
-            process.terminate()
-            process.wait()
+            if process is not None:
+                process.terminate()
+                process.wait()
+        if vllm is not None:
+            from tests.vllm.harness import stop_vllm
+
+            stop_vllm(vllm)
     best_name = max((k for k in rows if k.startswith("fixed")), key=lambda k: rows[k]["rate"])
     best = rows[best_name]
-    print(f"model server: {args.slots} slots, {args.latency_ms:g} ms; {args.n} episodes per setting")
+    print(f"model server: {what}; {args.n} episodes per setting")
     print(
         f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
         f"{'max queue':>9} {'end limit':>9}"
     )
     for name, row in rows.items():
         print(
-            f"{name:28} {row['rate']:10.0f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
+            f"{name:28} {row['rate']:10.1f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
             f"{row['p99'] * 1e3:8.0f} {row['p99'] / best['p99']:10.2f} {row['queue']:9.0f} "
             f"{row['limit']:9.0f}"
         )
     print(f"best fixed setting: {best_name}; target: adaptive >= 0.95 of its rate, p99 <= its p99")
+
+
+def start_vllm() -> RunningServer:
+    """docs/servers.md's "vLLM on CPU" server, installed if needed, started in a session of its own."""
+    from tests.vllm.harness import ensure_vllm
+    from tests.vllm.harness import start_vllm as start_recipe
+
+    log = Path(tempfile.mkdtemp(prefix="bench-vllm-")) / "vllm.log"
+    print(f"starting vLLM (log {log}; 80-180 s)", flush=True)
+    return start_recipe(ensure_vllm(), log, name="policy")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gymslurm.launcher.job.link import run_link
-from gymslurm.launcher.site.backend import SlurmBackend, this_job
+from gymslurm.job.link import run_link
+from gymslurm.site.backend import SlurmBackend, this_job
 from tests.unit.scripted_slurm import ScriptedSlurm, array_run, benchmark
 
 SIZES = (1, 100, 1_000, 10_000)

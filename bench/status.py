@@ -39,9 +39,9 @@ from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.backend import SlurmBackend
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import print_table
+from gymslurm.site.backend import SlurmBackend
 from gymslurm.store import live
 
 SHARDS, CHUNK, DONE, RUNNING, LIMIT_S, LIMIT_QUERIES = 10_000, 1001, 2_000, 200, 1.0, 1

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gymslurm.commands.submit import submit
-from gymslurm.launcher.site.slurm import parse_config, site_limits
+from gymslurm.site.slurm import parse_config, site_limits
 
 SHARDS, SMALL, LIMIT_S, CANCEL_LIMIT_S = 10_000, 10, 3.0, 2.0
 COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")

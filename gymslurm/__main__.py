@@ -7,7 +7,7 @@ forwards each one once, and one that came while the step imported was lost (earl
 import sys
 
 if sys.argv[1:2] == ["chain-step"]:
-    from gymslurm.launcher.job import early_signals
+    from gymslurm.job import early_signals
 
     early_signals.catch()
 

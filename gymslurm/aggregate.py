@@ -47,7 +47,14 @@ from gymslurm.formats import version_of
 from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
 from gymslurm.nemogym import not_the_servers_metrics
-from gymslurm.selection import SUCCESSFUL, BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
+from gymslurm.selection import (
+    SUCCESSFUL,
+    BudgetPolicy,
+    RolloutState,
+    SavedOutcome,
+    legacy_row_caps,
+    select_rollouts,
+)
 from gymslurm.settings import max_rollout_attempts
 from gymslurm.shard_inputs import (
     ShardSource,
@@ -56,6 +63,7 @@ from gymslurm.shard_inputs import (
     resolve_inputs,
 )
 from gymslurm.store import RunPaths, RunStore
+from gymslurm.store.adoptions import Adoptions
 from gymslurm.store.atomic import publish_json, publish_stream
 from gymslurm.store.files import write_gymslurm_metrics
 from gymslurm.store.history import (
@@ -88,6 +96,7 @@ class Shard:
     attempts: int = 0
     historical_failed_attempts: int = 0
     torn_bytes: int = 0
+    legacy_capped: tuple[int, int] = (0, 0)  # legacy rollouts with a per-row limit, and those at it
 
     @property
     def legacy(self) -> bool:
@@ -122,15 +131,29 @@ def load_shard(source: ShardSource) -> Shard:
 def _load_legacy_shard(source: ShardSource) -> Shard:
     shard = Shard(source, run_id=None, identity_verified=False, policy=None)
     failures_tail, results_tail = TailReport(), TailReport()
+    by_rollout: dict[str, list[SavedOutcome]] = {}
     for line, row in iter_records(source.companion("_failures.jsonl"), failures_tail):
         outcome = sidecar_outcome(row, 0, line)
         shard.historical_failed_attempts += outcome.kind == "failure"
         shard.legacy_outcomes.append(outcome)
+        _arrived(by_rollout, row, lambda attempt, row=row, line=line: sidecar_outcome(row, attempt, line))
     for line, row in iter_records(source.results, results_tail):
         shard.legacy_outcomes.append(result_outcome(row, 0, line))
         shard.selected_result_lines.add(line)
+        if by_rollout:  # only a rollout that failed before can be at its cap
+            _arrived(by_rollout, row, lambda attempt, row=row, line=line: result_outcome(row, attempt, line))
     shard.torn_bytes = failures_tail.torn_bytes + results_tail.torn_bytes
+    policy = BudgetPolicy(max_rollout_attempts=max_rollout_attempts())
+    shard.legacy_capped = legacy_row_caps(by_rollout.values(), policy)
     return shard
+
+
+def _arrived(by_rollout: dict[str, list[SavedOutcome]], row: Mapping[str, Any], make: Any) -> None:
+    """A legacy row's outcome in its rollout's history, numbered by arrival (sidecar lines first, 000)."""
+    rollout = row.get("_ng_rollout_id")
+    if type(rollout) is str:
+        history = by_rollout.setdefault(rollout, [])
+        history.append(make(len(history)))
 
 
 def _load_manifest_shard(source: ShardSource) -> Shard:
@@ -194,6 +217,7 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
         accumulator.add_state(state)
     for outcome in shard.legacy_outcomes:
         accumulator.add_legacy_outcome(outcome)
+    accumulator.add_legacy_caps(*shard.legacy_capped)
     summary = ShardSummary(
         shard.source,
         shard.run_id,
@@ -212,6 +236,7 @@ def _summary_of(shard: Shard, scoring: ScoringPolicy, written_at: str) -> ShardS
         )
         for outcome in shard.legacy_outcomes:
             observed.add_legacy_outcome(outcome)
+        observed.add_legacy_caps(*shard.legacy_capped)
         summary.observed = observed.metrics()
     return summary
 
@@ -233,10 +258,10 @@ def _fast_manifest_summary(
         manifest, counts, policy = store.manifest, store.table.counts(), store.policy()
     finally:
         store.close()
-    if manifest.identity_source == "imported":
-        return None
+    if manifest.identity_source == "imported" or paths.adoptions.exists():
+        return None  # legacy rows numbered by arrival, or adopted ones: the store's path
     count = manifest.rollout_count
-    index = read_index(paths.materialized_inputs)  # digest and line count checked by open
+    index = read_index(paths.tasks(manifest.format_version))  # digest and line count checked by open
     try:
         index.check_unique()
     except StoreError as error:
@@ -245,10 +270,13 @@ def _fast_manifest_summary(
         paths.results,
         paths.failures,
         run_id=manifest.run_id,
-        keys=RolloutKeys(index.index_of, dict, (index.blob, index.ends)),
+        keys=RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
         rollout_count=count,
         legacy=False,
+        adoptions=(adoptions := Adoptions(counts=counts, imported={})),
     )
+    if adoptions.pending:  # rows NeMo Gym's collector appended, not adopted yet: the store's path
+        return None
 
     def conflict(rollout: int, problem: str) -> CorruptRecordError:
         return history_conflict(paths, index.ids[rollout], problem, remedy="leave this shard out")

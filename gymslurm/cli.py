@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aggregate": ("gymslurm.commands.aggregate", "merge shard outputs into one selected-result projection"),
     "health": ("gymslurm.commands.health", "failure-rate and completeness checks over a run"),
     "reverify": ("gymslurm.commands.reverify", "re-grade saved judge failures into a separate output"),
+    "compare": ("gymslurm.commands.compare", "compare two runs per benchmark: delta, interval, test, flips"),
+    "gate": ("gymslurm.commands.gate", "apply a policy to a comparison: exit 0 pass, 1 block, 2 warn"),
     "submit": ("gymslurm.commands.submit", "submit a benchmark as self-healing Slurm job chains"),
     "status": ("gymslurm.commands.status", "show the health of each chain of a run"),
     "logs": ("gymslurm.commands.logs", "print a link's job log and its servers' logs (--follow)"),
@@ -32,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("gymslurm.commands.resume", "go on with a paused run where each shard stopped"),
     "doctor": ("gymslurm.commands.doctor", "check the Slurm site settings job chains rely on"),
     "inject": ("gymslurm.commands.inject", "send a fault (timeout, preempt, crash...) to a live link"),
+    "watch": ("gymslurm.commands.watch", "evaluate each new checkpoint of a folder on a suite, from a job"),
+    "watch-tick": ("gymslurm.commands.watch_tick", "(internal) one tick of a watch, inside its job"),
     "chain-step": ("gymslurm.commands.chain_step", "(internal) run one link of a chain inside a job"),
 }
 

@@ -60,6 +60,7 @@ class AdaptiveLimit:
     """The in-flight limit of one collection, moved by what completed requests and the server say."""
 
     cap: int
+    share: float = 1.0  # its share of a model server other collections use too (a suite link's)
     limit: float = START
     tolerance: float = TOLERANCE
     decrease: float = DECREASE
@@ -85,7 +86,7 @@ class AdaptiveLimit:
         self._count += 1
         self._total_s += latency_s
         self._busy += in_flight + 1 >= self.current
-        size = max(self.current, self.window)
+        size = max(self.current, round(self.window * self.share))  # a share sees that share of them
         if self._count < size:
             return
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count
@@ -122,16 +123,31 @@ class AdaptiveLimit:
         self.baseline_s = mean / SLOW_START_END
         return False
 
-    def server_queue(self, waiting: int, kv_usage: float | None = None) -> None:
-        """The model server's own count of requests waiting for a slot (a metrics poll), and how full
-        its KV cache is (0..1, where it says).
+    def server_queue(
+        self, waiting: int, kv_usage: float | None = None, running: int | None = None, in_flight: int = 0
+    ) -> None:
+        """The model server's own count of requests waiting for a slot (a metrics poll), how full
+        its KV cache is (0..1, where it says), how many it serves (``running``) and how many of
+        this collection's requests are out (``in_flight``).
 
         Requests waiting there are exactly the excess over the server's capacity: the limit drops
         by that many (not by a fraction), so it settles where every slot is busy and none waits. A
         KV cache at :data:`KV_FULL` or more holds the limit where it is: the next requests would
         wait (or preempt others) though none waits yet.
+
+        Shared (``share`` < 1, the server's ``running`` known): the server is full, so ``running``
+        is its capacity and this collection's fair part is ``share × running``. Only the part of
+        its own requests above that is cut (never more than ``waiting``), and below its part it
+        still grows: the collections settle at their shares of the server (weighted fairness),
+        and one that holds less than its share (no work, slow rollouts) leaves the rest to others.
         """
-        self.queue_says_full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
-        if waiting > 0:
+        full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
+        excess = float(waiting)
+        if self.share < 1.0 and running is not None and full:
+            fair = self.share * max(running, 1)
+            excess = min(float(waiting), max(0.0, max(in_flight, self.limit) - fair))
+            full = max(in_flight, self.limit) >= fair
+        self.queue_says_full = full
+        if excess > 0:
             self.slow_start = False
-            self.limit = max(1.0, self.limit - waiting)
+            self.limit = max(1.0, self.limit - excess)

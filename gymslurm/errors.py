@@ -131,15 +131,18 @@ class SlurmError(GymslurmError):
 class ServerStartError(GymslurmError):
     """A configured Environment Server did not become healthy in time (infrastructure: retryable).
 
-    ``deterministic``: it *exited* during start-up for a reason a retry would meet again (a missing
-    command, a broken config): the chain stops at once instead of spending its infrastructure retries.
+    ``deterministic``: a stack the job cannot hold (known before anything starts): the chain stops at
+    once. ``signature``: it *exited* during start-up, with this first error line; retryable (Ray's
+    "current node timed out during startup" under load passes later) unless the link before failed
+    the same way (``servers.start_failure_exit``), so a missing command costs two links, not the budget.
     """
 
     exit_code = ExitCode.RETRY
 
-    def __init__(self, message: str, *, deterministic: bool = False) -> None:
+    def __init__(self, message: str, *, deterministic: bool = False, signature: str | None = None) -> None:
         super().__init__(message)
         self.deterministic = deterministic
+        self.signature = signature
 
 
 class SupervisionError(GymslurmError):

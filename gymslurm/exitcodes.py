@@ -3,7 +3,8 @@
 ``gymslurm collect`` ends with :class:`ExitCode` ``DONE``, ``CONTINUE``, ``RETRY`` or ``STOP``;
 the chain (launcher/decide.py) reads the same names back; every other command uses the same
 vocabulary for its errors (``REFUSED``) and for Ctrl-C (``INTERRUPTED``). ``gymslurm health`` has
-its own three codes, :class:`HealthExit`. docs/exit-codes.md explains each one. Imports nothing.
+its own three codes, :class:`HealthExit`, and ``gymslurm gate`` its four, :class:`GateExit` (whose 2
+is a warning, so its errors exit 3). docs/exit-codes.md explains each one. Imports nothing.
 """
 
 from __future__ import annotations
@@ -34,3 +35,16 @@ class HealthExit(IntEnum):
     PASS = 0
     FAIL = 1
     SKIPPED = 3
+
+
+class GateExit(IntEnum):
+    """The exit codes of ``gymslurm gate`` (NeMo-Evaluator's ``nel gate``: 0 pass, 1 block, 2 warn).
+
+    2 is a warning here, not the ``REFUSED`` of every other command: so the gate's own errors (a bad
+    policy, an unreadable comparison, a wrong flag) exit ``ERROR`` (3), and a script can tell a
+    warning from a mistake."""
+
+    PASS = 0
+    BLOCK = 1
+    WARN = 2
+    ERROR = 3

@@ -35,7 +35,11 @@ class Format:
 _LIVE_ADVICE = "delete the file; its writer replaces it"
 
 FORMATS: dict[str, Format] = {
-    "manifest": Format("the run manifest", "format_version", 2),
+    # manifest v3 (issue 34): the run's tasks are in <stem>_gymslurm_inputs.jsonl, and
+    # <stem>_materialized_inputs.jsonl is NeMo Gym's file in NeMo Gym's shape; v2 runs (the tasks under
+    # NeMo Gym's name) still read.
+    "manifest": Format("the run manifest", "format_version", 3, older=(2,)),
+    "adoptions": Format("the adoption journal", "format_version", 1),
     "reservations": Format("the reservation table", "header version", 1),
     "failure_record": Format("the failure record", "schema_version", 1),
     "coverage": Format("the coverage file", "format_version", 1),
@@ -43,6 +47,12 @@ FORMATS: dict[str, Format] = {
     "health": Format("the health report", "format_version", 1),
     "gymslurm_metrics": Format("gymslurm's metrics file", "format_version", 1),
     "rewards": Format("the merged reward histogram", "format_version", 1),
+    "suite_metrics": Format(
+        "the suite metrics (suite_metrics.json)",
+        "format_version",
+        1,
+        "the suite's aggregation job writes it again ('gymslurm resubmit RUN' reruns it)",
+    ),
     "run_summary": Format(
         "the run's summary (summary.json)",
         "format_version",
@@ -52,10 +62,12 @@ FORMATS: dict[str, Format] = {
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
     "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
+    # finished_seal v2 (issue 33): the servers' answers, asked again before a seal answers; a v1
+    # seal kept none, so it cannot prove them: it is ignored (the full path seals again).
     "finished_seal": Format(
         "the finished-run seal",
         "format_version",
-        1,
+        2,
         "nothing to do: the next resume ignores it and writes it again",
     ),
     "outcome_index": Format(
@@ -72,6 +84,19 @@ FORMATS: dict[str, Format] = {
     ),
     "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
+    # printed documents: `gymslurm compare --json` (comparison.py) and `gymslurm gate --json` (gate.py)
+    "comparison": Format(
+        "the comparison document",
+        "format_version",
+        1,
+        "make it again with `gymslurm compare --json` of this gymslurm",
+    ),
+    "gate": Format("the gate decision", "format_version", 1, "run `gymslurm gate --json` again"),
+    # a watch (docs/watch.md): watch.json, written once, and its append-only ledger
+    "watch": Format("the watch settings (watch.json)", "format_version", 1, "start a new watch"),
+    "watch_ledger": Format(
+        "the watch ledger", "v", 1, "read it with the gymslurm version that wrote it (gymslurm status WATCH)"
+    ),
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),

@@ -100,6 +100,7 @@ class MetricsAccumulator:
     historical_failed_attempts: int = 0
     max_attempts: set[int] = field(default_factory=set)
     legacy_shards: int = 0
+    legacy_row_capped: int = 0  # legacy rollouts with their own per-row limit (their at_cap is known)
     shards: int = 0
 
     def add_shard(self, *, max_rollout_attempts: int | None, historical_failed_attempts: int) -> None:
@@ -124,6 +125,7 @@ class MetricsAccumulator:
         self.historical_failed_attempts += other.historical_failed_attempts
         self.max_attempts |= other.max_attempts
         self.legacy_shards += other.legacy_shards
+        self.legacy_row_capped += other.legacy_row_capped
         self.shards += other.shards
 
     def add_state(self, state: RolloutState) -> None:
@@ -135,6 +137,11 @@ class MetricsAccumulator:
         if disposition is Disposition.FAILED and selected is not None:
             self.failed_by_class[failure_class_of(selected)] += 1
         self._score(disposition, selected, state)
+
+    def add_legacy_caps(self, capped: int, at_cap: int) -> None:
+        """A legacy shard's rollouts with a per-row limit, and those that spent it (000)."""
+        self.legacy_row_capped += capped
+        self.at_cap += at_cap
 
     def add_legacy_outcome(self, outcome: SavedOutcome) -> None:
         """Count one observed row of a legacy shard (no selection, no inventory)."""
@@ -196,7 +203,8 @@ class MetricsAccumulator:
             out["retries/max_attempts"] = next(iter(self.max_attempts))
         if not self.inventory_known:
             for key in _INVENTORY_KEYS:
-                out.pop(key, None)
+                if key != "retries/at_cap" or not self.legacy_row_capped:  # per-row caps: known (000)
+                    out.pop(key, None)
         if self.reward_count:
             out["mean/reward"] = self.reward_sum / self.reward_count
         if d[Disposition.MEASURED]:

@@ -57,10 +57,13 @@ class ServerOrigin:
     server_type: str
     agent: str | None
 
-    def stamps(self) -> dict[str, Any]:
-        """The stamps NeMo Gym puts on every record this server ran (``_ng_task_id`` is per row)."""
+    def stamps(self, *, agent_ref: bool = True) -> dict[str, Any]:
+        """The stamps NeMo Gym puts on every record this server ran (``_ng_task_id`` is per row).
+
+        ``agent_ref=False`` for a typed (``episode``) server: NeMo Gym stamps no agent on a
+        materialized task's record, so gymslurm's typed rows carry none either (issue 34)."""
         out: dict[str, Any] = {ENVIRONMENT_SERVER_STAMP: self.name, RESULT_TYPE_STAMP: self.server_type}
-        if self.agent:
+        if self.agent and agent_ref:
             out[AGENT_REF] = {"name": self.agent}
         return out
 
@@ -96,6 +99,32 @@ def _agent_of(block: Mapping[str, Any]) -> str | None:
     agent = block.get("agent_server")
     name = agent.get("name") if isinstance(agent, Mapping) else None
     return name if isinstance(name, str) else None
+
+
+def materialized_row(task: Mapping[str, Any], origin: ServerOrigin | None, episode: bool) -> dict[str, Any]:
+    """A gymslurm task as the row NeMo Gym's ``gym eval run`` writes to ``<stem>_materialized_inputs.jsonl``.
+
+    What NeMo Gym 0.7.0 reads back on ``+resume_from_cache=true``: an ``episode`` server's task in
+    the materialized envelope (``task_id``, ``task_input``), else the flat row; both with
+    ``_ng_task_index``, the server's name (``_ng_environment_server``, which NeMo Gym dispatches by) and
+    ``_ng_rollout_index``, keys in NeMo Gym's order; a flat row gets the bound agent as ``agent_ref``
+    unless it names one, as NeMo Gym stamps it. gymslurm's own fields (rollout id) stay out.
+    """
+    task_input = task.get("task_input")
+    row: dict[str, Any]
+    if not episode and isinstance(task_input, Mapping):
+        row = dict(task_input)
+    else:
+        row = {"task_id": task.get("task_id"), "task_input": task_input}
+    row["_ng_task_index"] = task.get("_ng_task_index", 0)
+    if origin is not None:
+        row[ENVIRONMENT_SERVER_STAMP] = origin.name
+    row["_ng_rollout_index"] = task.get("_ng_rollout_index", 0)
+    named = row.get(AGENT_REF)
+    named = isinstance(named, Mapping) and named.get("name")
+    if "task_input" not in row and origin is not None and origin.agent and not named:
+        row[AGENT_REF] = {"name": origin.agent}
+    return row
 
 
 def row_for_metrics(row: Mapping[str, Any]) -> dict[str, Any]:

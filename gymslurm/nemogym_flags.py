@@ -26,11 +26,8 @@ REFUSED: dict[str, str] = {
     "agent_map": "re-routing agents is NeMo Gym's agent routing; name the server with "
     "+environment_server_name or +environment_server_routes",
     "fan_out": "running a row once per agent is not supported; collect once per agent's server",
-    "num_repeats_add_seed": "gymslurm sends the task as saved; put a seed in the dataset rows",
     "interleave_repeats": "gymslurm dispatches in rollout order (or longest first)",
-    "prompt_config": "use +prompt_template= (a Python format string over the row) instead",
     "skills": "skills are not supported",
-    "responses_create_params": "gymslurm sends each task as saved; put the overrides in the dataset rows",
     "max_resident_rollout_tasks": "gymslurm never holds results in memory",
     "retain_results_in_memory": "gymslurm never holds results in memory",
     "health_check_workers": "gymslurm's health report runs in the collector",
@@ -52,6 +49,12 @@ REFUSED: dict[str, str] = {
     "split": "name the dataset file with +input_jsonl_fpath=",
 }
 
+# Settings NeMo Gym documents with ``null`` (``+num_repeats=null``, ``+num_samples_in_parallel=null``,
+# ``--concurrency null``): null is NeMo Gym's default there (one repeat; no cap of its own), so it is
+# gymslurm's default here (one repeat; configs/collect.yaml's concurrency cap). The override is
+# dropped before composing, so the run's identity is the same as without it.
+NULL_IS_DEFAULT = frozenset({"num_repeats", "num_samples_in_parallel", "concurrency"})
+
 # gym eval run's --flags → the Hydra key each sets (NeMo Gym's nemo_gym/cli/main.py); None: no value.
 VALUE_FLAGS = {
     "--agent": "agent_name",
@@ -63,6 +66,10 @@ VALUE_FLAGS = {
     "--limit": "limit",
     "--num-repeats": "num_repeats",
     "--concurrency": "num_samples_in_parallel",
+    "--prompt-config": "prompt_config",
+    "--temperature": "responses_create_params.temperature",
+    "--top-p": "responses_create_params.top_p",
+    "--max-output-tokens": "responses_create_params.max_output_tokens",
 }
 BOOL_FLAGS = {
     "--resume": "resume_from_cache",
@@ -85,11 +92,7 @@ REFUSED_FLAGS = {
     "--model-api-key": _SERVERS,
     "-m": _SERVERS,
     "--split": REFUSED["split"],
-    "--prompt-config": REFUSED["prompt_config"],
     "--interleave-repeats": REFUSED["interleave_repeats"],
-    "--temperature": REFUSED["responses_create_params"],
-    "--top-p": REFUSED["responses_create_params"],
-    "--max-output-tokens": REFUSED["responses_create_params"],
     "--health-check-workers": REFUSED["health_check_workers"],
     "--health-check-ignore": REFUSED["health_check_ignored_checks"],
 }
@@ -113,7 +116,8 @@ def translate_flags(argv: list[str]) -> list[str]:
     for item in items:
         name, has_value, value = item.partition("=")
         if not name.startswith("-"):
-            out.append(item)
+            if not null_default(name, value):
+                out.append(item)
         elif name in NO_OP_FLAGS:
             continue
         elif name in BOOL_FLAGS:
@@ -122,7 +126,8 @@ def translate_flags(argv: list[str]) -> list[str]:
             value = value if has_value else next(items, "")
             if not value:
                 raise ConfigError(f"{name} needs a value (as in `gym eval run {name} VALUE`)")
-            out.append(f"+{VALUE_FLAGS[name]}={value}")
+            if not null_default(VALUE_FLAGS[name], value):
+                out.append(f"+{VALUE_FLAGS[name]}={value}")
         elif name in REFUSED_FLAGS:
             raise ConfigError(
                 f"gym eval run's {name} is not supported by gymslurm collect: {REFUSED_FLAGS[name]}"
@@ -130,3 +135,8 @@ def translate_flags(argv: list[str]) -> list[str]:
         else:
             raise ConfigError(f"unknown option {item!r}: settings are overrides like +limit=10 (see --help)")
     return out
+
+
+def null_default(key: str, value: str) -> bool:
+    """Whether ``key=value`` is NeMo Gym's documented ``null`` for a setting whose null is the default."""
+    return key.lstrip("+~") in NULL_IS_DEFAULT and value.strip() == "null"

@@ -53,6 +53,7 @@ def run_outcomes(
     read_timeout: float | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     protocol: Protocol | Mapping[str, Protocol] = "episode",
+    legacy_results: bool = False,
 ) -> OutcomeStream:
     """Start one episode attempt per row; return the stream of ``(row copy, outcome)`` awaitables.
 
@@ -62,6 +63,8 @@ def run_outcomes(
     ``episode``, ``legacy_agent``, ``legacy_reply``; docs/nemo-gym.md). ``run_id`` overrides the rows'
     stamps; without it stamped rows keep theirs and unstamped rows share a new id. Must be called with
     an event loop running; bad rows raise :class:`~gymslurm.errors.ConfigError` before anything is sent.
+    ``legacy_results``: a legacy result tagged ``_ng_failure_class`` is given as the dict it was (NeMo
+    Gym 0.7.0's ``run_examples``), not converted to a failure record.
     """
     invocation_run_id = new_run_id()
     prepared = [
@@ -79,7 +82,7 @@ def run_outcomes(
         transport=transport,
         protocol=protocol,
     )
-    return OutcomeStream(prepared, client, server_url, concurrency)
+    return OutcomeStream(prepared, client, server_url, concurrency, legacy_results=legacy_results)
 
 
 @dataclass(frozen=True)
@@ -140,10 +143,12 @@ def _server_for(server_url: str | Mapping[str, str], taskset: str) -> str:
         ) from None
 
 
-def _as_row_outcome(item: _Prepared, outcome: Outcome) -> RowOutcome:
+def _as_row_outcome(item: _Prepared, outcome: Outcome, legacy_results: bool = False) -> RowOutcome:
     if isinstance(outcome, Completed):
         return item.row, outcome.result | item.stamps()
     if isinstance(outcome, Failed):
+        if legacy_results and outcome.legacy_result is not None:
+            return item.row, outcome.legacy_result | item.stamps()
         return item.row, outcome.record
     assert isinstance(outcome, Omitted)
     return item.row, item.stamps() | {"_ng_omitted": True}
@@ -180,7 +185,10 @@ class OutcomeStream:
         client: EnvironmentClient,
         server_url: str | Mapping[str, str],
         concurrency: int,
+        *,
+        legacy_results: bool = False,
     ) -> None:
+        self._legacy_results = legacy_results
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -243,7 +251,7 @@ class OutcomeStream:
             except Exception as exc:  # a programming error or ProtocolError: hand it to the caller
                 self._resolve_next(exception=exc)
                 continue
-            self._resolve_next(result=_as_row_outcome(item, outcome))
+            self._resolve_next(result=_as_row_outcome(item, outcome, self._legacy_results))
 
     def _resolve_next(self, *, result: RowOutcome | None = None, exception: Exception | None = None) -> None:
         future = self._futures[self._resolved]._future

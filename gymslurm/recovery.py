@@ -102,7 +102,9 @@ def run_examples(
     in the configuration of the head server ``head_server_config`` (``{host, port}``, or an object with
     those attributes; NeMo Gym's default 127.0.0.1:11000), whose declared type gives the protocol
     (``protocol`` overrides it). Concurrency: ``max_resident_tasks``, else the semaphore's value, else 64.
-    A failure raises :class:`EpisodeFailedError` from its awaitable, or with
+    A failure raises :class:`EpisodeFailedError` from its awaitable (a legacy result tagged
+    ``_ng_failure_class``, such as a ``judge_failed`` one, is given as its dict, as NeMo Gym 0.7.0 gives
+    it: a driver reads the class from it), or with
     ``route_failures_to_sidecar`` gives the failure row (``_ng_failure_class``, ``_ng_failure_terminal``,
     ``_ng_failure_message``, ``_ng_failure_record`` and the row's stamps). Call it inside a running loop.
     """
@@ -126,6 +128,7 @@ def run_examples(
         concurrency=concurrency,
         protocol=chosen,
         transport=transport,
+        legacy_results=not route_failures_to_sidecar,  # NeMo Gym 0.7.0 gives a legacy result's dict
     )
     return (_as_result(future, route_failures_to_sidecar) for future in stream)
 

@@ -147,6 +147,9 @@ def _redact_interpolation(body: str) -> str | None:
 # A value: quoted pieces ("..." with escapes, '...') and bare characters up to whitespace or & ; ,
 # (a quote inside a bare value does not end it: api_key=ab"cd is one value).
 _VALUE = r"(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&;,\"'])(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s&;,])*"
+# A flow mapping or list (two levels deep) under a credential-named key is the secret whole:
+# ``credentials={user: bob, secret_value: V}`` keeps no part of it.
+_STRUCTURE = r"\{(?:[^{}]|\{[^{}]*\})*\}|\[(?:[^\[\]]|\[[^\[\]]*\])*\]"
 _FLOW_VALUE = (
     r"\{[^{}]*\}|\[[^\[\]]*\]|'[^']*'|\"(?:[^\"\\]|\\.)*\"|(?![\w\-]+\s+<redacted>)"
     r"(?!(?i:bearer|basic)\s)[^\s,{}\[\]'\"]+"
@@ -201,7 +204,9 @@ SHAPES: tuple[Shape, ...] = (
     ),
     Shape(
         "NAME=V",
-        re.compile(r"(?<![\w.\-])(?P<name>-{0,2}[A-Za-z_][\w.\-]*)=(?P<value>" + _VALUE + ")"),
+        re.compile(
+            r"(?<![\w.\-])(?P<name>-{0,2}[A-Za-z_][\w.\-]*)=(?P<value>" + _STRUCTURE + "|" + _VALUE + ")"
+        ),
         name="name",
     ),
     Shape(
@@ -245,8 +250,8 @@ def _parts(secret: str) -> list[str]:
     """A matched secret and what a server could repeat of it: unescaped, and each value of a flow
     mapping or list (``{anything: V}`` under ``secrets:``)."""
     parts = [secret, secret.replace('\\"', '"')]
-    if secret[:1] in "{[":
-        for piece in secret.strip("{}[] ").split(","):
+    if secret[:1] in "{[":  # every leaf, however deep: {user: bob, vault: {value: V}}
+        for piece in re.split(r"[{}\[\],]", secret):
             parts.append(piece.split(":", 1)[-1].strip().strip("'\""))
     return parts
 
@@ -304,17 +309,63 @@ def _spellings(secret: str) -> set[str]:
     }
 
 
+def _derived(secret: str) -> list[str]:
+    """What a server may echo of a secret besides itself: each line of a multi-line one (a PEM key's
+    body), each leaf of a flow structure (what ``${oc.decode:...}`` makes of it), and its base64
+    (standard and URL-safe, padded or not: an Authorization header, a Kubernetes secret)."""
+    pieces = [secret]
+    if "\n" in secret:
+        pieces += [line.strip() for line in secret.splitlines() if not line.strip().startswith("-----")]
+    if secret[:1] in "{[":
+        pieces += _leaf_values(secret)
+    encoded = secret.encode()
+    for b64 in (base64.b64encode(encoded).decode(), base64.urlsafe_b64encode(encoded).decode()):
+        pieces += [b64, b64.rstrip("=")]
+    return pieces
+
+
+def _leaf_values(text: str) -> list[str]:
+    """The scalar values (never the keys) of a flow structure, as ``${oc.decode:...}`` would read it;
+    none when it does not parse (then only the whole is learned)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    found: list[str] = []
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif item is not None and not isinstance(item, bool):
+            found.append(str(item))
+    return found
+
+
+def _learnable(secret: object) -> bool:
+    return (
+        isinstance(secret, str)
+        and len(secret.strip()) >= MIN_LEARNED_CHARS
+        and REDACTED not in secret
+        and not _REFERENCE.fullmatch(secret.strip())  # ${X}: names a secret, holds none
+        and secret.strip().lower() not in _NOT_SECRETS
+    )
+
+
 def remember(secrets: Iterable[str]) -> None:
-    """Learn secret values: from now on they are replaced wherever this process writes or prints them."""
+    """Learn secret values: from now on they are replaced wherever this process writes or prints them,
+    with what a server may echo of them (:func:`_derived`)."""
     new = {
         spelling
         for secret in secrets
-        if isinstance(secret, str)
-        and len(secret.strip()) >= MIN_LEARNED_CHARS
-        and REDACTED not in secret
-        and "${" not in secret
-        and secret.strip().lower() not in _NOT_SECRETS
-        for spelling in _spellings(secret.strip())
+        if _learnable(secret)
+        for piece in _derived(secret.strip())
+        if _learnable(piece)
+        for spelling in _spellings(piece.strip())
     }
     new -= _known.keys()
     if not new:

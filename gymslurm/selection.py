@@ -391,6 +391,17 @@ def row_limit(outcomes: Sequence[SavedOutcome]) -> int | None:
     return max(own)[1] if own else None
 
 
+def legacy_row_caps(histories: Iterable[Sequence[SavedOutcome]], policy: BudgetPolicy) -> tuple[int, int]:
+    """Of a legacy shard's rollouts, how many carry their own ``_ng_failure_max_attempts`` limit, and
+    how many of those spent it (000: legacy runs keep their per-row limits; ``retries/at_cap``)."""
+    capped = at_cap = 0
+    for history in histories:
+        if row_limit(history) is not None:
+            capped += 1
+            at_cap += select_rollout(len(history), history, policy).exhausted
+    return capped, at_cap
+
+
 # One rollout's saved outcomes as the store's history reader groups them: None (nothing saved), the
 # one outcome itself (the common case, no container), or a list of outcomes.
 Group = SavedOutcome | list[SavedOutcome] | None

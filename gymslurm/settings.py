@@ -53,6 +53,9 @@ class CollectSettings(BaseModel):
     taskset: str | None = None
     prompt_template: str | None = None
     prompt_field: str = Field(default="prompt", min_length=1)
+    prompt_config: str | None = Field(default=None, min_length=1)  # NeMo Gym's (gymslurm/nemogym_rows.py)
+    responses_create_params: dict[str, Any] | None = None  # NeMo Gym's overrides of each flat row's
+    num_repeats_add_seed: bool = False  # NeMo Gym's seed per repeat (gymslurm/nemogym_rows.py)
 
     resume_from_cache: bool = False
     allow_unsafe_resume: bool = False
@@ -71,6 +74,8 @@ class CollectSettings(BaseModel):
     dispatch_adaptive: Literal["off", "latency", "metrics"] = "off"  # +concurrency stays the cap
     # the model server's Prometheus /metrics (vLLM names); replicas: their URLs, comma-separated
     dispatch_model_metrics_url: str | None = None
+    # its share of the model server's capacity when other collectors share it (a suite link gives it)
+    dispatch_load_share: float = Field(default=1.0, gt=0, le=1)
     request_timeout_s: float = Field(default=3600, gt=0)
     stall_window_s: float | None = Field(default=None, gt=0)
     max_reply_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -168,17 +173,14 @@ class CollectSettings(BaseModel):
             raise ValueError(
                 "both environment_server_url and environment_server_name name the default server: keep one"
             )
-        if not (
-            self.environment_server_url
-            or self.environment_server_urls
-            or self.environment_server_name
-            or self.environment_server_routes
-            or self.agent_name
-        ):
+        if self.prompt_config and self.prompt_template:
             raise ValueError(
-                "no Environment Server is configured: set +environment_server_url=http://HOST:PORT "
-                "(start one with `gymslurm demo-server`), +environment_server_urls={taskset: URL, ...}, or "
-                "NeMo Gym's +environment_routing_mode=legacy +environment_server_name=NAME"
+                "prompt_config (NeMo Gym's) and prompt_template (gymslurm's) both build the prompt: keep one"
+            )
+        if self.environment_routing_mode == "agent" and not self.routes_by_agent:
+            raise ValueError(
+                "environment_routing_mode=agent routes each row by its agent_ref (as in NeMo Gym): drop the "
+                "server settings (+environment_server_url/_urls/_name/_routes, +agent_name) or the mode"
             )
         if self.dispatch_adaptive == "metrics" and self.dispatch_model_metrics_url is None:
             raise ValueError(
@@ -190,6 +192,17 @@ class CollectSettings(BaseModel):
                 "input_jsonl_fpath and output_jsonl_fpath are the same file: choose another output path"
             )
         return self
+
+    @property
+    def routes_by_agent(self) -> bool:
+        """NeMo Gym's default routing: no server named, each row goes to its ``agent_ref``'s server."""
+        return not (
+            self.environment_server_url
+            or self.environment_server_urls
+            or self.environment_server_name
+            or self.environment_server_routes
+            or self.agent_name
+        )
 
     def config_sources(self) -> list[str]:
         """Where ``GET /global_config_dict_yaml`` is asked for the environment configuration, in order.

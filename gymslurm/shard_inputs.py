@@ -17,6 +17,7 @@ from pathlib import Path
 from gymslurm.errors import ConfigError, StoreError
 from gymslurm.store.paths import COMPANION_SUFFIXES as PATH_SUFFIXES
 from gymslurm.store.paths import companion_path as companion
+from gymslurm.store.paths import companion_refusal
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -146,6 +147,8 @@ def check_output(
             f"{what} {output} is (or is a file of) the {source} {protected[target]}; writing it would "
             "destroy that run's output. Choose a new output path"
         )
+    if refusal := companion_refusal(output, what):  # any other run's file: the collector's rule too
+        raise ConfigError(refusal)
     for base in {output.absolute(), target}:
         present = [companion(base, s) for s in RECOVERY_SUFFIXES if companion(base, s).exists()]
         if present:

@@ -1,7 +1,7 @@
 """Which failures are the run's, not the rollout's: the supervision timeline and its rule. Pure.
 
-A link (``launcher/job/link.py``) starts the servers of a job, watches them while the collector runs
-(``launcher/job/server_watch.py``) and tells the collector what it sees through the *supervision channel*:
+A link (``job/link.py``) starts the servers of a job, watches them while the collector runs
+(``job/server_watch.py``) and tells the collector what it sees through the *supervision channel*:
 a pipe whose read end the collector inherits (its number in ``GYMSLURM_SUPERVISION_FD``), one JSON
 event per line, format version 1 (:func:`parse_event` checks the version first, then the fields).
 Times are ``time.monotonic()`` seconds: the link and the collector run on the same host, and

@@ -50,13 +50,14 @@ import hashlib
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 import orjson
 
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
+from gymslurm.nemogym_rows import RowPreparation, prepare_row, refuse_for_task, with_seed
 from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
 
 ROLLOUT_ID_KEY = "_ng_rollout_id"
@@ -75,6 +76,11 @@ class MaterializeOptions:
     limit: int | None = None
     prompt_template: str | None = None
     prompt_field: str = "prompt"
+    # NeMo Gym's default routing (no server named): each flat row's taskset is its agent_ref's name,
+    # which must be one of these agents (the ones a single Environment Server fronts). None: off.
+    agents: frozenset[str] | None = None
+    # NeMo Gym's preparation of flat rows (its prompt config, its responses_create_params overrides).
+    nemo_gym: RowPreparation = field(default_factory=RowPreparation)
 
 
 def source_digest(data: bytes) -> str:
@@ -287,7 +293,7 @@ def _expand(
     task_index: int, first_rollout: int, row: dict[str, Any], options: MaterializeOptions
 ) -> list[dict[str, Any]]:
     """One row's ``num_repeats`` rollouts: task ``task_index``, rollout indices from ``first_rollout``."""
-    task_id, task_input = _task_of(task_index, row, options.dataset_name)
+    task_id, task_input = _task_of(task_index, row, options)
     if options.prompt_template is not None:
         task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, task_index)
     base_id = _base_rollout_id(row, task_id)
@@ -300,7 +306,7 @@ def _expand(
             "_ng_task_index": task_index,
             "_ng_rollout_index": repeat,
             "task_id": task_id,
-            "task_input": task_input,
+            "task_input": with_seed(task_input, repeat) if options.nemo_gym.seed else task_input,
         }
         if type(duration) in (int, float):
             task[EXPECTED_DURATION_KEY] = duration
@@ -349,7 +355,7 @@ def _repeated_copy(
             f"{ROLLOUT_INDEX_KEY}={indices[1]}: a NeMo Gym materialized file); it is not repeated again. "
             f"Set +num_repeats=1, or use the original dataset with +num_repeats={options.num_repeats}"
         )
-    task_id, task_input = _task_of(indices[0], row, options.dataset_name)
+    task_id, task_input = _task_of(indices[0], row, options)
     if options.prompt_template is not None:
         task_input = _apply_template(options.prompt_template, options.prompt_field, task_input, position)
     explicit = row.get(ROLLOUT_ID_KEY)
@@ -368,7 +374,9 @@ def _repeated_copy(
     return task
 
 
-def _task_of(position: int, row: dict[str, Any], dataset_name: str) -> tuple[dict[str, str], dict[str, Any]]:
+def _task_of(
+    position: int, row: dict[str, Any], options: MaterializeOptions
+) -> tuple[dict[str, str], dict[str, Any]]:
     """The task id and input of a row; ``position`` is its task index (a plain row's default id)."""
     native_id = row.get("task_id")
     if isinstance(native_id, dict) and "task_input" in row:
@@ -380,10 +388,30 @@ def _task_of(position: int, row: dict[str, Any], dataset_name: str) -> tuple[dic
             )
         if type(row["task_input"]) is not dict:
             raise ConfigError(f"row {position}: task_input must be a JSON object")
+        refuse_for_task(position, options.nemo_gym)
         return {"taskset": taskset, "task_id": task_id}, row["task_input"]
     own_id = native_id if type(native_id) in (str, int) else position
     task_input = {k: v for k, v in row.items() if not k.startswith("_ng_") and k != TASK_COPY_KEY}
-    return {"taskset": dataset_name, "task_id": str(own_id)}, task_input
+    if options.nemo_gym:
+        task_input = prepare_row(position, task_input, options.nemo_gym)
+    taskset = options.dataset_name if options.agents is None else _agent_of(position, row, options.agents)
+    return {"taskset": taskset, "task_id": str(own_id)}, task_input
+
+
+def _agent_of(position: int, row: dict[str, Any], agents: frozenset[str]) -> str:
+    """A flat row's agent under NeMo Gym's default routing (its taskset): refused by name when none."""
+    agent_ref = row.get("agent_ref")
+    name = agent_ref.get("name") if isinstance(agent_ref, dict) else None
+    if isinstance(name, str) and name in agents:
+        return name
+    known = ", ".join(sorted(agents)) or "none"
+    said = f"agent_ref {name!r}, which no single Environment Server fronts" if name else "no agent_ref"
+    raise ConfigError(
+        f"row {position} has {said} (agents with one server in the NeMo Gym configuration: {known}). With no "
+        "server named, each row goes to its agent_ref's Environment Server, as NeMo Gym's default routing; "
+        "name one for every row with +environment_routing_mode=legacy +environment_server_name=NAME (or "
+        "+agent_name=AGENT), or +environment_server_url=http://HOST:PORT"
+    )
 
 
 def _apply_template(template: str, field: str, task_input: dict[str, Any], position: int) -> dict[str, Any]:

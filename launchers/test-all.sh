@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's one test command, for people and CI alike: bash launchers/test-all.sh [pytest args]
 #
-# Steps: install gymslurm with its test extra (editable), bring up the multi-node Slurm sandbox
+# Steps: install gymslurm with its test extra (editable), start installing the real vLLM of the
+# vLLM tests in the background (launchers/vllm-up.sh: a cached venv, about 7 minutes the first
+# time; the vLLM tests wait on its lock), bring up the multi-node Slurm sandbox
 # (as root; otherwise say how), install Debian's chromium for the report's browser test (as root),
 # run the whole pytest suite in parallel workers (extra args pass through), then
 # `ruff check`, `ruff format --check` and `mypy`. Every step runs even if an earlier one failed, so one run shows all
@@ -30,6 +32,14 @@ if ! "$PY" -m pip install --disable-pip-version-check -q -e '.[test]'; then
     printf 'test-all: ERROR: installing the package failed (see pip output above); nothing was tested\n' >&2
     exit 1
 fi
+
+step "vLLM (launchers/vllm-up.sh, in the background: log in \$TMPDIR)"
+# Beside the sandbox's and chromium's installs, not before the suite: tests/vllm/ runs
+# launchers/vllm-up.sh itself, which waits on this one's lock and then finds the venv complete.
+vllm_log="$(mktemp "${TMPDIR:-/tmp}/gymslurm-vllm-up.XXXXXX")"
+bash launchers/vllm-up.sh >"$vllm_log" 2>&1 &
+vllm_pid=$!
+echo "test-all: installing vLLM in the background (pid $vllm_pid, log $vllm_log)"
 
 step "Slurm sandbox"
 if [[ $EUID -eq 0 ]]; then
@@ -85,6 +95,11 @@ case $rc in
     5) fail "pytest collected no tests (exit 5): check the selection ($*) and that tests/ exists" ;;
     *) fail "pytest (exit $rc)" ;;
 esac
+
+if ! wait "$vllm_pid"; then
+    tail -20 "$vllm_log" >&2
+    fail "vllm-up (the vLLM tests failed too; see the log tail above)"
+fi
 
 step "ruff check"
 "$PY" -m ruff check . || fail "ruff check (run: $PY -m ruff check --fix .)"

@@ -102,6 +102,10 @@ _TEMPLATES: list[tuple[str, str]] = [
     ("client_secret pair", "client_secret: {c}"),
     ("quoted assignment", 'OPENAI_API_KEY="{c}"'),
     ("x-api-key in flow", "{{headers: {{x-api-key: {c}}}}}"),
+    # issue 33: a structured value under a credential-named key is the secret whole
+    ("credentials structure override", "+judge.credentials={{user: bob, secret_value: {c}}}"),
+    ("credentials nested structure", "+judge.credentials={{user: bob, vault: {{value: {c}}}}}"),
+    ("secret list override", "+judge.api_key=[{c}, other]"),
 ]
 
 # Forms whose secret is more than the needle: a quote is part of the value.

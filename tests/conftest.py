@@ -1,12 +1,13 @@
 """Project-wide pytest plumbing.
 
 The markers ``slurm`` and ``e2e`` are declared in pyproject.toml (``--strict-markers``); this file
-only makes the ``slurm`` and ``e2e`` markers reliable: every test under ``tests/slurm/`` gets
-``slurm`` and every test under ``tests/e2e/`` gets ``e2e``, so ``pytest -m "not e2e and not crash
-and not slurm"`` (the one-minute inner loop) deselects every test that starts processes even when a
-test author forgot the decorator. It also registers the hypothesis profile every property test runs
-under: no per-example deadline and no "too slow" health check, because the suite shares two cores
-with real servers, collectors and Slurm jobs, and wall-clock limits there only measure the load.
+only makes the ``slurm``, ``e2e`` and ``vllm`` markers reliable: every test under ``tests/slurm/``
+gets ``slurm``, under ``tests/e2e/`` ``e2e`` and under ``tests/vllm/`` ``vllm``, so ``pytest -m "not
+e2e and not crash and not slurm and not vllm"`` (the one-minute inner loop) deselects every test that
+starts processes even when a test author forgot the decorator. It also registers the hypothesis
+profile every property test runs under: no per-example deadline and no "too slow" health check,
+because the suite shares two cores with real servers, collectors and Slurm jobs, and wall-clock
+limits there only measure the load.
 
 Run in parallel (``pytest -n N --dist loadgroup``, as launchers/test-all.sh does with pytest-xdist),
 each test goes to whichever worker is free, except those that share something with their
@@ -25,6 +26,7 @@ settings.load_profile("gymslurm")
 
 _SLURM_DIR = Path(__file__).parent / "slurm"
 _E2E_DIR = Path(__file__).parent / "e2e"
+_VLLM_DIR = Path(__file__).parent / "vllm"
 
 
 # Balanced by their wall time on the sandbox (the longest first); a module not listed joins slurm-4.
@@ -75,8 +77,12 @@ def xdist_group(item: pytest.Item) -> str | None:
       Slurm benchmark test too, so that two NeMo Gym stacks and their Ray never overlap) and the
       tests marked ``every_process`` (they sample every process's command line while they run, the
       secret canaries: a neighbour's would be judged as theirs).
+    - ``vllm``: the tests against a real vLLM (``tests/vllm/``), one after another, so that one vLLM
+      (about 3 GB, minutes to start) runs at a time, and a module's server is started once.
     - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
     """
+    if item.get_closest_marker("vllm") is not None:
+        return "vllm"
     if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
         return "machine"  # before slurm: NeMo Gym's Slurm benchmark never runs beside a compat stack
     if item.get_closest_marker("slurm") is not None:
@@ -88,7 +94,7 @@ def xdist_group(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups off the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test collected from tests/slurm/ with ``slurm`` and from tests/e2e/ with ``e2e``;
+    """Mark every test collected from tests/slurm/ with ``slurm``, tests/e2e/ ``e2e``, tests/vllm/ ``vllm``;
     with pytest-xdist, give the tests that must share a worker their ``xdist_group``."""
     parallel = config.pluginmanager.hasplugin("xdist")
     for item in items:
@@ -97,6 +103,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slurm)
         if _E2E_DIR in parents:
             item.add_marker(pytest.mark.e2e)
+        if _VLLM_DIR in parents:
+            item.add_marker(pytest.mark.vllm)
         group = xdist_group(item) if parallel else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

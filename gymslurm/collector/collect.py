@@ -51,7 +51,7 @@ from gymslurm.collector.end import (
 from gymslurm.collector.live import STALL, LiveWatch
 from gymslurm.collector.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.collector.routing import Routing, resolve_routing
-from gymslurm.collector.seal import Invocation, Tee, Transcript, seal
+from gymslurm.collector.seal import Invocation, ServerConfigs, Tee, Transcript, seal
 from gymslurm.collector.view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
 from gymslurm.collector.watch import Breaker, Supervised
 from gymslurm.concurrency import AdaptiveLimit
@@ -229,10 +229,9 @@ class DispatchLoop:
             await self._below_limit.wait()
 
     def server_queue(self, load: ModelLoad) -> None:
-        """The model server's load (its replicas' together), read from their metrics: the adaptive
-        limit weighs it."""
+        """The model server's load (its replicas' together, from their metrics): the limit weighs it."""
         if self.limit is not None:
-            self.limit.server_queue(load.waiting, load.kv_usage)
+            self.limit.server_queue(load.waiting, load.kv_usage, load.running, self.counters.in_flight)
             self._below_limit.set()
 
     def _record(self, index: int, saved: SavedOutcome, *, interrupted: bool = False) -> None:
@@ -405,14 +404,8 @@ def run_collect(
     that a collection ending finished can seal the run for its resume (collector/seal.py).
     """
     paths = RunPaths.for_output(settings.output_jsonl_fpath)
-    refuse_before_writing(settings, paths.output)
-    fetched: dict[str, dict[str, Any]] = {}  # the configurations read, by URL: identity reads them again
-
-    def fetch_config(url: str) -> dict[str, Any]:
-        if url not in fetched:
-            fetched[url] = (fetch or fetch_environment_config)(url)
-        return fetched[url]
-
+    refuse_before_writing(settings, paths)
+    fetch_config = ServerConfigs(fetch or fetch_environment_config)  # each read once, kept for the seal
     # Which server runs each taskset and how it speaks, read from NeMo Gym's configuration: a name or
     # a server type gymslurm cannot resolve is refused here, before the output folder exists.
     routing = resolve_routing(settings, environment_config(settings, fetch_config))
@@ -420,13 +413,13 @@ def run_collect(
     if warning := others_writable_warning(paths.folder, paths.folder.stat().st_mode):
         say(stderr, f"warning: {warning}")
     with RunLock(paths.lock):
-        prepared = prepare(settings, raw, paths, stderr, fetch_config)
+        prepared = prepare(settings, raw, paths, stderr, fetch_config, routing=routing)
         try:
             code, answer = _collect_prepared(settings, prepared, paths, stderr, stdout, routing)
         finally:
             prepared.store.close()  # its last write (the outcome index) comes before the seal
         if command is not None and answer is not None:
-            _seal(command, raw, settings, paths, answer)
+            _seal(command, raw, settings, paths, answer, servers=fetch_config.asked)
         return code
 
 
@@ -454,7 +447,8 @@ def _collect_prepared(  # noqa: PLR0917
     order = pending_order(view, view.states, settings.dispatch_longest_first)
     result = LoopResult()
     if order:
-        store.stamp_origins(OriginStamps(routing.url_for, routing.origins()))
+        typed = frozenset(url for url, protocol in routing.protocols().items() if protocol == "episode")
+        store.stamp_origins(OriginStamps(routing.url_for, routing.origins(), typed))
         counters = initial_counters(view.states)
         store.write_coverage(build_coverage(view, result))
         say(
@@ -490,12 +484,15 @@ def _seal(
     settings: CollectSettings,
     paths: RunPaths,
     answer: Callable[[Transcript], int],
+    *,
+    servers: Mapping[str, str | None],
 ) -> None:
     """Seal a finished run for the resume of ``command``, last of all its writes (store/seal.py).
 
-    A seal that cannot be written is no loss: the next resume takes the full path.
+    A seal that cannot be written is no loss: the next resume takes the full path. ``servers``: the
+    servers the identity read, and their answers' digests (asked again before the seal answers).
     """
-    sealed = seal(command, raw, paths, Path(settings.input_jsonl_fpath), answer)
+    sealed = seal(command, raw, paths, Path(settings.input_jsonl_fpath), answer, servers=servers)
     if sealed is not None:
         with contextlib.suppress(StoreError, OSError):
             write_seal(paths, sealed)
@@ -546,7 +543,9 @@ async def _dispatch(  # noqa: PLR0917
         deadline=deadline,
         supervised=supervised,
         breaker=breaker,
-        limit=None if settings.dispatch_adaptive == "off" else AdaptiveLimit(cap=settings.concurrency),
+        limit=None
+        if settings.dispatch_adaptive == "off"
+        else AdaptiveLimit(cap=settings.concurrency, share=settings.dispatch_load_share),
     )
     watch = LiveWatch(
         loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, sys.stderr

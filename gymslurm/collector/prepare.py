@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
+from gymslurm.collector.routing import Routing, nemo_gym_rows
 from gymslurm.errors import ConfigError, EnvironmentUnreachableError, IdentityMismatchError, ManifestError
 from gymslurm.identity import (
     IdentityDiff,
@@ -28,13 +29,16 @@ from gymslurm.identity import (
     describe_differences,
     identity_digest,
 )
+from gymslurm.nemogym_rows import RowPreparation, prompt_templates, unreadable_prompt_config
 from gymslurm.progress import say
 from gymslurm.resources import configs_dir
 from gymslurm.settings import CollectSettings
 from gymslurm.store.existing import ExistingRun, existing_run
+from gymslurm.store.jsonl import bounded_lines
 from gymslurm.store.manifest import Manifest
-from gymslurm.store.paths import RunPaths
-from gymslurm.store.store import Reconciliation, RunSpec, RunStore
+from gymslurm.store.paths import RunPaths, companion_refusal, others_own
+from gymslurm.store.run_files import RunSpec
+from gymslurm.store.store import Reconciliation, RunStore
 from gymslurm.tasks import (
     IdenticalRows,
     MaterializeOptions,
@@ -58,12 +62,14 @@ def unreadable_input(path: Path, error: OSError) -> str:
     return f"cannot read the input dataset {path}: {error.strerror or error}. Check +input_jsonl_fpath="
 
 
-def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
+def refuse_before_writing(settings: CollectSettings, paths: RunPaths) -> None:
     """The refusals that need no run file, made before the output folder or the run lock exist.
 
-    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset and an output path
-    that is a directory are found here, before ``collect`` creates the folder and the lock.
+    A refusal writes nothing (docs/troubleshooting.md): an unreadable dataset, an output path that is
+    a directory, a run's companion (either spelling), or a folder or run file of another user's are
+    found here, before ``collect`` creates the folder and the lock.
     """
+    output = paths.output
     try:
         with open(settings.input_jsonl_fpath, "rb"):
             pass
@@ -73,6 +79,14 @@ def refuse_before_writing(settings: CollectSettings, output: Path) -> None:
         raise ConfigError(
             f"the output path {output} is a directory; +output_jsonl_fpath= names the results file "
             f"(e.g. {output / 'rollouts.jsonl'})"
+        )
+    if refusal := companion_refusal(paths.output_as_given, "the output path"):
+        raise ConfigError(refusal)
+    if theirs := others_own(paths):
+        raise ConfigError(
+            f"the output path {paths.output_as_given} would write where another user owns "
+            f"{', '.join(map(str, theirs))}; gymslurm writes a run only into a folder and files of "
+            "yours. Choose an output path in a folder of your own"
         )
 
 
@@ -148,8 +162,11 @@ class Inputs:
     whole list) is for a legacy import, which reads history against them before writing.
     """
 
-    def __init__(self, settings: CollectSettings) -> None:
+    def __init__(self, settings: CollectSettings, routing: Routing | None = None) -> None:
         self.source_path = settings.input_jsonl_fpath
+        self.nemo_gym_row = nemo_gym_rows(routing) if routing is not None else None
+        self.agents = frozenset(routing.by_taskset) if routing is not None and routing.by_agent else None
+        self.preparation = row_preparation(settings)
         self.source_digest = self._digest()  # streamed: a resume that needs no tasks holds no bytes
         self._settings = settings
         self._tasks: list[Task] | None = None
@@ -199,6 +216,8 @@ class Inputs:
             limit=settings.limit,
             prompt_template=settings.prompt_template,
             prompt_field=settings.prompt_field,
+            agents=self.agents,
+            nemo_gym=self.preparation,
         )
 
     def _rows(self) -> Iterator[Task]:
@@ -207,7 +226,7 @@ class Inputs:
         sha = hashlib.sha256()
         try:
             with open(path, "rb", buffering=1 << 20) as handle:
-                lines = _hashed(handle, sha.update)
+                lines = _hashed(bounded_lines(handle, path), sha.update)  # no line held past the limit
                 yield from iter_rows(lines, str(path), self._settings.limit)
                 for _ in lines:  # rows past the limit still count towards the digest
                     pass
@@ -224,7 +243,23 @@ class Inputs:
             )
 
 
-def _hashed(handle: IO[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
+def load_prompt_config(path: str) -> tuple[str, str | None]:
+    """``(user, system)`` of the NeMo Gym prompt config file at ``path`` (read from the working directory)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise unreadable_prompt_config(path, error) from None
+    return prompt_templates(path, text)
+
+
+def row_preparation(settings: CollectSettings) -> RowPreparation:
+    """NeMo Gym's preparation of flat rows the settings ask for (its prompt config file read here)."""
+    user, system = load_prompt_config(settings.prompt_config) if settings.prompt_config else (None, None)
+    overrides = settings.responses_create_params or {}
+    return RowPreparation(user, system, overrides, seed=settings.num_repeats_add_seed)
+
+
+def _hashed(handle: Iterable[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
     for line in handle:
         update(line)
         yield line
@@ -278,6 +313,9 @@ def build_run_identity(
 ) -> dict[str, Any]:
     """The identity: the collect settings (invocation controls aside) and the server's resolved config."""
     config = {key: value for key, value in raw.items() if key not in INVOCATION_KEYS}
+    if settings.prompt_config:  # the run measures the prompt the file holds, not its path alone
+        user, system = load_prompt_config(settings.prompt_config)
+        config["prompt_config_templates"] = {"user": user, "system": system}
     # collect.yaml's defaults: a null setting whose default is null is left out of the identity, so a
     # setting added later with a null default does not make older runs look different.
     defaults = yaml.safe_load((configs_dir() / "collect.yaml").read_text()) or {}
@@ -290,9 +328,15 @@ def prepare(
     paths: RunPaths,
     stderr: IO[str],
     fetch: Callable[[str], dict[str, Any]],
+    *,
+    routing: Routing | None = None,
 ) -> Prepared:
-    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation."""
-    inputs = Inputs(settings)
+    """Validate or create the run at ``paths`` (the lock is held); nothing is written before validation.
+
+    ``routing``: the run's servers, for NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (written beside
+    the run's own tasks by a fresh run, and by an import of a NeMo Gym run that has none) and for
+    NeMo Gym's default routing by ``agent_ref`` (each flat row's taskset is its agent)."""
+    inputs = Inputs(settings, routing)
     identity = build_run_identity(settings, raw, fetch)
     existing = existing_run(paths)
     if settings.resume_from_cache:
@@ -337,6 +381,7 @@ def _new_run(
         config_digest=config_digest(identity),
         max_rollout_attempts=settings.max_rollout_attempts,
         retry_terminal_timeouts=bool(settings.retry_terminal_timeouts),
+        nemo_gym_row=inputs.nemo_gym_row,
     )
 
 
@@ -358,7 +403,7 @@ def _import_legacy(
         )
     saved = RunStore.legacy_inputs(paths)
     if saved is not None and not all(is_gymslurm_task(row) for row in saved):
-        saved = nemo_gym_tasks(saved, settings, inputs.source_path, paths)
+        saved = nemo_gym_tasks(saved, settings, inputs, paths)
     reused = (
         f"reusing its {len(saved)} saved materialized tasks ({paths.materialized_inputs})"
         if saved is not None
@@ -379,14 +424,18 @@ def is_gymslurm_task(row: Task) -> bool:
     return type(row.get("_ng_rollout_id")) is str and type(row.get("task_id")) is dict and "task_input" in row
 
 
-def nemo_gym_tasks(rows: list[Task], settings: CollectSettings, source: Path, paths: RunPaths) -> list[Task]:
+def nemo_gym_tasks(
+    rows: list[Task], settings: CollectSettings, inputs: Inputs, paths: RunPaths
+) -> list[Task]:
     """NeMo Gym's ``<stem>_materialized_inputs.jsonl`` (one flat row per rollout) as gymslurm's tasks.
 
     Each row is already one rollout (``_ng_task_index``, ``_ng_rollout_index``): it keeps NeMo Gym's
     rollout id (``<task index>-<rollout index>``), and its task is the row, as a fresh collection of
     that file would make it (tasks.py, "repeated rows"). It is never repeated or templated again.
     """
-    options = MaterializeOptions(dataset_name=settings.taskset or source.stem)
+    options = MaterializeOptions(
+        dataset_name=settings.taskset or inputs.source_path.stem, agents=inputs.agents
+    )
     try:
         return materialize(rows, options)
     except ConfigError as error:
@@ -523,6 +572,12 @@ def _reconciled(
     """
     try:
         reconciliation = store.reconcile()
+        adopted = store.adopt()  # rows NeMo Gym's collector appended since gymslurm's last turn
+        if adopted:
+            say(
+                stderr,
+                f"adopted {adopted} outcome row(s) NeMo Gym's collector saved ({store.paths.adoptions})",
+            )
         for write in writes or []:
             write()
         repaired = store.repair_torn_tails()
@@ -540,5 +595,5 @@ def _reconciled(
     except BaseException:
         store.close()
         raise
-    quietly = not writes and not repaired and store.manifest.identity_verified
+    quietly = not writes and not repaired and not adopted and store.manifest.identity_verified
     return Prepared(store, load_tasks, reconciliation, repeats_quietly=quietly)

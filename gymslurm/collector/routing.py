@@ -21,13 +21,13 @@ one setting, as before); a mixed run leaves it unset and lets each server's type
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from gymslurm.errors import ConfigError
-from gymslurm.nemogym import ServerOrigin, environment_servers, server_origin
+from gymslurm.nemogym import ServerOrigin, environment_servers, materialized_row, server_origin
 from gymslurm.records import Protocol
 from gymslurm.settings import CollectSettings
 
@@ -56,6 +56,9 @@ class Routing:
 
     default: Route | None
     by_taskset: Mapping[str, Route] = field(default_factory=dict)
+    # NeMo Gym's default routing: each flat row's taskset is its agent_ref's name (tasks.py), and
+    # ``by_taskset`` maps every agent one Environment Server fronts to that server.
+    by_agent: bool = False
 
     def route_for(self, taskset: str) -> Route:
         """The server that runs ``taskset``'s episodes (a ConfigError naming the taskset when none does)."""
@@ -87,6 +90,21 @@ class Routing:
         return {route.url: route.origin for route in self.routes()}
 
 
+def nemo_gym_rows(routing: Routing) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """Each task as NeMo Gym's materialized row for the server that runs its taskset (never raises:
+    a taskset without a route gets no server name, and NeMo Gym's resume then needs its own flags)."""
+
+    def row(task: Mapping[str, Any]) -> dict[str, Any]:
+        task_id = task.get("task_id")
+        taskset = task_id.get("taskset") if isinstance(task_id, Mapping) else None
+        route = routing.by_taskset.get(str(taskset), routing.default)
+        # routed by agent_ref, NeMo Gym's row names no server: its resume routes it by its agent again
+        origin = route.origin if route is not None and not routing.by_agent else None
+        return materialized_row(task, origin, episode=route is None or route.protocol == "episode")
+
+    return row
+
+
 def resolve_routing(settings: CollectSettings, config: Mapping[str, Any]) -> Routing:
     """The routes of ``settings`` in NeMo Gym's configuration ``config`` (ConfigError if one cannot be)."""
     fallback_host = urlsplit(settings.head_server_url or "http://127.0.0.1").hostname or "127.0.0.1"
@@ -108,10 +126,46 @@ def resolve_routing(settings: CollectSettings, config: Mapping[str, Any]) -> Rou
     elif settings.agent_name:
         origin, url = server_of_agent(config, settings.agent_name, fallback_host)
         default = Route(url, explicit or protocol_of(origin, url), origin)
+    if settings.routes_by_agent:
+        return Routing(None, agent_routes(config, fallback_host, explicit), by_agent=True)
     routes = {taskset: by_url(url) for taskset, url in settings.environment_server_urls.items()}
     for taskset, name in (settings.environment_server_routes or {}).items():
         routes[taskset] = by_name(name, f"environment_server_routes.{taskset}")
     return Routing(default, routes)
+
+
+def agent_routes(
+    config: Mapping[str, Any], fallback_host: str, explicit: Protocol | None
+) -> dict[str, Route]:
+    """Each agent exactly one Environment Server fronts → that server, as NeMo Gym's agent routing
+    finds it (an agent of several servers, or of a server without a port, is left out: its rows are
+    refused by name before anything is written)."""
+    fronting: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
+    for name, server_type, block in _servers(config):
+        for agent in agents_of(block):
+            fronting.setdefault(agent, []).append((name, server_type, block))
+    routes = {}
+    for agent, found in fronting.items():
+        if len(found) == 1 and type(found[0][2].get("port")) is int:
+            name, server_type, block = found[0]
+            origin, url = origin_of(name, server_type, block), url_of(block, fallback_host, name)
+            routes[agent] = Route(url, explicit or protocol_of(origin, url), origin)
+    return routes
+
+
+def agents_of(block: Mapping[str, Any]) -> list[str]:
+    """The agents an Environment Server's block references: ``agent_server`` and any field of type
+    ``responses_api_agents`` (NeMo Gym's ``environment_server_agent_names``)."""
+    return [
+        str(reference["name"])
+        for key, reference in block.items()
+        if isinstance(reference, Mapping)
+        and reference.get("name") is not None
+        and (
+            reference.get("type") == "responses_api_agents"
+            or (key == "agent_server" and "type" not in reference)
+        )
+    ]
 
 
 def protocol_of(origin: ServerOrigin | None, url: str) -> Protocol:

@@ -18,9 +18,15 @@ the working directory, the environment variables the configuration reads
 (``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS`` and each ``${oc.env:NAME}``), and the identity of every config
 file Hydra may read and of gymslurm's own code. A credential enters by presence only (a
 credential-named override or variable; a password or token inside a value is cut out by its
-shape): it cannot change which rollouts are done, and no digest of a secret is written. Left out
-on purpose: the Environment Servers. A finished run sends them nothing, so a resume of it needs none
-of them up.
+shape): it cannot change which rollouts are done, and no digest of a secret is written.
+
+The servers' side of the identity is not in any file: what ``GET /global_config_dict_yaml``
+answers (the served model, its sampling, the judge, the Environment Server's configuration). So the
+seal keeps, for each server the full path asked, the digest of its answer as the identity reads it
+(credentials redacted, :func:`server_digest`), and a replay asks each of them again (one small
+request each; no compose, no reconcile): a changed answer, a server that does not answer, or a URL
+it cannot name again (a password in a config file) takes the full path, which says what changed.
+A shortcut may skip work, never a check.
 
 Not sealed (the full path runs each time): a configuration whose interpolations read anything but
 the environment and itself, a config folder that extends Hydra's search path, ``resubmit``, a run
@@ -43,7 +49,7 @@ import orjson
 
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
 from gymslurm.store.paths import RunPaths
-from gymslurm.store.seal import FinishedSeal, identities, read_seal
+from gymslurm.store.seal import FinishedSeal, ServerAnswer, identities, read_seal
 
 RESUME_KEY, OUTPUT_KEY = "resume_from_cache", "output_jsonl_fpath"
 # The one line a replay adds to what the full path says: where the answer came from.
@@ -53,6 +59,7 @@ _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./~@%+-]+")  # an override value Hydra re
 _RESOLVER = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*:")  # ${resolver:...}
 _ENV_NAME = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]*)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s,}\]'\"]+")
 PURE_RESOLVERS = frozenset(
     {"oc.env", "oc.decode", "oc.select", "oc.create", "oc.dict.keys", "oc.dict.values"}
 )
@@ -240,8 +247,14 @@ def seal(
     paths: RunPaths,
     dataset: Path,
     answer: Callable[[Transcript], int],
+    *,
+    servers: Mapping[str, str | None],
 ) -> FinishedSeal | None:
-    """The seal of a finished run for ``command``: ``answer`` prints and returns what a resume would."""
+    """The seal of a finished run for ``command``: ``answer`` prints and returns what a resume would.
+
+    ``servers``: each URL the full path asked for its configuration, in order, with the
+    :func:`server_digest` of its answer (None: it answered without a configuration).
+    """
     from gymslurm.store.seal import sealed_files
 
     if config_problem(raw, command.config_dir) is not None:
@@ -253,14 +266,110 @@ def seal(
     transcript = Transcript()
     code = answer(transcript)
     files = identities(sealed_files(paths, dataset))
-    return FinishedSeal(digest, names, files, code, tuple(transcript.items))
+    asked = tuple(ServerAnswer(redact_url(url), found) for url, found in servers.items())
+    return FinishedSeal(digest, names, files, code, tuple(transcript.items), asked)
+
+
+# --- the servers' side of the identity ----------------------------------------------------------------
+
+
+class ServerConfigs:
+    """The servers' configurations a collection reads, each asked once (routing and identity read them
+    both), with what the seal keeps of them: :attr:`asked`, each URL in order with its answer's
+    :func:`server_digest` (None: it answered without a configuration, and the next source was asked)."""
+
+    def __init__(self, fetch: Callable[[str], dict[str, Any]]) -> None:
+        self.fetch = fetch
+        self.fetched: dict[str, dict[str, Any]] = {}
+        self.asked: dict[str, str | None] = {}
+
+    def __call__(self, url: str) -> dict[str, Any]:
+        from gymslurm.errors import ConfigError, EnvironmentUnreachableError
+
+        if url not in self.fetched:
+            try:
+                self.fetched[url] = self.fetch(url)
+            except EnvironmentUnreachableError:
+                raise  # no answer: a run that cannot start is not sealed
+            except ConfigError:
+                self.asked.setdefault(url, None)
+                raise
+            self.asked[url] = server_digest(self.fetched[url])
+        return self.fetched[url]
+
+
+def server_digest(answer: Mapping[str, Any]) -> str:
+    """The digest of a server's configuration as the run's identity reads it: credentials redacted
+    (a new key changes nothing the full path would refuse or warn about), every other value kept."""
+    from gymslurm.identity import build_identity, identity_digest
+
+    return identity_digest(build_identity({"environment_config": dict(answer)}))
+
+
+def redact_url(url: str) -> str:
+    """A URL as a seal keeps it: a password or token in it cut out (a seal holds no secret)."""
+    from gymslurm.redaction import redact_shapes
+
+    return redact_shapes(url)
+
+
+def spelled_urls(
+    given: Iterable[str], environ: Mapping[str, str], env_names: Iterable[str]
+) -> dict[str, str]:
+    """The URLs the command names (its overrides and the variables its configuration reads), by
+    their sealed spelling: how a replay finds again a URL whose password the seal cut out."""
+    texts = [*given, *(environ.get(name, "") for name in env_names)]
+    return {redact_url(url): url for text in texts for url in _URL.findall(text)}
+
+
+def servers_unchanged(
+    asked: Iterable[ServerAnswer], urls: Mapping[str, str], fetch: Callable[[str], Mapping[str, Any]]
+) -> bool:
+    """Whether each server the full path asked answers as it did when sealed (asked again, in order).
+
+    Anything not proven is false: a URL the command no longer spells, a server that does not answer,
+    an answer that cannot be read or digested. The full path then asks and reports in its own words.
+    """
+    from gymslurm.errors import ConfigError, EnvironmentUnreachableError
+    from gymslurm.redaction import REDACTED
+
+    for server in asked:
+        url = urls.get(server.url, server.url)
+        if REDACTED in url:
+            return False  # a URL kept without its password that the command no longer spells
+        try:
+            found: str | None = server_digest(fetch(url))
+        except EnvironmentUnreachableError:
+            return False
+        except ConfigError:
+            found = None  # answered without a configuration, as the full path may have seen it
+        except Exception:  # anything unexpected is simply not proven
+            return False
+        if found != server.digest:
+            return False
+    return True
+
+
+def _fetch_config(url: str) -> Mapping[str, Any]:
+    from gymslurm.dispatch.calls import fetch_environment_config
+
+    return fetch_environment_config(url)
 
 
 # --- the answer ---------------------------------------------------------------------------------------
 
 
-def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
+def replay(
+    command: Invocation,
+    stdout: IO[str],
+    stderr: IO[str],
+    given: Iterable[str] = (),
+    fetch: Callable[[str], Mapping[str, Any]] | None = None,
+) -> int | None:
     """Answer a resume from the run's seal when it still holds (printing what it recorded); else None.
+
+    ``given``: the command's overrides as written (unmasked), where a URL the seal keeps without its
+    password is found again; ``fetch`` reads a server's configuration (default: over HTTP).
 
     Decided under the run lock, as the full resume would be: a lock held elsewhere, or any error,
     leaves the answer to the full path, which reports it in its own words. Printed once decided (a
@@ -281,6 +390,9 @@ def replay(command: Invocation, stdout: IO[str], stderr: IO[str]) -> int | None:
             if found is None or found.invocation != command.digest(os.environ, found.env_names):
                 return None
             if not found.still_holds():
+                return None
+            urls = spelled_urls(given, os.environ, found.env_names)
+            if not servers_unchanged(found.servers, urls, fetch or _fetch_config):
                 return None
         warning = others_writable_warning(paths.folder, paths.folder.stat().st_mode)
     except (GymslurmError, OSError):

@@ -119,13 +119,19 @@ class OriginStamps(dict[str, Any]):
     the first time a record of it is saved.
     """
 
-    def __init__(self, url_for: Callable[[str], str], origins: Mapping[str, ServerOrigin | None]) -> None:
+    def __init__(
+        self,
+        url_for: Callable[[str], str],
+        origins: Mapping[str, ServerOrigin | None],
+        episode_urls: frozenset[str] = frozenset(),
+    ) -> None:
         super().__init__()
-        self._url_for, self._origins = url_for, origins
+        self._url_for, self._origins, self._episode_urls = url_for, origins, episode_urls
 
     def __missing__(self, taskset: str) -> dict[str, Any] | None:
-        origin = self._origins.get(self._url_for(taskset))
-        stamps = self[taskset] = origin.stamps() if origin else None
+        url = self._url_for(taskset)
+        origin = self._origins.get(url)
+        stamps = self[taskset] = origin.stamps(agent_ref=url not in self._episode_urls) if origin else None
         return stamps
 
     def get(self, taskset: str, default: Any = None) -> Any:

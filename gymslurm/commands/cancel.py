@@ -24,12 +24,18 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.ledger import Cancelled, ChainState, Ledger, append_each
 from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import RunDir, chain_states, folder_listing, resolve_run_or_job
-from gymslurm.launcher.site.backend import Backend, ClusterSetBackend, SlurmBackend
-from gymslurm.launcher.site.slurm import QueueRow, array_ids
+from gymslurm.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.site.slurm import QueueRow, array_ids
 
 
 def cancel(ref: str, run_root: str) -> int:
     """``gymslurm cancel RUN``: cancel every live job of the run and record it in the unfinished chains."""
+    from gymslurm.store.watch_ledger import find_watch
+
+    if (watch := find_watch(ref, Path(run_root).resolve())) is not None:  # a watch (docs/watch.md)
+        from gymslurm.commands.watch import cancel_watch
+
+        return cancel_watch(watch)
     run = resolve_run_or_job(ref, Path(run_root).resolve())
     return cancel_run(run, run_backend(run))
 

@@ -16,12 +16,12 @@ def main(argv: list[str]) -> int:
     which.add_argument("--shard", type=int)
     which.add_argument("--aggregate", action="store_true")
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.job.aggregation import run_aggregation
-    from gymslurm.launcher.job.heartbeat import log
-    from gymslurm.launcher.job.link import run_link
+    from gymslurm.job.aggregation import run_aggregation
+    from gymslurm.job.heartbeat import log
+    from gymslurm.job.link import run_link
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import RunDir
-    from gymslurm.launcher.site.backend import scheduler_use, this_job
+    from gymslurm.site.backend import scheduler_use, this_job
 
     run = RunDir(args.run_dir.resolve())
     settings = run.load_settings()

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once: no process the collector starts inherits them
     command = invocation(overrides, config_dir, config_name, given)
-    answered = replay(command, sys.stdout, sys.stderr)  # a finished run's resume, from its seal
+    answered = replay(command, sys.stdout, sys.stderr, [*overrides, *given])  # from a finished run's seal
     if answered is not None:
         return answered
 

@@ -3,7 +3,7 @@ breaks and the fix.
 
 Two layers, as everywhere in the launcher: :func:`check` is a pure rule table over the parsed
 text of ``scontrol show config`` and ``scontrol show partition -o`` (tested on captured text),
-and :func:`run_doctor` gathers that text through :class:`gymslurm.launcher.site.slurm.SlurmClient`,
+and :func:`run_doctor` gathers that text through :class:`gymslurm.site.slurm.SlurmClient`,
 optionally runs a tiny probe job (:mod:`gymslurm.commands.probe`), and prints the findings.
 ``submit`` applies the same table (:func:`blocking`) and refuses a cluster on which a chain would
 hang or loop, before anything is written.
@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass, field
 from gymslurm.commands.probe import probe_findings
 from gymslurm.errors import ConfigError, SlurmError
 from gymslurm.launcher.settings import BenchmarkSettings, SlurmSettings
-from gymslurm.launcher.site.arrays import plan_arrays
-from gymslurm.launcher.site.findings import Finding, Level
-from gymslurm.launcher.site.placement import blocks_for
-from gymslurm.launcher.site.slurm import SlurmClient, parse_config, parse_partitions, site_limits
+from gymslurm.site.arrays import plan_arrays
+from gymslurm.site.findings import Finding, Level
+from gymslurm.site.placement import blocks_for
+from gymslurm.site.slurm import SlurmClient, parse_config, parse_partitions, site_limits
+from gymslurm.site.watch_site import watch_rules
 
 CHAIN_EXIT_CODES = (75, 76)  # a link's job exits 75 (STOP_WALLTIME) or 76 (STOP_FAILED)
 MIN_KILL_WAIT_S = 10
@@ -343,6 +344,7 @@ def check(
         *_dependency_rules(config),
         *_process_rules(config, signal_lead_s),
         *_size_rules(config, shards, lookahead),
+        *watch_rules(config),
     ]
 
 

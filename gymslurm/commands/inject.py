@@ -27,14 +27,15 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError, SlurmError, StoreError
 from gymslurm.launcher.ledger import FAULTS, Fault, Injected, summarize
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.backend import ALIVE_STATES, Backend, SlurmBackend
-from gymslurm.launcher.site.slurm import SlurmClient
+from gymslurm.site.backend import ALIVE_STATES, Backend, SlurmBackend
+from gymslurm.site.slurm import SlurmClient
 from gymslurm.store import live
 
 _PROCESS_SIGNAL = {"crash": signal.SIGKILL, "server-crash": signal.SIGKILL, "hang": signal.SIGSTOP}
@@ -54,14 +55,15 @@ def live_link(run: RunDir, shard: int, backend: Backend) -> str:
     return running[-1]
 
 
-def target_pid(run: RunDir, shard: int, job: str, fault: str) -> int:
-    """The pid a process fault goes to: the collector's from the live link's heartbeat, a server's
-    from the newest ``server`` record (started or restarted) of that job in the ledger."""
+def target_pids(run: RunDir, shard: int, job: str, fault: str) -> list[int]:
+    """The pids a process fault goes to: the collector's from the live link's heartbeat (every
+    collector of a suite link), a server's from the newest ``server`` record (started or
+    restarted) of that job in the ledger."""
     if fault == "server-crash":
         servers = [r for r in summarize(run.ledger(shard).read()).server_processes if r.job_id == job]
         if not servers or servers[-1].pid is None:
             raise ConfigError(f"job {job} started no Environment Server (benchmark servers use url only)")
-        return servers[-1].pid
+        return [servers[-1].pid]
     heartbeat = run.heartbeat(shard)
     try:
         beat = live.read_heartbeat(heartbeat)
@@ -71,13 +73,12 @@ def target_pid(run: RunDir, shard: int, job: str, fault: str) -> int:
         raise ConfigError(f"the link has written no heartbeat {heartbeat} yet; is it running?")
     if beat.job_id != job:
         raise ConfigError(f"the heartbeat {heartbeat} is of job {beat.job_id}, not {job}; try again")
-    pid = beat.collector_pid
-    if pid is None:
+    if beat.collector_pid is None:
         raise ConfigError(f"job {job} has not started its collector yet; try again in a few seconds")
-    return int(pid)
+    return [int(pid) for pid in beat.collector_pids] or [int(beat.collector_pid)]
 
 
-def slurm_argv(fault: str, job: str, pid: int | None) -> list[str]:
+def slurm_argv(fault: str, job: str, pid: int | Sequence[int] | None) -> list[str]:
     """The Slurm command that sends ``fault`` to ``job`` (pure)."""
     if fault == "timeout":
         return ["scancel", "--signal=USR1", "--batch", job]
@@ -88,7 +89,17 @@ def slurm_argv(fault: str, job: str, pid: int | None) -> list[str]:
     if fault == "requeue":
         return ["scontrol", "requeue", job]
     name = _PROCESS_SIGNAL[fault].name.removeprefix("SIG")
-    return ["srun", f"--jobid={job}", "--overlap", "--nodes=1", "--ntasks=1", "kill", f"-{name}", str(pid)]
+    pids = [pid] if isinstance(pid, int) else list(pid or ())
+    return [
+        "srun",
+        f"--jobid={job}",
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        "kill",
+        f"-{name}",
+        *map(str, pids),
+    ]
 
 
 def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
@@ -102,12 +113,12 @@ def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
     if fault not in FAULTS:
         raise ConfigError(f"unknown fault {fault!r}; one of: {', '.join(FAULTS)}")
     job = live_link(run, shard, backend)
-    pid = target_pid(run, shard, job, fault) if fault in _PROCESS_SIGNAL else None
+    pids = target_pids(run, shard, job, fault) if fault in _PROCESS_SIGNAL else []
     if backend.name == "slurm":
         client = backend.client if isinstance(backend, SlurmBackend) else SlurmClient()
         slurm_id = backend.raw(job) if isinstance(backend, SlurmBackend) else job  # b:12_3 -> 12_3 on b
         target = client.numeric_id(slurm_id) if fault in _PROCESS_SIGNAL else slurm_id
-        argv = slurm_argv(fault, target, pid)
+        argv = slurm_argv(fault, target, pids)
         how = " ".join(argv)
         try:
             client.run(argv)
@@ -116,12 +127,13 @@ def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
                 f"shard {shard}: {fault} was not delivered to job {job}, nothing recorded: {error}"
             ) from error
     else:
-        how = f"local: {fault} of job {job}" + (f" (pid {pid})" if pid else "")
+        shown = ", ".join(map(str, pids))
+        how = f"local: {fault} of job {job}" + (f" (pid {shown})" if pids else "")
         try:
-            _local(fault, job, pid, backend)
+            _local(fault, job, pids, backend)
         except ProcessLookupError as error:
             raise ConfigError(
-                f"shard {shard}: {fault} was not delivered: process {pid} of job {job} is gone ({error}); "
+                f"shard {shard}: {fault} was not delivered: process {shown} of job {job} is gone ({error}); "
                 "nothing recorded"
             ) from error
     kind: Fault = fault  # type: ignore[assignment]
@@ -129,9 +141,10 @@ def inject(run: RunDir, shard: int, fault: str, backend: Backend) -> str:
     return f"shard {shard}: {fault} sent to job {job} ({how}); recorded in {run.ledger(shard).path}"
 
 
-def _local(fault: str, job: str, pid: int | None, backend: Backend) -> None:
-    if pid is not None:
-        os.kill(pid, _PROCESS_SIGNAL[fault])
+def _local(fault: str, job: str, pids: list[int], backend: Backend) -> None:
+    if pids:
+        for pid in pids:
+            os.kill(pid, _PROCESS_SIGNAL[fault])
     elif fault in ("cancel", "requeue"):
         backend.cancel([job])  # the local queue has no requeue: its successor carries on
     else:

@@ -3,7 +3,7 @@
 :func:`create_run` resolves the benchmark once, refuses when a run of the same benchmark is still live,
 creates the run directory (rundir.py), slices the dataset into shards, renders and saves every
 script, then queues the first link of each shard's chain and records it in the shard's ledger.
-Everything after that happens inside the jobs (``launcher/job/``), so the login-side process may die right
+Everything after that happens inside the jobs (``job/``), so the login-side process may die right
 after submitting: a link already queued runs, starts its own successor and writes its own ledger.
 Secrets go to the jobs only through the environment (``GYMSLURM_SECRETS``).
 """
@@ -17,7 +17,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from uuid import uuid4
 
 from omegaconf import OmegaConf
@@ -28,15 +28,15 @@ from gymslurm.commands.wait import wait_for_run
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
-from gymslurm.launcher.job.collector_process import environment_problem
-from gymslurm.launcher.job.first_links import (
+from gymslurm.job.collector_process import environment_problem
+from gymslurm.job.first_links import (
     finish_queuing,
     queue_first_links,
     queuing,
     record_plan,
     submit_arrays,
 )
-from gymslurm.launcher.job.stack import stack_lines
+from gymslurm.job.stack import stack_lines
 from gymslurm.launcher.notify import notify_submitted
 from gymslurm.launcher.run_site import live_jobs, run_backend
 from gymslurm.launcher.rundir import (
@@ -54,19 +54,19 @@ from gymslurm.launcher.settings import (
     BenchmarkSettings,
     early_signal_warning,
     split_secrets,
-    visible_credential_warnings,
 )
-from gymslurm.launcher.site.arrays import ArrayPlan, plan_arrays
-from gymslurm.launcher.site.backend import (
+from gymslurm.launcher.visible_credentials import visible_credential_warnings
+from gymslurm.site.arrays import ArrayPlan, plan_arrays
+from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
     backend_name,
     choose_backend,
 )
-from gymslurm.launcher.site.local import LocalBackend
-from gymslurm.launcher.site.placement import blocks_for
-from gymslurm.launcher.site.render import (
+from gymslurm.site.local import LocalBackend
+from gymslurm.site.placement import blocks_for
+from gymslurm.site.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
     ScriptValues,
@@ -77,7 +77,7 @@ from gymslurm.launcher.site.render import (
     render,
     servers_block,
 )
-from gymslurm.launcher.site.scriptsafe import path_directive_problem
+from gymslurm.site.scriptsafe import path_directive_problem
 from gymslurm.tasks import stamp_task_indices
 
 
@@ -313,6 +313,44 @@ def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
     return path
 
 
+def check_dataset(path: Path, shards: int) -> int:
+    """The dataset's row count, once every row is a JSON object on one UTF-8 line within the line
+    limit, and there are at least ``shards`` rows. Read as a stream (a 1 GB line is refused, not held);
+    each refusal names the user's file and line, before any run file exists."""
+    from gymslurm.store.jsonl import bounded_lines
+
+    rows = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(bounded_lines(handle, path), start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as error:
+                raise ConfigError(
+                    f"{path}, line {number}: is not UTF-8 (byte {error.start + 1}); a dataset is JSONL "
+                    "in UTF-8: convert the file (e.g. iconv -t UTF-8) and submit again"
+                ) from None
+            except ValueError as error:
+                raise ConfigError(
+                    f"{path}, line {number}: is not valid JSON ({error}); fix that line and submit again"
+                ) from None
+            if not isinstance(row, dict):
+                raise ConfigError(
+                    f"{path}, line {number}: is a JSON {type(row).__name__}, not an object (one task per "
+                    "line, {...}); fix that line and submit again"
+                )
+            rows += 1
+    if not rows:
+        raise ConfigError(f"the dataset {path} has no rows: nothing to evaluate. Check the file")
+    if shards > rows:
+        raise ConfigError(
+            f"shards={shards} is more than the {rows} row(s) of the dataset {path}: some shards would have "
+            f"nothing to do. Use shards={rows} or fewer"
+        )
+    return rows
+
+
 def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) -> list[int]:
     """Write each shard's contiguous slice of the dataset, rows stamped with their dataset-wide task
     index (:func:`gymslurm.tasks.stamp_task_indices`); returns the row counts.
@@ -332,6 +370,42 @@ def split_dataset(dataset: Path, run: RunDir, shards: int, array: bool = False) 
     return counts
 
 
+class RunInputs(Protocol):
+    """What a run collects from: prepared after every refusal, written once the run's folder exists."""
+
+    def prepare(self) -> None:
+        """Create what is missing (a dataset), before the run folder exists."""
+
+    def write(self, run: RunDir, array: bool) -> list[int]:
+        """Write the run's inputs; the rows each chain collects."""
+        ...
+
+    def secrets(self) -> dict[str, Any]:
+        """Secrets the jobs need besides the run's own config's (added to the bundle)."""
+        ...
+
+
+class BenchmarkInputs:
+    """A benchmark's dataset, stamped and cut into its shards (``submit BENCHMARK``)."""
+
+    def __init__(self, settings: BenchmarkSettings, workdir: Path) -> None:
+        self.settings, self.workdir, self.dataset = settings, workdir, Path()
+
+    def prepare(self) -> None:
+        """Create the dataset with ``dataset_command`` when it does not exist yet, then check it: a bad
+        row, an empty dataset or more shards than rows names the user's file before the run exists."""
+        self.dataset = prepare_dataset(self.settings, self.workdir)
+        check_dataset(self.dataset, self.settings.shards)
+
+    def write(self, run: RunDir, array: bool) -> list[int]:
+        """Each shard's slice (or, for an array run, one copy the first links cut)."""
+        return split_dataset(self.dataset, run, self.settings.shards, array)
+
+    def secrets(self) -> dict[str, Any]:
+        """None besides the benchmark's."""
+        return {}
+
+
 def create_run(
     settings: BenchmarkSettings,
     data: dict[str, Any],
@@ -342,9 +416,12 @@ def create_run(
     dry_run: bool,
     wait: bool,
     reverify_of: str | None = None,
+    inputs: RunInputs | None = None,
 ) -> int:
     """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
-    run it re-grades in ``reverify_of``); with ``wait``, stay until it ended."""
+    run it re-grades in ``reverify_of``; a suite's ``inputs``: its benchmarks); with ``wait``, stay
+    until it ended."""
+    inputs = BenchmarkInputs(settings, workdir) if inputs is None else inputs
     clean, secrets = split_secrets(data)
     if backend_kind == "local" and (wide := [s.name for s in settings.servers if (s.nodes or 1) > 1]):
         raise ConfigError(
@@ -379,8 +456,8 @@ def create_run(
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
     saved_config = OmegaConf.to_yaml(OmegaConf.create(clean))
-    refuse_if_live(settings, workdir, saved_config, secrets)
-    dataset = prepare_dataset(settings, workdir)
+    refuse_if_live(settings, workdir, saved_config, {**secrets, **inputs.secrets()})
+    inputs.prepare()
     create_run_dir(run)
     clusters = settings.slurm.clusters if backend_kind == "slurm" else None
     placement = None if clusters is None else blocks_for(settings.shards, clusters)
@@ -419,9 +496,9 @@ def create_run(
         backend.limit(settings.slurm.max_running)
     for path, text in scripts.items():
         atomic_write(path, text.encode())
-    counts = split_dataset(dataset, run, settings.shards, plan is not None)
+    counts = inputs.write(run, plan is not None)
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
-    os.environ[SECRETS_ENV] = json.dumps(secrets)
+    os.environ[SECRETS_ENV] = json.dumps({**secrets, **inputs.secrets()})
     if plan is not None:  # before the mark: whoever completes a killed submit queues from it
         record_plan(run, settings.shards, settings.slurm.max_running, plan)
     with queuing(run):  # a submit killed midway leaves the rest to the run's first job (first_links.py)

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.site.findings import Finding, Level
-from gymslurm.launcher.site.slurm import SlurmClient
+from gymslurm.site.findings import Finding, Level
+from gymslurm.site.slurm import SlurmClient
 from gymslurm.store.flock import lock_fd
 
 PROBE_TIMEOUT_S = 180.0

@@ -5,7 +5,7 @@ same parts as a collection: the source run's saved benchmark (its ``config.yaml`
 given now on top), one chain per shard of the source run, the benchmark's servers started in each
 job's allocation, the aggregation job at the end. Only the command a link runs differs: instead of
 ``gymslurm collect`` it runs ``gymslurm reverify --judge-failed-only +require_complete=true`` from the
-source run's shard output into the new run's (launcher/job/collector_process.py, ``reverify_argv``),
+source run's shard output into the new run's (job/collector_process.py, ``reverify_argv``),
 with the grader the collector is given (docs/aggregation.md, "Judge-only reverification").
 
 Resumable like a collection: each re-grade is journaled as the judge answers it; a link stopped by
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from gymslurm.commands.new_run import chain_is_live, create_run
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.job.collector_process import reverify_argv
+from gymslurm.job.collector_process import reverify_argv
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir, resolve_run_or_job
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate

@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.job.first_links import (
+from gymslurm.job.first_links import (
     array_indices,
     queue_first_links,
     queuing_taken_over,
 )
+from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import Resubmitted, Submitted
 from gymslurm.launcher.links import gpu_budget
 from gymslurm.launcher.run_site import live_jobs, run_backend
@@ -37,12 +37,13 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
-from gymslurm.launcher.site.backend import (
+from gymslurm.launcher.suite_run import is_suite
+from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
     SlurmBackend,
 )
-from gymslurm.launcher.site.placement import parse_shard_numbers
+from gymslurm.site.placement import parse_shard_numbers
 
 
 def parse_shard_selection(text: str, shards: int) -> tuple[str | None, set[int]]:
@@ -100,6 +101,19 @@ def _record_resubmit(run: RunDir, gpu_hours_added: float, budget: float | None) 
         print(f"budget.gpu_hours raised by {gpu_hours_added:g} to {(budget or 0) + gpu_hours_added:g}")
 
 
+def load_run_config(
+    name: str, overrides: list[str], chains: int | None = None
+) -> tuple[BenchmarkSettings, dict[str, Any]]:
+    """A benchmark's settings, or a suite's link settings (its stack and chains: docs/suites.md;
+    ``chains``: the run's, which an edited suite file does not change)."""
+    from gymslurm.launcher.suite_settings import chain_settings, is_suite_file, load_suite, suite_path
+
+    path = suite_path(name)
+    if path is not None and is_suite_file(path):
+        return chain_settings(load_suite(name, overrides), chains)
+    return load_benchmark(name, overrides)
+
+
 def resubmit(
     ref: str,
     benchmark: str,
@@ -114,21 +128,29 @@ def resubmit(
     chains for the unfinished (or selected) shards, one ``sbatch`` per job array; ``--gpu-hours``
     raises ``budget.gpu_hours``, recorded in the aggregate ledger before any new link starts."""
     workdir = Path.cwd()
-    settings, data = load_benchmark(benchmark, overrides)
+    settings, data = load_run_config(benchmark, overrides)
     run = resolve_run_or_job(ref, (workdir / (run_root or settings.run_root)).resolve())
     info = run.read_info()
-    settings, data = load_benchmark(benchmark, [*info.overrides, *overrides])
+    settings, data = load_run_config(benchmark, [*info.overrides, *overrides], chains=info.shards)
     if settings.name != info.benchmark:
         raise ConfigError(f"run {run.name} is of benchmark {info.benchmark!r}, not {settings.name!r}")
     verdict_word, explicit = parse_shard_selection(shards, info.shards) if shards else (None, set())
     clean, secrets = split_secrets(data)
-    saved = OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    saved = saved_config(run)
     merge_secrets(saved, secrets)  # run.json keeps no secret: one given as an override must be given again
     if clean != saved:
         raise ConfigError(
             f"the benchmark {settings.name!r} no longer matches what run {run.name} was submitted with "
             f"({run.config_path}); resubmit with the same configuration, or submit a new run"
         )
+    reopened: tuple[int, ...] = ()
+    if is_suite(run) and not shards:  # an edited suite file: benchmarks added or dropped (suite_change.py)
+        from gymslurm.commands.suite_change import apply_change
+        from gymslurm.launcher.suite_settings import load_suite
+
+        suite = load_suite(benchmark, [*info.overrides, *overrides])
+        change, members = apply_change(run, suite, info.shards, workdir)
+        secrets, reopened = {**secrets, **members}, tuple(change.reopened)
     backend = run_backend(run)
     with queuing_taken_over(run, backend, settings.slurm.lookahead, complete=bool(shards)) as free:
         if not free:
@@ -143,7 +165,24 @@ def resubmit(
             selection=selection,
             gpu_hours_added=gpu_hours_added,
             reset_budget=reset_budget,
+            reopened=list(reopened),
         )
+
+
+def saved_config(run: RunDir) -> Any:
+    """The configuration ``run`` was submitted with (its ``benchmark.yaml``); a file that cannot be
+    read as YAML (corrupt, truncated, not UTF-8) is a one-line error naming it, never a traceback."""
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(run.config_path), resolve=False)
+    except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException, ValueError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(
+            f"run {run.name}: its saved configuration {run.config_path} cannot be read ({first}); "
+            "restore it from a backup of the run folder, or submit a new run"
+        ) from None
 
 
 def _restart(
@@ -156,8 +195,10 @@ def _restart(
     selection: tuple[str | None, set[int]],
     gpu_hours_added: float,
     reset_budget: bool,
+    reopened: list[int] = (),  # type: ignore[assignment]
 ) -> int:
-    """resubmit's restart of the chosen shards, under the run's submit lock."""
+    """resubmit's restart of the chosen shards, under the run's submit lock; ``reopened``: DONE
+    suite chains that run again for a benchmark added to the suite."""
     info, (verdict_word, explicit) = run.read_info(), selection
     queue = backend.queue()
     budget = _budget_to_raise(run, info, gpu_hours_added)
@@ -179,7 +220,8 @@ def _restart(
     elif shards:
         todo = sorted(explicit)
     else:
-        todo = unfinished
+        todo = sorted({*unfinished, *(reopened or [])})
+        unfinished = todo
     live = [s for s in (todo if shards else range(info.shards)) if live_jobs(states[s], queue)]
     live_aggregation = live_jobs(chain_states(run, info.shards)[-1], queue)
     if live or (not shards and live_aggregation):
@@ -204,7 +246,7 @@ def _restart(
         print(f"run {run.name}: no shard matches --shards {shards}; nothing was submitted")
         return ExitCode.DONE
     if not unfinished:
-        from gymslurm.launcher.job.aggregation import maybe_submit_aggregation
+        from gymslurm.job.aggregation import maybe_submit_aggregation
 
         job_id = maybe_submit_aggregation(run, settings, backend, None)
         print(f"every shard is done; aggregation {'queued as ' + job_id if job_id else 'not needed'}")

@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.launcher.job.first_links import finish_queuing
+    from gymslurm.job.first_links import finish_queuing
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
     from gymslurm.launcher.views.report import refresh_report
@@ -39,6 +39,12 @@ def main(argv: list[str]) -> int:
     root = Path(args.run_root).resolve()
     if args.run is None:
         return _list_runs(find_runs(root), args.json)
+    from gymslurm.store.watch_ledger import find_watch
+
+    if (watch := find_watch(args.run, root)) is not None:  # a watch (docs/watch.md)
+        from gymslurm.commands.watch import watch_status
+
+        return watch_status(watch)
     run = resolve_run(args.run, root)
     finish_queuing(run, "status")  # a submit killed midway: its first links queued, never twice
     backend = run_backend(run)
@@ -50,18 +56,26 @@ def main(argv: list[str]) -> int:
     report = run_status(run, backend, chains=chains, shard=args.shard)
     if not args.json and args.shard is None:  # the page is for people: a script polling --json
         refresh_report(run, backend, report, chains)  # does not pay its render
+    from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
+
+    suite = suite_rows(
+        run, report["summary"].get("gpu_hours")
+    )  # a suite run: one line per benchmark (docs/suites.md)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        document = {**report, "suite": suite} if suite else report
+        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         print_table(report)
+        for line in suite_lines(suite):
+            print(line)
     return ExitCode.DONE
 
 
 def _list_runs(runs: list[Any], as_json: bool) -> int:
     from gymslurm.launcher.run_site import run_backend
-    from gymslurm.launcher.site.backend import Backend
-    from gymslurm.launcher.site.local import LocalBackend
     from gymslurm.launcher.views.status import run_status
+    from gymslurm.site.backend import Backend
+    from gymslurm.site.local import LocalBackend
 
     shared: dict[str, Any] = {}
     listed = []
@@ -105,7 +119,7 @@ class _SharedSlurm:
     name = "slurm"
 
     def __init__(self, cache: dict[str, Any]) -> None:
-        from gymslurm.launcher.site.backend import SlurmBackend
+        from gymslurm.site.backend import SlurmBackend
 
         self.cache, self.inner = cache, cache.setdefault("backend", SlurmBackend())
 

@@ -16,7 +16,21 @@ from gymslurm.launcher.settings import load_benchmark
 def submit(
     benchmark: str, overrides: list[str], backend_name: str | None, dry_run: bool, *, wait: bool = False
 ) -> int:
-    """``gymslurm submit``: create the run and queue the first link of each shard."""
+    """``gymslurm submit``: create the run and queue the first link of each shard.
+
+    A suite (``configs/suites/NAME.yaml``, a YAML file with ``benchmarks:``) or several benchmarks
+    (every argument without ``=`` after the first) make a suite run (docs/suites.md).
+    """
+    from gymslurm.commands.new_suite import submit_suite
+    from gymslurm.launcher.suite_settings import adhoc_suite, is_suite_file, load_suite, suite_path
+
+    named = [benchmark, *(o for o in overrides if "=" not in o)]
+    overrides = [o for o in overrides if "=" in o]
+    if len(named) > 1:
+        return submit_suite(adhoc_suite(named, overrides), overrides, backend_name, dry_run, wait=wait)
+    path = suite_path(benchmark)
+    if path is not None and is_suite_file(path):
+        return submit_suite(load_suite(benchmark, overrides), overrides, backend_name, dry_run, wait=wait)
     settings, data = load_benchmark(benchmark, overrides)
     kind = resolve_backend_name(settings, backend_name)
     return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait)
@@ -26,9 +40,15 @@ def main(argv: list[str]) -> int:
     """``gymslurm submit``: parse its arguments and run it."""
     parser = argparse.ArgumentParser(prog="gymslurm submit", description="Submit a benchmark as job chains.")
     parser.add_argument(
-        "benchmark", nargs="?", help="configs/benchmarks/<name>.yaml name, or a path to a YAML file"
+        "benchmark",
+        nargs="?",
+        help="configs/benchmarks/<name>.yaml or configs/suites/<name>.yaml name, or a path to a YAML file",
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. shards=3 slurm.partition=low")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides, e.g. shards=3 slurm.partition=low; more benchmark names make a suite",
+    )
     parser.add_argument(
         "--reverify",
         metavar="RUN",

@@ -27,7 +27,7 @@ from typing import Any
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.backend import Backend
+from gymslurm.site.backend import Backend
 
 FINAL_VERDICTS = frozenset(
     {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED", "BUDGET", "PAUSED"}

@@ -76,6 +76,7 @@ class DemoConfig:
     latency_ms: float = 0.0
     die_after: int | None = None  # answer this many /run requests, then die on the next one
     policy_url: str | None = None  # an OpenAI-compatible model server answering for the policy
+    policy_turns: int = 1  # model calls per episode (an agentic rollout of several turns): the last answers
     api_key: str = field(default="", repr=False)  # its own key (DEMO_API_KEY): rejected_key echoes it
 
     def problems(self) -> list[str]:
@@ -90,6 +91,8 @@ class DemoConfig:
             problems.append(rates)
         if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
             problems.append(f"--latency-ms must be >= 0, got {self.latency_ms}")
+        if self.policy_turns < 1:
+            problems.append(f"--policy-turns must be >= 1, got {self.policy_turns}")
         if self.die_after is not None and self.die_after < 0:
             problems.append(f"--die-after must be >= 0, got {self.die_after}")
         return problems
@@ -179,7 +182,12 @@ class DemoApp:
         question = question_text(episode.task_input["a"], episode.task_input["b"], episode.task_input["op"])
         assert self.config.policy_url is not None
         seed = f"{episode.rollout_id}/{episode.attempt}"
-        answer, problem = await ask(self.config.policy_url, self.config.model_name, question, seed)
+        for _turn in range(
+            self.config.policy_turns
+        ):  # each turn holds a model server slot, as an agent's does
+            answer, problem = await ask(self.config.policy_url, self.config.model_name, question, seed)
+            if problem is not None:
+                break
         if problem is not None:
             self.outcomes["provider_unavailable"] += 1
             return provider_failure(episode, f"the policy model server failed: {problem}")

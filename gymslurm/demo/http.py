@@ -216,6 +216,8 @@ class HttpConnection(asyncio.Protocol):
             self._transport = None
 
     def _send_later(self, done: asyncio.Future[Reply], keep_alive: bool) -> None:
+        if done.cancelled():  # the server is stopping (a wedged model's completion never ends on its own)
+            return
         try:
             reply = done.result()
         except Exception:  # a bug in the application: answer 500 and keep serving

@@ -12,8 +12,9 @@ asks the model under test. It speaks the part of the OpenAI API that servers and
 - ``POST /v1/responses``: the same answer in the OpenAI Responses shape (``input`` a string or a
   list of messages), which NeMo Gym's ``openai_model`` calls;
 - ``GET /v1/models`` (the served model), ``GET /health`` (200 once listening), ``GET /metrics``
-  (Prometheus text with vLLM's names: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
-  ``vllm:gpu_cache_usage_perc``, ``vllm:request_success_total``), so load-aware clients and
+  (Prometheus text with vLLM 0.32's names and labels: ``vllm:num_requests_running``,
+  ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``, ``vllm:request_success_total`` by
+  ``finished_reason``, each with ``engine="0"`` and ``model_name``), so load-aware clients and
   routers can be tried against it.
 
 A capacity, to behave like a batching server under load: with ``slots`` N at most N completions
@@ -24,10 +25,13 @@ at once after ``latency_ms`` (the behaviour of earlier releases).
 
 Faults, to rehearse what real model servers do: ``latency_ms`` before each completion;
 ``http500_rate`` (an "engine dead" 500, a deterministic draw per request); ``die_after`` N
-completions (the process exits, like a CUDA OOM); ``hang_after`` N completions (the process stops
-answering anything, health included, like a hung GPU); slow start is the CLI's ``--slow-start-s``
-(it listens only after that long, like a model loading its weights). Across nodes (``ranks``: the
-head of ``--nodes N``), every completion needs every worker rank's part (gymslurm/demo/ranks.py).
+completions (the process exits, like a CUDA OOM); ``hang_after`` N completions (the engine wedges:
+completion N+1 and every later one are never answered, while ``/health`` still says 200 and
+``/metrics`` still answers with the load it last had, as a real vLLM does with its EngineCore
+stopped, checked in tests/vllm/; a whole process stopped is SIGSTOP's to rehearse); slow start is
+the CLI's ``--slow-start-s`` (it listens only after that long, like a model loading its weights).
+Across nodes (``ranks``: the head of ``--nodes N``), every completion needs every worker rank's
+part (gymslurm/demo/ranks.py).
 
 ``ModelApp.handle(method, path, body) -> Reply`` is pure apart from its request counter; the HTTP
 layer (gymslurm/demo/http.py) performs the reply's actions (wait, die, hang).
@@ -145,6 +149,7 @@ class ModelApp:
     running: int = 0
     waiting: int = 0
     succeeded: int = 0
+    wedged: bool = False  # hang_after was reached: no completion is answered any more
     ranks: RankGroup | None = None  # the head of a server across nodes (demo/ranks.py)
     _slots: asyncio.Semaphore | None = None
 
@@ -167,19 +172,25 @@ class ModelApp:
         return _error(404, f"no route {method.decode()} {path.decode(errors='replace')}", "not_found")
 
     def metrics_text(self) -> str:
-        """The Prometheus exposition of the load, under vLLM's metric names."""
+        """The Prometheus exposition of the load, under vLLM 0.32's metric names and labels."""
         name, slots = self.config.model_name, self.config.slots
         usage = self.running / slots if slots else 0.0
-        label = f'{{model_name="{name}"}}'
+        label = f'{{engine="0",model_name="{name}"}}'
         lines = [
-            ("vllm:num_requests_running", "gauge", "Requests being served.", self.running),
-            ("vllm:num_requests_waiting", "gauge", "Requests waiting for a slot.", self.waiting),
-            ("vllm:gpu_cache_usage_perc", "gauge", "Share of the slots in use (1 = full).", usage),
-            ("vllm:request_success_total", "counter", "Completions answered.", self.succeeded),
+            ("vllm:num_requests_running", "gauge", "Requests being served.", label, self.running),
+            ("vllm:num_requests_waiting", "gauge", "Requests waiting for a slot.", label, self.waiting),
+            ("vllm:kv_cache_usage_perc", "gauge", "Share of the slots in use (1 = full).", label, usage),
+            (
+                "vllm:request_success_total",
+                "counter",
+                "Completions answered.",
+                f'{{engine="0",finished_reason="stop",model_name="{name}"}}',
+                self.succeeded,
+            ),
         ]
         out = []
-        for metric, kind, help_text, value in lines:
-            out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", f"{metric}{label} {value}"]
+        for metric, kind, help_text, labels, value in lines:
+            out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", f"{metric}{labels} {value}"]
         return "\n".join(out) + "\n"
 
     def complete(self, raw: bytes, kind: str) -> Reply:
@@ -188,8 +199,8 @@ class ModelApp:
         config, count = self.config, self.completions
         if config.die_after is not None and count > config.die_after:
             return Reply(0, b"", die=True)
-        if config.hang_after is not None and count > config.hang_after:
-            return Reply(0, b"", hang=True)
+        if self.wedged or (config.hang_after is not None and count > config.hang_after):
+            return Reply(0, b"", later=self._wedged())
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -213,6 +224,20 @@ class ModelApp:
             self.succeeded += 1
             return reply._replace(delay_s=config.latency_ms / 1000)
         return Reply(0, b"", later=self._served_in_a_slot(reply))
+
+    async def _wedged(self) -> Reply:
+        """Never answer: the engine is wedged (the request is neither running nor waiting in /metrics,
+        as vLLM's gauges stand still when its EngineCore is stopped)."""
+        if not self.wedged:
+            self.wedged = True
+            print(
+                "gymslurm demo-model-server: injected fault 'hang': the engine is wedged; completions are "
+                "never answered, /health and /metrics still are",
+                file=sys.stderr,
+                flush=True,
+            )
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
     async def _served_by_every_rank(self, reply: Reply, prompt: str) -> Reply:
         """Every worker rank's part first: one that does not answer is the engine lost (the head exits,

@@ -2,7 +2,8 @@
 
 Serves :class:`gymslurm.demo.model.ModelApp` on the demo HTTP layer until SIGTERM/SIGINT. With
 ``--slow-start-s S`` it listens only after S seconds (a model loading its weights), so a job's
-start-up probe sees a server that is not ready yet.
+start-up probe sees a server that is not ready yet. With ``--checkpoint DIR`` it answers as the
+policy that checkpoint holds (its ``accuracy.txt``), so each checkpoint of a watch scores differently.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import signal
 import sys
 import time
+from pathlib import Path
 
 from gymslurm.demo.http import start_server
 from gymslurm.demo.model import DEFAULT_MODEL, ModelApp, ModelConfig
@@ -19,6 +21,7 @@ from gymslurm.demo.ranks import RankGroup, serve_worker
 from gymslurm.errors import ConfigError
 
 LISTENING = "gymslurm demo-model-server listening on"
+CHECKPOINT_ACCURACY = "accuracy.txt"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,12 +34,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
     parser.add_argument("--model-name", default=DEFAULT_MODEL, help="the served model's name")
     parser.add_argument("--accuracy", type=float, default=0.8, help="P(a correct answer)")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="a checkpoint folder: the policy is its accuracy.txt (P(a correct answer)), the model "
+        "name its folder's (as a real server loads a checkpoint; docs/watch.md)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the answers and the fault draws")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added before every completion")
     parser.add_argument("--http500-rate", type=float, default=0.0, metavar="P", help="P(a 500 'engine dead')")
     parser.add_argument("--die-after", type=int, default=None, metavar="N", help="exit on completion N+1")
     parser.add_argument(
-        "--hang-after", type=int, default=None, metavar="N", help="stop answering anything at completion N+1"
+        "--hang-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="wedge the engine at completion N+1: no completion answered, /health and /metrics still are",
     )
     parser.add_argument("--slow-start-s", type=float, default=0.0, help="wait this long before listening")
     parser.add_argument(
@@ -82,9 +96,27 @@ async def serve(config: ModelConfig, host: str, port: int, nodes: int = 1) -> in
     return 0
 
 
+def checkpoint_accuracy(checkpoint: Path) -> float:
+    """The accuracy a demo checkpoint folder holds (``accuracy.txt``): the policy of that checkpoint."""
+    path = checkpoint / CHECKPOINT_ACCURACY
+    try:
+        text = path.read_text().strip()
+    except OSError as error:
+        raise ConfigError(
+            f"--checkpoint {checkpoint}: cannot read {path} ({error.strerror}); a demo checkpoint is a "
+            f"folder holding {CHECKPOINT_ACCURACY} with one number in [0, 1]"
+        ) from None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{path}: {text[:40]!r} is not a number in [0, 1]") from None
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``gymslurm demo-model-server``."""
     args = _parser().parse_args(argv)
+    if args.checkpoint is not None:
+        args.accuracy = checkpoint_accuracy(args.checkpoint)
     config = ModelConfig(
         model_name=args.model_name,
         accuracy=args.accuracy,

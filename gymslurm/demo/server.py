@@ -70,6 +70,13 @@ def _parser() -> argparse.ArgumentParser:
         )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added before every /run reply")
     parser.add_argument(
+        "--policy-turns",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --policy-url: ask the model N times per episode, as an agent's turns (default 1)",
+    )
+    parser.add_argument(
         "--die-after", type=int, default=None, metavar="N", help="answer N /run requests, die on the next"
     )
     parser.add_argument(
@@ -100,6 +107,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         latency_ms=args.latency_ms,
         die_after=args.die_after,
         policy_url=args.policy_url,
+        policy_turns=args.policy_turns,
         api_key=os.environ.get(API_KEY_ENV, ""),
     )
     problems = config.problems()

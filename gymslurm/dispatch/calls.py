@@ -127,7 +127,7 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
 def probe_health(url: str, path: str, timeout_s: float) -> bool:
     """Whether ``GET <url><path>`` answers 2xx (redirects followed); false on any transport failure.
 
-    Used while waiting for a server a job started to come up (``launcher/job/servers.py``): a refused
+    Used while waiting for a server a job started to come up (``job/servers.py``): a refused
     connection or a 5xx just means "not yet", so this never raises for them.
     """
     try:

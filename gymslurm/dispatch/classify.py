@@ -76,6 +76,9 @@ class Failed:
     legacy_class: str | None = None
     response: object | None = None
     diagnostics: dict[str, Any] | None = None
+    # A legacy producer's result as it sent it (``_ng_failure_class`` and its placeholders): what NeMo
+    # Gym 0.7.0's ``run_examples`` gives a driver, which reads the class from the dict itself.
+    legacy_result: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,8 @@ def _screened(outcome: Outcome) -> Outcome:
     record = outcome.record.model_copy(update={"failure": screened})
     response = None if outcome.response is None else redact_value(outcome.response)
     diagnostics = None if outcome.diagnostics is None else redact_value(outcome.diagnostics)
-    return Failed(record, outcome.legacy_class, response, diagnostics)
+    legacy = None if outcome.legacy_result is None else redact_value(outcome.legacy_result)
+    return Failed(record, outcome.legacy_class, response, diagnostics, legacy)
 
 
 def _classify(call: _Call) -> Outcome:
@@ -520,6 +524,7 @@ def _legacy_failure(call: _Call, result: dict[str, Any]) -> Failed | Omitted:
         legacy_class=legacy_class if legacy_class != record.routing_class else None,
         response=response if response is not None else result.get(LEGACY_PARTIAL),
         diagnostics=diagnostics or None,
+        legacy_result=result,
     )
 
 
@@ -530,7 +535,12 @@ def _checked_result(result: dict[str, Any]) -> dict[str, Any]:
     finite number: ``"abc"``, ``[1]``, ``true`` or ``"1.0"`` are malformed, never a score or an
     unscored completion (000: "Present invalid rewards ... still fail validation").
     """
-    reward = result.get("reward")
+    reward, response = result.get("reward"), result.get("response")
+    if response is not None and type(response) is not dict:
+        raise _BadReplyError(
+            f"invalid_response: 'response' must be an object (the model's response) or absent, got a "
+            f"{type(response).__name__}: {response!r:.100}"
+        )
     if reward is not None and not is_numeric_reward(reward):
         raise _BadReplyError(
             f"'reward' must be a number (or absent / null for an unscored result), got {reward!r:.100}"

@@ -1,7 +1,10 @@
-"""The Slurm launcher: benchmark configs become self-healing job chains, one per shard.
+"""The launcher's model of a run: what a benchmark (or suite) config says, the run directory and its
+files, each chain's append-only ledger and its decision table, what the chain's links held and cost,
+notifications, and where a run's servers go.
 
-Pure parts: :mod:`decide` (the chain decision), :mod:`render` (sbatch scripts), the parsers of
-:mod:`slurm`. I/O parts: :mod:`slurm` (the only caller of Slurm commands), :mod:`ledger` (per-shard
-append-only history), :mod:`chain` (one link, inside a job), :mod:`submit`, :mod:`status`,
-:mod:`local` (the same chains as local processes).
+Pure parts: :mod:`decide` (the chain decision), :mod:`links` (a chain's links as facts),
+:mod:`suite_rules`. The roles around it are folders of the package: ``gymslurm/commands/`` (what a
+person types on the login node), ``gymslurm/job/`` (what runs inside a job), ``gymslurm/site/``
+(talking to the scheduler: Slurm or the local backend, placement, arrays, scripts), and
+``launcher/views/`` (what a person reads: status, report, logs).
 """

@@ -6,7 +6,7 @@ A benchmark's collector overrides that name ``dispatch_adaptive`` (``off``, ``la
 model server (a server probed by ``chat_completions`` or ``completions``) serves vLLM's or
 SGLang's metrics, each replica's when it has replicas; else from latency. Which one is decided in
 the job, once the servers are up, from what the model server answers (:func:`adaptive_overrides`
-takes the answers; ``launcher/job/collector_process.py`` asks).
+takes the answers; ``job/collector_process.py`` asks).
 """
 
 from __future__ import annotations

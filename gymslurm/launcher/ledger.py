@@ -126,6 +126,7 @@ class DecisionRecord(_Record):
     idle_s: float | None = None  # of elapsed_s, the time no request was in flight (launcher/links.py)
     outcomes_before: int | None = None  # the collector's outcomes when the link started (coverage chart)
     outcomes: int | None = None  # ... and when it ended
+    busy_s: float | None = None  # a suite benchmark's: its collector's time with requests in flight
 
 
 class Cancelled(_Record):
@@ -461,3 +462,14 @@ def _fold_decision(state: ChainState, record: DecisionRecord) -> None:
     state.finished = state.cancelled or record.decision in FINISHED
     if record.exit_code is not None:
         state.resubmit_pending = False
+
+
+def last_reason(records: Sequence[Record]) -> str | None:
+    """The reason of the last decision in a shard's ledger; None before its first, or when the run was
+    resubmitted since (a changed benchmark: its failure is not "the same with nothing changed")."""
+    for record in reversed(records):
+        if isinstance(record, Resubmitted):
+            return None
+        if isinstance(record, DecisionRecord):
+            return record.reason
+    return None

@@ -24,7 +24,9 @@ every link starts one in the background when it starts, and gives it (or one of 
 given up after its ``attempts``. Every error is caught and said on the job's output; nothing here
 changes a decision or an exit code.
 
-**No secret.** A webhook URL is a secret (the key ``webhook`` is redacted by the one rule, so the
+**No secret.** A command receiver gets no secret of the run unless its ``env`` names it (not the
+secrets bundle, not another server's key, no credential-named variable of the job). A webhook URL
+is a secret (the key ``webhook`` is redacted by the one rule, so the
 saved benchmark holds ``<redacted>`` and jobs get the URL from ``GYMSLURM_SECRETS``); records and
 messages name a receiver by its index (``notify[0]``), and a failure by its kind (``HTTP 503``).
 Event bodies hold run names, counts, verdicts and reasons (already redacted in the ledgers).
@@ -162,7 +164,7 @@ def send(target: NotifyTarget, body: dict[str, Any]) -> str | None:
     if target.webhook is not None:
         return post_webhook(target.webhook, wire_body(target, body), target.timeout_s)
     assert target.command is not None
-    env = {**os.environ, "GYMSLURM_EVENT": str(body.get("event"))}
+    env = {**command_environment(os.environ, target.env), "GYMSLURM_EVENT": str(body.get("event"))}
     try:
         done = subprocess.run(
             target.command,
@@ -178,6 +180,16 @@ def send(target: NotifyTarget, body: dict[str, Any]) -> str | None:
     except OSError as error:
         return f"command could not start ({error.strerror})"
     return None if done.returncode == 0 else f"command exited {done.returncode}"
+
+
+def command_environment(environ: dict[str, str] | os._Environ[str], own: dict[str, str]) -> dict[str, str]:
+    """A command receiver's environment: the job's without the secrets bundle, the collector's
+    overrides or any credential-named variable, plus what its own ``env`` names (resolved here)."""
+    from gymslurm.job.environment import child_environment
+    from gymslurm.redaction import is_credential_name
+
+    credentials = [name for name in environ if is_credential_name(name)]
+    return child_environment(environ, own, withheld=credentials, where="notify.env")
 
 
 def _step(item: Pending, step: NotifyStep, attempt: int, detail: str | None = None) -> NotifyRecord:

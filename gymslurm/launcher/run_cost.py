@@ -1,6 +1,6 @@
 """What a run costs and what it gave, from its ledgers and files: GPU-hours per chain and run, the
 budget, the interruptions by kind, the final metrics. Read by ``status`` and the report (views/) and
-by the job that ends the run, which writes them into ``summary.json`` (launcher/job/summary.py).
+by the job that ends the run, which writes them into ``summary.json`` (job/summary.py).
 
 Allocated GPU-hours come from the ledgers (launcher/links.py: GPUs × elapsed of every link, requeued
 runs and resubmitted chains included), so they exist with or without accounting; Slurm's figure

@@ -2,7 +2,7 @@
 which backend, which Slurm cluster(s), whether accounting answers) and which of a chain's jobs are live.
 
 These read the run's model (``RunDir``, a chain's ``ChainState``), so they stand beside it, above the
-site's adapters (``launcher/site/``), which know nothing of a run.
+site's adapters (``site/``), which know nothing of a run.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from collections.abc import Mapping
 
 from gymslurm.launcher.ledger import ChainState
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.backend import (
+from gymslurm.site.backend import (
     LIVE_STATES,
     Backend,
     ClusterSetBackend,
     SlurmBackend,
     choose_backend,
 )
-from gymslurm.launcher.site.slurm import QueueRow, SlurmClient
+from gymslurm.site.slurm import QueueRow, SlurmClient
 
 
 def live_jobs(state: ChainState, queue: Mapping[str, QueueRow]) -> list[str]:

@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
-from gymslurm.launcher.site.placement import Block, cluster_of
 from gymslurm.process_env import SECRETS_ENV
+from gymslurm.site.placement import Block, cluster_of
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.tally import RunTally
 

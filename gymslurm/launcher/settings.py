@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.benchmark_checks import env_name_problem, override_grammar_problem
 from gymslurm.launcher.server_refs import check_references, credential_url_on_argv
 from gymslurm.launcher.settings_sections import (
     BudgetSettings,
@@ -39,10 +40,10 @@ from gymslurm.launcher.settings_sections import (
     gpus_in_directives,
     placement_problem,
 )
-from gymslurm.launcher.site import scriptsafe
-from gymslurm.launcher.site.slurm import slurm_seconds
 from gymslurm.redaction import REDACTED, learn, redact_value
 from gymslurm.resources import configs_dir
+from gymslurm.site import scriptsafe
+from gymslurm.site.slurm import slurm_seconds
 
 SECRETS_HINT = "GYMSLURM_SECRETS, exported by sbatch from where the run was submitted"
 # A command item that stands for the interpreter running gymslurm (slurm.python overrides it).
@@ -58,14 +59,14 @@ def _refuse(problem: str | None) -> None:
 
 
 def _one_line(value: str | None, info: ValidationInfo) -> str | None:
-    """A value that reaches a job script: one line, no control characters (launcher/site/scriptsafe.py)."""
+    """A value that reaches a job script: one line, no control characters (site/scriptsafe.py)."""
     if value is not None:
         _refuse(scriptsafe.control_problem(str(info.field_name), value))
     return value
 
 
 def _slug(value: str, info: ValidationInfo) -> str:
-    """A name that becomes a folder, file or job name: a safe slug (launcher/site/scriptsafe.py)."""
+    """A name that becomes a folder, file or job name: a safe slug (site/scriptsafe.py)."""
     _refuse(scriptsafe.slug_problem(str(info.field_name), value))
     return value
 
@@ -399,25 +400,18 @@ class BenchmarkSettings(_Strict):
                 raise ValueError(f"server {server.name!r}: {problem}")
             seen.append(server.name)
         check_references(self.collector.overrides, seen, "collector.overrides")
+        envs = {
+            **{f"servers[{i}].env": server.env for i, server in enumerate(self.servers)},
+            "collector.env": self.collector.env,
+            **{f"notify[{i}].env": target.env for i, target in enumerate(self.notify)},
+        }
+        for where, env in envs.items():
+            _refuse(env_name_problem(env, where))
+        _refuse(override_grammar_problem(self.collector.overrides, "collector.overrides"))
 
 
 SLURM_LIMIT_TICK_S = 30  # slurmctld checks time limits (and sends --signal warnings) about this often
 MIN_WORK_BEFORE_SIGNAL_S = 60
-
-
-def visible_credential_warnings(settings: BenchmarkSettings) -> list[str]:
-    """Warnings for credentials a configured command would carry on its command line (pure).
-
-    A server's ``command`` is run as written: gymslurm cannot make a program read an argument from
-    elsewhere, so a credential there is readable by every user of the node (``ps``).
-    """
-    return [
-        f"servers[{index}].command ({server.name}) carries a credential on its command line, which every "
-        "user of the node can read (ps, /proc/*/cmdline); pass it in servers[].env and have the server "
-        "read it from its environment (docs/security.md)"
-        for index, server in enumerate(settings.servers)
-        if server.command is not None and redact_value(server.command) != server.command
-    ]
 
 
 def early_signal_warning(slurm: SlurmSettings) -> str | None:

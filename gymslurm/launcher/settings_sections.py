@@ -47,7 +47,13 @@ class ReportSettings(Strict):
 
 
 NotifyEvent = Literal[
-    "run_submitted", "link_failed", "shard_stopped", "budget_warning", "aggregation_done", "run_done"
+    "run_submitted",
+    "link_failed",
+    "shard_stopped",
+    "budget_warning",
+    "aggregation_done",
+    "run_done",
+    "watch_blocked",
 ]
 NOTIFY_EVENTS: tuple[str, ...] = (
     "run_submitted",
@@ -56,6 +62,7 @@ NOTIFY_EVENTS: tuple[str, ...] = (
     "budget_warning",
     "aggregation_done",
     "run_done",
+    "watch_blocked",
 )
 
 
@@ -69,6 +76,9 @@ class NotifyTarget(Strict):
     webhook: str | None = None
     format: Literal["json", "slack"] = "json"
     command: list[str] | None = None
+    # The variables a command receiver gets beyond the job's plain environment: it gets no secret it
+    # does not name here (``TOKEN: ${oc.env:TOKEN}``), like every child (job/environment.py).
+    env: dict[str, str] = Field(default_factory=dict)
     events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))  # type: ignore[arg-type]
     timeout_s: float = Field(default=5.0, gt=0)
     attempts: int = Field(default=4, ge=1)

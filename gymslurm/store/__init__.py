@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from gymslurm.store.lock import RunLock
     from gymslurm.store.manifest import Manifest
     from gymslurm.store.paths import RunPaths
-    from gymslurm.store.store import Reconciliation, RunSpec, RunStore
+    from gymslurm.store.run_files import RunSpec
+    from gymslurm.store.store import Reconciliation, RunStore
 
 _HOMES = {
     "ExistingRun": "existing",
@@ -29,7 +30,7 @@ _HOMES = {
     "Reconciliation": "store",
     "RunLock": "lock",
     "RunPaths": "paths",
-    "RunSpec": "store",
+    "RunSpec": "run_files",
     "RunStore": "store",
     "existing_run": "existing",
     "read_resubmit_offset": "files",

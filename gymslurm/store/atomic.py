@@ -11,7 +11,7 @@ writers pass ``follow_link=True``. Every companion is replaced as a file, so a l
 ``<stem>_coverage.json`` is replaced by the real file and its target is left alone.
 
 Permissions: a new file gets ``mode`` (default 0600: run files may hold anything a task holds),
-whatever the umask; an existing regular file keeps its bits.
+whatever the umask; an existing regular file of this user's keeps its bits.
 
 Guarantee: a writer killed at any instant leaves the previous complete file (plus, at worst, a stray
 ``.<name>.tmp-*`` file that the next publish ignores). Trade-off: one fsync of the file and one of the
@@ -183,12 +183,14 @@ def sync_files(paths: Iterable[Path]) -> None:
 
 
 def _existing_mode(real: Path, default: int) -> int:
-    """An existing regular file's permission bits; ``default`` for a new file or anything else (a link)."""
+    """An existing regular file's permission bits, when it is this user's; ``default`` for a new file
+    or anything else (a link, another user's file: their modes are never carried to our data)."""
     try:
         info = real.lstat()
     except FileNotFoundError:
         return default
-    return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else default
+    mine = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+    return stat.S_IMODE(info.st_mode) if mine else default
 
 
 FALLOC_FL_KEEP_SIZE = 1

@@ -48,6 +48,7 @@ from gymslurm.selection import (
     kept_timeout_answer,
     plain,
 )
+from gymslurm.store.adoptions import Adoptions
 from gymslurm.store.inputs import id_is_at
 from gymslurm.store.jsonl import TailReport, iter_records, malformed, max_line_bytes, over_the_line_limit
 from gymslurm.store.outcome_index import IndexRead, OutcomeLog, read_index
@@ -148,14 +149,17 @@ def read_history(
     manifest: Path | None = None,
     known: IndexRead | None = None,
     log: OutcomeLog | None = None,
+    adoptions: Adoptions | None = None,
 ) -> History:
     """Read the failure sidecar then the results file (that order numbers legacy rows by arrival).
 
     ``manifest``: set while importing a legacy run (no manifest yet); a stamped row then means the
     run's manifest was lost, which an import cannot repair. ``known``: the run's verified outcome
     index: its outcomes are taken as read, and each file is read from where it ends. ``log``: every
-    outcome read is added to it (the run's writer keeps it to write the index again)."""
+    outcome read is added to it (the run's writer keeps it to write the index again). ``adoptions``:
+    the run's adoption journal; unstamped rows it does not number are adopted (store/adoptions.py)."""
     reader = _Reader(run_id, keys, rollout_count, legacy)
+    reader.adoptions = adoptions
     reader.importing_beside = manifest
     reader.tail_log = log
     starts = {name: (0, 0) for name in ("failures", "results")}
@@ -163,9 +167,11 @@ def read_history(
         reader.history.failure_lines = known.log.failure_lines
         starts = known.log.starts()
         known.add_to(reader.history.groups, "failures")
+    reader.which = "failures"
     reader.read_failures(failures, starts["failures"])
     if known is not None:
         known.add_to(reader.history.groups, "results")
+    reader.which = "results"
     reader.read_results(results, starts["results"])
     if log is not None:
         log.failure_lines = reader.history.failure_lines
@@ -173,7 +179,14 @@ def read_history(
 
 
 def read_run_history(
-    paths: RunPaths, run_id: str, keys: RolloutKeys, rollout_count: int, *, legacy: bool, writable: bool
+    paths: RunPaths,
+    run_id: str,
+    keys: RolloutKeys,
+    rollout_count: int,
+    *,
+    legacy: bool,
+    writable: bool,
+    adoptions: Adoptions | None = None,
 ) -> tuple[History, OutcomeLog | None]:
     """A run's history, from its outcome index as far as it verifies, then from the rows after it;
     and for its writer (``writable``) the log of all of it, to leave as the next index.
@@ -192,6 +205,7 @@ def read_run_history(
         legacy=legacy,
         known=known,
         log=log,
+        adoptions=adoptions,
     )
     if log is None:
         return history, None
@@ -212,6 +226,8 @@ class _Reader:
         self.intern = _Interner()
         self.importing_beside: Path | None = None
         self.tail_log: OutcomeLog | None = None  # set: every outcome read is added to it (the writer's)
+        self.adoptions: Adoptions | None = None
+        self.which = "failures"  # the file being read
 
     def add(self, index: int, outcome: SavedOutcome) -> None:
         groups = self.history.groups
@@ -238,9 +254,16 @@ class _Reader:
                     "missing: an import cannot recreate its execution reservations. Restore the manifest "
                     "from a backup, or start at a new output path",
                 )
-            if stamped is not None or self.history.legacy_counts is None:
+            if stamped is not None:
                 raise malformed(path, line, _foreign(stamped, self.run_id))
-            return self._legacy(path, line, row)
+            adoptions = self.adoptions
+            if self.history.legacy_counts is not None and (
+                adoptions is None or adoptions.imported_row(self.which, line)
+            ):
+                return self._legacy(path, line, row)
+            if adoptions is None:
+                raise malformed(path, line, _foreign(stamped, self.run_id))
+            return self._adopted(path, line, row, adoptions)
         index = self.keys.find(row.get("_ng_rollout_id"), row.get("_ng_task_index"), near + 1, near)
         if index is None:
             raise malformed(
@@ -250,6 +273,15 @@ class _Reader:
         if type(attempt) is not int or attempt < 0:
             raise malformed(path, line, f"has no valid _ng_attempt ({attempt!r})")
         return index, attempt, False
+
+    def _adopted(
+        self, path: Path, line: int, row: dict[str, Any], adoptions: Adoptions
+    ) -> tuple[int, int, bool]:
+        """A row another tool (NeMo Gym's collector) appended: numbered by the adoption journal."""
+        index = self.keys.legacy_index(row)
+        if index is None:
+            raise malformed(path, line, "has no _ng_run_id and matches no materialized rollout")
+        return index, adoptions.execution(self.which, line, index), True
 
     def _legacy(self, path: Path, line: int, row: dict[str, Any]) -> tuple[int, int, bool]:
         index = self.keys.legacy_index(row)
@@ -315,6 +347,9 @@ class _Reader:
                 attempt = get("_ng_attempt")
                 if get("_ng_run_id") != run_id or index is None or type(attempt) is not int or attempt < 0:
                     index, attempt, _ = locate(path, line, row)
+                response = get("response")
+                if response is not None and type(response) is not dict:
+                    raise malformed(path, line, str(response_problem(row)))
                 reward = get("reward")
                 if (type(reward) is not float and type(reward) is not int) or not isfinite(reward):
                     reward = None
@@ -476,7 +511,28 @@ def failure_row_problem(row: Mapping[str, Any], attempt: int) -> str | None:
         return "run_id disagrees with the row's _ng_run_id"
     if record.get("source") not in SOURCES or record.get("delivery") not in DELIVERIES:
         return "source or delivery is not a known value"
-    return _failure_problem(failure, row)
+    return provenance_problem(record) or _failure_problem(failure, row)
+
+
+def provenance_problem(record: Mapping[str, Any]) -> str | None:
+    """A record that contradicts itself: the environment reported it, so it was delivered (PROTOCOL.md).
+
+    The one rule behind ``RolloutFailureRecord``'s validator, for saved rows read without pydantic.
+    """
+    if record.get("source") == "environment" and record.get("delivery") != "delivered":
+        return (
+            f"source: environment with delivery: {record.get('delivery')!r} contradicts itself (a failure "
+            "the environment reported was delivered to it)"
+        )
+    return None
+
+
+def response_problem(row: Mapping[str, Any]) -> str | None:
+    """A completed result whose ``response`` is present but not an object: no measured result (000)."""
+    response = row.get("response")
+    if response is None or type(response) is dict:
+        return None
+    return f"has a 'response' that is a {type(response).__name__}, not an object (invalid_response)"
 
 
 def _failure_problem(failure: Any, row: Mapping[str, Any]) -> str | None:

@@ -13,7 +13,7 @@ import operator
 import os
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,6 +75,27 @@ def write_inputs(path: Path, rows: Iterable[dict[str, Any]]) -> tuple[str, Rollo
 
     publish_stream(path, chunks())
     return "sha256:" + sha.hexdigest(), index
+
+
+def write_nemo_gym_inputs(
+    path: Path, tasks: Path, nemo_gym_row: Callable[[Mapping[str, Any]], dict[str, Any]]
+) -> None:
+    """Publish NeMo Gym's ``<stem>_materialized_inputs.jsonl`` from the run's own tasks file ``tasks``.
+
+    One row per rollout in NeMo Gym's shape and bytes (compact orjson, as ``gym eval run`` writes it),
+    so that NeMo Gym's ``+resume_from_cache=true`` resumes the run (docs/nemo-gym.md). Streamed.
+    """
+
+    def chunks() -> Iterator[bytes]:
+        batch = bytearray()
+        for _, row in iter_records(tasks):
+            batch += orjson.dumps(nemo_gym_row(row)) + b"\n"
+            if len(batch) >= _CHUNK:
+                yield bytes(batch)
+                batch.clear()
+        yield bytes(batch)
+
+    publish_stream(path, chunks())
 
 
 def digest_file(path: Path) -> tuple[str, int]:
@@ -279,7 +300,10 @@ class RolloutIndex:
     def stamps(self, index: int, run_id: str, attempt: int) -> dict[str, Any]:
         row = self.row(index)
         task_id = row["task_id"]
-        return {
+        agent = (
+            row.get("task_input", {}).get("agent_ref") if isinstance(row.get("task_input"), dict) else None
+        )
+        stamps = {
             "_ng_run_id": run_id,
             "_ng_rollout_id": self.ids[index],
             "_ng_attempt": attempt,
@@ -287,6 +311,9 @@ class RolloutIndex:
             "_ng_rollout_index": row.get("_ng_rollout_index", 0),
             "task_id": {"taskset": task_id.get("taskset"), "task_id": task_id.get("task_id")},
         }
+        if isinstance(agent, dict) and agent.get("name"):  # a flat row's agent: NeMo Gym copies it to results
+            stamps["agent_ref"] = agent
+        return stamps
 
     def close(self) -> None:
         if self._fd is not None:

@@ -83,6 +83,7 @@ class Heartbeat(_Live):
     host: str = ""
     collector_pid: int | None = None  # the link's collector once started: gymslurm inject signals it
     collector_started: float | None = None  # when it started (epoch): liveness counts from there
+    collector_pids: list[int] = Field(default_factory=list)  # a suite link's: every collector it started
     stall_window_s: float | None = None  # the link ends a collector that does nothing for this long
 
 

@@ -1,4 +1,4 @@
-"""The run manifest, format version 2: the run's identity, digests, saved budget and policy.
+"""The run manifest, format version 3 (2 still read): the run's identity, digests, saved budget and policy.
 
 The manifest is published atomically (``atomic.py``) and read strictly: the format version is checked
 first (anything else is an unsupported manifest, never silently reinterpreted), unknown fields are
@@ -37,7 +37,7 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format_version: Literal[2] = 2
+    format_version: Literal[2, 3] = 3
     run_id: str = Field(pattern=RUN_ID_PATTERN)
     state: ManifestState = "ready"
     created_at: str

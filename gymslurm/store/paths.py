@@ -21,6 +21,8 @@ COMPANION_SUFFIXES: dict[str, str] = {
     "identity": "_identity.json",
     "reservations": "_reservations.bin",
     "materialized_inputs": "_materialized_inputs.jsonl",
+    "gymslurm_inputs": "_gymslurm_inputs.jsonl",
+    "adoptions": "_adoptions.jsonl",
     "coverage": "_coverage.json",
     "resubmit_offset": "_resubmit_offset",
     "resume_drift": "_resume_drift.jsonl",
@@ -53,6 +55,49 @@ def others_writable_warning(folder: Path, mode: int) -> str | None:
         "they could tamper with the run's files. Use a folder only you can write (chmod o-w), "
         "see docs/security.md"
     )
+
+
+def companion_of(path: Path) -> Path | None:
+    """The output of the run whose companion ``path`` is (``r_failures.jsonl`` → ``r.jsonl``), when
+    that run has a file there (its output or any companion, ``path`` included); else None.
+
+    The one rule for every command that writes an output (collect, aggregate, reverify): a run's
+    companion is never any command's output, since writing it would destroy that run.
+    """
+    for suffix in COMPANION_SUFFIXES.values():
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            output = path.with_name(path.name[: -len(suffix)] + ".jsonl")
+            run = [output, *(companion_path(output, other) for other in COMPANION_SUFFIXES.values())]
+            if any(os.path.lexists(file) for file in run):
+                return output
+    return None
+
+
+def companion_refusal(output: Path, what: str) -> str | None:
+    """Why ``what`` ``output`` must not be written, when either spelling is an existing run's file."""
+    for spelling in dict.fromkeys((output, output.resolve())):
+        run = companion_of(spelling)
+        if run is not None:
+            return (
+                f"{what} {output} is a companion file of the run {run}; writing it would destroy that "
+                "run. Name the results file itself (<stem>.jsonl) of a new run instead"
+            )
+    return None
+
+
+def others_own(paths: RunPaths) -> list[Path]:
+    """The run's folder, the output as given (a link counts as itself) and every file of the run
+    that exist and belong to another user: a collection must not write there (it would replace
+    their files, under the modes they chose)."""
+    me = os.geteuid()
+    found = []
+    for path in (paths.folder, paths.output_as_given, *paths.companions().values()):
+        try:
+            if os.lstat(path).st_uid != me:
+                found.append(path)
+        except FileNotFoundError:
+            continue
+    return list(dict.fromkeys(found))
 
 
 def run_stem(output: Path) -> str:
@@ -112,6 +157,20 @@ class RunPaths:
     @property
     def materialized_inputs(self) -> Path:
         return self._companion("_materialized_inputs.jsonl")
+
+    @property
+    def gymslurm_inputs(self) -> Path:
+        """The run's own materialized tasks (manifest v3); NeMo Gym's file keeps NeMo Gym's shape."""
+        return self._companion("_gymslurm_inputs.jsonl")
+
+    @property
+    def adoptions(self) -> Path:
+        """The journal of outcome rows NeMo Gym's collector appended to the run (store/adoptions.py)."""
+        return self._companion("_adoptions.jsonl")
+
+    def tasks(self, manifest_version: int) -> Path:
+        """Where a run's tasks are: its own file since manifest v3, NeMo Gym's name before."""
+        return self.gymslurm_inputs if manifest_version >= 3 else self.materialized_inputs
 
     @property
     def coverage(self) -> Path:
@@ -174,6 +233,8 @@ class RunPaths:
             "identity": self.identity,
             "reservations": self.reservations,
             "materialized_inputs": self.materialized_inputs,
+            "gymslurm_inputs": self.gymslurm_inputs,
+            "adoptions": self.adoptions,
             "coverage": self.coverage,
             "resubmit_offset": self.resubmit_offset,
             "resume_drift": self.resume_drift,

@@ -7,7 +7,11 @@ composes a configuration, asks a server or reconciles a run. It holds:
 - ``invocation``: the digest of the command that a resume must repeat (``collector_seal.Invocation``);
 - ``files``: the identity (device, inode, size, mtime, ctime in ns; ``null`` for an absent file) of
   every file the resume would read: the run's files (not its lock, not this seal) and the dataset;
-- ``transcript``: what that resume prints, stream by stream, and ``exit_code``: what it exits with.
+- ``transcript``: what that resume prints, stream by stream, and ``exit_code``: what it exits with;
+- ``servers``: each server the full path asked for its configuration (its URL, a password cut out)
+  with the digest of its answer as the identity reads it (``null``: it answered without one). The
+  servers' side of the identity is in no file: a replay asks them again (version 2; a version 1
+  seal, which kept none, is ignored).
 
 Why identity and not content: a file cannot be written, replaced, truncated or appended to without
 changing its ctime, which no user call can set back (a copy gets a new inode). Reading the run again
@@ -44,6 +48,14 @@ def sealed_files(paths: RunPaths, dataset: Path) -> list[Path]:
 
 
 @dataclass(frozen=True)
+class ServerAnswer:
+    """One server a finished run's identity read: where, and the digest of what it answered."""
+
+    url: str  # as the seal keeps it: any password or token cut out
+    digest: str | None  # None: the server answered without a configuration
+
+
+@dataclass(frozen=True)
 class FinishedSeal:
     """A finished run's answer to one repeated command (see the module docstring)."""
 
@@ -52,6 +64,7 @@ class FinishedSeal:
     files: dict[str, Identity]
     exit_code: int
     transcript: tuple[tuple[str, str], ...]  # (stream, text) in the order written
+    servers: tuple[ServerAnswer, ...] = ()  # asked again before the seal answers
 
     def still_holds(self) -> bool:
         """Whether every sealed file is exactly as it was sealed."""
@@ -65,6 +78,7 @@ class FinishedSeal:
             "files": {path: list(identity) if identity else None for path, identity in self.files.items()},
             "exit_code": self.exit_code,
             "transcript": [list(item) for item in self.transcript],
+            "servers": [{"url": server.url, "digest": server.digest} for server in self.servers],
         }
 
 
@@ -86,6 +100,7 @@ def read_seal(paths: RunPaths) -> FinishedSeal | None:
 def _parsed(data: dict[str, Any]) -> FinishedSeal | None:
     invocation, names, files = data.get("invocation"), data.get("env_names"), data.get("files")
     code, transcript = data.get("exit_code"), data.get("transcript")
+    servers = _servers(data.get("servers"))
     if (
         type(invocation) is not str
         or type(names) is not list
@@ -93,6 +108,7 @@ def _parsed(data: dict[str, Any]) -> FinishedSeal | None:
         or type(files) is not dict
         or type(code) is not int
         or type(transcript) is not list
+        or servers is None
     ):
         return None
     sealed: dict[str, Identity] = {}
@@ -107,7 +123,21 @@ def _parsed(data: dict[str, Any]) -> FinishedSeal | None:
         if type(item) is not list or len(item) != 2 or item[0] not in STREAMS or type(item[1]) is not str:
             return None
         lines.append((item[0], item[1]))
-    return FinishedSeal(invocation, tuple(names), sealed, code, tuple(lines))
+    return FinishedSeal(invocation, tuple(names), sealed, code, tuple(lines), servers)
+
+
+def _servers(found: Any) -> tuple[ServerAnswer, ...] | None:
+    """The seal's ``servers`` as written, or None when it is not a list of ``{url, digest}``."""
+    if type(found) is not list:
+        return None
+    servers = []
+    for item in found:
+        if type(item) is not dict or set(item) != {"url", "digest"} or type(item["url"]) is not str:
+            return None
+        if item["digest"] is not None and type(item["digest"]) is not str:
+            return None
+        servers.append(ServerAnswer(item["url"], item["digest"]))
+    return tuple(servers)
 
 
 def write_seal(paths: RunPaths, seal: FinishedSeal) -> None:

@@ -23,17 +23,20 @@ given (redaction is the identity module's job) and leaves selection and coverage
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
 from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, LEGACY_JUDGE_MARKERS, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
+from gymslurm.store.adoptions import Adoptions, adopt_pending, read_adoptions, start_imported
 from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
 from gymslurm.store.existing import ExistingRun, existing_run, refuse_retired_journal
 from gymslurm.store.files import (
@@ -54,19 +57,18 @@ from gymslurm.store.history import (
 )
 from gymslurm.store.inputs import (
     RolloutIndex,
-    Tasks,
     check_rows,
     digest_file,
     read_index,
     read_rows,
-    write_inputs,
 )
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.lines import selected_rows
 from gymslurm.store.manifest import IdentitySource, Manifest, new_run_id, read_manifest, write_manifest
 from gymslurm.store.outcome_index import OutcomeLog
 from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
-from gymslurm.store.reservations import ReservationTable, create_table
+from gymslurm.store.reservations import ReservationTable
+from gymslurm.store.run_files import RunSpec, clear_companions, keys_of_rows, write_run_files
 
 RESULT_STAMPS = frozenset(
     {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
@@ -85,36 +87,6 @@ class Reconciliation:
     torn_failures_bytes: int
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """What a new run records: the same for a fresh collection and a legacy import."""
-
-    source_path: str
-    source_digest: str
-    inputs: Tasks  # a list, or a stream (prepare.TaskStream) a fresh run writes as it is made
-    identity: Mapping[str, Any]
-    config_digest: str
-    max_rollout_attempts: int
-    retry_terminal_timeouts: bool = False
-
-    def manifest(self, run_id: str, state: Literal["replacing", "ready"], source: IdentitySource) -> Manifest:
-        """The new run's manifest; ``inputs_digest`` is replaced once the inputs are written."""
-        return Manifest(
-            run_id=run_id,
-            state=state,
-            created_at=utc_now(),
-            source_path=self.source_path,
-            source_digest=self.source_digest,
-            inputs_digest=self.source_digest,
-            config_digest=self.config_digest,
-            rollout_count=len(self.inputs),
-            max_rollout_attempts=self.max_rollout_attempts,
-            retry_terminal_timeouts=self.retry_terminal_timeouts,
-            identity_verified=source == "verified",
-            identity_source=source,
-        )
-
-
 class RunStore:
     """A validated, open run. Build it with ``create_fresh``, ``open`` or ``import_legacy``."""
 
@@ -131,6 +103,7 @@ class RunStore:
         self._writable = table is not None and table.writable
         self._log: OutcomeLog | None = None  # the outcome index to leave (store/outcome_index.py)
         self._appended = False  # only a store that saved something leaves an index (at once, and at close)
+        self._adoptions: Adoptions | None = None  # the adoption journal as the last read found it
 
     # --- building ------------------------------------------------------------------------------
 
@@ -152,9 +125,9 @@ class RunStore:
         manifest = spec.manifest(new_run_id(), "replacing", identity_source)
         if existing_run(paths) in (ExistingRun.MANIFEST, ExistingRun.LEGACY):
             write_manifest(paths.manifest, manifest)
-        _clear_companions(paths)
+        clear_companions(paths)
         publish_bytes(paths.results, b"")
-        manifest, index = _write_run_files(paths, manifest, inputs, spec.identity, len(inputs))
+        manifest, index = write_run_files(paths, manifest, inputs, spec, len(inputs))
         store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
         store._index = index
         store._newest_outcome = array("q", [-1]) * len(inputs)
@@ -187,10 +160,11 @@ class RunStore:
                 f"the results file {paths.results} is missing beside its manifest {paths.manifest}: "
                 "restore it from a backup (keep a run's files together) or start at a new output path"
             )
-        digest, lines = digest_file(paths.materialized_inputs)
+        tasks = paths.tasks(manifest.format_version)
+        digest, lines = digest_file(tasks)
         if digest != manifest.inputs_digest or lines != manifest.rollout_count:
             raise InconsistentHistoryError(
-                f"the materialized inputs {paths.materialized_inputs} do not match the manifest "
+                f"the materialized inputs {tasks} do not match the manifest "
                 f"{paths.manifest} (digest or row count differs): they belong to another run or were "
                 "edited. Restore the run's files together from a backup, or use a new output path"
             )
@@ -212,7 +186,7 @@ class RunStore:
         inputs = spec.inputs if isinstance(spec.inputs, Sequence) else list(spec.inputs)
         check_rows(inputs)
         run_id = new_run_id()
-        keys = _keys_of_rows(inputs)
+        keys = keys_of_rows(inputs)
         history = read_history(
             paths.results,
             paths.failures,
@@ -224,7 +198,14 @@ class RunStore:
         )
         assert history.legacy_counts is not None
         manifest = spec.manifest(run_id, "ready", "imported")
-        manifest, index = _write_run_files(paths, manifest, inputs, spec.identity, history.legacy_counts)
+        lines = {
+            "failures": history.failures_tail.complete_lines,
+            "results": history.results_tail.complete_lines,
+        }
+        start_imported(paths.adoptions, lines)  # before the manifest, which says the import is complete
+        keep = file_size(paths.materialized_inputs) > 0  # NeMo Gym's own file is never replaced
+        spec = spec if not keep else dataclasses.replace(spec, nemo_gym_row=None)
+        manifest, index = write_run_files(paths, manifest, inputs, spec, history.legacy_counts)
         store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
         store._index = index
         return store
@@ -267,15 +248,20 @@ class RunStore:
     @property
     def rollout_index(self) -> RolloutIndex:
         if self._index is None:
-            self._index = read_index(self.paths.materialized_inputs)
+            self._index = read_index(self.tasks_path)
         return self._index
+
+    @property
+    def tasks_path(self) -> Path:
+        """The run's own tasks file (``<stem>_gymslurm_inputs.jsonl``; NeMo Gym's name before manifest v3)."""
+        return self.paths.tasks(self.manifest.format_version)
 
     def rollout_ids(self) -> list[str]:
         return list(self.rollout_index.ids)  # a list: the index holds them as bytes
 
     def inputs(self) -> list[dict[str, Any]]:
         """The materialized tasks, in rollout-index order."""
-        return read_rows(self.paths.materialized_inputs)
+        return read_rows(self.tasks_path)
 
     def saved_identity(self) -> dict[str, Any] | None:
         """The identity saved beside the manifest, or None; the caller checks it against config_digest."""
@@ -296,15 +282,25 @@ class RunStore:
 
         A writable store keeps what it read as the index it leaves (:meth:`write_outcome_index`)."""
         index = self.rollout_index
+        imported = self.manifest.identity_source == "imported"
+        self._adoptions = read_adoptions(self.paths.adoptions, self.table.counts(), imported_run=imported)
         history, self._log = read_run_history(
             self.paths,
             self.run_id,
             RolloutKeys(index.index_of, index.by_task, (index.blob, index.ends)),
             self.manifest.rollout_count,
-            legacy=self.manifest.identity_source == "imported",
+            legacy=imported,
             writable=self._writable,
+            adoptions=self._adoptions,
         )
         return history
+
+    def adopt(self) -> int:
+        """Adopt the rows NeMo Gym's collector appended that the last read found (store/adoptions.py)."""
+        adopted = adopt_pending(self._adoptions, self.table, self.paths.adoptions)
+        if adopted:
+            self._adoptions = None
+        return adopted
 
     def write_outcome_index(self) -> None:
         """Leave the outcome index of what this writer read and saved, when it has anything new.
@@ -325,6 +321,8 @@ class RunStore:
         history = self.read_history()
         policy = self.policy()
         counts = self.table.counts()
+        if self._adoptions is not None and self._adoptions.pending:  # rows NeMo Gym added, not yet adopted
+            counts = array("I", self._adoptions.raised(counts))
         ids = self.rollout_index.ids
 
         def conflict(index: int, problem: str) -> CorruptRecordError:
@@ -503,10 +501,13 @@ class RunStore:
                 f"{self._newest_outcome[index]} (each execution gets one outcome, after its reservation)"
             )
         stamps = self.rollout_index.stamps(index, self.run_id, attempt)
+        own = stamps.pop("agent_ref", None)  # a row's own agent_ref, kept whole as NeMo Gym keeps it
         origin = self._origins.get(stamps["task_id"]["taskset"]) if self._origins else None
         if origin:
             stamps.update(origin)
             stamps["_ng_task_id"] = stamps["task_id"]
+            if own is not None and "agent_ref" in origin:  # a flat row's server (a typed one stamps none)
+                stamps["agent_ref"] = own
         return stamps
 
     def _saved(self, index: int, outcome: SavedOutcome, which: str, *, failure: bool = False) -> SavedOutcome:
@@ -561,39 +562,6 @@ class RunStore:
         if self._log is not None and file_size(path) == self._log.sections[which].covered_bytes:
             return self._log.sections[which].lines
         return read_tail(path).complete_lines
-
-
-def _write_run_files(
-    paths: RunPaths,
-    manifest: Manifest,
-    inputs: Tasks,
-    identity: Mapping[str, Any],
-    counts: list[int] | int,
-) -> tuple[Manifest, RolloutIndex]:
-    """Identity, inputs, reservations, then the ready manifest last (its presence means complete)."""
-    publish_json(paths.identity, dict(identity))
-    inputs_digest, index = write_inputs(paths.materialized_inputs, inputs)
-    create_table(paths.reservations, manifest.run_id, counts)
-    manifest = manifest.model_copy(update={"inputs_digest": inputs_digest, "state": "ready"})
-    write_manifest(paths.manifest, Manifest.model_validate(manifest.model_dump()))
-    return manifest, index
-
-
-def _keys_of_rows(rows: Sequence[dict[str, Any]]) -> RolloutKeys:
-    """Row → rollout index for rows not yet written (legacy import reads history before writing)."""
-    index_of = {row.get("_ng_rollout_id"): index for index, row in enumerate(rows)}
-    by_task = {
-        (row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0)): i for i, row in enumerate(rows)
-    }
-    return RolloutKeys(index_of, lambda: by_task)
-
-
-def _clear_companions(paths: RunPaths) -> None:
-    for path in paths.replaced_by_fresh_run():
-        if path == paths.results:
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
 
 
 __all__ = [

@@ -355,17 +355,18 @@ def stack_config(ports: dict[str, int]) -> str:
     return json.dumps(config, indent=2)
 
 
-def start_stack(venv: Path, workdir: Path, attempts: int = 2) -> Stack:
+def start_stack(venv: Path, workdir: Path, attempts: int = 2, *, head_port: int | None = HEAD_PORT) -> Stack:
     """Start the fake model and ``gym env start`` on the stack config; wait until every server answers.
 
     A stack that ``gym env start`` ends before it is up is started once more, on fresh ports, in a
     fresh folder (NeMo Gym starts a Ray cluster and a dozen processes first, so a port or start-up
     race outside gymslurm can end it); the first attempt's reason is kept in ``first-attempt.txt``
-    and printed. A second failure fails the tests with both reasons."""
+    and printed. A second failure fails the tests with both reasons. ``head_port=None``: the head
+    server on a free port too (a module whose commands name the head server explicitly)."""
     reasons: list[str] = []
     for attempt in range(1, attempts + 1):
         try:
-            return _start_stack_once(venv, workdir / f"attempt-{attempt}")
+            return _start_stack_once(venv, workdir / f"attempt-{attempt}", head_port)
         except StackExitedError as error:
             reasons.append(f"attempt {attempt}: {error}")
             if attempt == 1:
@@ -374,15 +375,15 @@ def start_stack(venv: Path, workdir: Path, attempts: int = 2) -> Stack:
     raise NemoGymSetupError("\n\n".join(reasons))
 
 
-def _start_stack_once(venv: Path, workdir: Path) -> Stack:
-    if not port_is_free(HEAD_PORT):
+def _start_stack_once(venv: Path, workdir: Path, head_port: int | None = HEAD_PORT) -> Stack:
+    if head_port is not None and not port_is_free(head_port):
         raise NemoGymSetupError(
             f"port {HEAD_PORT} (NeMo Gym's default head server port) is in use on 127.0.0.1: the compat "
             "suite starts NeMo Gym's head server there to test the default; stop what listens on it"
         )
     workdir.mkdir(parents=True, exist_ok=True)
     ports = {
-        "head": HEAD_PORT,
+        "head": head_port or stack_ports(["head"])["head"],
         **stack_ports(
             ("fake", "model", "weather", "agent", TYPED, RELAY, ADAPTER, DEMO_POLICY, "demo_model")
         ),

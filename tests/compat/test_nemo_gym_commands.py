@@ -173,8 +173,9 @@ SHAPES = {  # (NeMo Gym's run, the dataset, its command's overrides, rows kept b
 def test_a_run_nemo_gym_wrote_resumes_under_gymslurm(
     shape: str, nemo_gym_runs: dict[str, Path], datasets: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A NeMo Gym run in each shape, resumed with its own command + resume flags: NeMo Gym's rows kept,
-    only the missing rollouts sent, every rollout answered (the bad row's two repeats stay failures)."""
+    """A NeMo Gym run in each shape, resumed with its own command + resume flags: NeMo Gym's rows and
+    its materialized file kept byte for byte (issue 34), only the missing rollouts sent, every
+    rollout answered (the bad row's two repeats stay failures)."""
     run, dataset, overrides, keep = SHAPES[shape]
     source = nemo_gym_runs[run]
     shutil.copytree(source.parent, tmp_path / "run")
@@ -182,10 +183,13 @@ def test_a_run_nemo_gym_wrote_resumes_under_gymslurm(
     if keep is not None:
         cut(output, keep)
     before = b"".join(output.read_bytes().splitlines(keepends=True)[: keep or None])
+    materialized = output.parent / "ng_materialized_inputs.jsonl"
+    nemo_gyms = materialized.read_bytes()
     done = under_gymslurm(datasets[dataset], output, *overrides, *RESUME)
     assert done.returncode == 0, done.stderr
     assert "importing the legacy run" in done.stderr
     assert output.read_bytes().startswith(before)  # NeMo Gym's own rows untouched
+    assert materialized.read_bytes() == nemo_gyms  # and its materialized inputs: never replaced
     results = rows(output)
     expected = ROWS if run == "typed" else 2 * ROWS
     assert len(results) == expected and {row["reward"] for row in results} == {1.0}

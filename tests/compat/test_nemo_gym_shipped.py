@@ -146,3 +146,52 @@ def test_a_shipped_config_gives_gymslurm_the_rows_nemo_gym_gets(
         )
         assert not differ, (index, differ[:5])
     assert len(_rows(tmp_path / "gs_failures.jsonl")) == len(_rows(tmp_path / "ng_failures.jsonl"))
+
+
+MIXED = ("lc_equivalence_rule_environment_server", "circle_count_environment_server")
+QUIET = ["+progress=none", "+summary=false"]
+
+
+def test_rows_routed_by_their_agent_ref_get_nemo_gyms_rows(shipped_stack: Stack, tmp_path: Path) -> None:
+    """NeMo Gym's default routing (issue 34): no routing flag, a dataset mixing two agents' rows (each
+    row's agent_ref fronted by one relay of the shipped configs): both collectors, the same rows."""
+    parts = [_rows(shipped_dataset(shipped_stack.venv, server)) for server in MIXED]
+    mixed = [row for pair in zip(*parts, strict=True) for row in pair]
+    assert len({row["agent_ref"]["name"] for row in mixed}) == 2
+    dataset = tmp_path / "mixed.jsonl"
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in mixed))
+    head = shipped_stack.head_url.rsplit(":", 1)[1]
+    spelled = ["--no-serve", "+head_server.host=127.0.0.1", f"+head_server.port={head}"]
+    spelled += ["+disable_health_check=true", f"+input_jsonl_fpath={dataset}"]
+    theirs = shipped_stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={tmp_path}/ng.jsonl")
+    assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
+    ours = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "collect",
+            *spelled,
+            f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
+            *QUIET,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
+    nemo_gym = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "ng.jsonl")}
+    gymslurm = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "gs.jsonl")}
+    assert sorted(gymslurm) == sorted(nemo_gym) and len(nemo_gym) == len(mixed), (
+        sorted(gymslurm),
+        sorted(nemo_gym),
+    )
+    for index, row in nemo_gym.items():
+        mine = gymslurm[index]
+        assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
+        differ = _differences(_without_per_call(row), _without_per_call({k: mine[k] for k in row}))
+        assert not differ, (index, differ[:5])
+    servers = {row["agent_ref"]["name"]: row["_ng_environment_server"] for row in gymslurm.values()}
+    assert sorted(servers.values()) == sorted(MIXED)  # each agent's rows went through its own server

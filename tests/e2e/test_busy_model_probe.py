@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gymslurm.launcher.job.server_watch import Supervisor
-from gymslurm.launcher.job.servers import start, stop
+from gymslurm.job.server_watch import Supervisor
+from gymslurm.job.servers import start, stop
 from gymslurm.launcher.settings import ServerSettings
 
 pytestmark = pytest.mark.e2e

@@ -144,7 +144,7 @@ def assert_nothing_counted_twice(output: Path) -> None:
     raw = output.with_name("out_reservations.bin").read_bytes()
     (count,) = struct.unpack_from("<Q", raw, 16)
     reserved = struct.unpack_from(f"<{count}I", raw, 64)
-    ids = [row["_ng_rollout_id"] for row in read_jsonl(output.with_name("out_materialized_inputs.jsonl"))]
+    ids = [row["_ng_rollout_id"] for row in read_jsonl(output.with_name("out_gymslurm_inputs.jsonl"))]
     rows = read_jsonl(output) + read_jsonl(output.with_name("out_failures.jsonl"))
     executions = Counter((row["_ng_rollout_id"], row["_ng_attempt"]) for row in rows)
     assert max(executions.values()) == 1

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.e2e
 
 def selected(output: Path) -> dict[str, tuple[str, dict[str, Any]]]:
     """Each rollout's selected outcome read straight from the files: (kind, row) of its newest execution."""
-    inputs = read_jsonl(companion(output, "_materialized_inputs.jsonl"))
+    inputs = read_jsonl(companion(output, "_gymslurm_inputs.jsonl"))
     counts = reservations_of(output)
     newest = {task["_ng_rollout_id"]: counts[i] - 1 for i, task in enumerate(inputs)}
     chosen: dict[str, tuple[str, dict[str, Any]]] = {}

@@ -98,14 +98,29 @@ def test_a_folder_others_can_write_is_warned_about_from_the_seal_too(
     assert "is writable by other users" in sealed.stderr.splitlines()[0]
 
 
-def test_a_finished_run_resumes_without_its_server(
+def test_a_finished_run_whose_server_is_down_takes_the_full_path(
     start_demo_server: Callable[..., Any], tmp_path: Path
 ) -> None:
-    """A finished shard's resume needs no Environment Server up: nothing is sent to one."""
+    """The seal keeps the servers' side of the identity and asks for it again: with the server down it
+    proves nothing, and the full path says why it cannot go on (never "complete" unasked)."""
     server = start_demo_server("--accuracy", "1.0")
     output = finished_run(server.url, tmp_path)
     server.stop()
     done = collect(tmp_path / "tasks.jsonl", output, server.url, RESUME)
+    assert done.returncode != 0 and not from_seal(done)
+    assert "cannot read the Environment Server's configuration" in done.stderr, done.stderr
+
+
+def test_a_finished_run_whose_identity_names_no_server_resumes_without_one(
+    start_demo_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Given its Environment Server configuration in the command, a finished shard's resume needs no
+    server up: nothing is asked, nothing is sent."""
+    server = start_demo_server("--accuracy", "1.0")
+    given = "+environment_config={demo: {verifier: exact}}"
+    output = finished_run(server.url, tmp_path, given)
+    server.stop()
+    done = collect(tmp_path / "tasks.jsonl", output, server.url, given, RESUME)
     assert done.returncode == 0, done.stderr
     assert from_seal(done)
     assert done.stderr.splitlines()[-1] == "gymslurm collect: exit 0: complete"
@@ -115,8 +130,8 @@ def test_a_links_resume_is_answered_from_the_seal(
     start_demo_server: Callable[..., Any], tmp_path: Path
 ) -> None:
     """A chain's link gives its collector every override in GYMSLURM_COLLECT_OVERRIDES, a URL with a
-    password among them: its finished shard is sealed and resumed without the server all the same,
-    the password kept out of the seal."""
+    password among them: its finished shard is sealed and its resume answered from the seal (the
+    server asked again through that URL), the password kept out of the seal."""
     server = start_demo_server("--accuracy", "1.0")
     dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}])
     output = tmp_path / "run" / "out.jsonl"
@@ -131,9 +146,9 @@ def test_a_links_resume_is_answered_from_the_seal(
     env = {"GYMSLURM_COLLECT_OVERRIDES": json.dumps(overrides)}
     first = gymslurm("collect", env=env)
     assert first.returncode == 0, first.stderr
-    server.stop()
     again = gymslurm("collect", env=env)
     assert again.returncode == 0, again.stderr
+    assert from_seal(again)
     assert again.stderr.splitlines()[-1] == "gymslurm collect: exit 0: complete"
     assert "CANARY7" not in companion(output, "_finished.json").read_text()
 
@@ -173,18 +188,13 @@ def test_any_change_takes_the_full_path(
     overrides: tuple[str, ...],
     env: dict[str, str],
 ) -> None:
-    """A touched file, another override or another failure budget is not answered from the seal.
-
-    Seen from outside: with the server stopped, the full path cannot read its configuration and says so.
-    """
+    """A touched file, another override or another failure budget is not answered from the seal."""
     server = start_demo_server("--accuracy", "1.0")
     output = finished_run(server.url, tmp_path)
-    server.stop()
     if change is not None:
         change(output)
     done = collect(tmp_path / "tasks.jsonl", output, server.url, RESUME, *overrides, env=env)
-    assert done.returncode != 0
-    assert "cannot read the Environment Server's configuration" in done.stderr, done.stderr
+    assert not from_seal(done), done.stderr
 
 
 def test_a_run_with_rollouts_left_is_not_sealed(

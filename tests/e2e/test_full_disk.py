@@ -25,6 +25,8 @@ PHASES = {
     "_run.lock": "lock",
     "_identity.json": "preparation",
     "_materialized_inputs.jsonl": "preparation",
+    "_gymslurm_inputs.jsonl": "preparation",
+    "_adoptions.jsonl": "preparation",
     "_reservations.bin": "preparation",
     "_manifest.json": "preparation",
     "out.jsonl": "dispatch",

@@ -34,3 +34,13 @@ def test_a_line_over_the_limit_is_refused_naming_it(tmp_path: Path, demo_server,
         done = gymslurm("health", str(output), env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{output}, line 3: is over {LIMIT} bytes" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_dataset_line_over_the_limit_is_refused_naming_it(tmp_path: Path, demo_server) -> None:
+    """A collect's dataset with a line over the limit: exit 2 naming the dataset and line, never read
+    whole (before: a 1 GB single-line dataset was held, 3 GB RSS, no message)."""
+    dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {"pad": "x" * (4 * LIMIT)}])
+    output = tmp_path / "run" / "o.jsonl"
+    done = collect(dataset, output, demo_server.url, env={"GYMSLURM_MAX_LINE_BYTES": str(LIMIT)})
+    assert done.returncode == 2, done.stderr
+    assert f"{dataset}, line 2: is over {LIMIT} bytes" in done.stderr and "Traceback" not in done.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.site.local import default_max_running
+from gymslurm.site.local import default_max_running
 from tests.e2e.launcher_chains_helpers import gymslurm, only_run, status, wait_until_final, write_benchmark
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.local import LocalBackend
 from tests.e2e.launcher_chains_helpers import ROOT, status, write_benchmark
 
 pytestmark = pytest.mark.e2e
@@ -30,11 +30,11 @@ OVERRIDES = [f"shards={SHARDS}", "aggregation.command=[/bin/true]"]
 
 
 def _supervisors(local: Path) -> list[psutil.Process]:
-    """The supervisor processes of this queue (``python -m gymslurm.launcher.site.local LOCAL``)."""
+    """The supervisor processes of this queue (``python -m gymslurm.site.local LOCAL``)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "gymslurm.launcher.site.local" in cmdline and str(local) in cmdline and _alive(proc):
+        if "gymslurm.site.local" in cmdline and str(local) in cmdline and _alive(proc):
             found.append(proc)
     return found
 

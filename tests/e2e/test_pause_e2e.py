@@ -113,13 +113,14 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
 
 
 def test_a_pause_during_the_aggregation_changes_nothing_and_the_merge_ends_once(tmp_path: Path) -> None:
-    """Every shard DONE, the aggregation running (it sleeps before it merges): ``pause`` says there is
-    nothing to pause and writes nothing, the aggregation runs to its end exactly once, the merged
-    output holds every row, and ``resume`` then finds nothing to restart."""
+    """Every shard DONE, the aggregation running (it sleeps 20 s before it merges: a pause on a loaded
+    machine takes seconds): ``pause`` says there is nothing to pause and writes nothing, the
+    aggregation runs to its end exactly once, the merged output holds every row, and ``resume`` then
+    finds nothing to restart."""
     from tests.e2e.launcher_chains_helpers import write_benchmark
 
     merge = (
-        "import sys, time, pathlib; time.sleep(8); out = pathlib.Path(sys.argv[1]); "
+        "import sys, time, pathlib; time.sleep(20); out = pathlib.Path(sys.argv[1]); "
         "out.write_text(''.join(pathlib.Path(p).read_text() for p in sys.argv[2:]))"
     )
     bench = write_benchmark(

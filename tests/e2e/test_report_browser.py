@@ -215,3 +215,36 @@ def test_the_console_check_sees_a_page_that_throws(tmp_path: Path) -> None:
     page.write_text("<!DOCTYPE html><html><body><script>throw new Error('boom')</script></body></html>")
     done = _browse(page, tmp_path / "profile", "--dump-dom")
     assert any("boom" in line for line in _console_errors(done.stderr)), done.stderr[-2000:]
+
+
+def test_the_comparison_page_renders_its_table_and_chart_in_headless_chromium(tmp_path: Path) -> None:
+    """``gymslurm compare A B --html PAGE`` opened alone in Chromium: the table, the chart with the
+    benchmark's interval and delta, the embedded document parsed, a drawn screenshot, no console error."""
+    for name, passes in (("a", 30), ("b", 18)):
+        rows = [
+            {
+                "_ng_run_id": f"run-{name}",
+                "_ng_rollout_id": f"arith-{task}",
+                "task_id": {"taskset": "arith", "task_id": str(task)},
+                "reward": float(task < passes),
+            }
+            for task in range(40)
+        ]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    page = tmp_path / "copied" / "compare.html"
+    page.parent.mkdir()
+    gymslurm("compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--html", str(page))
+
+    dom = _browse(page, tmp_path / "profile-dom", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert _console_errors(dom.stderr) == []
+    for element in ('id="comparison"', '<svg id="chart-compare"', 'id="zero-line"', 'class="delta"'):
+        assert element in dom.stdout, element
+    assert dom.stdout.count('class="interval"') == 1 and 'data-benchmarks="1"' in dom.stdout
+    assert "regressed" in dom.stdout and "pass → fail" in dom.stdout
+
+    shot = tmp_path / "compare.png"
+    taken = _browse(page, tmp_path / "profile-shot", f"--screenshot={shot}")
+    assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
+    width, height, colours = _png_colours(shot)
+    assert (width, height) == (1280, 1000) and colours > 8, (width, height, colours)

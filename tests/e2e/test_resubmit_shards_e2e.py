@@ -46,10 +46,12 @@ def _submit(bench: Path) -> Path:
 
 
 def _shard_files(run: Path) -> dict[str, bytes]:
+    """Every file of the shards' folders, but the heartbeat a live link rewrites every 15 s by itself
+    (a resubmit that takes longer on a loaded machine would see the link's beat, not its own write)."""
     return {
         str(p.relative_to(run)): p.read_bytes()
         for p in sorted(run.rglob("*"))
-        if p.is_file() and "shards/" in str(p.relative_to(run))
+        if p.is_file() and "shards/" in str(p.relative_to(run)) and p.name != "heartbeat.json"
     }
 
 
@@ -112,3 +114,22 @@ def test_resubmit_shards_failed_restarts_the_failed_shards_only(tmp_path: Path) 
     assert decisions(run, 1) == ["STOP_FAILED", "DONE"]
     assert {s: (run / f"shards/00{s}/ledger.jsonl").read_bytes() for s in (0, 2)} == done
     assert [row["verdict"] for row in report["shards"]] == ["DONE", "DONE", "DONE"]
+
+
+@pytest.mark.parametrize(
+    "damage", [b"collector: [unclosed\n", b"name: \xff\xfe not utf-8\n"], ids=["not YAML", "not UTF-8"]
+)
+def test_resubmit_of_a_run_whose_saved_config_is_corrupt_is_a_one_line_error(
+    tmp_path: Path, damage: bytes
+) -> None:
+    """A run's benchmark.yaml damaged after submit: resubmit exits 2 with one line naming the file and
+    what to do, never a traceback."""
+    bench = _bench(tmp_path, [{"exit": 0}], [{"exit": 0}])
+    run = _submit(bench)
+    wait_until_final(run, aggregation=False)
+    (run / "benchmark.yaml").write_bytes(damage)
+    done = gymslurm("resubmit", str(run), str(bench), check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"{run / 'benchmark.yaml'} cannot be read" in line and "restore it" in line

@@ -27,7 +27,7 @@ def _supervisors(local: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "gymslurm.launcher.site.local" in cmdline and str(local) in cmdline:
+        if "gymslurm.site.local" in cmdline and str(local) in cmdline:
             found.append(proc)
     return found
 

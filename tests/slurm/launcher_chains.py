@@ -35,6 +35,7 @@ class Chain:
     # e.g. helpers.cluster_env("n"): every gymslurm command (and so every job) talks to that cluster.
     env: dict[str, str] | None = None
     extra_yaml: str = ""  # more top-level keys of the benchmark (budget:, notify:)
+    rows: int = 4  # dataset rows: at least the shards (submit refuses shards with nothing to do)
 
     def gymslurm(self, *args: str, timeout: float = 120) -> str:
         """Run ``gymslurm ARGS`` as the test user in its directory (against ``env``'s cluster)."""
@@ -46,7 +47,9 @@ class Chain:
         time_line = "" if re.search(r"^\s+time:", self.slurm_yaml, re.M) else "  time: '00:05:00'\n"
         standin = self.user.write("standin.py", STANDIN.read_text())
         self.user.write("steps.json", json.dumps(self.steps), mode=0o644)
-        self.user.write("data.jsonl", "".join(json.dumps({"q": i}) + "\n" for i in range(4)), mode=0o644)
+        self.user.write(
+            "data.jsonl", "".join(json.dumps({"q": i}) + "\n" for i in range(self.rows)), mode=0o644
+        )
         command = self.collector_command or [str(self.python), str(standin), str(work / "steps.json")]
         bench = self.user.write(
             "bench.yaml",

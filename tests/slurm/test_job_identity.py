@@ -22,7 +22,7 @@ TASKS = 3
 # the array has started, so the array's own id is held by a task and lists them all.
 SCRIPT = """#!/bin/bash
 while [ "$(squeue -h -r -j "$SLURM_ARRAY_JOB_ID" -t RUNNING -o %i | wc -l)" -lt {tasks} ]; do sleep 0.5; done
-exec {python} -c 'from gymslurm.launcher.site.backend import SlurmBackend, this_job
+exec {python} -c 'from gymslurm.site.backend import SlurmBackend, this_job
 print(this_job(SlurmBackend())[0])' > "identity-$SLURM_ARRAY_TASK_ID.txt"
 """
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from gymslurm.errors import SlurmError
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
-from gymslurm.launcher.site.slurm import SlurmClient
+from gymslurm.site.slurm import SlurmClient
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests" / "slurm" / "launcher_standin_collector.py"

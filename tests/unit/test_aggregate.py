@@ -149,6 +149,21 @@ def test_legacy_shard_read_line_by_line(tmp_path: Path) -> None:
     assert result.metrics["coverage/measured"] == 2
 
 
+def test_legacy_per_row_caps_are_exported_as_retries_at_cap(tmp_path: Path) -> None:
+    """000: legacy runs keep their per-row ``_ng_failure_max_attempts``: offline aggregation exports
+    how many rollouts spent theirs (``retries/at_cap``), one that later succeeded not among them."""
+    capped = {"_ng_failure_class": "agent_run_error", "_ng_failure_max_attempts": 1}
+    failures = [
+        {"_ng_rollout_id": "a", **capped},  # spent its one attempt
+        {"_ng_rollout_id": "b", **capped},  # then succeeded
+        {"_ng_rollout_id": "c", "_ng_failure_class": "agent_run_error", "_ng_failure_max_attempts": 3},
+    ]
+    rows = [{"_ng_rollout_id": "b", "reward": 1.0}]
+    result = run(tmp_path, write_legacy(tmp_path / "legacy.jsonl", rows, failures))
+    assert result.metrics["retries/at_cap"] == 1
+    assert "coverage/missing" not in result.metrics  # the inventory is still not claimed
+
+
 def test_legacy_coverage_keeps_observed_counts_and_leaves_the_inventory_unknown(tmp_path: Path) -> None:
     """000: for a legacy shard "observed measured/masked counts remain available" in the coverage file
     too (as in the metrics), while the inventory categories cannot be determined (null, not 0)."""

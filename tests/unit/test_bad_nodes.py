@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from gymslurm.job.gates import signalled_decision
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.job.gates import signalled_decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Record, SlurmEnded, Started
 from gymslurm.launcher.links import MAX_EXCLUDED_NODES, bad_nodes, faults_survived, links_of
 

@@ -13,7 +13,7 @@ from gymslurm.commands.cancel import cancel_run
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import BudgetsRecord, Cancelled, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.site.backend import SlurmBackend
 from tests.unit.scripted_slurm import ScriptedSlurm
 
 

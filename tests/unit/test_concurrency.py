@@ -239,3 +239,63 @@ def test_metrics_urls_of_replicas_are_given_comma_separated() -> None:
     assert settings.model_metrics_urls == ["http://a:1/metrics", "http://b:2/metrics"]
     with pytest.raises((ConfigError, ValueError)):
         CollectSettings.model_validate({**base, "dispatch_model_metrics_url": "http://a:1/metrics,ftp://b"})
+
+
+def test_a_shared_limit_cuts_only_what_is_above_its_share_of_the_full_server() -> None:
+    """Sharing a full server of 16 slots by half: a collector holding 14 is cut to its 8, never by
+    more than the queue; one holding 4 is not cut, and may still grow."""
+    over = AdaptiveLimit(cap=64, share=0.5, limit=14)
+    over.server_queue(waiting=2, running=16, in_flight=14)
+    assert over.current == 12
+    over.server_queue(waiting=10, running=16, in_flight=12)
+    assert over.current == 8
+    under = AdaptiveLimit(cap=64, share=0.5, limit=4, slow_start=False)
+    under.server_queue(waiting=2, running=16, in_flight=4)
+    assert under.current == 4 and not under.queue_says_full
+    _window(under, 0.1)
+    assert under.current > 4
+
+
+def test_a_shared_limit_alone_at_the_server_is_cut_as_if_unshared() -> None:
+    """A collector whose partners ended holds the whole server: the queue cuts it by as many."""
+    alone = AdaptiveLimit(cap=64, share=0.2, limit=20)
+    alone.server_queue(waiting=4, running=16, in_flight=20)
+    assert alone.current == 16 and alone.queue_says_full
+
+
+def _share_server(shares: tuple[float, float], turns: tuple[int, int], slots: int = 16) -> list[int]:
+    """Two collectors, one with rollouts ``turns`` times longer, at a server of ``slots``: each
+    second each completes its in-flight share of requests (a rollout of k turns k times slower)
+    and the server's queue is polled; their limits after 600 s."""
+    limits = [AdaptiveLimit(cap=64, share=share) for share in shares]
+    done = [0.0, 0.0]
+    for _ in range(600):
+        held = [lim.current for lim in limits]
+        running, waiting = min(sum(held), slots), max(sum(held) - slots, 0)
+        for i, lim in enumerate(limits):
+            served = held[i] * running / max(sum(held), 1)  # the slots go to requests in arrival mix
+            done[i] += served / turns[i]
+            for _ in range(int(done[i])):
+                lim.completed(1.0 * turns[i] * max(1.0, sum(held) / slots), held[i] - 1)
+            done[i] -= int(done[i])
+            lim.server_queue(waiting, running=running, in_flight=held[i])
+    return [lim.current for lim in limits]
+
+
+def test_benchmarks_of_short_and_long_rollouts_sharing_the_server_each_keep_their_half() -> None:
+    """Shared by halves, a benchmark of 1-turn rollouts and one of 10-turn rollouts each keep about
+    half of the server's 16 slots. Unshared, each cut by the whole queue, the one whose windows
+    fill slowly (the long rollouts) grows slowest and is cut to almost nothing."""
+    assert _share_server((0.5, 0.5), (1, 10)) == [8, 8]
+    short, long = _share_server((1.0, 1.0), (1, 10))
+    assert long <= 2
+    assert short >= 12
+
+
+def test_a_shared_limit_decides_on_its_share_of_a_window() -> None:
+    """A collector with a fifth of the server sees a fifth of its completions: it moves its limit
+    every 13 of them, not every 64, so the server's decisions keep their pace."""
+    limit = AdaptiveLimit(cap=64, share=0.2, limit=2, slow_start=False)
+    for _ in range(13):
+        limit.completed(0.1, 1)
+    assert limit.current == 3

@@ -40,7 +40,7 @@ def test_a_probe_gets_one_token_of_text_from_both_endpoints() -> None:
     ("config", "count", "expect"),
     [
         (ModelConfig(die_after=2), 3, "die"),
-        (ModelConfig(hang_after=0), 1, "hang"),
+        (ModelConfig(hang_after=0), 1, "never answered"),
         (ModelConfig(http500_rate=1.0), 1, 500),
         (ModelConfig(die_after=2), 2, 200),
     ],
@@ -56,8 +56,28 @@ def test_faults(config: ModelConfig, count: int, expect: object) -> None:
     reply = app.handle(
         b"POST", b"/v1/chat/completions", orjson.dumps({"messages": [{"role": "user", "content": "x"}]})
     )
-    got = "die" if reply.die else "hang" if reply.hang else reply.status
+    got = "die" if reply.die else "never answered" if reply.later is not None else reply.status
+    if reply.later is not None:
+        reply.later.close()
     assert got == expect
+
+
+def test_a_wedged_engine_never_answers_but_health_and_metrics_still_do() -> None:
+    """Past hang_after, every completion waits forever while /health says 200 and /metrics answers, as a
+    real vLLM does with its EngineCore stopped (tests/vllm/): only a completion probe sees the hang."""
+    import asyncio
+
+    async def scenario() -> tuple[bool, int, bool]:
+        app = ModelApp(ModelConfig(hang_after=0))
+        body = orjson.dumps({"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1})
+        later = app.handle(b"POST", b"/v1/chat/completions", body).later
+        assert later is not None
+        done, _ = await asyncio.wait([asyncio.ensure_future(later)], timeout=0.2)
+        health = app.handle(b"GET", b"/health", b"").status
+        metrics = "vllm:num_requests_running" in app.handle(b"GET", b"/metrics", b"").body.decode()
+        return bool(done), health, metrics
+
+    assert asyncio.run(scenario()) == (False, 200, True)
 
 
 def test_bad_requests_and_unknown_routes_get_openai_shaped_errors() -> None:
@@ -118,7 +138,7 @@ def test_with_slots_requests_past_capacity_wait_and_metrics_say_so() -> None:
         during = app.handle(b"GET", b"/metrics", b"").body.decode()
         replies = await asyncio.gather(*tasks)
         after = app.handle(b"GET", b"/metrics", b"").body.decode()
-        names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc")
+        names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
         return (
             [_metric(during, n) for n in names],
             [_metric(after, n) for n in names],

@@ -75,8 +75,10 @@ def test_verify_ignores_run_faults() -> None:
 
 
 def test_verify_reply_is_a_completed_outcome_for_dispatch() -> None:
-    """The collector's classifier reads a /verify grade as a completed result for the episode."""
-    reply = DemoApp(DemoConfig()).handle(b"POST", b"/verify", orjson.dumps(verify_body("42")))
+    """The collector's classifier reads a /verify grade of a saved answer (the response object /run
+    returned) as a completed result for the episode."""
+    body = verify_body(response_object("42"))
+    reply = DemoApp(DemoConfig()).handle(b"POST", b"/verify", orjson.dumps(body))
     outcome = classify_reply(
         reply.status,
         reply.body,

@@ -119,8 +119,16 @@ COMPLETED = [
     Case(
         "the two legacy judge markers are accepted",
         200,
-        reply(result={"response": "r", "_ng_judge_failsafe": True, "_ng_judge_invalid": False}),
-        {"result": {"response": "r", "_ng_judge_failsafe": True, "_ng_judge_invalid": False}},
+        reply(
+            result={"response": {"output_text": "r"}, "_ng_judge_failsafe": True, "_ng_judge_invalid": False}
+        ),
+        {
+            "result": {
+                "response": {"output_text": "r"},
+                "_ng_judge_failsafe": True,
+                "_ng_judge_invalid": False,
+            }
+        },
     ),
     Case(
         "_ng_no_persist=false is no suppression and is not saved",
@@ -506,6 +514,11 @@ VIOLATIONS = [
     Case("a reward that is numeric text", 200, reply(result={"reward": "1.0"})),
     Case("a reward that is a list", 200, reply(result={"reward": [1]})),
     Case("a reward that is a boolean", 200, reply(result={"reward": True})),
+    Case("a response that is text (invalid_response)", 200, reply(result={"reward": 1.0, "response": "4"})),
+    Case(
+        "a response that is a list (invalid_response)", 200, reply(result={"reward": 1.0, "response": ["4"]})
+    ),
+    Case("a response that is a number (invalid_response)", 200, reply(result={"reward": 1.0, "response": 4})),
     Case("a masked result with an invalid reward", 200, reply(result={"reward": "n/a", "mask_sample": True})),
     Case(
         "a failure claiming the collector's source and delivery",

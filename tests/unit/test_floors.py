@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.resources",
             "gymslurm.concurrency",
             "gymslurm.redaction",
+            "gymslurm.paired_stats",
         ],
     ),
     ("errors and the version table", ["gymslurm.errors", "gymslurm.formats"]),
@@ -38,9 +39,13 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.metrics",
             "gymslurm.nemogym",
             "gymslurm.nemogym_flags",
+            "gymslurm.nemogym_rows",
             "gymslurm.progress",
             "gymslurm.coverage",
             "gymslurm.supervision",
+            "gymslurm.comparison",
+            "gymslurm.gate",
+            "gymslurm.watch_rules",
             "gymslurm.demo",
             "gymslurm.demo.*",
         ],
@@ -74,8 +79,8 @@ FLOORS: list[tuple[str, list[str]]] = [
     (
         "the site: the scheduler, placement, scripts",
         [
-            "gymslurm.launcher.site",
-            "gymslurm.launcher.site.*",
+            "gymslurm.site",
+            "gymslurm.site.*",
         ],
     ),
     (
@@ -85,22 +90,27 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.decide",
             "gymslurm.launcher.settings",
             "gymslurm.launcher.settings_sections",
+            "gymslurm.launcher.benchmark_checks",
+            "gymslurm.launcher.visible_credentials",
             "gymslurm.launcher.server_refs",
             "gymslurm.launcher.ledger",
             "gymslurm.launcher.rundir",
             "gymslurm.launcher.links",
-            "gymslurm.launcher.notify",
             "gymslurm.launcher.server_placement",
             "gymslurm.launcher.run_cost",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
+            "gymslurm.launcher.suite_rules",
+            "gymslurm.launcher.suite_settings",
+            "gymslurm.launcher.suite_run",
         ],
     ),
     (
         "inside a job; what a person reads",
         [
-            "gymslurm.launcher.job",
-            "gymslurm.launcher.job.*",
+            "gymslurm.job",
+            "gymslurm.job.*",
+            "gymslurm.launcher.notify",  # a command receiver gets a job child's environment
             "gymslurm.launcher.views",
             "gymslurm.launcher.views.*",
         ],
@@ -183,9 +193,7 @@ LINE_LIMIT = 600
 # Modules still over the limit, at most as long as this; each is to be split (issue 29: measured on
 # code `ruff format` laid out, which CI checks), and may only shrink meanwhile. Remove an entry once
 # its module is under the limit.
-NOT_YET_SPLIT: dict[str, int] = {
-    "gymslurm.store.store": 604,
-}
+NOT_YET_SPLIT: dict[str, int] = {}
 
 
 def test_no_module_is_over_the_limit() -> None:
@@ -196,13 +204,13 @@ def test_no_module_is_over_the_limit() -> None:
 
 
 def test_the_job_never_imports_the_view() -> None:
-    """Code that runs inside a job (launcher/job/) imports nothing of what a person reads
+    """Code that runs inside a job (job/) imports nothing of what a person reads
     (launcher/views/): a link never queries the scheduler for the whole run to end (issue 17)."""
 
     def inside(name: str, package: str) -> bool:
         return name == package or name.startswith(package + ".")
 
-    job, views = "gymslurm.launcher.job", "gymslurm.launcher.views"
+    job, views = "gymslurm.job", "gymslurm.launcher.views"
     arrows = [
         f"{name} -> {dep}"
         for name, deps in _graph().items()

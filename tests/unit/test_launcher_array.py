@@ -9,7 +9,7 @@ import pytest
 from gymslurm.commands.new_run import render_scripts, split_dataset
 from gymslurm.commands.wait import next_poll_s
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.job.first_links import array_indices
+from gymslurm.job.first_links import array_indices
 from gymslurm.launcher.ledger import Started, Submitted
 from gymslurm.launcher.rundir import (
     ArrayRecord,
@@ -20,7 +20,7 @@ from gymslurm.launcher.rundir import (
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.site.arrays import plan_arrays
+from gymslurm.site.arrays import plan_arrays
 
 INDEX_ROWS = [
     ("every shard, no throttle", list(range(1000)), None, "0-999"),

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from gymslurm.commands.cancel import cancel_run
-from gymslurm.launcher.job.gates import cancelled_while_starting
+from gymslurm.job.gates import cancelled_while_starting
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Started, Submitted, append_each
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write, chain_states
-from gymslurm.launcher.site.backend import SlurmBackend
-from gymslurm.launcher.site.slurm import SlurmClient
+from gymslurm.site.backend import SlurmBackend
+from gymslurm.site.slurm import SlurmClient
 
 SHARDS = 300
 

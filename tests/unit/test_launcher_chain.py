@@ -1,4 +1,4 @@
-"""The chain step's command lines and coverage reading (the parts of ``launcher/job/`` without processes)."""
+"""The chain step's command lines and coverage reading (the parts of ``job/`` without processes)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.job.aggregation import aggregate_argv
+from gymslurm.job.collector_files import read_progress, read_resubmit_offset
+from gymslurm.job.collector_process import collector_argv
 from gymslurm.launcher.decide import made_progress
-from gymslurm.launcher.job.aggregation import aggregate_argv
-from gymslurm.launcher.job.collector_files import read_progress, read_resubmit_offset
-from gymslurm.launcher.job.collector_process import collector_argv
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.store.files import read_resubmit_offset as store_resubmit_offset
@@ -65,7 +65,7 @@ def test_aggregate_argv_expands_inputs_and_output() -> None:
 
 def test_aggregate_argv_passes_one_glob_not_one_argument_per_shard() -> None:
     """{inputs_glob} (the default command's) is one argument matching every shard output, however many."""
-    from gymslurm.launcher.job.aggregation import shard_outputs_glob
+    from gymslurm.job.aggregation import shard_outputs_glob
 
     settings = _settings()
     pattern = shard_outputs_glob(RunDir(Path("/runs/r[1]")), "rollouts")

@@ -17,7 +17,7 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.site.slurm import on_cluster
+from gymslurm.site.slurm import on_cluster
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError, SlurmError
-from gymslurm.launcher.job.aggregation import aggregation_backend
+from gymslurm.job.aggregation import aggregation_backend
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.site.backend import ClusterSetBackend, SlurmBackend
-from gymslurm.launcher.site.placement import Block, cluster_parts, place_shards
-from gymslurm.launcher.site.slurm import SlurmClient, split_job_id
 from gymslurm.launcher.views.status import LogIndex
+from gymslurm.site.backend import ClusterSetBackend, SlurmBackend
+from gymslurm.site.placement import Block, cluster_parts, place_shards
+from gymslurm.site.slurm import SlurmClient, split_job_id
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
 
@@ -356,7 +356,7 @@ def test_each_cluster_may_name_its_shards(
     name: str, shards: int, ranges: dict[str, str], blocks: list[tuple[str, int, int]]
 ) -> None:
     """``{a: "0-5,9", b: "6-8"}``: a block per run of consecutive shards of one cluster, in shard order."""
-    from gymslurm.launcher.site.placement import blocks_for, cluster_of
+    from gymslurm.site.placement import blocks_for, cluster_of
 
     found = blocks_for(shards, ranges)  # type: ignore[arg-type]
     assert [(b.cluster, b.first, b.count) for b in found] == blocks
@@ -384,7 +384,7 @@ def _numbers(text: str) -> set[int]:
 )
 def test_named_shards_cover_every_shard_once(ranges: dict[str, str], says: str) -> None:
     """A shard named twice, by none, past the run's shards, or a word instead of numbers: refused."""
-    from gymslurm.launcher.site.placement import blocks_for
+    from gymslurm.site.placement import blocks_for
 
     with pytest.raises(ConfigError, match=says):
         blocks_for(10, ranges)  # type: ignore[arg-type]

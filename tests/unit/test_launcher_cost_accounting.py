@@ -9,10 +9,10 @@ from pathlib import Path
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.backend import SlurmBackend
-from gymslurm.launcher.site.slurm import SlurmClient
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.status import run_status
+from gymslurm.site.backend import SlurmBackend
+from gymslurm.site.slurm import SlurmClient
 
 T0 = 1_780_000_000.0
 # Pasted from the sandbox (sacct -D -X -n -P -o SACCT_FIELDS) with gres/gpu=2 written in: a link

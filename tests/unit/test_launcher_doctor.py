@@ -13,7 +13,7 @@ import pytest
 
 from gymslurm.commands.doctor import Finding, blocking, check, exit_codes, refusal
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.site.slurm import parse_config, parse_partitions
+from gymslurm.site.slurm import parse_config, parse_partitions
 
 RECORDED = Path(__file__).with_name("recorded")
 CONFIG_TEXT = (RECORDED / "scontrol_show_config_sandbox.txt").read_text()

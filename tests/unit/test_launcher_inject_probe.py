@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.commands.inject import slurm_argv
+from gymslurm.commands.inject import slurm_argv, target_pids
 from gymslurm.commands.probe import findings_of
-from gymslurm.launcher.job.link import try_link_lock
+from gymslurm.job.link import try_link_lock
+from gymslurm.launcher.rundir import RunDir
+from gymslurm.store import live
 
 
 @pytest.mark.parametrize(
@@ -32,6 +34,18 @@ from gymslurm.launcher.job.link import try_link_lock
 def test_each_fault_is_an_ordinary_user_command(fault: str, pid: int | None, argv: list[str]) -> None:
     """Each injected fault is one scancel / scontrol / srun command an ordinary user may run."""
     assert slurm_argv(fault, "42", pid) == argv
+
+
+def test_a_collector_fault_reaches_every_collector_of_a_suite_link(tmp_path: Path) -> None:
+    """A suite link's heartbeat lists each collector it started: crash and hang go to all of them
+    (one srun kill naming every pid); a benchmark link's heartbeat names its one collector."""
+    run = RunDir(tmp_path)
+    beat = live.Heartbeat(job_id="42", start="s", at="a", epoch=1.0, interval_s=15, pid=1, collector_pid=7)
+    live.write_heartbeat(run.heartbeat(0), beat.model_copy(update={"collector_pids": [7, 8, 9]}))
+    assert target_pids(run, 0, "42", "crash") == [7, 8, 9]
+    assert slurm_argv("hang", "42", [7, 8, 9])[-4:] == ["-STOP", "7", "8", "9"]
+    live.write_heartbeat(run.heartbeat(1), beat)
+    assert target_pids(run, 1, "42", "hang") == [7]
 
 
 REPORT = {

@@ -18,7 +18,7 @@ from gymslurm.commands.new_run import new_run_dir
 from gymslurm.commands.submit import submit
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.settings import BenchmarkSettings, validate
-from gymslurm.launcher.site.render import LINK_TEMPLATE, ScriptValues, load_template, render
+from gymslurm.site.render import LINK_TEMPLATE, ScriptValues, load_template, render
 
 PAYLOAD = "touch PWNED"
 

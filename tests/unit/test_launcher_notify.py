@@ -211,6 +211,31 @@ def test_a_receiver_is_given_up_after_its_attempts(tmp_path: Path) -> None:
     assert steps == ["claimed", "attempt", "error", "attempt", "error", "attempt", "gave_up"]
 
 
+def test_a_command_receiver_gets_no_secret_it_does_not_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notify command gets neither the secrets bundle, nor the collector's overrides, nor any
+    credential-named variable of the job: only what its own ``env`` names."""
+    from gymslurm.process_env import SECRET_OVERRIDES_ENV, SECRETS_ENV
+
+    monkeypatch.setenv(SECRETS_ENV, '{"servers.0.env.OPENAI_API_KEY": "sk-CANARY-bundle"}')
+    monkeypatch.setenv(SECRET_OVERRIDES_ENV, '["+api_key=sk-CANARY-override"]')
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-CANARY-server")
+    monkeypatch.setenv("SLACK_TOKEN", "xoxb-CANARY-mine")
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    out = tmp_path / "env.json"
+    script = f"import json,os; open({str(out)!r},'w').write(json.dumps(dict(os.environ)))"
+    target = NotifyTarget(command=["python3", "-c", script], env={"SLACK_TOKEN": "${oc.env:SLACK_TOKEN}"})
+    notifier = Notifier(run, [target], "bench")
+    notifier.emit("run_done", "k")
+    assert notifier.deliver(deadline_s=30) == 1
+    seen = json.loads(out.read_text())
+    assert seen["SLACK_TOKEN"] == "xoxb-CANARY-mine"
+    leaked = [name for name, value in seen.items() if "CANARY" in value and name != "SLACK_TOKEN"]
+    assert leaked == []
+
+
 def test_event_ids_are_unique_across_runs_and_clusters(tmp_path: Path) -> None:
     """The same transition of two runs (two submits of one benchmark, on two clusters, or under two
     run roots with one name) gets two ids: each body's id starts with its run's random uid."""

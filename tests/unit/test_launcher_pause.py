@@ -19,9 +19,9 @@ from gymslurm.launcher.ledger import (
     summarize,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.local import LocalBackend
-from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.status import verdict
+from gymslurm.site.local import LocalBackend
+from gymslurm.site.slurm import QueueRow
 
 SPENT = Budgets(jobs=3, walltime_s=100.0, infra_retries_used=1, links_without_progress=2)
 NOTHING_NEW = Progress(successful=4, snapshot="t1")

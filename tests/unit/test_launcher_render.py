@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.site.render import (
+from gymslurm.site.render import (
     AGGREGATE_TEMPLATE,
     LINK_TEMPLATE,
     ScriptValues,
@@ -108,7 +108,7 @@ def test_no_secret_reaches_the_script(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_link_script_lists_every_server_command_with_credentials_redacted() -> None:
     """The script header names each server a link starts, in order, as it will run; no secret."""
-    from gymslurm.launcher.site.render import servers_block
+    from gymslurm.site.render import servers_block
 
     block = servers_block(
         [

@@ -10,7 +10,6 @@ from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.links import faults_survived, links_of
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.views.report import (
     REPORT_SCHEMA,
     refresh_report,
@@ -18,6 +17,7 @@ from gymslurm.launcher.views.report import (
     report_data,
 )
 from gymslurm.launcher.views.status import run_status
+from gymslurm.site.local import LocalBackend
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import write_gymslurm_metrics
@@ -246,3 +246,36 @@ def test_status_leaves_a_page_that_changed_only_with_the_clock_and_rewrites_one_
     run.ledger(0).append(_decided("3", Decision.DONE, 0))
     refresh_report(run, backend, run_status(run, backend, now=1796119920.0))
     assert path.read_bytes() != first and b"DONE" in path.read_bytes()
+
+
+def test_a_suite_runs_page_lists_each_benchmarks_headline_with_its_uncertainty_and_count() -> None:
+    """A suite run's page has a table of its benchmarks: the headline, its standard error and 95%
+    interval over tasks, the tasks and rows it rests on, the ETA and the GPU-hours share; a
+    benchmark not merged yet shows none."""
+    score = {"name": "arith", "metric": "reward", "value": 0.775, "stderr": 0.067, "ci95": [0.62, 0.9]}
+    row = {"benchmark": "arith", "verdict": "DONE", "outcomes": 40, "expected": 40, "eta_s": 0.0}
+    data = {
+        **_data(),
+        "suite": [
+            {**row, "headline": {**score, "tasks": 40, "rows": 80, "verdict": "DONE"}, "gpu_hours": 1.5},
+            {**row, "benchmark": "later", "verdict": "RUNNING", "headline": None, "eta_s": 125.0},
+        ],
+    }
+    page = render(data, now=1796119800.0)
+    table = re.search(r'<table id="suite">(.*?)</table>', page, re.S)
+    assert table is not None
+    cells = re.findall(r"<td>(.*?)</td>", table.group(1))
+    assert cells[:10] == [
+        "arith",
+        "DONE",
+        "40/40",
+        "reward 0.775",
+        "0.067",
+        "[0.620, 0.900]",
+        "40",
+        "80",
+        "0s",
+        "1.50 GPU-h",
+    ]
+    assert cells[10:] == ["later", "RUNNING", "40/40", "-", "-", "-", "-", "-", "2m05s", "-"]
+    assert 'id="suite"' not in render(_data(), now=1796119800.0)

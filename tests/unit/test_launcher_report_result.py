@@ -11,10 +11,10 @@ import pytest
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.local import LocalBackend
 from gymslurm.launcher.views.report import write_report
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import print_table
+from gymslurm.site.local import LocalBackend
 from gymslurm.store.files import write_gymslurm_metrics
 from gymslurm.store.paths import RunPaths
 

@@ -18,9 +18,9 @@ from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import load_benchmark
-from gymslurm.launcher.site.backend import SlurmBackend
-from gymslurm.launcher.site.local import LocalBackend
-from gymslurm.launcher.site.slurm import SlurmClient
+from gymslurm.site.backend import SlurmBackend
+from gymslurm.site.local import LocalBackend
+from gymslurm.site.slurm import SlurmClient
 from gymslurm.store import live
 
 

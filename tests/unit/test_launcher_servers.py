@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gymslurm.launcher.job.servers import ServerStartError, first_error_line, reap, start, stop
+from gymslurm.job.servers import ServerStartError, first_error_line, reap, start, stop
 from gymslurm.launcher.settings import ServerSettings
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,7 @@ def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
 LINK = """
 import sys, time
 from pathlib import Path
-from gymslurm.launcher.job.servers import start
+from gymslurm.job.servers import start
 from gymslurm.launcher.settings import ServerSettings
 script = "sleep 300 & exec " + sys.executable + " -m http.server --bind 127.0.0.1 {port}"
 server = start(ServerSettings(name="web", command=["bash", "-c", script], health_path="/"), Path(sys.argv[1]))
@@ -130,7 +130,7 @@ def test_a_server_never_healthy_names_its_probes_and_log_tail_without_secrets(tm
 
 def test_interpolate_fills_this_server_s_port_and_an_earlier_server_s_address() -> None:
     """{host}/{port} are this server's; {servers.NAME.url|host|port} an earlier one's."""
-    from gymslurm.launcher.job.servers import RunningServer, interpolate
+    from gymslurm.job.servers import RunningServer, interpolate
 
     policy = RunningServer(ServerSettings(name="policy", url="http://10.1.2.3:8000"), "http://10.1.2.3:8000")
     text = "--port {port} --model {servers.policy.url}/v1 --on {servers.policy.host}:{servers.policy.port}"
@@ -169,7 +169,7 @@ def test_a_container_wraps_the_server_command(
     container: dict[str, object] | None, expected: list[str]
 ) -> None:
     """servers[].container renders the Pyxis (srun --container-image) or Apptainer (apptainer exec) line."""
-    from gymslurm.launcher.job.servers import container_argv
+    from gymslurm.job.servers import container_argv
 
     settings = ServerSettings.model_validate(
         {"name": "policy", "command": ["vllm", "serve", "m"], "container": container}
@@ -177,17 +177,47 @@ def test_a_container_wraps_the_server_command(
     assert container_argv(settings, ["vllm", "serve", "m"]) == expected
 
 
-def test_a_server_that_exits_at_start_up_stops_the_chain_with_its_first_error_line(tmp_path: Path) -> None:
-    """A deterministic start-up failure (the server exited: `uv: command not found`) is not retried:
-    the link exits 2 (the chain stops) and the message leads with the log's first error line."""
-    from gymslurm.launcher.job.servers import start_failure_exit
+def test_a_server_that_exits_at_start_up_is_retried_once_then_stops_the_chain(tmp_path: Path) -> None:
+    """A server that exited during start-up (`uv: command not found`) is retried (exit 1): the same
+    failure in the next link, nothing changed, stops the chain (exit 2); the message leads with the
+    log's first error line either way."""
+    from gymslurm.job.servers import REPEATED, start_failure_exit
 
     script = "echo 'starting servers'; echo 'sh: 1: uv: command not found' >&2; echo 'Traceback'; exit 127"
     settings = ServerSettings(name="gym", command=["bash", "-c", script], startup_timeout_s=30)
     with pytest.raises(ServerStartError) as raised:
         start(settings, tmp_path / "server.log")
     assert "exited with 127 during start-up: sh: 1: uv: command not found" in str(raised.value)
-    assert raised.value.deterministic and start_failure_exit(raised.value) == 2
+    assert start_failure_exit(raised.value) == (1, "")
+    previous = f"server start failed: {raised.value}; collector exit 1: retrying"
+    assert start_failure_exit(raised.value, previous) == (2, f" ({REPEATED})")
+
+
+RAY = "RuntimeError: The current node timed out during startup. This could happen because ..."
+
+
+@pytest.mark.parametrize(
+    ("signature", "previous", "deterministic", "expected"),
+    [
+        (f"server 'gym' exited with 1 during start-up: {RAY}", None, False, 1),  # the first: retried
+        (f"server 'gym' exited with 1 during start-up: {RAY}", "job ended by Slurm (TIMEOUT)", False, 1),
+        (f"server 'gym' exited with 1 during start-up: {RAY}", "server start failed: server 'gym' exited "
+         "with 1 during start-up: uv: command not found; see x", False, 1),  # another failure: retried
+        (f"server 'gym' exited with 1 during start-up: {RAY}", f"server start failed: server 'gym' exited "
+         f"with 1 during start-up: {RAY}; see x", False, 2),  # the same twice, nothing changed: stop
+        (None, "server start failed: server 'web' exited with 1 during start-up: Address already in use",
+         False, 1),  # a transient cause has no signature: the chain's budget decides
+        (None, None, True, 2),  # a stack the job cannot hold: known before anything starts
+    ],
+)  # fmt: skip
+def test_start_up_failures_are_classified_by_evidence(
+    signature: str | None, previous: str | None, deterministic: bool, expected: int
+) -> None:
+    """Retryable unless the link before failed the same way (or the job cannot hold the stack)."""
+    from gymslurm.job.servers import start_failure_exit
+
+    error = ServerStartError("x", deterministic=deterministic, signature=signature)
+    assert start_failure_exit(error, previous)[0] == expected
 
 
 def test_the_first_error_is_a_tracebacks_exception_not_a_warning_before_it(tmp_path: Path) -> None:
@@ -208,19 +238,19 @@ def test_the_first_error_is_a_tracebacks_exception_not_a_warning_before_it(tmp_p
 
 def test_a_server_that_lost_its_port_at_start_up_is_retried(tmp_path: Path) -> None:
     """An exit whose log shows a transient cause (the port taken meanwhile) keeps the retry (exit 1)."""
-    from gymslurm.launcher.job.servers import start_failure_exit
+    from gymslurm.job.servers import start_failure_exit
 
     script = "echo 'OSError: [Errno 98] Address already in use'; exit 1"
     settings = ServerSettings(name="web", command=["bash", "-c", script], startup_timeout_s=30)
     with pytest.raises(ServerStartError) as raised:
         start(settings, tmp_path / "server.log")
-    assert not raised.value.deterministic and start_failure_exit(raised.value) == 1
+    assert raised.value.signature is None and start_failure_exit(raised.value, str(raised.value)) == (1, "")
 
 
 def test_a_url_resolved_in_the_job_with_a_password_never_reaches_a_command_line(tmp_path: Path) -> None:
     """A URL known only in the job (``${oc.env:…}``) that carries a password, named by a later server's
     command: that server is not started (its argv would show the password in ``ps``), and says why."""
-    from gymslurm.launcher.job.servers import RunningServer
+    from gymslurm.job.servers import RunningServer
 
     policy = RunningServer(ServerSettings(name="policy", url="x"), "https://svc:hunter2pass@h.example:8000")
     env = ServerSettings(name="env", command=["sleep", "30", "{servers.policy.url}"])

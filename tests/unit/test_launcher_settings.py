@@ -19,7 +19,7 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
-from gymslurm.launcher.site.slurm import slurm_seconds
+from gymslurm.site.slurm import slurm_seconds
 
 
 @pytest.mark.parametrize(

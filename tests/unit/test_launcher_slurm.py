@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from gymslurm.errors import SlurmError
-from gymslurm.launcher.site.slurm import (
+from gymslurm.site.slurm import (
     SlurmClient,
     end_from_scontrol,
     fold_runs,
@@ -114,7 +114,7 @@ def test_parse_squeue_keeps_array_tasks_apart() -> None:
 )
 def test_a_job_knows_its_own_id_as_the_scheduler_names_it(env: dict[str, str], job: tuple[str, int]) -> None:
     """An array task is ARRAY_TASK (what sbatch, squeue -r, scancel and afterany use), else SLURM_JOB_ID."""
-    from gymslurm.launcher.site.backend import current_job
+    from gymslurm.site.backend import current_job
 
     assert current_job(env) == job
 
@@ -182,7 +182,7 @@ SCONTROL_ARRAY = "".join(
 @pytest.mark.parametrize(("asked", "job"), [("949", "949_2"), ("951", "949_1"), ("949_0", "949_0")])
 def test_an_array_task_asking_by_its_job_id_reads_its_own_line(asked: str, job: str) -> None:
     """scontrol show job ARRAY_ID lists every task: the task holding that id is itself, not task 0."""
-    from gymslurm.launcher.site.backend import current_job
+    from gymslurm.site.backend import current_job
 
     assert current_job({}, slurm_says=parse_scontrol_job(SCONTROL_ARRAY, asked)) == (job, 0)
 
@@ -260,7 +260,7 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
 
 def test_array_ids_cancel_each_array_once() -> None:
     """cancel of a run: one scancel argument per array, not one per task (8,889 characters at 1,000)."""
-    from gymslurm.launcher.site.slurm import array_ids
+    from gymslurm.site.slurm import array_ids
 
     tasks = [f"162_{i}" for i in range(1000)] + ["170_3", "171_9", "180"]
     assert array_ids(tasks) == ["162", "170", "171", "180"]
@@ -269,7 +269,7 @@ def test_array_ids_cancel_each_array_once() -> None:
 def test_assoc_and_site_limits_are_read_from_pasted_output() -> None:
     """sacctmgr -n -P show assoc format=MaxSubmitJobs,MaxJobs: the smallest limit set; scontrol's
     MaxArraySize and MaxJobCount, else Slurm's defaults."""
-    from gymslurm.launcher.site.slurm import parse_assoc_limits, site_limits
+    from gymslurm.site.slurm import parse_assoc_limits, site_limits
 
     assert parse_assoc_limits("5000|\n|200\n3000|\n") == {"MaxSubmitJobs": 3000, "MaxJobs": 200}
     assert parse_assoc_limits("|\n") == {}
@@ -297,7 +297,7 @@ def test_backend_name_resolves_auto_by_sbatch_on_path(
     """'auto' is Slurm exactly when sbatch is on PATH; an explicit choice is kept."""
     import shutil
 
-    from gymslurm.launcher.site.backend import backend_name
+    from gymslurm.site.backend import backend_name
 
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/sbatch" if sbatch_on_path else None)
     assert backend_name(wanted) == expected
@@ -347,14 +347,14 @@ def test_a_job_reads_what_slurm_says_of_it_not_inherited_variables(
     says: dict[str, str], job: tuple[str, int]
 ) -> None:
     """The aggregation (job 189) queued by array task 188_0 is 189, restart 0: scontrol's word wins."""
-    from gymslurm.launcher.site.backend import current_job
+    from gymslurm.site.backend import current_job
 
     assert current_job(INHERITED, slurm_says=says) == job
 
 
 def test_sbatch_never_hands_a_job_its_submitters_array_or_restart_variables() -> None:
     """The environment sbatch exports has no array or restart variable of the submitting job."""
-    from gymslurm.launcher.site.slurm import submit_environment
+    from gymslurm.site.slurm import submit_environment
 
     env = submit_environment({**INHERITED, "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"})
     assert env == {"SLURM_JOB_ID": "189", "PATH": "/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"}
@@ -362,7 +362,7 @@ def test_sbatch_never_hands_a_job_its_submitters_array_or_restart_variables() ->
 
 def test_a_local_job_is_the_local_queues_job_whatever_slurm_variables_it_inherited() -> None:
     """A local-backend job started from inside a Slurm allocation is still its local id."""
-    from gymslurm.launcher.site.backend import current_job
+    from gymslurm.site.backend import current_job
 
     env = {**INHERITED, "GYMSLURM_BACKEND": "local", "GYMSLURM_JOB_ID": "local-7"}
     assert current_job(env) == ("local-7", 0)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.job.context import ensure_link_lookahead, shard_state
-from gymslurm.launcher.job.first_links import complete_queuing, queuing, record_plan, submit_arrays
+from gymslurm.job.context import ensure_link_lookahead, shard_state
+from gymslurm.job.first_links import complete_queuing, queuing, record_plan, submit_arrays
 from gymslurm.launcher.ledger import Started
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
-from gymslurm.launcher.site.arrays import plan_arrays
-from gymslurm.launcher.site.backend import SlurmBackend
-from gymslurm.launcher.site.slurm import QueueRow
+from gymslurm.site.arrays import plan_arrays
+from gymslurm.site.backend import SlurmBackend
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store.flock import try_lock
 
 

@@ -19,8 +19,6 @@ from gymslurm.launcher.ledger import (
     summarize,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.site.local import LocalBackend
-from gymslurm.launcher.site.slurm import QueueRow, parse_accounting_storage
 from gymslurm.launcher.views.status import (
     STATUS_SCHEMA,
     STATUS_VERSION,
@@ -37,6 +35,8 @@ from gymslurm.launcher.views.status import (
     walltime_text,
 )
 from gymslurm.launcher.views.table import summary_line
+from gymslurm.site.local import LocalBackend
+from gymslurm.site.slurm import QueueRow, parse_accounting_storage
 from gymslurm.store import RunPaths
 from gymslurm.store.files import write_coverage
 from gymslurm.store.live import Heartbeat, LiveProgress
@@ -462,7 +462,7 @@ def test_a_held_link_says_it_will_not_run_by_itself() -> None:
 
 def test_held_states_are_live_so_cancel_and_status_see_them() -> None:
     """SPECIAL_EXIT and REQUEUE_HOLD count as live jobs of a chain."""
-    from gymslurm.launcher.site.backend import LIVE_STATES
+    from gymslurm.site.backend import LIVE_STATES
 
     assert {"SPECIAL_EXIT", "REQUEUE_HOLD"} <= LIVE_STATES
 

@@ -9,7 +9,6 @@ from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.site.slurm import QueueRow
 from gymslurm.launcher.views.status import (
     LogIndex,
     ShardFiles,
@@ -20,6 +19,7 @@ from gymslurm.launcher.views.status import (
     verdict,
 )
 from gymslurm.launcher.views.table import summary_line
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store.live import LiveProgress
 
 T0 = 1_780_000_000.0

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.job.chain import account_for_dead_runs
 from gymslurm.launcher.decide import Limits
-from gymslurm.launcher.job.chain import account_for_dead_runs
 from gymslurm.launcher.ledger import Ledger, Started, Submitted, fold, summarize
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.local import LocalBackend
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
@@ -61,7 +61,7 @@ def test_folding_a_record_equals_summarizing_the_ledger_with_it(tmp_path: Path) 
 def test_a_dead_runs_last_heartbeat_bounds_its_life_only_if_it_is_that_runs() -> None:
     """The shard's heartbeat bounds a dead run's life (last beat + one interval) only when it is that
     very run's (job and restart count): another link's beat says nothing of it."""
-    from gymslurm.launcher.job.chain import last_beat_s
+    from gymslurm.job.chain import last_beat_s
     from gymslurm.store.live import Heartbeat
 
     run = Started(job_id="7", restart_count=1, at="2026-12-01T10:00:00+00:00")

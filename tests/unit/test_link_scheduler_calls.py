@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gymslurm.launcher.job.link import run_link
+from gymslurm.job.link import run_link
 from gymslurm.launcher.settings import SlurmSettings
-from gymslurm.launcher.site.backend import SlurmBackend, this_job
+from gymslurm.site.backend import SlurmBackend, this_job
 from tests.unit.scripted_slurm import ScriptedSlurm, array_run, benchmark
 
 QUERIES = ("squeue", "sacct", "scontrol")

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from gymslurm.launcher.site.local import LocalBackend
+from gymslurm.site.local import LocalBackend
 
 
 def _job(folder: Path, pid: int, create_time: float | None) -> None:
@@ -64,7 +64,7 @@ def test_a_running_job_is_live(tmp_path: Path) -> None:
 def test_a_pending_job_no_supervisor_can_run_is_not_live(tmp_path: Path) -> None:
     """No supervisor holds the queue and none can be started (its interpreter is gone): the pending
     job is shown as a job nobody will run, not as live work to wait on."""
-    from gymslurm.launcher.site.backend import LIVE_STATES
+    from gymslurm.site.backend import LIVE_STATES
 
     _job(tmp_path, 0, None)
     job = json.loads((tmp_path / "jobs" / "local-1.json").read_text())

@@ -58,6 +58,12 @@ def test_stamps_are_nemo_gyms_keys() -> None:
     }
 
 
+def test_a_typed_servers_stamps_name_no_agent() -> None:
+    """NeMo Gym stamps no agent_ref on a materialized task's record: neither does gymslurm (issue 34)."""
+    stamps = ServerOrigin("weather_env", "single_agent_turn", "weather_agent").stamps(agent_ref=False)
+    assert stamps == {"_ng_environment_server": "weather_env", "_ng_result_type": "single_agent_turn"}
+
+
 def test_a_metrics_entry_has_nemo_gyms_shape() -> None:
     """One entry of <stem>_aggregate_metrics.json: agent_ref, server name and the four metric sections."""
     answer = {"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/reward": 1.0}}

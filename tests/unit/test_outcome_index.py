@@ -74,7 +74,7 @@ def every_kind(store: RunStore) -> None:
     fail(store, 0)
     save(store, 0, reward=1.0)
     save(store, 1, reward=1)
-    save(store, 2, reward=None, response="no grade")
+    save(store, 2, reward=None, response={"output": "no grade"})
     save(store, 3, reward=-0.0)
     save(store, 4, reward=0.5, mask_sample=True, failure_kind="verifier_error")
     fail(store, 5, terminal=True, kind=None)
@@ -275,7 +275,7 @@ def test_a_row_with_a_secret_cut_out_leaves_no_index_of_it(paths: RunPaths) -> N
     save(store, 0, reward=1.0)
     redaction.remember(["s3cr3t-value-for-the-index"])
     try:
-        save(store, 1, reward=1.0, response="s3cr3t-value-for-the-index")
+        save(store, 1, reward=1.0, response={"output": "s3cr3t-value-for-the-index"})
         store.close()
     finally:
         redaction.forget_all()

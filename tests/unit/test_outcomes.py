@@ -163,6 +163,11 @@ def test_attempt_is_taken_from_the_row() -> None:
             "environment_protocol_violation",
             id="result validation error",
         ),
+        pytest.param(
+            answer_by_task({"0": {"result": {"reward": 1, "response": "the answer"}}}),
+            "environment_protocol_violation",
+            id="a response that is not an object (invalid_response)",
+        ),
     ],
 )
 def test_expected_errors_become_failure_records(handler: Callable, kind: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gymslurm.errors import ConfigError
+from gymslurm.job.servers import container_argv
+from gymslurm.job.stack import router_settings, stack_lines
 from gymslurm.launcher import server_placement as placement
-from gymslurm.launcher.job.servers import container_argv
-from gymslurm.launcher.job.stack import router_settings, stack_lines
 from gymslurm.launcher.settings import ServerSettings
 
 

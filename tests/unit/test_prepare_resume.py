@@ -91,6 +91,8 @@ def test_identical_experiments_at_two_outputs_share_a_config_digest(dataset: Pat
 def make_legacy(dataset: Path, output: Path, results: int) -> None:
     """A run of an older collector: outcomes and materialized inputs, no manifest or reservations."""
     run_once(dataset, output, URL, results=results)
+    own = output.with_name(output.stem + "_gymslurm_inputs.jsonl")  # an older collector's tasks file
+    own.replace(output.with_name(output.stem + "_materialized_inputs.jsonl"))
     for suffix in ("_manifest.json", "_reservations.bin", "_identity.json", "_coverage.json"):
         output.with_name(output.stem + suffix).unlink(missing_ok=True)
     rows = [{k: v for k, v in row.items() if k != "_ng_run_id"} for row in read_jsonl(output)]
@@ -238,7 +240,7 @@ def test_interrupted_fallback_fresh_start_is_finished_by_the_next_resume(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr("gymslurm.store.store.write_inputs", interrupted)
+        patch.setattr("gymslurm.store.run_files.write_inputs", interrupted)
         with pytest.raises(KeyboardInterrupt):
             prepared(dataset, output, URL, "+resume_from_cache=true")
     assert not output.with_name("out_manifest.json").exists()

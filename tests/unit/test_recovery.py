@@ -52,6 +52,9 @@ def _server(request: httpx.Request) -> httpx.Response:
     if request.url.host == "relay":  # a legacy relay: the flat row in, the flat verify response out
         return httpx.Response(200, json={**body, "reward": 1.0})
     episode, task = body["episode_id"], body["task"]
+    if task["task_input"].get("judge_failed"):  # a legacy agent whose judge did not answer
+        result = {"reward": 0.0, "response": {"output_text": "4"}, **LEGACY_JUDGE_FAILED}
+        return httpx.Response(200, json={"episode_id": episode, "task_id": task["task_id"], "result": result})
     if task["task_input"].get("fail"):
         failure = {"failure_reason": "sandbox lost", "terminal": False, "failure_kind": "session_lost"}
         return httpx.Response(
@@ -60,6 +63,9 @@ def _server(request: httpx.Request) -> httpx.Response:
     return httpx.Response(
         200, json={"episode_id": episode, "task_id": task["task_id"], "result": {"reward": 0.5}}
     )
+
+
+LEGACY_JUDGE_FAILED = {"_ng_failure_class": "judge_failed", "_ng_failure_message": "the judge timed out"}
 
 
 def _run(rows: list[dict[str, Any]], **options: Any) -> list[Any]:
@@ -82,6 +88,16 @@ def test_run_examples_gives_result_dicts_and_raises_a_failure() -> None:
     ok, failed = _run(rows, server_url="http://typed:1")
     assert ok[1]["reward"] == 0.5 and ok[0]["_ng_rollout_id"] == "examples-0"
     assert isinstance(failed, EpisodeFailedError) and failed.record.failure.failure_kind == "session_lost"
+
+
+def test_run_examples_gives_a_legacy_judge_failed_result_as_nemo_gym_does() -> None:
+    """NeMo Gym 0.7.0's run_examples gives a legacy judge_failed result as its dict (a driver reads
+    ``_ng_failure_class`` from it): no exception that would kill the driver at the first judge failure."""
+    rows = preprocess_examples([{"judge_failed": True}])
+    ((row, result),) = _run(rows, server_url="http://typed:1")
+    assert result["_ng_failure_class"] == "judge_failed"
+    assert result["_ng_failure_message"] == "the judge timed out"
+    assert result["response"] == {"output_text": "4"} and result["_ng_rollout_id"] == row["_ng_rollout_id"]
 
 
 def test_run_examples_routed_to_the_sidecar_gives_the_failure_row() -> None:

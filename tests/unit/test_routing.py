@@ -160,3 +160,38 @@ def test_one_client_speaks_each_servers_own_protocol() -> None:
     assert all(isinstance(outcome, Completed) for outcome in outcomes)
     assert sent["relay"]["question"] == "q" and "task" not in sent["relay"]
     assert sent["typed"]["task"] == task
+
+
+def test_no_server_named_routes_each_agent_to_the_server_that_fronts_it() -> None:
+    """NeMo Gym's default routing: every agent one Environment Server fronts → that server (issue 34)."""
+    found = routing("+head_server.host=10.0.0.5", "+head_server.port=11000")
+    assert found.by_agent and found.default is None
+    assert {agent: (route.url, route.protocol) for agent, route in found.by_taskset.items()} == {
+        "weather_agent": ("http://127.0.0.1:18313", "episode"),
+        "math_agent": ("http://10.0.0.5:18314", "legacy_agent"),
+    }
+
+
+def test_an_agent_of_several_servers_is_not_routable_by_agent() -> None:
+    """Rows routed by an agent cannot choose between two servers (NeMo Gym refuses them too)."""
+    config = {
+        **CONFIG,
+        "second": {"environment_servers": {"legacy_agent": {"port": 2, "agent_server": AGENT}}},
+    }
+    assert "weather_agent" not in routing(config=config).by_taskset
+
+
+def test_rows_routed_by_agent_take_their_agent_as_taskset() -> None:
+    """Each flat row's taskset is its agent (mixed agents in one dataset); a row without a routable
+    agent is refused by name before anything is written."""
+    from gymslurm.errors import ConfigError as Refused
+    from gymslurm.tasks import MaterializeOptions, materialize
+
+    options = MaterializeOptions(dataset_name="data", agents=frozenset({"weather_agent", "math_agent"}))
+    rows = [{"q": 1, "agent_ref": {"name": "math_agent"}}, {"q": 2, "agent_ref": AGENT}]
+    assert [task["task_id"]["taskset"] for task in materialize(rows, options)] == [
+        "math_agent",
+        "weather_agent",
+    ]
+    with pytest.raises(Refused, match=r"row 1 has no agent_ref .*\+environment_server_name"):
+        materialize([rows[0], {"q": 3}], options)

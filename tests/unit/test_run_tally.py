@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gymslurm.launcher.job.aggregation import every_chain_finished
-from gymslurm.launcher.job.spend import decided_gpu_hours
+from gymslurm.job.aggregation import every_chain_finished
+from gymslurm.job.spend import decided_gpu_hours
 from gymslurm.launcher.ledger import BudgetsRecord, Cancelled, DecisionRecord, Started, Submitted
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.store.tally import RunTally

@@ -90,7 +90,7 @@ def test_unresolved_config_keeps_interpolations(monkeypatch: pytest.MonkeyPatch)
     ("overrides", "message"),
     [
         ([URL], "missing required setting"),
-        ([*BASE], "no Environment Server is configured"),
+        ([*BASE, URL, "+environment_routing_mode=agent"], "routes each row by its agent_ref"),
         ([*BASE, URL, "+num_repeats=0"], "num_repeats"),
         ([*BASE, URL, "+limit=abc"], "limit"),
         ([*BASE, URL, "+concurency=3"], "unknown setting 'concurency'"),

@@ -33,10 +33,10 @@ def test_a_usr1_caught_before_the_handlers_is_received_by_the_step() -> None:
     """A USR1 between the early catch and Signals.install() is in Signals.received."""
     code = (
         "import os, signal\n"
-        "from gymslurm.launcher.job import early_signals\n"
+        "from gymslurm.job import early_signals\n"
         "early_signals.catch()\n"
         "os.kill(os.getpid(), signal.SIGUSR1)\n"
-        "from gymslurm.launcher.job.heartbeat import Signals\n"
+        "from gymslurm.job.heartbeat import Signals\n"
         "signals = Signals()\n"
         "signals.install()\n"
         "print(signals.names)\n"
@@ -55,7 +55,7 @@ def test_python_m_gymslurm_chain_step_catches_signals_before_its_imports() -> No
         "except SystemExit:\n"
         "    pass\n"
         "os.kill(os.getpid(), signal.SIGUSR1)\n"
-        "from gymslurm.launcher.job import early_signals\n"
+        "from gymslurm.job import early_signals\n"
         "print('caught', early_signals.caught())\n"
     )
     done = _run_ignoring_usr1(code)

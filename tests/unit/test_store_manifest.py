@@ -84,10 +84,10 @@ def test_unreadable_manifests_are_manifest_errors(tmp_path: Path, content: bytes
 
 
 def test_version_is_checked_before_fields(tmp_path: Path) -> None:
-    """A version-3 manifest with unknown fields is reported as unsupported, not as invalid."""
+    """A version-4 manifest (newer than gymslurm) with unknown fields is unsupported, not invalid."""
     path = tmp_path / "m.json"
-    path.write_bytes(orjson.dumps({**manifest().model_dump(), "format_version": 3, "journal": []}))
-    with pytest.raises(ManifestError, match="format_version 3"):
+    path.write_bytes(orjson.dumps({**manifest().model_dump(), "format_version": 4, "journal": []}))
+    with pytest.raises(ManifestError, match="format_version 4"):
         read_manifest(path)
 
 

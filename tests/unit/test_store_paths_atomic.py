@@ -127,3 +127,42 @@ def test_publish_stream_writes_every_chunk_and_counts_bytes(tmp_path: Path) -> N
 def test_companion_path_strips_only_jsonl(output: str, companion: str) -> None:
     """A companion's stem is the output name without .jsonl; other suffixes stay."""
     assert companion_path(Path(output), "_coverage.json") == Path(companion)
+
+
+def test_publish_over_another_users_file_does_not_keep_their_bits(tmp_path: Path) -> None:
+    """A file of another user's replaced (through the output's link) gets 0600, never their 0644."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("making a file another user's needs root")
+    try:
+        uid = pwd.getpwnam("slurmtest").pw_uid
+    except KeyError:
+        pytest.skip("no second user")
+    target = tmp_path / "theirs.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o644)
+    os.chown(target, uid, -1)
+    publish_bytes(target, b"new\n")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("name", "run"),
+    [
+        ("r_failures.jsonl", "r.jsonl"),
+        ("r_manifest.json", "r.jsonl"),
+        ("r_materialized_inputs.jsonl", "r.jsonl"),
+        ("r_run.lock", "r.jsonl"),
+        ("r.jsonl", None),  # the run's output itself is no companion
+        ("x_failures.jsonl", None),  # named like one, but no run x has a file here
+    ],
+)
+def test_a_companion_of_an_existing_run_is_known_by_name(tmp_path: Path, name: str, run: str | None) -> None:
+    """Every companion name the store knows, of a run that has a file, names that run's output."""
+    from gymslurm.store.paths import companion_of
+
+    (tmp_path / "r.jsonl").write_text("")
+    (tmp_path / "r_manifest.json").write_text("{}")
+    found = companion_of(tmp_path / name)
+    assert found == (tmp_path / run if run else None)

@@ -95,7 +95,7 @@ def test_appended_outcomes_are_stamped_and_selected(paths: RunPaths) -> None:
     """Results, failures and omissions carry run/rollout/attempt/task stamps and reconcile per rollout."""
     store = create(paths)
     store.reconcile()
-    saved = store.append_result(0, store.reserve(0), {"reward": 0.0, "response": "a"})
+    saved = store.append_result(0, store.reserve(0), {"reward": 0.0, "response": {"output_text": "a"}})
     store.append_failure(1, store.reserve(1), failure(store, 1, 0, terminal=True))
     store.append_omission(2, store.reserve(2))
     assert (saved.kind, saved.reward, saved.line) == ("result", 0.0, 0)
@@ -185,11 +185,11 @@ def test_foreign_run_id_is_an_error(paths: RunPaths) -> None:
         RunStore.open(paths).reconcile()
 
 
-def test_unstamped_record_in_a_verified_run_is_an_error(paths: RunPaths) -> None:
-    """A record without _ng_run_id in a manifest-backed run is not silently adopted."""
+def test_unstamped_record_of_no_rollout_in_a_verified_run_is_an_error(paths: RunPaths) -> None:
+    """A record without _ng_run_id that names no rollout of the run is refused, never adopted."""
     create(paths)
-    append_raw(paths.results, {"_ng_rollout_id": "demo-t0", "reward": 1})
-    with pytest.raises(CorruptRecordError, match="has no _ng_run_id"):
+    append_raw(paths.results, {"_ng_rollout_id": "nope", "_ng_task_index": 9, "reward": 1})
+    with pytest.raises(CorruptRecordError, match="has no _ng_run_id and matches no materialized rollout"):
         RunStore.open(paths).reconcile()
 
 
@@ -228,6 +228,11 @@ def test_conflicting_outcomes_are_an_error(paths: RunPaths, reserve_twice: bool)
         (lambda row: row.update(_ng_failure_terminal=True), "terminal"),
         (lambda row: row.update(_ng_failure_class="judge_failed"), "_ng_failure_class"),
         (lambda row: row["_ng_failure_record"].update(extra=1), "unknown fields"),
+        (
+            lambda row: row["_ng_failure_record"].update(delivery="possibly_delivered"),
+            "line 1: .*contradicts",
+        ),
+        (lambda row: row["_ng_failure_record"].update(delivery="not_sent"), "line 1: .*contradicts"),
     ],
 )
 def test_inconsistent_failure_record_is_an_error(paths: RunPaths, change: Any, problem: str) -> None:
@@ -239,6 +244,24 @@ def test_inconsistent_failure_record_is_an_error(paths: RunPaths, change: Any, p
     change(row)
     paths.failures.write_bytes(orjson.dumps(row) + b"\n")
     with pytest.raises(CorruptRecordError, match=problem):
+        RunStore.open(paths).reconcile()
+
+
+@pytest.mark.parametrize("response", ["an answer", ["an", "answer"], 3, True])
+def test_a_saved_result_whose_response_is_not_an_object_is_refused(paths: RunPaths, response: Any) -> None:
+    """A result row whose ``response`` is a string, a list or a number is no measured result: the
+    history is refused naming its line (never counted as a score)."""
+    store = create(paths)
+    store.reconcile()
+    store.append_result(0, store.reserve(0), {"reward": 1.0})
+    store.append_result(1, store.reserve(1), {"reward": 1.0})
+    row = rows(paths.results)[1]
+    paths.results.write_bytes(
+        paths.results.read_bytes().splitlines(keepends=True)[0]
+        + orjson.dumps({**row, "response": response})
+        + b"\n"
+    )
+    with pytest.raises(CorruptRecordError, match=r"line 2: has a 'response' that is a .*invalid_response"):
         RunStore.open(paths).reconcile()
 
 
@@ -274,7 +297,7 @@ def test_interrupted_fresh_replacement_is_refused(paths: RunPaths, monkeypatch: 
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("gymslurm.store.store.write_inputs", crash)
+    monkeypatch.setattr("gymslurm.store.run_files.write_inputs", crash)
     with pytest.raises(KeyboardInterrupt):
         create(paths)
     manifest = read_manifest(paths.manifest)
@@ -327,14 +350,14 @@ def test_fresh_run_through_a_symlinked_output(tmp_path: Path) -> None:
 def test_mixed_inputs_are_inconsistent(paths: RunPaths) -> None:
     """Materialized inputs that do not match the manifest's digest are refused."""
     create(paths)
-    paths.materialized_inputs.write_bytes(paths.materialized_inputs.read_bytes().replace(b"q1", b"q9"))
+    paths.gymslurm_inputs.write_bytes(paths.gymslurm_inputs.read_bytes().replace(b"q1", b"q9"))
     with pytest.raises(InconsistentHistoryError, match="materialized inputs"):
         RunStore.open(paths)
 
 
 @pytest.mark.parametrize(
     ("role", "message"),
-    [("reservations", "reservation table"), ("results", "results file"), ("materialized_inputs", "inputs")],
+    [("reservations", "reservation table"), ("results", "results file"), ("gymslurm_inputs", "inputs")],
 )
 def test_missing_companion_beside_a_manifest_is_an_error(paths: RunPaths, role: str, message: str) -> None:
     """A manifest without a required companion is an error, never a silent fresh start."""
@@ -475,7 +498,7 @@ def test_appended_outcome_equals_the_one_read_back(paths: RunPaths) -> None:
         store.append_result(
             0, store.reserve(0), {"reward": 1, "mask_sample": True, "failure_kind": "session_lost"}
         ),
-        store.append_result(1, store.reserve(1), {"reward": float("nan"), "response": "a"}),
+        store.append_result(1, store.reserve(1), {"reward": float("nan"), "response": {"output_text": "a"}}),
         store.append_result(2, store.reserve(2), {"reward": True}),
         store.append_failure(
             3,

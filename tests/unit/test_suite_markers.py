@@ -55,7 +55,8 @@ def pytest_collection_modifyitems(items):
 
 def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
     """With pytest-xdist, real-Slurm modules share one of four slurm groups (side by side, each module
-    whole); NeMo Gym's stack (port 11000) and the command-line samplers share machine; a
+    whole); NeMo Gym's stack (port 11000) and the command-line samplers share machine; the real
+    vLLM modules share vllm (one vLLM at a time); a
     module-scoped fixture's tests their module; others go anywhere."""
     (tmp_path / "groups_probe.py").write_text(PROBE)
     out = tmp_path / "groups.json"
@@ -66,6 +67,8 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
         "e2e/test_canary_suite.py",
         "e2e/test_aggregate_e2e.py",
         "unit/test_errors.py",
+        "vllm/test_vllm_server.py",
+        "vllm/test_vllm_replicas.py",
     ]
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "GROUPS_OUT": str(out)}
     argv = [sys.executable, "-m", "pytest", "--co", "-q", "-p", "groups_probe", "-p", "no:cacheprovider"]
@@ -88,6 +91,8 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
         "e2e/test_canary_suite.py": {"machine"},
         "e2e/test_aggregate_e2e.py": {"e2e/test_aggregate_e2e.py"},
         "unit/test_errors.py": {None},
+        "vllm/test_vllm_server.py": {"vllm"},
+        "vllm/test_vllm_replicas.py": {"vllm"},
     }
 
 

@@ -67,6 +67,33 @@ def _rewards(tmp: Path) -> None:
     read_reward_histogram(paths)
 
 
+def _suite_metrics(tmp: Path) -> None:
+    from gymslurm.store.suite_metrics import read_suite_metrics
+
+    (tmp / "suite_metrics.json").write_bytes(orjson.dumps({"format_version": FUTURE, "benchmarks": []}))
+    read_suite_metrics(tmp)
+
+
+def _comparison(tmp: Path) -> None:
+    from gymslurm.comparison import parse_comparison
+
+    parse_comparison(orjson.dumps({"format_version": FUTURE, "benchmarks": []}), "saved.json")
+
+
+def _watch(tmp: Path) -> None:
+    from gymslurm.store.watch_ledger import WatchFolder
+
+    (tmp / "watch.json").write_bytes(orjson.dumps({"format_version": FUTURE, "name": "w"}))
+    WatchFolder(tmp).read_settings()
+
+
+def _watch_ledger(tmp: Path) -> None:
+    from gymslurm.store.watch_ledger import WatchFolder
+
+    (tmp / "ledger.jsonl").write_bytes(orjson.dumps({"v": FUTURE, "kind": "tick", "at": "x"}) + b"\n")
+    WatchFolder(tmp).read()
+
+
 def _failure_record(tmp: Path) -> None:
     problem = failure_row_problem({"_ng_failure_record": {"schema_version": FUTURE}}, 0)
     raise GymslurmError(str(problem))
@@ -91,6 +118,10 @@ READERS: dict[str, Callable[[Path], None]] = {
     "progress": _live("progress"),
     "heartbeat": _live("heartbeat"),
     "rewards": _rewards,
+    "suite_metrics": _suite_metrics,
+    "comparison": _comparison,
+    "watch": _watch,
+    "watch_ledger": _watch_ledger,
 }
 
 
@@ -126,9 +157,15 @@ def test_every_written_format_is_in_the_table() -> None:
             "progress",
             "heartbeat",
             "rewards",
+            "suite_metrics",
             "run_summary",
             "finished_seal",
             "outcome_index",
             "run_tally",
+            "adoptions",
+            "comparison",
+            "gate",
+            "watch",
+            "watch_ledger",
         ]
     )

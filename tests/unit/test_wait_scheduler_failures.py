@@ -16,7 +16,7 @@ from gymslurm.commands.wait import QUERY_ATTEMPTS, scheduler_outcome, wait_for_r
 from gymslurm.errors import SlurmError
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import Submitted
-from gymslurm.launcher.site.backend import SlurmBackend
+from gymslurm.site.backend import SlurmBackend
 from tests.unit.scripted_slurm import ScriptedSlurm
 from tests.unit.test_cancel_keeps_final import _decided, _run
 

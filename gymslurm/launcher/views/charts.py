@@ -7,7 +7,9 @@ histogram, each an ``<svg>`` with a ``<title>`` on every mark so a pointer shows
   (outcomes per second of every link running at that moment) below it, and a mark at each
   interruption, coloured by kind;
 - ``chart-gpu``: allocated GPU-hours over time, and the budget as a line when one is set;
-- ``chart-rewards``: one small histogram per taskset.
+- ``chart-rewards``: one small histogram per taskset;
+- ``chart-compare`` (``gymslurm compare --html``): per benchmark, the candidate's difference from the
+  baseline as a dot on its interval, beside a line at 0.
 """
 
 from __future__ import annotations
@@ -241,4 +243,51 @@ def rewards_chart(tasksets: Sequence[dict[str, Any]] | None) -> str:
         f'<svg id="chart-rewards" class="chart" viewBox="0 0 {total_w} 135" role="img" '
         'xmlns="http://www.w3.org/2000/svg"><title>reward distribution per taskset</title>'
         f"{''.join(panels)}</svg>"
+    )
+
+
+CHANGE_COLOURS = {"improved": "#2e7d32", "regressed": "#c62828", "no change": "#616161"}
+
+
+def comparison_chart(document: dict[str, Any]) -> str:
+    """Each benchmark's delta (a dot) on its interval (a bar), against a dashed line at 0."""
+    rows = [entry for entry in document["benchmarks"] if entry.get("interval")]
+    if not rows:
+        return '<p id="chart-compare">no benchmark has a task measured on both sides</p>'
+    low = min(0.0, *(entry["interval"][0] for entry in rows))
+    high = max(0.0, *(entry["interval"][1] for entry in rows))
+    margin = max(high - low, 1e-6) * 0.1
+    low, high = low - margin, high + margin
+    left, lane = 170.0, 26.0
+    height = PAD + lane * len(rows) + PAD + 14
+
+    def x(value: float) -> float:
+        return left + (W - left - PAD) * (value - low) / (high - low)
+
+    parts = [
+        f'<line id="zero-line" x1="{x(0.0):.1f}" y1="{PAD / 2}" x2="{x(0.0):.1f}" y2="{height - PAD}" '
+        'stroke="#999" stroke-dasharray="4,3"><title>no change</title></line>'
+    ]
+    for index, entry in enumerate(rows):
+        y = PAD + lane * index + lane / 2
+        start, end = entry["interval"]
+        colour = CHANGE_COLOURS.get(entry["change"], "#000")
+        title = (
+            f"{entry['benchmark']}: delta {entry['delta']:+.4f}, interval [{start:+.4f}, {end:+.4f}], "
+            f"{entry['tasks']['paired']} paired tasks, {entry['change']}"
+        )
+        parts.append(
+            f'<line class="interval" x1="{x(start):.1f}" y1="{y:.1f}" x2="{x(end):.1f}" y2="{y:.1f}" '
+            f'stroke="{colour}" stroke-width="4"><title>{_e(title)}</title></line>'
+            f'<circle class="delta" cx="{x(entry["delta"]):.1f}" cy="{y:.1f}" r="5" fill="{colour}">'
+            f"<title>{_e(title)}</title></circle>" + _label(left - 8, y + 4, entry["benchmark"], "end")
+        )
+    parts.append(_label(x(low), height - PAD + 14, f"{low:+.3f}", "start"))
+    parts.append(_label(x(0.0), PAD / 2 - 4, "0: no change", "middle"))
+    parts.append(_label(left, height - PAD + 28, "candidate - baseline: the dot, its interval the bar"))
+    parts.append(_label(x(high), height - PAD + 14, f"{high:+.3f}", "end"))
+    return (
+        f'<svg id="chart-compare" class="chart" viewBox="0 0 {W} {height:.0f}" role="img" '
+        'xmlns="http://www.w3.org/2000/svg"><title>candidate minus baseline, per benchmark</title>'
+        f"{''.join(parts)}</svg>"
     )

@@ -17,8 +17,8 @@ from gymslurm.launcher.links import (
     human_gpu_hours,
 )
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.site.backend import Backend
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
+from gymslurm.site.backend import Backend
+from gymslurm.site.slurm import AccountingRow, QueueRow
 
 
 def cost_line(summary: dict[str, Any]) -> str | None:

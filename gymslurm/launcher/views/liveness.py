@@ -13,8 +13,8 @@ import socket
 
 from gymslurm.launcher.ledger import ChainState
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.backend import LIVE_STATES
-from gymslurm.launcher.site.slurm import QueueRow
+from gymslurm.site.backend import LIVE_STATES
+from gymslurm.site.slurm import QueueRow
 from gymslurm.store import live
 from gymslurm.store.flock import held_here
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.slurm import split_job_id
+from gymslurm.site.slurm import split_job_id
 
 
 @dataclass(frozen=True)

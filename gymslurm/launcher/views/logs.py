@@ -20,7 +20,7 @@ from typing import IO
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.ledger import Ledger, Record, Started, summarize
 from gymslurm.launcher.rundir import RunDir
-from gymslurm.launcher.site.slurm import split_job_id
+from gymslurm.site.slurm import split_job_id
 
 
 def chain_links(records: list[Record]) -> list[str]:

@@ -43,12 +43,13 @@ from gymslurm.launcher.links import (
 )
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
-from gymslurm.launcher.site.backend import Backend
 from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.status import read_chains, run_status
+from gymslurm.launcher.views.suite_status import suite_rows
 from gymslurm.launcher.views.table import COLUMNS, summary_line
+from gymslurm.site.backend import Backend
 from gymslurm.store.paths import RunPaths
 from gymslurm.store.rewards import read_reward_histogram
 
@@ -96,6 +97,7 @@ def report_data(
         "shards": shards,
         "metrics": final_metrics(run, info.output_stem)[0],
         "rewards": rewards,
+        "suite": suite_rows(run, status["summary"].get("gpu_hours")),
     }
 
 
@@ -260,6 +262,7 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
         f'<p class="summary" id="summary">{_e(summary_line(status["summary"]))}</p>',
         f"<p>aggregation: {_e(status['aggregation']['job'])} {_e(status['aggregation']['state'])}</p>",
         f'<p class="summary" id="result">{_e(headline(metrics) or _no_metrics(status))}</p>',
+        *_suite_section(data.get("suite") or []),
         "<h2>Shards</h2>",
         _table([t for _, t in COLUMNS], shard_rows, "shards"),
         "<h2>Timeline of links</h2>",
@@ -326,6 +329,41 @@ def render(data: dict[str, Any], now: float | None = None, digest: str | None = 
         + f'\n<script type="application/json" id="gymslurm-report">{embedded}</script>'
         + f"\n<script>{script}</script>\n</body></html>\n"
     )
+
+
+def _suite_section(rows: list[dict[str, Any]]) -> list[str]:
+    """A suite run's table: each benchmark's headline with its uncertainty and the tasks it rests on."""
+    if not rows:
+        return []
+    table = [
+        [
+            r["benchmark"],
+            r["verdict"],
+            f"{r['outcomes']}/{r['expected'] or '?'}",
+            *_score_cells(r.get("headline")),
+            human_duration(r.get("eta_s")),
+            human_gpu_hours(r.get("gpu_hours")),
+        ]
+        for r in rows
+    ]
+    headers = ["benchmark", "verdict", "coverage", "headline", "± s.e.", "95% interval", "tasks", "rows"]
+    return ["<h2>Suite</h2>", _table([*headers, "ETA", "GPU-h"], table, "suite")]
+
+
+def _score_cells(score: dict[str, Any] | None) -> list[object]:
+    """Headline, standard error, interval, tasks, rows (``-`` where there is none yet)."""
+    if score is None:
+        return ["-"] * 5
+    if score["value"] is None:
+        return ["-", "-", "-", score["tasks"], score["rows"]]
+    low, high = score["ci95"] or (score["value"], score["value"])
+    return [
+        f"{score['metric']} {score['value']:.3f}",
+        "-" if score["stderr"] is None else f"{score['stderr']:.3f}",
+        f"[{low:.3f}, {high:.3f}]",
+        score["tasks"],
+        score["rows"],
+    ]
 
 
 def headline(metrics: dict[str, Any] | None) -> str | None:

@@ -32,8 +32,6 @@ from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import BAD_NODE_FAILURES, bad_nodes, gpu_budget
 from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
-from gymslurm.launcher.site.backend import HELD_STATES, LIVE_STATES, Backend
-from gymslurm.launcher.site.slurm import AccountingRow, QueueRow
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import (
     counts_of,
@@ -44,6 +42,8 @@ from gymslurm.launcher.views.counts import (
 )
 from gymslurm.launcher.views.liveness import STALE_BEATS, link_lock_held, outlived_link, queuing_reason
 from gymslurm.launcher.views.logindex import LogIndex
+from gymslurm.site.backend import HELD_STATES, LIVE_STATES, Backend
+from gymslurm.site.slurm import AccountingRow, QueueRow
 from gymslurm.store import live
 from gymslurm.store.files import read_coverage
 from gymslurm.store.paths import RunPaths

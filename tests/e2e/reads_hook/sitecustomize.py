@@ -26,8 +26,8 @@ def _note(**what: object) -> None:
 
 
 def _install() -> None:
+    from gymslurm.job import collect_phase
     from gymslurm.launcher import ledger
-    from gymslurm.launcher.job import collect_phase
     from gymslurm.store import files
 
     read, read_coverage, run_collector = ledger.Ledger.read, files.read_coverage, collect_phase.run_collector

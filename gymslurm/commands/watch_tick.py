@@ -1,0 +1,275 @@
+"""One tick of a watch, run as a small job of the backend (``gymslurm watch-tick WATCH``).
+
+A tick, holding the watch's lock from its first read to its last append (store/watch_ledger.py):
+
+1. reads the ledger; a cancelled watch ends here (and queues nothing);
+2. records itself (``tick``) and queues the next tick (``--begin=now+EVERY``) unless another tick
+   job of the watch is still queued: a watch submitted twice by hand converges to one chain;
+   queued first, so a tick killed midway still has a successor;
+3. lists the candidates, claims every ready checkpoint not claimed yet (``claimed``, in name order);
+4. moves each checkpoint one step (watch_rules.next_step): conversion job, suite run, comparison.
+
+A checkpoint claimed but not ``submitted`` (a tick killed between the two) is first looked up among
+the runs: its suite run is named after the watch and the digest, so a run made before the kill is
+recorded, never submitted a second time (and ``submit`` refuses a second live run of one suite).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gymslurm.errors import GymslurmError
+from gymslurm.site.backend import LIVE_STATES, SlurmBackend, this_job
+from gymslurm.site.local import LocalBackend
+from gymslurm.store.watch_ledger import WatchFolder, WatchSettings, record
+from gymslurm.watch_rules import (
+    Candidate,
+    CheckpointState,
+    FileEntry,
+    FinderSettings,
+    WatchState,
+    digest,
+    fold,
+    needs_successor,
+    new_checkpoints,
+    next_step,
+    ready,
+    with_checkpoint,
+)
+
+WatchBackend = SlurmBackend | LocalBackend
+TICK_SCRIPT = "tick.sbatch"
+CONVERTED_MARK = ".gymslurm-converted"
+
+
+def backend_of(folder: WatchFolder, settings: WatchSettings) -> WatchBackend:
+    """The backend that runs the watch's own jobs (ticks, conversions)."""
+    return SlurmBackend() if settings.backend == "slurm" else LocalBackend(folder.local_dir)
+
+
+def log(message: str) -> None:
+    """One line of the tick's job log."""
+    print(f"gymslurm watch-tick: {message}", flush=True)
+
+
+def tick(folder: WatchFolder) -> int:
+    """Run one tick of the watch in ``folder`` (see the module docstring)."""
+    settings = folder.read_settings()
+    backend = backend_of(folder, settings)
+    me, _ = this_job(backend)
+    with folder.lock():
+        state = fold(folder.read())
+        if state.cancelled:
+            log(f"watch {folder.name} was cancelled: nothing done, no next tick")
+            return 0
+        folder.append(record("tick", job=me))
+        schedule_next(folder, settings, backend, state, me)
+        claim_ready(folder, settings, state)
+        for checkpoint in fold(folder.read()).ordered():
+            try:
+                advance(folder, settings, backend, checkpoint)
+            except GymslurmError as error:  # one checkpoint's trouble never stops the others
+                log(f"checkpoint {checkpoint.checkpoint}: {error}")
+    return 0
+
+
+def schedule_next(
+    folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, state: WatchState, me: str
+) -> None:
+    """Queue the next tick unless another tick job of this watch is queued already."""
+    rows = backend.job_rows(state.ticks) if state.ticks else {}
+    live = [job for job, row in rows.items() if row.state in LIVE_STATES]
+    if not needs_successor(state.ticks, live, me):
+        log(f"the next tick is queued already ({', '.join(j for j in live if j != me)})")
+        return
+    job = backend.submit(folder.scripts / TICK_SCRIPT, begin_s=settings.every_s)
+    folder.append(record("scheduled", job=job))
+    log(f"next tick: job {job} in {settings.every_s}s")
+
+
+def candidates(source: str) -> list[Candidate]:
+    """The folder's children (or the glob's matches), each with its files' sizes and times."""
+    import glob
+
+    root = Path(source)
+    paths = sorted(root.iterdir()) if root.is_dir() else sorted(Path(p) for p in glob.glob(source))
+    found = []
+    for path in paths:
+        resolved = path.resolve()
+        files: list[FileEntry] = []
+        if resolved.is_file():
+            stat = resolved.stat()
+            files.append(FileEntry(resolved.name, stat.st_size, stat.st_mtime))
+        elif resolved.is_dir():
+            for parent, _, names in os.walk(resolved):
+                for name in names:
+                    full = Path(parent, name)
+                    try:
+                        stat = full.stat()
+                    except FileNotFoundError:  # removed while listed: the next tick sees the folder again
+                        continue
+                    files.append(FileEntry(str(full.relative_to(resolved)), stat.st_size, stat.st_mtime))
+        found.append(Candidate(str(resolved), path.name, tuple(sorted(files, key=lambda f: f.relpath))))
+    return found
+
+
+def claim_ready(folder: WatchFolder, settings: WatchSettings, state: WatchState) -> None:
+    """Claim every ready checkpoint the ledger does not know yet."""
+    finder = FinderSettings(settings.mode, settings.pattern, settings.marker, settings.settle_s)
+    now = time.time()
+    paths = [c.path for c in candidates(settings.source) if ready(c, finder, now)]
+    fresh = new_checkpoints(state, paths)
+    if fresh:
+        folder.append(*(record("claimed", digest=digest(p), checkpoint=p) for p in fresh))
+        log(f"new checkpoint(s): {', '.join(fresh)}")
+
+
+def advance(
+    folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, checkpoint: CheckpointState
+) -> None:
+    """Move one checkpoint one step (conversion, suite run, comparison)."""
+    run = _run_path(checkpoint.run) if checkpoint.run else None
+    step = next_step(checkpoint, settings.convert is not None, run is not None and run_ended(run))
+    if step == "convert":
+        _convert(folder, settings, backend, checkpoint)
+    elif step == "await_convert":
+        _check_conversion(folder, backend, checkpoint)
+    elif step == "submit":
+        _submit(folder, settings, checkpoint)
+    elif step == "compare":
+        from gymslurm.commands.watch_compare import compare_checkpoint
+
+        state = fold(folder.read())
+        result = compare_checkpoint(settings, checkpoint, state)
+        folder.append(record("compared", digest=checkpoint.digest, run=checkpoint.run, result=result))
+        log(f"checkpoint {checkpoint.checkpoint}: compared ({result.get('summary', '')})")
+
+
+def _run_path(run: str | None) -> Path | None:
+    return Path(run) if run else None
+
+
+def run_ended(run: Path) -> bool:
+    """True once the suite run's aggregation chain finished (or every chain did, with none)."""
+    from gymslurm.launcher.rundir import RunDir, chain_states
+
+    rundir = RunDir(run)
+    states = chain_states(rundir, rundir.read_info().shards)
+    return states[-1].finished or (all(state.finished for state in states[:-1]) and not states[-1].epoch_jobs)
+
+
+def converted_path(folder: WatchFolder, checkpoint: CheckpointState) -> Path:
+    """Where the conversion of ``checkpoint`` writes its output."""
+    return folder.root / "converted" / checkpoint.digest
+
+
+def _convert(
+    folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, checkpoint: CheckpointState
+) -> None:
+    assert settings.convert is not None
+    output = converted_path(folder, checkpoint)
+    output.parent.mkdir(mode=0o700, exist_ok=True)
+    argv = [
+        part.replace("{checkpoint}", checkpoint.checkpoint).replace("{output}", str(output))
+        for part in settings.convert
+    ]
+    script = folder.scripts / f"convert-{checkpoint.digest}.sbatch"
+    from gymslurm.store.atomic import publish_bytes
+
+    publish_bytes(script, convert_script(folder, settings, argv, output).encode(), mode=0o700)
+    job = backend.submit(script)
+    folder.append(record("converting", digest=checkpoint.digest, job=job))
+    log(f"checkpoint {checkpoint.checkpoint}: conversion job {job}")
+
+
+def convert_script(folder: WatchFolder, settings: WatchSettings, argv: list[str], output: Path) -> str:
+    """The conversion job: the user's command, then a mark that it completed (pure)."""
+    command = " ".join(shlex.quote(part) for part in argv)
+    directives = "\n".join(f"#SBATCH {d}" for d in settings.slurm_directives)
+    return (
+        "#!/bin/bash\n"
+        f"# gymslurm: the conversion of a checkpoint for watch {folder.name}\n"
+        f"#SBATCH --job-name=gsw-{folder.name}-convert\n"
+        f"#SBATCH --output={folder.logs}/convert-%j.out\n"
+        "#SBATCH --time=01:00:00\n"
+        f"{directives}\n"
+        "set -eu\n"
+        f"cd {shlex.quote(settings.workdir)}\n"
+        f"{command}\n"
+        f"mkdir -p {shlex.quote(str(output))} && touch {shlex.quote(str(output / CONVERTED_MARK))}\n"
+    )
+
+
+def _check_conversion(folder: WatchFolder, backend: WatchBackend, checkpoint: CheckpointState) -> None:
+    assert checkpoint.convert_job is not None
+    rows = backend.job_rows([checkpoint.convert_job])
+    if any(row.state in LIVE_STATES for row in rows.values()):
+        return
+    output = converted_path(folder, checkpoint)
+    if (output / CONVERTED_MARK).is_file():
+        folder.append(record("converted", digest=checkpoint.digest, checkpoint=str(output)))
+        log(f"checkpoint {checkpoint.checkpoint}: converted into {output}")
+    else:
+        reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
+        folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
+        log(f"checkpoint {checkpoint.checkpoint}: {reason}")
+
+
+def suite_name(folder: WatchFolder, checkpoint: CheckpointState) -> str:
+    """The suite run's name for a checkpoint: the watch's name and the checkpoint's digest."""
+    return f"{folder.name}-{checkpoint.digest[:12]}"
+
+
+def _submit(folder: WatchFolder, settings: WatchSettings, checkpoint: CheckpointState) -> None:
+    """Submit the checkpoint's suite run (or record the one a killed tick made)."""
+    from gymslurm.commands.new_suite import submit_suite
+    from gymslurm.launcher.suite_settings import chain_settings, load_suite
+
+    path = write_checkpoint_suite(folder, settings, checkpoint)
+    os.chdir(settings.workdir)
+    suite = load_suite(str(path), settings.overrides)
+    run_root = (Path(settings.workdir) / chain_settings(suite)[0].run_root).resolve()
+    existing = _run_of(run_root, suite_name(folder, checkpoint))
+    if existing is None:
+        submit_suite(suite, settings.overrides, settings.backend, dry_run=False, wait=False)
+        existing = _run_of(run_root, suite_name(folder, checkpoint))
+    if existing is None:
+        raise GymslurmError(f"the suite run of {checkpoint.checkpoint} was not found under {run_root}")
+    folder.append(record("submitted", digest=checkpoint.digest, run=str(existing)))
+    log(f"checkpoint {checkpoint.checkpoint}: suite run {existing}")
+
+
+def _run_of(run_root: Path, name: str) -> Path | None:
+    """The run named ``<name>-<time>`` under ``run_root``, if one exists."""
+    from gymslurm.launcher.rundir import find_runs
+
+    runs = [run.root for run in find_runs(run_root) if run.name.startswith(f"{name}-")]
+    return runs[0] if runs else None
+
+
+def write_checkpoint_suite(folder: WatchFolder, settings: WatchSettings, checkpoint: CheckpointState) -> Path:
+    """The watch's suite with ``{checkpoint}`` replaced, named for the checkpoint, in ``suites/``."""
+    from gymslurm.store.atomic import publish_bytes
+
+    data: dict[str, Any] = yaml.safe_load(Path(settings.suite).read_text())
+    model_input = checkpoint.converted or checkpoint.checkpoint
+    data = with_checkpoint(data, model_input)
+    data["name"] = suite_name(folder, checkpoint)
+    path = folder.suites / f"{checkpoint.digest}.yaml"
+    publish_bytes(path, yaml.safe_dump(data, sort_keys=False).encode())
+    return path
+
+
+def main(argv: list[str]) -> int:
+    """``gymslurm watch-tick WATCH_FOLDER`` (internal: the watch's job runs it)."""
+    if len(argv) != 1:
+        print("usage: gymslurm watch-tick WATCH_FOLDER (internal: run by the watch's job)", file=sys.stderr)
+        return 2
+    return tick(WatchFolder(Path(argv[0]).resolve()))

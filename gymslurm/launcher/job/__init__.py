@@ -1,8 +1,0 @@
-"""What runs inside a Slurm (or local) job: one link of a shard's chain, or the aggregation.
-
-``link.py`` (lock, dead-run accounting, successor, collect, decide), ``aggregation.py`` (the merge,
-exactly once), ``heartbeat.py`` (signals and the liveness file), ``collector_process.py`` (the
-collector as a child process), ``collector_files.py`` (what a link reads of the collector's files,
-through the store), ``servers.py`` (starting and stopping the job's servers) and
-``server_watch.py`` (the link's end of server supervision). Nothing here imports the views.
-"""

@@ -1,0 +1,181 @@
+"""A suite on the local backend with real processes (issue 30): one model server a link, every
+benchmark's rows those it gives alone, a crash loop that stops only its benchmark, and a resubmit
+that finishes it without rerunning the others (docs/suites.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.launcher_chains_helpers import STANDIN, gymslurm, status, wait_until_final
+
+pytestmark = pytest.mark.e2e
+
+VOLATILE = ("_ng_run_id",)  # differs between any two runs
+
+
+def _rows(path: Path) -> list[str]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in VOLATILE}, sort_keys=True) for r in rows)
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _demo_suite(tmp: Path) -> Path:
+    data = tmp / "data.jsonl"
+    gymslurm("demo-server", "--write-dataset", str(data), "--n", "12")
+    suite = tmp / "three.yaml"
+    suite.write_text(
+        f"run_root: {tmp / 'runs'}\nshards: 2\n"
+        "stack:\n  - name: policy\n"
+        '    command: ["{python}", -m, gymslurm, demo-model-server, --host, "{host}", --port, "{port}"]\n'
+        "    probe: chat_completions\n    collector_override: null\n"
+        "benchmarks:\n"
+        f"  - {{name: a, benchmark: demo, dataset: {data}}}\n"
+        f"  - {{name: b, benchmark: demo, dataset: {data}, shards: 1}}\n"
+        f"  - {{name: c, benchmark: demo, dataset: {data}, repeats: 2}}\n"
+    )
+    return suite
+
+
+def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_server_a_link(
+    tmp_path: Path,
+) -> None:
+    """Three demo benchmarks, two chains: each chain's link starts the policy server once and every
+    benchmark's merged rows (order aside) are the ones the benchmark gives submitted alone."""
+    suite = _demo_suite(tmp_path)
+    gymslurm("submit", str(suite), "--backend", "local", "--wait")
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("three-*/run.json")]
+    data = tmp_path / "data.jsonl"
+    for name, extra in (
+        ("a", []),
+        ("c", ['collector.overrides=["+route_failures_to_sidecar=true","+num_repeats=2"]']),
+    ):
+        root = tmp_path / f"alone-{name}"
+        overrides = [f"dataset={data}", f"run_root={root}", "shards=2", *extra]
+        gymslurm("submit", "demo", *overrides, "--backend", "local", "--wait")
+        (alone,) = [p.parent for p in root.glob("demo-*/run.json")]
+        merged = run / "benchmarks" / name / "output/merged/rollouts.jsonl"
+        assert _rows(merged) == _rows(alone / "output/merged/rollouts.jsonl"), name
+    assert _rows(run / "benchmarks/b/output/merged/rollouts.jsonl") == _rows(
+        run / "benchmarks/a/output/merged/rollouts.jsonl"
+    )
+    for chain in (0, 1):
+        records = _ledger(run / f"shards/{chain:03d}/ledger.jsonl")
+        starts = [r for r in records if r["kind"] == "start"]
+        policy = [
+            r for r in records if r["kind"] == "server" and r["name"] == "policy" and r["event"] == "started"
+        ]
+        assert len(policy) == len(starts) >= 1
+    metrics = json.loads((run / "suite_metrics.json").read_text())
+    assert [(b["name"], b["tasks"], b["rows"], b["verdict"]) for b in metrics["benchmarks"]] == [
+        ("a", 12, 12, "DONE"),
+        ("b", 12, 12, "DONE"),
+        ("c", 12, 24, "DONE"),
+    ]
+    assert [row["verdict"] for row in status(run)["suite"]] == ["DONE", "DONE", "DONE"]
+
+
+def _standin_suite(tmp: Path) -> Path:
+    (tmp / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(4)))
+    for name, steps in (
+        ("ok", [{"exit": 75, "progress": 1}, {"exit": 0, "progress": 1}]),
+        ("broken", [{"exit": 1}]),
+    ):
+        (tmp / f"{name}.json").write_text(json.dumps(steps))
+        (tmp / f"{name}.yaml").write_text(
+            f"dataset: {tmp / 'data.jsonl'}\n"
+            f"collector:\n  command: [{sys.executable}, {STANDIN}, {tmp / (name + '.json')}]\n"
+        )
+    suite = tmp / "loop.yaml"
+    suite.write_text(
+        f"run_root: {tmp / 'runs'}\nshards: 2\n"
+        "slurm: {infra_retry_limit: 1}\naggregation: {enabled: false}\n"
+        "benchmarks:\n"
+        f"  - {{name: first, benchmark: {tmp / 'ok.yaml'}}}\n"
+        f"  - {{name: broken, benchmark: {tmp / 'broken.yaml'}}}\n"
+        f"  - {{name: second, benchmark: {tmp / 'ok.yaml'}, shards: 1}}\n"
+    )
+    return suite
+
+
+def test_a_crash_loop_stops_only_its_benchmark_and_a_resubmit_finishes_it_alone(tmp_path: Path) -> None:
+    """``broken`` exits 1 every time: it ends EXHAUSTED after its one retry while the two others
+    finish DONE; fixed and resubmitted, only ``broken`` runs again (the others' ledgers unchanged)."""
+    suite = _standin_suite(tmp_path)
+    gymslurm("submit", str(suite), "--backend", "local")
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("loop-*/run.json")]
+    report = wait_until_final(run, aggregation=False)
+    assert [r["verdict"] for r in report["shards"]] == ["EXHAUSTED", "EXHAUSTED"]
+    assert {r["benchmark"]: r["verdict"] for r in report["suite"]} == {
+        "first": "DONE",
+        "broken": "EXHAUSTED",
+        "second": "DONE",
+    }
+    kept = {
+        name: (run / f"benchmarks/{name}/shards/000/ledger.jsonl").read_bytes()
+        for name in ("first", "second")
+    }
+    (tmp_path / "broken.json").write_text(json.dumps([{"exit": 0, "progress": 4}]))
+    gymslurm("resubmit", str(run), str(suite))
+    report = wait_until_final(run, aggregation=False)
+    assert [r["verdict"] for r in report["shards"]] == ["DONE", "DONE"]
+    assert {r["benchmark"]: r["verdict"] for r in report["suite"]} == {
+        "first": "DONE",
+        "broken": "DONE",
+        "second": "DONE",
+    }
+    for name, before in kept.items():
+        assert (run / f"benchmarks/{name}/shards/000/ledger.jsonl").read_bytes() == before, name
+
+
+def _two_then_edited(tmp: Path) -> tuple[Path, str]:
+    (tmp / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(4)))
+    (tmp / "done.json").write_text(json.dumps([{"exit": 0, "progress": 4}]))
+    (tmp / "ok.yaml").write_text(
+        f"dataset: {tmp / 'data.jsonl'}\n"
+        f"collector:\n  command: [{sys.executable}, {STANDIN}, {tmp / 'done.json'}]\n"
+    )
+    head = f"run_root: {tmp / 'runs'}\nshards: 2\naggregation: {{enabled: false}}\nbenchmarks:\n"
+    suite = tmp / "edit.yaml"
+    suite.write_text(
+        head
+        + f"  - {{name: first, benchmark: {tmp / 'ok.yaml'}}}\n"
+        + f"  - {{name: second, benchmark: {tmp / 'ok.yaml'}, shards: 1}}\n"
+    )
+    return suite, head
+
+
+def test_a_benchmark_added_to_a_finished_suite_runs_alone_and_a_dropped_one_keeps_its_files(
+    tmp_path: Path,
+) -> None:
+    """The suite file edited after the run finished: ``third`` added, ``second`` dropped. Resubmit
+    runs only ``third`` (``first``'s ledgers byte for byte the same), ``second``'s folder stays and
+    is listed as dropped; a kept benchmark whose config changed is refused, nothing written."""
+    suite, head = _two_then_edited(tmp_path)
+    gymslurm("submit", str(suite), "--backend", "local")
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("edit-*/run.json")]
+    wait_until_final(run, aggregation=False)
+    first = [(run / f"benchmarks/first/shards/{k:03d}/ledger.jsonl").read_bytes() for k in (0, 1)]
+    suite.write_text(
+        head
+        + f"  - {{name: first, benchmark: {tmp_path / 'ok.yaml'}}}\n"
+        + f"  - {{name: third, benchmark: {tmp_path / 'ok.yaml'}, shards: 1}}\n"
+    )
+    gymslurm("resubmit", str(run), str(suite))
+    report = wait_until_final(run, aggregation=False)
+    assert {r["benchmark"]: r["verdict"] for r in report["suite"]} == {"first": "DONE", "third": "DONE"}
+    assert [(run / f"benchmarks/first/shards/{k:03d}/ledger.jsonl").read_bytes() for k in (0, 1)] == first
+    assert (run / "benchmarks/second/shards/000/ledger.jsonl").is_file()
+    assert json.loads((run / "suite.json").read_text())["dropped"] == ["second"]
+    saved = (run / "suite.json").read_bytes()
+    suite.write_text(head + f"  - {{name: first, benchmark: {tmp_path / 'ok.yaml'}, repeats: 2}}\n")
+    refused = gymslurm("resubmit", str(run), str(suite), check=False)
+    assert refused.returncode != 0 and "benchmark 'first' is not the one run" in refused.stderr
+    assert (run / "suite.json").read_bytes() == saved
