@@ -294,7 +294,7 @@ def measure(root: Path, busy: bool) -> dict[str, float]:
         report = run_status(run, backend)
         doc, doc_cpu = time.perf_counter() - t0, _cpu() - cpu0
         queries = backend.queries
-        assert len(report["shards"]) == SHARDS
+        assert len(report.shards) == SHARDS
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
             print_table(run_status(run, SlurmBackend(accounting=False)))
@@ -307,7 +307,7 @@ def measure(root: Path, busy: bool) -> dict[str, float]:
         cli_table, cli_table_cpu = _cli(run)  # the page the last look wrote: kept (same data)
     finally:
         os.environ["PATH"] = path
-    verdicts = " ".join(f"{n} {v}" for v, n in sorted(report["summary"]["verdicts"].items()))
+    verdicts = " ".join(f"{n} {v}" for v, n in sorted(report.summary.verdicts.items()))
     return {
         "doc": doc,
         "doc_cpu": doc_cpu,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +46,7 @@ from gymslurm.errors import ConfigError, CorruptRecordError, MetricsUnavailableE
 from gymslurm.formats import version_of
 from gymslurm.identity import redact_text
 from gymslurm.metrics import METRICS_SOURCE_OWN, MetricsAccumulator, ScoringPolicy
-from gymslurm.nemogym import not_the_servers_metrics
+from gymslurm.nemogym import metrics_entry, not_the_servers_metrics, row_for_metrics
 from gymslurm.selection import (
     SUCCESSFUL,
     BudgetPolicy,
@@ -65,6 +65,7 @@ from gymslurm.shard_inputs import (
 from gymslurm.store import RunPaths, RunStore
 from gymslurm.store.adoptions import Adoptions
 from gymslurm.store.atomic import publish_json, publish_stream
+from gymslurm.store.existing import refuse_retired_journal
 from gymslurm.store.files import write_gymslurm_metrics
 from gymslurm.store.history import (
     RolloutKeys,
@@ -80,6 +81,10 @@ from gymslurm.store.paths import companion_path as companion
 
 AGGREGATE_COVERAGE_VERSION = version_of("aggregate_coverage")
 # --- reading a shard --------------------------------------------------------------------------------
+
+
+# The HTTP seam of the merge: (url, rows, timeout_s) -> the answer of ``POST /aggregate_metrics``.
+ServerMetrics = Callable[[str, Iterable[Mapping[str, Any]], float], dict[str, Any]]
 
 
 @dataclass
@@ -120,8 +125,6 @@ class Shard:
 
 def load_shard(source: ShardSource) -> Shard:
     """Read one input: with a manifest, select per rollout; without, observe every row (legacy)."""
-    from gymslurm.store.existing import refuse_retired_journal
-
     refuse_retired_journal(source.companion("_attempts.jsonl"))
     if source.has_manifest:
         return _load_manifest_shard(source)
@@ -136,24 +139,30 @@ def _load_legacy_shard(source: ShardSource) -> Shard:
         outcome = sidecar_outcome(row, 0, line)
         shard.historical_failed_attempts += outcome.kind == "failure"
         shard.legacy_outcomes.append(outcome)
-        _arrived(by_rollout, row, lambda attempt, row=row, line=line: sidecar_outcome(row, attempt, line))
+        _arrived(by_rollout, row, line, sidecar_outcome)
     for line, row in iter_records(source.results, results_tail):
         shard.legacy_outcomes.append(result_outcome(row, 0, line))
         shard.selected_result_lines.add(line)
         if by_rollout:  # only a rollout that failed before can be at its cap
-            _arrived(by_rollout, row, lambda attempt, row=row, line=line: result_outcome(row, attempt, line))
+            _arrived(by_rollout, row, line, result_outcome)
     shard.torn_bytes = failures_tail.torn_bytes + results_tail.torn_bytes
     policy = BudgetPolicy(max_rollout_attempts=max_rollout_attempts())
     shard.legacy_capped = legacy_row_caps(by_rollout.values(), policy)
     return shard
 
 
-def _arrived(by_rollout: dict[str, list[SavedOutcome]], row: Mapping[str, Any], make: Any) -> None:
+def _arrived(
+    by_rollout: dict[str, list[SavedOutcome]], row: Mapping[str, Any], line: int, outcome: RowOutcome
+) -> None:
     """A legacy row's outcome in its rollout's history, numbered by arrival (sidecar lines first, 000)."""
     rollout = row.get("_ng_rollout_id")
     if type(rollout) is str:
         history = by_rollout.setdefault(rollout, [])
-        history.append(make(len(history)))
+        history.append(outcome(row, len(history), line))
+
+
+# The store's reader of one saved row (history.result_outcome, history.sidecar_outcome): row, attempt, line.
+RowOutcome = Callable[[Mapping[str, Any], int, int], SavedOutcome]
 
 
 def _load_manifest_shard(source: ShardSource) -> Shard:
@@ -189,7 +198,7 @@ class ShardSummary:
     identity_verified: bool
     torn_bytes: int
     accumulator: MetricsAccumulator
-    selected_lines: array
+    selected_lines: array[int]
     coverage: dict[str, Any] | None = None  # manifest-backed shards: the exact inventory
     observed: dict[str, Any] | None = None  # legacy shards: observed counts only
 
@@ -480,12 +489,13 @@ class AggregateOptions:
     workers: int | None = None  # processes reading shards; None: one per CPU
 
 
-def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any = None) -> AggregateResult:
+def aggregate(
+    options: AggregateOptions, *, written_at: str, server_metrics: ServerMetrics | None = None
+) -> AggregateResult:
     """Resolve, read, check and write; every refusal happens before the first byte is written.
 
-    ``server_metrics`` is a callable ``(url, rows, timeout_s) -> dict`` (the HTTP seam; tests pass
-    their own) answering like ``POST /aggregate_metrics``; None uses
-    :func:`gymslurm.dispatch.post_aggregate_metrics`.
+    ``server_metrics`` (the HTTP seam; tests pass their own) answers like ``POST /aggregate_metrics``;
+    None uses :func:`gymslurm.dispatch.post_aggregate_metrics`.
     """
     sources = resolve_inputs(expand_inputs(options.inputs))
     if options.merge_shards:
@@ -500,9 +510,9 @@ def aggregate(options: AggregateOptions, *, written_at: str, server_metrics: Any
     url = options.environment_server_url
     entry: dict[str, Any] | None = None
     if url:
+        # Only now: a merge no server is named for never loads the HTTP client.
         from gymslurm.dispatch import post_aggregate_metrics
         from gymslurm.dispatch.calls import flat_metrics
-        from gymslurm.nemogym import metrics_entry, row_for_metrics
 
         post = server_metrics or post_aggregate_metrics
         raw_rows = (raw for chunk in iter_selected_lines(shards) for raw in chunk.splitlines())

@@ -146,6 +146,17 @@ class Completion:
     warning: str | None = None
 
 
+def omissions_warning(coverage: Coverage) -> str | None:
+    """The warning of a run whose only missing rollouts are intentional omissions (some completed)."""
+    omitted, successful = coverage.intentionally_omitted, coverage.successful
+    if coverage.complete or not omitted or not successful or coverage.expected - successful != omitted:
+        return None
+    return (
+        f"only intentional omissions are missing: {successful} completed, "
+        f"{coverage.expected} expected, {omitted} omitted"
+    )
+
+
 def completion_exit_code(
     coverage: Coverage, *, retryable: bool, made_progress: bool, require_complete: bool
 ) -> Completion:
@@ -165,11 +176,7 @@ def completion_exit_code(
             return Completion(
                 ExitCode.STOP, f"every one of {coverage.expected} rollouts was intentionally omitted"
             )
-        warning = (
-            f"only intentional omissions are missing: {coverage.successful} completed, "
-            f"{coverage.expected} expected, {omitted} omitted"
-        )
-        return Completion(ExitCode.DONE, "complete except intentional omissions", warning)
+        return Completion(ExitCode.DONE, "complete except intentional omissions", omissions_warning(coverage))
     if retryable:
         if made_progress:
             return Completion(ExitCode.CONTINUE, f"incomplete, progress made ({counts}); resume to continue")

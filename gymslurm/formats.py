@@ -100,6 +100,16 @@ FORMATS: dict[str, Format] = {
     "supervision_event": Format(
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),
+    # The launcher's run folder: what submit recorded (launcher/rundir.py), read by every command after.
+    "run_info": Format(
+        "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run"
+    ),
+    "array": Format(
+        "the job-array record (array.json)", "v", 1, "use the gymslurm version that submitted the run"
+    ),
+    # Printed documents (launcher/views/document.py): written, never read back; a script reads the field.
+    "status": Format("the status document (status --json)", "version", 1),
+    "report": Format("the report's data (report.html)", "version", 1),
 }
 
 

@@ -36,13 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gymslurm.clock import utc_now
 from gymslurm.errors import GymslurmError
 from gymslurm.formats import version_of
 from gymslurm.redaction import redact_text
 from gymslurm.selection import SUCCESSFUL, Disposition, RolloutState, SavedOutcome
 from gymslurm.settings import max_rollout_attempts
+from gymslurm.store.atomic import publish_json
+from gymslurm.store.existing import refuse_retired_journal
 from gymslurm.store.history import row_outcome, sidecar_outcome
 from gymslurm.store.lines import LineIndex, index_file, read_lines, verify_unchanged
+from gymslurm.store.paths import RunPaths
+from gymslurm.store.store import RunStore
 
 HEALTH_FORMAT_VERSION = version_of("health")
 EXAMPLES_PER_CLASS = 3
@@ -167,27 +172,21 @@ def run_health_check(
     output: Path, *, thresholds: HealthThresholds | None = None, standalone: bool = True
 ) -> HealthReport:
     """Check a manifest-backed run (its selected history) or a merged/legacy rollout file."""
-    from gymslurm.store import RunPaths
-
     paths = RunPaths.for_output(output)
     limits = thresholds or HealthThresholds()
     _require_results(paths, output)
-    from gymslurm.store.existing import refuse_retired_journal
-
     refuse_retired_journal(paths.attempts_journal)
     if paths.manifest.exists():
         return _check_run(paths, limits, standalone)
     return _check_file(paths, limits, standalone)
 
 
-def _require_results(paths: Any, output: Path) -> None:
+def _require_results(paths: RunPaths, output: Path) -> None:
     if not paths.results.exists():
         raise GymslurmError(f"{output} does not exist; pass a run's output or a merged file")
 
 
-def _check_run(paths: Any, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
-    from gymslurm.store import RunStore
-
+def _check_run(paths: RunPaths, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
     results = index_file(paths.results)
     failures = index_file(paths.failures)
     store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
@@ -212,7 +211,11 @@ class SelectedRun:
 
 
 def check_selected(
-    paths: Any, selected: SelectedRun, *, thresholds: HealthThresholds | None = None, standalone: bool = False
+    paths: RunPaths,
+    selected: SelectedRun,
+    *,
+    thresholds: HealthThresholds | None = None,
+    standalone: bool = False,
 ) -> HealthReport:
     """The report :func:`run_health_check` gives for a manifest-backed run, from states in memory.
 
@@ -226,7 +229,7 @@ def check_selected(
 
 
 def _check_selected(  # noqa: PLR0917
-    paths: Any,
+    paths: RunPaths,
     selected: SelectedRun,
     results: LineIndex | None,
     failures: LineIndex | None,
@@ -321,7 +324,7 @@ def _sidecar_outcomes(index: LineIndex) -> dict[tuple[Any, ...], _Outcome]:
     return newest
 
 
-def _check_file(paths: Any, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
+def _check_file(paths: RunPaths, thresholds: HealthThresholds, standalone: bool) -> HealthReport:
     """A merged projection, a reverify output or a legacy file: one selected outcome per rollout.
 
     Every results row is one rollout (a repeated rollout is a superseded outcome: skipped). A rollout
@@ -370,16 +373,13 @@ def _sidecar_examples(index: LineIndex, lines: Iterable[int]) -> dict[str, list[
 
 def write_report(output: Path, report: HealthReport, written_at: str) -> Path:
     """Publish ``<stem>_health.json`` beside the (resolved) output."""
-    from gymslurm.store import RunPaths
-    from gymslurm.store.atomic import publish_json
-
     target = RunPaths.for_output(output).health
     publish_json(target, report.to_json(written_at))
     return target
 
 
 def after_collection(
-    paths: Any, coverage: Any = None, *, stderr: IO[str] = sys.stderr, selected: SelectedRun | None = None
+    paths: RunPaths, *, stderr: IO[str] = sys.stderr, selected: SelectedRun | None = None
 ) -> HealthReport:
     """The automatic check at the end of collection (inside the run lock, after identity validation).
 
@@ -388,8 +388,6 @@ def after_collection(
     report is the same either way. Never raises for an unhealthy or skipped run: collection and
     scoring still finish. A skip removes the previous report, which no longer describes the run.
     """
-    from gymslurm.clock import utc_now
-
     try:
         if selected is None:
             report = run_health_check(paths.output, standalone=False)

@@ -1,4 +1,7 @@
-"""The configuration identity of a run: what its saved results depend on, credentials removed. Pure.
+"""The configuration identity of a run: what its saved results depend on, credentials removed.
+
+Pure but for one read: :func:`resolve` reads the environment for ``${oc.env:NAME}`` interpolations
+(after the credentials were redacted, so no secret is read into the identity).
 
 A resume must refuse when the saved results measured something else, and must not refuse because a
 port, a timeout or an API key changed. So the collector keeps, beside the manifest, the *identity*:

@@ -36,7 +36,6 @@ from gymslurm.selection import Disposition, RolloutState, SavedOutcome, result_d
 
 SKIPPED = "skipped"
 METRICS_SOURCE_OWN = "gymslurm"
-METRICS_SOURCE_SERVER = "environment_server"
 
 _INVENTORY_KEYS = (
     "coverage/omitted",

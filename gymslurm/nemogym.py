@@ -32,7 +32,6 @@ ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, TASK_ID_STAMP, AGENT_REF = (
     "_ng_task_id",
     "agent_ref",
 )
-ORIGIN_STAMPS = frozenset({ENVIRONMENT_SERVER_STAMP, RESULT_TYPE_STAMP, TASK_ID_STAMP})
 ENVIRONMENT_SERVERS = "environment_servers"
 # The sections of NeMo Gym's AggregateMetrics answer and their JSON types (nemo_gym/config_types.py).
 SECTION_SHAPES: dict[str, dict[str, Any] | list[Any]] = {

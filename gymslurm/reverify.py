@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -55,8 +55,12 @@ from gymslurm.settings import max_rollout_attempts
 from gymslurm.shard_inputs import RECOVERY_SUFFIXES, ShardSource, check_output
 from gymslurm.store.atomic import publish_stream
 from gymslurm.store.jsonl import Appender, iter_complete_lines, iter_records, repair_torn_tail
-from gymslurm.store.lines import index_file, read_lines
-from gymslurm.store.paths import companion_path
+from gymslurm.store.lines import LineIndex, index_file, read_lines
+from gymslurm.store.paths import RunPaths, companion_path
+from gymslurm.store.store import RunStore
+
+if TYPE_CHECKING:
+    import httpx
 
 JUDGE_KINDS = frozenset({"judge_failed", "judge_invalid"})
 VERIFY_PATH = "/verify"
@@ -143,8 +147,8 @@ def _describe(outcome: SavedOutcome, answered: Callable[[int], bool]) -> str:
 Regrade = Callable[[dict[str, Any]], Outcome]
 
 
-def regrade_request(stamps: Mapping[str, Any], task_input: Any, answer: Any) -> dict[str, Any]:
-    """The ``POST /verify`` body for one saved answer."""
+def regrade_request(stamps: Mapping[str, Any], task_input: object, answer: object) -> dict[str, Any]:
+    """The ``POST /verify`` body for one saved answer (the task's input and the answer as saved)."""
     return {
         "episode_id": {"rollout_id": stamps["_ng_rollout_id"], "attempt": stamps["_ng_attempt"]},
         "task": {"task_id": stamps["task_id"], "task_input": task_input},
@@ -153,7 +157,12 @@ def regrade_request(stamps: Mapping[str, Any], task_input: Any, answer: Any) -> 
 
 
 def http_regrader(
-    url: str, run_id: str, *, timeout_s: float = 60.0, client: Any = None, protocol: Protocol = "episode"
+    url: str,
+    run_id: str,
+    *,
+    timeout_s: float = 60.0,
+    client: httpx.Client | None = None,
+    protocol: Protocol = "episode",
 ) -> Regrade:
     """A :data:`Regrade` that POSTs to ``<url>/verify`` through :func:`gymslurm.dispatch.verify_answer`.
 
@@ -233,8 +242,6 @@ def reverify_judge_failed(
     output waits for it (``report.unanswered``); with nothing to re-grade the carried results are
     still published.
     """
-    from gymslurm.store import RunPaths, RunStore
-
     source = source_output(source)
     paths = RunPaths.for_output(source)
     if not paths.manifest.exists():
@@ -316,8 +323,8 @@ def _count(report: ReverifyReport, kind: str) -> None:
 def _regraded(  # noqa: PLR0917
     decision: Decision,
     stamps: dict[str, Any],
-    task_input: Any,
-    answer: Any,
+    task_input: object,
+    answer: object,
     regrade: Regrade,
     run_id: str,
     journal: ReverifyJournal,
@@ -417,7 +424,7 @@ def _chain(first: Iterable[bytes], second: Iterable[bytes]) -> Iterable[bytes]:
 
 
 def _failure_row(
-    stamps: Mapping[str, Any], failed: Failed, answer: Any, provenance: Mapping[str, Any]
+    stamps: Mapping[str, Any], failed: Failed, answer: object, provenance: Mapping[str, Any]
 ) -> dict[str, Any]:
     """A sidecar failure row (docs/formats.md) keeping the saved answer, so it can be re-judged again."""
     record = failed.record
@@ -437,7 +444,7 @@ def _failure_row(
     return row
 
 
-def _judge_answers(sidecar: Any, groups: Iterable[Sequence[SavedOutcome]]) -> dict[int, Any]:
+def _judge_answers(sidecar: LineIndex | None, groups: Iterable[Sequence[SavedOutcome]]) -> dict[int, Any]:
     """Sidecar line → saved answer, for judge failures whose row kept a model answer."""
     if sidecar is None:
         return {}

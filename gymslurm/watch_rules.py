@@ -163,6 +163,16 @@ def next_step(checkpoint: CheckpointState, converts: bool, run_ended: bool) -> S
     return "await_convert" if checkpoint.convert_job is not None else "convert"
 
 
+def earlier_compared(state: WatchState, checkpoint: CheckpointState) -> bool:
+    """Every checkpoint claimed before ``checkpoint`` is compared (or failed), so its "previous" is the
+    checkpoint before it in claim order even when a later run ends first."""
+    return all(
+        c.compared is not None or c.convert_failed is not None
+        for c in state.ordered()
+        if c.order < checkpoint.order
+    )
+
+
 def new_checkpoints(state: WatchState, ready_paths: Sequence[str]) -> list[str]:
     """The ready paths not claimed yet, sorted (a trainer's step names sort in step order when padded)."""
     return sorted(p for p in set(ready_paths) if digest(p) not in state.checkpoints)

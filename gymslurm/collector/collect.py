@@ -201,13 +201,13 @@ class DispatchLoop:
                 self.limit.completed(time.monotonic() - sent_at, counters.in_flight)
                 self._below_limit.set()
             self.result.dispatched += 1
-            if supervised is not None and getattr(outcome, "record", None) is not None:
+            if supervised is not None and isinstance(outcome, Failed):
                 # Whose failure is it? A supervised server's death or the job's stop: an interruption.
                 outcome, interrupted = await supervised.review(outcome, sent_at)
                 self._record(index, self.save(index, attempt, outcome), interrupted=interrupted)
                 continue
             if breaker is not None:
-                if getattr(outcome, "record", None) is None:
+                if not isinstance(outcome, Failed):
                     breaker.answered()
                 else:  # a transport failure waits for the breaker's verdict: the server's or the rollout's
                     outcome, interrupted = await breaker.review(outcome, self.urls[index], sent_at)
@@ -461,7 +461,7 @@ def _collect_prepared(  # noqa: PLR0917
     coverage = build_coverage(view, result)
     post = not_asked_after_a_stall if result.stopped_by == STALL else None
     health = Tee(stderr)
-    check = [] if settings.disable_health_check else [lambda: run_health_hook(paths, coverage, view, health)]
+    check = [] if settings.disable_health_check else [lambda: run_health_hook(paths, view, health)]
     written = publish_reports(
         [
             lambda: store.write_coverage(coverage),

@@ -19,7 +19,7 @@ from gymslurm.collector.live import STALL
 from gymslurm.collector.routing import Routing
 from gymslurm.collector.seal import Transcript
 from gymslurm.collector.view import LoopResult, RunView
-from gymslurm.coverage import Completion, Coverage, completion_exit_code
+from gymslurm.coverage import Completion, Coverage, completion_exit_code, omissions_warning
 from gymslurm.dispatch import MetricsRows, post_aggregate_metrics
 from gymslurm.errors import DiskFullError, MetricsUnavailableError, StoreError
 from gymslurm.exitcodes import ExitCode
@@ -46,12 +46,9 @@ def decide_exit(coverage: Coverage, require_complete: bool, made_progress: bool)
         made_progress=made_progress,
         require_complete=require_complete,
     )
-    if not require_complete and completion.warning is None:
-        strict = completion_exit_code(
-            coverage, retryable=coverage.retryable > 0, made_progress=made_progress, require_complete=True
-        )
-        if strict.code == ExitCode.DONE and strict.warning:
-            return Completion(completion.code, completion.reason, strict.warning)
+    warning = omissions_warning(coverage)
+    if completion.warning is None and warning is not None:
+        return Completion(completion.code, completion.reason, warning)
     return completion
 
 
@@ -256,13 +253,13 @@ def _exported(store: RunStore, basis: str) -> bool:
     return exported.exists() and not exported.is_symlink()
 
 
-def run_health_hook(paths: RunPaths, coverage: Coverage, view: RunView, stderr: IO[str]) -> None:
+def run_health_hook(paths: RunPaths, view: RunView, stderr: IO[str]) -> None:
     """The automatic health report, inside the lock, from the states the collection ends with.
 
     ``view.states`` is the reconciliation advanced by every saved outcome with the same selection
     rules, i.e. what reconciling the run again would give; health does not re-read the run for it.
     """
-    after_collection(paths, coverage, stderr=stderr, selected=SelectedRun(view.states, view.run_id))
+    after_collection(paths, stderr=stderr, selected=SelectedRun(view.states, view.run_id))
 
 
 def resume_answer(  # noqa: PLR0917

@@ -38,7 +38,7 @@ from gymslurm.store.jsonl import bounded_lines
 from gymslurm.store.manifest import Manifest
 from gymslurm.store.paths import RunPaths, companion_refusal, others_own
 from gymslurm.store.run_files import RunSpec
-from gymslurm.store.store import Reconciliation, RunStore
+from gymslurm.store.store import Reconciliation, ResumePlan, RunStore
 from gymslurm.tasks import (
     IdenticalRows,
     MaterializeOptions,
@@ -341,11 +341,11 @@ def prepare(
     existing = existing_run(paths)
     if settings.resume_from_cache:
         if existing is ExistingRun.MANIFEST:
-            store, writes = _open_for_resume(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, store.inputs, writes=writes, resubmit=settings.resubmit)
+            store, plan = _open_for_resume(settings, paths, inputs, identity)
+            return _reconciled(store, stderr, store.inputs, plan)
         if existing is ExistingRun.LEGACY:
             store = _import_legacy(settings, paths, inputs, identity, stderr)
-            return _reconciled(store, stderr, store.inputs, resubmit=settings.resubmit)
+            return _reconciled(store, stderr, store.inputs, ResumePlan(resubmit=settings.resubmit))
         if existing is ExistingRun.PARTIAL_INITIAL_CACHE:
             say(
                 stderr,
@@ -363,7 +363,7 @@ def prepare(
             f"+resume_from_cache=true to resume instead): {', '.join(replaced)}",
         )
     store = _create_fresh(settings, paths, inputs, identity)
-    return _reconciled(store, stderr, store.inputs)  # no task was held: each was written as made
+    return _reconciled(store, stderr, store.inputs, ResumePlan())  # each task was written as made
 
 
 def _new_run(
@@ -446,16 +446,13 @@ def nemo_gym_tasks(
         ) from None
 
 
-Action = Callable[[], None]
-
-
 def _open_for_resume(
-    settings: CollectSettings, paths: RunPaths, inputs: Inputs, identity: dict[str, Any], stderr: IO[str]
-) -> tuple[RunStore, list[Action]]:
+    settings: CollectSettings, paths: RunPaths, inputs: Inputs, identity: dict[str, Any]
+) -> tuple[RunStore, ResumePlan]:
     """Open the saved run and check it measured the same experiment; raise before changing a byte.
 
-    Returns the store and the writes the resume implies (override mark, drift line, policy update),
-    to be made only once the history has been validated too (see :func:`_reconciled`).
+    Returns the store and what the resume changes (override mark, drift line, attempt limit, policy,
+    resubmit), applied only once the history has been validated too (see :func:`_reconciled`).
     """
     store = RunStore.open(paths, adopt_attempts=settings.max_rollout_attempts)
     try:
@@ -484,7 +481,7 @@ def _open_for_resume(
     except BaseException:
         store.close()
         raise
-    return store, _resume_writes(settings, store, semantic, diff.operational, stderr)
+    return store, resume_plan(settings, manifest, semantic, diff.operational)
 
 
 def _digests_of(identity: dict[str, Any]) -> tuple[str, str]:
@@ -493,48 +490,18 @@ def _digests_of(identity: dict[str, Any]) -> tuple[str, str]:
     return config_digest(identity), identity_digest(identity)
 
 
-def _resume_writes(
-    settings: CollectSettings, store: RunStore, semantic: list[str], operational: list[str], stderr: IO[str]
-) -> list[Action]:
-    """The changes an accepted resume makes to the run's metadata, as deferred actions."""
-    actions: list[Action] = []
-    if semantic:
-
-        def override() -> None:
-            say(
-                stderr,
-                f"warning: resuming across a changed identity ({', '.join(semantic)}) because of "
-                "allow_unsafe_resume; the run is marked identity_verified=false for good",
-            )
-            store.mark_identity_overridden()
-
-        actions.append(override)
-    if operational:
-
-        def drift() -> None:
-            say(
-                stderr,
-                f"warning: operational settings changed since the run was saved "
-                f"({', '.join(operational)}); resuming, and noting it in {store.paths.resume_drift}",
-            )
-            store.append_drift(operational)
-
-        actions.append(drift)
-    if store.manifest.adopted_max_rollout_attempts:
-
-        def record_limit() -> None:
-            say(
-                stderr,
-                f"the manifest {store.paths.manifest} had no max_rollout_attempts (an older draft): "
-                f"recording the current setting, {store.manifest.max_rollout_attempts}",
-            )
-            store.record_max_rollout_attempts()
-
-        actions.append(record_limit)
+def resume_plan(
+    settings: CollectSettings, manifest: Manifest, semantic: list[str], operational: list[str]
+) -> ResumePlan:
+    """The changes an accepted resume makes to the run's metadata (pure)."""
     wanted = settings.retry_terminal_timeouts
-    if wanted is not None and wanted != store.manifest.retry_terminal_timeouts:
-        actions.append(lambda: store.update_policy(retry_terminal_timeouts=wanted))
-    return actions
+    return ResumePlan(
+        overridden=tuple(semantic),
+        drift=tuple(operational),
+        record_attempt_limit=manifest.adopted_max_rollout_attempts,
+        retry_terminal_timeouts=wanted if wanted != manifest.retry_terminal_timeouts else None,
+        resubmit=settings.resubmit,
+    )
 
 
 def _input_problems(manifest: Manifest, inputs: Inputs) -> list[str]:
@@ -555,45 +522,52 @@ def _input_problems(manifest: Manifest, inputs: Inputs) -> list[str]:
 
 
 def _reconciled(
-    store: RunStore,
-    stderr: IO[str],
-    load_tasks: Callable[[], list[Task]],
-    *,
-    writes: list[Action] | None = None,
-    resubmit: bool = False,
+    store: RunStore, stderr: IO[str], load_tasks: Callable[[], list[Task]], plan: ResumePlan
 ) -> Prepared:
-    """Validate the history by selecting every rollout's state; only then write and repair.
+    """Validate the history and apply ``plan`` (:meth:`RunStore.resume`), then say what it changed.
 
-    Order (spec 000): the history is validated (conflicts and foreign rows raise, no byte changed),
-    then the resume's metadata ``writes`` are made, torn tails repaired, and with ``resubmit`` a fresh
-    failure budget recorded; selection runs again when the policy changed. ``load_tasks`` gives the
-    tasks to dispatch when some are pending: the saved materialized tasks on a resume (equal to the
-    current ones when verified; reused as spec 000 says when overridden), the current ones otherwise.
+    ``load_tasks`` gives the tasks to dispatch when some are pending: the saved materialized tasks on
+    a resume (equal to the current ones when verified; reused as spec 000 says when overridden), the
+    current ones otherwise.
     """
     try:
-        reconciliation = store.reconcile()
-        adopted = store.adopt()  # rows NeMo Gym's collector appended since gymslurm's last turn
-        if adopted:
-            say(
-                stderr,
-                f"adopted {adopted} outcome row(s) NeMo Gym's collector saved ({store.paths.adoptions})",
-            )
-        for write in writes or []:
-            write()
-        repaired = store.repair_torn_tails()
-        if repaired:
-            say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
-        if resubmit:
-            failures, results = store.resubmit()
-            say(
-                stderr,
-                f"resubmit: a fresh failure budget; the {failures} failure line(s) (and {results} result "
-                f"line(s)) saved so far no longer count against it ({store.paths.resubmit_offset})",
-            )
-        if store.policy() != reconciliation.policy:
-            reconciliation = store.reconcile()
+        resumed = store.resume(plan)
     except BaseException:
         store.close()
         raise
-    quietly = not writes and not repaired and not adopted and store.manifest.identity_verified
-    return Prepared(store, load_tasks, reconciliation, repeats_quietly=quietly)
+    paths, manifest = store.paths, store.manifest
+    if resumed.adopted:  # rows NeMo Gym's collector appended since gymslurm's last turn
+        say(
+            stderr, f"adopted {resumed.adopted} outcome row(s) NeMo Gym's collector saved ({paths.adoptions})"
+        )
+    if plan.overridden:
+        say(
+            stderr,
+            f"warning: resuming across a changed identity ({', '.join(plan.overridden)}) because of "
+            "allow_unsafe_resume; the run is marked identity_verified=false for good",
+        )
+    if plan.drift:
+        say(
+            stderr,
+            f"warning: operational settings changed since the run was saved "
+            f"({', '.join(plan.drift)}); resuming, and noting it in {paths.resume_drift}",
+        )
+    if plan.record_attempt_limit:
+        say(
+            stderr,
+            f"the manifest {paths.manifest} had no max_rollout_attempts (an older draft): "
+            f"recording the current setting, {manifest.max_rollout_attempts}",
+        )
+    if repaired := resumed.repaired_bytes:
+        say(stderr, f"removed {repaired} byte(s) of an incomplete last line left by an interrupted write")
+    if resumed.resubmitted is not None:
+        failures, results = resumed.resubmitted
+        say(
+            stderr,
+            f"resubmit: a fresh failure budget; the {failures} failure line(s) (and {results} result "
+            f"line(s)) saved so far no longer count against it ({paths.resubmit_offset})",
+        )
+    quietly = (
+        not plan.changes_metadata and not repaired and not resumed.adopted and manifest.identity_verified
+    )
+    return Prepared(store, load_tasks, resumed.reconciliation, repeats_quietly=quietly)

@@ -259,7 +259,7 @@ def grader_by_name(
     return url_of(_typed_block(config, resources, "resources_servers"), fallback_host, resources), protocol
 
 
-def _named(reference: Any) -> str | None:
+def _named(reference: object) -> str | None:
     name = reference.get("name") if isinstance(reference, Mapping) else None
     return name if isinstance(name, str) and name else None
 

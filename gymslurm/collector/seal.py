@@ -47,9 +47,14 @@ from typing import IO, Any
 
 import orjson
 
+from gymslurm.errors import ConfigError, EnvironmentUnreachableError, GymslurmError
+from gymslurm.identity import build_identity, identity_digest
 from gymslurm.process_env import MAX_ATTEMPTS_ENV
-from gymslurm.store.paths import RunPaths
-from gymslurm.store.seal import FinishedSeal, ServerAnswer, identities, read_seal
+from gymslurm.redaction import REDACTED, is_credential_name, redact_shapes
+from gymslurm.resources import configs_dir
+from gymslurm.store.lock import RunLock
+from gymslurm.store.paths import RunPaths, others_writable_warning
+from gymslurm.store.seal import FinishedSeal, ServerAnswer, identities, read_seal, sealed_files
 
 RESUME_KEY, OUTPUT_KEY = "resume_from_cache", "output_jsonl_fpath"
 # The one line a replay adds to what the full path says: where the answer came from.
@@ -126,8 +131,6 @@ def masked(item: str) -> str:
     """An override as a seal keeps it: a credential-named key's value by presence, any other value
     with credential shapes (a URL's password, a bearer token) cut out. Pure: learns nothing, so the
     collection that seals and the resume that reads it mask alike."""
-    from gymslurm.redaction import REDACTED, is_credential_name, redact_shapes
-
     pair = override_key(item)
     if pair is not None and is_credential_name(pair[0].rsplit(".", 1)[-1]):
         return f"{pair[0]}={REDACTED}"
@@ -136,8 +139,6 @@ def masked(item: str) -> str:
 
 def environment_value(name: str, environ: Mapping[str, str]) -> str | bool | None:
     """What the digest takes of an environment variable: its value, or for a credential whether it is set."""
-    from gymslurm.redaction import is_credential_name
-
     value = environ.get(name)
     if is_credential_name(name):
         return value is not None
@@ -146,8 +147,6 @@ def environment_value(name: str, environ: Mapping[str, str]) -> str | bool | Non
 
 def config_files(config_dir: Path | None) -> list[Path] | None:
     """Every file Hydra may compose from (the shipped configs, ``config_dir``) and gymslurm's own code."""
-    from gymslurm.resources import configs_dir
-
     found = _files_under(Path(__file__).resolve().parent, (".py",), None) or []
     for folder in (configs_dir(), config_dir):
         if folder is not None:
@@ -195,7 +194,7 @@ def env_names(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _strings(value: Any) -> Iterable[str]:
+def _strings(value: object) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
@@ -255,8 +254,6 @@ def seal(
     ``servers``: each URL the full path asked for its configuration, in order, with the
     :func:`server_digest` of its answer (None: it answered without a configuration).
     """
-    from gymslurm.store.seal import sealed_files
-
     if config_problem(raw, command.config_dir) is not None:
         return None
     names = env_names(raw)
@@ -284,8 +281,6 @@ class ServerConfigs:
         self.asked: dict[str, str | None] = {}
 
     def __call__(self, url: str) -> dict[str, Any]:
-        from gymslurm.errors import ConfigError, EnvironmentUnreachableError
-
         if url not in self.fetched:
             try:
                 self.fetched[url] = self.fetch(url)
@@ -301,15 +296,11 @@ class ServerConfigs:
 def server_digest(answer: Mapping[str, Any]) -> str:
     """The digest of a server's configuration as the run's identity reads it: credentials redacted
     (a new key changes nothing the full path would refuse or warn about), every other value kept."""
-    from gymslurm.identity import build_identity, identity_digest
-
     return identity_digest(build_identity({"environment_config": dict(answer)}))
 
 
 def redact_url(url: str) -> str:
     """A URL as a seal keeps it: a password or token in it cut out (a seal holds no secret)."""
-    from gymslurm.redaction import redact_shapes
-
     return redact_shapes(url)
 
 
@@ -330,9 +321,6 @@ def servers_unchanged(
     Anything not proven is false: a URL the command no longer spells, a server that does not answer,
     an answer that cannot be read or digested. The full path then asks and reports in its own words.
     """
-    from gymslurm.errors import ConfigError, EnvironmentUnreachableError
-    from gymslurm.redaction import REDACTED
-
     for server in asked:
         url = urls.get(server.url, server.url)
         if REDACTED in url:
@@ -351,7 +339,7 @@ def servers_unchanged(
 
 
 def _fetch_config(url: str) -> Mapping[str, Any]:
-    from gymslurm.dispatch.calls import fetch_environment_config
+    from gymslurm.dispatch.calls import fetch_environment_config  # the HTTP client: only to ask a server
 
     return fetch_environment_config(url)
 
@@ -380,10 +368,6 @@ def replay(
     paths = command.resumed_run()
     if paths is None or not paths.finished.exists():
         return None
-    from gymslurm.errors import GymslurmError
-    from gymslurm.store.lock import RunLock
-    from gymslurm.store.paths import others_writable_warning
-
     try:
         with RunLock(paths.lock):
             found = read_seal(paths)
@@ -398,7 +382,7 @@ def replay(
     except (GymslurmError, OSError):
         return None
     if warning:  # the full path's first line, said the same way (the folder's mode is not sealed)
-        from gymslurm.progress import say
+        from gymslurm.progress import say  # only then: a replay that warns of nothing never loads it
 
         say(stderr, f"warning: {warning}")
     print(f"{SAID_FROM_SEAL} {paths.finished} (no server was asked)", file=stderr)

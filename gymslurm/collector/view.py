@@ -112,7 +112,7 @@ def pending_order(view: RunView, states: list[RolloutState], longest_first: bool
     return pending
 
 
-class OriginStamps(dict[str, Any]):
+class OriginStamps(dict[str, dict[str, Any] | None]):
     """NeMo Gym's origin stamps of each taskset's server (``RunStore.stamp_origins``), found as met.
 
     The tasksets of a run are not listed up front (that would read every task): each is looked up
@@ -134,7 +134,8 @@ class OriginStamps(dict[str, Any]):
         stamps = self[taskset] = origin.stamps(agent_ref=url not in self._episode_urls) if origin else None
         return stamps
 
-    def get(self, taskset: str, default: Any = None) -> Any:
+    def get(self, taskset: str, default: object = None) -> dict[str, Any] | None:
+        """The taskset's stamps, found as met (``default`` is never used: every taskset has an answer)."""
         return self[taskset]
 
     def __bool__(self) -> bool:

@@ -24,18 +24,21 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
+from gymslurm.dispatch import Failed, probe_answers
 from gymslurm.identity import redact_text
 from gymslurm.supervision import (
     SUPERVISION_FD_ENV,
     Judgement,
     ServerEvent,
+    Streak,
     SupervisionError,
     Timeline,
     evidence_wait_s,
     interruption_diagnostics,
     interruption_record,
+    is_transport_failure,
+    judge_failure,
     parse_event,
 )
 
@@ -124,8 +127,6 @@ class Supervised:
 
     async def judge(self, sent_at: float, failed_at: float) -> Judgement:
         """Whose a failure is, waiting (bounded) for the supervisor's next round when unknown yet."""
-        from gymslurm.supervision import judge_failure
-
         verdict = judge_failure(sent_at, failed_at, self.timeline)
         if verdict.verdict != "wait" or self.closed:
             return verdict if verdict.verdict != "wait" else Judgement("rollout")
@@ -139,7 +140,7 @@ class Supervised:
         verdict = judge_failure(sent_at, failed_at, self.timeline)
         return verdict if verdict.verdict != "wait" else Judgement("rollout")
 
-    async def review(self, outcome: Any, sent_at: float) -> tuple[Any, bool]:
+    async def review(self, outcome: Failed, sent_at: float) -> tuple[Failed, bool]:
         """The outcome to save for a failed request, and whether it is an interruption."""
         failed_at = time.monotonic()
         judgement = await self.judge(sent_at, failed_at)
@@ -180,8 +181,6 @@ class Breaker:
         interval_s: float = 1.0,
         probe: Callable[[str], bool] | None = None,
     ) -> None:
-        from gymslurm.supervision import Streak
-
         self.streak, self.wait_s, self.interval_s = Streak(threshold), wait_s, interval_s
         self.on_dead, self.say = on_dead, say
         self.probe = probe or _probe_answers
@@ -207,10 +206,8 @@ class Breaker:
                 future.set_result(server_fault)
         self.held.clear()
 
-    async def review(self, outcome: Any, url: str, sent_at: float) -> tuple[Any, bool]:
+    async def review(self, outcome: Failed, url: str, sent_at: float) -> tuple[Failed, bool]:
         """The outcome to save for a failed request, and whether it is an interruption."""
-        from gymslurm.supervision import is_transport_failure
-
         record = outcome.record
         if not is_transport_failure(record):
             self.answered()
@@ -268,6 +265,4 @@ class Breaker:
 
 
 def _probe_answers(url: str) -> bool:
-    from gymslurm.dispatch import probe_answers
-
     return probe_answers(url, timeout_s=5.0)

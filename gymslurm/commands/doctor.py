@@ -416,11 +416,6 @@ def read_sites(settings: BenchmarkSettings) -> Site:
     return Site("\n".join(refusals) or None, known.pop() if len(known) == 1 else None, limits)
 
 
-def site_refusal(settings: BenchmarkSettings, client: SlurmClient | None = None) -> str | None:
-    """Why ``submit`` refuses this cluster, or None (:func:`read_site`)."""
-    return read_site(settings, client).refusal
-
-
 def cluster_text(client: SlurmClient) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """``scontrol show config`` and ``scontrol show partition -o``, parsed (two queries)."""
     config = parse_config(client.run(["scontrol", "show", "config"]).stdout)

@@ -215,8 +215,8 @@ def _restart(
     if verdict_word is not None:
         from gymslurm.launcher.views.status import run_status
 
-        rows = run_status(run, backend)["shards"]
-        todo = [row["shard"] for row in rows if row["verdict"] == verdict_word]
+        rows = run_status(run, backend).shards
+        todo = [row.shard for row in rows if row.verdict == verdict_word]
     elif shards:
         todo = sorted(explicit)
     else:

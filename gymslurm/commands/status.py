@@ -10,8 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
@@ -32,6 +30,7 @@ def main(argv: list[str]) -> int:
     from gymslurm.job.first_links import finish_queuing
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
+    from gymslurm.launcher.views.document import status_json, with_suite
     from gymslurm.launcher.views.report import refresh_report
     from gymslurm.launcher.views.status import read_chains, run_status
     from gymslurm.launcher.views.table import print_table
@@ -58,12 +57,9 @@ def main(argv: list[str]) -> int:
         refresh_report(run, backend, report, chains)  # does not pay its render
     from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
 
-    suite = suite_rows(
-        run, report["summary"].get("gpu_hours")
-    )  # a suite run: one line per benchmark (docs/suites.md)
+    suite = suite_rows(run, report.summary.gpu_hours)  # a suite run: one line per benchmark (docs/suites.md)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
-        document = {**report, "suite": suite} if suite else report
-        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(status_json(with_suite(report, suite)))
     else:
         print_table(report)
         for line in suite_lines(suite):
@@ -85,7 +81,7 @@ def _list_runs(runs: list[Any], as_json: bool) -> int:
         if info.backend == "slurm" and (info.placement is not None or info.cluster is not None):
             backend = run_backend(run)  # its own clusters' queues (the shared one is the default cluster's)
         report = run_status(run, backend)
-        verdicts = Counter(row["verdict"] for row in report["shards"])
+        verdicts = Counter(str(row.verdict) for row in report.shards)
         listed.append(
             {
                 "run": run.name,

@@ -27,87 +27,87 @@ from typing import Any
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.verdicts import ChainVerdict
+from gymslurm.launcher.views.document import ShardRow, StatusDocument
 from gymslurm.site.backend import Backend
 
+V = ChainVerdict
 FINAL_VERDICTS = frozenset(
-    {"DONE", "FAILED", "EXHAUSTED", "STALLED", "CANCELLED", "ORPHANED", "BUDGET", "PAUSED"}
+    {V.DONE, V.FAILED, V.EXHAUSTED, V.STALLED, V.CANCELLED, V.ORPHANED, V.BUDGET, V.PAUSED}
 )
-STOPS = frozenset({"FAILED", "EXHAUSTED", "STALLED", "ORPHANED"})
-DISK_FULL = "DISK_FULL"
+STOPS = frozenset({V.FAILED, V.EXHAUSTED, V.STALLED, V.ORPHANED})
 BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
 
 WAIT_FIRST_S, WAIT_FACTOR, WAIT_MAX_S = 1.0, 1.5, 30.0
 QUERY_ATTEMPTS = 8  # failed status queries in a row (~2 min with the back-off) before --wait says so
 
 
-def _way_out(row: dict[str, Any], run: str, benchmark: str) -> str:
+def _way_out(row: ShardRow, run: str, benchmark: str) -> str:
     resubmit = f"'gymslurm resubmit {run} {benchmark}'"
-    logs = f"'gymslurm logs {run} --shard {row['shard']}'"
+    logs = f"'gymslurm logs {run} --shard {row.shard}'"
     return {
-        "STALLED": f"next: {resubmit}",
-        "EXHAUSTED": f"next: read {logs}, fix the cause, then {resubmit}",
-        "FAILED": f"next: read {logs}, fix the cause, then {resubmit}",
-        "ORPHANED": f"next: 'gymslurm cancel {run}', then {resubmit}",
-    }.get(row["verdict"], f"next: 'gymslurm status {run}'")
+        V.STALLED: f"next: {resubmit}",
+        V.EXHAUSTED: f"next: read {logs}, fix the cause, then {resubmit}",
+        V.FAILED: f"next: read {logs}, fix the cause, then {resubmit}",
+        V.ORPHANED: f"next: 'gymslurm cancel {run}', then {resubmit}",
+    }.get(row.verdict, f"next: 'gymslurm status {run}'")
 
 
-def wait_outcome(report: dict[str, Any], aggregation_enabled: bool) -> tuple[int, str] | None:
+def wait_outcome(report: StatusDocument, aggregation_enabled: bool) -> tuple[int, str] | None:
     """None while the run can still change by itself, else (exit code, last line) (pure)."""
-    run, benchmark, shards = report["run"], report.get("benchmark", "BENCHMARK"), report["shards"]
-    verdicts = [row["verdict"] for row in shards]
-    full = [row for row in shards if row["verdict"] == DISK_FULL]
+    run, benchmark, shards = report.run, report.benchmark, report.shards
+    verdicts = [row.verdict for row in shards]
+    full = [row for row in shards if row.verdict == V.DISK_FULL]
     if full:
         return ExitCode.CONTINUE, (
-            f"run {run}: disk full: shard {full[0]['shard']}: {full[0]['why']}; the chain goes on by "
+            f"run {run}: disk full: shard {full[0].shard}: {full[0].why}; the chain goes on by "
             f"itself once space is freed ('gymslurm status {run}')"
         )
     if any(v not in FINAL_VERDICTS for v in verdicts):
         return None
-    if "PAUSED" in verdicts:
+    if V.PAUSED in verdicts:
         return ExitCode.CONTINUE, (
             f"run {run}: paused by 'gymslurm pause'; 'gymslurm resume {run} {benchmark}' goes on where "
             "it stopped"
         )
-    if "CANCELLED" in verdicts:
+    if V.CANCELLED in verdicts:
         return ExitCode.INTERRUPTED, (
             f"run {run}: cancelled: stopped by 'gymslurm cancel'; 'gymslurm resubmit {run} {benchmark}' "
             "starts it again"
         )
-    agg = report["aggregation"]
-    aggregating = (
-        aggregation_enabled and agg["job"] is not None and not agg["finished"] and not agg.get("stalled")
-    )
-    stopped = [row for row in shards if row["verdict"] in STOPS]
+    agg = report.aggregation
+    aggregating = aggregation_enabled and agg.job is not None and not agg.finished and not agg.stalled
+    stopped = [row for row in shards if row.verdict in STOPS]
     if stopped:
         if aggregating:
             return None
         row = stopped[0]
-        code = ExitCode.STOP if all(r["verdict"] == "FAILED" for r in stopped) else ExitCode.RETRY
+        code = ExitCode.STOP if all(r.verdict == V.FAILED for r in stopped) else ExitCode.RETRY
         others = f" ({len(stopped) - 1} more shard(s) stopped)" if len(stopped) > 1 else ""
         return code, (
-            f"run {run}: stopped: shard {row['shard']} {row['verdict']}: {row['why']}{others}; "
+            f"run {run}: stopped: shard {row.shard} {row.verdict}: {row.why}{others}; "
             f"{_way_out(row, run, benchmark)}"
         )
     if not aggregation_enabled:
         return ExitCode.DONE, f"run {run}: done: every shard DONE (aggregation disabled)"
-    if agg.get("stalled"):
+    if agg.stalled:
         return ExitCode.RETRY, (
-            f"run {run}: aggregation stalled: {agg['state']}; next: 'gymslurm resubmit {run} {benchmark}'"
+            f"run {run}: aggregation stalled: {agg.state}; next: 'gymslurm resubmit {run} {benchmark}'"
         )
-    if agg["job"] is None:
-        if any(str(row.get("job_state", "")).startswith(BUSY_JOB_STATES) for row in shards):
+    if agg.job is None:
+        if any(row.job_state.startswith(BUSY_JOB_STATES) for row in shards):
             return None  # the last link is still queuing it
         return ExitCode.RETRY, (
             f"run {run}: aggregation never queued: every shard is DONE and no job of the run is left; "
             f"next: 'gymslurm resubmit {run} {benchmark}' queues it"
         )
-    if not agg["finished"]:
+    if not agg.finished:
         return None
-    if str(agg["state"]).startswith("DONE"):
-        return ExitCode.DONE, f"run {run}: done: every shard DONE and merged ({agg['state']})"
-    failed = str(agg["state"]).startswith("STOP_FAILED")
+    if agg.state.startswith("DONE"):
+        return ExitCode.DONE, f"run {run}: done: every shard DONE and merged ({agg.state})"
+    failed = agg.state.startswith("STOP_FAILED")
     return (ExitCode.STOP if failed else ExitCode.RETRY), (
-        f"run {run}: aggregation stopped: {agg['state']}; next: read 'gymslurm logs {run} --aggregate', "
+        f"run {run}: aggregation stopped: {agg.state}; next: read 'gymslurm logs {run} --aggregate', "
         f"then 'gymslurm resubmit {run} {benchmark}'"
     )
 
@@ -130,9 +130,9 @@ def next_poll_s(previous: float, changed: bool) -> float:
     return WAIT_FIRST_S if changed else min(previous * WAIT_FACTOR, WAIT_MAX_S)
 
 
-def _progress_key(report: dict[str, Any]) -> tuple[Any, ...]:
-    rows = tuple((r["verdict"], r["job"], r["successful"], r["failed"]) for r in report["shards"])
-    return (rows, report["aggregation"]["state"])
+def _progress_key(report: StatusDocument) -> tuple[Any, ...]:
+    rows = tuple((r.verdict, r.job, r.successful, r.failed) for r in report.shards)
+    return (rows, report.aggregation.state)
 
 
 def wait_for_run(

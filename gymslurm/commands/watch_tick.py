@@ -36,6 +36,7 @@ from gymslurm.watch_rules import (
     FinderSettings,
     WatchState,
     digest,
+    earlier_compared,
     fold,
     needs_successor,
     new_checkpoints,
@@ -147,6 +148,11 @@ def advance(
         from gymslurm.commands.watch_compare import compare_checkpoint
 
         state = fold(folder.read())
+        if not earlier_compared(state, checkpoint):
+            log(
+                f"checkpoint {checkpoint.checkpoint}: its run ended; compared after the checkpoints before it"
+            )
+            return
         result = compare_checkpoint(settings, checkpoint, state)
         folder.append(record("compared", digest=checkpoint.digest, run=checkpoint.run, result=result))
         log(f"checkpoint {checkpoint.checkpoint}: compared ({result.get('summary', '')})")

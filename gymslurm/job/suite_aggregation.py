@@ -14,10 +14,11 @@ from collections.abc import Callable
 
 from gymslurm.exitcodes import ExitCode
 from gymslurm.job.heartbeat import Signals, log
-from gymslurm.launcher.decide import VERDICT_OF_STOP, Decision
+from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.launcher.suite_run import SuiteEntry, load_member_settings, member_run, read_suite_record
+from gymslurm.launcher.verdicts import VERDICT_OF_STOP, ChainVerdict
 from gymslurm.store.suite_metrics import BenchmarkScore, read_task_values, score, write_suite_metrics
 
 MergeRun = Callable[[RunDir, BenchmarkSettings, Signals], tuple[int | None, str]]
@@ -35,7 +36,7 @@ def benchmark_verdict(run: RunDir, entry: SuiteEntry) -> str:
     stops = [
         s.last_decision.decision for s in states if s.last_decision and s.last_decision.decision != "DONE"
     ]
-    return VERDICT_OF_STOP.get(stops[0], "FAILED") if stops else "CANCELLED"
+    return str(VERDICT_OF_STOP.get(stops[0], ChainVerdict.FAILED) if stops else ChainVerdict.CANCELLED)
 
 
 def merge_suite(run: RunDir, signals: Signals, merge_run: MergeRun) -> tuple[int | None, str]:

@@ -7,6 +7,9 @@ benchmark. Both are refused by ``launcher/settings.py`` when the benchmark is va
 
 from __future__ import annotations
 
+import re
+
+from gymslurm.launcher.server_refs import SERVER_REFERENCE
 from gymslurm.redaction import redact_text
 
 
@@ -28,8 +31,8 @@ def override_grammar_problem(overrides: list[str], where: str) -> str | None:
 
     parser = OverridesParser.create()
     for index, item in enumerate(overrides):
-        try:
-            parser.parse_overrides([item])
+        try:  # a server reference is replaced in the job by what it names: check the override as it will be
+            parser.parse_overrides([SERVER_REFERENCE.sub(_as_in_the_job, item)])
         except HydraException as error:
             first = (str(error).strip().splitlines() or ["a grammar error"])[0]
             return (
@@ -37,3 +40,8 @@ def override_grammar_problem(overrides: list[str], where: str) -> str | None:
                 "write key=value, +key=value or ~key, and quote a value with spaces or special characters"
             )
     return None
+
+
+def _as_in_the_job(reference: re.Match[str]) -> str:
+    """What a ``{servers.NAME.FIELD}`` reference stands for in a job: a value of the field's shape."""
+    return {"host": "127.0.0.1", "port": "1"}.get(reference.group(2), "http://127.0.0.1:1/metrics")

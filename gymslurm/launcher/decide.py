@@ -74,18 +74,6 @@ class Decision(StrEnum):
         return self in (Decision.CONTINUE, Decision.RETRY)
 
 
-# The verdict ``status`` (and a notification) gives a chain that stopped with this decision.
-VERDICT_OF_STOP = {
-    Decision.DONE: "DONE",
-    Decision.STOP_FAILED: "FAILED",
-    Decision.STOP_EXHAUSTED: "EXHAUSTED",
-    Decision.STOP_WALLTIME: "EXHAUSTED",
-    Decision.STOP_NO_PROGRESS: "EXHAUSTED",
-    Decision.STOP_BUDGET: "BUDGET",
-    Decision.PAUSED: "PAUSED",
-}
-
-
 @dataclass(frozen=True)
 class Progress:
     """The counts of one ``<stem>_coverage.json`` snapshot that establish progress."""

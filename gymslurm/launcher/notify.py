@@ -47,10 +47,11 @@ from typing import Any
 
 from gymslurm.dispatch.webhook import post_webhook
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.decide import VERDICT_OF_STOP, Decision
+from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import DecisionRecord, NotifyRecord, NotifyStep, Record, summarize, utc_now_ms
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import NotifyTarget
+from gymslurm.launcher.verdicts import VERDICT_OF_STOP, chain_verdict
 from gymslurm.store.flock import locked, try_lock
 
 EVENT_SCHEMA, EVENT_VERSION = "gymslurm.event", 1
@@ -325,7 +326,7 @@ def chain_events(shard: int, records: Iterable[Record]) -> list[Event]:
         if record.decision == Decision.RETRY:
             out.append(("link_failed", f"link_failed:{where}", facts))
         elif not record.decision.continues:
-            verdict = VERDICT_OF_STOP.get(record.decision, str(record.decision))
+            verdict = str(VERDICT_OF_STOP.get(record.decision, record.decision))
             out.append(("shard_stopped", f"shard_stopped:{where}", {**facts, "verdict": verdict}))
     return out
 
@@ -350,11 +351,7 @@ def run_done_event(run: RunDir, shards: int, aggregation: DecisionRecord | None)
         return None
     verdicts: dict[str, int] = {}
     for state in states:
-        word = (
-            "CANCELLED"
-            if state.cancelled or state.last_decision is None
-            else (VERDICT_OF_STOP.get(state.last_decision.decision, str(state.last_decision.decision)))
-        )
+        word = chain_verdict(state)
         verdicts[word] = verdicts.get(word, 0) + 1
     if aggregation is not None:
         key = f"run_done:aggregation:{aggregation.job_id}:{aggregation.restart_count}"

@@ -9,7 +9,7 @@ runs and resubmitted chains included), so they exist with or without accounting;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import StoreError
 from gymslurm.formats import version_of
-from gymslurm.launcher.decide import VERDICT_OF_STOP
-from gymslurm.launcher.ledger import ChainState, Record, Started, Submitted, summarize
+from gymslurm.launcher.ledger import Record, Started, Submitted, summarize
 from gymslurm.launcher.links import (
     chain_gpu_hours,
     faults_survived,
@@ -30,6 +29,7 @@ from gymslurm.launcher.links import (
     links_of,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.verdicts import chain_verdict
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics, read_json_object
 from gymslurm.store.paths import RunPaths
 
@@ -56,15 +56,10 @@ class Cost:
             slurm = sum(slurm_gpu_s.get(job, 0.0) for job in jobs) / 3600
         return cls(allocated, idle, slurm, faults)
 
-    def fields(self) -> dict[str, Any]:
-        """The status row's cost fields."""
-        return {
-            "gpu_hours": round(self.gpu_hours, 4),
-            "gpu_hours_idle": round(self.idle, 4),
-            "gpu_hours_slurm": None if self.slurm is None else round(self.slurm, 4),
-            "gpu_text": human_gpu_hours(self.gpu_hours) if self.gpu_hours else "-",
-            "faults": self.faults,
-        }
+    @property
+    def text(self) -> str:
+        """The status table's ``GPU-h`` cell."""
+        return human_gpu_hours(self.gpu_hours) if self.gpu_hours else "-"
 
 
 def final_metrics(run: RunDir, stem: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -89,9 +84,36 @@ def final_metrics(run: RunDir, stem: str) -> tuple[dict[str, Any] | None, str | 
     return merged, None
 
 
+@dataclass(frozen=True, kw_only=True)
+class CostSummary:
+    """The run's GPU-hours (shards and aggregation), its budget and its interruptions by kind; the
+    fields are the status summary's last ones and ``summary.json``'s ``cost``, in this order."""
+
+    gpu_hours: float
+    gpu_hours_idle: float
+    gpu_hours_slurm: float | None
+    slurm_accounting: bool | None  # run.json's word: true, false, or null when not known
+    gpu_budget: float | None
+    budget_fraction: float | None
+    budget_warning: bool
+    faults: dict[str, int]
+
+
+NO_COST = CostSummary(
+    gpu_hours=0.0,
+    gpu_hours_idle=0.0,
+    gpu_hours_slurm=None,
+    slurm_accounting=None,
+    gpu_budget=None,
+    budget_fraction=None,
+    budget_warning=False,
+    faults={},
+)
+
+
 def cost_summary(
     costs: list[Cost], aggregation: Cost, budget: float | None, warn_at: float, accounting: bool | None = None
-) -> dict[str, Any]:
+) -> CostSummary:
     """The run's GPU-hours (shards and aggregation), its budget and interruptions by kind (pure).
 
     ``accounting``: run.json's word on Slurm's accounting (None: not known, the local backend)."""
@@ -103,37 +125,54 @@ def cost_summary(
         for kind, n in cost.faults.items():
             faults[kind] = faults.get(kind, 0) + n
     fraction = None if not budget else total / budget
-    return {
-        "gpu_hours": round(total, 4),
-        "gpu_hours_idle": round(sum(c.idle for c in every), 4),
-        "gpu_hours_slurm": None if slurm is None else round(slurm, 4),
-        "slurm_accounting": accounting,
-        "gpu_budget": budget,
-        "budget_fraction": None if fraction is None else round(fraction, 4),
-        "budget_warning": fraction is not None and fraction >= warn_at,
-        "faults": faults,
-    }
+    return CostSummary(
+        gpu_hours=round(total, 4),
+        gpu_hours_idle=round(sum(c.idle for c in every), 4),
+        gpu_hours_slurm=None if slurm is None else round(slurm, 4),
+        slurm_accounting=accounting,
+        gpu_budget=budget,
+        budget_fraction=None if fraction is None else round(fraction, 4),
+        budget_warning=fraction is not None and fraction >= warn_at,
+        faults=faults,
+    )
 
 
-def link_costs(records: list[Record], now: float) -> list[dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class LinkCost:
+    """One link of a chain with its GPU-hours (``status --shard N``'s ``links``, ``summary.json``'s
+    ``link_costs``; the fields in this order)."""
+
+    job: str
+    restart: int
+    start: str | None
+    end: str | None
+    elapsed_s: float | None
+    gpus: int
+    decision: str | None
+    slurm_state: str
+    gpu_hours: float
+    gpu_hours_idle: float
+
+
+def link_costs(records: list[Record], now: float) -> list[LinkCost]:
     """Each link of a chain with its GPU-hours: allocated (GPUs × elapsed; a running link until
     ``now``) and idle (no request in flight), from the ledger alone (pure)."""
     out = []
     for link in links_of(records):
         start = iso_epoch(link.get("start"))
         out.append(
-            {
-                "job": link["job"],
-                "restart": link["restart"],
-                "start": link["start"],
-                "end": link["end"],
-                "elapsed_s": link["elapsed_s"],
-                "gpus": link["gpus"],
-                "decision": link["decision"],
-                "slurm_state": link["slurm_state"],
-                "gpu_hours": round(link_gpu_hours(link, now, start), 4),
-                "gpu_hours_idle": round(idle_gpu_hours(link), 4),
-            }
+            LinkCost(
+                job=link["job"],
+                restart=link["restart"],
+                start=link["start"],
+                end=link["end"],
+                elapsed_s=link["elapsed_s"],
+                gpus=link["gpus"],
+                decision=link["decision"],
+                slurm_state=link["slurm_state"],
+                gpu_hours=round(link_gpu_hours(link, now, start), 4),
+                gpu_hours_idle=round(idle_gpu_hours(link), 4),
+            )
         )
     return out
 
@@ -183,13 +222,6 @@ class RunSummary(BaseModel):
     shards: list[ShardSummary]
 
 
-def chain_verdict(state: ChainState) -> str:
-    """The word a finished chain ended with (DONE, FAILED, EXHAUSTED, BUDGET, PAUSED, CANCELLED)."""
-    if state.cancelled or state.last_decision is None:
-        return "CANCELLED"
-    return VERDICT_OF_STOP.get(state.last_decision.decision, str(state.last_decision.decision))
-
-
 def run_summary(
     info: RunInfo,
     chains: list[list[Record]],
@@ -221,7 +253,7 @@ def run_summary(
                 gpu_hours=round(cost.gpu_hours, 4),
                 gpu_hours_idle=round(cost.idle, 4),
                 gpu_hours_slurm=None if cost.slurm is None else round(cost.slurm, 4),
-                link_costs=link_costs(records, now),
+                link_costs=[asdict(link) for link in link_costs(records, now)],
             )
         )
     verdicts: dict[str, int] = {}
@@ -244,7 +276,7 @@ def run_summary(
         final_metrics=metrics[0],
         final_metrics_problem=metrics[1],
         aggregation=None if last is None else {"decision": str(last.decision), "reason": last.reason},
-        cost=cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting),
+        cost=asdict(cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting)),
         shards=shards,
     )
 

@@ -2,7 +2,7 @@
 
 Layout (all paths below ``<run_root>/<run name>/``)::
 
-    run.json                      what was submitted (version 1): benchmark, shards, backend, workdir
+    run.json                      what was submitted: benchmark, shards, backend, workdir
     benchmark.yaml                the composed benchmark config, secrets replaced by a marker
     scripts/shard-NNN.sbatch      the rendered link script of each shard
     scripts/aggregate.sbatch      the rendered aggregation script
@@ -23,6 +23,8 @@ Layout (all paths below ``<run_root>/<run name>/``)::
     local/                        the local backend's job queue
 
 ``run.json`` and ``benchmark.yaml`` are written once, at submit. Secrets never reach this folder.
+``run.json`` and ``array.json`` carry their version in ``v`` (gymslurm/formats.py: ``run_info``,
+``array``), checked before anything else is read of them.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
+from gymslurm.formats import check_version, version_of
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.site.placement import Block, cluster_of
@@ -47,11 +51,11 @@ if TYPE_CHECKING:
 
 
 class RunInfo(BaseModel):
-    """``run.json`` (version 1)."""
+    """``run.json``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    v: Literal[1] = 1
+    v: int = version_of("run_info")
     name: str
     benchmark: str
     overrides: list[str]
@@ -121,7 +125,7 @@ class ArrayPart(BaseModel):
 
 
 class ArrayRecord(BaseModel):
-    """``array.json`` (version 1): the job arrays holding every shard's first link, written once at submit.
+    """``array.json``: the job arrays holding every shard's first link, written once at submit.
 
     Shard ``i``'s first link is task ``i - base`` of the array whose ``base <= i < base + size``;
     its ledger records nothing until the task starts (so submitting 10,000 shards writes no 10,000
@@ -133,7 +137,7 @@ class ArrayRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    v: Literal[1] = 1
+    v: int = version_of("array")
     job_id: str
     shards: int
     max_running: int | None
@@ -262,13 +266,9 @@ class RunDir:
     def read_array(self) -> ArrayRecord | None:
         """``array.json``, or None for a run whose first links were submitted one by one."""
         try:
-            return ArrayRecord.model_validate_json(self.array_path.read_bytes())
+            return _read_record(self.array_path, ArrayRecord, "array")
         except FileNotFoundError:
             return None
-        except ValidationError as error:
-            raise ConfigError(
-                f"{self.array_path} is not an array.json this gymslurm understands: {error}"
-            ) from error
 
     @property
     def run_ledger(self) -> Ledger:
@@ -377,19 +377,15 @@ class RunDir:
     def read_info(self) -> RunInfo:
         """``run.json``, validated."""
         try:
-            return RunInfo.model_validate_json(self.info_path.read_bytes())
+            return _read_record(self.info_path, RunInfo, "run_info")
         except FileNotFoundError as error:
             raise ConfigError(f"{self.root} is not a gymslurm run: it has no run.json") from error
-        except ValidationError as error:
-            raise ConfigError(
-                f"{self.info_path} is not a run.json this gymslurm understands: {error}"
-            ) from error
 
     def load_settings(self, environ: dict[str, str] | None = None) -> BenchmarkSettings:
         """The saved benchmark with secrets put back from ``GYMSLURM_SECRETS`` in the environment."""
         from omegaconf import OmegaConf
 
-        from gymslurm.launcher.settings import merge_secrets, validate
+        from gymslurm.launcher.settings import RETIRED_ARRAY_KEY, merge_secrets, validate
         from gymslurm.redaction import learn
 
         data = OmegaConf.to_container(OmegaConf.load(self.config_path), resolve=False)
@@ -397,8 +393,29 @@ class RunDir:
         secrets = json.loads(env.get(SECRETS_ENV, "{}"))
         assert isinstance(data, dict)
         merged: dict[str, Any] = merge_secrets(data, secrets)
+        slurm = merged.get("slurm")
+        if isinstance(slurm, dict) and slurm.get(RETIRED_ARRAY_KEY) is True:  # saved before it was retired:
+            del slurm[RETIRED_ARRAY_KEY]  # true, the one value it could hold, is what every run does now
         learn(merged)  # from now on this process replaces them wherever it writes or prints
         return validate(merged, str(self.config_path))
+
+
+_Record = TypeVar("_Record", RunInfo, ArrayRecord)
+
+
+def _read_record(path: Path, model: type[_Record], kind: str) -> _Record:
+    """A record submit wrote (``run.json``, ``array.json``): its version checked first, then validated."""
+    data = path.read_bytes()
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise ConfigError(f"{path} is not JSON ({error}): it is not a record this gymslurm wrote") from None
+    if isinstance(raw, dict):  # ``v`` may be left out: the models always read its absence as 1
+        check_version(kind, raw.get("v", 1), str(path), ConfigError)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(f"{path} is not a {path.name} this gymslurm understands: {error}") from error
 
 
 def folder_listing(folder: Path) -> frozenset[str]:

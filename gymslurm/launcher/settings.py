@@ -168,6 +168,9 @@ class ReverifySettings(_Strict):
     overrides: list[str] = Field(default_factory=list)
 
 
+RETIRED_ARRAY_KEY = "array"  # slurm.array, removed (issue 29): refused by name, dropped from saved runs
+
+
 class SlurmSettings(_Strict):
     """The Slurm section: where jobs run, how long, and the chain's caps."""
 
@@ -197,23 +200,21 @@ class SlurmSettings(_Strict):
     extra_directives: list[str] = Field(default_factory=list)
     env_setup: list[str] = Field(default_factory=list)
     python: str | None = None
-    # Every Slurm run's links are job arrays (issue 19: one chain shape at every scale); the key stays
-    # so that older benchmark files still load, and false is refused with the reason.
-    array: bool = True
     max_running: int | None = Field(default=None, ge=1)
     # At most this many shards per job array (null: the site's MaxArraySize).
     array_size: int | None = Field(default=None, ge=1)
 
-    @field_validator("array")
+    @model_validator(mode="before")
     @classmethod
-    def _arrays_only(cls, value: bool) -> bool:
-        if not value:
+    def _no_array_knob(cls, data: Any) -> Any:
+        """``slurm.array`` is gone (it could only be true): said by name, not as an unknown key."""
+        if isinstance(data, dict) and RETIRED_ARRAY_KEY in data:
             raise ValueError(
-                "slurm.array=false is no longer supported: every Slurm run submits its links as job "
-                "arrays, split over several arrays past the site's MaxArraySize (docs/launcher.md, "
-                "'Scale'); remove slurm.array from the benchmark"
+                f"'array' ({data[RETIRED_ARRAY_KEY]!r}) is no longer a setting: every Slurm run submits its "
+                "links as job arrays, split over several past the site's MaxArraySize (docs/launcher.md, "
+                "'Scale'); remove 'array' from the benchmark's slurm section (or the slurm.array override)"
             )
-        return value
+        return data
 
     # GPUs each link holds: rendered as #SBATCH --gres=gpu:N on link scripts (not the aggregation's);
     # 0 counts a --gres=gpu:N / --gpus=N line of extra_directives instead (docs/cost.md).

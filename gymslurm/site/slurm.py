@@ -299,17 +299,20 @@ class SlurmClient:
         self.queries += 1
         self.calls[os.path.basename(argv[0]) if argv else "?"] += 1
         argv = on_cluster(argv, self.cluster)
-        environment = dict(env) if env is not None else self._env
-        try:
-            done = subprocess.run(list(argv), capture_output=True, text=True, env=environment, check=False)
-        except OSError as error:
-            raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
+        done = self.execute(list(argv), dict(env) if env is not None else self._env)
         if check and done.returncode != 0:
             raise SlurmError(
                 f"{' '.join(argv)} exited {done.returncode}\nstdout: {_quote(done.stdout)}\n"
                 f"stderr: {_quote(done.stderr)}"
             )
         return done
+
+    def execute(self, argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+        """The subprocess seam: run one command as given, its output captured (tests script it here)."""
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        except OSError as error:
+            raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
 
     def submit(
         self,
@@ -393,10 +396,6 @@ class SlurmClient:
             raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
         self.rows += 1
         return parse_scontrol_job(done.stdout, job_id)
-
-    def accounting_enabled(self) -> bool:
-        """One ``scontrol show config``: does the cluster keep accounting? (submit records it in run.json)."""
-        return parse_accounting_storage(self.run(["scontrol", "show", "config"]).stdout)
 
     def steps(self, job_id: str) -> list[tuple[str, str]]:
         """The steps of a job Slurm still runs, as ``(JOB.STEP, step name)``: one ``squeue -s``."""

@@ -3,8 +3,9 @@
 ``RunStore`` is the facade the collector uses while holding ``RunLock``; the submodules are one
 concern each: ``paths`` (where), ``atomic`` (whole-file publish), ``jsonl`` (append and torn-tail
 reading), ``manifest``, ``reservations`` (durable execution numbers), ``lock``, ``inputs``
-(materialized tasks), ``history`` (the fast outcome reader and the one saved-row reader), ``lines``
-(a file's lines by number, identity-verified) and ``files`` (the one versioned-JSON reader).
+(materialized tasks), ``run_files`` (a run's store created, adopted or validated), ``history`` (the
+fast outcome reader and the one saved-row reader), ``lines`` (a file's lines by number,
+identity-verified) and ``files`` (the one versioned-JSON reader).
 
 The package's names are imported on first use (PEP 562), so a module that needs only ``atomic`` or
 ``jsonl`` (the launcher's ledgers and run folder) does not pay for the facade and its pydantic models.

@@ -18,13 +18,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gymslurm.errors import ManifestError
-from gymslurm.formats import version_of
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import parse_json_object, read_json_object, validation_problems
 from gymslurm.version import __version__
 
-FORMAT_VERSION = version_of("manifest")
 RUN_ID_PATTERN = r"^run-[0-9a-f]{32}$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 

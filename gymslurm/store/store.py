@@ -2,10 +2,9 @@
 
 Guarantees (docs/store.md):
 
-- *Open changes no byte.* ``RunStore.open`` validates the manifest (version first), refuses an
-  interrupted fresh replacement (``state: replacing``) whatever the caller allows, and checks the
-  reservation table's header and the materialized inputs' digest against the manifest. Torn tails are
-  repaired only when the caller asks (``repair_torn_tails``), after it validated the identity.
+- *Open changes no byte.* ``RunStore.open`` validates the manifest (store/run_files.py) and the
+  reservation table's header. Torn tails are repaired only when the caller asks
+  (``repair_torn_tails``, or a :class:`ResumePlan` applied), after it validated the identity.
 - *Reserve before dispatch.* ``reserve`` makes the next execution number durable (one pwrite) before
   it returns; numbers only grow.
 - *Every outcome is flushed when its append returns*, stamped with this run's id, the rollout id,
@@ -13,8 +12,7 @@ Guarantees (docs/store.md):
 - *The outcome index is a cache.* A store that saved something leaves what it read and saved
   (``outcome_index.py``) at its first save and at close; a reconcile takes from it only what still
   hashes as written, and parses the rows after it.
-- *Fresh replacement is detectable.* ``create_fresh`` over existing files first publishes the new
-  manifest as ``replacing``, then replaces or removes every companion, then publishes ``ready`` last.
+- *Fresh replacement is detectable* (store/run_files.py: how a run's store comes to be open).
 
 The store knows nothing of HTTP or of the configuration's meaning; it persists the identity dict it is
 given (redaction is the identity module's job) and leaves selection and coverage to the pure modules.
@@ -23,7 +21,6 @@ given (redaction is the identity module's job) and leaves selection and coverage
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,12 +30,12 @@ from typing import Any
 
 from gymslurm.clock import utc_now
 from gymslurm.coverage import Coverage
-from gymslurm.errors import CorruptRecordError, InconsistentHistoryError, ManifestError, StoreError
+from gymslurm.errors import CorruptRecordError, StoreError
 from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS, LEGACY_JUDGE_MARKERS, RolloutFailureRecord
 from gymslurm.selection import BudgetPolicy, RolloutState, SavedOutcome, select_rollouts
-from gymslurm.store.adoptions import Adoptions, adopt_pending, read_adoptions, start_imported
-from gymslurm.store.atomic import publish_bytes, publish_json, publish_text
-from gymslurm.store.existing import ExistingRun, existing_run, refuse_retired_journal
+from gymslurm.store import run_files
+from gymslurm.store.adoptions import Adoptions, adopt_pending, read_adoptions
+from gymslurm.store.atomic import publish_json, publish_text
 from gymslurm.store.files import (
     read_json_object,
     read_resubmit_offset,
@@ -50,29 +47,22 @@ from gymslurm.store.history import (
     RolloutKeys,
     gc_paused,
     history_conflict,
-    read_history,
     read_run_history,
     result_outcome,
     sidecar_outcome,
 )
 from gymslurm.store.inputs import (
     RolloutIndex,
-    check_rows,
-    digest_file,
     read_index,
     read_rows,
 )
 from gymslurm.store.jsonl import Appender, ends_cleanly, read_tail, repair_torn_tail
 from gymslurm.store.lines import selected_rows
-from gymslurm.store.manifest import IdentitySource, Manifest, new_run_id, read_manifest, write_manifest
+from gymslurm.store.manifest import IdentitySource, Manifest, write_manifest
 from gymslurm.store.outcome_index import OutcomeLog
 from gymslurm.store.paths import RunPaths, file_size, saved_outcome_bytes
 from gymslurm.store.reservations import ReservationTable
-from gymslurm.store.run_files import RunSpec, clear_companions, keys_of_rows, write_run_files
-
-RESULT_STAMPS = frozenset(
-    {"_ng_run_id", "_ng_rollout_id", "_ng_attempt", "_ng_task_index", "_ng_rollout_index"}
-)
+from gymslurm.store.run_files import RunSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +75,35 @@ class Reconciliation:
     historical_failed_attempts: int
     torn_results_bytes: int
     torn_failures_bytes: int
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What preparing a collection decided to change on the run it opened (collector/prepare.py makes
+    it, pure); :meth:`RunStore.resume` applies it in one call, after the history is validated."""
+
+    overridden: tuple[str, ...] = ()  # semantic keys resumed across (allow_unsafe_resume): mark it
+    drift: tuple[str, ...] = ()  # operational keys that changed: one line in the drift journal
+    record_attempt_limit: bool = False  # save the attempt limit an older manifest adopted
+    retry_terminal_timeouts: bool | None = None  # the terminal-timeout policy to save (None: keep)
+    resubmit: bool = False  # a fresh failure budget (``+resubmit=true``)
+
+    @property
+    def changes_metadata(self) -> bool:
+        """Whether it writes anything but a torn tail's repair and a resubmit's offset."""
+        return bool(self.overridden or self.drift or self.record_attempt_limit) or (
+            self.retry_terminal_timeouts is not None
+        )
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What :meth:`RunStore.resume` did: the run's selected state after it, and what it changed."""
+
+    reconciliation: Reconciliation
+    adopted: int  # outcome rows NeMo Gym's collector appended, adopted (store/adoptions.py)
+    repaired_bytes: int  # of incomplete last lines removed
+    resubmitted: tuple[int, int] | None  # the failure and result lines a fresh budget starts after
 
 
 class RunStore:
@@ -111,63 +130,24 @@ class RunStore:
     def create_fresh(
         cls, paths: RunPaths, spec: RunSpec, *, identity_source: IdentitySource = "verified"
     ) -> RunStore:
-        """Start a new run at ``paths``, replacing whatever run was there (detectably if interrupted).
-
-        The ``replacing`` mark protects saved history: it is published first only when something was
-        saved there (a manifest-backed or legacy run). Over nothing, or over a partial initial cache
-        (no manifest, no saved outcome), there is nothing to protect, and an interruption must leave
-        a partial initial cache again, which the next resume finishes by starting fresh (000), instead
-        of a mark that refuses every resume, unsafe ones too.
-        """
-        inputs = spec.inputs
-        if isinstance(inputs, Sequence):  # a stream was checked by its maker; the index checks it again
-            check_rows(inputs)
-        manifest = spec.manifest(new_run_id(), "replacing", identity_source)
-        if existing_run(paths) in (ExistingRun.MANIFEST, ExistingRun.LEGACY):
-            write_manifest(paths.manifest, manifest)
-        clear_companions(paths)
-        publish_bytes(paths.results, b"")
-        manifest, index = write_run_files(paths, manifest, inputs, spec, len(inputs))
-        store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, len(inputs)))
+        """Start a new run at ``paths``, replacing whatever was there (:func:`run_files.fresh_run_files`)."""
+        manifest, index = run_files.fresh_run_files(paths, spec, identity_source)
+        count = manifest.rollout_count
+        store = cls(paths, manifest, ReservationTable(paths.reservations, manifest.run_id, count))
         store._index = index
-        store._newest_outcome = array("q", [-1]) * len(inputs)
-        store._log = OutcomeLog.empty(manifest.run_id, len(inputs))
+        store._newest_outcome = array("q", [-1]) * count
+        store._log = OutcomeLog.empty(manifest.run_id, count)
         return store
 
     @classmethod
     def open(
         cls, paths: RunPaths, *, writable: bool = True, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS
     ) -> RunStore:
-        """Open and validate a manifest-backed run. Changes no byte.
+        """Open and validate a manifest-backed run (:func:`run_files.validated_manifest`). Changes no byte.
 
         ``adopt_attempts`` is the attempt limit a manifest without one adopts (the setting in force).
         """
-        refuse_retired_journal(paths.attempts_journal)
-        manifest = read_manifest(paths.manifest, adopt_attempts=adopt_attempts)
-        if manifest is None:
-            raise ManifestError(
-                f"no run manifest {paths.manifest}; this output has no resumable run. Restore the "
-                "manifest from a backup, or start a fresh collection (or import a legacy run explicitly)"
-            )
-        if manifest.state != "ready":
-            raise InconsistentHistoryError(
-                f"{paths.manifest} says a fresh collection was replacing this run and was interrupted: "
-                "old and new files may be mixed, so it cannot be resumed (not even with "
-                "allow_unsafe_resume). Run a fresh collection again, or use a new output path"
-            )
-        if not paths.results.exists():
-            raise ManifestError(
-                f"the results file {paths.results} is missing beside its manifest {paths.manifest}: "
-                "restore it from a backup (keep a run's files together) or start at a new output path"
-            )
-        tasks = paths.tasks(manifest.format_version)
-        digest, lines = digest_file(tasks)
-        if digest != manifest.inputs_digest or lines != manifest.rollout_count:
-            raise InconsistentHistoryError(
-                f"the materialized inputs {tasks} do not match the manifest "
-                f"{paths.manifest} (digest or row count differs): they belong to another run or were "
-                "edited. Restore the run's files together from a backup, or use a new output path"
-            )
+        manifest = run_files.validated_manifest(paths, adopt_attempts)
         table = ReservationTable(
             paths.reservations, manifest.run_id, manifest.rollout_count, writable=writable
         )
@@ -175,53 +155,17 @@ class RunStore:
 
     @classmethod
     def import_legacy(cls, paths: RunPaths, spec: RunSpec) -> RunStore:
-        """Adopt a run without a manifest (``allow_unsafe_resume``): its identity is never verified.
-
-        Reservations are rebuilt from the saved outcomes, numbered by arrival per rollout, sidecar
-        before results. The outcome files are not rewritten; their unstamped rows stay legacy rows.
-        """
-        if paths.manifest.exists():
-            raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
-        refuse_retired_journal(paths.attempts_journal)
-        inputs = spec.inputs if isinstance(spec.inputs, Sequence) else list(spec.inputs)
-        check_rows(inputs)
-        run_id = new_run_id()
-        keys = keys_of_rows(inputs)
-        history = read_history(
-            paths.results,
-            paths.failures,
-            run_id=run_id,
-            keys=keys,
-            rollout_count=len(inputs),
-            legacy=True,
-            manifest=paths.manifest,
-        )
-        assert history.legacy_counts is not None
-        manifest = spec.manifest(run_id, "ready", "imported")
-        lines = {
-            "failures": history.failures_tail.complete_lines,
-            "results": history.results_tail.complete_lines,
-        }
-        start_imported(paths.adoptions, lines)  # before the manifest, which says the import is complete
-        keep = file_size(paths.materialized_inputs) > 0  # NeMo Gym's own file is never replaced
-        spec = spec if not keep else dataclasses.replace(spec, nemo_gym_row=None)
-        manifest, index = write_run_files(paths, manifest, inputs, spec, history.legacy_counts)
-        store = cls(paths, manifest, ReservationTable(paths.reservations, run_id, len(inputs)))
+        """Adopt a run without a manifest (``allow_unsafe_resume``): :func:`run_files.legacy_run_files`."""
+        manifest, index = run_files.legacy_run_files(paths, spec)
+        table = ReservationTable(paths.reservations, manifest.run_id, manifest.rollout_count)
+        store = cls(paths, manifest, table)
         store._index = index
         return store
 
     @staticmethod
     def legacy_inputs(paths: RunPaths) -> list[dict[str, Any]] | None:
-        """The materialized tasks a legacy run (no manifest) saved, or None when it saved none.
-
-        An unsafe import reuses them (000: "Gym warns and reuses the saved materialized tasks"): the
-        saved outcomes belong to those tasks, not to whatever the dataset holds now.
-        """
-        if paths.manifest.exists():
-            raise ManifestError(f"{paths.manifest} exists: this run is not a legacy run; resume it instead")
-        if file_size(paths.materialized_inputs) == 0:
-            return None
-        return read_rows(paths.materialized_inputs)
+        """The materialized tasks a legacy run saved, or None (:func:`run_files.legacy_inputs`)."""
+        return run_files.legacy_inputs(paths)
 
     def close(self) -> None:
         if self._appended:
@@ -339,6 +283,31 @@ class RunStore:
             torn_failures_bytes=history.failures_tail.torn_bytes,
         )
 
+    def resume(self, plan: ResumePlan) -> Resumed:
+        """Validate the history, then apply ``plan``, in the order of spec 000.
+
+        The history is validated first (every rollout's state selected: a conflict or a foreign row
+        raises, no byte changed); then the rows NeMo Gym's collector appended are adopted, the
+        override marked, the drift journaled, the adopted attempt limit and the policy saved, torn
+        tails repaired and, with ``resubmit``, a fresh failure budget recorded; selection runs again
+        when the policy changed.
+        """
+        reconciliation = self.reconcile()
+        adopted = self.adopt()
+        if plan.overridden:
+            self.mark_identity_overridden()
+        if plan.drift:
+            self.append_drift(plan.drift)
+        if plan.record_attempt_limit:
+            self.record_max_rollout_attempts()
+        if plan.retry_terminal_timeouts is not None:
+            self.update_policy(retry_terminal_timeouts=plan.retry_terminal_timeouts)
+        repaired = self.repair_torn_tails()
+        resubmitted = self.resubmit() if plan.resubmit else None
+        if self.policy() != reconciliation.policy:
+            reconciliation = self.reconcile()
+        return Resumed(reconciliation, adopted, repaired, resubmitted)
+
     # --- writing -------------------------------------------------------------------------------
 
     def repair_torn_tails(self) -> int:
@@ -350,7 +319,7 @@ class RunStore:
         paths = (self.paths.results, self.paths.failures)
         return sum(repair_torn_tail(path) for path in paths if not ends_cleanly(path))
 
-    def stamp_origins(self, origins: Mapping[str, Mapping[str, Any]]) -> None:
+    def stamp_origins(self, origins: Mapping[str, Mapping[str, Any] | None]) -> None:
         """Stamp every record written from now on with NeMo Gym's origin of its taskset's server.
 
         ``origins`` maps a taskset to ``gymslurm.nemogym.ServerOrigin.stamps()`` (``_ng_environment_server``,
@@ -566,6 +535,8 @@ class RunStore:
 
 __all__ = [
     "Reconciliation",
+    "ResumePlan",
+    "Resumed",
     "RunStore",
     "read_resubmit_offset",
     "saved_outcome_bytes",

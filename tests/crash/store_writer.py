@@ -33,7 +33,7 @@ def main(output: str, seed: int) -> None:
             continue  # interrupted in flight: a reservation without an outcome
         if roll < 0.6:
             response = BIG if rng.random() < 0.05 else "x" * rng.randrange(10, 300)
-            store.append_result(index, attempt, {"reward": rng.random(), "response": response})
+            store.append_result(index, attempt, {"reward": rng.random(), "response": {"output": response}})
             kind = "result"
         elif roll < 0.9:
             record = RolloutFailureRecord(

@@ -6,9 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests" / "slurm" / "launcher_standin_collector.py"
@@ -60,17 +61,16 @@ def status(run: Path) -> dict[str, Any]:
 
 def wait_until_final(run: Path, timeout_s: float = 120.0, aggregation: bool = True) -> dict[str, Any]:
     """Poll status until every shard has a final verdict (and the aggregation ended, if wanted)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        report = status(run)
+    seen: list[dict[str, Any]] = []
+
+    def final() -> dict[str, Any] | None:
+        seen.append(status(run))
+        report = seen[-1]
         shards_done = all(row["verdict"] in FINAL for row in report["shards"])
-        agg = report["aggregation"]["state"]
-        agg_done = not aggregation or agg.startswith(("DONE", "STOP_FAILED"))
-        if shards_done and agg_done:
-            return report
-        if time.monotonic() > deadline:
-            raise AssertionError(f"run {run} did not finish in {timeout_s}s: {json.dumps(report, indent=1)}")
-        time.sleep(0.5)
+        agg_done = not aggregation or report["aggregation"]["state"].startswith(("DONE", "STOP_FAILED"))
+        return report if shards_done and agg_done else None
+
+    return wait_until(final, timeout_s, lambda: f"run {run} to finish: {json.dumps(seen[-1], indent=1)}")
 
 
 def ledger(run: Path, shard: int | None = 0) -> list[dict[str, Any]]:
@@ -86,11 +86,12 @@ def decisions(run: Path, shard: int = 0) -> list[str]:
 
 def wait_for_decisions(run: Path, more_than: int, timeout_s: float = 120.0, shard: int = 0) -> None:
     """Poll until a shard's ledger holds more than ``more_than`` decisions (a resubmitted chain moved)."""
-    deadline = time.monotonic() + timeout_s
-    while len(decisions(run, shard)) <= more_than:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no decision past {decisions(run, shard)} in {timeout_s}s for {run}")
-        time.sleep(0.2)
+    wait_until(
+        lambda: len(decisions(run, shard)) > more_than,
+        timeout_s,
+        lambda: f"a decision past {decisions(run, shard)} for {run}",
+        every_s=0.2,
+    )
 
 
 def assert_same_results(paused: Path, plain: Path, in_flight_max: int) -> None:

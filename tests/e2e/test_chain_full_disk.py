@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,10 @@ import pytest
 from tests.e2e.kill_harness import HERE, ROOT
 from tests.e2e.launcher_chains_helpers import status, wait_until_final
 from tests.full_disk import fill, free, small_filesystem
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 ROWS = 6
-
-
-def _until(predicate, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_a_full_disk_reads_disk_full_and_the_chain_goes_on_once_space_is_back(tmp_path: Path) -> None:
@@ -56,13 +46,19 @@ def test_a_full_disk_reads_disk_full_and_the_chain_goes_on_once_space_is_back(tm
         )
         (run,) = [p.parent for p in (disk / "runs").glob("*/run.json")]
         answers = run / "output/shard-000/rollouts.jsonl"
-        _until(lambda: answers.exists() and answers.read_text().count("\n") >= 1, 120, "a first answer")
+        wait_until(
+            lambda: answers.exists() and answers.read_text().count("\n") >= 1,
+            120,
+            "a first answer",
+            every_s=0.3,
+        )
         fill(disk)
         try:
-            row = _until(
+            row = wait_until(
                 lambda: next((r for r in status(run)["shards"] if r["verdict"] == "DISK_FULL"), None),
                 120,
                 "status to say DISK_FULL",
+                every_s=0.3,
             )
             assert f"disk full at {run}" in row["why"], row["why"]
         finally:

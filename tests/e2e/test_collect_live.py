@@ -20,6 +20,7 @@ import pytest
 
 from tests.e2e.conftest import DemoServer
 from tests.e2e.helpers import collect, collect_command, write_tasks
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -31,13 +32,6 @@ def _progress(output: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, ValueError):
         return None
     return data
-
-
-def _wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_live_progress_record_rises_during_a_collection(
@@ -56,7 +50,7 @@ def test_live_progress_record_rises_during_a_collection(
             seen.append(record["successful"])
         return bool(seen) and 0 < seen[-1] < 40
 
-    _wait_for(midway, 30, "a live record between 0 and 40 successful")
+    wait_until(midway, 30, "a live record between 0 and 40 successful", every_s=0.05)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     final = _progress(output)
@@ -79,7 +73,9 @@ def test_hung_server_ends_collection_with_exit_1_after_the_stall_window(
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_for(lambda: ((_progress(output) or {}).get("successful") or 0) > 0, 120, "first outcomes")
+    wait_until(
+        lambda: ((_progress(output) or {}).get("successful") or 0) > 0, 120, "first outcomes", every_s=0.05
+    )
     server.process.send_signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tests.e2e.helpers import (
     snapshot,
     write_tasks,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -112,7 +112,7 @@ def test_second_collector_is_refused_naming_the_holder(
         text=True,
     )
     try:
-        _wait_for(lambda: companion(output, "_coverage.json").exists(), first)
+        _wait_for(lambda: companion(output, "_coverage.json").exists(), first, "the first coverage file")
         second = collect(dataset, output, server.url, "+resume_from_cache=true")
         assert second.returncode == 1
         assert str(first.pid) in second.stderr and os.uname().nodename in second.stderr
@@ -121,14 +121,18 @@ def test_second_collector_is_refused_naming_the_holder(
         first.wait()
 
 
-def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
+def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], what: str) -> None:
+    """Wait (60 s) for ``condition`` while the collector ``process`` still runs (its exit fails at once)."""
+
+    def check() -> bool:
+        if condition():
+            return True
         assert process.poll() is None, (
             f"collector exited early: {process.stderr.read() if process.stderr else ''}"
         )
-        assert time.monotonic() < deadline, "timed out waiting for the collector"
-        time.sleep(0.05)
+        return False
+
+    wait_until(check, 60, what, every_s=0.05)
 
 
 def test_changed_model_is_refused_with_no_byte_changed(
@@ -256,7 +260,7 @@ def test_stop_signal_cancels_in_flight_and_leaves_them_unfinished(
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_for(lambda: len(read_jsonl(output)) >= 3, process)
+    _wait_for(lambda: len(read_jsonl(output)) >= 3, process, "three results")
     process.send_signal(getattr(signal, signame))
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == code, stderr

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.conftest import launch_demo_server
 from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, status, wait_until_final
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 WINDOW_S = 20
@@ -36,16 +37,6 @@ def _benchmark(tmp: Path, server: str, rows: int = 24) -> Path:
         f"slurm:\n  python: {sys.executable}\n  stall_window_s: {WINDOW_S}\naggregation:\n  enabled: false\n"
     )
     return path
-
-
-def _until(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def _results(run: Path) -> int:
@@ -66,16 +57,17 @@ def test_a_frozen_collector_reads_unresponsive_and_its_link_ends_in_the_stall_wi
     )
     gymslurm("submit", str(_benchmark(tmp_path, server)), "--backend", "local")
     run = only_run(tmp_path)
-    _until(lambda: _results(run) >= 2, 90, "the first results")
+    wait_until(lambda: _results(run) >= 2, 90, "the first results", every_s=0.3)
     gymslurm("inject", str(run), "0", "--kind", "hang")
     hung_at = time.monotonic()
-    row = _until(
+    row = wait_until(
         lambda: next((r for r in [status(run)["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None),
         WINDOW_S + 10,
         "status to say UNRESPONSIVE",
+        every_s=0.3,
     )
     assert "progress record" in row["why"] and "frozen" in row["why"], row["why"]
-    first = _until(lambda: _decisions(run), WINDOW_S + 40, "the hung link's decision")[0]
+    first = wait_until(lambda: _decisions(run), WINDOW_S + 40, "the hung link's decision", every_s=0.3)[0]
     assert time.monotonic() - hung_at < WINDOW_S + 30
     assert first["decision"] == "RETRY" and "unresponsive" in first["reason"] and "frozen" in first["reason"]
     report = wait_until_final(run, timeout_s=180, aggregation=False)
@@ -89,16 +81,17 @@ def test_a_server_that_stops_answering_while_alive_ends_the_link(tmp_path: Path)
         bench = _benchmark(tmp_path, f"servers:\n  - name: env\n    url: {demo.url}\n")
         gymslurm("submit", str(bench), "--backend", "local")
         run = only_run(tmp_path)
-        _until(lambda: _results(run) >= 2, 90, "the first results")
+        wait_until(lambda: _results(run) >= 2, 90, "the first results", every_s=0.3)
         os.kill(demo.process.pid, signal.SIGSTOP)
         try:
-            row = _until(
+            row = wait_until(
                 lambda: next((r for r in [status(run)["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None),
                 WINDOW_S + 15,
                 "status to say UNRESPONSIVE",
+                every_s=0.3,
             )
             assert "stopped answering" in row["why"], row["why"]
-            first = _until(lambda: _decisions(run), WINDOW_S + 40, "the link's decision")[0]
+            first = wait_until(lambda: _decisions(run), WINDOW_S + 40, "the link's decision", every_s=0.3)[0]
         finally:
             os.kill(demo.process.pid, signal.SIGCONT)
         assert first["decision"] == "RETRY" and "stopped answering" in first["reason"], first

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ import pytest
 
 from gymslurm.site.local import LocalBackend
 from tests.e2e.launcher_chains_helpers import ROOT, status, write_benchmark
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -66,14 +66,6 @@ def _acted(run: Path, shard: int) -> bool:
     return any(r["kind"] == "submitted" and str(r.get("by", "")).startswith("local-") for r in records)
 
 
-def _until(what: str, check: Callable[[], object], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_wait_ends_done_after_the_supervisor_is_killed_under_running_links(tmp_path: Path) -> None:
     """The supervisor SIGKILLed while both first links run (their successors pending): the links, the
     next status and --wait start a new one; --wait ends 0 with every shard DONE, no command typed."""
@@ -87,15 +79,13 @@ def test_wait_ends_done_after_the_supervisor_is_killed_under_running_links(tmp_p
         text=True,
     )
     try:
-        _until("the run's local queue", lambda: list((tmp_path / "runs").glob("*/local/jobs")))
+        wait_until(lambda: list((tmp_path / "runs").glob("*/local/jobs")), 120, "the run's local queue")
         local = next((tmp_path / "runs").glob("*/local"))
-        _until(
-            "both first links past their first act",
-            lambda: all(_acted(local.parent, s) for s in range(SHARDS)),
-        )
+        acted = lambda: all(_acted(local.parent, s) for s in range(SHARDS))  # noqa: E731
+        wait_until(acted, 120, "both first links past their first act")
         for supervisor in _supervisors(local):  # the one holding the lock (and a racing one exiting)
             os.kill(supervisor.pid, signal.SIGKILL)
-        _until("the supervisor gone", lambda: not _supervisors(local))
+        wait_until(lambda: not _supervisors(local), 120, "the supervisor gone")
         assert any(job["state"] == "PENDING" for job in _jobs(local)), "the successors wait for a supervisor"
         out, _ = wait.communicate(timeout=240)
     finally:
@@ -118,14 +108,14 @@ def test_a_queue_query_starts_a_supervisor_when_work_is_pending_and_none_holds_t
     backend = LocalBackend(local)
     first = backend.submit(script)
     second = backend.submit(script, after=[first])
-    _until("job 1 running", lambda: backend.jobs()[0]["state"] == "RUNNING")
+    wait_until(lambda: backend.jobs()[0]["state"] == "RUNNING", 120, "job 1 running")
     for supervisor in _supervisors(local):
         supervisor.kill()
-    _until("the supervisor gone", lambda: not _supervisors(local))
+    wait_until(lambda: not _supervisors(local), 120, "the supervisor gone")
     shell = psutil.Process(int(str(backend.jobs()[0]["pid"])))
-    _until("job 1's shell to end", lambda: not _alive(shell))
+    wait_until(lambda: not _alive(shell), 120, "job 1's shell to end")
     time.sleep(1.5)  # longer than a supervisor's idle exit: nobody but the query starts one
     assert not _supervisors(local)
     assert backend.queue()[second].state == "PENDING"
-    _until("job 2 to run to its end", lambda: backend.jobs()[1]["state"] == "COMPLETED", timeout_s=60)
+    wait_until(lambda: backend.jobs()[1]["state"] == "COMPLETED", 60, "job 2 to run to its end")
     assert backend.jobs()[0]["state"] == "NODE_FAIL"  # its supervisor died: its exit code is lost

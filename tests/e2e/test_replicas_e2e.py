@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import psutil
 import pytest
 
 from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -65,16 +65,6 @@ def _replica_pids(marker: str) -> list[int]:
     return sorted(pids)
 
 
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def _results(run: Path) -> int:
     path = run / "output/shard-000/rollouts.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -104,8 +94,10 @@ def test_sigkill_of_one_replica_leaves_the_others_serving_and_spends_no_budget(
     bench = _benchmark(tmp_path, marker, rows=80, latency_ms=600, router=router)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
-    _wait_for(lambda: _results(run) >= 8, 90, "some outcomes before the kill")
+    pids = wait_until(
+        lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas", every_s=0.1
+    )
+    wait_until(lambda: _results(run) >= 8, 90, "some outcomes before the kill", every_s=0.1)
     os.kill(pids[1], signal.SIGKILL)
     report = wait_until_final(run, timeout_s=240, aggregation=False)
     coverage = _coverage(run)
@@ -132,8 +124,10 @@ def test_a_hung_replica_leaves_the_rotation_and_is_restarted(tmp_path: Path) -> 
     bench = _benchmark(tmp_path, marker, rows=200, latency_ms=600)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
-    _wait_for(lambda: _results(run) >= 6, 90, "some outcomes before the hang")
+    pids = wait_until(
+        lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas", every_s=0.1
+    )
+    wait_until(lambda: _results(run) >= 6, 90, "some outcomes before the hang", every_s=0.1)
     os.kill(pids[0], signal.SIGSTOP)
     report = wait_until_final(run, timeout_s=240, aggregation=False)
     coverage = _coverage(run)
@@ -155,8 +149,10 @@ def test_every_replica_killed_past_its_limit_stops_the_link_with_exit_1(tmp_path
     bench = _benchmark(tmp_path, marker, rows=24, policy_extra="    restart_limit: 0\n")
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    pids = _wait_for(lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas")
-    _wait_for(lambda: _results(run) >= 2, 90, "some outcomes before the kills")
+    pids = wait_until(
+        lambda: len(_replica_pids(marker)) == 3 and _replica_pids(marker), 90, "three replicas", every_s=0.1
+    )
+    wait_until(lambda: _results(run) >= 2, 90, "some outcomes before the kills", every_s=0.1)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     report = wait_until_final(run, timeout_s=240, aggregation=False)

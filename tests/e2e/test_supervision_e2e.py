@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import psutil
 import pytest
 
 from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -53,16 +53,6 @@ def _server_pids(marker: str) -> list[int]:
     return pids
 
 
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def _results(run: Path) -> int:
     path = run / "output/shard-000/rollouts.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -85,8 +75,8 @@ def test_sigkill_of_the_environment_server_mid_run_spends_no_failure_budget(tmp_
     bench = _benchmark(tmp_path, marker)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    (pid,) = _wait_for(lambda: _server_pids(marker), 60, "the demo server to start")
-    _wait_for(lambda: _results(run) >= 8, 60, "some outcomes before the kill")
+    (pid,) = wait_until(lambda: _server_pids(marker), 60, "the demo server to start", every_s=0.1)
+    wait_until(lambda: _results(run) >= 8, 60, "some outcomes before the kill", every_s=0.1)
     os.kill(pid, signal.SIGKILL)
     report = wait_until_final(run, timeout_s=180, aggregation=False)
     coverage = _coverage(run)
@@ -111,10 +101,12 @@ def test_a_server_dying_past_its_restart_limit_stops_the_link_with_exit_1(tmp_pa
     bench = _benchmark(tmp_path, marker, rows=24, latency_ms=100, extra_server="    restart_limit: 1\n")
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    (first,) = _wait_for(lambda: _server_pids(marker), 60, "the demo server to start")
-    _wait_for(lambda: _results(run) >= 2, 60, "some outcomes before the first kill")
+    (first,) = wait_until(lambda: _server_pids(marker), 60, "the demo server to start", every_s=0.1)
+    wait_until(lambda: _results(run) >= 2, 60, "some outcomes before the first kill", every_s=0.1)
     os.kill(first, signal.SIGKILL)
-    _wait_for(lambda: any(r.get("event") == "restarted" for r in ledger(run)), 60, "the restart")
+    wait_until(
+        lambda: any(r.get("event") == "restarted" for r in ledger(run)), 60, "the restart", every_s=0.1
+    )
     (second,) = _server_pids(marker)
     os.kill(second, signal.SIGKILL)
     report = wait_until_final(run, timeout_s=180, aggregation=False)
@@ -138,8 +130,8 @@ def test_a_hung_environment_server_is_detected_by_its_probe_and_restarted(tmp_pa
     bench = _benchmark(tmp_path, marker, rows=30, latency_ms=300)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    (pid,) = _wait_for(lambda: _server_pids(marker), 60, "the demo server to start")
-    _wait_for(lambda: _results(run) >= 8, 60, "some outcomes before the hang")
+    (pid,) = wait_until(lambda: _server_pids(marker), 60, "the demo server to start", every_s=0.1)
+    wait_until(lambda: _results(run) >= 8, 60, "some outcomes before the hang", every_s=0.1)
     os.kill(pid, signal.SIGSTOP)
     report = wait_until_final(run, timeout_s=180, aggregation=False)
     coverage = _coverage(run)
@@ -194,8 +186,8 @@ def test_sigkill_of_the_model_server_mid_run_restarts_it_and_spends_no_budget(tm
     bench = _stack_benchmark(tmp_path, marker, rows=40, model_flags=", --latency-ms, '400'")
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path)
-    (pid,) = _wait_for(lambda: _model_pids(marker), 60, "the model server to start")
-    _wait_for(lambda: _results(run) >= 8, 60, "some outcomes before the kill")
+    (pid,) = wait_until(lambda: _model_pids(marker), 60, "the model server to start", every_s=0.1)
+    wait_until(lambda: _results(run) >= 8, 60, "some outcomes before the kill", every_s=0.1)
     os.kill(pid, signal.SIGKILL)
     report = wait_until_final(run, timeout_s=180, aggregation=False)
     coverage = _coverage(run)

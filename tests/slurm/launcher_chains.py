@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support import wait_until
 
 from .helpers import SlurmUser
 
@@ -72,18 +73,18 @@ class Chain:
 
     def wait(self, timeout: float = 240, aggregation: bool = True) -> dict[str, Any]:
         """Poll until every shard is final (and the aggregation ended when enabled)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            report = self.status()
-            agg = report["aggregation"]["state"]
+        seen: list[dict[str, Any]] = []
+
+        def final() -> dict[str, Any] | None:
+            seen.append(self.status())
+            report = seen[-1]
             done = all(row["verdict"] in FINAL for row in report["shards"])
-            if done and (not aggregation or agg.startswith(("DONE", "STOP_FAILED"))):
-                return report
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{self.run} not finished after {timeout}s: {json.dumps(report, indent=1)}"
-                )
-            time.sleep(1.0)
+            ended = not aggregation or report["aggregation"]["state"].startswith(("DONE", "STOP_FAILED"))
+            return report if done and ended else None
+
+        return wait_until(
+            final, timeout, lambda: f"{self.run} to finish: {json.dumps(seen[-1], indent=1)}", every_s=1.0
+        )
 
     def ledger(self, shard: int | None = 0) -> list[dict[str, Any]]:
         """A shard's (None: the aggregation's) ledger records."""
@@ -103,19 +104,20 @@ class Chain:
 
     def wait_for_calls(self, count: int, timeout: float = 120) -> str:
         """Wait until the collector ran ``count`` times; returns the job id of the newest start record."""
-        deadline = time.monotonic() + timeout
-        while self.calls() < count:
-            assert time.monotonic() < deadline, f"collector ran {self.calls()} times, wanted {count}"
-            time.sleep(0.5)
+        wait_until(
+            lambda: self.calls() >= count, timeout, lambda: f"{count} collector runs (ran {self.calls()})"
+        )
         starts = [r for r in self.ledger() if r["kind"] == "start"]
         return str(starts[-1]["job_id"])
 
     def wait_for_decisions(self, more_than: int, timeout: float = 240, shard: int = 0) -> None:
         """Wait until a shard's ledger holds more than ``more_than`` decisions (a resubmitted chain moved)."""
-        deadline = time.monotonic() + timeout
-        while len(self.decisions(shard)) <= more_than:
-            assert time.monotonic() < deadline, f"no decision past {self.decisions(shard)} in {timeout}s"
-            time.sleep(1.0)
+        wait_until(
+            lambda: len(self.decisions(shard)) > more_than,
+            timeout,
+            lambda: f"a decision past {self.decisions(shard)}",
+            every_s=1.0,
+        )
 
     def cancel(self) -> None:
         """Best-effort ``gymslurm cancel`` (cleanup)."""

@@ -38,7 +38,7 @@ def chain(slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Pa
         user,
         slurm_python,
         steps=[{"exit": 75, "progress": 1}, {"exit": 0}],
-        overrides=[f"shards={SHARDS}", "slurm.array=true", f"slurm.max_running={THROTTLE}"],
+        overrides=[f"shards={SHARDS}", f"slurm.max_running={THROTTLE}"],
         rows=SHARDS,
     ).submit()
     yield submitted

@@ -31,13 +31,14 @@ The module adds ~1 minute to ``tests/slurm`` (the faults scenario overlaps it).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import wait_until
 
 from .helpers import SlurmCluster, submitted_up_front
 from .launcher_real import RealChain
@@ -83,14 +84,6 @@ def runs(
     )
 
 
-def _until(what: str, timeout_s: float, value: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (found := value()):
-        assert time.monotonic() < deadline, f"no {what} in {timeout_s:.0f}s"
-        time.sleep(0.5)
-    return found
-
-
 def test_inject_hang_ends_the_link_within_the_stall_window_and_the_chain_goes_on(
     runs: dict[str, RealChain],
 ) -> None:
@@ -101,17 +94,17 @@ def test_inject_hang_ends_the_link_within_the_stall_window_and_the_chain_goes_on
     run = runs["hang"]
     assert run.run is not None
     results = run.output(0)
-    _until("first results", 240, lambda: results.exists() and len(results.read_text().splitlines()) >= 2)
+    wait_until(lambda: results.exists() and len(results.read_text().splitlines()) >= 2, 240, "first results")
     job = [r for r in run.ledger() if r["kind"] == "start"][-1]["job_id"]
     out = run.gymslurm("inject", str(run.run), "0", "--kind", "hang")
     assert f"hang sent to job {job}" in out, out
-    row = _until(
-        "UNRESPONSIVE",
-        90,
+    row = wait_until(
         lambda: next((r for r in [run.status()["shards"][0]] if r["verdict"] == "UNRESPONSIVE"), None),
+        90,
+        "UNRESPONSIVE",
     )
     assert "frozen" in row["why"], row
-    first = _until("decision of the hung link", 180, run.decisions)[0]
+    first = wait_until(run.decisions, 180, "the decision of the hung link")[0]
     assert (first["job_id"], first["decision"]) == (job, "RETRY"), first
     assert "unresponsive" in first["reason"] and "frozen" in first["reason"], first["reason"]
     assert f"stall_window_s={STALL_WINDOW_S}" in first["reason"], first["reason"]

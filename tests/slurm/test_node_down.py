@@ -35,6 +35,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import wait_until
+
 from .helpers import (
     TEST_USER,
     UP_NODE_STATES,
@@ -69,14 +71,15 @@ def jobs_on(node: str) -> set[str]:
 
 def wait_until_alone_on(node: str, own: set[str], timeout: float = QUIET_TIMEOUT_S) -> None:
     """Wait until no job but ``own`` runs on ``node``; fail naming the others after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while others := jobs_on(node) - own:
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"jobs {sorted(others)} of other tests or sessions still run on {node} after {timeout}s; "
-                "setting the node DOWN would kill them"
-            )
-        time.sleep(2.0)
+    wait_until(
+        lambda: not jobs_on(node) - own,
+        timeout,
+        lambda: (
+            f"{node} to be ours alone: jobs {sorted(jobs_on(node) - own)} of other tests or sessions "
+            "still run there, and setting the node DOWN would kill them"
+        ),
+        every_s=2.0,
+    )
 
 
 def node_state(node: str) -> str:

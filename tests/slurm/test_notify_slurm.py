@@ -9,12 +9,11 @@ arrive once at the webhook and once at the command, and the URL's secret in no r
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.support import wait_until
 from tests.unit.test_launcher_notify import Receiver, _free_port
 
 from .helpers import SlurmCluster, scenario_user
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.slurm
 
 BRIDGE = "10.77.0.1"  # the login node on the sandbox's node bridge (docs/slurm-sandbox.md)
 EVENTS = {"run_submitted", "link_failed", "budget_warning", "shard_stopped", "aggregation_done", "run_done"}
-
-
-def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.5)
 
 
 def test_each_event_arrives_once_with_the_receiver_restarted_mid_run(
@@ -53,17 +45,17 @@ def test_each_event_arrives_once_with_the_receiver_restarted_mid_run(
     receiver: Receiver | None = None
     try:
         assert chain.run is not None
-        _wait_for(lambda: len(chain.decisions()) >= 1, "the first link's decision")
+        wait_until(lambda: len(chain.decisions()) >= 1, 240, "the first link's decision")
         receiver = Receiver(port, host=BRIDGE)
-        _wait_for(lambda: receiver is not None and bool(receiver.bodies), "a first delivery")
+        wait_until(lambda: receiver is not None and bool(receiver.bodies), 240, "a first delivery")
         chain.wait_for_calls(2)
         receiver.stop()  # restarted mid-run: down during the second link
         first = list(receiver.bodies)
-        _wait_for(lambda: len(chain.decisions()) >= 2, "the second link's decision")
+        wait_until(lambda: len(chain.decisions()) >= 2, 240, "the second link's decision")
         receiver = Receiver(port, host=BRIDGE)
         report = chain.wait(timeout=300)
         assert report["shards"][0]["verdict"] == "DONE"
-        _wait_for(lambda: {b["event"] for b in [*first, *receiver.bodies]} == EVENTS, "every event", 180)
+        wait_until(lambda: {b["event"] for b in [*first, *receiver.bodies]} == EVENTS, 180, "every event")
         webhook = [b["id"] for b in [*first, *receiver.bodies]]
         assert len(webhook) == len(set(webhook)), f"an event arrived twice: {webhook}"
         commands = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]

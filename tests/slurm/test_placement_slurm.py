@@ -22,6 +22,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support import wait_until
+
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir, run
 from .launcher_real import RealChain
 from .test_node_down import QUIET_TIMEOUT_S, jobs_on, resume_node
@@ -60,15 +62,6 @@ def _server_records(chain: RealChain) -> list[dict[str, Any]]:
 def _results(chain: RealChain) -> int:
     path = chain.output(0)
     return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def _wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_a_model_server_spanning_two_nodes_serves_the_run_by_its_head_nodes_name(
@@ -132,7 +125,7 @@ def test_a_replicas_node_set_down_mid_run_leaves_the_run_to_the_other_two(
     chain = RealChain(user, slurm_python, spec).submit()
     node = ""
     try:
-        _wait_for(lambda: _results(chain) >= 8, QUIET_TIMEOUT_S, "some outcomes before the node goes down")
+        wait_until(lambda: _results(chain) >= 8, QUIET_TIMEOUT_S, "some outcomes before the node goes down")
         started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
         node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
         link = next(r for r in chain.ledger() if r["kind"] == "start")
@@ -172,7 +165,7 @@ def test_every_replica_killed_past_its_limit_ends_the_job_with_exit_1(
     spec = _replica_spec(30, "    restart_limit: 0\n")
     chain = RealChain(user, slurm_python, spec).submit()
     try:
-        _wait_for(lambda: _results(chain) >= 4, 240, "some outcomes before the kills")
+        wait_until(lambda: _results(chain) >= 4, 240, "some outcomes before the kills")
         started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
         replicas = [r for name, r in started.items() if name.startswith("policy-r")]
         hosts = {r["url"].split("//")[1].split(":")[0] for r in replicas}
@@ -182,9 +175,9 @@ def test_every_replica_killed_past_its_limit_ends_the_job_with_exit_1(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         decided = lambda: next((r for r in chain.ledger() if r["kind"] == "decision"), None)  # noqa: E731
-        first = _wait_for(decided, 240, "the link's decision")
+        first = wait_until(decided, 240, "the link's decision")
         # No allocation left idle: the dead job leaves squeue well inside its 5-minute time limit.
-        _wait_for(lambda: str(first["job_id"]) not in chain.active_jobs(), 30, "the dead link's job to end")
+        wait_until(lambda: str(first["job_id"]) not in chain.active_jobs(), 30, "the dead link's job to end")
         report = chain.finished(timeout=400)
         assert first["exit_code"] == 1 and "went down more than restart_limit=0" in first["reason"], first
         assert report["shards"][0]["verdict"] == "DONE"
@@ -233,7 +226,7 @@ def test_a_hung_replica_leaves_the_rotation_and_comes_back_restarted(
     chain = RealChain(user, slurm_python, _replica_spec(400, "    restart_limit: 1\n")).submit()
     pids: list[int] = []
     try:
-        _wait_for(lambda: _results(chain) >= 8, 240, "some outcomes before the hang")
+        wait_until(lambda: _results(chain) >= 8, 240, "some outcomes before the hang")
         started = {r["name"]: r for r in _server_records(chain) if r["event"] == "started"}
         node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
         link = next(r for r in chain.ledger() if r["kind"] == "start")
@@ -242,7 +235,7 @@ def test_a_hung_replica_leaves_the_rotation_and_comes_back_restarted(
         assert len(pids) >= 2, (node, pids)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
-        restarted = _wait_for(
+        restarted = wait_until(
             lambda: [
                 r for r in _server_records(chain) if r["name"] == "policy-r1" and r["event"] == "restarted"
             ],
@@ -250,7 +243,7 @@ def test_a_hung_replica_leaves_the_rotation_and_comes_back_restarted(
             "policy-r1 restarted",
         )
         back = restarted[-1]["url"]
-        _wait_for(
+        wait_until(
             lambda: back in _in_rotation(started["policy"]["url"]), 60, f"{back} in the router's rotation"
         )
         for pid in pids:  # the hang ends: a job ends only once every step's slurmstepd has let go
@@ -303,7 +296,7 @@ def test_servers_on_the_links_node_each_see_gpus_of_their_own(
     }
     chain = RealChain(user, slurm_python, spec).submit()
     try:
-        seen = _wait_for(lambda: (v := _visible_devices(marker)) and len(v) == 2 and v, 180, "both servers")
+        seen = wait_until(lambda: (v := _visible_devices(marker)) and len(v) == 2 and v, 180, "both servers")
         policy, demo = seen["policy"].split(","), seen["demo"].split(",")
         assert len(policy) == 2 and len(demo) == 1 and sorted(policy + demo) == policy + demo, seen
         assert set(policy + demo) <= {"0", "1", "2", "3"} and len(set(policy + demo)) == 3, seen

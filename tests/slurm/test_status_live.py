@@ -31,6 +31,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support import wait_until
+
 from .helpers import SlurmCluster, submitted_up_front
 from .launcher_real import RealChain
 
@@ -70,13 +72,15 @@ def runs(
 def _poll(
     run: RealChain, until: Callable[[dict[str, Any]], bool], timeout: float, what: str
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        report = run.status()
-        if until(report):
-            return report
-        assert time.monotonic() < deadline, f"{what} not seen in {timeout}s: {json.dumps(report, indent=1)}"
-        time.sleep(1.0)
+    seen: list[dict[str, Any]] = []
+
+    def check() -> dict[str, Any] | None:
+        seen.append(run.status())
+        return seen[-1] if until(seen[-1]) else None
+
+    return wait_until(
+        check, timeout, lambda: f"{what}; last status: {json.dumps(seen[-1], indent=1)}", every_s=1.0
+    )
 
 
 def _heartbeat(run: RealChain) -> dict[str, Any]:

@@ -1,11 +1,13 @@
-"""A scripted Slurm for counting a link's scheduler calls at any run size (tests and bench/).
+"""The one scripted Slurm of the unit tests (and bench/): the real client, its subprocess seam answered.
 
-:class:`ScriptedSlurm` is a :class:`SlurmClient` whose one seam (``run``) answers ``sbatch``,
-``squeue``, ``sacct``, ``scontrol show job`` and ``scancel`` from an in-memory queue, in the exact
-text Slurm 22.05 prints (the client's own parsers read it), so a link's calls and the rows they
-return are counted by the client itself (``calls``, ``rows``). :func:`array_run` makes an array
-run of any number of shards whose first links and spares are queued in that queue, as ``submit``
-leaves it, without writing a ledger per shard.
+:class:`ScriptedSlurm` is a :class:`SlurmClient` whose one seam (:meth:`SlurmClient.execute`)
+answers each command from a script of replies, when the test gives one (``replies``: the text a
+command prints, a :func:`reply`, or a list of those in turn), else from an in-memory queue:
+``sbatch``, ``squeue``, ``sacct``, ``scontrol show job`` and ``scancel`` in the exact text Slurm
+22.05 prints. Everything else is the client's own: its parsers, its exit-code check, its counts of
+calls and rows (``calls``, ``rows``), so a link's scheduler calls are counted at any run size.
+:func:`array_run` makes an array run of any number of shards whose first links and spares are
+queued in that queue, as ``submit`` leaves it, without writing a ledger per shard.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymslurm.errors import SlurmError
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
 from gymslurm.site.slurm import SlurmClient
@@ -27,14 +28,28 @@ CHUNK = 1000  # first links per job array (Slurm's MaxArraySize is 1001)
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
 
 
-class ScriptedSlurm(SlurmClient):
-    """Slurm's answers from an in-memory queue of job id -> state (array tasks as ``ARRAY_TASK``)."""
+Reply = str | subprocess.CompletedProcess[str]
 
-    def __init__(self) -> None:
+
+def reply(stdout: str = "", stderr: str = "", code: int = 0) -> subprocess.CompletedProcess[str]:
+    """A command's scripted answer: its output and exit code."""
+    return subprocess.CompletedProcess([], code, stdout, stderr)
+
+
+class ScriptedSlurm(SlurmClient):
+    """Slurm's answers from a script of replies, else from an in-memory queue of job id -> state
+    (array tasks as ``ARRAY_TASK``). A command neither answers fails the test, naming it."""
+
+    def __init__(self, replies: Mapping[str, Reply | list[Reply]] | None = None) -> None:
         super().__init__()
         self.states: dict[str, str] = {}
         self.next_id = 100
-        self.log: list[list[str]] = []
+        self.log: list[list[str]] = []  # each command as run (``calls`` counts them by name)
+        self.envs: list[dict[str, str] | None] = []  # the environment each ran with
+        self.replies = {
+            name: list(given) if isinstance(given, list) else [given]
+            for name, given in (replies or {}).items()
+        }
 
     def add_array(self, tasks: Sequence[int], after: str | None = None) -> str:
         """Queue one array of these task ids (pending), as ``sbatch --array`` would: its job id."""
@@ -43,16 +58,19 @@ class ScriptedSlurm(SlurmClient):
             self.states[f"{job}_{task}"] = "PENDING"
         return job
 
-    def run(
-        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        self.queries += 1
-        self.calls[argv[0]] += 1
+    def execute(self, argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+        """The scripted reply of ``argv[0]``, else the queue's answer; the command is recorded."""
         self.log.append(list(argv))
-        code, stdout, stderr = getattr(self, f"_{argv[0]}")(list(argv))
-        if check and code != 0:  # as SlurmClient.run says a failed command
-            raise SlurmError(f"{' '.join(argv)} exited {code}\nstdout: {stdout}\nstderr: {stderr}")
-        return subprocess.CompletedProcess(list(argv), code, stdout, stderr)
+        self.envs.append(env)
+        script = self.replies.get(argv[0])
+        if script is not None:
+            given = script.pop(0) if len(script) > 1 else script[0]
+            done = reply(given) if isinstance(given, str) else given
+            return subprocess.CompletedProcess(argv, done.returncode, done.stdout, done.stderr)
+        answer = getattr(self, f"_{argv[0]}", None)
+        assert answer is not None, f"unscripted Slurm command: {' '.join(argv)}"
+        code, stdout, stderr = answer(argv)
+        return subprocess.CompletedProcess(argv, code, stdout, stderr)
 
     def _sbatch(self, argv: list[str]) -> tuple[int, str, str]:
         array = next((a.split("=", 1)[1] for a in argv if a.startswith("--array=")), None)

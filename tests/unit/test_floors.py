@@ -98,6 +98,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.links",
             "gymslurm.launcher.server_placement",
             "gymslurm.launcher.run_cost",
+            "gymslurm.launcher.verdicts",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
             "gymslurm.launcher.suite_rules",

@@ -178,7 +178,7 @@ def test_run_replaced_while_checking_is_detected(tmp_path: Path, monkeypatch: py
 def test_after_collection_writes_report(tmp_path: Path) -> None:
     """The automatic check writes <stem>_health.json beside the run."""
     out = ShardBuilder(tmp_path / "out.jsonl", 1).result("arith-0").finish()
-    report = after_collection(RunPaths.for_output(out), None, stderr=io.StringIO())
+    report = after_collection(RunPaths.for_output(out), stderr=io.StringIO())
     assert report.status == "pass"
     assert orjson.loads(companion(out, "_health.json").read_bytes())["status"] == "pass"
 
@@ -190,7 +190,7 @@ def test_after_collection_skips_with_message_and_removes_old_report(tmp_path: Pa
     out = run.finish()
     companion(out, "_health.json").write_bytes(b"{}")
     err = io.StringIO()
-    after_collection(RunPaths.for_output(out), None, stderr=err)
+    after_collection(RunPaths.for_output(out), stderr=err)
     assert "skipped" in err.getvalue()
     assert "gymslurm aggregate" not in err.getvalue()
     assert not companion(out, "_health.json").exists()

@@ -67,9 +67,9 @@ def test_automatic_report_equals_the_report_read_from_disk(
     run = ShardBuilder(tmp_path / "out.jsonl", 9)
     build(run)
     out, paths = run.finish(), RunPaths.for_output(tmp_path / "out.jsonl")
-    from_disk = after_collection(paths, None, stderr=io.StringIO())
+    from_disk = after_collection(paths, stderr=io.StringIO())
     written = without_time(paths.health) if paths.health.exists() else None
-    from_memory = after_collection(paths, None, stderr=io.StringIO(), selected=reconciled(out))
+    from_memory = after_collection(paths, stderr=io.StringIO(), selected=reconciled(out))
     assert from_memory == from_disk == run_health_check(out, standalone=False)
     assert from_memory.status == status
     assert (without_time(paths.health) if paths.health.exists() else None) == written
@@ -116,7 +116,7 @@ def test_selected_check_without_results_file_is_an_error(tmp_path: Path) -> None
     selected = reconciled(out)
     out.unlink(missing_ok=True)
     err = io.StringIO()
-    report = after_collection(RunPaths.for_output(out), None, stderr=err, selected=selected)
+    report = after_collection(RunPaths.for_output(out), stderr=err, selected=selected)
     assert report.status == "skipped"
     assert "does not exist" in err.getvalue()
     assert not companion(out, "_health.json").exists()

@@ -42,11 +42,29 @@ def _settings(tmp_path: Path, *overrides: str):  # type: ignore[no-untyped-def]
     return load_benchmark(str(bench), list(overrides))[0]
 
 
-def test_every_slurm_run_is_arrays_and_slurm_array_false_is_refused(tmp_path: Path) -> None:
-    """slurm.array defaults to true; false is refused with the reason (one chain shape on Slurm)."""
-    assert _settings(tmp_path, "shards=1000").slurm.array
-    with pytest.raises(ConfigError, match=r"slurm.array=false is no longer supported.*MaxArraySize"):
-        _settings(tmp_path, "slurm.array=false")
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_the_retired_slurm_array_knob_is_refused_by_name(tmp_path: Path, value: str) -> None:
+    """slurm.array is no longer a setting (every Slurm run is arrays): a benchmark or an override that
+    sets it is refused naming the file, the key, its value and what to do, not as an unknown key."""
+    with pytest.raises(
+        ConfigError,
+        match=r"b\.yaml is invalid: slurm: 'array' \((True|False)\) is no longer a setting.*"
+        r"MaxArraySize.*remove 'array' from the benchmark's slurm section",
+    ):
+        _settings(tmp_path, f"slurm.array={value}")
+    bench = tmp_path / "b.yaml"
+    bench.write_text(bench.read_text() + f"slurm:\n  array: {value}\n")
+    with pytest.raises(ConfigError, match=r"'array' \((True|False)\) is no longer a setting"):
+        load_benchmark(str(bench), [])
+
+
+def test_a_run_saved_with_slurm_array_true_still_loads(tmp_path: Path) -> None:
+    """A run submitted before the knob was retired saved slurm.array: true in its benchmark.yaml; its
+    links and resubmits still load it (true is what every run does now)."""
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.config_path.write_text(f"dataset: {tmp_path / 'd.jsonl'}\nname: b\nslurm:\n  array: true\n")
+    assert run.load_settings({}).slurm.max_running is None
 
 
 def test_shards_past_max_array_size_are_split_over_arrays() -> None:

@@ -5,8 +5,6 @@ commit, and a first link starting during cancel is cancelled either way."""
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,25 +14,9 @@ from gymslurm.job.gates import cancelled_while_starting
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Started, Submitted, append_each
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write, chain_states
 from gymslurm.site.backend import SlurmBackend
-from gymslurm.site.slurm import SlurmClient
+from tests.unit.scripted_slurm import ScriptedSlurm
 
 SHARDS = 300
-
-
-class Recorded(SlurmClient):
-    """A Slurm client answering squeue with a fixed queue, recording every command (the subprocess seam)."""
-
-    def __init__(self, squeue: str) -> None:
-        super().__init__()
-        self.squeue = squeue
-        self.calls: list[list[str]] = []
-
-    def run(
-        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        self.queries += 1
-        self.calls.append(list(argv))
-        return subprocess.CompletedProcess(list(argv), 0, self.squeue if argv[0] == "squeue" else "", "")
 
 
 def _array_run(tmp_path: Path, shards: int = SHARDS) -> RunDir:
@@ -76,13 +58,13 @@ def test_cancel_of_a_never_started_array_run_writes_one_record_not_one_per_shard
     """300 pending first links: one cancelled record in the run's ledger, no shard ledger created, every
     shard reads CANCELLED, and the arrays are cancelled as two scancel arguments."""
     run = _array_run(tmp_path)
-    client = Recorded(_pending(run))
+    client = ScriptedSlurm({"squeue": _pending(run)})
     assert cancel_run(run, SlurmBackend(client, accounting=False)) == 0
     assert [r.kind for r in run.run_ledger.read()] == ["cancelled"]
     assert not (run.root / "shards").exists()
     states = chain_states(run, SHARDS)[:-1]
     assert all(state.cancelled and state.finished for state in states)
-    assert [call for call in client.calls if call[0] == "scancel"] == [["scancel", "100", "101"]]
+    assert [call for call in client.log if call[0] == "scancel"] == [["scancel", "100", "101"]]
 
 
 def test_cancel_records_its_own_cancel_in_each_started_shard(tmp_path: Path) -> None:
@@ -90,7 +72,7 @@ def test_cancel_records_its_own_cancel_in_each_started_shard(tmp_path: Path) -> 
     run = _array_run(tmp_path, shards=4)
     run.ledger(1).append(Started(job_id="100_1"))
     squeue = _pending(run).replace("100_1|gs|PENDING|JobArrayTaskLimit", "100_1|gs|RUNNING|None")
-    cancel_run(run, SlurmBackend(Recorded(squeue), accounting=False))
+    cancel_run(run, SlurmBackend(ScriptedSlurm({"squeue": squeue}), accounting=False))
     assert [r.kind for r in run.ledger(1).read()] == ["start", "cancelled"]
     assert [s for s in range(4) if run.ledger(s).path.exists()] == [1]
     assert all(state.cancelled for state in chain_states(run, 4)[:-1])

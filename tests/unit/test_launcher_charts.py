@@ -9,17 +9,18 @@ from typing import Any
 import pytest
 
 from gymslurm.launcher.views.charts import gpu_series
+from gymslurm.launcher.views.document import ShardTimeline
 
 
 def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat()
 
 
-def _shards(seed: int) -> list[dict[str, Any]]:
+def _shards(seed: int) -> list[ShardTimeline]:
     rng = random.Random(seed)
     shards = []
     for shard in range(20):
-        links = []
+        links: list[dict[str, Any]] = []
         for _ in range(rng.randint(0, 4)):
             start = 1_000_000 + rng.uniform(0, 5000)
             end = None if rng.random() < 0.2 else start + rng.uniform(0, 3000)  # None: running until now
@@ -31,7 +32,7 @@ def _shards(seed: int) -> list[dict[str, Any]]:
                     "job": f"{shard}",
                 }
             )
-        shards.append({"shard": shard, "links": links})
+        shards.append(ShardTimeline(shard=shard, links=links, faults={}))
     return shards
 
 
@@ -46,7 +47,7 @@ def test_gpu_series_equals_the_sum_over_every_link_at_each_point(seed: int) -> N
             link["gpus"],
         )
         for shard in shards
-        for link in shard["links"]
+        for link in shard.links
     ]
     for t, value in gpu_series(shards, now):
         naive = sum(g * max(min(t, end) - start, 0.0) for start, end, g in spans) / 3600.0
@@ -55,14 +56,15 @@ def test_gpu_series_equals_the_sum_over_every_link_at_each_point(seed: int) -> N
 
 def test_gpu_series_is_empty_before_any_link_started() -> None:
     """No link started: no series (the chart says so instead)."""
-    assert gpu_series([{"shard": 0, "links": []}], 0.0) == []
+    assert gpu_series([ShardTimeline(shard=0, links=[], faults={})], 0.0) == []
 
 
-def _outcome_shards(seed: int) -> list[dict[str, Any]]:
+def _outcome_shards(seed: int) -> list[ShardTimeline]:
     rng = random.Random(seed)
     shards = []
     for shard in range(15):
-        links, outcomes, at = [], 0, 1_000_000 + rng.uniform(0, 500)
+        links: list[dict[str, Any]] = []
+        outcomes, at = 0, 1_000_000 + rng.uniform(0, 500)
         for _ in range(rng.randint(0, 4)):
             start = at + rng.choice([0.0, rng.uniform(0, 300)])  # some links start where one ended
             end = start + rng.choice([0.0, rng.uniform(1, 900)])
@@ -78,7 +80,7 @@ def _outcome_shards(seed: int) -> list[dict[str, Any]]:
                 }
             )
             outcomes, at = after, end
-        shards.append({"shard": shard, "links": links})
+        shards.append(ShardTimeline(shard=shard, links=links, faults={}))
     return shards
 
 
@@ -107,9 +109,9 @@ def test_coverage_series_counts_each_shards_latest_outcomes(seed: int) -> None:
     series = coverage_series(shards, 0.0)
     latest: dict[int, int] = {}
     events = sorted(
-        (datetime.fromisoformat(link[key]).timestamp(), shard["shard"], link[count])
+        (datetime.fromisoformat(link[key]).timestamp(), shard.shard, link[count])
         for shard in shards
-        for link in shard["links"]
+        for link in shard.links
         for key, count in (("start", "outcomes_before"), ("end", "outcomes_after"))
     )
     assert len(series) == len(events)

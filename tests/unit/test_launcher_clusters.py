@@ -22,7 +22,7 @@ from gymslurm.job.aggregation import aggregation_backend
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import validate
-from gymslurm.launcher.views.status import LogIndex
+from gymslurm.launcher.views.logs import LogIndex
 from gymslurm.site.backend import ClusterSetBackend, SlurmBackend
 from gymslurm.site.placement import Block, cluster_parts, place_shards
 from gymslurm.site.slurm import SlurmClient, split_job_id

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gymslurm.launcher.decide import Budgets, Decision
@@ -12,7 +10,7 @@ from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.status import run_status
 from gymslurm.site.backend import SlurmBackend
-from gymslurm.site.slurm import SlurmClient
+from tests.unit.scripted_slurm import ScriptedSlurm
 
 T0 = 1_780_000_000.0
 # Pasted from the sandbox (sacct -D -X -n -P -o SACCT_FIELDS) with gres/gpu=2 written in: a link
@@ -22,22 +20,6 @@ SACCT_RUNS = """\
 20_0|gs-r|COMPLETED|0:0|2026-12-01T21:12:04|2026-12-01T21:12:08|4|billing=1,cpu=1,gres/gpu=2,node=1
 21|gs-r|COMPLETED|0:0|2026-12-01T21:12:09|2026-12-01T21:13:09|60|billing=1,cpu=1,gres/gpu=2,node=1
 """
-
-
-class Scripted(SlurmClient):
-    """A client whose commands answer scripted text and are recorded (the subprocess seam only)."""
-
-    def __init__(self, replies: dict[str, str]) -> None:
-        super().__init__()
-        self.replies = replies
-        self.calls: list[list[str]] = []
-
-    def run(
-        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        self.queries += 1
-        self.calls.append(list(argv))
-        return subprocess.CompletedProcess(list(argv), 0, self.replies[argv[0]], "")
 
 
 def _decided(job: str, restart: int, decision: Decision, elapsed: float) -> DecisionRecord:
@@ -88,23 +70,23 @@ def _run(tmp_path: Path, accounting: bool | None, gpus: int = 2) -> RunDir:
 
 def test_status_shows_what_slurm_recorded_for_every_run_of_every_job(tmp_path: Path) -> None:
     """With accounting and GPUs: one sacct -D over every job, requeued runs summed, beside the ledger."""
-    client = Scripted({"squeue": "", "sacct": SACCT_RUNS})
+    client = ScriptedSlurm({"squeue": "", "sacct": SACCT_RUNS})
     report = run_status(_run(tmp_path, accounting=True), SlurmBackend(client, accounting=True), now=T0)
-    sacct = [call for call in client.calls if call[0] == "sacct"]
+    sacct = [call for call in client.log if call[0] == "sacct"]
     assert len(sacct) == 1 and "-D" in sacct[0] and sacct[0][-1] == "20_0,21"
-    assert report["queries"] == 2  # one squeue, one sacct
-    shard = report["shards"][0]
-    assert shard["gpu_hours_slurm"] == round(2 * (57 + 4 + 60) / 3600, 4)
-    assert shard["gpu_hours"] == round(2 * (56 + 4 + 59) / 3600, 4)
-    assert report["summary"]["gpu_hours_slurm"] == shard["gpu_hours_slurm"]
-    assert "Slurm recorded 0.07 GPU-h" in (cost_line(report["summary"]) or "")
+    assert report.queries == 2  # one squeue, one sacct
+    shard = report.shards[0]
+    assert shard.gpu_hours_slurm == round(2 * (57 + 4 + 60) / 3600, 4)
+    assert shard.gpu_hours == round(2 * (56 + 4 + 59) / 3600, 4)
+    assert report.summary.gpu_hours_slurm == shard.gpu_hours_slurm
+    assert "Slurm recorded 0.07 GPU-h" in (cost_line(report.summary) or "")
 
 
 def test_without_accounting_status_says_so_and_asks_no_sacct(tmp_path: Path) -> None:
     """A run recorded without accounting: no sacct at all, and Slurm's figure is unknown (None), not 0."""
-    client = Scripted({"squeue": "", "sacct": SACCT_RUNS})
+    client = ScriptedSlurm({"squeue": "", "sacct": SACCT_RUNS})
     report = run_status(_run(tmp_path, accounting=False), SlurmBackend(client, accounting=False), now=T0)
-    assert [call[0] for call in client.calls] == ["squeue"]
-    assert report["shards"][0]["gpu_hours_slurm"] is None
-    assert report["summary"]["gpu_hours_slurm"] is None
-    assert "no Slurm figure: this cluster keeps no accounting" in (cost_line(report["summary"]) or "")
+    assert [call[0] for call in client.log] == ["squeue"]
+    assert report.shards[0].gpu_hours_slurm is None
+    assert report.summary.gpu_hours_slurm is None
+    assert "no Slurm figure: this cluster keeps no accounting" in (cost_line(report.summary) or "")

@@ -19,9 +19,10 @@ from gymslurm.launcher.ledger import (
     summarize,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.views.status import verdict
+from gymslurm.launcher.views.diagnosis import verdict
 from gymslurm.site.local import LocalBackend
 from gymslurm.site.slurm import QueueRow
+from tests.status_documents import document, row
 
 SPENT = Budgets(jobs=3, walltime_s=100.0, infra_retries_used=1, links_without_progress=2)
 NOTHING_NEW = Progress(successful=4, snapshot="t1")
@@ -91,15 +92,7 @@ def test_status_says_paused_and_whether_a_link_is_still_saving() -> None:
 
 def test_submit_wait_ends_on_a_paused_run_with_75() -> None:
     """--wait ends once every shard is PAUSED (or done): 75, saying how to resume."""
-    report = {
-        "run": "r",
-        "benchmark": "b",
-        "aggregation": {"job": None, "finished": False, "state": "-"},
-        "shards": [
-            {"shard": 0, "verdict": "PAUSED", "why": "paused"},
-            {"shard": 1, "verdict": "DONE", "why": "done"},
-        ],
-    }
+    report = document([row(0, "PAUSED", why="paused"), row(1, "DONE", why="done")], state="-")
     outcome = wait_outcome(report, aggregation_enabled=True)
     assert outcome is not None and outcome[0] == 75 and "'gymslurm resume r b'" in outcome[1]
 

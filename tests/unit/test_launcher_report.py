@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
+
+import orjson
 
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.links import faults_survived, links_of
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
-from gymslurm.launcher.views.report import (
-    REPORT_SCHEMA,
-    refresh_report,
-    render,
-    report_data,
-)
+from gymslurm.launcher.views.document import ReportData, ShardTimeline, SuiteRow
+from gymslurm.launcher.views.report import refresh_report, render, report_data
 from gymslurm.launcher.views.status import run_status
 from gymslurm.site.local import LocalBackend
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import write_gymslurm_metrics
+from tests.status_documents import document, row
 
 
 def _decided(
@@ -72,57 +72,27 @@ def test_faults_survived_count_a_lost_link_and_a_retry() -> None:
     assert {k: n for k, n in faults.items() if n} == {"lost": 1, "retries_spent": 1}
 
 
-def _data() -> dict[str, object]:
-    shard = {
-        "shard": 0,
-        "verdict": "HEALTHY",
-        "why": "w",
-        "job": "3",
-        "job_state": "RUNNING",
-        "successor": None,
-        "jobs": 3,
-        "last_exit": 0,
-        "last_decision": "CONTINUE",
-        "retries": "1/3",
-        "walltime": "30m00s/none",
-        "coverage": "5/9 ok, 0 failed",
-        "eta": "-",
-        "server_restarts": "-",
-        "expected": 9,
-        "successful": 5,
-        "failed": 0,
-        "omitted": 0,
-        "in_flight": 1,
-    }
-    status = {
-        "schema": "gymslurm.status",
-        "version": 1,
-        "run": "r<1>",
-        "benchmark": "b",
-        "backend": "slurm",
-        "path": "/p",
-        "generated_at": "t",
-        "shards": [shard],
-        "summary": {
-            "expected": 9,
-            "successful": 5,
-            "failed": 0,
-            "omitted": 0,
-            "eta": "-",
-            "failed_by_class": {},
-            "verdicts": {"HEALTHY": 1},
-            "walltime_used_s": 1800,
-        },
-        "aggregation": {"job": None, "state": "not submitted"},
-    }
+def _data() -> ReportData:
+    shard = row(
+        0,
+        "HEALTHY",
+        why="w",
+        job="3",
+        job_state="RUNNING",
+        jobs=3,
+        last_exit=0,
+        last_decision="CONTINUE",
+        retries="1/3",
+        walltime="30m00s/none",
+        coverage="5/9 ok, 0 failed",
+        expected=9,
+        successful=5,
+        in_flight=1,
+    )
+    status = document([shard], state="not submitted", run="r<1>")
     links = links_of(RECORDS)  # type: ignore[arg-type]
-    return {
-        "schema": REPORT_SCHEMA,
-        "version": 1,
-        "status": status,
-        "shards": [{"shard": 0, "links": links, "faults": faults_survived(RECORDS, links)}],
-        "metrics": None,
-    }
+    timeline = ShardTimeline(shard=0, links=links, faults=faults_survived(RECORDS, links))  # type: ignore[arg-type]
+    return ReportData(status=status, shards=[timeline], metrics=None, rewards=None)
 
 
 def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
@@ -130,7 +100,7 @@ def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
     data = _data()
     page = render(data, now=1796119800.0)
     embedded = re.search(r'<script type="application/json" id="gymslurm-report">(.*?)</script>', page, re.S)
-    assert embedded and json.loads(embedded.group(1)) == data
+    assert embedded and json.loads(embedded.group(1)) == json.loads(orjson.dumps(data))
     assert page.count('class="bar"') == 4 and "r&lt;1&gt;" in page
     assert not re.search(r'(src|href)="(https?:)?//', page), "no network resource"
     for table in ("shards", "coverage", "faults", "walltime", "links"):
@@ -160,8 +130,8 @@ def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -
         merged.aggregate_metrics,
         [{"agent_ref": {"name": "a"}, "_ng_environment_server": "env", "agent_metrics": metrics}],
     )
-    data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
-    assert data["metrics"] == metrics
+    data = report_data(run, LocalBackend(run.local_dir), status=_data().status)
+    assert data.metrics == metrics
     assert "not merged yet" not in render(data)
 
 
@@ -185,17 +155,16 @@ def test_without_the_servers_metrics_the_report_shows_gymslurms_own(tmp_path: Pa
     merged.gymslurm_metrics.parent.mkdir(parents=True)
     own = {"metrics": {"reward/mean": 0.5}, "metrics_source": "gymslurm"}
     write_gymslurm_metrics(merged.gymslurm_metrics, own)
-    data = report_data(run, LocalBackend(run.local_dir), status=_data()["status"])  # type: ignore[arg-type]
-    assert data["metrics"] == {"reward/mean": 0.5}
+    data = report_data(run, LocalBackend(run.local_dir), status=_data().status)
+    assert data.metrics == {"reward/mean": 0.5}
 
 
 def test_a_shard_whose_first_link_has_not_started_draws_no_lane_and_is_counted() -> None:
     """10,000 shards mostly waiting: the timeline draws lanes only for shards with links and says how many
     are left out, instead of thousands of empty lanes."""
     data = _data()
-    waiting = {"shard": 1, "links": [], "faults": faults_survived([], [])}
-    data["shards"] = [*data["shards"], waiting]  # type: ignore[misc]
-    page = render(data, now=1796119800.0)
+    waiting = ShardTimeline(shard=1, links=[], faults=faults_survived([], []))
+    page = render(replace(data, shards=[*data.shards, waiting]), now=1796119800.0)
     assert page.count('class="lane"') == 1 and "1 shard(s) not drawn: no link started yet" in page
 
 
@@ -203,7 +172,7 @@ def test_table_cells_are_escaped_even_when_one_holds_a_separator_character() -> 
     """The cells are escaped in one pass over the joined table; a reason holding the separator itself
     falls back to cell by cell, so no cell is ever split or left unescaped."""
     data = _data()
-    links = data["shards"][0]["links"]  # type: ignore[index]
+    links = data.shards[0].links
     links[0]["reason"] = "a\x1eb <c>"
     page = render(data, now=1796119800.0)
     assert "<td>a\x1eb &lt;c&gt;</td>" in page
@@ -253,14 +222,20 @@ def test_a_suite_runs_page_lists_each_benchmarks_headline_with_its_uncertainty_a
     interval over tasks, the tasks and rows it rests on, the ETA and the GPU-hours share; a
     benchmark not merged yet shows none."""
     score = {"name": "arith", "metric": "reward", "value": 0.775, "stderr": 0.067, "ci95": [0.62, 0.9]}
-    row = {"benchmark": "arith", "verdict": "DONE", "outcomes": 40, "expected": 40, "eta_s": 0.0}
-    data = {
-        **_data(),
-        "suite": [
-            {**row, "headline": {**score, "tasks": 40, "rows": 80, "verdict": "DONE"}, "gpu_hours": 1.5},
-            {**row, "benchmark": "later", "verdict": "RUNNING", "headline": None, "eta_s": 125.0},
-        ],
-    }
+    row = SuiteRow(
+        benchmark="arith",
+        shards=1,
+        verdict="DONE",
+        outcomes=40,
+        expected=40,
+        eta_s=0.0,
+        busy_s=0.0,
+        headline={**score, "tasks": 40, "rows": 80, "verdict": "DONE"},
+        run="r",
+        gpu_hours=1.5,
+    )
+    later = replace(row, benchmark="later", verdict="RUNNING", headline=None, eta_s=125.0, gpu_hours=None)
+    data = replace(_data(), suite=[row, later])
     page = render(data, now=1796119800.0)
     table = re.search(r'<table id="suite">(.*?)</table>', page, re.S)
     assert table is not None

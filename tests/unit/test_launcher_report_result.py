@@ -127,13 +127,13 @@ def test_status_carries_final_metrics_gpu_hours_and_faults(tmp_path: Path) -> No
     """The status document (status --json) has the final metrics, GPU-hours and interruptions by kind."""
     run = make_run(tmp_path, budget=20.0)
     doc = run_status(run, LocalBackend(run.local_dir))
-    assert doc["final_metrics"]["mean/reward"] == 0.75
-    summary = doc["summary"]
-    assert summary["gpu_hours"] == pytest.approx(3 * 4 * 0.5)  # three links of 4 GPUs for 30 minutes
-    assert summary["gpu_hours_idle"] == pytest.approx(3 * 4 * 600 / 3600)
-    assert summary["gpu_budget"] == 20.0 and summary["budget_fraction"] == pytest.approx(0.3)
-    assert {k: n for k, n in summary["faults"].items() if n} == {"cancelled": 1, "requeued": 1}
-    assert doc["shards"][0]["gpu_text"] == "6.00 GPU-h"
+    assert doc.final_metrics is not None and doc.final_metrics["mean/reward"] == 0.75
+    summary = doc.summary
+    assert summary.gpu_hours == pytest.approx(3 * 4 * 0.5)  # three links of 4 GPUs for 30 minutes
+    assert summary.gpu_hours_idle == pytest.approx(3 * 4 * 600 / 3600)
+    assert summary.gpu_budget == 20.0 and summary.budget_fraction == pytest.approx(0.3)
+    assert {k: n for k, n in summary.faults.items() if n} == {"cancelled": 1, "requeued": 1}
+    assert doc.shards[0].gpu_text == "6.00 GPU-h"
 
 
 def test_the_status_table_prints_the_result_and_the_cost(

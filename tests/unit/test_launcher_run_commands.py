@@ -4,7 +4,6 @@ no fault recorded that was not sent, no sacct without accounting, names that nev
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,8 @@ from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import load_benchmark
 from gymslurm.site.backend import SlurmBackend
 from gymslurm.site.local import LocalBackend
-from gymslurm.site.slurm import SlurmClient
 from gymslurm.store import live
+from tests.unit.scripted_slurm import ScriptedSlurm, reply
 
 
 def _info(backend: str, shards: int = 2, accounting: bool | None = None) -> RunInfo:
@@ -96,32 +95,6 @@ def test_run_names_of_one_second_differ(tmp_path: Path) -> None:
     assert len(names) == 20
 
 
-class Recorded(SlurmClient):
-    """A Slurm client whose commands return scripted output in turn and are recorded (the subprocess seam)."""
-
-    def __init__(self, replies: dict[str, list[subprocess.CompletedProcess[str]]]) -> None:
-        super().__init__()
-        self.replies = replies
-        self.calls: list[list[str]] = []
-
-    def run(
-        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        self.queries += 1
-        self.calls.append(list(argv))
-        queue = self.replies[argv[0]]
-        done = queue.pop(0) if len(queue) > 1 else queue[0]
-        if check and done.returncode:
-            from gymslurm.errors import SlurmError
-
-            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
-        return done
-
-
-def _reply(stdout: str = "", stderr: str = "", code: int = 0) -> subprocess.CompletedProcess[str]:
-    return subprocess.CompletedProcess([], code, stdout, stderr)
-
-
 def _running_array_link(tmp_path: Path) -> RunDir:
     run = _run(tmp_path, _info("slurm", shards=1))
     run.ledger(0).append(Submitted(job_id="193_0"))
@@ -141,9 +114,9 @@ SQUEUE_RUNNING = "193_0|gs|RUNNING|None|(null)|0:10|5:00|2026-12-01T10:00:00\n"
 def test_a_crash_on_an_array_task_goes_to_its_numeric_job_id(tmp_path: Path) -> None:
     """srun --jobid takes no 193_0: inject asks squeue for the task's own id (%A) and sends there."""
     run = _running_array_link(tmp_path)
-    client = Recorded({"squeue": [_reply(SQUEUE_RUNNING), _reply("194\n")], "srun": [_reply()]})
+    client = ScriptedSlurm({"squeue": [reply(SQUEUE_RUNNING), reply("194\n")], "srun": [reply()]})
     inject(run, 0, "crash", SlurmBackend(client))
-    assert client.calls[-1][:2] == ["srun", "--jobid=194"]
+    assert client.log[-1][:2] == ["srun", "--jobid=194"]
     (record,) = [r for r in run.ledger(0).read() if r.kind == "injected"]
     assert record.job_id == "193_0" and "--jobid=194" in record.how  # type: ignore[union-attr]
 
@@ -151,8 +124,8 @@ def test_a_crash_on_an_array_task_goes_to_its_numeric_job_id(tmp_path: Path) -> 
 def test_a_fault_that_was_not_delivered_is_not_recorded(tmp_path: Path) -> None:
     """srun failed (the issue's 'Invalid numeric value'): inject says so and the ledger gets no record."""
     run = _running_array_link(tmp_path)
-    failed = _reply(stderr='srun: error: Invalid numeric value "193_0" for --jobid.', code=1)
-    client = Recorded({"squeue": [_reply(SQUEUE_RUNNING), _reply("194\n")], "srun": [failed]})
+    failed = reply(stderr='srun: error: Invalid numeric value "193_0" for --jobid.', code=1)
+    client = ScriptedSlurm({"squeue": [reply(SQUEUE_RUNNING), reply("194\n")], "srun": [failed]})
     with pytest.raises(ConfigError, match="crash was not delivered to job 193_0, nothing recorded"):
         inject(run, 0, "crash", SlurmBackend(client))
     assert [r.kind for r in run.ledger(0).read()] == ["submitted", "start"]
@@ -205,10 +178,10 @@ def test_a_run_without_accounting_never_calls_sacct_for_a_dead_link() -> None:
     scontrol = (
         "JobId=194 ArrayJobId=193 ArrayTaskId=0 JobName=gs JobState=FAILED ExitCode=137:0 RunTime=00:00:02"
     )
-    client = Recorded({"scontrol": [_reply(scontrol)], "sacct": [_reply()]})
+    client = ScriptedSlurm({"scontrol": [reply(scontrol)], "sacct": [reply()]})
     row = SlurmBackend(client, accounting=False).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
-    assert [call[0] for call in client.calls] == ["scontrol"]
+    assert [call[0] for call in client.log] == ["scontrol"]
 
 
 SCONTROL_FAILED = (
@@ -219,19 +192,19 @@ SCONTROL_FAILED = (
 def test_a_dead_link_is_judged_from_scontrol_when_sacct_cannot_reach_the_database() -> None:
     """sacct failing inside a job (slurmdbd without its database, seen on the sandbox) falls back to
     scontrol: the crashed link reads FAILED 137, not UNKNOWN."""
-    down = _reply(
+    down = reply(
         stderr="sacct: error: Problem talking to the database: Unable to connect to database", code=1
     )
-    client = Recorded({"sacct": [down], "scontrol": [_reply(SCONTROL_FAILED)]})
+    client = ScriptedSlurm({"sacct": [down], "scontrol": [reply(SCONTROL_FAILED)]})
     row = SlurmBackend(client, accounting=True).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
-    assert [call[0] for call in client.calls] == ["sacct", "scontrol"]
+    assert [call[0] for call in client.log] == ["sacct", "scontrol"]
 
 
 def test_a_link_sacct_still_shows_running_is_judged_from_scontrol() -> None:
     """slurmdbd learns of a job's end after slurmctld: a sacct row still RUNNING yields to scontrol's end."""
-    lagging = _reply("193_0|gs|RUNNING|0:0|2026-12-01T22:00:00|Unknown|2\n")
-    client = Recorded({"sacct": [lagging], "scontrol": [_reply(SCONTROL_FAILED)]})
+    lagging = reply("193_0|gs|RUNNING|0:0|2026-12-01T22:00:00|Unknown|2\n")
+    client = ScriptedSlurm({"sacct": [lagging], "scontrol": [reply(SCONTROL_FAILED)]})
     row = SlurmBackend(client, accounting=True).ended("193_0")
     assert row is not None and (row.state, row.exit_code) == ("FAILED", 137)
 
@@ -239,9 +212,9 @@ def test_a_link_sacct_still_shows_running_is_judged_from_scontrol() -> None:
 def test_a_failing_sacct_is_raised_when_scontrol_forgot_the_job_too() -> None:
     """Neither sacct (failing) nor scontrol (job forgotten) knows the job: the error is raised, so the
     chain accounts the run as UNKNOWN, never as VANISHED."""
-    down = _reply(stderr="sacct: error: Unable to connect to database", code=1)
-    forgotten = _reply(stderr="slurm_load_jobs error: Invalid job id specified", code=1)
-    client = Recorded({"sacct": [down], "scontrol": [forgotten]})
+    down = reply(stderr="sacct: error: Unable to connect to database", code=1)
+    forgotten = reply(stderr="slurm_load_jobs error: Invalid job id specified", code=1)
+    client = ScriptedSlurm({"sacct": [down], "scontrol": [forgotten]})
     with pytest.raises(SlurmError, match="Unable to connect"):
         SlurmBackend(client, accounting=True).ended("193_0")
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Mapping, Sequence
-
 import pytest
 
 from gymslurm.errors import SlurmError
@@ -18,6 +15,7 @@ from gymslurm.site.slurm import (
     parse_scontrol_job,
     parse_squeue,
 )
+from tests.unit.scripted_slurm import ScriptedSlurm, reply
 
 # Pasted from the sandbox's Slurm 22.05.8 (squeue -h -r -t all -u slurmtest -o '%i|%j|%T|%r|%E|%M|%l|%S'):
 # plain jobs, then array tasks (a finished one, a one-task successor array, held pending ones).
@@ -193,49 +191,27 @@ def test_parse_scontrol_rejects_other_text() -> None:
         parse_scontrol_job("slurm_load_jobs error: Invalid job id specified")
 
 
-class ScriptedClient(SlurmClient):
-    """A client whose commands return scripted output (the subprocess seam only)."""
-
-    def __init__(self, replies: dict[str, subprocess.CompletedProcess[str]]) -> None:
-        super().__init__()
-        self.replies = replies
-        self.calls: list[list[str]] = []
-        self.envs: list[dict[str, str] | None] = []
-
-    def run(
-        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        self.queries += 1
-        self.calls.append(list(argv))
-        self.envs.append(None if env is None else dict(env))
-        return self.replies[argv[0]]
-
-
-def _done(stdout: str = "", stderr: str = "", code: int = 0) -> subprocess.CompletedProcess[str]:
-    return subprocess.CompletedProcess([], code, stdout, stderr)
-
-
 def test_accounting_disabled_gives_none() -> None:
     """sacct on a cluster without accounting storage reports None, not an error."""
-    client = ScriptedClient(
-        {"sacct": _done(stderr="sacct: error: Slurm accounting storage is disabled\n", code=1)}
+    client = ScriptedSlurm(
+        {"sacct": reply(stderr="sacct: error: Slurm accounting storage is disabled\n", code=1)}
     )
     assert client.accounting(["44"]) is None
 
 
 def test_show_job_after_min_job_age_gives_none() -> None:
     """A job Slurm has forgotten (Invalid job id) gives None."""
-    client = ScriptedClient(
-        {"scontrol": _done(stderr="slurm_load_jobs error: Invalid job id specified\n", code=1)}
+    client = ScriptedSlurm(
+        {"scontrol": reply(stderr="slurm_load_jobs error: Invalid job id specified\n", code=1)}
     )
     assert client.show_job("44") is None
 
 
 def test_submit_passes_afterany_dependency() -> None:
     """submit asks for --parsable and an afterany dependency on every given job."""
-    client = ScriptedClient({"sbatch": _done("51\n")})
+    client = ScriptedSlurm({"sbatch": reply("51\n")})
     assert client.submit(__import__("pathlib").Path("/x.sbatch"), after=["44", "45"]) == "51"
-    assert client.calls[0] == ["sbatch", "--parsable", "--dependency=afterany:44:45", "/x.sbatch"]
+    assert client.log[0] == ["sbatch", "--parsable", "--dependency=afterany:44:45", "/x.sbatch"]
 
 
 def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
@@ -251,7 +227,7 @@ def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
         ("KEEP_ME", "1"),
     ]:
         monkeypatch.setenv(name, value)
-    client = ScriptedClient({"sbatch": _done("189\n")})
+    client = ScriptedSlurm({"sbatch": reply("189\n")})
     client.submit(__import__("pathlib").Path("/aggregate.sbatch"), after=["188_0"])
     env = client.envs[0]
     assert env is not None and env["KEEP_ME"] == "1"

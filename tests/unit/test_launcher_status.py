@@ -8,6 +8,7 @@ import pytest
 
 from gymslurm.coverage import Coverage
 from gymslurm.errors import SlurmError
+from gymslurm.formats import version_of
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import (
     BudgetsRecord,
@@ -19,20 +20,17 @@ from gymslurm.launcher.ledger import (
     summarize,
 )
 from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.views.counts import counts_of, human_duration, walltime_text
+from gymslurm.launcher.views.diagnosis import Beat, collector_stall, verdict
+from gymslurm.launcher.views.document import STATUS_SCHEMA, ShardRow
+from gymslurm.launcher.views.logs import LogIndex
 from gymslurm.launcher.views.status import (
-    STATUS_SCHEMA,
-    STATUS_VERSION,
-    Beat,
-    LogIndex,
     ShardFiles,
-    counts_of,
-    human_duration,
+    aggregation_status,
     read_shard_files,
     run_status,
     shard_status,
     summary_of,
-    verdict,
-    walltime_text,
 )
 from gymslurm.launcher.views.table import summary_line
 from gymslurm.site.local import LocalBackend
@@ -286,8 +284,8 @@ INFO = RunInfo(
 STARTED_2 = Started(job_id="2", at="2026-05-28T20:16:40+00:00")  # 600 s before T0
 
 
-def _shard(records: list[object], queue: list[QueueRow], files: ShardFiles) -> dict[str, object]:
-    row = shard_status(
+def _shard(records: list[object], queue: list[QueueRow], files: ShardFiles) -> ShardRow:
+    return shard_status(
         0,
         summarize(records),
         {r.job_id: r for r in queue},
@@ -297,7 +295,6 @@ def _shard(records: list[object], queue: list[QueueRow], files: ShardFiles) -> d
         now=T0,
         logs=LogIndex(Path("/logs"), frozenset({"shard-000-2.out", "server-demo-s000.log"})),
     )
-    return vars(row)
 
 
 def test_row_shows_the_running_link_and_its_queued_successor() -> None:
@@ -309,11 +306,11 @@ def test_row_shows_the_running_link_and_its_queued_successor() -> None:
         [_row("2", "RUNNING"), _row("3", "PENDING", "Dependency")],
         ShardFiles(COVERAGE, _progress(30), beat),
     )
-    assert (row["verdict"], row["job"], row["job_state"]) == ("HEALTHY", "2", "RUNNING")
-    assert (row["successor"], row["successor_state"]) == ("3", "PENDING (Dependency)")
-    assert (row["coverage"], row["live"], row["eta"]) == ("30/200 ok, 1 failed", True, "5m38s")
-    assert row["walltime"] == "10m01s/1d00h" and row["heartbeat_age_s"] == 5
-    assert row["log"] == "/logs/shard-000-2.out" and row["server_logs"] == ["/logs/server-demo-s000.log"]
+    assert (row.verdict, row.job, row.job_state) == ("HEALTHY", "2", "RUNNING")
+    assert (row.successor, row.successor_state) == ("3", "PENDING (Dependency)")
+    assert (row.coverage, row.live, row.eta) == ("30/200 ok, 1 failed", True, "5m38s")
+    assert row.walltime == "10m01s/1d00h" and row.heartbeat_age_s == 5
+    assert row.log == "/logs/shard-000-2.out" and row.server_logs == ["/logs/server-demo-s000.log"]
 
 
 def test_a_stale_heartbeat_makes_the_running_link_unresponsive_and_stops_its_eta() -> None:
@@ -323,16 +320,16 @@ def test_a_stale_heartbeat_makes_the_running_link_unresponsive_and_stops_its_eta
     row = _shard(
         records, [_row("2", "RUNNING"), _row("3", "PENDING")], ShardFiles(COVERAGE, _progress(30), beat)
     )
-    assert row["verdict"] == "UNRESPONSIVE" and "scancel 2" in str(row["why"]) and row["eta"] == "-"
+    assert row.verdict == "UNRESPONSIVE" and "scancel 2" in row.why and row.eta == "-"
 
 
 def test_exit_column_is_the_jobs_exit_and_the_collectors_is_its_own() -> None:
     """`exit` is what the job gave Slurm; a CONTINUE after the collector's 75 is a job exit 0."""
     row = _shard([*GOING], [_row("2", "PENDING")], ShardFiles(None, None, None))
-    assert (row["last_exit"], row["collector_exit"]) == (0, 0)
+    assert (row.last_exit, row.collector_exit) == (0, 0)
     after_75 = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE, code=75), GOING[2]]
     row = _shard(after_75, [_row("2", "PENDING")], ShardFiles(None, None, None))
-    assert (row["last_exit"], row["collector_exit"]) == (0, 75)
+    assert (row.last_exit, row.collector_exit) == (0, 75)
 
 
 def test_walltime_keeps_counting_across_a_resubmit() -> None:
@@ -346,7 +343,7 @@ def test_walltime_keeps_counting_across_a_resubmit() -> None:
         Submitted(job_id="3", after="2"),
     ]
     row = _shard(records, [_row("3", "PENDING")], ShardFiles(None, None, None))
-    assert row["walltime"] == "1h01m (1m00s/1d00h since resubmit)" and row["walltime_used_s"] == 3660
+    assert row.walltime == "1h01m (1m00s/1d00h since resubmit)" and row.walltime_used_s == 3660
 
 
 def test_summary_line_counts_rollouts_eta_and_failure_classes() -> None:
@@ -364,7 +361,7 @@ def test_summary_line_counts_rollouts_eta_and_failure_classes() -> None:
         logs=LogIndex(Path("/l"), frozenset()),
     )
     summary = summary_of([running, running])
-    assert (summary["successful"], summary["expected"], summary["eta"]) == (60, 400, "5m38s")
+    assert (summary.successful, summary.expected, summary.eta) == (60, 400, "5m38s")
     line = summary_line(summary)
     assert line.startswith("run: 60/400 ok, 2 failed (timeout 2), 0 omitted; 2 HEALTHY; ETA 5m38s")
 
@@ -399,17 +396,16 @@ def test_status_asks_no_accounting_when_the_run_recorded_none(tmp_path: Path) ->
     """A job squeue forgot is not looked up in sacct when the cluster keeps no accounting: one query."""
     run = _run_with_forgotten_job(tmp_path, accounting=False)
     report = run_status(run, LocalBackend(run.local_dir), now=T0)
-    assert report["queries"] == 1 and report["shards"][0]["job_state"] == "gone from squeue"
+    assert report.queries == 1 and report.shards[0].job_state == "gone from squeue"
 
 
 def test_status_document_is_versioned_and_lists_columns_and_summary(tmp_path: Path) -> None:
     """`status --json` is the gymslurm.status document, version 1, with the summary and every column."""
     run = _run_with_forgotten_job(tmp_path, accounting=None)
     report = run_status(run, LocalBackend(run.local_dir), now=T0)
-    assert (report["schema"], report["version"]) == (STATUS_SCHEMA, STATUS_VERSION) == ("gymslurm.status", 1)
-    assert report["queries"] == 2  # accounting not known: squeue + the one sacct for the forgotten job
-    assert {"verdict", "job", "successor", "walltime", "coverage", "eta", "log"} <= set(report["shards"][0])
-    assert {"expected", "successful", "eta", "failed_by_class", "verdicts"} <= set(report["summary"])
+    assert (report.schema, report.version) == (STATUS_SCHEMA, version_of("status")) == ("gymslurm.status", 1)
+    assert report.queries == 2  # accounting not known: squeue + the one sacct for the forgotten job
+    assert report.shards[0].job == "gone-1" and report.summary.verdicts == {"STALLED": 1}
 
 
 def test_listing_runs_always_prints_its_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -430,7 +426,7 @@ def test_the_table_has_a_header_and_one_aligned_line_per_shard(tmp_path: Path) -
 
     run = _run_with_forgotten_job(tmp_path, accounting=False)
     lines = table_lines(run_status(run, LocalBackend(run.local_dir), now=T0))
-    assert lines[0].split() == [title for _, title in COLUMNS] and len(lines) == 2
+    assert lines[0].split() == [column.title for column in COLUMNS] and len(lines) == 2
     assert lines[1].split()[:3] == ["0", "STALLED", "gone-1"]
 
 
@@ -438,19 +434,17 @@ def test_a_cancelled_successor_is_not_shown_as_next() -> None:
     """After DONE the successor was cancelled: `next` shows nothing, although squeue still lists it."""
     records = [*GOING, STARTED_2, Submitted(job_id="3", after="2"), _decided("2", Decision.DONE)]
     row = _shard(records, [_row("2", "COMPLETED"), _row("3", "CANCELLED")], ShardFiles(None, None, None))
-    assert (row["verdict"], row["job"], row["successor"]) == ("DONE", "2", None)
+    assert (row.verdict, row.job, row.successor) == ("DONE", "2", None)
 
 
 def test_an_aggregation_that_decided_reads_as_finished_while_its_job_exits() -> None:
     """The aggregation job writes its decision and then still runs for a moment: it is finished."""
-    from gymslurm.launcher.views.status import aggregation_status
-
     state = summarize([Submitted(job_id="9"), Started(job_id="9"), _decided("9", Decision.DONE)])
     agg = aggregation_status(state, {"9": _row("9", "RUNNING")}, {})
-    assert agg["finished"] and agg["state"] == "DONE: why"
-    assert not aggregation_status(summarize([Submitted(job_id="9")]), {"9": _row("9", "RUNNING")}, {})[
-        "finished"
-    ]
+    assert agg.finished and agg.state == "DONE: why"
+    assert not aggregation_status(
+        summarize([Submitted(job_id="9")]), {"9": _row("9", "RUNNING")}, {}
+    ).finished
 
 
 def test_a_held_link_says_it_will_not_run_by_itself() -> None:
@@ -512,8 +506,6 @@ def _record(epoch: float, in_flight: int = 4, quiet: float = 1.0) -> LiveProgres
 def test_a_frozen_collector_under_a_beating_link_reads_unresponsive_with_its_evidence() -> None:
     """inject --kind hang: the heartbeat is fresh (the chain step beats) but the collector's progress
     record stopped 40 s ago: UNRESPONSIVE, naming the collector, the record and the window."""
-    from gymslurm.launcher.views.status import collector_stall
-
     stall = collector_stall(_beat(collector_started=900.0), _record(epoch=960.0), now=1000.0)
     assert stall is not None and "pid 42" in stall and "40s ago" in stall and "frozen" in stall
     state = summarize([Submitted(job_id="5"), Started(job_id="5")])
@@ -523,14 +515,10 @@ def test_a_frozen_collector_under_a_beating_link_reads_unresponsive_with_its_evi
 
 def test_servers_that_stop_answering_read_unresponsive() -> None:
     """Requests in flight and no outcome for the window, the collector itself alive: UNRESPONSIVE."""
-    from gymslurm.launcher.views.status import collector_stall
-
     stall = collector_stall(_beat(collector_started=800.0), _record(epoch=998.0, quiet=70.0), now=1000.0)
     assert stall is not None and "stopped answering" in stall
 
 
 def test_a_collector_making_progress_is_healthy() -> None:
     """A fresh record with outcomes coming: no stall."""
-    from gymslurm.launcher.views.status import collector_stall
-
     assert collector_stall(_beat(collector_started=800.0), _record(epoch=998.0), now=1000.0) is None

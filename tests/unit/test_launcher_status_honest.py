@@ -9,15 +9,11 @@ from gymslurm.coverage import Coverage
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
 from gymslurm.launcher.rundir import RunInfo
-from gymslurm.launcher.views.status import (
-    LogIndex,
-    ShardFiles,
-    aggregation_status,
-    counts_of,
-    shard_status,
-    summary_of,
-    verdict,
-)
+from gymslurm.launcher.views.counts import counts_of
+from gymslurm.launcher.views.diagnosis import verdict
+from gymslurm.launcher.views.document import ShardRow
+from gymslurm.launcher.views.logs import LogIndex
+from gymslurm.launcher.views.status import ShardFiles, aggregation_status, shard_status, summary_of
 from gymslurm.launcher.views.table import summary_line
 from gymslurm.site.slurm import QueueRow
 from gymslurm.store.live import LiveProgress
@@ -118,7 +114,7 @@ def test_interrupted_rollouts_are_not_failures_in_the_live_record() -> None:
     assert counts_of(REQUEUED, record, running=True).text == "340/1000 ok, 3 failed, 20 interrupted"
 
 
-def _row_of(shard: int, coverage: Coverage | None) -> object:
+def _row_of(shard: int, coverage: Coverage | None) -> ShardRow:
     return shard_status(
         shard,
         summarize([Submitted(job_id=f"1_{shard}")]),
@@ -135,14 +131,14 @@ def test_the_run_summary_says_how_many_shards_it_counts() -> None:
     """61 ok of the 61 rollouts 49 shards reported is not the run: the line says 49 of 1000 shards."""
     reported = _coverage(expected=1, successful=1, failed=0, not_started=0, failed_by_class={})
     rows = [_row_of(i, reported if i < 49 else None) for i in range(1000)]
-    summary = summary_of(rows)  # type: ignore[arg-type]
-    assert (summary["shards"], summary["counted_shards"], summary["eta"]) == (1000, 49, "-")
+    summary = summary_of(rows)
+    assert (summary.shards, summary.counted_shards, summary.eta) == (1000, 49, "-")
     assert summary_line(summary).startswith("run: 49/49 ok so far in 49 of 1000 shards (951 not counted yet)")
 
 
 def test_the_summary_names_interruptions_apart() -> None:
     """The run line: 0 failed, 20 interrupted (run again)."""
-    line = summary_line(summary_of([_row_of(0, REQUEUED)]))  # type: ignore[list-item]
+    line = summary_line(summary_of([_row_of(0, REQUEUED)]))
     assert "0 failed, 20 interrupted (run again)" in line
 
 
@@ -158,9 +154,9 @@ def test_an_aggregation_waiting_on_a_held_link_says_so() -> None:
     """aggregation: PENDING (Dependency) on a held last link names the held job and how to release it."""
     state = summarize([Submitted(job_id="240")])
     agg = aggregation_status(state, {"240": _row("240", "PENDING", "Dependency")}, {}, ["239_0"])
-    assert "waits for held job(s) 239_0" in agg["state"] and "scancel 239_0" in agg["state"]
+    assert "waits for held job(s) 239_0" in agg.state and "scancel 239_0" in agg.state
     held = aggregation_status(state, {"240": _row("240", "PENDING", "JobHeldUser")}, {})
-    assert "scontrol release 240" in held["state"]
+    assert "scontrol release 240" in held.state
 
 
 def test_after_a_requeue_the_job_column_shows_the_requeued_link() -> None:

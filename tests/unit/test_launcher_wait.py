@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from gymslurm.commands.wait import wait_outcome
+from gymslurm.launcher.views.document import StatusDocument
+from tests.status_documents import document, row
 
 
 def report(
@@ -17,12 +17,9 @@ def report(
     stalled: bool = False,
     state: str = "x",
     job_state: str = "COMPLETED",
-) -> dict[str, Any]:
-    shards = [
-        {"shard": i, "verdict": v, "why": f"why {v}", "job_state": job_state} for i, v in enumerate(verdicts)
-    ]
-    aggregation = {"job": job, "state": state, "finished": finished, "stalled": stalled}
-    return {"run": "r", "benchmark": "b", "shards": shards, "aggregation": aggregation}
+) -> StatusDocument:
+    shards = [row(i, v, job_state=job_state) for i, v in enumerate(verdicts)]
+    return document(shards, job, finished, stalled=stalled, state=state)
 
 
 ON, OFF = True, False
@@ -94,7 +91,7 @@ CASES = [
 @pytest.mark.parametrize(
     ("status", "aggregation", "outcome"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_wait_outcome(status: dict[str, Any], aggregation: bool, outcome: tuple[int, str] | None) -> None:
+def test_wait_outcome(status: StatusDocument, aggregation: bool, outcome: tuple[int, str] | None) -> None:
     """--wait stops only once nothing of the run can change by itself, with the code and words of how."""
     got = wait_outcome(status, aggregation)
     if outcome is None:

@@ -195,3 +195,22 @@ def test_doctor_says_how_a_watch_is_kept_alive(scron: str, says: str) -> None:
 
     (finding,) = watch_rules({"ScronParameters": scron})
     assert finding.setting == "watch" and "sbatch --begin" in finding.value and says in finding.value
+
+
+def test_a_checkpoint_is_compared_only_after_every_earlier_one() -> None:
+    """A later checkpoint whose run ended first waits for the earlier ones' comparisons (or failures),
+    so its "previous" is the checkpoint before it in claim order."""
+    from gymslurm.watch_rules import earlier_compared
+
+    records = [
+        {"kind": "claimed", "digest": "a", "checkpoint": "/c/step_001"},
+        {"kind": "claimed", "digest": "b", "checkpoint": "/c/step_002"},
+        {"kind": "claimed", "digest": "c", "checkpoint": "/c/step_003"},
+        {"kind": "convert_failed", "digest": "b", "reason": "bad"},
+    ]
+    state = fold(records)
+    first, _, third = state.ordered()
+    assert earlier_compared(state, first)
+    assert not earlier_compared(state, third)
+    state = fold([*records, {"kind": "compared", "digest": "a", "result": {"score": 0.5}}])
+    assert earlier_compared(state, state.ordered()[2])

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gymslurm.launcher.links import iso_epoch
+from gymslurm.launcher.views.document import ShardTimeline
 
 W, H, PAD = 640, 150, 34
 KIND_COLOURS = {
@@ -37,18 +38,18 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _spans(shards: Sequence[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+def _spans(shards: Sequence[ShardTimeline], now: float) -> list[dict[str, Any]]:
     """Every link with a start as numbers: start, end, outcomes before and after, GPUs, kind."""
     out = []
     for shard in shards:
-        for link in shard["links"]:
+        for link in shard.links:
             start = iso_epoch(link.get("start"))
             if start is None:
                 continue
             end = iso_epoch(link.get("end")) or now
             out.append(
                 {
-                    "shard": shard["shard"],
+                    "shard": shard.shard,
                     "start": start,
                     "end": max(end, start),
                     "before": link.get("outcomes_before"),
@@ -61,7 +62,7 @@ def _spans(shards: Sequence[dict[str, Any]], now: float) -> list[dict[str, Any]]
     return out
 
 
-def coverage_series(shards: Sequence[dict[str, Any]], now: float) -> list[tuple[float, int]]:
+def coverage_series(shards: Sequence[ShardTimeline], now: float) -> list[tuple[float, int]]:
     """(time, outcomes of every shard) at each link's start and end: a shard counts its latest known."""
     events: list[tuple[float, int, int]] = []
     for span in _spans(shards, now):
@@ -79,7 +80,7 @@ def coverage_series(shards: Sequence[dict[str, Any]], now: float) -> list[tuple[
     return series
 
 
-def rate_series(shards: Sequence[dict[str, Any]], now: float) -> list[tuple[float, float, float]]:
+def rate_series(shards: Sequence[ShardTimeline], now: float) -> list[tuple[float, float, float]]:
     """(from, to, outcomes/s of every link running then), between consecutive link starts and ends."""
     spans = [s for s in _spans(shards, now) if s["before"] is not None and s["after"] is not None]
     cuts = sorted({t for s in spans for t in (s["start"], s["end"])})
@@ -99,7 +100,7 @@ def rate_series(shards: Sequence[dict[str, Any]], now: float) -> list[tuple[floa
     return out
 
 
-def gpu_series(shards: Sequence[dict[str, Any]], now: float, points: int = 60) -> list[tuple[float, float]]:
+def gpu_series(shards: Sequence[ShardTimeline], now: float, points: int = 60) -> list[tuple[float, float]]:
     """(time, GPU-hours allocated until then), sampled evenly from the first start to the last end."""
     spans = _spans(shards, now)
     if not spans:
@@ -145,7 +146,7 @@ def _label(x: float, y: float, text: str, anchor: str = "start") -> str:
     )
 
 
-def coverage_chart(shards: Sequence[dict[str, Any]], expected: int, now: float) -> str:
+def coverage_chart(shards: Sequence[ShardTimeline], expected: int, now: float) -> str:
     """Outcomes over time with interruption marks, and the rate below (docstring above)."""
     series, spans = coverage_series(shards, now), _spans(shards, now)
     if not series:
@@ -175,7 +176,7 @@ def coverage_chart(shards: Sequence[dict[str, Any]], expected: int, now: float) 
     return _frame("chart-coverage", "coverage over time", body) + rate_chart(shards, now, t0, t1)
 
 
-def rate_chart(shards: Sequence[dict[str, Any]], now: float, t0: float, t1: float) -> str:
+def rate_chart(shards: Sequence[ShardTimeline], now: float, t0: float, t1: float) -> str:
     """Outcomes per second of every running link, as steps over the same time axis."""
     series, height = rate_series(shards, now), 110.0
     top = max((rate for _, _, rate in series), default=0.0) or 1.0
@@ -194,7 +195,7 @@ def rate_chart(shards: Sequence[dict[str, Any]], now: float, t0: float, t1: floa
     return _frame("chart-rate", "rate over time", body, height)
 
 
-def gpu_chart(shards: Sequence[dict[str, Any]], now: float, budget: float | None) -> str:
+def gpu_chart(shards: Sequence[ShardTimeline], now: float, budget: float | None) -> str:
     """Allocated GPU-hours over time, with the budget as a red line when set."""
     series = gpu_series(shards, now)
     if not series or series[-1][1] <= 0:

@@ -9,34 +9,34 @@ job, ``sacct -D``) is shown beside the ledger's figure: one more query (:func:`a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gymslurm.errors import SlurmError
 from gymslurm.launcher.ledger import ChainState
 from gymslurm.launcher.links import (
     human_gpu_hours,
 )
+from gymslurm.launcher.run_cost import CostSummary
 from gymslurm.launcher.rundir import RunInfo
 from gymslurm.site.backend import Backend
 from gymslurm.site.slurm import AccountingRow, QueueRow
 
 
-def cost_line(summary: dict[str, Any]) -> str | None:
+def cost_line(summary: CostSummary) -> str | None:
     """``GPU-hours: 3.20 GPU-h allocated (0.40 idle; Slurm recorded 3.18), budget 20 (16 %)``."""
-    if not summary.get("gpu_hours") and summary.get("gpu_budget") is None:
+    if not summary.gpu_hours and summary.gpu_budget is None:
         return None
-    idle = human_gpu_hours(summary["gpu_hours_idle"])
-    text = f"GPU-hours: {human_gpu_hours(summary['gpu_hours'])} allocated ({idle} idle"
-    if summary.get("gpu_hours_slurm") is not None:
-        text += f"; Slurm recorded {human_gpu_hours(summary['gpu_hours_slurm'])}"
-    elif summary.get("slurm_accounting") is False:
+    idle = human_gpu_hours(summary.gpu_hours_idle)
+    text = f"GPU-hours: {human_gpu_hours(summary.gpu_hours)} allocated ({idle} idle"
+    if summary.gpu_hours_slurm is not None:
+        text += f"; Slurm recorded {human_gpu_hours(summary.gpu_hours_slurm)}"
+    elif summary.slurm_accounting is False:
         text += "; no Slurm figure: this cluster keeps no accounting"
-    elif summary.get("slurm_accounting") is True:
+    elif summary.slurm_accounting is True:
         text += "; Slurm's accounting did not answer"
     text += ")"
-    if summary.get("gpu_budget") is not None:
-        text += f", budget {summary['gpu_budget']:g} GPU-h ({100 * summary['budget_fraction']:.0f} % used)"
-        if summary.get("budget_warning"):
+    if summary.gpu_budget is not None:
+        text += f", budget {summary.gpu_budget:g} GPU-h ({100 * (summary.budget_fraction or 0.0):.0f} % used)"
+        if summary.budget_warning:
             text += " WARNING: past the warning threshold"
     return text
 

@@ -13,12 +13,11 @@ import socket
 
 from gymslurm.launcher.ledger import ChainState
 from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.views.diagnosis import STALE_BEATS
 from gymslurm.site.backend import LIVE_STATES
 from gymslurm.site.slurm import QueueRow
 from gymslurm.store import live
 from gymslurm.store.flock import held_here
-
-STALE_BEATS = 2.0  # a heartbeat older than this many intervals is silence (status.py's UNRESPONSIVE too)
 
 
 def outlived_link(

@@ -11,6 +11,7 @@ suite's split by its share of the model server's busy time (``busy_s`` of its de
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,12 @@ from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.suite_rules import eta_s, gpu_hours_split
 from gymslurm.launcher.suite_run import is_suite, member_run, read_suite_record
 from gymslurm.launcher.views.counts import human_duration
+from gymslurm.launcher.views.document import SuiteRow
 from gymslurm.store import live
 from gymslurm.store.suite_metrics import read_suite_metrics
 
 
-def suite_rows(run: RunDir, gpu_hours: float | None = None) -> list[dict[str, Any]]:
+def suite_rows(run: RunDir, gpu_hours: float | None = None) -> list[SuiteRow]:
     """Each benchmark of a suite run as ``status --json`` gives it ([] for a run of one benchmark);
     ``gpu_hours``: the suite's, split over the benchmarks by their busy time."""
     if not is_suite(run):
@@ -57,21 +59,20 @@ def suite_rows(run: RunDir, gpu_hours: float | None = None) -> list[dict[str, An
             )
         score = scores.get(entry.name)
         rows.append(
-            {
-                "benchmark": entry.name,
-                "shards": entry.shards,
-                "verdict": benchmark_verdict(run, entry),
-                "outcomes": done,
-                "expected": expected or None,
-                "eta_s": eta_s((expected - done) if expected else 1, rate, running),
-                "busy_s": round(busy[entry.name], 1),
-                "headline": None if score is None else score.model_dump(),
-                "run": str(sub.root),
-            }
+            SuiteRow(
+                benchmark=entry.name,
+                shards=entry.shards,
+                verdict=benchmark_verdict(run, entry),
+                outcomes=done,
+                expected=expected or None,
+                eta_s=eta_s((expected - done) if expected else 1, rate, running),
+                busy_s=round(busy[entry.name], 1),
+                headline=None if score is None else score.model_dump(),
+                run=str(sub.root),
+            )
         )
-    for row, share in zip(rows, gpu_hours_split(busy, gpu_hours).values(), strict=True):
-        row["gpu_hours"] = share
-    return rows
+    shares = gpu_hours_split(busy, gpu_hours).values()
+    return [replace(row, gpu_hours=share) for row, share in zip(rows, shares, strict=True)]
 
 
 def _live_progress(output: Path) -> live.LiveProgress | None:
@@ -82,7 +83,7 @@ def _live_progress(output: Path) -> live.LiveProgress | None:
         return None
 
 
-def suite_lines(rows: list[dict[str, Any]]) -> list[str]:
+def suite_lines(rows: list[SuiteRow]) -> list[str]:
     """The lines a person reads (pure)."""
     if not rows:
         return []
@@ -91,13 +92,13 @@ def suite_lines(rows: list[dict[str, Any]]) -> list[str]:
         f"  {'headline':<28} run"
     ]
     for row in rows:
-        coverage = f"{row['outcomes']}/{row['expected'] or '?'}"
-        headline = headline_text(row["headline"])
-        eta = "-" if row.get("eta_s") is None else human_duration(row["eta_s"])
-        gpu = human_gpu_hours(row.get("gpu_hours"))
-        name, shards, verdict = row["benchmark"], row["shards"], row["verdict"]
+        coverage = f"{row.outcomes}/{row.expected or '?'}"
+        headline = headline_text(row.headline)
+        eta = "-" if row.eta_s is None else human_duration(row.eta_s)
+        gpu = human_gpu_hours(row.gpu_hours)
+        name, shards, verdict = row.benchmark, row.shards, row.verdict
         cells = f"{name:<24} {shards:>6} {verdict:<10} {coverage:>13} {eta:>8} {gpu:>11}"
-        lines.append(f"{cells}  {headline:<28} {row['run']}")
+        lines.append(f"{cells}  {headline:<28} {row.run}")
     return lines
 
 
