@@ -442,7 +442,7 @@ def run_doctor(
     python: str,
     *,
     cluster: str | None = None,
-    lookahead: int = 2,
+    lookahead: int = DEFAULT_LOOKAHEAD,
 ) -> int:
     """``gymslurm doctor``: print every finding (of ``cluster``, else the default); exit 1 on an error."""
     client = SlurmClient(cluster=cluster)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
 from typing import Any, Literal, Protocol
+from uuid import uuid4
 
 from omegaconf import OmegaConf
 
@@ -29,8 +30,10 @@ from gymslurm.exitcodes import ExitCode
 from gymslurm.identity import redact_value
 from gymslurm.job.collector_process import environment_problem
 from gymslurm.job.first_links import (
+    finish_queuing,
     queue_first_links,
     queuing,
+    record_plan,
     submit_arrays,
 )
 from gymslurm.job.stack import stack_lines
@@ -255,13 +258,22 @@ def _queue_for(run: RunDir, info: RunInfo, slurm_queue: dict[str, Any] | None) -
     return slurm_queue if slurm_queue is not None else SlurmBackend().queue()
 
 
-def refuse_if_live(settings: BenchmarkSettings, workdir: Path) -> None:
-    """Refuse to submit a benchmark while one of its runs is live."""
+def refuse_if_live(
+    settings: BenchmarkSettings,
+    workdir: Path,
+    config: str | None = None,
+    secrets: dict[str, Any] | None = None,
+) -> None:
+    """Refuse to submit a benchmark while one of its runs is live. A run whose submit was killed midway
+    is finished first (its first links queued: job/first_links.finish_queuing), with this submit's
+    ``secrets`` when it is the same benchmark (its saved ``config`` is this one's)."""
     slurm_queue: dict[str, Any] | None = None
     for run in find_runs((workdir / settings.run_root).resolve()):
         info = run.read_info()
         if info.benchmark != settings.name:
             continue
+        same = config is not None and run.config_path.exists() and run.config_path.read_text() == config
+        finish_queuing(run, "submit", secrets if same else None)
         queue = _queue_for(run, info, slurm_queue)
         if info.backend == "slurm" and info.cluster is None and info.placement is None:
             slurm_queue = queue
@@ -443,7 +455,8 @@ def create_run(
             print(f"# ===== {path} (not written: --dry-run) =====\n{text}")
         print(f"# dry run: {settings.shards} chain(s) on the {backend_kind} backend; nothing was submitted")
         return ExitCode.DONE
-    refuse_if_live(settings, workdir)
+    saved_config = OmegaConf.to_yaml(OmegaConf.create(clean))
+    refuse_if_live(settings, workdir, saved_config, {**secrets, **inputs.secrets()})
     inputs.prepare()
     create_run_dir(run)
     clusters = settings.slurm.clusters if backend_kind == "slurm" else None
@@ -469,6 +482,8 @@ def create_run(
         gpu_budget=settings.budget.gpu_hours,
         budget_warn_at=settings.budget.warn_at,
         report_share=settings.report.share,
+        lookahead=settings.slurm.lookahead,
+        uid=uuid4().hex,
     )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = (
@@ -476,7 +491,7 @@ def create_run(
         if placement is not None
         else backend_for(run, backend_kind, site.accounting, settings.slurm.cluster)
     )
-    atomic_write(run.config_path, OmegaConf.to_yaml(OmegaConf.create(clean)).encode())
+    atomic_write(run.config_path, saved_config.encode())
     if isinstance(backend, LocalBackend):  # its queue runs at most slurm.max_running jobs at once
         backend.limit(settings.slurm.max_running)
     for path, text in scripts.items():
@@ -484,6 +499,8 @@ def create_run(
     counts = inputs.write(run, plan is not None)
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps({**secrets, **inputs.secrets()})
+    if plan is not None:  # before the mark: whoever completes a killed submit queues from it
+        record_plan(run, settings.shards, settings.slurm.max_running, plan)
     with queuing(run):  # a submit killed midway leaves the rest to the run's first job (first_links.py)
         if plan is not None:
             assert isinstance(backend, SlurmBackend | ClusterSetBackend)

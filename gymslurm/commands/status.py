@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
+    from gymslurm.job.first_links import finish_queuing
     from gymslurm.launcher.run_site import run_backend
     from gymslurm.launcher.rundir import find_runs, resolve_run
     from gymslurm.launcher.views.document import status_json, with_suite
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
 
         return watch_status(watch)
     run = resolve_run(args.run, root)
+    finish_queuing(run, "status")  # a submit killed midway: its first links queued, never twice
     backend = run_backend(run)
     gc.disable()  # a document of 10,000 shards is millions of objects and no cycles: no collector passes
     shards = run.read_info().shards

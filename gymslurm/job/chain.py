@@ -31,8 +31,17 @@ from gymslurm.clock import utc_now_ms
 from gymslurm.job.collector_files import saved_bytes
 from gymslurm.job.heartbeat import log
 from gymslurm.launcher.decide import DeadRun, Limits, dead_run_end, decide
-from gymslurm.launcher.ledger import ChainState, Ledger, Record, Started, Submitted, fold, record_decision
-from gymslurm.site.backend import ALIVE_STATES, LIVE_STATES, Backend
+from gymslurm.launcher.ledger import (
+    ChainState,
+    DecisionRecord,
+    Ledger,
+    Record,
+    Started,
+    Submitted,
+    fold,
+    record_decision,
+)
+from gymslurm.site.backend import ALIVE_STATES, LIVE_STATES, Backend, SlurmBackend
 from gymslurm.site.slurm import QueueRow
 from gymslurm.store import live
 
@@ -205,12 +214,17 @@ def queue_chain(
 def cancel_pending(state: ChainState, me: str, backend: Backend, depth: int = 2) -> list[str]:
     """Cancel every pending job of the chain but ``me`` (a chain that stopped needs none): of the jobs
     :func:`chain_jobs_to_ask` names, those the queue shows pending."""
-    asked = [job for job in chain_jobs_to_ask(state, me, depth) if job != me]
-    queue = backend.job_rows(asked)
-    pending = [job for job in asked if _pending(queue.get(job))]
+    pending = pending_of_chain(state, me, backend, depth)
     if pending:
         backend.cancel(pending)
     return pending
+
+
+def pending_of_chain(state: ChainState, me: str, backend: Backend, depth: int) -> list[str]:
+    """The chain's jobs (of those :func:`chain_jobs_to_ask` names) the queue shows pending: one query."""
+    asked = [job for job in chain_jobs_to_ask(state, me, depth) if job != me]
+    queue = backend.job_rows(asked)
+    return [job for job in asked if _pending(queue.get(job))]
 
 
 def chain_jobs_to_ask(state: ChainState, me: str, depth: int) -> list[str]:
@@ -241,3 +255,20 @@ def chain_jobs_to_ask(state: ChainState, me: str, depth: int) -> list[str]:
 
 def _pending(row: QueueRow | None) -> bool:
     return row is not None and row.state == "PENDING"
+
+
+def slurm_end(run: DecisionRecord, me: tuple[str, int], backend: Backend) -> str | None:
+    """How Slurm ended ``run`` (a run that decided after a signal), asked once: for an earlier run of
+    this very job (Slurm requeued it), ``sacct -D``'s row of that run; else how the job ended. None
+    when the scheduler does not say (no accounting of runs, a failed query, the job still live)."""
+    try:
+        if run.job_id == me[0]:
+            if not isinstance(backend, SlurmBackend) or backend.accounting_known is False:
+                return None
+            rows = backend.client.accounting([backend.raw(run.job_id)], every_run=True) or []
+            return rows[run.restart_count].state if len(rows) > run.restart_count else None
+        row = backend.ended(run.job_id)
+    except Exception as error:  # labels only: the chain goes on whatever the scheduler says
+        log(f"could not ask the scheduler how job {run.job_id} ended: {error}")
+        return None
+    return row.state if row is not None and row.state not in LIVE_STATES else None

@@ -9,7 +9,7 @@ decision are functions of a :class:`LinkContext`, so a feature adds a function, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gymslurm.job.chain import ensure_lookahead
@@ -58,6 +58,7 @@ class LinkContext:
     spent: float = 0.0  # the run's GPU-hours spent, as last read
     started: Started | None = None  # this link's start record, once written
     notifier: Notifier | None = None
+    excluded: list[str] = field(default_factory=list)  # the chain's bad nodes: its links are queued off them
 
     @property
     def job(self) -> str:
@@ -86,18 +87,29 @@ class LinkContext:
         """The links queued behind this job (:func:`ensure_link_lookahead`), from the chain as held."""
         held = self.chain.state if state is None else state
         return ensure_link_lookahead(
-            self.run, self.shard, self.job, self.backend, self.settings, state=held, recheck=recheck
+            self.run,
+            self.shard,
+            self.job,
+            self.backend,
+            self.settings,
+            state=held,
+            recheck=recheck,
+            exclude=self.excluded,
         )
 
 
-def submit_link(run: RunDir, shard: int, backend: Backend, after: list[str]) -> str:
+def submit_link(
+    run: RunDir, shard: int, backend: Backend, after: list[str], exclude: list[str] | None = None
+) -> str:
     """Queue a link of ``shard``: on Slurm a one-task array of its range's links script (task
-    ``shard - base``), so every link of every shard is an array task of the same script."""
+    ``shard - base``), so every link of every shard is an array task of the same script, kept off
+    the chain's bad nodes (``exclude``; the local backend has one node)."""
     array = run.read_array() if isinstance(backend, SlurmBackend) else None
     if array is not None and isinstance(backend, SlurmBackend):
         base = array.base(shard)
         task = shard - base
-        return f"{backend.submit_array(run.links_script_for(base), str(task), after=after)}_{task}"
+        script = run.links_script_for(base)
+        return f"{backend.submit_array(script, str(task), after=after, exclude=exclude or [])}_{task}"
     return backend.submit(run.script(shard), after=after)
 
 
@@ -115,6 +127,7 @@ def ensure_link_lookahead(
     *,
     state: ChainState | None = None,
     recheck: bool = True,
+    exclude: list[str] | None = None,
 ) -> list[str]:
     """The links queued behind this job (:func:`gymslurm.job.chain.ensure_lookahead`), from
     ``state`` (the chain as the caller holds it; read when not given), which gets what is queued.
@@ -124,7 +137,7 @@ def ensure_link_lookahead(
         run.ledger(shard),
         me,
         backend,
-        lambda after: submit_link(run, shard, backend, [after]),
+        lambda after: submit_link(run, shard, backend, [after], exclude),
         state=shard_state(run, shard) if state is None else state,
         reread=(lambda: shard_state(run, shard)) if recheck else None,
         depth=settings.slurm.lookahead,

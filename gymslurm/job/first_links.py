@@ -15,8 +15,12 @@ one killed before any call returned queued nothing (``status``: STALLED, ``resub
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.job.chain import queue_chain
@@ -24,6 +28,9 @@ from gymslurm.job.heartbeat import log
 from gymslurm.launcher.ledger import summarize
 from gymslurm.launcher.run_site import run_backend
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write
+from gymslurm.launcher.settings import SlurmSettings
+from gymslurm.process_env import SECRETS_ENV
+from gymslurm.redaction import REDACTED
 from gymslurm.site.arrays import ArrayPlan
 from gymslurm.site.backend import Backend, ClusterSetBackend, SlurmBackend
 from gymslurm.site.placement import Block, cluster_parts
@@ -92,17 +99,50 @@ def _write(
     parts: list[ArrayPart],
     *,
     at: str | None = None,
+    intent: str | None = None,
 ) -> None:
     record = ArrayRecord(
-        job_id=parts[0].job_id,
+        job_id=parts[0].job_id if parts else "",
         shards=shards,
         max_running=max_running,
         at=at or utc_now_ms(),
         chunk=plan[0],
         parts=parts,
         throttle=plan[1],
+        intent=intent,
     )
     atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
+
+
+Write = Callable[[list[ArrayPart], str | None], None]  # array.json: the parts queued, the intent under way
+
+
+def intent_of(run: RunDir, first: int, array: int) -> str:
+    """The ``--comment`` of one ``sbatch`` of a run's first links (pure): the run, the first shard of the
+    piece and which array of it (0 the first links, 1.. the spares). The same sbatch always has the
+    same comment, so one that went through is found again whoever asks, and however often it was tried."""
+    return f"gymslurm-queuing:{run.name}:{first}:{array}"
+
+
+def _sbatch_once(
+    target: SlurmBackend,
+    run: RunDir,
+    queued: tuple[list[ArrayPart], str | None],
+    call: tuple[Path, str, list[str], str],
+    write: Write,
+) -> str:
+    """One ``sbatch`` of the queuing, at most once: when ``queued`` (what array.json records: the parts
+    and the intent it was left with) names this very sbatch as under way, the job it may have queued is
+    looked for first (by its comment); otherwise the intent is written, then the sbatch made."""
+    parts, pending = queued
+    script, indices, after, comment = call
+    if comment == pending:
+        found = target.commented(f"gs-{run.name}", comment)
+        if found:
+            log(f"sbatch {comment} went through before its submitter died: job {found[0]}, not queued again")
+            return found[0]
+    write(parts, comment)
+    return target.submit_array(script, indices, after=after, comment=comment)
 
 
 def _queue_part(
@@ -114,24 +154,36 @@ def _queue_part(
     lookahead: int,
     have: ArrayPart | None,
     record: list[ArrayPart],
-    write: Callable[[list[ArrayPart]], None],
+    write: Write,
+    pending: str | None = None,
 ) -> ArrayPart:
     """One array of first links (``piece``: base, offset, size, cluster) and its ``lookahead - 1``
-    spare arrays (what ``have`` lacks of them), on the piece's cluster, ``write(parts)`` after each
-    ``sbatch`` so a kill between two leaves every queued array recorded."""
+    spare arrays (what ``have`` lacks of them), on the piece's cluster. Each ``sbatch`` is written as
+    an intent (array.json's ``intent``, its ``--comment``) before it runs and its job id recorded after
+    (``write(parts, intent)``), so a kill at any instant leaves either the job recorded or its intent,
+    which ``pending`` (the intent a killed submit left) lets a completion look up instead of repeating."""
     base, offset, size, cluster = piece
     target = backend.on(cluster) if isinstance(backend, ClusterSetBackend) and cluster else backend
     assert isinstance(target, SlurmBackend)
     indices, script = array_indices(list(range(offset, offset + size)), throttle), run.links_script_for(base)
-    part = have or ArrayPart(
-        job_id=target.submit_array(script, indices), base=base, size=size, offset=offset, spares=[]
-    )
+    first = base + offset
+    part = have
+    if part is None:
+        call: tuple[Path, str, list[str], str] = (script, indices, [], intent_of(run, first, 0))
+        job = _sbatch_once(target, run, (list(record), pending), call, write)
+        part = ArrayPart(job_id=job, base=base, size=size, offset=offset, spares=[])
     spares = list(part.spares or [])
     while len(spares) < lookahead - 1:
-        write([*record, part.model_copy(update={"spares": list(spares)})])
-        spares.append(target.submit_array(script, indices, after=[spares[-1] if spares else part.job_id]))
+        now = [*record, part.model_copy(update={"spares": list(spares)})]
+        call = (
+            script,
+            indices,
+            [spares[-1] if spares else part.job_id],
+            intent_of(run, first, len(spares) + 1),
+        )
+        spares.append(_sbatch_once(target, run, (now, pending), call, write))
     part = part.model_copy(update={"spares": spares})
-    write([*record, part])
+    write([*record, part], None)
     return part
 
 
@@ -143,7 +195,7 @@ def submit_arrays(
     *,
     max_running: int | None,
     counts: list[int],
-    lookahead: int = 2,
+    lookahead: int = 3,
     placement: list[Block] | None = None,
 ) -> str:
     """Every shard's first link as the plan's job arrays (one ``sbatch`` each; a run across clusters:
@@ -152,14 +204,15 @@ def submit_arrays(
     before): a first link killed before its first act leaves its spare task, as a link leaves its
     successor.
 
-    ``array.json`` is rewritten after each ``sbatch`` with the arrays queued so far (and the plan:
-    chunk, throttle), so a submit killed between two leaves them known; the run's first job queues
-    the rest (:func:`complete_queuing`).
+    ``array.json`` is rewritten before each ``sbatch`` with its intent and after it with the arrays
+    queued so far (and the plan: chunk, throttle), so a submit killed at any instant leaves them
+    known; the run's first job, the next ``status`` or ``submit`` queues the rest
+    (:func:`complete_queuing`), never an array twice.
     """
     parts: list[ArrayPart] = []
 
-    def write(queued: list[ArrayPart]) -> None:
-        _write(run, shards, max_running, (plan.chunk, plan.throttle), queued)
+    def write(queued: list[ArrayPart], intent: str | None) -> None:
+        _write(run, shards, max_running, (plan.chunk, plan.throttle), queued, intent=intent)
 
     pieces = cluster_parts(plan.parts, placement)
     for piece in pieces:
@@ -193,23 +246,44 @@ def submit_arrays(
     return parts[0].job_id
 
 
-def complete_queuing(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[str]:
-    """What a killed ``submit`` left unqueued, queued now by job ``me`` (the module docstring): the
-    jobs queued, none when the run has no mark, submit still holds the lock, or it was cancelled."""
-    if not run.queuing_mark.exists():
+def record_plan(run: RunDir, shards: int, max_running: int | None, plan: ArrayPlan) -> None:
+    """``array.json`` with the plan and no array yet, written before the queuing mark: whoever finds
+    the mark (or this record with no array and no mark: submit killed between the two) can queue
+    every array from it."""
+    _write(run, shards, max_running, (plan.chunk, plan.throttle), [])
+
+
+def queuing_left(run: RunDir) -> bool:
+    """A killed submit left first links to queue: its mark is there, or array.json records a plan with
+    no array queued (submit was killed between the two writes)."""
+    if run.queuing_mark.exists():
+        return True
+    record = run.read_array()
+    return record is not None and record.parts == []
+
+
+def complete_queuing(
+    run: RunDir, backend: Backend, lookahead: int, me: str, *, plan_only: bool = False
+) -> list[str]:
+    """What a killed ``submit`` left unqueued, queued now by ``me`` (a job, ``status``, ``submit``: the
+    module docstring): the jobs queued, none when the run has no mark, submit still holds the lock, or
+    it was cancelled. ``plan_only``: also a plan with no array and no mark (:func:`queuing_left`; a
+    job never meets it: no job of the run exists then)."""
+    left = queuing_left if plan_only else (lambda r: r.queuing_mark.exists())
+    if not left(run):
         return []
     fd = try_lock(run.submit_lock)
     if fd is None:  # submit is alive and queuing: it finishes the job
         return []
     try:
-        if not run.queuing_mark.exists():  # another job completed it meanwhile
+        if not left(run):  # another job completed it meanwhile
             return []
         if summarize(run.aggregate_ledger.read()).cancelled:
             log("the run was cancelled while submit was queuing it: nothing more is queued")
-            run.queuing_mark.unlink()
+            run.queuing_mark.unlink(missing_ok=True)
             return []
         queued = _complete(run, backend, lookahead, me)
-        run.queuing_mark.unlink()
+        run.queuing_mark.unlink(missing_ok=True)
         log(
             f"submit did not queue every first link (killed midway?); job {me} queued "
             f"{' '.join(queued) or 'nothing more'}"
@@ -228,7 +302,7 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
                 queued += queue_first_links(run, shard, backend, f"{me} (completing submit)", lookahead)
         return queued
     record = run.read_array()
-    if record is None or record.chunk is None:  # the first sbatch never returned: nothing is known
+    if record is None or record.chunk is None:  # a run from before the plan was recorded first
         return []
     if info.placement is not None:  # a run across clusters: each array on its own cluster
         backend = run_backend(run)
@@ -237,10 +311,10 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
     plan = [(base, min(chunk, record.shards - base)) for base in range(0, record.shards, chunk)]
     parts: list[ArrayPart] = []
 
-    def write(queued: list[ArrayPart]) -> None:
-        tail = [p for p in record.arrays if p.first > queued[-1].first]
+    def write(queued: list[ArrayPart], intent: str | None) -> None:
+        tail = [p for p in record.arrays if not queued or p.first > queued[-1].first]
         plan_of = (chunk, record.throttle)
-        _write(run, record.shards, record.max_running, plan_of, [*queued, *tail], at=record.at)
+        _write(run, record.shards, record.max_running, plan_of, [*queued, *tail], at=record.at, intent=intent)
 
     before = {job for p in record.arrays for job in [p.job_id, *(p.spares or [])]}
     for piece in cluster_parts(plan, info.placement):
@@ -258,8 +332,49 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
                 have=known,
                 record=parts,
                 write=write,
+                pending=record.intent,
             )
         )
     after = run.read_array()
     ids = [] if after is None else [job for p in after.arrays for job in [p.job_id, *(p.spares or [])]]
     return [job for job in ids if job not in before]
+
+
+def finish_queuing(run: RunDir, by: str, secrets: dict[str, Any] | None = None) -> list[str]:
+    """The first links a killed ``submit`` of ``run`` left unqueued, queued now by ``by`` (``status``, a
+    later ``submit``: never an array twice, :func:`complete_queuing`), with a line on stderr saying so.
+
+    A run that holds secrets is finished only with them (``secrets``: what a ``submit`` of the same
+    benchmark was given): a job queued from here carries this process's environment, and ``status``
+    has no secret to give it. Without them, the run's first job to act finishes the queuing (it has
+    them), or ``resubmit`` (given them again).
+    """
+    if not run.queuing_mark.exists() and not run.array_path.exists():
+        return []
+    if secrets is None and REDACTED in run.config_path.read_text(errors="replace"):
+        return []
+    info = run.read_info()
+    lookahead = info.lookahead or SlurmSettings.model_fields["lookahead"].default
+    with _secrets_given(secrets):  # sbatch passes this process's environment on to the jobs
+        queued = complete_queuing(run, run_backend(run), lookahead, by, plan_only=True)
+    if queued:
+        print(
+            f"gymslurm {by}: run {run.name}: its submit was killed midway; queued {' '.join(queued)}",
+            file=sys.stderr,
+        )
+    return queued
+
+
+@contextlib.contextmanager
+def _secrets_given(secrets: dict[str, Any] | None) -> Iterator[None]:
+    """``GYMSLURM_SECRETS`` set to ``secrets`` for the block (None: left as it is), then as it was."""
+    before = os.environ.get(SECRETS_ENV)
+    if secrets is not None:
+        os.environ[SECRETS_ENV] = json.dumps(secrets)
+    try:
+        yield
+    finally:
+        if secrets is not None and before is None:
+            os.environ.pop(SECRETS_ENV, None)
+        elif secrets is not None and before is not None:
+            os.environ[SECRETS_ENV] = before

@@ -7,8 +7,9 @@ anything: the link records it and runs the steps after a decision). A feature th
 link back adds a gate to one of the two lists, in the place its order asks for:
 
 - :data:`BEFORE_ACCOUNTING`: on the chain as read at the start (a pause, a duplicate, a full disk);
-- :data:`BEFORE_START`: once the dead runs before this one are accounted for (a finished chain,
-  this link's own start record and the cancel that may race it, pending notifications, the budget).
+- :data:`BEFORE_START`: once the dead runs before this one are accounted for (a finished chain, how
+  Slurm ended a run that decided after a signal, the chain's bad nodes, this link's own start record
+  and the cancel that may race it, pending notifications, the budget).
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ from dataclasses import dataclass
 from gymslurm.errors import SlurmError, StoreError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.job.aggregation import maybe_submit_aggregation
-from gymslurm.job.chain import cancel_pending, other_live_link
+from gymslurm.job.chain import cancel_pending, other_live_link, pending_of_chain, slurm_end
 from gymslurm.job.collector_files import saved_bytes
 from gymslurm.job.context import Chain, LinkContext
 from gymslurm.job.disk import disk_full, wait_for_space
 from gymslurm.job.heartbeat import log
 from gymslurm.launcher.decide import Verdict, start_gate
-from gymslurm.launcher.ledger import Cancelled, ChainState, Started
-from gymslurm.launcher.links import allocated_gpus
+from gymslurm.launcher.ledger import Cancelled, ChainState, DecisionRecord, Record, SlurmEnded, Started
+from gymslurm.launcher.links import allocated_gpus, bad_nodes, faults_survived, links_of
 from gymslurm.launcher.notify import Notifier
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.server_placement import job_gpus
+from gymslurm.site.backend import SlurmBackend
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,57 @@ def start_record(link: LinkContext) -> Stop | None:
     return Stop(ExitCode.DONE)
 
 
+def slurm_word(link: LinkContext) -> None:
+    """The chain's newest decision was its link's own, written after a signal: how Slurm ended that run
+    (node failure, preemption, cancel, requeue) is asked once and recorded (``slurm_end``), so its fault
+    is counted by Slurm's word (launcher/links.py), not by the signal alone."""
+    run = signalled_decision(link.chain.records)
+    if run is None:
+        return
+    state = slurm_end(run, link.me, link.backend)
+    if state is not None:
+        record = SlurmEnded(job_id=run.job_id, restart_count=run.restart_count, state=state)
+        link.ledger.append(record)
+        link.chain.add(record)
+
+
+def bad_node_exclusion(link: LinkContext) -> None:
+    """The chain's bad nodes (:func:`gymslurm.launcher.links.bad_nodes`): every link this job queues
+    is kept off them (``--exclude``), and when the newest run made a node bad, the links already
+    queued behind this job are too (``scontrol update ... ExcNodeList``)."""
+    nodes = bad_nodes(link.chain.records)
+    link.excluded = list(nodes)
+    if not nodes or not isinstance(link.backend, SlurmBackend) or not _newest_failed_on(link, nodes):
+        return
+    with contextlib.suppress(SlurmError):
+        pending = pending_of_chain(link.chain.state, link.job, link.backend, link.settings.slurm.lookahead)
+        link.backend.exclude(pending, list(nodes))
+        kept = " ".join(pending) or "-"
+        log(f"nodes {', '.join(nodes)} failed under shard {link.shard}'s links: jobs {kept} kept off them")
+
+
+def _newest_failed_on(link: LinkContext, nodes: dict[str, int]) -> bool:
+    """The chain's newest ended link met a node failure on one of ``nodes`` (so the exclusion is new)."""
+    links = links_of(link.chain.records)
+    faults_survived(link.chain.records, links)
+    ended = [one for one in links if one["decision"] is not None]
+    return bool(ended) and ended[-1]["interruption"] == "node_failure" and ended[-1]["host"] in nodes
+
+
+def signalled_decision(records: list[Record]) -> DecisionRecord | None:
+    """The chain's newest decision when its own link wrote it after a signal and no ``slurm_end`` says
+    yet how Slurm ended that run (pure)."""
+    decisions = [r for r in records if isinstance(r, DecisionRecord)]
+    if not decisions or decisions[-1].accounted_by is not None:
+        return None
+    last = decisions[-1]
+    if not last.slurm_state.startswith("SIGNALLED:"):
+        return None
+    run = (last.job_id, last.restart_count)
+    known = any(isinstance(r, SlurmEnded) and (r.job_id, r.restart_count) == run for r in records)
+    return None if known else last
+
+
 def pending_notifications(link: LinkContext) -> None:
     """What earlier links left undelivered (a receiver that was down) goes out meanwhile."""
     link.notifier = Notifier(link.run, link.settings.notify, link.settings.name)
@@ -136,7 +189,14 @@ def budget(link: LinkContext) -> Verdict | None:
 
 
 BEFORE_ACCOUNTING: tuple[Gate, ...] = (paused, duplicate, budget_read, disk)
-BEFORE_START: tuple[Gate, ...] = (finished, start_record, pending_notifications, budget)
+BEFORE_START: tuple[Gate, ...] = (
+    finished,
+    slurm_word,
+    bad_node_exclusion,
+    start_record,
+    pending_notifications,
+    budget,
+)
 
 
 def first_answer(link: LinkContext, gates: tuple[Gate, ...]) -> Stop | Verdict | None:

@@ -41,13 +41,14 @@ from typing import IO
 import psutil
 
 from gymslurm.dispatch import probe_completion, probe_health
-from gymslurm.errors import ConfigError, ServerStartError
+from gymslurm.errors import ConfigError, ServerStartError, SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.job import environment
 from gymslurm.launcher.server_placement import node_words, step_head
 from gymslurm.launcher.server_refs import SERVER_REFERENCE, credential_url_on_argv, reference_value
 from gymslurm.launcher.settings import ServerSettings
 from gymslurm.redaction import redact_text, remember
+from gymslurm.site.slurm import SlurmClient
 from gymslurm.store.atomic import open_run_file
 
 
@@ -452,13 +453,20 @@ def restart(server: RunningServer) -> RunningServer:
 
 
 def relaunch(server: RunningServer) -> RunningServer:
-    """Kill what is left of ``server`` at once and launch it again in place (same port, nodes, log)."""
+    """Kill what is left of ``server`` at once and launch it again in place (same port, nodes, log).
+
+    A placed server's Slurm steps are ended first (:func:`end_steps`): killing the local ``srun``
+    leaves a hung step's task on its node, holding the port. A replica whose step does not end in
+    time (its node or its ``slurmstepd`` does not answer) takes a new port instead: the router is
+    given its new address; any other server keeps its port (others were started with its address).
+    """
     kill_now(server)
     assert server.log is not None
+    port = server.port if end_steps(server) or not server.label else None
     fresh = launch(
         server.settings,
         server.log,
-        server.port,
+        port,
         server.started,
         server.withheld,
         nodes=server.nodes,
@@ -467,6 +475,32 @@ def relaunch(server: RunningServer) -> RunningServer:
     )
     fresh.restarts = server.restarts + 1
     return fresh
+
+
+STEP_GONE_S = 15.0  # how long a relaunch waits for a placed server's old steps to end
+
+
+def end_steps(server: RunningServer, wait_s: float = STEP_GONE_S) -> bool:
+    """End a placed server's Slurm steps (``scancel --signal=KILL JOB.STEP`` each, named
+    ``gs-NAME-RANK``) and wait for them, at most ``wait_s``: True once none is left (or the server
+    has none: it runs in the link's own process tree), False when one still is."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not server.nodes or not job:
+        return True
+    names = {f"gs-{server.label or server.settings.name}-{rank}" for rank in range(len(server.nodes))}
+    client = SlurmClient()
+    try:
+        ours = [step for step, name in client.steps(job) if name in names]
+        for step in ours:
+            client.kill_step(step)
+        deadline = time.monotonic() + wait_s
+        while ours and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = {step for step, name in client.steps(job) if name in names}
+            ours = [step for step in ours if step in left]
+    except SlurmError:
+        return False
+    return not ours
 
 
 def kill_now(server: RunningServer) -> None:

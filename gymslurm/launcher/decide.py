@@ -307,6 +307,8 @@ def decide(
 
 def _why(end: JobEnd) -> str:
     """Why the run ended, in words (shared by every reason)."""
+    if end.exit_code == ExitCode.CONTINUE and end.progressed:  # a budget stop after saved outcomes
+        return "collector exit 75: progress made, work remains"
     if end.exit_code == ExitCode.CONTINUE:
         return "collector exit 75 but its coverage shows no new outcome (counted as exit 1)"
     if end.crash is not None:

@@ -207,6 +207,17 @@ class ServerRecord(_Record):
     probes: list[str] = Field(default_factory=list)
 
 
+class SlurmEnded(_Record):
+    """How Slurm ended a run that wrote its own decision after a signal (NODE_FAIL, PREEMPTED,
+    CANCELLED, REQUEUED ...): asked once by the chain's next link (``sacct``, else ``scontrol``), so
+    its fault is counted by Slurm's word, not by the signal alone (launcher/links.py)."""
+
+    kind: Literal["slurm_end"] = "slurm_end"
+    job_id: str
+    restart_count: int = 0
+    state: str
+
+
 NotifyStep = Literal["claimed", "attempt", "sent", "error", "gave_up"]
 
 
@@ -238,7 +249,8 @@ Record = Annotated[
     | Injected
     | DiskFull
     | NotifyRecord
-    | Paused,
+    | Paused
+    | SlurmEnded,
     Field(discriminator="kind"),
 ]
 _RECORDS: TypeAdapter[list[Record]] = TypeAdapter(list[Record])  # every read: a whole ledger per call

@@ -5,7 +5,11 @@ that ended it (its own, or one written by its successor, ``accounted_by``). :fun
 pairs them; every view (``status``, the report) and the budget read the figures below from it,
 so they cannot disagree.
 
-**Interruptions by kind** (:func:`interruption`), in this order, for a link that has ended:
+**Interruptions by kind** (:func:`interruption`), in this order, for a link that has ended.
+"Slurm's state" is its accounting of the run: for a link that wrote its own decision after a signal,
+the ``slurm_end`` record the chain's next link wrote once it asked Slurm (``sacct -D`` for an earlier
+run of its own job, else how the job ended), so a node failure whose TERM reached the link is
+``node_failure``, not ``requeued``, and a CANCEL-mode preemption ``preempted``, not ``cancelled``:
 
 ==============  ===================================================================================
 kind            the ledger (and, where it exists, Slurm's accounting) says
@@ -22,7 +26,8 @@ crashed         the collector was killed by a signal Slurm did not send, or the 
 lost            the link died without writing a decision and nothing says why
 ==============  ===================================================================================
 
-A link that ended by itself (collector exit 0, 1, 75, 76) was not interrupted (None). Retries
+A link that ended by itself (collector exit 0, 1, 75, 76), or that ``gymslurm pause`` stopped
+(decision PAUSED: a choice, not a fault), was not interrupted (None). Retries
 spent and server restarts are counted beside the interruptions (:func:`faults_survived`).
 
 **GPU-hours** (:func:`gpu_hours`): a link holds ``gpus`` (its start record: what Slurm allocated,
@@ -35,12 +40,23 @@ time (``busy_s`` of its live progress record), recorded with the decision.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gymslurm.launcher.ledger import DecisionRecord, Injected, Record, Resubmitted, ServerRecord, Started
+from gymslurm.launcher.ledger import (
+    DecisionRecord,
+    Injected,
+    Record,
+    Resubmitted,
+    ServerRecord,
+    SlurmEnded,
+    Started,
+)
 
+BAD_NODE_FAILURES = 2  # node failures under one chain that make a node bad for its later links
+MAX_EXCLUDED_NODES = 3  # at most this many nodes excluded from one chain's links
 KINDS = ("requeued", "node_failure", "preempted", "time_limit", "cancelled", "crashed", "lost")
 NODE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 CRASH_STATES = frozenset({"FAILED", "OUT_OF_MEMORY"})
@@ -50,6 +66,7 @@ def _new_link(record: Started) -> dict[str, Any]:
     return {
         "job": record.job_id,
         "restart": record.restart_count,
+        "host": record.host,
         "start": record.at,
         "end": None,
         "elapsed_s": None,
@@ -96,6 +113,11 @@ def links_of(records: Iterable[Record]) -> list[dict[str, Any]]:
                 outcomes_before=record.outcomes_before,
                 outcomes_after=record.outcomes,
             )
+        elif isinstance(record, SlurmEnded):
+            run = (record.job_id, record.restart_count)
+            ended = next((link for link in reversed(links) if (link["job"], link["restart"]) == run), None)
+            if ended is not None:
+                ended["slurm_end"] = record.state
     return links
 
 
@@ -115,11 +137,12 @@ def interruption(
     """What interrupted an ended link (table in the module docstring), None when it ended by itself.
 
     ``rerun``: the same job ran again after this run; ``injected``: faults ``gymslurm inject`` sent
-    to this job; ``slurm_state``: Slurm's accounting of the job, when known.
+    to this job; ``slurm_state``: Slurm's accounting of the job, when known (else the ``slurm_end``
+    record a later link wrote for a run that decided after a signal).
     """
-    if link.get("decision") is None:
+    if link.get("decision") in (None, "PAUSED"):  # a pause is the user's choice, not a fault survived
         return None
-    state = slurm_state or ""
+    state = slurm_state or str(link.get("slurm_end") or "")  # Slurm's word, as a later link asked it
     own_state = str(link.get("slurm_state") or "")
     if state in NODE_STATES or own_state in NODE_STATES:
         return "node_failure"
@@ -178,6 +201,24 @@ def faults_survived(
     counts["retries_spent"] = sum(link.get("decision") == "RETRY" for link in links)
     counts["server_restarts"] = restarts
     return counts
+
+
+def bad_nodes(records: list[Record]) -> dict[str, int]:
+    """The chain's bad nodes and their node failures, most first (pure): a node on which at least
+    :data:`BAD_NODE_FAILURES` of the chain's links met a node failure (Slurm said NODE_FAIL or
+    BOOT_FAIL, or the link died with its node and Slurm ran the job again), at most
+    :data:`MAX_EXCLUDED_NODES` of them. The chain's later links are queued ``--exclude`` them.
+
+    Two failures, not one: a node an administrator rebooted once is not bad. Bounded: a chain never
+    excludes a small partition out of existence (its jobs would wait for ever for nodes it refuses).
+    """
+    links = links_of(records)
+    faults_survived(records, links)
+    failed = Counter(
+        str(link["host"]) for link in links if link["interruption"] == "node_failure" and link["host"]
+    )
+    bad = [(node, n) for node, n in failed.most_common() if n >= BAD_NODE_FAILURES]
+    return dict(bad[:MAX_EXCLUDED_NODES])
 
 
 def fault_text(counts: Mapping[str, int]) -> str:

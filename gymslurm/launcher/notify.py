@@ -12,7 +12,8 @@ event is *claimed* once per receiver in the run's notification ledger ``<run>/no
 ledger format, ``notify`` records); a second claim of the same key finds the first and adds
 nothing. Each delivery *attempt* is recorded before it is made and its result after, so an attempt
 cut short (the job ended mid-POST) is never repeated: a receiver may miss an event, it never gets
-one twice. Bodies carry the key as ``id`` for receivers that deduplicate anyway.
+one twice. Bodies carry ``id``, unique across runs and clusters (the run's random ``uid``, then the
+key), for receivers that deduplicate anyway.
 
 **Never blocks or fails a chain.** One delivery pass at a time (it holds the lock; another finds it
 taken and leaves). A pass sends what is due (claims made meanwhile too), the next attempt of a
@@ -33,6 +34,7 @@ Event bodies hold run names, counts, verdicts and reasons (already redacted in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymslurm.dispatch.webhook import post_webhook
+from gymslurm.errors import ConfigError
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import DecisionRecord, NotifyRecord, NotifyStep, Record, summarize, utc_now_ms
 from gymslurm.launcher.rundir import RunDir
@@ -61,12 +64,17 @@ def backoff_s(attempts: int) -> float:
     return min(BACKOFF_FIRST_S * 2 ** max(attempts - 1, 0), BACKOFF_MAX_S)
 
 
-def event_body(name: str, key: str, run: str, benchmark: str, facts: dict[str, Any]) -> dict[str, Any]:
-    """The JSON every receiver of this event gets (pure)."""
+def event_body(
+    name: str, key: str, run: str, benchmark: str, facts: dict[str, Any], *, run_uid: str | None = None
+) -> dict[str, Any]:
+    """The JSON every receiver of this event gets (pure). ``id`` is unique across runs and clusters:
+    the run's own random id (run.json's ``uid``; its name for runs from before), then the transition's
+    ``key``, which is unique within the run."""
     return {
         "schema": EVENT_SCHEMA,
         "version": EVENT_VERSION,
-        "id": key,
+        "id": f"{run_uid or run}:{key}",
+        "key": key,
         "event": name,
         "run": run,
         "benchmark": benchmark,
@@ -212,7 +220,7 @@ class Notifier:
         wanted = [i for i, target in enumerate(self.targets) if name in target.events]
         if not wanted:
             return 0
-        body = event_body(name, key, self.run.name, self.benchmark, facts)
+        body = event_body(name, key, self.run.name, self.benchmark, facts, run_uid=self._run_uid())
         ledger, claimed = self.run.notify_ledger, 0
         with locked(self.run.notify_lock):
             known = fold(ledger.read())
@@ -221,6 +229,12 @@ class Notifier:
                     ledger.append(NotifyRecord(event=name, key=key, target=index, step="claimed", body=body))
                     claimed += 1
         return claimed
+
+    def _run_uid(self) -> str | None:
+        """run.json's ``uid`` (None: a run from before it, or no run.json: the name stands in)."""
+        with contextlib.suppress(ConfigError, OSError):
+            return self.run.read_info().uid
+        return None
 
     def emit_all(self, events: Iterable[Event | None]) -> int:
         """:meth:`emit` each event (None: skipped); returns the new claims."""

@@ -79,6 +79,12 @@ class RunInfo(BaseModel):
     aggregate_cluster: str | None = None  # where the aggregation of a run across clusters runs
     # submit --reverify: the run whose saved answers each shard re-grades (its root); None: a collection
     reverify_of: str | None = None
+    # A random id given at submit (uuid4 hex): what makes a notification's ``id`` unique across runs,
+    # run roots and clusters (launcher/notify.py); None in runs from before (their name stands in)
+    uid: str | None = None
+    # slurm.lookahead at submit: what ``status`` or a later ``submit`` queues when it completes the
+    # queuing of a killed submit (None: a run from before; the setting's default then)
+    lookahead: int | None = None
 
     @property
     def clusters(self) -> list[str]:
@@ -139,11 +145,18 @@ class ArrayRecord(BaseModel):
     chunk: int | None = None
     parts: list[ArrayPart] | None = None
     throttle: int | None = None  # the plan's %N per array (what a job completing the queuing uses)
+    # The sbatch under way (its --comment, written before it runs; None once its job id is recorded
+    # in ``parts``): whoever completes a killed submit's queuing looks that job up before queuing
+    # it again, so a sbatch that went through is never repeated (first_links.py).
+    intent: str | None = None
 
     @property
     def arrays(self) -> list[ArrayPart]:
-        """Every array of the first links (one for records written before ``parts`` existed)."""
-        return self.parts or [ArrayPart(job_id=self.job_id, base=0, size=self.shards)]
+        """Every array of the first links queued so far (one for records written before ``parts``
+        existed; none when submit recorded its plan and was killed before its first array)."""
+        if self.parts is not None:
+            return self.parts
+        return [ArrayPart(job_id=self.job_id, base=0, size=self.shards)]
 
     def base(self, shard: int) -> int:
         """The first shard of the task-id range ``shard`` falls in."""

@@ -190,8 +190,9 @@ class SlurmSettings(_Strict):
     infra_retry_limit: int = Field(default=3, ge=0)
     max_links_without_progress: int | None = Field(default=5, ge=1)
     # Jobs queued behind a running one (docs/launcher.md, "The invariant"): k survives k-1
-    # consecutive jobs killed before their first act; 1 is the chain of old (no spare).
-    lookahead: int = Field(default=2, ge=1, le=5)
+    # consecutive jobs killed before their first act; the default 3 survives any two (the next link
+    # and a spare behind it); 1 is the chain of old (no spare).
+    lookahead: int = Field(default=3, ge=1, le=5)
     # A link ends its collector (exit 1: the next link goes on) when its progress record stops or no
     # outcome is saved with requests in flight for this long (null: never; docs/launcher.md).
     stall_window_s: float | None = Field(default=600.0, gt=0)

@@ -35,7 +35,9 @@ class ArrayPlan:
     parts: list[tuple[int, int]]
     throttle: int | None
     note: str | None = None  # why the plan throttles (printed by submit)
-    lookahead: int = 2  # slurm.lookahead: jobs queued behind each running job, first links included
+    lookahead: int = (
+        3  # slurm.lookahead (its default): jobs queued behind each running job, first links included
+    )
 
     @property
     def footprint(self) -> int:
@@ -55,7 +57,7 @@ def plan_arrays(
     limits: dict[str, int],
     max_running: int | None,
     array_size: int | None = None,
-    lookahead: int = 2,
+    lookahead: int = 3,
 ) -> ArrayPlan:
     """The arrays for ``shards`` under the site's ``limits`` (scontrol / sacctmgr names), or a ConfigError
     naming the limit the run cannot fit. ``array_size`` (slurm.array_size) caps the shards per array

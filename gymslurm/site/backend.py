@@ -139,9 +139,28 @@ class SlurmBackend:
         extra = [f"--begin=now+{begin_s}"] if begin_s else []
         return self.own(self.client.submit(script, after=[self.raw(job) for job in after], extra=extra))
 
-    def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
-        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] SCRIPT``: the array job's id."""
-        return self.own(self.client.submit(script, after=[self.raw(job) for job in after], array=indices))
+    def submit_array(
+        self,
+        script: Path,
+        indices: str,
+        after: Sequence[str] = (),
+        comment: str | None = None,
+        exclude: Sequence[str] = (),
+    ) -> str:
+        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] [--comment=C]
+        [--exclude=NODES] SCRIPT``: the array job's id."""
+        raws = [self.raw(job) for job in after]
+        extra = [f"--exclude={','.join(exclude)}"] if exclude else []
+        return self.own(self.client.submit(script, after=raws, extra=extra, array=indices, comment=comment))
+
+    def exclude(self, job_ids: Sequence[str], nodes: Sequence[str]) -> None:
+        """Keep these pending jobs off ``nodes`` (``scontrol update ... ExcNodeList``)."""
+        self.client.exclude([self.raw(job) for job in job_ids], nodes)
+
+    def commented(self, name: str, comment: str) -> list[str]:
+        """The jobs named ``name`` that were submitted with ``comment`` (one ``squeue``): an intent's
+        job, when its ``sbatch`` went through though its submitter died before it learned the id."""
+        return [self.own(job) for job in self.client.commented(name, comment)]
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel``."""

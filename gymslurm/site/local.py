@@ -14,7 +14,10 @@ How: each job is a JSON file in ``<run>/local/jobs/``, created by the submitter 
 written only by the supervisor (atomically). One supervisor per run holds ``supervisor.lock``; it
 is started detached by the first submission and exits when nothing is pending or running.
 A submitter writes its job file *before* checking the lock, and an exiting supervisor rescans
-*after* releasing it, so a job is never left without a supervisor. Cancellation is a
+*after* releasing it, so a job is never left without a supervisor. A supervisor that died (killed,
+or its machine's OOM killer) is replaced by whoever next asks the queue and finds a job pending and
+no supervisor holding the lock (``status``, ``submit --wait``, a link asking of its chain): the
+pending jobs run, and a queued job no one can run is not shown live. Cancellation is a
 ``<id>.cancel`` marker the supervisor acts on. Trade-off: 0.2 s polling instead of events, which
 is simple and cheap at the scale of a laptop run.
 """
@@ -30,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -136,20 +139,36 @@ class LocalBackend:
             self.dir.mkdir(parents=True, exist_ok=True)
             publish_bytes(self.dir / "cap", f"{max_running}\n".encode())
 
-    def ensure_supervisor(self) -> None:
-        """Start a detached supervisor unless one holds the lock."""
+    def ensure_supervisor(self) -> bool:
+        """Start a detached supervisor unless one holds the lock; False when none could be started."""
         fd = try_lock(self.dir / "supervisor.lock")
         if fd is None:
-            return
+            return True
         os.close(fd)  # free: no supervisor; start one (a racing second one exits at once)
-        with (self.dir / "supervisor.log").open("ab") as log:
-            subprocess.Popen(
-                [self.python, "-m", "gymslurm.site.local", str(self.dir)],
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        try:
+            with (self.dir / "supervisor.log").open("ab") as log:
+                subprocess.Popen(
+                    [self.python, "-m", "gymslurm.site.local", str(self.dir)],
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+        except OSError:  # no interpreter, no room for a process or its log: nobody runs the queue
+            return False
+        return True
+
+    def _run_pending(self, rows: dict[str, QueueRow]) -> dict[str, QueueRow]:
+        """A job pending and no supervisor holding the lock (it died): start one, so the job runs. When
+        none can be started, the pending jobs are shown as what they are, jobs nobody will run
+        (:func:`unrun`), never live."""
+        if not any(row.state == "PENDING" for row in rows.values()):
+            return rows
+        try:
+            running = self.ensure_supervisor()
+        except OSError:  # the lock file cannot be opened (a full disk, a read-only copy): leave the rows
+            return rows
+        return rows if running else {job: unrun(row) for job, row in rows.items()}
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """Leave a cancel marker for the supervisor (it TERMs running jobs, KILLs after 10 s)."""
@@ -170,7 +189,7 @@ class LocalBackend:
     def queue(self) -> dict[str, QueueRow]:
         """Every job of the queue as squeue would show it (one query)."""
         self.queries += 1
-        return {job["id"]: _queue_row(job) for job in self.jobs()}
+        return self._run_pending({job["id"]: _queue_row(job) for job in self.jobs()})
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
         """These jobs of the queue (one query reading only their files; none asked: none)."""
@@ -181,7 +200,7 @@ class LocalBackend:
         for job_id in dict.fromkeys(job_ids):
             with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
                 rows[job_id] = _queue_row(json.loads((self.jobs_dir / f"{job_id}.json").read_text()))
-        return rows
+        return self._run_pending(rows)
 
     def accounting(self, job_ids: Sequence[str], every_run: bool = False) -> dict[str, AccountingRow] | None:
         """Exit codes of ended jobs (the queue keeps them for ever: one query; it records no GPUs)."""
@@ -395,6 +414,13 @@ def _queue_row(found: dict[str, Any]) -> QueueRow:
         str(job["time_s"]),
         str(job["started_at"] or "N/A"),
     )
+
+
+def unrun(row: QueueRow) -> QueueRow:
+    """A pending job of a queue no supervisor runs (none could be started): not live (pure)."""
+    if row.state != "PENDING":
+        return row
+    return replace(row, state="BOOT_FAIL", reason="no supervisor runs the local queue")
 
 
 def _create_time(pid: int) -> float | None:

@@ -315,15 +315,23 @@ class SlurmClient:
             raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
 
     def submit(
-        self, script: Path, after: Sequence[str] = (), extra: Sequence[str] = (), array: str | None = None
+        self,
+        script: Path,
+        after: Sequence[str] = (),
+        extra: Sequence[str] = (),
+        array: str | None = None,
+        comment: str | None = None,
     ) -> str:
-        """``sbatch --parsable [--array=...] [--dependency=afterany:...] SCRIPT``: the (array) job id.
+        """``sbatch --parsable [--array=...] [--dependency=afterany:...] [--comment=...] SCRIPT``: the
+        (array) job id. ``comment``: the intent this job fulfils, found again by :meth:`commented`.
 
         sbatch runs without :data:`INHERITED_IDENTITY`, so the new job reads only what Slurm says of it.
         """
         argv = ["sbatch", "--parsable", *extra]
         if array is not None:
             argv.append(f"--array={array}")
+        if comment is not None:
+            argv.append(f"--comment={comment}")
         if after:
             argv.append("--dependency=afterany:" + ":".join(after))
         return parse_sbatch(self.run([*argv, str(script)], env=submit_environment(self._env)).stdout)
@@ -353,6 +361,15 @@ class SlurmClient:
             raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {_quote(done.stderr.strip())}")
         return self._counted(parse_squeue(done.stdout))
 
+    def commented(self, name: str, comment: str) -> list[str]:
+        """The (array) job ids Slurm still knows (for MinJobAge after their end) that were submitted with
+        job name ``name`` and ``comment``: one ``squeue --name`` of the run's own jobs, an array one
+        line per array (and per started task)."""
+        argv = ["squeue", "-h", "-t", "all", f"--name={name}", "-o", "%F|%k"]
+        rows = [line.split("|", 1) for line in self.run(argv).stdout.splitlines() if "|" in line]
+        self.rows += len(rows)
+        return list(dict.fromkeys(job.strip() for job, said in rows if said.strip() == comment))
+
     def _counted(self, rows: list[_Row]) -> list[_Row]:
         self.rows += len(rows)
         return rows
@@ -379,6 +396,27 @@ class SlurmClient:
             raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
         self.rows += 1
         return parse_scontrol_job(done.stdout, job_id)
+
+    def steps(self, job_id: str) -> list[tuple[str, str]]:
+        """The steps of a job Slurm still runs, as ``(JOB.STEP, step name)``: one ``squeue -s``."""
+        done = self.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], check=False)
+        if done.returncode != 0:
+            if _UNKNOWN_JOB in done.stderr:
+                return []
+            raise SlurmError(f"squeue -s -j {job_id} exited {done.returncode}: {_quote(done.stderr.strip())}")
+        rows = [tuple(line.split("|", 1)) for line in done.stdout.splitlines() if "|" in line]
+        self.rows += len(rows)
+        return [(step.strip(), name.strip()) for step, name in rows]
+
+    def kill_step(self, step_id: str) -> None:
+        """``scancel --signal=KILL JOB.STEP``: the step's tasks killed now (a stopped one handles no TERM)."""
+        self.run(["scancel", "--signal=KILL", step_id], check=False)
+
+    def exclude(self, job_ids: Sequence[str], nodes: Sequence[str]) -> None:
+        """``scontrol update JobId=J ExcNodeList=N1,N2`` for each of these pending jobs (one call each;
+        a job that started or ended meanwhile is not an error: it is not placed again)."""
+        for job in job_ids:
+            self.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={','.join(nodes)}"], check=False)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         """``scancel`` these jobs; jobs that already ended are not an error."""

@@ -49,6 +49,27 @@ def lock_fd(fd: int, *, wait: bool = True) -> bool:
     return True
 
 
+def held_here(path: Path) -> bool | None:
+    """Whether a process of this host holds ``path``'s lock, seen without taking it (``/proc/locks``):
+    a probe that took the lock, even for an instant, could turn away the link starting then.
+
+    None when this host cannot tell (no ``/proc/locks``). A lock held on another host of a network
+    filesystem is not listed here: the caller asks only about a holder it believes is on this host.
+    """
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    inode = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    return any("FLOCK" in line.split() and inode in line.split() for line in table.splitlines())
+
+
 @contextlib.contextmanager
 def locked(path: Path, *, create_parent: bool = True) -> Iterator[int]:
     """Hold ``path``'s exclusive lock (waiting for it) for the ``with`` block; yields the descriptor."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.kill_harness import EARLY_S, random_plan, run_trial
+from tests.e2e.kill_harness import EARLY_S, Kill, Plan, random_plan, run_trial
 
 TRIALS, AT_ONCE = 30, 15
 
@@ -38,3 +38,18 @@ def test_thirty_runs_killed_at_random_finish_by_themselves(tmp_path: Path) -> No
     assert not failed, f"{problems}\n{summary}"
     assert all(t.last_line.startswith("run ") and ": done:" in t.last_line for t in trials)
     assert sum(len(t.killed) for t in trials) >= TRIALS
+
+
+def test_two_consecutive_jobs_killed_before_their_first_act_with_the_default_lookahead(
+    tmp_path: Path,
+) -> None:
+    """A chain survives any two consecutive jobs killed before their first act: the first link's batch
+    shell and then its successor's, each SIGKILLed as it starts, with the default ``slurm.lookahead``:
+    the spare behind them carries the chain on; submit --wait exits 0 and every row is merged once."""
+    from gymslurm.launcher.settings import SlurmSettings
+
+    default = SlurmSettings.model_fields["lookahead"].default
+    early = [Kill("link", "shell", 0.0), Kill("link", "shell", 0.0)]
+    trial = run_trial(tmp_path, 0, plan=Plan(early, lookahead=default, bounded=False))
+    assert trial.passed, f"{trial.killed}: {trial.problem}"
+    assert len(trial.killed) == 2 and all("before its first act" in k for k in trial.killed), trial.killed

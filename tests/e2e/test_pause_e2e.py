@@ -94,6 +94,9 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
         assert decided[-1]["budgets_after"]["infra_retries_used"] == 0
         assert 2 <= _saved(run, shard) < ROWS // 2
     assert report["shards"][0]["retries"] == "0/3"
+    assert report["summary"]["faults"].get("cancelled", 0) == 0, report["summary"][
+        "faults"
+    ]  # a pause is no fault
 
     resumed = gymslurm("resume", str(run), str(bench)).stdout
     assert "the budgets they had spent" in resumed, resumed

@@ -10,10 +10,12 @@ leaves the run to the others, and that a job whose every replica died ends at on
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -184,15 +186,44 @@ def test_every_replica_killed_past_its_limit_ends_the_job_with_exit_1(
         chain.cancel()
 
 
-def test_a_hung_replica_leaves_the_rotation_and_the_others_finish_the_run(
+def _step_daemons(job: str, step_name: str) -> list[int]:
+    """Pids of the ``slurmstepd`` of this job's step named ``step_name`` (every node shares the pid
+    space here): ``squeue -s`` names the step, its daemon's command line ``slurmstepd: [JOB.STEP]``."""
+    number = run(["squeue", "-h", "-j", job, "-o", "%A"]).split()[0]
+    steps = [
+        line.split("|") for line in run(["squeue", "-h", "-s", "-j", number, "-o", "%i|%j"]).splitlines()
+    ]
+    ids = [f"[{number}.{step.rpartition('.')[2]}]" for step, name in steps if name == step_name]
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if cmdline.startswith("slurmstepd:") and any(step in cmdline for step in ids):
+                found.append(proc.info["pid"])
+    return found
+
+
+def _in_rotation(router: str) -> list[str]:
+    """The workers vllm-router routes to now (``GET /list_workers``)."""
+    try:
+        with urllib.request.urlopen(f"{router}/list_workers", timeout=5) as reply:
+            return [str(url) for url in json.loads(reply.read()).get("urls", [])]
+    except (OSError, ValueError):
+        return []
+
+
+def test_a_hung_replica_leaves_the_rotation_and_comes_back_restarted(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
-    """One replica (not on the link's node) SIGSTOPped mid-run: alive to the kernel but answering
-    nothing, its probe stalls, it leaves the rotation and is restarted in place; the same job finishes
-    the run DONE, 0 budget spent."""
+    """One replica (not on the link's node) SIGSTOPped mid-run, and its Slurm step's slurmstepd too:
+    alive to the kernel but answering nothing, its probe stalls and it leaves the rotation; its old
+    step is ended (scancel JOB.STEP) or, the stopped slurmstepd not answering, the replica takes a new
+    port (the hung one still holds its own): it is restarted, back in the router's rotation, and the
+    same job finishes the run DONE, 0 budget spent (issue 32: every restart failed "address already
+    in use" and the replica was retired)."""
     assert len(slurm_cluster.nodes) >= 3, slurm_cluster.nodes
     user = _user(slurm_session_dir, "replica-hung")
-    chain = RealChain(user, slurm_python, _replica_spec(120, "    restart_limit: 1\n")).submit()
+    chain = RealChain(user, slurm_python, _replica_spec(400, "    restart_limit: 1\n")).submit()
     pids: list[int] = []
     try:
         wait_until(lambda: _results(chain) >= 8, 240, "some outcomes before the hang")
@@ -200,16 +231,31 @@ def test_a_hung_replica_leaves_the_rotation_and_the_others_finish_the_run(
         node = started["policy-r1"]["url"].split("//")[1].split(":")[0]
         link = next(r for r in chain.ledger() if r["kind"] == "start")
         assert node != link["host"], (node, link)
-        pids = _replica_pids(chain, {node})
-        assert pids, node
+        pids = _replica_pids(chain, {node}) + _step_daemons(link["job_id"], "gs-policy-r1-0")
+        assert len(pids) >= 2, (node, pids)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+        restarted = wait_until(
+            lambda: [
+                r for r in _server_records(chain) if r["name"] == "policy-r1" and r["event"] == "restarted"
+            ],
+            300,
+            "policy-r1 restarted",
+        )
+        back = restarted[-1]["url"]
+        wait_until(
+            lambda: back in _in_rotation(started["policy"]["url"]), 60, f"{back} in the router's rotation"
+        )
+        for pid in pids:  # the hang ends: a job ends only once every step's slurmstepd has let go
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         report = chain.finished(timeout=400)
         coverage = chain.companion(0, "_coverage.json")
         assert report["shards"][0]["verdict"] == "DONE" and coverage["counted_failures"] == 0, coverage
         assert [d["decision"] for d in chain.decisions()] == ["DONE"], "the same job finished the run"
         downs = {r["name"] for r in _server_records(chain) if r["event"] == "down"}
         assert downs == {"policy-r1"}, _server_records(chain)
+        assert not [r for r in _server_records(chain) if r["event"] == "gave_up"], _server_records(chain)
     finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

@@ -79,7 +79,7 @@ def test_a_plan_past_max_job_count_is_throttled_to_fit() -> None:
     """MaxJobCount counts every array task (the sandbox refused the tenth array of 10,000 shards at
     10000): 4,000 shards (8,000 tasks with their spares) at 10,000 are throttled so that
     2 x shards + arrays x N + 2 fits."""
-    plan = plan_arrays(4_000, {"MaxArraySize": 1001, "MaxJobCount": 10_000}, None)
+    plan = plan_arrays(4_000, {"MaxArraySize": 1001, "MaxJobCount": 10_000}, None, lookahead=2)
     assert plan.throttle == (10_000 - 8_000 - 2) // 4 and plan.footprint <= 10_000
     assert plan.note is not None and "MaxJobCount = 10000" in plan.note
 
@@ -89,7 +89,7 @@ def test_the_footprint_counts_the_lookahead_behind_each_running_chain() -> None:
     link and the two queued behind it, the aggregation two: 3,400 shards unthrottled would hold
     3 x 3,400 + 2 = 10,202 > 10,000 records (though 2 x shards + 1 fits), so the plan throttles."""
     limits = {"MaxArraySize": 1001, "MaxJobCount": 10_000}
-    plan = plan_arrays(3_400, limits, None)
+    plan = plan_arrays(3_400, limits, None, lookahead=2)
     assert plan.throttle == (10_000 - 2 * 3_400 - 2) // 4 and plan.footprint <= 10_000
     assert plan_arrays(3_400, limits, None, lookahead=1).throttle is None
 

@@ -245,7 +245,7 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
 ) -> None:
     """submit of 3 shards over [a, b]: each cluster's settings are read (scontrol -M), run.json records
     a: 0..1, b: 2 and the aggregation on a; shards 0-1 are tasks 0-1 of an array on a, shard 2 task 2
-    of an array on b (the same links script), each array followed by its spare on the same cluster."""
+    of an array on b (the same links script), each array followed by its spares on the same cluster."""
     from gymslurm.commands.submit import submit
 
     monkeypatch.chdir(tmp_path)
@@ -266,12 +266,18 @@ def test_submit_places_the_blocks_in_run_json_and_queues_each_clusters_array_the
         "scontrol --clusters=a show config",
         "scontrol --clusters=b show config",
     }
-    sbatches = [c.split()[:5] for c in calls if c.startswith("sbatch")]  # each array, then its spare
+    sbatches = [  # each array, then its spares (each sbatch's --comment: its intent, first_links.py)
+        [word for word in c.split() if not word.startswith("--comment=")][:5]
+        for c in calls
+        if c.startswith("sbatch")
+    ]
     links = str(run_json.parent / "scripts/links.sbatch")
     assert sbatches == [
         ["sbatch", "--clusters=a", "--parsable", "--array=0-1", links],
         ["sbatch", "--clusters=a", "--parsable", "--array=0-1", "--dependency=afterany:12"],
+        ["sbatch", "--clusters=a", "--parsable", "--array=0-1", "--dependency=afterany:12"],
         ["sbatch", "--clusters=b", "--parsable", "--array=2", links],
+        ["sbatch", "--clusters=b", "--parsable", "--array=2", "--dependency=afterany:12"],
         ["sbatch", "--clusters=b", "--parsable", "--array=2", "--dependency=afterany:12"],
     ]
     assert "shards 2..2: cluster b" in capsys.readouterr().out

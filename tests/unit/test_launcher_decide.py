@@ -420,6 +420,14 @@ def test_budget_rule(name: str, end: JobEnd, spent: float, decision: Decision) -
     assert verdict.decision is decision, verdict.reason
 
 
+def test_a_budget_stop_after_saved_outcomes_says_so() -> None:
+    """A link that saved outcomes (exit 75) and then reached the budget: its reason says it made
+    progress, never "no new outcome" (issue 32: a BUDGET stop of a link that saved 136 said so)."""
+    verdict = decide(JobEnd("RUNNING", 75, 60, BEFORE, GREW), Budgets(), BUDGET, gpu_hours_spent=10.5)
+    assert verdict.decision is Decision.STOP_BUDGET
+    assert "progress made" in verdict.reason and "no new outcome" not in verdict.reason
+
+
 def test_no_budget_never_stops_for_gpu_hours() -> None:
     """Without budget.gpu_hours any spend goes on."""
     verdict = decide(JobEnd("TIMEOUT", None, 60), Budgets(), LIMITS, gpu_hours_spent=1e9)

@@ -108,11 +108,12 @@ ROWS = [
         "warning",
     ),
     ("JobRequeue=0 still requeues --requeue links", {"JobRequeue": "0"}, None, "JobRequeue", "info"),
-    # slurm.lookahead 2: 2 shards hold 2 x 2 tasks (first links, spares), + 1 per running link + 2
-    ("MaxJobCount below 3 x shards + 2 throttles", {"MaxJobCount": "7"}, None, "MaxJobCount", "info"),
+    # slurm.lookahead 3 (the default): 2 shards hold 2 x 3 tasks (first links, spares), + 1 per
+    # running link + 3
+    ("MaxJobCount below 4 x shards + 3 throttles", {"MaxJobCount": "10"}, None, "MaxJobCount", "info"),
     (
         "MaxJobCount without room for one link per array blocks",
-        {"MaxJobCount": "5"},
+        {"MaxJobCount": "9"},
         None,
         "MaxJobCount/MaxArraySize",
         "error",

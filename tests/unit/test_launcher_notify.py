@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -23,7 +24,7 @@ from gymslurm.launcher.notify import (
     headline,
     wire_body,
 )
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.rundir import RunDir, RunInfo
 from gymslurm.launcher.settings import NotifyTarget, split_secrets, validate
 
 
@@ -170,7 +171,8 @@ def test_a_receiver_down_then_up_gets_each_event_once(tmp_path: Path) -> None:
     assert notifier.deliver(deadline_s=30) == 1
     try:
         (body,) = started[0].bodies
-        assert (body["event"], body["id"], body["run"]) == ("shard_stopped", "shard_stopped:0:1:0", "run")
+        assert (body["event"], body["key"], body["run"]) == ("shard_stopped", "shard_stopped:0:1:0", "run")
+        assert body["id"] == "run:shard_stopped:0:1:0"  # no run.json here: the run's name stands in
         assert notifier.emit("shard_stopped", "shard_stopped:0:1:0", shard=0) == 0
         assert notifier.deliver(deadline_s=30) == 0 and len(started[0].bodies) == 1
     finally:
@@ -232,3 +234,32 @@ def test_a_command_receiver_gets_no_secret_it_does_not_name(
     assert seen["SLACK_TOKEN"] == "xoxb-CANARY-mine"
     leaked = [name for name, value in seen.items() if "CANARY" in value and name != "SLACK_TOKEN"]
     assert leaked == []
+
+
+def test_event_ids_are_unique_across_runs_and_clusters(tmp_path: Path) -> None:
+    """The same transition of two runs (two submits of one benchmark, on two clusters, or under two
+    run roots with one name) gets two ids: each body's id starts with its run's random uid."""
+    bodies = []
+    for name in ("one", "two"):
+        run = RunDir(tmp_path / name / "bench-20261201T000000Z-abcd")
+        run.root.mkdir(parents=True)
+        info = RunInfo(
+            name=run.name,
+            benchmark="bench",
+            overrides=[],
+            created_at="t",
+            backend="slurm",
+            shards=1,
+            workdir="/",
+            output_stem="rollouts",
+            infra_retry_limit=3,
+            max_walltime_s=None,
+            uid=uuid4().hex,
+        )
+        run.info_path.write_text(info.model_dump_json())
+        notifier = Notifier(run, [NotifyTarget(command=["true"])], "bench")
+        notifier.emit("run_submitted", "run_submitted", shards=1)
+        (claim,) = [r for r in run.notify_ledger.read() if isinstance(r, NotifyRecord)]
+        bodies.append(claim.body or {})
+    assert bodies[0]["key"] == bodies[1]["key"] == "run_submitted"
+    assert bodies[0]["id"] != bodies[1]["id"]

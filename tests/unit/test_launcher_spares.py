@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from gymslurm.job.context import ensure_link_lookahead, shard_state
-from gymslurm.job.first_links import complete_queuing, queuing, submit_arrays
+from gymslurm.job.first_links import complete_queuing, queuing, record_plan, submit_arrays
 from gymslurm.launcher.ledger import Started
 from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
@@ -31,10 +33,20 @@ class Queue(SlurmBackend):
         self.next_id = 100
         self.rows: dict[str, str] = {}
         self.arrays: list[tuple[str, str, list[str]]] = []  # (job, --array, after)
+        self.comments: dict[str, str] = {}  # job -> its --comment (the intent it fulfils)
 
-    def submit_array(self, script: Path, indices: str, after: Sequence[str] = ()) -> str:
+    def submit_array(
+        self,
+        script: Path,
+        indices: str,
+        after: Sequence[str] = (),
+        comment: str | None = None,
+        exclude: Sequence[str] = (),
+    ) -> str:
         job, self.next_id = str(self.next_id), self.next_id + 1
         self.arrays.append((job, indices, list(after)))
+        if comment is not None:
+            self.comments[job] = comment
         first, _, last = indices.split("%", maxsplit=1)[0].partition("-")
         for task in range(int(first), int(last or first) + 1):
             self.rows[f"{job}_{task}"] = "PENDING"
@@ -45,6 +57,9 @@ class Queue(SlurmBackend):
         self.arrays.append((job, "-", list(after)))
         self.rows[job] = "PENDING"
         return job
+
+    def commented(self, name: str, comment: str) -> list[str]:
+        return [job for job, said in self.comments.items() if said == comment]
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         for job in job_ids:
@@ -60,14 +75,17 @@ class Queue(SlurmBackend):
 
 def _settings(tmp_path: Path, shards: int) -> BenchmarkSettings:
     bench = tmp_path / "b.yaml"
-    bench.write_text(f"dataset: {tmp_path / 'd.jsonl'}\nrun_root: {tmp_path / 'runs'}\nshards: {shards}\n")
+    bench.write_text(
+        f"dataset: {tmp_path / 'd.jsonl'}\nrun_root: {tmp_path / 'runs'}\nshards: {shards}\n"
+        "slurm:\n  lookahead: 2\n"  # the mechanism at k = 2: a link, its successor, a spare array
+    )
     return load_benchmark(str(bench), [])[0]
 
 
 def _submitted(tmp_path: Path, shards: int = 3) -> tuple[RunDir, Queue, BenchmarkSettings]:
     run, queue, settings = RunDir(tmp_path / "run"), Queue(), _settings(tmp_path, shards)
     run.root.mkdir()
-    plan = plan_arrays(shards, {"MaxArraySize": 2}, None)
+    plan = plan_arrays(shards, {"MaxArraySize": 2}, None, lookahead=2)
     submit_arrays(run, queue, shards, plan, max_running=None, counts=[1] * shards, lookahead=2)
     return run, queue, settings
 
@@ -113,10 +131,8 @@ def test_a_spare_whose_first_link_died_before_acting_goes_on_with_the_chain(tmp_
     assert behind == ["104_1", "105_1"] and shard_state(run, 1).successor_of["101_1"] == "104_1"
 
 
-def _killed_submit(tmp_path: Path, parts: list[ArrayPart], array: bool = True) -> tuple[RunDir, Queue]:
-    """A run whose submit was killed after queuing ``parts``: the mark left, the lock free."""
-    run, queue = RunDir(tmp_path / "run"), Queue()
-    run.root.mkdir()
+def _run_json(run: RunDir, array: bool = True) -> None:
+    """The run.json of a 3-shard Slurm run (array or link by link)."""
     info = RunInfo(
         name="r",
         benchmark="b",
@@ -131,6 +147,13 @@ def _killed_submit(tmp_path: Path, parts: list[ArrayPart], array: bool = True) -
         array=array,
     )
     atomic_write(run.info_path, info.model_dump_json().encode())
+
+
+def _killed_submit(tmp_path: Path, parts: list[ArrayPart], array: bool = True) -> tuple[RunDir, Queue]:
+    """A run whose submit was killed after queuing ``parts``: the mark left, the lock free."""
+    run, queue = RunDir(tmp_path / "run"), Queue()
+    run.root.mkdir()
+    _run_json(run, array)
     if parts:
         record = ArrayRecord(job_id=parts[0].job_id, shards=3, max_running=None, at="t", chunk=2, parts=parts)
         atomic_write(run.array_path, record.model_dump_json().encode())
@@ -200,3 +223,66 @@ def test_submit_leaves_no_mark_once_everything_is_queued(tmp_path: Path) -> None
     except KeyboardInterrupt:
         pass
     assert run.queuing_mark.exists()
+
+
+class Killed(BaseException):
+    """The submit process dies (SIGKILL) right after an sbatch went through, before it read the id."""
+
+
+class DyingQueue(Queue):
+    """A queue whose ``kill_after``-th sbatch goes through and then kills its caller."""
+
+    def __init__(self, kill_after: int) -> None:
+        super().__init__()
+        self.kill_after, self.calls = kill_after, 0
+
+    def submit_array(
+        self,
+        script: Path,
+        indices: str,
+        after: Sequence[str] = (),
+        comment: str | None = None,
+        exclude: Sequence[str] = (),
+    ) -> str:
+        job = super().submit_array(script, indices, after, comment)
+        self.calls += 1
+        if self.calls == self.kill_after:
+            raise Killed
+        return job
+
+
+@pytest.mark.parametrize("kill_after", [1, 2, 3, 4, 5, 6])
+def test_a_submit_killed_right_after_any_sbatch_is_finished_with_no_array_twice(
+    tmp_path: Path, kill_after: int
+) -> None:
+    """3 shards in arrays of 2 at lookahead 3 (6 sbatch: each array and its 2 spares): submit killed
+    right after its k-th sbatch went through, before it learned the job id. The completion (the next
+    status, submit or the run's first job) finds that job by its intent's comment instead of queuing
+    it again: every planned array exactly once, each recorded in array.json, the mark gone."""
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    _run_json(run)
+    queue = DyingQueue(kill_after)
+    plan = plan_arrays(3, {"MaxArraySize": 2}, None, lookahead=3)
+    record_plan(run, 3, None, plan)
+    with pytest.raises(Killed), queuing(run):
+        submit_arrays(run, queue, 3, plan, max_running=None, counts=[1] * 3, lookahead=3)
+    assert run.queuing_mark.exists()
+    complete_queuing(run, queue, 3, "status", plan_only=True)
+    assert len(queue.arrays) == 6, queue.arrays  # not one sbatch repeated
+    record = run.read_array()
+    assert record is not None and record.intent is None and not run.queuing_mark.exists()
+    recorded = [job for part in record.arrays for job in [part.job_id, *(part.spares or [])]]
+    assert sorted(recorded) == sorted(job for job, _, _ in queue.arrays)
+
+
+def test_a_submit_killed_before_its_first_sbatch_is_finished_from_its_plan(tmp_path: Path) -> None:
+    """Killed after recording its plan, before the queuing mark: nothing was queued; the completion
+    (plan_only: status, submit) queues every array from array.json's plan."""
+    run, queue = RunDir(tmp_path / "run"), Queue()
+    run.root.mkdir()
+    _run_json(run)
+    record_plan(run, 3, None, plan_arrays(3, {"MaxArraySize": 2}, None, lookahead=2))
+    assert complete_queuing(run, queue, 2, "status") == []  # a job never meets this case
+    assert len(complete_queuing(run, queue, 2, "status", plan_only=True)) == 4
+    assert [shard_state(run, s).epoch_jobs[0] for s in range(3)] == ["100_0", "100_1", "102_0"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gymslurm.job.link import run_link
+from gymslurm.launcher.settings import SlurmSettings
 from gymslurm.site.backend import SlurmBackend, this_job
 from tests.unit.scripted_slurm import ScriptedSlurm, array_run, benchmark
 
@@ -57,11 +58,13 @@ def test_a_link_asks_the_same_of_the_scheduler_at_2_and_10000_shards(
 
 
 def test_a_link_of_a_one_shard_run_asks_as_little(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The 1-shard figure: a continuing first link's queries ≤ 3 and rows ≤ 10; it queues its own two
-    links (the lookahead) and cancels the array's spare task, which its own successor replaces."""
+    """The 1-shard figure: a continuing first link's queries ≤ 3 and rows ≤ 10; it queues its own
+    lookahead (``slurm.lookahead`` links) and cancels the array's spare tasks (one scancel), which its
+    own successors replace."""
     work = _work(_one_link(tmp_path, monkeypatch, 1, CONTINUE))
     assert sum(work.get(name, 0) for name in QUERIES) <= 3 and work["rows"] <= 10, work
-    assert (work.get("sbatch"), work.get("scancel")) == (2, 1), work
+    lookahead = SlurmSettings.model_fields["lookahead"].default
+    assert (work.get("sbatch"), work.get("scancel")) == (lookahead, 1), work
 
 
 def test_the_link_that_finishes_a_large_run_reads_no_other_ledger_until_the_tally_says_so(

@@ -59,3 +59,19 @@ def test_a_running_job_is_live(tmp_path: Path) -> None:
 
     _job(tmp_path, os.getpid(), psutil.Process().create_time())
     assert LocalBackend(tmp_path).queue()["local-1"].state == "RUNNING"
+
+
+def test_a_pending_job_no_supervisor_can_run_is_not_live(tmp_path: Path) -> None:
+    """No supervisor holds the queue and none can be started (its interpreter is gone): the pending
+    job is shown as a job nobody will run, not as live work to wait on."""
+    from gymslurm.site.backend import LIVE_STATES
+
+    _job(tmp_path, 0, None)
+    job = json.loads((tmp_path / "jobs" / "local-1.json").read_text())
+    job.update(state="PENDING", pid=None, started_at=None)
+    (tmp_path / "jobs" / "local-1.json").write_text(json.dumps(job))
+    backend = LocalBackend(tmp_path, python=str(tmp_path / "no-such-python"))
+    row = backend.queue()["local-1"]
+    assert row.state not in LIVE_STATES
+    assert "no supervisor" in row.reason
+    assert backend.job_rows(["local-1"])["local-1"].state == row.state

@@ -41,10 +41,18 @@ class Beat:
 
 
 def verdict(
-    state: ChainState, live_jobs: list[QueueRow], beat: Beat | None = None, stall: str | None = None
+    state: ChainState,
+    live_jobs: list[QueueRow],
+    beat: Beat | None = None,
+    stall: str | None = None,
+    *,
+    outlived: str | None = None,
+    queuing: str | None = None,
 ) -> tuple[ChainVerdict, str]:
     """The chain's verdict and why: from its ledger, its jobs in the queue, the running link's beat
-    and what its collector's progress says (``stall``: :func:`collector_stall`)."""
+    and what its collector's progress says (``stall``: :func:`collector_stall`); ``outlived``: the job
+    of a link that still runs though its job left the queue (views/liveness.py); ``queuing``: why a
+    shard with no job yet will get one (a killed submit's queuing is being completed)."""
     running = [row for row in live_jobs if row.state in RUNNING_STATES]
     pending = [row for row in live_jobs if row.state not in RUNNING_STATES]
     if state.finished:
@@ -114,6 +122,11 @@ def verdict(
                 "the next link goes on)"
             )
         return ChainVerdict.HEALTHY, f"job {job.job_id} {job.state}"
+    if outlived is not None:  # never STALLED (and resubmit advised) while that link writes its decision
+        return ChainVerdict.HEALTHY, (
+            f"job {outlived} left the queue, but its link still runs (its heartbeat is fresh and it holds "
+            "the shard's link lock): it outlived its job and writes its decision itself"
+        )
     held = [row for row in pending if is_held(row)]
     if held:
         row = held[0]
@@ -123,6 +136,8 @@ def verdict(
         )
     if pending:
         return ChainVerdict.WAITING, f"job {pending[0].job_id} pending ({pending[0].reason})"
+    if queuing is not None and not state.epoch_jobs:
+        return ChainVerdict.WAITING, queuing
     return ChainVerdict.STALLED, "no live job and the chain is not finished; 'gymslurm resubmit' restarts it"
 
 

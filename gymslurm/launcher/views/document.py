@@ -69,6 +69,7 @@ class ShardRow:
     gpu_hours_slurm: float | None
     gpu_text: str
     faults: dict[str, int]
+    excluded_nodes: dict[str, int] = field(default_factory=dict)  # bad nodes kept off its links: failures
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import html
 import sys
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from datetime import datetime
 from operator import attrgetter
@@ -104,6 +105,16 @@ _SPECIAL = frozenset("&<>\"'")
 def _e(value: object) -> str:
     text = "-" if value is None else str(value)
     return html.escape(text) if not _SPECIAL.isdisjoint(text) else text  # most cells need no escaping
+
+
+def _excluded(rows: Sequence[ShardRow]) -> str:
+    """The bad nodes each chain keeps its later links off (status's ``excluded_nodes``)."""
+
+    def named(nodes: dict[str, int]) -> str:
+        return ", ".join(f"{node} ({n} node failures)" for node, n in nodes.items())
+
+    found = [f"shard {row.shard}: {named(row.excluded_nodes)}" for row in rows if row.excluded_nodes]
+    return "nodes excluded from a chain's later links: " + ("; ".join(found) if found else "none")
 
 
 def _timeline(data: ReportData, now: float) -> str:
@@ -269,6 +280,7 @@ def render(data: ReportData, now: float | None = None, digest: str | None = None
         "<h2>Faults survived</h2>",
         f'<p id="faults-total">faults survived: {_e(fault_text(totals))}</p>',
         _table(fault_headers, fault_rows, "faults"),
+        f'<p id="excluded-nodes">{_e(_excluded(status.shards))}</p>',
         "<h2>GPU-hours</h2>",
         f'<p id="gpu-total">{_e(cost_line(summary) or "no GPU-hours recorded")}</p>',
         _table(

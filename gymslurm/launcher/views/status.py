@@ -23,7 +23,7 @@ from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
 from gymslurm.launcher.decide import job_exit_code
 from gymslurm.launcher.ledger import ChainState, Record, summarize
-from gymslurm.launcher.links import gpu_budget
+from gymslurm.launcher.links import BAD_NODE_FAILURES, bad_nodes, gpu_budget
 from gymslurm.launcher.run_cost import NO_COST, Cost, CostSummary, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.verdicts import ChainVerdict
@@ -37,6 +37,7 @@ from gymslurm.launcher.views.document import (
     StatusDocument,
     StatusSummary,
 )
+from gymslurm.launcher.views.liveness import link_lock_held, outlived_link, queuing_reason
 from gymslurm.launcher.views.logs import LogIndex
 from gymslurm.site.backend import LIVE_STATES, Backend
 from gymslurm.site.slurm import AccountingRow, QueueRow
@@ -53,6 +54,7 @@ class ShardFiles:
     progress: live.LiveProgress | None
     heartbeat: live.Heartbeat | None
     problems: tuple[str, ...] = ()
+    lock_held: bool | None = None  # the shard's link lock, asked only of a link the queue lost (liveness.py)
 
 
 def _coverage(output: Path) -> tuple[Coverage | None, str | None]:
@@ -70,15 +72,18 @@ NO_FILES = ShardFiles(None, None, None)
 
 
 def read_shard_files(
-    run: RunDir, shard: int, stem: str, running: bool, has_output: bool = True
+    run: RunDir, shard: int, stem: str, running: bool, has_output: bool = True, *, lost: bool = False
 ) -> ShardFiles:
     """The shard's coverage file, live progress record and (while a link runs) heartbeat.
 
     An unreadable live file is named in the row's reason, not fatal. ``has_output`` False (the
     run's ``output/`` listing has no folder for the shard: its first link has not run yet) reads
-    nothing, so the thousands of pending shards of a large array run cost no file opens.
+    nothing, so the thousands of pending shards of a large array run cost no file opens. ``lost``: a
+    run of the chain started and never decided, and the queue shows no job of it running: the
+    heartbeat is read, and the link lock looked at (liveness.link_lock_held), in case its link
+    outlived its job.
     """
-    if not has_output and not running:
+    if not has_output and not running and not lost:
         return NO_FILES
     output = run.shard_output(shard, stem)
     problems: list[str] = []
@@ -88,12 +93,13 @@ def read_shard_files(
     except StoreError as error:
         problems.append(str(error))
     try:
-        heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running else None
+        heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running or lost else None
     except StoreError as error:
         problems.append(str(error))
     coverage, problem = _coverage(output)
     problems += [problem] if problem else []
-    return ShardFiles(coverage, progress, heartbeat, tuple(problems))
+    lock = link_lock_held(run, shard, heartbeat) if lost and not running else None
+    return ShardFiles(coverage, progress, heartbeat, tuple(problems), lock)
 
 
 def _job_state(
@@ -129,19 +135,25 @@ def shard_status(
     logs: LogIndex,
     live: list[QueueRow] | None = None,
     cost: Cost | None = None,
+    queuing: str | None = None,
+    excluded: dict[str, int] | None = None,
 ) -> ShardRow:
     """One shard's row (pure: the files were read by the caller, ``now`` is the wall clock; ``live``:
     the chain's live jobs in the queue, when the caller found them already; ``cost``: its GPU-hours
-    and interruptions, none when not given)."""
+    and interruptions, none when not given; ``queuing``: the run's first links are still being
+    queued, and why a shard without a job gets one; ``excluded``: the bad nodes kept off its links)."""
     cost = cost or Cost(0.0, 0.0, None, {})
     live_jobs = _live_jobs(state, queue) if live is None else live
     running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
     beat = beat_of(state, running, files.heartbeat, now)
     heartbeat = files.heartbeat
     own = heartbeat if running and heartbeat and heartbeat.job_id == running.job_id else None
-    word, why = verdict(state, live_jobs, beat, collector_stall(own, files.progress, now))
+    outlived = None if running else outlived_link(state, files.heartbeat, files.lock_held, now)
+    stall = collector_stall(own, files.progress, now)
+    word, why = verdict(state, live_jobs, beat, stall, outlived=outlived, queuing=queuing)
     if files.problems:
         why = f"{why}; {'; '.join(files.problems)}"
+    why += excluded_text(excluded or {})
     # The job that runs next: the running one, else the oldest live one (a requeued link pends before
     # its successor, which waits on it), else the chain's newest or deciding job.
     head = live_jobs[0].job_id if live_jobs and not state.finished else state.current_job
@@ -196,6 +208,7 @@ def shard_status(
         gpu_hours_slurm=None if cost.slurm is None else round(cost.slurm, 4),
         gpu_text=cost.text,
         faults=cost.faults,
+        excluded_nodes=excluded or {},
     )
 
 
@@ -320,12 +333,16 @@ def run_status(
     logs = LogIndex.of(run)
     rows: list[ShardRow] = []
     held: list[str] = []
+    queuing = queuing_reason(run, queue, states)
     for i, st in enumerate(states):
         live_jobs = _live_jobs(st, queue)
         running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
-        files = read_shard_files(
-            run, i, info.output_stem, running=running is not None, has_output=f"shard-{i:03d}" in outputs
-        )
+        lost = running is None and bool(st.open_runs) and not st.finished
+        has_output = f"shard-{i:03d}" in outputs
+        files = read_shard_files(run, i, info.output_stem, running is not None, has_output, lost=lost)
+        # bad_nodes only where it may find one: a chain with two node failures at least
+        failures = costs[i].faults.get("node_failure", 0)
+        excluded = bad_nodes(chains[i]) if failures >= BAD_NODE_FAILURES else {}
         rows.append(
             shard_status(
                 i,
@@ -338,6 +355,8 @@ def run_status(
                 logs=logs,
                 live=live_jobs,
                 cost=costs[i],
+                queuing=queuing,
+                excluded=excluded,
             )
         )
         held += [row.job_id for row in live_jobs if is_held(row)]
@@ -359,6 +378,14 @@ def run_status(
         final_metrics_problem=problem,
         queries=backend.queries,
     )
+
+
+def excluded_text(nodes: dict[str, int]) -> str:
+    """``; nodes a1 (2 node failures) kept off its later links (--exclude)`` (empty when none; pure)."""
+    if not nodes:
+        return ""
+    named = ", ".join(f"{node} ({n} node failures)" for node, n in nodes.items())
+    return f"; nodes {named} kept off its later links (--exclude)"
 
 
 def with_links(
