@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -71,6 +73,7 @@ class Bench:
     started: Started | None = None
     job: CollectorJob | None = None
     before: Progress | None = None
+    urls: dict[str, str] = field(default_factory=dict)  # its servers' addresses in this link
 
     @property
     def ledger(self) -> Ledger:
@@ -148,22 +151,18 @@ def collect_suite(
             for bench in todo:
                 bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
             return f"the shared stack did not start: {error}"
-        shared = len(started)
         record = read_suite_record(run)
         weights = {e.name: e.weight for e in record.benchmarks}
         shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
+        stack = {s.name for s in settings.servers}
+        failed = start_own_servers(todo, started, chain, note=note, withheld=withheld, stack=stack)
         for bench in todo:
-            own = [s for s in bench.settings.servers if s.name not in {x.name for x in settings.servers}]
-            mine = list(started[:shared])
-            try:
-                start_stack(own, bench.run.root / "logs", chain, mine, note=note, withheld=withheld)
-            except server_mod.ServerStartError as error:
-                bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
-                log(f"{bench.name}: its servers did not start: {error}")
-                started += mine[shared:]
+            if bench.name in failed:
+                code = server_mod.start_failure_exit(failed[bench.name], _last_reason(bench))[0]
+                bench.job = _ended(bench.name, code)
+                log(f"{bench.name}: its servers did not start: {failed[bench.name]}")
                 continue
-            started += mine[shared:]
-            urls = {s.name: s.url for s in mine}
+            urls = bench.urls
             adaptive = adaptive_choice(bench.settings, urls)
             argv = collector_argv(
                 bench.settings,
@@ -198,6 +197,46 @@ def collect_suite(
     finally:
         for server in started:
             server_mod.stop(server)
+
+
+def start_own_servers(
+    todo: list[Bench],
+    started: list[server_mod.RunningServer],
+    chain: int,
+    *,
+    note: Note,
+    withheld: frozenset[str],
+    stack: set[str],
+) -> dict[str, server_mod.ServerStartError]:
+    """Each benchmark's own servers (those not in the shared stack, ``started`` so far), every
+    benchmark's at once, each appended to ``started`` (the caller stops them); the benchmarks whose
+    servers did not all start, and why. A benchmark's servers start in their order, as its link
+    alone starts them, but one benchmark's do not wait for another's: each is a process start and a
+    health wait, and five Environment Servers one after another are five start-ups before any
+    collector runs."""
+    shared = list(started)
+    lock = threading.Lock()
+
+    def locked(event: str, server: server_mod.RunningServer, cause: str) -> None:
+        with lock:  # one ledger, appended from every benchmark's thread
+            note(event, server, cause)
+
+    def one(bench: Bench) -> server_mod.ServerStartError | None:
+        mine = list(shared)
+        own = [s for s in bench.settings.servers if s.name not in stack]
+        try:
+            start_stack(own, bench.run.root / "logs", chain, mine, note=locked, withheld=withheld)
+        except server_mod.ServerStartError as error:
+            return error
+        finally:
+            with lock:
+                started.extend(mine[len(shared) :])
+            bench.urls = {s.name: s.url for s in mine}
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="own-servers") as pool:
+        failed = dict(zip((b.name for b in todo), pool.map(one, todo), strict=True))
+    return {name: error for name, error in failed.items() if error is not None}
 
 
 def _ended(name: str, code: int) -> CollectorJob:

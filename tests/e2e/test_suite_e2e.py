@@ -179,3 +179,64 @@ def test_a_benchmark_added_to_a_finished_suite_runs_alone_and_a_dropped_one_keep
     refused = gymslurm("resubmit", str(run), str(suite), check=False)
     assert refused.returncode != 0 and "benchmark 'first' is not the one run" in refused.stderr
     assert (run / "suite.json").read_bytes() == saved
+
+
+def _server(name: str, script: str, timeout_s: float = 30) -> dict[str, Any]:
+    """A server whose shell ``script`` ends by serving HTTP on ``$0`` (its port)."""
+    return {
+        "name": name,
+        "command": ["sh", "-c", script, "{port}"],
+        "health_path": "/",
+        "startup_timeout_s": timeout_s,
+    }
+
+
+def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path: Path) -> None:
+    """A suite link starts every benchmark's own servers at once: ``first``'s server becomes healthy
+    only once ``second``'s has begun (one after another, ``first`` would wait its whole start-up
+    timeout for nothing), a benchmark whose server fails is named with why, and every server
+    started is handed back to be stopped; the shared stack's server is not started again."""
+    from gymslurm.job import servers as server_mod
+    from gymslurm.job.suite_link import Bench, start_own_servers
+    from gymslurm.launcher.ledger import summarize
+    from gymslurm.launcher.rundir import RunDir
+    from gymslurm.launcher.settings import ServerSettings, validate
+
+    serve = f'exec {sys.executable} -m http.server "$0" --bind 127.0.0.1'
+    flag = tmp_path / "second-began"
+    policy = {"name": "policy", "url": "http://127.0.0.1:9", "collector_override": None}
+    own = {
+        "first": _server("env", f"while [ ! -e {flag} ]; do sleep 0.1; done; {serve}"),
+        "second": _server("env", f"touch {flag}; {serve}"),
+        "broken": _server("env", "exit 3", timeout_s=10),
+    }
+    todo = [
+        Bench(
+            name,
+            RunDir(tmp_path / name),
+            validate({"name": name, "dataset": "d.jsonl", "servers": [policy, server]}, name),
+            summarize([]),
+        )
+        for name, server in own.items()
+    ]
+    shared = server_mod.RunningServer(ServerSettings(**policy), policy["url"])
+    started = [shared]
+    noted: list[tuple[str, str]] = []
+    try:
+        failed = start_own_servers(
+            todo,
+            started,
+            0,
+            note=lambda e, s, _c: noted.append((e, s.name)),
+            withheld=frozenset(),
+            stack={"policy"},
+        )
+        assert list(failed) == ["broken"] and isinstance(failed["broken"], server_mod.ServerStartError)
+        assert sorted(s.name for s in started[1:]) == ["env", "env"] and started[0] is shared
+        assert sorted(noted) == [("started", "env"), ("started", "env")]
+        for bench in todo[:2]:
+            assert set(bench.urls) == {"policy", "env"} and bench.urls["policy"] == policy["url"]
+        assert todo[0].urls["env"] != todo[1].urls["env"]
+    finally:
+        for server in started[1:]:
+            server_mod.stop(server)
