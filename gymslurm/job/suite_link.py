@@ -20,7 +20,6 @@ import os
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -144,6 +143,7 @@ def collect_suite(
     started: list[server_mod.RunningServer] = []
     withheld = withheld_in_job(settings)
     note = note_server  # (event, server, cause) -> None: the suite ledger's server records
+    own = OwnServers()
     try:
         try:
             start_stack(settings.servers, run.root / "logs", chain, started, note=note, withheld=withheld)
@@ -155,7 +155,7 @@ def collect_suite(
         weights = {e.name: e.weight for e in record.benchmarks}
         shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
         stack = {s.name for s in settings.servers}
-        failed = start_own_servers(todo, started, chain, note=note, withheld=withheld, stack=stack)
+        failed = own.start(todo, started, chain, note=note, withheld=withheld, stack=stack)
         for bench in todo:
             if bench.name in failed:
                 code = server_mod.start_failure_exit(failed[bench.name], _last_reason(bench))[0]
@@ -197,46 +197,76 @@ def collect_suite(
     finally:
         for server in started:
             server_mod.stop(server)
+        own.release()
 
 
-def start_own_servers(
-    todo: list[Bench],
-    started: list[server_mod.RunningServer],
-    chain: int,
-    *,
-    note: Note,
-    withheld: frozenset[str],
-    stack: set[str],
-) -> dict[str, server_mod.ServerStartError]:
-    """Each benchmark's own servers (those not in the shared stack, ``started`` so far), every
-    benchmark's at once, each appended to ``started`` (the caller stops them); the benchmarks whose
-    servers did not all start, and why. A benchmark's servers start in their order, as its link
-    alone starts them, but one benchmark's do not wait for another's: each is a process start and a
-    health wait, and five Environment Servers one after another are five start-ups before any
-    collector runs."""
-    shared = list(started)
-    lock = threading.Lock()
+class OwnServers:
+    """Every benchmark's own servers (those not in the shared stack), started at once, a thread each.
 
-    def locked(event: str, server: server_mod.RunningServer, cause: str) -> None:
-        with lock:  # one ledger, appended from every benchmark's thread
-            note(event, server, cause)
+    A benchmark's servers start in their order, as its link alone starts them, but one benchmark's
+    do not wait for another's: each is a process start and a health wait, and five Environment
+    Servers one after another are five start-ups before any collector runs. Each thread stays
+    until :meth:`release`: the kernel kills a server when the *thread* that started it ends
+    (``PR_SET_PDEATHSIG`` follows the parent thread, not the process), so a thread lives as long
+    as the servers it started; the link releases them once it stopped its servers, and a link
+    that dies takes them, and so its servers, with it.
+    """
 
-    def one(bench: Bench) -> server_mod.ServerStartError | None:
-        mine = list(shared)
-        own = [s for s in bench.settings.servers if s.name not in stack]
-        try:
-            start_stack(own, bench.run.root / "logs", chain, mine, note=locked, withheld=withheld)
-        except server_mod.ServerStartError as error:
-            return error
-        finally:
-            with lock:
-                started.extend(mine[len(shared) :])
-            bench.urls = {s.name: s.url for s in mine}
-        return None
+    def __init__(self) -> None:
+        self._release = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
 
-    with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="own-servers") as pool:
-        failed = dict(zip((b.name for b in todo), pool.map(one, todo), strict=True))
-    return {name: error for name, error in failed.items() if error is not None}
+    def start(
+        self,
+        todo: list[Bench],
+        started: list[server_mod.RunningServer],
+        chain: int,
+        *,
+        note: Note,
+        withheld: frozenset[str],
+        stack: set[str],
+    ) -> dict[str, server_mod.ServerStartError]:
+        """Start them, each appended to ``started`` (the caller stops them) and each benchmark's
+        addresses in its ``urls``; the benchmarks whose servers did not all start, and why."""
+        shared, failed, unexpected = list(started), dict[str, server_mod.ServerStartError](), []
+        ready = threading.Semaphore(0)
+
+        def locked(event: str, server: server_mod.RunningServer, cause: str) -> None:
+            with self._lock:  # one ledger, appended from every benchmark's thread
+                note(event, server, cause)
+
+        def one(bench: Bench) -> None:
+            mine = list(shared)
+            own = [s for s in bench.settings.servers if s.name not in stack]
+            try:
+                start_stack(own, bench.run.root / "logs", chain, mine, note=locked, withheld=withheld)
+            except server_mod.ServerStartError as error:
+                failed[bench.name] = error
+            except BaseException as error:  # raised in the link's thread, below
+                unexpected.append(error)
+            finally:
+                with self._lock:
+                    started.extend(mine[len(shared) :])
+                bench.urls = {s.name: s.url for s in mine}
+                ready.release()
+            self._release.wait()
+
+        for bench in todo:
+            thread = threading.Thread(target=one, args=(bench,), name=f"servers-{bench.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        for _ in todo:
+            ready.acquire()
+        if unexpected:
+            raise unexpected[0]
+        return failed
+
+    def release(self) -> None:
+        """Let the starting threads end (after the link stopped every server they started)."""
+        self._release.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
 
 
 def _ended(name: str, code: int) -> CollectorJob:

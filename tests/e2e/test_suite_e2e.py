@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -195,9 +196,10 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path
     """A suite link starts every benchmark's own servers at once: ``first``'s server becomes healthy
     only once ``second``'s has begun (one after another, ``first`` would wait its whole start-up
     timeout for nothing), a benchmark whose server fails is named with why, and every server
-    started is handed back to be stopped; the shared stack's server is not started again."""
+    started is handed back to be stopped and lives until then (a server dies with the thread that
+    started it: the threads stay until released); the shared stack's server is not started again."""
     from gymslurm.job import servers as server_mod
-    from gymslurm.job.suite_link import Bench, start_own_servers
+    from gymslurm.job.suite_link import Bench, OwnServers
     from gymslurm.launcher.ledger import summarize
     from gymslurm.launcher.rundir import RunDir
     from gymslurm.launcher.settings import ServerSettings, validate
@@ -222,8 +224,9 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path
     shared = server_mod.RunningServer(ServerSettings(**policy), policy["url"])
     started = [shared]
     noted: list[tuple[str, str]] = []
+    owned = OwnServers()
     try:
-        failed = start_own_servers(
+        failed = owned.start(
             todo,
             started,
             0,
@@ -231,6 +234,8 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path
             withheld=frozenset(),
             stack={"policy"},
         )
+        time.sleep(1.0)  # a server whose starting thread ended would be dead by now
+        assert [s.process.poll() for s in started[1:] if s.process is not None] == [None, None]
         assert list(failed) == ["broken"] and isinstance(failed["broken"], server_mod.ServerStartError)
         assert sorted(s.name for s in started[1:]) == ["env", "env"] and started[0] is shared
         assert sorted(noted) == [("started", "env"), ("started", "env")]
@@ -240,3 +245,4 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path
     finally:
         for server in started[1:]:
             server_mod.stop(server)
+        owned.release()
