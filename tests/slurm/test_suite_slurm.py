@@ -1,9 +1,10 @@
 """A suite on the multi-node Slurm sandbox as the test user (issue 30, docs/suites.md).
 
 Three demo benchmarks (the real collector, the demo Environment Server, one shared demo model
-server a link), two shards, so two suite chains. Chain 0's first link is SIGKILLed mid-collection
-(its queued successor carries on); chain 1's first link is preempted by a ``high`` job (the
-``low`` partition is requeued: the same job runs again); ``broken``'s collector exits 1 every time
+server a link), two shards, so two suite chains. Chain 1's first link is preempted by a ``high``
+job as soon as it started (the ``low`` partition is requeued: the same job runs again); chain 0's
+first link is SIGKILLed mid-collection (its chain-step process: its queued successor judges it and
+carries on); ``broken``'s collector exits 1 every time
 until a file ``fixed`` exists (a crash loop whose fix leaves the benchmark's config, so its
 identity, as it was). Then ``fixed`` is written and the suite resubmitted.
 
@@ -15,13 +16,15 @@ tests take a whole node's CPUs, or a GPU of their own link's node).
 from __future__ import annotations
 
 import json
+import os
 import re
-import subprocess
+import signal
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support import wait_until
@@ -31,12 +34,13 @@ from .launcher_chains import FINAL, Chain
 
 pytestmark = pytest.mark.slurm
 
-TASKS = 16  # per benchmark, 8 a shard
+TASKS = 24  # per benchmark, 12 a shard
 NAMES = ("arith", "broken", "twice")  # twice: the same tasks, 2 repeats each
 ROWS = {"arith": TASKS, "twice": 2 * TASKS}
-# A model server of 2 slots at 0.5-1 s a completion: a link collects for ~15 s, long enough to be
-# killed or preempted while its rollouts are in flight.
-MODEL_FLAGS = ["--slots", "2", "--latency-ms", "500"]
+# A model server of 1 slot at 0.7-1.4 s a completion: a link collects its 36 rows for about a
+# minute, long enough to be killed or preempted while they are in flight (the sandbox's Slurm took
+# up to 25 s to preempt).
+MODEL_FLAGS = ["--slots", "1", "--latency-ms", "700"]
 GATE = '[ -e "$(dirname "$0")/fixed" ] || { echo "broken: no fix yet" >&2; exit 1; }\nexec "$@"\n'
 
 
@@ -112,10 +116,31 @@ def _saved(chain: Chain, name: str, shard: int) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _running_link(chain: Chain, shard: int) -> str:
-    """The job id of the suite chain's link once its collectors saved a few rows."""
-    wait_until(lambda: _saved(chain, "twice", shard) >= 3, 240, f"rows of chain {shard}'s first link")
+def _running_link(chain: Chain, shard: int, rows: int) -> str:
+    """The job id of the suite chain's running link once it started the model server and its
+    collectors saved ``rows`` rows."""
+    wait_until(
+        lambda: (
+            any(r["kind"] == "server" for r in chain.ledger(shard))
+            and _saved(chain, "arith", shard) + _saved(chain, "twice", shard) >= rows
+        ),
+        240,
+        f"{rows} rows of chain {shard}'s first link",
+        every_s=0.2,
+    )
     return str([r for r in chain.ledger(shard) if r["kind"] == "start"][-1]["job_id"])
+
+
+def _kill_link(chain: Chain, shard: int) -> None:
+    """SIGKILL the ``chain-step`` process of the suite chain's running link: it writes nothing more
+    (``scancel --signal=KILL`` does not do it: with ``--full`` Slurm sends TERM first and the link
+    decides, with ``--batch`` only the batch shell dies)."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if "chain-step" in argv and str(chain.run) in argv and argv[argv.index("--shard") + 1] == str(shard):
+            os.kill(proc.info["pid"], signal.SIGKILL)
+            return
+    raise AssertionError(f"no chain-step process of chain {shard} of {chain.run}")
 
 
 def _final(chain: Chain, aggregations: int, timeout: float) -> dict[str, Any]:
@@ -167,9 +192,7 @@ def test_a_suite_survives_kills_preemption_and_a_crash_loop_and_a_resubmit_finis
     DONE with its rows, and arith's and twice's ledgers and shard files are byte for byte the same."""
     chain = _submit(scenario_user(slurm_session_dir, "suite"), slurm_python)
     try:
-        killed = _running_link(chain, 0)
-        subprocess.run(["scancel", "--signal=KILL", "--full", killed], check=True)
-        preempted = _running_link(chain, 1)
+        preempted = _running_link(chain, 1, rows=0)  # at once: Slurm takes its time to preempt
         (node,) = job_nodes(preempted)  # one GPU of the link's node: only this link holds any there
         preemptor = [
             "sbatch",
@@ -184,12 +207,19 @@ def test_a_suite_survives_kills_preemption_and_a_crash_loop_and_a_resubmit_finis
             "sleep 3",
         ]
         chain.user.run(preemptor)
+        killed = _running_link(chain, 0, rows=1)
+        _kill_link(chain, 0)
         report = _final(chain, aggregations=1, timeout=420)
         verdicts = {row["benchmark"]: row["verdict"] for row in report["suite"]}
         assert verdicts == {"arith": "DONE", "broken": "EXHAUSTED", "twice": "DONE"}, report["suite"]
         assert [row["verdict"] for row in report["shards"]] == ["EXHAUSTED", "EXHAUSTED"]
         zero, one = chain.ledger(0), chain.ledger(1)
-        assert any(r["kind"] == "decision" and r.get("accounted_by") for r in zero), "the kill judged"
+        judged = [r for r in zero if r["kind"] == "decision" and r["job_id"] == killed]
+        assert [r["accounted_by"] not in (None, killed) for r in judged] == [True], judged  # by its successor
+        first = [
+            r for r in one if r["kind"] == "decision" and (r["job_id"], r["restart_count"]) == (preempted, 0)
+        ]
+        assert [r["slurm_state"] for r in first] == ["SIGNALLED:SIGTERM"], first  # the preemption's TERM
         assert (preempted, 1) in {(r["job_id"], r["restart_count"]) for r in one if r["kind"] == "start"}
         _one_model_server_a_link(chain)
         aggregation = [r["kind"] for r in chain.ledger(None)]
