@@ -95,13 +95,13 @@ def reply_cost(content: bytes) -> int:
     return (1 + char_width(content)) * len(content) + parsed_cost(content)
 
 
-def reservation_for(size: int, held: int, total: int | None) -> int:
-    """What ``size`` more body bytes reserve before they are read (the reply holds ``held``): the most
-    they and their strings can cost, but no more than the budget left to this reply alone (a reply
-    whose worst case is over the budget is then admitted when nothing else is in flight, and refused
-    once read if its measured cost is over), and never less than the bytes themselves."""
-    worst = (1 + MAX_CHAR_WIDTH) * size
-    return worst if total is None else max(size, min(worst, total - held))
+def body_reservation(read: int, total: int | None) -> int:
+    """What a reply holds once ``read`` bytes of its body are (or are about to be) read: the most they
+    and their strings can cost, but no more than the whole budget (a reply whose worst case is over it
+    is then admitted when nothing else is in flight, and refused once read if its measured cost is
+    over), and never less than the bytes themselves (more than the budget: refused)."""
+    worst = (1 + MAX_CHAR_WIDTH) * read
+    return worst if total is None else max(read, min(worst, total))
 
 
 class Admission(Enum):
@@ -202,6 +202,11 @@ class Reservation:
             if token in budget._line:
                 budget._line.remove(token)
                 budget._notify()
+
+    async def reserve_body(self, read: int) -> None:
+        """Hold what ``read`` bytes of body reserve (:func:`body_reservation`), waiting for room."""
+        if self.budget is not None:
+            await self.take(body_reservation(read, self.budget.total) - self.size)
 
     async def settle(self, cost: int) -> None:
         """Hold exactly ``cost`` bytes: give back what the reservation held over it, or take the rest."""

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gymslurm.dispatch.budget import ReplyBudget, Reservation, _ReplyTooLarge, reply_cost, reservation_for
+from gymslurm.dispatch.budget import ReplyBudget, Reservation, _ReplyTooLarge, reply_cost
 from gymslurm.dispatch.classify import (
     Completed,
     Failed,
@@ -194,13 +194,13 @@ class EnvironmentClient:
                 total += len(chunk)
                 if self._max_reply is not None and total > self._max_reply:
                     raise _ReplyTooLarge(None, self._max_reply)
-                await held.take(reservation_for(len(chunk), held.size, self.budget.total))
+                await held.reserve_body(total)
                 parts.append(chunk)
         except httpx.StreamConsumed:  # a transport that answered with the body already read (tests)
             parts = [response.content]
             if self._max_reply is not None and len(response.content) > self._max_reply:
                 raise _ReplyTooLarge(len(response.content), self._max_reply) from None
-            await held.take(reservation_for(len(response.content), held.size, self.budget.total))
+            await held.reserve_body(len(response.content))
         except BaseException:
             parts.clear()  # the traceback keeps this frame alive while the collector pauses the GC
             raise

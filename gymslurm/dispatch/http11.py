@@ -25,7 +25,6 @@ from gymslurm.dispatch.budget import (
     Reservation,
     _ReplyTooLarge,
     parsed_cost,
-    reservation_for,
 )
 
 __all__ = ["DEFAULT_MAX_REPLY_BYTES", "Http11Transport", "ReplyBudget", "parsed_cost"]
@@ -213,7 +212,7 @@ async def _read_response(
         size = int(fields[b"content-length"])
         if max_body is not None and size > max_body:
             raise _ReplyTooLarge(size, max_body)  # refused before reading a byte of it
-        await held.take(_reserve(held, size))  # before a byte is read: waits for room
+        await held.reserve_body(size)  # before a byte is read: waits for room
         content = await reader.readexactly(size)
     elif status < 200 or status in (204, 304):
         content = b""
@@ -227,10 +226,6 @@ def _header(line: bytes) -> tuple[bytes, bytes]:
     return name.strip(), value.strip()
 
 
-def _reserve(held: Reservation, size: int) -> int:
-    return reservation_for(size, held.size, held.budget.total if held.budget is not None else None)
-
-
 async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, held: Reservation) -> bytes:
     parts: list[bytes] = []
     total = 0
@@ -239,7 +234,7 @@ async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, hel
             total += len(chunk)
             if max_body is not None and total > max_body:
                 raise _ReplyTooLarge(None, max_body)
-            await held.take(_reserve(held, len(chunk)))
+            await held.reserve_body(total)
             parts.append(chunk)
     except BaseException:
         parts.clear()  # the traceback keeps this frame alive (the collector pauses the GC): drop the bytes
@@ -257,7 +252,7 @@ async def _read_chunked(
             total += size
             if max_body is not None and total > max_body:
                 raise _ReplyTooLarge(None, max_body)
-            await held.take(_reserve(held, size))
+            await held.reserve_body(total)
             parts.append(await reader.readexactly(size))
             await reader.readexactly(2)
         while await reader.readuntil(CRLF) != CRLF:  # trailers

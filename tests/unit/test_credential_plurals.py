@@ -1,6 +1,6 @@
-"""A plural credential name (``API_KEYS``, ``tokens``, ``SECRETS``, ``passwords``) is a credential name
+"""A plural credential name (``API_KEYS``, ``HF_TOKENS``, ``SECRETS``, ``passwords``) is a credential name
 for every reader of the one rule (issue 33): redaction, a notify command's environment, the
-command-line warning. Token counts (``max_new_tokens``) stay plain values everywhere.
+command-line warning. Token counts and lists (``max_new_tokens``, a bare ``tokens``) stay plain values.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from gymslurm.redaction import REDACTED, redact_text, redact_value
 CANARY = "CANARY33plural-value"
 
 
-@pytest.mark.parametrize("name", ["API_KEYS", "tokens", "SECRETS", "passwords", "hf_tokens", "accessKeys"])
+@pytest.mark.parametrize(
+    "name", ["API_KEYS", "auth_tokens", "SECRETS", "passwords", "hf_tokens", "accessKeys"]
+)
 def test_a_value_under_a_plural_credential_name_is_redacted_whole(name: str) -> None:
     """A list under a plural name is hidden whole, in data and in ``NAME=V`` text; a token count is not."""
-    config = {name: [CANARY, CANARY + "2"], "max_new_tokens": 512, "prompt_tokens": 7}
-    assert redact_value(config) == {name: REDACTED, "max_new_tokens": 512, "prompt_tokens": 7}
+    config = {name: [CANARY, CANARY + "2"], "max_new_tokens": 512, "prompt_tokens": 7, "tokens": 12}
+    assert redact_value(config) == {name: REDACTED, "max_new_tokens": 512, "prompt_tokens": 7, "tokens": 12}
     assert CANARY not in redact_text(f"{name}={CANARY}")
 
 

@@ -20,10 +20,10 @@ from gymslurm.dispatch import Completed, EnvironmentClient, Failed, Outcome
 from gymslurm.dispatch.budget import (
     Admission,
     admission,
+    body_reservation,
     char_width,
     parsed_cost,
     reply_cost,
-    reservation_for,
 )
 from gymslurm.dispatch.classify import REPLY_TOO_LARGE
 from tests.unit.test_dispatch import EPISODE, RUN_ID, TASK
@@ -61,23 +61,20 @@ def test_one_emoji_in_a_long_string_costs_four_bytes_a_character_parsed() -> Non
     assert real <= reply_cost(content) < real + 1000
 
 
-# (body bytes, already held, budget) -> reserved before the bytes are read
+# (body bytes read or declared, budget) -> what the reply holds for them before they are read
 RESERVATIONS = [
-    (100, 0, None, 500),  # unbounded: the worst case, 5 x
-    (100, 0, 1000, 500),  # fits: the worst case
-    (100, 0, 300, 300),  # worst case over the budget: the whole budget (admitted when alone)
-    (400, 0, 300, 400),  # the bytes alone over the budget: never less than the bytes (refused)
-    (100, 800, 1000, 200),  # a further chunk: what is left to this reply alone
-    (100, 950, 1000, 100),  # ... never less than the bytes
+    (100, None, 500),  # unbounded: the worst case, 5 x
+    (100, 1000, 500),  # fits: the worst case
+    (100, 300, 300),  # worst case over the budget: the whole budget (admitted when nothing else is)
+    (300, 300, 300),  # ... until the bytes alone fill it
+    (400, 300, 400),  # the bytes alone over the budget: never less than the bytes (refused)
 ]
 
 
-@pytest.mark.parametrize(("size", "held", "total", "reserved"), RESERVATIONS)
-def test_what_a_body_reserves_before_it_is_read(
-    size: int, held: int, total: int | None, reserved: int
-) -> None:
-    """The worst its bytes and strings cost, capped at the budget left to the reply alone."""
-    assert reservation_for(size, held, total) == reserved
+@pytest.mark.parametrize(("read", "total", "reserved"), RESERVATIONS)
+def test_what_a_body_reserves_before_it_is_read(read: int, total: int | None, reserved: int) -> None:
+    """The worst its bytes and strings cost, capped at the whole budget, never below the bytes."""
+    assert body_reservation(read, total) == reserved
 
 
 # (need, held, used, total, others_active, waiting_ahead) -> admission
@@ -104,17 +101,25 @@ def test_when_a_reply_takes_waits_or_is_refused(  # noqa: PLR0917
     assert admission(need, held, used, total, others_active=active, waiting_ahead=ahead) is verdict
 
 
-def _answer(request: bytes, text: str) -> bytes:
-    """A valid answer echoing the request, its result carrying ``text``."""
+def _answer(request: bytes, text: str, chunked: bool = False) -> bytes:
+    """A valid answer echoing the request, its result carrying ``text`` (framed by length, or chunked)."""
     asked = json.loads(request)
     result = {"reward": 1.0, "text": text}
     content = orjson.dumps(
         {"episode_id": asked["episode_id"], "task_id": asked["task"]["task_id"], "result": result}
     )
+    if chunked:
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(content[i : i + 4096]), content[i : i + 4096])
+            for i in range(0, len(content), 4096)
+        )
+        return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(content), content)
 
 
-def _in_flight(text: str, requests: int, budget: int) -> tuple[list[Outcome], int, int]:
+def _in_flight(
+    text: str, requests: int, budget: int, chunked: bool = False
+) -> tuple[list[Outcome], int, int]:
     """``requests`` episodes in flight at once against a server that answers none before it has them
     all (every reply arrives together); the outcomes, the budget's peak and what is left taken."""
 
@@ -131,7 +136,7 @@ def _in_flight(text: str, requests: int, budget: int) -> tuple[list[Outcome], in
                 )
                 body = await reader.readexactly(length)
                 await arrived.wait()
-                writer.write(_answer(body, text))
+                writer.write(_answer(body, text, chunked))
                 await writer.drain()
                 await reader.read()  # until the client closes
             except (ConnectionError, asyncio.IncompleteReadError):
@@ -191,3 +196,13 @@ def test_a_wide_reply_that_cannot_fit_even_alone_is_refused_naming_the_setting()
     assert "max_inflight_reply_bytes=2097152" in reason and "+max_inflight_reply_bytes" in reason
     assert "cannot fit even alone" in reason
     assert peak <= 2 * MIB and left == 0
+
+
+def test_chunked_replies_holding_parts_never_wait_for_each_other_forever() -> None:
+    """8 chunked replies of 512 KiB (no length to reserve from) fill a 2 MiB budget part by part:
+    when every one holds a part and waits, one is refused (retryable) so the others go on; the rest
+    complete, and nothing is left taken."""
+    outcomes, peak, left = _in_flight("x" * 512 * KIB, 8, 2 * MIB, chunked=True)
+    completed = sum(isinstance(o, Completed) for o in outcomes)
+    assert all("every reply in flight holds a part" in reason for reason in _reasons(outcomes))
+    assert completed >= 1 and peak <= 2 * MIB and left == 0
