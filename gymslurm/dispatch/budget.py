@@ -116,7 +116,8 @@ def admission(
 ) -> Admission:
     """May a reply that holds ``held`` bytes take ``need`` more, while ``used`` of ``total`` are taken?
 
-    ``others_active``: another reply holds a part and is not waiting (it will give back or go on);
+    ``others_active``: another reply holds a part and is not waiting, or waits for no more than is
+    free now (it will go on, then give back or wait);
     ``waiting_ahead`` (for a reply holding nothing): a reply that holds a part waits to grow, or one
     that holds nothing waits ahead in line (first come, first served: a large reservation is not
     passed over forever by small ones, and a reply half-way is finished before new ones start).
@@ -143,7 +144,7 @@ class ReplyBudget:
     def __init__(self, total: int | None) -> None:
         self.total, self.used, self.peak = total, 0, 0
         self.holders = 0  # replies holding a part
-        self.waiting_holders = 0  # ... of which waiting for more
+        self.wanted: dict[object, int] = {}  # ... of which waiting for more: how much more
         self._line: deque[object] = deque()  # replies holding nothing that wait, first come first
         self._changed: asyncio.Event | None = None
 
@@ -188,8 +189,8 @@ class Reservation:
                     self.size,
                     budget.used,
                     budget.total,
-                    others_active=budget.holders - budget.waiting_holders - (self.size > 0) > 0,
-                    waiting_ahead=budget.waiting_holders > 0
+                    others_active=self._others_active(token),
+                    waiting_ahead=bool(budget.wanted)
                     or (bool(budget._line) and budget._line[0] is not token),
                 )
                 if verdict is Admission.TAKE:
@@ -197,7 +198,7 @@ class Reservation:
                     return
                 if verdict is not Admission.WAIT:
                     raise _BudgetExhausted(self._refusal(verdict, need), budget.total or 0)
-                await self._wait(token)
+                await self._wait(token, need)
         finally:
             if token in budget._line:
                 budget._line.remove(token)
@@ -232,20 +233,28 @@ class Reservation:
         self.size += need
         self.budget._add(need)
 
-    async def _wait(self, token: object) -> None:
+    def _others_active(self, token: object) -> bool:
+        """Whether another holder will go on: it is not waiting, or what it waits for is free now."""
+        budget = self.budget
+        assert budget is not None
+        if budget.holders - len(budget.wanted) - (self.size > 0) > 0:
+            return True
+        free = (budget.total or 0) - budget.used
+        return any(need <= free for other, need in budget.wanted.items() if other is not token)
+
+    async def _wait(self, token: object, need: int) -> None:
         budget = self.budget
         assert budget is not None
         holding = self.size > 0
         if holding:
-            budget.waiting_holders += 1
+            budget.wanted[token] = need
             budget._notify()  # one fewer active holder: a waiter may now see that all wait
         elif token not in budget._line:
             budget._line.append(token)
         try:
             await budget._wait_change()
         finally:
-            if holding:
-                budget.waiting_holders -= 1
+            budget.wanted.pop(token, None)
 
     def _refusal(self, verdict: Admission, need: int) -> str:
         assert self.budget is not None
