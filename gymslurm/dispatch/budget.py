@@ -181,6 +181,11 @@ class Reservation:
         budget = self.budget
         if budget is None or need <= 0:
             return
+        if budget.total is None or (
+            not budget.wanted and not budget._line and budget.used + need <= budget.total
+        ):
+            self._grow(need)  # what admission() answers here (room, no one waiting), without its cost
+            return
         token = object()
         try:
             while True:
