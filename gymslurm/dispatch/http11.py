@@ -20,14 +20,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from gymslurm.dispatch.budget import (
-    ReplyBudget,
-    Reservation,
-    _ReplyTooLarge,
-    parsed_cost,
-)
-
-__all__ = ["DEFAULT_MAX_REPLY_BYTES", "Http11Transport", "ReplyBudget", "parsed_cost"]
+from gymslurm.dispatch.budget import ReplyBudget, Reservation, _ReplyTooLarge
 
 CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
