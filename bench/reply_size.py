@@ -60,7 +60,7 @@ CASES = [
     "wide-60mb",
 ]
 MUST_COMPLETE = ("many-5mb", "wide-5mb")  # legitimate replies that fit alone: 0 failures
-RAW_CLIENT_CASES = ("many-5mb", "wide-5mb", "wide-60mb")  # compared with a raw httpx client
+RAW_CLIENT_CASES = ("many-5mb", "wide-5mb")  # compared with a raw httpx client (64 x 60 MB would not fit)
 ENDLESS_CAP = 96 * 1024 * 1024  # an endless body stops here per connection (the bench ends by itself)
 PIECE = b"x" * (1 << 20)
 HUNDRED_MB = b', "pad": "' + b"x" * (100 << 20) + b'"'
