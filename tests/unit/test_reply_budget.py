@@ -206,3 +206,43 @@ def test_chunked_replies_holding_parts_never_wait_for_each_other_forever() -> No
     completed = sum(isinstance(o, Completed) for o in outcomes)
     assert all("every reply in flight holds a part" in reason for reason in _reasons(outcomes))
     assert completed >= 1 and peak <= 2 * MIB and left == 0
+
+
+def test_a_reply_reserves_its_worst_decoded_cost_from_its_content_length_before_its_body() -> None:
+    """A server that sends its head (content-length 100 KiB) and then holds the body: the reply
+    already holds 5 x 100 KiB (its bytes and their widest strings) before a byte of the body came."""
+    declared = 100 * KIB
+
+    async def go() -> tuple[int, Outcome]:
+        release = asyncio.Event()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")
+            )
+            answer = _answer(await reader.readexactly(length), "x" * declared)
+            start, body = answer.split(b"\r\n\r\n", 1)
+            writer.write(start + b"\r\n\r\n")
+            await writer.drain()
+            await release.wait()
+            writer.write(body)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with (
+            server,
+            EnvironmentClient(concurrency=1, run_id=RUN_ID, max_inflight_reply_bytes=8 * MIB) as client,
+        ):
+            running = asyncio.create_task(client.run(url, EPISODE, TASK))
+            while client.budget.used == 0:
+                await asyncio.sleep(0.005)
+            held_before_body = client.budget.used
+            release.set()
+            return held_before_body, await running
+
+    held, outcome = asyncio.run(asyncio.wait_for(go(), 30))
+    assert isinstance(outcome, Completed)
+    assert 5 * declared <= held <= 5 * (declared + KIB)  # the whole answer is the text and a few fields
