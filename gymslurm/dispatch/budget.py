@@ -164,7 +164,8 @@ class ReplyBudget:
     def _add(self, size: int) -> None:
         self.used += size
         self.peak = max(self.peak, self.used)
-        self._notify()  # any change may let a waiter take, or show it that every holder waits
+        if self._changed is not None:  # any change may let a waiter take, or show it that all wait
+            self._notify()
 
 
 class Reservation:
@@ -209,20 +210,18 @@ class Reservation:
                 budget._line.remove(token)
                 budget._notify()
 
-    async def reserve_body(self, read: int) -> None:
-        """Hold what ``read`` bytes of body reserve (:func:`body_reservation`), waiting for room."""
-        if self.budget is not None:
-            await self.take(body_reservation(read, self.budget.total) - self.size)
+    def body_need(self, read: int) -> int:
+        """What is still to take once ``read`` bytes of body are read (:func:`body_reservation`)."""
+        return 0 if self.budget is None else body_reservation(read, self.budget.total) - self.size
 
-    async def settle(self, cost: int) -> None:
-        """Hold exactly ``cost`` bytes: give back what the reservation held over it, or take the rest."""
-        if self.budget is None:
-            return
-        if cost < self.size:
-            self.budget._add(cost - self.size)
-            self.size = cost
-        else:
-            await self.take(cost - self.size)
+    def settle(self, cost: int) -> int:
+        """Hold no more than ``cost`` bytes (the reply's measured cost): give back what the reservation
+        held over it; what is still to take (a structure heavier than the reservation) is returned."""
+        if self.budget is None or cost >= self.size:
+            return 0 if self.budget is None else cost - self.size
+        self.budget._add(cost - self.size)
+        self.size = cost
+        return 0
 
     def release(self) -> None:
         """Give back everything this reply holds."""

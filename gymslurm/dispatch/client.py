@@ -101,7 +101,8 @@ class EnvironmentClient:
         held = self.budget.reservation()  # taken while the body is read; given back once classified
         try:
             status, content = await self._exchange(self._target(url), body, held)
-            await held.settle(reply_cost(content))  # what parsing builds must fit too (the guard)
+            if more := held.settle(reply_cost(content)):  # what parsing builds must fit too (the guard)
+                await held.take(more)
             outcome = classify_reply(
                 status,
                 content,
@@ -194,13 +195,13 @@ class EnvironmentClient:
                 total += len(chunk)
                 if self._max_reply is not None and total > self._max_reply:
                     raise _ReplyTooLarge(None, self._max_reply)
-                await held.reserve_body(total)
+                await held.take(held.body_need(total))
                 parts.append(chunk)
         except httpx.StreamConsumed:  # a transport that answered with the body already read (tests)
             parts = [response.content]
             if self._max_reply is not None and len(response.content) > self._max_reply:
                 raise _ReplyTooLarge(len(response.content), self._max_reply) from None
-            await held.reserve_body(len(response.content))
+            await held.take(held.body_need(len(response.content)))
         except BaseException:
             parts.clear()  # the traceback keeps this frame alive while the collector pauses the GC
             raise

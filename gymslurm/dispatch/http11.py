@@ -205,7 +205,7 @@ async def _read_response(
         size = int(fields[b"content-length"])
         if max_body is not None and size > max_body:
             raise _ReplyTooLarge(size, max_body)  # refused before reading a byte of it
-        await held.reserve_body(size)  # before a byte is read: waits for room
+        await held.take(held.body_need(size))  # before a byte is read: waits for room
         content = await reader.readexactly(size)
     elif status < 200 or status in (204, 304):
         content = b""
@@ -227,7 +227,7 @@ async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, hel
             total += len(chunk)
             if max_body is not None and total > max_body:
                 raise _ReplyTooLarge(None, max_body)
-            await held.reserve_body(total)
+            await held.take(held.body_need(total))
             parts.append(chunk)
     except BaseException:
         parts.clear()  # the traceback keeps this frame alive (the collector pauses the GC): drop the bytes
@@ -245,7 +245,7 @@ async def _read_chunked(
             total += size
             if max_body is not None and total > max_body:
                 raise _ReplyTooLarge(None, max_body)
-            await held.reserve_body(total)
+            await held.take(held.body_need(total))
             parts.append(await reader.readexactly(size))
             await reader.readexactly(2)
         while await reader.readuntil(CRLF) != CRLF:  # trailers
