@@ -268,6 +268,11 @@ def report(f: dict[str, Any]) -> int:
     use, small_use, shards = f["use"], f["small_use"], f["shards"]
     queries = [q for q, _, _ in use]
     rows = [r for _, r, _ in use]
+    if not use or not small_use:  # no link logged its use: nothing to judge
+        print(
+            f"no link figures: {len(use)} links of the large run, {len(small_use)} of the 1-shard run logged"
+        )
+        return 1
     small_q, small_r = max(q for q, _, _ in small_use), max(r for _, r, _ in small_use)
     print(
         f"{shards} shards on cluster {CLUSTER} (slurm.max_running {f['max_running']}); load {f['load']:.1f}"
