@@ -296,8 +296,8 @@ def report(f: dict[str, Any]) -> int:
     for _, _, calls in use:
         by_command.update(calls)
     print(
-        f"  calls by command over the sample: {dict(by_command)}; 1-shard links: "
-        f"{[c for _, _, c in small_use]}"
+        f"  calls by command over the sample: {dict(by_command)} ({sum(by_command.values()) / len(use):.2f} "
+        f"commands per link, sbatch and scancel included); 1-shard links: {[c for _, _, c in small_use]}"
     )
     links = max(f["ended1"] - f["ended0"], 1)
     for name, (a, b) in (("submit", ("s0", "s1")), ("link window", ("s2", "s3"))):
