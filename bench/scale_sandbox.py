@@ -160,8 +160,9 @@ def status_in_process(run: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, report.queries
 
 
-def status_cli(user: SlurmUser, python: Path, run: Path) -> float:
-    """Wall seconds of ``gymslurm status RUN --json`` as the user."""
+def status_cli(user: SlurmUser, python: Path, run: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of ``gymslurm status RUN --json`` as the user (its squeue included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(
         user.command([str(python), "-m", "gymslurm", "status", str(run), "--json"]),
@@ -169,7 +170,8 @@ def status_cli(user: SlurmUser, python: Path, run: Path) -> float:
         capture_output=True,
         check=True,
     )
-    return time.perf_counter() - t0
+    took, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def cleanup(user: SlurmUser, python: Path, runs: list[Path]) -> int:
@@ -247,8 +249,10 @@ def main() -> int:
         time.sleep(args.window)
         f["ended1"], f["s3"] = len(link_use(big)), sdiag()
         f["window"] = time.monotonic() - t2
+        f["s4"] = sdiag()
         f["whole_queue"] = bare_squeue()
         f["bare"] = min(bare_squeue() for _ in range(3))
+        f["s5"] = sdiag()  # the four whole-queue squeues' RPCs: what a link's query was before issue 32
         f["inproc"] = min(status_in_process(big) for _ in range(3))
         f["cli"] = min(status_cli(user, python, big) for _ in range(2))
         f["interp"], _ = _interpreter()
@@ -308,13 +312,27 @@ def report(f: dict[str, Any]) -> int:
         f"  RPCs of {TEST_USER} per link in the window: {user_rpcs[0] / links:.1f} "
         f"({user_rpcs[0]} RPCs, {user_rpcs[1] / 1e3:.0f} ms of slurmctld, {links} links ended)"
     )
+    per_rpc = {
+        name: f"{total / count / 1e3:.2f} ms"
+        for name, (count, total) in rpc_delta(f["s2"], f["s3"], "type").items()
+        if name.startswith("REQUEST_JOB") or name == "REQUEST_PARTITION_INFO"
+    }
+    whole = {
+        name: f"{total / count / 1e3:.2f} ms x {count}"
+        for name, (count, total) in rpc_delta(f["s4"], f["s5"], "type").items()
+        if name != "REQUEST_STATS_INFO"
+    }
+    print(f"  slurmctld time per RPC in the window: {per_rpc}; the whole-queue squeue -u (4 calls): {whole}")
     bare_s, bare_rows = f["bare"]
     doc_s, doc_queries = f["inproc"]
     print(
         f"status in-process: {doc_s:.3f} s, {doc_queries} queries; bare squeue of the run's jobs "
         f"({bare_rows} rows) + split {bare_s:.3f} s: {doc_s / bare_s:.2f}x (limit {STATUS_LIMIT}x)"
     )
-    print(f"status --json, whole CLI: {f['cli']:.3f} s (a bare interpreter start {f['interp']:.3f} s)")
+    print(
+        f"status --json, whole CLI: {f['cli'][0]:.3f} s wall, {f['cli'][1]:.3f} s CPU (a bare interpreter "
+        f"start {f['interp']:.3f} s)"
+    )
     slurm_total = sum(f["slurm_s"].values())
     limit = SUBMIT_LIMIT_S + slurm_total
     print(
