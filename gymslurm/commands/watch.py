@@ -24,7 +24,7 @@ from gymslurm.site.backend import LIVE_STATES, backend_name
 from gymslurm.site.scriptsafe import control_problem
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.watch_ledger import WatchFolder, WatchSettings, record, watch_root
-from gymslurm.watch_rules import fold, parse_interval, uses_checkpoint, with_checkpoint
+from gymslurm.watch_rules import fold, parse_interval, recent_ticks, uses_checkpoint, with_checkpoint
 
 
 def main(argv: list[str]) -> int:
@@ -177,7 +177,7 @@ def watch_status(folder: WatchFolder) -> int:
     settings = folder.read_settings()
     state = fold(folder.read())
     backend = backend_of(folder, settings)
-    rows = backend.job_rows(state.ticks) if state.ticks else {}
+    rows = backend.job_rows(recent_ticks(state.ticks)) if state.ticks else {}
     live = [job for job, row in rows.items() if row.state in LIVE_STATES]
     word = "cancelled" if state.cancelled else ("watching" if live else "stopped (no tick job queued)")
     print(f"watch {folder.name}: {word}; {settings.source} every {settings.every_s}s, suite {settings.suite}")
@@ -206,7 +206,7 @@ def cancel_watch(folder: WatchFolder) -> int:
         state = fold(folder.read())
         if not state.cancelled:
             folder.append(record("cancelled"))
-    rows = backend.job_rows(state.ticks) if state.ticks else {}
+    rows = backend.job_rows(recent_ticks(state.ticks)) if state.ticks else {}
     live = [job for job, row in rows.items() if row.state in LIVE_STATES]
     backend.cancel(live)
     runs = [c.run for c in state.ordered() if c.run and c.compared is None]

@@ -3,9 +3,10 @@
 A tick, holding the watch's lock from its first read to its last append (store/watch_ledger.py):
 
 1. reads the ledger; a cancelled watch ends here (and queues nothing);
-2. records itself (``tick``) and queues the next tick (``--begin=now+EVERY``) unless another tick
-   job of the watch is still queued: a watch submitted twice by hand converges to one chain;
-   queued first, so a tick killed midway still has a successor;
+2. records itself (``tick``) and keeps two ticks queued behind it (``--begin=now+EVERY``, the spare
+   ``afterany`` the next and one interval later; watch_rules.ticks_to_queue): any single tick job
+   killed or cancelled, running or queued, leaves one that runs; a watch submitted twice by hand
+   converges to one chain; queued first, so a tick killed midway still has successors;
 3. lists the candidates, claims every ready checkpoint not claimed yet (``claimed``, in name order);
 4. moves each checkpoint one step (watch_rules.next_step): conversion job, suite run, comparison.
 
@@ -38,10 +39,11 @@ from gymslurm.watch_rules import (
     digest,
     earlier_compared,
     fold,
-    needs_successor,
     new_checkpoints,
     next_step,
     ready,
+    recent_ticks,
+    ticks_to_queue,
     with_checkpoint,
 )
 
@@ -84,15 +86,20 @@ def tick(folder: WatchFolder) -> int:
 def schedule_next(
     folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, state: WatchState, me: str
 ) -> None:
-    """Queue the next tick unless another tick job of this watch is queued already."""
-    rows = backend.job_rows(state.ticks) if state.ticks else {}
-    live = [job for job, row in rows.items() if row.state in LIVE_STATES]
-    if not needs_successor(state.ticks, live, me):
-        log(f"the next tick is queued already ({', '.join(j for j in live if j != me)})")
+    """Keep ``watch_rules.TICK_LOOKAHEAD`` ticks queued behind this one (watch_rules.ticks_to_queue)."""
+    asked = recent_ticks(state.ticks)
+    rows = backend.job_rows(asked) if asked else {}
+    pending = [job for job, row in rows.items() if row.state == "PENDING"]
+    plan = ticks_to_queue(state.ticks, pending, me, settings.every_s)
+    if not plan.begins_s:
+        log(f"the next ticks are queued already ({', '.join(j for j in pending if j != me)})")
         return
-    job = backend.submit(folder.scripts / TICK_SCRIPT, begin_s=settings.every_s)
-    folder.append(record("scheduled", job=job))
-    log(f"next tick: job {job} in {settings.every_s}s")
+    after = plan.after
+    for begin_s in plan.begins_s:
+        job = backend.submit(folder.scripts / TICK_SCRIPT, after=[after] if after else [], begin_s=begin_s)
+        folder.append(record("scheduled", job=job))
+        log(f"tick job {job} queued: in {begin_s}s{f', after {after} ends' if after else ''}")
+        after = job
 
 
 def candidates(source: str) -> list[Candidate]:
