@@ -147,20 +147,22 @@ def _apply(checkpoint: CheckpointState, kind: str, record: dict[str, Any]) -> No
         checkpoint.compared = record.get("result") or {}
 
 
-Step = Literal["convert", "await_convert", "submit", "await_run", "compare", "done", "failed"]
+Step = Literal["convert", "check_convert", "submit", "await_run", "compare", "done", "failed"]
 
 
 def next_step(checkpoint: CheckpointState, converts: bool, run_ended: bool) -> Step:
-    """What ``checkpoint`` needs next (``converts``: the watch has a conversion step)."""
+    """What ``checkpoint`` needs next (``converts``: the watch has a conversion step). Until its
+    conversion is known to have completed, a converted checkpoint's step is the conversion's: its
+    suite run (on Slurm submitted with the conversion job, ``afterok``) is not compared before."""
     if checkpoint.convert_failed is not None:
         return "failed"
     if checkpoint.compared is not None:
         return "done"
+    if converts and checkpoint.converted is None:
+        return "check_convert" if checkpoint.convert_job is not None else "convert"
     if checkpoint.run is not None:
         return "compare" if run_ended else "await_run"
-    if not converts or checkpoint.converted is not None:
-        return "submit"
-    return "await_convert" if checkpoint.convert_job is not None else "convert"
+    return "submit"
 
 
 def earlier_compared(state: WatchState, checkpoint: CheckpointState) -> bool:

@@ -186,11 +186,15 @@ def watch_status(folder: WatchFolder) -> int:
         if checkpoint.compared is not None:
             what = checkpoint.compared.get("summary", "compared")
         elif checkpoint.convert_failed:
-            what = f"FAILED: {checkpoint.convert_failed}"
+            then = "its suite run was cancelled" if checkpoint.run else "no suite run"
+            what = f"FAILED: {checkpoint.convert_failed}; not retried, {then}"
+        elif checkpoint.convert_job and checkpoint.converted is None:
+            waits = "its suite run waits for it (afterok)" if checkpoint.run else "its suite run follows"
+            what = f"converting: job {checkpoint.convert_job}; {waits}"
         elif checkpoint.run is not None:
             what = "ended, to compare" if run_ended(Path(checkpoint.run)) else "running"
         else:
-            what = "converting" if checkpoint.convert_job else "claimed, to submit"
+            what = "claimed, to submit"
         print(f"  {checkpoint.checkpoint}\n    run: {checkpoint.run or '-'}\n    {what}")
     print(f"{len(state.checkpoints)} checkpoint(s)")
     return ExitCode.DONE

@@ -146,9 +146,11 @@ def advance(
     run = _run_path(checkpoint.run) if checkpoint.run else None
     step = next_step(checkpoint, settings.convert is not None, run is not None and run_ended(run))
     if step == "convert":
-        _convert(folder, settings, backend, checkpoint)
-    elif step == "await_convert":
-        _check_conversion(folder, backend, checkpoint)
+        job = _convert(folder, settings, backend, checkpoint)
+        if settings.backend == "slurm":  # the suite run waits for it in Slurm's queue (afterok)
+            _submit(folder, settings, checkpoint, after_ok=[job])
+    elif step == "check_convert":
+        _check_conversion(folder, settings, backend, checkpoint)
     elif step == "submit":
         _submit(folder, settings, checkpoint)
     elif step == "compare":
@@ -185,7 +187,7 @@ def converted_path(folder: WatchFolder, checkpoint: CheckpointState) -> Path:
 
 def _convert(
     folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, checkpoint: CheckpointState
-) -> None:
+) -> str:
     assert settings.convert is not None
     output = converted_path(folder, checkpoint)
     output.parent.mkdir(mode=0o700, exist_ok=True)
@@ -200,6 +202,7 @@ def _convert(
     job = backend.submit(script)
     folder.append(record("converting", digest=checkpoint.digest, job=job))
     log(f"checkpoint {checkpoint.checkpoint}: conversion job {job}")
+    return job
 
 
 def convert_script(folder: WatchFolder, settings: WatchSettings, argv: list[str], output: Path) -> str:
@@ -220,19 +223,33 @@ def convert_script(folder: WatchFolder, settings: WatchSettings, argv: list[str]
     )
 
 
-def _check_conversion(folder: WatchFolder, backend: WatchBackend, checkpoint: CheckpointState) -> None:
+def _check_conversion(
+    folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, checkpoint: CheckpointState
+) -> None:
+    """The conversion job still live: on Slurm, submit the suite run behind it if a killed tick did not
+    (afterok). Ended: record that it completed, or that it failed (once: never retried) and cancel the
+    suite run that waited for it (Slurm keeps it pending forever: DependencyNeverSatisfied)."""
     assert checkpoint.convert_job is not None
     rows = backend.job_rows([checkpoint.convert_job])
     if any(row.state in LIVE_STATES for row in rows.values()):
+        if checkpoint.run is None and settings.backend == "slurm":
+            _submit(folder, settings, checkpoint, after_ok=[checkpoint.convert_job])
         return
     output = converted_path(folder, checkpoint)
     if (output / CONVERTED_MARK).is_file():
         folder.append(record("converted", digest=checkpoint.digest, checkpoint=str(output)))
         log(f"checkpoint {checkpoint.checkpoint}: converted into {output}")
-    else:
-        reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
-        folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
-        log(f"checkpoint {checkpoint.checkpoint}: {reason}")
+        return
+    reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
+    folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
+    log(f"checkpoint {checkpoint.checkpoint}: {reason}")
+    if checkpoint.run is not None:
+        from gymslurm.commands.cancel import cancel_run
+        from gymslurm.launcher.run_site import run_backend
+        from gymslurm.launcher.rundir import RunDir
+
+        run = RunDir(Path(checkpoint.run))
+        cancel_run(run, run_backend(run))
 
 
 def suite_name(folder: WatchFolder, checkpoint: CheckpointState) -> str:
@@ -240,8 +257,14 @@ def suite_name(folder: WatchFolder, checkpoint: CheckpointState) -> str:
     return f"{folder.name}-{checkpoint.digest[:12]}"
 
 
-def _submit(folder: WatchFolder, settings: WatchSettings, checkpoint: CheckpointState) -> None:
-    """Submit the checkpoint's suite run (or record the one a killed tick made)."""
+def _submit(
+    folder: WatchFolder,
+    settings: WatchSettings,
+    checkpoint: CheckpointState,
+    after_ok: list[str] | None = None,
+) -> None:
+    """Submit the checkpoint's suite run (or record the one a killed tick made); ``after_ok``: its
+    first links wait for the conversion job to complete (Slurm), on the folder it will write."""
     from gymslurm.commands.new_suite import submit_suite
     from gymslurm.launcher.suite_settings import chain_settings, load_suite
 
@@ -251,7 +274,9 @@ def _submit(folder: WatchFolder, settings: WatchSettings, checkpoint: Checkpoint
     run_root = (Path(settings.workdir) / chain_settings(suite)[0].run_root).resolve()
     existing = _run_of(run_root, suite_name(folder, checkpoint))
     if existing is None:
-        submit_suite(suite, settings.overrides, settings.backend, dry_run=False, wait=False)
+        submit_suite(
+            suite, settings.overrides, settings.backend, dry_run=False, wait=False, after_ok=after_ok
+        )
         existing = _run_of(run_root, suite_name(folder, checkpoint))
     if existing is None:
         raise GymslurmError(f"the suite run of {checkpoint.checkpoint} was not found under {run_root}")
@@ -272,7 +297,8 @@ def write_checkpoint_suite(folder: WatchFolder, settings: WatchSettings, checkpo
     from gymslurm.store.atomic import publish_bytes
 
     data: dict[str, Any] = yaml.safe_load(Path(settings.suite).read_text())
-    model_input = checkpoint.converted or checkpoint.checkpoint
+    converts = settings.convert is not None
+    model_input = str(converted_path(folder, checkpoint)) if converts else checkpoint.checkpoint
     data = with_checkpoint(data, model_input)
     data["name"] = suite_name(folder, checkpoint)
     path = folder.suites / f"{checkpoint.digest}.yaml"

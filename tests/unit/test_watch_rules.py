@@ -124,7 +124,10 @@ def _state(**fields: Any) -> CheckpointState:
     [
         (_state(), False, False, "submit"),
         (_state(), True, False, "convert"),
-        (_state(convert_job="5"), True, False, "await_convert"),
+        (_state(convert_job="5"), True, False, "check_convert"),
+        (_state(convert_job="5", run="/r"), True, True, "check_convert"),  # afterok: not compared yet
+        (_state(convert_job="5", run="/r", converted="/out"), True, False, "await_run"),
+        (_state(convert_job="5", run="/r", converted="/out"), True, True, "compare"),
         (_state(convert_job="5", converted="/out"), True, False, "submit"),
         (_state(convert_job="5", convert_failed="died"), True, False, "failed"),
         (_state(run="/r"), False, False, "await_run"),
@@ -133,7 +136,8 @@ def _state(**fields: Any) -> CheckpointState:
     ],
 )
 def test_next_step(checkpoint: CheckpointState, converts: bool, ended: bool, step: str) -> None:
-    """Each checkpoint goes convert -> submit -> await its run -> compare -> done (table)."""
+    """Each checkpoint goes convert -> (its conversion checked) -> submit -> await its run -> compare
+    -> done; on Slurm its run is submitted with the conversion job, which is checked first (table)."""
     assert next_step(checkpoint, converts, ended) == step
 
 
