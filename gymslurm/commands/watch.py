@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     folder = WatchFolder(watch_root(Path(settings.run_root)) / settings.name)
     folder.create(settings)
     publish_bytes(folder.scripts / "tick.sbatch", tick_script(folder, settings).encode(), mode=0o700)
-    from gymslurm.commands.watch_tick import backend_of
+    from gymslurm.commands.watch_jobs import backend_of
 
     backend = backend_of(folder, settings)
     job = backend.submit(folder.scripts / "tick.sbatch")
@@ -172,7 +172,7 @@ def tick_script(folder: WatchFolder, settings: WatchSettings) -> str:
 
 def watch_status(folder: WatchFolder) -> int:
     """``gymslurm status WATCH``: its checkpoints, each one's run and comparison, and its tick jobs."""
-    from gymslurm.commands.watch_tick import backend_of, run_ended
+    from gymslurm.commands.watch_jobs import backend_of, run_ended
 
     settings = folder.read_settings()
     state = fold(folder.read())
@@ -202,7 +202,7 @@ def watch_status(folder: WatchFolder) -> int:
 
 def cancel_watch(folder: WatchFolder) -> int:
     """``gymslurm cancel WATCH``: record it (a tick that runs later ends at once), cancel queued ticks."""
-    from gymslurm.commands.watch_tick import backend_of
+    from gymslurm.commands.watch_jobs import backend_of
 
     settings = folder.read_settings()
     backend = backend_of(folder, settings)

@@ -26,9 +26,9 @@ from typing import Any
 
 import yaml
 
+from gymslurm.commands.watch_jobs import WatchBackend, backend_of, run_ended
 from gymslurm.errors import GymslurmError
-from gymslurm.site.backend import LIVE_STATES, SlurmBackend, this_job
-from gymslurm.site.local import LocalBackend
+from gymslurm.site.backend import LIVE_STATES, this_job
 from gymslurm.store.watch_ledger import WatchFolder, WatchSettings, record
 from gymslurm.watch_rules import (
     Candidate,
@@ -47,14 +47,8 @@ from gymslurm.watch_rules import (
     with_checkpoint,
 )
 
-WatchBackend = SlurmBackend | LocalBackend
 TICK_SCRIPT = "tick.sbatch"
 CONVERTED_MARK = ".gymslurm-converted"
-
-
-def backend_of(folder: WatchFolder, settings: WatchSettings) -> WatchBackend:
-    """The backend that runs the watch's own jobs (ticks, conversions)."""
-    return SlurmBackend() if settings.backend == "slurm" else LocalBackend(folder.local_dir)
 
 
 def log(message: str) -> None:
@@ -169,15 +163,6 @@ def advance(
 
 def _run_path(run: str | None) -> Path | None:
     return Path(run) if run else None
-
-
-def run_ended(run: Path) -> bool:
-    """True once the suite run's aggregation chain finished (or every chain did, with none)."""
-    from gymslurm.launcher.rundir import RunDir, chain_states
-
-    rundir = RunDir(run)
-    states = chain_states(rundir, rundir.read_info().shards)
-    return states[-1].finished or (all(state.finished for state in states[:-1]) and not states[-1].epoch_jobs)
 
 
 def converted_path(folder: WatchFolder, checkpoint: CheckpointState) -> Path:
