@@ -267,6 +267,7 @@ def render(data: ReportData, now: float | None = None, digest: str | None = None
         f"<p>aggregation: {_e(status.aggregation.job)} {_e(status.aggregation.state)}</p>",
         f'<p class="summary" id="result">{_e(headline(metrics) or _no_metrics(status))}</p>',
         *_suite_section(data.suite),
+        *_comparison_section(data.comparison),  # near the top: the first thing a reader of a candidate wants
         "<h2>Shards</h2>",
         _table([c.title for c in COLUMNS], shard_rows, "shards"),
         "<h2>Timeline of links</h2>",
@@ -319,7 +320,6 @@ def render(data: ReportData, now: float | None = None, digest: str | None = None
         else f'<p id="metrics">{_e(_no_metrics(status))}</p>',
         "<h2>Reward distribution per taskset</h2>",
         rewards_chart(data.rewards),
-        *_comparison_section(data.comparison),
     ]
     script = (
         "document.body.dataset.rendered = String(JSON.parse("
