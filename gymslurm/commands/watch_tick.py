@@ -225,16 +225,16 @@ def _check_conversion(
         folder.append(record("converted", digest=checkpoint.digest, checkpoint=str(output)))
         log(f"checkpoint {checkpoint.checkpoint}: converted into {output}")
         return
-    reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
-    folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
-    log(f"checkpoint {checkpoint.checkpoint}: {reason}")
-    if checkpoint.run is not None:
+    if checkpoint.run is not None:  # first: a cancel that fails is tried again by the next tick
         from gymslurm.commands.cancel import cancel_run
         from gymslurm.launcher.run_site import run_backend
         from gymslurm.launcher.rundir import RunDir
 
         run = RunDir(Path(checkpoint.run))
         cancel_run(run, run_backend(run))
+    reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
+    folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
+    log(f"checkpoint {checkpoint.checkpoint}: {reason}")
 
 
 def suite_name(folder: WatchFolder, checkpoint: CheckpointState) -> str:
