@@ -192,6 +192,7 @@ class ReportData:
     metrics: dict[str, Any] | None
     rewards: list[dict[str, Any]] | None  # the merged run's reward histogram per taskset
     suite: list[SuiteRow] = field(default_factory=list)  # a suite run's benchmarks ([] for one benchmark)
+    comparison: dict[str, Any] | None = None  # report --baseline: compare --json's document, unchanged
 
 
 def status_json(document: StatusDocument) -> bytes:
