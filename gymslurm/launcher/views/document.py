@@ -14,6 +14,7 @@ version (gymslurm/formats.py, ``status``). tests/unit/test_status_document.py pi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +104,14 @@ class RunCounts:
 class StatusSummary(CostSummary, RunCounts):
     """The run's summary: its counts, then its cost (a dataclass's fields come base last first, so
     :class:`RunCounts`' fields lead and :class:`~gymslurm.launcher.run_cost.CostSummary`'s follow)."""
+
+
+BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
+
+
+def jobs_busy(rows: Sequence[ShardRow]) -> bool:
+    """A shard's job still runs or waits: its link may yet queue the aggregation (pure)."""
+    return any(row.job_state.startswith(BUSY_JOB_STATES) for row in rows)
 
 
 @dataclass(frozen=True, kw_only=True)
