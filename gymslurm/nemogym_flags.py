@@ -238,16 +238,26 @@ def refuse_server_flags(argv: list[str], settings: Collection[str]) -> None:
             f"configuration from the head server instead. Drop `{shown}` (a collection setting such a "
             "config file sets at its top level, e.g. responses_create_params, goes on the command line)"
         )
+    collect = _collect_spelling(words, settings)
+    raise ConfigError(
+        f"gym eval run's {named} without --no-serve start NeMo Gym's servers, which gymslurm collect never "
+        f"does. Start them with NeMo Gym's launcher: `gym env start {shown}`; then {collect}"
+    )
+
+
+def _collect_spelling(words: list[tuple[str, str | None]], settings: Collection[str]) -> str:
+    """The ``gymslurm collect --no-serve`` half of a server-starting line's spelling, and its input."""
     kept = [(n, v) for n, v in words if not is_server_word(n, settings) and n.lstrip("+~") not in PREPARATION]
     rest = " ".join(_shown(n, v, "=" if n.startswith("+") else " ") for n, v in kept)
     split = next((value for name, value in words if name.lstrip("+~") in {"--split", "split"}), None)
     dataset = f"the prepared {split} split" if split else "the dataset"
     if not any(name.lstrip("+") in {"--input", "-i", "input_jsonl_fpath"} for name, _ in kept):
         rest += " --input FILE"
-    raise ConfigError(
-        f"gym eval run's {named} without --no-serve start NeMo Gym's servers, which gymslurm collect never "
-        f"does. Start them with NeMo Gym's launcher: `gym env start {shown}`; then collect from them: "
-        f"`gymslurm collect --no-serve {rest}` with {dataset} as FILE (NeMo Gym's "
-        "`gym dataset collate --mode train_preparation --download` prepares it). On Slurm, a benchmark "
+    return (
+        f"collect from them: `gymslurm collect --no-serve {rest}` with {dataset} as FILE (NeMo Gym's "
+        "`gym dataset collate --mode train_preparation --download --output-dir DIR` with the same configs "
+        "writes DIR/<split>.jsonl, as gym eval run does); a collection setting "
+        "the config files set at their top level (responses_create_params, rollout_collection_driver...) "
+        "goes on the collect line, where gymslurm accepts or refuses it by name. On Slurm, a benchmark "
         "config's servers: runs `gym env start` in each job (configs/benchmarks/nemo_gym_weather.yaml)"
     )

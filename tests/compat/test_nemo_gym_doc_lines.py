@@ -10,10 +10,13 @@ line itself is incomplete (a placeholder ``...``, no input file, a diagram). Not
 
 The rate is printed (``-s``) and held to the floor measured when this test was written: 267 of the
 353 lines accepted (76 %; 214, 61 %, before issue 34), 71 refused by name, 15 incomplete as written.
-What keeps it from the 90 % target: 68 lines start servers (``--benchmark``, ``--config``,
-``--model-type``, ``--resources-server``, ``--environment``, ``--model``: ``gym eval run`` without
-``--no-serve``), which ``gymslurm collect`` never does (``gymslurm submit`` with a benchmark config
-does: the refusal says so), and 3 use ``+skills``.
+What keeps it from the 90 % target: 52 lines start servers (``--benchmark``, ``--config``,
+``--model-type``, ``--resources-server``, ``--environment``: ``gym eval run`` without ``--no-serve``,
+which also prepares the ``--split`` dataset, downloading it), which ``gymslurm collect`` never does;
+16 give server flags with ``--no-serve``; 3 use ``+skills``. A server-starting line is refused with
+the two commands that do the same (``gym env start`` with its server flags, ``gymslurm collect
+--no-serve`` with the rest): NeMo Gym's own parser must take every spelled ``gym env start``, and
+gymslurm judges every spelled ``collect`` line as it judges a documented one (36 of 52 accepted).
 """
 
 from __future__ import annotations
