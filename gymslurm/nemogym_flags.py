@@ -128,6 +128,8 @@ SERVER_TYPES = frozenset(
     {"responses_api_models", "resources_servers", "responses_api_agents", "environment_servers"}
 )
 SERVER_SETTING_PREFIXES = ("policy_", "ray_")
+# The server flags that set a credential, and the configuration key each sets (NeMo Gym's MODEL_API_KEY).
+VALUE_FLAGS_OF_SERVERS = {"--model-api-key": "policy_api_key"}
 # Settings of NeMo Gym's data preparation, which `gym eval run` does only when it starts the servers.
 PREPARATION = frozenset({"--split", "split", "reuse_existing_data_preparation"})
 _WITHOUT_VALUE = frozenset({"--allow-unsupported-pairing", "--interleave-repeats", *NO_OP_FLAGS, *BOOL_FLAGS})
@@ -196,15 +198,25 @@ def _words(argv: list[str]) -> list[tuple[str, str | None]]:
 
 
 def _shown(name: str, value: str | None, separator: str) -> str:
-    """One word of a suggested command line: quoted as a shell needs, a credential's value hidden."""
+    """One word of a suggested command line, quoted as a shell needs (a $VARIABLE left to the shell)."""
     if value is None:
         return name
-    if is_credential_name(name.lstrip("+~")):
-        return f"{name}{separator}KEY"
     quoted = shlex.quote(value)
     if "$" in value and not set('"`\\') & set(value):
-        quoted = f'"{value}"'  # the user's $VARIABLE stays the shell's to expand
+        quoted = f'"{value}"'
     return f"{name}{separator}{quoted}"
+
+
+def _line(words: list[tuple[str, str | None]]) -> str:
+    """Words as a suggested command line (``--flag VALUE``, ``+key=value``)."""
+    return " ".join(_shown(n, v, "=" if n.startswith("+") else " ") for n, v in words)
+
+
+def _credential_key(name: str) -> str | None:
+    """The configuration key a credential word sets (``--model-api-key``: ``policy_api_key``), else None."""
+    if not is_credential_name(name.lstrip("+~")):
+        return None
+    return VALUE_FLAGS_OF_SERVERS.get(name, name.lstrip("+~"))
 
 
 def is_server_word(name: str, settings: Collection[str]) -> bool:
@@ -229,26 +241,29 @@ def refuse_server_flags(argv: list[str], settings: Collection[str]) -> None:
     if not any(name in SERVER_FLAGS for name, _ in words):
         return
     servers = [(name, value) for name, value in words if is_server_word(name, settings)]
-    named = ", ".join(dict.fromkeys(name for name, _ in servers if name in SERVER_FLAGS))
-    shown = " ".join(_shown(n, v, "=" if n.startswith("+") else " ") for n, v in servers)
+    named = "(" + ", ".join(dict.fromkeys(name for name, _ in servers if name in SERVER_FLAGS)) + ")"
+    secrets = sorted({key for name, _ in servers if (key := _credential_key(name))})
+    shown = _line([(name, value) for name, value in servers if not _credential_key(name)])
+    kept_out = f"; {', '.join(secrets)} in NeMo Gym's env.yaml, never on a command line" if secrets else ""
     if any(name == "--no-serve" for name, _ in words):
         raise ConfigError(
-            f"gym eval run's {named} under --no-serve only compose NeMo Gym's collector's own copy of the "
-            "configuration (the servers are already up); gymslurm collect reads the running servers' "
-            f"configuration from the head server instead. Drop `{shown}` (a collection setting such a "
+            f"gym eval run's server flags {named} under --no-serve only compose NeMo Gym's collector's own "
+            "copy of the configuration (the servers are already up); gymslurm collect reads the running "
+            f"servers' configuration from the head server instead. Drop them (a collection setting such a "
             "config file sets at its top level, e.g. responses_create_params, goes on the command line)"
         )
     collect = _collect_spelling(words, settings)
     raise ConfigError(
-        f"gym eval run's {named} without --no-serve start NeMo Gym's servers, which gymslurm collect never "
-        f"does. Start them with NeMo Gym's launcher: `gym env start {shown}`; then {collect}"
+        f"gym eval run's server flags {named} without --no-serve start NeMo Gym's servers, which gymslurm "
+        f"collect never does. Start them with NeMo Gym's launcher: `gym env start {shown}`{kept_out}; "
+        f"then {collect}"
     )
 
 
 def _collect_spelling(words: list[tuple[str, str | None]], settings: Collection[str]) -> str:
     """The ``gymslurm collect --no-serve`` half of a server-starting line's spelling, and its input."""
     kept = [(n, v) for n, v in words if not is_server_word(n, settings) and n.lstrip("+~") not in PREPARATION]
-    rest = " ".join(_shown(n, v, "=" if n.startswith("+") else " ") for n, v in kept)
+    rest = _line(kept)
     split = next((value for name, value in words if name.lstrip("+~") in {"--split", "split"}), None)
     dataset = f"the prepared {split} split" if split else "the dataset"
     if not any(name.lstrip("+") in {"--input", "-i", "input_jsonl_fpath"} for name, _ in kept):
