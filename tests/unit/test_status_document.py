@@ -62,6 +62,7 @@ ROW = [
     "gpu_hours_slurm",
     "gpu_text",
     "faults",
+    "excluded_nodes",
 ]
 DOCUMENT = [
     "schema",
