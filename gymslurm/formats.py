@@ -107,8 +107,14 @@ FORMATS: dict[str, Format] = {
     "run_info": Format(
         "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run"
     ),
+    # array v2 (issue 35): ``after_ok``, the jobs the first links wait for (a watch's conversion), which
+    # a gymslurm before it would refuse as an unknown field; v1 records (none) still read.
     "array": Format(
-        "the job-array record (array.json)", "v", 1, "use the gymslurm version that submitted the run"
+        "the job-array record (array.json)",
+        "v",
+        2,
+        "use the gymslurm version that submitted the run",
+        older=(1,),
     ),
     # Printed documents (launcher/views/document.py): written, never read back; a script reads the field.
     "status": Format("the status document (status --json)", "version", 1),

@@ -254,21 +254,34 @@ def test_the_docs_list_the_verdicts_of_the_vocabulary() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "record"),
+    ("name", "record", "reads"),
     [
-        ("run.json", {"v": 2, "name": "r"}),
-        ("array.json", {"v": 2, "job_id": "1", "shards": 1, "max_running": None, "at": "t"}),
+        ("run.json", {"v": 2, "name": "r"}, "version 1 only"),
+        ("array.json", {"v": 3, "job_id": "1", "shards": 1, "max_running": None, "at": "t"}, "versions 1, 2"),
     ],
 )
 def test_a_run_record_of_another_version_is_refused_naming_the_file(
-    tmp_path: Path, name: str, record: dict[str, object]
+    tmp_path: Path, name: str, record: dict[str, object], reads: str
 ) -> None:
     """run.json and array.json are version-checked first, through formats.py, in its one voice."""
     run = RunDir(tmp_path / "run")
     atomic_write(run.root / name, orjson.dumps(record))
     read = run.read_info if name == "run.json" else run.read_array
-    with pytest.raises(ConfigError, match=rf"{name}: .* is version 2 \(v 2\); this gymslurm reads version 1"):
+    found = record["v"]
+    with pytest.raises(
+        ConfigError, match=rf"{name}: .* is version {found} \(v {found}\); this gymslurm reads {reads}"
+    ):
         read()
+
+
+def test_a_version_1_array_record_reads_with_no_after_ok(tmp_path: Path) -> None:
+    """array.json version 1 (before issue 35) still reads: its arrays wait for nothing."""
+    run = RunDir(tmp_path / "run")
+    atomic_write(
+        run.array_path, orjson.dumps({"v": 1, "job_id": "1", "shards": 1, "max_running": None, "at": "t"})
+    )
+    record = run.read_array()
+    assert record is not None and record.after_ok is None
 
 
 def test_an_array_record_without_a_version_reads_as_version_1(tmp_path: Path) -> None:
