@@ -101,6 +101,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.verdicts",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
+            "gymslurm.launcher.environment",
             "gymslurm.launcher.suite_rules",
             "gymslurm.launcher.suite_settings",
             "gymslurm.launcher.suite_run",

@@ -20,8 +20,8 @@ from gymslurm.commands.overrides import secret_overrides
 from gymslurm.errors import ConfigError
 from gymslurm.job import servers as server_mod
 from gymslurm.job.collector_process import child_environment, run_collector, split_command
-from gymslurm.job.environment import withheld_variables
 from gymslurm.job.heartbeat import Signals
+from gymslurm.launcher.environment import withheld_variables
 from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
