@@ -63,6 +63,7 @@ ROW = [
     "gpu_hours_slurm",
     "gpu_text",
     "faults",
+    "excluded_nodes",
 ]
 DOCUMENT = [
     "schema",
