@@ -116,7 +116,7 @@ LINK = [
     "gpu_hours",
     "gpu_hours_idle",
 ]
-REPORT = ["schema", "version", "status", "shards", "metrics", "rewards", "suite"]
+REPORT = ["schema", "version", "status", "shards", "metrics", "rewards", "suite", "comparison"]
 SUITE = [
     "benchmark",
     "shards",
