@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gymslurm.errors import GymslurmError, ManifestError
-
 
 @dataclass(frozen=True)
 class Format:
@@ -141,8 +139,11 @@ def version_problem(kind: str, found: object) -> str | None:
     )
 
 
-def check_version(kind: str, found: object, where: str, error: type[GymslurmError] = ManifestError) -> None:
-    """Raise ``error`` naming ``where`` unless ``found`` is the version of ``kind`` this gymslurm reads."""
+def check_version(kind: str, found: object, where: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``where`` unless ``found`` is the version of ``kind`` this gymslurm reads.
+
+    The caller names the error (one of errors.py's tree, as its file's reader raises), so this table
+    stands on nothing: every rule that stamps a version can stand on the ground too."""
     problem = version_problem(kind, found)
     if problem is not None:
         raise error(f"{where}: {problem}")

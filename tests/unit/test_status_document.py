@@ -15,13 +15,14 @@ from gymslurm.errors import ConfigError
 from gymslurm.formats import FORMATS
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import FINISHED, BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.rundir import ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import ArrayRecord, RunDir, atomic_write
 from gymslurm.launcher.verdicts import DECISION_COLOURS, LOOKS, RUNNING_LINK, VERDICT_OF_STOP, ChainVerdict
 from gymslurm.launcher.views.document import ShardRow, SuiteRow, status_json, with_suite
 from gymslurm.launcher.views.report import _CLOCK_SHARD, report_data
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import COLUMNS
 from gymslurm.site.local import LocalBackend
+from tests.status_documents import one_shard_run
 
 ROW = [
     "shard",
@@ -132,20 +133,7 @@ SUITE = [
 
 def _run(tmp_path: Path) -> RunDir:
     """A local run of one shard: one link decided CONTINUE, the next running."""
-    run = RunDir(tmp_path / "run")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="2026-12-01T10:00:00+00:00",
-        backend="local",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=3600.0,
-    )
-    atomic_write(run.info_path, info.model_dump_json().encode())
+    run = one_shard_run(tmp_path / "run")
     decided = DecisionRecord(
         job_id="1",
         start="2026-12-01T10:00:00+00:00",
