@@ -380,27 +380,3 @@ def task_order(key: TaskKey) -> tuple[str, bool, int, str]:
 
 def _flip(key: TaskKey, base: float, cand: float) -> Flip:
     return Flip(taskset=key[0], task_id=key[1], baseline=base, candidate=cand)
-
-
-def parse_comparison(raw: bytes, where: str) -> ComparisonDocument:
-    """A saved ``gymslurm compare --json`` document: its version checked first, then every field."""
-    import orjson
-    from pydantic import ValidationError
-
-    from gymslurm.errors import ConfigError
-    from gymslurm.formats import check_version
-
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ConfigError(
-            f"{where} is not JSON ({error}): give a file `gymslurm compare --json` wrote"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} is not a comparison document (not a JSON object)")
-    check_version("comparison", data.get("format_version"), where, ConfigError)
-    try:
-        return ComparisonDocument.model_validate(data)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:5])
-        raise ConfigError(f"{where} is not a valid comparison document ({problems})") from None

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gymslurm.errors import GymslurmError, ManifestError
-
 
 @dataclass(frozen=True)
 class Format:
@@ -107,8 +105,14 @@ FORMATS: dict[str, Format] = {
     "run_info": Format(
         "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run"
     ),
+    # array v2 (issue 35): ``after_ok``, the jobs the first links wait for (a watch's conversion), which
+    # a gymslurm before it would refuse as an unknown field; v1 records (none) still read.
     "array": Format(
-        "the job-array record (array.json)", "v", 1, "use the gymslurm version that submitted the run"
+        "the job-array record (array.json)",
+        "v",
+        2,
+        "use the gymslurm version that submitted the run",
+        older=(1,),
     ),
     # Printed documents (launcher/views/document.py): written, never read back; a script reads the field.
     "status": Format("the status document (status --json)", "version", 1),
@@ -135,8 +139,11 @@ def version_problem(kind: str, found: object) -> str | None:
     )
 
 
-def check_version(kind: str, found: object, where: str, error: type[GymslurmError] = ManifestError) -> None:
-    """Raise ``error`` naming ``where`` unless ``found`` is the version of ``kind`` this gymslurm reads."""
+def check_version(kind: str, found: object, where: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``where`` unless ``found`` is the version of ``kind`` this gymslurm reads.
+
+    The caller names the error (one of errors.py's tree, as its file's reader raises), so this table
+    stands on nothing: every rule that stamps a version can stand on the ground too."""
     problem = version_problem(kind, found)
     if problem is not None:
         raise error(f"{where}: {problem}")

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gymslurm.comparison import BenchmarkComparison, ComparisonDocument
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import GateExit
-from gymslurm.formats import version_of
+from gymslurm.formats import check_version, version_of
 
 Verdict = Literal["pass", "warn", "block"]
 SEVERITY: dict[Verdict, int] = {"pass": 0, "warn": 1, "block": 2}
@@ -122,6 +122,29 @@ def _line_of(node: Any, loc: Sequence[int | str]) -> int:
         key_node, node = match
         line = (node if isinstance(node, yaml.ScalarNode) else key_node).start_mark.line + 1
     return line
+
+
+# --- the comparison, read back ------------------------------------------------------------------------
+
+
+def parse_comparison(raw: bytes, where: str) -> ComparisonDocument:
+    """A saved ``gymslurm compare --json`` document: its version checked first, then every field."""
+    import orjson
+
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ConfigError(
+            f"{where} is not JSON ({error}): give a file `gymslurm compare --json` wrote"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} is not a comparison document (not a JSON object)")
+    check_version("comparison", data.get("format_version"), where, ConfigError)
+    try:
+        return ComparisonDocument.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:5])
+        raise ConfigError(f"{where} is not a valid comparison document ({problems})") from None
 
 
 # --- the rule table -------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A contract between two processes (a link and its collector), so it stands on the ground floor
 where both ends can import it without one importing the other. What each child process of a
-job gets is decided in ``job/environment.py``.
+job gets is decided in ``launcher/environment.py``.
 """
 
 from __future__ import annotations

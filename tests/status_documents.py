@@ -1,11 +1,14 @@
 """Status documents for tests of what reads them (``--wait``, the table, the report): typed rows and
-documents with every field filled, so a test names only the fields it is about."""
+documents with every field filled, so a test names only the fields it is about; and the run folder
+those tests write a ledger into."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gymslurm.launcher.run_cost import NO_COST
+from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.document import AggregationStatus, ShardRow, StatusDocument
 from gymslurm.launcher.views.status import summary_of
@@ -80,3 +83,22 @@ def document(
         "queries": 1,
     }
     return StatusDocument(**{**fields, **given})
+
+
+def one_shard_run(root: Path) -> RunDir:
+    """A local run of one shard at ``root``: its ``run.json`` written, its ledger still empty."""
+    run = RunDir(root)
+    info = RunInfo(
+        name="r",
+        benchmark="b",
+        overrides=[],
+        created_at="2026-12-01T10:00:00+00:00",
+        backend="local",
+        shards=1,
+        workdir="/",
+        output_stem="rollouts",
+        infra_retry_limit=3,
+        max_walltime_s=3600.0,
+    )
+    atomic_write(run.info_path, info.model_dump_json().encode())
+    return run

@@ -104,11 +104,13 @@ def read_side(ref: str, run_root: Path, metric: str) -> list[BenchmarkRewards]:
 
     A list so that a suite run (one sub-run per benchmark) is read into one entry per benchmark.
     """
+    from gymslurm.settings import max_rollout_attempts
     from gymslurm.store.task_rewards import read_task_rewards
 
+    attempts = max_rollout_attempts()
     path = Path(ref).expanduser()
     if path.suffix == ".jsonl" or path.is_file():
-        return [read_task_rewards(path, name=path.stem, metric=metric)]
+        return [read_task_rewards(path, name=path.stem, metric=metric, adopt_attempts=attempts)]
     from gymslurm.launcher.rundir import resolve_run
 
     run = resolve_run(ref, run_root)
@@ -123,15 +125,16 @@ def read_side(ref: str, run_root: Path, metric: str) -> list[BenchmarkRewards]:
             f"run {run.name} has no merged output yet ({merged}): its aggregation writes it once every "
             f"shard ended (gymslurm status {run.name}); or compare one shard's output .jsonl"
         )
-    return [read_task_rewards(merged, name=info.benchmark, metric=metric)]
+    return [read_task_rewards(merged, name=info.benchmark, metric=metric, adopt_attempts=attempts)]
 
 
 def _suite_side(run: RunDir, metric: str) -> list[BenchmarkRewards]:
     """A suite run's benchmarks, each from its own merged output (paired by name with the other side)."""
     from gymslurm.launcher.suite_run import member_run, read_suite_record
+    from gymslurm.settings import max_rollout_attempts
     from gymslurm.store.task_rewards import read_task_rewards
 
-    sides = []
+    attempts, sides = max_rollout_attempts(), []
     for entry in read_suite_record(run).benchmarks:
         merged = member_run(run, entry.name).merged_output(entry.output_stem)
         if not merged.is_file():
@@ -139,5 +142,5 @@ def _suite_side(run: RunDir, metric: str) -> list[BenchmarkRewards]:
                 f"suite run {run.name}: benchmark {entry.name} has no merged output yet ({merged}): the "
                 f"suite's aggregation writes it once every chain ended (gymslurm status {run.name})"
             )
-        sides.append(read_task_rewards(merged, name=entry.name, metric=metric))
+        sides.append(read_task_rewards(merged, name=entry.name, metric=metric, adopt_attempts=attempts))
     return sides

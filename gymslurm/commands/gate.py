@@ -74,7 +74,7 @@ def _gate(argv: list[str]) -> int:
 
 def _comparison(args: argparse.Namespace, parser: _Parser) -> ComparisonDocument:
     from gymslurm.commands.compare import comparison_from_args
-    from gymslurm.comparison import parse_comparison
+    from gymslurm.gate import parse_comparison
 
     if len(args.runs) == 1:
         saved = Path(args.runs[0])

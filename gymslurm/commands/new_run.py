@@ -501,7 +501,7 @@ def create_run(
     (run.root / "logs").mkdir(mode=0o700, exist_ok=True)
     os.environ[SECRETS_ENV] = json.dumps({**secrets, **inputs.secrets()})
     if plan is not None:  # before the mark: whoever completes a killed submit queues from it
-        record_plan(run, settings.shards, settings.slurm.max_running, plan)
+        record_plan(run, settings.shards, settings.slurm.max_running, plan, after_ok)
     with queuing(run):  # a submit killed midway leaves the rest to the run's first job (first_links.py)
         if plan is not None:
             assert isinstance(backend, SlurmBackend | ClusterSetBackend)

@@ -30,10 +30,10 @@ from gymslurm.job.chain import (
     queue_chain,
 )
 from gymslurm.job.collector_process import run_collector
-from gymslurm.job.environment import withheld_in_job
 from gymslurm.job.heartbeat import Signals, log
 from gymslurm.job.summary import write_summary_if_ended
 from gymslurm.launcher.decide import Decision, JobEnd, Limits, decide, job_exit_code
+from gymslurm.launcher.environment import withheld_in_job
 from gymslurm.launcher.ledger import ChainState, DecisionRecord, Started, fold, record_decision, summarize
 from gymslurm.launcher.links import allocated_gpus
 from gymslurm.launcher.notify import LINK_GRACE_S, Notifier, run_done_event, safely

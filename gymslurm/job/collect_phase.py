@@ -20,11 +20,11 @@ from gymslurm.job.collector_process import (
     run_collector,
 )
 from gymslurm.job.context import Chain, LinkContext
-from gymslurm.job.environment import withheld_in_job
 from gymslurm.job.first_links import complete_queuing
 from gymslurm.job.heartbeat import Heartbeat, log
 from gymslurm.job.server_watch import Supervisor
 from gymslurm.job.stack import start_stack
+from gymslurm.launcher.environment import withheld_in_job
 from gymslurm.launcher.ledger import ChainState, Ledger, ServerRecord, last_reason
 from gymslurm.launcher.rundir import RunDir, ensure_shard_input
 

@@ -49,18 +49,19 @@ def read_progress(output: Path) -> Progress | None:
     )
 
 
-def read_resubmit_offset(output: Path) -> str | None:
-    """The failure-line count of the collector's ``<stem>_resubmit_offset`` (what the ledger keeps), if any.
+def ledger_resubmit_offset(output: Path) -> str | None:
+    """The failure-line count of the collector's ``<stem>_resubmit_offset`` as a decision record keeps it
+    (None: no file), not the store's ``(failures, results)`` pair that a resume reads.
 
     Parsed by the store's one reader; a malformed file is said on the job's output and kept as None.
     """
-    from gymslurm.store.files import read_resubmit_offset as store_resubmit_offset
+    from gymslurm.store.files import read_resubmit_offset
 
     paths = RunPaths.for_output(output)
     if not paths.resubmit_offset.exists():
         return None
     try:
-        failures, _ = store_resubmit_offset(paths)
+        failures, _ = read_resubmit_offset(paths)
     except StoreError as error:
         log(f"unreadable resubmit offset: {error}")
         return None

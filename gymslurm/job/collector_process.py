@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gymslurm.dispatch.calls import serves_model_load
-from gymslurm.job import environment
 from gymslurm.job import servers as server_mod
 from gymslurm.job.collector_files import read_live_progress
 from gymslurm.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.job.server_watch import Supervisor
+from gymslurm.launcher import environment
 from gymslurm.launcher.adaptive_load import (
     AdaptiveChoice,
     adaptive_overrides,
@@ -165,7 +165,7 @@ def child_environment(extra: dict[str, str] | None = None, withheld: Iterable[st
 
     Each process gets only its own secrets: the collector its overrides and ``collector.env``
     (``${oc.env:NAME}`` resolved here, inside the job), each server its ``env``, never
-    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (job/environment.py).
+    ``GYMSLURM_SECRETS``, and no variable ``withheld`` for another process (launcher/environment.py).
     """
     own = extra or {}
     child_env = environment.child_environment(os.environ, own, withheld=withheld, where="collector.env")

@@ -10,6 +10,12 @@ the lock, exactly once — the arrays, spare arrays or shards' chains not queued
 — and removes the mark. So a submit killed after its first call leaves no shard without a job;
 one killed before any call returned queued nothing (``status``: STALLED, ``resubmit`` starts it).
 ``resubmit`` takes the same lock and removes the mark: it restarts what was never queued itself.
+
+Arrays submitted to wait for other jobs' success (``after_ok``: a watch's conversion job) record
+them in array.json. A completion by a job of the run needs no wait (a job of the run ran: they
+completed); one from the login side (``status``, ``submit``, ``resubmit``) asks Slurm about them
+once (:func:`gymslurm.site.backend.job_states`) and keeps the wait, drops it, or queues nothing
+(:func:`completion_wait`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,7 @@ from gymslurm.launcher.settings import SlurmSettings
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.redaction import REDACTED
 from gymslurm.site.arrays import ArrayPlan
-from gymslurm.site.backend import Backend, ClusterSetBackend, SlurmBackend
+from gymslurm.site.backend import LIVE_STATES, Backend, ClusterSetBackend, SlurmBackend, job_states
 from gymslurm.site.placement import Block, cluster_parts
 from gymslurm.store.flock import try_lock
 
@@ -83,7 +89,7 @@ def queuing_taken_over(run: RunDir, backend: Backend, lookahead: int, *, complet
         return
     try:
         if complete and run.queuing_mark.exists():
-            _complete(run, backend, lookahead, "resubmit")
+            _complete(run, backend, lookahead, "resubmit", login=True)
         with contextlib.suppress(FileNotFoundError):
             run.queuing_mark.unlink()
         yield True
@@ -100,6 +106,7 @@ def _write(
     *,
     at: str | None = None,
     intent: str | None = None,
+    after_ok: list[str] | None = None,
 ) -> None:
     record = ArrayRecord(
         job_id=parts[0].job_id if parts else "",
@@ -110,6 +117,7 @@ def _write(
         parts=parts,
         throttle=plan[1],
         intent=intent,
+        after_ok=after_ok or None,
     )
     atomic_write(run.array_path, record.model_dump_json(indent=2).encode())
 
@@ -214,13 +222,16 @@ def submit_arrays(
     queued so far (and the plan: chunk, throttle), so a submit killed at any instant leaves them
     known; the run's first job, the next ``status`` or ``submit`` queues the rest
     (:func:`complete_queuing`), never an array twice. ``after_ok``: jobs each array (spares too)
-    waits for to complete successfully first (Slurm's ``afterok``); a completion by the run's first job
-    needs none (a job of the run ran: they completed).
+    waits for to complete successfully first (Slurm's ``afterok``), recorded in array.json; a
+    completion by the run's first job needs none (a job of the run ran: they completed), one from the
+    login side keeps what is still needed (:func:`completion_wait`).
     """
     parts: list[ArrayPart] = []
 
     def write(queued: list[ArrayPart], intent: str | None) -> None:
-        _write(run, shards, max_running, (plan.chunk, plan.throttle), queued, intent=intent)
+        _write(
+            run, shards, max_running, (plan.chunk, plan.throttle), queued, intent=intent, after_ok=after_ok
+        )
 
     pieces = cluster_parts(plan.parts, placement)
     for piece in pieces:
@@ -255,11 +266,13 @@ def submit_arrays(
     return parts[0].job_id
 
 
-def record_plan(run: RunDir, shards: int, max_running: int | None, plan: ArrayPlan) -> None:
-    """``array.json`` with the plan and no array yet, written before the queuing mark: whoever finds
-    the mark (or this record with no array and no mark: submit killed between the two) can queue
-    every array from it."""
-    _write(run, shards, max_running, (plan.chunk, plan.throttle), [])
+def record_plan(
+    run: RunDir, shards: int, max_running: int | None, plan: ArrayPlan, after_ok: list[str] | None = None
+) -> None:
+    """``array.json`` with the plan (and the ``after_ok`` jobs every array waits for) and no array yet,
+    written before the queuing mark: whoever finds the mark (or this record with no array and no mark:
+    submit killed between the two) can queue every array from it."""
+    _write(run, shards, max_running, (plan.chunk, plan.throttle), [], after_ok=after_ok)
 
 
 def queuing_left(run: RunDir) -> bool:
@@ -272,12 +285,14 @@ def queuing_left(run: RunDir) -> bool:
 
 
 def complete_queuing(
-    run: RunDir, backend: Backend, lookahead: int, me: str, *, plan_only: bool = False
+    run: RunDir, backend: Backend, lookahead: int, me: str, *, plan_only: bool = False, login: bool = False
 ) -> list[str]:
     """What a killed ``submit`` left unqueued, queued now by ``me`` (a job, ``status``, ``submit``: the
     module docstring): the jobs queued, none when the run has no mark, submit still holds the lock, or
     it was cancelled. ``plan_only``: also a plan with no array and no mark (:func:`queuing_left`; a
-    job never meets it: no job of the run exists then)."""
+    job never meets it: no job of the run exists then). ``login``: ``me`` is no job of the run, so
+    the arrays' ``after_ok`` jobs are asked about (:func:`completion_wait`); when one failed nothing is
+    queued and the mark stays."""
     left = queuing_left if plan_only else (lambda r: r.queuing_mark.exists())
     if not left(run):
         return []
@@ -291,7 +306,9 @@ def complete_queuing(
             log("the run was cancelled while submit was queuing it: nothing more is queued")
             run.queuing_mark.unlink(missing_ok=True)
             return []
-        queued = _complete(run, backend, lookahead, me)
+        queued = _complete(run, backend, lookahead, me, login=login)
+        if queued is None:  # what the arrays wait for failed: nothing queued, the mark stays
+            return []
         run.queuing_mark.unlink(missing_ok=True)
         log(
             f"submit did not queue every first link (killed midway?); job {me} queued "
@@ -302,7 +319,33 @@ def complete_queuing(
         os.close(fd)
 
 
-def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[str]:
+def completion_wait(after_ok: list[str], states: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """What the arrays a login-side completion queues wait for (pure): of the jobs submit made them
+    wait for (``after_ok``), those Slurm still runs or holds (``states``: Slurm's state of each; a job
+    left out is one Slurm no longer knows). A completed job is no longer waited for (sbatch refuses a
+    dependency on a job slurmctld forgot after MinJobAge); one that ended otherwise, or that Slurm
+    forgot with no accounting to tell how it ended, means nothing may be queued: the reason, second."""
+    waits: list[str] = []
+    for job in after_ok:
+        state = states.get(job)
+        if state in LIVE_STATES:
+            waits.append(job)
+        elif state is None:
+            return [], (
+                f"Slurm no longer knows job {job}, which the first links wait for (forgotten, no "
+                "accounting): whether it completed cannot be told, so nothing more is queued; once "
+                "it is known good, 'gymslurm resubmit RUN' starts the shards"
+            )
+        elif state != "COMPLETED":
+            return [], f"job {job}, which the first links wait for, ended {state}: nothing more is queued"
+    return waits, None
+
+
+def _complete(
+    run: RunDir, backend: Backend, lookahead: int, me: str, *, login: bool = False
+) -> list[str] | None:
+    """The completion itself (the lock held): the jobs queued; None when the jobs the arrays wait for
+    failed (:func:`completion_wait`), said on stderr."""
     info = run.read_info()
     if not info.array or not isinstance(backend, SlurmBackend | ClusterSetBackend):
         queued: list[str] = []
@@ -313,6 +356,12 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
     record = run.read_array()
     if record is None or record.chunk is None:  # a run from before the plan was recorded first
         return []
+    waits: list[str] = []
+    if login and record.after_ok:  # a job of the run completing it: what it waited for completed
+        waits, refused = completion_wait(record.after_ok, job_states(backend, record.after_ok))
+        if refused is not None:
+            print(f"gymslurm {me}: run {run.name}: {refused}", file=sys.stderr, flush=True)
+            return None
     if info.placement is not None:  # a run across clusters: each array on its own cluster
         backend = run_backend(run)
     chunk = record.chunk
@@ -323,7 +372,17 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
     def write(queued: list[ArrayPart], intent: str | None) -> None:
         tail = [p for p in record.arrays if not queued or p.first > queued[-1].first]
         plan_of = (chunk, record.throttle)
-        _write(run, record.shards, record.max_running, plan_of, [*queued, *tail], at=record.at, intent=intent)
+        rest = [*queued, *tail]
+        _write(
+            run,
+            record.shards,
+            record.max_running,
+            plan_of,
+            rest,
+            at=record.at,
+            intent=intent,
+            after_ok=record.after_ok,
+        )
 
     before = {job for p in record.arrays for job in [p.job_id, *(p.spares or [])]}
     for piece in cluster_parts(plan, info.placement):
@@ -342,6 +401,7 @@ def _complete(run: RunDir, backend: Backend, lookahead: int, me: str) -> list[st
                 record=parts,
                 write=write,
                 pending=record.intent,
+                after_ok=waits,
             )
         )
     after = run.read_array()
@@ -365,7 +425,7 @@ def finish_queuing(run: RunDir, by: str, secrets: dict[str, Any] | None = None) 
     info = run.read_info()
     lookahead = info.lookahead or SlurmSettings.model_fields["lookahead"].default
     with _secrets_given(secrets):  # sbatch passes this process's environment on to the jobs
-        queued = complete_queuing(run, run_backend(run), lookahead, by, plan_only=True)
+        queued = complete_queuing(run, run_backend(run), lookahead, by, plan_only=True, login=True)
     if queued:
         print(
             f"gymslurm {by}: run {run.name}: its submit was killed midway; queued {' '.join(queued)}",

@@ -54,7 +54,7 @@ from gymslurm.job import gates
 from gymslurm.job.after_decision import after_decision
 from gymslurm.job.chain import account_for_dead_runs
 from gymslurm.job.collect_phase import collect, prepare
-from gymslurm.job.collector_files import collector_busy_s, read_progress, read_resubmit_offset, saved_bytes
+from gymslurm.job.collector_files import collector_busy_s, ledger_resubmit_offset, read_progress, saved_bytes
 from gymslurm.job.context import Chain, LinkContext
 from gymslurm.job.disk import disk_full
 from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
@@ -160,7 +160,7 @@ def _decide_and_record(link: LinkContext, end: JobEnd, note: str | None, account
         verdict = replace(verdict, reason=f"{note}; {verdict.reason}")
     log(f"decision {verdict.decision}: {verdict.reason}")
     started, output = _started(link), link.output
-    offset = read_resubmit_offset(output)
+    offset = ledger_resubmit_offset(output)
     extras = _figures(end, output, started)
     link.chain.add(
         record_decision(

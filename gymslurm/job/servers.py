@@ -43,7 +43,7 @@ import psutil
 from gymslurm.dispatch import probe_completion, probe_health
 from gymslurm.errors import ConfigError, ServerStartError, SlurmError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.job import environment
+from gymslurm.launcher import environment
 from gymslurm.launcher.server_placement import node_words, step_head
 from gymslurm.launcher.server_refs import SERVER_REFERENCE, credential_url_on_argv, reference_value
 from gymslurm.launcher.settings import ServerSettings
@@ -70,7 +70,7 @@ class RunningServer:
     restarts: int = 0
     probes: list[str] = field(default_factory=list)
     started: dict[str, RunningServer] = field(default_factory=dict, repr=False)
-    withheld: frozenset[str] = frozenset()  # variables for other processes (job/environment.py)
+    withheld: frozenset[str] = frozenset()  # variables for other processes (launcher/environment.py)
     pumps: list[threading.Thread] = field(default_factory=list, repr=False)  # output into its log, scrubbed
     label: str = ""  # a replica's name (``policy-r1``); "" = the server's own
     nodes: tuple[str, ...] = ()  # the nodes a placed instance spans, its head first

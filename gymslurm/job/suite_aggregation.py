@@ -14,29 +14,12 @@ from collections.abc import Callable
 
 from gymslurm.exitcodes import ExitCode
 from gymslurm.job.heartbeat import Signals, log
-from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.suite_run import SuiteEntry, load_member_settings, member_run, read_suite_record
-from gymslurm.launcher.verdicts import VERDICT_OF_STOP, ChainVerdict
+from gymslurm.launcher.suite_run import benchmark_verdict, load_member_settings, member_run, read_suite_record
 from gymslurm.store.suite_metrics import BenchmarkScore, read_task_values, score, write_suite_metrics
 
 MergeRun = Callable[[RunDir, BenchmarkSettings, Signals], tuple[int | None, str]]
-
-
-def benchmark_verdict(run: RunDir, entry: SuiteEntry) -> str:
-    """A benchmark's verdict over its shards: DONE when every one is, else the first shard's stop
-    (RUNNING while one has not finished)."""
-    sub = member_run(run, entry.name)
-    states = sub.chain_states(None, entry.shards)
-    if all(s.last_decision is not None and s.last_decision.decision == Decision.DONE for s in states):
-        return "DONE"
-    if not all(s.finished for s in states):
-        return "RUNNING" if any(s.last_decision for s in states) else "PENDING"
-    stops = [
-        s.last_decision.decision for s in states if s.last_decision and s.last_decision.decision != "DONE"
-    ]
-    return str(VERDICT_OF_STOP.get(stops[0], ChainVerdict.FAILED) if stops else ChainVerdict.CANCELLED)
 
 
 def merge_suite(run: RunDir, signals: Signals, merge_run: MergeRun) -> tuple[int | None, str]:

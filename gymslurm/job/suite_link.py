@@ -35,7 +35,6 @@ from gymslurm.job.collector_process import ProgressWatch, adaptive_choice, colle
 from gymslurm.job.collectors import CollectorJob, run_collectors
 from gymslurm.job.context import Chain, LinkContext
 from gymslurm.job.disk import disk_full
-from gymslurm.job.environment import withheld_in_job
 from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.job.server_watch import Supervisor
 from gymslurm.job.spend import run_spend
@@ -50,6 +49,7 @@ from gymslurm.launcher.decide import (
     decide,
     job_exit_code,
 )
+from gymslurm.launcher.environment import withheld_in_job
 from gymslurm.launcher.ledger import ChainState, Ledger, Resubmitted, Started, record_decision, summarize
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings

@@ -186,7 +186,7 @@ def send(target: NotifyTarget, body: dict[str, Any]) -> str | None:
 def command_environment(environ: dict[str, str] | os._Environ[str], own: dict[str, str]) -> dict[str, str]:
     """A command receiver's environment: the job's without the secrets bundle, the collector's
     overrides or any credential-named variable, plus what its own ``env`` names (resolved here)."""
-    from gymslurm.job.environment import child_environment
+    from gymslurm.launcher.environment import child_environment
     from gymslurm.redaction import is_credential_name
 
     credentials = [name for name in environ if is_credential_name(name)]

@@ -149,6 +149,10 @@ class ArrayRecord(BaseModel):
     # in ``parts``): whoever completes a killed submit's queuing looks that job up before queuing
     # it again, so a sbatch that went through is never repeated (first_links.py).
     intent: str | None = None
+    # The jobs every array (spares too) waits for to complete successfully (submit's afterok: a watch's
+    # conversion job; version 2, issue 35): a completion from the login side keeps that wait
+    # (first_links.py). None: no such wait (every version 1 record).
+    after_ok: list[str] | None = None
 
     @property
     def arrays(self) -> list[ArrayPart]:

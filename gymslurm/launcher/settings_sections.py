@@ -77,7 +77,7 @@ class NotifyTarget(Strict):
     format: Literal["json", "slack"] = "json"
     command: list[str] | None = None
     # The variables a command receiver gets beyond the job's plain environment: it gets no secret it
-    # does not name here (``TOKEN: ${oc.env:TOKEN}``), like every child (job/environment.py).
+    # does not name here (``TOKEN: ${oc.env:TOKEN}``), like every child (launcher/environment.py).
     env: dict[str, str] = Field(default_factory=dict)
     events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))  # type: ignore[arg-type]
     timeout_s: float = Field(default=5.0, gt=0)

@@ -26,7 +26,9 @@ from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.verdicts import VERDICT_OF_STOP, ChainVerdict
 from gymslurm.process_env import SECRETS_ENV
 
 MEMBER_SECRETS = "@benchmarks"  # the key of each benchmark's secrets in the job's secrets bundle
@@ -90,6 +92,21 @@ def read_suite_record(run: RunDir) -> SuiteRecord:
         raise ConfigError(f"{run.root} is not a suite run: it has no suite.json") from error
     except ValidationError as error:
         raise ConfigError(f"{path} is not a suite.json this gymslurm understands: {error}") from error
+
+
+def benchmark_verdict(run: RunDir, entry: SuiteEntry) -> str:
+    """A benchmark's verdict over its shards: DONE when every one is, else the first shard's stop
+    (RUNNING while one has not finished)."""
+    sub = member_run(run, entry.name)
+    states = sub.chain_states(None, entry.shards)
+    if all(s.last_decision is not None and s.last_decision.decision == Decision.DONE for s in states):
+        return "DONE"
+    if not all(s.finished for s in states):
+        return "RUNNING" if any(s.last_decision for s in states) else "PENDING"
+    stops = [
+        s.last_decision.decision for s in states if s.last_decision and s.last_decision.decision != "DONE"
+    ]
+    return str(VERDICT_OF_STOP.get(stops[0], ChainVerdict.FAILED) if stops else ChainVerdict.CANCELLED)
 
 
 def load_member_settings(run: RunDir, name: str, environ: dict[str, str] | None = None) -> Any:

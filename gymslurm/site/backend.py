@@ -292,6 +292,16 @@ class ClusterSetBackend:
         return self.backends[cluster].ended(job_id)
 
 
+def job_states(backend: Backend, job_ids: Sequence[str]) -> dict[str, str]:
+    """Each of these jobs' state as Slurm knows it now, by id: one ``squeue -j`` (slurmctld: live jobs
+    and those ended less than MinJobAge ago), then ``sacct`` only for the ones slurmctld forgot (never
+    when the run knows the cluster keeps no accounting). A job neither knows is left out."""
+    states = {job: row.state for job, row in backend.job_rows(job_ids).items()}
+    forgotten = [job for job in job_ids if job not in states]
+    rows = backend.accounting(forgotten) if forgotten else None
+    return {**states, **{job: row.state for job, row in (rows or {}).items() if job in forgotten}}
+
+
 def scheduler_use(backend: Backend) -> str:
     """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 1,
     squeue 2, sbatch 1), rows read: 5`` (the local backend counts queries only)."""

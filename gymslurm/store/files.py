@@ -53,7 +53,7 @@ def parse_json_object(
     if not isinstance(data, dict):
         raise ManifestError(f"{what} {path} is not a JSON object; {remedy}")
     if kind is not None:
-        check_version(kind, data.get("format_version"), str(path))
+        check_version(kind, data.get("format_version"), str(path), ManifestError)
     return data
 
 

@@ -105,7 +105,7 @@ def _parse(path: Path, raw: bytes, run_id: str, slot_count: int) -> array:
         raise ManifestError(
             f"{path} is not a gymslurm reservation table; restore it or use a new output path"
         )
-    check_version("reservations", version, str(path))
+    check_version("reservations", version, str(path), ManifestError)
     stored = stored_id.rstrip(b"\x00").decode("ascii", "replace")
     if stored != run_id or slots != slot_count:
         raise InconsistentHistoryError(

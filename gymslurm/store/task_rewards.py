@@ -22,8 +22,8 @@ from typing import Any
 
 from gymslurm.comparison import BenchmarkRewards, Category, TaskKey
 from gymslurm.errors import ConfigError
+from gymslurm.records import DEFAULT_MAX_ROLLOUT_ATTEMPTS
 from gymslurm.selection import Disposition, RolloutState, SavedOutcome, is_numeric_reward
-from gymslurm.settings import max_rollout_attempts
 from gymslurm.store.existing import refuse_retired_journal
 from gymslurm.store.history import row_outcome
 from gymslurm.store.jsonl import iter_records, malformed
@@ -38,8 +38,12 @@ _BY_DISPOSITION: dict[Disposition, Category] = {
 }
 
 
-def read_task_rewards(output: Path, name: str, metric: str = "reward") -> BenchmarkRewards:
-    """A run's (or a merged file's) rollouts per task; ``name`` is its benchmark's name."""
+def read_task_rewards(
+    output: Path, name: str, metric: str = "reward", *, adopt_attempts: int = DEFAULT_MAX_ROLLOUT_ATTEMPTS
+) -> BenchmarkRewards:
+    """A run's (or a merged file's) rollouts per task; ``name`` is its benchmark's name.
+
+    ``adopt_attempts`` is the attempt limit a manifest without one adopts (the setting in force)."""
     paths = RunPaths.for_output(output)
     if not paths.results.is_file():
         raise ConfigError(
@@ -49,16 +53,16 @@ def read_task_rewards(output: Path, name: str, metric: str = "reward") -> Benchm
     refuse_retired_journal(paths.attempts_journal)
     side = BenchmarkRewards(name=name, source=str(paths.results), metric=metric)
     if paths.manifest.exists():
-        _read_run(paths, side)
+        _read_run(paths, side, adopt_attempts)
     else:
         _read_file(paths, side)
     return side
 
 
-def _read_run(paths: RunPaths, side: BenchmarkRewards) -> None:
+def _read_run(paths: RunPaths, side: BenchmarkRewards, adopt_attempts: int) -> None:
     from gymslurm.store.store import RunStore
 
-    store = RunStore.open(paths, writable=False, adopt_attempts=max_rollout_attempts())
+    store = RunStore.open(paths, writable=False, adopt_attempts=adopt_attempts)
     try:
         states = store.reconcile().states
         rows: dict[int, Any] = {}

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.clock import utc_now_ms
-from gymslurm.errors import ConfigError, CorruptRecordError
+from gymslurm.errors import ConfigError, CorruptRecordError, ManifestError
 from gymslurm.formats import check_version, version_of
 from gymslurm.store.atomic import open_run_file, publish_bytes
 from gymslurm.store.flock import locked
@@ -130,9 +130,8 @@ class WatchFolder:
             raise ConfigError(f"{self.root} is not a watch: it has no watch.json") from None
         except orjson.JSONDecodeError as error:
             raise CorruptRecordError(f"{self.settings_path}: not valid JSON ({error})") from None
-        check_version(
-            "watch", data.get("format_version") if isinstance(data, dict) else None, str(self.settings_path)
-        )
+        version = data.get("format_version") if isinstance(data, dict) else None
+        check_version("watch", version, str(self.settings_path), ManifestError)
         try:
             return WatchSettings.model_validate(data)
         except ValidationError as error:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from tests.e2e.conftest import DemoServer
 from tests.e2e.helpers import collect_command, companion, coverage_of, read_jsonl
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -48,11 +48,14 @@ def _stderr(tmp: Path) -> str:
 
 def _wait_stderr(tmp: Path, collector: subprocess.Popen[str], text: str) -> None:
     """Wait until the running collector has written ``text`` to its stderr."""
-    deadline = time.monotonic() + 60
-    while text not in _stderr(tmp):
+
+    def written() -> bool:
+        if text in _stderr(tmp):
+            return True
         assert collector.poll() is None, f"the collector exited before {text!r}:\n{_stderr(tmp)}"
-        assert time.monotonic() < deadline, f"no {text!r} from the collector in 60 s:\n{_stderr(tmp)}"
-        time.sleep(0.05)
+        return False
+
+    wait_until(written, 60, lambda: f"{text!r} from the collector:\n{_stderr(tmp)}", every_s=0.05)
 
 
 def _results(tmp: Path) -> int:
@@ -70,10 +73,7 @@ def _interruptions(tmp: Path) -> list[dict[str, Any]]:
 
 
 def _wait_results(tmp: Path, count: int) -> None:
-    deadline = time.monotonic() + 60
-    while _results(tmp) < count:
-        assert time.monotonic() < deadline, "no outcomes saved"
-        time.sleep(0.05)
+    wait_until(lambda: _results(tmp) >= count, 60, f"{count} outcomes saved", every_s=0.05)
 
 
 def test_a_dead_server_ends_the_invocation_with_exit_1_charging_nobody(

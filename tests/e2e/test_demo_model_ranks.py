@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 
 from gymslurm.demo.http import DIE_EXIT_CODE
 from gymslurm.demo.model_server import LISTENING
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -71,10 +71,7 @@ def test_a_two_rank_model_serves_with_both_and_dies_without_its_worker(tmp_path:
         waiting = httpx.get(f"{url}/health", timeout=5)
         assert waiting.status_code == 503 and "[1]" in waiting.text
         worker = _rank(1, worker_port, head_port, tmp_path / "worker.log")
-        deadline = time.monotonic() + 60
-        while _health(url) != 200:
-            assert time.monotonic() < deadline, "the head never saw its worker rank join"
-            time.sleep(0.2)
+        wait_until(lambda: _health(url) == 200, 60, "the head to see its worker rank join", every_s=0.2)
         for _ in range(3):
             reply = httpx.post(f"{url}/v1/chat/completions", json=QUESTION, timeout=30)
             assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "5"

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from tests.e2e.launcher_chains_helpers import (
     wait_until_final,
     write_benchmark,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -71,9 +71,12 @@ def test_exit_76_stops_failed(tmp_path: Path) -> None:
     assert decisions(run) == ["STOP_FAILED"]
     assert report["shards"][0]["verdict"] == "FAILED"
     job_file = run / f"local/jobs/{report['shards'][0]['job']}.json"
-    deadline = time.monotonic() + 30  # the ledger's decision lands before the process has exited
-    while json.loads(job_file.read_text()).get("exit_code") is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(  # the ledger's decision lands before the process has exited
+        lambda: json.loads(job_file.read_text()).get("exit_code") is not None,
+        30,
+        f"the job's exit code in {job_file}",
+        every_s=0.2,
+    )
     assert json.loads(job_file.read_text())["exit_code"] == 76
 
 
@@ -125,10 +128,8 @@ def test_three_shards_ending_together_aggregate_once(tmp_path: Path) -> None:
 def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None:
     """SIGKILL of a running link is a crash: its successor writes the missing decision, spends a retry."""
     run = _submit(tmp_path, [{"exit": 0, "sleep": 60}, {"exit": 0}], "shards=1", "aggregation.enabled=false")
-    deadline = time.monotonic() + 30
-    while not (run / "output/shard-000/rollouts_standin_calls.jsonl").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    calls = run / "output/shard-000/rollouts_standin_calls.jsonl"
+    wait_until(calls.exists, 30, f"the first link's collector to start ({calls})", every_s=0.2)
     job = json.loads((run / "local/jobs/local-1.json").read_text())
     os.killpg(job["pid"], signal.SIGKILL)
     wait_until_final(run, aggregation=False)
@@ -143,10 +144,7 @@ def test_a_killed_link_is_accounted_for_by_its_successor(tmp_path: Path) -> None
 def test_status_while_running_then_cancel(tmp_path: Path) -> None:
     """status shows HEALTHY while a link runs; after cancel it reads CANCELLED and no job is live."""
     run = _submit(tmp_path, [{"exit": 0, "sleep": 60}], "shards=1", "aggregation.enabled=false")
-    deadline = time.monotonic() + 30
-    while status(run)["shards"][0]["verdict"] != "HEALTHY":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until(lambda: status(run)["shards"][0]["verdict"] == "HEALTHY", 30, "a HEALTHY shard", every_s=0.2)
     gymslurm("cancel", str(run))
     report = wait_until_final(run, aggregation=False)
     assert report["shards"][0]["verdict"] == "CANCELLED"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from tests.e2e.launcher_chains_helpers import (
     wait_until_final,
     write_benchmark,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -28,10 +28,7 @@ def test_logs_prints_the_links_job_log_and_follow_stops_after_its_decision(tmp_p
     bench = write_benchmark(tmp_path, [{"exit": 0, "sleep": 15}])
     gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.enabled=false")
     run = only_run(tmp_path)
-    deadline = time.monotonic() + 120
-    while status(run)["shards"][0]["verdict"] != "HEALTHY":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until(lambda: status(run)["shards"][0]["verdict"] == "HEALTHY", 120, "a HEALTHY shard", every_s=0.2)
     # --link 1: on a loaded machine (CI) the newest link was already a second one by the time
     # `logs` started (seen once); which link is newest is not what this test is about.
     follow = subprocess.run(

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from tests.e2e.launcher_chains_helpers import (
     status,
     wait_until_final,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -54,14 +53,6 @@ def _saved(run: Path, shard: int) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def _live(run: Path) -> list[str]:
     """Jobs of the run's local queue still pending or running."""
     jobs = [json.loads(p.read_text()) for p in (run / "local" / "jobs").glob("local-*.json")]
@@ -82,11 +73,20 @@ def test_pause_then_resume_spends_no_budget_and_merges_what_an_unpaused_run_merg
     bench = _benchmark(tmp_path / "paused", dataset)
     gymslurm("submit", str(bench), "--backend", "local")
     run = only_run(tmp_path / "paused")
-    _wait(lambda: _saved(run, 0) >= 2 and _saved(run, 1) >= 2, "both shards' collectors saving outcomes")
+    wait_until(
+        lambda: _saved(run, 0) >= 2 and _saved(run, 1) >= 2,
+        120,
+        "both shards' collectors saving outcomes",
+        every_s=0.2,
+    )
     out = gymslurm("pause", str(run)).stdout
     assert "paused 2 chain(s)" in out, out
-    _wait(lambda: _paused_and_quiet(run), "every shard PAUSED with no link still saving")
-    _wait(lambda: not _live(run), "the local queue to let go of every job of the paused run", 60)
+    wait_until(
+        lambda: _paused_and_quiet(run), 120, "every shard PAUSED with no link still saving", every_s=0.2
+    )
+    wait_until(
+        lambda: not _live(run), 60, "the local queue to let go of every job of the paused run", every_s=0.2
+    )
     report = status(run)
     for shard in (0, 1):
         decided = [r for r in ledger(run, shard) if r["kind"] == "decision"]
@@ -132,7 +132,12 @@ def test_a_pause_during_the_aggregation_changes_nothing_and_the_merge_ends_once(
     run = only_run(tmp_path)
     aggregate = run / "aggregate" / "ledger.jsonl"
     started = '"kind":"start"'
-    _wait(lambda: aggregate.exists() and started in aggregate.read_text(), "the aggregation to start")
+    wait_until(
+        lambda: aggregate.exists() and started in aggregate.read_text(),
+        120,
+        "the aggregation to start",
+        every_s=0.2,
+    )
     shard_ledgers = {s: (run / f"shards/00{s}/ledger.jsonl").read_bytes() for s in (0, 1)}
     before = aggregate.read_bytes()
     said = gymslurm("pause", str(run))

@@ -20,7 +20,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, wait_until_final, write_benchmark
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -148,14 +148,6 @@ def _faulty_benchmark(tmp: Path) -> Path:
     return path
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def _results(run: Path) -> int:
     path = run / "output/shard-000/rollouts.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -181,12 +173,19 @@ def test_the_report_of_a_run_with_known_faults_shows_its_result_and_every_fault(
     shows the final metrics the aggregation wrote, each fault under its kind, GPU-hours and the charts."""
     gymslurm("submit", str(_faulty_benchmark(tmp_path)), "--backend", "local")
     run = only_run(tmp_path)
-    _wait(_collecting(run, 1, 1), "the first link's collector to save outcomes")
+    wait_until(_collecting(run, 1, 1), 90, "the first link's collector to save outcomes", every_s=0.2)
     gymslurm("inject", str(run), "0", "--kind", "crash")
-    _wait(_collecting(run, 2, _results(run)), "the second link's collector to save outcomes")
+    wait_until(
+        _collecting(run, 2, _results(run)), 90, "the second link's collector to save outcomes", every_s=0.2
+    )
     gymslurm("inject", str(run), "0", "--kind", "server-crash")
-    _wait(lambda: any(r.get("event") == "restarted" for r in ledger(run)), "the server's restart in place")
-    _wait(_collecting(run, 2, _results(run) + 1), "outcomes after the restart")
+    wait_until(
+        lambda: any(r.get("event") == "restarted" for r in ledger(run)),
+        90,
+        "the server's restart in place",
+        every_s=0.2,
+    )
+    wait_until(_collecting(run, 2, _results(run) + 1), 90, "outcomes after the restart", every_s=0.2)
     gymslurm("inject", str(run), "0", "--kind", "cancel")
     wait_until_final(run, timeout_s=240)
     gymslurm("status", str(run))

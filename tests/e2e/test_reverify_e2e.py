@@ -21,7 +21,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from tests.e2e.helpers import (
     snapshot,
     write_tasks,
 )
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -75,12 +75,17 @@ def interrupt(dataset: Path, output: Path, hanging: DemoServer, reserved: list[i
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
+
+    def reserving() -> bool:
+        if reservations_of(output) == reserved:
+            return True
+        assert process.poll() is None, f"the collector exited early: {process.communicate()[1]}"
+        return False
+
     try:
-        while reservations_of(output) != reserved:
-            assert process.poll() is None, f"the collector exited early: {process.communicate()[1]}"
-            assert time.monotonic() < deadline, f"no reservations {reserved}: {reservations_of(output)}"
-            time.sleep(0.02)
+        wait_until(
+            reserving, 120, lambda: f"reservations {reserved} (seen {reservations_of(output)})", every_s=0.02
+        )
     finally:
         process.send_signal(signal.SIGKILL)
         process.communicate()

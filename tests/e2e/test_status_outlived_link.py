@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.e2e.launcher_chains_helpers import gymslurm, only_run, status, write_benchmark
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -44,10 +45,9 @@ def test_a_link_that_outlived_its_job_is_live_until_it_writes_done(tmp_path: Pat
     gymslurm("submit", str(bench), "--backend", "local", "shards=1", "aggregation.enabled=false")
     run = only_run(tmp_path)
     local = run / "local"
-    deadline = time.monotonic() + 120
-    while not (run / "shards" / "000" / "heartbeat.json").exists():
-        assert time.monotonic() < deadline, "the first link never beat"
-        time.sleep(0.1)
+    wait_until(
+        (run / "shards" / "000" / "heartbeat.json").exists, 120, "the first link's heartbeat", every_s=0.1
+    )
     for supervisor in _supervisors(local):
         supervisor.kill()
     shell = int(str(_first_job(local)["pid"]))

@@ -5,7 +5,6 @@ gets exactly one suite run, scored as its own policy, compared, gated and notifi
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import yaml
 
 from gymslurm.site.local import LocalBackend
 from tests.e2e.launcher_chains_helpers import gymslurm
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -49,14 +49,15 @@ def _ledger(watch: Path) -> list[dict[str, Any]]:
 
 
 def _wait_compared(watch: Path, count: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
+    def compared() -> list[dict[str, Any]] | None:
         records = _ledger(watch)
-        if sum(r["kind"] == "compared" for r in records) >= count:
-            return records
-        time.sleep(2)
-    log = "\n".join(p.read_text()[-3000:] for p in sorted((watch / "logs").glob("*")))
-    raise AssertionError(f"{count} checkpoints were not compared in {DEADLINE_S}s:\n{_ledger(watch)}\n{log}")
+        return records if sum(r["kind"] == "compared" for r in records) >= count else None
+
+    def seen() -> str:
+        log = "\n".join(p.read_text()[-3000:] for p in sorted((watch / "logs").glob("*")))
+        return f"{count} checkpoints compared:\n{_ledger(watch)}\n{log}"
+
+    return wait_until(compared, DEADLINE_S, seen, every_s=2)
 
 
 def _live_jobs(watch: Path) -> list[str]:
@@ -103,10 +104,12 @@ def test_each_checkpoint_gets_one_suite_run_despite_hand_submitted_and_killed_ti
     hand.submit(tick), hand.submit(tick)  # submitted twice by hand
     (source / "step_002.partial").mkdir()  # no marker yet: not a checkpoint
     _checkpoint(source, "step_002", 0.2)
-    deadline = time.monotonic() + 60
-    while not (running := [j for j, r in hand.queue().items() if r.state == "RUNNING"]):
-        assert time.monotonic() < deadline, "no tick job ran"
-        time.sleep(0.2)
+    running = wait_until(
+        lambda: [j for j, r in hand.queue().items() if r.state == "RUNNING"],
+        60,
+        "a tick job to run",
+        every_s=0.2,
+    )
     hand.cancel(running)  # a tick killed (possibly mid-tick)
     _wait_compared(watch, 2)
     _checkpoint(source, "step_003", 0.9)
@@ -137,8 +140,9 @@ def test_each_checkpoint_gets_one_suite_run_despite_hand_submitted_and_killed_ti
     shown = gymslurm("status", "w", "--run-root", str(tmp_path / "runs")).stdout
     assert shown.count("run: ") == 3 and "3 checkpoint(s)" in shown
     gymslurm("cancel", "w", "--run-root", str(tmp_path / "runs"))
-    deadline = time.monotonic() + 30
-    while _live_jobs(watch):
-        assert time.monotonic() < deadline, f"jobs of the cancelled watch still live: {_live_jobs(watch)}"
-        time.sleep(0.5)
+    wait_until(
+        lambda: not _live_jobs(watch),
+        30,
+        lambda: f"the cancelled watch's jobs to end (live: {_live_jobs(watch)})",
+    )
     assert "cancelled" in gymslurm("status", "w", "--run-root", str(tmp_path / "runs")).stdout

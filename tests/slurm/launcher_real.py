@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from tests.support import wait_until
 
 from .helpers import TEST_USER, SlurmUser
 from .launcher_chains import Chain
@@ -151,8 +152,10 @@ class RealChain(Chain):
         still active after that is a chain that did not end.
         """
         self.wait(timeout=timeout)
-        deadline = time.monotonic() + let_go_s
-        while active := self.active_jobs():
-            assert time.monotonic() < deadline, f"jobs of the finished run still active in squeue: {active}"
-            time.sleep(1.0)
+        wait_until(
+            lambda: not self.active_jobs(),
+            let_go_s,
+            lambda: f"squeue to let go of the finished run's jobs (still active: {self.active_jobs()})",
+            every_s=1.0,
+        )
         return self.status()

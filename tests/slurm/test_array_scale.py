@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import wait_until
+
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
 from .launcher_chains import Chain
 
@@ -87,10 +89,12 @@ def test_two_hundred_shards_go_as_one_throttled_array_and_chains_go_on(chain: Ch
     assert "JobArrayTaskLimit" in " ".join(row["job_state"] for row in waiting)
 
     chain.gymslurm("cancel", str(chain.run), timeout=300)
-    deadline = time.monotonic() + 120
-    while _queue(chain.run.name):
-        assert time.monotonic() < deadline, _queue(chain.run.name)[:5]
-        time.sleep(2)
+    wait_until(
+        lambda: not _queue(chain.run.name),
+        120,
+        lambda: f"the cancelled run's jobs to leave squeue: {_queue(chain.run.name)[:5]}",
+        every_s=2,
+    )
     final = chain.status()
     verdicts = {row["verdict"] for row in final["shards"]}
     assert verdicts <= {"DONE", "CANCELLED"} and "CANCELLED" in verdicts, verdicts

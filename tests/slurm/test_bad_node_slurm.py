@@ -16,10 +16,11 @@ sessions share the sandbox); it is always resumed, in a ``finally`` block.
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 from .helpers import SlurmCluster, SlurmUser, run
 from .launcher_chains import Chain
@@ -39,10 +40,12 @@ def _fail_node_under(chain: Chain, calls: int, node: str) -> str:
     try:
         wait_until_alone_on(node, {job})
         run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test"])
-        deadline = time.monotonic() + 60
-        while _job_state(job) == "RUNNING":
-            assert time.monotonic() < deadline, f"job {job} RUNNING 60 s after node {node} went DOWN"
-            time.sleep(1.0)
+        wait_until(
+            lambda: _job_state(job) != "RUNNING",
+            60,
+            f"job {job} to stop RUNNING after node {node} went DOWN",
+            every_s=1.0,
+        )
     finally:
         resume_node(node)
     return job

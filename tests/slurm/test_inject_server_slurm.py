@@ -8,11 +8,12 @@ this one needs a link with a server of its own, so it has its own scenario.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 from .helpers import SlurmCluster, submitted_up_front
 from .launcher_chains import Chain
@@ -63,10 +64,12 @@ def test_an_injected_server_crash_on_an_array_task_restarts_the_server_in_place(
     (started,) = [r for r in _servers(chain, job) if r["event"] == "started"]
     out = chain.gymslurm("inject", str(chain.run), "0", "--kind", "server-crash")
     assert f"server-crash sent to job {job}" in out and f"kill -KILL {started['pid']}" in out, out
-    deadline = time.monotonic() + 120
-    while not any(r["event"] == "restarted" for r in _servers(chain, job)):
-        assert time.monotonic() < deadline, f"no restart of the server in {job}: {_servers(chain, job)}"
-        time.sleep(1)
+    wait_until(
+        lambda: any(r["event"] == "restarted" for r in _servers(chain, job)),
+        120,
+        lambda: f"a restart of the server in {job}: {_servers(chain, job)}",
+        every_s=1,
+    )
     (restarted,) = [r for r in _servers(chain, job) if r["event"] == "restarted"]
     assert restarted["pid"] != started["pid"] and restarted["name"] == "env", restarted
     assert chain.decisions() == [], "the link went on: the crash ended nothing"

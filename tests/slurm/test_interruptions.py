@@ -35,6 +35,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support import wait_until
+
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir
 from .launcher_real import RealChain
 
@@ -164,12 +166,12 @@ def interrupted(
             chain = RealChain(user, slurm_python, spec).submit()
             with lock:
                 chains[kind] = chain
-        deadline = time.monotonic() + 300
-        while len(done) < len(chains) and not errors:
-            if time.monotonic() > deadline:
-                missed = {kind: _missed(chain) for kind, chain in chains.items() if kind not in done}
-                raise AssertionError(f"not every link got to 8 outcomes in time: {missed}")
-            time.sleep(0.5)
+
+        def missed() -> str:
+            left = {kind: _missed(chain) for kind, chain in chains.items() if kind not in done}
+            return f"every link to get to 8 outcomes: {left}"
+
+        wait_until(lambda: len(done) >= len(chains) or errors, 300, missed, every_s=0.5)
         stop.set()
         watcher.join(timeout=30)
         if errors:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_until
 
 from .helpers import (
     NO_ACCOUNTING_CLUSTER,
@@ -100,10 +101,12 @@ def test_a_running_aggregation_shows_running_under_its_own_job_id(chains: dict[s
     """The aggregation, submitted from inside an array task, records and shows its own job id (not the
     task's SLURM_ARRAY_* it would inherit), RUNNING while it runs, with restart count 0."""
     chain = chains["aggregation_identity"]
-    deadline = time.monotonic() + 180
-    while not any(r["kind"] == "start" for r in chain.ledger(None)):
-        assert time.monotonic() < deadline, chain.ledger(None)
-        time.sleep(1)
+    wait_until(
+        lambda: any(r["kind"] == "start" for r in chain.ledger(None)),
+        180,
+        lambda: f"the aggregation to start: {chain.ledger(None)}",
+        every_s=1,
+    )
     records = chain.ledger(None)
     submitted = next(r for r in records if r["kind"] == "submitted")  # the first; its lookahead follows
     started = next(r for r in records if r["kind"] == "start")
@@ -181,10 +184,12 @@ def test_a_held_link_is_reported_and_cancelled(chains: dict[str, Chain]) -> None
     chain = chains["held"]
     job = chain.wait_for_calls(1)
     chain.user.run(["scontrol", "requeuehold", "State=SpecialExit", job])
-    deadline = time.monotonic() + 120
-    while "JobState=SPECIAL_EXIT" not in (shown := _slurm("scontrol", "show", "job", "-o", job)):
-        assert time.monotonic() < deadline, shown
-        time.sleep(1)
+    wait_until(
+        lambda: "JobState=SPECIAL_EXIT" in _slurm("scontrol", "show", "job", "-o", job),
+        120,
+        lambda: f"SPECIAL_EXIT in {_slurm('scontrol', 'show', 'job', '-o', job)}",
+        every_s=1,
+    )
     row = chain.status()["shards"][0]
     assert row["verdict"] == "WAITING" and f"job {job} is held (SPECIAL_EXIT" in row["why"], row
     chain.gymslurm("cancel", str(chain.run))
@@ -251,20 +256,24 @@ def test_a_dead_link_slurm_forgot_is_judged_from_its_heartbeat_without_accountin
     no new outcome: RETRY, one retry spent, its walltime seconds."""
     chain = chains["forgotten_no_accounting"]
     env = chain.env or {}
-    deadline = time.monotonic() + 180
-    while not (starts := [r for r in chain.ledger() if r["kind"] == "start"]):
-        assert time.monotonic() < deadline, "the released first link did not start within 180 s"
-        time.sleep(1)
+    starts = wait_until(
+        lambda: [r for r in chain.ledger() if r["kind"] == "start"],
+        180,
+        "the released first link to start",
+        every_s=1,
+    )
     first = str(starts[0]["job_id"])
     config = subprocess.run(
         ["scontrol", "show", "config"], capture_output=True, text=True, env=env, check=True
     ).stdout
     age = re.search(r"^MinJobAge\s*=\s*(\d+)", config, re.M)
     assert age, config
-    deadline = time.monotonic() + int(age.group(1)) + PURGE_INTERVAL_S + 120
-    while not _forgotten(first, env):
-        assert time.monotonic() < deadline, f"scontrol still knows {first} past MinJobAge {age.group(1)} s"
-        time.sleep(5)
+    wait_until(
+        lambda: _forgotten(first, env),
+        int(age.group(1)) + PURGE_INTERVAL_S + 120,
+        f"scontrol to forget {first} past MinJobAge {age.group(1)} s",
+        every_s=5,
+    )
     assert not chain.decisions(), chain.decisions()  # nobody has judged the dead link yet
     report = chain.status()
     row = report["shards"][0]

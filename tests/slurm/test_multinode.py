@@ -13,12 +13,13 @@ import os
 import re
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import wait_until
 
 from .helpers import (
     SECOND_CLUSTER,
@@ -130,13 +131,6 @@ def _counted(run_dir: Path, shard: int) -> bool:
     return any((r := json.loads(line))["event"] == "finished" and r.get("shard") == shard for line in lines)
 
 
-def _wait(what: str, check: Callable[[], object], timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what} after {timeout} s"
-        time.sleep(1.0)
-
-
 def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigger_and_aggregation_die(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> None:
@@ -168,26 +162,27 @@ def test_shards_across_two_clusters_aggregate_once_on_the_named_one_after_trigge
             (SECOND_CLUSTER, 1, 1),
         ]
         assert info["aggregate_cluster"] == SECOND_CLUSTER
-        _wait("shard 1 was never counted in the run's tally", lambda: _counted(chain.run, 1))
+        wait_until(lambda: _counted(chain.run, 1), 240, "shard 1 counted in the run's tally", every_s=1.0)
         trigger_b = str(chain.decisions(1)[-1]["job_id"])
         spares = [r["job_id"] for r in chain.ledger(1) if r["kind"] == "submitted"]
         ids = [j.split(":")[1] for j in spares]  # some may have run and ended: scancel may complain
         subprocess.run(["scancel", f"--clusters={SECOND_CLUSTER}", *ids], check=False)
         with held_as_user(chain.run / "aggregate" / "lock"):  # shard 0's trigger waits here to count
             release.touch()
-            _wait("shard 0 never decided", lambda: chain.decisions(0))
+            wait_until(lambda: chain.decisions(0), 240, "shard 0 to decide", every_s=1.0)
             trigger_a = str(chain.decisions(0)[-1]["job_id"])
             assert [trigger_a.partition(":")[0], trigger_b.partition(":")[0]] == ["a", SECOND_CLUSTER]
             run(["scancel", "--clusters=a", "--signal=KILL", "--full", trigger_a.split(":")[1]])
-            _wait(
-                f"{trigger_a} still running after SIGKILL",
+            wait_until(
                 lambda: _job_state(trigger_a) not in {"RUNNING", "COMPLETING"},
-                timeout=120,
+                120,
+                f"{trigger_a} to end after SIGKILL",
+                every_s=1.0,
             )
             assert not (chain.run / "aggregate" / "ledger.jsonl").exists()  # no trigger got through
             assert not _counted(chain.run, 0)
         triggers = [trigger_a, trigger_b]
-        _wait("the aggregation never started", lambda: _starts(chain, None))
+        wait_until(lambda: _starts(chain, None), 240, "the aggregation to start", every_s=1.0)
         first = _starts(chain, None)[0]["job_id"]
         run(["scancel", f"--clusters={SECOND_CLUSTER}", "--signal=KILL", "--full", first.split(":")[1]])
         report = chain.wait(timeout=300)
@@ -315,7 +310,7 @@ def test_cancel_and_resubmit_of_a_run_across_clusters_reach_every_cluster(
     chain = Chain(user, slurm_python, steps, overrides=["shards=2", f"slurm.clusters=[a,{SECOND_CLUSTER}]"])
     try:
         chain.submit()
-        _wait("both shards collecting", lambda: chain.calls(0) and chain.calls(1))
+        wait_until(lambda: chain.calls(0) and chain.calls(1), 240, "both shards collecting", every_s=1.0)
         out = chain.gymslurm("cancel", str(chain.run))
         assert "cancelled" in out, out
         report = chain.wait(timeout=180, aggregation=False)
@@ -329,7 +324,12 @@ def test_cancel_and_resubmit_of_a_run_across_clusters_reach_every_cluster(
                 for job in user.run(["squeue", f"--clusters={cluster}", "-h", "-o", "%i"]).split()
             } & mine
 
-        _wait("no job of the cancelled run left on either cluster", lambda: not left_in_queues())
+        wait_until(
+            lambda: not left_in_queues(),
+            240,
+            "no job of the cancelled run left on either cluster",
+            every_s=1.0,
+        )
         out = chain.gymslurm("resubmit", str(chain.run), str(workdir / "bench.yaml"))
         assert "new chain" in out, out
         report = chain.wait(timeout=300)
@@ -358,15 +358,16 @@ def test_inject_logs_and_report_of_a_run_across_clusters_go_to_the_shards_cluste
     chain = Chain(user, slurm_python, steps, overrides=["shards=2", f"slurm.clusters=[a,{SECOND_CLUSTER}]"])
     try:
         chain.submit()
-        _wait("both shards collecting", lambda: chain.calls(0) and chain.calls(1))
+        wait_until(lambda: chain.calls(0) and chain.calls(1), 240, "both shards collecting", every_s=1.0)
         job = str(_starts(chain, 1)[0]["job_id"])
         assert job.startswith(f"{SECOND_CLUSTER}:"), job
         out = chain.gymslurm("inject", str(chain.run), "1", "--kind", "timeout")
         assert f"sent to job {job}" in out and "--clusters" not in out.split("(")[0], out
-        _wait(
-            "shard 1 never went on to DONE",
+        wait_until(
             lambda: [d["decision"] for d in chain.decisions(1)][-1:] == ["DONE"],
-            timeout=180,
+            180,
+            "shard 1 to go on to DONE",
+            every_s=1.0,
         )
         assert len(chain.decisions(1)) == 2, chain.decisions(1)  # the signalled link, then its successor
         assert [r["kind"] for r in chain.ledger(1)].count("injected") == 1

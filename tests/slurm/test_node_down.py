@@ -27,7 +27,6 @@ count: "an earlier run of this requeued job") or its successor (NODE_FAIL).
 from __future__ import annotations
 
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,12 +94,14 @@ def resume_node(node: str) -> None:
     """
     resume = ["scontrol", "update", f"nodename={node}", "state=resume"]
     subprocess.run(resume, capture_output=True, check=False)
-    deadline = time.monotonic() + 60
-    while (state := node_state(node)) not in UP_NODE_STATES:
-        assert time.monotonic() < deadline, f"node {node} is {state} 60 s after state=resume"
+
+    def up() -> bool:
+        state = node_state(node)
         if state.startswith("drain"):
             subprocess.run(resume, capture_output=True, check=False)
-        time.sleep(1.0)
+        return state in UP_NODE_STATES
+
+    wait_until(up, 60, lambda: f"node {node} up after state=resume (it is {node_state(node)})", every_s=1.0)
 
 
 def _job_state(job: str) -> str:
@@ -109,22 +110,26 @@ def _job_state(job: str) -> str:
 
 def _first_starts(chain: RealChain, shards: range, timeout: float = 180) -> dict[int, dict[str, Any]]:
     """Each of these shards' first start record (its first link's job id and host), once written."""
-    deadline = time.monotonic() + timeout
-    while True:
-        starts = {s: [r for r in chain.ledger(s) if r["kind"] == "start"] for s in shards}
-        if all(starts.values()):
-            return {s: records[0] for s, records in starts.items()}
-        assert time.monotonic() < deadline, f"not every shard started within {timeout}s: {starts}"
-        time.sleep(0.5)
+
+    def starts() -> dict[int, list[dict[str, Any]]]:
+        return {s: [r for r in chain.ledger(s) if r["kind"] == "start"] for s in shards}
+
+    def first_starts() -> dict[int, dict[str, Any]] | None:
+        seen = starts()
+        return {s: records[0] for s, records in seen.items()} if all(seen.values()) else None
+
+    return wait_until(first_starts, timeout, lambda: f"every shard to start: {starts()}", every_s=0.5)
 
 
 def _mid_collection(chain: RealChain, shard: int, outcomes: int, timeout: float = 120) -> None:
     """Wait until a shard's collector saved ``outcomes`` results."""
-    deadline = time.monotonic() + timeout
     path = chain.output(shard)
-    while not path.exists() or len(path.read_text().splitlines()) < outcomes:
-        assert time.monotonic() < deadline, f"{path}: fewer than {outcomes} results after {timeout}s"
-        time.sleep(0.5)
+    wait_until(
+        lambda: path.exists() and len(path.read_text().splitlines()) >= outcomes,
+        timeout,
+        f"{outcomes} results in {path}",
+        every_s=0.5,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +157,12 @@ def downed(
         subprocess.run(["scontrol", "resume", job], capture_output=True, check=False)
         suspended = ""
         run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test"])
-        deadline = time.monotonic() + 60
-        while _job_state(job) == "RUNNING":
-            assert time.monotonic() < deadline, f"job {job} RUNNING 60 s after node {node} went DOWN"
-            time.sleep(1.0)
+        wait_until(
+            lambda: _job_state(job) != "RUNNING",
+            60,
+            f"job {job} to stop RUNNING after node {node} went DOWN",
+            every_s=1.0,
+        )
         resume_node(node)
         report = chain.finished(timeout=300)
         starts = _first_starts(chain, range(SHARDS))

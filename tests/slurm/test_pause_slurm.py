@@ -8,14 +8,13 @@ but the run id, except the request in flight at the pause, sent again: ``assert_
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.launcher_chains_helpers import assert_same_results
+from tests.support import wait_until
 
 from .helpers import SlurmCluster, scenario_user
 from .launcher_real import RealChain
@@ -31,13 +30,6 @@ SCENARIO: dict[str, Any] = dict(
 )
 
 
-def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(1.0)
-
-
 def _saved(chain: RealChain, shard: int) -> int:
     path = chain.output(shard)
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -51,7 +43,12 @@ def test_pause_frees_the_queue_spends_nothing_and_resume_merges_what_an_unpaused
     plain = RealChain(scenario_user(slurm_session_dir, "pause-plain"), slurm_python, SCENARIO).submit()
     chain = RealChain(scenario_user(slurm_session_dir, "pause-paused"), slurm_python, SCENARIO).submit()
     try:
-        _wait(lambda: _saved(chain, 0) >= 2 and _saved(chain, 1) >= 2, "both shards saving outcomes")
+        wait_until(
+            lambda: _saved(chain, 0) >= 2 and _saved(chain, 1) >= 2,
+            300,
+            "both shards saving outcomes",
+            every_s=1.0,
+        )
         out = chain.gymslurm("pause", str(chain.run))
         assert "paused 2 chain(s)" in out, out
 
@@ -59,8 +56,13 @@ def test_pause_frees_the_queue_spends_nothing_and_resume_merges_what_an_unpaused
             rows = chain.status()["shards"]
             return all(r["verdict"] == "PAUSED" and "saving" not in r["why"] for r in rows)
 
-        _wait(quiet, "every shard PAUSED with no link still saving")
-        _wait(lambda: not chain.active_jobs(), "squeue to let go of every job of the paused run", 120)
+        wait_until(quiet, 300, "every shard PAUSED with no link still saving", every_s=1.0)
+        wait_until(
+            lambda: not chain.active_jobs(),
+            120,
+            "squeue to let go of every job of the paused run",
+            every_s=1.0,
+        )
         for shard in (0, 1):
             decided = chain.decisions(shard)
             assert decided[-1]["decision"] == "PAUSED", decided[-1]

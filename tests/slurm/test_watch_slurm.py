@@ -19,6 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support import wait_until
+
 from .helpers import SlurmCluster, SlurmUser, run
 
 pytestmark = pytest.mark.slurm
@@ -35,13 +37,6 @@ def _ledger(watch: Path) -> list[dict[str, Any]]:
     return (
         [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     )
-
-
-def _wait(predicate: Any, what: str, timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(2)
 
 
 def _tick_jobs(user: SlurmUser) -> list[str]:
@@ -143,21 +138,43 @@ def test_five_checkpoints_five_suite_runs_with_the_watch_killed_and_submitted_by
         return sum(r["kind"] == "compared" for r in _ledger(watch)) >= len(ACCURACIES)
 
     try:
-        _wait(lambda: any(r["kind"] == "claimed" for r in _ledger(watch)), "a first checkpoint claimed", 180)
+        wait_until(
+            lambda: any(r["kind"] == "claimed" for r in _ledger(watch)),
+            180,
+            "a first checkpoint claimed",
+            every_s=2,
+        )
         _kill(slurm_user)  # killed (1): every tick job of the watch
         time.sleep(15)  # checkpoints go on being written while no watch job exists
         slurm_user.run(["sbatch", str(tick)])  # submitted by hand (1)
-        _wait(lambda: sum(r["kind"] == "submitted" for r in _ledger(watch)) >= 2, "a second suite run", 240)
+        wait_until(
+            lambda: sum(r["kind"] == "submitted" for r in _ledger(watch)) >= 2,
+            240,
+            "a second suite run",
+            every_s=2,
+        )
         _kill(slurm_user)  # killed (2)
         time.sleep(15)
         slurm_user.run(["sbatch", str(tick)])  # submitted by hand (2)
-        _wait(lambda: sum(r["kind"] == "submitted" for r in _ledger(watch)) >= 3, "a third suite run", 240)
-        _wait(lambda: len(_pending_ticks(slurm_user)) >= 2, "the next tick and its spare queued", 60)
+        wait_until(
+            lambda: sum(r["kind"] == "submitted" for r in _ledger(watch)) >= 3,
+            240,
+            "a third suite run",
+            every_s=2,
+        )
+        wait_until(
+            lambda: len(_pending_ticks(slurm_user)) >= 2, 60, "the next tick and its spare queued", every_s=2
+        )
         alone = _pending_ticks(slurm_user)[0]
         run(["scancel", alone])  # killed (3): the next tick alone; no human command after it
         killed_at = len(_ledger(watch))
-        _wait(five_compared, "5 checkpoints compared")
-        _wait(lambda: any(r["kind"] == "convert_failed" for r in _ledger(watch)), "the failed conversion")
+        wait_until(five_compared, DEADLINE_S, "5 checkpoints compared", every_s=2)
+        wait_until(
+            lambda: any(r["kind"] == "convert_failed" for r in _ledger(watch)),
+            DEADLINE_S,
+            "the failed conversion",
+            every_s=2,
+        )
     finally:
         _stop(slurm_user, gymslurm, work / "runs")
     records = _ledger(watch)
@@ -190,7 +207,7 @@ def test_five_checkpoints_five_suite_runs_with_the_watch_killed_and_submitted_by
     assert scores["step_001"] > scores["step_002"] < scores["step_003"]  # each checkpoint its own policy
     status = slurm_user.run([*gymslurm, "status", "w", "--run-root", str(work / "runs")])
     assert "6 checkpoint(s)" in status and "FAILED: conversion job" in status
-    _wait(lambda: not _tick_jobs(slurm_user), "the watch's jobs to end", 60)
+    wait_until(lambda: not _tick_jobs(slurm_user), 60, "the watch's jobs to end", every_s=2)
     run(["scancel", str(training)])
     assert _outside_jobs(slurm_user) == []
     assert "cancelled" in slurm_user.run([*gymslurm, "status", "w", "--run-root", str(work / "runs")])

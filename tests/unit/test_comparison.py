@@ -17,10 +17,10 @@ from gymslurm.comparison import (
     Options,
     compare_benchmark,
     compare_runs,
-    parse_comparison,
 )
 from gymslurm.demo.arith import draw
 from gymslurm.errors import ConfigError
+from gymslurm.gate import parse_comparison
 
 FAST = Options(resamples=500)
 

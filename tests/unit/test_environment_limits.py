@@ -18,7 +18,7 @@ import pytest
 
 from gymslurm.errors import ConfigError
 from gymslurm.job.collector_process import overrides_problem
-from gymslurm.job.environment import child_environment
+from gymslurm.launcher.environment import child_environment
 from gymslurm.process_env import MAX_ENV_STRING_BYTES
 from tests.e2e.helpers import gymslurm
 

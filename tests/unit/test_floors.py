@@ -13,10 +13,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gymslurm"
 
-# From the ground up. A module may import only modules of its own floor or of a lower one.
+# From the ground up. A module may import only modules of its own floor or of a lower one. Seven floors,
+# as the rooms stand (a folder is one room): `python -m gymslurm` and the commands on top.
 FLOORS: list[tuple[str, list[str]]] = [
     (
-        "ground: stands on nothing",
+        "ground: stands on nothing (the version table too: its reader names the error to raise)",
         [
             "gymslurm.version",
             "gymslurm.exitcodes",
@@ -24,100 +25,96 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.process_env",
             "gymslurm.records",
             "gymslurm.selection",
-            "gymslurm.identity",
             "gymslurm.resources",
             "gymslurm.concurrency",
             "gymslurm.redaction",
             "gymslurm.paired_stats",
+            "gymslurm.formats",
         ],
     ),
-    ("errors and the version table", ["gymslurm.errors", "gymslurm.formats"]),
     (
-        "pure rules and their vocabularies",
+        "errors, and the rules that stand on the ground alone",
         [
-            "gymslurm.tasks",
+            "gymslurm.errors",
+            "gymslurm.identity",
             "gymslurm.metrics",
+            "gymslurm.comparison",
+            "gymslurm.coverage",
+        ],
+    ),
+    (
+        "pure rules and their vocabularies, HTTP, the run's files",
+        [
             "gymslurm.nemogym",
             "gymslurm.nemogym_flags",
             "gymslurm.nemogym_rows",
             "gymslurm.progress",
-            "gymslurm.coverage",
             "gymslurm.supervision",
-            "gymslurm.comparison",
             "gymslurm.gate",
             "gymslurm.watch_rules",
             "gymslurm.demo",
             "gymslurm.demo.*",
-        ],
-    ),
-    (
-        "HTTP and the collector's settings",
-        [
             "gymslurm.dispatch",
             "gymslurm.dispatch.*",
+            "gymslurm.store",
+            "gymslurm.store.*",
+        ],
+    ),
+    (
+        "the collector's settings and tasks; readers over the run's files; the site",
+        [
             "gymslurm.settings",
-            "gymslurm.collector.routing",
-            "gymslurm.collector",
-        ],
-    ),
-    ("the run's files", ["gymslurm.store", "gymslurm.store.*"]),
-    (
-        "reading and preparing runs",
-        [
-            "gymslurm.collector.prepare",
-            "gymslurm.health",
+            "gymslurm.tasks",
             "gymslurm.outcomes",
-            "gymslurm.collector.watch",
-            "gymslurm.collector.view",
             "gymslurm.shard_inputs",
-            "gymslurm.collector.seal",
-        ],
-    ),
-    ("aggregation and the collector's watch", ["gymslurm.aggregate", "gymslurm.collector.live"]),
-    ("after a collection; re-grading", ["gymslurm.collector.end", "gymslurm.reverify", "gymslurm.recovery"]),
-    ("the collector", ["gymslurm.collector.collect"]),
-    (
-        "the site: the scheduler, placement, scripts",
-        [
             "gymslurm.site",
             "gymslurm.site.*",
         ],
     ),
     (
-        "the launcher's model of a run",
+        "health, aggregation, re-grading; the launcher's model of a run",
         [
+            "gymslurm.health",
+            "gymslurm.aggregate",
+            "gymslurm.reverify",
             "gymslurm.launcher",
-            "gymslurm.launcher.decide",
             "gymslurm.launcher.settings",
             "gymslurm.launcher.settings_sections",
+            "gymslurm.launcher.suite_settings",
             "gymslurm.launcher.benchmark_checks",
             "gymslurm.launcher.visible_credentials",
             "gymslurm.launcher.server_refs",
+            "gymslurm.launcher.server_placement",
+            "gymslurm.launcher.environment",
+            "gymslurm.launcher.decide",
             "gymslurm.launcher.ledger",
             "gymslurm.launcher.rundir",
             "gymslurm.launcher.links",
-            "gymslurm.launcher.server_placement",
             "gymslurm.launcher.run_cost",
             "gymslurm.launcher.verdicts",
             "gymslurm.launcher.adaptive_load",
             "gymslurm.launcher.run_site",
             "gymslurm.launcher.suite_rules",
-            "gymslurm.launcher.suite_settings",
             "gymslurm.launcher.suite_run",
+            "gymslurm.launcher.notify",
         ],
     ),
     (
-        "inside a job; what a person reads",
+        "the collector and its recovery API; inside a job; what a person reads",
         [
+            "gymslurm.collector",
+            "gymslurm.collector.*",
+            "gymslurm.recovery",
             "gymslurm.job",
             "gymslurm.job.*",
-            "gymslurm.launcher.notify",  # a command receiver gets a job child's environment
             "gymslurm.launcher.views",
             "gymslurm.launcher.views.*",
         ],
     ),
-    ("every subcommand", ["gymslurm.commands", "gymslurm.commands.*"]),
-    ("the command line and the package's face", ["gymslurm.cli", "gymslurm.__main__", "gymslurm"]),
+    (
+        "every subcommand, the command line and the package's face",
+        ["gymslurm.commands", "gymslurm.commands.*", "gymslurm.cli", "gymslurm.__main__", "gymslurm"],
+    ),
 ]
 
 

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 
 from gymslurm.job.aggregation import aggregate_argv
-from gymslurm.job.collector_files import read_progress, read_resubmit_offset
+from gymslurm.job.collector_files import ledger_resubmit_offset, read_progress
 from gymslurm.job.collector_process import collector_argv
 from gymslurm.launcher.decide import made_progress
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.store.files import read_resubmit_offset as store_resubmit_offset
-from gymslurm.store.files import write_coverage
+from gymslurm.store.files import read_resubmit_offset, write_coverage
 from gymslurm.store.paths import RunPaths
 from tests.slurm.launcher_standin_collector import standin_coverage
 
@@ -126,6 +125,6 @@ def test_resubmit_offset_is_read_by_the_store(tmp_path: Path, text: str | None, 
     paths = RunPaths.for_output(output)
     if text is not None:
         paths.resubmit_offset.write_text(text)
-    assert read_resubmit_offset(output) == recorded
+    assert ledger_resubmit_offset(output) == recorded
     if recorded is not None:
-        assert str(store_resubmit_offset(paths)[0]) == recorded
+        assert str(read_resubmit_offset(paths)[0]) == recorded

@@ -12,7 +12,7 @@ import orjson
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
 from gymslurm.launcher.links import faults_survived, links_of
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.views.document import ReportData, ShardTimeline, SuiteRow
 from gymslurm.launcher.views.report import refresh_report, render, report_data
 from gymslurm.launcher.views.status import run_status
@@ -20,7 +20,7 @@ from gymslurm.site.local import LocalBackend
 from gymslurm.store import RunPaths
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.files import write_gymslurm_metrics
-from tests.status_documents import document, row
+from tests.status_documents import document, one_shard_run, row
 
 
 def _decided(
@@ -109,20 +109,7 @@ def test_the_page_embeds_its_data_and_draws_one_bar_per_link() -> None:
 
 def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -> None:
     """Once aggregation wrote NeMo Gym's aggregate-metrics list, the report shows its metrics."""
-    run = RunDir(tmp_path / "run")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="2026-12-01T10:00:00+00:00",
-        backend="local",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=3600.0,
-    )
-    atomic_write(run.info_path, info.model_dump_json().encode())
+    run = one_shard_run(tmp_path / "run")
     merged = RunPaths.for_output(run.merged_output("rollouts"))
     merged.aggregate_metrics.parent.mkdir(parents=True)
     metrics = {"reward/mean": 0.75, "coverage/expected": 4}
@@ -137,20 +124,7 @@ def test_the_report_shows_the_merged_outputs_aggregate_metrics(tmp_path: Path) -
 
 def test_without_the_servers_metrics_the_report_shows_gymslurms_own(tmp_path: Path) -> None:
     """A merge no server answered wrote only <stem>_gymslurm_metrics.json: the report shows those."""
-    run = RunDir(tmp_path / "run")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="2026-12-01T10:00:00+00:00",
-        backend="local",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=3600.0,
-    )
-    atomic_write(run.info_path, info.model_dump_json().encode())
+    run = one_shard_run(tmp_path / "run")
     merged = RunPaths.for_output(run.merged_output("rollouts"))
     merged.gymslurm_metrics.parent.mkdir(parents=True)
     own = {"metrics": {"reward/mean": 0.5}, "metrics_source": "gymslurm"}
@@ -181,20 +155,7 @@ def test_table_cells_are_escaped_even_when_one_holds_a_separator_character() -> 
 
 
 def _one_shard_run(tmp_path: Path) -> RunDir:
-    run = RunDir(tmp_path / "run")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="2026-12-01T10:00:00+00:00",
-        backend="local",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=3600.0,
-    )
-    atomic_write(run.info_path, info.model_dump_json().encode())
+    run = one_shard_run(tmp_path / "run")
     for record in RECORDS:
         run.ledger(0).append(record)  # type: ignore[arg-type]
     return run

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gymslurm.coverage import Coverage
-from gymslurm.launcher.decide import Budgets, Decision
-from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted, summarize
-from gymslurm.launcher.rundir import RunInfo
+from gymslurm.launcher.decide import Decision
+from gymslurm.launcher.ledger import Started, Submitted, summarize
 from gymslurm.launcher.views.counts import counts_of
 from gymslurm.launcher.views.diagnosis import verdict
 from gymslurm.launcher.views.document import ShardRow, StatusDocument
@@ -21,74 +20,27 @@ from gymslurm.launcher.views.status import (
     summary_of,
 )
 from gymslurm.launcher.views.table import summary_line
-from gymslurm.site.slurm import QueueRow
 from gymslurm.store.live import LiveProgress
+from tests.unit.test_launcher_status import AT0, GOING, INFO, T0, _decided, _row, coverage_of
 
-T0 = 1_780_000_000.0
-AT0 = "2026-05-28T20:26:40+00:00"
-INFO = RunInfo(
-    name="r",
-    benchmark="b",
-    overrides=[],
-    created_at=AT0,
-    backend="slurm",
-    shards=1,
-    workdir="/",
-    output_stem="rollouts",
-    infra_retry_limit=3,
-    max_walltime_s=86400.0,
-)
-
-
-def _row(job: str, state: str, reason: str = "None") -> QueueRow:
-    return QueueRow(job, "gs", state, reason, "(null)", "0:00", "1:00", "N/A")
-
-
-def _decided(job: str, decision: Decision) -> DecisionRecord:
-    return DecisionRecord(
-        job_id=job,
-        end="t",
-        elapsed_s=1,
-        slurm_state="RUNNING",
-        exit_code=0,
-        decision=decision,
-        reason="why",
-        budgets_before=BudgetsRecord(),
-        budgets_after=BudgetsRecord.of(Budgets(1, 1, 0)),
-    )
-
-
-GOING = [Submitted(job_id="1"), _decided("1", Decision.CONTINUE), Submitted(job_id="2", after="1")]
+# A shard right after a requeue: 340 of 1000 ok and 20 interrupted (kill_shaped) rollouts.
+REQUEUED_FIELDS: dict[str, object] = {
+    "expected": 1000,
+    "successful": 340,
+    "measured": 340,
+    "failed": 20,
+    "not_started": 640,
+    "scored": 340,
+    "attempts": 360,
+    "retryable": 660,
+    "progress_outcomes_recorded": 340,
+    "failed_by_class": {"kill_shaped": 20},
+    "historical_failed_attempts": 20,
+}
 
 
 def _coverage(**given: object) -> Coverage:
-    fields: dict[str, object] = {
-        "run_id": "run-" + "0" * 32,
-        "expected": 1000,
-        "successful": 340,
-        "measured": 340,
-        "masked": 0,
-        "unscored": 0,
-        "failed": 20,
-        "intentionally_omitted": 0,
-        "not_started": 640,
-        "missing": 0,
-        "complete": False,
-        "reconciled": True,
-        "scored": 340,
-        "attempts": 360,
-        "counted_failures": 0,
-        "failure_budget_exhausted": 0,
-        "max_rollout_attempts": 3,
-        "retry_terminal_timeouts": False,
-        "retryable": 660,
-        "progress_outcomes_recorded": 340,
-        "failed_by_class": {"kill_shaped": 20},
-        "historical_failed_attempts": 20,
-        "identity_verified": True,
-        "written_at": "2026-05-28T20:00:00+00:00",
-    }
-    return Coverage.model_validate({**fields, **given})
+    return coverage_of(**{**REQUEUED_FIELDS, **given})
 
 
 REQUEUED = _coverage()

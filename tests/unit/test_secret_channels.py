@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,12 @@ from gymslurm.commands.overrides import secret_overrides
 from gymslurm.errors import ConfigError
 from gymslurm.job import servers as server_mod
 from gymslurm.job.collector_process import child_environment, run_collector, split_command
-from gymslurm.job.environment import withheld_variables
 from gymslurm.job.heartbeat import Signals
+from gymslurm.launcher.environment import withheld_variables
 from gymslurm.launcher.rundir import SECRETS_ENV
 from gymslurm.launcher.settings import ServerSettings
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
+from tests.support import wait_until
 
 COMMAND = ["python", "-m", "gymslurm", "collect"]
 
@@ -187,9 +187,9 @@ def test_the_link_learns_a_server_env_value_read_from_a_plainly_named_variable(
     log = tmp_path / "server.log"
     server = server_mod.start(settings, log, withheld=frozenset({"POLICY"}))
     try:
-        deadline = time.monotonic() + 20
-        while "serving with" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: "serving with" in log.read_text(), 20, f"the server's first line in {log}", every_s=0.05
+        )
     finally:
         server_mod.stop(server)
     text = log.read_text()

@@ -15,13 +15,14 @@ from gymslurm.errors import ConfigError
 from gymslurm.formats import FORMATS
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import FINISHED, BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.rundir import ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import ArrayRecord, RunDir, atomic_write
 from gymslurm.launcher.verdicts import DECISION_COLOURS, LOOKS, RUNNING_LINK, VERDICT_OF_STOP, ChainVerdict
 from gymslurm.launcher.views.document import ShardRow, SuiteRow, status_json, with_suite
 from gymslurm.launcher.views.report import _CLOCK_SHARD, report_data
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import COLUMNS
 from gymslurm.site.local import LocalBackend
+from tests.status_documents import one_shard_run
 
 ROW = [
     "shard",
@@ -132,20 +133,7 @@ SUITE = [
 
 def _run(tmp_path: Path) -> RunDir:
     """A local run of one shard: one link decided CONTINUE, the next running."""
-    run = RunDir(tmp_path / "run")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="2026-12-01T10:00:00+00:00",
-        backend="local",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=3600.0,
-    )
-    atomic_write(run.info_path, info.model_dump_json().encode())
+    run = one_shard_run(tmp_path / "run")
     decided = DecisionRecord(
         job_id="1",
         start="2026-12-01T10:00:00+00:00",
@@ -254,21 +242,34 @@ def test_the_docs_list_the_verdicts_of_the_vocabulary() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "record"),
+    ("name", "record", "reads"),
     [
-        ("run.json", {"v": 2, "name": "r"}),
-        ("array.json", {"v": 2, "job_id": "1", "shards": 1, "max_running": None, "at": "t"}),
+        ("run.json", {"v": 2, "name": "r"}, "version 1 only"),
+        ("array.json", {"v": 3, "job_id": "1", "shards": 1, "max_running": None, "at": "t"}, "versions 1, 2"),
     ],
 )
 def test_a_run_record_of_another_version_is_refused_naming_the_file(
-    tmp_path: Path, name: str, record: dict[str, object]
+    tmp_path: Path, name: str, record: dict[str, object], reads: str
 ) -> None:
     """run.json and array.json are version-checked first, through formats.py, in its one voice."""
     run = RunDir(tmp_path / "run")
     atomic_write(run.root / name, orjson.dumps(record))
     read = run.read_info if name == "run.json" else run.read_array
-    with pytest.raises(ConfigError, match=rf"{name}: .* is version 2 \(v 2\); this gymslurm reads version 1"):
+    found = record["v"]
+    with pytest.raises(
+        ConfigError, match=rf"{name}: .* is version {found} \(v {found}\); this gymslurm reads {reads}"
+    ):
         read()
+
+
+def test_a_version_1_array_record_reads_with_no_after_ok(tmp_path: Path) -> None:
+    """array.json version 1 (before issue 35) still reads: its arrays wait for nothing."""
+    run = RunDir(tmp_path / "run")
+    atomic_write(
+        run.array_path, orjson.dumps({"v": 1, "job_id": "1", "shards": 1, "max_running": None, "at": "t"})
+    )
+    record = run.read_array()
+    assert record is not None and record.after_ok is None
 
 
 def test_an_array_record_without_a_version_reads_as_version_1(tmp_path: Path) -> None:

@@ -48,6 +48,19 @@ def create(paths: RunPaths, count: int = 3, **changes: Any) -> RunStore:
     return RunStore.create_fresh(paths, RunSpec(**{**options, **changes}))
 
 
+def import_legacy(paths: RunPaths, count: int = 3) -> RunStore:
+    """Import the legacy run at ``paths`` as ``count`` rollouts (attempt limit 3, no identity)."""
+    spec = RunSpec(
+        source_path="d",
+        source_digest=DIGEST,
+        inputs=make_inputs(count),
+        identity={},
+        config_digest=DIGEST,
+        max_rollout_attempts=3,
+    )
+    return RunStore.import_legacy(paths, spec)
+
+
 def failure(
     store: RunStore,
     index: int,
@@ -447,17 +460,7 @@ def test_legacy_import_orders_sidecar_before_results(paths: RunPaths) -> None:
     append_raw(paths.results, {"_ng_rollout_id": "demo-t0", "_ng_attempt": 0, "reward": 1.0})
     append_raw(paths.results, {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0})
     assert existing_run(paths) is ExistingRun.LEGACY
-    store = RunStore.import_legacy(
-        paths,
-        RunSpec(
-            source_path="d",
-            source_digest=DIGEST,
-            inputs=make_inputs(3),
-            identity={},
-            config_digest=DIGEST,
-            max_rollout_attempts=3,
-        ),
-    )
+    store = import_legacy(paths)
     recon = store.reconcile()
     assert list(store.table.counts()) == [2, 1, 0]
     assert recon.states[0].disposition == Disposition.MEASURED  # the result arrived after the failure
@@ -476,17 +479,7 @@ def test_legacy_row_matching_no_rollout_is_an_error(paths: RunPaths) -> None:
     """A legacy row that names no materialized rollout refuses the import."""
     append_raw(paths.results, {"_ng_rollout_id": "gone", "reward": 1.0})
     with pytest.raises(CorruptRecordError, match="legacy row"):
-        RunStore.import_legacy(
-            paths,
-            RunSpec(
-                source_path="d",
-                source_digest=DIGEST,
-                inputs=make_inputs(1),
-                identity={},
-                config_digest=DIGEST,
-                max_rollout_attempts=3,
-            ),
-        )
+        import_legacy(paths, count=1)
     assert not paths.manifest.exists()
 
 
@@ -556,17 +549,7 @@ def test_import_refuses_a_run_whose_manifest_was_lost(paths: RunPaths) -> None:
     paths.manifest.unlink()
     assert existing_run(paths) is ExistingRun.LEGACY
     with pytest.raises(CorruptRecordError, match="Restore the manifest"):
-        RunStore.import_legacy(
-            paths,
-            RunSpec(
-                source_path="d",
-                source_digest=DIGEST,
-                inputs=make_inputs(3),
-                identity={},
-                config_digest=DIGEST,
-                max_rollout_attempts=3,
-            ),
-        )
+        import_legacy(paths)
     assert not paths.manifest.exists()
 
 

@@ -75,7 +75,7 @@ def _suite_metrics(tmp: Path) -> None:
 
 
 def _comparison(tmp: Path) -> None:
-    from gymslurm.comparison import parse_comparison
+    from gymslurm.gate import parse_comparison
 
     parse_comparison(orjson.dumps({"format_version": FUTURE, "benchmarks": []}), "saved.json")
 

@@ -11,8 +11,6 @@ import json
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,13 +49,21 @@ class Run:
 
 def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy: Any) -> Path:
     """The benchmark: vLLM (the recipe, fast probes, ``policy`` on top) and the demo Environment Server."""
+    entry = server_entry(vllm, name="policy", probe_interval_s=1, probe_timeout_s=10, **policy)
+    return demo_benchmark(tmp, entry, rows, concurrency, "--latency-ms", "300", probe_interval_s=1)
+
+
+def demo_benchmark(
+    tmp: Path, policy: dict[str, Any], rows: int, concurrency: int, *env_args: str, **env_fields: Any
+) -> Path:
+    """``rows`` demo tasks: the ``policy`` server entry and the demo Environment Server asking it
+    (``env_args``: more arguments of its command, ``env_fields``: more fields of its entry)."""
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
-    entry = server_entry(vllm, name="policy", probe_interval_s=1, probe_timeout_s=10, **policy)
     env = {
         "name": "env",
         "health_path": "/health",
-        "probe_interval_s": 1,
+        **env_fields,
         "command": [
             sys.executable,
             "-m",
@@ -71,8 +77,7 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
             "{servers.policy.url}",
             "--model-name",
             SERVED_MODEL,
-            "--latency-ms",
-            "300",
+            *env_args,
         ],
     }
     overrides = ["+route_failures_to_sidecar=true", f"+concurrency={concurrency}", "+progress=none"]
@@ -80,7 +85,7 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
         "dataset": str(dataset),
         "run_root": str(tmp / "runs"),
         "shards": 1,
-        "servers": [entry, env],
+        "servers": [policy, env],
         "collector": {"command": [sys.executable, "-m", "gymslurm", "collect"], "overrides": overrides},
         "slurm": {"python": sys.executable},
         "aggregation": {"enabled": False},
@@ -88,16 +93,6 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
     path = tmp / "bench.yaml"
     path.write_text(yaml.safe_dump(bench))
     return path
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = RUN_TIMEOUT_S) -> Any:
-    """Poll ``predicate`` until it returns something true."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 def results(run: Path) -> int:

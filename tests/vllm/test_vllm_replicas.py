@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.launcher_chains_helpers import decisions
+from tests.support import wait_until
 from tests.vllm.harness import Vllm
-from tests.vllm.scenario import Run, finish, kill_group, leftovers, results, server_pid, submit, wait_for
+from tests.vllm.scenario import RUN_TIMEOUT_S, Run, finish, kill_group, leftovers, results, server_pid, submit
 from tests.vllm.scenario import write_benchmark as benchmark
 
 ROWS = 80
@@ -28,8 +29,13 @@ def one_replica_killed(vllm_install: Vllm, tmp_path_factory: pytest.TempPathFact
     tmp = tmp_path_factory.mktemp("vllm-replicas")
     bench = benchmark(tmp, vllm_install, rows=ROWS, concurrency=8, replicas=2, restart_limit=0)
     run = submit(bench, tmp)
-    wait_for(lambda: server_pid(run, "env", "started"), "the replicas, the router, the Environment Server")
-    wait_for(lambda: results(run) >= 8, "rollouts before the kill")
+    wait_until(
+        lambda: server_pid(run, "env", "started"),
+        RUN_TIMEOUT_S,
+        "the replicas, the router, the Environment Server",
+        every_s=0.2,
+    )
+    wait_until(lambda: results(run) >= 8, RUN_TIMEOUT_S, "rollouts before the kill", every_s=0.2)
     victim = server_pid(run, "policy-r1", "started")
     assert victim is not None
     kill_group(victim, signal.SIGKILL)

@@ -8,18 +8,16 @@ process group after the last test.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
-import yaml
 
 from gymslurm.dispatch.calls import parse_completed_total, parse_model_load, serves_model_load
 from gymslurm.job import servers
 from gymslurm.job.servers import RunningServer
 from tests.e2e.launcher_chains_helpers import decisions, gymslurm, ledger, only_run, wait_until_final
 from tests.vllm.harness import SERVED_MODEL
+from tests.vllm.scenario import demo_benchmark
 
 
 def test_the_chat_completion_probe_passes_against_vllm(vllm_server: RunningServer) -> None:
@@ -48,8 +46,6 @@ def test_vllm_metrics_carry_the_queue_and_the_finished_count_gymslurm_reads(
 
 
 def _benchmark(tmp: Path, policy_url: str, rows: int) -> Path:
-    dataset = tmp / "data.jsonl"
-    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
     policy = {
         "name": "policy",
         "url": policy_url,
@@ -58,39 +54,7 @@ def _benchmark(tmp: Path, policy_url: str, rows: int) -> Path:
         "probe_timeout_s": 30,
         "collector_override": None,
     }
-    env = {
-        "name": "env",
-        "health_path": "/health",
-        "command": [
-            sys.executable,
-            "-m",
-            "gymslurm",
-            "demo-server",
-            "--host",
-            "{host}",
-            "--port",
-            "{port}",
-            "--policy-url",
-            "{servers.policy.url}",
-            "--model-name",
-            SERVED_MODEL,
-        ],
-    }
-    bench: dict[str, Any] = {
-        "dataset": str(dataset),
-        "run_root": str(tmp / "runs"),
-        "shards": 1,
-        "servers": [policy, env],
-        "collector": {
-            "command": [sys.executable, "-m", "gymslurm", "collect"],
-            "overrides": ["+route_failures_to_sidecar=true", "+concurrency=16", "+progress=none"],
-        },
-        "slurm": {"python": sys.executable},
-        "aggregation": {"enabled": False},
-    }
-    path = tmp / "bench.yaml"
-    path.write_text(yaml.safe_dump(bench))
-    return path
+    return demo_benchmark(tmp, policy, rows, 16)
 
 
 def test_a_benchmark_whose_policy_is_vllm_is_collected_in_full(

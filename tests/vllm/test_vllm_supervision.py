@@ -18,8 +18,9 @@ import psutil
 import pytest
 
 from tests.e2e.launcher_chains_helpers import decisions, ledger
+from tests.support import wait_until
 from tests.vllm.harness import Vllm
-from tests.vllm.scenario import Run, finish, kill_group, leftovers, results, server_pid, submit, wait_for
+from tests.vllm.scenario import RUN_TIMEOUT_S, Run, finish, kill_group, leftovers, results, server_pid, submit
 from tests.vllm.scenario import write_benchmark as benchmark
 
 ROWS = 80
@@ -35,12 +36,24 @@ def engine_core(api_server: int) -> int:
 def supervised(vllm_install: Vllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("vllm-supervised")
     run = submit(benchmark(tmp, vllm_install, rows=ROWS, concurrency=4), tmp)
-    first = wait_for(lambda: server_pid(run, "policy", "started"), "vLLM to start")
-    wait_for(lambda: results(run) >= 8, "rollouts before the kill")
+    first = wait_until(
+        lambda: server_pid(run, "policy", "started"),
+        RUN_TIMEOUT_S,
+        "vLLM to start",
+        every_s=0.2,
+    )
+    wait_until(lambda: results(run) >= 8, RUN_TIMEOUT_S, "rollouts before the kill", every_s=0.2)
     kill_group(first, signal.SIGKILL)
-    second = wait_for(lambda: server_pid(run, "policy", "restarted"), "vLLM's restart after the kill")
+    second = wait_until(
+        lambda: server_pid(run, "policy", "restarted"),
+        RUN_TIMEOUT_S,
+        "vLLM's restart after the kill",
+        every_s=0.2,
+    )
     saved = results(run)
-    wait_for(lambda: results(run) >= saved + 8, "rollouts from the restarted vLLM")
+    wait_until(
+        lambda: results(run) >= saved + 8, RUN_TIMEOUT_S, "rollouts from the restarted vLLM", every_s=0.2
+    )
     os.kill(engine_core(second), signal.SIGSTOP)  # a wedged engine: the API server still answers /health
     yield finish(run)
 

@@ -58,7 +58,7 @@ class ShardFiles:
     lock_held: bool | None = None  # the shard's link lock, asked only of a link the queue lost (liveness.py)
 
 
-def _coverage(output: Path) -> tuple[Coverage | None, str | None]:
+def shard_coverage(output: Path) -> tuple[Coverage | None, str | None]:
     """The collector's coverage of ``output``, read through the store, and any problem."""
     try:
         # The launcher made these folders under the (resolved) run root and never links them, so
@@ -97,7 +97,7 @@ def read_shard_files(
         heartbeat = live.read_heartbeat(run.heartbeat(shard)) if running or lost else None
     except StoreError as error:
         problems.append(str(error))
-    coverage, problem = _coverage(output)
+    coverage, problem = shard_coverage(output)
     problems += [problem] if problem else []
     lock = link_lock_held(run, shard, heartbeat) if lost and not running else None
     return ShardFiles(coverage, progress, heartbeat, tuple(problems), lock)

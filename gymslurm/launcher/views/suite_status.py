@@ -3,7 +3,7 @@ headline, its run folder).
 
 The suite's chains are shown by the run's table as any run's; these lines say, for each benchmark,
 how far its shards got (outcomes of expected rollouts, from each shard's coverage file), its verdict
-over its shards (suite_aggregation.benchmark_verdict), its headline from ``suite_metrics.json`` once
+over its shards (suite_run.benchmark_verdict), its headline from ``suite_metrics.json`` once
 the suite's aggregation wrote it, and the folder that is its own run (status, aggregate, reverify
 read it alone). The ETA is its rollouts left at its running collectors' rate; its GPU-hours are the
 suite's split by its share of the model server's busy time (``busy_s`` of its decision records).
@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.errors import GymslurmError, StoreError
-from gymslurm.job.collector_files import saved_coverage
-from gymslurm.job.suite_aggregation import benchmark_verdict
 from gymslurm.launcher.ledger import DecisionRecord
 from gymslurm.launcher.links import human_gpu_hours
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.suite_rules import eta_s, gpu_hours_split
-from gymslurm.launcher.suite_run import is_suite, member_run, read_suite_record
+from gymslurm.launcher.suite_run import benchmark_verdict, is_suite, member_run, read_suite_record
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.document import SuiteRow
+from gymslurm.launcher.views.status import shard_coverage
 from gymslurm.store import live
 from gymslurm.store.suite_metrics import read_suite_metrics
 
@@ -47,7 +46,7 @@ def suite_rows(run: RunDir, gpu_hours: float | None = None) -> list[SuiteRow]:
         rate, running, busy[entry.name] = 0.0, False, 0.0
         for shard in range(entry.shards):
             output = sub.shard_output(shard, entry.output_stem)
-            coverage = saved_coverage(output)
+            coverage, _ = shard_coverage(output)
             if coverage is not None:
                 expected += coverage.expected
                 done += coverage.successful + coverage.failed + coverage.intentionally_omitted
