@@ -45,6 +45,7 @@ SLURM_GROUPS = {
     "test_job_python.py": "slurm-1",
     "test_job_identity.py": "slurm-1",
     "test_inject_server_slurm.py": "slurm-1",
+    "test_suite_slurm.py": "slurm-1",  # issue 30's suite on Slurm, ~3 min: the group with least left
     "test_launcher_chains.py": "slurm-2",
     "test_interruptions.py": "slurm-2",
     "test_doctor.py": "slurm-2",

@@ -32,7 +32,7 @@ from gymslurm.launcher.suite_run import (
     member_run,
     write_suite_record,
 )
-from gymslurm.launcher.suite_settings import Member, Suite, chain_settings
+from gymslurm.launcher.suite_settings import Member, Suite, across_clusters_problem, chain_settings
 
 
 class SuiteInputs:
@@ -119,10 +119,9 @@ def submit_suite(
     (Slurm): its first links wait for these jobs to complete successfully (a watch's conversion)."""
     settings, data = chain_settings(suite)
     kind: Literal["slurm", "local"] = resolve_backend_name(settings, backend_name)
-    if kind == "slurm" and settings.slurm.clusters is not None:
-        raise ConfigError(
-            f"suite {suite.where}: slurm.clusters (shards across clusters) is not for suites yet"
-        )
+    problem = across_clusters_problem(suite) if kind == "slurm" else None
+    if problem is not None:
+        raise ConfigError(problem)
     if after_ok and kind != "slurm":
         raise ConfigError(f"suite {suite.where}: waiting for other jobs (afterok) needs the Slurm backend")
     workdir = Path.cwd()

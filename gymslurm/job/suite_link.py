@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class Bench:
     started: Started | None = None
     job: CollectorJob | None = None
     before: Progress | None = None
+    urls: dict[str, str] = field(default_factory=dict)  # its servers' addresses in this link
 
     @property
     def ledger(self) -> Ledger:
@@ -141,6 +143,7 @@ def collect_suite(
     started: list[server_mod.RunningServer] = []
     withheld = withheld_in_job(settings)
     note = note_server  # (event, server, cause) -> None: the suite ledger's server records
+    own = OwnServers()
     try:
         try:
             start_stack(settings.servers, run.root / "logs", chain, started, note=note, withheld=withheld)
@@ -148,22 +151,18 @@ def collect_suite(
             for bench in todo:
                 bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
             return f"the shared stack did not start: {error}"
-        shared = len(started)
         record = read_suite_record(run)
         weights = {e.name: e.weight for e in record.benchmarks}
         shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
+        stack = {s.name for s in settings.servers}
+        failed = own.start(todo, started, chain, note=note, withheld=withheld, stack=stack)
         for bench in todo:
-            own = [s for s in bench.settings.servers if s.name not in {x.name for x in settings.servers}]
-            mine = list(started[:shared])
-            try:
-                start_stack(own, bench.run.root / "logs", chain, mine, note=note, withheld=withheld)
-            except server_mod.ServerStartError as error:
-                bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
-                log(f"{bench.name}: its servers did not start: {error}")
-                started += mine[shared:]
+            if bench.name in failed:
+                code = server_mod.start_failure_exit(failed[bench.name], _last_reason(bench))[0]
+                bench.job = _ended(bench.name, code)
+                log(f"{bench.name}: its servers did not start: {failed[bench.name]}")
                 continue
-            started += mine[shared:]
-            urls = {s.name: s.url for s in mine}
+            urls = bench.urls
             adaptive = adaptive_choice(bench.settings, urls)
             argv = collector_argv(
                 bench.settings,
@@ -198,6 +197,76 @@ def collect_suite(
     finally:
         for server in started:
             server_mod.stop(server)
+        own.release()
+
+
+class OwnServers:
+    """Every benchmark's own servers (those not in the shared stack), started at once, a thread each.
+
+    A benchmark's servers start in their order, as its link alone starts them, but one benchmark's
+    do not wait for another's: each is a process start and a health wait, and five Environment
+    Servers one after another are five start-ups before any collector runs. Each thread stays
+    until :meth:`release`: the kernel kills a server when the *thread* that started it ends
+    (``PR_SET_PDEATHSIG`` follows the parent thread, not the process), so a thread lives as long
+    as the servers it started; the link releases them once it stopped its servers, and a link
+    that dies takes them, and so its servers, with it.
+    """
+
+    def __init__(self) -> None:
+        self._release = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(
+        self,
+        todo: list[Bench],
+        started: list[server_mod.RunningServer],
+        chain: int,
+        *,
+        note: Note,
+        withheld: frozenset[str],
+        stack: set[str],
+    ) -> dict[str, server_mod.ServerStartError]:
+        """Start them, each appended to ``started`` (the caller stops them) and each benchmark's
+        addresses in its ``urls``; the benchmarks whose servers did not all start, and why."""
+        shared, failed, unexpected = list(started), dict[str, server_mod.ServerStartError](), []
+        ready = threading.Semaphore(0)
+
+        def locked(event: str, server: server_mod.RunningServer, cause: str) -> None:
+            with self._lock:  # one ledger, appended from every benchmark's thread
+                note(event, server, cause)
+
+        def one(bench: Bench) -> None:
+            mine = list(shared)
+            own = [s for s in bench.settings.servers if s.name not in stack]
+            try:
+                start_stack(own, bench.run.root / "logs", chain, mine, note=locked, withheld=withheld)
+            except server_mod.ServerStartError as error:
+                failed[bench.name] = error
+            except BaseException as error:  # raised in the link's thread, below
+                unexpected.append(error)
+            finally:
+                with self._lock:
+                    started.extend(mine[len(shared) :])
+                bench.urls = {s.name: s.url for s in mine}
+                ready.release()
+            self._release.wait()
+
+        for bench in todo:
+            thread = threading.Thread(target=one, args=(bench,), name=f"servers-{bench.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        for _ in todo:
+            ready.acquire()
+        if unexpected:
+            raise unexpected[0]
+        return failed
+
+    def release(self) -> None:
+        """Let the starting threads end (after the link stopped every server they started)."""
+        self._release.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
 
 
 def _ended(name: str, code: int) -> CollectorJob:

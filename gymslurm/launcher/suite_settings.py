@@ -285,3 +285,41 @@ def chain_settings(suite: Suite, chains: int | None = None) -> tuple[BenchmarkSe
             OmegaConf.update(conf, key, yaml.safe_load(value) if value else None, force_add=True)
             data = OmegaConf.to_container(conf, resolve=False)  # type: ignore[assignment]
     return validate(data, f"suite {suite.where}"), data
+
+
+ACROSS_CLUSTERS = (
+    "shards across clusters are not for suites: a suite link runs every benchmark's shard of its "
+    "chain against one model server, and each benchmark's run folder (its status, resume and "
+    "merge) is kept on one cluster. Submit the suite to one cluster (`slurm.cluster: NAME` in "
+    "the suite's `slurm:`), or one suite run per cluster"
+)
+
+
+def _file_line(path: Path, loc: tuple[str | int, ...]) -> str:
+    """``path:line`` of the YAML node at ``loc`` in a user's file (just ``path`` when unreadable)."""
+    try:
+        line = key_line(path.read_text(), loc)
+    except OSError:
+        line = None
+    return f"{path}:{line}" if line else str(path)
+
+
+def across_clusters_problem(suite: Suite) -> str | None:
+    """Why a suite asks for shards across clusters (``slurm.clusters``), naming where: the suite
+    file's line, the command line, or the line of a benchmark's own file; None when it does not."""
+    where = Path(suite.where)
+    if "clusters" in suite.settings.slurm and suite.settings.slurm["clusters"] is not None:
+        return f"suite {_file_line(where, ('slurm', 'clusters'))}: slurm.clusters: {ACROSS_CLUSTERS}"
+    if any(o.lstrip("+").startswith("slurm.clusters=") and not o.endswith("=null") for o in suite.overrides):
+        return f"slurm.clusters on the command line (suite {suite.where}): {ACROSS_CLUSTERS}"
+    from gymslurm.launcher.settings import benchmark_path
+
+    for index, member in enumerate(suite.members):
+        if member.settings.slurm.clusters is not None:
+            own = _file_line(benchmark_path(member.entry.benchmark), ("slurm", "clusters"))
+            entry = _file_line(where, ("benchmarks", index)) if where.is_file() else suite.where
+            return (
+                f"suite {entry}: benchmark {member.name!r} sets slurm.clusters in {own}: {ACROSS_CLUSTERS} "
+                "(a suite's links take the suite's `slurm:` section: remove it from the benchmark's file)"
+            )
+    return None

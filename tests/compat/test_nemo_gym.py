@@ -232,3 +232,98 @@ def test_nemo_gyms_openai_model_serves_the_demo_model_servers_answers(nemo_gym_s
 
     assert text(via.json()) == text(direct.json()) != ""
     assert via.json()["model"] == "demo-policy"
+
+
+# --- A suite of NeMo Gym benchmarks: each one's merged output is what NeMo Gym reads alone ---------
+
+SUITE = {"relay": (2, []), "repeats": (1, ["+num_repeats=2"])}  # name: shards, collector overrides
+
+
+def _nemo_gym_benchmark(stack: Stack, folder: Path, name: str) -> Path:
+    """A benchmark of the stack's relay (through its head server, which every job is given)."""
+    shards, extra = SUITE[name]
+    overrides = [
+        "+route_failures_to_sidecar=true",
+        "+environment_routing_mode=legacy",
+        f"+environment_server_name={RELAY}",
+        "+taskset=weather",
+        *extra,
+    ]
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f"dataset: {stack.dataset}\noutput_stem: weather\nshards: {shards}\n"
+        f"servers:\n  - name: nemo_gym\n    url: {stack.head_url}\n    collector_override: +head_server_url\n"
+        f"collector:\n  overrides: {json.dumps(overrides)}\n"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def suite_and_alone(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``gymslurm submit relay.yaml repeats.yaml`` (a suite sharing the stack) and each benchmark
+    submitted alone, the three at once on the local backend: each merged output, by ``suite/NAME``
+    and ``alone/NAME``."""
+    folder = tmp_path_factory.mktemp("suite-vs-alone")
+    files = {name: _nemo_gym_benchmark(nemo_gym_stack, folder, name) for name in SUITE}
+    runs = {"suite": [*map(str, files.values())], **{f"alone-{n}": [str(p)] for n, p in files.items()}}
+    processes = {
+        label: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gymslurm",
+                "submit",
+                *given,
+                "--backend=local",
+                "--wait",
+                f"run_root={folder / label}",
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for label, given in runs.items()
+    }
+    for label, process in processes.items():
+        out, _ = process.communicate(timeout=900)
+        assert process.returncode == 0, f"{label}: {out[-3000:]}"
+    merged = {}
+    for name in SUITE:
+        (merged[f"suite/{name}"],) = folder.glob(f"suite/*/benchmarks/{name}/output/merged/weather.jsonl")
+        (merged[f"alone/{name}"],) = folder.glob(f"alone-{name}/*/output/merged/weather.jsonl")
+    return merged
+
+
+def _gym_aggregate(stack: Stack, merged: Path, output: Path) -> list[dict[str, Any]]:
+    """NeMo Gym's ``gym eval aggregate`` on a merged output: its ``ng_aggregate_metrics.json``."""
+    done = stack.gym_command(
+        "eval",
+        "aggregate",
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={HEAD_PORT}",
+        f"+input_glob={merged}",
+        f"+output_jsonl_fpath={output}",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    entries: list[dict[str, Any]] = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
+    return entries
+
+
+@pytest.mark.parametrize("name", sorted(SUITE))
+def test_nemo_gyms_aggregate_of_a_suite_benchmark_is_that_of_the_benchmark_alone(
+    nemo_gym_stack: Stack, suite_and_alone: dict[str, Path], tmp_path: Path, name: str
+) -> None:
+    """Each benchmark of a suite run (its own folder, merged by the suite's aggregation): the same
+    rollouts and rewards as submitted alone, and ``gym eval aggregate`` on it gives what it gives
+    on the run alone."""
+    suite, alone = suite_and_alone[f"suite/{name}"], suite_and_alone[f"alone/{name}"]
+
+    def graded(path: Path) -> list[tuple[str, float]]:  # NeMo Gym's response ids differ run to run
+        return sorted((row["_ng_rollout_id"], row["reward"]) for row in rows(path))
+
+    assert graded(suite) == graded(alone) and len(graded(suite)) == ROWS * (2 if name == "repeats" else 1)
+    ours = _gym_aggregate(nemo_gym_stack, suite, tmp_path / "suite" / "ng.jsonl")
+    theirs = _gym_aggregate(nemo_gym_stack, alone, tmp_path / "alone" / "ng.jsonl")
+    assert [e["_ng_environment_server"] for e in ours] == [RELAY] and ours[0]["agent_metrics"]
+    assert ours == theirs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,69 @@ def test_a_benchmark_added_to_a_finished_suite_runs_alone_and_a_dropped_one_keep
     refused = gymslurm("resubmit", str(run), str(suite), check=False)
     assert refused.returncode != 0 and "benchmark 'first' is not the one run" in refused.stderr
     assert (run / "suite.json").read_bytes() == saved
+
+
+def _server(name: str, script: str, timeout_s: float = 30) -> dict[str, Any]:
+    """A server whose shell ``script`` ends by serving HTTP on ``$0`` (its port)."""
+    return {
+        "name": name,
+        "command": ["sh", "-c", script, "{port}"],
+        "health_path": "/",
+        "startup_timeout_s": timeout_s,
+    }
+
+
+def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path: Path) -> None:
+    """A suite link starts every benchmark's own servers at once: ``first``'s server becomes healthy
+    only once ``second``'s has begun (one after another, ``first`` would wait its whole start-up
+    timeout for nothing), a benchmark whose server fails is named with why, and every server
+    started is handed back to be stopped and lives until then (a server dies with the thread that
+    started it: the threads stay until released); the shared stack's server is not started again."""
+    from gymslurm.job import servers as server_mod
+    from gymslurm.job.suite_link import Bench, OwnServers
+    from gymslurm.launcher.ledger import summarize
+    from gymslurm.launcher.rundir import RunDir
+    from gymslurm.launcher.settings import ServerSettings, validate
+
+    serve = f'exec {sys.executable} -m http.server "$0" --bind 127.0.0.1'
+    flag = tmp_path / "second-began"
+    policy = {"name": "policy", "url": "http://127.0.0.1:9", "collector_override": None}
+    own = {
+        "first": _server("env", f"while [ ! -e {flag} ]; do sleep 0.1; done; {serve}"),
+        "second": _server("env", f"touch {flag}; {serve}"),
+        "broken": _server("env", "exit 3", timeout_s=10),
+    }
+    todo = [
+        Bench(
+            name,
+            RunDir(tmp_path / name),
+            validate({"name": name, "dataset": "d.jsonl", "servers": [policy, server]}, name),
+            summarize([]),
+        )
+        for name, server in own.items()
+    ]
+    shared = server_mod.RunningServer(ServerSettings(**policy), policy["url"])
+    started = [shared]
+    noted: list[tuple[str, str]] = []
+    owned = OwnServers()
+    try:
+        failed = owned.start(
+            todo,
+            started,
+            0,
+            note=lambda e, s, _c: noted.append((e, s.name)),
+            withheld=frozenset(),
+            stack={"policy"},
+        )
+        time.sleep(1.0)  # a server whose starting thread ended would be dead by now
+        assert [s.process.poll() for s in started[1:] if s.process is not None] == [None, None]
+        assert list(failed) == ["broken"] and isinstance(failed["broken"], server_mod.ServerStartError)
+        assert sorted(s.name for s in started[1:]) == ["env", "env"] and started[0] is shared
+        assert sorted(noted) == [("started", "env"), ("started", "env")]
+        for bench in todo[:2]:
+            assert set(bench.urls) == {"policy", "env"} and bench.urls["policy"] == policy["url"]
+        assert todo[0].urls["env"] != todo[1].urls["env"]
+    finally:
+        for server in started[1:]:
+            server_mod.stop(server)
+        owned.release()

@@ -299,3 +299,17 @@ def test_a_shared_limit_decides_on_its_share_of_a_window() -> None:
     for _ in range(13):
         limit.completed(0.1, 1)
     assert limit.current == 3
+
+
+def test_shares_of_a_server_too_small_for_a_whole_request_each_still_fill_it() -> None:
+    """Five collectors with a fifth of a server of 8 slots each (1.6 requests): each keeps 2, so
+    the server stays full (2 waiting) instead of 5 requests at 8 slots (each cut to 1)."""
+    limits = [AdaptiveLimit(cap=64, share=0.2) for _ in range(5)]
+    for _ in range(120):
+        held = [lim.current for lim in limits]
+        running, waiting = min(sum(held), 8), max(sum(held) - 8, 0)
+        for lim, mine in zip(limits, held, strict=True):
+            for _ in range(max(1, mine * running // max(sum(held), 1))):
+                lim.completed(1.0 * max(1.0, sum(held) / 8), mine - 1)
+            lim.server_queue(waiting, running=running, in_flight=mine)
+    assert [lim.current for lim in limits] == [2] * 5

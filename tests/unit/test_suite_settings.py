@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.new_suite import submit_suite
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.suite_settings import chain_settings, key_line, load_suite, parse_suite
+from gymslurm.launcher.suite_settings import (
+    across_clusters_problem,
+    chain_settings,
+    key_line,
+    load_suite,
+    parse_suite,
+)
 
 GOOD = """\
 stack:
@@ -109,3 +116,38 @@ def test_a_top_level_override_reaches_the_suite_links_own_settings_too() -> None
     settings, _ = chain_settings(suite)
     assert settings.slurm.time == "00:20:00" and settings.budget.gpu_hours == 3
     assert chain_settings(load_suite("demo-suite", []))[0].slurm.time == "00:10:00"
+
+
+def test_a_suite_across_clusters_is_refused_at_its_slurm_clusters_line(tmp_path: Path) -> None:
+    """``slurm: {clusters: [a, b]}`` in the suite file: the refusal names the file, the line and
+    what to do (one cluster, or one suite run per cluster)."""
+    path = _suite(tmp_path, GOOD + "slurm:\n  time: '00:10:00'\n  clusters: [a, b]\n")
+    problem = across_clusters_problem(load_suite(str(path), []))
+    assert problem is not None and problem.startswith(f"suite {path}:15: slurm.clusters: ")
+    assert "slurm.cluster: NAME" in problem and "one suite run per cluster" in problem
+
+
+def test_a_suite_across_clusters_from_the_command_line_is_refused_naming_it() -> None:
+    """``slurm.clusters=[a,b]`` typed on the command line is named as such; without it, no refusal."""
+    problem = across_clusters_problem(load_suite("demo-suite", ["slurm.clusters=[a,b]"]))
+    assert problem is not None and problem.startswith("slurm.clusters on the command line")
+    assert across_clusters_problem(load_suite("demo-suite", [])) is None
+
+
+def test_a_benchmark_file_across_clusters_is_refused_naming_its_line_and_the_suites(tmp_path: Path) -> None:
+    """A benchmark whose own file sets ``slurm.clusters`` (which a suite's links would ignore) is
+    refused naming the suite's line of that benchmark and the line of its own file."""
+    bench = tmp_path / "mine.yaml"
+    bench.write_text("dataset: data.jsonl\nslurm:\n  clusters: [a, b]\n")
+    path = _suite(tmp_path, GOOD + f"  - name: c\n    benchmark: {bench}\n")
+    problem = across_clusters_problem(load_suite(str(path), []))
+    assert problem is not None and problem.startswith(f"suite {path}:13: benchmark 'c' sets slurm.clusters")
+    assert f"in {bench}:3:" in problem and "remove it from the benchmark's file" in problem
+
+
+def test_submit_refuses_a_suite_across_clusters_on_slurm_before_writing_anything(tmp_path: Path) -> None:
+    """The refusal comes before the run folder: nothing is written under the run root."""
+    path = _suite(tmp_path, GOOD + f"run_root: {tmp_path / 'runs'}\nslurm:\n  clusters: [a, b]\n")
+    with pytest.raises(ConfigError, match="shards across clusters are not for suites"):
+        submit_suite(load_suite(str(path), []), [], "slurm", dry_run=False, wait=False)
+    assert not (tmp_path / "runs").exists()
