@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import yaml
 
+from gymslurm.demo.model import ModelApp, ModelConfig
 from gymslurm.dispatch.calls import parse_completed_total, parse_model_load, serves_model_load
 from gymslurm.job import servers
 from gymslurm.job.servers import RunningServer
@@ -31,6 +32,18 @@ def test_the_chat_completion_probe_passes_against_vllm(vllm_server: RunningServe
     assert servers.probe(vllm_server.host, vllm_server.port, plain)
     wrong = settings.model_copy(update={"probe_model": "no-such-model"})
     assert not servers.probe(vllm_server.host, vllm_server.port, wrong)
+
+
+def test_the_demo_model_server_refuses_an_unknown_model_as_vllm_does(vllm_server: RunningServer) -> None:
+    """A request naming a model vLLM does not serve: the demo model server answers the status and body
+    vLLM answers, on each endpoint gymslurm and NeMo Gym call (docs/servers.md, the demo next to vLLM)."""
+    demo = ModelApp(ModelConfig(model_name=SERVED_MODEL))
+    request = {"model": "no-such-model", "messages": [{"role": "user", "content": "ping"}]}
+    request |= {"prompt": "ping", "input": "ping", "max_tokens": 1}
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+        real = httpx.post(f"{vllm_server.url}{path}", json=request, timeout=30, trust_env=False)
+        imitation = demo.handle(b"POST", path.encode(), json.dumps(request).encode())
+        assert (imitation.status, json.loads(imitation.body)) == (real.status_code, real.json()), path
 
 
 def test_vllm_metrics_carry_the_queue_and_the_finished_count_gymslurm_reads(
