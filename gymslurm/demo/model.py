@@ -143,12 +143,14 @@ def _error(status: int, message: str, kind: str) -> Reply:
 
 
 def unknown_model(served: str, body: dict[str, Any]) -> Reply | None:
-    """vLLM's 404 for a request naming a model it does not serve (its ``check_model``: body and status
-    as vLLM 0.32 answers, checked against a real vLLM in tests/vllm/); no ``model`` means the served one."""
+    """vLLM's 404 for a request naming a model it does not serve (its serving layer's ``_check_model``:
+    body and status as vLLM 0.32 answers, compared with a real vLLM's in tests/vllm/); no ``model``
+    means the served one."""
     requested = body.get("model")
     if not requested or requested == served:
         return None
-    error = {"message": f"The model `{requested}` does not exist.", "type": "NotFoundError", "param": "model"}
+    message = f"The model `{requested}` does not exist. Valid aliases: {served}."
+    error = {"message": message, "type": "NotFoundError", "param": "model"}
     return json_reply(404, {"error": {**error, "code": 404}})
 
 

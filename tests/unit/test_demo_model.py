@@ -89,11 +89,11 @@ def test_bad_requests_and_unknown_routes_get_openai_shaped_errors() -> None:
     assert "error" in orjson.loads(bad.body) and "error" in orjson.loads(missing.body)
 
 
-# vLLM 0.32's answer to a chat completion naming a model it does not serve (its OpenAIModelRegistry
-# .check_model), the body tests/vllm/test_vllm_server.py reads from a real vLLM.
+# vLLM 0.32's answer to a chat completion naming a model it does not serve (its serving layer's
+# _check_model), the body tests/vllm/test_vllm_server.py reads from a real vLLM.
 VLLM_UNKNOWN_MODEL = {
     "error": {
-        "message": "The model `gpt-x` does not exist.",
+        "message": "The model `gpt-x` does not exist. Valid aliases: tiny.",
         "type": "NotFoundError",
         "param": "model",
         "code": 404,

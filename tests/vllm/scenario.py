@@ -2,7 +2,9 @@
 
 The supervision and replica modules each submit one such run (``gymslurm submit --backend local``:
 a real link starting docs/servers.md's "vLLM on CPU" server, the demo Environment Server asking it,
-the real collector), act on vLLM while it serves, and their tests read what the run left.
+the real collector), act on vLLM while it serves, and their tests read what the run left. The
+replica module's run is a suite (docs/suites.md): the vLLM replicas are its shared stack, started
+once by the link for every benchmark of it (:func:`write_suite`).
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ class Run:
     report: dict[str, Any]
     vllm_pids: list[int]
 
-    def coverage(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.path / "output/shard-000/rollouts_coverage.json").read_text())
+    def output(self, benchmark: str | None = None) -> Path:
+        """Shard 0's output folder: the run's, or a suite benchmark's own (``benchmarks/NAME``)."""
+        return (self.path if benchmark is None else self.path / "benchmarks" / benchmark) / "output/shard-000"
+
+    def coverage(self, benchmark: str | None = None) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.output(benchmark) / "rollouts_coverage.json").read_text())
         return data
 
     def failures(self) -> list[dict[str, Any]]:
-        path = self.path / "output/shard-000/rollouts_failures.jsonl"
+        path = self.output() / "rollouts_failures.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def server_events(self) -> list[tuple[str, str]]:
@@ -90,6 +96,29 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
     return path
 
 
+def write_suite(tmp: Path, vllm: Vllm, rows: dict[str, int], concurrency: int, **policy: Any) -> Path:
+    """A suite of demo benchmarks (one per ``rows`` entry: its name, its tasks) whose shared stack is
+    vLLM (the recipe, ``policy`` on top), one chain: one link starts it once for all of them."""
+    bench = write_benchmark(tmp, vllm, rows=1, concurrency=concurrency, **policy)
+    (stack,) = [s for s in yaml.safe_load(bench.read_text())["servers"] if s["name"] == "policy"]
+    benchmarks = []
+    for name, count in rows.items():
+        dataset = tmp / f"{name}.jsonl"
+        gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(count))
+        benchmarks.append({"name": name, "benchmark": str(bench), "dataset": str(dataset)})
+    suite = {
+        "run_root": str(tmp / "runs"),
+        "shards": 1,
+        "stack": [stack],
+        "slurm": {"python": sys.executable},
+        "aggregation": {"enabled": False},
+        "benchmarks": benchmarks,
+    }
+    path = tmp / "vllm-suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
 def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = RUN_TIMEOUT_S) -> Any:
     """Poll ``predicate`` until it returns something true."""
     deadline = time.monotonic() + timeout_s
@@ -101,8 +130,12 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = RUN_TIM
 
 
 def results(run: Path) -> int:
-    path = run / "output/shard-000/rollouts.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
+    """Rollouts saved so far: the run's, or every suite benchmark's together."""
+    paths = [
+        run / "output/shard-000/rollouts.jsonl",
+        *run.glob("benchmarks/*/output/shard-000/rollouts.jsonl"),
+    ]
+    return sum(len(path.read_text().splitlines()) for path in paths if path.exists())
 
 
 def server_pid(run: Path, name: str, event: str, nth: int = 0) -> int | None:
