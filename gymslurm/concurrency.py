@@ -147,7 +147,10 @@ class AdaptiveLimit:
         this collection's requests are out (``in_flight``).
 
         Requests waiting there are exactly the excess over the server's capacity: the limit drops
-        by that many (not by a fraction), so it settles where every slot is busy and none waits. A
+        to what is out less that many (not by a fraction), so it settles where every slot is busy
+        and none waits. Less what is *out*, not less the limit: polls come faster than a queue of
+        generations drains, and the same waiting requests cut again and again drove the limit from
+        64 to 2 against a real vLLM (``bench/adaptive.py --vllm``). A
         KV cache at :data:`KV_FULL` or more holds the limit where it is: the next requests would
         wait (or preempt others) though none waits yet.
 
@@ -170,6 +173,7 @@ class AdaptiveLimit:
         self.queue_says_full = full
         holds = running is not None and in_flight > 0 and running >= MODEL_HOLDS * in_flight
         self.model_has_room = holds and not full and waiting == 0  # the window's last poll decides
-        if excess > 0:
+        if excess > 0:  # what is out less what waits: the same queue polled again cuts no further
             self.slow_start = False
-            self.limit = max(1.0, self.limit - excess)
+            held = float(in_flight) if in_flight > 0 else self.limit
+            self.limit = max(1.0, min(self.limit, held - excess))

@@ -372,3 +372,12 @@ def test_against_a_batching_model_server_the_limit_settles_at_its_batch_and_matc
     rate, mean_limit = _batching_server(None)
     assert rate >= 0.95 * best, (rate, best)
     assert 30 <= mean_limit <= 36, mean_limit
+
+
+def test_the_same_queue_polled_again_cuts_no_further() -> None:
+    """64 out, 32 of them waiting at the server: the limit drops to the 32 served, and the next polls
+    of the same queue (a generation outlasts many polls) leave it there (it fell to 2 against vLLM)."""
+    limit = AdaptiveLimit(cap=64, limit=64)
+    for _ in range(8):
+        limit.server_queue(waiting=32, running=32, in_flight=64)
+    assert limit.current == 32
