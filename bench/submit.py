@@ -39,15 +39,31 @@ SHARDS, SMALL, LIMIT_S, CANCEL_LIMIT_S = 10_000, 10, 3.0, 2.0
 COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
 
 
-def wrappers(bin_dir: Path, counter: Path) -> None:
-    """Counting wrappers of the Slurm commands, in ``bin_dir``."""
+def wrappers(bin_dir: Path, counter: Path, commands: tuple[str, ...] = COMMANDS) -> None:
+    """Counting wrappers of the Slurm commands, in ``bin_dir``: each call appends ``NAME START END``
+    (bash's ``$EPOCHREALTIME`` around the real command, no fork) to ``counter``, so a caller knows
+    how many calls were made and how long the real commands took. Calls from inside a Slurm job
+    (``SLURM_JOB_ID`` set: a job inherits the submitter's PATH) run the real command uncounted."""
     bin_dir.mkdir()
-    for name in COMMANDS:
+    for name in commands:
         real = shutil.which(name)
         assert real, f"{name} is not on PATH: is the Slurm sandbox installed? (docs/slurm-sandbox.md)"
         script = bin_dir / name
-        script.write_text(f'#!/bin/bash\necho {name} >> {counter}\nexec {real} "$@"\n')
+        script.write_text(
+            f'#!/bin/bash\n[ -n "$SLURM_JOB_ID" ] && exec {real} "$@"\n'
+            f'start=$EPOCHREALTIME; {real} "$@"; rc=$?\necho "{name} $start $EPOCHREALTIME" >> {counter}\n'
+            "exit $rc\n"
+        )
         script.chmod(0o755)
+
+
+def call_seconds(counter: Path) -> dict[str, float]:
+    """Wall seconds the real Slurm commands took, by command, from a :func:`wrappers` counter."""
+    took: dict[str, float] = {}
+    for line in counter.read_text().splitlines():
+        name, start, end = line.split()
+        took[name] = took.get(name, 0.0) + float(end) - float(start)
+    return took
 
 
 def benchmark(root: Path, shards: int) -> Path:

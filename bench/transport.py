@@ -58,7 +58,7 @@ async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.Stream
                 {
                     "episode_id": body["episode_id"],
                     "task_id": body["task"]["task_id"],
-                    "result": {"reward": 1.0, "response": "42"},
+                    "result": {"reward": 1.0, "response": {"output_text": "42"}},
                 }
             )
             writer.write(

@@ -61,7 +61,10 @@ FORMATS: dict[str, Format] = {
     ),
     # ledger v2 (issue 17): a decision no longer carries the coverage summary that nothing read;
     # v1 lines still read (launcher/ledger.py drops that field), so a chain may span the upgrade.
-    "ledger": Format("the chain ledger", "v", 2, "use the gymslurm version that wrote it", older=(1,)),
+    # ledger v3 (issue 33): a decision's busy_s and the slurm_end record (both first written as v2,
+    # which a gymslurm before them refused as an unknown field, not as a newer version); v2 lines
+    # with or without them still read.
+    "ledger": Format("the chain ledger", "v", 3, "use the gymslurm version that wrote it", older=(1, 2)),
     # finished_seal v2 (issue 33): the servers' answers, asked again before a seal answers; a v1
     # seal kept none, so it cannot prove them: it is ignored (the full path seals again).
     "finished_seal": Format(
@@ -124,9 +127,11 @@ def version_problem(kind: str, found: object) -> str | None:
     if type(found) is int and found in fmt.read:
         return None
     versions = f"version {fmt.version} only" if not fmt.older else "versions " + ", ".join(map(str, fmt.read))
+    advice = fmt.advice
+    if type(found) is int and found > fmt.version:  # not a damaged file: a newer writer's
+        advice = f"it was written by a newer gymslurm; upgrade gymslurm (to one that reads version {found})"
     return (
-        f"{fmt.name} is version {found!r} ({fmt.field} {found!r}); this gymslurm reads {versions}: "
-        f"{fmt.advice}"
+        f"{fmt.name} is version {found!r} ({fmt.field} {found!r}); this gymslurm reads {versions}: {advice}"
     )
 
 

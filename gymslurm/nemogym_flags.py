@@ -12,7 +12,11 @@ ignored, so a user never gets a run that silently differs from the one they aske
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Collection
+
 from gymslurm.errors import ConfigError
+from gymslurm.redaction import is_credential_name
 
 # NeMo Gym settings folded into a gymslurm one (the rest of the accepted ones keep their names).
 FOLDED = {
@@ -20,7 +24,10 @@ FOLDED = {
     "head_server": "head_server_url (http://HOST:PORT)",
 }
 
-_SERVERS = "gymslurm never starts servers in collect; `gymslurm submit` starts a stack per job"
+_SERVERS = (
+    "gymslurm never starts servers in collect: give it to NeMo Gym's `gym env start`, which starts them "
+    "(a benchmark config's servers: runs it in each job of `gymslurm submit`)"
+)
 _TRACKING = "gymslurm writes its metrics files; send them to a tracker from those"
 REFUSED: dict[str, str] = {
     "agent_map": "re-routing agents is NeMo Gym's agent routing; name the server with "
@@ -98,6 +105,36 @@ REFUSED_FLAGS = {
 }
 
 
+# gym eval run's flags that choose or start NeMo Gym's servers; `gym env start` takes each of them.
+SERVER_FLAGS = frozenset(
+    {
+        "--config",
+        "--benchmark",
+        "--environment",
+        "--resources-server",
+        "--model-type",
+        "--agent-type",
+        "--allow-unsupported-pairing",
+        "--search-dir",
+        "--model",
+        "-m",
+        "--model-url",
+        "--model-api-key",
+    }
+)
+# Parts of a NeMo Gym configuration that only its servers read: an override of a server instance
+# (``NAME.<server type>.…``), the policy model's and Ray's settings.
+SERVER_TYPES = frozenset(
+    {"responses_api_models", "resources_servers", "responses_api_agents", "environment_servers"}
+)
+SERVER_SETTING_PREFIXES = ("policy_", "ray_")
+# The server flags that set a credential, and the configuration key each sets (NeMo Gym's MODEL_API_KEY).
+VALUE_FLAGS_OF_SERVERS = {"--model-api-key": "policy_api_key"}
+# Settings of NeMo Gym's data preparation, which `gym eval run` does only when it starts the servers.
+PREPARATION = frozenset({"--split", "split", "reuse_existing_data_preparation"})
+_WITHOUT_VALUE = frozenset({"--allow-unsupported-pairing", "--interleave-repeats", *NO_OP_FLAGS, *BOOL_FLAGS})
+
+
 def refuse_unsupported(keys: object) -> None:
     """Refuse, by name and with the reason, NeMo Gym settings that mean nothing under gymslurm."""
     refused = [str(key) for key in keys if str(key) in REFUSED]  # type: ignore[attr-defined]
@@ -109,8 +146,13 @@ def refuse_unsupported(keys: object) -> None:
         )
 
 
-def translate_flags(argv: list[str]) -> list[str]:
-    """``gym eval run``'s ``--flags`` as Hydra overrides (the overrides themselves pass through)."""
+def translate_flags(argv: list[str], settings: Collection[str]) -> list[str]:
+    """``gym eval run``'s ``--flags`` as Hydra overrides (the overrides themselves pass through).
+
+    ``settings``: the names of collect's settings (``settings.setting_names()``), which tell the
+    collection's overrides from the servers' when a line's server flags are refused.
+    """
+    refuse_server_flags(argv, settings)
     out: list[str] = []
     items = iter(argv)
     for item in items:
@@ -140,3 +182,97 @@ def translate_flags(argv: list[str]) -> list[str]:
 def null_default(key: str, value: str) -> bool:
     """Whether ``key=value`` is NeMo Gym's documented ``null`` for a setting whose null is the default."""
     return key.lstrip("+~") in NULL_IS_DEFAULT and value.strip() == "null"
+
+
+def _words(argv: list[str]) -> list[tuple[str, str | None]]:
+    """``argv`` as ``(flag or override, its value)`` pairs (a flag's separate value taken along)."""
+    words: list[tuple[str, str | None]] = []
+    items = iter(argv)
+    for item in items:
+        name, has_value, value = item.partition("=")
+        if not name.startswith("-") or has_value:
+            words.append((name, value if has_value else None))
+        else:
+            words.append((name, None if name in _WITHOUT_VALUE else next(items, "")))
+    return words
+
+
+def _shown(name: str, value: str | None, separator: str) -> str:
+    """One word of a suggested command line, quoted as a shell needs (a $VARIABLE left to the shell)."""
+    if value is None:
+        return name
+    quoted = shlex.quote(value)
+    if "$" in value and not set('"`\\') & set(value):
+        quoted = f'"{value}"'
+    return f"{name}{separator}{quoted}"
+
+
+def _line(words: list[tuple[str, str | None]]) -> str:
+    """Words as a suggested command line (``--flag VALUE``, ``+key=value``)."""
+    return " ".join(_shown(n, v, "=" if n.startswith("+") else " ") for n, v in words)
+
+
+def _credential_key(name: str) -> str | None:
+    """The configuration key a credential word sets (``--model-api-key``: ``policy_api_key``), else None."""
+    if not is_credential_name(name.lstrip("+~")):
+        return None
+    return VALUE_FLAGS_OF_SERVERS.get(name, name.lstrip("+~"))
+
+
+def is_server_word(name: str, settings: Collection[str]) -> bool:
+    """Whether a word of ``gym eval run`` is for NeMo Gym's servers (``gym env start`` takes it): a
+    server flag, or an override that names neither a collection setting nor a preparation one (a
+    server instance's ``NAME.resources_servers.…``, ``policy_base_url``, a key a config interpolates)."""
+    if name.startswith("-"):
+        return name in SERVER_FLAGS
+    root = name.lstrip("+~").split(".")[0]
+    return root not in {*settings, *FOLDED, *REFUSED, *NULL_IS_DEFAULT, *PREPARATION}
+
+
+def refuse_server_flags(argv: list[str], settings: Collection[str]) -> None:
+    """Refuse ``gym eval run``'s server flags by name, with the commands that do the same here.
+
+    Without ``--no-serve``, NeMo Gym starts the servers they name (and prepares the ``--split``
+    dataset): the refusal spells ``gym env start`` with those flags and ``gymslurm collect --no-serve``
+    with the rest. With ``--no-serve`` they only compose the collector's own copy of the configuration,
+    while gymslurm reads the running servers' configuration from the head server: they are dropped.
+    """
+    words = _words(argv)
+    if not any(name in SERVER_FLAGS for name, _ in words):
+        return
+    servers = [(name, value) for name, value in words if is_server_word(name, settings)]
+    named = "(" + ", ".join(dict.fromkeys(name for name, _ in servers if name in SERVER_FLAGS)) + ")"
+    secrets = sorted({key for name, _ in servers if (key := _credential_key(name))})
+    shown = _line([(name, value) for name, value in servers if not _credential_key(name)])
+    kept_out = f"; {', '.join(secrets)} in NeMo Gym's env.yaml, never on a command line" if secrets else ""
+    if any(name == "--no-serve" for name, _ in words):
+        raise ConfigError(
+            f"gym eval run's server flags {named} under --no-serve only compose NeMo Gym's collector's own "
+            "copy of the configuration (the servers are already up); gymslurm collect reads the running "
+            f"servers' configuration from the head server instead. Drop them (a collection setting such a "
+            "config file sets at its top level, e.g. responses_create_params, goes on the command line)"
+        )
+    collect = _collect_spelling(words, settings)
+    raise ConfigError(
+        f"gym eval run's server flags {named} without --no-serve start NeMo Gym's servers, which gymslurm "
+        f"collect never does. Start them with NeMo Gym's launcher: `gym env start {shown}`{kept_out}; "
+        f"then {collect}"
+    )
+
+
+def _collect_spelling(words: list[tuple[str, str | None]], settings: Collection[str]) -> str:
+    """The ``gymslurm collect --no-serve`` half of a server-starting line's spelling, and its input."""
+    kept = [(n, v) for n, v in words if not is_server_word(n, settings) and n.lstrip("+~") not in PREPARATION]
+    rest = _line(kept)
+    split = next((value for name, value in words if name.lstrip("+~") in {"--split", "split"}), None)
+    dataset = f"the prepared {split} split" if split else "the dataset"
+    if not any(name.lstrip("+") in {"--input", "-i", "input_jsonl_fpath"} for name, _ in kept):
+        rest += " --input FILE"
+    return (
+        f"collect from them: `gymslurm collect --no-serve {rest}` with {dataset} as FILE (NeMo Gym's "
+        "`gym dataset collate --mode train_preparation --download --output-dir DIR` with the same configs "
+        "writes DIR/<split>.jsonl, as gym eval run does); a collection setting "
+        "the config files set at their top level (responses_create_params, rollout_collection_driver...) "
+        "goes on the collect line, where gymslurm accepts or refuses it by name. On Slurm, a benchmark "
+        "config's servers: runs `gym env start` in each job (configs/benchmarks/nemo_gym_weather.yaml)"
+    )

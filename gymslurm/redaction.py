@@ -53,6 +53,14 @@ CREDENTIAL_LAST_WORDS = _table(
 CREDENTIAL_KEY_QUALIFIERS = _table("api access private secret auth signing encryption ssh")
 # "<word>_token" that is a tokenizer's token, not a credential: eos_token, pad_token, stop_token.
 TOKENIZER_QUALIFIERS = _table("eos bos pad unk stop sep cls mask special start end")
+# "<word>_tokens" that counts or lists a model's tokens, not credentials: max_tokens, prompt_tokens.
+TOKEN_COUNT_QUALIFIERS = _table(
+    "max min num total prompt completion input output new generated reasoning cached added extra thinking"
+)
+# A plural of these is a credential name as the singular is (API_KEYS, HF_TOKENS, passwords,
+# cookies); "passes" is not (num_passes): only an "s" added to the whole word counts. A bare
+# "tokens" is not either: in replies and configs it counts or lists a model's tokens.
+_PLURAL_SINGULARS = CREDENTIAL_LAST_WORDS | {"token", "key"}
 # Subtrees of literal task data: no name-based redaction below them, and every key there is semantic.
 TASK_DATA_KEYS = _table("task tasks task_input task_inputs task_params task_parameters")
 
@@ -73,6 +81,11 @@ def is_credential_name(name: object) -> bool:
     if not words:
         return False
     *head, last = words
+    plural = last.endswith("s") and last[:-1] in _PLURAL_SINGULARS
+    if plural:
+        last = last[:-1]
+    if last == "token" and plural:  # a bare "tokens" counts or lists a model's tokens (a result's tokens: 12)
+        return bool(head) and head[-1] not in TOKENIZER_QUALIFIERS | TOKEN_COUNT_QUALIFIERS
     if last == "token":
         return not head or head[-1] not in TOKENIZER_QUALIFIERS
     if last == "key":

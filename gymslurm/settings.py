@@ -382,6 +382,11 @@ def validate_settings(
         raise ConfigError(_explain(error, raw or {})) from error
 
 
+def setting_names() -> frozenset[str]:
+    """The names an override of collect may set (what tells them from a NeMo Gym server's)."""
+    return frozenset(CollectSettings.model_fields)
+
+
 def _valid() -> str:
     return ", ".join(sorted(name for name in CollectSettings.model_fields if name != FROM_ENVIRONMENT))
 

@@ -147,20 +147,22 @@ def _apply(checkpoint: CheckpointState, kind: str, record: dict[str, Any]) -> No
         checkpoint.compared = record.get("result") or {}
 
 
-Step = Literal["convert", "await_convert", "submit", "await_run", "compare", "done", "failed"]
+Step = Literal["convert", "check_convert", "submit", "await_run", "compare", "done", "failed"]
 
 
 def next_step(checkpoint: CheckpointState, converts: bool, run_ended: bool) -> Step:
-    """What ``checkpoint`` needs next (``converts``: the watch has a conversion step)."""
+    """What ``checkpoint`` needs next (``converts``: the watch has a conversion step). Until its
+    conversion is known to have completed, a converted checkpoint's step is the conversion's: its
+    suite run (on Slurm submitted with the conversion job, ``afterok``) is not compared before."""
     if checkpoint.convert_failed is not None:
         return "failed"
     if checkpoint.compared is not None:
         return "done"
+    if converts and checkpoint.converted is None:
+        return "check_convert" if checkpoint.convert_job is not None else "convert"
     if checkpoint.run is not None:
         return "compare" if run_ended else "await_run"
-    if not converts or checkpoint.converted is not None:
-        return "submit"
-    return "await_convert" if checkpoint.convert_job is not None else "convert"
+    return "submit"
 
 
 def earlier_compared(state: WatchState, checkpoint: CheckpointState) -> bool:
@@ -178,10 +180,38 @@ def new_checkpoints(state: WatchState, ready_paths: Sequence[str]) -> list[str]:
     return sorted(p for p in set(ready_paths) if digest(p) not in state.checkpoints)
 
 
-def needs_successor(ticks: Sequence[str], live: Iterable[str], me: str) -> bool:
-    """True unless another tick job of the watch (not ``me``) is queued: one successor at a time."""
-    others = set(live) - {me}
-    return not any(job in others for job in ticks)
+TICK_LOOKAHEAD = 2  # a tick keeps this many ticks queued behind it: any single one may be killed
+TICKS_ASKED = 16  # the newest tick jobs of the ledger asked about: bounded whatever the watch's age
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    """The tick jobs to queue: the first ``afterany`` ``after`` (None: no dependency), each later one
+    ``afterany`` the one queued before it; the n-th not before ``begins_s[n]`` seconds from now."""
+
+    after: str | None
+    begins_s: tuple[int, ...]
+
+
+def ticks_to_queue(
+    ticks: Sequence[str], pending: Iterable[str], me: str, every_s: int, lookahead: int = TICK_LOOKAHEAD
+) -> TickPlan:
+    """What ``me`` queues so that ``lookahead`` ticks the ledger knows wait behind it, each ``afterany``
+    the one before and one interval later: a killed or cancelled queued tick releases its spare
+    (afterany), so the watch survives any single lost tick job with no human command.
+
+    ``pending``: the ledger's tick jobs the scheduler shows pending (a running one is no spare: it may
+    be the one about to be killed). Bounded: the chain never queues more than ``lookahead``.
+    """
+    waiting = set(pending) - {me}
+    queued = list(dict.fromkeys(job for job in ticks if job in waiting))
+    begins = tuple(n * every_s for n in range(len(queued) + 1, lookahead + 1))
+    return TickPlan(queued[-1] if queued and begins else None, begins)
+
+
+def recent_ticks(ticks: Sequence[str]) -> list[str]:
+    """The newest :data:`TICKS_ASKED` distinct tick jobs of the ledger: those that may still be queued."""
+    return list(dict.fromkeys(reversed(ticks)))[:TICKS_ASKED]
 
 
 def references(state: WatchState) -> tuple[str | None, str | None]:

@@ -43,6 +43,7 @@ def split_options(argv: list[str]) -> tuple[Path | None, str, list[str]]:
     """Pull ``--config-dir``/``--config-name`` out of ``argv``; the rest are Hydra overrides."""
     from gymslurm.errors import ConfigError
     from gymslurm.nemogym_flags import translate_flags
+    from gymslurm.settings import setting_names
 
     config_dir: Path | None = None
     config_name = "collect"
@@ -61,7 +62,7 @@ def split_options(argv: list[str]) -> tuple[Path | None, str, list[str]]:
                 config_name = value
         else:
             overrides.append(item)
-    return config_dir, config_name, translate_flags(overrides)
+    return config_dir, config_name, translate_flags(overrides, setting_names())
 
 
 def main(argv: list[str]) -> int:

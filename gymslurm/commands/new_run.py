@@ -417,10 +417,11 @@ def create_run(
     wait: bool,
     reverify_of: str | None = None,
     inputs: RunInputs | None = None,
+    after_ok: list[str] | None = None,
 ) -> int:
     """Create a run of ``settings`` and queue its chains (``submit``; ``submit --reverify`` with the
     run it re-grades in ``reverify_of``; a suite's ``inputs``: its benchmarks); with ``wait``, stay
-    until it ended."""
+    until it ended. ``after_ok`` (Slurm): jobs the first links wait for to complete successfully."""
     inputs = BenchmarkInputs(settings, workdir) if inputs is None else inputs
     clean, secrets = split_secrets(data)
     if backend_kind == "local" and (wide := [s.name for s in settings.servers if (s.nodes or 1) > 1]):
@@ -514,6 +515,7 @@ def create_run(
                 counts=counts,
                 lookahead=settings.slurm.lookahead,
                 placement=placement,
+                after_ok=after_ok,
             )
         for block in placement or []:
             print(f"shards {block.first}..{block.first + block.count - 1}: cluster {block.cluster}")

@@ -107,15 +107,26 @@ def suite_record(suite: Suite) -> SuiteRecord:
 
 
 def submit_suite(
-    suite: Suite, overrides: list[str], backend_name: str | None, dry_run: bool, *, wait: bool
+    suite: Suite,
+    overrides: list[str],
+    backend_name: str | None,
+    dry_run: bool,
+    *,
+    wait: bool,
+    after_ok: list[str] | None = None,
 ) -> int:
-    """Create the suite's run and queue its chains; with ``wait``, stay until it ended."""
+    """Create the suite's run and queue its chains; with ``wait``, stay until it ended; ``after_ok``
+    (Slurm): its first links wait for these jobs to complete successfully (a watch's conversion)."""
     settings, data = chain_settings(suite)
     kind: Literal["slurm", "local"] = resolve_backend_name(settings, backend_name)
     if kind == "slurm" and settings.slurm.clusters is not None:
         raise ConfigError(
             f"suite {suite.where}: slurm.clusters (shards across clusters) is not for suites yet"
         )
+    if after_ok and kind != "slurm":
+        raise ConfigError(f"suite {suite.where}: waiting for other jobs (afterok) needs the Slurm backend")
     workdir = Path.cwd()
     inputs = SuiteInputs(suite, workdir)
-    return create_run(settings, data, overrides, kind, workdir, dry_run=dry_run, wait=wait, inputs=inputs)
+    return create_run(
+        settings, data, overrides, kind, workdir, dry_run=dry_run, wait=wait, inputs=inputs, after_ok=after_ok
+    )

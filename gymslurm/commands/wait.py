@@ -28,7 +28,7 @@ from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.verdicts import ChainVerdict
-from gymslurm.launcher.views.document import ShardRow, StatusDocument
+from gymslurm.launcher.views.document import ShardRow, StatusDocument, jobs_busy
 from gymslurm.site.backend import Backend
 
 V = ChainVerdict
@@ -36,7 +36,6 @@ FINAL_VERDICTS = frozenset(
     {V.DONE, V.FAILED, V.EXHAUSTED, V.STALLED, V.CANCELLED, V.ORPHANED, V.BUDGET, V.PAUSED}
 )
 STOPS = frozenset({V.FAILED, V.EXHAUSTED, V.STALLED, V.ORPHANED})
-BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
 
 WAIT_FIRST_S, WAIT_FACTOR, WAIT_MAX_S = 1.0, 1.5, 30.0
 QUERY_ATTEMPTS = 8  # failed status queries in a row (~2 min with the back-off) before --wait says so
@@ -95,7 +94,7 @@ def wait_outcome(report: StatusDocument, aggregation_enabled: bool) -> tuple[int
             f"run {run}: aggregation stalled: {agg.state}; next: 'gymslurm resubmit {run} {benchmark}'"
         )
     if agg.job is None:
-        if any(row.job_state.startswith(BUSY_JOB_STATES) for row in shards):
+        if jobs_busy(shards):
             return None  # the last link is still queuing it
         return ExitCode.RETRY, (
             f"run {run}: aggregation never queued: every shard is DONE and no job of the run is left; "

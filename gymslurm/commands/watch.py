@@ -24,7 +24,7 @@ from gymslurm.site.backend import LIVE_STATES, backend_name
 from gymslurm.site.scriptsafe import control_problem
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.watch_ledger import WatchFolder, WatchSettings, record, watch_root
-from gymslurm.watch_rules import fold, parse_interval, uses_checkpoint, with_checkpoint
+from gymslurm.watch_rules import fold, parse_interval, recent_ticks, uses_checkpoint, with_checkpoint
 
 
 def main(argv: list[str]) -> int:
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     folder = WatchFolder(watch_root(Path(settings.run_root)) / settings.name)
     folder.create(settings)
     publish_bytes(folder.scripts / "tick.sbatch", tick_script(folder, settings).encode(), mode=0o700)
-    from gymslurm.commands.watch_tick import backend_of
+    from gymslurm.commands.watch_jobs import backend_of
 
     backend = backend_of(folder, settings)
     job = backend.submit(folder.scripts / "tick.sbatch")
@@ -172,12 +172,12 @@ def tick_script(folder: WatchFolder, settings: WatchSettings) -> str:
 
 def watch_status(folder: WatchFolder) -> int:
     """``gymslurm status WATCH``: its checkpoints, each one's run and comparison, and its tick jobs."""
-    from gymslurm.commands.watch_tick import backend_of, run_ended
+    from gymslurm.commands.watch_jobs import backend_of, run_ended
 
     settings = folder.read_settings()
     state = fold(folder.read())
     backend = backend_of(folder, settings)
-    rows = backend.job_rows(state.ticks) if state.ticks else {}
+    rows = backend.job_rows(recent_ticks(state.ticks)) if state.ticks else {}
     live = [job for job, row in rows.items() if row.state in LIVE_STATES]
     word = "cancelled" if state.cancelled else ("watching" if live else "stopped (no tick job queued)")
     print(f"watch {folder.name}: {word}; {settings.source} every {settings.every_s}s, suite {settings.suite}")
@@ -186,11 +186,15 @@ def watch_status(folder: WatchFolder) -> int:
         if checkpoint.compared is not None:
             what = checkpoint.compared.get("summary", "compared")
         elif checkpoint.convert_failed:
-            what = f"FAILED: {checkpoint.convert_failed}"
+            then = "its suite run was cancelled" if checkpoint.run else "no suite run"
+            what = f"FAILED: {checkpoint.convert_failed}; not retried, {then}"
+        elif checkpoint.convert_job and checkpoint.converted is None:
+            waits = "its suite run waits for it (afterok)" if checkpoint.run else "its suite run follows"
+            what = f"converting: job {checkpoint.convert_job}; {waits}"
         elif checkpoint.run is not None:
             what = "ended, to compare" if run_ended(Path(checkpoint.run)) else "running"
         else:
-            what = "converting" if checkpoint.convert_job else "claimed, to submit"
+            what = "claimed, to submit"
         print(f"  {checkpoint.checkpoint}\n    run: {checkpoint.run or '-'}\n    {what}")
     print(f"{len(state.checkpoints)} checkpoint(s)")
     return ExitCode.DONE
@@ -198,7 +202,7 @@ def watch_status(folder: WatchFolder) -> int:
 
 def cancel_watch(folder: WatchFolder) -> int:
     """``gymslurm cancel WATCH``: record it (a tick that runs later ends at once), cancel queued ticks."""
-    from gymslurm.commands.watch_tick import backend_of
+    from gymslurm.commands.watch_jobs import backend_of
 
     settings = folder.read_settings()
     backend = backend_of(folder, settings)
@@ -206,7 +210,7 @@ def cancel_watch(folder: WatchFolder) -> int:
         state = fold(folder.read())
         if not state.cancelled:
             folder.append(record("cancelled"))
-    rows = backend.job_rows(state.ticks) if state.ticks else {}
+    rows = backend.job_rows(recent_ticks(state.ticks)) if state.ticks else {}
     live = [job for job, row in rows.items() if row.state in LIVE_STATES]
     backend.cancel(live)
     runs = [c.run for c in state.ordered() if c.run and c.compared is None]

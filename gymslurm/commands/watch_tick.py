@@ -3,9 +3,10 @@
 A tick, holding the watch's lock from its first read to its last append (store/watch_ledger.py):
 
 1. reads the ledger; a cancelled watch ends here (and queues nothing);
-2. records itself (``tick``) and queues the next tick (``--begin=now+EVERY``) unless another tick
-   job of the watch is still queued: a watch submitted twice by hand converges to one chain;
-   queued first, so a tick killed midway still has a successor;
+2. records itself (``tick``) and keeps two ticks queued behind it (``--begin=now+EVERY``, the spare
+   ``afterany`` the next and one interval later; watch_rules.ticks_to_queue): any single tick job
+   killed or cancelled, running or queued, leaves one that runs; a watch submitted twice by hand
+   converges to one chain; queued first, so a tick killed midway still has successors;
 3. lists the candidates, claims every ready checkpoint not claimed yet (``claimed``, in name order);
 4. moves each checkpoint one step (watch_rules.next_step): conversion job, suite run, comparison.
 
@@ -25,9 +26,9 @@ from typing import Any
 
 import yaml
 
+from gymslurm.commands.watch_jobs import WatchBackend, backend_of, run_ended
 from gymslurm.errors import GymslurmError
-from gymslurm.site.backend import LIVE_STATES, SlurmBackend, this_job
-from gymslurm.site.local import LocalBackend
+from gymslurm.site.backend import LIVE_STATES, this_job
 from gymslurm.store.watch_ledger import WatchFolder, WatchSettings, record
 from gymslurm.watch_rules import (
     Candidate,
@@ -38,21 +39,16 @@ from gymslurm.watch_rules import (
     digest,
     earlier_compared,
     fold,
-    needs_successor,
     new_checkpoints,
     next_step,
     ready,
+    recent_ticks,
+    ticks_to_queue,
     with_checkpoint,
 )
 
-WatchBackend = SlurmBackend | LocalBackend
 TICK_SCRIPT = "tick.sbatch"
 CONVERTED_MARK = ".gymslurm-converted"
-
-
-def backend_of(folder: WatchFolder, settings: WatchSettings) -> WatchBackend:
-    """The backend that runs the watch's own jobs (ticks, conversions)."""
-    return SlurmBackend() if settings.backend == "slurm" else LocalBackend(folder.local_dir)
 
 
 def log(message: str) -> None:
@@ -84,15 +80,20 @@ def tick(folder: WatchFolder) -> int:
 def schedule_next(
     folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, state: WatchState, me: str
 ) -> None:
-    """Queue the next tick unless another tick job of this watch is queued already."""
-    rows = backend.job_rows(state.ticks) if state.ticks else {}
-    live = [job for job, row in rows.items() if row.state in LIVE_STATES]
-    if not needs_successor(state.ticks, live, me):
-        log(f"the next tick is queued already ({', '.join(j for j in live if j != me)})")
+    """Keep ``watch_rules.TICK_LOOKAHEAD`` ticks queued behind this one (watch_rules.ticks_to_queue)."""
+    asked = recent_ticks(state.ticks)
+    rows = backend.job_rows(asked) if asked else {}
+    pending = [job for job, row in rows.items() if row.state == "PENDING"]
+    plan = ticks_to_queue(state.ticks, pending, me, settings.every_s)
+    if not plan.begins_s:
+        log(f"the next ticks are queued already ({', '.join(j for j in pending if j != me)})")
         return
-    job = backend.submit(folder.scripts / TICK_SCRIPT, begin_s=settings.every_s)
-    folder.append(record("scheduled", job=job))
-    log(f"next tick: job {job} in {settings.every_s}s")
+    after = plan.after
+    for begin_s in plan.begins_s:
+        job = backend.submit(folder.scripts / TICK_SCRIPT, after=[after] if after else [], begin_s=begin_s)
+        folder.append(record("scheduled", job=job))
+        log(f"tick job {job} queued: in {begin_s}s{f', after {after} ends' if after else ''}")
+        after = job
 
 
 def candidates(source: str) -> list[Candidate]:
@@ -139,9 +140,11 @@ def advance(
     run = _run_path(checkpoint.run) if checkpoint.run else None
     step = next_step(checkpoint, settings.convert is not None, run is not None and run_ended(run))
     if step == "convert":
-        _convert(folder, settings, backend, checkpoint)
-    elif step == "await_convert":
-        _check_conversion(folder, backend, checkpoint)
+        job = _convert(folder, settings, backend, checkpoint)
+        if settings.backend == "slurm":  # the suite run waits for it in Slurm's queue (afterok)
+            _submit(folder, settings, checkpoint, after_ok=[job])
+    elif step == "check_convert":
+        _check_conversion(folder, settings, backend, checkpoint)
     elif step == "submit":
         _submit(folder, settings, checkpoint)
     elif step == "compare":
@@ -162,15 +165,6 @@ def _run_path(run: str | None) -> Path | None:
     return Path(run) if run else None
 
 
-def run_ended(run: Path) -> bool:
-    """True once the suite run's aggregation chain finished (or every chain did, with none)."""
-    from gymslurm.launcher.rundir import RunDir, chain_states
-
-    rundir = RunDir(run)
-    states = chain_states(rundir, rundir.read_info().shards)
-    return states[-1].finished or (all(state.finished for state in states[:-1]) and not states[-1].epoch_jobs)
-
-
 def converted_path(folder: WatchFolder, checkpoint: CheckpointState) -> Path:
     """Where the conversion of ``checkpoint`` writes its output."""
     return folder.root / "converted" / checkpoint.digest
@@ -178,7 +172,7 @@ def converted_path(folder: WatchFolder, checkpoint: CheckpointState) -> Path:
 
 def _convert(
     folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, checkpoint: CheckpointState
-) -> None:
+) -> str:
     assert settings.convert is not None
     output = converted_path(folder, checkpoint)
     output.parent.mkdir(mode=0o700, exist_ok=True)
@@ -193,6 +187,7 @@ def _convert(
     job = backend.submit(script)
     folder.append(record("converting", digest=checkpoint.digest, job=job))
     log(f"checkpoint {checkpoint.checkpoint}: conversion job {job}")
+    return job
 
 
 def convert_script(folder: WatchFolder, settings: WatchSettings, argv: list[str], output: Path) -> str:
@@ -213,19 +208,33 @@ def convert_script(folder: WatchFolder, settings: WatchSettings, argv: list[str]
     )
 
 
-def _check_conversion(folder: WatchFolder, backend: WatchBackend, checkpoint: CheckpointState) -> None:
+def _check_conversion(
+    folder: WatchFolder, settings: WatchSettings, backend: WatchBackend, checkpoint: CheckpointState
+) -> None:
+    """The conversion job still live: on Slurm, submit the suite run behind it if a killed tick did not
+    (afterok). Ended: record that it completed, or that it failed (once: never retried) and cancel the
+    suite run that waited for it (Slurm keeps it pending forever: DependencyNeverSatisfied)."""
     assert checkpoint.convert_job is not None
     rows = backend.job_rows([checkpoint.convert_job])
     if any(row.state in LIVE_STATES for row in rows.values()):
+        if checkpoint.run is None and settings.backend == "slurm":
+            _submit(folder, settings, checkpoint, after_ok=[checkpoint.convert_job])
         return
     output = converted_path(folder, checkpoint)
     if (output / CONVERTED_MARK).is_file():
         folder.append(record("converted", digest=checkpoint.digest, checkpoint=str(output)))
         log(f"checkpoint {checkpoint.checkpoint}: converted into {output}")
-    else:
-        reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
-        folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
-        log(f"checkpoint {checkpoint.checkpoint}: {reason}")
+        return
+    if checkpoint.run is not None:  # first: a cancel that fails is tried again by the next tick
+        from gymslurm.commands.cancel import cancel_run
+        from gymslurm.launcher.run_site import run_backend
+        from gymslurm.launcher.rundir import RunDir
+
+        run = RunDir(Path(checkpoint.run))
+        cancel_run(run, run_backend(run))
+    reason = f"conversion job {checkpoint.convert_job} ended without completing (see {folder.logs})"
+    folder.append(record("convert_failed", digest=checkpoint.digest, reason=reason))
+    log(f"checkpoint {checkpoint.checkpoint}: {reason}")
 
 
 def suite_name(folder: WatchFolder, checkpoint: CheckpointState) -> str:
@@ -233,8 +242,14 @@ def suite_name(folder: WatchFolder, checkpoint: CheckpointState) -> str:
     return f"{folder.name}-{checkpoint.digest[:12]}"
 
 
-def _submit(folder: WatchFolder, settings: WatchSettings, checkpoint: CheckpointState) -> None:
-    """Submit the checkpoint's suite run (or record the one a killed tick made)."""
+def _submit(
+    folder: WatchFolder,
+    settings: WatchSettings,
+    checkpoint: CheckpointState,
+    after_ok: list[str] | None = None,
+) -> None:
+    """Submit the checkpoint's suite run (or record the one a killed tick made); ``after_ok``: its
+    first links wait for the conversion job to complete (Slurm), on the folder it will write."""
     from gymslurm.commands.new_suite import submit_suite
     from gymslurm.launcher.suite_settings import chain_settings, load_suite
 
@@ -244,7 +259,9 @@ def _submit(folder: WatchFolder, settings: WatchSettings, checkpoint: Checkpoint
     run_root = (Path(settings.workdir) / chain_settings(suite)[0].run_root).resolve()
     existing = _run_of(run_root, suite_name(folder, checkpoint))
     if existing is None:
-        submit_suite(suite, settings.overrides, settings.backend, dry_run=False, wait=False)
+        submit_suite(
+            suite, settings.overrides, settings.backend, dry_run=False, wait=False, after_ok=after_ok
+        )
         existing = _run_of(run_root, suite_name(folder, checkpoint))
     if existing is None:
         raise GymslurmError(f"the suite run of {checkpoint.checkpoint} was not found under {run_root}")
@@ -265,7 +282,8 @@ def write_checkpoint_suite(folder: WatchFolder, settings: WatchSettings, checkpo
     from gymslurm.store.atomic import publish_bytes
 
     data: dict[str, Any] = yaml.safe_load(Path(settings.suite).read_text())
-    model_input = checkpoint.converted or checkpoint.checkpoint
+    converts = settings.convert is not None
+    model_input = str(converted_path(folder, checkpoint)) if converts else checkpoint.checkpoint
     data = with_checkpoint(data, model_input)
     data["name"] = suite_name(folder, checkpoint)
     path = folder.suites / f"{checkpoint.digest}.yaml"

@@ -38,7 +38,7 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
-from gymslurm.dispatch.http11 import _ReplyTooLarge
+from gymslurm.dispatch.budget import _ReplyTooLarge
 from gymslurm.errors import ProtocolError
 from gymslurm.identity import redact_text, redact_value
 from gymslurm.records import (

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from gymslurm.dispatch.budget import ReplyBudget, Reservation, _ReplyTooLarge, reply_cost
 from gymslurm.dispatch.classify import (
     Completed,
     Failed,
@@ -26,19 +27,12 @@ from gymslurm.dispatch.classify import (
     request_body,
     with_row_refs,
 )
-from gymslurm.dispatch.http11 import (
-    DEFAULT_MAX_REPLY_BYTES,
-    HEAD_END,
-    Http11Transport,
-    ReplyBudget,
-    _ReplyTooLarge,
-    parsed_cost,
-)
+from gymslurm.dispatch.http11 import DEFAULT_MAX_REPLY_BYTES, HEAD_END, Http11Transport
 from gymslurm.errors import ConfigError
 from gymslurm.records import FAILURE_KINDS, EpisodeId, Protocol
 
 _log = logging.getLogger(__name__)
-# All replies in flight together (their bytes, then what parsing them builds): the collector's bound.
+# All replies in flight together (their bytes, then their decoded cost): the collector's bound.
 DEFAULT_INFLIGHT_REPLY_BYTES = 256 * 1024 * 1024
 
 
@@ -76,7 +70,8 @@ class EnvironmentClient:
         self._timeouts = {"connect": connect_timeout, "read": read_timeout, "write": write_timeout}
         self._keepalive_expiry = keepalive_expiry
         self._max_reply = max_reply_bytes
-        # every reply in flight together: bodies read and what parsing them builds (docs/security.md)
+        # every reply in flight together: bodies read and what parsing them builds (docs/security.md,
+        # dispatch/budget.py); a reply waits for room rather than failing when it fits alone
         self.budget = ReplyBudget(max_inflight_reply_bytes)
         self._shared = transport
         self._slots = asyncio.Semaphore(concurrency)
@@ -103,15 +98,11 @@ class EnvironmentClient:
         protocol = self._protocols.get(url, self.protocol)
         body = orjson.dumps(request_body(protocol, episode, task, indices))
         run_id = run_id or self.run_id
+        held = self.budget.reservation()  # taken while the body is read; given back once classified
         try:
-            status, content = await self._exchange(self._target(url), body)
-        except (httpx.TransportError, httpx.DecodingError, OSError) as exc:
-            return classify_exception(exc, episode=episode, run_id=run_id, url=url)
-        held = len(content)  # taken from the budget while read; given back once classified
-        try:
-            cost = parsed_cost(content)
-            self.budget.take(cost)  # the parse guard: what orjson would build must fit too
-            held += cost
+            status, content = await self._exchange(self._target(url), body, held)
+            if more := held.settle(reply_cost(content)):  # what parsing builds must fit too (the guard)
+                await held.take(more)
             outcome = classify_reply(
                 status,
                 content,
@@ -123,10 +114,10 @@ class EnvironmentClient:
                 protocol=protocol,
                 indices=indices,
             )
-        except _ReplyTooLarge as exc:
+        except (httpx.TransportError, httpx.DecodingError, OSError) as exc:  # _ReplyTooLarge included
             return classify_exception(exc, episode=episode, run_id=run_id, url=url)
         finally:
-            self.budget.give(held)
+            held.release()
         if isinstance(outcome, Failed):
             self._warn_unregistered(outcome.record.failure.failure_kind, url)
         if protocol == "legacy_agent" and isinstance(outcome, Completed):
@@ -165,24 +156,22 @@ class EnvironmentClient:
             target = self._targets[url] = _Target.parse(url)
         return target
 
-    async def _exchange(self, target: _Target, body: bytes) -> tuple[int, bytes]:
+    async def _exchange(self, target: _Target, body: bytes, held: Reservation) -> tuple[int, bytes]:
         async with self._slots:
             slot = self._free.pop() if self._free else self._new_slot()
             try:
                 transport = self._transport(slot, target.scheme)
                 if isinstance(transport, Http11Transport):
                     status, _, content = await transport.exchange(
-                        target.origin, target.request_bytes(body), self._timeouts
+                        target.origin, target.request_bytes(body), self._timeouts, held
                     )
-                    if transport.budget is not self.budget:  # a transport of a test's: take it now
-                        self.budget.take(len(content))
                     return status, content
-                return await self._httpx_exchange(transport, target, body)
+                return await self._httpx_exchange(transport, target, body, held)
             finally:
                 self._free.append(slot)
 
     async def _httpx_exchange(
-        self, transport: httpx.AsyncBaseTransport, target: _Target, body: bytes
+        self, transport: httpx.AsyncBaseTransport, target: _Target, body: bytes, held: Reservation
     ) -> tuple[int, bytes]:
         request = httpx.Request(
             "POST",
@@ -193,28 +182,27 @@ class EnvironmentClient:
         )
         response = await transport.handle_async_request(request)
         try:
-            return response.status_code, await self._bounded_body(response)
+            return response.status_code, await self._bounded_body(response, held)
         finally:
             await response.aclose()
 
-    async def _bounded_body(self, response: httpx.Response) -> bytes:
+    async def _bounded_body(self, response: httpx.Response, held: Reservation) -> bytes:
         """The body, streamed so that an oversized reply is never held whole (max_reply_bytes), its
-        bytes taken from the shared budget as they arrive (given back by :meth:`run`)."""
+        bytes reserved in ``held`` as they arrive (settled and given back by :meth:`run`)."""
         parts, total = [], 0
         try:
             async for chunk in response.aiter_bytes():  # decoded: the bound is on what is held
                 total += len(chunk)
                 if self._max_reply is not None and total > self._max_reply:
                     raise _ReplyTooLarge(None, self._max_reply)
-                self.budget.take(len(chunk))
+                await held.take(held.body_need(total))
                 parts.append(chunk)
         except httpx.StreamConsumed:  # a transport that answered with the body already read (tests)
             parts = [response.content]
             if self._max_reply is not None and len(response.content) > self._max_reply:
                 raise _ReplyTooLarge(len(response.content), self._max_reply) from None
-            self.budget.take(len(response.content))
+            await held.take(held.body_need(len(response.content)))
         except BaseException:
-            self.budget.give(sum(len(part) for part in parts))
             parts.clear()  # the traceback keeps this frame alive while the collector pauses the GC
             raise
         return b"".join(parts)

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 
 import httpx
 
+from gymslurm.dispatch.budget import ReplyBudget, Reservation, _ReplyTooLarge
+
 CRLF = b"\r\n"
 HEAD_END = b"\r\n\r\n"
 
@@ -40,89 +42,6 @@ class _Connection:
 
 DEFAULT_MAX_REPLY_BYTES = 64 * 1024 * 1024  # a /run reply larger than this is a failure, not a result
 _READ_CHUNK = 1 << 20
-
-
-class _ReplyTooLarge(httpx.TransportError):
-    """The server's answer is larger than ``max_reply_bytes``; it was not read whole.
-
-    Private to dispatch: classify.py turns it into a ``gymslurm:reply_too_large`` failure, so it never
-    reaches a caller (the exception tree of errors.py is for what does).
-    """
-
-    def __init__(self, size: int | None, limit: int) -> None:
-        said = f"{size} bytes" if size is not None else f"more than {limit} bytes"
-        super().__init__(
-            f"the reply is {said}, over max_reply_bytes={limit}; it was not saved (raise "
-            "+max_reply_bytes if such replies are expected, or make the server answer smaller)"
-        )
-        self.size, self.limit = size, limit
-
-
-class _BudgetExhausted(_ReplyTooLarge):
-    """The replies in flight together would hold more than ``max_inflight_reply_bytes``."""
-
-    def __init__(self, wanted: int, used: int, total: int) -> None:
-        httpx.TransportError.__init__(
-            self,
-            f"the reply needs {wanted} more bytes while the replies in flight hold {used} of "
-            f"max_inflight_reply_bytes={total} (bodies read and what parsing them builds); it was not "
-            "saved (a server sending endless or explosive replies; raise +max_inflight_reply_bytes if "
-            "such replies are expected)",
-        )
-        self.size, self.limit = None, total
-
-
-# What parsing a JSON reply builds, per separator (``,`` ``:``): a small dict entry or list item is
-# about this many bytes of Python objects (measured: 5.5 M tiny keys in 60 MB took ~700 MB parsed).
-PARSED_BYTES_PER_SEPARATOR = 64
-# ... and per opened container (``[`` ``{``): a list or dict object, even empty, holding one item.
-# Measured (CPython 3.11, orjson): lists nested 500 deep 80 bytes per ``[``; dicts nested as
-# ``{"a":{"a":...`` 192 bytes per ``{"a":`` (covered with the ``:``: 160 + 64); ``[]`` 69.
-PARSED_BYTES_PER_CONTAINER = 160
-
-
-def parsed_cost(content: bytes) -> int:
-    """An upper estimate of the memory parsing ``content`` as JSON takes beyond its bytes (the guard)."""
-    separators = content.count(b",") + content.count(b":")
-    containers = content.count(b"[") + content.count(b"{")
-    return PARSED_BYTES_PER_SEPARATOR * separators + PARSED_BYTES_PER_CONTAINER * containers
-
-
-class ReplyBudget:
-    """The bytes every reply in flight may hold together: bodies as they are read, then what parsing
-    them builds. Shared by all of a client's requests; a reservation over it fails that attempt at
-    once (never waits: two half-read replies waiting for each other would hang). None: no bound."""
-
-    def __init__(self, total: int | None) -> None:
-        self.total, self.used, self.peak = total, 0, 0
-
-    def take(self, size: int) -> None:
-        if self.total is not None and self.used + size > self.total:
-            raise _BudgetExhausted(size, self.used, self.total)
-        self.used += size
-        self.peak = max(self.peak, self.used)
-
-    def give(self, size: int) -> None:
-        self.used -= size
-
-
-class _Held:
-    """What one reply took from the budget while being read; given back whole if the read fails."""
-
-    __slots__ = ("budget", "size")
-
-    def __init__(self, budget: ReplyBudget | None) -> None:
-        self.budget, self.size = budget, 0
-
-    def take(self, size: int) -> None:
-        if self.budget is not None:
-            self.budget.take(size)
-            self.size += size
-
-    def release(self) -> None:
-        if self.budget is not None:
-            self.budget.give(self.size)
-            self.size = 0
 
 
 class Http11Transport(httpx.AsyncBaseTransport):
@@ -153,26 +72,37 @@ class Http11Transport(httpx.AsyncBaseTransport):
         head += b"".join(name + b": " + value + CRLF for name, value in request.headers.raw)
         timeouts = request.extensions.get("timeout", {})
         origin = (request.url.host, request.url.port or 80)
+        held = Reservation(self.budget)
         try:
-            status, headers, content = await self.exchange(origin, head + CRLF + request.content, timeouts)
+            status, headers, content = await self.exchange(
+                origin, head + CRLF + request.content, timeouts, held
+            )
         except httpx.TransportError as exc:
             exc.request = request
             raise
-        if self.budget is not None:  # httpx's interface holds no budget past the read
-            self.budget.give(len(content))
+        finally:
+            held.release()  # httpx's interface holds no budget past the read
         return httpx.Response(status, headers=headers, content=content, request=request)
 
     async def exchange(
-        self, origin: tuple[str, int], data: bytes, timeouts: Mapping[str, float | None]
+        self,
+        origin: tuple[str, int],
+        data: bytes,
+        timeouts: Mapping[str, float | None],
+        held: Reservation | None = None,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Send one complete request (``data``) to ``origin`` and read its whole answer.
 
-        With a budget, the answer's ``len(content)`` bytes stay taken from it: the caller gives them back.
+        The body is reserved in ``held`` (the caller's, of its budget) before and while it is read,
+        and stays reserved: the caller settles it to the reply's cost and releases it. A read that
+        fails releases it.
         """
         connection = self._take_idle(origin) or await _connect(origin, timeouts.get("connect"))
         try:
             await _send(connection, data, timeouts.get("write"))
-            answer = await _receive(connection, timeouts.get("read"), self._max_body, _Held(self.budget))
+            answer = await _receive(
+                connection, timeouts.get("read"), self._max_body, held or Reservation(None)
+            )
             status, headers, content, keep_alive = answer
         except BaseException:
             connection.close()  # never reuse a connection with an unread or half-written exchange
@@ -224,9 +154,12 @@ async def _send(connection: _Connection, data: bytes, timeout: float | None) -> 
 
 
 async def _receive(
-    connection: _Connection, timeout: float | None, max_body: int | None = None, held: _Held | None = None
+    connection: _Connection,
+    timeout: float | None,
+    max_body: int | None = None,
+    held: Reservation | None = None,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
-    held = held or _Held(None)
+    held = held or Reservation(None)
     try:
         return await _wait_response(connection, timeout, max_body, held)
     except BaseException:
@@ -235,7 +168,7 @@ async def _receive(
 
 
 async def _wait_response(
-    connection: _Connection, timeout: float | None, max_body: int | None, held: _Held
+    connection: _Connection, timeout: float | None, max_body: int | None, held: Reservation
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     try:
         return await asyncio.wait_for(_read_response(connection.reader, max_body, held), timeout)
@@ -253,7 +186,7 @@ async def _wait_response(
 
 
 async def _read_response(
-    reader: asyncio.StreamReader, max_body: int | None = None, held: _Held | None = None
+    reader: asyncio.StreamReader, max_body: int | None = None, held: Reservation | None = None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     head = await reader.readuntil(HEAD_END)
     status_line, *header_lines = head[:-4].split(CRLF)
@@ -262,7 +195,7 @@ async def _read_response(
         raise ValueError(f"status line {status_line[:80]!r}")
     status = int(status_text[:3])
     headers = [_header(line) for line in header_lines]
-    held = held or _Held(None)
+    held = held or Reservation(None)
     fields = {name.lower(): value.lower() for name, value in headers}
     keep_alive = version == b"HTTP/1.1" and fields.get(b"connection") != b"close"
     if fields.get(b"transfer-encoding", b"").endswith(b"chunked"):
@@ -272,7 +205,7 @@ async def _read_response(
         size = int(fields[b"content-length"])
         if max_body is not None and size > max_body:
             raise _ReplyTooLarge(size, max_body)  # refused before reading a byte of it
-        held.take(size)
+        await held.take(held.body_need(size))  # before a byte is read: waits for room
         content = await reader.readexactly(size)
     elif status < 200 or status in (204, 304):
         content = b""
@@ -286,7 +219,7 @@ def _header(line: bytes) -> tuple[bytes, bytes]:
     return name.strip(), value.strip()
 
 
-async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, held: _Held) -> bytes:
+async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, held: Reservation) -> bytes:
     parts: list[bytes] = []
     total = 0
     try:
@@ -294,7 +227,7 @@ async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, hel
             total += len(chunk)
             if max_body is not None and total > max_body:
                 raise _ReplyTooLarge(None, max_body)
-            held.take(len(chunk))
+            await held.take(held.body_need(total))
             parts.append(chunk)
     except BaseException:
         parts.clear()  # the traceback keeps this frame alive (the collector pauses the GC): drop the bytes
@@ -303,16 +236,16 @@ async def _read_to_close(reader: asyncio.StreamReader, max_body: int | None, hel
 
 
 async def _read_chunked(
-    reader: asyncio.StreamReader, max_body: int | None = None, held: _Held | None = None
+    reader: asyncio.StreamReader, max_body: int | None = None, held: Reservation | None = None
 ) -> bytes:
     parts: list[bytes] = []
-    total, held = 0, held or _Held(None)
+    total, held = 0, held or Reservation(None)
     try:
         while size := int((await reader.readuntil(CRLF)).split(b";", 1)[0], 16):
             total += size
             if max_body is not None and total > max_body:
                 raise _ReplyTooLarge(None, max_body)
-            held.take(size)
+            await held.take(held.body_need(total))
             parts.append(await reader.readexactly(size))
             await reader.readexactly(2)
         while await reader.readuntil(CRLF) != CRLF:  # trailers

@@ -130,6 +130,8 @@ def _sbatch_once(
     queued: tuple[list[ArrayPart], str | None],
     call: tuple[Path, str, list[str], str],
     write: Write,
+    *,
+    after_ok: list[str] | None = None,
 ) -> str:
     """One ``sbatch`` of the queuing, at most once: when ``queued`` (what array.json records: the parts
     and the intent it was left with) names this very sbatch as under way, the job it may have queued is
@@ -142,7 +144,7 @@ def _sbatch_once(
             log(f"sbatch {comment} went through before its submitter died: job {found[0]}, not queued again")
             return found[0]
     write(parts, comment)
-    return target.submit_array(script, indices, after=after, comment=comment)
+    return target.submit_array(script, indices, after=after, comment=comment, after_ok=after_ok or [])
 
 
 def _queue_part(
@@ -156,12 +158,15 @@ def _queue_part(
     record: list[ArrayPart],
     write: Write,
     pending: str | None = None,
+    after_ok: list[str] | None = None,
 ) -> ArrayPart:
     """One array of first links (``piece``: base, offset, size, cluster) and its ``lookahead - 1``
     spare arrays (what ``have`` lacks of them), on the piece's cluster. Each ``sbatch`` is written as
     an intent (array.json's ``intent``, its ``--comment``) before it runs and its job id recorded after
     (``write(parts, intent)``), so a kill at any instant leaves either the job recorded or its intent,
-    which ``pending`` (the intent a killed submit left) lets a completion look up instead of repeating."""
+    which ``pending`` (the intent a killed submit left) lets a completion look up instead of repeating.
+    ``after_ok``: jobs every one of these arrays waits for to complete successfully (submit's
+    ``--after-ok``, a watch's conversion job), spares included: none of them runs if one fails."""
     base, offset, size, cluster = piece
     target = backend.on(cluster) if isinstance(backend, ClusterSetBackend) and cluster else backend
     assert isinstance(target, SlurmBackend)
@@ -170,7 +175,7 @@ def _queue_part(
     part = have
     if part is None:
         call: tuple[Path, str, list[str], str] = (script, indices, [], intent_of(run, first, 0))
-        job = _sbatch_once(target, run, (list(record), pending), call, write)
+        job = _sbatch_once(target, run, (list(record), pending), call, write, after_ok=after_ok)
         part = ArrayPart(job_id=job, base=base, size=size, offset=offset, spares=[])
     spares = list(part.spares or [])
     while len(spares) < lookahead - 1:
@@ -181,7 +186,7 @@ def _queue_part(
             [spares[-1] if spares else part.job_id],
             intent_of(run, first, len(spares) + 1),
         )
-        spares.append(_sbatch_once(target, run, (now, pending), call, write))
+        spares.append(_sbatch_once(target, run, (now, pending), call, write, after_ok=after_ok))
     part = part.model_copy(update={"spares": spares})
     write([*record, part], None)
     return part
@@ -197,6 +202,7 @@ def submit_arrays(
     counts: list[int],
     lookahead: int = 3,
     placement: list[Block] | None = None,
+    after_ok: list[str] | None = None,
 ) -> str:
     """Every shard's first link as the plan's job arrays (one ``sbatch`` each; a run across clusters:
     each range cut by cluster, each piece an array of its cluster, ``--clusters=C``), each array
@@ -207,7 +213,9 @@ def submit_arrays(
     ``array.json`` is rewritten before each ``sbatch`` with its intent and after it with the arrays
     queued so far (and the plan: chunk, throttle), so a submit killed at any instant leaves them
     known; the run's first job, the next ``status`` or ``submit`` queues the rest
-    (:func:`complete_queuing`), never an array twice.
+    (:func:`complete_queuing`), never an array twice. ``after_ok``: jobs each array (spares too)
+    waits for to complete successfully first (Slurm's ``afterok``); a completion by the run's first job
+    needs none (a job of the run ran: they completed).
     """
     parts: list[ArrayPart] = []
 
@@ -225,6 +233,7 @@ def submit_arrays(
             have=None,
             record=parts,
             write=write,
+            after_ok=after_ok,
         )
         parts.append(part)
         first, size = part.first, part.size

@@ -6,10 +6,12 @@ submitted, a run of a job started, a run ended with a decision, the chain was ca
 resubmitted. A job that died without writing its decision is accounted for by its successor
 (a ``decision`` record with ``accounted_by``).
 
-Format (version 2): one JSON object per line, ``{"v": 2, "kind": ..., "at": ISO-8601 UTC, ...}``.
-The version is checked first and unknown fields are rejected. Version 1 lines still read (a chain
-may span an upgrade): their only difference is a decision's ``coverage`` summary, which nothing read
-and which :func:`parse_record` drops (``formats.py`` lists 1 as an older ledger version). Writers
+Format (version 3): one JSON object per line, ``{"v": 3, "kind": ..., "at": ISO-8601 UTC, ...}``.
+The version is checked first (a newer one is refused naming it: upgrade gymslurm) and unknown
+fields are rejected. Older lines still read (a chain may span an upgrade; ``formats.py`` lists 1 and
+2 as older ledger versions): version 2 lacks only what version 3 added (a decision's ``busy_s``, the
+``slurm_end`` record; main wrote both as version 2 for a while, and those lines read too), version 1
+also had a decision's ``coverage`` summary, which nothing read and :func:`parse_record` drops. Writers
 append one whole line with one ``write`` under an exclusive ``flock`` (the job, its successor and
 ``cancel`` on the login node may write the same ledger); a line torn by a writer that died
 mid-write is dropped on read and cut off before the next append. A complete malformed line in the
@@ -43,7 +45,7 @@ from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail, iter_complete_lines
 
 LEDGER_VERSION = version_of("ledger")  # what is written; FORMATS["ledger"].read is what is read
-LedgerVersion = Literal[1, 2]
+LedgerVersion = Literal[1, 2, 3]
 FINISHED = {
     Decision.DONE,
     Decision.STOP_FAILED,
@@ -57,7 +59,7 @@ FINISHED = {
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    v: LedgerVersion = 2  # LEDGER_VERSION (a test pins the two, and the Literal to FORMATS' versions)
+    v: LedgerVersion = 3  # LEDGER_VERSION (a test pins the two, and the Literal to FORMATS' versions)
     at: str = Field(default_factory=utc_now_ms)
 
 

@@ -381,6 +381,21 @@ class RunDir:
         except FileNotFoundError as error:
             raise ConfigError(f"{self.root} is not a gymslurm run: it has no run.json") from error
 
+    def aggregation_enabled(self) -> bool:
+        """Whether the saved benchmark has an aggregation step (read without its secrets, which
+        ``status`` does not hold)."""
+        from omegaconf import OmegaConf
+
+        from gymslurm.launcher.settings import AggregationSettings
+
+        default = AggregationSettings().enabled
+        try:
+            saved = OmegaConf.to_container(OmegaConf.load(self.config_path), resolve=False)
+        except FileNotFoundError:
+            return default
+        aggregation = saved.get("aggregation") if isinstance(saved, dict) else None
+        return bool(aggregation.get("enabled", default)) if isinstance(aggregation, dict) else default
+
     def load_settings(self, environ: dict[str, str] | None = None) -> BenchmarkSettings:
         """The saved benchmark with secrets put back from ``GYMSLURM_SECRETS`` in the environment."""
         from omegaconf import OmegaConf

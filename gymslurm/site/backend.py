@@ -146,12 +146,17 @@ class SlurmBackend:
         after: Sequence[str] = (),
         comment: str | None = None,
         exclude: Sequence[str] = (),
+        *,
+        after_ok: Sequence[str] = (),
     ) -> str:
-        """``sbatch --parsable --array=INDICES [--dependency=afterany:...] [--comment=C]
+        """``sbatch --parsable --array=INDICES [--dependency=afterany:...,afterok:...] [--comment=C]
         [--exclude=NODES] SCRIPT``: the array job's id."""
         raws = [self.raw(job) for job in after]
         extra = [f"--exclude={','.join(exclude)}"] if exclude else []
-        return self.own(self.client.submit(script, after=raws, extra=extra, array=indices, comment=comment))
+        oks = [self.raw(job) for job in after_ok]
+        return self.own(
+            self.client.submit(script, after=raws, extra=extra, array=indices, comment=comment, after_ok=oks)
+        )
 
     def exclude(self, job_ids: Sequence[str], nodes: Sequence[str]) -> None:
         """Keep these pending jobs off ``nodes`` (``scontrol update ... ExcNodeList``)."""

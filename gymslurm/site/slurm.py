@@ -321,9 +321,13 @@ class SlurmClient:
         extra: Sequence[str] = (),
         array: str | None = None,
         comment: str | None = None,
+        *,
+        after_ok: Sequence[str] = (),
     ) -> str:
-        """``sbatch --parsable [--array=...] [--dependency=afterany:...] [--comment=...] SCRIPT``: the
-        (array) job id. ``comment``: the intent this job fulfils, found again by :meth:`commented`.
+        """``sbatch --parsable [--array=...] [--dependency=afterany:...,afterok:...] [--comment=...]
+        SCRIPT``: the (array) job id. ``comment``: the intent this job fulfils, found again by
+        :meth:`commented`; ``after_ok``: jobs that must complete successfully first (a watch's
+        conversion job; if one fails, Slurm keeps this job pending: DependencyNeverSatisfied).
 
         sbatch runs without :data:`INHERITED_IDENTITY`, so the new job reads only what Slurm says of it.
         """
@@ -332,8 +336,8 @@ class SlurmClient:
             argv.append(f"--array={array}")
         if comment is not None:
             argv.append(f"--comment={comment}")
-        if after:
-            argv.append("--dependency=afterany:" + ":".join(after))
+        if depends := dependency(after, after_ok):
+            argv.append(f"--dependency={depends}")
         return parse_sbatch(self.run([*argv, str(script)], env=submit_environment(self._env)).stdout)
 
     def queue(self) -> list[QueueRow]:
@@ -441,6 +445,14 @@ class SlurmClient:
         if done.returncode != 0:
             return {}
         return parse_assoc_limits(done.stdout)
+
+
+def dependency(after: Sequence[str], after_ok: Sequence[str] = ()) -> str:
+    """``sbatch --dependency``'s value (pure): ``afterany:A:B,afterok:C``, every condition needed."""
+    parts = [
+        f"{kind}:{':'.join(jobs)}" for kind, jobs in (("afterany", after), ("afterok", after_ok)) if jobs
+    ]
+    return ",".join(parts)
 
 
 def submit_environment(base: Mapping[str, str] | None) -> dict[str, str]:

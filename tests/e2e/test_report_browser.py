@@ -248,3 +248,70 @@ def test_the_comparison_page_renders_its_table_and_chart_in_headless_chromium(tm
     assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
     width, height, colours = _png_colours(shot)
     assert (width, height) == (1280, 1000) and colours > 8, (width, height, colours)
+
+
+def _pixels(path: Path) -> set[tuple[int, ...]]:
+    """Every RGB value of a PNG (8-bit RGB or RGBA, no interlace), its rows unfiltered (PNG filters 0-4)."""
+    data = path.read_bytes()
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+            channels = {2: 3, 6: 4}[body[9]]
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride, seen = zlib.decompress(idat), width * channels, set()
+    above = bytearray(stride)
+    for row in range(height):
+        kind, line = (
+            raw[row * (stride + 1)],
+            bytearray(raw[row * (stride + 1) + 1 : (row + 1) * (stride + 1)]),
+        )
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, corner = above[i], above[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                guess = left + up - corner
+                near = min(
+                    (abs(guess - left), 0, left), (abs(guess - up), 1, up), (abs(guess - corner), 2, corner)
+                )
+                line[i] = (line[i] + near[2]) & 0xFF
+        seen.update(tuple(line[i : i + 3]) for i in range(0, stride, channels))
+        above = line
+    return seen
+
+
+def test_a_report_with_a_baseline_shows_the_comparison_chart_in_headless_chromium(tmp_path: Path) -> None:
+    """``gymslurm report RUN --baseline OTHER`` of two finished runs (built on disk, no server): the page
+    opened alone in Chromium shows compare's table, the chart (the delta on its interval, the flips)
+    near its top, drawn in the screenshot in the regression's red; no console error."""
+    from tests.unit.test_report_comparison import scored_run
+
+    baseline, candidate = scored_run(tmp_path / "a", 30), scored_run(tmp_path / "b", 18)
+    gymslurm("report", str(candidate), "--baseline", str(baseline))
+    alone = tmp_path / "copied" / "report.html"
+    alone.parent.mkdir()
+    shutil.copy(candidate / "report.html", alone)
+
+    dom = _browse(alone, tmp_path / "profile-dom", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert _console_errors(dom.stderr) == []
+    for element in ('id="compared"', 'id="comparison"', '<svg id="chart-compare"', 'class="delta"', "↓12 ↑0"):
+        assert element in dom.stdout, element
+    assert dom.stdout.count('class="interval"') == 1 and "<td>-0.3000</td>" in dom.stdout
+    assert 'data-rendered="1"' in dom.stdout, "the page's script parsed the embedded report data"
+
+    shot = tmp_path / "report.png"
+    taken = _browse(alone, tmp_path / "profile-shot", f"--screenshot={shot}")
+    assert taken.returncode == 0 and shot.exists(), taken.stderr[-2000:]
+    assert _console_errors(taken.stderr) == []
+    assert (198, 40, 40) in _pixels(shot), "the regressed benchmark's interval (#c62828) is on screen"

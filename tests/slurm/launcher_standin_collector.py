@@ -7,8 +7,8 @@ Usage (as the benchmark's ``collector.command``)::
 ``STEPS.json`` is a list of steps, one per invocation on the same output (the last one repeats):
 ``{"exit": 75, "progress": 2, "sleep": 0, "on_signal": 75}``. Each invocation sleeps ``sleep``
 seconds (USR1/TERM/INT end the sleep and exit with ``on_signal``); with ``"hold": {"output": S,
-"until": PATH}`` an invocation whose output path contains ``S`` first waits until ``PATH`` exists
-(a test orders the shards' ends that way); then it writes
+"until": PATH}`` an invocation whose output path contains ``S`` first waits until ``PATH`` (relative:
+beside STEPS.json) exists, so a test decides when a link ends; then it writes
 ``<stem>_coverage.json`` through the store's own writer, as a full :class:`~gymslurm.coverage.Coverage`
 (so the stand-in and the chain read and write one format: ``successful`` grows by ``progress``,
 ``progress_outcomes_recorded`` = ``progress``, a fresh ``written_at``) and exits with ``exit``.
@@ -118,7 +118,8 @@ def main() -> int:
 
     hold = step.get("hold")
     if hold and hold["output"] in str(output):
-        while not Path(hold["until"]).exists() and not interrupted:
+        release = Path(sys.argv[1]).parent / hold["until"]  # an absolute "until" stays as it is
+        while not release.exists() and not interrupted:
             time.sleep(0.2)
     deadline = time.monotonic() + float(step.get("sleep", 0))
     while time.monotonic() < deadline and not interrupted:

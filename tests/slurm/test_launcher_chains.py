@@ -8,6 +8,7 @@ as its slowest scenario. The preemption scenario needs all 8 CPUs and runs last,
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,7 +253,9 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
     """Partition lowcancel (PreemptMode=CANCEL, as many sites set it): a high-partition job preempts
     the link and Slurm ends it for good (no requeue). The link saves on the grace period's TERM and
     decides CONTINUE (or a successor judges it: PREEMPTED is Slurm's end); the successor already
-    queued behind it runs and the chain finishes DONE, no retry spent, no human."""
+    queued behind it runs and the chain finishes DONE, no retry spent, no human. status and the
+    report count the interruption as 'preempted' (Slurm's word, which the successor asked), not
+    'cancelled' (what a TERM with no rerun of the job would read without it)."""
     for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
         chain.wait(timeout=400, aggregation=False)
     chain = Chain(
@@ -277,6 +280,18 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
         assert decisions[0]["job_id"] == job and decisions[1]["job_id"] != job, decisions  # not requeued
         assert all(d["budgets_after"]["infra_retries_used"] == 0 for d in decisions), decisions
         assert report["shards"][0]["verdict"] == "DONE", report["shards"][0]
+        faults = report["summary"]["faults"]
+        assert (faults["preempted"], faults["cancelled"]) == (1, 0), faults
+        assert chain.run is not None
+        chain.gymslurm("report", str(chain.run))
+        page = (chain.run / "report.html").read_text()
+        embedded = re.search(
+            r'<script type="application/json" id="gymslurm-report">(.*?)</script>', page, re.S
+        )
+        assert embedded, page[-2000:]
+        shard_faults = json.loads(embedded.group(1))["shards"][0]["faults"]
+        assert (shard_faults["preempted"], shard_faults["cancelled"]) == (1, 0), shard_faults
+        assert "faults survived: preempted 1<" in page
     finally:
         chain.cancel()
 
@@ -312,6 +327,7 @@ def test_login_side_killed_right_after_submit_leaves_chains_that_finish_alone(
         assert report["aggregation"]["state"].startswith("DONE")
         assert not (chain.run / "queuing").exists()
         record = json.loads((chain.run / "array.json").read_text())
-        assert [(p["base"], len(p["spares"])) for p in record["parts"]] == [(0, 1), (1, 1), (2, 1)], record
+        spares = 2  # slurm.lookahead 3: the first link and two spare arrays behind it
+        assert [(p["base"], len(p["spares"])) for p in record["parts"]] == [(s, spares) for s in range(3)]
     finally:
         chain.cancel()

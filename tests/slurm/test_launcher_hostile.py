@@ -49,9 +49,12 @@ SCENARIOS = {
         overrides=["aggregation.enabled=false"],
         slurm_yaml="  infra_retry_limit: 10\n  max_links_without_progress: 2\n",
     ),
-    # Long enough for the hand job to start while the link still runs on a busy sandbox, and short
-    # of the USR1 that slurm.time 5 min minus signal_lead 90 s sends at 210 s.
-    "hand_rerun": dict(steps=[{"exit": 0, "sleep": 150, "progress": 1}]),
+    # The link runs until the test releases it (after the hand job), however late on a busy sandbox
+    # the module reaches the test, and short of the USR1 that slurm.time 30 min sends.
+    "hand_rerun": dict(
+        steps=[{"exit": 0, "progress": 1, "hold": {"output": "", "until": "release-hand-rerun"}}],
+        slurm_yaml="  time: '00:30:00'\n",
+    ),
     "held": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
     "inject_timeout": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
     "inject_preempt": dict(steps=SLEEPER, overrides=["aggregation.enabled=false"], slurm_yaml=LONG),
@@ -163,6 +166,7 @@ def test_a_hand_rerun_mid_chain_changes_nothing(chains: dict[str, Chain]) -> Non
     assert chain.ledger() == before  # no decision for the running link, no start, no successor
     log = "".join(p.read_text() for p in (chain.run / "logs").glob("*"))
     assert re.search(rf"another link of shard 0 is live: .* this job {hand} exits without a decision", log)
+    (chain.user.workdir / "release-hand-rerun").touch()  # the link's collector ends now
     report = chain.wait(timeout=240)
     decisions = chain.decisions()
     assert [d["decision"] for d in decisions] == ["DONE"] and not decisions[0]["accounted_by"]

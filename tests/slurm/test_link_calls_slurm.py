@@ -5,7 +5,8 @@ one of 1 shard and one of 4, submitted together. Every job logs what it asked of
 calls: N (...), rows read: R``, counted by the client itself). Every link of both runs: queries
 (squeue, sacct, scontrol) ≤ 3 and rows ≤ 10, and the busiest link of the 4-shard run asks no more
 than the busiest of the 1-shard run. 10,000 shards on the sandbox are too costly for the suite:
-tests/unit/test_link_scheduler_calls.py counts the same calls at 10,000 with a scripted Slurm.
+tests/unit/test_link_scheduler_calls.py counts the same calls at 10,000 with a scripted Slurm,
+and bench/scale_sandbox.py measures a real 10,000-shard run on cluster b (docs/launcher.md).
 """
 
 from __future__ import annotations

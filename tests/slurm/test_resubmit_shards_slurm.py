@@ -1,6 +1,6 @@
 """``gymslurm resubmit RUN BENCH --shards 0,2`` on the real Slurm with job arrays (issue 19): the
 selected shards restart as tasks of one new array (one ``sbatch`` for their first links, and one
-for their spares), the shard left out keeps its ledger byte for byte."""
+per level of spares behind them), the shard left out keeps its ledger byte for byte."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def chain(slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Pa
 
 def test_resubmit_shards_restarts_the_selected_shards_in_one_array(chain: Chain) -> None:
     """--shards 0,2 of three FAILED shards: shards 0 and 2 get first links ``A_0``, ``A_2`` of one new
-    array A (and spares of one array B), run DONE; shard 1 is FAILED with its ledger unchanged."""
+    array A (and their spares as tasks of one array per level: B and C at slurm.lookahead 3), run DONE;
+    shard 1 is FAILED with its ledger unchanged."""
 
     def queued(shard: int, by: str) -> list[str]:
         return [r["job_id"] for r in chain.ledger(shard) if r["kind"] == "submitted" and r.get("by") == by]
@@ -44,7 +45,8 @@ def test_resubmit_shards_restarts_the_selected_shards_in_one_array(chain: Chain)
     arrays = {job.split("_")[0] for job in (first_0, first_2)}
     assert (first_0.split("_")[1], first_2.split("_")[1], len(arrays)) == ("0", "2", 1), (first_0, first_2)
     spares = queued(0, "resubmit (spare)") + queued(2, "resubmit (spare)")
-    assert len({job.split("_")[0] for job in spares}) == 1 and len(spares) == 2, spares
+    levels = {job.split("_")[0] for job in spares}
+    assert len(levels) == 2 and sorted(spares) == sorted(f"{a}_{s}" for a in levels for s in (0, 2)), spares
     for shard in (0, 2):
         chain.wait_for_decisions(more_than=1, shard=shard)
     report = chain.wait(timeout=240, aggregation=False)

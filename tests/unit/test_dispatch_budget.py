@@ -11,8 +11,8 @@ import asyncio
 import pytest
 
 from gymslurm.dispatch import Completed, EnvironmentClient, Failed
+from gymslurm.dispatch.budget import parsed_cost
 from gymslurm.dispatch.classify import REPLY_TOO_LARGE
-from gymslurm.dispatch.http11 import parsed_cost
 from tests.unit.test_dispatch import EPISODE, RUN_ID, TASK, ok_response, run_against
 
 BUDGET = 4 * 1024 * 1024

@@ -99,10 +99,49 @@ def test_public_api_is_pinned() -> None:
         ("SECRET_TOKEN_2", True),
         ("api_key_2", True),
         ("", False),
+        # plurals (issue 33): a list of credentials is as secret as one
+        ("API_KEYS", True),
+        ("apiKeys", True),
+        ("access_keys", True),
+        ("apikeys", True),
+        ("HF_TOKENS", True),
+        ("githubTokens", True),
+        ("auth_tokens", True),
+        ("SECRETS", True),
+        ("client_secrets", True),
+        ("passwords", True),
+        ("DB_PASSWORDS", True),
+        ("passwds", True),
+        ("pwds", True),
+        ("passphrases", True),
+        ("cookies", True),
+        ("webhooks", True),
+        ("auths", True),
+        ("authorizations", True),
+        ("API_KEYS_2", True),
+        # ... but not plurals that count or list a model's tokens, nor other words ending in "s"
+        ("max_new_tokens", False),
+        ("prompt_tokens", False),
+        ("completion_tokens", False),
+        ("input_tokens", False),
+        ("total_tokens", False),
+        ("reasoning_tokens", False),
+        ("cached_tokens", False),
+        ("stop_tokens", False),
+        ("special_tokens", False),
+        ("added_tokens", False),
+        ("tokens", False),  # bare: a result's token count or list (tests/unit/test_dispatch.py's)
+        ("keys", False),
+        ("sort_keys", False),
+        ("num_passes", False),
+        ("passes", False),
+        ("tokenizers", False),
+        ("credentials_files", False),
     ],
 )
 def test_credential_name_rule(name: str, credential: bool) -> None:
-    """The name rule marks keys, secrets and tokens as credentials but not token counts or sort keys."""
+    """The name rule marks keys, secrets and tokens (and their plurals) as credentials but not token
+    counts or lists, sort keys or passes."""
     assert is_credential_name(name) is credential
 
 

@@ -72,9 +72,52 @@ def test_torn_tail_is_ignored_then_cut(tmp_path: Path) -> None:
 def test_unknown_version_is_refused(tmp_path: Path) -> None:
     """A record of a ledger version this gymslurm does not read raises, naming the version."""
     path = tmp_path / "ledger.jsonl"
-    path.write_text('{"v": 3, "kind": "start", "job_id": "1"}\n')
-    with pytest.raises(CorruptRecordError, match="version 3"):
+    path.write_text('{"v": 0, "kind": "start", "job_id": "1"}\n')
+    with pytest.raises(CorruptRecordError, match="version 0"):
         Ledger(path).read()
+
+
+DECISION_V2_BUSY = (
+    '{"v": 2, "at": "t", "kind": "decision", "job_id": "1", "end": "t", "elapsed_s": 2.0, '
+    '"slurm_state": "RUNNING", "exit_code": 75, "decision": "CONTINUE", "reason": "r", '
+    '"budgets_before": {"jobs": 1}, "budgets_after": {"jobs": 1}, "busy_s": 1.5}'
+)
+SLURM_END = (
+    '{"v": 2, "at": "t", "kind": "slurm_end", "job_id": "1", "restart_count": 0, "state": "NODE_FAIL"}'
+)
+
+# (a ledger line) -> None: it reads; else what its refusal says
+LINES_BY_VERSION = [
+    (DECISION_V2_BUSY, None),  # v2 with busy_s, as main wrote it before v3: reads
+    (DECISION_V2_BUSY.replace(', "busy_s": 1.5', ""), None),  # v2 as older links wrote it
+    (DECISION_V2_BUSY.replace('"v": 2', '"v": 3'), None),  # v3, what this gymslurm writes
+    (SLURM_END, None),
+    (SLURM_END.replace('"v": 2', '"v": 3'), None),
+    (
+        DECISION_V2_BUSY.replace('"v": 2', '"v": 4'),
+        r"the chain ledger is version 4 \(v 4\); this gymslurm reads versions 1, 2, 3: it was written by a "
+        r"newer gymslurm; upgrade gymslurm",
+    ),
+    (
+        SLURM_END.replace('"v": 2', '"v": 9').replace("NODE_FAIL", "X").replace('"state"', '"new_field"'),
+        "is version 9 .*written by a newer gymslurm; upgrade gymslurm",  # the version before any field
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "refusal"), LINES_BY_VERSION)
+def test_older_ledger_lines_read_and_a_newer_one_is_refused_naming_its_version(
+    line: str, refusal: str | None, tmp_path: Path
+) -> None:
+    """Versions 1 to 3 read (a chain spans upgrades); a newer line says a newer gymslurm wrote it."""
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(line + "\n")
+    if refusal is None:
+        (record,) = Ledger(path).read()
+        assert record.v == orjson.loads(line)["v"]
+    else:
+        with pytest.raises(CorruptRecordError, match=refusal):
+            Ledger(path).read()
 
 
 V1_DECISION = (
@@ -85,22 +128,22 @@ V1_DECISION = (
 )
 
 
-def test_a_decision_is_written_as_version_2_without_the_unread_coverage_summary(tmp_path: Path) -> None:
-    """New ledger lines are version 2 (formats.py), and a decision has no coverage field any more."""
+def test_a_decision_is_written_as_version_3_without_the_unread_coverage_summary(tmp_path: Path) -> None:
+    """New ledger lines are version 3 (formats.py), and a decision has no coverage field any more."""
     ledger = Ledger(tmp_path / "ledger.jsonl")
     ledger.append(_decision("1", Decision.CONTINUE, Budgets(1, 10, 0)))
     line = orjson.loads(ledger.path.read_bytes())
-    assert line["v"] == version_of("ledger") == 2 and "coverage" not in line
-    assert get_args(LedgerVersion) == FORMATS["ledger"].read == (1, 2)
+    assert line["v"] == version_of("ledger") == 3 and "coverage" not in line
+    assert get_args(LedgerVersion) == FORMATS["ledger"].read == (1, 2, 3)
 
 
 def test_a_version_1_decision_with_its_coverage_summary_still_reads(tmp_path: Path) -> None:
-    """A chain may span the upgrade: v1 lines (coverage included) read beside v2 ones, coverage dropped."""
+    """A chain may span the upgrade: v1 lines (coverage included) read beside v3 ones, coverage dropped."""
     ledger = Ledger(tmp_path / "ledger.jsonl")
     ledger.path.write_text(V1_DECISION + "\n")
     ledger.append(Started(job_id="2"))
     old, new = ledger.read()
-    assert isinstance(old, DecisionRecord) and (old.v, old.decision, new.v) == (1, Decision.CONTINUE, 2)
+    assert isinstance(old, DecisionRecord) and (old.v, old.decision, new.v) == (1, Decision.CONTINUE, 3)
     assert summarize([old, new]).budgets == Budgets(1)
 
 

@@ -214,6 +214,16 @@ def test_submit_passes_afterany_dependency() -> None:
     assert client.log[0] == ["sbatch", "--parsable", "--dependency=afterany:44:45", "/x.sbatch"]
 
 
+def test_submit_joins_afterany_and_afterok_in_one_dependency() -> None:
+    """Both kinds of condition are one --dependency (a second one would replace the first): the
+    watch's suite run waits for the previous array and for its checkpoint's conversion to succeed."""
+    client = ScriptedSlurm({"sbatch": reply("52\n")})
+    client.submit(__import__("pathlib").Path("/x.sbatch"), after=["44"], after_ok=["7"])
+    client.submit(__import__("pathlib").Path("/x.sbatch"), after_ok=["7", "8"])
+    assert client.log[0] == ["sbatch", "--parsable", "--dependency=afterany:44,afterok:7", "/x.sbatch"]
+    assert client.log[1] == ["sbatch", "--parsable", "--dependency=afterok:7:8", "/x.sbatch"]
+
+
 def test_sbatch_runs_without_the_submitters_array_task_and_restart_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -34,6 +34,7 @@ class Queue(SlurmBackend):
         self.rows: dict[str, str] = {}
         self.arrays: list[tuple[str, str, list[str]]] = []  # (job, --array, after)
         self.comments: dict[str, str] = {}  # job -> its --comment (the intent it fulfils)
+        self.after_ok: dict[str, list[str]] = {}  # job -> the jobs it waits for to succeed (afterok)
 
     def submit_array(
         self,
@@ -42,9 +43,12 @@ class Queue(SlurmBackend):
         after: Sequence[str] = (),
         comment: str | None = None,
         exclude: Sequence[str] = (),
+        *,
+        after_ok: Sequence[str] = (),
     ) -> str:
         job, self.next_id = str(self.next_id), self.next_id + 1
         self.arrays.append((job, indices, list(after)))
+        self.after_ok[job] = list(after_ok)
         if comment is not None:
             self.comments[job] = comment
         first, _, last = indices.split("%", maxsplit=1)[0].partition("-")
@@ -103,6 +107,17 @@ def test_each_array_of_first_links_is_followed_by_its_spare(tmp_path: Path) -> N
     assert record is not None and [p.spares for p in record.arrays] == [["101"], ["103"]]
     assert shard_state(run, 1).epoch_jobs == ["100_1", "101_1"]  # the first link, then its spare
     assert shard_state(run, 2).epoch_jobs == ["102_0", "103_0"]
+
+
+def test_first_links_and_their_spares_all_wait_for_the_after_ok_jobs(tmp_path: Path) -> None:
+    """submit's afterok jobs (a watch's conversion) hold every array of first links and every spare:
+    a spare released by its array's cancellation still waits for the conversion to succeed."""
+    run, queue = RunDir(tmp_path / "run"), Queue()
+    run.root.mkdir()
+    plan = plan_arrays(3, {"MaxArraySize": 2}, None, lookahead=2)
+    submit_arrays(run, queue, 3, plan, max_running=None, counts=[1] * 3, lookahead=2, after_ok=["7"])
+    assert [after for _, _, after in queue.arrays] == [[], ["100"], [], ["102"]]
+    assert queue.after_ok == {job: ["7"] for job in ("100", "101", "102", "103")}
 
 
 def test_a_first_link_that_acts_cancels_its_spare_and_queues_two_behind_itself(tmp_path: Path) -> None:
@@ -243,8 +258,10 @@ class DyingQueue(Queue):
         after: Sequence[str] = (),
         comment: str | None = None,
         exclude: Sequence[str] = (),
+        *,
+        after_ok: Sequence[str] = (),
     ) -> str:
-        job = super().submit_array(script, indices, after, comment)
+        job = super().submit_array(script, indices, after, comment, after_ok=after_ok)
         self.calls += 1
         if self.calls == self.kill_after:
             raise Killed

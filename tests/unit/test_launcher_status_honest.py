@@ -11,9 +11,15 @@ from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Sub
 from gymslurm.launcher.rundir import RunInfo
 from gymslurm.launcher.views.counts import counts_of
 from gymslurm.launcher.views.diagnosis import verdict
-from gymslurm.launcher.views.document import ShardRow
+from gymslurm.launcher.views.document import ShardRow, StatusDocument
 from gymslurm.launcher.views.logs import LogIndex
-from gymslurm.launcher.views.status import ShardFiles, aggregation_status, shard_status, summary_of
+from gymslurm.launcher.views.status import (
+    ShardFiles,
+    aggregation_status,
+    run_status,
+    shard_status,
+    summary_of,
+)
 from gymslurm.launcher.views.table import summary_line
 from gymslurm.site.slurm import QueueRow
 from gymslurm.store.live import LiveProgress
@@ -187,3 +193,37 @@ def test_a_job_log_past_the_first_array_is_found_by_its_job_id(tmp_path: Path) -
     assert index.job_log(0, "10_0") == "/r/logs/shard-000-10_0.out" and index.job_log(1, "9_1") is None
     files = log_files(RunDir(Path("/r")), 1500, "77_499", sorted(names))
     assert files.job_log == Path("/r/logs/shard-1001+499-77_499.out")
+
+
+def _finished_run(tmp_path: Path, aggregation: bool) -> StatusDocument:
+    """Two shards DONE, no job of the run in the queue and no aggregation ever queued: the state every
+    link of a chain dying before it counted itself in the run's tally leaves (issue 32)."""
+    from gymslurm.launcher.rundir import RunDir, atomic_write
+    from gymslurm.site.local import LocalBackend
+
+    run = RunDir(tmp_path / "run")
+    atomic_write(
+        run.info_path, INFO.model_copy(update={"backend": "local", "shards": 2}).model_dump_json().encode()
+    )
+    atomic_write(run.config_path, f"name: b\naggregation:\n  enabled: {str(aggregation).lower()}\n".encode())
+    for shard in (0, 1):
+        job = f"{shard + 1}"
+        for record in (Submitted(job_id=job), Started(job_id=job), _decided(job, Decision.DONE)):
+            run.ledger(shard).append(record)
+    return run_status(run, LocalBackend(run.local_dir), now=T0)
+
+
+def test_status_says_how_to_queue_an_aggregation_nothing_will_queue(tmp_path: Path) -> None:
+    """Every shard DONE, no live job, no aggregation job: status says it was never queued and that
+    'gymslurm resubmit RUN BENCH' queues it (the run's tally stayed short: nothing else will)."""
+    report = _finished_run(tmp_path, aggregation=True)
+    assert [row.verdict for row in report.shards] == ["DONE", "DONE"]
+    state = report.aggregation.state
+    assert state.startswith("never queued: every shard is DONE and no job of the run is left")
+    assert f"'gymslurm resubmit {tmp_path / 'run'} b' queues it" in state
+
+
+def test_a_run_without_aggregation_is_not_told_to_queue_one(tmp_path: Path) -> None:
+    """The same state with ``aggregation.enabled: false`` is simply finished: no advice to resubmit."""
+    report = _finished_run(tmp_path, aggregation=False)
+    assert report.aggregation.state == "not submitted"

@@ -14,7 +14,7 @@ from gymslurm.collector.prepare import load_prompt_config
 from gymslurm.errors import ConfigError
 from gymslurm.nemogym_flags import translate_flags
 from gymslurm.nemogym_rows import RowPreparation, prepare_row
-from gymslurm.settings import load_settings
+from gymslurm.settings import load_settings, setting_names
 from gymslurm.tasks import MaterializeOptions, materialize
 
 ROW = {"question": "2+2?", "responses_create_params": {"tools": [], "temperature": 1.0}}
@@ -48,7 +48,7 @@ def test_a_row_the_prompt_config_cannot_fill_is_refused(row: dict[str, object], 
 
 def test_the_sampling_flags_override_each_rows_parameters() -> None:
     """--temperature 0.6 --max-output-tokens 512: merged over the row's own, as NeMo Gym merges them."""
-    overrides = translate_flags(["--temperature", "0.6", "--max-output-tokens", "512"])
+    overrides = translate_flags(["--temperature", "0.6", "--max-output-tokens", "512"], setting_names())
     base = ["+input_jsonl_fpath=d.jsonl", "+output_jsonl_fpath=o.jsonl", "+environment_server_url=http://h:1"]
     settings, _ = load_settings([*base, *overrides])
     assert settings.responses_create_params == {"temperature": 0.6, "max_output_tokens": 512}

@@ -62,6 +62,7 @@ ROW = [
     "gpu_hours_slurm",
     "gpu_text",
     "faults",
+    "excluded_nodes",
 ]
 DOCUMENT = [
     "schema",
@@ -114,7 +115,7 @@ LINK = [
     "gpu_hours",
     "gpu_hours_idle",
 ]
-REPORT = ["schema", "version", "status", "shards", "metrics", "rewards", "suite"]
+REPORT = ["schema", "version", "status", "shards", "metrics", "rewards", "suite", "comparison"]
 SUITE = [
     "benchmark",
     "shards",

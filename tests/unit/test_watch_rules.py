@@ -8,18 +8,21 @@ import pytest
 
 from gymslurm.errors import ConfigError
 from gymslurm.watch_rules import (
+    TICKS_ASKED,
     Candidate,
     CheckpointState,
     FileEntry,
     FinderSettings,
+    TickPlan,
     digest,
     fold,
-    needs_successor,
     new_checkpoints,
     next_step,
     parse_interval,
     ready,
+    recent_ticks,
     references,
+    ticks_to_queue,
     uses_checkpoint,
     with_checkpoint,
 )
@@ -121,7 +124,10 @@ def _state(**fields: Any) -> CheckpointState:
     [
         (_state(), False, False, "submit"),
         (_state(), True, False, "convert"),
-        (_state(convert_job="5"), True, False, "await_convert"),
+        (_state(convert_job="5"), True, False, "check_convert"),
+        (_state(convert_job="5", run="/r"), True, True, "check_convert"),  # afterok: not compared yet
+        (_state(convert_job="5", run="/r", converted="/out"), True, False, "await_run"),
+        (_state(convert_job="5", run="/r", converted="/out"), True, True, "compare"),
         (_state(convert_job="5", converted="/out"), True, False, "submit"),
         (_state(convert_job="5", convert_failed="died"), True, False, "failed"),
         (_state(run="/r"), False, False, "await_run"),
@@ -130,7 +136,8 @@ def _state(**fields: Any) -> CheckpointState:
     ],
 )
 def test_next_step(checkpoint: CheckpointState, converts: bool, ended: bool, step: str) -> None:
-    """Each checkpoint goes convert -> submit -> await its run -> compare -> done (table)."""
+    """Each checkpoint goes convert -> (its conversion checked) -> submit -> await its run -> compare
+    -> done; on Slurm its run is submitted with the conversion job, which is checked first (table)."""
     assert next_step(checkpoint, converts, ended) == step
 
 
@@ -141,18 +148,35 @@ def test_new_checkpoints_skips_claimed_and_duplicates() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ticks", "live", "me", "expected"),
+    ("ticks", "pending", "me", "after", "begins"),
     [
-        (["1"], ["1"], "1", True),  # only me: queue the next
-        (["1", "2"], ["1", "2"], "1", False),  # a successor is queued: none more
-        (["1", "2"], ["1"], "1", True),  # the successor was cancelled: queue one
-        (["1"], ["1", "9"], "1", True),  # a job the watch never recorded is not its successor
-        ([], [], "h", True),  # a tick submitted by hand on an empty ledger
+        (["1"], [], "1", None, (10, 20)),  # only me: the next and its spare behind it
+        (["1", "2", "3"], ["2", "3"], "1", None, ()),  # two queued: none more
+        (["1", "2", "3"], ["3"], "1", "3", (20,)),  # the next killed: its spare waits; one more after it
+        (["1", "2", "3"], ["2"], "1", "2", (20,)),  # the spare killed: one more after the next
+        (["2", "3", "4"], ["3", "4"], "2", None, ()),  # the next runs: the spare is queued, and one more
+        (["1", "2"], ["2", "9"], "1", "2", (20,)),  # a job the watch never recorded is no spare
+        (["1", "2", "2"], ["2"], "1", "2", (20,)),  # a job recorded twice counts once
+        ([], [], "h", None, (10, 20)),  # a tick submitted by hand on an empty ledger
     ],
 )
-def test_needs_successor(ticks: list[str], live: list[str], me: str, expected: bool) -> None:
-    """One queued successor at a time, whoever submitted the running tick."""
-    assert needs_successor(ticks, live, me) is expected
+def test_ticks_to_queue(
+    ticks: list[str], pending: list[str], me: str, after: str | None, begins: tuple[int, ...]
+) -> None:
+    """Two ticks queued behind the running one, the first new one afterany the last queued, each one
+    interval later: any single tick job lost leaves one that runs (table)."""
+    assert ticks_to_queue(ticks, pending, me, 10) == TickPlan(after, begins)
+
+
+def test_a_running_tick_is_no_spare() -> None:
+    """A tick running beside me (it may be the one killed next) does not count as queued: two more."""
+    assert ticks_to_queue(["1", "2"], [], "1", 10) == TickPlan(None, (10, 20))
+
+
+def test_recent_ticks_are_bounded() -> None:
+    """However old the watch, the scheduler is asked about its newest tick jobs only, each once."""
+    ticks = [str(n) for n in range(1000)] + ["999"]
+    assert recent_ticks(ticks) == [str(n) for n in range(999, 999 - TICKS_ASKED, -1)]
 
 
 def test_references_previous_and_best() -> None:

@@ -248,10 +248,22 @@ def rewards_chart(tasksets: Sequence[dict[str, Any]] | None) -> str:
 
 
 CHANGE_COLOURS = {"improved": "#2e7d32", "regressed": "#c62828", "no change": "#616161"}
+COMPARISON_CSS = ".improved{color:#2e7d32}.regressed{color:#c62828}"  # the rows of compare's table
+
+
+def flips_text(flips: dict[str, Any]) -> str:
+    """A benchmark's flips in a few characters (pure): ``↓3 ↑1`` (pass → fail, fail → pass) for 0/1
+    rewards, ``5 changed`` for continuous ones, empty when none could be told."""
+    if flips.get("mode") == "binary":
+        return f"↓{len(flips.get('pass_to_fail') or [])} ↑{len(flips.get('fail_to_pass') or [])}"
+    if flips.get("mode") == "continuous":
+        return f"{len(flips.get('changed') or [])} changed"
+    return ""
 
 
 def comparison_chart(document: dict[str, Any]) -> str:
-    """Each benchmark's delta (a dot) on its interval (a bar), against a dashed line at 0."""
+    """Each benchmark's delta (a dot) on its interval (a bar), against a dashed line at 0; at the
+    right, its flips (↓ pass → fail, ↑ fail → pass). ``document``: compare's, as JSON."""
     rows = [entry for entry in document["benchmarks"] if entry.get("interval")]
     if not rows:
         return '<p id="chart-compare">no benchmark has a task measured on both sides</p>'
@@ -259,11 +271,11 @@ def comparison_chart(document: dict[str, Any]) -> str:
     high = max(0.0, *(entry["interval"][1] for entry in rows))
     margin = max(high - low, 1e-6) * 0.1
     low, high = low - margin, high + margin
-    left, lane = 170.0, 26.0
+    left, lane, right = 170.0, 26.0, 70.0  # right: room for the flips
     height = PAD + lane * len(rows) + PAD + 14
 
     def x(value: float) -> float:
-        return left + (W - left - PAD) * (value - low) / (high - low)
+        return left + (W - left - right) * (value - low) / (high - low)
 
     parts = [
         f'<line id="zero-line" x1="{x(0.0):.1f}" y1="{PAD / 2}" x2="{x(0.0):.1f}" y2="{height - PAD}" '
@@ -281,11 +293,14 @@ def comparison_chart(document: dict[str, Any]) -> str:
             f'<line class="interval" x1="{x(start):.1f}" y1="{y:.1f}" x2="{x(end):.1f}" y2="{y:.1f}" '
             f'stroke="{colour}" stroke-width="4"><title>{_e(title)}</title></line>'
             f'<circle class="delta" cx="{x(entry["delta"]):.1f}" cy="{y:.1f}" r="5" fill="{colour}">'
-            f"<title>{_e(title)}</title></circle>" + _label(left - 8, y + 4, entry["benchmark"], "end")
+            f"<title>{_e(title)}</title></circle>"
+            + _label(left - 8, y + 4, entry["benchmark"], "end")
+            + f'<g class="flips">{_label(W - right + 8, y + 4, flips_text(entry.get("flips") or {}))}</g>'
         )
     parts.append(_label(x(low), height - PAD + 14, f"{low:+.3f}", "start"))
     parts.append(_label(x(0.0), PAD / 2 - 4, "0: no change", "middle"))
     parts.append(_label(left, height - PAD + 28, "candidate - baseline: the dot, its interval the bar"))
+    parts.append(_label(W - right + 8, PAD / 2 - 4, "flips ↓ ↑"))
     parts.append(_label(x(high), height - PAD + 14, f"{high:+.3f}", "end"))
     return (
         f'<svg id="chart-compare" class="chart" viewBox="0 0 {W} {height:.0f}" role="img" '

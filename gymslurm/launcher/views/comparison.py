@@ -15,7 +15,7 @@ from typing import IO, Any
 import orjson
 
 from gymslurm.comparison import BenchmarkComparison, ComparisonDocument, Flip
-from gymslurm.launcher.views.charts import comparison_chart
+from gymslurm.launcher.views.charts import COMPARISON_CSS, comparison_chart
 
 FLIPS_SHOWN = 10  # per direction on the terminal and the page (every flip is in --json)
 COLUMNS = (
@@ -126,12 +126,12 @@ CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#212121}h1{font-size:1.3em}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left}
 th{background:#f1f1f1}.chart{width:100%;max-width:760px;height:auto;display:block;background:#fafafa}
-.improved{color:#2e7d32}.regressed{color:#c62828}
 """
 
 
-def comparison_page(document: ComparisonDocument) -> str:
-    """The whole page: title, table, chart, notes, and the document embedded as JSON (pure)."""
+def comparison_section(document: ComparisonDocument) -> str:
+    """The table, the chart (views/charts.py) and the notes of a comparison (pure): the body of
+    ``compare --html``'s page and the report's "Compared with a baseline" section, one drawing."""
     data: dict[str, Any] = document.model_dump(mode="json")
     e = html.escape
     head = "".join(f"<th>{e(name)}</th>" for name in COLUMNS)
@@ -144,7 +144,22 @@ def comparison_page(document: ComparisonDocument) -> str:
     listed = "".join(
         f"<li>{e(entry.benchmark)}: {e(line)}</li>" for entry in document.benchmarks for line in notes(entry)
     )
-    embedded = orjson.dumps(data).decode().replace("</", "<\\/")
+    listed += "".join(
+        f"<li>{e(missing.benchmark)}: only the {e(missing.side)} has it (not compared)</li>"
+        for missing in document.unpaired
+    )
+    return (
+        f'<table id="comparison"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        f'{comparison_chart(data)}<ul id="notes">{listed}</ul>'
+        f"<p>delta = candidate − baseline over the tasks both measured; {document.confidence:.0%} bootstrap "
+        f"interval over tasks ({document.resamples} resamples, seed {document.seed}).</p>"
+    )
+
+
+def comparison_page(document: ComparisonDocument) -> str:
+    """The whole page: title, :func:`comparison_section`, and the document embedded as JSON (pure)."""
+    e = html.escape
+    embedded = orjson.dumps(document.model_dump(mode="json")).decode().replace("</", "<\\/")
     script = (
         "document.body.dataset.benchmarks = String(JSON.parse("
         "document.getElementById('gymslurm-comparison').textContent).benchmarks.length);"
@@ -152,12 +167,9 @@ def comparison_page(document: ComparisonDocument) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>gymslurm compare</title><style>{CSS}</style></head><body>"
+        f"<title>gymslurm compare</title><style>{CSS}{COMPARISON_CSS}</style></head><body>"
         f"<h1>{e(document.metric)}: {e(document.candidate)} against {e(document.baseline)}</h1>"
-        f'<table id="comparison"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-        f'{comparison_chart(data)}<ul id="notes">{listed}</ul>'
-        f"<p>delta = candidate − baseline over the tasks both measured; {document.confidence:.0%} bootstrap "
-        f"interval over tasks ({document.resamples} resamples, seed {document.seed}).</p>"
+        f"{comparison_section(document)}"
         f'\n<script type="application/json" id="gymslurm-comparison">{embedded}</script>'
         f"\n<script>{script}</script>\n</body></html>\n"
     )

@@ -14,6 +14,7 @@ version (gymslurm/formats.py, ``status``). tests/unit/test_status_document.py pi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +106,14 @@ class StatusSummary(CostSummary, RunCounts):
     :class:`RunCounts`' fields lead and :class:`~gymslurm.launcher.run_cost.CostSummary`'s follow)."""
 
 
+BUSY_JOB_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
+
+
+def jobs_busy(rows: Sequence[ShardRow]) -> bool:
+    """A shard's job still runs or waits: its link may yet queue the aggregation (pure)."""
+    return any(row.job_state.startswith(BUSY_JOB_STATES) for row in rows)
+
+
 @dataclass(frozen=True, kw_only=True)
 class AggregationStatus:
     """The aggregation's job, what it is doing, whether it finished and whether it stalled."""
@@ -183,6 +192,7 @@ class ReportData:
     metrics: dict[str, Any] | None
     rewards: list[dict[str, Any]] | None  # the merged run's reward histogram per taskset
     suite: list[SuiteRow] = field(default_factory=list)  # a suite run's benchmarks ([] for one benchmark)
+    comparison: dict[str, Any] | None = None  # report --baseline: compare --json's document, unchanged
 
 
 def status_json(document: StatusDocument) -> bytes:

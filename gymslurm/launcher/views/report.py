@@ -48,7 +48,7 @@ from gymslurm.launcher.links import (
 from gymslurm.launcher.run_cost import final_metrics
 from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.verdicts import DECISION_COLOURS, RUNNING_LINK, ChainVerdict
-from gymslurm.launcher.views.charts import coverage_chart, gpu_chart, rewards_chart
+from gymslurm.launcher.views.charts import COMPARISON_CSS, coverage_chart, gpu_chart, rewards_chart
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.document import (
@@ -90,12 +90,16 @@ def report_data(
     except StoreError:
         histogram = None
     rewards = None if histogram is None else [entry.model_dump() for entry in histogram]
+    from gymslurm.store.comparison_file import read_comparison  # the compare machinery, only when asked
+
+    comparison = read_comparison(run.root)
     return ReportData(
         status=status,
         shards=shards,
         metrics=final_metrics(run, info.output_stem)[0],
         rewards=rewards,
         suite=suite_rows(run, status.summary.gpu_hours),
+        comparison=None if comparison is None else comparison.model_dump(mode="json"),
     )
 
 
@@ -263,6 +267,7 @@ def render(data: ReportData, now: float | None = None, digest: str | None = None
         f"<p>aggregation: {_e(status.aggregation.job)} {_e(status.aggregation.state)}</p>",
         f'<p class="summary" id="result">{_e(headline(metrics) or _no_metrics(status))}</p>',
         *_suite_section(data.suite),
+        *_comparison_section(data.comparison),  # near the top: the first thing a reader of a candidate wants
         "<h2>Shards</h2>",
         _table([c.title for c in COLUMNS], shard_rows, "shards"),
         "<h2>Timeline of links</h2>",
@@ -324,11 +329,25 @@ def render(data: ReportData, now: float | None = None, digest: str | None = None
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="gymslurm-data" content="{digest or fingerprint(data)}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>gymslurm {_e(status.run)}</title><style>{CSS}</style></head><body>"
+        f"<title>gymslurm {_e(status.run)}</title><style>{CSS}{COMPARISON_CSS}</style></head><body>"
         + "\n".join(parts)
         + f'\n<script type="application/json" id="gymslurm-report">{embedded}</script>'
         + f"\n<script>{script}</script>\n</body></html>\n"
     )
+
+
+def _comparison_section(comparison: dict[str, Any] | None) -> list[str]:
+    """``report --baseline``: compare's table, chart and notes (views/comparison.py), run = candidate."""
+    if comparison is None:
+        return []
+    from gymslurm.comparison import ComparisonDocument
+    from gymslurm.launcher.views.comparison import comparison_section
+
+    document = ComparisonDocument.model_validate(comparison)
+    return [
+        f'<h2 id="compared">Compared with {_e(document.baseline)} (baseline)</h2>',
+        comparison_section(document),
+    ]
 
 
 def _suite_section(rows: list[SuiteRow]) -> list[str]:

@@ -36,6 +36,7 @@ from gymslurm.launcher.views.document import (
     ShardRow,
     StatusDocument,
     StatusSummary,
+    jobs_busy,
 )
 from gymslurm.launcher.views.liveness import link_lock_held, outlived_link, queuing_reason
 from gymslurm.launcher.views.logs import LogIndex
@@ -261,17 +262,27 @@ def summary_of(rows: Sequence[ShardRow], cost: CostSummary = NO_COST) -> StatusS
     )
 
 
+def never_queued(rows: Sequence[ShardRow], aggregate: ChainState) -> bool:
+    """Every shard DONE, no job of theirs busy and no aggregation job ever queued (pure): when the run
+    has an aggregation, every link that could have queued it died before counting its chain in the
+    run's tally, so nothing will; ``resubmit`` recounts and queues it."""
+    done = bool(rows) and all(row.verdict == ChainVerdict.DONE for row in rows)
+    return done and not aggregate.epoch_jobs and not jobs_busy(rows)
+
+
 def aggregation_status(
     aggregate: ChainState,
     queue: dict[str, QueueRow],
     accounting: dict[str, AccountingRow] | None,
     held: Sequence[str] = (),
+    resubmit: str | None = None,
 ) -> AggregationStatus:
     """The aggregation's job, state, whether it finished and whether it stalled (pure).
 
     Its deciding job is only exiting. ``stalled``: it was queued, has no final decision and no job
     of it is in the queue (killed, with no job left behind it): ``resubmit`` queues it again.
     ``held``: the shards' held jobs; a pending aggregation waits on them (afterany) and says so.
+    ``resubmit``: the command that queues an aggregation nothing will queue (:func:`never_queued`).
     """
     decider = aggregate.last_decision.job_id if aggregate.last_decision else None
     agg_live = [queue[j] for j in aggregate.epoch_jobs if j != decider and _is_live(queue.get(j))]
@@ -279,6 +290,8 @@ def aggregation_status(
     running = next((row for row in agg_live if row.state in RUNNING_STATES), None)
     shown = running.job_id if running else aggregate.current_job
     agg_state = "not submitted" if not aggregate.epoch_jobs else _job_state(shown, queue, accounting)
+    if resubmit is not None and not aggregate.epoch_jobs:
+        agg_state = f"never queued: every shard is DONE and no job of the run is left; '{resubmit}' queues it"
     row = queue.get(shown or "")
     if row is not None and is_held(row):
         agg_state += f": held, it will not run by itself; 'scontrol release {row.job_id}' lets it run"
@@ -360,7 +373,9 @@ def run_status(
             )
         )
         held += [row.job_id for row in live_jobs if is_held(row)]
-    agg = aggregation_status(aggregate, queue, accounting, held)
+    orphan = never_queued(rows, aggregate) and run.aggregation_enabled()
+    resubmit = f"gymslurm resubmit {run.root} {info.benchmark}" if orphan else None
+    agg = aggregation_status(aggregate, queue, accounting, held, resubmit)
     metrics, problem = final_metrics(run, info.output_stem)
     budget = gpu_budget(info.gpu_budget, aggregate_records)
     aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
