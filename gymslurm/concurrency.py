@@ -13,7 +13,17 @@ queue. With ``+dispatch_adaptive=metrics`` the model server's own queue decides 
 past the server's capacity, and the limit drops by as many; a KV cache nearly full
 (``vllm:kv_cache_usage_perc``) holds it. Latency is still watched then: the Environment Server, not
 the model, may be what is full (``bench/adaptive.py``: the demo Environment Server slows past 32
-requests while the model server's queue stays empty).
+requests while the model server's queue stays empty) -- except in a window where the model server
+said it serves what was sent with room to spare (nothing waiting, the cache not full, ``running``
+at least half of this collection's in-flight requests): then a longer latency is the model's
+batching, not a queue, so it neither cuts the limit nor ends the doubling, and the lowest mean
+rises to it (:meth:`AdaptiveLimit.server_queue`).
+
+Why: a real vLLM computes a step for every running request at once, so its latency grows with the
+batch while its throughput still grows, up to ``--max-num-seqs``; only past that do requests wait.
+Judged on latency, the limit was cut at about half the batch a CPU vLLM serves best (latency 2x
+the lowest at 16 of 32) and grew by one per 64 completions from there: 0.60 of the best fixed
+concurrency's throughput in ``bench/adaptive.py --vllm``, while vLLM's own queue never filled.
 
 Why a cut is checked: rollouts that get longer as a run goes on (a dataset ordered easy to hard)
 raise the latency with no load at all, and cuts cannot bring it down; judged only against the lowest
@@ -44,6 +54,7 @@ TOLERANCE = 2.0
 SLOW_START_END = 1.3  # a window mean this far past the lowest ends the doubling
 DECREASE = 0.9
 KV_FULL = 0.95  # a model server's KV cache this full takes no more requests without queuing them
+MODEL_HOLDS = 0.5  # the model serves at least this share of what is in flight: latency is its own work
 BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (the server may slow for good)
 
 
@@ -69,6 +80,7 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
+    model_has_room: bool = False  # a poll of this window: the model serves what was sent, with room
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
@@ -93,6 +105,10 @@ class AdaptiveLimit:
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count
         self._count, self._total_s, self._busy = 0, 0.0, 0
         self.baseline_s = mean if self.baseline_s is None else min(mean, self.baseline_s * BASELINE_DRIFT)
+        batching, self.model_has_room = self.model_has_room, False  # each window needs a poll of its own
+        if batching:  # the model's own work at this batch, not a queue: neither a cut nor the end of
+            self.baseline_s = max(self.baseline_s, mean / SLOW_START_END)  # the doubling
+            self._cut = None
         if self._cut is not None and not self._judge_cut(mean):
             return
         if mean > self.tolerance * self.baseline_s:  # the further past, the deeper the cut (to half)
@@ -132,7 +148,10 @@ class AdaptiveLimit:
         this collection's requests are out (``in_flight``).
 
         Requests waiting there are exactly the excess over the server's capacity: the limit drops
-        by that many (not by a fraction), so it settles where every slot is busy and none waits. A
+        to what is out less that many (not by a fraction), so it settles where every slot is busy
+        and none waits. Less what is *out*, not less the limit: polls come faster than a queue of
+        generations drains, and the same waiting requests cut again and again drove the limit from
+        64 to 2 against a real vLLM (``bench/adaptive.py --vllm``). A
         KV cache at :data:`KV_FULL` or more holds the limit where it is: the next requests would
         wait (or preempt others) though none waits yet.
 
@@ -145,6 +164,10 @@ class AdaptiveLimit:
         slots each keep 2 (10 in flight, the server full, 2 waiting); rounded down (the limit's
         whole part) each kept 1, and 3 of the 8 slots stayed idle (``bench/suite.py``'s adaptive
         throughput was 0.80 of the best fixed concurrency).
+
+        Nothing waiting, the cache not full and the server serving (``running``) at least half of
+        this collection's requests out: the model has room and what is out is mostly being served,
+        so the latency of this window is the model's batching (:meth:`completed`).
         """
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         excess = float(waiting)
@@ -153,6 +176,9 @@ class AdaptiveLimit:
             excess = min(float(waiting), max(0.0, max(in_flight, self.limit) - fair))
             full = max(in_flight, self.limit) >= fair
         self.queue_says_full = full
-        if excess > 0:
+        holds = running is not None and in_flight > 0 and running >= MODEL_HOLDS * in_flight
+        self.model_has_room = holds and not full and waiting == 0  # the window's last poll decides
+        if excess > 0:  # what is out less what waits: the same queue polled again cuts no further
             self.slow_start = False
-            self.limit = max(1.0, self.limit - excess)
+            held = float(in_flight) if in_flight > 0 else self.limit
+            self.limit = max(1.0, min(self.limit, held - excess))

@@ -49,11 +49,13 @@ from typing import Any
 
 import orjson
 
-from gymslurm.demo.arith import OPERATORS, expected_answer
+from gymslurm.demo.arith import DEFAULT_MODEL_NAME, OPERATORS, expected_answer
 from gymslurm.demo.messages import Reply, json_reply
 from gymslurm.demo.ranks import RankGroup
 
-DEFAULT_MODEL = "demo-policy"
+# The demo stack's one policy name: what the demo Environment Server asks for by default, so the
+# two servers agree without flags (a real vLLM refuses a name it does not serve, and so does this one).
+DEFAULT_MODEL = DEFAULT_MODEL_NAME
 PROBE_ANSWER = "pong"
 _QUESTION = re.compile(r"What is (-?\d+) ([+*-]) (-?\d+)\?")
 _TWO_56 = float(1 << 56)
@@ -140,6 +142,18 @@ def _error(status: int, message: str, kind: str) -> Reply:
     return json_reply(status, {"error": {"message": message, "type": kind, "code": status}})
 
 
+def unknown_model(served: str, body: dict[str, Any]) -> Reply | None:
+    """vLLM's 404 for a request naming a model it does not serve (its serving layer's ``_check_model``:
+    body and status as vLLM 0.32 answers, compared with a real vLLM's in tests/vllm/); no ``model``
+    means the served one."""
+    requested = body.get("model")
+    if not requested or requested == served:
+        return None
+    message = f"The model `{requested}` does not exist. Valid aliases: {served}."
+    error = {"message": message, "type": "NotFoundError", "param": "model"}
+    return json_reply(404, {"error": {**error, "code": 404}})
+
+
 @dataclass
 class ModelApp:
     """Routes requests; counts completions (``die_after`` / ``hang_after`` need the count)."""
@@ -194,17 +208,20 @@ class ModelApp:
         return "\n".join(out) + "\n"
 
     def complete(self, raw: bytes, kind: str) -> Reply:
-        """One completion, unless a fault says otherwise."""
+        """One completion, unless a fault says otherwise. A request for another model is refused first,
+        by the API server, as vLLM's is: it never reaches the engine (nor its faults)."""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return _error(400, "the body is not JSON", "invalid_request_error")
+        if isinstance(body, dict) and (refused := unknown_model(self.config.model_name, body)):
+            return refused
         self.completions += 1
         config, count = self.config, self.completions
         if config.die_after is not None and count > config.die_after:
             return Reply(0, b"", die=True)
         if self.wedged or (config.hang_after is not None and count > config.hang_after):
             return Reply(0, b"", later=self._wedged())
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return _error(400, "the body is not JSON", "invalid_request_error")
         prompt = _prompt(body, kind) if isinstance(body, dict) else None
         if prompt is None:
             field = {CHAT: "messages (with a user message)", TEXT: "prompt", RESPONSES: "input"}[kind]

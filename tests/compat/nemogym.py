@@ -43,6 +43,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from gymslurm.demo.model import DEFAULT_MODEL
+
 NEMO_GYM_VERSION = "0.7.0"
 HEAD_PORT = 11000  # NeMo Gym's DEFAULT_HEAD_SERVER_PORT
 START_TIMEOUT_S = 240.0
@@ -319,7 +321,7 @@ def stack_config(ports: dict[str, int]) -> str:
                     "port": ports[DEMO_POLICY],
                     "openai_base_url": f"http://127.0.0.1:{ports['demo_model']}/v1",
                     "openai_api_key": "dummy",
-                    "openai_model": "demo-policy",
+                    "openai_model": DEFAULT_MODEL,
                     "openai_default_headers": {},
                 }
             }

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gymslurm.demo.model import DEFAULT_MODEL
 from tests.compat.nemogym import ADAPTER, DEMO_POLICY, HEAD_PORT, RELAY, TYPED, Stack
 from tests.e2e.helpers import REPO_ROOT, collect_args, gymslurm
 
@@ -231,7 +232,7 @@ def test_nemo_gyms_openai_model_serves_the_demo_model_servers_answers(nemo_gym_s
         )
 
     assert text(via.json()) == text(direct.json()) != ""
-    assert via.json()["model"] == "demo-policy"
+    assert via.json()["model"] == DEFAULT_MODEL
 
 
 # --- A suite of NeMo Gym benchmarks: each one's merged output is what NeMo Gym reads alone ---------

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from gymslurm.demo.model import DEFAULT_MODEL
 from gymslurm.demo.model_server import LISTENING
 
 
@@ -52,7 +53,7 @@ def _gauges(url: str) -> dict[str, float]:
 
 def test_requests_past_its_slots_queue_and_metrics_show_the_queue(model_server: str) -> None:
     """Six concurrent requests on 2 slots: never more than 2 running, some waiting, then all 200."""
-    body = {"model": "demo-policy", "messages": [{"role": "user", "content": "What is 3 * 4?"}]}
+    body = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "What is 3 * 4?"}]}
     samples: list[dict[str, float]] = []
     with ThreadPoolExecutor(6) as pool:
         futures = [
@@ -72,7 +73,7 @@ def test_requests_past_its_slots_queue_and_metrics_show_the_queue(model_server: 
 
 def test_the_responses_endpoint_answers_over_http(model_server: str) -> None:
     """``POST /v1/responses`` answers in the Responses shape over real HTTP."""
-    request = {"model": "demo-policy", "input": "What is 3 * 4?"}
+    request = {"model": DEFAULT_MODEL, "input": "What is 3 * 4?"}
     reply = httpx.post(f"{model_server}/v1/responses", json=request, timeout=30)
     assert reply.status_code == 200
     assert reply.json()["output"][0]["content"][0]["text"] == "12"

@@ -60,7 +60,17 @@ class RealChain(Chain):
         )
 
     def _policy_flags(self) -> list[str]:
-        return [] if self.spec.get("model_flags") is None else ["--policy-url", "{servers.policy.url}"]
+        """The Environment Server asks the model server, by the name it serves (``--model-name`` in
+        ``model_flags``, else both servers' default): a model server refuses any other name, as vLLM does."""
+        flags = self.spec.get("model_flags")
+        if flags is None:
+            return []
+        named = (
+            flags[flags.index("--model-name") : flags.index("--model-name") + 2]
+            if "--model-name" in flags
+            else []
+        )
+        return ["--policy-url", "{servers.policy.url}", *named]
 
     def submit(self) -> RealChain:
         """Write the benchmark (its dataset is made by ``dataset_command``) and submit it."""

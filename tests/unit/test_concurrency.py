@@ -313,3 +313,85 @@ def test_shares_of_a_server_too_small_for_a_whole_request_each_still_fill_it() -
                 lim.completed(1.0 * max(1.0, sum(held) / 8), mine - 1)
             lim.server_queue(waiting, running=running, in_flight=mine)
     assert [lim.current for lim in limits] == [2] * 5
+
+
+def test_a_slower_window_while_the_model_serves_what_was_sent_with_room_is_its_batching() -> None:
+    """The model server said nothing waits and it serves every request out: a window twice as slow
+    is its batching (a bigger batch per step), so the doubling goes on and nothing is cut."""
+    limit = AdaptiveLimit(cap=1000)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=16, in_flight=16)
+    _window(limit, 3.0)
+    assert (limit.current, limit.slow_start) == (32, True)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "running", "in_flight"),
+    [(0, 4, 32), (3, 32, 32), (0, None, 32)],
+    ids=["most requests elsewhere (the Environment Server full)", "requests wait", "no running count"],
+)
+def test_a_slower_window_is_judged_on_latency_unless_the_model_accounts_for_it(
+    waiting: int, running: int | None, in_flight: int
+) -> None:
+    """Latency still cuts when the model server does not account for it: most requests out are not
+    at the model (a queue in front of it), requests wait there, or it gives no running count."""
+    limit = AdaptiveLimit(cap=1000, limit=40, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=waiting, running=running, in_flight=in_flight)
+    before = limit.limit
+    _window(limit, 3.0)
+    assert limit.limit < before
+
+
+def test_a_poll_says_room_for_its_own_window_only() -> None:
+    """A window with no poll of its own is judged on latency, as without metrics."""
+    limit = AdaptiveLimit(cap=1000, limit=40, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=40, in_flight=40)
+    _window(limit, 1.0)
+    before = limit.limit
+    _window(limit, 3.0)
+    assert limit.limit < before
+
+
+def _batching_server(fixed: int | None, *, seqs: int = 32, seconds: int = 900) -> tuple[float, float]:
+    """A CPU vLLM as ``bench/adaptive.py --vllm`` measured it: each step computes every running
+    request (a step takes 22.5 ms + 7.1 ms per running request), 16 tokens a rollout, ``seqs``
+    (``--max-num-seqs``) at once and the rest waiting; its metrics polled each second. The
+    throughput (rollouts/s) and the mean limit over the second half, at ``fixed`` or adaptive."""
+    limit = AdaptiveLimit(cap=64) if fixed is None else None
+    done, rates, held_seen, tick = 0.0, [], [], 0.1
+    for step in range(int(seconds / tick)):
+        held = fixed if limit is None else limit.current
+        running, waiting = min(held, seqs), max(held - seqs, 0)
+        rate = running / (16 * (0.0225 + 0.0071 * running))
+        done += rate * tick
+        if limit is not None:
+            for _ in range(int(done)):
+                limit.completed(held / rate, held - 1)
+            if step % 10 == 0:
+                limit.server_queue(waiting, running=running, in_flight=held)
+        done -= int(done)
+        if step * tick >= seconds / 2:
+            rates.append(rate)
+            held_seen.append(held)
+    return sum(rates) / len(rates), sum(held_seen) / len(held_seen)
+
+
+def test_against_a_batching_model_server_the_limit_settles_at_its_batch_and_matches_the_best_fixed() -> None:
+    """A vLLM whose latency grows with its batch while its throughput still grows: with its metrics
+    the limit settles at its ``--max-num-seqs`` (32) and reaches 0.95 of the best fixed setting's
+    throughput (judged on latency alone it was cut at about 16: 2x the lowest latency)."""
+    best = max(_batching_server(fixed)[0] for fixed in (4, 8, 16, 32, 64))
+    rate, mean_limit = _batching_server(None)
+    assert rate >= 0.95 * best, (rate, best)
+    assert 30 <= mean_limit <= 36, mean_limit
+
+
+def test_the_same_queue_polled_again_cuts_no_further() -> None:
+    """64 out, 32 of them waiting at the server: the limit drops to the 32 served, and the next polls
+    of the same queue (a generation outlasts many polls) leave it there (it fell to 2 against vLLM)."""
+    limit = AdaptiveLimit(cap=64, limit=64)
+    for _ in range(8):
+        limit.server_queue(waiting=32, running=32, in_flight=64)
+    assert limit.current == 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gymslurm.demo.model import PROBE_ANSWER, ModelApp, ModelConfig, completion_text
+from gymslurm.demo.model import DEFAULT_MODEL, PROBE_ANSWER, ModelApp, ModelConfig, completion_text
 
 
 def chat(app: ModelApp, content: str, seed: object = "r1/0") -> tuple[int, object]:
@@ -89,6 +89,59 @@ def test_bad_requests_and_unknown_routes_get_openai_shaped_errors() -> None:
     assert "error" in orjson.loads(bad.body) and "error" in orjson.loads(missing.body)
 
 
+# vLLM 0.32's answer to a chat completion naming a model it does not serve (its serving layer's
+# _check_model), the body tests/vllm/test_vllm_server.py reads from a real vLLM.
+VLLM_UNKNOWN_MODEL = {
+    "error": {
+        "message": "The model `gpt-x` does not exist. Valid aliases: tiny.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
+}
+
+
+@pytest.mark.parametrize("path", [b"/v1/chat/completions", b"/v1/completions", b"/v1/responses"])
+def test_a_request_for_a_model_it_does_not_serve_gets_vllms_404(path: bytes) -> None:
+    """A model name other than the served one is refused as vLLM refuses it: 404, vLLM's error body."""
+    app = ModelApp(ModelConfig(model_name="tiny"))
+    body = {
+        "model": "gpt-x",
+        "messages": [{"role": "user", "content": "ping"}],
+        "prompt": "ping",
+        "input": "ping",
+    }
+    reply = app.handle(b"POST", path, orjson.dumps(body))
+    assert (reply.status, orjson.loads(reply.body)) == (404, VLLM_UNKNOWN_MODEL)
+
+
+@pytest.mark.parametrize("model", ["tiny", "", None], ids=["the served name", "empty", "no model field"])
+def test_the_served_name_or_no_name_is_answered(model: str | None) -> None:
+    """The served name is answered, and so is a request naming none (vLLM serves its base model then)."""
+    body: dict[str, object] = {"messages": [{"role": "user", "content": "ping"}]}
+    if model is not None:
+        body["model"] = model
+    reply = ModelApp(ModelConfig(model_name="tiny")).handle(
+        b"POST", b"/v1/chat/completions", orjson.dumps(body)
+    )
+    assert (reply.status, completion_text(orjson.loads(reply.body))) == (200, PROBE_ANSWER)
+
+
+def test_a_refused_model_never_reaches_the_engine() -> None:
+    """The 404 comes from the API server: it is no completion, so a wedged engine still refuses it at once."""
+    app = ModelApp(ModelConfig(hang_after=0))
+    body = orjson.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "ping"}]})
+    reply = app.handle(b"POST", b"/v1/chat/completions", body)
+    assert (reply.status, reply.later, app.completions) == (404, None, 0)
+
+
+def test_the_demo_stacks_two_servers_agree_on_the_policys_name_by_default() -> None:
+    """The demo Environment Server asks for the name the demo model server serves, with no flags."""
+    from gymslurm.demo.app import DemoConfig
+
+    assert DemoConfig().model_name == ModelConfig().model_name
+
+
 def _responses(app: ModelApp, request: object) -> tuple[int, object]:
     reply = app.handle(b"POST", b"/v1/responses", orjson.dumps(request))
     return reply.status, orjson.loads(reply.body)
@@ -97,17 +150,19 @@ def _responses(app: ModelApp, request: object) -> tuple[int, object]:
 def test_the_responses_endpoint_answers_like_chat_completions() -> None:
     """``POST /v1/responses`` (NeMo Gym's openai_model) gives the chat endpoint's answer, Responses-shaped."""
     app = ModelApp(ModelConfig(accuracy=1.0))
-    status, body = _responses(app, {"model": "m", "input": [{"role": "user", "content": "What is 12 * 3?"}]})
+    status, body = _responses(
+        app, {"model": DEFAULT_MODEL, "input": [{"role": "user", "content": "What is 12 * 3?"}]}
+    )
     assert status == 200
     assert body["object"] == "response" and body["output"][0]["content"][0]["type"] == "output_text"
     assert completion_text(body) == "36"
-    assert completion_text(_responses(app, {"model": "m", "input": "What is 2 + 2?"})[1]) == "4"
+    assert completion_text(_responses(app, {"model": DEFAULT_MODEL, "input": "What is 2 + 2?"})[1]) == "4"
 
 
 def test_a_responses_reply_carries_openais_usage_details() -> None:
     """A Responses reply's usage has OpenAI's required ``input_tokens_details`` and
     ``output_tokens_details`` (NeMo Gym's openai_model refused the reply without them)."""
-    _, body = _responses(ModelApp(ModelConfig()), {"model": "m", "input": "What is 2 + 2?"})
+    _, body = _responses(ModelApp(ModelConfig()), {"model": DEFAULT_MODEL, "input": "What is 2 + 2?"})
     assert isinstance(body, dict)
     usage = body["usage"]
     assert usage["input_tokens_details"] == {"cached_tokens": 0}
@@ -116,7 +171,7 @@ def test_a_responses_reply_carries_openais_usage_details() -> None:
 
 def test_a_responses_request_without_input_is_refused_by_name() -> None:
     """A Responses request with no ``input`` is a 400 that names the field."""
-    status, body = _responses(ModelApp(ModelConfig()), {"model": "m"})
+    status, body = _responses(ModelApp(ModelConfig()), {"model": DEFAULT_MODEL})
     assert status == 400 and "input" in body["error"]["message"]  # type: ignore[index]
 
 

@@ -2,7 +2,9 @@
 
 The supervision and replica modules each submit one such run (``gymslurm submit --backend local``:
 a real link starting docs/servers.md's "vLLM on CPU" server, the demo Environment Server asking it,
-the real collector), act on vLLM while it serves, and their tests read what the run left.
+the real collector), act on vLLM while it serves, and their tests read what the run left. The
+replica module's run is a suite (docs/suites.md): the vLLM replicas are its shared stack, started
+once by the link for every benchmark of it (:func:`write_suite`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,12 +36,16 @@ class Run:
     report: dict[str, Any]
     vllm_pids: list[int]
 
-    def coverage(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.path / "output/shard-000/rollouts_coverage.json").read_text())
+    def output(self, benchmark: str | None = None) -> Path:
+        """Shard 0's output folder: the run's, or a suite benchmark's own (``benchmarks/NAME``)."""
+        return (self.path if benchmark is None else self.path / "benchmarks" / benchmark) / "output/shard-000"
+
+    def coverage(self, benchmark: str | None = None) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.output(benchmark) / "rollouts_coverage.json").read_text())
         return data
 
     def failures(self) -> list[dict[str, Any]]:
-        path = self.path / "output/shard-000/rollouts_failures.jsonl"
+        path = self.output() / "rollouts_failures.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def server_events(self) -> list[tuple[str, str]]:
@@ -49,21 +57,13 @@ class Run:
 
 def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy: Any) -> Path:
     """The benchmark: vLLM (the recipe, fast probes, ``policy`` on top) and the demo Environment Server."""
-    entry = server_entry(vllm, name="policy", probe_interval_s=1, probe_timeout_s=10, **policy)
-    return demo_benchmark(tmp, entry, rows, concurrency, "--latency-ms", "300", probe_interval_s=1)
-
-
-def demo_benchmark(
-    tmp: Path, policy: dict[str, Any], rows: int, concurrency: int, *env_args: str, **env_fields: Any
-) -> Path:
-    """``rows`` demo tasks: the ``policy`` server entry and the demo Environment Server asking it
-    (``env_args``: more arguments of its command, ``env_fields``: more fields of its entry)."""
     dataset = tmp / "data.jsonl"
     gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
+    entry = server_entry(vllm, name="policy", probe_interval_s=1, probe_timeout_s=10, **policy)
     env = {
         "name": "env",
         "health_path": "/health",
-        **env_fields,
+        "probe_interval_s": 1,
         "command": [
             sys.executable,
             "-m",
@@ -77,7 +77,8 @@ def demo_benchmark(
             "{servers.policy.url}",
             "--model-name",
             SERVED_MODEL,
-            *env_args,
+            "--latency-ms",
+            "300",
         ],
     }
     overrides = ["+route_failures_to_sidecar=true", f"+concurrency={concurrency}", "+progress=none"]
@@ -85,7 +86,7 @@ def demo_benchmark(
         "dataset": str(dataset),
         "run_root": str(tmp / "runs"),
         "shards": 1,
-        "servers": [policy, env],
+        "servers": [entry, env],
         "collector": {"command": [sys.executable, "-m", "gymslurm", "collect"], "overrides": overrides},
         "slurm": {"python": sys.executable},
         "aggregation": {"enabled": False},
@@ -95,9 +96,46 @@ def demo_benchmark(
     return path
 
 
+def write_suite(tmp: Path, vllm: Vllm, rows: dict[str, int], concurrency: int, **policy: Any) -> Path:
+    """A suite of demo benchmarks (one per ``rows`` entry: its name, its tasks) whose shared stack is
+    vLLM (the recipe, ``policy`` on top), one chain: one link starts it once for all of them."""
+    bench = write_benchmark(tmp, vllm, rows=1, concurrency=concurrency, **policy)
+    (stack,) = [s for s in yaml.safe_load(bench.read_text())["servers"] if s["name"] == "policy"]
+    benchmarks = []
+    for name, count in rows.items():
+        dataset = tmp / f"{name}.jsonl"
+        gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(count))
+        benchmarks.append({"name": name, "benchmark": str(bench), "dataset": str(dataset)})
+    suite = {
+        "run_root": str(tmp / "runs"),
+        "shards": 1,
+        "stack": [stack],
+        "slurm": {"python": sys.executable},
+        "aggregation": {"enabled": False},
+        "benchmarks": benchmarks,
+    }
+    path = tmp / "vllm-suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = RUN_TIMEOUT_S) -> Any:
+    """Poll ``predicate`` until it returns something true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
 def results(run: Path) -> int:
-    path = run / "output/shard-000/rollouts.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
+    """Rollouts saved so far: the run's, or every suite benchmark's together."""
+    paths = [
+        run / "output/shard-000/rollouts.jsonl",
+        *run.glob("benchmarks/*/output/shard-000/rollouts.jsonl"),
+    ]
+    return sum(len(path.read_text().splitlines()) for path in paths if path.exists())
 
 
 def server_pid(run: Path, name: str, event: str, nth: int = 0) -> int | None:
