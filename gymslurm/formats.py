@@ -133,7 +133,8 @@ def version_problem(kind: str, found: object) -> str | None:
     versions = f"version {fmt.version} only" if not fmt.older else "versions " + ", ".join(map(str, fmt.read))
     advice = fmt.advice
     if type(found) is int and found > fmt.version:  # not a damaged file: a newer writer's
-        advice = f"it was written by a newer gymslurm; upgrade gymslurm (to one that reads version {found})"
+        upgrade = f"it was written by a newer gymslurm; upgrade gymslurm (to one that reads version {found})"
+        advice = f"{upgrade}, or {advice}"  # the format's own way out stays open
     return (
         f"{fmt.name} is version {found!r} ({fmt.field} {found!r}); this gymslurm reads {versions}: {advice}"
     )
