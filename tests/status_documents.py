@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.launcher.run_cost import NO_COST
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.document import AggregationStatus, ShardRow, StatusDocument
 from gymslurm.launcher.views.status import summary_of
+from tests.run_info import run_info
 
 
 def row(shard: int, verdict: str, **given: Any) -> ShardRow:
@@ -88,17 +89,6 @@ def document(
 def one_shard_run(root: Path) -> RunDir:
     """A local run of one shard at ``root``: its ``run.json`` written, its ledger still empty."""
     run = RunDir(root)
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="2026-12-01T10:00:00+00:00",
-        backend="local",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=3600.0,
-    )
+    info = run_info(created_at="2026-12-01T10:00:00+00:00", backend="local", max_walltime_s=3600.0)
     atomic_write(run.info_path, info.model_dump_json().encode())
     return run

@@ -18,9 +18,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
 from gymslurm.site.slurm import SlurmClient
+from tests.run_info import run_info
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests" / "slurm" / "launcher_standin_collector.py"
@@ -115,20 +116,7 @@ def array_run(tmp: Path, shards: int, client: ScriptedSlurm, steps: list[dict[st
     """An array run of ``shards`` shards as ``submit`` leaves it: run.json, array.json (an array of
     first links per 1,000 shards, each with its spare array), both queued in ``client``."""
     run = RunDir(tmp / "runs" / "r")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=shards,
-        workdir=str(tmp),
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        accounting=True,
-        array=True,
-    )
+    info = run_info(shards=shards, workdir=str(tmp), accounting=True, array=True)
     atomic_write(run.info_path, info.model_dump_json().encode())
     parts = []
     for base in range(0, shards, CHUNK):

@@ -12,8 +12,9 @@ from pathlib import Path
 from gymslurm.commands.cancel import cancel_run
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import BudgetsRecord, Cancelled, DecisionRecord, Started, Submitted, summarize
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.site.backend import SlurmBackend
+from tests.run_info import run_info
 from tests.unit.scripted_slurm import ScriptedSlurm
 
 
@@ -37,19 +38,7 @@ def _decided(job: str, decision: Decision) -> list[Submitted | Started | Decisio
 
 def _run(tmp: Path) -> RunDir:
     run = RunDir(tmp / "r")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=2,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        accounting=False,
-    )
+    info = run_info(shards=2, accounting=False)
     atomic_write(run.info_path, info.model_dump_json().encode())
     return run
 

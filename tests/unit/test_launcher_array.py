@@ -14,13 +14,13 @@ from gymslurm.launcher.ledger import Started, Submitted
 from gymslurm.launcher.rundir import (
     ArrayRecord,
     RunDir,
-    RunInfo,
     atomic_write,
     ensure_shard_input,
     shard_slice,
 )
 from gymslurm.launcher.settings import load_benchmark
 from gymslurm.site.arrays import plan_arrays
+from tests.run_info import run_info
 
 INDEX_ROWS = [
     ("every shard, no throttle", list(range(1000)), None, "0-999"),
@@ -203,18 +203,7 @@ def test_wait_polls_with_backoff(name: str, previous: float, changed: bool, wait
 
 def test_run_info_records_array_and_accounting() -> None:
     """run.json says whether the first links are an array and whether Slurm keeps accounting."""
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=1,
-        workdir="/",
-        output_stem="o",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-    )
+    info = run_info(output_stem="o")
     assert (info.array, info.accounting) == (False, None)
 
 

@@ -12,8 +12,9 @@ import pytest
 from gymslurm.commands.cancel import cancel_run
 from gymslurm.job.gates import cancelled_while_starting
 from gymslurm.launcher.ledger import Cancelled, Ledger, Resubmitted, Started, Submitted, append_each
-from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write, chain_states
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write, chain_states
 from gymslurm.site.backend import SlurmBackend
+from tests.run_info import run_info
 from tests.unit.scripted_slurm import ScriptedSlurm
 
 SHARDS = 300
@@ -22,20 +23,7 @@ SHARDS = 300
 def _array_run(tmp_path: Path, shards: int = SHARDS) -> RunDir:
     """A Slurm array run of ``shards`` shards in two arrays (100, 101), no link started yet."""
     run = RunDir(tmp_path / "r")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=shards,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        accounting=False,
-        array=True,
-    )
+    info = run_info(shards=shards, accounting=False, array=True)
     atomic_write(run.info_path, info.model_dump_json().encode())
     half = shards // 2
     parts = [

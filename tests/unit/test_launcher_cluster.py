@@ -15,9 +15,10 @@ import pytest
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.run_site import run_backend
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.settings import validate
 from gymslurm.site.slurm import on_cluster
+from tests.run_info import run_info
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
 
@@ -59,19 +60,7 @@ def test_a_runs_backend_asks_the_cluster_in_its_run_json(
     """status/cancel/resubmit's backend for a run recorded on cluster b queries b (the default else)."""
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=1,
-        workdir="/",
-        output_stem="o",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        cluster=cluster,
-    )
+    info = run_info(output_stem="o", cluster=cluster)
     atomic_write(run.info_path, info.model_dump_json().encode())
     seen = tmp_path / "seen"
     _fake_squeue(tmp_path / "bin", seen)

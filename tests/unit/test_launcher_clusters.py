@@ -26,6 +26,7 @@ from gymslurm.launcher.views.logs import LogIndex
 from gymslurm.site.backend import ClusterSetBackend, SlurmBackend
 from gymslurm.site.placement import Block, cluster_parts, place_shards
 from gymslurm.site.slurm import SlurmClient, split_job_id
+from tests.run_info import run_info
 
 BASE = {"name": "t", "dataset": "d.jsonl", "servers": [{"url": "http://127.0.0.1:1"}]}
 
@@ -67,17 +68,10 @@ def _calls(log: Path) -> list[str]:
 def _run_across(tmp_path: Path, shards: int = 2) -> RunDir:
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    info = RunInfo(
-        name="r",
+    info = run_info(
         benchmark="t",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
         shards=shards,
-        workdir="/",
         output_stem="o",
-        infra_retry_limit=3,
-        max_walltime_s=None,
         array=True,
         placement=place_shards(shards, {"a": 1, "b": 1}),
         aggregate_cluster="b",

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.cost import cost_line
 from gymslurm.launcher.views.status import run_status
 from gymslurm.site.backend import SlurmBackend
+from tests.run_info import run_info
 from tests.unit.scripted_slurm import ScriptedSlurm
 
 T0 = 1_780_000_000.0
@@ -39,20 +40,7 @@ def _decided(job: str, restart: int, decision: Decision, elapsed: float) -> Deci
 
 def _run(tmp_path: Path, accounting: bool | None, gpus: int = 2) -> RunDir:
     run = RunDir(tmp_path / "run")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=1,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        accounting=accounting,
-        gpus=gpus,
-    )
+    info = run_info(accounting=accounting, gpus=gpus)
     atomic_write(run.info_path, info.model_dump_json().encode())
     for record in [
         Submitted(job_id="20_0"),

@@ -24,8 +24,9 @@ from gymslurm.launcher.notify import (
     headline,
     wire_body,
 )
-from gymslurm.launcher.rundir import RunDir, RunInfo
+from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import NotifyTarget, split_secrets, validate
+from tests.run_info import run_info
 
 
 class Receiver:
@@ -243,19 +244,7 @@ def test_event_ids_are_unique_across_runs_and_clusters(tmp_path: Path) -> None:
     for name in ("one", "two"):
         run = RunDir(tmp_path / name / "bench-20261201T000000Z-abcd")
         run.root.mkdir(parents=True)
-        info = RunInfo(
-            name=run.name,
-            benchmark="bench",
-            overrides=[],
-            created_at="t",
-            backend="slurm",
-            shards=1,
-            workdir="/",
-            output_stem="rollouts",
-            infra_retry_limit=3,
-            max_walltime_s=None,
-            uid=uuid4().hex,
-        )
+        info = run_info(name=run.name, benchmark="bench", uid=uuid4().hex)
         run.info_path.write_text(info.model_dump_json())
         notifier = Notifier(run, [NotifyTarget(command=["true"])], "bench")
         notifier.emit("run_submitted", "run_submitted", shards=1)

@@ -18,10 +18,11 @@ from gymslurm.launcher.ledger import (
     Submitted,
     summarize,
 )
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.diagnosis import verdict
 from gymslurm.site.local import LocalBackend
 from gymslurm.site.slurm import QueueRow
+from tests.run_info import run_info
 from tests.status_documents import document, row
 
 SPENT = Budgets(jobs=3, walltime_s=100.0, infra_retries_used=1, links_without_progress=2)
@@ -99,18 +100,7 @@ def test_submit_wait_ends_on_a_paused_run_with_75() -> None:
 
 def _local_run(tmp_path: Path) -> tuple[RunDir, LocalBackend]:
     run = RunDir(tmp_path / "runs" / "r")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="local",
-        shards=2,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-    )
+    info = run_info(backend="local", shards=2)
     atomic_write(run.info_path, info.model_dump_json().encode())
     return run, LocalBackend(run.local_dir)
 

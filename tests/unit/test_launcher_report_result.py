@@ -10,13 +10,14 @@ import pytest
 
 from gymslurm.launcher.decide import Decision
 from gymslurm.launcher.ledger import BudgetsRecord, DecisionRecord, Started, Submitted
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.report import write_report
 from gymslurm.launcher.views.status import run_status
 from gymslurm.launcher.views.table import print_table
 from gymslurm.site.local import LocalBackend
 from gymslurm.store.files import write_gymslurm_metrics
 from gymslurm.store.paths import RunPaths
+from tests.run_info import run_info
 
 METRICS = {"mean/reward": 0.75, "coverage/measured": 40, "coverage/expected": 40}
 
@@ -54,17 +55,12 @@ def make_run(tmp_path: Path, share: str = "none", merged: bool = True, budget: f
     root = tmp_path / "runs" / "bench-1"
     root.mkdir(parents=True, mode=0o700)
     run = RunDir(root)
-    info = RunInfo(
+    info = run_info(
         name=run.name,
         benchmark="bench",
-        overrides=[],
         created_at="2026-12-01T10:00:00+00:00",
         backend="local",
-        shards=1,
         workdir=str(tmp_path),
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
         gpus=4,
         gpu_budget=budget,
         report_share=share,

@@ -20,23 +20,12 @@ from gymslurm.launcher.settings import load_benchmark
 from gymslurm.site.backend import SlurmBackend
 from gymslurm.site.local import LocalBackend
 from gymslurm.store import live
+from tests.run_info import run_info
 from tests.unit.scripted_slurm import ScriptedSlurm, reply
 
 
 def _info(backend: str, shards: int = 2, accounting: bool | None = None) -> RunInfo:
-    return RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend=backend,
-        shards=shards,  # type: ignore[arg-type]
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        accounting=accounting,
-    )
+    return run_info(backend=backend, shards=shards, accounting=accounting)
 
 
 def _done(job: str) -> DecisionRecord:

@@ -17,12 +17,13 @@ import pytest
 from gymslurm.job.context import ensure_link_lookahead, shard_state
 from gymslurm.job.first_links import complete_queuing, queuing, record_plan, submit_arrays
 from gymslurm.launcher.ledger import Started
-from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark
 from gymslurm.site.arrays import plan_arrays
 from gymslurm.site.backend import SlurmBackend
 from gymslurm.site.slurm import QueueRow
 from gymslurm.store.flock import try_lock
+from tests.run_info import run_info
 
 
 class Queue(SlurmBackend):
@@ -148,19 +149,7 @@ def test_a_spare_whose_first_link_died_before_acting_goes_on_with_the_chain(tmp_
 
 def _run_json(run: RunDir, array: bool = True) -> None:
     """The run.json of a 3-shard Slurm run (array or link by link)."""
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=3,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        array=array,
-    )
+    info = run_info(shards=3, array=array)
     atomic_write(run.info_path, info.model_dump_json().encode())
 
 

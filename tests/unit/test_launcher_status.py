@@ -19,7 +19,7 @@ from gymslurm.launcher.ledger import (
     Submitted,
     summarize,
 )
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.launcher.views.counts import counts_of, human_duration, walltime_text
 from gymslurm.launcher.views.diagnosis import Beat, collector_stall, verdict
 from gymslurm.launcher.views.document import STATUS_SCHEMA, ShardRow
@@ -38,6 +38,7 @@ from gymslurm.site.slurm import QueueRow, parse_accounting_storage
 from gymslurm.store import RunPaths
 from gymslurm.store.files import write_coverage
 from gymslurm.store.live import Heartbeat, LiveProgress
+from tests.run_info import run_info
 
 T0 = 1_780_000_000.0  # the wall clock of these tests
 AT0 = "2026-05-28T20:26:40+00:00"  # T0 as ISO (ledger timestamps)
@@ -269,18 +270,7 @@ def test_no_rate_when_no_link_runs() -> None:
     assert (counts.successful, counts.live, counts.rate_per_s) == (30, False, None)
 
 
-INFO = RunInfo(
-    name="r",
-    benchmark="b",
-    overrides=[],
-    created_at=AT0,
-    backend="slurm",
-    shards=1,
-    workdir="/",
-    output_stem="rollouts",
-    infra_retry_limit=3,
-    max_walltime_s=86400.0,
-)
+INFO = run_info(created_at=AT0, max_walltime_s=86400.0)
 STARTED_2 = Started(job_id="2", at="2026-05-28T20:16:40+00:00")  # 600 s before T0
 
 

@@ -20,9 +20,10 @@ from gymslurm.errors import SlurmError
 from gymslurm.formats import version_of
 from gymslurm.job import first_links
 from gymslurm.job.first_links import completion_wait, finish_queuing, queuing, record_plan, submit_arrays
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.site.arrays import plan_arrays
 from gymslurm.site.backend import SlurmBackend
+from tests.run_info import run_info
 from tests.unit.scripted_slurm import ScriptedSlurm, reply
 
 CONVERT = "7"  # the watch's conversion job
@@ -56,20 +57,7 @@ def test_completion_wait_by_rule(states: dict[str, str], waits: list[str], refus
 def _run_json(run: RunDir) -> None:
     """run.json of a 3-shard array run on Slurm, and its (secret-free) benchmark config."""
     run.root.mkdir(parents=True)
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="slurm",
-        shards=3,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-        array=True,
-        lookahead=2,
-    )
+    info = run_info(shards=3, array=True, lookahead=2)
     atomic_write(run.info_path, info.model_dump_json().encode())
     atomic_write(run.config_path, b"dataset: d.jsonl\n")
 

@@ -7,24 +7,14 @@ from pathlib import Path
 from gymslurm.job.aggregation import every_chain_finished
 from gymslurm.job.spend import decided_gpu_hours
 from gymslurm.launcher.ledger import BudgetsRecord, Cancelled, DecisionRecord, Started, Submitted
-from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write
 from gymslurm.store.tally import RunTally
+from tests.run_info import run_info
 
 
 def _run(tmp: Path, shards: int) -> RunDir:
     run = RunDir(tmp / "r")
-    info = RunInfo(
-        name="r",
-        benchmark="b",
-        overrides=[],
-        created_at="t",
-        backend="local",
-        shards=shards,
-        workdir="/",
-        output_stem="rollouts",
-        infra_retry_limit=3,
-        max_walltime_s=None,
-    )
+    info = run_info(backend="local", shards=shards)
     atomic_write(run.info_path, info.model_dump_json().encode())
     return run
 
