@@ -156,9 +156,10 @@ def shard_status(
         why = f"{why}; {'; '.join(files.problems)}"
     why += excluded_text(excluded or {})
     # The job that runs next: the running one, else the oldest live one (a requeued link pends before
-    # its successor, which waits on it), else the chain's newest or deciding job.
+    # its successor, which waits on it), else the chain's newest or deciding job. A finished chain
+    # shows its deciding job: a spare link running then only finds the chain finished and exits.
     head = live_jobs[0].job_id if live_jobs and not state.finished else state.current_job
-    job = running.job_id if running else head
+    job = running.job_id if running and not state.finished else head
     successor = state.successor_of.get(job) if job else None
     if successor == job or (successor is not None and not _is_live(queue.get(successor))):
         successor = None
