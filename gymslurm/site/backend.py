@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gymslurm.errors import SlurmError
+from gymslurm.site.job_names import RunJobs
 from gymslurm.site.slurm import (
     AccountingRow,
     QueueRow,
@@ -76,8 +77,9 @@ class Backend(Protocol):
         """Cancel these jobs (ended ones are ignored)."""
         ...
 
-    def queue(self) -> dict[str, QueueRow]:
-        """Every job the scheduler still knows, by id: one query (the run-wide views: ``status``)."""
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
+        """Every job the scheduler still knows, by id: one query (the run-wide views: ``status``);
+        ``jobs``: only one run's jobs (the other runs' rows are neither asked for nor typed)."""
         ...
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
@@ -171,11 +173,11 @@ class SlurmBackend:
         """``scancel``."""
         self.client.cancel([self.raw(job) for job in job_ids])
 
-    def queue(self) -> dict[str, QueueRow]:
-        """One ``squeue`` call."""
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
+        """One ``squeue`` call (``jobs``: of one run's job names)."""
         if not self.qualify:
-            return {row.job_id: row for row in self.client.queue()}
-        rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue())
+            return {row.job_id: row for row in self.client.queue(jobs)}
+        rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue(jobs))
         return {row.job_id: row for row in rows}
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
@@ -264,11 +266,11 @@ class ClusterSetBackend:
         for cluster, jobs in self._by_cluster(job_ids).items():
             self.backends[cluster].cancel(jobs)
 
-    def queue(self) -> dict[str, QueueRow]:
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
         """One ``squeue`` per cluster (the ids name their cluster, so none collide)."""
         merged: dict[str, QueueRow] = {}
         for backend in self.backends.values():
-            merged |= backend.queue()
+            merged |= backend.queue(jobs)
         return merged
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:

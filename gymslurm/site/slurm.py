@@ -14,12 +14,13 @@ import os
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 from gymslurm.errors import SlurmError
+from gymslurm.site.job_names import RunJobs, squeue_name
 
 # %i job id (``ARRAY_TASK`` form for array tasks, e.g. 162_7; -r lists each pending task on its own
 # line), %j name, %T state, %r reason, %E dependency, %M time used, %l limit, %S start time.
@@ -95,10 +96,10 @@ def parse_sbatch(stdout: str) -> str:
     raise SlurmError(f"sbatch printed something that is not a job id: {_quote(text)!r}")
 
 
-def parse_squeue(stdout: str) -> list[QueueRow]:
-    """Rows of ``squeue -h -o '{SQUEUE_FORMAT}'``."""
+def parse_squeue(stdout: str | Iterable[str]) -> list[QueueRow]:
+    """Rows of ``squeue -h -o '{SQUEUE_FORMAT}'`` (its text, or some of its lines)."""
     rows = []
-    for line in stdout.splitlines():
+    for line in stdout.splitlines() if isinstance(stdout, str) else stdout:
         if not line.strip():
             continue
         fields = line.split("|")
@@ -340,13 +341,27 @@ class SlurmClient:
             argv.append(f"--dependency={depends}")
         return parse_sbatch(self.run([*argv, str(script)], env=submit_environment(self._env)).stdout)
 
-    def queue(self) -> list[QueueRow]:
-        """Every job of the current user that squeue still knows (finished ones for MinJobAge)."""
+    def queue_text(self, names: Sequence[str] | None = None) -> str:
+        """squeue's text of every job of the current user that it still knows (finished ones for
+        MinJobAge), one line per array task; ``names``: only the jobs of these names (``--name``,
+        which squeue applies before it expands an array into its tasks). One call."""
         user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
         argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT]
         if user:
             argv += ["-u", user]
-        return self._counted(parse_squeue(self.run(argv).stdout))
+        if names:
+            argv.append(f"--name={','.join(names)}")
+        return self.run(argv).stdout
+
+    def queue(self, jobs: RunJobs | None = None) -> list[QueueRow]:
+        """:meth:`queue_text`'s rows; ``jobs``: one run's rows only, asked by name, or (too many names
+        to list) the user's lines kept by name before any is typed."""
+        names = jobs.squeue_names() if jobs is not None else None
+        text = self.queue_text(names)
+        if jobs is None or names is not None:
+            return self._counted(parse_squeue(text))
+        kept = (line for line in text.splitlines() if (name := squeue_name(line)) is None or jobs.keeps(name))
+        return self._counted(parse_squeue(kept))
 
     def jobs(self, job_ids: Sequence[str]) -> list[QueueRow]:
         """These jobs as squeue shows them (finished ones for MinJobAge): ``squeue -j ID,...``, one call
