@@ -105,7 +105,8 @@ def main() -> int:
     f: dict[str, Any] = {}
     try:
         foreign = foreign_queue(user, args.foreign)
-        small, _, _ = submit(user, python, benchmark(user, python, "small", args.shards), bin_dir)
+        small_bench = benchmark(user, python, "small", args.shards)
+        small, _, _ = submit(user, python, small_bench, bin_dir, f"shards={args.shards}")
         runs.append(small)
         deadline = time.monotonic() + 120
         while not link_use(small) and time.monotonic() < deadline:  # its first links ran
