@@ -181,7 +181,7 @@ class SlurmBackend:
         return {row.job_id: row for row in rows}
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
-        """One ``squeue -j`` of these jobs (of this cluster)."""
+        """One ``scontrol show job`` command of these jobs (of this cluster: SlurmClient.jobs)."""
         rows = self.client.jobs([self.raw(job) for job in job_ids])
         return {self.own(row.job_id): replace(row, job_id=self.own(row.job_id)) for row in rows}
 
@@ -274,7 +274,7 @@ class ClusterSetBackend:
         return merged
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
-        """One ``squeue -j`` per cluster that holds some of these jobs."""
+        """One ``scontrol show job`` command per cluster that holds some of these jobs."""
         merged: dict[str, QueueRow] = {}
         for cluster, jobs in self._by_cluster(job_ids).items():
             merged |= self.backends[cluster].job_rows(jobs)
@@ -295,9 +295,10 @@ class ClusterSetBackend:
 
 
 def job_states(backend: Backend, job_ids: Sequence[str]) -> dict[str, str]:
-    """Each of these jobs' state as Slurm knows it now, by id: one ``squeue -j`` (slurmctld: live jobs
-    and those ended less than MinJobAge ago), then ``sacct`` only for the ones slurmctld forgot (never
-    when the run knows the cluster keeps no accounting). A job neither knows is left out."""
+    """Each of these jobs' state as Slurm knows it now, by id: one ``scontrol show job`` command
+    (slurmctld: live jobs and those ended less than MinJobAge ago), then ``sacct`` only for the ones
+    slurmctld forgot (never when the run knows the cluster keeps no accounting). A job neither knows
+    is left out."""
     states = {job: row.state for job, row in backend.job_rows(job_ids).items()}
     forgotten = [job for job in job_ids if job not in states]
     rows = backend.accounting(forgotten) if forgotten else None
@@ -305,8 +306,8 @@ def job_states(backend: Backend, job_ids: Sequence[str]) -> dict[str, str]:
 
 
 def scheduler_use(backend: Backend) -> str:
-    """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 1,
-    squeue 2, sbatch 1), rows read: 5`` (the local backend counts queries only)."""
+    """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 3,
+    sbatch 1), rows read: 5`` (the local backend counts queries only)."""
     clients = (
         [backend.client]
         if isinstance(backend, SlurmBackend)
