@@ -112,6 +112,7 @@ def main() -> int:
         while not link_use(small) and time.monotonic() < deadline:  # its first links ran
             time.sleep(2)
         f["small"] = status_pair(small)
+        f["small_links"] = link_use(small)  # its links asked by id with scontrol (no squeue)
         if args.large:
             counter.write_text("")
             large, f["submit_s"], f["submit_cpu"] = submit(
@@ -183,6 +184,15 @@ def report(f: dict[str, Any], args: argparse.Namespace) -> int:
         print(
             f"  where submit's wall time goes: Slurm calls {slurm_total:.3f} s, a bare interpreter's start "
             f"{f['interp']:.3f} s, the rest (imports, planning, files, waiting for a CPU) {rest:.3f} s"
+        )
+    if links := f.get("small_links"):
+        calls: dict[str, int] = {}
+        for _, _, by_command in links:
+            for name, n in by_command.items():
+                calls[name] = calls.get(name, 0) + n
+        print(
+            f"the {args.shards}-shard run's links that logged their use: {len(links)}, queries max "
+            f"{max(q for q, _, _ in links)}, rows max {max(r for _, r, _ in links)}; calls in all {calls}"
         )
     print(f"cleanup: {f['remaining']} job(s) of the runs left in the queue; directories deleted")
     ok = all(oks) and f["remaining"] == 0
