@@ -20,7 +20,8 @@ the verdict's figure is CPU (wall time is then mostly the other processes'). Hea
 (``flock /work/heavy.lock``), as root with the sandbox up, from the repository root:
 ``python bench/status_foreign.py [--foreign 15000] [--shards 20] [--large 10000]`` (``--large 0``:
 no large submit). MaxJobCount (50,000 on the sandbox) counts pending array tasks and jobs ended
-less than MinJobAge ago: foreign + 3 × large + recent jobs must stay below it. Exits 1 when a target is missed.
+less than MinJobAge ago: foreign + 3 × large + recent jobs must stay below it. Exits 1 when a
+target is missed.
 """
 
 from __future__ import annotations
