@@ -15,9 +15,8 @@ What it does and why:
   ``gymslurm demo-model-server``, and starts it with NeMo Gym's own launcher, ``gym env start``,
   in a session of its own. The head server listens at NeMo Gym's default address (127.0.0.1:11000)
   so that gymslurm's default config source is exercised; the other ports are free ports.
-- :meth:`Stack.stop` sends SIGINT to ``gym env start``'s process group (as Ctrl-C does) and then stops
-  **every process of its session** by pid (SIGTERM, then SIGKILL): NeMo Gym leaves Ray helper
-  processes running otherwise.
+- :meth:`Stack.stop` sends SIGINT to ``gym env start`` and then stops **every process of its session**
+  by pid (SIGTERM, then SIGKILL): NeMo Gym leaves Ray helper processes running otherwise.
 
 NeMo Gym's code is only run here, never imported or copied into gymslurm.
 """
@@ -241,15 +240,9 @@ class Stack:
         )
 
     def stop(self) -> list[int]:
-        """SIGINT to the process group of ``gym env start``, then every process of its session by pid;
-        returns the pids stopped.
-
-        The group's SIGINT is what Ctrl-C in gym's terminal sends: every server stops at once (Ray's
-        daemons block SIGINT and stop with gym's own ``ray.shutdown``). gym's own shutdown signals
-        its servers one after another, waiting up to 1 s and reaping up to 2 s each: about 24 s a
-        stack when only gym gets the signal."""
+        """SIGINT to ``gym env start``, then every process of its session by pid; returns the pids stopped."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.gym.pid, signal.SIGINT)  # its own session: its group is its pid
+            self.gym.send_signal(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.gym.wait(timeout=15)
         self.stopped = stop_session(self.gym.pid) + stop_session(self.fake.pid)
