@@ -71,7 +71,8 @@ SLURM_GROUPS = {
 # and its Ray cluster is its own (``ray.init()`` starts a new one; its ports are the kernel's).
 # None: NeMo Gym's venv only, no server, no Ray, no head server asked (its parsers, its offline
 # ``gym eval compare``), so any worker. Seconds per module in CI run 4: shipped 460, doc_lines 136,
-# compare 186, flags 37, Slurm benchmark 36.
+# compare 186, flags 37, Slurm benchmark 36. Alone on the machine (2026-12-07, -n 2): machine 706 s
+# with nemogym (434 s) beside it, 714 s wall; the one group before, serial: 929 s.
 NEMOGYM_GROUPS: dict[str, str | None] = {
     "test_nemo_gym_shipped.py": "nemogym",  # the eleven shipped configs: their own server names
     "test_nemo_gym_benchmark_slurm.py": "nemogym",  # its stack in a Slurm node's network namespace
