@@ -57,16 +57,15 @@ from tests.slurm.helpers import SCRATCH_ROOT, TEST_USER, SlurmUser, job_python_f
 ARRAY = 1000  # tasks per foreign array (the sandbox's MaxArraySize is 1001)
 
 
-def foreign_queue(user: SlurmUser, tasks: int) -> list[str]:
-    """Held arrays of ``tasks`` tasks in all, named ``bench-foreign``: their job ids."""
+def foreign_queue(user: SlurmUser, tasks: int, jobs: list[str]) -> None:
+    """Held arrays of ``tasks`` tasks in all, named ``bench-foreign``, each id appended to ``jobs`` as it
+    is queued (a failure midway leaves the caller every array to cancel)."""
     script = user.write("foreign.sh", "#!/bin/bash\ntrue\n")
-    jobs = []
     for first in range(0, tasks, ARRAY):
         last = min(first + ARRAY, tasks) - 1
         argv = ["sbatch", f"--clusters={CLUSTER}", "-H", "--parsable", f"--array=0-{last - first}"]
-        out = user.run([*argv, "-J", "bench-foreign", "-o", "/dev/null", str(script)])
+        out = user.run([*argv, "-J", "bench-foreign", "-o", "/dev/null", str(script)], timeout=300)
         jobs.append(out.strip().split(";")[0])
-    return jobs
 
 
 def status_pair(run: Path) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def main() -> int:
     foreign: list[str] = []
     f: dict[str, Any] = {}
     try:
-        foreign = foreign_queue(user, args.foreign)
+        foreign_queue(user, args.foreign, foreign)
         small_bench = benchmark(user, python, "small", args.shards)
         small, _, _ = submit(user, python, small_bench, bin_dir, f"shards={args.shards}")
         runs.append(small)
@@ -122,6 +121,7 @@ def main() -> int:
                 )
             except subprocess.CalledProcessError as error:  # e.g. MaxJobCount: the small run's figures stand
                 print(f"the large submit failed: {error.stderr}", file=sys.stderr)
+                runs += sorted((user.workdir / "runs").glob("large-*"))  # what it queued is cancelled
                 raise SystemExit(report(f | {"remaining": cleanup(user, python, runs)}, args)) from error
             runs.append(large)
             f["calls"] = len(counter.read_text().splitlines())
