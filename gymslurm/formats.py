@@ -5,12 +5,17 @@ every writer takes the version it stamps from :data:`FORMATS`, so the table belo
 answer to "which versions does this gymslurm read" (inspect_ai's single version gate is the model).
 The fields keep their historical spellings on disk (``format_version``, ``v``, ``schema_version``,
 the reservation table's binary header): renaming them would make existing runs unreadable.
-docs/formats.md describes each format. Pure: no I/O.
+docs/formats.md describes each format. :func:`json_object` and :func:`versioned_object` are the one
+reading of a JSON document's bytes: an object first, then (a versioned kind) its version, then fields.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 
 @dataclass(frozen=True)
@@ -148,3 +153,25 @@ def check_version(kind: str, found: object, where: str, error: type[Exception]) 
     problem = version_problem(kind, found)
     if problem is not None:
         raise error(f"{where}: {problem}")
+
+
+def json_object(raw: bytes | str, where: str, error: type[Exception], remedy: str) -> dict[str, Any]:
+    """``raw`` as one JSON object, or ``error`` naming ``where`` (a file, ``file:line``) and ``remedy``.
+
+    One reading for a document, a record line and a dataset row, so each refuses bad bytes alike."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as problem:
+        raise error(f"{where} is not JSON ({problem}): {remedy}") from None
+    if not isinstance(data, dict):
+        raise error(f"{where} is a JSON {type(data).__name__}, not an object: {remedy}")
+    return data
+
+
+def versioned_object(
+    raw: bytes | str, kind: str, where: str, error: type[Exception], remedy: str
+) -> dict[str, Any]:
+    """:func:`json_object` of a ``kind`` document, its version field checked before any other field."""
+    data = json_object(raw, where, error, remedy)
+    check_version(kind, data.get(FORMATS[kind].field), where, error)
+    return data
