@@ -25,6 +25,7 @@ from .helpers import (
     submitted_up_front,
 )
 from .launcher_chains import Chain
+from .nodes import preempt_on
 
 pytestmark = pytest.mark.slurm
 
@@ -234,8 +235,7 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         job = chain.wait_for_calls(1, timeout=420)
         # The preemptor wants the link's own node (others are idle on the multi-node sandbox).
         (node,) = job_nodes(job)
-        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
-        chain.user.run(preemptor)
+        preempt_on(chain.user, node, "-c", "8")
         chain.wait(timeout=240, aggregation=False)
         decisions = chain.decisions()
         assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
@@ -272,8 +272,7 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
     try:
         job = chain.wait_for_calls(1, timeout=420)
         (node,) = job_nodes(job)
-        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
-        chain.user.run(preemptor)
+        preempt_on(chain.user, node, "-c", "8")
         report = chain.wait(timeout=300, aggregation=False)
         decisions = chain.decisions()
         assert [d["decision"] for d in decisions] == ["CONTINUE", "DONE"], decisions
