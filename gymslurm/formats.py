@@ -27,6 +27,7 @@ class Format:
     version: int
     advice: str = "read it with the gymslurm version that wrote it, or move the run's files aside"
     older: tuple[int, ...] = ()  # earlier versions still read (the reader upgrades them); never written
+    implied: int | None = None  # the version of a document without the field (None: it is required)
 
     @property
     def read(self) -> tuple[int, ...]:
@@ -107,8 +108,9 @@ FORMATS: dict[str, Format] = {
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),
     # The launcher's run folder: what submit recorded (launcher/rundir.py), read by every command after.
+    # ``v`` may be left out of run.json and array.json: the models always read its absence as 1.
     "run_info": Format(
-        "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run"
+        "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run", implied=1
     ),
     # array v2 (issue 35): ``after_ok``, the jobs the first links wait for (a watch's conversion), which
     # a gymslurm before it would refuse as an unknown field; v1 records (none) still read.
@@ -118,6 +120,7 @@ FORMATS: dict[str, Format] = {
         2,
         "use the gymslurm version that submitted the run",
         older=(1,),
+        implied=1,
     ),
     # Printed documents (launcher/views/document.py): written, never read back; a script reads the field.
     "status": Format("the status document (status --json)", "version", 1),
@@ -169,9 +172,11 @@ def json_object(raw: bytes | str, where: str, error: type[Exception], remedy: st
 
 
 def versioned_object(
-    raw: bytes | str, kind: str, where: str, error: type[Exception], remedy: str
+    raw: bytes | str, kind: str, where: str, error: type[Exception], remedy: str | None = None
 ) -> dict[str, Any]:
-    """:func:`json_object` of a ``kind`` document, its version field checked before any other field."""
-    data = json_object(raw, where, error, remedy)
-    check_version(kind, data.get(FORMATS[kind].field), where, error)
+    """:func:`json_object` of a ``kind`` document (``remedy``: the format's advice unless given), its
+    version field checked before any other field is read."""
+    fmt = FORMATS[kind]
+    data = json_object(raw, where, error, fmt.advice if remedy is None else remedy)
+    check_version(kind, data.get(fmt.field, fmt.implied), where, error)
     return data
