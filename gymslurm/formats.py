@@ -165,7 +165,7 @@ def json_object(raw: bytes | str, where: str, error: type[Exception], remedy: st
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as problem:
-        raise error(f"{where} is not JSON ({problem}): {remedy}") from None
+        raise error(f"{where} is not valid JSON ({problem}): {remedy}") from None
     if not isinstance(data, dict):
         raise error(f"{where} is a JSON {type(data).__name__}, not an object: {remedy}")
     return data

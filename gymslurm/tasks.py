@@ -103,7 +103,7 @@ def iter_rows(lines: Iterable[bytes], source: str, limit: int | None = None) -> 
         if not line.strip():
             continue
         row = json_object(
-            line, f"{source}:{number}", ConfigError, "fix that line (one task, an object, per line)"
+            line, f"{source}:{number}", ConfigError, "fix or remove that line: one JSON object per line"
         )
         count += 1
         yield row

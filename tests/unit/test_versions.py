@@ -178,7 +178,7 @@ def test_every_written_format_is_in_the_table() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        (b"{oops", r"^d\.jsonl:2 is not JSON \(.*\): fix it$"),
+        (b"{oops", r"^d\.jsonl:2 is not valid JSON \(.*\): fix it$"),
         (b"[1]", r"^d\.jsonl:2 is a JSON list, not an object: fix it$"),
         (b'"v"', r"^d\.jsonl:2 is a JSON str, not an object: fix it$"),
     ],
