@@ -7,6 +7,7 @@ as its slowest scenario. The preemption scenario needs all 8 CPUs and runs last,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -212,18 +213,20 @@ def test_status_while_pending_running_and_after(
         chain.cancel()
 
 
-def test_preemption_requeues_the_link_and_the_chain_finishes(
-    chains: dict[str, Chain], slurm_python: Path, slurm_session_dir: Path
-) -> None:
-    """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
+@contextlib.contextmanager
+def _preempted(
+    chains: dict[str, Chain], python: Path, session_dir: Path, label: str, partition: str
+) -> Iterator[tuple[Chain, str]]:
+    """A one-shard chain on a whole node of ``partition`` whose first link a high-partition job preempts
+    (the link sleeps, saving on TERM): yields the chain and that link's job; cancels the chain after."""
     for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
         chain.wait(timeout=400, aggregation=False)
     chain = Chain(
-        scenario_user(slurm_session_dir, "launcher-preempt"),
-        slurm_python,
+        scenario_user(session_dir, label),
+        python,
         [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
         overrides=[
-            "slurm.partition=low",
+            f"slurm.partition={partition}",
             "slurm.extra_directives=['--cpus-per-task=8']",
             "aggregation.enabled=false",
         ],
@@ -233,9 +236,18 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         # The link needs a whole node: with the other Slurm groups' jobs spread over every node, one may
         # take minutes to come free (seen: none in 120 s in the suite).
         job = chain.wait_for_calls(1, timeout=420)
-        # The preemptor wants the link's own node (others are idle on the multi-node sandbox).
-        (node,) = job_nodes(job)
+        (node,) = job_nodes(job)  # the preemptor wants the link's own node (others idle on the sandbox)
         preempt_on(chain.user, node, "-c", "8")
+        yield chain, job
+    finally:
+        chain.cancel()
+
+
+def test_preemption_requeues_the_link_and_the_chain_finishes(
+    chains: dict[str, Chain], slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
+    with _preempted(chains, slurm_python, slurm_session_dir, "launcher-preempt", "low") as (chain, job):
         chain.wait(timeout=240, aggregation=False)
         decisions = chain.decisions()
         assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
@@ -243,8 +255,6 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
             (job, 1, "DONE"),
         ]
         assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
-    finally:
-        chain.cancel()
 
 
 def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_chain(
@@ -256,23 +266,10 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
     queued behind it runs and the chain finishes DONE, no retry spent, no human. status and the
     report count the interruption as 'preempted' (Slurm's word, which the successor asked), not
     'cancelled' (what a TERM with no rerun of the job would read without it)."""
-    for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
-        chain.wait(timeout=400, aggregation=False)
-    chain = Chain(
-        scenario_user(slurm_session_dir, "launcher-preempt-cancel"),
-        slurm_python,
-        [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
-        overrides=[
-            "slurm.partition=lowcancel",
-            "slurm.extra_directives=['--cpus-per-task=8']",
-            "aggregation.enabled=false",
-        ],
-    )
-    chain.submit()
-    try:
-        job = chain.wait_for_calls(1, timeout=420)
-        (node,) = job_nodes(job)
-        preempt_on(chain.user, node, "-c", "8")
+    with _preempted(chains, slurm_python, slurm_session_dir, "launcher-preempt-cancel", "lowcancel") as (
+        chain,
+        job,
+    ):
         report = chain.wait(timeout=300, aggregation=False)
         decisions = chain.decisions()
         assert [d["decision"] for d in decisions] == ["CONTINUE", "DONE"], decisions
@@ -291,8 +288,6 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
         shard_faults = json.loads(embedded.group(1))["shards"][0]["faults"]
         assert (shard_faults["preempted"], shard_faults["cancelled"]) == (1, 0), shard_faults
         assert "faults survived: preempted 1<" in page
-    finally:
-        chain.cancel()
 
 
 def test_login_side_killed_right_after_submit_leaves_chains_that_finish_alone(
