@@ -22,6 +22,7 @@ from .helpers import (
     SlurmCluster,
     cluster_env,
     job_nodes,
+    run,
     scenario_user,
     submitted_up_front,
 )
@@ -56,10 +57,6 @@ SCENARIOS = {
 }
 
 
-def _slurm(*argv: str) -> str:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
-
-
 @pytest.fixture(scope="module")
 def chains(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
@@ -82,7 +79,7 @@ def test_progress_chain_runs_four_jobs_without_spending_retries(chains: dict[str
     assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
     kinds = [r["kind"] for r in chain.ledger(None)]  # the aggregation and its lookahead job: run once
     assert (kinds[0], kinds.count("start"), kinds.count("decision")) == ("submitted", 1, 1), kinds
-    queue = _slurm("squeue", "-h", "-u", TEST_USER, "-t", "PENDING", "-o", "%j")
+    queue = run(["squeue", "-h", "-u", TEST_USER, "-t", "PENDING", "-o", "%j"])
     assert chain.run is not None and chain.run.name not in queue
 
 
@@ -109,7 +106,7 @@ def test_exit_76_stops_and_slurm_marks_the_job_failed(chains: dict[str, Chain]) 
     report = chain.wait(aggregation=False)
     (decision,) = chain.decisions()
     assert decision["decision"] == "STOP_FAILED"
-    shown = _slurm("scontrol", "show", "job", "-o", decision["job_id"])
+    shown = run(["scontrol", "show", "job", "-o", decision["job_id"]])
     assert "JobState=FAILED" in shown and "ExitCode=76:0" in shown
     assert report["shards"][0]["verdict"] == "FAILED"
 
@@ -134,7 +131,7 @@ def test_time_limit_signal_stops_cleanly_and_the_walltime_cap_ends_the_chain(
     assert decisions[-1]["budgets_after"]["walltime_s"] >= 45
     assert any(d["exit_code"] == 75 and d["slurm_state"] == "SIGNALLED:SIGUSR1" for d in decisions)
     for d in decisions:
-        shown = _slurm("scontrol", "show", "job", "-o", d["job_id"])
+        shown = run(["scontrol", "show", "job", "-o", d["job_id"]])
         assert "JobState=TIMEOUT" not in shown, shown
     assert report["shards"][0]["verdict"] == "EXHAUSTED"
 
