@@ -148,6 +148,14 @@ def builder_digest() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
+def readable_by_all(folder: Path) -> None:
+    """Let every user read the model: a Slurm job runs as its submitter, and both mkdtemp (0700) and
+    safetensors (model.safetensors 0600) write for their owner only."""
+    folder.chmod(0o755)
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 def install(root: Path, digest: str, build: Callable[[Path], None] = build) -> Path:
     """The model ``root/tiny-llama-DIGEST[:12]``, built with ``build`` unless it is already whole.
 
@@ -169,7 +177,7 @@ def install(root: Path, digest: str, build: Callable[[Path], None] = build) -> P
     try:
         build(tmp)
         (tmp / MARKER).write_text(digest + "\n")
-        tmp.chmod(0o755)  # mkdtemp's 0700 would hide it from the job user
+        readable_by_all(tmp)
         if final.exists():
             final.rename(root / f"{final.name}.stale-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
         tmp.rename(final)

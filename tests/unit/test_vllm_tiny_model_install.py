@@ -32,6 +32,7 @@ tiny = _builder()
 def _build(out: Path) -> None:
     (out / "config.json").write_text("{}")
     (out / "model.safetensors").write_bytes(b"weights")
+    (out / "model.safetensors").chmod(0o600)  # as safetensors writes it
 
 
 def _whole(model: Path) -> bool:
@@ -43,7 +44,15 @@ def test_the_model_is_named_by_the_builders_digest_and_marked_whole(tmp_path: Pa
     model = tiny.install(tmp_path, DIGEST, _build)
     assert model == tmp_path / f"tiny-llama-{DIGEST[:12]}"
     assert sorted(p.name for p in model.iterdir()) == [tiny.MARKER, "config.json", "model.safetensors"]
-    assert _whole(model) and model.stat().st_mode & 0o777 == 0o755
+    assert _whole(model)
+
+
+def test_every_user_can_read_the_model(tmp_path: Path) -> None:
+    """The folder is 0755 and every file 0644, the weights too (written 0600): a Slurm job of
+    another user loads it."""
+    model = tiny.install(tmp_path, DIGEST, _build)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in [model, *model.iterdir()]}
+    assert modes == {model.name: 0o755, tiny.MARKER: 0o644, "config.json": 0o644, "model.safetensors": 0o644}
 
 
 def test_a_whole_model_is_reused_not_built_again(tmp_path: Path) -> None:
