@@ -78,7 +78,8 @@ def api_server(url: str, workdir: Path) -> int | None:
     for proc in psutil.process_iter(["pid", "cmdline"]):
         with contextlib.suppress(psutil.Error):
             argv = proc.info["cmdline"] or []
-            if "vllm.entrypoints.openai.api_server" not in argv or Path(proc.cwd()) != workdir:
+            # vLLM's python itself, not the link's `srun ... -- python -m ...` on its own node
+            if argv[1:3] != ["-m", "vllm.entrypoints.openai.api_server"] or Path(proc.cwd()) != workdir:
                 continue
             if argv[argv.index("--host") + 1] == host and argv[argv.index("--port") + 1] == port:
                 return int(proc.info["pid"])
