@@ -192,24 +192,27 @@ def _server(name: str, script: str, timeout_s: float = 30) -> dict[str, Any]:
     }
 
 
-def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path: Path) -> None:
-    """A suite link starts every benchmark's own servers at once: ``first``'s server becomes healthy
-    only once ``second``'s has begun (one after another, ``first`` would wait its whole start-up
-    timeout for nothing), a benchmark whose server fails is named with why, and every server
-    started is handed back to be stopped and lives until then (a server dies with the thread that
-    started it: the threads stay until released); the shared stack's server is not started again."""
+def test_each_benchmarks_own_servers_start_without_waiting_for_anothers_nor_the_model(tmp_path: Path) -> None:
+    """A suite link starts every benchmark's own servers at once, while the shared stack still
+    loads: the model server (``policy``) becomes healthy only once ``second``'s server has begun,
+    and ``first``'s only once the model's has (one after another, each would wait its whole
+    start-up timeout for nothing); their addresses are the model's known at its launch. A
+    benchmark whose server fails is named with why, and every server started is handed back to be
+    stopped and lives until then (a server dies with the thread that started it: the threads stay
+    until released); the shared stack's server is not started again."""
     from gymslurm.job import servers as server_mod
+    from gymslurm.job.stack_load import StackLoad
     from gymslurm.job.suite_link import Bench, OwnServers
     from gymslurm.launcher.ledger import summarize
     from gymslurm.launcher.rundir import RunDir
     from gymslurm.launcher.settings import ServerSettings, validate
 
     serve = f'exec {sys.executable} -m http.server "$0" --bind 127.0.0.1'
-    flag = tmp_path / "second-began"
-    policy = {"name": "policy", "url": "http://127.0.0.1:9", "collector_override": None}
+    began, model_up = tmp_path / "second-began", tmp_path / "model-up"
+    policy = _server("policy", f"while [ ! -e {began} ]; do sleep 0.1; done; touch {model_up}; {serve}")
     own = {
-        "first": _server("env", f"while [ ! -e {flag} ]; do sleep 0.1; done; {serve}"),
-        "second": _server("env", f"touch {flag}; {serve}"),
+        "first": _server("env", f"while [ ! -e {model_up} ]; do sleep 0.1; done; {serve}", timeout_s=5),
+        "second": _server("env", f"touch {began}; {serve}"),
         "broken": _server("env", "exit 3", timeout_s=10),
     }
     todo = [
@@ -221,28 +224,35 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path
         )
         for name, server in own.items()
     ]
-    shared = server_mod.RunningServer(ServerSettings(**policy), policy["url"])
-    started = [shared]
+    started: list[server_mod.RunningServer] = []
     noted: list[tuple[str, str]] = []
+
+    def note(event: str, server: server_mod.RunningServer, _cause: str) -> None:
+        noted.append((event, server.name))
+
+    stack = StackLoad(
+        [ServerSettings(**policy)], tmp_path / "logs", 0, started, note=note, withheld=frozenset()
+    )
     owned = OwnServers()
     try:
+        stack.start()
+        shared = stack.addresses()
+        assert stack.loading and [s.name for s in shared] == ["policy"]
         failed = owned.start(
-            todo,
-            started,
-            0,
-            note=lambda e, s, _c: noted.append((e, s.name)),
-            withheld=frozenset(),
-            stack={"policy"},
+            todo, shared, started, 0, note=note, withheld=frozenset(), stack={"policy"}, beside=stack
         )
+        assert stack.done.wait(10) and stack.failure() is None
         time.sleep(1.0)  # a server whose starting thread ended would be dead by now
-        assert [s.process.poll() for s in started[1:] if s.process is not None] == [None, None]
+        assert [s.process.poll() for s in started if s.process is not None] == [None, None, None]
         assert list(failed) == ["broken"] and isinstance(failed["broken"], server_mod.ServerStartError)
-        assert sorted(s.name for s in started[1:]) == ["env", "env"] and started[0] is shared
-        assert sorted(noted) == [("started", "env"), ("started", "env")]
+        assert sorted(s.name for s in started) == ["env", "env", "policy"]
+        assert sorted(noted) == [("started", "env"), ("started", "env"), ("started", "policy")]
         for bench in todo[:2]:
-            assert set(bench.urls) == {"policy", "env"} and bench.urls["policy"] == policy["url"]
+            assert set(bench.urls) == {"policy", "env"} and bench.urls["policy"] == shared[0].url
         assert todo[0].urls["env"] != todo[1].urls["env"]
     finally:
-        for server in started[1:]:
+        stack.stop()
+        for server in started:
             server_mod.stop(server)
         owned.release()
+        stack.release()
