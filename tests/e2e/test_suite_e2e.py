@@ -35,7 +35,8 @@ def _demo_suite(tmp: Path) -> Path:
     suite.write_text(
         f"run_root: {tmp / 'runs'}\nshards: 2\n"
         "stack:\n  - name: policy\n"
-        '    command: ["{python}", -m, gymslurm, demo-model-server, --host, "{host}", --port, "{port}"]\n'
+        '    command: ["{python}", -m, gymslurm, demo-model-server, --host, "{host}", --port, "{port}",'
+        " --slow-start-s, '4']\n"  # a model load: the collectors start meanwhile
         "    probe: chat_completions\n    collector_override: null\n"
         "benchmarks:\n"
         f"  - {{name: a, benchmark: demo, dataset: {data}}}\n"
@@ -49,10 +50,20 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
     tmp_path: Path,
 ) -> None:
     """Three demo benchmarks, two chains: each chain's link starts the policy server once and every
-    benchmark's merged rows (order aside) are the ones the benchmark gives submitted alone."""
+    benchmark's merged rows (order aside) are the ones the benchmark gives submitted alone. The
+    collectors start while the model server loads and dispatch only once it is up (each says so
+    in the link's log); the run's summary line sums the benchmarks' rollouts."""
     suite = _demo_suite(tmp_path)
-    gymslurm("submit", str(suite), "--backend", "local", "--wait")
+    waited = gymslurm("submit", str(suite), "--backend", "local", "--wait")
+    assert "run: 48/48 ok, 0 failed" in waited.stdout, waited.stdout
     (run,) = [p.parent for p in (tmp_path / "runs").glob("three-*/run.json")]
+    for chain, members in ((0, "abc"), (1, "ac")):
+        (log,) = (run / "logs").glob(f"shard-{chain:03d}*")
+        said = log.read_text()
+        paused = said.count("supervision: down policy starting: not healthy yet")
+        assert paused == len(members) and said.count("dispatch paused until the server is back") == paused
+        assert said.index("supervision: down policy") < said.index("the shared stack is up after")
+        assert said.count("supervision: up policy") == paused
     data = tmp_path / "data.jsonl"
     for name, extra in (
         ("a", []),
