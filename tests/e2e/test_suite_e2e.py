@@ -92,6 +92,33 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
         ("c", 12, 24, "DONE"),
     ]
     assert [row["verdict"] for row in status(run)["suite"]] == ["DONE", "DONE", "DONE"]
+    _aggregated_again_merges_only_what_changed(run)
+
+
+def _aggregated_again_merges_only_what_changed(run: Path) -> None:
+    """The suite's aggregation run again (a resubmitted suite) does not rewrite a benchmark merged
+    before whose files did not change (its merge seal holds: same inode, same mtime); one whose
+    settings file was written again (its identity changed, even with the same bytes) is merged again."""
+    from gymslurm.job.aggregation import merge_run
+    from gymslurm.job.heartbeat import Signals
+    from gymslurm.job.suite_aggregation import merge_suite
+    from gymslurm.launcher.rundir import RunDir
+
+    def merged(name: str) -> dict[str, tuple[int, int]]:
+        folder = run / "benchmarks" / name / "output/merged"
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+    before = {name: merged(name) for name in "abc"}
+    code, said = merge_suite(RunDir(run), Signals(), merge_run)
+    assert code == 0 and said.count("(sealed: merged before, unchanged since)") == 3, said
+    assert {name: merged(name) for name in "abc"} == before
+    settings = run / "benchmarks/a/benchmark.yaml"
+    settings.write_bytes(settings.read_bytes())
+    code, said = merge_suite(RunDir(run), Signals(), merge_run)
+    assert code == 0 and said.count("(sealed: merged before, unchanged since)") == 2, said
+    assert merged("a") != before["a"] and {name: merged(name) for name in "bc"} == {
+        n: before[n] for n in "bc"
+    }
 
 
 def _standin_suite(tmp: Path) -> Path:
