@@ -295,3 +295,38 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers_nor_the_
             server_mod.stop(server)
         owned.release()
         stack.release()
+
+
+def test_a_stack_failing_while_the_collectors_wait_for_it_stops_them_as_a_stack_start_failure(
+    tmp_path: Path,
+) -> None:
+    """The shared model server exits during its start-up after every collector started (they wait
+    for it): the link stops them and decides each benchmark as a link whose stack did not start
+    (retried once, then stopped: the same failure twice), never as its collector's own end."""
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(4)))
+    (tmp_path / "wait.json").write_text(json.dumps([{"exit": 0, "progress": 0, "sleep": 60}]))
+    (tmp_path / "wait.yaml").write_text(
+        f"dataset: {tmp_path / 'data.jsonl'}\n"
+        f"collector:\n  command: [{sys.executable}, {STANDIN}, {tmp_path / 'wait.json'}]\n"
+    )
+    dies = ["sh", "-c", "sleep 3; echo 'error: no weights'; exit 3", "{port}"]
+    suite = tmp_path / "dies.yaml"
+    suite.write_text(
+        f"run_root: {tmp_path / 'runs'}\nshards: 1\naggregation: {{enabled: false}}\n"
+        f"stack:\n  - {{name: policy, command: {json.dumps(dies)}, health_path: /, collector_override: null}}\n"
+        "benchmarks:\n"
+        f"  - {{name: first, benchmark: {tmp_path / 'wait.yaml'}}}\n"
+        f"  - {{name: second, benchmark: {tmp_path / 'wait.yaml'}}}\n"
+    )
+    gymslurm("submit", str(suite), "--backend", "local")
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("dies-*/run.json")]
+    report = wait_until_final(run, aggregation=False)
+    assert [r["verdict"] for r in report["shards"]] == ["FAILED"], report["shards"]
+    for name in ("first", "second"):
+        output = run / f"benchmarks/{name}/output/shard-000"
+        assert len((output / "rollouts_standin_calls.jsonl").read_text().splitlines()) == 2  # one a link
+        decisions = [
+            r for r in _ledger(run / f"benchmarks/{name}/shards/000/ledger.jsonl") if r["kind"] == "decision"
+        ]
+        assert [d["exit_code"] for d in decisions] == [1, 2], decisions
+        assert all("the shared stack did not start" in d["reason"] for d in decisions)
