@@ -313,7 +313,8 @@ def test_a_stack_failing_while_the_collectors_wait_for_it_stops_them_as_a_stack_
     suite = tmp_path / "dies.yaml"
     suite.write_text(
         f"run_root: {tmp_path / 'runs'}\nshards: 1\naggregation: {{enabled: false}}\n"
-        f"stack:\n  - {{name: policy, command: {json.dumps(dies)}, health_path: /, collector_override: null}}\n"
+        f"stack:\n  - {{name: policy, command: {json.dumps(dies)}, health_path: /,"
+        " collector_override: null}\n"
         "benchmarks:\n"
         f"  - {{name: first, benchmark: {tmp_path / 'wait.yaml'}}}\n"
         f"  - {{name: second, benchmark: {tmp_path / 'wait.yaml'}}}\n"
