@@ -77,6 +77,12 @@ FORMATS: dict[str, Format] = {
         2,
         "nothing to do: the next resume ignores it and writes it again",
     ),
+    "merge_seal": Format(
+        "a suite benchmark's merge seal (aggregate/merged_seal.json)",
+        "format_version",
+        1,
+        "nothing to do: the suite's next aggregation ignores it, merges the benchmark again and reseals it",
+    ),
     "outcome_index": Format(
         "the outcome index",
         "format_version",

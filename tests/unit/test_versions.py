@@ -160,6 +160,7 @@ def test_every_written_format_is_in_the_table() -> None:
             "suite_metrics",
             "run_summary",
             "finished_seal",
+            "merge_seal",
             "outcome_index",
             "run_info",
             "array",
