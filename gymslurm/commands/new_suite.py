@@ -32,7 +32,13 @@ from gymslurm.launcher.suite_run import (
     member_run,
     write_suite_record,
 )
-from gymslurm.launcher.suite_settings import Member, Suite, across_clusters_problem, chain_settings
+from gymslurm.launcher.suite_settings import (
+    Member,
+    Suite,
+    across_clusters_problem,
+    chain_settings,
+    own_cluster_problem,
+)
 
 
 class SuiteInputs:
@@ -119,7 +125,9 @@ def submit_suite(
     (Slurm): its first links wait for these jobs to complete successfully (a watch's conversion)."""
     settings, data = chain_settings(suite)
     kind: Literal["slurm", "local"] = resolve_backend_name(settings, backend_name)
-    problem = across_clusters_problem(suite) if kind == "slurm" else None
+    problem = None
+    if kind == "slurm":
+        problem = across_clusters_problem(suite) or own_cluster_problem(suite, settings.slurm.cluster)
     if problem is not None:
         raise ConfigError(problem)
     if after_ok and kind != "slurm":

@@ -17,7 +17,7 @@ refused (a new run). Everything is checked before anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.rundir import RunDir
 from gymslurm.launcher.settings import split_secrets
 from gymslurm.launcher.suite_run import SuiteRecord, member_run, read_suite_record, write_suite_record
-from gymslurm.launcher.suite_settings import Suite
+from gymslurm.launcher.suite_settings import Suite, own_cluster_problem
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,13 @@ def apply_change(run: RunDir, suite: Suite, chains: int, workdir: Path) -> tuple
                 f"({member_run(run, name).config_path}); give it another name to add it as a new benchmark, "
                 "or submit a new run"
             )
+    info = run.read_info()
+    added = replace(suite, members=[members[name] for name in change.added])
+    if info.backend == "slurm" and (problem := own_cluster_problem(added, info.cluster)) is not None:
+        raise ConfigError(problem)
     inputs = SuiteInputs(suite, workdir)
     if change.changes:
         inputs.prepare(only=change.added)
-        info = run.read_info()
         for name in change.added:
             inputs.write_member(run, members[name], info.model_copy(deep=True))
         dropped = [n for n in [*record.dropped, *change.dropped] if n not in wanted]

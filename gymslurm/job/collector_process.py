@@ -38,15 +38,20 @@ from gymslurm.redaction import redact_value, remember
 from gymslurm.supervision import SUPERVISION_FD_ENV
 
 
-def adaptive_choice(settings: BenchmarkSettings, urls: dict[str, str]) -> AdaptiveChoice:
+def adaptive_choice(
+    settings: BenchmarkSettings, urls: dict[str, str], loading: frozenset[str] = frozenset()
+) -> AdaptiveChoice:
     """How this link's collector adapts its load (launcher/adaptive_load.py): asks each model
-    server's metrics once, unless the benchmark chose."""
+    server's metrics once, unless the benchmark chose (or the server still loads: ``loading``)."""
     overrides, models = settings.collector.overrides, model_servers(settings.servers)
     if chosen_by_benchmark(overrides):
         return adaptive_overrides(overrides, models, urls, {})
     timeout = {s.name: s.probe_timeout_s for s in settings.servers}
-    serves = {n: any(serves_model_load(u, timeout[n]) for u in metrics_urls(n, urls)) for n in models}
-    return adaptive_overrides(overrides, models, urls, serves)
+    serves = {
+        n: n not in loading and any(serves_model_load(u, timeout[n]) for u in metrics_urls(n, urls))
+        for n in models
+    }
+    return adaptive_overrides(overrides, models, urls, serves, loading)
 
 
 def collector_argv(

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gymslurm.job import servers as server_mod
@@ -27,9 +28,10 @@ from gymslurm.job.collector_process import (
 )
 from gymslurm.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.job.server_watch import Supervisor
+from gymslurm.job.stack_load import StackLoad
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
 from gymslurm.redaction import redact_value
-from gymslurm.supervision import SUPERVISION_FD_ENV
+from gymslurm.supervision import SUPERVISION_FD_ENV, ServerEvent
 
 POLL_S = 0.5  # how often the link looks at its collectors between supervision rounds
 
@@ -50,9 +52,11 @@ class CollectorJob:
     killer: int | None = None
     ended: bool = False
     started_at: float = field(default=0.0)
+    stack_failed: bool = False  # stopped (or never started) because the shared stack did not start
 
-    def start(self, supervised: bool) -> int | None:
-        """Start the collector; the write end of its supervision channel (None: unsupervised)."""
+    def start(self, supervised: bool, first: Sequence[ServerEvent] = ()) -> int | None:
+        """Start the collector; the write end of its supervision channel (None: unsupervised), in
+        which ``first`` is written before the collector exists (it reads them before any request)."""
         public, overrides = split_command(self.argv, self.first_override)
         shown = f"; its overrides, in {SECRET_OVERRIDES_ENV}: {redact_value(overrides)}" if overrides else ""
         log(f"collector of {self.name}: " + " ".join(public) + shown)
@@ -63,6 +67,8 @@ class CollectorJob:
         if supervised:
             read_fd, self.channel = os.pipe()
             env[SUPERVISION_FD_ENV] = str(read_fd)
+            for event in first:
+                os.write(self.channel, event.encode())
         self.child = subprocess.Popen(
             public,
             stdin=subprocess.DEVNULL,
@@ -97,18 +103,27 @@ def run_collectors(
     *,
     heartbeat: Heartbeat | None,
     sequential: bool,
+    stack: StackLoad | None = None,
 ) -> None:
     """Run every collector (all at once, or one after another) until each ended; each job's ``code``
-    and ``killer`` say how. Nothing new starts once the link was signalled."""
+    and ``killer`` say how. Nothing new starts once the link was signalled.
+
+    ``stack``: the shared stack still starting (job/stack_load.py). A collector started meanwhile is
+    told its servers are down first (it dispatches nothing yet); once the stack is healthy every
+    running collector is told ``up`` and its servers are supervised too; when it fails, every
+    collector is stopped (``stack_failed``) and none more starts.
+    """
     waiting, running = list(jobs), list[CollectorJob]()
     next_round = time.monotonic() + (supervisor.interval_s if supervisor is not None else 0.0)
     if supervisor is not None:
         supervisor.write_fd = None
     try:
         while waiting or running:
+            if stack is not None and not stack.announced and stack.done.is_set():
+                waiting = _stack_ended(stack, running, waiting, supervisor)
             if waiting and not signals.received and (not sequential or not running):
                 for job in waiting[:1] if sequential else list(waiting):
-                    _start(job, signals, supervisor, heartbeat)
+                    _start(job, signals, supervisor, heartbeat, stack)
                     waiting.remove(job)
                     running.append(job)
             elif waiting and signals.received:
@@ -133,10 +148,39 @@ def run_collectors(
         signals.children = []
 
 
+def _stack_ended(
+    stack: StackLoad, running: list[CollectorJob], waiting: list[CollectorJob], supervisor: Supervisor | None
+) -> list[CollectorJob]:
+    """The stack is healthy: the collectors are told, its servers supervised; or it failed: every
+    collector is stopped (it sent nothing: it waited for the stack). The collectors still to start."""
+    stack.announced = True
+    if (error := stack.failure()) is not None:
+        log(f"the shared stack did not start ({error}); stopping the collectors")
+        for job in running:
+            job.stack_failed = True
+            assert job.child is not None
+            with contextlib.suppress(ProcessLookupError):
+                job.child.terminate()
+        for job in waiting:
+            job.stack_failed, job.ended = True, True
+        return []
+    if supervisor is not None:
+        supervisor.watch(stack.started)
+        for event in stack.up_events():
+            supervisor.emit(event)
+    log(f"the shared stack is up after {time.monotonic() - stack.since:.1f}s; the collectors dispatch")
+    return waiting
+
+
 def _start(
-    job: CollectorJob, signals: Signals, supervisor: Supervisor | None, heartbeat: Heartbeat | None
+    job: CollectorJob,
+    signals: Signals,
+    supervisor: Supervisor | None,
+    heartbeat: Heartbeat | None,
+    stack: StackLoad | None,
 ) -> None:
-    channel = job.start(supervisor is not None)
+    first = stack.down_events() if stack is not None else []
+    channel = job.start(supervisor is not None, first)
     assert job.child is not None
     signals.children.append(job.child)
     if supervisor is not None and channel is not None:
@@ -154,8 +198,6 @@ def _start(
 
 def _tell_watching(supervisor: Supervisor, channel: int) -> None:
     """A collector started after the others: it is told supervision is on, as the first one was."""
-    from gymslurm.supervision import ServerEvent
-
     with contextlib.suppress(OSError):
         os.write(
             channel, ServerEvent("watching", time.monotonic(), interval_s=supervisor.interval_s).encode()

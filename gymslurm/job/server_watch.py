@@ -74,6 +74,15 @@ class Supervisor:
         now = time.monotonic()
         self._watches = [_Watch(s, now) for s in self.servers if s.process is not None]
 
+    def watch(self, servers: list[server_mod.RunningServer]) -> None:
+        """Watch these too from now on (a suite's stack, healthy after the collectors started)."""
+        now, known = time.monotonic(), {id(w.server) for w in self._watches}
+        for server in servers:
+            if server.process is not None and id(server) not in known:
+                self._watches.append(_Watch(server, now))
+                if all(known_server is not server for known_server in self.servers):
+                    self.servers.append(server)
+
     @property
     def interval_s(self) -> float:
         """How often a round runs: the shortest probe interval of the watched servers."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gymslurm.errors import ConfigError, ServerStartError
@@ -23,6 +25,36 @@ from gymslurm.launcher import server_placement as placement
 from gymslurm.launcher.settings import ServerSettings
 
 Note = Callable[[str, server_mod.RunningServer, str], None]
+
+
+def _never_held() -> bool:
+    return False
+
+
+def _not_cancelled() -> str | None:
+    return None
+
+
+def _unannounced(_server: server_mod.RunningServer) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class StartHooks:
+    """How a start goes on beside others: a suite link starts its stack in a thread while its
+    benchmarks' servers and collectors start (job/stack_load.py).
+
+    ``launched``: an instance's processes started (or its ``url`` adopted): its address is known;
+    ``held``: True while its ``startup_timeout_s`` must not count yet (the model server it may wait
+    on still loads); ``cancelled``: a reason to stop waiting (it is killed and the start fails).
+    """
+
+    launched: Callable[[server_mod.RunningServer], None] = _unannounced
+    held: Callable[[], bool] = _never_held
+    cancelled: Callable[[], str | None] = _not_cancelled
+
+
+ALONE = StartHooks()
 
 
 def allocation_nodes() -> list[str]:
@@ -98,6 +130,7 @@ def start_stack(
     *,
     note: Note,
     withheld: frozenset[str],
+    hooks: StartHooks = ALONE,
 ) -> None:
     """Start every server in order, appending each started instance to ``started`` (the caller stops them).
 
@@ -124,9 +157,10 @@ def start_stack(
                 raise ServerStartError(str(error), deterministic=True) from error
             known = {s.name: s for s in started}
             log = logs / f"server-{name}-s{shard:03d}.log"
-            server = server_mod.start(
+            server = started_server(
                 wanted,
                 log,
+                hooks,
                 started=known,
                 withheld=withheld,
                 nodes=where,
@@ -141,9 +175,42 @@ def start_stack(
             settings = router_settings(wanted, replicas, host)
             log = logs / f"server-{wanted.name}-router-s{shard:03d}.log"
             known = {s.name: s for s in started}
-            router = server_mod.start(settings, log, started=known, withheld=withheld)
+            router = started_server(settings, log, hooks, started=known, withheld=withheld)
             started.append(router)
             _noted(note, router)
+
+
+def started_server(
+    settings: ServerSettings,
+    log: Path,
+    hooks: StartHooks,
+    *,
+    started: dict[str, server_mod.RunningServer],
+    withheld: frozenset[str],
+    nodes: tuple[str, ...] = (),
+    label: str = "",
+    devices: tuple[str, ...] = (),
+) -> server_mod.RunningServer:
+    """One instance launched, announced, and probed until healthy (:func:`server_mod.started_yet`:
+    every probe of a start alone); its ``startup_timeout_s`` counts from when ``hooks.held`` ends."""
+    if settings.command is None:
+        adopted = server_mod.start(settings, log)
+        hooks.launched(adopted)
+        return adopted
+    server = server_mod.launch(
+        settings, log, None, started, withheld, nodes=nodes, label=label, devices=devices
+    )
+    hooks.launched(server)
+    deadline = time.monotonic() + settings.startup_timeout_s
+    while True:
+        if (why := hooks.cancelled()) is not None:
+            server_mod.kill_now(server)
+            raise ServerStartError(f"server {server.name!r} not started: {why}")
+        if hooks.held():
+            deadline = time.monotonic() + settings.startup_timeout_s
+        if server_mod.started_yet(server, deadline):
+            return server
+        time.sleep(0.2)
 
 
 def visible_devices() -> list[str]:

@@ -38,7 +38,8 @@ from gymslurm.job.disk import disk_full
 from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.job.server_watch import Supervisor
 from gymslurm.job.spend import run_spend
-from gymslurm.job.stack import Note, start_stack
+from gymslurm.job.stack import Note, StartHooks, start_stack
+from gymslurm.job.stack_load import StackLoad
 from gymslurm.launcher.decide import (
     Budgets,
     Decision,
@@ -138,54 +139,49 @@ def collect_suite(
     todo: list[Bench],
     note_server: Note,
 ) -> str | None:
-    """Start the stack once, each benchmark's own servers, run the collectors; a note when the link
-    itself stopped them (a server start failure, a server given up on)."""
+    """Start the stack once and, while it loads, each benchmark's own servers and the collectors
+    (job/stack_load.py: they dispatch once it is healthy); a note when the link itself stopped
+    them (a server start failure, a server given up on)."""
     started: list[server_mod.RunningServer] = []
     withheld = withheld_in_job(settings)
-    note = note_server  # (event, server, cause) -> None: the suite ledger's server records
+    lock = threading.Lock()
+
+    def note(event: str, server: server_mod.RunningServer, cause: str) -> None:
+        with lock:  # one ledger, appended from the stack's thread, every benchmark's and the link's
+            note_server(event, server, cause)
+
+    stack = StackLoad(settings.servers, run.root / "logs", chain, started, note=note, withheld=withheld)
     own = OwnServers()
     try:
+        stack.start()
         try:
-            start_stack(settings.servers, run.root / "logs", chain, started, note=note, withheld=withheld)
+            shared = stack.addresses()
         except server_mod.ServerStartError as error:
-            for bench in todo:
-                bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
-            return f"the shared stack did not start: {error}"
+            return _stack_failed(todo, error)
         record = read_suite_record(run)
         weights = {e.name: e.weight for e in record.benchmarks}
         shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
-        stack = {s.name for s in settings.servers}
-        failed = own.start(todo, started, chain, note=note, withheld=withheld, stack=stack)
+        names = {s.name for s in settings.servers}
+        failed = own.start(
+            todo, shared, started, chain, note=note, withheld=withheld, stack=names, beside=stack
+        )
+        if (failure := stack.failure()) is not None:
+            return _stack_failed(todo, failure)
+        loading = frozenset(s.name for s in stack.own()) if stack.loading else frozenset()
         for bench in todo:
             if bench.name in failed:
                 code = server_mod.start_failure_exit(failed[bench.name], _last_reason(bench))[0]
                 bench.job = _ended(bench.name, code)
                 log(f"{bench.name}: its servers did not start: {failed[bench.name]}")
                 continue
-            urls = bench.urls
-            adaptive = adaptive_choice(bench.settings, urls)
-            argv = collector_argv(
-                bench.settings,
-                bench.run,
-                chain,
-                urls,
-                bench.state.resubmit_pending,
-                adaptive=[*adaptive.overrides, f"+dispatch_load_share={shares[bench.name]:.4g}"],
-            )
-            log(f"{bench.name}: {adaptive.why}; its share of the model server {shares[bench.name]:.2f}")
-            bench.job = CollectorJob(
-                name=bench.name,
-                argv=argv,
-                first_override=len(bench.settings.collector.command),
-                env=bench.settings.collector.env,
-                withheld=withheld_in_job(bench.settings),
-                watch=ProgressWatch(bench.output, bench.settings.slurm.stall_window_s),
-            )
+            bench.job = _collector_job(bench, chain, shares[bench.name], loading)
         jobs = [b.job for b in todo if b.job is not None and not b.job.ended]
-        watched = [s for s in started if s.process]
-        supervisor = Supervisor(watched, None, note, say=log) if watched else None
+        supervised = stack.own() or any(s.process for s in started)
+        supervisor = Supervisor(started, None, note, say=log) if supervised else None
         sequential = record.order == "sequential"
-        run_collectors(jobs, signals, supervisor, heartbeat=heartbeat, sequential=sequential)
+        run_collectors(jobs, signals, supervisor, heartbeat=heartbeat, sequential=sequential, stack=stack)
+        if (failure := stack.failure()) is not None and any(job.stack_failed for job in jobs):
+            return _stack_failed([b for b in todo if b.job is not None and b.job.stack_failed], failure)
         if supervisor is not None and supervisor.gave_up is not None:
             for job in jobs:
                 job.code, job.killer = ExitCode.RETRY, None
@@ -195,21 +191,54 @@ def collect_suite(
                 job.code = ExitCode.RETRY
         return None
     finally:
+        stack.stop()  # a stack still starting: its instance being probed is killed
         for server in started:
             server_mod.stop(server)
         own.release()
+        stack.release()
+
+
+def _stack_failed(benches: list[Bench], error: server_mod.ServerStartError) -> str:
+    """Each benchmark ends as a link whose stack did not start ends (start_failure_exit)."""
+    for bench in benches:
+        bench.job = _ended(bench.name, server_mod.start_failure_exit(error, _last_reason(bench))[0])
+    return f"the shared stack did not start: {error}"
+
+
+def _collector_job(bench: Bench, chain: int, share: float, loading: frozenset[str]) -> CollectorJob:
+    """A benchmark's collector as this link runs it: its share of the model server, its load's
+    adaptation (asked of a model server still loading when it answers: adaptive_load.py)."""
+    adaptive = adaptive_choice(bench.settings, bench.urls, loading=loading)
+    argv = collector_argv(
+        bench.settings,
+        bench.run,
+        chain,
+        bench.urls,
+        bench.state.resubmit_pending,
+        adaptive=[*adaptive.overrides, f"+dispatch_load_share={share:.4g}"],
+    )
+    log(f"{bench.name}: {adaptive.why}; its share of the model server {share:.2f}")
+    return CollectorJob(
+        name=bench.name,
+        argv=argv,
+        first_override=len(bench.settings.collector.command),
+        env=bench.settings.collector.env,
+        withheld=withheld_in_job(bench.settings),
+        watch=ProgressWatch(bench.output, bench.settings.slurm.stall_window_s),
+    )
 
 
 class OwnServers:
     """Every benchmark's own servers (those not in the shared stack), started at once, a thread each.
 
     A benchmark's servers start in their order, as its link alone starts them, but one benchmark's
-    do not wait for another's: each is a process start and a health wait, and five Environment
-    Servers one after another are five start-ups before any collector runs. Each thread stays
-    until :meth:`release`: the kernel kills a server when the *thread* that started it ends
-    (``PR_SET_PDEATHSIG`` follows the parent thread, not the process), so a thread lives as long
-    as the servers it started; the link releases them once it stopped its servers, and a link
-    that dies takes them, and so its servers, with it.
+    do not wait for another's, nor for the shared stack to be healthy (only for its addresses): each
+    is a process start and a health wait, and five Environment Servers one after another are five
+    start-ups before any collector runs. A server's ``startup_timeout_s`` counts from the stack's
+    readiness (it may wait on the model). Each thread stays until :meth:`release`: the kernel kills
+    a server when the *thread* that started it ends (``PR_SET_PDEATHSIG`` follows the parent thread,
+    not the process), so a thread lives as long as the servers it started; the link releases them
+    once it stopped its servers, and a link that dies takes them, and so its servers, with it.
     """
 
     def __init__(self) -> None:
@@ -220,27 +249,29 @@ class OwnServers:
     def start(
         self,
         todo: list[Bench],
+        shared: list[server_mod.RunningServer],
         started: list[server_mod.RunningServer],
         chain: int,
         *,
         note: Note,
         withheld: frozenset[str],
         stack: set[str],
+        beside: StackLoad,
     ) -> dict[str, server_mod.ServerStartError]:
         """Start them, each appended to ``started`` (the caller stops them) and each benchmark's
-        addresses in its ``urls``; the benchmarks whose servers did not all start, and why."""
-        shared, failed, unexpected = list(started), dict[str, server_mod.ServerStartError](), []
+        addresses (``shared``'s too) in its ``urls``; the benchmarks whose servers did not all
+        start, and why."""
+        failed, unexpected = dict[str, server_mod.ServerStartError](), list[BaseException]()
         ready = threading.Semaphore(0)
-
-        def locked(event: str, server: server_mod.RunningServer, cause: str) -> None:
-            with self._lock:  # one ledger, appended from every benchmark's thread
-                note(event, server, cause)
+        hooks = StartHooks(held=lambda: beside.loading, cancelled=beside.cancelled_by_failure)
 
         def one(bench: Bench) -> None:
             mine = list(shared)
             own = [s for s in bench.settings.servers if s.name not in stack]
             try:
-                start_stack(own, bench.run.root / "logs", chain, mine, note=locked, withheld=withheld)
+                start_stack(
+                    own, bench.run.root / "logs", chain, mine, note=note, withheld=withheld, hooks=hooks
+                )
             except server_mod.ServerStartError as error:
                 failed[bench.name] = error
             except BaseException as error:  # raised in the link's thread, below

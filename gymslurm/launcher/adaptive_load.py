@@ -50,19 +50,30 @@ def adaptive_overrides(
     models: Sequence[str],
     urls: Mapping[str, str],
     serves_metrics: Mapping[str, bool],
+    loading: frozenset[str] = frozenset(),
 ) -> AdaptiveChoice:
     """The overrides that make the collector adapt (none when the benchmark chose), and why.
 
     ``serves_metrics``: for each model server, whether its metrics answered with a queue length.
+    ``loading``: model servers still loading when the collector starts (a suite link starts its
+    collectors meanwhile, job/stack_load.py), not asked: their queue is read once their /metrics
+    answers. The same as asking first: with ``metrics`` the collector polls every second and, in a
+    round where none answers, goes on the latency it sees (``dispatch.calls.watch_model_queue``),
+    which is all ``latency`` does.
     """
     if chosen_by_benchmark(overrides):
         return AdaptiveChoice([], "dispatch_adaptive as collector.overrides set it")
     for name in models:
-        if serves_metrics.get(name):
+        if serves_metrics.get(name) or name in loading:
             url = override_value(name, "metrics_url", urls)
+            why = (
+                "once its /metrics answers (it was loading when the collector started; latency until then)"
+                if name in loading
+                else "(its /metrics answers)"
+            )
             return AdaptiveChoice(
                 ["+dispatch_adaptive=metrics", f"+dispatch_model_metrics_url={url}"],
-                f"the load adapts to model server {name!r}'s queue (its /metrics answers)",
+                f"the load adapts to model server {name!r}'s queue {why}",
             )
     served = (
         f"model server {', '.join(map(repr, models))} serves no vLLM/SGLang metrics"

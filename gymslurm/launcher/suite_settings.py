@@ -323,3 +323,39 @@ def across_clusters_problem(suite: Suite) -> str | None:
                 "(a suite's links take the suite's `slurm:` section: remove it from the benchmark's file)"
             )
     return None
+
+
+def own_cluster_problem(suite: Suite, links_cluster: str | None) -> str | None:
+    """Why a benchmark of the suite would run on another cluster than the suite's links
+    (``links_cluster``: ``slurm.cluster`` of :func:`chain_settings`), naming its file's line (or
+    the suite's line of its overrides); None when none does. Its own ``slurm.cluster`` was ignored
+    silently: a suite link runs every benchmark's shard of its chain in one allocation."""
+    from gymslurm.launcher.settings import benchmark_path
+
+    where = Path(suite.where)
+    for index, member in enumerate(suite.members):
+        own = member.settings.slurm.cluster
+        if own == links_cluster:
+            continue
+        entry = _file_line(where, ("benchmarks", index)) if where.is_file() else suite.where
+        path = benchmark_path(member.entry.benchmark)
+        source = f"in {_file_line(path, ('slurm', 'cluster'))}" if _sets_cluster(path) else "in its overrides"
+        runs_on = f"cluster {links_cluster!r}" if links_cluster else "the default cluster"
+        return (
+            f"suite {entry}: benchmark {member.name!r} sets slurm.cluster: {own} {source}, but a "
+            f"suite's links run every benchmark on the suite's cluster ({runs_on}: one allocation, "
+            f"one model server). To run the suite on {own!r}, set `slurm.cluster: {own}` in the "
+            f"suite's `slurm:` (or `slurm.cluster={own}` on the command line); else remove it from "
+            "the benchmark's file"
+        )
+    return None
+
+
+def _sets_cluster(path: Path) -> bool:
+    """Whether a benchmark's own file names ``slurm.cluster`` (else it came from an override)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    slurm = data.get("slurm") if isinstance(data, dict) else None
+    return isinstance(slurm, dict) and slurm.get("cluster") is not None

@@ -35,7 +35,8 @@ def _demo_suite(tmp: Path) -> Path:
     suite.write_text(
         f"run_root: {tmp / 'runs'}\nshards: 2\n"
         "stack:\n  - name: policy\n"
-        '    command: ["{python}", -m, gymslurm, demo-model-server, --host, "{host}", --port, "{port}"]\n'
+        '    command: ["{python}", -m, gymslurm, demo-model-server, --host, "{host}", --port, "{port}",'
+        " --slow-start-s, '4']\n"  # a model load: the collectors start meanwhile
         "    probe: chat_completions\n    collector_override: null\n"
         "benchmarks:\n"
         f"  - {{name: a, benchmark: demo, dataset: {data}}}\n"
@@ -49,10 +50,21 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
     tmp_path: Path,
 ) -> None:
     """Three demo benchmarks, two chains: each chain's link starts the policy server once and every
-    benchmark's merged rows (order aside) are the ones the benchmark gives submitted alone."""
+    benchmark's merged rows (order aside) are the ones the benchmark gives submitted alone. The
+    collectors start while the model server loads and dispatch only once it is up (each says so
+    in the link's log); the run's summary line sums the benchmarks' rollouts."""
     suite = _demo_suite(tmp_path)
-    gymslurm("submit", str(suite), "--backend", "local", "--wait")
+    waited = gymslurm("submit", str(suite), "--backend", "local", "--wait")
+    assert "run: 48/48 ok, 0 failed" in waited.stdout, waited.stdout
     (run,) = [p.parent for p in (tmp_path / "runs").glob("three-*/run.json")]
+    for chain, members in ((0, "abc"), (1, "ac")):
+        (log,) = (run / "logs").glob(f"shard-{chain:03d}*")
+        said = log.read_text()
+        paused = said.count("supervision: down policy starting: not healthy yet")
+        assert paused == len(members) and said.count("dispatch paused until the server is back") == paused
+        for member in members:  # started before the model server was up, not after
+            assert said.index(f"collector of {member}: ") < said.index("server 'policy' started")
+        assert said.count("supervision: up policy") == paused
     data = tmp_path / "data.jsonl"
     for name, extra in (
         ("a", []),
@@ -81,6 +93,33 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
         ("c", 12, 24, "DONE"),
     ]
     assert [row["verdict"] for row in status(run)["suite"]] == ["DONE", "DONE", "DONE"]
+    _aggregated_again_merges_only_what_changed(run)
+
+
+def _aggregated_again_merges_only_what_changed(run: Path) -> None:
+    """The suite's aggregation run again (a resubmitted suite) does not rewrite a benchmark merged
+    before whose files did not change (its merge seal holds: same inode, same mtime); one whose
+    settings file was written again (its identity changed, even with the same bytes) is merged again."""
+    from gymslurm.job.aggregation import merge_run
+    from gymslurm.job.heartbeat import Signals
+    from gymslurm.job.suite_aggregation import merge_suite
+    from gymslurm.launcher.rundir import RunDir
+
+    def merged(name: str) -> dict[str, tuple[int, int]]:
+        folder = run / "benchmarks" / name / "output/merged"
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+    before = {name: merged(name) for name in "abc"}
+    code, said = merge_suite(RunDir(run), Signals(), merge_run)
+    assert code == 0 and said.count("(sealed: merged before, unchanged since)") == 3, said
+    assert {name: merged(name) for name in "abc"} == before
+    settings = run / "benchmarks/a/benchmark.yaml"
+    settings.write_bytes(settings.read_bytes())
+    code, said = merge_suite(RunDir(run), Signals(), merge_run)
+    assert code == 0 and said.count("(sealed: merged before, unchanged since)") == 2, said
+    assert merged("a") != before["a"] and {name: merged(name) for name in "bc"} == {
+        n: before[n] for n in "bc"
+    }
 
 
 def _standin_suite(tmp: Path) -> Path:
@@ -192,24 +231,27 @@ def _server(name: str, script: str, timeout_s: float = 30) -> dict[str, Any]:
     }
 
 
-def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path: Path) -> None:
-    """A suite link starts every benchmark's own servers at once: ``first``'s server becomes healthy
-    only once ``second``'s has begun (one after another, ``first`` would wait its whole start-up
-    timeout for nothing), a benchmark whose server fails is named with why, and every server
-    started is handed back to be stopped and lives until then (a server dies with the thread that
-    started it: the threads stay until released); the shared stack's server is not started again."""
+def test_each_benchmarks_own_servers_start_without_waiting_for_anothers_nor_the_model(tmp_path: Path) -> None:
+    """A suite link starts every benchmark's own servers at once, while the shared stack still
+    loads: the model server (``policy``) becomes healthy only once ``second``'s server has begun,
+    and ``first``'s only once the model's has (one after another, each would wait its whole
+    start-up timeout for nothing); their addresses are the model's known at its launch. A
+    benchmark whose server fails is named with why, and every server started is handed back to be
+    stopped and lives until then (a server dies with the thread that started it: the threads stay
+    until released); the shared stack's server is not started again."""
     from gymslurm.job import servers as server_mod
+    from gymslurm.job.stack_load import StackLoad
     from gymslurm.job.suite_link import Bench, OwnServers
     from gymslurm.launcher.ledger import summarize
     from gymslurm.launcher.rundir import RunDir
     from gymslurm.launcher.settings import ServerSettings, validate
 
     serve = f'exec {sys.executable} -m http.server "$0" --bind 127.0.0.1'
-    flag = tmp_path / "second-began"
-    policy = {"name": "policy", "url": "http://127.0.0.1:9", "collector_override": None}
+    began, model_up = tmp_path / "second-began", tmp_path / "model-up"
+    policy = _server("policy", f"while [ ! -e {began} ]; do sleep 0.1; done; touch {model_up}; {serve}")
     own = {
-        "first": _server("env", f"while [ ! -e {flag} ]; do sleep 0.1; done; {serve}"),
-        "second": _server("env", f"touch {flag}; {serve}"),
+        "first": _server("env", f"while [ ! -e {model_up} ]; do sleep 0.1; done; {serve}", timeout_s=5),
+        "second": _server("env", f"touch {began}; {serve}"),
         "broken": _server("env", "exit 3", timeout_s=10),
     }
     todo = [
@@ -221,28 +263,71 @@ def test_each_benchmarks_own_servers_start_without_waiting_for_anothers(tmp_path
         )
         for name, server in own.items()
     ]
-    shared = server_mod.RunningServer(ServerSettings(**policy), policy["url"])
-    started = [shared]
+    started: list[server_mod.RunningServer] = []
     noted: list[tuple[str, str]] = []
+
+    def note(event: str, server: server_mod.RunningServer, _cause: str) -> None:
+        noted.append((event, server.name))
+
+    stack = StackLoad(
+        [ServerSettings(**policy)], tmp_path / "logs", 0, started, note=note, withheld=frozenset()
+    )
     owned = OwnServers()
     try:
+        stack.start()
+        shared = stack.addresses()
+        assert stack.loading and [s.name for s in shared] == ["policy"]
         failed = owned.start(
-            todo,
-            started,
-            0,
-            note=lambda e, s, _c: noted.append((e, s.name)),
-            withheld=frozenset(),
-            stack={"policy"},
+            todo, shared, started, 0, note=note, withheld=frozenset(), stack={"policy"}, beside=stack
         )
+        assert stack.done.wait(10) and stack.failure() is None
         time.sleep(1.0)  # a server whose starting thread ended would be dead by now
-        assert [s.process.poll() for s in started[1:] if s.process is not None] == [None, None]
+        assert [s.process.poll() for s in started if s.process is not None] == [None, None, None]
         assert list(failed) == ["broken"] and isinstance(failed["broken"], server_mod.ServerStartError)
-        assert sorted(s.name for s in started[1:]) == ["env", "env"] and started[0] is shared
-        assert sorted(noted) == [("started", "env"), ("started", "env")]
+        assert sorted(s.name for s in started) == ["env", "env", "policy"]
+        assert sorted(noted) == [("started", "env"), ("started", "env"), ("started", "policy")]
         for bench in todo[:2]:
-            assert set(bench.urls) == {"policy", "env"} and bench.urls["policy"] == policy["url"]
+            assert set(bench.urls) == {"policy", "env"} and bench.urls["policy"] == shared[0].url
         assert todo[0].urls["env"] != todo[1].urls["env"]
     finally:
-        for server in started[1:]:
+        stack.stop()
+        for server in started:
             server_mod.stop(server)
         owned.release()
+        stack.release()
+
+
+def test_a_stack_failing_while_the_collectors_wait_for_it_stops_them_as_a_stack_start_failure(
+    tmp_path: Path,
+) -> None:
+    """The shared model server exits during its start-up after every collector started (they wait
+    for it): the link stops them and decides each benchmark as a link whose stack did not start
+    (retried once, then stopped: the same failure twice), never as its collector's own end."""
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"q": i}) + "\n" for i in range(4)))
+    (tmp_path / "wait.json").write_text(json.dumps([{"exit": 0, "progress": 0, "sleep": 60}]))
+    (tmp_path / "wait.yaml").write_text(
+        f"dataset: {tmp_path / 'data.jsonl'}\n"
+        f"collector:\n  command: [{sys.executable}, {STANDIN}, {tmp_path / 'wait.json'}]\n"
+    )
+    dies = ["sh", "-c", "sleep 3; echo 'error: no weights'; exit 3", "{port}"]
+    suite = tmp_path / "dies.yaml"
+    suite.write_text(
+        f"run_root: {tmp_path / 'runs'}\nshards: 1\naggregation: {{enabled: false}}\n"
+        f"stack:\n  - {{name: policy, command: {json.dumps(dies)}, health_path: /,"
+        " collector_override: null}\n"
+        "benchmarks:\n"
+        f"  - {{name: first, benchmark: {tmp_path / 'wait.yaml'}}}\n"
+        f"  - {{name: second, benchmark: {tmp_path / 'wait.yaml'}}}\n"
+    )
+    gymslurm("submit", str(suite), "--backend", "local")
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("dies-*/run.json")]
+    report = wait_until_final(run, aggregation=False)
+    assert [r["verdict"] for r in report["shards"]] == ["FAILED"], report["shards"]
+    for name in ("first", "second"):
+        output = run / f"benchmarks/{name}/output/shard-000"
+        assert len((output / "rollouts_standin_calls.jsonl").read_text().splitlines()) == 2  # one a link
+        decisions = [
+            r for r in _ledger(run / f"benchmarks/{name}/shards/000/ledger.jsonl") if r["kind"] == "decision"
+        ]
+        assert [d["exit_code"] for d in decisions] == [1, 2], decisions
+        assert all("the shared stack did not start" in d["reason"] for d in decisions)

@@ -75,3 +75,17 @@ def test_model_servers_are_those_probed_as_completions() -> None:
         ServerSettings.model_validate({"name": "env", "url": "http://a:3"}),
     ]
     assert model_servers(servers) == ["policy", "base"]
+
+
+def test_a_model_server_still_loading_is_read_once_its_metrics_answer() -> None:
+    """A suite link starts its collectors while the model server loads: not asked (it cannot
+    answer yet), its queue is read once it does (latency until then), and the job log says so;
+    the benchmark's own choice still wins."""
+    loading = frozenset({"policy"})
+    choice = adaptive_overrides([], ["policy"], URLS, {"policy": False}, loading)
+    assert choice.overrides == [
+        "+dispatch_adaptive=metrics",
+        "+dispatch_model_metrics_url=http://n1:8000/metrics",
+    ]
+    assert "loading" in choice.why
+    assert adaptive_overrides(["+dispatch_adaptive=off"], ["policy"], URLS, {}, loading).overrides == []

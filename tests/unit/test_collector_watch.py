@@ -38,3 +38,27 @@ def test_a_stopping_job_dispatches_nothing_more() -> None:
         return held
 
     assert asyncio.run(scenario())
+
+
+def test_a_server_said_down_before_the_collector_started_holds_its_first_request() -> None:
+    """A suite link starts its collectors while the shared model server still loads and writes
+    ``down`` into the channel first: the collector applies it before its first request (not when
+    its reader task gets to it), and dispatches once ``up`` comes."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        read_fd, write_fd = os.pipe()
+        os.write(write_fd, ServerEvent("down", time.monotonic(), server="policy", cause="loading").encode())
+        watch = Supervised(read_fd, on_gave_up=lambda _why: None, say=lambda _line: None)
+        await watch.start()
+        held_at_once = watch.timeline.down  # no await between start() and the first request's check
+        waiting = asyncio.create_task(watch.wait_dispatchable())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        held = not waiting.done()
+        os.write(write_fd, ServerEvent("up", time.monotonic(), server="policy").encode())
+        await asyncio.wait_for(waiting, 5.0)
+        os.close(write_fd)
+        await watch.close()
+        return held_at_once, held, waiting.done()
+
+    assert asyncio.run(scenario()) == (True, True, True)

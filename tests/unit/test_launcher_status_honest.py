@@ -94,6 +94,15 @@ def test_the_run_summary_says_how_many_shards_it_counts() -> None:
     assert summary_line(summary).startswith("run: 49/49 ok so far in 49 of 1000 shards (951 not counted yet)")
 
 
+def test_a_suites_summary_sums_its_benchmarks_shards_not_its_chains() -> None:
+    """A suite's chains hold no rollouts (its benchmarks' shards do): the run line counts the
+    benchmarks' shards (3 here, of 2 chains), the verdicts stay the chains'."""
+    chains = [_row_of(0, None), _row_of(1, None)]
+    benchmarks = [counts_of(coverage_of(**{**REQUEUED_FIELDS, "failed_by_class": {}}), None, False)] * 3
+    line = summary_line(summary_of(chains, counted=benchmarks))
+    assert line.startswith("run: 1020/3000 ok, 60 failed"), line  # not "0/0 ok so far in 0 of 2 shards"
+
+
 def test_the_summary_names_interruptions_apart() -> None:
     """The run line: 0 failed, 20 interrupted (run again)."""
     line = summary_line(summary_of([_row_of(0, REQUEUED)]))

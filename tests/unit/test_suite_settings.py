@@ -13,6 +13,7 @@ from gymslurm.launcher.suite_settings import (
     chain_settings,
     key_line,
     load_suite,
+    own_cluster_problem,
     parse_suite,
 )
 
@@ -149,5 +150,32 @@ def test_submit_refuses_a_suite_across_clusters_on_slurm_before_writing_anything
     """The refusal comes before the run folder: nothing is written under the run root."""
     path = _suite(tmp_path, GOOD + f"run_root: {tmp_path / 'runs'}\nslurm:\n  clusters: [a, b]\n")
     with pytest.raises(ConfigError, match="shards across clusters are not for suites"):
+        submit_suite(load_suite(str(path), []), [], "slurm", dry_run=False, wait=False)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_benchmark_files_own_cluster_is_refused_naming_its_line_and_what_to_do(tmp_path: Path) -> None:
+    """A benchmark whose own file sets ``slurm.cluster`` (a suite's links run on the suite's
+    cluster, so it was ignored silently) is refused naming the suite's line of that benchmark, the
+    line of its own file, and the ways out; set in the suite's ``slurm:`` too, it is what runs."""
+    bench = tmp_path / "mine.yaml"
+    bench.write_text("dataset: data.jsonl\nslurm:\n  cluster: b\n")
+    path = _suite(tmp_path, GOOD + f"  - name: c\n    benchmark: {bench}\n")
+    suite = load_suite(str(path), [])
+    problem = own_cluster_problem(suite, chain_settings(suite)[0].slurm.cluster)
+    assert problem is not None and problem.startswith(f"suite {path}:13: benchmark 'c' sets slurm.cluster: b")
+    assert f"in {bench}:3," in problem and "the default cluster" in problem
+    assert "`slurm.cluster: b` in the suite's `slurm:`" in problem and "remove it" in problem
+    there = load_suite(str(path), ["slurm.cluster=b"])
+    assert own_cluster_problem(there, chain_settings(there)[0].slurm.cluster) is None
+    assert own_cluster_problem(load_suite("demo-suite", []), None) is None
+
+
+def test_submit_refuses_a_benchmarks_own_cluster_on_slurm_before_writing_anything(tmp_path: Path) -> None:
+    """The refusal comes before the run folder: nothing is written under the run root."""
+    bench = tmp_path / "mine.yaml"
+    bench.write_text("dataset: data.jsonl\nslurm:\n  cluster: b\n")
+    path = _suite(tmp_path, GOOD + f"  - name: c\n    benchmark: {bench}\nrun_root: {tmp_path / 'runs'}\n")
+    with pytest.raises(ConfigError, match=r"benchmark 'c' sets slurm\.cluster: b"):
         submit_suite(load_suite(str(path), []), [], "slurm", dry_run=False, wait=False)
     assert not (tmp_path / "runs").exists()

@@ -2,7 +2,8 @@
 
 Every test here gets the ``vllm`` marker and the ``vllm`` xdist group (tests/conftest.py): the
 modules run one after another on one worker, so one vLLM (about 3 GB) runs at a time. Setup
-problems **fail** the tests, never skip them.
+problems **fail** the tests, never skip them. The Slurm sandbox's fixtures (tests/slurm/conftest.py)
+are shared here: the replica module's suite runs on the sandbox's nodes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from gymslurm.job.servers import RunningServer
+from tests.slurm.conftest import slurm_cluster, slurm_python, slurm_session_dir  # noqa: F401 (the replica module's)
 from tests.vllm.harness import Vllm, VllmSetupError, ensure_vllm, start_vllm, stop_vllm
 
 

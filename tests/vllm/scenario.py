@@ -1,10 +1,11 @@
 """Runs of the demo benchmark whose policy is a vLLM the link itself starts and supervises.
 
-The supervision and replica modules each submit one such run (``gymslurm submit --backend local``:
+The supervision and replica modules each submit one such run, act on vLLM while it serves, and
+their tests read what the run left. The supervision module's (``gymslurm submit --backend local``:
 a real link starting docs/servers.md's "vLLM on CPU" server, the demo Environment Server asking it,
-the real collector), act on vLLM while it serves, and their tests read what the run left. The
-replica module's run is a suite (docs/suites.md): the vLLM replicas are its shared stack, started
-once by the link for every benchmark of it (:func:`write_suite`).
+the real collector) is written by :func:`write_benchmark`. The replica module's is a suite
+(docs/suites.md, :func:`write_suite`) submitted to the Slurm sandbox as the test user: the vLLM
+replicas are its shared stack, started once by the link for every benchmark of it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
+from gymslurm.demo.arith import dataset_rows
 from tests.e2e.launcher_chains_helpers import gymslurm, ledger, only_run, wait_until_final
 from tests.vllm.harness import SERVED_MODEL, Vllm, group_alive, server_entry
 
@@ -55,17 +58,23 @@ class Run:
         return "\n".join(p.read_text(errors="replace") for p in sorted((self.path / "logs").glob("*.out")))
 
 
-def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy: Any) -> Path:
-    """The benchmark: vLLM (the recipe, fast probes, ``policy`` on top) and the demo Environment Server."""
-    dataset = tmp / "data.jsonl"
-    gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(rows))
+def dataset_text(rows: int) -> str:
+    """The demo dataset of ``rows`` tasks (``gymslurm demo-server --write-dataset``'s rows), as JSONL."""
+    return "".join(orjson.dumps(row).decode() + "\n" for row in dataset_rows(rows, seed=0))
+
+
+def benchmark_doc(
+    vllm: Vllm, dataset: Path, run_root: Path, concurrency: int, python: str = sys.executable, **policy: Any
+) -> dict[str, Any]:
+    """The benchmark: vLLM (the recipe, fast probes, ``policy`` on top) and the demo Environment Server,
+    run with ``python`` (the collector's and the Environment Server's interpreter, and the job's)."""
     entry = server_entry(vllm, name="policy", probe_interval_s=1, probe_timeout_s=10, **policy)
     env = {
         "name": "env",
         "health_path": "/health",
         "probe_interval_s": 1,
         "command": [
-            sys.executable,
+            python,
             "-m",
             "gymslurm",
             "demo-server",
@@ -82,41 +91,57 @@ def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy
         ],
     }
     overrides = ["+route_failures_to_sidecar=true", f"+concurrency={concurrency}", "+progress=none"]
-    bench: dict[str, Any] = {
+    return {
         "dataset": str(dataset),
-        "run_root": str(tmp / "runs"),
+        "run_root": str(run_root),
         "shards": 1,
         "servers": [entry, env],
-        "collector": {"command": [sys.executable, "-m", "gymslurm", "collect"], "overrides": overrides},
-        "slurm": {"python": sys.executable},
+        "collector": {"command": [python, "-m", "gymslurm", "collect"], "overrides": overrides},
+        "slurm": {"python": python},
         "aggregation": {"enabled": False},
     }
+
+
+def write_benchmark(tmp: Path, vllm: Vllm, rows: int, concurrency: int, **policy: Any) -> Path:
+    """The benchmark of :func:`benchmark_doc` and its dataset of ``rows`` tasks, written into ``tmp``."""
+    dataset = tmp / "data.jsonl"
+    dataset.write_text(dataset_text(rows))
     path = tmp / "bench.yaml"
-    path.write_text(yaml.safe_dump(bench))
+    path.write_text(yaml.safe_dump(benchmark_doc(vllm, dataset, tmp / "runs", concurrency, **policy)))
     return path
 
 
-def write_suite(tmp: Path, vllm: Vllm, rows: dict[str, int], concurrency: int, **policy: Any) -> Path:
+def write_suite(
+    write: Callable[[str, str], Path],
+    vllm: Vllm,
+    *,
+    python: str,
+    rows: dict[str, int],
+    concurrency: int,
+    slurm: dict[str, Any],
+    **policy: Any,
+) -> Path:
     """A suite of demo benchmarks (one per ``rows`` entry: its name, its tasks) whose shared stack is
-    vLLM (the recipe, ``policy`` on top), one chain: one link starts it once for all of them."""
-    bench = write_benchmark(tmp, vllm, rows=1, concurrency=concurrency, **policy)
-    (stack,) = [s for s in yaml.safe_load(bench.read_text())["servers"] if s["name"] == "policy"]
+    vLLM (the recipe, ``policy`` on top), one chain: one link starts it once for all of them.
+    ``write(name, text)`` puts a file where the submitting user reads it; ``slurm``: the suite's
+    ``slurm`` section beside ``python``."""
+    dataset = write("data.jsonl", dataset_text(1))
+    doc = benchmark_doc(vllm, dataset, dataset.parent / "runs", concurrency, python, **policy)
+    bench = write("bench.yaml", yaml.safe_dump(doc))
+    (stack,) = [s for s in doc["servers"] if s["name"] == "policy"]
     benchmarks = []
     for name, count in rows.items():
-        dataset = tmp / f"{name}.jsonl"
-        gymslurm("demo-server", "--write-dataset", str(dataset), "--n", str(count))
-        benchmarks.append({"name": name, "benchmark": str(bench), "dataset": str(dataset)})
+        data = write(f"{name}.jsonl", dataset_text(count))
+        benchmarks.append({"name": name, "benchmark": str(bench), "dataset": str(data)})
     suite = {
-        "run_root": str(tmp / "runs"),
+        "run_root": str(dataset.parent / "runs"),
         "shards": 1,
         "stack": [stack],
-        "slurm": {"python": sys.executable},
+        "slurm": {"python": python, **slurm},
         "aggregation": {"enabled": False},
         "benchmarks": benchmarks,
     }
-    path = tmp / "vllm-suite.yaml"
-    path.write_text(yaml.safe_dump(suite))
-    return path
+    return write("vllm-suite.yaml", yaml.safe_dump(suite))
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = RUN_TIMEOUT_S) -> Any:

@@ -29,7 +29,7 @@ from gymslurm.launcher.run_site import run_jobs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.cost import ask_accounting
-from gymslurm.launcher.views.counts import counts_of, epoch_of, eta_s, human_duration, walltime_text
+from gymslurm.launcher.views.counts import Counts, counts_of, epoch_of, eta_s, human_duration, walltime_text
 from gymslurm.launcher.views.diagnosis import RUNNING_STATES, beat_of, collector_stall, is_held, verdict
 from gymslurm.launcher.views.document import (
     AggregationStatus,
@@ -222,31 +222,38 @@ def _restarts(state: ChainState) -> str:
     return ", ".join(f"{name}:{count}" for name, count in sorted(state.server_restarts.items()))
 
 
-def summary_of(rows: Sequence[ShardRow], cost: CostSummary = NO_COST) -> StatusSummary:
+def summary_of(
+    rows: Sequence[ShardRow], cost: CostSummary = NO_COST, counted: Sequence[Counts] | None = None
+) -> StatusSummary:
     """The run-level line over every shard: rollouts done of expected (``counted_shards`` of ``shards``
     have reported a count yet), ETA at the summed rate of running links, failures, interruptions;
-    then the run's ``cost`` (none when not given)."""
-    expected = sum(row.expected or 0 for row in rows)
-    finished = sum(row.successful + row.failed + row.omitted for row in rows)
-    rate = sum(row.rate_per_s or 0.0 for row in rows if row.verdict == ChainVerdict.HEALTHY)
+    then the run's ``cost`` (none when not given). ``counted``: where the rollouts are when not in
+    the rows' own shards (a suite's are in its benchmarks' shards: :func:`member_counts`); the
+    verdicts and walltime stay the rows' (the suite's chains)."""
+    counts = [_row_counts(row) for row in rows] if counted is None else list(counted)
+    expected = sum(c.expected or 0 for c in counts)
+    finished = sum(c.successful + c.failed + c.omitted for c in counts)
+    rate = sum(c.rate_per_s or 0.0 for c in counts)
     by_class: dict[str, int] = {}
-    for row in rows:
-        for name, n in row.failed_by_class.items():
+    for c in counts:
+        for name, n in c.failed_by_class.items():
             by_class[name] = by_class.get(name, 0) + n
     verdicts: dict[str, int] = {}
     for row in rows:
         word = str(row.verdict)  # a plain str: orjson writes no enum as a key
         verdicts[word] = verdicts.get(word, 0) + 1
-    counted = sum(1 for row in rows if row.expected is not None)
-    eta = (expected - finished) / rate if rate > 0 and expected > finished and counted == len(rows) else None
+    reported = sum(1 for c in counts if c.expected is not None)
+    eta = (
+        (expected - finished) / rate if rate > 0 and expected > finished and reported == len(counts) else None
+    )
     return StatusSummary(
         expected=expected,
-        successful=sum(row.successful for row in rows),
-        failed=sum(row.failed for row in rows),
-        omitted=sum(row.omitted for row in rows),
-        interrupted=sum(row.interrupted for row in rows),
-        shards=len(rows),
-        counted_shards=counted,
+        successful=sum(c.successful for c in counts),
+        failed=sum(c.failed for c in counts),
+        omitted=sum(c.omitted for c in counts),
+        interrupted=sum(c.interrupted for c in counts),
+        shards=len(counts),
+        counted_shards=reported,
         rate_per_s=round(rate, 3),
         eta_s=None if eta is None else round(eta, 1),
         eta=human_duration(eta),
@@ -262,6 +269,41 @@ def summary_of(rows: Sequence[ShardRow], cost: CostSummary = NO_COST) -> StatusS
         budget_warning=cost.budget_warning,
         faults=cost.faults,
     )
+
+
+def _row_counts(row: ShardRow) -> Counts:
+    """A shard row's counts; its rate only while its chain is HEALTHY."""
+    rate = row.rate_per_s if row.verdict == ChainVerdict.HEALTHY else None
+    return Counts(
+        row.expected,
+        row.successful,
+        row.failed,
+        row.omitted,
+        rate_per_s=rate,
+        failed_by_class=row.failed_by_class,
+        interrupted=row.interrupted,
+    )
+
+
+def member_counts(run: RunDir) -> list[Counts] | None:
+    """A suite run's rollouts: each benchmark's shards' counts (its coverage, or its running
+    collector's live record), None for a run of one benchmark (its own shards hold them)."""
+    from gymslurm.launcher.suite_run import is_suite, member_run, read_suite_record
+
+    if not is_suite(run):
+        return None
+    counts = []
+    for entry in read_suite_record(run).benchmarks:
+        sub = member_run(run, entry.name)
+        for shard in range(entry.shards):
+            output = sub.shard_output(shard, entry.output_stem)
+            try:
+                progress = live.read_progress(live.progress_path(output))
+            except StoreError:
+                progress = None
+            running = progress is not None and not progress.ended
+            counts.append(counts_of(shard_coverage(output)[0], progress, running))
+    return counts
 
 
 def never_queued(rows: Sequence[ShardRow], aggregate: ChainState) -> bool:
@@ -388,7 +430,7 @@ def run_status(
         backend=info.backend,
         benchmark=info.benchmark,
         generated_at=datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
-        summary=summary_of(rows, cost),
+        summary=summary_of(rows, cost, member_counts(run)),
         shards=rows if shard is None else [with_links(rows[shard], chains[shard], now, slurm_gpu_s)],
         aggregation=replace(agg, log=logs.job_log(None, agg.job)),
         final_metrics=metrics,
