@@ -65,6 +65,7 @@ from gymslurm.site.backend import (
     backend_name,
     choose_backend,
 )
+from gymslurm.site.job_names import aggregation_job_name, links_job_name, shard_job_name
 from gymslurm.site.local import LocalBackend
 from gymslurm.site.placement import blocks_for
 from gymslurm.site.render import (
@@ -142,7 +143,7 @@ def render_scripts(
             shard=f"{first} + $SLURM_ARRAY_TASK_ID (the array task id)"
             if first
             else "$SLURM_ARRAY_TASK_ID (the array task id)",
-            job_name=f"gs-{run.name}",
+            job_name=links_job_name(run.name),
             script_path=f"--array=TASK {path} (TASK = the shard{f' - {first}' if first else ''}; "
             "use the job id the ledger names)",
             log_path=str(run.links_log_pattern_for(first)),
@@ -156,7 +157,7 @@ def render_scripts(
     for shard in range(0 if plan is not None else settings.shards):
         values = ScriptValues(
             shard=f"{shard:03d}",
-            job_name=f"gs-{run.name}-s{shard:03d}",
+            job_name=shard_job_name(run.name, shard),
             script_path=str(run.script(shard)),
             log_path=str(run.log_pattern(shard)),
             ledger_path=str(run.ledger(shard).path),
@@ -168,7 +169,7 @@ def render_scripts(
         scripts[run.script(shard)] = render(link, values)
     values = ScriptValues(
         shard="aggregate",
-        job_name=f"gs-{run.name}-agg",
+        job_name=aggregation_job_name(run.name),
         script_path=str(run.script(None)),
         log_path=str(run.log_pattern(None)),
         ledger_path=str(run.aggregate_ledger.path),

@@ -110,7 +110,8 @@ def list_header() -> str:
 
 
 class _SharedSlurm:
-    """A Slurm backend whose one squeue answer is shared by every run listed."""
+    """A Slurm backend whose one squeue answer (the user's whole queue) is shared by every run listed:
+    its lines grouped by job name once, each run types only its own (site/job_names.py)."""
 
     name = "slurm"
 
@@ -123,10 +124,19 @@ class _SharedSlurm:
     def queries(self) -> int:
         return int(self.inner.queries)
 
-    def queue(self) -> Any:
-        if "queue" not in self.cache:
-            self.cache["queue"] = self.inner.queue()
-        return self.cache["queue"]
+    def queue(self, jobs: Any = None) -> Any:
+        from gymslurm.site.job_names import lines_by_name, run_lines
+        from gymslurm.site.slurm import parse_squeue
+
+        if "lines" not in self.cache:
+            self.cache["lines"] = lines_by_name(self.inner.client.queue_text())
+        groups = self.cache["lines"]
+        lines = (
+            run_lines(groups, jobs)
+            if jobs is not None
+            else (line for group in groups.values() for line in group)
+        )
+        return {row.job_id: row for row in parse_squeue(lines)}
 
     def job_rows(self, job_ids: Any) -> Any:
         return {job: row for job, row in self.queue().items() if job in set(job_ids)}

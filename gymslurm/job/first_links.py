@@ -39,6 +39,7 @@ from gymslurm.process_env import SECRETS_ENV
 from gymslurm.redaction import REDACTED
 from gymslurm.site.arrays import ArrayPlan
 from gymslurm.site.backend import LIVE_STATES, Backend, ClusterSetBackend, SlurmBackend, job_states
+from gymslurm.site.job_names import links_job_name
 from gymslurm.site.placement import Block, cluster_parts
 from gymslurm.store.flock import try_lock
 
@@ -147,7 +148,7 @@ def _sbatch_once(
     parts, pending = queued
     script, indices, after, comment = call
     if comment == pending:
-        found = target.commented(f"gs-{run.name}", comment)
+        found = target.commented(links_job_name(run.name), comment)
         if found:
             log(f"sbatch {comment} went through before its submitter died: job {found[0]}, not queued again")
             return found[0]

@@ -18,7 +18,14 @@ from gymslurm.site.backend import (
     SlurmBackend,
     choose_backend,
 )
+from gymslurm.site.job_names import RunJobs
 from gymslurm.site.slurm import QueueRow, SlurmClient
+
+
+def run_jobs(run: RunDir, shards: int) -> RunJobs:
+    """Which queue rows are this run's, by job name (site/job_names.py): an array run's links are all
+    ``gs-R``; a run without ``array.json`` names each shard's links (``gs-R-sNNN``)."""
+    return RunJobs(run.name, 0 if run.array_path.exists() else shards)
 
 
 def live_jobs(state: ChainState, queue: Mapping[str, QueueRow]) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gymslurm.errors import SlurmError
+from gymslurm.site.job_names import RunJobs
 from gymslurm.site.slurm import (
     AccountingRow,
     QueueRow,
@@ -76,8 +77,9 @@ class Backend(Protocol):
         """Cancel these jobs (ended ones are ignored)."""
         ...
 
-    def queue(self) -> dict[str, QueueRow]:
-        """Every job the scheduler still knows, by id: one query (the run-wide views: ``status``)."""
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
+        """Every job the scheduler still knows, by id: one query (the run-wide views: ``status``);
+        ``jobs``: only one run's jobs (the other runs' rows are neither asked for nor typed)."""
         ...
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
@@ -171,15 +173,15 @@ class SlurmBackend:
         """``scancel``."""
         self.client.cancel([self.raw(job) for job in job_ids])
 
-    def queue(self) -> dict[str, QueueRow]:
-        """One ``squeue`` call."""
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
+        """One ``squeue`` call (``jobs``: of one run's job names)."""
         if not self.qualify:
-            return {row.job_id: row for row in self.client.queue()}
-        rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue())
+            return {row.job_id: row for row in self.client.queue(jobs)}
+        rows = (replace(row, job_id=self.own(row.job_id)) for row in self.client.queue(jobs))
         return {row.job_id: row for row in rows}
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
-        """One ``squeue -j`` of these jobs (of this cluster)."""
+        """One ``scontrol show job`` command of these jobs (of this cluster: SlurmClient.jobs)."""
         rows = self.client.jobs([self.raw(job) for job in job_ids])
         return {self.own(row.job_id): replace(row, job_id=self.own(row.job_id)) for row in rows}
 
@@ -264,15 +266,15 @@ class ClusterSetBackend:
         for cluster, jobs in self._by_cluster(job_ids).items():
             self.backends[cluster].cancel(jobs)
 
-    def queue(self) -> dict[str, QueueRow]:
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
         """One ``squeue`` per cluster (the ids name their cluster, so none collide)."""
         merged: dict[str, QueueRow] = {}
         for backend in self.backends.values():
-            merged |= backend.queue()
+            merged |= backend.queue(jobs)
         return merged
 
     def job_rows(self, job_ids: Sequence[str]) -> dict[str, QueueRow]:
-        """One ``squeue -j`` per cluster that holds some of these jobs."""
+        """One ``scontrol show job`` command per cluster that holds some of these jobs."""
         merged: dict[str, QueueRow] = {}
         for cluster, jobs in self._by_cluster(job_ids).items():
             merged |= self.backends[cluster].job_rows(jobs)
@@ -293,9 +295,10 @@ class ClusterSetBackend:
 
 
 def job_states(backend: Backend, job_ids: Sequence[str]) -> dict[str, str]:
-    """Each of these jobs' state as Slurm knows it now, by id: one ``squeue -j`` (slurmctld: live jobs
-    and those ended less than MinJobAge ago), then ``sacct`` only for the ones slurmctld forgot (never
-    when the run knows the cluster keeps no accounting). A job neither knows is left out."""
+    """Each of these jobs' state as Slurm knows it now, by id: one ``scontrol show job`` command
+    (slurmctld: live jobs and those ended less than MinJobAge ago), then ``sacct`` only for the ones
+    slurmctld forgot (never when the run knows the cluster keeps no accounting). A job neither knows
+    is left out."""
     states = {job: row.state for job, row in backend.job_rows(job_ids).items()}
     forgotten = [job for job in job_ids if job not in states]
     rows = backend.accounting(forgotten) if forgotten else None
@@ -303,8 +306,8 @@ def job_states(backend: Backend, job_ids: Sequence[str]) -> dict[str, str]:
 
 
 def scheduler_use(backend: Backend) -> str:
-    """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 1,
-    squeue 2, sbatch 1), rows read: 5`` (the local backend counts queries only)."""
+    """What this process asked of the scheduler, for a job's log: ``scheduler calls: 4 (scontrol 3,
+    sbatch 1), rows read: 5`` (the local backend counts queries only)."""
     clients = (
         [backend.client]
         if isinstance(backend, SlurmBackend)

@@ -39,6 +39,7 @@ from typing import IO, Any
 
 import psutil
 
+from gymslurm.site.job_names import RunJobs
 from gymslurm.site.slurm import AccountingRow, QueueRow
 from gymslurm.store.atomic import publish_bytes
 from gymslurm.store.flock import locked, try_lock
@@ -186,8 +187,9 @@ class LocalBackend:
                 found.append(json.loads(path.read_text()))
         return found
 
-    def queue(self) -> dict[str, QueueRow]:
-        """Every job of the queue as squeue would show it (one query)."""
+    def queue(self, jobs: RunJobs | None = None) -> dict[str, QueueRow]:
+        """Every job of the queue as squeue would show it (one query; the queue is one run's: ``jobs``
+        changes nothing)."""
         self.queries += 1
         return self._run_pending({job["id"]: _queue_row(job) for job in self.jobs()})
 

@@ -113,6 +113,11 @@ def extra_directive_problem(key: str, value: str) -> str | None:
     match = _DIRECTIVE_FLAG.match(body)
     if match is None:
         return f"{key} must be one sbatch option starting with '-' or '--' (e.g. --mem=4G)"
+    if _names_the_job(match.group(1)):
+        return (
+            f"{key} sets the job's name ({match.group(1)}): gymslurm names every job of a run gs-<run> "
+            "(status, cancel and the links find the run's jobs by that name); remove the line"
+        )
     rest = body[match.end() :]
     if rest[:1] in ("=", " "):
         rest = rest[1:].lstrip(" ") if rest[:1] == " " else rest[1:]
@@ -128,6 +133,11 @@ def extra_directive_problem(key: str, value: str) -> str | None:
             "an #SBATCH value may not hold whitespace, quotes or any of $ ` ; \\ < > ( ) #",
         )
     return None
+
+
+def _names_the_job(flag: str) -> bool:
+    """``-J`` or ``--job-name`` (or a prefix of it, which sbatch's option parser also takes)."""
+    return flag == "-J" or (len(flag) > len("--j") and "--job-name".startswith(flag))
 
 
 def path_directive_problem(key: str, value: str) -> str | None:

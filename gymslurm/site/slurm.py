@@ -14,12 +14,21 @@ import os
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
 from gymslurm.errors import SlurmError
+from gymslurm.site.job_names import RunJobs, squeue_name
+from gymslurm.site.scontrol import (
+    UNKNOWN_JOB,
+    key_values,
+    parse_job_answers,
+    parse_scontrol_job,
+    quote,
+    run_time_s,
+)
 
 # %i job id (``ARRAY_TASK`` form for array tasks, e.g. 162_7; -r lists each pending task on its own
 # line), %j name, %T state, %r reason, %E dependency, %M time used, %l limit, %S start time.
@@ -45,7 +54,6 @@ _SUBMITTED = re.compile(r"^Submitted batch job (\d+)(?: on cluster \S+)?$")
 _PARSABLE = re.compile(r"^(\d+)(?:;\S+)?$")
 _EXIT = re.compile(r"^(\d+):(\d+)$")
 _ACCOUNTING_OFF = "accounting storage is disabled"
-_UNKNOWN_JOB = "Invalid job id specified"
 
 
 @dataclass(frozen=True)
@@ -81,10 +89,6 @@ class AccountingRow:
 _Row = TypeVar("_Row", QueueRow, AccountingRow)
 
 
-def _quote(text: str) -> str:
-    return text if len(text) < 2000 else text[:2000] + "...[truncated]"
-
-
 def parse_sbatch(stdout: str) -> str:
     """The job id from ``sbatch`` (plain ``Submitted batch job 42`` or ``--parsable`` ``42[;cluster]``)."""
     text = stdout.strip()
@@ -92,20 +96,34 @@ def parse_sbatch(stdout: str) -> str:
         match = pattern.match(text)
         if match:
             return match.group(1)
-    raise SlurmError(f"sbatch printed something that is not a job id: {_quote(text)!r}")
+    raise SlurmError(f"sbatch printed something that is not a job id: {quote(text)!r}")
 
 
-def parse_squeue(stdout: str) -> list[QueueRow]:
-    """Rows of ``squeue -h -o '{SQUEUE_FORMAT}'``."""
+def parse_squeue(stdout: str | Iterable[str]) -> list[QueueRow]:
+    """Rows of ``squeue -h -o '{SQUEUE_FORMAT}'`` (its text, or some of its lines)."""
     rows = []
-    for line in stdout.splitlines():
+    for line in stdout.splitlines() if isinstance(stdout, str) else stdout:
         if not line.strip():
             continue
         fields = line.split("|")
         if len(fields) != 8 or not _JOB_ID.match(fields[0].strip()):
-            raise SlurmError(f"unexpected squeue line (format {SQUEUE_FORMAT}): {_quote(line)!r}")
+            raise SlurmError(f"unexpected squeue line (format {SQUEUE_FORMAT}): {quote(line)!r}")
         rows.append(QueueRow(*map(str.strip, fields)))
     return rows
+
+
+def queue_row_of(job_id: str, fields: Mapping[str, str]) -> QueueRow:
+    """A job as ``scontrol show job`` says it, in squeue's terms (the state words are the same)."""
+    return QueueRow(
+        job_id,
+        fields.get("JobName", ""),
+        (fields.get("JobState") or "UNKNOWN").split()[0],
+        fields.get("Reason", ""),
+        fields.get("Dependency", ""),
+        fields.get("RunTime", ""),
+        fields.get("TimeLimit", ""),
+        fields.get("StartTime", ""),
+    )
 
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
@@ -125,7 +143,7 @@ def parse_sacct(stdout: str) -> list[AccountingRow]:
             continue
         fields = line.split("|")
         if len(fields) != 8 or not fields[0]:
-            raise SlurmError(f"unexpected sacct line (fields {SACCT_FIELDS}): {_quote(line)!r}")
+            raise SlurmError(f"unexpected sacct line (fields {SACCT_FIELDS}): {quote(line)!r}")
         job_id, name, state, exit_text, start, end, elapsed, tres = fields
         code, signal = parse_exit_code(exit_text)
         state_word = state.split()[0] if state.strip() else "UNKNOWN"
@@ -159,26 +177,6 @@ def fold_runs(rows: Sequence[AccountingRow]) -> dict[str, AccountingRow]:
     return folded
 
 
-def parse_scontrol_job(stdout: str, job_id: str | None = None) -> dict[str, str]:
-    """``scontrol show job -o ID`` as a mapping; a token without ``=`` continues the previous value.
-
-    ``job_id``: the id asked of. An array's own id (``scontrol show job 949``) lists every task of
-    the array, one line each, and the task still carrying that id (``JobId=949``, often the last
-    task) is one of them: the line whose ``JobId`` (or ``ARRAYJOB_TASK``) is ``job_id`` is the
-    answer, never the lines merged (seen on the sandbox: task 949_2 read itself as 949_0).
-    """
-    text = stdout.strip()
-    if not text.startswith("JobId="):
-        raise SlurmError(f"unexpected scontrol output (expected 'JobId=...'): {_quote(text)!r}")
-    lines = [_key_values(line.strip()) for line in text.splitlines() if line.strip()]
-    if job_id is None or len(lines) == 1:
-        return lines[0]
-    for fields in lines:
-        if job_id in (fields.get("JobId"), f"{fields.get('ArrayJobId')}_{fields.get('ArrayTaskId')}"):
-            return fields
-    raise SlurmError(f"scontrol show job {job_id} lists no job {job_id}: {_quote(text)!r}")
-
-
 def parse_config(stdout: str) -> dict[str, str]:
     """``scontrol show config``: its ``Key = Value`` lines (the first of a repeated key wins)."""
     config: dict[str, str] = {}
@@ -188,7 +186,7 @@ def parse_config(stdout: str) -> dict[str, str]:
         if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
             config.setdefault(key, value.strip())
     if "SLURM_VERSION" not in config and "ClusterName" not in config:
-        raise SlurmError(f"unexpected 'scontrol show config' output (no SLURM_VERSION): {_quote(stdout)!r}")
+        raise SlurmError(f"unexpected 'scontrol show config' output (no SLURM_VERSION): {quote(stdout)!r}")
     return config
 
 
@@ -199,23 +197,10 @@ def parse_partitions(stdout: str) -> dict[str, dict[str, str]]:
         if not line.strip():
             continue
         if not line.startswith("PartitionName="):
-            raise SlurmError(f"unexpected 'scontrol show partition -o' line: {_quote(line)!r}")
-        fields = _key_values(line.strip())
+            raise SlurmError(f"unexpected 'scontrol show partition -o' line: {quote(line)!r}")
+        fields = key_values(line.strip())
         partitions[fields["PartitionName"]] = fields
     return partitions
-
-
-def _key_values(text: str) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    last = ""
-    for token in text.split(" "):
-        key, sep, value = token.partition("=")
-        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_:/]*", key):
-            fields[key] = value
-            last = key
-        elif last:
-            fields[last] += " " + token
-    return fields
 
 
 _ACCOUNTING_TYPE = re.compile(r"^AccountingStorageType\s*=\s*(\S+)\s*$", re.M)
@@ -226,19 +211,9 @@ def parse_accounting_storage(config: str) -> bool:
     match = _ACCOUNTING_TYPE.search(config)
     if match is None:
         raise SlurmError(
-            f"no AccountingStorageType line in `scontrol show config` output: {_quote(config.strip())!r}"
+            f"no AccountingStorageType line in `scontrol show config` output: {quote(config.strip())!r}"
         )
     return match.group(1) != "accounting_storage/none"
-
-
-def _run_time_s(text: str) -> int | None:
-    """``RunTime`` of ``scontrol show job`` (``[D-]HH:MM:SS``) in seconds, None when unreadable."""
-    days, _, clock = text.rpartition("-")
-    parts = clock.split(":")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts) or not (days.isdigit() or days == ""):
-        return None
-    hours, minutes, seconds = (int(p) for p in parts)
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def end_from_scontrol(fields: Mapping[str, str]) -> AccountingRow:
@@ -252,7 +227,7 @@ def end_from_scontrol(fields: Mapping[str, str]) -> AccountingRow:
         signal=signal,
         start=fields.get("StartTime", ""),
         end=fields.get("EndTime", ""),
-        elapsed_s=_run_time_s(fields.get("RunTime", "")),
+        elapsed_s=run_time_s(fields.get("RunTime", "")),
     )
 
 
@@ -293,24 +268,31 @@ class SlurmClient:
         self.cluster = cluster  # every command goes to this cluster (slurm.cluster); None: the default
 
     def run(
-        self, argv: Sequence[str], check: bool = True, env: Mapping[str, str] | None = None
+        self,
+        argv: Sequence[str],
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run one Slurm command; a failure raises SlurmError with its command, code and output."""
+        """Run one Slurm command (``stdin``: its input); a failure raises SlurmError with its command,
+        code and output."""
         self.queries += 1
         self.calls[os.path.basename(argv[0]) if argv else "?"] += 1
         argv = on_cluster(argv, self.cluster)
-        done = self.execute(list(argv), dict(env) if env is not None else self._env)
+        done = self.execute(list(argv), dict(env) if env is not None else self._env, stdin)
         if check and done.returncode != 0:
             raise SlurmError(
-                f"{' '.join(argv)} exited {done.returncode}\nstdout: {_quote(done.stdout)}\n"
-                f"stderr: {_quote(done.stderr)}"
+                f"{' '.join(argv)} exited {done.returncode}\nstdout: {quote(done.stdout)}\n"
+                f"stderr: {quote(done.stderr)}"
             )
         return done
 
-    def execute(self, argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    def execute(
+        self, argv: list[str], env: dict[str, str] | None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """The subprocess seam: run one command as given, its output captured (tests script it here)."""
         try:
-            return subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, check=False)
         except OSError as error:
             raise SlurmError(f"cannot run {argv[0]}: {error}; is Slurm installed and on PATH?") from error
 
@@ -340,30 +322,42 @@ class SlurmClient:
             argv.append(f"--dependency={depends}")
         return parse_sbatch(self.run([*argv, str(script)], env=submit_environment(self._env)).stdout)
 
-    def queue(self) -> list[QueueRow]:
-        """Every job of the current user that squeue still knows (finished ones for MinJobAge)."""
+    def queue_text(self, names: Sequence[str] | None = None) -> str:
+        """squeue's text of every job of the current user that it still knows (finished ones for
+        MinJobAge), one line per array task; ``names``: only the jobs of these names (``--name``,
+        which squeue applies before it expands an array into its tasks). One call."""
         user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
         argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT]
         if user:
             argv += ["-u", user]
-        return self._counted(parse_squeue(self.run(argv).stdout))
+        if names:
+            argv.append(f"--name={','.join(names)}")
+        return self.run(argv).stdout
+
+    def queue(self, jobs: RunJobs | None = None) -> list[QueueRow]:
+        """:meth:`queue_text`'s rows; ``jobs``: one run's rows only, asked by name, or (too many names
+        to list) the user's lines kept by name before any is typed."""
+        names = jobs.squeue_names() if jobs is not None else None
+        text = self.queue_text(names)
+        if jobs is None or names is not None:
+            return self._counted(parse_squeue(text))
+        kept = (line for line in text.splitlines() if (name := squeue_name(line)) is None or jobs.keeps(name))
+        return self._counted(parse_squeue(kept))
 
     def jobs(self, job_ids: Sequence[str]) -> list[QueueRow]:
-        """These jobs as squeue shows them (finished ones for MinJobAge): ``squeue -j ID,...``, one call
-        whose rows are only these jobs, however many the user has queued (none asked: no call).
-
-        ``squeue -j`` of a single id Slurm forgot exits 1 ("Invalid job id specified"): no row, as
-        for a list of forgotten ids (which exits 0 with no line).
-        """
-        if not job_ids:
+        """These jobs as Slurm shows them (finished ones for MinJobAge), however many the user has
+        queued (none asked: no call): one ``scontrol -o`` reading a ``show job ID`` line per id, so
+        slurmctld packs each job's record alone (``squeue -j A,B`` makes it pack every record it
+        holds: site/scontrol.py). A job Slurm forgot has no row."""
+        asked = list(dict.fromkeys(job_ids))
+        if not asked:
             return []
-        argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT, "-j", ",".join(job_ids)]
-        done = self.run(argv, check=False)
-        if done.returncode != 0:
-            if _UNKNOWN_JOB in done.stderr:
-                return []
-            raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {_quote(done.stderr.strip())}")
-        return self._counted(parse_squeue(done.stdout))
+        if bad := [job for job in asked if not _JOB_ID.fullmatch(job)]:
+            raise SlurmError(f"not Slurm job ids: {bad!r} (expected 123 or 123_4)")
+        lines = "".join(f"show job {job}\n" for job in asked)
+        done = self.run(["scontrol", "-o"], check=False, stdin=lines)
+        found = parse_job_answers(done.stdout, done.stderr, asked)
+        return self._counted([queue_row_of(job, found[job]) for job in asked if job in found])
 
     def commented(self, name: str, comment: str) -> list[str]:
         """The (array) job ids Slurm still knows (for MinJobAge after their end) that were submitted with
@@ -388,16 +382,16 @@ class SlurmClient:
         if _ACCOUNTING_OFF in (done.stderr + done.stdout):
             return None
         if done.returncode != 0:
-            raise SlurmError(f"sacct exited {done.returncode}: {_quote(done.stderr.strip())}")
+            raise SlurmError(f"sacct exited {done.returncode}: {quote(done.stderr.strip())}")
         return self._counted(parse_sacct(done.stdout))
 
     def show_job(self, job_id: str) -> dict[str, str] | None:
         """``scontrol show job -o ID``, or None once Slurm forgot the job (after MinJobAge)."""
         done = self.run(["scontrol", "show", "job", "-o", job_id], check=False)
         if done.returncode != 0:
-            if _UNKNOWN_JOB in done.stderr:
+            if UNKNOWN_JOB in done.stderr:
                 return None
-            raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {_quote(done.stderr)}")
+            raise SlurmError(f"scontrol show job {job_id} exited {done.returncode}: {quote(done.stderr)}")
         self.rows += 1
         return parse_scontrol_job(done.stdout, job_id)
 
@@ -405,9 +399,9 @@ class SlurmClient:
         """The steps of a job Slurm still runs, as ``(JOB.STEP, step name)``: one ``squeue -s``."""
         done = self.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i|%j"], check=False)
         if done.returncode != 0:
-            if _UNKNOWN_JOB in done.stderr:
+            if UNKNOWN_JOB in done.stderr:
                 return []
-            raise SlurmError(f"squeue -s -j {job_id} exited {done.returncode}: {_quote(done.stderr.strip())}")
+            raise SlurmError(f"squeue -s -j {job_id} exited {done.returncode}: {quote(done.stderr.strip())}")
         rows = [tuple(line.split("|", 1)) for line in done.stdout.splitlines() if "|" in line]
         self.rows += len(rows)
         return [(step.strip(), name.strip()) for step, name in rows]

@@ -47,6 +47,7 @@ class ScriptedSlurm(SlurmClient):
         self.next_id = 100
         self.log: list[list[str]] = []  # each command as run (``calls`` counts them by name)
         self.envs: list[dict[str, str] | None] = []  # the environment each ran with
+        self.stdins: list[str | None] = []  # the input each read (scontrol's show job lines)
         self.replies = {
             name: list(given) if isinstance(given, list) else [given]
             for name, given in (replies or {}).items()
@@ -59,10 +60,14 @@ class ScriptedSlurm(SlurmClient):
             self.states[f"{job}_{task}"] = "PENDING"
         return job
 
-    def execute(self, argv: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
-        """The scripted reply of ``argv[0]``, else the queue's answer; the command is recorded."""
+    def execute(
+        self, argv: list[str], env: dict[str, str] | None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The scripted reply of ``argv[0]``, else the queue's answer; the command (and its input) is
+        recorded."""
         self.log.append(list(argv))
         self.envs.append(env)
+        self.stdins.append(stdin)
         script = self.replies.get(argv[0])
         if script is not None:
             given = script.pop(0) if len(script) > 1 else script[0]
@@ -70,7 +75,7 @@ class ScriptedSlurm(SlurmClient):
             return subprocess.CompletedProcess(argv, done.returncode, done.stdout, done.stderr)
         answer = getattr(self, f"_{argv[0]}", None)
         assert answer is not None, f"unscripted Slurm command: {' '.join(argv)}"
-        code, stdout, stderr = answer(argv)
+        code, stdout, stderr = answer(argv, stdin) if argv[0] == "scontrol" else answer(argv)
         return subprocess.CompletedProcess(argv, code, stdout, stderr)
 
     def _sbatch(self, argv: list[str]) -> tuple[int, str, str]:
@@ -96,8 +101,17 @@ class ScriptedSlurm(SlurmClient):
         rows = [f"{job}|gs|{self.states[job]}|0:0|t|t|10|billing=1\n" for job in wanted if job in self.states]
         return 0, "".join(rows), ""
 
-    def _scontrol(self, argv: list[str]) -> tuple[int, str, str]:
-        job = argv[-1]
+    def _scontrol(self, argv: list[str], stdin: str | None) -> tuple[int, str, str]:
+        if stdin is None:  # scontrol show job -o ID
+            return self._show_job(argv[-1])
+        out, err = [], []  # scontrol -o reading "show job ID" lines, as 22.05 (with readline) prints
+        for command in stdin.splitlines():
+            _, stdout, stderr = self._show_job(command.split()[-1])
+            out.append(f"scontrol: {command}\n{stdout}")
+            err.append(stderr)
+        return (1 if any(err) else 0), "".join(out) + "scontrol: \n", "".join(err)
+
+    def _show_job(self, job: str) -> tuple[int, str, str]:
         if job not in self.states:
             return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
         array, _, task = job.partition("_")

@@ -112,6 +112,13 @@ def test_extra_directive_must_be_one_plain_sbatch_option(bad: str) -> None:
     assert "extra_directives[0]" in message
 
 
+@pytest.mark.parametrize("bad", ["--job-name=mine", "-J mine", "--job-na=mine", "#SBATCH --job-name mine"])
+def test_an_extra_directive_may_not_rename_the_runs_jobs(bad: str) -> None:
+    """The run's jobs are found by their names (gs-<run>): a directive renaming them is refused."""
+    message = _refusal(_benchmark(slurm__extra_directives=[bad]))
+    assert "extra_directives[0]" in message and "gs-<run>" in message
+
+
 @pytest.mark.parametrize(
     "good",
     [

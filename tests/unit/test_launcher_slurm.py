@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gymslurm.errors import SlurmError
+from gymslurm.site.scontrol import parse_scontrol_job
 from gymslurm.site.slurm import (
     SlurmClient,
     end_from_scontrol,
@@ -12,7 +13,6 @@ from gymslurm.site.slurm import (
     parse_exit_code,
     parse_sacct,
     parse_sbatch,
-    parse_scontrol_job,
     parse_squeue,
 )
 from tests.unit.scripted_slurm import ScriptedSlurm, reply

@@ -3,9 +3,11 @@
 A real link (``run_link``, the stand-in collector) of an array run of 1, 2 or 10,000 shards, whose
 first links and spares are queued in a scripted Slurm (tests/unit/scripted_slurm.py: the client's
 own parsers read Slurm's text, the client counts the calls and the rows they return). A link asks
-``scontrol show job`` of itself, ``squeue -j`` of its lookahead at its start and after its decision,
-and queues one job: the same calls and rows at 1 shard as at 10,000. Its queries (squeue, sacct,
-scontrol) stay ≤ 3 and their rows ≤ 10. tests/slurm/test_link_calls_slurm.py checks it on Slurm.
+``scontrol show job`` of itself, and of its lookahead's ids (one ``scontrol -o`` reading a ``show job``
+line per id) at its start and after its decision, and queues its jobs: the same calls and rows at 1
+shard as at 10,000. Its queries (squeue, sacct, scontrol) stay ≤ 3 and their rows ≤ 10, and none is
+a ``squeue`` (whose ``-j`` makes slurmctld pack every job it holds: bench/job_info_rpcs.py).
+tests/slurm/test_link_calls_slurm.py checks it on Slurm.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.job.chain import STRAYS_ASKED
 from gymslurm.job.link import run_link
 from gymslurm.launcher.settings import SlurmSettings
 from gymslurm.site.backend import SlurmBackend, this_job
@@ -77,3 +80,15 @@ def test_the_link_that_finishes_a_large_run_reads_no_other_ledger_until_the_tall
     assert (run_root / "tally.jsonl").read_text().count("\n") == 1
     assert client.calls["sacct"] == 0 and not (run_root / "summary.json").exists()
     assert not any("-u" in call for call in client.log), client.log
+
+
+def test_a_link_asks_its_own_jobs_by_id_never_with_squeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm 22.05's ``squeue -j A,B`` is a whole-queue dump inside slurmctld; a link asks each of its
+    few ids with ``scontrol show job`` (one record each), two asks of at most ``lookahead + 4`` ids."""
+    client = _one_link(tmp_path, monkeypatch, 10_000, CONTINUE)
+    assert "squeue" not in client.calls, client.log
+    asks = [lines.splitlines() for lines in client.stdins if lines]
+    lookahead = SlurmSettings.model_fields["lookahead"].default
+    assert len(asks) == 2 and all(0 < len(ids) <= lookahead + STRAYS_ASKED for ids in asks), asks

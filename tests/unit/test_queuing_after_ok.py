@@ -86,7 +86,12 @@ def _killed_watch_submit(
             after_ok=[CONVERT],
         )
     assert run.queuing_mark.exists()
-    client.replies, client.next_id, client.log = {}, 200, []  # Slurm answers again, from its queue
+    client.replies, client.next_id, client.log, client.stdins = (
+        {},
+        200,
+        [],
+        [],
+    )  # Slurm answers again, from its queue
     if convert_state is not None:
         client.states[CONVERT] = convert_state
     else:
@@ -133,8 +138,11 @@ def test_status_completing_after_the_conversion_completed_adds_no_dependency(
     assert not any(
         arg.startswith("--dependency=") and "afterok" in arg for argv in _sbatches(client) for arg in argv
     )
-    asked = [argv[0] for argv in client.log if "-j" in argv]  # by id (not the intent's squeue --name)
-    assert asked == (["squeue"] if convert_state else ["squeue", "sacct"])  # sacct only for a forgotten job
+    # by id (scontrol's show job lines, sacct -j; not the intent's squeue --name)
+    asked = [argv[0] for argv, lines in zip(client.log, client.stdins, strict=True) if "-j" in argv or lines]
+    assert asked == (
+        ["scontrol"] if convert_state else ["scontrol", "sacct"]
+    )  # sacct only for a forgotten job
 
 
 def test_status_queues_nothing_when_the_conversion_failed(

@@ -25,6 +25,7 @@ from gymslurm.launcher.decide import job_exit_code
 from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import BAD_NODE_FAILURES, bad_nodes, gpu_budget
 from gymslurm.launcher.run_cost import NO_COST, Cost, CostSummary, cost_summary, final_metrics, link_costs
+from gymslurm.launcher.run_site import run_jobs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
 from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.cost import ask_accounting
@@ -383,7 +384,7 @@ def run_status(
     states = [summarize(records) for records in chains]
     aggregate_records = run.aggregate_ledger.read()
     aggregate = summarize(aggregate_records)
-    queue = backend.queue()
+    queue = backend.queue(run_jobs(run, info.shards))  # the run's own rows: other runs' not typed
     accounting, slurm_gpu_s = ask_accounting(backend, [*states, aggregate], queue, info)
     costs = [Cost.of(records, now, slurm_gpu_s) for records in chains]
     logs = LogIndex.of(run)
