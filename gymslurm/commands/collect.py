@@ -72,8 +72,13 @@ def main(argv: list[str]) -> int:
         return ExitCode.DONE
     from gymslurm.collector.seal import invocation, replay
     from gymslurm.commands.overrides import secret_overrides
+    from gymslurm.launcher.nemo_gym_line import starts_servers
     from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
+    if starts_servers(argv):  # NeMo Gym's gym eval run without --no-serve (docs/nemo-gym.md)
+        from gymslurm.commands.nemo_gym_serve import collect_line
+
+        return collect_line(argv)
     config_dir, config_name, overrides = split_options(argv)
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once: no process the collector starts inherits them

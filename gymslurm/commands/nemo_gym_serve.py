@@ -1,0 +1,173 @@
+"""``gymslurm submit gym eval run ARGS`` (and ``gymslurm collect ARGS``): a NeMo Gym line that starts servers.
+
+The line becomes a benchmark (launcher/nemo_gym_line.py): NeMo Gym's ``gym env start`` with the line's
+server words in each job, and as its dataset the split NeMo Gym prepares. The preparation runs at
+submit, after every refusal and before the run exists, in NeMo Gym's own interpreter: the preparation
+half of NeMo Gym 0.7.0's ``gym eval run`` (``e2e_rollout_collection``: its config check, its split
+check, ``TrainDataProcessor`` in ``train_preparation`` mode with downloads, its prepared-file check),
+then NeMo Gym's ``resolve_task_sources`` on the prepared rows (what its collector does to them before
+dispatching). The rows land in a temporary directory and are then moved into gymslurm's own file
+(never ``<output>/preprocessed_datasets/``, NeMo Gym's). A failure is NeMo Gym's reason, with nothing
+of gymslurm's written. NeMo Gym's code is run, never imported: gymslurm does not depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from gymslurm.commands.new_run import BenchmarkInputs, check_dataset, create_run, resolve_backend_name
+from gymslurm.commands.runs import DEFAULT_RUN_ROOT
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.nemo_gym_line import ServingLine, serving_benchmark, translate_serving_line
+from gymslurm.launcher.rundir import atomic_write
+from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate
+from gymslurm.redaction import learn
+from gymslurm.settings import load_settings, setting_names
+
+# Run by NeMo Gym's interpreter: argv = [DIR, *overrides]; prints {"split", "path", "rows"} on success,
+# else NeMo Gym's own message on stderr (exit 2). The order is e2e_rollout_collection's (cli/eval.py).
+PREPARE = r"""
+import json, sys
+from copy import deepcopy
+from pathlib import Path
+
+out = Path(sys.argv[1])
+sys.argv = [sys.argv[0], *sys.argv[2:]]
+try:
+    from omegaconf import open_dict
+    from nemo_gym.cli.eval import _validate_prepared_split_file_exists, _validate_split_datasets_declared
+    from nemo_gym.global_config import GlobalConfigDictParser, get_global_config_dict
+    from nemo_gym.rollout_collection import E2ERolloutCollectionConfig, RolloutCollectionHelper
+    from nemo_gym.train_data_utils import TrainDataProcessor
+
+    config = get_global_config_dict()
+    e2e = E2ERolloutCollectionConfig.model_validate(config)
+    processing = deepcopy(config)
+    with open_dict(processing):
+        processing["should_download"] = True
+        processing["mode"] = "train_preparation"
+        processing["output_dirpath"] = str(out / "prepared")
+    instances = GlobalConfigDictParser().filter_for_server_instance_configs(config)
+    _validate_split_datasets_declared(e2e.split, instances)
+    TrainDataProcessor().run(processing)
+    split = out / "prepared" / f"{e2e.split}.jsonl"
+    _validate_prepared_split_file_exists(split, e2e.split, out / "prepared")
+    rows = [json.loads(line) for line in split.read_text().splitlines() if line.strip()]
+    RolloutCollectionHelper.resolve_task_sources(rows, config)
+except BaseException as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    sys.exit(2)
+(out / "resolved.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+print(json.dumps({"split": e2e.split, "path": str(out / "resolved.jsonl"), "rows": len(rows)}))
+"""
+
+
+def nemo_gym_executable() -> str:
+    """NeMo Gym's ``gym``: ``$NEMO_GYM_VENV/bin/gym``, else ``gym`` on PATH (absolute, for every job)."""
+    venv = os.environ.get("NEMO_GYM_VENV")
+    found = str(Path(venv) / "bin" / "gym") if venv else shutil.which("gym")
+    if not found or not os.access(found, os.X_OK):
+        raise ConfigError(
+            "a `gym eval run` line that starts servers needs NeMo Gym's `gym`, and none was found "
+            f"({'$NEMO_GYM_VENV/bin/gym' if venv else 'no gym on PATH'}): install nemo-gym "
+            "(docs/nemo-gym.md) and put its gym on PATH, or set NEMO_GYM_VENV to its venv"
+        )
+    return str(Path(found).absolute())
+
+
+def plan_serving_run(
+    argv: list[str], overrides: list[str], gym: str
+) -> tuple[ServingLine, BenchmarkSettings, dict[str, Any]]:
+    """The benchmark of ``gym eval run ARGV`` with submit's ``overrides`` on top, validated with the
+    collector's overrides as each job will give them (ConfigError naming the word; nothing written)."""
+    line = translate_serving_line(argv, setting_names())
+    run_root = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("run_root=")), None)
+    data = serving_benchmark(line, gym, run_root or DEFAULT_RUN_ROOT)
+    if overrides:  # submit's overrides compose on top of the line's benchmark, as on a benchmark file
+        with tempfile.TemporaryDirectory(prefix="gymslurm-nemo-gym-line-") as folder:
+            path = Path(folder) / f"{data['name']}.yaml"
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+            settings, composed = load_benchmark(str(path), overrides)
+    else:
+        learn(data)
+        settings, composed = validate(data, "of this gym eval run line"), data
+    job_given = ["+input_jsonl_fpath=in.jsonl", "+output_jsonl_fpath=out.jsonl", "+resume_from_cache=true"]
+    load_settings([*settings.collector.overrides, *job_given, "+head_server_url=http://127.0.0.1:1"])
+    return line, settings, composed
+
+
+class NemoGymSplitInputs(BenchmarkInputs):
+    """The split NeMo Gym prepares for a serving line, in gymslurm's own file, cut into shards."""
+
+    def __init__(self, settings: BenchmarkSettings, workdir: Path, line: ServingLine, gym: str) -> None:
+        super().__init__(settings, workdir)
+        self.line, self.gym = line, gym
+
+    def prepare(self) -> None:
+        """Prepare the split with NeMo Gym (unless reused), then check it as any dataset."""
+        target = Path(os.path.abspath(self.workdir / self.settings.dataset))
+        if not (self.line.reuse_prepared and target.exists()):
+            prepare_split(self.line, self.gym, target, self.workdir)
+        self.dataset = target
+        check_dataset(self.dataset, self.settings.shards)
+
+
+def prepare_split(line: ServingLine, gym: str, target: Path, cwd: Path) -> None:
+    """Run NeMo Gym's preparation (in ``cwd``, as ``gym eval run`` would run there) into a temporary
+    directory, then write the rows to ``target`` atomically; ConfigError with NeMo Gym's reason."""
+    python = str(Path(gym).parent / "python")
+    with tempfile.TemporaryDirectory(prefix="gymslurm-nemo-gym-prepare-") as folder:
+        argv = [
+            python,
+            "-c",
+            PREPARE,
+            folder,
+            *line.preparation,
+            f"+output_jsonl_fpath={folder}/unused.jsonl",
+        ]
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines()
+            reason = "\n".join(said[-12:]) or f"exit {done.returncode}, nothing on stderr"
+            raise ConfigError(
+                f"NeMo Gym could not prepare the split of this `gym eval run` line (its preparation, run as "
+                f"gym eval run runs it, exited {done.returncode}); nothing was written. NeMo Gym says:\n"
+                f"{reason}\nDo what it says (prepare or download the data, fix the config), then submit again"
+            )
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, Path(result["path"]).read_bytes())
+    print(f"NeMo Gym prepared the {result['split']} split: {result['rows']} rows in {target}")
+
+
+def submit_line(
+    argv: list[str],
+    overrides: list[str],
+    backend_name: Literal["slurm", "local"] | None,
+    dry_run: bool,
+    *,
+    wait: bool,
+) -> int:
+    """``gymslurm submit [OPTIONS] gym eval run ARGV``: the line's benchmark as a run."""
+    gym = nemo_gym_executable()
+    line, settings, data = plan_serving_run(argv, overrides, gym)
+    kind = resolve_backend_name(settings, backend_name)
+    inputs = NemoGymSplitInputs(settings, Path.cwd(), line, gym)
+    return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait, inputs=inputs)
+
+
+def collect_line(argv: list[str]) -> int:
+    """``gymslurm collect ARGV`` for a line that starts servers: its run on this host, waited for."""
+    print("gymslurm collect: this `gym eval run` line starts NeMo Gym's servers: running it as a local run")
+    sys.stdout.flush()
+    return submit_line(argv, [], "local", False, wait=True)

@@ -1,0 +1,204 @@
+"""A ``gym eval run`` line that starts NeMo Gym's servers, as a gymslurm benchmark. Pure.
+
+Without ``--no-serve``, NeMo Gym 0.7.0's ``gym eval run`` (``nemo_gym/cli/eval.py``,
+``e2e_rollout_collection``) prepares the ``--split`` dataset (``TrainDataProcessor`` in
+``train_preparation`` mode, downloading what is missing, into ``<output>/preprocessed_datasets/``),
+starts every server of its configs and collects from them. Here the same line becomes a benchmark:
+
+- its **server words** (``--config``, ``--benchmark``, ``--model-type``..., and every override that is
+  not a collection or preparation setting) start the stack in each job with NeMo Gym's own
+  ``gym env start`` (as configs/benchmarks/nemo_gym_weather.yaml does), the head server on the job's
+  port; a credential goes to that process's environment (``${oc.env:...}``), never its argv;
+- its **preparation words** (``--split``, ``reuse_existing_data_preparation``, the preparation's own
+  settings) and the server words (credentials left out) prepare the split with NeMo Gym's own code, at
+  submit, into gymslurm's own file (``commands/nemo_gym_serve.py``): the benchmark's dataset;
+- the rest are **collection words**, the collector's overrides, as ``gymslurm collect`` takes them.
+
+Trade-off: which split and which data the configs declare is NeMo Gym's to say (a config file may set
+``split``), so it is learned only by preparing; a line is judged here by its words alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gymslurm.errors import ConfigError
+from gymslurm.nemogym_flags import (
+    PREPARATION,
+    SERVER_FLAGS,
+    VALUE_FLAGS_OF_SERVERS,
+    flag_words,
+    is_server_word,
+    translate_flags,
+)
+from gymslurm.redaction import is_credential_name
+
+# The preparation's own settings (NeMo Gym's E2ERolloutCollectionConfig and TrainDataProcessorConfig).
+PREPARATION_KEYS = frozenset(
+    {
+        "split",
+        "reuse_existing_data_preparation",
+        "overwrite_metrics_conflicts",
+        "data_source",
+        "task_data_validation",
+    }
+)
+SPLITS = ("train", "validation", "benchmark")  # E2ERolloutCollectionConfig.split
+# What each job's collector is given by the job itself (job/collector_process.py), or what the run does.
+OWN_KEYS = frozenset({"output_jsonl_fpath", "resume_from_cache"})
+OUTPUT_FLAGS = frozenset({"--output", "-o"})
+INPUT_WORDS = frozenset({"--input", "-i", "input_jsonl_fpath"})
+# NeMo Gym's own words (E2ERolloutCollectionConfig's validators) for what a serving line cannot take.
+NEMO_GYM_ON_INPUT = (
+    "`input_jsonl_fpath` (-i/--input) is not supported when serving end-to-end: the input is always the "
+    "prepared dataset for the requested split. Either add --no-serve to collect rollouts from your own "
+    "input file against already-running servers, or drop -i/--input to use the prepared data."
+)
+NEMO_GYM_ON_EXAMPLE = (
+    "`--split example` is not runnable end-to-end: example datasets are committed smoke-test samples, not "
+    "prepared train/validation/benchmark splits. To run one, start the servers and point at the example "
+    "file directly: `gym env start ...` then `gymslurm collect --no-serve --input "
+    "<server_dir>/data/example.jsonl`"
+)
+HEAD_SERVER = ("+head_server.host=127.0.0.1", "+head_server.port={port}")
+SECRET_ENV_PREFIX = "GYMSLURM_NEMO_GYM_"
+
+
+@dataclass(frozen=True)
+class ServingLine:
+    """A server-starting ``gym eval run`` line, its words sorted by who takes them."""
+
+    servers: tuple[str, ...]  # gym env start's arguments (credentials as ${oc.env:...})
+    secrets: dict[str, str]  # environment variable → credential, for gym env start alone
+    preparation: tuple[str, ...]  # the preparation's arguments (server words without credentials)
+    collection: tuple[str, ...]  # the collector's overrides
+    output_stem: str
+    reuse_prepared: bool
+
+
+def starts_servers(argv: list[str]) -> bool:
+    """Whether ``gym eval run ARGV`` starts NeMo Gym's servers: no ``--no-serve``, and a server flag,
+    ``config_paths`` or ``split`` (a line with none of them is a collection line, as before)."""
+    words = flag_words(argv)
+    if any(name == "--no-serve" for name, _ in words):
+        return False
+    return any(
+        name in SERVER_FLAGS or _key(name) in {"config_paths", "split", "--split"} for name, _ in words
+    )
+
+
+def _key(name: str) -> str:
+    return name.lstrip("+~").split(".")[0]
+
+
+def _word(name: str, value: str | None) -> list[str]:
+    """A word pair as argv (``--flag VALUE`` or ``+key=value``)."""
+    if value is None:
+        return [name]
+    return [name, value] if name.startswith("-") else [f"{name}={value}"]
+
+
+def translate_serving_line(argv: list[str], settings: Collection[str]) -> ServingLine:
+    """Sort a server-starting line's words (ConfigError naming a word NeMo Gym's own serving run refuses)."""
+    servers: list[str] = []
+    preparation: list[str] = []
+    collection: list[str] = []
+    secrets: dict[str, str] = {}
+    stem, reuse = "rollouts", False
+    for name, value in flag_words(argv):
+        key = _key(name)
+        if name in INPUT_WORDS or key == "input_jsonl_fpath":
+            raise ConfigError(
+                f"gym eval run's {name} on a line that starts servers: NeMo Gym says {NEMO_GYM_ON_INPUT}"
+            )
+        if name == "--split" or key == "split":
+            preparation += _word(name if name == "--split" else "+split", value)
+            _check_split(value)
+        elif key in PREPARATION:
+            preparation += _word(f"+{key}", value)
+            reuse = reuse or (key == "reuse_existing_data_preparation" and str(value).lower() == "true")
+        elif name in OUTPUT_FLAGS or key == "output_jsonl_fpath":
+            stem = output_stem(value)
+        elif key in OWN_KEYS or name == "--resume":
+            continue  # every link resumes its shard (job/collector_process.py)
+        elif key == "head_server":
+            continue  # the job's head server listens on the job's own port
+        elif is_server_word(name, settings):
+            credential = _credential_key(name)
+            if credential is None:
+                servers += _word(name, value)
+                preparation += _word(name, value)
+            else:
+                variable = SECRET_ENV_PREFIX + credential.upper()
+                secrets[variable] = value or ""
+                servers.append(f"++{credential}=${{oc.env:{variable}}}")
+        else:
+            collection += _word(name, value)
+    return ServingLine(
+        servers=tuple(servers),
+        secrets=secrets,
+        preparation=tuple(preparation),
+        collection=tuple(translate_flags(collection, settings)),
+        output_stem=stem,
+        reuse_prepared=reuse,
+    )
+
+
+def _credential_key(name: str) -> str | None:
+    """The configuration key a credential word sets (``--model-api-key``: ``policy_api_key``), else None."""
+    if name in VALUE_FLAGS_OF_SERVERS:
+        return VALUE_FLAGS_OF_SERVERS[name]
+    if name.startswith("-") or not is_credential_name(name.lstrip("+~")):
+        return None
+    return name.lstrip("+~")
+
+
+def _check_split(value: str | None) -> None:
+    """NeMo Gym's own rule for the split of a serving run (E2ERolloutCollectionConfig)."""
+    if value == "example":
+        raise ConfigError(f"gym eval run's --split example: NeMo Gym says {NEMO_GYM_ON_EXAMPLE}")
+    if value not in SPLITS:
+        raise ConfigError(f"gym eval run's --split {value!r}: NeMo Gym's split is one of {', '.join(SPLITS)}")
+
+
+def output_stem(value: str | None) -> str:
+    """The run's output stem: the ``--output`` file's name without ``.jsonl`` (a slug)."""
+    stem = Path(value or "").name.removesuffix(".jsonl")
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in stem).strip("_-")
+    return slug or "rollouts"
+
+
+def prepared_path(line: ServingLine, run_root: str) -> str:
+    """gymslurm's own file for the prepared split: one per preparation (its words), never NeMo Gym's."""
+    digest = hashlib.sha256(json.dumps(line.preparation).encode()).hexdigest()[:16]
+    return str(Path(run_root) / "nemo_gym_prepared" / f"{line.output_stem}-{digest}.jsonl")
+
+
+def serving_benchmark(line: ServingLine, gym: str, run_root: str) -> dict[str, Any]:
+    """The benchmark of a serving line: NeMo Gym's stack started by ``gym`` (its ``gym`` executable) in
+    each job, the prepared split as the dataset, the collection words as the collector's overrides."""
+    return {
+        "name": f"nemo_gym_{line.output_stem}",
+        "dataset": prepared_path(line, run_root),
+        "output_stem": line.output_stem,
+        "run_root": run_root,
+        "servers": [
+            {
+                "name": "nemo_gym",
+                "command": [gym, "env", "start", *line.servers, *HEAD_SERVER],
+                "host": "127.0.0.1",
+                "port": 0,
+                "health_path": "/readyz",  # 503 until every server of the stack is up
+                "probe": "health",
+                "startup_timeout_s": 600,
+                "env": dict(line.secrets),
+                "collector_override": "+head_server_url",
+            }
+        ],
+        "collector": {"overrides": list(line.collection)},
+    }

@@ -1,0 +1,112 @@
+"""A ``gym eval run`` line that starts NeMo Gym's servers, as a gymslurm benchmark (issue 34).
+
+Each word of the line goes to whoever takes it in NeMo Gym's own serving run: ``gym env start`` (the
+server flags and the servers' overrides), the split's preparation, or the collector.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gymslurm.commands.nemo_gym_serve import plan_serving_run
+from gymslurm.commands.submit import nemo_gym_line
+from gymslurm.errors import ConfigError
+from gymslurm.launcher.nemo_gym_line import serving_benchmark, starts_servers, translate_serving_line
+from gymslurm.settings import setting_names
+
+GYM = "/opt/nemo-gym/bin/gym"
+IFBENCH = [  # benchmarks/ifbench/README.md, as NeMo Gym documents it
+    "--benchmark", "ifbench", "--model-type", "vllm_model", "--output", "results/benchmarks/ifbench.jsonl",
+    "--split", "benchmark", "--model-url", "http://h:1/v1", "--model", "m", "--resume",
+    "++overwrite_metrics_conflicts=true", "++reuse_existing_data_preparation=true", "--num-repeats", "4",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "starts"),
+    [
+        (["--benchmark", "gpqa", "--output", "o.jsonl"], True),
+        (["+config_paths=[a.yaml]", "+split=benchmark"], True),
+        (["--no-serve", "--benchmark", "gpqa", "--input", "d.jsonl"], False),
+        (["+input_jsonl_fpath=d.jsonl", "+output_jsonl_fpath=o.jsonl"], False),
+    ],
+)
+def test_a_line_starts_servers_when_nemo_gym_would_start_them(argv: list[str], starts: bool) -> None:
+    """No --no-serve, and a server flag, config_paths or split: NeMo Gym's serving run."""
+    assert starts_servers(argv) is starts
+
+
+def test_each_word_goes_where_nemo_gyms_serving_run_takes_it() -> None:
+    """Server words to gym env start (and the preparation), --split and the preparation's settings to
+    the preparation, the collection's to the collector; --output names the run's stem, --resume is the
+    run's own."""
+    line = translate_serving_line(IFBENCH, setting_names())
+    servers = ["--benchmark", "ifbench", "--model-type", "vllm_model", "--model-url", "http://h:1/v1"]
+    assert line.servers == (*servers, "--model", "m")
+    assert line.preparation == (
+        "--benchmark", "ifbench", "--model-type", "vllm_model", "--split", "benchmark",
+        "--model-url", "http://h:1/v1", "--model", "m",
+        "+overwrite_metrics_conflicts=true", "+reuse_existing_data_preparation=true",
+    )  # fmt: skip
+    assert line.collection == ("+num_repeats=4",)
+    assert (line.output_stem, line.reuse_prepared) == ("ifbench", True)
+
+
+def test_a_credential_reaches_gym_env_start_through_its_environment_only() -> None:
+    """--model-api-key and a credential override: an ${oc.env:...} on argv, the value in the server's
+    env (which split_secrets keeps out of the run's files), never in the preparation."""
+    line = translate_serving_line(
+        ["--benchmark", "b", "--model-api-key", "sk-1", "++judge_api_key=sk-2", "--split", "benchmark"],
+        setting_names(),
+    )
+    assert "sk-1" not in str(line.servers + line.preparation) and "sk-2" not in str(line.servers)
+    assert "++policy_api_key=${oc.env:GYMSLURM_NEMO_GYM_POLICY_API_KEY}" in line.servers
+    assert line.secrets == {
+        "GYMSLURM_NEMO_GYM_POLICY_API_KEY": "sk-1",
+        "GYMSLURM_NEMO_GYM_JUDGE_API_KEY": "sk-2",
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--benchmark", "b", "--input", "d.jsonl"], "is not supported when serving end-to-end"),
+        (["--benchmark", "b", "--split", "example"], "`--split example` is not runnable end-to-end"),
+        (["--benchmark", "b", "--split", "test"], "split is one of train, validation, benchmark"),
+    ],
+)
+def test_what_nemo_gyms_serving_run_refuses_is_refused_in_its_words(argv: list[str], said: str) -> None:
+    """--input, --split example and an unknown split: NeMo Gym's own reasons."""
+    with pytest.raises(ConfigError, match="NeMo Gym") as refused:
+        translate_serving_line(argv, setting_names())
+    assert said in str(refused.value)
+
+
+def test_the_benchmark_starts_the_stack_with_gym_env_start_on_the_jobs_port() -> None:
+    """One server: gym env start with the server words and the job's head server; the prepared split,
+    a file of gymslurm's own, as the dataset; the head server's URL to the collector."""
+    line = translate_serving_line([*IFBENCH, "+head_server.port=11000"], setting_names())
+    benchmark = serving_benchmark(line, GYM, "runs")
+    (server,) = benchmark["servers"]
+    assert server["command"][:3] == [GYM, "env", "start"]
+    assert server["command"][-2:] == ["+head_server.host=127.0.0.1", "+head_server.port={port}"]
+    assert "+head_server.port=11000" not in server["command"]
+    assert (server["port"], server["collector_override"]) == (0, "+head_server_url")
+    assert benchmark["dataset"].startswith("runs/nemo_gym_prepared/ifbench-")
+    assert benchmark["collector"]["overrides"] == ["+num_repeats=4"]
+
+
+def test_a_serving_line_is_validated_as_a_benchmark_and_a_collection() -> None:
+    """The plan validates the benchmark (submit's overrides on top) and the collector's overrides as
+    each job gives them: a collection setting gymslurm refuses is refused by name, before any I/O."""
+    _, settings, _ = plan_serving_run(IFBENCH, ["shards=2"], GYM)
+    assert settings.shards == 2 and settings.output_stem == "ifbench"
+    with pytest.raises(ConfigError, match="wandb_project"):
+        plan_serving_run(["--benchmark", "b", "+wandb_project=p"], [], GYM)
+
+
+def test_submit_splits_its_own_arguments_from_the_nemo_gym_line() -> None:
+    """`gymslurm submit [OPTIONS] [OVERRIDES] gym eval run ARGS`."""
+    argv = ["--backend", "local", "shards=2", "gym", "eval", "run", "--benchmark", "b"]
+    assert nemo_gym_line(argv) == (["--backend", "local", "shards=2"], ["--benchmark", "b"])
+    assert nemo_gym_line(["demo", "shards=2"]) == (["demo", "shards=2"], None)
