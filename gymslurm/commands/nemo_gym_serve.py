@@ -33,36 +33,47 @@ from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, valida
 from gymslurm.redaction import learn
 from gymslurm.settings import load_settings, setting_names
 
-# Run by NeMo Gym's interpreter: argv = [DIR, *overrides]; prints {"split", "path", "rows"} on success,
-# else NeMo Gym's own message on stderr (exit 2). The order is e2e_rollout_collection's (cli/eval.py).
+# Run by NeMo Gym's interpreter: argv = [DIR, *gym eval run's words]; prints {"split", "path", "rows"}
+# on success, else NeMo Gym's own message on stderr (exit 2). The order is e2e_rollout_collection's
+# (cli/eval.py); the words become Hydra overrides as its main() makes them (cli/main.py).
 PREPARE = r"""
 import json, sys
 from copy import deepcopy
 from pathlib import Path
 
 out = Path(sys.argv[1])
-sys.argv = [sys.argv[0], *sys.argv[2:]]
+words = sys.argv[2:]
 try:
     from omegaconf import open_dict
-    from nemo_gym.cli.eval import _validate_prepared_split_file_exists, _validate_split_datasets_declared
-    from nemo_gym.global_config import GlobalConfigDictParser, get_global_config_dict
-    from nemo_gym.rollout_collection import E2ERolloutCollectionConfig, RolloutCollectionHelper
-    from nemo_gym.train_data_utils import TrainDataProcessor
+    from nemo_gym.cli.main import _extra_roots_from_search_dir, _merge_config_paths, build_parser
 
-    config = get_global_config_dict()
-    e2e = E2ERolloutCollectionConfig.model_validate(config)
-    processing = deepcopy(config)
-    with open_dict(processing):
-        processing["should_download"] = True
-        processing["mode"] = "train_preparation"
-        processing["output_dirpath"] = str(out / "prepared")
-    instances = GlobalConfigDictParser().filter_for_server_instance_configs(config)
-    _validate_split_datasets_declared(e2e.split, instances)
-    TrainDataProcessor().run(processing)
-    split = out / "prepared" / f"{e2e.split}.jsonl"
-    _validate_prepared_split_file_exists(split, e2e.split, out / "prepared")
-    rows = [json.loads(line) for line in split.read_text().splitlines() if line.strip()]
-    RolloutCollectionHelper.resolve_task_sources(rows, config)
+    # gym eval run's own flags to Hydra overrides, as its main() turns them
+    args, overrides = build_parser().parse_known_args(["eval", "run", *words])
+    if unknown := [word for word in overrides if word.startswith("-")]:
+        raise ValueError(f"unrecognized arguments: {' '.join(unknown)}")
+    with _extra_roots_from_search_dir(getattr(args, "search_dir", None)):
+        translated = [token for flag in args._command.flags for token in flag.translate_to_hydra(args)]
+        sys.argv = [sys.argv[0], *_merge_config_paths(translated + overrides)]
+
+        from nemo_gym.cli.eval import _validate_prepared_split_file_exists, _validate_split_datasets_declared
+        from nemo_gym.global_config import GlobalConfigDictParser, get_global_config_dict
+        from nemo_gym.rollout_collection import E2ERolloutCollectionConfig, RolloutCollectionHelper
+        from nemo_gym.train_data_utils import TrainDataProcessor
+
+        config = get_global_config_dict()
+        e2e = E2ERolloutCollectionConfig.model_validate(config)
+        processing = deepcopy(config)
+        with open_dict(processing):
+            processing["should_download"] = True
+            processing["mode"] = "train_preparation"
+            processing["output_dirpath"] = str(out / "prepared")
+        instances = GlobalConfigDictParser().filter_for_server_instance_configs(config)
+        _validate_split_datasets_declared(e2e.split, instances)
+        TrainDataProcessor().run(processing)
+        split = out / "prepared" / f"{e2e.split}.jsonl"
+        _validate_prepared_split_file_exists(split, e2e.split, out / "prepared")
+        rows = [json.loads(line) for line in split.read_text().splitlines() if line.strip()]
+        RolloutCollectionHelper.resolve_task_sources(rows, config)
 except BaseException as error:
     print(f"{type(error).__name__}: {error}", file=sys.stderr)
     sys.exit(2)
@@ -132,9 +143,10 @@ def prepare_split(line: ServingLine, gym: str, target: Path, cwd: Path) -> None:
             PREPARE,
             folder,
             *line.preparation,
-            f"+output_jsonl_fpath={folder}/unused.jsonl",
+            f"+output_jsonl_fpath={folder}/unused.jsonl",  # E2ERolloutCollectionConfig's; never written
+            f"hydra.run.dir={folder}/hydra",  # Hydra's log of the composition: not in the user's folder
         ]
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {**os.environ, **line.secrets, "RAY_USAGE_STATS_ENABLED": "0"}
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
         if done.returncode != 0:
             said = done.stderr.strip().splitlines()

@@ -10,8 +10,9 @@ starts every server of its configs and collects from them. Here the same line be
   ``gym env start`` (as configs/benchmarks/nemo_gym_weather.yaml does), the head server on the job's
   port; a credential goes to that process's environment (``${oc.env:...}``), never its argv;
 - its **preparation words** (``--split``, ``reuse_existing_data_preparation``, the preparation's own
-  settings) and the server words (credentials left out) prepare the split with NeMo Gym's own code, at
-  submit, into gymslurm's own file (``commands/nemo_gym_serve.py``): the benchmark's dataset;
+  settings) and the server words (NeMo Gym composes, and resolves, the whole configuration) prepare
+  the split with NeMo Gym's own code, at submit, into gymslurm's own file
+  (``commands/nemo_gym_serve.py``): the benchmark's dataset;
 - the rest are **collection words**, the collector's overrides, as ``gymslurm collect`` takes them.
 
 Trade-off: which split and which data the configs declare is NeMo Gym's to say (a config file may set
@@ -74,8 +75,8 @@ class ServingLine:
     """A server-starting ``gym eval run`` line, its words sorted by who takes them."""
 
     servers: tuple[str, ...]  # gym env start's arguments (credentials as ${oc.env:...})
-    secrets: dict[str, str]  # environment variable → credential, for gym env start alone
-    preparation: tuple[str, ...]  # the preparation's arguments (server words without credentials)
+    secrets: dict[str, str]  # environment variable → credential, for gym env start and the preparation
+    preparation: tuple[str, ...]  # the preparation's arguments (the server words among them)
     collection: tuple[str, ...]  # the collector's overrides
     output_stem: str
     reuse_prepared: bool
@@ -137,6 +138,7 @@ def translate_serving_line(argv: list[str], settings: Collection[str]) -> Servin
                 variable = SECRET_ENV_PREFIX + credential.upper()
                 secrets[variable] = value or ""
                 servers.append(f"++{credential}=${{oc.env:{variable}}}")
+                preparation.append(f"++{credential}=${{oc.env:{variable}}}")  # NeMo Gym resolves it there too
         else:
             collection += _word(name, value)
     return ServingLine(

@@ -31,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from gymslurm.commands.nemo_gym_serve import plan_serving_run
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.nemo_gym_line import starts_servers
 from gymslurm.nemogym_flags import translate_flags
 from gymslurm.settings import load_settings, setting_names
 from tests.compat.nemogym import NemoGymSetupError, ensure_nemo_gym, site_packages
@@ -41,7 +43,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 COMMAND = re.compile(r"^(\$ )?([A-Z_][A-Z0-9_]*=\S+ )*(gym eval run|ng_collect_rollouts)\b")
 ENDS = ("|", ">", ">>", "2>&1", "&&", ";", "&")
 FLOOR = 267 / 353  # measured when written; the share may grow, never shrink
-SPELLED_FLOOR = 36  # server-starting lines whose spelled collect line is accepted (of 52), when written
+SERVING_FLOOR = 44  # server-starting lines accepted (of 52), when written
 # A refusal of the line itself (the documentation's shorthand, or a shell's ${VAR:-default} that a
 # shell expands before any command sees it), not of a NeMo Gym feature.
 INCOMPLETE = re.compile(
@@ -75,14 +77,19 @@ def arguments(command: str) -> list[str]:
     return words[:cut]
 
 
-def verdict(command: str) -> str:
-    """``accepted``, ``refused: <flag>`` (named in the message), or ``incomplete: <message>``."""
+def verdict(command: str, gym: str = "gym") -> str:
+    """``accepted``, ``refused: <flag>`` (named in the message), or ``incomplete: <message>``. A line
+    that starts servers is judged by what ``gymslurm submit ... gym eval run`` runs first: its
+    translation into a benchmark, validated with its collector's overrides (``plan_serving_run``)."""
     try:
         words = arguments(command)
     except ValueError as error:
         return f"incomplete: {error}"
     try:
-        load_settings(translate_flags(words, setting_names()))
+        if starts_servers(words):
+            plan_serving_run(words, [], gym)
+        else:
+            load_settings(translate_flags(words, setting_names()))
     except ConfigError as error:
         message = str(error)
         if INCOMPLETE.search(message):
@@ -106,7 +113,8 @@ def nemo_gym_venv() -> Path:
 @pytest.fixture(scope="module")
 def judged(nemo_gym_venv: Path) -> list[tuple[str, str]]:
     """``(command, verdict)`` for each documented line (judged once: about 0.1 s a line)."""
-    return [(command, verdict(command)) for _, command in doc_lines(site_packages(nemo_gym_venv))]
+    gym = str(nemo_gym_venv / "bin" / "gym")
+    return [(command, verdict(command, gym)) for _, command in doc_lines(site_packages(nemo_gym_venv))]
 
 
 def test_nemo_gyms_documented_command_lines_are_accepted_or_refused_by_name(
@@ -126,8 +134,8 @@ def test_nemo_gyms_documented_command_lines_are_accepted_or_refused_by_name(
     assert rate >= FLOOR, (rate, dict(refused))
 
 
-# NeMo Gym's own parser, in its own interpreter: which of the spelled `gym env start` lines it takes
-# (an unknown option, or argparse's error, is a line it refuses).
+# NeMo Gym's own parser, in its own interpreter: which of the `gym env start` commands it takes (an
+# unknown option, or argparse's error, is a line it refuses).
 PARSE = """
 import json, sys
 from nemo_gym.cli.main import build_parser
@@ -144,28 +152,21 @@ print(json.dumps(taken))
 """
 
 
-def spelled(message: str, command: str) -> list[str]:
-    """The words after ``command`` in the refusal's `...` command line that starts with it."""
-    (line,) = (part for part in message.split("`") if part.startswith(command + " "))
-    return shlex.split(line)[len(command.split()) :]
-
-
-def test_a_server_starting_line_is_refused_with_the_two_commands_that_run_it(
+def test_every_accepted_server_starting_line_starts_a_stack_nemo_gyms_parser_takes(
     nemo_gym_venv: Path, judged: list[tuple[str, str]]
 ) -> None:
-    """A documented line that starts servers (no --no-serve) is refused naming its server flags, with
-    the gymslurm spelling: `gym env start` with those flags, which NeMo Gym 0.7.0's own parser takes,
-    and `gymslurm collect --no-serve` with the rest, which gymslurm accepts or refuses by name."""
-    starting = []
-    for command, judgement in judged:
-        if judgement.startswith("refused"):
-            try:
-                translate_flags(arguments(command), setting_names())
-            except ConfigError as refusal:
-                if "without --no-serve start NeMo Gym's servers" in str(refusal):
-                    starting.append(str(refusal))
-    assert len(starting) >= 50, len(starting)
-    starts = [spelled(message, "gym env start") for message in starting]
+    """Each accepted documented line that starts servers becomes a benchmark whose one server is
+    `gym env start` with the line's server words (and the job's head server): NeMo Gym 0.7.0's own
+    parser takes every one of those commands."""
+    gym = str(nemo_gym_venv / "bin" / "gym")
+    serving = [arguments(c) for c, v in judged if v == "accepted" and starts_servers(arguments(c))]
+    assert len(serving) >= SERVING_FLOOR, len(serving)
+    starts = []
+    for words in serving:
+        _, settings, _ = plan_serving_run(words, [], gym)
+        (server,) = settings.servers
+        assert server.command is not None and server.command[:3] == [gym, "env", "start"]
+        starts.append(server.command[3:])
     done = subprocess.run(
         [str(nemo_gym_venv / "bin/python"), "-c", PARSE],
         input=json.dumps(starts),
@@ -177,7 +178,3 @@ def test_a_server_starting_line_is_refused_with_the_two_commands_that_run_it(
     )
     taken = json.loads(done.stdout.strip().splitlines()[-1])
     assert [start for start, ok in zip(starts, taken, strict=True) if not ok] == []
-    collects = [verdict("gym eval run " + shlex.join(spelled(m, "gymslurm collect"))) for m in starting]
-    print(f"\n{len(starting)} server-starting lines; their collect spellings: {dict(Counter(collects))}")
-    assert all(v.split(":")[0] in {"accepted", "refused", "incomplete"} for v in collects), collects
-    assert Counter(collects)["accepted"] >= SPELLED_FLOOR, Counter(collects)

@@ -53,14 +53,17 @@ def test_each_word_goes_where_nemo_gyms_serving_run_takes_it() -> None:
 
 
 def test_a_credential_reaches_gym_env_start_through_its_environment_only() -> None:
-    """--model-api-key and a credential override: an ${oc.env:...} on argv, the value in the server's
-    env (which split_secrets keeps out of the run's files), never in the preparation."""
+    """--model-api-key and a credential override: an ${oc.env:...} on argv (gym env start's and the
+    preparation's), the value in their environment (split_secrets keeps it out of the run's files)."""
     line = translate_serving_line(
         ["--benchmark", "b", "--model-api-key", "sk-1", "++judge_api_key=sk-2", "--split", "benchmark"],
         setting_names(),
     )
-    assert "sk-1" not in str(line.servers + line.preparation) and "sk-2" not in str(line.servers)
+    assert "sk-1" not in str(line.servers + line.preparation) and "sk-2" not in str(
+        line.servers + line.preparation
+    )
     assert "++policy_api_key=${oc.env:GYMSLURM_NEMO_GYM_POLICY_API_KEY}" in line.servers
+    assert "++policy_api_key=${oc.env:GYMSLURM_NEMO_GYM_POLICY_API_KEY}" in line.preparation
     assert line.secrets == {
         "GYMSLURM_NEMO_GYM_POLICY_API_KEY": "sk-1",
         "GYMSLURM_NEMO_GYM_JUDGE_API_KEY": "sk-2",
