@@ -27,15 +27,21 @@ import yaml
 from gymslurm.commands.new_run import BenchmarkInputs, check_dataset, create_run, resolve_backend_name
 from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.nemo_gym_line import ServingLine, serving_benchmark, translate_serving_line
+from gymslurm.launcher.nemo_gym_line import (
+    ServingLine,
+    serving_benchmark,
+    settings_the_configs_set,
+    translate_serving_line,
+)
 from gymslurm.launcher.rundir import atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate
 from gymslurm.redaction import learn
 from gymslurm.settings import load_settings, setting_names
 
-# Run by NeMo Gym's interpreter: argv = [DIR, *gym eval run's words]; prints {"split", "path", "rows"}
-# on success, else NeMo Gym's own message on stderr (exit 2). The order is e2e_rollout_collection's
-# (cli/eval.py); the words become Hydra overrides as its main() makes them (cli/main.py).
+# Run by NeMo Gym's interpreter: argv = [DIR, *gym eval run's words]. On success it prints
+# {"split", "path", "rows", "collection": its collector's top-level settings}, else NeMo Gym's own
+# message on stderr (exit 2). The words become Hydra overrides as NeMo Gym's main() makes them
+# (cli/main.py); the order is e2e_rollout_collection's (cli/eval.py).
 PREPARE = r"""
 import json, sys
 from copy import deepcopy
@@ -57,7 +63,9 @@ try:
 
         from nemo_gym.cli.eval import _validate_prepared_split_file_exists, _validate_split_datasets_declared
         from nemo_gym.global_config import GlobalConfigDictParser, get_global_config_dict
-        from nemo_gym.rollout_collection import E2ERolloutCollectionConfig, RolloutCollectionHelper
+        from nemo_gym.rollout_collection import (
+            E2ERolloutCollectionConfig, RolloutCollectionConfig, RolloutCollectionHelper
+        )
         from nemo_gym.train_data_utils import TrainDataProcessor
 
         config = get_global_config_dict()
@@ -78,7 +86,11 @@ except BaseException as error:
     print(f"{type(error).__name__}: {error}", file=sys.stderr)
     sys.exit(2)
 (out / "resolved.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-print(json.dumps({"split": e2e.split, "path": str(out / "resolved.jsonl"), "rows": len(rows)}))
+fields = {*E2ERolloutCollectionConfig.model_fields, *RolloutCollectionConfig.model_fields}
+collection = sorted(str(key) for key in config if key in fields)  # top-level settings of its collector
+result = {"split": e2e.split, "path": str(out / "resolved.jsonl"), "rows": len(rows)}
+result["collection"] = collection
+print(json.dumps(result))
 """
 
 
@@ -157,6 +169,12 @@ def prepare_split(line: ServingLine, gym: str, target: Path, cwd: Path) -> None:
                 f"{reason}\nDo what it says (prepare or download the data, fix the config), then submit again"
             )
         result = json.loads(done.stdout.strip().splitlines()[-1])
+        if unread := settings_the_configs_set(result["collection"], line):
+            raise ConfigError(
+                f"the configs of this `gym eval run` line set {', '.join(unread)} at their top level, which "
+                "NeMo Gym's collector applies and gymslurm's does not read from them: give each on the line "
+                "(e.g. ++responses_create_params.temperature=0.6); nothing was written"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, Path(result["path"]).read_bytes())
     print(f"NeMo Gym prepared the {result['split']} split: {result['rows']} rows in {target}")

@@ -204,3 +204,14 @@ def serving_benchmark(line: ServingLine, gym: str, run_root: str) -> dict[str, A
         ],
         "collector": {"overrides": list(line.collection)},
     }
+
+
+# Top-level keys of NeMo Gym's composed configuration that are no collection setting of the line's configs.
+NOT_FROM_CONFIGS = frozenset({"output_jsonl_fpath", "input_jsonl_fpath", "head_server", "config_paths"})
+
+
+def settings_the_configs_set(keys: list[str], line: ServingLine) -> list[str]:
+    """Of the collection settings at the top of NeMo Gym's composed configuration (``keys``), those the
+    configs set and the line does not: NeMo Gym's collector would apply them, gymslurm's would not."""
+    given = {_key(word.split("=", 1)[0]) for word in (*line.preparation, *line.collection)}
+    return [key for key in keys if key not in NOT_FROM_CONFIGS | PREPARATION | given]

@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -178,3 +179,30 @@ def test_every_accepted_server_starting_line_starts_a_stack_nemo_gyms_parser_tak
     )
     taken = json.loads(done.stdout.strip().splitlines()[-1])
     assert [start for start, ok in zip(starts, taken, strict=True) if not ok] == []
+
+
+def test_a_documented_line_whose_data_is_absent_fails_at_submit_with_nemo_gyms_reason(
+    nemo_gym_venv: Path, judged: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    """benchmarks/ifbench/README.md's line, unchanged, counted accepted: `gymslurm submit ... gym eval
+    run LINE` runs NeMo Gym's preparation, which finds the benchmark's data absent (it is prepared or
+    downloaded by NeMo Gym, and the wheel ships none): exit 2 with NeMo Gym's own reason and what to
+    do, and nothing written (no run, no prepared file)."""
+    root = site_packages(nemo_gym_venv)
+    (command,) = [c for f, c in doc_lines(root) if f == "benchmarks/ifbench/README.md"]
+    assert dict(judged)[command] == "accepted"
+    argv = [sys.executable, "-m", "gymslurm", "submit", "--backend", "local", "run_root=runs"]
+    env = {**os.environ, "NEMO_GYM_VENV": str(nemo_gym_venv), "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(
+        [*argv, "gym", "eval", "run", *arguments(command)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "NeMo Gym could not prepare the split" in done.stderr and "nothing was written" in done.stderr
+    assert "is missing on disk. Run `gym eval prepare --config" in done.stderr  # NeMo Gym's own words
+    assert list(tmp_path.iterdir()) == []
