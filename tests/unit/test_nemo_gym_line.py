@@ -11,7 +11,12 @@ import pytest
 from gymslurm.commands.nemo_gym_serve import plan_serving_run
 from gymslurm.commands.submit import nemo_gym_line
 from gymslurm.errors import ConfigError
-from gymslurm.launcher.nemo_gym_line import serving_benchmark, starts_servers, translate_serving_line
+from gymslurm.launcher.nemo_gym_line import (
+    serving_benchmark,
+    settings_the_configs_set,
+    starts_servers,
+    translate_serving_line,
+)
 from gymslurm.settings import setting_names
 
 GYM = "/opt/nemo-gym/bin/gym"
@@ -113,3 +118,13 @@ def test_submit_splits_its_own_arguments_from_the_nemo_gym_line() -> None:
     argv = ["--backend", "local", "shards=2", "gym", "eval", "run", "--benchmark", "b"]
     assert nemo_gym_line(argv) == (["--backend", "local", "shards=2"], ["--benchmark", "b"])
     assert nemo_gym_line(["demo", "shards=2"]) == (["demo", "shards=2"], None)
+
+
+def test_a_collection_setting_only_the_configs_set_is_named() -> None:
+    """Of the collector's top-level settings in NeMo Gym's composed configuration, those the configs set
+    and the line does not (NeMo Gym's collector would apply them; gymslurm's reads the line)."""
+    line = translate_serving_line(
+        ["--benchmark", "b", "--split", "benchmark", "--limit", "3"], setting_names()
+    )
+    keys = ["config_paths", "split", "limit", "output_jsonl_fpath", "responses_create_params"]
+    assert settings_the_configs_set(keys, line) == ["responses_create_params"]
