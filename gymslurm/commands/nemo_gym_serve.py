@@ -19,6 +19,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,27 +32,28 @@ from gymslurm.errors import ConfigError
 from gymslurm.launcher.nemo_gym_line import (
     ServingLine,
     serving_benchmark,
-    settings_the_configs_set,
     translate_serving_line,
+    with_config_settings,
 )
 from gymslurm.launcher.rundir import atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate
 from gymslurm.redaction import learn
 from gymslurm.settings import load_settings, setting_names
 
-# Run by NeMo Gym's interpreter: argv = [DIR, *gym eval run's words]. On success it prints
+# Run by NeMo Gym's interpreter: argv = [DIR, MODE, *gym eval run's words]. On success it prints
 # {"split", "path", "rows", "collection": its collector's top-level settings}, else NeMo Gym's own
 # message on stderr (exit 2). The words become Hydra overrides as NeMo Gym's main() makes them
 # (cli/main.py); the order is e2e_rollout_collection's (cli/eval.py).
+CONFIG_DUMP = "Found global config dict yaml:"  # NeMo Gym's errors end with the whole configuration
 PREPARE = r"""
 import json, sys
 from copy import deepcopy
 from pathlib import Path
 
-out = Path(sys.argv[1])
-words = sys.argv[2:]
+out, mode = Path(sys.argv[1]), sys.argv[2]  # mode: prepare, or compose (the split is reused)
+words = sys.argv[3:]
 try:
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf, open_dict
     from nemo_gym.cli.main import _extra_roots_from_search_dir, _merge_config_paths, build_parser
 
     # gym eval run's own flags to Hydra overrides, as its main() turns them
@@ -70,27 +73,32 @@ try:
 
         config = get_global_config_dict()
         e2e = E2ERolloutCollectionConfig.model_validate(config)
-        processing = deepcopy(config)
-        with open_dict(processing):
-            processing["should_download"] = True
-            processing["mode"] = "train_preparation"
-            processing["output_dirpath"] = str(out / "prepared")
-        instances = GlobalConfigDictParser().filter_for_server_instance_configs(config)
-        _validate_split_datasets_declared(e2e.split, instances)
-        TrainDataProcessor().run(processing)
-        split = out / "prepared" / f"{e2e.split}.jsonl"
-        _validate_prepared_split_file_exists(split, e2e.split, out / "prepared")
-        rows = [json.loads(line) for line in split.read_text().splitlines() if line.strip()]
-        RolloutCollectionHelper.resolve_task_sources(rows, config)
+        fields = {*E2ERolloutCollectionConfig.model_fields, *RolloutCollectionConfig.model_fields}
+        collection = {  # the top-level settings its collector reads
+            str(key): OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            for key, value in config.items()
+            if key in fields
+        }
+        rows = []
+        if mode == "prepare":
+            processing = deepcopy(config)
+            with open_dict(processing):
+                processing["should_download"] = True
+                processing["mode"] = "train_preparation"
+                processing["output_dirpath"] = str(out / "prepared")
+            instances = GlobalConfigDictParser().filter_for_server_instance_configs(config)
+            _validate_split_datasets_declared(e2e.split, instances)
+            TrainDataProcessor().run(processing)
+            split = out / "prepared" / f"{e2e.split}.jsonl"
+            _validate_prepared_split_file_exists(split, e2e.split, out / "prepared")
+            rows = [json.loads(line) for line in split.read_text().splitlines() if line.strip()]
+            RolloutCollectionHelper.resolve_task_sources(rows, config)
 except BaseException as error:
     print(f"{type(error).__name__}: {error}", file=sys.stderr)
     sys.exit(2)
 (out / "resolved.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-fields = {*E2ERolloutCollectionConfig.model_fields, *RolloutCollectionConfig.model_fields}
-collection = sorted(str(key) for key in config if key in fields)  # top-level settings of its collector
 result = {"split": e2e.split, "path": str(out / "resolved.jsonl"), "rows": len(rows)}
-result["collection"] = collection
-print(json.dumps(result))
+print(json.dumps({**result, "collection": collection}))
 """
 
 
@@ -108,11 +116,14 @@ def nemo_gym_executable() -> str:
 
 
 def plan_serving_run(
-    argv: list[str], overrides: list[str], gym: str
+    argv: list[str], overrides: list[str], gym: str, configs_set: Mapping[str, Any] | None = None
 ) -> tuple[ServingLine, BenchmarkSettings, dict[str, Any]]:
     """The benchmark of ``gym eval run ARGV`` with submit's ``overrides`` on top, validated with the
-    collector's overrides as each job will give them (ConfigError naming the word; nothing written)."""
+    collector's overrides as each job will give them (ConfigError naming the word; nothing written).
+    ``configs_set``: the collection settings NeMo Gym's composed configuration holds at its top level
+    (what its collector would read from the line's configs), applied as the collector's overrides."""
     line = translate_serving_line(argv, setting_names())
+    line = with_config_settings(line, configs_set or {}, setting_names())
     run_root = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("run_root=")), None)
     data = serving_benchmark(line, gym, run_root or DEFAULT_RUN_ROOT)
     if overrides:  # submit's overrides compose on top of the line's benchmark, as on a benchmark file
@@ -128,25 +139,37 @@ def plan_serving_run(
     return line, settings, composed
 
 
-class NemoGymSplitInputs(BenchmarkInputs):
-    """The split NeMo Gym prepares for a serving line, in gymslurm's own file, cut into shards."""
+@dataclass(frozen=True)
+class Prepared:
+    """What NeMo Gym's run of the preparation gave: the split's rows (None: reused) and its collector's
+    top-level settings."""
 
-    def __init__(self, settings: BenchmarkSettings, workdir: Path, line: ServingLine, gym: str) -> None:
+    split: str
+    rows: bytes | None
+    collection: dict[str, Any]
+
+
+class NemoGymSplitInputs(BenchmarkInputs):
+    """The split NeMo Gym prepared for a serving line, written to gymslurm's own file, cut into shards."""
+
+    def __init__(self, settings: BenchmarkSettings, workdir: Path, prepared: Prepared) -> None:
         super().__init__(settings, workdir)
-        self.line, self.gym = line, gym
+        self.prepared = prepared
 
     def prepare(self) -> None:
-        """Prepare the split with NeMo Gym (unless reused), then check it as any dataset."""
+        """Write the prepared rows (after submit's refusals, before the run exists), then check them."""
         target = Path(os.path.abspath(self.workdir / self.settings.dataset))
-        if not (self.line.reuse_prepared and target.exists()):
-            prepare_split(self.line, self.gym, target, self.workdir)
+        if self.prepared.rows is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, self.prepared.rows)
+            print(f"NeMo Gym prepared the {self.prepared.split} split: {target}")
         self.dataset = target
         check_dataset(self.dataset, self.settings.shards)
 
 
-def prepare_split(line: ServingLine, gym: str, target: Path, cwd: Path) -> None:
-    """Run NeMo Gym's preparation (in ``cwd``, as ``gym eval run`` would run there) into a temporary
-    directory, then write the rows to ``target`` atomically; ConfigError with NeMo Gym's reason."""
+def run_preparation(line: ServingLine, gym: str, cwd: Path, *, reuse: bool) -> Prepared:
+    """Run NeMo Gym's preparation (in ``cwd``, as ``gym eval run`` would run there; with ``reuse``, only
+    its composition) in a temporary directory; ConfigError with NeMo Gym's reason, nothing written."""
     python = str(Path(gym).parent / "python")
     with tempfile.TemporaryDirectory(prefix="gymslurm-nemo-gym-prepare-") as folder:
         argv = [
@@ -154,6 +177,7 @@ def prepare_split(line: ServingLine, gym: str, target: Path, cwd: Path) -> None:
             "-c",
             PREPARE,
             folder,
+            "compose" if reuse else "prepare",
             *line.preparation,
             f"+output_jsonl_fpath={folder}/unused.jsonl",  # E2ERolloutCollectionConfig's; never written
             f"hydra.run.dir={folder}/hydra",  # Hydra's log of the composition: not in the user's folder
@@ -161,23 +185,16 @@ def prepare_split(line: ServingLine, gym: str, target: Path, cwd: Path) -> None:
         env = {**os.environ, **line.secrets, "RAY_USAGE_STATS_ENABLED": "0"}
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
         if done.returncode != 0:
-            said = done.stderr.strip().splitlines()
-            reason = "\n".join(said[-12:]) or f"exit {done.returncode}, nothing on stderr"
+            said = done.stderr.partition(CONFIG_DUMP)[0].strip().splitlines()  # the dump: no reason, long
+            reason = "\n".join(line for line in said[-15:] if line.strip("═ ")) or f"exit {done.returncode}"
             raise ConfigError(
                 f"NeMo Gym could not prepare the split of this `gym eval run` line (its preparation, run as "
                 f"gym eval run runs it, exited {done.returncode}); nothing was written. NeMo Gym says:\n"
                 f"{reason}\nDo what it says (prepare or download the data, fix the config), then submit again"
             )
         result = json.loads(done.stdout.strip().splitlines()[-1])
-        if unread := settings_the_configs_set(result["collection"], line):
-            raise ConfigError(
-                f"the configs of this `gym eval run` line set {', '.join(unread)} at their top level, which "
-                "NeMo Gym's collector applies and gymslurm's does not read from them: give each on the line "
-                "(e.g. ++responses_create_params.temperature=0.6); nothing was written"
-            )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(target, Path(result["path"]).read_bytes())
-    print(f"NeMo Gym prepared the {result['split']} split: {result['rows']} rows in {target}")
+        rows = None if reuse else Path(result["path"]).read_bytes()
+    return Prepared(result["split"], rows, result["collection"])
 
 
 def submit_line(
@@ -188,11 +205,15 @@ def submit_line(
     *,
     wait: bool,
 ) -> int:
-    """``gymslurm submit [OPTIONS] gym eval run ARGV``: the line's benchmark as a run."""
+    """``gymslurm submit [OPTIONS] gym eval run ARGV``: NeMo Gym prepares the split, then the line's
+    benchmark (with the collection settings its configs set) is a run."""
     gym = nemo_gym_executable()
-    line, settings, data = plan_serving_run(argv, overrides, gym)
+    line, settings, _ = plan_serving_run(argv, overrides, gym)  # refusals by name before NeMo Gym runs
+    target = Path(os.path.abspath(Path.cwd() / settings.dataset))
+    prepared = run_preparation(line, gym, Path.cwd(), reuse=line.reuse_prepared and target.exists())
+    line, settings, data = plan_serving_run(argv, overrides, gym, prepared.collection)
     kind = resolve_backend_name(settings, backend_name)
-    inputs = NemoGymSplitInputs(settings, Path.cwd(), line, gym)
+    inputs = NemoGymSplitInputs(settings, Path.cwd(), prepared)
     return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait, inputs=inputs)
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,8 +210,25 @@ def serving_benchmark(line: ServingLine, gym: str, run_root: str) -> dict[str, A
 NOT_FROM_CONFIGS = frozenset({"output_jsonl_fpath", "input_jsonl_fpath", "head_server", "config_paths"})
 
 
-def settings_the_configs_set(keys: list[str], line: ServingLine) -> list[str]:
+def settings_the_configs_set(keys: Collection[str], line: ServingLine) -> list[str]:
     """Of the collection settings at the top of NeMo Gym's composed configuration (``keys``), those the
-    configs set and the line does not: NeMo Gym's collector would apply them, gymslurm's would not."""
+    configs set and the line does not: what NeMo Gym's collector takes from the configs."""
     given = {_key(word.split("=", 1)[0]) for word in (*line.preparation, *line.collection)}
     return [key for key in keys if key not in NOT_FROM_CONFIGS | PREPARATION | given]
+
+
+def with_config_settings(
+    line: ServingLine, values: Mapping[str, Any], settings: Collection[str]
+) -> ServingLine:
+    """``line`` with the collection settings its configs set (``values``: NeMo Gym's top-level ones) as
+    collector overrides, as NeMo Gym's collector applies them (a dict key by key); a setting gymslurm
+    refuses is then refused by name with the rest of the collector's overrides."""
+    words = [word for key in settings_the_configs_set(list(values), line) for word in _flat(key, values[key])]
+    return replace(line, collection=(*translate_flags(words, settings), *line.collection))
+
+
+def _flat(key: str, value: Any) -> list[str]:
+    """``++key=value`` overrides of one setting, a mapping key by key (JSON values: Hydra's grammar)."""
+    if isinstance(value, Mapping) and value:
+        return [word for sub, item in value.items() for word in _flat(f"{key}.{sub}", item)]
+    return [f"++{key}={json.dumps(value)}"]
