@@ -212,8 +212,8 @@ NOT_FROM_CONFIGS = frozenset({"output_jsonl_fpath", "input_jsonl_fpath", "head_s
 
 def settings_the_configs_set(keys: Collection[str], line: ServingLine) -> list[str]:
     """Of the collection settings at the top of NeMo Gym's composed configuration (``keys``), those the
-    configs set and the line does not: what NeMo Gym's collector takes from the configs."""
-    given = {_key(word.split("=", 1)[0]) for word in (*line.preparation, *line.collection)}
+    line's configs set: what NeMo Gym's collector takes from them (the line's own words aside)."""
+    given = {_key(word.split("=", 1)[0]) for word in line.preparation}
     return [key for key in keys if key not in NOT_FROM_CONFIGS | PREPARATION | given]
 
 
@@ -221,9 +221,15 @@ def with_config_settings(
     line: ServingLine, values: Mapping[str, Any], settings: Collection[str]
 ) -> ServingLine:
     """``line`` with the collection settings its configs set (``values``: NeMo Gym's top-level ones) as
-    collector overrides, as NeMo Gym's collector applies them (a dict key by key); a setting gymslurm
-    refuses is then refused by name with the rest of the collector's overrides."""
-    words = [word for key in settings_the_configs_set(list(values), line) for word in _flat(key, values[key])]
+    collector overrides before the line's own, as NeMo Gym's collector applies them (a mapping key by key;
+    a key the line sets is the line's); a setting gymslurm refuses is then refused by name."""
+    own = {word.split("=", 1)[0].lstrip("+~") for word in line.collection}
+    words = [
+        word
+        for key in settings_the_configs_set(list(values), line)
+        for word in _flat(key, values[key])
+        if word.split("=", 1)[0].lstrip("+~") not in own
+    ]
     return replace(line, collection=(*translate_flags(words, settings), *line.collection))
 
 

@@ -16,6 +16,7 @@ from gymslurm.launcher.nemo_gym_line import (
     settings_the_configs_set,
     starts_servers,
     translate_serving_line,
+    with_config_settings,
 )
 from gymslurm.settings import setting_names
 
@@ -120,11 +121,26 @@ def test_submit_splits_its_own_arguments_from_the_nemo_gym_line() -> None:
     assert nemo_gym_line(["demo", "shards=2"]) == (["demo", "shards=2"], None)
 
 
-def test_a_collection_setting_only_the_configs_set_is_named() -> None:
-    """Of the collector's top-level settings in NeMo Gym's composed configuration, those the configs set
-    and the line does not (NeMo Gym's collector would apply them; gymslurm's reads the line)."""
+def test_the_collection_settings_the_configs_set_become_the_collectors_overrides() -> None:
+    """What NeMo Gym's collector reads from the configs' top level: the collector's overrides, before the
+    line's own (a key the line sets is the line's); the preparation's and gymslurm's own keys left out."""
     line = translate_serving_line(
-        ["--benchmark", "b", "--split", "benchmark", "--limit", "3"], setting_names()
+        ["--benchmark", "b", "--split", "benchmark", "--max-output-tokens", "8"], setting_names()
     )
-    keys = ["config_paths", "split", "limit", "output_jsonl_fpath", "responses_create_params"]
-    assert settings_the_configs_set(keys, line) == ["responses_create_params"]
+    values = {
+        "split": "benchmark",
+        "output_jsonl_fpath": "x.jsonl",
+        "responses_create_params": {"max_output_tokens": 131072, "temperature": 1.0},
+        "num_repeats": None,
+    }
+    assert settings_the_configs_set(list(values), line) == ["responses_create_params", "num_repeats"]
+    assert with_config_settings(line, values, setting_names()).collection == (
+        "++responses_create_params.temperature=1.0",
+        "+responses_create_params.max_output_tokens=8",
+    )
+
+
+def test_a_collection_setting_the_configs_set_that_gymslurm_refuses_is_refused_by_name() -> None:
+    """gdpval's config sets rollout_collection_driver: the plan refuses it, naming it."""
+    with pytest.raises(ConfigError, match="rollout_collection_driver"):
+        plan_serving_run(["--benchmark", "gdpval"], [], GYM, {"rollout_collection_driver": "m:f"})
