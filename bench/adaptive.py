@@ -16,7 +16,11 @@ than that setting's, and a bounded queue. Run from the repository root:
 recipe (``launchers/vllm-up.sh``'s cached venv and tiny model, ``--max-num-seqs 32``; started and
 stopped with its whole process group by tests/vllm/harness.py), the fixed settings 4, 8, 16, 32
 and 64, the adaptive ones capped at 64, all against the same vLLM in the same run:
-    python bench/adaptive.py --vllm [--n 300]
+    python bench/adaptive.py --vllm [--n 300] [--rounds 3]
+``--rounds R`` interleaves the settings R times, each round in another order, and prints each
+figure's median: on a shared machine the load drifts over minutes, and settings measured one after
+another each met a different load (fixed 16 measured at 0.48 of fixed 32 and fixed 8 at 0.71 in one
+run). Each adaptive mode keeps one limit across its rounds, as one long collection would.
 ``--vllm-url URL`` uses a vLLM already running there instead (bench/gpu_vllm.sh: a GPU one).
 
 The default model server (32 slots, 250 ms) is what bounds the throughput, as a model server does
@@ -80,7 +84,9 @@ class Timed:
         return outcome
 
 
-async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -> dict[str, float]:
+async def measure(
+    env_url: str, metrics_url: str, n: int, cap: int, mode: str, *, limit: AdaptiveLimit | None = None
+) -> dict[str, float]:
     policy = BudgetPolicy(max_rollout_attempts=3)
     tasks = [
         {
@@ -118,7 +124,7 @@ async def measure(env_url: str, metrics_url: str, n: int, cap: int, mode: str) -
         counters=initial_counters(view.states),
         concurrency=cap,
         retry_in_invocation=False,
-        limit=None if mode == "fixed" else AdaptiveLimit(cap=cap),
+        limit=limit,
     )
     peak_queue = 0
 
@@ -155,6 +161,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--slots", type=int, default=32)
     parser.add_argument("--latency-ms", type=float, default=250.0)
+    parser.add_argument("--rounds", type=int, default=1, help="settings interleaved, the median of each")
     parser.add_argument("--vllm", action="store_true", help="a real vLLM (CPU) as the model server")
     parser.add_argument("--vllm-url", default=None, help="a vLLM already serving there (model 'tiny')")
     args = parser.parse_args()
@@ -180,19 +187,24 @@ def main() -> None:
         )
         name, what = "demo-arith-policy", f"demo: {args.slots} slots, {args.latency_ms:g} ms"
     fixed, cap = ((4, 8, 16, 32, 64), 64) if args.vllm or args.vllm_url else ((8, 32, 128, 512), 512)
+    settings = [(f"fixed {f}", f, "fixed") for f in fixed]
+    settings += [(f"adaptive {mode} (cap {cap})", cap, mode) for mode in ("latency", "metrics")]
+    limits = {mode: AdaptiveLimit(cap=cap) for mode in ("latency", "metrics")}  # one long collection each
     env, env_url = start(
         ["demo-server", "--port", "0", "--policy-url", model_url, "--model-name", name], "listening on"
     )
     try:
-        rows = {}
-        for setting in fixed:
-            rows[f"fixed {setting}"] = asyncio.run(
-                measure(env_url, f"{model_url}/metrics", args.n, setting, "fixed")
-            )
-        for mode in ("latency", "metrics"):
-            rows[f"adaptive {mode} (cap {cap})"] = asyncio.run(
-                measure(env_url, f"{model_url}/metrics", args.n, cap, mode)
-            )
+        runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in settings}
+        for round_ in range(args.rounds):  # each round in another order: the load drifts, not the order
+            shift = round_ % len(settings)
+            for label, setting, mode in settings[shift:] + settings[:shift]:
+                limit = limits.get(mode)
+                row = asyncio.run(
+                    measure(env_url, f"{model_url}/metrics", args.n, setting, mode, limit=limit)
+                )
+                runs[label].append(row)
+                print(f"  round {round_ + 1}: {label}: {row['rate']:.1f} rollouts/s", flush=True)
+        rows = {label: median_row(rounds) for label, rounds in runs.items()}
     finally:
         for process in (env, model):
             if process is not None:
@@ -204,7 +216,7 @@ def main() -> None:
             stop_vllm(vllm)
     best_name = max((k for k in rows if k.startswith("fixed")), key=lambda k: rows[k]["rate"])
     best = rows[best_name]
-    print(f"model server: {what}; {args.n} episodes per setting")
+    print(f"model server: {what}; {args.rounds} rounds of {args.n} episodes per setting, medians")
     print(
         f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
         f"{'max queue':>9} {'end limit':>9}"
@@ -216,6 +228,13 @@ def main() -> None:
             f"{row['limit']:9.0f}"
         )
     print(f"best fixed setting: {best_name}; target: adaptive >= 0.95 of its rate, p99 <= its p99")
+
+
+def median_row(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over a setting's rounds (the end limit: its last round's)."""
+    row = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    row["limit"] = rounds[-1]["limit"]
+    return row
 
 
 def start_vllm() -> RunningServer:
