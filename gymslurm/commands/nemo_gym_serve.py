@@ -30,8 +30,11 @@ from gymslurm.commands.new_run import BenchmarkInputs, check_dataset, create_run
 from gymslurm.commands.runs import DEFAULT_RUN_ROOT
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.nemo_gym_line import (
+    ConfigFlags,
     ServingLine,
+    collect_words,
     serving_benchmark,
+    split_config_flags,
     translate_serving_line,
     with_config_settings,
 )
@@ -50,7 +53,7 @@ import json, sys
 from copy import deepcopy
 from pathlib import Path
 
-out, mode = Path(sys.argv[1]), sys.argv[2]  # mode: prepare, or compose (the split is reused)
+out, mode = Path(sys.argv[1]), sys.argv[2]  # prepare; compose (the split reused); collector (--no-serve)
 words = sys.argv[3:]
 try:
     from omegaconf import OmegaConf, open_dict
@@ -72,7 +75,7 @@ try:
         from nemo_gym.train_data_utils import TrainDataProcessor
 
         config = get_global_config_dict()
-        e2e = E2ERolloutCollectionConfig.model_validate(config)
+        split = "" if mode == "collector" else E2ERolloutCollectionConfig.model_validate(config).split
         fields = {*E2ERolloutCollectionConfig.model_fields, *RolloutCollectionConfig.model_fields}
         collection = {  # the top-level settings its collector reads
             str(key): OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
@@ -87,17 +90,17 @@ try:
                 processing["mode"] = "train_preparation"
                 processing["output_dirpath"] = str(out / "prepared")
             instances = GlobalConfigDictParser().filter_for_server_instance_configs(config)
-            _validate_split_datasets_declared(e2e.split, instances)
+            _validate_split_datasets_declared(split, instances)
             TrainDataProcessor().run(processing)
-            split = out / "prepared" / f"{e2e.split}.jsonl"
-            _validate_prepared_split_file_exists(split, e2e.split, out / "prepared")
-            rows = [json.loads(line) for line in split.read_text().splitlines() if line.strip()]
+            prepared = out / "prepared" / f"{split}.jsonl"
+            _validate_prepared_split_file_exists(prepared, split, out / "prepared")
+            rows = [json.loads(line) for line in prepared.read_text().splitlines() if line.strip()]
             RolloutCollectionHelper.resolve_task_sources(rows, config)
 except BaseException as error:
     print(f"{type(error).__name__}: {error}", file=sys.stderr)
     sys.exit(2)
 (out / "resolved.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-result = {"split": e2e.split, "path": str(out / "resolved.jsonl"), "rows": len(rows)}
+result = {"split": split, "path": str(out / "resolved.jsonl"), "rows": len(rows)}
 print(json.dumps({**result, "collection": collection}))
 """
 
@@ -170,31 +173,49 @@ class NemoGymSplitInputs(BenchmarkInputs):
 def run_preparation(line: ServingLine, gym: str, cwd: Path, *, reuse: bool) -> Prepared:
     """Run NeMo Gym's preparation (in ``cwd``, as ``gym eval run`` would run there; with ``reuse``, only
     its composition) in a temporary directory; ConfigError with NeMo Gym's reason, nothing written."""
-    python = str(Path(gym).parent / "python")
     with tempfile.TemporaryDirectory(prefix="gymslurm-nemo-gym-prepare-") as folder:
-        argv = [
-            python,
-            "-c",
-            PREPARE,
-            folder,
-            "compose" if reuse else "prepare",
-            *line.preparation,
-            f"+output_jsonl_fpath={folder}/unused.jsonl",  # E2ERolloutCollectionConfig's; never written
-            f"hydra.run.dir={folder}/hydra",  # Hydra's log of the composition: not in the user's folder
-        ]
-        env = {**os.environ, **line.secrets, "RAY_USAGE_STATS_ENABLED": "0"}
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
-        if done.returncode != 0:
-            said = done.stderr.partition(CONFIG_DUMP)[0].strip().splitlines()  # the dump: no reason, long
-            reason = "\n".join(line for line in said[-15:] if line.strip("═ ")) or f"exit {done.returncode}"
-            raise ConfigError(
-                f"NeMo Gym could not prepare the split of this `gym eval run` line (its preparation, run as "
-                f"gym eval run runs it, exited {done.returncode}); nothing was written. NeMo Gym says:\n"
-                f"{reason}\nDo what it says (prepare or download the data, fix the config), then submit again"
-            )
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        mode = "compose" if reuse else "prepare"
+        result = _run_nemo_gym(mode, [*line.preparation], line.secrets, gym, cwd, folder=Path(folder))
         rows = None if reuse else Path(result["path"]).read_bytes()
     return Prepared(result["split"], rows, result["collection"])
+
+
+def configs_settings(flags: ConfigFlags, gym: str, cwd: Path) -> dict[str, Any]:
+    """The collection settings NeMo Gym's collector reads from a ``--no-serve`` line's configs (its own
+    composition of them, in NeMo Gym's interpreter); ConfigError with NeMo Gym's reason."""
+    with tempfile.TemporaryDirectory(prefix="gymslurm-nemo-gym-compose-") as folder:
+        words = ["--no-serve", *flags.servers]
+        result = _run_nemo_gym("collector", words, flags.secrets, gym, cwd, folder=Path(folder))
+    return dict(result["collection"])
+
+
+def _run_nemo_gym(
+    mode: str, words: list[str], secrets: dict[str, str], gym: str, cwd: Path, *, folder: Path
+) -> dict[str, Any]:
+    """:data:`PREPARE` in NeMo Gym's interpreter; its result, or ConfigError with NeMo Gym's reason."""
+    argv = [
+        str(Path(gym).parent / "python"),
+        "-c",
+        PREPARE,
+        str(folder),
+        mode,
+        *words,
+        f"+output_jsonl_fpath={folder}/unused.jsonl",  # E2ERolloutCollectionConfig's; never written
+        f"hydra.run.dir={folder}/hydra",  # Hydra's log of the composition: not in the user's folder
+    ]
+    env = {**os.environ, **secrets, "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        said = done.stderr.partition(CONFIG_DUMP)[0].strip().splitlines()  # the dump: no reason, long
+        reason = "\n".join(line for line in said[-15:] if line.strip("═ ")) or f"exit {done.returncode}"
+        doing = "compose the configs of" if mode == "collector" else "prepare the split of"
+        raise ConfigError(
+            f"NeMo Gym could not {doing} this `gym eval run` line (run as gym eval run runs it, it exited "
+            f"{done.returncode}); nothing was written. NeMo Gym says:\n{reason}\nDo what it says (prepare "
+            "or download the data, fix the config), then run again"
+        )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def submit_line(
@@ -222,3 +243,10 @@ def collect_line(argv: list[str]) -> int:
     print("gymslurm collect: this `gym eval run` line starts NeMo Gym's servers: running it as a local run")
     sys.stdout.flush()
     return submit_line(argv, [], "local", False, wait=True)
+
+
+def with_configs_settings(argv: list[str]) -> list[str]:
+    """``gymslurm collect ARGV`` for a ``--no-serve`` line with server flags: the line without them, and
+    with the collection settings their configs set, read from NeMo Gym's own composition of them."""
+    flags = split_config_flags(argv)
+    return collect_words(flags, configs_settings(flags, nemo_gym_executable(), Path.cwd()), setting_names())

@@ -238,3 +238,43 @@ def _flat(key: str, value: Any) -> list[str]:
     if isinstance(value, Mapping) and value:
         return [word for sub, item in value.items() for word in _flat(f"{key}.{sub}", item)]
     return [f"++{key}={json.dumps(value)}"]
+
+
+@dataclass(frozen=True)
+class ConfigFlags:
+    """A ``--no-serve`` line's server flags, which only compose NeMo Gym's collector's own copy of the
+    configuration (the servers are up), and the rest of the line."""
+
+    servers: tuple[str, ...]  # the server flags, for NeMo Gym's composition (credentials as ${oc.env:...})
+    secrets: dict[str, str]
+    rest: tuple[str, ...]
+
+
+def composes_configs(argv: list[str]) -> bool:
+    """Whether a ``--no-serve`` line gives server flags (their configs set its collector's settings)."""
+    words = flag_words(argv)
+    return any(n == "--no-serve" for n, _ in words) and any(n in SERVER_FLAGS for n, _ in words)
+
+
+def split_config_flags(argv: list[str]) -> ConfigFlags:
+    """The server flags of a ``--no-serve`` line apart from the rest."""
+    servers: list[str] = []
+    secrets: dict[str, str] = {}
+    rest: list[str] = []
+    for name, value in flag_words(argv):
+        if name not in SERVER_FLAGS:
+            rest += _word(name, value)
+        elif (credential := _credential_key(name)) is not None:
+            variable = SECRET_ENV_PREFIX + credential.upper()
+            secrets[variable] = value or ""
+            servers.append(f"++{credential}=${{oc.env:{variable}}}")
+        else:
+            servers += _word(name, value)
+    return ConfigFlags(tuple(servers), secrets, tuple(rest))
+
+
+def collect_words(flags: ConfigFlags, values: Mapping[str, Any], settings: Collection[str]) -> list[str]:
+    """The collect line of a ``--no-serve`` line: the collection settings its configs set (``values``,
+    NeMo Gym's top-level ones) before the rest of the line, as NeMo Gym's collector applies them."""
+    line = ServingLine((), {}, (), tuple(translate_flags(list(flags.rest), settings)), "rollouts", False)
+    return list(with_config_settings(line, values, settings).collection)

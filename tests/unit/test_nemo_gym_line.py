@@ -12,8 +12,11 @@ from gymslurm.commands.nemo_gym_serve import plan_serving_run
 from gymslurm.commands.submit import nemo_gym_line
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.nemo_gym_line import (
+    collect_words,
+    composes_configs,
     serving_benchmark,
     settings_the_configs_set,
+    split_config_flags,
     starts_servers,
     translate_serving_line,
     with_config_settings,
@@ -144,3 +147,23 @@ def test_a_collection_setting_the_configs_set_that_gymslurm_refuses_is_refused_b
     """gdpval's config sets rollout_collection_driver: the plan refuses it, naming it."""
     with pytest.raises(ConfigError, match="rollout_collection_driver"):
         plan_serving_run(["--benchmark", "gdpval"], [], GYM, {"rollout_collection_driver": "m:f"})
+
+
+def test_a_no_serve_line_with_server_flags_collects_with_the_settings_its_configs_set() -> None:
+    """--no-serve with server flags: the flags only compose NeMo Gym's collector's copy of the
+    configuration; the collect line is the rest, with the collection settings those configs set."""
+    argv = ["--no-serve", "--benchmark", "b", "--model-api-key", "sk-3", "--input", "d.jsonl", "--limit", "2"]
+    assert composes_configs(argv) and not starts_servers(argv)
+    assert not composes_configs(["--benchmark", "b"]) and not composes_configs(["--no-serve", "+limit=1"])
+    flags = split_config_flags(argv)
+    assert flags.servers == (
+        "--benchmark",
+        "b",
+        "++policy_api_key=${oc.env:GYMSLURM_NEMO_GYM_POLICY_API_KEY}",
+    )
+    assert flags.secrets == {"GYMSLURM_NEMO_GYM_POLICY_API_KEY": "sk-3"}
+    assert collect_words(flags, {"num_repeats": 4, "limit": 9}, setting_names()) == [
+        "++num_repeats=4",
+        "+input_jsonl_fpath=d.jsonl",
+        "+limit=2",
+    ]
