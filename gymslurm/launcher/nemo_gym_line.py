@@ -31,6 +31,7 @@ from typing import Any
 from gymslurm.errors import ConfigError
 from gymslurm.nemogym_flags import (
     PREPARATION,
+    REFUSED,
     SERVER_FLAGS,
     VALUE_FLAGS_OF_SERVERS,
     flag_words,
@@ -223,10 +224,18 @@ def with_config_settings(
     """``line`` with the collection settings its configs set (``values``: NeMo Gym's top-level ones) as
     collector overrides before the line's own, as NeMo Gym's collector applies them (a mapping key by key;
     a key the line sets is the line's); a setting gymslurm refuses is then refused by name."""
+    keys = settings_the_configs_set(list(values), line)
+    if refused := [key for key in keys if key in REFUSED]:
+        reasons = "; ".join(f"{key}: {REFUSED[key]}" for key in refused)
+        raise ConfigError(
+            f"the configs of this gym eval run line set {', '.join(refused)} at their top level, which NeMo "
+            f"Gym's collector applies and gymslurm does not support ({reasons}): this line cannot run here "
+            "as NeMo Gym runs it"
+        )
     own = {word.split("=", 1)[0].lstrip("+~") for word in line.collection}
     words = [
         word
-        for key in settings_the_configs_set(list(values), line)
+        for key in keys
         for word in _flat(key, values[key])
         if word.split("=", 1)[0].lstrip("+~") not in own
     ]

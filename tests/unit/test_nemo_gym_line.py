@@ -144,8 +144,10 @@ def test_the_collection_settings_the_configs_set_become_the_collectors_overrides
 
 
 def test_a_collection_setting_the_configs_set_that_gymslurm_refuses_is_refused_by_name() -> None:
-    """gdpval's config sets rollout_collection_driver: the plan refuses it, naming it."""
-    with pytest.raises(ConfigError, match="rollout_collection_driver"):
+    """gdpval's config sets rollout_collection_driver: the plan refuses it, naming it as the configs'."""
+    with pytest.raises(
+        ConfigError, match="the configs of this gym eval run line set rollout_collection_driver"
+    ):
         plan_serving_run(["--benchmark", "gdpval"], [], GYM, {"rollout_collection_driver": "m:f"})
 
 
