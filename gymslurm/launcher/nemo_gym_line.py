@@ -119,10 +119,10 @@ def translate_serving_line(argv: list[str], settings: Collection[str]) -> Servin
                 f"gym eval run's {name} on a line that starts servers: NeMo Gym says {NEMO_GYM_ON_INPUT}"
             )
         if name == "--split" or key == "split":
-            preparation += _word(name if name == "--split" else "+split", value)
+            preparation += _word(name, value)
             _check_split(value)
         elif key in PREPARATION:
-            preparation += _word(f"+{key}", value)
+            preparation += _word(name, value)  # as the user wrote it (++key: NeMo Gym's documented form)
             reuse = reuse or (key == "reuse_existing_data_preparation" and str(value).lower() == "true")
         elif name in OUTPUT_FLAGS or key == "output_jsonl_fpath":
             stem = output_stem(value)

@@ -55,7 +55,7 @@ def test_each_word_goes_where_nemo_gyms_serving_run_takes_it() -> None:
     assert line.preparation == (
         "--benchmark", "ifbench", "--model-type", "vllm_model", "--split", "benchmark",
         "--model-url", "http://h:1/v1", "--model", "m",
-        "+overwrite_metrics_conflicts=true", "+reuse_existing_data_preparation=true",
+        "++overwrite_metrics_conflicts=true", "++reuse_existing_data_preparation=true",
     )  # fmt: skip
     assert line.collection == ("+num_repeats=4",)
     assert (line.output_stem, line.reuse_prepared) == ("ifbench", True)
