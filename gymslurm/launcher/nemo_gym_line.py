@@ -130,7 +130,7 @@ def translate_serving_line(argv: list[str], settings: Collection[str]) -> Servin
             continue  # every link resumes its shard (job/collector_process.py)
         elif key == "head_server":
             continue  # the job's head server listens on the job's own port
-        elif is_server_word(name, settings):
+        elif key == "config_paths" or is_server_word(name, settings):
             credential = _credential_key(name)
             if credential is None:
                 servers += _word(name, value)

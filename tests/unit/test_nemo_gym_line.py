@@ -169,3 +169,11 @@ def test_a_no_serve_line_with_server_flags_collects_with_the_settings_its_config
         "+input_jsonl_fpath=d.jsonl",
         "+limit=2",
     ]
+
+
+def test_config_paths_go_to_the_servers_and_the_preparation() -> None:
+    """+config_paths=[...] (NeMo Gym's override form of --config) starts and prepares, as --config does."""
+    line = translate_serving_line(["+config_paths=[a.yaml]", "+split=benchmark"], setting_names())
+    assert line.servers == ("+config_paths=[a.yaml]",)
+    assert line.preparation == ("+config_paths=[a.yaml]", "+split=benchmark")
+    assert line.collection == ()
