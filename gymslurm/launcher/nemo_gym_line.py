@@ -84,14 +84,13 @@ class ServingLine:
 
 
 def starts_servers(argv: list[str]) -> bool:
-    """Whether ``gym eval run ARGV`` starts NeMo Gym's servers: no ``--no-serve``, and a server flag,
-    ``config_paths`` or ``split`` (a line with none of them is a collection line, as before)."""
+    """Whether ``gym eval run ARGV`` starts NeMo Gym's servers: no ``--no-serve``, and a server flag or
+    ``--split``, which only ``gym eval run`` has. Overrides alone (``+config_paths``, ``+split``) may be
+    ``ng_collect_rollouts``' too, which never starts servers: such a line stays a collection line."""
     words = flag_words(argv)
     if any(name == "--no-serve" for name, _ in words):
         return False
-    return any(
-        name in SERVER_FLAGS or _key(name) in {"config_paths", "split", "--split"} for name, _ in words
-    )
+    return any(name in SERVER_FLAGS or name == "--split" for name, _ in words)
 
 
 def _key(name: str) -> str:

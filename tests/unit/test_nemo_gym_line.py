@@ -35,13 +35,16 @@ IFBENCH = [  # benchmarks/ifbench/README.md, as NeMo Gym documents it
     ("argv", "starts"),
     [
         (["--benchmark", "gpqa", "--output", "o.jsonl"], True),
-        (["+config_paths=[a.yaml]", "+split=benchmark"], True),
+        (["--config", "a.yaml", "--output", "o.jsonl"], True),
+        (["--split", "benchmark", "+config_paths=[a.yaml]"], True),
+        (["+config_paths=[a.yaml]", "+split=benchmark"], False),  # ng_collect_rollouts' too: refused by name
         (["--no-serve", "--benchmark", "gpqa", "--input", "d.jsonl"], False),
         (["+input_jsonl_fpath=d.jsonl", "+output_jsonl_fpath=o.jsonl"], False),
     ],
 )
 def test_a_line_starts_servers_when_nemo_gym_would_start_them(argv: list[str], starts: bool) -> None:
-    """No --no-serve, and a server flag, config_paths or split: NeMo Gym's serving run."""
+    """No --no-serve, and a server flag or --split: NeMo Gym's serving run (overrides alone may be
+    ng_collect_rollouts', which never serves)."""
     assert starts_servers(argv) is starts
 
 
@@ -173,7 +176,7 @@ def test_a_no_serve_line_with_server_flags_collects_with_the_settings_its_config
 
 def test_config_paths_go_to_the_servers_and_the_preparation() -> None:
     """+config_paths=[...] (NeMo Gym's override form of --config) starts and prepares, as --config does."""
-    line = translate_serving_line(["+config_paths=[a.yaml]", "+split=benchmark"], setting_names())
+    line = translate_serving_line(["--split", "benchmark", "+config_paths=[a.yaml]"], setting_names())
     assert line.servers == ("+config_paths=[a.yaml]",)
-    assert line.preparation == ("+config_paths=[a.yaml]", "+split=benchmark")
+    assert line.preparation == ("--split", "benchmark", "+config_paths=[a.yaml]")
     assert line.collection == ()
