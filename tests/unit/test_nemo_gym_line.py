@@ -6,6 +6,8 @@ server flags and the servers' overrides), the split's preparation, or the collec
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gymslurm.commands.nemo_gym_serve import plan_serving_run
@@ -180,3 +182,17 @@ def test_config_paths_go_to_the_servers_and_the_preparation() -> None:
     assert line.servers == ("+config_paths=[a.yaml]",)
     assert line.preparation == ("--split", "benchmark", "+config_paths=[a.yaml]")
     assert line.collection == ()
+
+
+def test_collect_runs_a_serving_line_as_a_run_which_needs_nemo_gyms_gym(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`gymslurm collect` given a line that starts servers takes the submit path (a local run), which
+    needs NeMo Gym's `gym`: none there, it is refused by name before anything is written."""
+    from gymslurm.commands.collect import main
+
+    monkeypatch.setenv("NEMO_GYM_VENV", str(tmp_path / "no-venv"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"needs NeMo Gym's `gym`.*NEMO_GYM_VENV"):
+        main(["--benchmark", "gpqa", "--split", "benchmark", "--output", "o.jsonl"])
+    assert list(tmp_path.iterdir()) == []
