@@ -153,13 +153,14 @@ def test_a_gym_eval_run_line_that_starts_servers_gets_nemo_gyms_rows_under_gymsl
     }
     theirs, ours = tmp_path / "nemo_gym", tmp_path / "gymslurm"
     theirs.mkdir(), ours.mkdir()
+    log = (tmp_path / "gym-eval-run.log").open("w")
     try:  # both at once (each its own stack and Ray, on free ports): the test's wall time is the longer
         gym = subprocess.Popen(
             [str(venv / "bin/gym"), "eval", "run", *line],
             cwd=theirs,
             env=env,
             start_new_session=True,
-            stdout=(theirs.parent / "gym-eval-run.log").open("w"),
+            stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
@@ -173,7 +174,8 @@ def test_a_gym_eval_run_line_that_starts_servers_gets_nemo_gyms_rows_under_gymsl
             stop_session(gym.pid)  # Ray's helpers outlive gym eval run otherwise
     finally:
         stop_session(fake.pid)
-    assert gym.returncode == 0, (theirs.parent / "gym-eval-run.log").read_text()[-4000:]
+        log.close()
+    assert gym.returncode == 0, (tmp_path / "gym-eval-run.log").read_text()[-4000:]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (ours / "results").exists()  # nothing under NeMo Gym's names: the rows are in the run
     (prepared,) = (ours / "runs" / "nemo_gym_prepared").glob("weather-*.jsonl")
