@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gymslurm.errors import ConfigError
+from gymslurm.launcher.benchmark_checks import override_grammar_problem
 from gymslurm.nemogym_flags import (
     PREPARATION,
     REFUSED,
@@ -141,6 +142,12 @@ def translate_serving_line(argv: list[str], settings: Collection[str]) -> Servin
                 preparation.append(f"++{credential}=${{oc.env:{variable}}}")  # NeMo Gym resolves it there too
         else:
             collection += _word(name, value)
+    # each value as NeMo Gym's parser hands it to Hydra (a flag's as +KEY=VALUE)
+    overrides = [w if "=" in w else f"+value={w}" for w in (*servers, *preparation) if not w.startswith("-")]
+    if problem := override_grammar_problem(overrides, "gym eval run's line"):
+        raise ConfigError(
+            f"{problem} (NeMo Gym's own parser refuses it too: fill in the line's placeholders)"
+        )
     return ServingLine(
         servers=tuple(servers),
         secrets=secrets,

@@ -62,7 +62,7 @@ SERVING_FLOOR = 36  # server-starting lines accepted (of 52), when written
 # shell expands before any command sees it), not of a NeMo Gym feature.
 INCOMPLETE = re.compile(
     r"missing required setting|cannot compose|unknown setting|are the same file"
-    r"|Unsupported interpolation type"
+    r"|Unsupported interpolation type|is not a Hydra override"
 )
 
 
@@ -267,13 +267,16 @@ def test_every_accepted_server_starting_line_starts_a_stack_nemo_gyms_parser_tak
 def test_a_documented_line_whose_data_is_absent_fails_at_submit_with_nemo_gyms_reason(
     nemo_gym_venv: Path, judged: list[tuple[str, str]], tmp_path: Path
 ) -> None:
-    """benchmarks/ifbench/README.md's line, unchanged, counted accepted: `gymslurm submit ... gym eval
-    run LINE` runs NeMo Gym's preparation, which finds the benchmark's data absent (it is prepared or
-    downloaded by NeMo Gym, and the wheel ships none): exit 2 with NeMo Gym's own reason and what to
-    do, and nothing written (no run, no prepared file)."""
+    """benchmarks/financebench/README.md's line, unchanged, counted accepted, with the policy model in
+    NeMo Gym's env.yaml as its docs say: `gymslurm submit ... gym eval run LINE` runs NeMo Gym's
+    preparation, which finds the benchmark's data absent (NeMo Gym prepares it with its prepare script,
+    and the wheel ships none): exit 2 with NeMo Gym's own reason and what to do, nothing written."""
     root = site_packages(nemo_gym_venv)
-    (command,) = [c for f, c in doc_lines(root) if f == "benchmarks/ifbench/README.md"]
+    (command,) = [c for f, c in doc_lines(root) if f == "benchmarks/financebench/README.md"]
     assert dict(judged)[command] == "accepted"
+    (tmp_path / "env.yaml").write_text(
+        "policy_base_url: http://127.0.0.1:9/v1\npolicy_api_key: k\npolicy_model_name: m\n"
+    )
     argv = [sys.executable, "-m", "gymslurm", "submit", "--backend", "local", "run_root=runs"]
     env = {**os.environ, "NEMO_GYM_VENV": str(nemo_gym_venv), "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(
@@ -288,4 +291,4 @@ def test_a_documented_line_whose_data_is_absent_fails_at_submit_with_nemo_gyms_r
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert "NeMo Gym could not prepare the split" in done.stderr and "nothing was written" in done.stderr
     assert "is missing on disk. Run `gym eval prepare --config" in done.stderr  # NeMo Gym's own words
-    assert list(tmp_path.iterdir()) == []
+    assert [path.name for path in tmp_path.iterdir()] == ["env.yaml"]
