@@ -201,5 +201,5 @@ def test_collect_runs_a_serving_line_as_a_run_which_needs_nemo_gyms_gym(
 def test_a_placeholder_nemo_gyms_parser_would_refuse_is_refused_before_anything_runs() -> None:
     """`--model <>` (a documented placeholder): NeMo Gym hands it to Hydra as +policy_model_name=<>,
     which Hydra refuses; so does the translation, naming it."""
-    with pytest.raises(ConfigError, match="is not a Hydra override.*fill in the line's placeholders"):
+    with pytest.raises(ConfigError, match=r"is not a Hydra override.*fill in the line's placeholders"):
         translate_serving_line(["--benchmark", "b", "--model", "<>", "--split", "benchmark"], setting_names())
