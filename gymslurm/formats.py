@@ -5,12 +5,17 @@ every writer takes the version it stamps from :data:`FORMATS`, so the table belo
 answer to "which versions does this gymslurm read" (inspect_ai's single version gate is the model).
 The fields keep their historical spellings on disk (``format_version``, ``v``, ``schema_version``,
 the reservation table's binary header): renaming them would make existing runs unreadable.
-docs/formats.md describes each format. Pure: no I/O.
+docs/formats.md describes each format. :func:`json_object` and :func:`versioned_object` are the one
+reading of a JSON document's bytes: an object first, then (a versioned kind) its version, then fields.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,7 @@ class Format:
     version: int
     advice: str = "read it with the gymslurm version that wrote it, or move the run's files aside"
     older: tuple[int, ...] = ()  # earlier versions still read (the reader upgrades them); never written
+    implied: int | None = None  # the version of a document without the field (None: it is required)
 
     @property
     def read(self) -> tuple[int, ...]:
@@ -102,8 +108,9 @@ FORMATS: dict[str, Format] = {
         "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
     ),
     # The launcher's run folder: what submit recorded (launcher/rundir.py), read by every command after.
+    # ``v`` may be left out of run.json and array.json: the models always read its absence as 1.
     "run_info": Format(
-        "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run"
+        "the run record (run.json)", "v", 1, "use the gymslurm version that submitted the run", implied=1
     ),
     # array v2 (issue 35): ``after_ok``, the jobs the first links wait for (a watch's conversion), which
     # a gymslurm before it would refuse as an unknown field; v1 records (none) still read.
@@ -113,6 +120,7 @@ FORMATS: dict[str, Format] = {
         2,
         "use the gymslurm version that submitted the run",
         older=(1,),
+        implied=1,
     ),
     # Printed documents (launcher/views/document.py): written, never read back; a script reads the field.
     "status": Format("the status document (status --json)", "version", 1),
@@ -148,3 +156,27 @@ def check_version(kind: str, found: object, where: str, error: type[Exception]) 
     problem = version_problem(kind, found)
     if problem is not None:
         raise error(f"{where}: {problem}")
+
+
+def json_object(raw: bytes | str, where: str, error: type[Exception], remedy: str) -> dict[str, Any]:
+    """``raw`` as one JSON object, or ``error`` naming ``where`` (a file, ``file:line``) and ``remedy``.
+
+    One reading for a document, a record line and a dataset row, so each refuses bad bytes alike."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as problem:
+        raise error(f"{where} is not valid JSON ({problem}): {remedy}") from None
+    if not isinstance(data, dict):
+        raise error(f"{where} is a JSON {type(data).__name__}, not an object: {remedy}")
+    return data
+
+
+def versioned_object(
+    raw: bytes | str, kind: str, where: str, error: type[Exception], remedy: str | None = None
+) -> dict[str, Any]:
+    """:func:`json_object` of a ``kind`` document (``remedy``: the format's advice unless given), its
+    version field checked before any other field is read."""
+    fmt = FORMATS[kind]
+    data = json_object(raw, where, error, fmt.advice if remedy is None else remedy)
+    check_version(kind, data.get(fmt.field, fmt.implied), where, error)
+    return data

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gymslurm.comparison import BenchmarkComparison, ComparisonDocument
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import GateExit
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of, versioned_object
 
 Verdict = Literal["pass", "warn", "block"]
 SEVERITY: dict[Verdict, int] = {"pass": 0, "warn": 1, "block": 2}
@@ -129,17 +129,9 @@ def _line_of(node: Any, loc: Sequence[int | str]) -> int:
 
 def parse_comparison(raw: bytes, where: str) -> ComparisonDocument:
     """A saved ``gymslurm compare --json`` document: its version checked first, then every field."""
-    import orjson
-
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ConfigError(
-            f"{where} is not JSON ({error}): give a file `gymslurm compare --json` wrote"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} is not a comparison document (not a JSON object)")
-    check_version("comparison", data.get("format_version"), where, ConfigError)
+    data = versioned_object(
+        raw, "comparison", where, ConfigError, "give a file `gymslurm compare --json` wrote"
+    )
     try:
         return ComparisonDocument.model_validate(data)
     except ValidationError as error:

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import orjson
 
 from gymslurm.errors import SupervisionError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of, versioned_object
 from gymslurm.records import MAX_FAILURE_REASON, EpisodeFailure, RolloutFailureRecord
 
 SUPERVISION_FD_ENV = "GYMSLURM_SUPERVISION_FD"
@@ -82,12 +82,7 @@ class ServerEvent:
 def parse_event(line: bytes) -> ServerEvent:
     """One channel line; the version is checked first, unknown fields are refused."""
     where = "the supervision channel (GYMSLURM_SUPERVISION_FD)"
-    try:
-        raw = orjson.loads(line)
-    except orjson.JSONDecodeError as error:
-        raise SupervisionError(f"{where} sent a line that is not JSON ({error}): {line[:200]!r}") from None
-    version = raw.get("v") if isinstance(raw, dict) else None
-    check_version("supervision_event", version, where, SupervisionError)
+    raw = versioned_object(line, "supervision_event", f"{where}: the line {line[:200]!r}", SupervisionError)
     unknown = set(raw) - _FIELDS
     kind, at = raw.get("kind"), raw.get("at")
     if unknown or kind not in EVENT_KINDS or not isinstance(at, int | float):

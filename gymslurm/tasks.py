@@ -57,6 +57,7 @@ from typing import Any
 import orjson
 
 from gymslurm.errors import ConfigError, InvalidRolloutIdError
+from gymslurm.formats import json_object
 from gymslurm.nemogym_rows import RowPreparation, prepare_row, refuse_for_task, with_seed
 from gymslurm.records import ROLLOUT_ID_PATTERN, rollout_id_problem
 
@@ -101,16 +102,9 @@ def iter_rows(lines: Iterable[bytes], source: str, limit: int | None = None) -> 
             break
         if not line.strip():
             continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as error:
-            raise ConfigError(
-                f"{source}:{number} is not valid JSON ({error}): fix or remove that line"
-            ) from None
-        if not isinstance(row, dict):
-            raise ConfigError(
-                f"{source}:{number} is a JSON {type(row).__name__}, not an object: one task per line"
-            )
+        row = json_object(
+            line, f"{source}:{number}", ConfigError, "fix or remove that line: one JSON object per line"
+        )
         count += 1
         yield row
 

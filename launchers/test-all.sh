@@ -81,8 +81,9 @@ fi
 # minutes are process tests that wait (on Slurm, on servers, on chains), not CPU. --dist loadgroup
 # keeps the tests that share something on one worker, in file order (tests/conftest.py,
 # xdist_group): the real-Slurm modules in four groups that run side by side (four workers), the
-# NeMo Gym compat suite (its stacks hold NeMo Gym's default port 11000, one module's stack at a
-# time) with the tests that sample every process's command line, a module's module-scoped fixture;
+# NeMo Gym compat stacks that hold NeMo Gym's default port 11000 or share its servers' names (one
+# module's stack at a time) with the tests that sample every process's command line, the other NeMo
+# Gym stacks beside them (group nemogym), a module's module-scoped fixture;
 # the other workers take the rest. GYMSLURM_TEST_WORKERS=N changes the count; pass -n 0 (after the
 # script's name) for a serial run.
 workers="${GYMSLURM_TEST_WORKERS:-6}"

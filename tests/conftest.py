@@ -63,6 +63,25 @@ SLURM_GROUPS = {
 }
 
 
+# NeMo Gym modules (marker ``nemogym``) that need not run in ``machine``; one not listed is in
+# ``machine``. ``nemogym``: a stack that holds nothing ``machine`` holds, side by side with it. Its
+# head server and every server's port are its own (never 11000, see tests/compat/nemogym.py), its
+# servers' names none of the 11000 stack's (a command that lost its head server's port and asked
+# 11000 would find no server of its name: the test fails, never passes against the wrong stack),
+# and its Ray cluster is its own (``ray.init()`` starts a new one; its ports are the kernel's).
+# None: NeMo Gym's venv only, no server, no Ray, no head server asked (its parsers, its offline
+# ``gym eval compare``), so any worker. Seconds per module in CI run 4: shipped 460, doc_lines 136,
+# compare 186, flags 37, Slurm benchmark 36. Alone on the machine (2026-12-07, -n 2): machine 706 s
+# with nemogym (434 s) beside it, 714 s wall; the one group before, serial: 929 s.
+NEMOGYM_GROUPS: dict[str, str | None] = {
+    "test_nemo_gym_shipped.py": "nemogym",  # the eleven shipped configs: their own server names
+    "test_nemo_gym_benchmark_slurm.py": "nemogym",  # its stack in a Slurm node's network namespace
+    "test_nemo_gym_doc_lines.py": None,
+    "test_nemo_gym_flags.py": None,
+    "test_nemo_gym_compare.py": None,
+}
+
+
 def xdist_group(item: pytest.Item) -> str | None:
     """The worker group a test must share when the suite runs in parallel, or None (any worker).
 
@@ -74,19 +93,29 @@ def xdist_group(item: pytest.Item) -> str | None:
       changed, so workers never reinstall under each other's jobs.
     - ``machine``: tests that hold or read something of the whole machine, one after another: the
       compat suite (marker ``nemogym``: its stack's head server holds NeMo Gym's fixed port 11000,
-      which a collector whose server gives no configuration asks, as a canary test does; its
-      Slurm benchmark test too, so that two NeMo Gym stacks and their Ray never overlap) and the
-      tests marked ``every_process`` (they sample every process's command line while they run, the
-      secret canaries: a neighbour's would be judged as theirs).
+      which a collector whose server gives no configuration asks, as a canary test does; the
+      modules whose stacks have the 11000 stack's server names, so that a command that lost its
+      head server's port cannot pass against a neighbour's stack) and the tests marked
+      ``every_process`` (they sample every process's command line while they run, the secret
+      canaries: a neighbour's would be judged as theirs).
+    - ``nemogym``: the NeMo Gym modules whose stack holds nothing of ``machine``'s, one after
+      another, beside ``machine``; a NeMo Gym module that starts no server goes anywhere (see
+      :data:`NEMOGYM_GROUPS`).
     - ``vllm``: the tests against a real vLLM (``tests/vllm/``), one after another, so that one vLLM
       (about 3 GB, minutes to start) runs at a time, and a module's server is started once.
     - the test's module, when it uses a module-scoped fixture: set up once, not once per worker.
     """
     if item.get_closest_marker("vllm") is not None:
         return "vllm"
-    if item.get_closest_marker("nemogym") is not None or item.get_closest_marker("every_process") is not None:
-        return "machine"  # before slurm: NeMo Gym's Slurm benchmark never runs beside a compat stack
-    if item.get_closest_marker("slurm") is not None:
+    if item.get_closest_marker("every_process") is not None:
+        return "machine"
+    if item.get_closest_marker("nemogym") is not None:  # before slurm: its Slurm benchmark too
+        name = Path(item.path).name
+        if name not in NEMOGYM_GROUPS:
+            return "machine"
+        if NEMOGYM_GROUPS[name] is not None:
+            return NEMOGYM_GROUPS[name]
+    elif item.get_closest_marker("slurm") is not None:
         return SLURM_GROUPS.get(Path(item.path).name, "slurm-4")
     fixtures = getattr(item, "_fixtureinfo", None)
     scopes = {d.scope for defs in (fixtures.name2fixturedefs.values() if fixtures else ()) for d in defs}

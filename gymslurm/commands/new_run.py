@@ -27,6 +27,7 @@ from gymslurm.commands.doctor import Site, read_sites
 from gymslurm.commands.wait import wait_for_run
 from gymslurm.errors import ConfigError
 from gymslurm.exitcodes import ExitCode
+from gymslurm.formats import json_object
 from gymslurm.identity import redact_value
 from gymslurm.job.collector_process import environment_problem
 from gymslurm.job.first_links import (
@@ -313,6 +314,9 @@ def prepare_dataset(settings: BenchmarkSettings, workdir: Path) -> Path:
     return path
 
 
+_FIX_ROW = "fix that line (one task per line, {...}) and submit again"
+
+
 def check_dataset(path: Path, shards: int) -> int:
     """The dataset's row count, once every row is a JSON object on one UTF-8 line within the line
     limit, and there are at least ``shards`` rows. Read as a stream (a 1 GB line is refused, not held);
@@ -325,21 +329,13 @@ def check_dataset(path: Path, shards: int) -> int:
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ConfigError(
                     f"{path}, line {number}: is not UTF-8 (byte {error.start + 1}); a dataset is JSONL "
                     "in UTF-8: convert the file (e.g. iconv -t UTF-8) and submit again"
                 ) from None
-            except ValueError as error:
-                raise ConfigError(
-                    f"{path}, line {number}: is not valid JSON ({error}); fix that line and submit again"
-                ) from None
-            if not isinstance(row, dict):
-                raise ConfigError(
-                    f"{path}, line {number}: is a JSON {type(row).__name__}, not an object (one task per "
-                    "line, {...}); fix that line and submit again"
-                )
+            json_object(text, f"{path}, line {number}:", ConfigError, _FIX_ROW)
             rows += 1
     if not rows:
         raise ConfigError(f"the dataset {path} has no rows: nothing to evaluate. Check the file")

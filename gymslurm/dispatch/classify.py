@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, get_args
 
 import httpx
-import orjson
 from pydantic import ValidationError
 
 from gymslurm.dispatch.budget import _ReplyTooLarge
 from gymslurm.errors import ProtocolError
+from gymslurm.formats import json_object
 from gymslurm.identity import redact_text, redact_value
 from gymslurm.records import (
     FAILURE_KINDS,
@@ -426,13 +426,8 @@ def _classify_episode_reply(call: _Call) -> Outcome:
 
 
 def _parse_object(body: bytes) -> dict[str, Any]:
-    try:
-        reply = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise _BadReplyError(f"the body is not JSON ({exc}): {_excerpt(body, 200)!r}") from None
-    if not isinstance(reply, dict):
-        raise _BadReplyError(f"the body must be a JSON object, got {type(reply).__name__}")
-    return reply
+    where = f"the body {_excerpt(body, 200)!r}"
+    return json_object(body, where, _BadReplyError, "the server must answer one JSON object")
 
 
 def _check_identity(reply: dict[str, Any], episode: EpisodeId, task_id: dict[str, Any]) -> None:

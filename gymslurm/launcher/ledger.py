@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import CorruptRecordError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of, versioned_object
 from gymslurm.launcher.decide import Budgets, Decision, JobEnd, Verdict
 from gymslurm.redaction import redact_value
 from gymslurm.store.atomic import open_run_file, reserve, sync_files
@@ -275,13 +275,7 @@ def parse_record(line: bytes, where: str) -> Record:
         return _one().validate_json(line)
     except ValidationError:
         pass
-    try:
-        raw = orjson.loads(line)
-    except orjson.JSONDecodeError as error:
-        raise CorruptRecordError(
-            f"{where}: not JSON ({error}); move the ledger aside to start over"
-        ) from error
-    check_version("ledger", raw.get("v") if isinstance(raw, dict) else None, where, CorruptRecordError)
+    raw = versioned_object(line, "ledger", where, CorruptRecordError, "move the ledger aside to start over")
     if raw["v"] == 1 and raw.get("kind") == "decision":
         raw.pop("coverage", None)  # version 1's coverage summary: written by old links, read by nothing
     try:

@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.errors import ConfigError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of, versioned_object
 from gymslurm.launcher.ledger import ChainState, Ledger, Record, Submitted, summarize
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.site.placement import Block, cluster_of
@@ -424,13 +423,9 @@ _Record = TypeVar("_Record", RunInfo, ArrayRecord)
 
 def _read_record(path: Path, model: type[_Record], kind: str) -> _Record:
     """A record submit wrote (``run.json``, ``array.json``): its version checked first, then validated."""
-    data = path.read_bytes()
-    try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError as error:
-        raise ConfigError(f"{path} is not JSON ({error}): it is not a record this gymslurm wrote") from None
-    if isinstance(raw, dict):  # ``v`` may be left out: the models always read its absence as 1
-        check_version(kind, raw.get("v", 1), str(path), ConfigError)
+    raw = versioned_object(
+        path.read_bytes(), kind, str(path), ConfigError, "it is not a record this gymslurm wrote"
+    )
     try:
         return model.model_validate(raw)
     except ValidationError as error:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from gymslurm.coverage import Coverage
 from gymslurm.errors import ManifestError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import check_version, json_object, version_of
 from gymslurm.store.atomic import publish_json
 from gymslurm.store.paths import RunPaths
 
@@ -46,12 +46,7 @@ def parse_json_object(
     path: Path, raw: bytes, what: str, remedy: str, kind: str | None = None
 ) -> dict[str, Any]:
     """:func:`read_json_object` for bytes already read."""
-    try:
-        data: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise ManifestError(f"{what} {path} is corrupt (not valid JSON: {error}); {remedy}") from None
-    if not isinstance(data, dict):
-        raise ManifestError(f"{what} {path} is not a JSON object; {remedy}")
+    data = json_object(raw, f"{what} {path}", ManifestError, remedy)
     if kind is not None:
         check_version(kind, data.get("format_version"), str(path), ManifestError)
     return data

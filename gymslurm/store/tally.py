@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import CorruptRecordError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import version_of, versioned_object
 from gymslurm.store.atomic import open_run_file
 from gymslurm.store.flock import lock_fd
 from gymslurm.store.jsonl import cut_torn_tail
@@ -113,13 +113,10 @@ def _last_line(fd: int, path: Path) -> TallyLine:
     lines = [raw for raw in complete.split(b"\n") if raw.strip()]
     if not lines:
         return TallyLine(event="recount")
+    data = versioned_object(lines[-1], "run_tally", f"{path}, its last line", CorruptRecordError)
     try:
-        data = orjson.loads(lines[-1])
-        check_version(
-            "run_tally", data.get("v") if isinstance(data, dict) else None, str(path), CorruptRecordError
-        )
         return TallyLine.model_validate(data)
-    except (orjson.JSONDecodeError, ValidationError) as error:
+    except ValidationError as error:
         raise CorruptRecordError(
             f"{path}: its last line is not a tally line ({error}); move the file aside: the next link "
             "that finds every chain finished writes the count again"

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gymslurm.clock import utc_now_ms
 from gymslurm.errors import ConfigError, CorruptRecordError, ManifestError
-from gymslurm.formats import check_version, version_of
+from gymslurm.formats import check_version, version_of, versioned_object
 from gymslurm.store.atomic import open_run_file, publish_bytes
 from gymslurm.store.flock import locked
 from gymslurm.store.jsonl import Appender, iter_records, repair_torn_tail
@@ -122,16 +122,11 @@ class WatchFolder:
 
     def read_settings(self) -> WatchSettings:
         """``watch.json``, version-checked and validated."""
-        import orjson
-
         try:
-            data = orjson.loads(self.settings_path.read_bytes())
+            raw = self.settings_path.read_bytes()
         except FileNotFoundError:
             raise ConfigError(f"{self.root} is not a watch: it has no watch.json") from None
-        except orjson.JSONDecodeError as error:
-            raise CorruptRecordError(f"{self.settings_path}: not valid JSON ({error})") from None
-        version = data.get("format_version") if isinstance(data, dict) else None
-        check_version("watch", version, str(self.settings_path), ManifestError)
+        data = versioned_object(raw, "watch", str(self.settings_path), ManifestError)
         try:
             return WatchSettings.model_validate(data)
         except ValidationError as error:

@@ -487,7 +487,9 @@ def shipped_dataset(venv: Path, environment_server: str) -> Path:
 def start_shipped_stack(venv: Path, workdir: Path) -> Stack:
     """``gym env start`` on every config of :data:`SHIPPED`, as the wheel ships them, plus one file
     naming ``policy_model`` (``openai_model`` in front of :mod:`fake_openai`) and the head server;
-    every server's own port is NeMo Gym's choice. Waits for NeMo Gym's own "servers ready" line."""
+    every server's own port is NeMo Gym's choice, from its range (10001-20000) less 11000, so that
+    this stack runs beside the one on 11000 (tests/conftest.py, group ``nemogym``). Waits for NeMo
+    Gym's own "servers ready" line."""
     workdir.mkdir(parents=True, exist_ok=True)
     ports = stack_ports(("head", "fake"))
     model = {
@@ -530,6 +532,7 @@ def start_shipped_stack(venv: Path, workdir: Path) -> Stack:
             f"+config_paths=[{configs}]",
             f"+uv_venv_dir={venvs}",
             "+skip_venv_if_present=true",
+            f"+port_range_low={HEAD_PORT + 1}",  # never 11000: it runs beside the 11000 stack
         ],
         cwd=workdir,
         start_new_session=True,

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from gymslurm.demo.model import DEFAULT_MODEL
-from tests.compat.nemogym import ADAPTER, DEMO_POLICY, HEAD_PORT, RELAY, TYPED, Stack
+from tests.compat.gym_eval import HEAD_SERVER, gym_aggregate
+from tests.compat.nemogym import ADAPTER, DEMO_POLICY, RELAY, TYPED, Stack
 from tests.e2e.helpers import REPO_ROOT, collect_args, gymslurm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
@@ -129,17 +130,7 @@ def test_collect_writes_nemo_gyms_metrics_file_from_the_server(relay_run: Path) 
 
 def test_nemo_gyms_aggregate_reads_gymslurms_outputs(nemo_gym_stack: Stack, relay_run: Path) -> None:
     """gym eval aggregate on gymslurm's results file computes full metrics (not an empty list)."""
-    output = relay_run.parent / "ng" / "ng.jsonl"
-    done = nemo_gym_stack.gym_command(
-        "eval",
-        "aggregate",
-        "+head_server.host=127.0.0.1",
-        f"+head_server.port={HEAD_PORT}",
-        f"+input_glob={relay_run}",
-        f"+output_jsonl_fpath={output}",
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    entries = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
+    entries = gym_aggregate(nemo_gym_stack, relay_run, relay_run.parent / "ng" / "ng.jsonl")
     assert [entry["_ng_environment_server"] for entry in entries] == [RELAY]
     assert entries[0]["agent_metrics"]
 
@@ -155,8 +146,7 @@ def nemo_gym_collection(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPath
         "eval",
         "run",
         "--no-serve",
-        "+head_server.host=127.0.0.1",
-        f"+head_server.port={HEAD_PORT}",
+        *HEAD_SERVER,
         "+disable_health_check=true",
         f"+input_jsonl_fpath={nemo_gym_stack.dataset}",
         f"+output_jsonl_fpath={output}",
@@ -296,21 +286,6 @@ def suite_and_alone(nemo_gym_stack: Stack, tmp_path_factory: pytest.TempPathFact
     return merged
 
 
-def _gym_aggregate(stack: Stack, merged: Path, output: Path) -> list[dict[str, Any]]:
-    """NeMo Gym's ``gym eval aggregate`` on a merged output: its ``ng_aggregate_metrics.json``."""
-    done = stack.gym_command(
-        "eval",
-        "aggregate",
-        "+head_server.host=127.0.0.1",
-        f"+head_server.port={HEAD_PORT}",
-        f"+input_glob={merged}",
-        f"+output_jsonl_fpath={output}",
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    entries: list[dict[str, Any]] = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
-    return entries
-
-
 @pytest.mark.parametrize("name", sorted(SUITE))
 def test_nemo_gyms_aggregate_of_a_suite_benchmark_is_that_of_the_benchmark_alone(
     nemo_gym_stack: Stack, suite_and_alone: dict[str, Path], tmp_path: Path, name: str
@@ -324,7 +299,7 @@ def test_nemo_gyms_aggregate_of_a_suite_benchmark_is_that_of_the_benchmark_alone
         return sorted((row["_ng_rollout_id"], row["reward"]) for row in rows(path))
 
     assert graded(suite) == graded(alone) and len(graded(suite)) == ROWS * (2 if name == "repeats" else 1)
-    ours = _gym_aggregate(nemo_gym_stack, suite, tmp_path / "suite" / "ng.jsonl")
-    theirs = _gym_aggregate(nemo_gym_stack, alone, tmp_path / "alone" / "ng.jsonl")
+    ours = gym_aggregate(nemo_gym_stack, suite, tmp_path / "suite" / "ng.jsonl")
+    theirs = gym_aggregate(nemo_gym_stack, alone, tmp_path / "alone" / "ng.jsonl")
     assert [e["_ng_environment_server"] for e in ours] == [RELAY] and ours[0]["agent_metrics"]
     assert ours == theirs

@@ -20,18 +20,14 @@ from typing import Any
 
 import pytest
 
-from tests.compat.nemogym import HEAD_PORT, RELAY, TYPED, Stack
+from tests.compat.gym_eval import HEAD_SERVER, gym_aggregate
+from tests.compat.nemogym import RELAY, TYPED, Stack
 from tests.e2e.helpers import gymslurm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 
 ROWS = 5
-HEAD = [
-    "--no-serve",
-    "+head_server.host=127.0.0.1",
-    f"+head_server.port={HEAD_PORT}",
-    "+disable_health_check=true",
-]
+HEAD = ["--no-serve", *HEAD_SERVER, "+disable_health_check=true"]
 RELAY_ROUTE = ["+environment_routing_mode=legacy", f"+environment_server_name={RELAY}"]
 TYPED_ROUTE = ["+environment_routing_mode=taskset", f"+environment_server_routes={{weather: {TYPED}}}"]
 RESUME = ["+resume_from_cache=true", "+allow_unsafe_resume=true"]
@@ -233,15 +229,5 @@ def test_nemo_gyms_aggregate_reads_merged_shards(
     assert done.returncode == 0, done.stderr
     assert not (merged.parent / "weather_aggregate_metrics.json").exists()
     assert (merged.parent / "weather_gymslurm_metrics.json").exists()
-    output = tmp_path / "ng" / "ng.jsonl"
-    done = nemo_gym_stack.gym_command(
-        "eval",
-        "aggregate",
-        "+head_server.host=127.0.0.1",
-        f"+head_server.port={HEAD_PORT}",
-        f"+input_glob={merged}",
-        f"+output_jsonl_fpath={output}",
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (entry,) = json.loads((output.parent / "ng_aggregate_metrics.json").read_text())
+    (entry,) = gym_aggregate(nemo_gym_stack, merged, tmp_path / "ng" / "ng.jsonl")
     assert entry["_ng_environment_server"] == RELAY and entry["agent_metrics"]

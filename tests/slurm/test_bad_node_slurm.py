@@ -20,11 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_until
-
 from .helpers import SlurmCluster, SlurmUser, run
 from .launcher_chains import Chain
-from .test_node_down import _job_state, resume_node, wait_until_alone_on
+from .nodes import down_under, resume_node, wait_until_alone_on
 
 pytestmark = pytest.mark.slurm
 
@@ -39,13 +37,7 @@ def _fail_node_under(chain: Chain, calls: int, node: str) -> str:
     run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=gymslurm-test-drain"])
     try:
         wait_until_alone_on(node, {job})
-        run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test"])
-        wait_until(
-            lambda: _job_state(job) != "RUNNING",
-            60,
-            f"job {job} to stop RUNNING after node {node} went DOWN",
-            every_s=1.0,
-        )
+        down_under(node, job)
     finally:
         resume_node(node)
     return job

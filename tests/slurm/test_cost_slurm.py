@@ -13,6 +13,7 @@ import pytest
 
 from .helpers import NO_ACCOUNTING_CLUSTER, SlurmCluster, cluster_env, job_nodes, scenario_user
 from .launcher_chains import Chain
+from .nodes import preempt_on
 
 pytestmark = pytest.mark.slurm
 
@@ -54,19 +55,7 @@ def test_ledger_and_sacct_gpu_hours_agree_across_requeues_a_preemption_and_a_res
         chain.user.run(["scontrol", "requeue", job])
         _running_for(chain, 3, HOLD_S)
         (node,) = job_nodes(job)  # the preemptor wants the link's own node, all of its GPUs
-        preemptor = [
-            "sbatch",
-            "-p",
-            "high",
-            "--gres=gpu:4",
-            "-w",
-            node,
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 3",
-        ]
-        chain.user.run(preemptor)
+        preempt_on(chain.user, node, "--gres=gpu:4")
         report = chain.wait(timeout=600, aggregation=False)
         assert report["shards"][0]["verdict"] == "EXHAUSTED", report["shards"][0]
         chain.gymslurm("resubmit", str(chain.run), str(chain.user.workdir / "bench.yaml"))

@@ -7,6 +7,7 @@ as its slowest scenario. The preemption scenario needs all 8 CPUs and runs last,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -21,10 +22,12 @@ from .helpers import (
     SlurmCluster,
     cluster_env,
     job_nodes,
+    run,
     scenario_user,
     submitted_up_front,
 )
 from .launcher_chains import Chain
+from .nodes import preempt_on
 
 pytestmark = pytest.mark.slurm
 
@@ -54,10 +57,6 @@ SCENARIOS = {
 }
 
 
-def _slurm(*argv: str) -> str:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
-
-
 @pytest.fixture(scope="module")
 def chains(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
@@ -80,7 +79,7 @@ def test_progress_chain_runs_four_jobs_without_spending_retries(chains: dict[str
     assert (report["shards"][0]["verdict"], report["shards"][0]["retries"]) == ("DONE", "0/3")
     kinds = [r["kind"] for r in chain.ledger(None)]  # the aggregation and its lookahead job: run once
     assert (kinds[0], kinds.count("start"), kinds.count("decision")) == ("submitted", 1, 1), kinds
-    queue = _slurm("squeue", "-h", "-u", TEST_USER, "-t", "PENDING", "-o", "%j")
+    queue = run(["squeue", "-h", "-u", TEST_USER, "-t", "PENDING", "-o", "%j"])
     assert chain.run is not None and chain.run.name not in queue
 
 
@@ -107,7 +106,7 @@ def test_exit_76_stops_and_slurm_marks_the_job_failed(chains: dict[str, Chain]) 
     report = chain.wait(aggregation=False)
     (decision,) = chain.decisions()
     assert decision["decision"] == "STOP_FAILED"
-    shown = _slurm("scontrol", "show", "job", "-o", decision["job_id"])
+    shown = run(["scontrol", "show", "job", "-o", decision["job_id"]])
     assert "JobState=FAILED" in shown and "ExitCode=76:0" in shown
     assert report["shards"][0]["verdict"] == "FAILED"
 
@@ -132,7 +131,7 @@ def test_time_limit_signal_stops_cleanly_and_the_walltime_cap_ends_the_chain(
     assert decisions[-1]["budgets_after"]["walltime_s"] >= 45
     assert any(d["exit_code"] == 75 and d["slurm_state"] == "SIGNALLED:SIGUSR1" for d in decisions)
     for d in decisions:
-        shown = _slurm("scontrol", "show", "job", "-o", d["job_id"])
+        shown = run(["scontrol", "show", "job", "-o", d["job_id"]])
         assert "JobState=TIMEOUT" not in shown, shown
     assert report["shards"][0]["verdict"] == "EXHAUSTED"
 
@@ -211,18 +210,20 @@ def test_status_while_pending_running_and_after(
         chain.cancel()
 
 
-def test_preemption_requeues_the_link_and_the_chain_finishes(
-    chains: dict[str, Chain], slurm_python: Path, slurm_session_dir: Path
-) -> None:
-    """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
+@contextlib.contextmanager
+def _preempted(
+    chains: dict[str, Chain], python: Path, session_dir: Path, label: str, partition: str
+) -> Iterator[tuple[Chain, str]]:
+    """A one-shard chain on a whole node of ``partition`` whose first link a high-partition job preempts
+    (the link sleeps, saving on TERM): yields the chain and that link's job; cancels the chain after."""
     for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
         chain.wait(timeout=400, aggregation=False)
     chain = Chain(
-        scenario_user(slurm_session_dir, "launcher-preempt"),
-        slurm_python,
+        scenario_user(session_dir, label),
+        python,
         [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
         overrides=[
-            "slurm.partition=low",
+            f"slurm.partition={partition}",
             "slurm.extra_directives=['--cpus-per-task=8']",
             "aggregation.enabled=false",
         ],
@@ -232,10 +233,18 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
         # The link needs a whole node: with the other Slurm groups' jobs spread over every node, one may
         # take minutes to come free (seen: none in 120 s in the suite).
         job = chain.wait_for_calls(1, timeout=420)
-        # The preemptor wants the link's own node (others are idle on the multi-node sandbox).
-        (node,) = job_nodes(job)
-        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
-        chain.user.run(preemptor)
+        (node,) = job_nodes(job)  # the preemptor wants the link's own node (others idle on the sandbox)
+        preempt_on(chain.user, node, "-c", "8")
+        yield chain, job
+    finally:
+        chain.cancel()
+
+
+def test_preemption_requeues_the_link_and_the_chain_finishes(
+    chains: dict[str, Chain], slurm_python: Path, slurm_session_dir: Path
+) -> None:
+    """A high-partition job preempts the low-partition link; Slurm requeues it and the chain finishes once."""
+    with _preempted(chains, slurm_python, slurm_session_dir, "launcher-preempt", "low") as (chain, job):
         chain.wait(timeout=240, aggregation=False)
         decisions = chain.decisions()
         assert [(d["job_id"], d["restart_count"], d["decision"]) for d in decisions] == [
@@ -243,8 +252,6 @@ def test_preemption_requeues_the_link_and_the_chain_finishes(
             (job, 1, "DONE"),
         ]
         assert len([r for r in chain.ledger() if r["kind"] == "submitted" and r["after"] == job]) == 1
-    finally:
-        chain.cancel()
 
 
 def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_chain(
@@ -256,24 +263,10 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
     queued behind it runs and the chain finishes DONE, no retry spent, no human. status and the
     report count the interruption as 'preempted' (Slurm's word, which the successor asked), not
     'cancelled' (what a TERM with no rerun of the job would read without it)."""
-    for chain in chains.values():  # the preemptor needs the whole node: let the batch finish first
-        chain.wait(timeout=400, aggregation=False)
-    chain = Chain(
-        scenario_user(slurm_session_dir, "launcher-preempt-cancel"),
-        slurm_python,
-        [{"exit": 0, "sleep": 300, "on_signal": 75, "progress": 1}, {"exit": 0}],
-        overrides=[
-            "slurm.partition=lowcancel",
-            "slurm.extra_directives=['--cpus-per-task=8']",
-            "aggregation.enabled=false",
-        ],
-    )
-    chain.submit()
-    try:
-        job = chain.wait_for_calls(1, timeout=420)
-        (node,) = job_nodes(job)
-        preemptor = ["sbatch", "-p", "high", "-c", "8", "-w", node, "-o", "/dev/null", "--wrap", "sleep 3"]
-        chain.user.run(preemptor)
+    with _preempted(chains, slurm_python, slurm_session_dir, "launcher-preempt-cancel", "lowcancel") as (
+        chain,
+        job,
+    ):
         report = chain.wait(timeout=300, aggregation=False)
         decisions = chain.decisions()
         assert [d["decision"] for d in decisions] == ["CONTINUE", "DONE"], decisions
@@ -292,8 +285,6 @@ def test_preemption_that_cancels_the_link_lets_its_queued_successor_finish_the_c
         shard_faults = json.loads(embedded.group(1))["shards"][0]["faults"]
         assert (shard_faults["preempted"], shard_faults["cancelled"]) == (1, 0), shard_faults
         assert "faults survived: preempted 1<" in page
-    finally:
-        chain.cancel()
 
 
 def test_login_side_killed_right_after_submit_leaves_chains_that_finish_alone(

@@ -21,6 +21,7 @@ from .helpers import (
     SlurmCluster,
     SlurmUser,
     cluster_env,
+    run,
     submitted_up_front,
     wait_for_job,
 )
@@ -75,10 +76,6 @@ SCENARIOS = {
 RELEASED_AT_SUBMIT = {"forgotten_no_accounting"}
 # slurmctld purges ended jobs older than MinJobAge once a minute (22.05: PURGE_JOB_INTERVAL 60 s).
 PURGE_INTERVAL_S = 60
-
-
-def _slurm(*argv: str) -> str:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +182,9 @@ def test_a_held_link_is_reported_and_cancelled(chains: dict[str, Chain]) -> None
     job = chain.wait_for_calls(1)
     chain.user.run(["scontrol", "requeuehold", "State=SpecialExit", job])
     wait_until(
-        lambda: "JobState=SPECIAL_EXIT" in _slurm("scontrol", "show", "job", "-o", job),
+        lambda: "JobState=SPECIAL_EXIT" in run(["scontrol", "show", "job", "-o", job]),
         120,
-        lambda: f"SPECIAL_EXIT in {_slurm('scontrol', 'show', 'job', '-o', job)}",
+        lambda: f"SPECIAL_EXIT in {run(['scontrol', 'show', 'job', '-o', job])}",
         every_s=1,
     )
     row = chain.status()["shards"][0]

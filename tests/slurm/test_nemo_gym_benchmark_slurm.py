@@ -10,9 +10,9 @@ run (tests/slurm/nemo_gym_venv.py makes one from the compat suite's cached insta
 ``POLICY_BASE_URL``, the policy model's address, here the compat suite's fake OpenAI endpoint
 (tests/compat/fake_openai.py) listening on the host's bridge address, which every node reaches.
 
-Markers ``slurm`` and ``nemogym``: it needs both the sandbox and NeMo Gym, and runs in the compat
-suite's xdist group (``machine``, tests/conftest.py), never beside another NeMo Gym stack. About 90 s
-with the venvs made.
+Markers ``slurm`` and ``nemogym``: it needs both the sandbox and NeMo Gym, and runs in the xdist
+group ``nemogym`` (tests/conftest.py), beside ``machine``: its stack is in a node's own network
+namespace, so its ports are never the host's. About 90 s with the venvs made.
 """
 
 from __future__ import annotations

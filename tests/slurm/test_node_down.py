@@ -38,20 +38,17 @@ from tests.support import wait_until
 
 from .helpers import (
     TEST_USER,
-    UP_NODE_STATES,
     SlurmCluster,
     SlurmUser,
     ensure_test_user,
     make_user_dir,
-    parse_scontrol_job,
     run,
 )
 from .launcher_real import RealChain
+from .nodes import down_under, resume_node, wait_until_alone_on
 
 pytestmark = pytest.mark.slurm
 
-ACTIVE_STATES = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
-QUIET_TIMEOUT_S = 600
 TASKS = 60
 SHARDS = 3
 SCENARIO: dict[str, Any] = dict(
@@ -61,51 +58,6 @@ SCENARIO: dict[str, Any] = dict(
     collector=["+concurrency=1"],
     slurm="  time: '00:05:00'\n  extra_directives: ['--cpus-per-task=5']\n",
 )
-
-
-def jobs_on(node: str) -> set[str]:
-    """Ids of the jobs (any user) running or completing on ``node``."""
-    return set(run(["squeue", "-h", "-w", node, "-t", ACTIVE_STATES, "-o", "%i"]).split())
-
-
-def wait_until_alone_on(node: str, own: set[str], timeout: float = QUIET_TIMEOUT_S) -> None:
-    """Wait until no job but ``own`` runs on ``node``; fail naming the others after ``timeout`` s."""
-    wait_until(
-        lambda: not jobs_on(node) - own,
-        timeout,
-        lambda: (
-            f"{node} to be ours alone: jobs {sorted(jobs_on(node) - own)} of other tests or sessions "
-            "still run there, and setting the node DOWN would kill them"
-        ),
-        every_s=2.0,
-    )
-
-
-def node_state(node: str) -> str:
-    """``sinfo``'s state of one node (``idle``, ``down*``, ``drained`` ...)."""
-    return run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).split()[0]
-
-
-def resume_node(node: str) -> None:
-    """``scontrol update state=resume``, then wait until the node is up (idle/mixed/...) again.
-
-    Slurm refuses a resume of a node that already came back by itself (``IDLE to RESUME``): that
-    refusal is fine, a node still down or drained after 60 s is not.
-    """
-    resume = ["scontrol", "update", f"nodename={node}", "state=resume"]
-    subprocess.run(resume, capture_output=True, check=False)
-
-    def up() -> bool:
-        state = node_state(node)
-        if state.startswith("drain"):
-            subprocess.run(resume, capture_output=True, check=False)
-        return state in UP_NODE_STATES
-
-    wait_until(up, 60, lambda: f"node {node} up after state=resume (it is {node_state(node)})", every_s=1.0)
-
-
-def _job_state(job: str) -> str:
-    return parse_scontrol_job(job, run(["scontrol", "show", "job", "-o", job])).state
 
 
 def _first_starts(chain: RealChain, shards: range, timeout: float = 180) -> dict[int, dict[str, Any]]:
@@ -156,13 +108,7 @@ def downed(
         # the suite): then it has already been killed mid-collection, which is what this test wants.
         subprocess.run(["scontrol", "resume", job], capture_output=True, check=False)
         suspended = ""
-        run(["scontrol", "update", f"nodename={node}", "state=down", "reason=gymslurm-test"])
-        wait_until(
-            lambda: _job_state(job) != "RUNNING",
-            60,
-            f"job {job} to stop RUNNING after node {node} went DOWN",
-            every_s=1.0,
-        )
+        down_under(node, job)
         resume_node(node)
         report = chain.finished(timeout=300)
         starts = _first_starts(chain, range(SHARDS))

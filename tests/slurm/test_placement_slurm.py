@@ -26,7 +26,7 @@ from tests.support import wait_until
 
 from .helpers import TEST_USER, SlurmCluster, SlurmUser, ensure_test_user, make_user_dir, run
 from .launcher_real import RealChain
-from .test_node_down import QUIET_TIMEOUT_S, jobs_on, resume_node
+from .nodes import QUIET_TIMEOUT_S, jobs_on, resume_node
 
 pytestmark = pytest.mark.slurm
 

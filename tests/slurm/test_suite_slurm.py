@@ -31,6 +31,7 @@ from tests.support import wait_until
 
 from .helpers import SlurmCluster, SlurmUser, job_nodes, scenario_user
 from .launcher_chains import FINAL, Chain
+from .nodes import preempt_on
 
 pytestmark = pytest.mark.slurm
 
@@ -194,19 +195,7 @@ def test_a_suite_survives_kills_preemption_and_a_crash_loop_and_a_resubmit_finis
     try:
         preempted = _running_link(chain, 1, rows=0)  # at once: Slurm takes its time to preempt
         (node,) = job_nodes(preempted)  # one GPU of the link's node: only this link holds any there
-        preemptor = [
-            "sbatch",
-            "-p",
-            "high",
-            "--gres=gpu:1",
-            "-w",
-            node,
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 3",
-        ]
-        chain.user.run(preemptor)
+        preempt_on(chain.user, node, "--gres=gpu:1")
         killed = _running_link(chain, 0, rows=1)
         _kill_link(chain, 0)
         report = _final(chain, aggregations=1, timeout=420)

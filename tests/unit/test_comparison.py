@@ -227,5 +227,5 @@ def test_the_document_reads_back_as_saved_and_refuses_another_version() -> None:
         parse_comparison(raw.replace(b'"format_version":1', b'"format_version":2'), "saved.json")
     with pytest.raises(ConfigError, match="not a valid comparison document"):
         parse_comparison(b'{"format_version": 1, "benchmarks": 3}', "saved.json")
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="not valid JSON"):
         parse_comparison(b"{", "saved.json")

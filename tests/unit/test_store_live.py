@@ -90,7 +90,7 @@ def test_heartbeat_round_trips(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("{", "is corrupt"),
+        ("{", "is not valid JSON"),
         ('{"format_version": 2}', "is version 2"),
         ('{"format_version": 1, "job_id": "1"}', "is malformed"),
     ],

@@ -69,8 +69,8 @@ def test_missing_manifest_reads_as_none(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"{not json", "corrupt"),
-        (b"[]", "not a JSON object"),
+        (b"{not json", "not valid JSON"),
+        (b"[]", "is a JSON list, not an object"),
         (b'{"format_version": 1}', "format_version 1"),
         (b'{"run_id": "x"}', "format_version None"),
     ],

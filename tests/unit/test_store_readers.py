@@ -123,7 +123,7 @@ READERS: list[tuple[str, Callable[[RunPaths], Any], Callable[[RunPaths], Path]]]
 ]
 
 
-BAD = [(b"{not json", "is corrupt (not valid JSON"), (b"[1]", "is not a JSON object; ")]
+BAD = [(b"{not json", "is not valid JSON"), (b"[1]", "is a JSON list, not an object: ")]
 
 
 @pytest.mark.parametrize("bad", BAD, ids=["not-json", "not-an-object"])

@@ -55,15 +55,21 @@ def pytest_collection_modifyitems(items):
 
 def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> None:
     """With pytest-xdist, real-Slurm modules share one of four slurm groups (side by side, each module
-    whole); NeMo Gym's stack (port 11000) and the command-line samplers share machine; the real
-    vLLM modules share vllm (one vLLM at a time); a
-    module-scoped fixture's tests their module; others go anywhere."""
+    whole); NeMo Gym's stack (port 11000), the stacks with its server names and the command-line
+    samplers share machine; the NeMo Gym stacks that hold none of that share nemogym, beside it; a
+    NeMo Gym module that starts no server is grouped as any other module; the real vLLM modules share
+    vllm (one vLLM at a time); a module-scoped fixture's tests their module; others go anywhere."""
     (tmp_path / "groups_probe.py").write_text(PROBE)
     out = tmp_path / "groups.json"
     files = [
         "slurm/test_smoke.py",
         "slurm/test_status_live.py",
         "compat/test_nemo_gym.py",
+        "compat/test_nemo_gym_both_ways.py",
+        "compat/test_nemo_gym_shipped.py",
+        "slurm/test_nemo_gym_benchmark_slurm.py",
+        "compat/test_nemo_gym_doc_lines.py",
+        "compat/test_nemo_gym_compare.py",
         "e2e/test_canary_suite.py",
         "e2e/test_aggregate_e2e.py",
         "unit/test_errors.py",
@@ -88,6 +94,11 @@ def test_tests_that_share_something_share_one_xdist_worker(tmp_path: Path) -> No
         "slurm/test_smoke.py": {"slurm-1"},
         "slurm/test_status_live.py": {"slurm-3"},
         "compat/test_nemo_gym.py": {"machine"},
+        "compat/test_nemo_gym_both_ways.py": {"machine"},
+        "compat/test_nemo_gym_shipped.py": {"nemogym"},
+        "slurm/test_nemo_gym_benchmark_slurm.py": {"nemogym"},
+        "compat/test_nemo_gym_doc_lines.py": {"compat/test_nemo_gym_doc_lines.py"},
+        "compat/test_nemo_gym_compare.py": {None},
         "e2e/test_canary_suite.py": {"machine"},
         "e2e/test_aggregate_e2e.py": {"e2e/test_aggregate_e2e.py"},
         "unit/test_errors.py": {None},

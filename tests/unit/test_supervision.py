@@ -218,7 +218,7 @@ def test_events_round_trip_through_the_channel_format() -> None:
         (b'{"v": 1, "kind": "healthy", "at": 1, "extra": 0}', "extra"),
         (b'{"v": 1, "kind": "exploded", "at": 1}', "malformed"),
         (b'{"v": 1, "kind": "healthy"}', "malformed"),
-        (b"not json", "not JSON"),
+        (b"not json", "not valid JSON"),
     ],
     ids=["another version", "an unknown field", "an unknown kind", "no time", "not JSON"],
 )

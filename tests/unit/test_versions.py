@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from gymslurm.errors import GymslurmError
-from gymslurm.formats import FORMATS, version_problem
+from gymslurm.formats import FORMATS, json_object, version_problem, versioned_object
 from gymslurm.launcher.ledger import parse_record
 from gymslurm.store import live
 from gymslurm.store.files import read_coverage, read_gymslurm_metrics
@@ -173,3 +173,28 @@ def test_every_written_format_is_in_the_table() -> None:
             "watch_ledger",
         ]
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{oops", r"^d\.jsonl:2 is not valid JSON \(.*\): fix it$"),
+        (b"[1]", r"^d\.jsonl:2 is a JSON list, not an object: fix it$"),
+        (b'"v"', r"^d\.jsonl:2 is a JSON str, not an object: fix it$"),
+    ],
+    ids=["not JSON", "a list", "a string"],
+)
+def test_bad_bytes_are_refused_naming_the_place_and_the_remedy(raw: bytes, message: str) -> None:
+    """json_object: bytes that are not one JSON object raise the caller's error, place and remedy named."""
+    with pytest.raises(ValueError, match=message):
+        json_object(raw, "d.jsonl:2", ValueError, "fix it")
+
+
+def test_a_versioned_object_is_checked_on_its_own_version_field() -> None:
+    """versioned_object checks the field FORMATS names (``v`` for the ledger), then gives the object."""
+    assert versioned_object(b'{"v": 3, "kind": "start"}', "ledger", "l:1", ValueError, "r") == {
+        "v": 3,
+        "kind": "start",
+    }
+    with pytest.raises(ValueError, match=r"^l:1: the chain ledger is version 99"):
+        versioned_object(b'{"v": 99, "format_version": 3}', "ledger", "l:1", ValueError, "r")
