@@ -12,11 +12,9 @@ ignored, so a user never gets a run that silently differs from the one they aske
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Collection
 
 from gymslurm.errors import ConfigError
-from gymslurm.redaction import is_credential_name
 
 # NeMo Gym settings folded into a gymslurm one (the rest of the accepted ones keep their names).
 FOLDED = {
@@ -130,8 +128,18 @@ SERVER_TYPES = frozenset(
 SERVER_SETTING_PREFIXES = ("policy_", "ray_")
 # The server flags that set a credential, and the configuration key each sets (NeMo Gym's MODEL_API_KEY).
 VALUE_FLAGS_OF_SERVERS = {"--model-api-key": "policy_api_key"}
-# Settings of NeMo Gym's data preparation, which `gym eval run` does only when it starts the servers.
-PREPARATION = frozenset({"--split", "split", "reuse_existing_data_preparation"})
+# Settings of NeMo Gym's data preparation, which `gym eval run` does only when it starts the servers
+# (E2ERolloutCollectionConfig's and TrainDataProcessorConfig's own).
+PREPARATION = frozenset(
+    {
+        "--split",
+        "split",
+        "reuse_existing_data_preparation",
+        "overwrite_metrics_conflicts",
+        "data_source",
+        "task_data_validation",
+    }
+)
 _WITHOUT_VALUE = frozenset({"--allow-unsupported-pairing", "--interleave-repeats", *NO_OP_FLAGS, *BOOL_FLAGS})
 
 
@@ -184,7 +192,7 @@ def null_default(key: str, value: str) -> bool:
     return key.lstrip("+~") in NULL_IS_DEFAULT and value.strip() == "null"
 
 
-def _words(argv: list[str]) -> list[tuple[str, str | None]]:
+def flag_words(argv: list[str]) -> list[tuple[str, str | None]]:
     """``argv`` as ``(flag or override, its value)`` pairs (a flag's separate value taken along)."""
     words: list[tuple[str, str | None]] = []
     items = iter(argv)
@@ -195,28 +203,6 @@ def _words(argv: list[str]) -> list[tuple[str, str | None]]:
         else:
             words.append((name, None if name in _WITHOUT_VALUE else next(items, "")))
     return words
-
-
-def _shown(name: str, value: str | None, separator: str) -> str:
-    """One word of a suggested command line, quoted as a shell needs (a $VARIABLE left to the shell)."""
-    if value is None:
-        return name
-    quoted = shlex.quote(value)
-    if "$" in value and not set('"`\\') & set(value):
-        quoted = f'"{value}"'
-    return f"{name}{separator}{quoted}"
-
-
-def _line(words: list[tuple[str, str | None]]) -> str:
-    """Words as a suggested command line (``--flag VALUE``, ``+key=value``)."""
-    return " ".join(_shown(n, v, "=" if n.startswith("+") else " ") for n, v in words)
-
-
-def _credential_key(name: str) -> str | None:
-    """The configuration key a credential word sets (``--model-api-key``: ``policy_api_key``), else None."""
-    if not is_credential_name(name.lstrip("+~")):
-        return None
-    return VALUE_FLAGS_OF_SERVERS.get(name, name.lstrip("+~"))
 
 
 def is_server_word(name: str, settings: Collection[str]) -> bool:
@@ -230,21 +216,18 @@ def is_server_word(name: str, settings: Collection[str]) -> bool:
 
 
 def refuse_server_flags(argv: list[str], settings: Collection[str]) -> None:
-    """Refuse ``gym eval run``'s server flags by name, with the commands that do the same here.
+    """Refuse ``gym eval run``'s server flags by name on a collection line.
 
-    Without ``--no-serve``, NeMo Gym starts the servers they name (and prepares the ``--split``
-    dataset): the refusal spells ``gym env start`` with those flags and ``gymslurm collect --no-serve``
-    with the rest. With ``--no-serve`` they only compose the collector's own copy of the configuration,
-    while gymslurm reads the running servers' configuration from the head server: they are dropped.
+    Without ``--no-serve`` the line starts NeMo Gym's servers: ``gymslurm collect`` and ``gymslurm submit
+    gym eval run ...`` run it as a benchmark (launcher/nemo_gym_line.py) before this is reached. With
+    ``--no-serve`` they only compose the collector's own copy of the configuration, while gymslurm reads
+    the running servers' configuration from the head server: they are dropped.
     """
-    words = _words(argv)
-    if not any(name in SERVER_FLAGS for name, _ in words):
+    words = flag_words(argv)
+    named_flags = [name for name, _ in words if name in SERVER_FLAGS]
+    if not named_flags:
         return
-    servers = [(name, value) for name, value in words if is_server_word(name, settings)]
-    named = "(" + ", ".join(dict.fromkeys(name for name, _ in servers if name in SERVER_FLAGS)) + ")"
-    secrets = sorted({key for name, _ in servers if (key := _credential_key(name))})
-    shown = _line([(name, value) for name, value in servers if not _credential_key(name)])
-    kept_out = f"; {', '.join(secrets)} in NeMo Gym's env.yaml, never on a command line" if secrets else ""
+    named = "(" + ", ".join(dict.fromkeys(named_flags)) + ")"
     if any(name == "--no-serve" for name, _ in words):
         raise ConfigError(
             f"gym eval run's server flags {named} under --no-serve only compose NeMo Gym's collector's own "
@@ -252,27 +235,8 @@ def refuse_server_flags(argv: list[str], settings: Collection[str]) -> None:
             f"servers' configuration from the head server instead. Drop them (a collection setting such a "
             "config file sets at its top level, e.g. responses_create_params, goes on the command line)"
         )
-    collect = _collect_spelling(words, settings)
     raise ConfigError(
-        f"gym eval run's server flags {named} without --no-serve start NeMo Gym's servers, which gymslurm "
-        f"collect never does. Start them with NeMo Gym's launcher: `gym env start {shown}`{kept_out}; "
-        f"then {collect}"
-    )
-
-
-def _collect_spelling(words: list[tuple[str, str | None]], settings: Collection[str]) -> str:
-    """The ``gymslurm collect --no-serve`` half of a server-starting line's spelling, and its input."""
-    kept = [(n, v) for n, v in words if not is_server_word(n, settings) and n.lstrip("+~") not in PREPARATION]
-    rest = _line(kept)
-    split = next((value for name, value in words if name.lstrip("+~") in {"--split", "split"}), None)
-    dataset = f"the prepared {split} split" if split else "the dataset"
-    if not any(name.lstrip("+") in {"--input", "-i", "input_jsonl_fpath"} for name, _ in kept):
-        rest += " --input FILE"
-    return (
-        f"collect from them: `gymslurm collect --no-serve {rest}` with {dataset} as FILE (NeMo Gym's "
-        "`gym dataset collate --mode train_preparation --download --output-dir DIR` with the same configs "
-        "writes DIR/<split>.jsonl, as gym eval run does); a collection setting "
-        "the config files set at their top level (responses_create_params, rollout_collection_driver...) "
-        "goes on the collect line, where gymslurm accepts or refuses it by name. On Slurm, a benchmark "
-        "config's servers: runs `gym env start` in each job (configs/benchmarks/nemo_gym_weather.yaml)"
+        f"gym eval run's server flags {named} without --no-serve start NeMo Gym's servers: give the whole "
+        "line to `gymslurm collect` (a local run) or `gymslurm submit [OPTIONS] gym eval run ...` "
+        "(docs/nemo-gym.md)"
     )

@@ -72,8 +72,17 @@ def main(argv: list[str]) -> int:
         return ExitCode.DONE
     from gymslurm.collector.seal import invocation, replay
     from gymslurm.commands.overrides import secret_overrides
+    from gymslurm.launcher.nemo_gym_line import composes_configs, starts_servers
     from gymslurm.process_env import SECRET_OVERRIDES_ENV
 
+    if starts_servers(argv):  # NeMo Gym's gym eval run without --no-serve (docs/nemo-gym.md)
+        from gymslurm.commands.nemo_gym_serve import collect_line
+
+        return collect_line(argv)
+    if composes_configs(argv):  # --no-serve with server flags: the settings their configs set
+        from gymslurm.commands.nemo_gym_serve import with_configs_settings
+
+        argv = with_configs_settings(argv)
     config_dir, config_name, overrides = split_options(argv)
     given = secret_overrides()
     os.environ.pop(SECRET_OVERRIDES_ENV, None)  # read once: no process the collector starts inherits them

@@ -36,8 +36,17 @@ def submit(
     return create_run(settings, data, overrides, kind, Path.cwd(), dry_run=dry_run, wait=wait)
 
 
+def nemo_gym_line(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``argv`` split at ``gym eval run``: submit's own arguments, and the NeMo Gym line's (or None)."""
+    for start in range(len(argv) - 2):
+        if argv[start : start + 3] == ["gym", "eval", "run"]:
+            return argv[:start], argv[start + 3 :]
+    return argv, None
+
+
 def main(argv: list[str]) -> int:
     """``gymslurm submit``: parse its arguments and run it."""
+    argv, line = nemo_gym_line(argv)
     parser = argparse.ArgumentParser(prog="gymslurm submit", description="Submit a benchmark as job chains.")
     parser.add_argument(
         "benchmark",
@@ -67,6 +76,11 @@ def main(argv: list[str]) -> int:
         help="stay until every chain and the aggregation ended, then show status",
     )
     args = parser.parse_intermixed_args(argv)
+    if line is not None:  # gymslurm submit [OPTIONS] [OVERRIDES] gym eval run ARGS (docs/nemo-gym.md)
+        from gymslurm.commands.nemo_gym_serve import submit_line
+
+        overrides = [*([args.benchmark] if args.benchmark else []), *args.overrides]
+        return submit_line(line, overrides, args.backend, args.dry_run, wait=args.wait)
     if args.reverify is not None:
         from gymslurm.commands.regrade import submit_reverify
 

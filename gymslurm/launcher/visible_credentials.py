@@ -7,8 +7,13 @@ Pure.
 
 from __future__ import annotations
 
+import re
+
 from gymslurm.launcher.settings import BenchmarkSettings
 from gymslurm.redaction import redact_value
+
+# ``key=${oc.env:NAME}``: a reference the program resolves from its environment, not a credential.
+ENVIRONMENT_REFERENCE = re.compile(r"=\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}$")
 
 
 def visible_credential_warnings(settings: BenchmarkSettings) -> list[str]:
@@ -51,5 +56,5 @@ def visible_credential_warnings(settings: BenchmarkSettings) -> list[str]:
         f"/proc/*/cmdline); pass it as an environment variable instead, in {env} (e.g. API_KEY: "
         "${oc.env:API_KEY}), and have the program read it from its environment (docs/security.md)"
         for where, argv, env in found
-        if argv and redact_value(argv) != argv
+        if argv and redact_value(shown := [w for w in argv if not ENVIRONMENT_REFERENCE.search(w)]) != shown
     ]

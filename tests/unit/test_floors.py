@@ -82,6 +82,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gymslurm.launcher.settings_sections",
             "gymslurm.launcher.suite_settings",
             "gymslurm.launcher.benchmark_checks",
+            "gymslurm.launcher.nemo_gym_line",
             "gymslurm.launcher.visible_credentials",
             "gymslurm.launcher.server_refs",
             "gymslurm.launcher.server_placement",

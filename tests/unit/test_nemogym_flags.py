@@ -45,38 +45,6 @@ def _refusal(argv: list[str]) -> str:
     return str(refused.value)
 
 
-def test_a_line_that_starts_servers_is_refused_with_gym_env_start_and_collect() -> None:
-    """Without --no-serve, the server flags and the servers' overrides go to `gym env start`, the
-    collection's to `gymslurm collect --no-serve`; --split (data preparation) to neither."""
-    servers = ["--benchmark", "gpqa", "--model-type", "vllm_model", "--split", "benchmark"]
-    rest = [
-        "--output",
-        "r/g.jsonl",
-        "++policy_base_url=http://h:1/v1",
-        "++gpqa.resources_servers.mcqa.mode=x",
-    ]
-    message = _refusal([*servers, *rest, "--num-repeats", "4"])
-    assert message.startswith("gym eval run's server flags (--benchmark, --model-type) without --no-serve")
-    assert (
-        "`gym env start --benchmark gpqa --model-type vllm_model ++policy_base_url=http://h:1/v1 "
-        "++gpqa.resources_servers.mcqa.mode=x`" in message
-    )
-    assert "`gymslurm collect --no-serve --output r/g.jsonl --num-repeats 4 --input FILE`" in message
-    assert "the prepared benchmark split as FILE" in message
-
-
-def test_a_credential_in_a_refused_line_is_never_repeated() -> None:
-    """--model-api-key and an api_key override are left out of the spelled command, their keys named
-    for NeMo Gym's env.yaml; a $VARIABLE stays the shell's."""
-    keys = ["--model-api-key", "sk-secret-1", "++judge_api_key=sk-secret-2"]
-    message = _refusal(
-        ["--model-type", "openai_model", *keys, "--model", "$POLICY_MODEL", "--output", "o.jsonl"]
-    )
-    assert "sk-secret" not in message
-    assert '`gym env start --model-type openai_model --model "$POLICY_MODEL"`' in message
-    assert "judge_api_key, policy_api_key in NeMo Gym's env.yaml, never on a command line" in message
-
-
 def test_server_flags_under_no_serve_are_refused_as_the_collectors_own_config() -> None:
     """With --no-serve they compose only NeMo Gym's collector's copy of the config: dropped here."""
     message = _refusal(["--no-serve", "--benchmark", "gpqa", "--input", "d.jsonl", "--output", "o.jsonl"])

@@ -64,3 +64,13 @@ def test_command_lines_without_a_credential_are_not_warned_about() -> None:
         "bench",
     )
     assert visible_credential_warnings(settings) == []
+
+
+def test_a_credential_named_from_the_environment_is_not_warned_about() -> None:
+    """``++policy_api_key=${oc.env:VAR}``: the program resolves it from its environment (NeMo Gym's
+    spelling, which a translated `gym eval run` line uses); the value never is on the command line."""
+    command = ["gym", "env", "start", "++policy_api_key=${oc.env:GYMSLURM_NEMO_GYM_POLICY_API_KEY}"]
+    settings = validate(
+        {"name": "b", "dataset": "data.jsonl", "servers": [_server(command=command)]}, "bench"
+    )
+    assert visible_credential_warnings(settings) == []
