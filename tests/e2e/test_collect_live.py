@@ -37,8 +37,12 @@ def _progress(output: Path) -> dict[str, Any] | None:
 def test_live_progress_record_rises_during_a_collection(
     tmp_path: Path, start_demo_server: Callable[..., DemoServer]
 ) -> None:
-    """While dispatching, <stem>_progress.json shows a growing count; at the end, all of it, ended."""
-    server = start_demo_server("--latency-ms", "100")
+    """While dispatching, <stem>_progress.json shows a growing count; at the end, all of it, ended.
+
+    The collection lasts about 6 s (40 tasks of 300 ms, 2 at a time) and its start may take a minute
+    on a loaded machine (CI run 5: 30 s were not enough at a load average of 42, when the
+    collection lasted 2 s)."""
+    server = start_demo_server("--latency-ms", "300")
     dataset, output = write_tasks(tmp_path / "tasks.jsonl", [{}] * 40), tmp_path / "out.jsonl"
     argv = collect_command(dataset, output, server.url, "+concurrency=2", "+live_progress_interval_s=0.2")
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -50,8 +54,8 @@ def test_live_progress_record_rises_during_a_collection(
             seen.append(record["successful"])
         return bool(seen) and 0 < seen[-1] < 40
 
-    wait_until(midway, 30, "a live record between 0 and 40 successful", every_s=0.05)
-    _, stderr = process.communicate(timeout=60)
+    wait_until(midway, 120, "a live record between 0 and 40 successful", every_s=0.05)
+    _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     final = _progress(output)
     assert final is not None and final["format_version"] == 1
