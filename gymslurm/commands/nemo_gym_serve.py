@@ -162,12 +162,29 @@ class NemoGymSplitInputs(BenchmarkInputs):
     def prepare(self) -> None:
         """Write the prepared rows (after submit's refusals, before the run exists), then check them."""
         target = Path(os.path.abspath(self.workdir / self.settings.dataset))
-        if self.prepared.rows is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(target, self.prepared.rows)
+        if self.prepared.rows is not None and write_once(target, self.prepared.rows):
             print(f"NeMo Gym prepared the {self.prepared.split} split: {target}")
         self.dataset = target
         check_dataset(self.dataset, self.settings.shards)
+
+
+def write_once(target: Path, rows: bytes) -> bool:
+    """Write the prepared rows to ``target`` unless it holds them already (True when written).
+
+    Why: the file may be an earlier run's input (its manifest names it); rows that differ (NeMo Gym's
+    data changed since) never replace it: ConfigError, before anything is written."""
+    try:
+        if target.read_bytes() == rows:
+            return False
+    except FileNotFoundError:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, rows)
+        return True
+    raise ConfigError(
+        f"{target} holds rows NeMo Gym prepared earlier for a run that may still read them, and NeMo Gym "
+        "now prepares other rows for this line; nothing was written. Move that file aside (or pass "
+        "+run_root=... for a fresh folder), then submit again"
+    )
 
 
 def run_preparation(line: ServingLine, gym: str, cwd: Path, *, reuse: bool) -> Prepared:
