@@ -97,10 +97,12 @@ def test_time_limit_signal_stops_cleanly_and_walltime_cap_ends_the_chain(tmp_pat
     poll, so the first link always continues, even on a loaded machine (with a cap of 11 s a first
     link slowed past it ended the chain alone: seen in CI). A link slower than its lead to write its
     decision after the collector's clean exit also gets the TERM of ``--time`` (seen in CI with a
-    lead of 4 s): that TERM is recorded after the USR1, and the lead is 6 s here. A link slower than
-    its lead to *start* the collector gets the USR1 first and does not start it (seen in CI: exit
-    None, CONTINUE with no retry spent); every other link's collector takes the USR1 and exits 75."""
-    extra = "slurm:\n  time: '0:12'\n  signal_lead_s: 6\n  max_walltime: '0:24'\n"
+    lead of 4 s): that TERM is recorded after the USR1. A link slower than its lead to *start* the
+    collector gets the USR1 first and does not start it (exit None, CONTINUE with no retry spent);
+    every other link's collector takes the USR1 and exits 75. With a lead of 6 s, CI at a load of 40
+    saw three links in a row too slow to start theirs, so the USR1 still comes 6 s into a link but
+    the lead is 14 s."""
+    extra = "slurm:\n  time: '0:20'\n  signal_lead_s: 14\n  max_walltime: '0:40'\n"
     step = {"exit": 0, "sleep": 60, "on_signal": 75, "progress": 1}
     run = _submit(tmp_path, [step], "shards=1", "aggregation.enabled=false", extra=extra)
     report = wait_until_final(run, aggregation=False)

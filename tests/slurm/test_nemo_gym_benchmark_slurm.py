@@ -95,13 +95,17 @@ def test_the_nemo_gym_benchmark_runs_on_slurm_from_a_fresh_checkout_in_one_comma
         stop_session(fake.pid)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"^0\s+DONE\s", done.stdout, re.MULTILINE), done.stdout[-3000:]
-    (run,) = runs.iterdir()
-    (start,) = [
-        json.loads(line)
-        for line in (run / "shards/000/ledger.jsonl").read_text().splitlines()
-        if json.loads(line)["kind"] == "start"
+    made = sorted(runs.iterdir())
+    assert len(made) == 1, f"one submit made {made}"
+    run = made[0]
+    starts = [
+        record
+        for record in map(json.loads, (run / "shards/000/ledger.jsonl").read_text().splitlines())
+        if record["kind"] == "start"
     ]
-    assert start["host"] in slurm_cluster.nodes  # the stack ran on a compute node, not on the host
+    # A link may be retried under load (a stack slow to start is retryable): every link counts.
+    hosts = [start["host"] for start in starts]
+    assert hosts and set(hosts) <= set(slurm_cluster.nodes), hosts  # on compute nodes, not the host
     merged = run / "output/merged/weather.jsonl"
     rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
     assert len(rows) == 5 and {row["reward"] for row in rows} == {1.0}
