@@ -145,14 +145,15 @@ def _decided_files(run: RunDir) -> tuple[tuple[int, int, int] | None, ...]:
 
 
 def sleep_until_decided(run: RunDir, limit_s: float) -> None:
-    """Sleep ``limit_s``, or less when a link or the aggregation decided meanwhile: the back-off keeps the
-    scheduler asked rarely, and a run that ended is seen at once (its status asked within a second or
-    two), not up to ``WAIT_MAX_S`` later."""
+    """Sleep ``limit_s``, or less when a link or the aggregation decided meanwhile (but never less than
+    :data:`WAIT_FIRST_S`): the back-off keeps the scheduler asked rarely, and a run that ended is seen
+    within a second or two, not up to ``WAIT_MAX_S`` later; quick decisions ask no more than once a second."""
     before = _decided_files(run)
-    deadline = time.monotonic() + limit_s
+    start = time.monotonic()
+    deadline = start + limit_s
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(DECIDED_EVERY_S, left))
-        if _decided_files(run) != before:
+        if time.monotonic() - start >= WAIT_FIRST_S and _decided_files(run) != before:
             return
 
 

@@ -38,28 +38,30 @@ def _after(n: int, act: Callable[[], object]) -> Callable[[int], None]:
 
 
 @pytest.mark.parametrize(
-    ("decide", "woken"),
+    ("decide", "at", "woken_after"),
     [
-        (None, False),  # nothing decided: the whole 10 s back-off, in looks of 0.2 s
-        (lambda run: run.tally.spent(0, 0.0), True),  # a link decided (its tally line)
-        (lambda run: run.tally.chain_finished(1), True),  # a chain finished
-        (lambda run: [run.aggregate_ledger.append(r) for r in _decided("300", Decision.DONE)], True),
-        (lambda run: run.ledger(0).append(_decided("200", Decision.DONE)[0]), False),  # a start: no wake
+        (None, 3, None),  # nothing decided: the whole 10 s back-off, in looks of 0.2 s
+        (lambda run: run.tally.spent(0, 0.0), 7, 7),  # a link decided (its tally line): the next look
+        (lambda run: run.tally.chain_finished(1), 7, 7),  # a chain finished
+        (lambda run: [run.aggregate_ledger.append(r) for r in _decided("300", Decision.DONE)], 7, 7),
+        (lambda run: run.ledger(0).append(_decided("200", Decision.DONE)[0]), 7, None),  # a start: no wake
+        (lambda run: run.tally.spent(0, 0.0), 2, 5),  # decided 0.4 s in: asked again 1 s in, not sooner
     ],
 )
 def test_a_decision_ends_the_back_off_sleep(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     decide: Callable[[RunDir], object] | None,
-    woken: bool,
+    at: int,
+    woken_after: int | None,
 ) -> None:
     """The sleep of a 10 s back-off ends at the first look after the run's tally or the aggregation's
-    ledger changed; nothing else wakes it."""
+    ledger changed (``at`` the at-th look), but not before 1 s; nothing else wakes it."""
     run = _run(tmp_path)
-    taken = _scripted_clock(monkeypatch, _after(3, lambda: decide(run)) if decide else lambda n: None)
+    taken = _scripted_clock(monkeypatch, _after(at, lambda: decide(run)) if decide else lambda n: None)
     sleep_until_decided(run, 10.0)
     assert all(s <= DECIDED_EVERY_S for s in taken), taken
-    if woken:  # at the first look after the change (the 3rd sleep)
-        assert len(taken) == 3, taken
+    if woken_after is not None:
+        assert len(taken) == woken_after, taken
     else:
         assert sum(taken) == pytest.approx(10.0), taken
