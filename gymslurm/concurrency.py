@@ -18,8 +18,7 @@ said it holds what was sent (``running`` and ``waiting`` together at least half 
 collection's in-flight requests): then a longer latency is the model's own, its batching (a step
 computes every running request) or its queue (which the queue rule cuts, exactly), so latency
 neither cuts the limit again nor ends the doubling, and the lowest mean rises to it
-(:meth:`AdaptiveLimit.server_queue`). In slow start such a window is what is out, not
-:data:`WINDOW`: the model's word needs no long mean, and a short evaluation is not spent at 8.
+(:meth:`AdaptiveLimit.server_queue`).
 
 Why: a real vLLM computes a step for every running request at once, so its latency grows with the
 batch while its throughput still grows, up to ``--max-num-seqs``; only past that do requests wait.
@@ -102,8 +101,6 @@ class AdaptiveLimit:
         self._total_s += latency_s
         self._busy += in_flight + 1 >= self.current
         size = max(self.current, round(self.window * self.share))  # a share sees that share of them
-        if self.slow_start and self.model_holds:  # the model's own word, not a latency mean:
-            size = self.current  # a window of what is out is enough to double on
         if self._count < size:
             return
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count

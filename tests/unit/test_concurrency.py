@@ -354,29 +354,6 @@ def test_requests_waiting_at_the_model_are_cut_by_the_queue_not_again_by_latency
     assert limit.current == 32
 
 
-def test_in_slow_start_the_models_word_doubles_on_a_window_of_what_is_out() -> None:
-    """Slow start with the model holding what was sent: the limit doubles after as many completions
-    as are out (8), not after 64, so a short evaluation is not spent at the start."""
-    limit = AdaptiveLimit(cap=1000)
-    limit.server_queue(waiting=0, running=8, in_flight=8)
-    for _ in range(8):
-        limit.completed(1.0, 7)
-    assert limit.current == 16
-
-
-def test_without_the_models_word_slow_start_waits_for_a_whole_window() -> None:
-    """No poll (or the model holding few of the requests out): 8 completions move nothing; the
-    window is 64, because one latency mean of 8 rollouts of different lengths says little."""
-    limit = AdaptiveLimit(cap=1000)
-    for _ in range(8):
-        limit.completed(1.0, 7)
-    assert limit.current == 8
-    limit.server_queue(waiting=0, running=2, in_flight=8)
-    for _ in range(8):
-        limit.completed(1.0, 7)
-    assert limit.current == 8
-
-
 def test_a_poll_says_room_for_its_own_window_only() -> None:
     """A window with no poll of its own is judged on latency, as without metrics."""
     limit = AdaptiveLimit(cap=1000, limit=40, slow_start=False)
