@@ -89,6 +89,20 @@ class AdaptiveLimit:
     def __post_init__(self) -> None:
         self.limit = float(max(1, min(self.cap, self.limit)))
 
+    @classmethod
+    def shared(cls, cap: int, share: float) -> AdaptiveLimit:
+        """A collection's limit with its ``share`` of the model server, starting at that share of
+        :data:`START` (rounded up): the collectors of a suite link start, together, at about what one
+        collection alone starts at. Five at :data:`START` each sent 40 requests to a server of 8
+        slots at once, and a benchmark of long rollouts then held its 8 for all their model calls
+        while the short ones waited behind them (``bench/suite.py``, the slow neighbour)."""
+        return cls(cap=cap, share=share, limit=math.ceil(START * share - 1e-9))
+
+    def set_share(self, share: float) -> None:
+        """A new share of the model server (a suite link's, as the benchmarks' work left changes):
+        it bounds what this collection keeps from the next poll of the server's queue on."""
+        self.share = min(max(share, 1e-6), 1.0)
+
     @property
     def current(self) -> int:
         """How many requests may be in flight now (1 ≤ current ≤ cap)."""
