@@ -179,7 +179,9 @@ def collect_suite(
                 bench.job = _ended(bench.name, code)
                 log(f"{bench.name}: its servers did not start: {failed[bench.name]}")
                 continue
-            bench.job = _collector_job(bench, chain, shares[bench.name], loading, shared=len(todo) > 1)
+            bench.job = _collector_job(
+                bench, chain, shares[bench.name], loading, shared=len(todo) > 1 and not sequential
+            )
         jobs = [b.job for b in todo if b.job is not None and not b.job.ended]
         supervised = stack.own() or any(s.process for s in started)
         supervisor = Supervisor(started, None, note, say=log) if supervised else None
