@@ -80,6 +80,7 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
+    capacity: int | None = None  # the model server's ``running`` when it was last seen full
     model_has_room: bool = False  # a poll of this window: the model serves what was sent, with room
     _count: int = 0
     _total_s: float = 0.0
@@ -99,9 +100,21 @@ class AdaptiveLimit:
         return cls(cap=cap, share=share, limit=math.ceil(START * share - 1e-9))
 
     def set_share(self, share: float) -> None:
-        """A new share of the model server (a suite link's, as the benchmarks' work left changes):
-        it bounds what this collection keeps from the next poll of the server's queue on."""
-        self.share = min(max(share, 1e-6), 1.0)
+        """A new share of the model server (a suite link's, as the benchmarks' work left changes).
+
+        A smaller one bounds what this collection keeps from the next poll of a full server on. A
+        larger one raises the limit at once to its new part of the server's capacity (``running``
+        when it was last seen full): the limit was cut to the old part by the share, not by any
+        load, and growing back by one a window is one step per 64 completions, which for rollouts
+        of ten model calls left the last benchmark of ``bench/suite.py`` at 1 request of 8 slots
+        after the others ended (its end 67 s instead of 42-49 s). What is above the server's
+        capacity the queue cuts at the next poll, as it cuts any collection.
+        """
+        share = min(max(share, 1e-6), 1.0)
+        if share > self.share and self.capacity:
+            part = math.ceil(share * self.capacity - 1e-9)
+            self.limit = min(float(self.cap), max(self.limit, float(part)))
+        self.share = share
 
     @property
     def current(self) -> int:
@@ -184,6 +197,8 @@ class AdaptiveLimit:
         so the latency of this window is the model's batching (:meth:`completed`).
         """
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
+        if full and running:
+            self.capacity = running
         excess = float(waiting)
         if self.share < 1.0 and running is not None and full:
             fair = float(math.ceil(self.share * max(running, 1) - 1e-9))  # whole requests, rounded up

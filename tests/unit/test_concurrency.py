@@ -444,3 +444,15 @@ def test_shares_by_work_left_give_four_short_benchmarks_more_of_the_server_besid
     by_work = _served([10 / 41] * 4 + [1 / 41], turns)
     assert sum(by_weight[:4]) == pytest.approx(0.8, abs=0.01)
     assert sum(by_work[:4]) == pytest.approx(8 / 9, abs=0.01)
+
+
+def test_a_larger_share_raises_the_limit_at_once_to_its_part_of_the_servers_capacity() -> None:
+    """The long benchmark held to 1 request of a full server of 8 slots (share 1/41) is given the
+    whole server once the others ended: its limit is 8 at once, not 1 more per 64 completions."""
+    limit = AdaptiveLimit.shared(64, 1 / 41)
+    limit.server_queue(waiting=4, running=8, in_flight=1)
+    assert limit.current == 1
+    limit.set_share(1.0)
+    assert limit.current == 8
+    limit.set_share(0.5)  # a smaller share waits for the next poll of a full server
+    assert limit.current == 8
