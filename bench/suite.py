@@ -18,7 +18,10 @@ Printed, each with its limit:
    episode: ``demo-server --policy-turns 10``): the four others' end (their collectors' last exit,
    from the link's start of collection) against the same four as a suite without it, limit 1.2.
 
-Run from the repository root (a few minutes on 2 cores): ``python bench/suite.py [--load-s 15]``.
+Run from the repository root (a few minutes on 2 cores): ``python bench/suite.py [--load-s 15]``;
+the slow neighbour alone: ``--parts slow`` (``--tasks 120``: a collection longer than its start,
+where the split of the server, not the first requests, decides; ``--slow-weight W``: the slow
+benchmark's weight in the suite).
 """
 
 from __future__ import annotations
