@@ -33,6 +33,7 @@ from gymslurm.launcher.nemo_gym_line import (
     ConfigFlags,
     ServingLine,
     collect_words,
+    refuse_unless_serving,
     serving_benchmark,
     split_config_flags,
     translate_serving_line,
@@ -252,6 +253,7 @@ def submit_line(
 ) -> int:
     """``gymslurm submit [OPTIONS] gym eval run ARGV``: NeMo Gym prepares the split, then the line's
     benchmark (with the collection settings its configs set) is a run."""
+    refuse_unless_serving(argv)  # a --no-serve line's servers are up: collect's, not submit's
     gym = nemo_gym_executable()
     line, settings, _ = plan_serving_run(argv, overrides, gym)  # refusals by name before NeMo Gym runs
     target = Path(os.path.abspath(Path.cwd() / settings.dataset))

@@ -94,6 +94,28 @@ def starts_servers(argv: list[str]) -> bool:
     return any(name in SERVER_FLAGS or name == "--split" for name, _ in words)
 
 
+def refuse_unless_serving(argv: list[str]) -> None:
+    """``gymslurm submit ... gym eval run ARGV`` runs a line that starts NeMo Gym's servers in each job:
+    a line that starts none (``--no-serve``: they are up already; or no server flag and no ``--split``)
+    is refused by name before anything runs, with the command that collects it."""
+    if starts_servers(argv):
+        return
+    if any(name == "--no-serve" for name, _ in flag_words(argv)):
+        raise ConfigError(
+            "gym eval run's --no-serve says NeMo Gym's servers are up already, and `gymslurm submit ... gym "
+            "eval run` runs a line that starts them in each job; nothing was written. To collect against "
+            "the running servers, give the same words to `gymslurm collect` (server flags there only "
+            "compose the collector's configuration, as in NeMo Gym); to have each job start them, drop "
+            "--no-serve (docs/nemo-gym.md)"
+        )
+    raise ConfigError(
+        "this gym eval run line starts no servers (no server flag such as --benchmark or --config, no "
+        "--split), and `gymslurm submit ... gym eval run` runs a line that starts them in each job; nothing "
+        "was written. To collect against servers already up, give the same words to `gymslurm collect` "
+        "(docs/nemo-gym.md)"
+    )
+
+
 def _key(name: str) -> str:
     return name.lstrip("+~").split(".")[0]
 
