@@ -231,3 +231,23 @@ def test_submit_refuses_a_line_that_starts_no_servers_before_anything_runs(
     err = capsys.readouterr().err
     assert said in err and "`gymslurm collect`" in err and "nothing was written" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_no_serve_lines_server_overrides_only_compose_as_its_server_flags_do() -> None:
+    """--no-serve with an override of a server instance's configuration (benchmarks/human_eval_infilling's
+    `++policy_model.resources_servers.code_fim.split=...`): NeMo Gym's collector only composes it into its
+    copy of the configuration (its servers' is the head server's), so it joins the composition and is
+    dropped from the collect line; a credential among them travels in the environment. A key that is
+    no server's (a typo of a setting) stays on the collect line, to be refused by name there."""
+    split = "++policy_model.resources_servers.code_fim.split=single_line"
+    key = "++judge.responses_api_models.openai_model.api_key=sk-9"
+    argv = ["--no-serve", "--input", "d.jsonl", split, key, "+num_repeat=2"]
+    assert composes_configs(argv) and not composes_configs(["--no-serve", "+num_repeat=2"])
+    flags = split_config_flags(argv)
+    variable = "GYMSLURM_NEMO_GYM_JUDGE_RESPONSES_API_MODELS_OPENAI_MODEL_API_KEY"
+    assert flags.servers == (
+        split,
+        f"++judge.responses_api_models.openai_model.api_key=${{oc.env:{variable}}}",
+    )
+    assert flags.secrets == {variable: "sk-9"}
+    assert flags.rest == ("--no-serve", "--input", "d.jsonl", "+num_repeat=2")
