@@ -86,12 +86,14 @@ def doc_lines(root: Path) -> list[tuple[str, str]]:
 
 
 # A documented line is a template where it shows a placeholder (``<>``, ``<your_endpoint>``, ``<name>``,
-# a value ``...``) or shell syntax (``${NUM_REPEATS:-1}``, ``$(pwd)``): no tool takes it as written
-# (NeMo Gym's parser hands ``<>`` to Hydra, which refuses it), and a user fills it in before running
-# it. Each fill is what the line's own README asks for, by the flag or key the placeholder is the
-# value of (an endpoint, a key, a model, a model type); a placeholder inside a path names what the
-# wheel ships there (openenv's one environment, ``coding``; cvdp's ``example`` dataset). What a line
-# elides (a bare ``...`` for "the flags above") is not guessed: the line stays incomplete.
+# a value ``...``, a fragment's ``gym eval run --no-serve ... --concurrency 16``) or shell syntax
+# (``${NUM_REPEATS:-1}``, ``$(pwd)``): no tool takes it as written (NeMo Gym's parser hands ``<>`` to
+# Hydra, which refuses it), and a user fills it in before running it. Each fill is what the line's own
+# README asks for, by the flag or key the placeholder is the value of (an endpoint, a key, a model, a
+# model type); a placeholder inside a path names what the wheel ships there (openenv's one environment,
+# ``coding``; cvdp's ``example`` dataset); a fragment's ``...`` (the rest of the user's line) is the
+# least line, an input and an output file, so what is judged is the flags the fragment shows. An
+# elided key (gdpval's ``reference_models...=...``) is not guessed: the line stays incomplete.
 PLACEHOLDER = r"<[^<>]*>"
 FILLS: tuple[tuple[str, str], ...] = (
     (rf"(--model-url |base_url=){PLACEHOLDER}(?=/v1)", r"\1http://127.0.0.1:8000"),
@@ -106,6 +108,7 @@ FILLS: tuple[tuple[str, str], ...] = (
     (r"<dataset>", "example"),
     (r"<name>", "coding"),
     (r"<output>", "rollouts"),
+    (r"(--no-serve) \.\.\.(?= )", r"\1 --input tasks.jsonl --output results/rollouts.jsonl"),
     (r"(input_jsonl_fpath=)\.\.\.(?!\S)", r"\1tasks.jsonl"),
     (r"(output_jsonl_fpath=)\.\.\.(?!\S)", r"\1results/rollouts.jsonl"),
     (r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1"),  # the shell's default for an unset variable
