@@ -59,9 +59,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 
 COMMAND = re.compile(r"^(\$ )?([A-Z_][A-Z0-9_]*=\S+ )*(gym eval run|ng_collect_rollouts)\b")
 ENDS = ("|", ">", ">>", "2>&1", "&&", ";", "&")
-FLOOR = 296 / 353  # accepted, templates filled in (measured when written; may grow, never shrink)
-FLOOR_AS_WRITTEN = 296 / 353  # accepted as written
-SERVING_FLOOR = 21  # server-starting lines accepted (of 52), when written
+FLOOR = 321 / 353  # accepted, templates filled in (measured when written; may grow, never shrink)
+FLOOR_AS_WRITTEN = 297 / 353  # accepted as written
+SERVING_FLOOR = 37  # server-starting lines accepted (of 52; templates filled in), when written
 # A refusal of the line itself (the documentation's shorthand, or a shell's ${VAR:-default} that a
 # shell expands before any command sees it), not of a NeMo Gym feature.
 INCOMPLETE = re.compile(
