@@ -20,7 +20,6 @@ from gymslurm.errors import StoreError
 from gymslurm.formats import version_of
 from gymslurm.launcher.ledger import Record, Started, Submitted, summarize
 from gymslurm.launcher.links import (
-    chain_gpu_hours,
     faults_survived,
     human_gpu_hours,
     idle_gpu_hours,
@@ -46,9 +45,9 @@ class Cost:
     @classmethod
     def of(cls, records: list[Record], now: float, slurm_gpu_s: dict[str, float] | None) -> Cost:
         """From a chain's records; ``slurm_gpu_s``: GPU-seconds by job from accounting, None without."""
-        links = links_of(records)
+        links = links_of(records)  # once: chain_gpu_hours would fold the records into links again
         faults = faults_survived(records, links)
-        allocated = chain_gpu_hours(records, now)
+        allocated = sum(link_gpu_hours(link, now, iso_epoch(link.get("start"))) for link in links)
         idle = sum(idle_gpu_hours(link) for link in links)
         slurm = None
         if slurm_gpu_s is not None:  # every job of the chain: a run that died before its start record too
@@ -122,8 +121,11 @@ def cost_summary(
     slurm = None if any(c.slurm is None for c in every) else sum(c.slurm or 0.0 for c in every)
     faults: dict[str, int] = {}
     for cost in costs:
-        for kind, n in cost.faults.items():
-            faults[kind] = faults.get(kind, 0) + n
+        if any(cost.faults.values()):
+            for kind, n in cost.faults.items():
+                faults[kind] = faults.get(kind, 0) + n
+        elif not cost.faults.keys() <= faults.keys():  # most chains have none: only their kinds' names
+            faults.update((kind, faults.get(kind, 0)) for kind in cost.faults)
     fraction = None if not budget else total / budget
     return CostSummary(
         gpu_hours=round(total, 4),

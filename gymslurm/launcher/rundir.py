@@ -504,3 +504,23 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` atomically (store.atomic's publish), creating its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     publish_bytes(path, data)
+
+
+def queuing_left(run: RunDir) -> bool:
+    """A killed submit left first links to queue: its mark is there, or array.json records a plan with
+    no array queued (submit was killed between the two writes). A test of the run's files, here so
+    that ``status`` of a run with nothing left to queue imports none of the code that queues it."""
+    if run.queuing_mark.exists():
+        return True
+    record = run.read_array()
+    return record is not None and record.parts == []
+
+
+def suite_record_path(run: RunDir) -> Path:
+    """``suite.json`` of a run (absent: the run is one benchmark's)."""
+    return run.root / "suite.json"
+
+
+def is_suite(run: RunDir) -> bool:
+    """Whether ``run`` is a suite run (a file test: launcher/suite_run.py reads the suite)."""
+    return suite_record_path(run).is_file()
