@@ -182,8 +182,16 @@ class ArrayRecord(BaseModel):
 
     def spare_tasks(self, shard: int) -> list[str]:
         """Shard ``shard``'s spare first links (tasks of its part's spare arrays), oldest first."""
+        return self.first_links(shard)[1:]
+
+    def first_links(self, shard: int) -> list[str]:
+        """Shard ``shard``'s first link and its spares, oldest first (one lookup of its part); none when
+        no array holds it."""
         part = self.part(shard)
-        return [] if part is None else [f"{spare}_{shard - part.base}" for spare in part.spares or []]
+        if part is None:
+            return []
+        task = shard - part.base
+        return [f"{part.job_id}_{task}", *(f"{spare}_{task}" for spare in part.spares or [])]
 
 
 @dataclass(frozen=True)
@@ -296,10 +304,12 @@ class RunDir:
         records = [] if missing else self.ledger(shard).read()
         if array is None:
             return records
-        first = array.task(shard)
-        head: list[Record] = [Submitted(job_id=first, by="submit (array)", at=array.at)] if first else []
-        spare = "submit (array spare)"  # the first link's spare tasks (the lookahead of first links)
-        head += [Submitted(job_id=job, by=spare, at=array.at) for job in array.spare_tasks(shard)]
+        jobs = array.first_links(shard)
+        # the first link, then its spare tasks (the lookahead of first links)
+        head: list[Record] = [
+            Submitted(job_id=job, by="submit (array spare)" if i else "submit (array)", at=array.at)
+            for i, job in enumerate(jobs)
+        ]
         if not records:
             records = self.run_ledger.read() if run_records is None else run_records
         return [*head, *records]
