@@ -20,9 +20,9 @@ the verdict's figure is CPU (wall time is then mostly the other processes'). Hea
 (``flock /work/heavy.lock``), as root with the sandbox up, from the repository root:
 ``python bench/status_foreign.py [--foreign 15000] [--shards 20] [--large 10000]`` (``--large 0``:
 no large submit; ``--profile DIR``: each run's status once more under cProfile, CPU time, its
-statistics written to DIR and printed). MaxJobCount (50,000 on the sandbox) counts pending array tasks and jobs ended
-less than MinJobAge ago: foreign + 3 × large + recent jobs must stay below it. Exits 1 when a
-target is missed.
+statistics written to DIR and printed). MaxJobCount (50,000 on the sandbox) counts pending array
+tasks and jobs ended less than MinJobAge ago: foreign + 3 × large + recent jobs must stay below it.
+Exits 1 when a target is missed.
 """
 
 from __future__ import annotations

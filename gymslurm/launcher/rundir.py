@@ -84,6 +84,9 @@ class RunInfo(BaseModel):
     # slurm.lookahead at submit: what ``status`` or a later ``submit`` queues when it completes the
     # queuing of a killed submit (None: a run from before; the setting's default then)
     lookahead: int | None = None
+    # aggregation.enabled at submit (the saved benchmark's word, which resubmit never changes): status
+    # asks it of every finished run without parsing benchmark.yaml; None: a run from before (it is read)
+    aggregation: bool | None = None
 
     @property
     def clusters(self) -> list[str]:
@@ -395,8 +398,11 @@ class RunDir:
             raise ConfigError(f"{self.root} is not a gymslurm run: it has no run.json") from error
 
     def aggregation_enabled(self) -> bool:
-        """Whether the saved benchmark has an aggregation step (read without its secrets, which
-        ``status`` does not hold)."""
+        """Whether the saved benchmark has an aggregation step: run.json's record, else (a run from
+        before it) the saved benchmark, read without its secrets, which ``status`` does not hold."""
+        recorded = self.read_info().aggregation
+        if recorded is not None:  # no YAML parse nor settings import (10-25 ms of a status' CPU)
+            return recorded
         from omegaconf import OmegaConf
 
         from gymslurm.launcher.settings import AggregationSettings

@@ -96,3 +96,20 @@ def test_status_types_each_of_its_runs_squeue_lines_once_in_one_query(tmp_path: 
         counts[shards] = (client.queries, client.rows, len(document.shards), len(client.states))
     assert counts[2] == (1, 4, 2, 4)
     assert counts[2_000] == (1, 4_000, 2_000, 4_000)
+
+
+def test_whether_a_run_aggregates_is_read_from_run_json_not_its_saved_benchmark(tmp_path: Path) -> None:
+    """run.json records ``aggregation.enabled`` at submit: status of a finished run reads it there
+    (benchmark.yaml is neither parsed nor needed); a run from before the record reads its saved
+    benchmark."""
+    client = ScriptedSlurm()
+    run = array_run(tmp_path, 2, client, [])
+    info = run.read_info()
+    for recorded in (False, True):
+        run.info_path.write_text(info.model_copy(update={"aggregation": recorded}).model_dump_json())
+        assert not run.config_path.exists() and run.aggregation_enabled() is recorded
+    run.info_path.write_text(info.model_copy(update={"aggregation": None}).model_dump_json())
+    run.config_path.write_text("aggregation:\n  enabled: false\n")
+    assert run.aggregation_enabled() is False
+    run.config_path.write_text("shards: 2\n")
+    assert run.aggregation_enabled() is True  # the setting's default
