@@ -113,3 +113,17 @@ def test_whether_a_run_aggregates_is_read_from_run_json_not_its_saved_benchmark(
     assert run.aggregation_enabled() is False
     run.config_path.write_text("shards: 2\n")
     assert run.aggregation_enabled() is True  # the setting's default
+
+
+def test_a_chain_of_submissions_only_costs_what_folding_its_records_gives() -> None:
+    """A chain no link of which ran yet (submissions only: most chains of a large run) is costed
+    without folding its records into links: no GPU-hours, every fault kind 0, Slurm's GPU figure
+    still asked of its jobs; the same as the fold gives."""
+    from gymslurm.launcher.ledger import Submitted
+    from gymslurm.launcher.links import faults_survived, links_of
+    from gymslurm.launcher.run_cost import Cost
+
+    records = [Submitted(job_id="100_3", by="submit (array)"), Submitted(job_id="101_3", by="spare")]
+    cost = Cost.of(records, 0.0, {"100_3": 7200.0})
+    assert cost == Cost(0.0, 0.0, 2.0, faults_survived(records, links_of(records)))
+    assert Cost.of(records, 0.0, None).faults is not Cost.of(records, 0.0, None).faults  # not shared
