@@ -51,6 +51,7 @@ from bench.scale_sandbox import (  # noqa: E402
     cleanup,
     link_use,
     run_names,
+    status_cli,
     status_in_process,
     submit,
 )
@@ -133,6 +134,7 @@ def main() -> int:
         while not link_use(small) and time.monotonic() < deadline:  # its first links ran
             time.sleep(2)
         f["small"] = status_pair(small, profiles["small"])
+        f["small_cli"] = min(status_cli(user, python, small) for _ in range(3))  # imports included
         f["small_links"] = link_use(small)  # its links asked by id with scontrol (no squeue)
         if args.large:
             counter.write_text("")
@@ -202,6 +204,12 @@ def report(f: dict[str, Any], args: argparse.Namespace) -> int:
             line, ok = judged(f[key], loaded)
             oks.append(ok)
             print(f"{title}: {line}")
+    if "small_cli" in f:
+        print(
+            f"  the {args.shards}-shard run's status --json, whole CLI (start-up and imports included): "
+            f"{f['small_cli'][0]:.3f} s wall, {f['small_cli'][1]:.3f} s CPU (a bare interpreter's start "
+            f"{f['interp']:.3f} s wall)"
+        )
     if "submit_s" in f:
         slurm_total = sum(f["slurm_s"].values())
         limit = SUBMIT_LIMIT_S + slurm_total
