@@ -138,7 +138,8 @@ async def measure(
 
     samplers = [asyncio.create_task(sample_queue())]
     if mode == "metrics":
-        samplers.append(asyncio.create_task(watch_model_queue([metrics_url], loop.server_queue, 0.25)))
+        # Polled as often as the collector polls (1 s), so the figure is what a collection gets.
+        samplers.append(asyncio.create_task(watch_model_queue([metrics_url], loop.server_queue)))
     t0 = time.monotonic()
     await loop.run(pending_order(view, view.states, False))
     wall = time.monotonic() - t0

@@ -14,10 +14,11 @@ past the server's capacity, and the limit drops by as many; a KV cache nearly fu
 (``vllm:kv_cache_usage_perc``) holds it. Latency is still watched then: the Environment Server, not
 the model, may be what is full (``bench/adaptive.py``: the demo Environment Server slows past 32
 requests while the model server's queue stays empty) -- except in a window where the model server
-said it serves what was sent with room to spare (nothing waiting, the cache not full, ``running``
-at least half of this collection's in-flight requests): then a longer latency is the model's
-batching, not a queue, so it neither cuts the limit nor ends the doubling, and the lowest mean
-rises to it (:meth:`AdaptiveLimit.server_queue`).
+said it holds what was sent (``running`` and ``waiting`` together at least half of this
+collection's in-flight requests): then a longer latency is the model's own, its batching (a step
+computes every running request) or its queue (which the queue rule cuts, exactly), so latency
+neither cuts the limit again nor ends the doubling, and the lowest mean rises to it
+(:meth:`AdaptiveLimit.server_queue`).
 
 Why: a real vLLM computes a step for every running request at once, so its latency grows with the
 batch while its throughput still grows, up to ``--max-num-seqs``; only past that do requests wait.
@@ -54,7 +55,7 @@ TOLERANCE = 2.0
 SLOW_START_END = 1.3  # a window mean this far past the lowest ends the doubling
 DECREASE = 0.9
 KV_FULL = 0.95  # a model server's KV cache this full takes no more requests without queuing them
-MODEL_HOLDS = 0.5  # the model serves at least this share of what is in flight: latency is its own work
+MODEL_HOLDS = 0.5  # the model serves or queues at least this share of what is out: latency is its own
 BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (the server may slow for good)
 
 
@@ -80,7 +81,7 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
-    model_has_room: bool = False  # a poll of this window: the model serves what was sent, with room
+    model_holds: bool = False  # a poll of this window: the model serves or queues what was sent
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
@@ -105,9 +106,9 @@ class AdaptiveLimit:
         mean, busy = self._total_s / self._count, self._busy * 2 >= self._count
         self._count, self._total_s, self._busy = 0, 0.0, 0
         self.baseline_s = mean if self.baseline_s is None else min(mean, self.baseline_s * BASELINE_DRIFT)
-        batching, self.model_has_room = self.model_has_room, False  # each window needs a poll of its own
-        if batching:  # the model's own work at this batch, not a queue: neither a cut nor the end of
-            self.baseline_s = max(self.baseline_s, mean / SLOW_START_END)  # the doubling
+        the_models, self.model_holds = self.model_holds, False  # each window needs a poll of its own
+        if the_models:  # the model's own latency (its batch, or a queue the queue rule cuts): neither
+            self.baseline_s = max(self.baseline_s, mean / SLOW_START_END)  # a cut nor the doubling's end
             self._cut = None
         if self._cut is not None and not self._judge_cut(mean):
             return
@@ -165,9 +166,11 @@ class AdaptiveLimit:
         whole part) each kept 1, and 3 of the 8 slots stayed idle (``bench/suite.py``'s adaptive
         throughput was 0.80 of the best fixed concurrency).
 
-        Nothing waiting, the cache not full and the server serving (``running``) at least half of
-        this collection's requests out: the model has room and what is out is mostly being served,
-        so the latency of this window is the model's batching (:meth:`completed`).
+        The server serving or queuing (``running`` + ``waiting``) at least half of this
+        collection's requests out: what is out is mostly at the model, so the latency of this
+        window is the model's (:meth:`completed`): its batching, or its queue, which the rule above
+        cuts by exactly what waits. Cut on latency too, the same queue cut the limit twice
+        (``bench/adaptive.py --vllm``, 3,000 episodes: up to 30 waiting, the limit ending at 17).
         """
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         excess = float(waiting)
@@ -176,8 +179,8 @@ class AdaptiveLimit:
             excess = min(float(waiting), max(0.0, max(in_flight, self.limit) - fair))
             full = max(in_flight, self.limit) >= fair
         self.queue_says_full = full
-        holds = running is not None and in_flight > 0 and running >= MODEL_HOLDS * in_flight
-        self.model_has_room = holds and not full and waiting == 0  # the window's last poll decides
+        at_model = (running or 0) + waiting
+        self.model_holds = running is not None and in_flight > 0 and at_model >= MODEL_HOLDS * in_flight
         if excess > 0:  # what is out less what waits: the same queue polled again cuts no further
             self.slow_start = False
             held = float(in_flight) if in_flight > 0 else self.limit

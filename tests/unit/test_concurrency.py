@@ -286,7 +286,7 @@ def test_benchmarks_of_short_and_long_rollouts_sharing_the_server_each_keep_thei
     """Shared by halves, a benchmark of 1-turn rollouts and one of 10-turn rollouts each keep about
     half of the server's 16 slots. Unshared, each cut by the whole queue, the one whose windows
     fill slowly (the long rollouts) grows slowest and is cut to almost nothing."""
-    assert _share_server((0.5, 0.5), (1, 10)) == [8, 8]
+    assert all(abs(held - 8) <= 1 for held in _share_server((0.5, 0.5), (1, 10)))
     short, long = _share_server((1.0, 1.0), (1, 10))
     assert long <= 2
     assert short >= 12
@@ -327,20 +327,31 @@ def test_a_slower_window_while_the_model_serves_what_was_sent_with_room_is_its_b
 
 @pytest.mark.parametrize(
     ("waiting", "running", "in_flight"),
-    [(0, 4, 32), (3, 32, 32), (0, None, 32)],
-    ids=["most requests elsewhere (the Environment Server full)", "requests wait", "no running count"],
+    [(0, 4, 32), (2, 10, 32), (0, None, 32)],
+    ids=["most requests elsewhere (the Environment Server full)", "a few at the model", "no running count"],
 )
 def test_a_slower_window_is_judged_on_latency_unless_the_model_accounts_for_it(
     waiting: int, running: int | None, in_flight: int
 ) -> None:
     """Latency still cuts when the model server does not account for it: most requests out are not
-    at the model (a queue in front of it), requests wait there, or it gives no running count."""
+    at the model, served or waiting (a queue in front of it), or it gives no running count."""
     limit = AdaptiveLimit(cap=1000, limit=40, slow_start=False)
     _window(limit, 1.0)
     limit.server_queue(waiting=waiting, running=running, in_flight=in_flight)
     before = limit.limit
     _window(limit, 3.0)
     assert limit.limit < before
+
+
+def test_requests_waiting_at_the_model_are_cut_by_the_queue_not_again_by_latency() -> None:
+    """40 out, 32 served and 8 waiting: the queue rule cuts the 8, and the slower window that
+    follows (the model's queue) cuts no further (cut twice, the limit fell to 17 against vLLM)."""
+    limit = AdaptiveLimit(cap=1000, limit=40, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=8, running=32, in_flight=40)
+    assert limit.current == 32
+    _window(limit, 3.0)
+    assert limit.current == 32
 
 
 def test_a_poll_says_room_for_its_own_window_only() -> None:
