@@ -29,6 +29,7 @@ from gymslurm.launcher.rundir import (
     RunDir,
     RunInfo,
     chain_states,
+    is_suite,
     resolve_run_or_job,
 )
 from gymslurm.launcher.settings import (
@@ -37,7 +38,6 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
-from gymslurm.launcher.suite_run import is_suite
 from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
