@@ -19,19 +19,23 @@ Everything is cancelled and the directories deleted at the end. On a machine loa
 the verdict's figure is CPU (wall time is then mostly the other processes'). Heavy: run it alone
 (``flock /work/heavy.lock``), as root with the sandbox up, from the repository root:
 ``python bench/status_foreign.py [--foreign 15000] [--shards 20] [--large 10000]`` (``--large 0``:
-no large submit). MaxJobCount (50,000 on the sandbox) counts pending array tasks and jobs ended
-less than MinJobAge ago: foreign + 3 × large + recent jobs must stay below it. Exits 1 when a
-target is missed.
+no large submit; ``--profile DIR``: each run's status once more under cProfile, CPU time, its
+statistics written to DIR and printed). MaxJobCount (50,000 on the sandbox) counts pending array
+tasks and jobs ended less than MinJobAge ago: foreign + 3 × large + recent jobs must stay below it.
+Exits 1 when a target is missed.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,7 @@ from bench.scale_sandbox import (  # noqa: E402
     cleanup,
     link_use,
     run_names,
+    status_cli,
     status_in_process,
     submit,
 )
@@ -68,13 +73,19 @@ def foreign_queue(user: SlurmUser, tasks: int, jobs: list[str]) -> None:
         jobs.append(out.strip().split(";")[0])
 
 
-def status_pair(run: Path) -> dict[str, Any]:
-    """The run's status in-process and its bare squeue (and the user's whole queue), best of 3 each."""
-    return {
+def status_pair(run: Path, profile: Path | None = None) -> dict[str, Any]:
+    """The run's status in-process and its bare squeue (and the user's whole queue), best of 3 each;
+    ``profile``: then one more status under cProfile (CPU time), its statistics written there."""
+    pair = {
         "status": min(status_in_process(run) for _ in range(3)),
         "bare": min(bare_squeue(run_names(run)) for _ in range(3)),
         "whole": min(bare_squeue(None) for _ in range(3)),
     }
+    if profile is not None:
+        profiler = cProfile.Profile(time.process_time)
+        profiler.runcall(status_in_process, run)
+        profiler.dump_stats(profile)
+    return pair
 
 
 def held_benchmark(user: SlurmUser, python: Path, shards: int) -> Path:
@@ -86,13 +97,24 @@ def held_benchmark(user: SlurmUser, python: Path, shards: int) -> Path:
     return user.write(path.name, text, mode=0o644)
 
 
-def main() -> int:
-    """Queue the foreign arrays, run, measure, submit the large run, measure, clean up, print."""
+def arguments() -> tuple[argparse.Namespace, dict[str, Path | None]]:
+    """The command line, and where each run's status profile goes (None: not profiled)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--foreign", type=int, default=15_000, help="held foreign array tasks")
     parser.add_argument("--shards", type=int, default=20, help="shards of the run whose status is measured")
     parser.add_argument("--large", type=int, default=10_000, help="shards of the held large run (0: none)")
+    parser.add_argument("--profile", type=Path, help="a folder: each run's status profiled into it, printed")
     args = parser.parse_args()
+    profiles: dict[str, Path | None] = dict.fromkeys(("small", "large", "small_again"))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        profiles = {key: args.profile / f"{key}.pstats" for key in profiles}
+    return args, profiles
+
+
+def main() -> int:
+    """Queue the foreign arrays, run, measure, submit the large run, measure, clean up, print."""
+    args, profiles = arguments()
     python = job_python_for(TEST_USER, as_root=True, repo=ROOT)
     user = scenario_user(SCRATCH_ROOT / "bench-status", "status-foreign")
     counter = user.workdir / "calls.txt"
@@ -111,7 +133,8 @@ def main() -> int:
         deadline = time.monotonic() + 120
         while not link_use(small) and time.monotonic() < deadline:  # its first links ran
             time.sleep(2)
-        f["small"] = status_pair(small)
+        f["small"] = status_pair(small, profiles["small"])
+        f["small_cli"] = min(status_cli(user, python, small) for _ in range(3))  # imports included
         f["small_links"] = link_use(small)  # its links asked by id with scontrol (no squeue)
         if args.large:
             counter.write_text("")
@@ -124,17 +147,26 @@ def main() -> int:
                 runs += sorted((user.workdir / "runs").glob("large-*"))  # what it queued is cancelled
                 raise SystemExit(report(f | {"remaining": cleanup(user, python, runs)}, args)) from error
             runs.append(large)
-            f["calls"] = len(counter.read_text().splitlines())
+            f["calls"] = Counter(line.split()[0] for line in counter.read_text().splitlines())
             f["slurm_s"] = call_seconds(counter)
-            f["large"] = status_pair(large)
-            f["small_again"] = status_pair(small)
+            f["large"] = status_pair(large, profiles["large"])
+            f["small_again"] = status_pair(small, profiles["small_again"])
     finally:
         if foreign:
             subprocess.run(["scancel", f"--clusters={CLUSTER}", *foreign], check=False)
         f["remaining"] = cleanup(user, python, runs)
     f["load"] = os.getloadavg()
     f["interp"], _ = _interpreter()
+    print_profiles(profiles)
     return report(f, args)
+
+
+def print_profiles(profiles: dict[str, Path | None]) -> None:
+    """Each profiled status's functions with the most own CPU time."""
+    for key, path in profiles.items():
+        if path is not None and path.exists():
+            print(f"--- {key}: status in-process under cProfile (CPU seconds), by own time")
+            pstats.Stats(str(path)).sort_stats("tottime").print_stats(18)
 
 
 def judged(pair: dict[str, Any], loaded: bool) -> tuple[str, bool]:
@@ -172,6 +204,12 @@ def report(f: dict[str, Any], args: argparse.Namespace) -> int:
             line, ok = judged(f[key], loaded)
             oks.append(ok)
             print(f"{title}: {line}")
+    if "small_cli" in f:
+        print(
+            f"  the {args.shards}-shard run's status --json, whole CLI (start-up and imports included): "
+            f"{f['small_cli'][0]:.3f} s wall, {f['small_cli'][1]:.3f} s CPU (a bare interpreter's start "
+            f"{f['interp']:.3f} s wall)"
+        )
     if "submit_s" in f:
         slurm_total = sum(f["slurm_s"].values())
         limit = SUBMIT_LIMIT_S + slurm_total
@@ -180,7 +218,8 @@ def report(f: dict[str, Any], args: argparse.Namespace) -> int:
         oks.append(ok)
         print(
             f"submit of {args.large} shards, whole CLI: {f['submit_s']:.3f} s wall, "
-            f"{f['submit_cpu']:.3f} s CPU; its {f['calls']} Slurm calls took {slurm_total:.3f} s "
+            f"{f['submit_cpu']:.3f} s CPU; its {f['calls'].total()} Slurm calls {dict(f['calls'])} took "
+            f"{slurm_total:.3f} s "
             f"({seconds}); limit {SUBMIT_LIMIT_S:.0f} s + {slurm_total:.3f} s = {limit:.3f} s: "
             f"{f['submit_s'] / limit:.2f}x wall; own CPU vs {SUBMIT_LIMIT_S:.0f} s: "
             f"{f['submit_cpu'] / SUBMIT_LIMIT_S:.2f}x"

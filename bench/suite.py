@@ -18,7 +18,10 @@ Printed, each with its limit:
    episode: ``demo-server --policy-turns 10``): the four others' end (their collectors' last exit,
    from the link's start of collection) against the same four as a suite without it, limit 1.2.
 
-Run from the repository root (a few minutes on 2 cores): ``python bench/suite.py [--load-s 15]``.
+Run from the repository root (a few minutes on 2 cores): ``python bench/suite.py [--load-s 15]``;
+the slow neighbour alone: ``--parts slow`` (``--tasks 120``: a collection longer than its start,
+where the split of the server, not the first requests, decides; ``--slow-weight W``: the slow
+benchmark's weight in the suite).
 """
 
 from __future__ import annotations
@@ -60,9 +63,16 @@ def gymslurm(*argv: str, cwd: Path) -> None:
 
 
 def write_suite(
-    root: Path, name: str, members: list[tuple[str, int]], model: list[str], extra: list[str]
+    root: Path,
+    name: str,
+    members: list[tuple[str, int]],
+    model: list[str],
+    extra: list[str],
+    *,
+    weights: dict[str, float] | None = None,
 ) -> Path:
-    """A suite file: one shard each; ``members`` (name, policy turns); ``extra`` overrides each."""
+    """A suite file: one shard each; ``members`` (name, policy turns); ``extra`` overrides each;
+    ``weights``: a member's ``weight`` in the suite (default 1)."""
     lines = [
         f"run_root: {root / 'runs'}",
         "shards: 1",
@@ -79,9 +89,11 @@ def write_suite(
         if turns > 1:
             env = quoted([*ENV, "--policy-turns", str(turns)])
             overrides.append(f"servers.1.command={env}")
+        weight = (weights or {}).get(member)
         lines.append(
             f"  - {{name: {member}, benchmark: demo, dataset: {root / 'data.jsonl'},"
-            f" overrides: {json.dumps(overrides)}}}"
+            + ("" if weight is None else f" weight: {weight},")
+            + f" overrides: {json.dumps(overrides)}}}"
         )
     path = root / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -138,10 +150,16 @@ def overlap(run: Path) -> tuple[float, float]:
 
 
 def timed_suite(
-    root: Path, name: str, members: list[tuple[str, int]], model: list[str], extra: list[str]
+    root: Path,
+    name: str,
+    members: list[tuple[str, int]],
+    model: list[str],
+    extra: list[str],
+    *,
+    weights: dict[str, float] | None = None,
 ) -> tuple[float, Path]:
     """Wall seconds of ``submit SUITE --wait`` and its run."""
-    suite = write_suite(root, name, members, model, extra)
+    suite = write_suite(root, name, members, model, extra, weights=weights)
     t0 = time.perf_counter()
     gymslurm("submit", str(suite), "--backend", "local", "--wait", cwd=root)
     return time.perf_counter() - t0, newest_run(root, name)
@@ -162,6 +180,12 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=250.0)
     parser.add_argument(
+        "--slow-weight",
+        type=float,
+        default=None,
+        help="the slow benchmark's weight in the suite (default: none set, 1)",
+    )
+    parser.add_argument(
         "--parts",
         default="wall,throughput,slow",
         help="which measurements (default all: wall,throughput,slow)",
@@ -180,7 +204,7 @@ def main() -> None:
         if "throughput" in parts:
             throughput(root, five, cold, args.tasks, args.slots)
         if "slow" in parts:
-            slow(root, five[:4], cold)
+            slow(root, five[:4], cold, args.slow_weight)
 
 
 def wall(root: Path, five: list[tuple[str, int]], loaded: list[str]) -> None:
@@ -203,7 +227,7 @@ def wall(root: Path, five: list[tuple[str, int]], loaded: list[str]) -> None:
     )
     print(
         f"suite wall {suite_wall:.1f}s vs five separate runs {separate:.1f}s: "
-        f"{suite_wall / separate:.2f}x (limit 0.35)",
+        f"{suite_wall / separate:.2f}x (limit 0.35); {load_average()}",
         flush=True,
     )
 
@@ -229,23 +253,34 @@ def throughput(root: Path, five: list[tuple[str, int]], cold: list[str], tasks: 
     best = max(fixed.values())
     print(
         f"server throughput adaptive {adaptive:.1f} calls/s vs best fixed {best:.1f}: "
-        f"{adaptive / best:.2f} (limit 0.9)",
+        f"{adaptive / best:.2f} (limit 0.9); {load_average()}",
         flush=True,
     )
 
 
-def slow(root: Path, four: list[tuple[str, int]], cold: list[str]) -> None:
+def slow(root: Path, four: list[tuple[str, int]], cold: list[str], weight: float | None) -> None:
     """The four fast benchmarks' end beside a 10x slower one, against the four as a suite alone."""
     _, alone_run = timed_suite(root, "four", four, cold, [])
     begun, ended = collection(alone_run)
     alone = max(ended.values()) - begun
-    _, mixed_run = timed_suite(root, "slow", [*four, ("slow", 10)], cold, [])
+    print(f"  four alone: {alone:.1f}s ({load_average()})", flush=True)
+    weights = None if weight is None else {"slow": weight}
+    _, mixed_run = timed_suite(root, "slow", [*four, ("slow", 10)], cold, [], weights=weights)
     begun, ended = collection(mixed_run)
     beside = max(t for m, t in ended.items() if m != "slow") - begun
     print(
         f"four benchmarks beside one 10x slower: end at {beside:.1f}s vs {alone:.1f}s alone: "
         f"{beside / alone:.2f}x (limit 1.2); the slow one ended at {ended['slow'] - begun:.1f}s"
+        + ("" if weight is None else f" (its weight {weight:g})")
+        + f"; {load_average()}",
+        flush=True,
     )
+
+
+def load_average() -> str:
+    """The machine's load average now (figures on a shared machine are read with it)."""
+    one, five, fifteen = Path("/proc/loadavg").read_text().split()[:3]
+    return f"load average {one} {five} {fifteen}"
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
+    capacity: int | None = None  # the model server's ``running`` when it was last seen full
     model_holds: bool = False  # a poll of this window: the model serves or queues what was sent
     _count: int = 0
     _total_s: float = 0.0
@@ -89,6 +90,32 @@ class AdaptiveLimit:
 
     def __post_init__(self) -> None:
         self.limit = float(max(1, min(self.cap, self.limit)))
+
+    @classmethod
+    def shared(cls, cap: int, share: float) -> AdaptiveLimit:
+        """A collection's limit with its ``share`` of the model server, starting at that share of
+        :data:`START` (rounded up): the collectors of a suite link start, together, at about what one
+        collection alone starts at. Five at :data:`START` each sent 40 requests to a server of 8
+        slots at once, and a benchmark of long rollouts then held its 8 for all their model calls
+        while the short ones waited behind them (``bench/suite.py``, the slow neighbour)."""
+        return cls(cap=cap, share=share, limit=math.ceil(START * share - 1e-9))
+
+    def set_share(self, share: float) -> None:
+        """A new share of the model server (a suite link's, as the benchmarks' work left changes).
+
+        A smaller one bounds what this collection keeps from the next poll of a full server on. A
+        larger one raises the limit at once to its new part of the server's capacity (``running``
+        when it was last seen full): the limit was cut to the old part by the share, not by any
+        load, and growing back by one a window is one step per 64 completions, which for rollouts
+        of ten model calls left the last benchmark of ``bench/suite.py`` at 1 request of 8 slots
+        after the others ended (its end 67 s instead of 42-49 s). What is above the server's
+        capacity the queue cuts at the next poll, as it cuts any collection.
+        """
+        share = min(max(share, 1e-6), 1.0)
+        if share > self.share and self.capacity:
+            part = math.ceil(share * self.capacity - 1e-9)
+            self.limit = min(float(self.cap), max(self.limit, float(part)))
+        self.share = share
 
     @property
     def current(self) -> int:
@@ -173,6 +200,8 @@ class AdaptiveLimit:
         (``bench/adaptive.py --vllm``, 3,000 episodes: up to 30 waiting, the limit ending at 17).
         """
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
+        if full and running:
+            self.capacity = running
         excess = float(waiting)
         if self.share < 1.0 and running is not None and full:
             fair = float(math.ceil(self.share * max(running, 1) - 1e-9))  # whole requests, rounded up

@@ -95,7 +95,9 @@ FORMATS: dict[str, Format] = {
         1,
         "move it aside: the next link that finds every chain finished counts them again",
     ),
-    "progress": Format("the live progress record", "format_version", 1, _LIVE_ADVICE),
+    # progress v2 (issue 30): ``in_flight_s`` and ``requests`` (a suite link weighs each benchmark's
+    # work left by them); v1 records still read (both 0: not measured).
+    "progress": Format("the live progress record", "format_version", 2, _LIVE_ADVICE, older=(1,)),
     "heartbeat": Format("the heartbeat", "format_version", 1, _LIVE_ADVICE),
     # printed documents: `gymslurm compare --json` (comparison.py) and `gymslurm gate --json` (gate.py)
     "comparison": Format(
@@ -110,8 +112,14 @@ FORMATS: dict[str, Format] = {
     "watch_ledger": Format(
         "the watch ledger", "v", 1, "read it with the gymslurm version that wrote it (gymslurm status WATCH)"
     ),
+    # supervision_event v2 (issue 30): the ``share`` event (a suite collector's share of the model
+    # server, changed while it runs), which a collector before it refused as malformed; v1 still reads.
     "supervision_event": Format(
-        "the supervision event", "v", 1, "run the link and the collector from the same gymslurm installation"
+        "the supervision event",
+        "v",
+        2,
+        "run the link and the collector from the same gymslurm installation",
+        older=(1,),
     ),
     # The launcher's run folder: what submit recorded (launcher/rundir.py), read by every command after.
     # ``v`` may be left out of run.json and array.json: the models always read its absence as 1.

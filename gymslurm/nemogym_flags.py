@@ -26,20 +26,26 @@ _SERVERS = (
     "gymslurm never starts servers in collect: give it to NeMo Gym's `gym env start`, which starts them "
     "(a benchmark config's servers: runs it in each job of `gymslurm submit`)"
 )
-_TRACKING = "gymslurm writes its metrics files; send them to a tracker from those"
+_TRACKING = (
+    "gymslurm uploads nothing: drop it, and log the run's metrics files to your tracker yourself "
+    "(`gymslurm aggregate` writes <stem>_gymslurm_metrics.json and NeMo Gym's <stem>_aggregate_metrics.json)"
+)
+_NEMO_GYMS_OWN = "run such a line with NeMo Gym's own `gym eval run`"
 REFUSED: dict[str, str] = {
     "agent_map": "re-routing agents is NeMo Gym's agent routing; name the server with "
     "+environment_server_name or +environment_server_routes",
     "fan_out": "running a row once per agent is not supported; collect once per agent's server",
     "interleave_repeats": "gymslurm dispatches in rollout order (or longest first)",
-    "skills": "skills are not supported",
+    "skills": "NeMo Gym's collector stages a skill directory for the agent and stamps each row with its "
+    f"skills_ref; gymslurm has no such step: {_NEMO_GYMS_OWN}",
     "max_resident_rollout_tasks": "gymslurm never holds results in memory",
     "retain_results_in_memory": "gymslurm never holds results in memory",
     "health_check_workers": "gymslurm's health report runs in the collector",
     "health_check_ignored_checks": "gymslurm's health report has no per-check switches",
     "count_missing_rollouts_as_zero": "missing rollouts are counted in coverage (coverage/missing), never "
     "scored; `gymslurm aggregate` reports them",
-    "rollout_collection_driver": "gymslurm's collection loop is not pluggable",
+    "rollout_collection_driver": "gymslurm's collection loop is not pluggable (gdpval's driver runs NeMo "
+    f"Gym's multistage ELO procedure and its failure contract): {_NEMO_GYMS_OWN}",
     "drain_margin_s": "the drain margin is the launcher's (`gymslurm submit`, slurm.drain_margin_s)",
     "retry_invalid_judge_responses": "use `gymslurm reverify` to re-judge saved answers",
     "upload_rollouts": _TRACKING,
@@ -102,6 +108,8 @@ REFUSED_FLAGS = {
     "--health-check-ignore": REFUSED["health_check_ignored_checks"],
 }
 
+# Spellings NeMo Gym's docs use that are no flag of its `gym eval run` (`-c` is `gym ... submit`'s).
+MISSPELLED_FLAGS = {"-c": "--config PATH"}
 
 # gym eval run's flags that choose or start NeMo Gym's servers; `gym env start` takes each of them.
 SERVER_FLAGS = frozenset(
@@ -182,6 +190,11 @@ def translate_flags(argv: list[str], settings: Collection[str]) -> list[str]:
             raise ConfigError(
                 f"gym eval run's {name} is not supported by gymslurm collect: {REFUSED_FLAGS[name]}"
             )
+        elif name in MISSPELLED_FLAGS:
+            raise ConfigError(
+                f"gym eval run has no {name} (NeMo Gym 0.7.0's own parser refuses it too): write "
+                f"{MISSPELLED_FLAGS[name]}"
+            )
         else:
             raise ConfigError(f"unknown option {item!r}: settings are overrides like +limit=10 (see --help)")
     return out
@@ -213,6 +226,16 @@ def is_server_word(name: str, settings: Collection[str]) -> bool:
         return name in SERVER_FLAGS
     root = name.lstrip("+~").split(".")[0]
     return root not in {*settings, *FOLDED, *REFUSED, *NULL_IS_DEFAULT, *PREPARATION}
+
+
+def sets_server_configuration(name: str) -> bool:
+    """Whether an override sets a server instance's configuration (``NAME.<server type>.…``) or a key of
+    the policy model's or Ray's (``policy_*``, ``ray_*``), which only NeMo Gym's servers read: under
+    ``--no-serve`` it only composes NeMo Gym's collector's copy of the configuration, as server flags do."""
+    if name.startswith("-"):
+        return False
+    path = name.lstrip("+~").split(".")
+    return (len(path) > 2 and path[1] in SERVER_TYPES) or path[0].startswith(SERVER_SETTING_PREFIXES)
 
 
 def refuse_server_flags(argv: list[str], settings: Collection[str]) -> None:

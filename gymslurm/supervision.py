@@ -20,6 +20,8 @@ Events:
 - ``stopping``: the job is being stopped (SIGTERM, SIGUSR1, SIGINT reached the link). The
   collector reads the end of the channel the same way: a link that is gone (SIGKILL, a crash)
   took its servers with it (``PR_SET_PDEATHSIG``), so what fails from then on is not the rollouts'.
+- ``share`` (version 2): the collector's new ``share`` of the model server (a suite link's
+  collectors, as their work left changes: launcher/suite_rules.load_shares); nothing else.
 
 The rule (docs/spec-readings.md, "a server death the job owns"): a failure of a request whose
 span ``[sent, failed]`` overlaps an outage ``[since, up]`` of any supervised server (of a replica the
@@ -46,9 +48,11 @@ from gymslurm.records import MAX_FAILURE_REASON, EpisodeFailure, RolloutFailureR
 SUPERVISION_FD_ENV = "GYMSLURM_SUPERVISION_FD"
 EVENT_VERSION = version_of("supervision_event")
 INTERRUPTION_KIND = "kill_shaped"
-EventKind = Literal["watching", "healthy", "down", "up", "gave_up", "stopping"]
-EVENT_KINDS: frozenset[str] = frozenset({"watching", "healthy", "down", "up", "gave_up", "stopping"})
-_FIELDS = frozenset({"v", "kind", "at", "server", "since", "cause", "restarts", "interval_s", "carried"})
+EventKind = Literal["watching", "healthy", "down", "up", "gave_up", "stopping", "share"]
+EVENT_KINDS: frozenset[str] = frozenset({"watching", "healthy", "down", "up", "gave_up", "stopping", "share"})
+_FIELDS = frozenset(
+    {"v", "kind", "at", "server", "since", "cause", "restarts", "interval_s", "carried", "share"}
+)
 Verdict = Literal["interruption", "rollout", "wait"]
 
 
@@ -64,11 +68,12 @@ class ServerEvent:
     restarts: int = 0
     interval_s: float | None = None
     carried: bool = False
+    share: float | None = None  # a ``share`` event's: 0 < share <= 1
 
     def encode(self) -> bytes:
         """The event as one line of the channel."""
         body = {"v": EVENT_VERSION, "kind": self.kind, "at": self.at}
-        for name in ("server", "since", "cause", "interval_s"):
+        for name in ("server", "since", "cause", "interval_s", "share"):
             value = getattr(self, name)
             if value is not None:
                 body[name] = value
@@ -85,7 +90,9 @@ def parse_event(line: bytes) -> ServerEvent:
     raw = versioned_object(line, "supervision_event", f"{where}: the line {line[:200]!r}", SupervisionError)
     unknown = set(raw) - _FIELDS
     kind, at = raw.get("kind"), raw.get("at")
-    if unknown or kind not in EVENT_KINDS or not isinstance(at, int | float):
+    share = _number(raw.get("share"))
+    bad_share = kind == "share" and (share is None or not 0 < share <= 1)
+    if unknown or kind not in EVENT_KINDS or not isinstance(at, int | float) or bad_share:
         raise SupervisionError(f"{where} sent a malformed event {raw!r} (unknown fields {sorted(unknown)})")
     return ServerEvent(
         kind=kind,
@@ -96,6 +103,7 @@ def parse_event(line: bytes) -> ServerEvent:
         restarts=int(raw.get("restarts", 0)),
         interval_s=_number(raw.get("interval_s")),
         carried=raw.get("carried") is True,
+        share=share,
     )
 
 

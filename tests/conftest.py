@@ -71,7 +71,9 @@ SLURM_GROUPS = {
 # head server and every server's port are its own (never 11000, see tests/compat/nemogym.py), its
 # servers' names none of the 11000 stack's (a command that lost its head server's port and asked
 # 11000 would find no server of its name: the test fails, never passes against the wrong stack),
-# and its Ray cluster is its own (``ray.init()`` starts a new one; its ports are the kernel's).
+# and its Ray cluster is its own (``ray.init()`` starts a new one; its ports are the kernel's). A
+# module whose stack has the 11000 stack's server names instead proves that its collector asked its
+# own head server (test_nemo_gym_serving_line.py: the run's identity holds its own stack's servers).
 # None: NeMo Gym's venv only, no server, no Ray, no head server asked (its parsers, its offline
 # ``gym eval compare``), so any worker. Seconds per module in CI run 4: shipped 460, doc_lines 136,
 # compare 186, flags 37, Slurm benchmark 36. Alone on the machine (2026-12-07, -n 2): machine 706 s
@@ -79,6 +81,7 @@ SLURM_GROUPS = {
 NEMOGYM_GROUPS: dict[str, str | None] = {
     "test_nemo_gym_shipped.py": "nemogym",  # the eleven shipped configs: their own server names
     "test_nemo_gym_benchmark_slurm.py": "nemogym",  # its stack in a Slurm node's network namespace
+    "test_nemo_gym_serving_line.py": "nemogym",  # ports above 11000's, its identity its own stack's
     "test_nemo_gym_doc_lines.py": None,
     "test_nemo_gym_flags.py": None,
     "test_nemo_gym_compare.py": None,

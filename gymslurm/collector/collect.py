@@ -52,7 +52,16 @@ from gymslurm.collector.live import STALL, LiveWatch
 from gymslurm.collector.prepare import Prepared, environment_config, prepare, refuse_before_writing
 from gymslurm.collector.routing import Routing, resolve_routing
 from gymslurm.collector.seal import Invocation, ServerConfigs, Tee, Transcript, seal
-from gymslurm.collector.view import LoopResult, OriginStamps, RunView, TaskUrls, Urls, pending_order
+from gymslurm.collector.view import (
+    LoopResult,
+    OriginStamps,
+    RunView,
+    TaskUrls,
+    Urls,
+    initial_counters,
+    pending_order,
+    shown_as,
+)
 from gymslurm.collector.watch import Breaker, Supervised
 from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.coverage import Coverage, compute_coverage
@@ -71,11 +80,9 @@ from gymslurm.progress import Counters, make_reporter, say
 from gymslurm.records import EpisodeId
 from gymslurm.selection import (
     Disposition,
-    RolloutState,
     SavedOutcome,
     counts_against_budget,
     establishes_progress,
-    is_kill_shaped,
 )
 from gymslurm.settings import CollectSettings
 from gymslurm.store import RunLock, RunPaths, RunStore
@@ -125,6 +132,7 @@ class DispatchLoop:
     last_outcome_at: float = field(default_factory=time.monotonic)
     busy_s: float = 0.0  # time with at least one request in flight (the rest is idle: launcher/links.py)
     _busy_since: float | None = None
+    request_s: float = 0.0  # summed over the requests completed: each one's time in flight
 
     async def run(self, order: list[int]) -> LoopResult:
         """Dispatch ``order`` (and in-invocation retries); returns when every worker has finished."""
@@ -193,7 +201,7 @@ class DispatchLoop:
                 )
             finally:
                 counters.in_flight -= 1
-                self.in_flight_since.pop(index, None)
+                self.request_s += time.monotonic() - self.in_flight_since.pop(index, sent_at)
                 if counters.in_flight == 0 and self._busy_since is not None:
                     self.busy_s += time.monotonic() - self._busy_since
                     self._busy_since = None
@@ -253,6 +261,11 @@ class DispatchLoop:
         """Seconds so far with at least one request in flight (``now``: the monotonic clock)."""
         return self.busy_s + (now - self._busy_since if self._busy_since is not None else 0.0)
 
+    def in_flight_seconds(self, now: float) -> tuple[float, int]:
+        """Each request's time in flight so far, summed (those out: until ``now``), and how many were sent."""
+        out = sum(now - since for since in self.in_flight_since.values())
+        return self.request_s + max(out, 0.0), self.result.dispatched + len(self.in_flight_since)
+
     def oldest_in_flight_s(self, now: float) -> float | None:
         """Age of the oldest request still in flight, or None when none is."""
         return max(now - min(self.in_flight_since.values()), 0.0) if self.in_flight_since else None
@@ -264,30 +277,6 @@ class DispatchLoop:
         self.counters.tally(old[0], -1, old[1])
         self.counters.tally(new[0], 1, new[1])
         self._shown[index] = new
-
-
-_SHOWN: dict[tuple[Disposition, bool], tuple[Disposition, bool]] = {}  # each distinct pair, once
-
-
-def shown_as(state: RolloutState) -> tuple[Disposition, bool]:
-    """How the live counters show a rollout: its disposition, and whether its failure is an interruption.
-
-    The loop keeps one per rollout: the pair is shared (a handful exist), not a new tuple each time.
-    """
-    failed = state.disposition is Disposition.FAILED and state.selected is not None
-    shown = (state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected))
-    return _SHOWN.setdefault(shown, shown)
-
-
-def initial_counters(states: list[RolloutState]) -> Counters:
-    """Counters showing what was already saved before this invocation."""
-    counters = Counters(total=len(states))
-    for state in states:
-        disposition, interrupted = shown_as(state)
-        counters.tally(disposition, 1, interrupted)
-    counters.done_before, counters.failed_before = counters.done, counters.failed
-    counters.omitted_before = counters.omitted
-    return counters
 
 
 def build_coverage(view: RunView, loop: LoopResult) -> Coverage:
@@ -545,8 +534,10 @@ async def _dispatch(  # noqa: PLR0917
         breaker=breaker,
         limit=None
         if settings.dispatch_adaptive == "off"
-        else AdaptiveLimit(cap=settings.concurrency, share=settings.dispatch_load_share),
+        else AdaptiveLimit.shared(settings.concurrency, settings.dispatch_load_share),
     )
+    if supervised is not None and loop_.limit is not None:
+        supervised.on_share = loop_.limit.set_share
     watch = LiveWatch(
         loop_, store.paths.progress, settings.live_progress_interval_s, settings.stall_window_s, sys.stderr
     )

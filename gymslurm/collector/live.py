@@ -36,6 +36,8 @@ class WatchedLoop(Protocol):
 
     def busy_seconds(self, now: float) -> float: ...
 
+    def in_flight_seconds(self, now: float) -> tuple[float, int]: ...
+
 
 def is_stalled(in_flight: int, quiet_s: float, window_s: float | None) -> bool:
     """The stall rule: requests are in flight and no outcome was saved for ``window_s`` (pure)."""
@@ -94,6 +96,7 @@ class LiveWatch:
         """The record for this moment (``now`` is the monotonic clock)."""
         counters, loop = self.loop.counters, self.loop
         rate, _ = rate_and_eta(counters, now)
+        in_flight_s, requests = loop.in_flight_seconds(now)
         return LiveProgress(
             written_at=utc_now(),
             epoch=time.time(),
@@ -113,4 +116,6 @@ class LiveWatch:
             stalled=loop.result.stopped_by == STALL,
             ended=ended,
             busy_s=round(loop.busy_seconds(now), 3),
+            in_flight_s=round(in_flight_s, 3),
+            requests=requests,
         )

@@ -13,7 +13,15 @@ from typing import Any, Protocol
 
 from gymslurm.collector.prepare import Task
 from gymslurm.nemogym import ServerOrigin
-from gymslurm.selection import BudgetPolicy, Disposition, RolloutState, SavedOutcome, advance_state
+from gymslurm.progress import Counters
+from gymslurm.selection import (
+    BudgetPolicy,
+    Disposition,
+    RolloutState,
+    SavedOutcome,
+    advance_state,
+    is_kill_shaped,
+)
 
 
 class TaskRows(Protocol):
@@ -154,3 +162,27 @@ class LoopResult:
     dispatched: int = 0
     interruptions: int = 0
     server_dead: str | None = None
+
+
+_SHOWN: dict[tuple[Disposition, bool], tuple[Disposition, bool]] = {}  # each distinct pair, once
+
+
+def shown_as(state: RolloutState) -> tuple[Disposition, bool]:
+    """How the live counters show a rollout: its disposition, and whether its failure is an interruption.
+
+    The loop keeps one per rollout: the pair is shared (a handful exist), not a new tuple each time.
+    """
+    failed = state.disposition is Disposition.FAILED and state.selected is not None
+    shown = (state.disposition, failed and state.selected is not None and is_kill_shaped(state.selected))
+    return _SHOWN.setdefault(shown, shown)
+
+
+def initial_counters(states: list[RolloutState]) -> Counters:
+    """Counters showing what was already saved before this invocation."""
+    counters = Counters(total=len(states))
+    for state in states:
+        disposition, interrupted = shown_as(state)
+        counters.tally(disposition, 1, interrupted)
+    counters.done_before, counters.failed_before = counters.done, counters.failed
+    counters.omitted_before = counters.omitted
+    return counters

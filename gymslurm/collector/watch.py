@@ -8,7 +8,8 @@ and, through :class:`Supervised`:
 - holds each failure until the timeline says whose it is, and records an interruption (a
   collector-side ``kill_shaped`` failure with the evidence) instead of the attempt's own failure
   when a supervised server died while it was in flight or the job is being stopped;
-- stops dispatch when the link gave up on a server (past its ``restart_limit``).
+- stops dispatch when the link gave up on a server (past its ``restart_limit``);
+- hands a suite link's new share of the model server to the adaptive limit (``on_share``).
 
 Without the variable, nothing changes: the collector's own circuit breaker is the outside view.
 If the channel closes (the link died, taking its servers with it), that is the job stopping: a
@@ -48,6 +49,7 @@ class Supervised:
 
     def __init__(self, fd: int, on_gave_up: Callable[[str], None], say: Callable[[str], None]) -> None:
         self.fd, self.on_gave_up, self.say = fd, on_gave_up, say
+        self.on_share: Callable[[float], None] | None = None  # the adaptive limit's, when it adapts
         self.timeline = Timeline()
         self.closed = False
         self._changed = asyncio.Condition()
@@ -137,6 +139,8 @@ class Supervised:
             self.say("dispatch paused until the server is back")
         if event.kind == "gave_up":
             self.on_gave_up(f"supervision: the link gave up on server {event.server!r}")
+        if event.kind == "share" and event.share is not None and self.on_share is not None:
+            self.on_share(event.share)
 
     async def wait_dispatchable(self) -> None:
         """Return once no supervised server is down (at once when none is); never once the job stops.

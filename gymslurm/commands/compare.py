@@ -114,7 +114,7 @@ def read_side(ref: str, run_root: Path, metric: str) -> list[BenchmarkRewards]:
     from gymslurm.launcher.rundir import resolve_run
 
     run = resolve_run(ref, run_root)
-    from gymslurm.launcher.suite_run import is_suite
+    from gymslurm.launcher.rundir import is_suite
 
     if is_suite(run):
         return _suite_side(run, metric)

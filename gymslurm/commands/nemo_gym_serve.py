@@ -33,6 +33,7 @@ from gymslurm.launcher.nemo_gym_line import (
     ConfigFlags,
     ServingLine,
     collect_words,
+    refuse_unless_serving,
     serving_benchmark,
     split_config_flags,
     translate_serving_line,
@@ -40,7 +41,7 @@ from gymslurm.launcher.nemo_gym_line import (
 )
 from gymslurm.launcher.rundir import atomic_write
 from gymslurm.launcher.settings import BenchmarkSettings, load_benchmark, validate
-from gymslurm.redaction import learn
+from gymslurm.redaction import learn, redact_text, remember
 from gymslurm.settings import load_settings, setting_names
 
 # Run by NeMo Gym's interpreter: argv = [DIR, MODE, *gym eval run's words]. On success it prints
@@ -221,18 +222,25 @@ def _run_nemo_gym(
         f"hydra.run.dir={folder}/hydra",  # Hydra's log of the composition: not in the user's folder
     ]
     env = {**os.environ, **secrets, "RAY_USAGE_STATS_ENABLED": "0"}
+    remember(secrets.values())  # NeMo Gym may echo a key it was given: replaced wherever it appears
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
-        said = done.stderr.partition(CONFIG_DUMP)[0].strip().splitlines()  # the dump: no reason, long
-        reason = "\n".join(line for line in said[-15:] if line.strip("═ ")) or f"exit {done.returncode}"
-        doing = "compose the configs of" if mode == "collector" else "prepare the split of"
-        raise ConfigError(
-            f"NeMo Gym could not {doing} this `gym eval run` line (run as gym eval run runs it, it exited "
-            f"{done.returncode}); nothing was written. NeMo Gym says:\n{reason}\nDo what it says (prepare "
-            "or download the data, fix the config), then run again"
-        )
+        raise preparation_refusal(mode, done.returncode, done.stderr)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def preparation_refusal(mode: str, returncode: int, stderr: str) -> ConfigError:
+    """NeMo Gym's reason for a failed preparation (or composition), as a refusal: its last lines before
+    the configuration dump, with every secret redacted (a URL's password, a key in a traceback)."""
+    said = stderr.partition(CONFIG_DUMP)[0].strip().splitlines()  # the dump: no reason, long
+    reason = "\n".join(line for line in said[-15:] if line.strip("═ ")) or f"exit {returncode}"
+    doing = "compose the configs of" if mode == "collector" else "prepare the split of"
+    return ConfigError(
+        f"NeMo Gym could not {doing} this `gym eval run` line (run as gym eval run runs it, it exited "
+        f"{returncode}); nothing was written. NeMo Gym says:\n{redact_text(reason)}\nDo what it says "
+        "(prepare or download the data, fix the config), then run again"
+    )
 
 
 def submit_line(
@@ -245,6 +253,7 @@ def submit_line(
 ) -> int:
     """``gymslurm submit [OPTIONS] gym eval run ARGV``: NeMo Gym prepares the split, then the line's
     benchmark (with the collection settings its configs set) is a run."""
+    refuse_unless_serving(argv)  # a --no-serve line's servers are up: collect's, not submit's
     gym = nemo_gym_executable()
     line, settings, _ = plan_serving_run(argv, overrides, gym)  # refusals by name before NeMo Gym runs
     target = Path(os.path.abspath(Path.cwd() / settings.dataset))

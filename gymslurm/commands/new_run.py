@@ -482,6 +482,7 @@ def create_run(
         report_share=settings.report.share,
         lookahead=settings.slurm.lookahead,
         uid=uuid4().hex,
+        aggregation=settings.aggregation.enabled,
     )
     atomic_write(run.info_path, info.model_dump_json(indent=2).encode())
     backend = (

@@ -79,6 +79,7 @@ class SuiteInputs:
                 "array": False,
                 "placement": None,
                 "aggregate_cluster": None,
+                "aggregation": member.settings.aggregation.enabled,
             }
         )
         atomic_write(sub.info_path, info.model_dump_json(indent=2).encode())

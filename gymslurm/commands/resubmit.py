@@ -29,6 +29,7 @@ from gymslurm.launcher.rundir import (
     RunDir,
     RunInfo,
     chain_states,
+    is_suite,
     resolve_run_or_job,
 )
 from gymslurm.launcher.settings import (
@@ -37,7 +38,6 @@ from gymslurm.launcher.settings import (
     merge_secrets,
     split_secrets,
 )
-from gymslurm.launcher.suite_run import is_suite
 from gymslurm.site.backend import (
     Backend,
     ClusterSetBackend,
@@ -144,13 +144,16 @@ def resubmit(
             f"({run.config_path}); resubmit with the same configuration, or submit a new run"
         )
     reopened: tuple[int, ...] = ()
-    if is_suite(run) and not shards:  # an edited suite file: benchmarks added or dropped (suite_change.py)
-        from gymslurm.commands.suite_change import apply_change
+    if is_suite(run):  # an edited suite file: benchmarks added or dropped (suite_change.py)
+        from gymslurm.commands.suite_change import apply_change, refuse_other_cluster
         from gymslurm.launcher.suite_settings import load_suite
 
         suite = load_suite(benchmark, [*info.overrides, *overrides])
-        change, members = apply_change(run, suite, info.shards, workdir)
-        secrets, reopened = {**secrets, **members}, tuple(change.reopened)
+        if shards:  # the shards' own benchmarks run again as saved; a cluster set since is refused
+            refuse_other_cluster(run, suite)
+        else:
+            change, members = apply_change(run, suite, info.shards, workdir)
+            secrets, reopened = {**secrets, **members}, tuple(change.reopened)
     backend = run_backend(run)
     with queuing_taken_over(run, backend, settings.slurm.lookahead, complete=bool(shards)) as free:
         if not free:

@@ -27,13 +27,9 @@ def main(argv: list[str]) -> int:
         "--run-root", default=DEFAULT_RUN_ROOT, help=f"where runs live (default {DEFAULT_RUN_ROOT})"
     )
     args = parser.parse_intermixed_args(argv)
-    from gymslurm.job.first_links import finish_queuing
     from gymslurm.launcher.run_site import run_backend
-    from gymslurm.launcher.rundir import find_runs, resolve_run
-    from gymslurm.launcher.views.document import status_json, with_suite
-    from gymslurm.launcher.views.report import refresh_report
+    from gymslurm.launcher.rundir import find_runs, is_suite, queuing_left, resolve_run
     from gymslurm.launcher.views.status import read_chains, run_status
-    from gymslurm.launcher.views.table import print_table
 
     root = Path(args.run_root).resolve()
     if args.run is None:
@@ -45,7 +41,10 @@ def main(argv: list[str]) -> int:
 
         return watch_status(watch)
     run = resolve_run(args.run, root)
-    finish_queuing(run, "status")  # a submit killed midway: its first links queued, never twice
+    if queuing_left(run):  # a submit killed midway: its first links queued, never twice
+        from gymslurm.job.first_links import finish_queuing  # (and its imports only then)
+
+        finish_queuing(run, "status")
     backend = run_backend(run)
     gc.disable()  # a document of 10,000 shards is millions of objects and no cycles: no collector passes
     shards = run.read_info().shards
@@ -54,16 +53,27 @@ def main(argv: list[str]) -> int:
     chains = read_chains(run, shards)
     report = run_status(run, backend, chains=chains, shard=args.shard)
     if not args.json and args.shard is None:  # the page is for people: a script polling --json
-        refresh_report(run, backend, report, chains)  # does not pay its render
-    from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
+        from gymslurm.launcher.views.report import refresh_report  # does not pay its render (nor imports)
 
-    suite = suite_rows(run, report.summary.gpu_hours)  # a suite run: one line per benchmark (docs/suites.md)
+        refresh_report(run, backend, report, chains)
+    suite: list[Any] = []
+    if is_suite(run):  # one line per benchmark (docs/suites.md); a run of one benchmark imports none of it
+        from gymslurm.launcher.views.suite_status import suite_rows
+
+        suite = suite_rows(run, report.summary.gpu_hours)
     if args.json:  # orjson: the 10 MB document of 10,000 shards in a few ms, not a quarter second
+        from gymslurm.launcher.views.document import status_json, with_suite
+
         sys.stdout.buffer.write(status_json(with_suite(report, suite)))
     else:
+        from gymslurm.launcher.views.table import print_table
+
         print_table(report)
-        for line in suite_lines(suite):
-            print(line)
+        if suite:
+            from gymslurm.launcher.views.suite_status import suite_lines
+
+            for line in suite_lines(suite):
+                print(line)
     return ExitCode.DONE
 
 

@@ -17,7 +17,7 @@ refused (a new run). Everything is checked before anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +63,20 @@ def plan_change(record: SuiteRecord, wanted: dict[str, int], existing: set[str],
     return SuiteChange(added, dropped, kept, reopened)
 
 
+def refuse_other_cluster(run: RunDir, suite: Suite) -> None:
+    """On Slurm, refuse a suite file one of whose benchmarks (kept or added) now sets its own
+    ``slurm.cluster`` (its file edited since the submit), naming its file's line and what to do, as
+    submit does: a suite's links run every benchmark on the run's cluster, so it would be ignored
+    (a kept one is refused as changed anyway, but without saying why)."""
+    info = run.read_info()
+    if info.backend == "slurm" and (problem := own_cluster_problem(suite, info.cluster)) is not None:
+        raise ConfigError(problem)
+
+
 def apply_change(run: RunDir, suite: Suite, chains: int, workdir: Path) -> tuple[SuiteChange, dict[str, Any]]:
     """Check an edited suite file against the run, write the added benchmarks' folders and the new
     ``suite.json``; the change and every benchmark's secrets for the new links."""
+    refuse_other_cluster(run, suite)
     record = read_suite_record(run)
     existing = {p.name for p in (run.root / "benchmarks").iterdir() if (p / "run.json").is_file()}
     wanted = {m.name: m.settings.shards for m in suite.members}
@@ -80,9 +91,6 @@ def apply_change(run: RunDir, suite: Suite, chains: int, workdir: Path) -> tuple
                 "or submit a new run"
             )
     info = run.read_info()
-    added = replace(suite, members=[members[name] for name in change.added])
-    if info.backend == "slurm" and (problem := own_cluster_problem(added, info.cluster)) is not None:
-        raise ConfigError(problem)
     inputs = SuiteInputs(suite, workdir)
     if change.changes:
         inputs.prepare(only=change.added)

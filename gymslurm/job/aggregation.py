@@ -253,7 +253,7 @@ def _notify_end(
 def _merge(run: RunDir, settings: BenchmarkSettings, signals: Signals) -> tuple[int | None, str]:
     """The run's merge: a suite's benchmarks one by one (suite_aggregation.py), or :func:`merge_run`."""
     from gymslurm.job.suite_aggregation import merge_suite
-    from gymslurm.launcher.suite_run import is_suite
+    from gymslurm.launcher.rundir import is_suite
 
     return merge_suite(run, signals, merge_run) if is_suite(run) else merge_run(run, settings, signals)
 

@@ -28,6 +28,7 @@ from gymslurm.job.collector_process import (
 )
 from gymslurm.job.heartbeat import Heartbeat, Signals, log
 from gymslurm.job.server_watch import Supervisor
+from gymslurm.job.shares import ShareKeeper
 from gymslurm.job.stack_load import StackLoad
 from gymslurm.process_env import SECRET_OVERRIDES_ENV
 from gymslurm.redaction import redact_value
@@ -104,6 +105,7 @@ def run_collectors(
     heartbeat: Heartbeat | None,
     sequential: bool,
     stack: StackLoad | None = None,
+    shares: ShareKeeper | None = None,
 ) -> None:
     """Run every collector (all at once, or one after another) until each ended; each job's ``code``
     and ``killer`` say how. Nothing new starts once the link was signalled.
@@ -112,6 +114,9 @@ def run_collectors(
     told its servers are down first (it dispatches nothing yet); once the stack is healthy every
     running collector is told ``up`` and its servers are supervised too; when it fails, every
     collector is stopped (``stack_failed``) and none more starts.
+
+    ``shares``: the concurrent collectors' shares of the model server, told to them as their work
+    left changes (job/shares.py).
     """
     waiting, running = list(jobs), list[CollectorJob]()
     next_round = time.monotonic() + (supervisor.interval_s if supervisor is not None else 0.0)
@@ -132,6 +137,8 @@ def run_collectors(
                     job.ended = True
                 waiting = []
             running = _reap(running, signals, supervisor)
+            if shares is not None:
+                shares.round(running)
             if supervisor is not None and time.monotonic() >= next_round and running:
                 next_round = time.monotonic() + supervisor.interval_s
                 supervisor.round()

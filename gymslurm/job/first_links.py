@@ -33,7 +33,7 @@ from gymslurm.job.chain import queue_chain
 from gymslurm.job.heartbeat import log
 from gymslurm.launcher.ledger import summarize
 from gymslurm.launcher.run_site import run_backend
-from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write
+from gymslurm.launcher.rundir import ArrayPart, ArrayRecord, RunDir, atomic_write, queuing_left
 from gymslurm.launcher.settings import SlurmSettings
 from gymslurm.process_env import SECRETS_ENV
 from gymslurm.redaction import REDACTED
@@ -274,15 +274,6 @@ def record_plan(
     written before the queuing mark: whoever finds the mark (or this record with no array and no mark:
     submit killed between the two) can queue every array from it."""
     _write(run, shards, max_running, (plan.chunk, plan.throttle), [], after_ok=after_ok)
-
-
-def queuing_left(run: RunDir) -> bool:
-    """A killed submit left first links to queue: its mark is there, or array.json records a plan with
-    no array queued (submit was killed between the two writes)."""
-    if run.queuing_mark.exists():
-        return True
-    record = run.read_array()
-    return record is not None and record.parts == []
 
 
 def complete_queuing(

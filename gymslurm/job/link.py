@@ -62,9 +62,8 @@ from gymslurm.job.spend import run_spend, tally_spend
 from gymslurm.job.suite_link import run_suite
 from gymslurm.launcher.decide import JobEnd, Verdict, decide, job_exit_code
 from gymslurm.launcher.ledger import ChainState, Started, record_decision
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.rundir import RunDir, is_suite
 from gymslurm.launcher.settings import BenchmarkSettings
-from gymslurm.launcher.suite_run import is_suite
 from gymslurm.site.backend import Backend
 from gymslurm.store import live
 from gymslurm.store.flock import try_lock

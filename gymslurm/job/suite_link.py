@@ -37,6 +37,7 @@ from gymslurm.job.context import Chain, LinkContext
 from gymslurm.job.disk import disk_full
 from gymslurm.job.heartbeat import Heartbeat, Signals, job_started_at, log
 from gymslurm.job.server_watch import Supervisor
+from gymslurm.job.shares import RECORD_S, ShareKeeper
 from gymslurm.job.spend import run_spend
 from gymslurm.job.stack import Note, StartHooks, start_stack
 from gymslurm.job.stack_load import StackLoad
@@ -159,8 +160,12 @@ def collect_suite(
         except server_mod.ServerStartError as error:
             return _stack_failed(todo, error)
         record = read_suite_record(run)
+        sequential = record.order == "sequential"
         weights = {e.name: e.weight for e in record.benchmarks}
-        shares = load_shares({b.name: weights.get(b.name, 1.0) for b in todo}, record.order == "sequential")
+        keeper = ShareKeeper(
+            {b.name: weights.get(b.name, 1.0) for b in todo}, {b.name: b.output for b in todo}
+        )
+        shares = load_shares(keeper.weights, True) if sequential else keeper.initial()
         names = {s.name for s in settings.servers}
         failed = own.start(
             todo, shared, started, chain, note=note, withheld=withheld, stack=names, beside=stack
@@ -174,12 +179,16 @@ def collect_suite(
                 bench.job = _ended(bench.name, code)
                 log(f"{bench.name}: its servers did not start: {failed[bench.name]}")
                 continue
-            bench.job = _collector_job(bench, chain, shares[bench.name], loading)
+            bench.job = _collector_job(
+                bench, chain, shares[bench.name], loading, shared=len(todo) > 1 and not sequential
+            )
         jobs = [b.job for b in todo if b.job is not None and not b.job.ended]
         supervised = stack.own() or any(s.process for s in started)
         supervisor = Supervisor(started, None, note, say=log) if supervised else None
-        sequential = record.order == "sequential"
-        run_collectors(jobs, signals, supervisor, heartbeat=heartbeat, sequential=sequential, stack=stack)
+        kept = keeper if supervisor is not None and not sequential and len(jobs) > 1 else None
+        run_collectors(
+            jobs, signals, supervisor, heartbeat=heartbeat, sequential=sequential, stack=stack, shares=kept
+        )
         if (failure := stack.failure()) is not None and any(job.stack_failed for job in jobs):
             return _stack_failed([b for b in todo if b.job is not None and b.job.stack_failed], failure)
         if supervisor is not None and supervisor.gave_up is not None:
@@ -205,17 +214,21 @@ def _stack_failed(benches: list[Bench], error: server_mod.ServerStartError) -> s
     return f"the shared stack did not start: {error}"
 
 
-def _collector_job(bench: Bench, chain: int, share: float, loading: frozenset[str]) -> CollectorJob:
+def _collector_job(
+    bench: Bench, chain: int, share: float, loading: frozenset[str], *, shared: bool
+) -> CollectorJob:
     """A benchmark's collector as this link runs it: its share of the model server, its load's
-    adaptation (asked of a model server still loading when it answers: adaptive_load.py)."""
+    adaptation (asked of a model server still loading when it answers: adaptive_load.py) and, beside
+    others, its live progress record every second (what the shares follow: job/shares.py)."""
     adaptive = adaptive_choice(bench.settings, bench.urls, loading=loading)
+    often = [f"+live_progress_interval_s={RECORD_S}"] if shared else []
     argv = collector_argv(
         bench.settings,
         bench.run,
         chain,
         bench.urls,
         bench.state.resubmit_pending,
-        adaptive=[*adaptive.overrides, f"+dispatch_load_share={share:.4g}"],
+        adaptive=[*adaptive.overrides, f"+dispatch_load_share={share:.4g}", *often],
     )
     log(f"{bench.name}: {adaptive.why}; its share of the model server {share:.2f}")
     return CollectorJob(

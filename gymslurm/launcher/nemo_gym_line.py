@@ -37,6 +37,7 @@ from gymslurm.nemogym_flags import (
     VALUE_FLAGS_OF_SERVERS,
     flag_words,
     is_server_word,
+    sets_server_configuration,
     translate_flags,
 )
 from gymslurm.redaction import is_credential_name
@@ -94,6 +95,28 @@ def starts_servers(argv: list[str]) -> bool:
     return any(name in SERVER_FLAGS or name == "--split" for name, _ in words)
 
 
+def refuse_unless_serving(argv: list[str]) -> None:
+    """``gymslurm submit ... gym eval run ARGV`` runs a line that starts NeMo Gym's servers in each job:
+    a line that starts none (``--no-serve``: they are up already; or no server flag and no ``--split``)
+    is refused by name before anything runs, with the command that collects it."""
+    if starts_servers(argv):
+        return
+    if any(name == "--no-serve" for name, _ in flag_words(argv)):
+        raise ConfigError(
+            "gym eval run's --no-serve says NeMo Gym's servers are up already, and `gymslurm submit ... gym "
+            "eval run` runs a line that starts them in each job; nothing was written. To collect against "
+            "the running servers, give the same words to `gymslurm collect` (server flags there only "
+            "compose the collector's configuration, as in NeMo Gym); to have each job start them, drop "
+            "--no-serve (docs/nemo-gym.md)"
+        )
+    raise ConfigError(
+        "this gym eval run line starts no servers (no server flag such as --benchmark or --config, no "
+        "--split), and `gymslurm submit ... gym eval run` runs a line that starts them in each job; nothing "
+        "was written. To collect against servers already up, give the same words to `gymslurm collect` "
+        "(docs/nemo-gym.md)"
+    )
+
+
 def _key(name: str) -> str:
     return name.lstrip("+~").split(".")[0]
 
@@ -136,7 +159,7 @@ def translate_serving_line(argv: list[str], settings: Collection[str]) -> Servin
                 servers += _word(name, value)
                 preparation += _word(name, value)
             else:
-                variable = SECRET_ENV_PREFIX + credential.upper()
+                variable = secret_variable(credential)
                 secrets[variable] = value or ""
                 servers.append(f"++{credential}=${{oc.env:{variable}}}")
                 preparation.append(f"++{credential}=${{oc.env:{variable}}}")  # NeMo Gym resolves it there too
@@ -165,6 +188,12 @@ def _credential_key(name: str) -> str | None:
     if name.startswith("-") or not is_credential_name(name.lstrip("+~")):
         return None
     return name.lstrip("+~")
+
+
+def secret_variable(credential: str) -> str:
+    """The environment variable that carries a credential to NeMo Gym (``${oc.env:...}``): a shell name
+    (``++NAME.responses_api_models.vllm_model.api_key``: ``GYMSLURM_NEMO_GYM_NAME_RESPONSES_..._API_KEY``)."""
+    return SECRET_ENV_PREFIX + "".join(c if c.isalnum() else "_" for c in credential).upper()
 
 
 def _check_split(value: str | None) -> None:
@@ -265,22 +294,29 @@ class ConfigFlags:
     rest: tuple[str, ...]
 
 
+def _composes(name: str) -> bool:
+    """Whether a word of a ``--no-serve`` line only composes NeMo Gym's collector's copy of the
+    configuration: a server flag, or an override of the servers' configuration."""
+    return name in SERVER_FLAGS or sets_server_configuration(name)
+
+
 def composes_configs(argv: list[str]) -> bool:
-    """Whether a ``--no-serve`` line gives server flags (their configs set its collector's settings)."""
+    """Whether a ``--no-serve`` line gives server flags or server overrides (what their configs set for
+    its collector is read from NeMo Gym's composition of them; the words themselves are dropped)."""
     words = flag_words(argv)
-    return any(n == "--no-serve" for n, _ in words) and any(n in SERVER_FLAGS for n, _ in words)
+    return any(n == "--no-serve" for n, _ in words) and any(_composes(n) for n, _ in words)
 
 
 def split_config_flags(argv: list[str]) -> ConfigFlags:
-    """The server flags of a ``--no-serve`` line apart from the rest."""
+    """The server flags and overrides of a ``--no-serve`` line apart from the rest."""
     servers: list[str] = []
     secrets: dict[str, str] = {}
     rest: list[str] = []
     for name, value in flag_words(argv):
-        if name not in SERVER_FLAGS:
+        if not _composes(name):
             rest += _word(name, value)
         elif (credential := _credential_key(name)) is not None:
-            variable = SECRET_ENV_PREFIX + credential.upper()
+            variable = secret_variable(credential)
             secrets[variable] = value or ""
             servers.append(f"++{credential}=${{oc.env:{variable}}}")
         else:

@@ -20,7 +20,6 @@ from gymslurm.errors import StoreError
 from gymslurm.formats import version_of
 from gymslurm.launcher.ledger import Record, Started, Submitted, summarize
 from gymslurm.launcher.links import (
-    chain_gpu_hours,
     faults_survived,
     human_gpu_hours,
     idle_gpu_hours,
@@ -32,6 +31,8 @@ from gymslurm.launcher.rundir import RunDir, RunInfo, atomic_write
 from gymslurm.launcher.verdicts import chain_verdict
 from gymslurm.store.files import read_aggregate_metrics, read_gymslurm_metrics, read_json_object
 from gymslurm.store.paths import RunPaths
+
+_NO_FAULTS = faults_survived([], [])  # a chain's fault counts before any link ran (pure, every kind 0)
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,16 @@ class Cost:
     @classmethod
     def of(cls, records: list[Record], now: float, slurm_gpu_s: dict[str, float] | None) -> Cost:
         """From a chain's records; ``slurm_gpu_s``: GPU-seconds by job from accounting, None without."""
-        links = links_of(records)
-        faults = faults_survived(records, links)
-        allocated = chain_gpu_hours(records, now)
-        idle = sum(idle_gpu_hours(link) for link in links)
         slurm = None
         if slurm_gpu_s is not None:  # every job of the chain: a run that died before its start record too
             jobs = dict.fromkeys(r.job_id for r in records if isinstance(r, Submitted | Started))
             slurm = sum(slurm_gpu_s.get(job, 0.0) for job in jobs) / 3600
+        if all(isinstance(record, Submitted) for record in records):  # no link ran: no GPU, no fault
+            return cls(0.0, 0.0, slurm, dict(_NO_FAULTS))  # (most chains of a large run not started yet)
+        links = links_of(records)  # once: chain_gpu_hours would fold the records into links again
+        faults = faults_survived(records, links)
+        allocated = sum(link_gpu_hours(link, now, iso_epoch(link.get("start"))) for link in links)
+        idle = sum(idle_gpu_hours(link) for link in links)
         return cls(allocated, idle, slurm, faults)
 
     @property
@@ -122,8 +125,11 @@ def cost_summary(
     slurm = None if any(c.slurm is None for c in every) else sum(c.slurm or 0.0 for c in every)
     faults: dict[str, int] = {}
     for cost in costs:
-        for kind, n in cost.faults.items():
-            faults[kind] = faults.get(kind, 0) + n
+        if any(cost.faults.values()):
+            for kind, n in cost.faults.items():
+                faults[kind] = faults.get(kind, 0) + n
+        elif not cost.faults.keys() <= faults.keys():  # most chains have none: only their kinds' names
+            faults.update((kind, faults.get(kind, 0)) for kind in cost.faults)
     fraction = None if not budget else total / budget
     return CostSummary(
         gpu_hours=round(total, 4),

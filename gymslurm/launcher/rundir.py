@@ -84,6 +84,9 @@ class RunInfo(BaseModel):
     # slurm.lookahead at submit: what ``status`` or a later ``submit`` queues when it completes the
     # queuing of a killed submit (None: a run from before; the setting's default then)
     lookahead: int | None = None
+    # aggregation.enabled at submit (the saved benchmark's word, which resubmit never changes): status
+    # asks it of every finished run without parsing benchmark.yaml; None: a run from before (it is read)
+    aggregation: bool | None = None
 
     @property
     def clusters(self) -> list[str]:
@@ -182,8 +185,16 @@ class ArrayRecord(BaseModel):
 
     def spare_tasks(self, shard: int) -> list[str]:
         """Shard ``shard``'s spare first links (tasks of its part's spare arrays), oldest first."""
+        return self.first_links(shard)[1:]
+
+    def first_links(self, shard: int) -> list[str]:
+        """Shard ``shard``'s first link and its spares, oldest first (one lookup of its part); none when
+        no array holds it."""
         part = self.part(shard)
-        return [] if part is None else [f"{spare}_{shard - part.base}" for spare in part.spares or []]
+        if part is None:
+            return []
+        task = shard - part.base
+        return [f"{part.job_id}_{task}", *(f"{spare}_{task}" for spare in part.spares or [])]
 
 
 @dataclass(frozen=True)
@@ -296,10 +307,12 @@ class RunDir:
         records = [] if missing else self.ledger(shard).read()
         if array is None:
             return records
-        first = array.task(shard)
-        head: list[Record] = [Submitted(job_id=first, by="submit (array)", at=array.at)] if first else []
-        spare = "submit (array spare)"  # the first link's spare tasks (the lookahead of first links)
-        head += [Submitted(job_id=job, by=spare, at=array.at) for job in array.spare_tasks(shard)]
+        jobs = array.first_links(shard)
+        # the first link, then its spare tasks (the lookahead of first links)
+        head: list[Record] = [
+            Submitted(job_id=job, by="submit (array spare)" if i else "submit (array)", at=array.at)
+            for i, job in enumerate(jobs)
+        ]
         if not records:
             records = self.run_ledger.read() if run_records is None else run_records
         return [*head, *records]
@@ -385,8 +398,11 @@ class RunDir:
             raise ConfigError(f"{self.root} is not a gymslurm run: it has no run.json") from error
 
     def aggregation_enabled(self) -> bool:
-        """Whether the saved benchmark has an aggregation step (read without its secrets, which
-        ``status`` does not hold)."""
+        """Whether the saved benchmark has an aggregation step: run.json's record, else (a run from
+        before it) the saved benchmark, read without its secrets, which ``status`` does not hold."""
+        recorded = self.read_info().aggregation
+        if recorded is not None:  # no YAML parse nor settings import (10-25 ms of a status' CPU)
+            return recorded
         from omegaconf import OmegaConf
 
         from gymslurm.launcher.settings import AggregationSettings
@@ -504,3 +520,23 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` atomically (store.atomic's publish), creating its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     publish_bytes(path, data)
+
+
+def queuing_left(run: RunDir) -> bool:
+    """A killed submit left first links to queue: its mark is there, or array.json records a plan with
+    no array queued (submit was killed between the two writes). A test of the run's files, here so
+    that ``status`` of a run with nothing left to queue imports none of the code that queues it."""
+    if run.queuing_mark.exists():
+        return True
+    record = run.read_array()
+    return record is not None and record.parts == []
+
+
+def suite_record_path(run: RunDir) -> Path:
+    """``suite.json`` of a run (absent: the run is one benchmark's)."""
+    return run.root / "suite.json"
+
+
+def is_suite(run: RunDir) -> bool:
+    """Whether ``run`` is a suite run (a file test: launcher/suite_run.py reads the suite)."""
+    return suite_record_path(run).is_file()

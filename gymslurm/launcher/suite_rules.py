@@ -19,7 +19,7 @@ one that goes on is a retry); else every benchmark DONE → DONE; else the first
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gymslurm.launcher.decide import Budgets, Decision, Verdict
 
@@ -87,17 +87,68 @@ def needs_resubmit_copy(member_epochs: int, suite_epochs: int, member_done: bool
     return decided and not member_done and member_epochs < suite_epochs
 
 
-def load_shares(weights: Mapping[str, float], sequential: bool) -> dict[str, float]:
-    """Each collector's share of the one model server (``+dispatch_load_share``), by its ``weight``.
+@dataclass(frozen=True)
+class Work:
+    """A benchmark's model work left in a link, from its collector's live progress record.
 
-    Concurrent collectors split the server's capacity in proportion to their weights (a share
-    caps only what a collector keeps while the server is full: one that holds less leaves the rest
-    to the others, and one alone is cut as if unshared, concurrency.py). In order, each has it all.
+    ``remaining``: its rollouts without an outcome yet; ``request_s``: the seconds one of its
+    requests (a rollout: every model call of it) holds a place at the servers, measured as the mean
+    time in flight of the requests it sent (one still out counts its time so far: a benchmark whose
+    first rollouts take minutes is seen as slow before one of them ends), None before it sent one.
     """
-    total = sum(max(w, 0.0) for w in weights.values())
-    if sequential or len(weights) < 2 or total <= 0:
-        return dict.fromkeys(weights, 1.0)
-    return {name: max(w, 0.0) / total or 1.0 / len(weights) for name, w in weights.items()}
+
+    remaining: int
+    request_s: float | None = None
+
+    @classmethod
+    def measured(cls, remaining: int, in_flight_s: float, requests: int) -> Work:
+        """From a record's counts: ``in_flight_s`` summed over the ``requests`` it sent."""
+        return cls(max(remaining, 0), in_flight_s / requests if requests > 0 and in_flight_s > 0 else None)
+
+
+MIN_SHARE = 1e-3  # a share is never 0: a collector always keeps one request at the server
+
+
+def load_shares(
+    weights: Mapping[str, float], sequential: bool, work: Mapping[str, Work] | None = None
+) -> dict[str, float]:
+    """Each collector's share of the one model server (``+dispatch_load_share``, then ``share`` events).
+
+    Concurrent collectors split the server in proportion to ``weight / remaining model work``, the
+    work being ``remaining × request_s`` (the seconds of server places its rollouts still need): the
+    benchmark with the least work left gets the most, so the short ones end first, while the longest
+    one ends when it would anyway (the server kept full, the total work is the same; a split by
+    weight alone held the four fast benchmarks of ``bench/suite.py`` to four fifths of the server
+    beside a slow one). What is not measured yet counts as the others' mean (nothing known: a split by
+    weight alone). A collector with nothing left, and one alone, has it all (a share caps only
+    what a collector keeps while the server is full: one that holds less leaves the rest to the
+    others, concurrency.py), and so does each in order.
+    """
+    work = work or {}
+    active = [name for name in weights if name not in work or work[name].remaining > 0]
+    shares = dict.fromkeys(weights, 1.0)
+    if sequential or len(active) < 2:
+        return shares
+    left = _work_left({name: work[name] for name in active if name in work}, active)
+    priority = {name: max(weights[name], 0.0) / left[name] for name in active}
+    total = sum(priority.values())
+    for name in active:
+        shares[name] = max(priority[name] / total, MIN_SHARE) if total > 0 else 1.0 / len(active)
+    return shares
+
+
+def _work_left(known: Mapping[str, Work], active: Sequence[str]) -> dict[str, float]:
+    """Each active collector's work left in server seconds; what is unknown is the known mean."""
+    measured = [w.request_s for w in known.values() if w.request_s is not None]
+    typical_s = sum(measured) / len(measured) if measured else 1.0
+    typical_left = sum(w.remaining for w in known.values()) / len(known) if known else 1.0
+    out = {}
+    for name in active:
+        one = known.get(name)
+        remaining = float(one.remaining) if one is not None else typical_left
+        seconds = one.request_s if one is not None and one.request_s is not None else typical_s
+        out[name] = max(remaining, 1.0) * max(seconds, 1e-6)
+    return out
 
 
 def gpu_hours_split(busy_s: Mapping[str, float], gpu_hours: float | None) -> dict[str, float | None]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 from omegaconf import OmegaConf
@@ -27,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gymslurm.errors import ConfigError
 from gymslurm.launcher.decide import Decision
-from gymslurm.launcher.rundir import RunDir, atomic_write
+from gymslurm.launcher.rundir import RunDir, atomic_write, suite_record_path
 from gymslurm.launcher.verdicts import VERDICT_OF_STOP, ChainVerdict
 from gymslurm.process_env import SECRETS_ENV
 
@@ -61,16 +60,6 @@ class SuiteRecord(BaseModel):
     def shards(self) -> dict[str, int]:
         """Each benchmark's shard count, in the suite's order."""
         return {entry.name: entry.shards for entry in self.benchmarks}
-
-
-def suite_record_path(run: RunDir) -> Path:
-    """``suite.json`` of a run (absent: the run is one benchmark's)."""
-    return run.root / "suite.json"
-
-
-def is_suite(run: RunDir) -> bool:
-    """Whether ``run`` is a suite run."""
-    return suite_record_path(run).is_file()
 
 
 def member_run(run: RunDir, name: str) -> RunDir:

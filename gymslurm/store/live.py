@@ -10,7 +10,8 @@ Two writers leave a sign of life, each the only writer of its file, each replaci
 - ``shards/NNN/heartbeat.json`` of a launcher run: the chain step's **heartbeat**, written every
   ``interval_s`` (15 s) while a link runs: which job, since when, its pid and host.
 
-Format: both are version 1 (``format_version``, ``formats.py``), unknown fields rejected, read by the
+Format: the progress record is version 2, the heartbeat version 1 (``format_version``, ``formats.py``),
+unknown fields rejected, read by the
 store's one JSON-object reader (``files.read_json_object``: the version checked before anything else).
 A reader gets ``None`` when the file does not exist yet; a file it cannot trust raises
 :class:`~gymslurm.errors.ManifestError` naming it, as every other companion does.
@@ -43,8 +44,10 @@ _T = TypeVar("_T", bound=_Live)
 
 
 class LiveProgress(_Live):
-    """``<stem>_progress.json``: what a running collector has done so far (version 1)."""
+    """``<stem>_progress.json``: what a running collector has done so far (version 2; a version 1
+    record reads with ``in_flight_s`` and ``requests`` 0: not measured)."""
 
+    format_version: Literal[1, 2] = 2  # type: ignore[assignment]  # the heartbeat stays version 1
     written_at: str
     epoch: float = Field(description="written_at as seconds since the epoch (writer's clock)")
     job_id: str | None = None
@@ -63,6 +66,10 @@ class LiveProgress(_Live):
     stalled: bool = False
     ended: bool = False
     busy_s: float = Field(default=0.0, ge=0, description="seconds of this invocation with requests in flight")
+    in_flight_s: float = Field(
+        default=0.0, ge=0, description="summed over this invocation's requests: each one's time in flight"
+    )
+    requests: int = Field(default=0, ge=0, description="requests this invocation sent")
 
     @property
     def finished(self) -> int:

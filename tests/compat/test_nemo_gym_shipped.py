@@ -26,6 +26,7 @@ does gymslurm now (it made five tasks before). Left out, and why:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -195,3 +196,59 @@ def test_rows_routed_by_their_agent_ref_get_nemo_gyms_rows(shipped_stack: Stack,
         assert not differ, (index, differ[:5])
     servers = {row["agent_ref"]["name"]: row["_ng_environment_server"] for row in gymslurm.values()}
     assert sorted(servers.values()) == sorted(MIXED)  # each agent's rows went through its own server
+
+
+def test_a_no_serve_line_with_a_config_gets_the_collection_settings_it_sets(
+    shipped_stack: Stack, tmp_path: Path
+) -> None:
+    """`--no-serve --config FILE` (issue 34), FILE setting `num_repeats` and `responses_create_params` at
+    its top level: NeMo Gym's collector takes both from its composition of FILE, and `gymslurm collect`
+    given the same line (NeMo Gym's composition run at its start, the flag then dropped) collects the
+    same rows: each task twice, at the config's temperature, field by field as NeMo Gym's."""
+    server = MIXED[1]
+    dataset = shipped_dataset(shipped_stack.venv, server)
+    config = tmp_path / "settings.yaml"
+    config.write_text("num_repeats: 2\nresponses_create_params:\n  temperature: 0.25\n")
+    head = shipped_stack.head_url.rsplit(":", 1)[1]
+    spelled = [
+        "--no-serve",
+        "--config",
+        str(config),
+        "+head_server.host=127.0.0.1",
+        f"+head_server.port={head}",
+    ]
+    spelled += ["+disable_health_check=true", "+environment_routing_mode=legacy"]
+    spelled += [f"+environment_server_name={server}", f"+input_jsonl_fpath={dataset}"]
+    theirs = shipped_stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={tmp_path}/ng.jsonl")
+    assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
+    ours = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gymslurm",
+            "collect",
+            *spelled,
+            f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
+            *QUIET,
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "NEMO_GYM_VENV": str(shipped_stack.venv), "RAY_USAGE_STATS_ENABLED": "0"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
+    nemo_gym = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "ng.jsonl")}
+    gymslurm = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "gs.jsonl")}
+    assert sorted(gymslurm) == sorted(nemo_gym) and len(nemo_gym) == 2 * len(_rows(dataset))
+    for index, row in nemo_gym.items():
+        mine = gymslurm[index]
+        assert (
+            row["responses_create_params"]["temperature"]
+            == 0.25
+            == mine["responses_create_params"]["temperature"]
+        )
+        assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
+        differ = _differences(_without_per_call(row), _without_per_call({k: mine[k] for k in row}))
+        assert not differ, (index, differ[:5])

@@ -7,6 +7,7 @@ import os
 import time
 
 from gymslurm.collector.watch import Supervised
+from gymslurm.concurrency import AdaptiveLimit
 from gymslurm.supervision import ServerEvent
 
 
@@ -62,3 +63,28 @@ def test_a_server_said_down_before_the_collector_started_holds_its_first_request
         return held_at_once, held, waiting.done()
 
     assert asyncio.run(scenario()) == (True, True, True)
+
+
+def test_a_new_share_from_the_link_reaches_the_adaptive_limit() -> None:
+    """A suite link's ``share`` event (its benchmark's work left changed) is handed to the limit:
+    the first one written before the collector started, the next while it dispatches."""
+
+    async def scenario() -> list[float]:
+        read_fd, write_fd = os.pipe()
+        os.write(write_fd, ServerEvent("share", time.monotonic(), share=0.5).encode())
+        watch = Supervised(read_fd, on_gave_up=lambda _why: None, say=lambda _line: None)
+        limit = AdaptiveLimit(cap=64, share=1.0)
+        watch.on_share = limit.set_share
+        await watch.start()
+        seen = [limit.share]
+        os.write(write_fd, ServerEvent("share", time.monotonic(), share=0.02).encode())
+        for _ in range(200):
+            if limit.share != seen[-1]:
+                break
+            await asyncio.sleep(0.01)
+        seen.append(limit.share)
+        os.close(write_fd)
+        await watch.close()
+        return seen
+
+    assert asyncio.run(scenario()) == [0.5, 0.02]

@@ -406,3 +406,64 @@ def test_the_same_queue_polled_again_cuts_no_further() -> None:
     for _ in range(8):
         limit.server_queue(waiting=32, running=32, in_flight=64)
     assert limit.current == 32
+
+
+@pytest.mark.parametrize(("share", "start"), [(1.0, 8), (0.5, 4), (0.2, 2), (1 / 41, 1)])
+def test_a_shared_limit_starts_at_its_share_of_the_start(share: float, start: int) -> None:
+    """A suite's collectors start, together, at about what one alone starts at (8), each its share
+    rounded up: five at 8 each sent 40 requests at once to a server of 8 slots."""
+    assert AdaptiveLimit.shared(64, share).current == start
+
+
+def test_a_new_share_bounds_what_the_limit_keeps_from_the_next_poll() -> None:
+    """A quarter of a full server of 8 slots is 2; told its share is now 1/41, the collector is cut
+    to its one request at the next poll (never by more than the queue)."""
+    limit = AdaptiveLimit.shared(64, 0.25)
+    limit.server_queue(waiting=2, running=8, in_flight=2)
+    assert limit.current == 2
+    limit.set_share(1 / 41)
+    limit.server_queue(waiting=2, running=8, in_flight=2)
+    assert limit.current == 1
+
+
+def _served(shares: list[float], turns: list[int], slots: int = 8) -> list[float]:
+    """Collectors whose rollouts take ``turns`` model calls at a server of ``slots``: each second the
+    slots go to the requests in flight in their mix, the queue is polled; each one's part of what
+    the server served over 600 s."""
+    limits = [AdaptiveLimit.shared(64, share) for share in shares]
+    done, served = [0.0] * len(limits), [0.0] * len(limits)
+    for _ in range(600):
+        held = [lim.current for lim in limits]
+        running, waiting = min(sum(held), slots), max(sum(held) - slots, 0)
+        for i, lim in enumerate(limits):
+            served[i] += held[i] * running / max(sum(held), 1)
+            done[i] += held[i] * running / max(sum(held), 1) / turns[i]
+            for _ in range(int(done[i])):
+                lim.completed(1.0 * turns[i] * max(1.0, sum(held) / slots), held[i] - 1)
+            done[i] -= int(done[i])
+            lim.server_queue(waiting, running=running, in_flight=held[i])
+    return [part / sum(served) for part in served]
+
+
+def test_shares_by_work_left_give_four_short_benchmarks_more_of_the_server_beside_a_long_one() -> None:
+    """bench/suite.py's slow neighbour at a server of 8 slots: four benchmarks of one model call a
+    rollout and one of ten. By weight alone (a fifth each) the four are served 4/5 of the server,
+    so they cannot end sooner than 1.25x their time alone; by work left (10/41 each, 1/41 for the
+    long one: suite_rules.load_shares) the long one keeps one request and the four 8/9."""
+    turns = [1, 1, 1, 1, 10]
+    by_weight = _served([0.2] * 5, turns)
+    by_work = _served([10 / 41] * 4 + [1 / 41], turns)
+    assert sum(by_weight[:4]) == pytest.approx(0.8, abs=0.01)
+    assert sum(by_work[:4]) == pytest.approx(8 / 9, abs=0.01)
+
+
+def test_a_larger_share_raises_the_limit_at_once_to_its_part_of_the_servers_capacity() -> None:
+    """The long benchmark held to 1 request of a full server of 8 slots (share 1/41) is given the
+    whole server once the others ended: its limit is 8 at once, not 1 more per 64 completions."""
+    limit = AdaptiveLimit.shared(64, 1 / 41)
+    limit.server_queue(waiting=4, running=8, in_flight=1)
+    assert limit.current == 1
+    limit.set_share(1.0)
+    assert limit.current == 8
+    limit.set_share(0.5)  # a smaller share waits for the next poll of a full server
+    assert limit.current == 8

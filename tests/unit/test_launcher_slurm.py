@@ -117,6 +117,19 @@ def test_a_job_knows_its_own_id_as_the_scheduler_names_it(env: dict[str, str], j
     assert current_job(env) == job
 
 
+def test_parse_squeue_reads_padded_fields_and_skips_blank_lines_as_plain_ones() -> None:
+    """A line padded with spaces or tabs (squeue -o with field widths), and blank lines, give the same
+    rows as squeue's plain lines: only padded lines are stripped, field by field."""
+    padded = "\n  \n" + "".join(
+        " | ".join(line.split("|")) + "\t\n" if i % 2 else line + "\n"
+        for i, line in enumerate(SQUEUE.splitlines())
+    )
+    assert parse_squeue(padded) == parse_squeue(SQUEUE)
+    assert (
+        parse_squeue(padded)[1].job_id == "10" and parse_squeue(padded)[1].start_time == "2026-11-29T15:17:18"
+    )
+
+
 def test_parse_squeue_rejects_other_format() -> None:
     """A squeue line with the wrong number of fields raises SlurmError quoting it."""
     with pytest.raises(SlurmError, match="JOBID PARTITION"):

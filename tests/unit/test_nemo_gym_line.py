@@ -203,3 +203,51 @@ def test_a_placeholder_nemo_gyms_parser_would_refuse_is_refused_before_anything_
     which Hydra refuses; so does the translation, naming it."""
     with pytest.raises(ConfigError, match=r"is not a Hydra override.*fill in the line's placeholders"):
         translate_serving_line(["--benchmark", "b", "--model", "<>", "--split", "benchmark"], setting_names())
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--no-serve", "--benchmark", "gpqa", "--output", "o.jsonl"], "--no-serve says NeMo Gym's servers"),
+        (["--no-serve", "--config", "a.yaml", "--input", "d.jsonl"], "--no-serve says NeMo Gym's servers"),
+        (["--input", "d.jsonl", "--output", "o.jsonl"], "this gym eval run line starts no servers"),
+    ],
+)
+def test_submit_refuses_a_line_that_starts_no_servers_before_anything_runs(
+    argv: list[str],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`gymslurm submit ... gym eval run --no-serve <server flags>`: the servers are up already, so no
+    job may start them: exit 2 naming --no-serve and `gymslurm collect` (the command that collects it),
+    before NeMo Gym is looked for, nothing written. A line with no server flag and no --split likewise."""
+    from gymslurm.cli import main
+
+    monkeypatch.setenv("NEMO_GYM_VENV", str(tmp_path / "no-venv"))  # never reached
+    monkeypatch.chdir(tmp_path)
+    assert main(["submit", "--backend", "local", "gym", "eval", "run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "`gymslurm collect`" in err and "nothing was written" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_no_serve_lines_server_overrides_only_compose_as_its_server_flags_do() -> None:
+    """--no-serve with an override of a server instance's configuration (benchmarks/human_eval_infilling's
+    `++policy_model.resources_servers.code_fim.split=...`): NeMo Gym's collector only composes it into its
+    copy of the configuration (its servers' is the head server's), so it joins the composition and is
+    dropped from the collect line; a credential among them travels in the environment. A key that is
+    no server's (a typo of a setting) stays on the collect line, to be refused by name there."""
+    split = "++policy_model.resources_servers.code_fim.split=single_line"
+    key = "++judge.responses_api_models.openai_model.api_key=sk-9"
+    argv = ["--no-serve", "--input", "d.jsonl", split, key, "+num_repeat=2"]
+    assert composes_configs(argv) and not composes_configs(["--no-serve", "+num_repeat=2"])
+    flags = split_config_flags(argv)
+    variable = "GYMSLURM_NEMO_GYM_JUDGE_RESPONSES_API_MODELS_OPENAI_MODEL_API_KEY"
+    assert flags.servers == (
+        split,
+        f"++judge.responses_api_models.openai_model.api_key=${{oc.env:{variable}}}",
+    )
+    assert flags.secrets == {variable: "sk-9"}
+    assert flags.rest == ("--no-serve", "--input", "d.jsonl", "+num_repeat=2")

@@ -50,3 +50,22 @@ def test_server_flags_under_no_serve_are_refused_as_the_collectors_own_config() 
     message = _refusal(["--no-serve", "--benchmark", "gpqa", "--input", "d.jsonl", "--output", "o.jsonl"])
     assert message.startswith("gym eval run's server flags (--benchmark) under --no-serve")
     assert "Drop them" in message
+
+
+def test_a_flag_nemo_gyms_docs_misspell_is_refused_with_its_spelling() -> None:
+    """`-c PATH` (finance_agent_v2's README) is no flag of gym eval run: refused, naming --config."""
+    message = _refusal(["-c", "m.yaml", "--input", "d.jsonl"])
+    assert message.startswith("gym eval run has no -c") and message.endswith("write --config PATH")
+
+
+@pytest.mark.parametrize(
+    "setting", ["+skills.path=skills/a/", "+wandb_project=p", "+rollout_collection_driver=m:f"]
+)
+def test_a_refused_setting_says_what_to_use_instead(setting: str) -> None:
+    """A NeMo Gym feature gymslurm does not have is refused by name with what to do instead."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings(translate_flags([*BASE, setting], setting_names()))
+    message = str(refused.value)
+    key = setting.lstrip("+").split("=")[0].split(".")[0]
+    assert f"+{key}:" in message
+    assert "NeMo Gym's own `gym eval run`" in message or "log the run's metrics files" in message

@@ -50,7 +50,7 @@ def test_stall_rule(name: str, in_flight: int, quiet: float, window: float | Non
 
 
 def test_progress_record_round_trips_and_pins_its_fields(tmp_path: Path) -> None:
-    """Version 1 of <stem>_progress.json has exactly these fields and reads back equal."""
+    """Version 2 of <stem>_progress.json has exactly these fields and reads back equal."""
     path = tmp_path / "out_progress.json"
     write_progress(path, RECORD)
     assert sorted(json.loads(path.read_text())) == sorted(
@@ -74,9 +74,23 @@ def test_progress_record_round_trips_and_pins_its_fields(tmp_path: Path) -> None
             "stalled",
             "ended",
             "busy_s",
+            "in_flight_s",
+            "requests",
         ]
     )
     assert read_progress(path) == RECORD and RECORD.finished == 4
+    assert json.loads(path.read_text())["format_version"] == 2
+
+
+def test_a_version_1_progress_record_still_reads_with_nothing_measured(tmp_path: Path) -> None:
+    """A record written before version 2 (a link that ran an older collector) reads: no time in
+    flight, no requests counted, so a suite link weighs that benchmark as a typical one."""
+    path = tmp_path / "out_progress.json"
+    raw = {**RECORD.model_dump(mode="json"), "format_version": 1}
+    del raw["in_flight_s"], raw["requests"]
+    path.write_text(json.dumps(raw))
+    read = read_progress(path)
+    assert read is not None and (read.format_version, read.in_flight_s, read.requests) == (1, 0.0, 0)
 
 
 def test_heartbeat_round_trips(tmp_path: Path) -> None:

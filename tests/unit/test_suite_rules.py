@@ -6,6 +6,8 @@ import pytest
 
 from gymslurm.launcher.decide import Budgets, Decision
 from gymslurm.launcher.suite_rules import (
+    MIN_SHARE,
+    Work,
     chains_for,
     combine,
     combined_verdict,
@@ -93,14 +95,100 @@ def test_a_resubmit_restarts_every_benchmark_of_the_chain_not_done(
         ({"a": 3.0, "b": 1.0}, False, {"a": 0.75, "b": 0.25}),
         ({"a": 1.0}, False, {"a": 1.0}),
         ({"a": 3.0, "b": 1.0}, True, {"a": 1.0, "b": 1.0}),
-        ({"a": 0.0, "b": 0.0}, False, {"a": 1.0, "b": 1.0}),
+        ({"a": 0.0, "b": 0.0}, False, {"a": 0.5, "b": 0.5}),
     ],
 )
-def test_concurrent_collectors_share_the_model_server_by_weight(
+def test_with_no_work_known_concurrent_collectors_share_the_model_server_by_weight(
     weights: dict[str, float], sequential: bool, expected: dict[str, float]
 ) -> None:
-    """Concurrent collectors split the server by weight; in order, or alone, each has it all."""
+    """Before any record: the split is by weight; in order, or alone, each has it all."""
     assert load_shares(weights, sequential) == pytest.approx(expected)
+
+
+FAST, SLOW = Work(40, 0.5), Work(40, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("weights", "work", "expected"),
+    [
+        # bench/suite.py: four fast benchmarks beside one whose rollouts ask the model 10 times
+        (
+            dict.fromkeys("abcds", 1.0),
+            {"a": FAST, "b": FAST, "c": FAST, "d": FAST, "s": SLOW},
+            {**dict.fromkeys("abcd", 10 / 41), "s": 1 / 41},
+        ),
+        ({"a": 1.0, "b": 1.0}, {"a": Work(10, 1.0), "b": Work(20, 1.0)}, {"a": 2 / 3, "b": 1 / 3}),
+        ({"a": 1.0, "b": 1.0}, {"a": Work(10, 2.0), "b": Work(10, 1.0)}, {"a": 1 / 3, "b": 2 / 3}),
+        ({"a": 1.0, "b": 1.0}, {"a": Work(10, 1.0), "b": Work(10, 1.0)}, {"a": 0.5, "b": 0.5}),
+    ],
+)
+def test_the_benchmark_with_the_least_model_work_left_gets_the_most_of_the_server(
+    weights: dict[str, float], work: dict[str, Work], expected: dict[str, float]
+) -> None:
+    """Shares go as 1 / (rollouts left x seconds a rollout holds the server): short ones end first."""
+    assert load_shares(weights, False, work) == pytest.approx(expected)
+
+
+def test_a_weight_still_scales_a_benchmarks_share() -> None:
+    """Weight 10 on the slow one brings it back to the fast ones' share (10 / 41 each)."""
+    work = {"a": FAST, "b": FAST, "c": FAST, "d": FAST, "s": SLOW}
+    shares = load_shares({**dict.fromkeys("abcd", 1.0), "s": 10.0}, False, work)
+    assert shares == pytest.approx(dict.fromkeys("abcds", 0.2))
+
+
+@pytest.mark.parametrize(
+    ("work", "expected"),
+    [
+        ({"a": Work(0, 1.0), "b": Work(10, 1.0), "c": Work(30, 1.0)}, {"a": 1.0, "b": 0.75, "c": 0.25}),
+        ({"a": Work(0, 1.0), "b": Work(0, 1.0), "c": Work(30, 1.0)}, {"a": 1.0, "b": 1.0, "c": 1.0}),
+    ],
+)
+def test_a_collector_with_nothing_left_leaves_the_split_to_the_others(
+    work: dict[str, Work], expected: dict[str, float]
+) -> None:
+    """Nothing left: it is out of the split (its share caps nothing); one left alone has it all."""
+    assert load_shares(dict.fromkeys("abc", 1.0), False, work) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("work", "expected"),
+    [
+        # b not measured yet: its rollouts count as a's (1 s), its count is its own
+        ({"a": Work(10, 1.0), "b": Work(30, None)}, {"a": 0.75, "b": 0.25}),
+        # c has no record yet: the mean of the others' counts (20) at their mean time (1 s)
+        ({"a": Work(10, 1.0), "b": Work(30, 1.0)}, {"a": 6 / 11, "b": 2 / 11, "c": 3 / 11}),
+        ({"a": Work(10, 1.0)}, {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}),  # b, c: as a (10 x 1 s)
+    ],
+)
+def test_what_is_not_measured_yet_counts_as_the_others_mean(
+    work: dict[str, Work], expected: dict[str, float]
+) -> None:
+    """A collector not measured yet is neither favoured nor held back: it counts as a typical one."""
+    weights = {"a": 1.0, "b": 1.0, "c": 1.0} if len(expected) == 3 else {"a": 1.0, "b": 1.0}
+    assert load_shares(weights, False, work) == pytest.approx(expected)
+
+
+def test_a_share_is_never_zero() -> None:
+    """A collector with far more work than another still keeps a share (one request at the server)."""
+    shares = load_shares({"a": 1.0, "b": 1.0}, False, {"a": Work(1, 0.1), "b": Work(10**6, 100.0)})
+    assert shares["b"] == MIN_SHARE
+    assert shares["a"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("remaining", "in_flight_s", "requests", "expected"),
+    [
+        (30, 10.0, 4, Work(30, 2.5)),
+        (30, 0.0, 0, Work(30, None)),  # nothing sent yet: not measured
+        (30, 0.0, 2, Work(30, None)),  # sent this instant: no time counted yet
+        (-1, 1.0, 1, Work(0, 1.0)),
+    ],
+)
+def test_a_rollouts_time_at_the_server_is_the_mean_time_in_flight_of_the_requests_sent(
+    remaining: int, in_flight_s: float, requests: int, expected: Work
+) -> None:
+    """Each request sent counts its time in flight (one still out: so far), over the requests sent."""
+    assert Work.measured(remaining, in_flight_s, requests) == expected
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,7 @@ def test_events_round_trip_through_the_channel_format() -> None:
         UP_15,
         STOPPING_30,
         ServerEvent("gave_up", 1.0, server="policy"),
+        ServerEvent("share", 1.0, share=0.25),
     ):
         line = event.encode()
         assert line.endswith(b"\n") and line.count(b"\n") == 1
@@ -214,18 +215,37 @@ def test_events_round_trip_through_the_channel_format() -> None:
 @pytest.mark.parametrize(
     ("line", "match"),
     [
-        (b'{"v": 2, "kind": "healthy", "at": 1}', "version 2"),
+        (b'{"v": 3, "kind": "healthy", "at": 1}', "version 3"),
         (b'{"v": 1, "kind": "healthy", "at": 1, "extra": 0}', "extra"),
         (b'{"v": 1, "kind": "exploded", "at": 1}', "malformed"),
         (b'{"v": 1, "kind": "healthy"}', "malformed"),
         (b"not json", "not valid JSON"),
+        (b'{"v": 2, "kind": "share", "at": 1}', "malformed"),
+        (b'{"v": 2, "kind": "share", "at": 1, "share": 0}', "malformed"),
+        (b'{"v": 2, "kind": "share", "at": 1, "share": 1.5}', "malformed"),
     ],
-    ids=["another version", "an unknown field", "an unknown kind", "no time", "not JSON"],
+    ids=[
+        "another version",
+        "an unknown field",
+        "an unknown kind",
+        "no time",
+        "not JSON",
+        "a share event without its share",
+        "a share of 0",
+        "a share above 1",
+    ],
 )
 def test_a_bad_event_is_refused_with_the_version_checked_first(line: bytes, match: str) -> None:
     """The channel's format is validated in one place: version first, then fields."""
     with pytest.raises(SupervisionError, match=match):
         parse_event(line)
+
+
+def test_a_version_1_event_still_reads() -> None:
+    """A line of version 1 (before the ``share`` event) is read as it was."""
+    assert parse_event(b'{"v": 1, "kind": "up", "at": 1, "server": "policy"}') == ServerEvent(
+        "up", 1.0, server="policy"
+    )
 
 
 def test_restarts_and_give_up_are_folded_into_the_timeline() -> None:

@@ -28,9 +28,15 @@ STATUS_SCHEMA = "gymslurm.status"
 REPORT_SCHEMA = "gymslurm.report"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ShardRow:
-    """One shard's row (docs/launcher.md, "Watching and steering": the columns and the rest)."""
+    """One shard's row (docs/launcher.md, "Watching and steering": the columns and the rest).
+
+    Not frozen, unlike the other parts: a frozen dataclass sets each of its 40 fields through
+    ``object.__setattr__``, three times the cost of a plain one, paid 10,000 times by a 10,000-shard
+    status (issue 32). Nothing changes a row once :func:`~gymslurm.launcher.views.status.shard_status`
+    made it; :func:`row_fields` copies one.
+    """
 
     shard: int
     verdict: ChainVerdict
@@ -73,9 +79,15 @@ class ShardRow:
     excluded_nodes: dict[str, int] = field(default_factory=dict)  # bad nodes kept off its links: failures
 
 
-@dataclass(frozen=True, kw_only=True)
+def row_fields(row: ShardRow) -> dict[str, Any]:
+    """A row's fields by name, in order (a row has slots, no ``vars``)."""
+    return {name: getattr(row, name) for name in ShardRow.__dataclass_fields__}
+
+
+@dataclass(kw_only=True, slots=True)
 class LinkedShardRow(ShardRow):
-    """``status --shard N``: the row with each link's GPU-hours and Slurm's figure per job."""
+    """``status --shard N``: the row with each link's GPU-hours and Slurm's figure per job (slots too:
+    orjson writes a dataclass with a ``__dict__`` from it alone, which would drop the row's fields)."""
 
     links: list[LinkCost]
     gpu_hours_slurm_by_job: dict[str, float] | None

@@ -26,7 +26,7 @@ from gymslurm.launcher.ledger import ChainState, Record, summarize
 from gymslurm.launcher.links import BAD_NODE_FAILURES, bad_nodes, gpu_budget
 from gymslurm.launcher.run_cost import NO_COST, Cost, CostSummary, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.run_site import run_jobs
-from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing
+from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing, is_suite
 from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import Counts, counts_of, epoch_of, eta_s, human_duration, walltime_text
@@ -38,6 +38,7 @@ from gymslurm.launcher.views.document import (
     StatusDocument,
     StatusSummary,
     jobs_busy,
+    row_fields,
 )
 from gymslurm.launcher.views.liveness import link_lock_held, outlived_link, queuing_reason
 from gymslurm.launcher.views.logs import LogIndex
@@ -288,10 +289,10 @@ def _row_counts(row: ShardRow) -> Counts:
 def member_counts(run: RunDir) -> list[Counts] | None:
     """A suite run's rollouts: each benchmark's shards' counts (its coverage, or its running
     collector's live record), None for a run of one benchmark (its own shards hold them)."""
-    from gymslurm.launcher.suite_run import is_suite, member_run, read_suite_record
-
-    if not is_suite(run):
+    if not is_suite(run):  # a file test: a run of one benchmark imports no suite code
         return None
+    from gymslurm.launcher.suite_run import member_run, read_suite_record
+
     counts = []
     for entry in read_suite_record(run).benchmarks:
         sub = member_run(run, entry.name)
@@ -456,7 +457,7 @@ def with_links(
     by_job = (
         None if slurm_gpu_s is None else {job: round(slurm_gpu_s.get(job, 0.0) / 3600, 4) for job in jobs}
     )
-    return LinkedShardRow(**vars(row), links=links, gpu_hours_slurm_by_job=by_job)
+    return LinkedShardRow(**row_fields(row), links=links, gpu_hours_slurm_by_job=by_job)
 
 
 folder_names = folder_listing  # one listing of shards/ or output/: which shards have files at all

@@ -18,9 +18,9 @@ from typing import Any
 from gymslurm.errors import GymslurmError, StoreError
 from gymslurm.launcher.ledger import DecisionRecord
 from gymslurm.launcher.links import human_gpu_hours
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.rundir import RunDir, is_suite
 from gymslurm.launcher.suite_rules import eta_s, gpu_hours_split
-from gymslurm.launcher.suite_run import benchmark_verdict, is_suite, member_run, read_suite_record
+from gymslurm.launcher.suite_run import benchmark_verdict, member_run, read_suite_record
 from gymslurm.launcher.views.counts import human_duration
 from gymslurm.launcher.views.document import SuiteRow
 from gymslurm.launcher.views.status import shard_coverage
