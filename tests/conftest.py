@@ -33,7 +33,10 @@ _VLLM_DIR = Path(__file__).parent / "vllm"
 # Seconds per module in this round's CI runs (where the groups did not hold, see pyproject.toml's
 # pytest pin): chains 530-660, hostile 440-770, cost 330-350, placement 220-350, real_collector
 # 190-200, status_live 110-150, node_down 90-100. The two modules that take a node DOWN (node_down,
-# placement) share slurm-1, one after the other.
+# placement) share slurm-1, one after the other; the two that preempt a ``low`` link from the
+# ``high`` partition outside slurm-1 (cost, chains) share slurm-2. Summed per group in the local
+# full run of 2026-12-07 (ci-run5), s: slurm-1 895, slurm-2 568 + cost 413, slurm-3 836, slurm-4
+# 1254 - cost 413 (20.9 min, the longest, with cost).
 SLURM_GROUPS = {
     "test_placement_slurm.py": "slurm-1",
     "test_kill_slurm.py": "slurm-1",
@@ -50,6 +53,7 @@ SLURM_GROUPS = {
     "test_interruptions.py": "slurm-2",
     "test_doctor.py": "slurm-2",
     "test_resubmit_shards_slurm.py": "slurm-2",
+    "test_cost_slurm.py": "slurm-2",
     "test_launcher_hostile.py": "slurm-3",
     "test_status_live.py": "slurm-3",
     "test_array_scale.py": "slurm-3",
@@ -57,7 +61,6 @@ SLURM_GROUPS = {
     "test_launcher_real_collector.py": "slurm-4",
     "test_multinode.py": "slurm-4",
     "test_secrets_slurm.py": "slurm-4",
-    "test_cost_slurm.py": "slurm-4",
     "test_pause_slurm.py": "slurm-4",
     "test_notify_slurm.py": "slurm-4",
 }

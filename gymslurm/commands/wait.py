@@ -38,6 +38,7 @@ FINAL_VERDICTS = frozenset(
 STOPS = frozenset({V.FAILED, V.EXHAUSTED, V.STALLED, V.ORPHANED})
 
 WAIT_FIRST_S, WAIT_FACTOR, WAIT_MAX_S = 1.0, 1.5, 30.0
+DECIDED_EVERY_S = 0.2  # how often a back-off's sleep looks at the run's decision files (two stats)
 QUERY_ATTEMPTS = 8  # failed status queries in a row (~2 min with the back-off) before --wait says so
 
 
@@ -129,6 +130,33 @@ def next_poll_s(previous: float, changed: bool) -> float:
     return WAIT_FIRST_S if changed else min(previous * WAIT_FACTOR, WAIT_MAX_S)
 
 
+def _decided_files(run: RunDir) -> tuple[tuple[int, int, int] | None, ...]:
+    """The run's tally (a line per decided link, store/tally.py) and the aggregation's ledger, as
+    (inode, size, mtime): what changes when a link or the aggregation decides, whatever the run's size."""
+    found: list[tuple[int, int, int] | None] = []
+    for path in (run.tally.path, run.aggregate_ledger.path):
+        try:
+            stat = path.stat()
+        except OSError:
+            found.append(None)
+            continue
+        found.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
+
+
+def sleep_until_decided(run: RunDir, limit_s: float) -> None:
+    """Sleep ``limit_s``, or less when a link or the aggregation decided meanwhile (but never less than
+    :data:`WAIT_FIRST_S`): the back-off keeps the scheduler asked rarely, and a run that ended is seen
+    within a second or two, not up to ``WAIT_MAX_S`` later; quick decisions ask no more than once a second."""
+    before = _decided_files(run)
+    start = time.monotonic()
+    deadline = start + limit_s
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(DECIDED_EVERY_S, left))
+        if time.monotonic() - start >= WAIT_FIRST_S and _decided_files(run) != before:
+            return
+
+
 def _progress_key(report: StatusDocument) -> tuple[Any, ...]:
     rows = tuple((r.verdict, r.job, r.successful, r.failed) for r in report.shards)
     return (rows, report.aggregation.state)
@@ -144,7 +172,7 @@ def wait_for_run(
 
     last_key, seen, failures = None, None, 0
     while True:
-        time.sleep(poll_s)
+        sleep_until_decided(run, poll_s)
         try:
             report = run_status(run, backend)
         except SlurmError as error:  # one failed squeue under load must not end the watch with its text

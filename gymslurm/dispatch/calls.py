@@ -1,12 +1,15 @@
 """The synchronous calls off the hot path: ``POST /verify``, the config endpoint, metrics, health probes.
 
 They use a plain blocking ``httpx.Client`` (no proxy from the environment): each is made once per
-invocation or one at a time, so the fast transport of the client would buy nothing.
+invocation or one at a time, so the fast transport of the client would buy nothing. Every client
+checks certificates with one context per process (:func:`_tls`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,9 +32,22 @@ from gymslurm.identity import redact_text
 from gymslurm.records import EpisodeId, Protocol
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """httpx's own certificate check (certifi's CA bundle, nothing from the environment), built once per
+    process: building it reads the bundle (~0.1 s of CPU), which every probe of a server paid again
+    (every 0.2 s while a server starts, every ``probe_interval_s`` of a link after)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+def _client(timeout_s: float | None, *, follow_redirects: bool = False) -> httpx.Client:
+    """A blocking client: no proxy from the environment (servers are cluster-internal), one TLS check."""
+    return httpx.Client(timeout=timeout_s, trust_env=False, verify=_tls(), follow_redirects=follow_redirects)
+
+
 def verify_client(timeout_s: float | None = 60.0) -> httpx.Client:
     """A blocking client for :func:`verify_answer` (no proxies from the environment, like ``/run``)."""
-    return httpx.Client(timeout=timeout_s, trust_env=False)
+    return _client(timeout_s)
 
 
 def verify_answer(
@@ -100,7 +116,7 @@ def fetch_environment_config(url: str, timeout_s: float = 30.0) -> dict[str, Any
     where = url.rstrip("/") + CONFIG_ENDPOINT
     shown = redact_text(where)  # messages never carry a URL's password (docs/security.md)
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
+        with _client(timeout_s, follow_redirects=True) as http:
             reply = http.get(where)  # trust_env off: servers are cluster-internal, no proxy
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as error:
         raise ConfigError(
@@ -131,7 +147,7 @@ def probe_health(url: str, path: str, timeout_s: float) -> bool:
     connection or a 5xx just means "not yet", so this never raises for them.
     """
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True) as http:
+        with _client(timeout_s, follow_redirects=True) as http:
             return http.get(url.rstrip("/") + path).is_success
     except (httpx.HTTPError, httpx.InvalidURL):
         return False
@@ -140,7 +156,7 @@ def probe_health(url: str, path: str, timeout_s: float) -> bool:
 def probe_answers(url: str, timeout_s: float) -> bool:
     """Whether anything answers HTTP at ``url`` (any status): the collector's circuit-breaker probe."""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with _client(timeout_s) as http:
             http.get(url.rstrip("/") + "/")
     except (httpx.HTTPError, httpx.InvalidURL):
         return False
@@ -156,7 +172,7 @@ def router_worker(
     what went wrong (the supervisor logs it and goes on: the router's own health check is the fallback).
     """
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with _client(timeout_s) as http:
             answer = http.post(f"{router_url.rstrip('/')}/{action}_worker", params={"url": worker_url})
     except (httpx.HTTPError, httpx.InvalidURL) as error:
         return f"{action}_worker {worker_url}: {type(error).__name__}: {error}"
@@ -181,7 +197,7 @@ def probe_completion(url: str, chat: bool, model: str | None, timeout_s: float) 
         body["prompt"] = "ping"
     path = "/v1/chat/completions" if chat else "/v1/completions"
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with _client(timeout_s) as http:
             reply = http.post(url.rstrip("/") + path, json=body)
         if not reply.is_success:
             return False
@@ -283,7 +299,7 @@ def post_aggregate_metrics(url: str, rows: Iterable[Mapping[str, Any]], timeout_
 def _post_metrics(url: str, rows: MetricsRows, timeout_s: float) -> dict[str, Any]:
     where = url.rstrip("/") + METRICS_ENDPOINT
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with _client(timeout_s) as http:
             reply = http.post(where, content=rows.body(), headers=REQUEST_HEADERS)
         reply.raise_for_status()
         body = orjson.loads(reply.content)
@@ -355,7 +371,7 @@ def parse_completed_total(text: str) -> float | None:
 def completed_total(url: str, timeout_s: float) -> float | None:
     """``GET <url>/metrics``: the finished-requests counter (:func:`parse_completed_total`), or None."""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with _client(timeout_s) as http:
             reply = http.get(f"{url}/metrics")
     except httpx.HTTPError:
         return None
@@ -393,7 +409,7 @@ def combined_load(loads: Sequence[ModelLoad]) -> ModelLoad | None:
 def serves_model_load(url: str, timeout_s: float) -> bool:
     """``GET url`` (a model server's ``/metrics``) answers with a queue length vLLM or SGLang names."""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as http:
+        with _client(timeout_s) as http:
             reply = http.get(url)
     except httpx.HTTPError:
         return False
@@ -416,7 +432,7 @@ async def watch_model_queue(
     cancelled. Replicas whose poll fails are left out of that round (a dead one holds no queue);
     a round where none answers is skipped: the adaptive limit then goes on the latency it sees.
     """
-    async with httpx.AsyncClient(timeout=interval_s * 5, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=interval_s * 5, trust_env=False, verify=_tls()) as client:
         while True:
             loads = await asyncio.gather(*(model_load(client, url) for url in urls))
             load = combined_load([found for found in loads if found is not None])

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support import wait_until
+from tests.support import on_change, run_records, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests" / "slurm" / "launcher_standin_collector.py"
@@ -60,7 +60,8 @@ def status(run: Path) -> dict[str, Any]:
 
 
 def wait_until_final(run: Path, timeout_s: float = 120.0, aggregation: bool = True) -> dict[str, Any]:
-    """Poll status until every shard has a final verdict (and the aggregation ended, if wanted)."""
+    """Poll status until every shard has a final verdict (and the aggregation ended, if wanted): when
+    the run's ledgers or local jobs changed, else every 5 s."""
     seen: list[dict[str, Any]] = []
 
     def final() -> dict[str, Any] | None:
@@ -70,7 +71,11 @@ def wait_until_final(run: Path, timeout_s: float = 120.0, aggregation: bool = Tr
         agg_done = not aggregation or report["aggregation"]["state"].startswith(("DONE", "STOP_FAILED"))
         return report if shards_done and agg_done else None
 
-    return wait_until(final, timeout_s, lambda: f"run {run} to finish: {json.dumps(seen[-1], indent=1)}")
+    return wait_until(
+        on_change(final, lambda: run_records(run)),
+        timeout_s,
+        lambda: f"run {run} to finish: {json.dumps(seen[-1], indent=1)}",
+    )
 
 
 def ledger(run: Path, shard: int | None = 0) -> list[dict[str, Any]]:

@@ -265,8 +265,13 @@ def test_transport_failures_and_config_fetch_errors_redact_the_url_password(tmp_
     dataset = write_tasks(tmp_path / "tasks.jsonl", [{}, {}])
     url = "http://judge:CNRY-DEAD-q17@127.0.0.1:9"  # discard port: connection refused
     output = tmp_path / "out" / "o.jsonl"
-    failing = collect(
-        dataset, output, url, "+environment_config={model: x}", env={"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": "1"}
+    failing = collect(  # the circuit breaker stops it 2 s after it opens (its default: a minute)
+        dataset,
+        output,
+        url,
+        "+environment_config={model: x}",
+        "+dispatch_breaker_wait_s=2",
+        env={"NEMO_GYM_MAX_ROLLOUT_ATTEMPTS": "1"},
     )
     fetch = collect(dataset, tmp_path / "out2" / "o.jsonl", url)
     assert fetch.returncode != 0, "an unreachable server cannot give its configuration"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support import wait_until
+from tests.support import on_change, run_records, wait_until
 
 from .helpers import SlurmUser
 
@@ -72,7 +72,8 @@ class Chain:
         return report
 
     def wait(self, timeout: float = 240, aggregation: bool = True) -> dict[str, Any]:
-        """Poll until every shard is final (and the aggregation ended when enabled)."""
+        """Poll until every shard is final (and the aggregation ended when enabled): ``status`` when the
+        run's ledgers changed, else every 5 s (a verdict read from the queue alone)."""
         seen: list[dict[str, Any]] = []
 
         def final() -> dict[str, Any] | None:
@@ -82,8 +83,13 @@ class Chain:
             ended = not aggregation or report["aggregation"]["state"].startswith(("DONE", "STOP_FAILED"))
             return report if done and ended else None
 
+        assert self.run is not None
+        run = self.run
         return wait_until(
-            final, timeout, lambda: f"{self.run} to finish: {json.dumps(seen[-1], indent=1)}", every_s=1.0
+            on_change(final, lambda: run_records(run)),
+            timeout,
+            lambda: f"{self.run} to finish: {json.dumps(seen[-1], indent=1)}",
+            every_s=1.0,
         )
 
     def ledger(self, shard: int | None = 0) -> list[dict[str, Any]]:

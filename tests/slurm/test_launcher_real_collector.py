@@ -6,7 +6,7 @@ whole path a user takes — the job starts ``gymslurm demo-server`` inside its a
 aggregate`` — and check the artefacts a user reads: the merged output (every rollout once), the
 aggregate coverage, the ledgers and ``status --json`` once the jobs have left squeue.
 
-Scenarios (submitted together by one module fixture, slowest first, so their Slurm waits overlap):
+Scenarios (submitted together by one module fixture, so their Slurm waits overlap):
 
 - ``faults``: three shards of a 15-task dataset against a server that fails 30 % of attempts
   retryably (deterministic with the server's seed: 4 failed attempts here). The collector retries
@@ -17,12 +17,14 @@ Scenarios (submitted together by one module fixture, slowest first, so their Slu
   before the collector has saved anything, a 75 without progress that spends a retry), the
   collector stops cleanly and exits 75, and the next link resumes.
 
-- ``hang``: one shard of 120 tasks against a server answering in 1 s, one at a time; ``gymslurm
+- ``hang``: one shard of 60 tasks against a server answering in 1 s, one at a time; ``gymslurm
   inject --kind hang`` SIGSTOPs the collector of the running array task (through ``srun`` to its
   numeric job id) while its chain step keeps beating. With ``slurm.stall_window_s: 20`` the link
   sees the collector's progress record freeze, ends it within the window (decided RETRY,
   "unresponsive … frozen"), status says UNRESPONSIVE meanwhile, and the next link finishes the
-  shard: every rollout once.
+  shard: every rollout once. Submitted last, right before its test (the first) waits for its first
+  results: the hang lands a few results in, with ~55 s of collection left to spare (120 tasks
+  before, submitted before ``faults``: the next link then spent two minutes on the rest).
 
 Trade-off: the time-limit scenario takes 1–2 minutes of wall time (2–3 links of ≤ 1 minute),
 however fast the machine; it is the only way to see Slurm's own signal reach the real collector.
@@ -44,7 +46,7 @@ from .helpers import SlurmCluster, submitted_up_front
 from .launcher_real import RealChain
 
 pytestmark = pytest.mark.slurm
-STALL_WINDOW_S, HANG_TASKS = 20, 120
+STALL_WINDOW_S, HANG_TASKS = 20, 60
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "time_limit": dict(
@@ -54,19 +56,19 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         collector=["+concurrency=1"],
         slurm="  time: '1'\n  signal_lead_s: 20\n",
     ),
-    "hang": dict(
-        tasks=HANG_TASKS,
-        shards=1,
-        server_flags=["--latency-ms", "1000"],
-        collector=["+concurrency=1", "+live_progress_interval_s=1"],
-        slurm=f"  time: '00:06:00'\n  stall_window_s: {STALL_WINDOW_S}\n",
-    ),
     "faults": dict(
         tasks=15,
         shards=3,
         server_flags=["--retryable-rate", "0.3"],
         collector=[],
         slurm="  time: '00:05:00'\n",
+    ),
+    "hang": dict(
+        tasks=HANG_TASKS,
+        shards=1,
+        server_flags=["--latency-ms", "1000"],
+        collector=["+concurrency=1", "+live_progress_interval_s=1"],
+        slurm=f"  time: '00:06:00'\n  stall_window_s: {STALL_WINDOW_S}\n",
     ),
 }
 
@@ -75,7 +77,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 def runs(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_session_dir: Path
 ) -> Iterator[dict[str, RealChain]]:
-    """Every scenario submitted up front (slowest first), so their Slurm waits overlap."""
+    """Every scenario submitted up front, so their Slurm waits overlap (the slowest first, the hang
+    last: its test comes first and needs its link early in its collection)."""
     yield from submitted_up_front(
         slurm_session_dir,
         "real",
