@@ -58,7 +58,7 @@ def test_live_progress_record_rises_during_a_collection(
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     final = _progress(output)
-    assert final is not None and final["format_version"] == 1
+    assert final is not None and final["format_version"] == 2
     assert (final["successful"], final["expected"], final["in_flight"], final["ended"]) == (40, 40, 0, True)
     assert final["rate_per_s"] > 0 and final["new_outcomes"] == 40 and not final["stalled"]
     assert seen == sorted(seen), "the live count never goes down"
