@@ -149,9 +149,9 @@ def test_nemo_gyms_openai_model_in_front_of_vllm_is_collected_by_gymslurm(
 ) -> None:
     """NeMo Gym 0.7.0's shipped weather benchmark (``configs/benchmarks/nemo_gym_weather.yaml``: its
     servers started by NeMo Gym's own ``gym env start`` in the link) whose policy is NeMo Gym's own
-    ``openai_model`` pointed at this vLLM: ``gymslurm submit --backend local --wait`` ends DONE with a
-    row saved for each of the 5 tasks, each answered by vLLM's tiny model (its name in the response),
-    and vLLM finished a request for each."""
+    ``openai_model`` pointed at this vLLM: ``gymslurm submit --backend local --wait`` ends DONE (after
+    retried links only, if any) with a row saved for each of the 5 tasks, each answered by vLLM's tiny
+    model (its name in the response), and vLLM finished a request for each."""
     try:
         venv = ensure_nemo_gym()
     except NemoGymSetupError as error:
@@ -169,7 +169,11 @@ def test_nemo_gyms_openai_model_in_front_of_vllm_is_collected_by_gymslurm(
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run = only_run(tmp_path)
-    assert decisions(run) == ["DONE"]
+    # A link may be retried under load (a stack slow to start is retryable; CI saw RETRY, DONE): the
+    # chain ends DONE after retries only, and the rows below are still each saved exactly once.
+    made = decisions(run)
+    retried = [r for r in ledger(run) if r["kind"] == "decision" and r["decision"] == "RETRY"]
+    assert made[-1:] == ["DONE"] and set(made[:-1]) <= {"RETRY"}, (made, retried)
     merged = run / "output/merged/weather.jsonl"
     rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
     assert sorted(row["_ng_task_index"] for row in rows) == [0, 1, 2, 3, 4]
