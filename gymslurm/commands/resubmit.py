@@ -145,12 +145,12 @@ def resubmit(
         )
     reopened: tuple[int, ...] = ()
     if is_suite(run):  # an edited suite file: benchmarks added or dropped (suite_change.py)
-        from gymslurm.commands.suite_change import apply_change, refuse_other_cluster
+        from gymslurm.commands.suite_change import apply_change, check_unchanged
         from gymslurm.launcher.suite_settings import load_suite
 
         suite = load_suite(benchmark, [*info.overrides, *overrides])
-        if shards:  # the shards' own benchmarks run again as saved; a cluster set since is refused
-            refuse_other_cluster(run, suite)
+        if shards:  # the shards' own benchmarks run again as saved: a file edited since is refused
+            secrets = {**secrets, **check_unchanged(run, suite, info.shards, workdir)}
         else:
             change, members = apply_change(run, suite, info.shards, workdir)
             secrets, reopened = {**secrets, **members}, tuple(change.reopened)

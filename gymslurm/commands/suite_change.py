@@ -12,7 +12,9 @@ suite file that changed is read benchmark by benchmark (:func:`plan_change`, pur
   ``dropped`` list, its files stay (a later file that lists it again keeps it, as it was).
 
 The suite's chains are the run's: an added benchmark with more shards than the run has chains is
-refused (a new run). Everything is checked before anything is written.
+refused (a new run). ``resubmit --shards`` reruns the chosen shards as they were, so there a file
+that adds, drops or changes a benchmark is refused rather than ignored. Everything is checked
+before anything is written.
 """
 
 from __future__ import annotations
@@ -73,14 +75,14 @@ def refuse_other_cluster(run: RunDir, suite: Suite) -> None:
         raise ConfigError(problem)
 
 
-def apply_change(run: RunDir, suite: Suite, chains: int, workdir: Path) -> tuple[SuiteChange, dict[str, Any]]:
-    """Check an edited suite file against the run, write the added benchmarks' folders and the new
-    ``suite.json``; the change and every benchmark's secrets for the new links."""
+def check_change(run: RunDir, suite: Suite, chains: int) -> SuiteChange:
+    """The change an edited suite file makes to ``run``, read and checked, nothing written: a
+    benchmark that now sets its own cluster, an added one too big for the run's chains and a kept
+    one whose composed config is not the one it ran with are refused, naming them."""
     refuse_other_cluster(run, suite)
     record = read_suite_record(run)
     existing = {p.name for p in (run.root / "benchmarks").iterdir() if (p / "run.json").is_file()}
-    wanted = {m.name: m.settings.shards for m in suite.members}
-    change = plan_change(record, wanted, existing, chains)
+    change = plan_change(record, {m.name: m.settings.shards for m in suite.members}, existing, chains)
     members = {m.name: m for m in suite.members}
     for name in change.kept:
         saved = OmegaConf.to_container(OmegaConf.load(member_run(run, name).config_path), resolve=False)
@@ -90,6 +92,32 @@ def apply_change(run: RunDir, suite: Suite, chains: int, workdir: Path) -> tuple
                 f"({member_run(run, name).config_path}); give it another name to add it as a new benchmark, "
                 "or submit a new run"
             )
+    return change
+
+
+def check_unchanged(run: RunDir, suite: Suite, chains: int, workdir: Path) -> dict[str, Any]:
+    """``resubmit --shards`` of a suite run: the chosen shards run their benchmarks as saved, so a
+    suite file that adds, drops or changes a benchmark is refused (it would be ignored, silently);
+    every benchmark's secrets for the new links."""
+    change = check_change(run, suite, chains)
+    if change.changes:
+        edits = [f"adds {', '.join(change.added)}"] if change.added else []
+        edits += [f"drops {', '.join(change.dropped)}"] if change.dropped else []
+        raise ConfigError(
+            f"suite {suite.where} {' and '.join(edits)} since run {run.name} was submitted, "
+            "but --shards reruns the chosen shards as they were; resubmit without --shards to add or drop "
+            "benchmarks, then select shards"
+        )
+    return SuiteInputs(suite, workdir).secrets()
+
+
+def apply_change(run: RunDir, suite: Suite, chains: int, workdir: Path) -> tuple[SuiteChange, dict[str, Any]]:
+    """Check an edited suite file against the run (:func:`check_change`), write the added benchmarks'
+    folders and the new ``suite.json``; the change and every benchmark's secrets for the new links."""
+    change = check_change(run, suite, chains)
+    record = read_suite_record(run)
+    members = {m.name: m for m in suite.members}
+    wanted = {m.name: m.settings.shards for m in suite.members}
     info = run.read_info()
     inputs = SuiteInputs(suite, workdir)
     if change.changes:

@@ -103,3 +103,37 @@ def test_a_resubmit_refuses_a_benchmark_file_edited_to_set_its_own_cluster_befor
         resubmit(str(run), str(suite), [], None, selection)
     assert client.log[asked:] == []
     assert _files(run) == before
+
+
+@pytest.mark.parametrize(
+    ("listed", "refusal"),
+    [
+        (
+            "  - {name: first, benchmark: OK}\n  - {name: second, benchmark: demo}\n"
+            "  - {name: third, benchmark: demo}\n",
+            r"adds third since run .* --shards reruns the chosen shards as they were",
+        ),
+        ("  - {name: second, benchmark: demo}\n", r"drops first since run .* resubmit without --shards"),
+        (
+            "  - {name: first, benchmark: OK, overrides: ['slurm.time=00:07:00']}\n"
+            "  - {name: second, benchmark: demo}\n",
+            r"benchmark 'first' is not the one run",
+        ),
+    ],
+    ids=["an added benchmark", "a dropped benchmark", "a changed benchmark"],
+)
+def test_a_resubmit_of_chosen_shards_refuses_an_edited_suite_file_before_anything(
+    slurm_suite: tuple[Path, Path, ScriptedSlurm], listed: str, refusal: str
+) -> None:
+    """``resubmit RUN SUITE --shards 0`` with a suite file that adds, drops or changes a benchmark
+    since the submit: refused naming what changed and what to do (the chosen shards would run as
+    saved, the edit ignored), before any Slurm command and with nothing written."""
+    suite, run, client = slurm_suite
+    ok = suite.parent / "ok.yaml"
+    head = suite.read_text().split("benchmarks:\n")[0]
+    suite.write_text(head + "benchmarks:\n" + listed.replace("OK", str(ok)))
+    before, asked = _files(run), len(client.log)
+    with pytest.raises(ConfigError, match=refusal):
+        resubmit(str(run), str(suite), [], None, "0")
+    assert client.log[asked:] == []
+    assert _files(run) == before
