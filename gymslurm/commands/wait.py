@@ -26,7 +26,7 @@ from typing import Any
 
 from gymslurm.errors import SlurmError
 from gymslurm.exitcodes import ExitCode
-from gymslurm.launcher.rundir import RunDir
+from gymslurm.launcher.rundir import RunDir, is_suite
 from gymslurm.launcher.verdicts import ChainVerdict
 from gymslurm.launcher.views.document import ShardRow, StatusDocument, jobs_busy
 from gymslurm.site.backend import Backend
@@ -193,6 +193,10 @@ def wait_for_run(
         seen = outcome
     refresh_report(run, backend, report)
     print_table(report)
+    if is_suite(run):  # one line per benchmark, as status prints them
+        from gymslurm.launcher.views.suite_status import suite_lines, suite_rows
+
+        print("\n".join(suite_lines(suite_rows(run, report.summary.gpu_hours))))
     code, line = outcome
     print(line)
     return int(code)

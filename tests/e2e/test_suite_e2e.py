@@ -5,6 +5,7 @@ that finishes it without rerunning the others (docs/suites.md)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -56,6 +57,8 @@ def test_each_benchmark_of_a_suite_gives_the_rows_it_gives_alone_with_one_model_
     suite = _demo_suite(tmp_path)
     waited = gymslurm("submit", str(suite), "--backend", "local", "--wait")
     assert "run: 48/48 ok, 0 failed" in waited.stdout, waited.stdout
+    for name, coverage in (("a", "12/12"), ("b", "12/12"), ("c", "24/24")):  # as status prints them
+        assert re.search(rf"^{name} +\d+ DONE +{coverage} ", waited.stdout, re.MULTILINE), waited.stdout
     (run,) = [p.parent for p in (tmp_path / "runs").glob("three-*/run.json")]
     for chain, members in ((0, "abc"), (1, "ac")):
         (log,) = (run / "logs").glob(f"shard-{chain:03d}*")
