@@ -67,7 +67,7 @@ class RunChains(Sequence[list[Record]]):
         for part in self.array.arrays:
             arrays = [part.job_id, *(part.spares or [])]
             for shard in range(part.first, part.first + part.size):
-                if f"{shard:03d}" not in present:
+                if not present or f"{shard:03d}" not in present:
                     task = f"_{shard - part.base}"
                     yield shard, [job + task for job in arrays]
 

@@ -436,12 +436,18 @@ def queued_chains(
     shape (each job's state and reason, the only things of a queue row its verdict reads besides the
     id). Their rows differ only by shard and job ids: one :class:`Template` per shape makes them."""
     found: dict[int, tuple[list[str], Shape]] = {}
+    running: dict[Shape, bool] = {}  # whether a shape holds a running job, asked once per shape
+    shards, get = len(chains), queue.get
     for shard, jobs in chains.bare_chains():
-        if shard >= len(chains) or f"shard-{shard:03d}" in outputs:
+        if shard >= shards or (outputs and f"shard-{shard:03d}" in outputs):
             continue
-        rows = [queue.get(job) for job in jobs]
-        shape = tuple((row.state, row.reason) for row in rows if row is not None)
-        if len(shape) == len(jobs) and not any(state in RUNNING_STATES for state, _ in shape):
+        rows = [get(job) for job in jobs]
+        shape = tuple([(row.state, row.reason) for row in rows if row is not None])
+        if len(shape) != len(jobs):
+            continue
+        if shape not in running:
+            running[shape] = any(state in RUNNING_STATES for state, _ in shape)
+        if not running[shape]:
             found[shard] = (jobs, shape)
     return found
 
