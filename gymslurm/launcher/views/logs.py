@@ -151,7 +151,10 @@ class LogIndex:
         name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{raw}.out"
         if name in self.names:
             return str(self.folder / name)
-        found = [n for n in self._by_job.get(raw, []) if _log_shard(n) == shard] if shard is not None else []
+        named = self._by_job.get(raw) if shard is not None else None
+        if not named:  # (most jobs of a large run have no log yet: no list made for them)
+            return None
+        found = [n for n in named if _log_shard(n) == shard]
         return str(self.folder / found[0]) if found else None
 
     @functools.cached_property

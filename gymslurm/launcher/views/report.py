@@ -72,7 +72,7 @@ def report_data(
     run: RunDir,
     backend: Backend,
     status: StatusDocument | None = None,
-    chains: list[list[Record]] | None = None,
+    chains: Sequence[list[Record]] | None = None,
 ) -> ReportData:
     """The report's data: the status document (queried unless given) plus timelines, faults, rewards.
 
@@ -466,7 +466,7 @@ def write_report(
     output: Path | None = None,
     status: StatusDocument | None = None,
     *,
-    chains: list[list[Record]] | None = None,
+    chains: Sequence[list[Record]] | None = None,
     keep_unchanged: bool = False,
 ) -> Path:
     """Read the run, render the page and replace ``report.html`` atomically; returns its path.
@@ -493,7 +493,7 @@ def share_with_group(run: RunDir, page: Path) -> None:
 
 
 def refresh_report(
-    run: RunDir, backend: Backend, status: StatusDocument, chains: list[list[Record]] | None = None
+    run: RunDir, backend: Backend, status: StatusDocument, chains: Sequence[list[Record]] | None = None
 ) -> Path | None:
     """Rewrite ``report.html`` from a status document, best effort: a view never fails a command.
 

@@ -18,16 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from gymslurm.coverage import Coverage
 from gymslurm.errors import StoreError
 from gymslurm.launcher.decide import job_exit_code
-from gymslurm.launcher.ledger import ChainState, Record, summarize
+from gymslurm.launcher.ledger import ChainState, Record, Submitted, summarize
 from gymslurm.launcher.links import BAD_NODE_FAILURES, bad_nodes, gpu_budget
-from gymslurm.launcher.run_cost import NO_COST, Cost, CostSummary, cost_summary, final_metrics, link_costs
+from gymslurm.launcher.run_cost import Cost, cost_summary, final_metrics, link_costs
 from gymslurm.launcher.run_site import run_jobs
 from gymslurm.launcher.rundir import RunDir, RunInfo, folder_listing, is_suite
 from gymslurm.launcher.verdicts import ChainVerdict
+from gymslurm.launcher.views.chains import RunChains, read_chains
 from gymslurm.launcher.views.cost import ask_accounting
 from gymslurm.launcher.views.counts import Counts, counts_of, epoch_of, eta_s, human_duration, walltime_text
 from gymslurm.launcher.views.diagnosis import RUNNING_STATES, beat_of, collector_stall, is_held, verdict
@@ -36,12 +38,11 @@ from gymslurm.launcher.views.document import (
     LinkedShardRow,
     ShardRow,
     StatusDocument,
-    StatusSummary,
-    jobs_busy,
     row_fields,
 )
 from gymslurm.launcher.views.liveness import link_lock_held, outlived_link, queuing_reason
 from gymslurm.launcher.views.logs import LogIndex
+from gymslurm.launcher.views.summary import never_queued, row_counts, summary_of
 from gymslurm.site.backend import LIVE_STATES, Backend
 from gymslurm.site.slurm import AccountingRow, QueueRow
 from gymslurm.store import live
@@ -223,69 +224,6 @@ def _restarts(state: ChainState) -> str:
     return ", ".join(f"{name}:{count}" for name, count in sorted(state.server_restarts.items()))
 
 
-def summary_of(
-    rows: Sequence[ShardRow], cost: CostSummary = NO_COST, counted: Sequence[Counts] | None = None
-) -> StatusSummary:
-    """The run-level line over every shard: rollouts done of expected (``counted_shards`` of ``shards``
-    have reported a count yet), ETA at the summed rate of running links, failures, interruptions;
-    then the run's ``cost`` (none when not given). ``counted``: where the rollouts are when not in
-    the rows' own shards (a suite's are in its benchmarks' shards: :func:`member_counts`); the
-    verdicts and walltime stay the rows' (the suite's chains)."""
-    counts = [_row_counts(row) for row in rows] if counted is None else list(counted)
-    expected = sum(c.expected or 0 for c in counts)
-    finished = sum(c.successful + c.failed + c.omitted for c in counts)
-    rate = sum(c.rate_per_s or 0.0 for c in counts)
-    by_class: dict[str, int] = {}
-    for c in counts:
-        for name, n in c.failed_by_class.items():
-            by_class[name] = by_class.get(name, 0) + n
-    verdicts: dict[str, int] = {}
-    for row in rows:
-        word = str(row.verdict)  # a plain str: orjson writes no enum as a key
-        verdicts[word] = verdicts.get(word, 0) + 1
-    reported = sum(1 for c in counts if c.expected is not None)
-    eta = (
-        (expected - finished) / rate if rate > 0 and expected > finished and reported == len(counts) else None
-    )
-    return StatusSummary(
-        expected=expected,
-        successful=sum(c.successful for c in counts),
-        failed=sum(c.failed for c in counts),
-        omitted=sum(c.omitted for c in counts),
-        interrupted=sum(c.interrupted for c in counts),
-        shards=len(counts),
-        counted_shards=reported,
-        rate_per_s=round(rate, 3),
-        eta_s=None if eta is None else round(eta, 1),
-        eta=human_duration(eta),
-        failed_by_class=dict(sorted(by_class.items())),
-        verdicts=dict(sorted(verdicts.items())),
-        walltime_used_s=round(sum(row.walltime_used_s for row in rows), 1),
-        gpu_hours=cost.gpu_hours,
-        gpu_hours_idle=cost.gpu_hours_idle,
-        gpu_hours_slurm=cost.gpu_hours_slurm,
-        slurm_accounting=cost.slurm_accounting,
-        gpu_budget=cost.gpu_budget,
-        budget_fraction=cost.budget_fraction,
-        budget_warning=cost.budget_warning,
-        faults=cost.faults,
-    )
-
-
-def _row_counts(row: ShardRow) -> Counts:
-    """A shard row's counts; its rate only while its chain is HEALTHY."""
-    rate = row.rate_per_s if row.verdict == ChainVerdict.HEALTHY else None
-    return Counts(
-        row.expected,
-        row.successful,
-        row.failed,
-        row.omitted,
-        rate_per_s=rate,
-        failed_by_class=row.failed_by_class,
-        interrupted=row.interrupted,
-    )
-
-
 def member_counts(run: RunDir) -> list[Counts] | None:
     """A suite run's rollouts: each benchmark's shards' counts (its coverage, or its running
     collector's live record), None for a run of one benchmark (its own shards hold them)."""
@@ -305,14 +243,6 @@ def member_counts(run: RunDir) -> list[Counts] | None:
             running = progress is not None and not progress.ended
             counts.append(counts_of(shard_coverage(output)[0], progress, running))
     return counts
-
-
-def never_queued(rows: Sequence[ShardRow], aggregate: ChainState) -> bool:
-    """Every shard DONE, no job of theirs busy and no aggregation job ever queued (pure): when the run
-    has an aggregation, every link that could have queued it died before counting its chain in the
-    run's tally, so nothing will; ``resubmit`` recounts and queues it."""
-    done = bool(rows) and all(row.verdict == ChainVerdict.DONE for row in rows)
-    return done and not aggregate.epoch_jobs and not jobs_busy(rows)
 
 
 def aggregation_status(
@@ -355,21 +285,14 @@ def aggregation_status(
     return AggregationStatus(job=shown, state=agg_state, finished=finished, stalled=stalled)
 
 
-def read_chains(run: RunDir, shards: int) -> list[list[Record]]:
-    """Every shard's chain records, read once (one listing of ``shards/``, the run's records once):
-    ``status`` folds them and the report draws its timeline from the same list."""
-    array = run.read_array()
-    present = folder_names(run.root / "shards")
-    shared = run.run_ledger.read() if array is not None else []
-    return [run.chain_records(s, array, present, shared) for s in range(shards)]
-
-
 def run_status(
     run: RunDir,
     backend: Backend,
     now: float | None = None,
-    chains: list[list[Record]] | None = None,
+    chains: Sequence[list[Record]] | None = None,
     shard: int | None = None,
+    *,
+    templated: bool = True,
 ) -> StatusDocument:
     """The status document of a run: every shard, the aggregation and the summary, with one queue query.
 
@@ -377,67 +300,237 @@ def run_status(
     what Slurm recorded of a GPU run (views/cost.py), never when ``run.json`` says there is none.
     ``chains``: :func:`read_chains`, if read already. ``shard``: that shard's row alone, with its
     links (each link's GPU-hours, and Slurm's figure per job); the summary stays the run's.
+    ``templated`` False: every row made by :func:`shard_status` itself (what tests compare the
+    templated rows of :func:`queued_chains` with).
     """
     now = time.time() if now is None else now
     info = run.read_info()
     outputs = folder_names(run.root / "output")
-    chains = chains or read_chains(run, info.shards)
-    states = [summarize(records) for records in chains]
+    chains = chains if chains is not None else read_chains(run, info.shards)
     aggregate_records = run.aggregate_ledger.read()
     aggregate = summarize(aggregate_records)
     queue = backend.queue(run_jobs(run, info.shards))  # the run's own rows: other runs' not typed
-    accounting, slurm_gpu_s = ask_accounting(backend, [*states, aggregate], queue, info)
-    costs = [Cost.of(records, now, slurm_gpu_s) for records in chains]
+    # Chains that are their queued array submission alone get rows from one template per queue shape
+    # (queued_rows), never on a run whose accounting is asked for every job (GPU-hours) or whose
+    # queuing a killed submit left: each of those reads the chain's own state.
+    plain = not templated or (info.accounting is True and info.gpus > 0) or run.queuing_mark.exists()
+    queued = {} if plain or not isinstance(chains, RunChains) else queued_chains(chains, queue, outputs)
+    states = {i: summarize(chains[i]) for i in range(info.shards) if i not in queued}
+    accounting, slurm_gpu_s = ask_accounting(backend, [*states.values(), aggregate], queue, info)
+    costs = {i: Cost.of(chains[i], now, slurm_gpu_s) for i in states}
     logs = LogIndex.of(run)
+    queuing = queuing_reason(run, queue, list(states.values()))
+    context = RowContext(queue, accounting, info, now, logs, queuing)
+    templates: dict[tuple[tuple[str, str], ...], Template | None] = {}
     rows: list[ShardRow] = []
+    counted: list[Counts] = []
     held: list[str] = []
-    queuing = queuing_reason(run, queue, states)
-    for i, st in enumerate(states):
-        live_jobs = _live_jobs(st, queue)
-        running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
-        lost = running is None and bool(st.open_runs) and not st.finished
-        has_output = f"shard-{i:03d}" in outputs
-        files = read_shard_files(run, i, info.output_stem, running is not None, has_output, lost=lost)
-        # bad_nodes only where it may find one: a chain with two node failures at least
-        failures = costs[i].faults.get("node_failure", 0)
-        excluded = bad_nodes(chains[i]) if failures >= BAD_NODE_FAILURES else {}
-        rows.append(
-            shard_status(
-                i,
-                st,
-                queue,
-                accounting,
-                info=info,
-                files=files,
-                now=now,
-                logs=logs,
-                live=live_jobs,
-                cost=costs[i],
-                queuing=queuing,
-                excluded=excluded,
-            )
+    for i in range(info.shards):
+        if i in queued:
+            jobs, shape = queued[i]
+            if shape not in templates:
+                templates[shape] = template_of(i, jobs, chains[i], context)
+            if (template := templates[shape]) is not None:
+                rows.append(template.row(i, jobs, logs))
+                counted.append(template.counts)
+                held += [jobs[k] for k in template.held]
+                continue
+            states[i] = summarize(chains[i])
+            costs[i] = Cost.of(chains[i], now, slurm_gpu_s)
+        row, live_jobs = _plain_row(
+            run, i, states[i], records=chains[i], cost=costs[i], outputs=outputs, context=context
         )
-        held += [row.job_id for row in live_jobs if is_held(row)]
+        rows.append(row)
+        counted.append(row_counts(row))
+        held += [job.job_id for job in live_jobs if is_held(job)]
     orphan = never_queued(rows, aggregate) and run.aggregation_enabled()
     resubmit = f"gymslurm resubmit {run.root} {info.benchmark}" if orphan else None
     agg = aggregation_status(aggregate, queue, accounting, held, resubmit)
     metrics, problem = final_metrics(run, info.output_stem)
     budget = gpu_budget(info.gpu_budget, aggregate_records)
     aggregation_cost = Cost.of(aggregate_records, now, slurm_gpu_s)
-    cost = cost_summary(costs, aggregation_cost, budget, info.budget_warn_at, info.accounting)
+    chain_costs = [
+        costs[i] if i in costs else _template_cost(templates, queued[i][1]) for i in range(info.shards)
+    ]
+    cost = cost_summary(chain_costs, aggregation_cost, budget, info.budget_warn_at, info.accounting)
+    members = member_counts(run)
     return StatusDocument(
         run=run.name,
         path=str(run.root),
         backend=info.backend,
         benchmark=info.benchmark,
         generated_at=datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
-        summary=summary_of(rows, cost, member_counts(run)),
+        summary=summary_of(rows, cost, counted if members is None else members),
         shards=rows if shard is None else [with_links(rows[shard], chains[shard], now, slurm_gpu_s)],
         aggregation=replace(agg, log=logs.job_log(None, agg.job)),
         final_metrics=metrics,
         final_metrics_problem=problem,
         queries=backend.queries,
     )
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What every row of one status is made from besides its chain: the queue, accounting, the run's
+    record, the clock, the logs' listing and why shards without a job get one."""
+
+    queue: dict[str, QueueRow]
+    accounting: dict[str, AccountingRow] | None
+    info: RunInfo
+    now: float
+    logs: LogIndex
+    queuing: str | None
+
+
+def _template_cost(templates: dict[Shape, Template | None], shape: Shape) -> Cost:
+    """The cost of a chain whose row its shape's template made (one exists: the loop made the row)."""
+    template = templates[shape]
+    assert template is not None
+    return template.cost
+
+
+def _plain_row(
+    run: RunDir,
+    i: int,
+    st: ChainState,
+    *,
+    records: list[Record],
+    cost: Cost,
+    outputs: frozenset[str],
+    context: RowContext,
+) -> tuple[ShardRow, list[QueueRow]]:
+    """Shard ``i``'s row from its own files and state (:func:`shard_status`), and its live jobs."""
+    live_jobs = _live_jobs(st, context.queue)
+    running = next((row for row in live_jobs if row.state in RUNNING_STATES), None)
+    lost = running is None and bool(st.open_runs) and not st.finished
+    has_output = f"shard-{i:03d}" in outputs
+    files = read_shard_files(run, i, context.info.output_stem, running is not None, has_output, lost=lost)
+    # bad_nodes only where it may find one: a chain with two node failures at least
+    failures = cost.faults.get("node_failure", 0)
+    excluded = bad_nodes(records) if failures >= BAD_NODE_FAILURES else {}
+    row = shard_status(
+        i,
+        st,
+        context.queue,
+        context.accounting,
+        info=context.info,
+        files=files,
+        now=context.now,
+        logs=context.logs,
+        live=live_jobs,
+        cost=cost,
+        queuing=context.queuing,
+        excluded=excluded,
+    )
+    return row, live_jobs
+
+
+Shape = tuple[tuple[str, str], ...]
+
+
+def queued_chains(
+    chains: RunChains, queue: dict[str, QueueRow], outputs: frozenset[str]
+) -> dict[int, tuple[list[str], Shape]]:
+    """The shards whose chain is its array submission alone (:meth:`RunChains.bare_jobs`), with no
+    output folder, and every job of which the queue shows, none running: each with its jobs and its
+    shape (each job's state and reason, the only things of a queue row its verdict reads besides the
+    id). Their rows differ only by shard and job ids: one :class:`Template` per shape makes them."""
+    found: dict[int, tuple[list[str], Shape]] = {}
+    running: dict[Shape, bool] = {}  # whether a shape holds a running job, asked once per shape
+    shards, get = len(chains), queue.get
+    for shard, jobs in chains.bare_chains():
+        if shard >= shards or (outputs and f"shard-{shard:03d}" in outputs):
+            continue
+        rows = [get(job) for job in jobs]
+        shape = tuple([(row.state, row.reason) for row in rows if row is not None])
+        if len(shape) != len(jobs):
+            continue
+        if shape not in running:
+            running[shape] = any(state in RUNNING_STATES for state, _ in shape)
+        if not running[shape]:
+            found[shard] = (jobs, shape)
+    return found
+
+
+_MARK = "\x00job{}\x00"  # a stand-in job id: no real id, reason or path holds a NUL
+
+
+@dataclass(frozen=True)
+class Template:
+    """The row of one queued chain made with stand-in job ids (:data:`_MARK`) by :func:`shard_status`
+    itself: the row of any chain of the same shape is it with the ids put back (:meth:`row`)."""
+
+    fields: dict[str, Any]
+    counts: Counts
+    cost: Cost
+    held: tuple[int, ...]  # which of the chain's jobs are live and held (the aggregation's wait)
+    texts: dict[str, str]  # the fields that hold stand-ins, as format strings ({0}: the first job)
+
+    def row(self, shard: int, jobs: list[str], logs: LogIndex) -> ShardRow:
+        """Shard ``shard``'s row: the template's, its jobs' ids in place of the stand-ins."""
+        fields = dict(self.fields)
+        for name, text in self.texts.items():
+            fields[name] = text.format(*jobs)
+        fields.update(
+            shard=shard,
+            log=logs.job_log(shard, fields["job"]),
+            server_logs=logs.server_logs(shard),
+            failed_by_class=dict(fields["failed_by_class"]),
+            injected=list(fields["injected"]),
+            faults=dict(fields["faults"]),
+            excluded_nodes=dict(fields["excluded_nodes"]),
+        )
+        return ShardRow(**fields)
+
+
+_PUT_BACK = frozenset({"shard", "job", "successor", "why", "log", "server_logs"})
+
+
+def _as_format(text: str, jobs: int) -> str:
+    """``text`` as a format string of the chain's job ids: each stand-in ``k`` becomes ``{k}``."""
+    text = text.replace("{", "{{").replace("}", "}}")
+    for k in range(jobs):
+        text = text.replace(_MARK.format(k), f"{{{k}}}")
+    return text
+
+
+def template_of(shard: int, jobs: list[str], records: list[Record], context: RowContext) -> Template | None:
+    """The template of ``shard``'s queued chain: its own records and queue rows with each job id
+    replaced by a stand-in, through :func:`shard_status`. None (every chain of the shape then gets its
+    row from its own state) when the records are not one ``Submitted`` per job in order, or when a
+    stand-in shows in a field other than those :meth:`Template.row` puts the ids back in."""
+    if [r.job_id if isinstance(r, Submitted) else None for r in records] != jobs:
+        return None
+    marks = [_MARK.format(k) for k in range(len(jobs))]
+    renamed: list[Record] = [r.model_copy(update={"job_id": m}) for r, m in zip(records, marks, strict=True)]
+    queue = {m: replace(context.queue[job], job_id=m) for m, job in zip(marks, jobs, strict=True)}
+    st = summarize(renamed)
+    live_jobs = _live_jobs(st, queue)
+    cost = Cost.of(renamed, context.now, None)
+    row = shard_status(
+        shard,
+        st,
+        queue,
+        context.accounting,
+        info=context.info,
+        files=NO_FILES,
+        now=context.now,
+        logs=context.logs,
+        live=live_jobs,
+        cost=cost,
+        queuing=context.queuing,
+        excluded={},
+    )
+    fields = row_fields(row)
+    if any("\\x00job" in repr(value) for name, value in fields.items() if name not in _PUT_BACK):
+        return None
+    held = tuple(marks.index(job.job_id) for job in live_jobs if is_held(job))
+    texts = {
+        name: _as_format(fields[name], len(jobs))
+        for name in ("job", "successor", "why")
+        if fields[name] is not None and "\x00" in fields[name]
+    }
+    return Template(fields, row_counts(row), cost, held, texts)
 
 
 def excluded_text(nodes: dict[str, int]) -> str:
