@@ -149,20 +149,13 @@ def overlap(run: Path) -> tuple[float, float]:
     return healthy - start, ready - start
 
 
-def timed_suite(
-    root: Path,
-    name: str,
-    members: list[tuple[str, int]],
-    model: list[str],
-    extra: list[str],
-    *,
-    weights: dict[str, float] | None = None,
-) -> tuple[float, Path]:
-    """Wall seconds of ``submit SUITE --wait`` and its run."""
-    suite = write_suite(root, name, members, model, extra, weights=weights)
+def timed_suite(suite: Path) -> tuple[float, Path]:
+    """Wall seconds of ``submit SUITE --wait`` and its run, for a suite file :func:`write_suite` wrote
+    (``ROOT/NAME.yaml``: its runs are ``ROOT/runs/NAME-*``)."""
+    root = suite.parent
     t0 = time.perf_counter()
     gymslurm("submit", str(suite), "--backend", "local", "--wait", cwd=root)
-    return time.perf_counter() - t0, newest_run(root, name)
+    return time.perf_counter() - t0, newest_run(root, suite.stem)
 
 
 def rows_of(run: Path, member: str) -> int:
@@ -209,7 +202,7 @@ def main() -> None:
 
 def wall(root: Path, five: list[tuple[str, int]], loaded: list[str]) -> None:
     """Model-server start-ups per link, and the suite's wall against five separate runs."""
-    suite_wall, run = timed_suite(root, "five", five, loaded, [])
+    suite_wall, run = timed_suite(write_suite(root, "five", five, loaded, []))
     starts, links = policy_starts(run)
     separate = 0.0
     for i in range(5):
@@ -237,7 +230,7 @@ def throughput(root: Path, five: list[tuple[str, int]], cold: list[str], tasks: 
     best of three fixed totals in flight (split over the five collectors)."""
 
     def measured(extra: list[str]) -> float:
-        _, run = timed_suite(root, "tput", five, cold, extra)
+        _, run = timed_suite(write_suite(root, "tput", five, cold, extra))
         begun, ended = collection(run)
         assert all(rows_of(run, m) == tasks for m, _ in five)
         return len(five) * tasks / (max(ended.values()) - begun)
@@ -260,12 +253,12 @@ def throughput(root: Path, five: list[tuple[str, int]], cold: list[str], tasks: 
 
 def slow(root: Path, four: list[tuple[str, int]], cold: list[str], weight: float | None) -> None:
     """The four fast benchmarks' end beside a 10x slower one, against the four as a suite alone."""
-    _, alone_run = timed_suite(root, "four", four, cold, [])
+    _, alone_run = timed_suite(write_suite(root, "four", four, cold, []))
     begun, ended = collection(alone_run)
     alone = max(ended.values()) - begun
     print(f"  four alone: {alone:.1f}s ({load_average()})", flush=True)
     weights = None if weight is None else {"slow": weight}
-    _, mixed_run = timed_suite(root, "slow", [*four, ("slow", 10)], cold, [], weights=weights)
+    _, mixed_run = timed_suite(write_suite(root, "slow", [*four, ("slow", 10)], cold, [], weights=weights))
     begun, ended = collection(mixed_run)
     beside = max(t for m, t in ended.items() if m != "slow") - begun
     print(

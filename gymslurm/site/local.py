@@ -368,6 +368,10 @@ class Supervisor:
         self._enforce(job, proc)
 
     def _enforce(self, job: dict[str, Any], proc: subprocess.Popen[bytes]) -> None:
+        """Cancel, signal or time out a running job. Its file is written only when this changed the
+        job: a tick that changes nothing leaves it alone (it was rewritten five times a second per
+        running job, which made every reader that waits for a change, the tests' among them, read
+        the whole run again at each poll)."""
         now = time.time()
         elapsed = now - job["started_at"]
         limit = job["time_s"]
@@ -386,8 +390,10 @@ class Supervisor:
         elif limit is not None and elapsed >= limit and not job.get("term_at"):
             job.update(term_at=now, ended_by="TIMEOUT")
             _signal_group(proc.pid, signal.SIGTERM)
-        elif job.get("term_at") and now - job["term_at"] >= KILL_WAIT_S:
-            _signal_group(proc.pid, signal.SIGKILL)
+        else:
+            if job.get("term_at") and now - job["term_at"] >= KILL_WAIT_S:
+                _signal_group(proc.pid, signal.SIGKILL)
+            return
         self._save(job)
 
     def _finish(self, job: dict[str, Any], code: int) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.nemogym import HERE, NemoGymSetupError, ensure_nemo_gym, free_port, stop_session
+from tests.compat.gym_eval import benchmark_env, fake_policy, nemo_gym_or_fail
 from tests.e2e.helpers import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
@@ -26,46 +26,22 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 
 def test_the_nemo_gym_benchmark_runs_from_a_fresh_checkout_in_one_command(tmp_path: Path) -> None:
     """A fresh clone, one `gymslurm submit ... --backend local --wait`: exit 0, 5/5 rows, reward 1.0."""
-    try:
-        venv = ensure_nemo_gym()
-    except NemoGymSetupError as error:
-        pytest.fail(f"NeMo Gym could not be installed: {error}", pytrace=False)
+    venv = nemo_gym_or_fail()
     checkout = tmp_path / "checkout"
     subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(checkout)], check=True, timeout=120)
-    port = free_port()
-    fake = subprocess.Popen(
-        [str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(port)],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        **os.environ,
-        "NEMO_GYM_VENV": str(venv),
-        "POLICY_BASE_URL": f"http://127.0.0.1:{port}/v1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "PYTHONPATH": str(checkout),
-    }
-    try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gymslurm",
-                "submit",
-                "configs/benchmarks/nemo_gym_weather.yaml",
-                "--backend",
-                "local",
-                "--wait",
-                f"run_root={tmp_path / 'runs'}",
-            ],
-            cwd=checkout,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-            check=False,
-        )
+    with fake_policy(venv / "bin/python") as policy_url:
+        env = {**os.environ, **benchmark_env(venv, policy_url), "PYTHONPATH": str(checkout)}
+
+        def submit(*args: str) -> subprocess.CompletedProcess[str]:
+            """``gymslurm submit ARGS --backend local --wait`` (run root last) in the fresh checkout."""
+            *what, run_root = args
+            argv = [sys.executable, "-m", "gymslurm", "submit", *what]
+            argv += ["--backend", "local", "--wait", run_root]
+            return subprocess.run(
+                argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=1500, check=False
+            )
+
+        done = submit("configs/benchmarks/nemo_gym_weather.yaml", f"run_root={tmp_path / 'runs'}")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         (merged,) = (tmp_path / "runs").glob("*/output/merged/weather.jsonl")
         rows = [json.loads(line) for line in merged.read_text().splitlines() if line.strip()]
@@ -75,28 +51,7 @@ def test_the_nemo_gym_benchmark_runs_from_a_fresh_checkout_in_one_command(tmp_pa
         # the stack again and finds the relay's resources server through the head server; nothing
         # ended in a judge failure, so the completed results are carried, all 5.
         source = merged.parents[2]
-        regrade = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gymslurm",
-                "submit",
-                "--reverify",
-                str(source),
-                "--backend",
-                "local",
-                "--wait",
-                f"--run-root={tmp_path / 'runs'}",
-            ],
-            cwd=checkout,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-            check=False,
-        )
-    finally:
-        stop_session(fake.pid)
+        regrade = submit("--reverify", str(source), f"--run-root={tmp_path / 'runs'}")
     assert regrade.returncode == 0, regrade.stdout[-3000:] + regrade.stderr[-3000:]
     (carried,) = (tmp_path / "runs").glob("*-reverify*/output/merged/weather.jsonl")
     again = [json.loads(line) for line in carried.read_text().splitlines() if line.strip()]

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.compat.nemogym import HEAD_PORT, HERE, NemoGymSetupError, ensure_nemo_gym, free_port, stop_session
-from tests.compat.test_nemo_gym_shipped import GYMSLURM_STAMPS, _differences, _without_per_call
+from tests.compat.gym_eval import benchmark_env, fake_policy, nemo_gym_or_fail
+from tests.compat.nemogym import HEAD_PORT, HERE, free_port, stop_session
+from tests.compat.test_nemo_gym_shipped import _assert_alike
 from tests.e2e.helpers import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
@@ -50,10 +51,7 @@ def test_a_gym_eval_run_line_that_starts_servers_gets_nemo_gyms_rows_under_gymsl
     LINE`: gymslurm's split, prepared by NeMo Gym's code into gymslurm's own file, holds NeMo Gym's
     prepared rows (each with the agent NeMo Gym's collector resolves for it), and the rows are NeMo
     Gym's own, field by field but for the ids made anew on each reply (issue 34)."""
-    try:
-        venv = ensure_nemo_gym()
-    except NemoGymSetupError as error:
-        pytest.fail(f"NeMo Gym could not be installed: {error}", pytrace=False)
+    venv = nemo_gym_or_fail()
     venvs = tmp_path / "venvs"
     for server in SERVERS:  # gym env start +skip_venv_if_present=true: each server's venv is NeMo Gym's
         (venvs / server).mkdir(parents=True)
@@ -66,23 +64,11 @@ def test_a_gym_eval_run_line_that_starts_servers_gets_nemo_gyms_rows_under_gymsl
         f"+uv_venv_dir={venvs}", "+skip_venv_if_present=true",
         f"+port_range_low={HEAD_PORT + 1}",  # NeMo Gym picks the servers' ports above 11000's stack
     ]  # fmt: skip
-    port = free_port()
-    fake = subprocess.Popen(
-        [str(venv / "bin/python"), str(HERE / "fake_openai.py"), str(port)],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        **os.environ,
-        "NEMO_GYM_VENV": str(venv),
-        "POLICY_BASE_URL": f"http://127.0.0.1:{port}/v1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-    }
     theirs, ours = tmp_path / "nemo_gym", tmp_path / "gymslurm"
     theirs.mkdir(), ours.mkdir()
-    log = (tmp_path / "gym-eval-run.log").open("w")
-    try:  # both at once (each its own stack and Ray, on free ports): the test's wall time is the longer
+    with fake_policy(venv / "bin/python") as policy_url, (tmp_path / "gym-eval-run.log").open("w") as log:
+        env = {**os.environ, **benchmark_env(venv, policy_url)}
+        # both at once (each its own stack and Ray, on free ports): the test's wall time is the longer
         gym = subprocess.Popen(
             [str(venv / "bin/gym"), "eval", "run", *line],
             cwd=theirs,
@@ -100,9 +86,6 @@ def test_a_gym_eval_run_line_that_starts_servers_gets_nemo_gyms_rows_under_gymsl
             gym.wait(timeout=600)
         finally:
             stop_session(gym.pid)  # Ray's helpers outlive gym eval run otherwise
-    finally:
-        stop_session(fake.pid)
-        log.close()
     assert gym.returncode == 0, (tmp_path / "gym-eval-run.log").read_text()[-4000:]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (ours / "results").exists()  # nothing under NeMo Gym's names: the rows are in the run
@@ -124,7 +107,4 @@ def test_a_gym_eval_run_line_that_starts_servers_gets_nemo_gyms_rows_under_gymsl
     assert identities
     assert sorted(gymslurm) == sorted(nemo_gym) and len(nemo_gym) == 5
     for index, row in nemo_gym.items():
-        mine = gymslurm[index]
-        assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
-        differ = _differences(_without_per_call(row), _without_per_call({k: mine[k] for k in row}))
-        assert not differ, (index, differ[:5])
+        _assert_alike(index, row, gymslurm[index], set())

@@ -91,6 +91,47 @@ def _differences(left: Any, right: Any, where: str = "") -> list[str]:
     return [] if left == right else [f"{where}: {str(left)[:80]!r} != {str(right)[:80]!r}"]
 
 
+QUIET = ["+progress=none", "+summary=false"]
+Indexed = dict[tuple[int, int], dict[str, Any]]
+
+
+def _by_index(rows: list[dict[str, Any]]) -> Indexed:
+    """A collection's rows by their (task, rollout) index."""
+    return {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in rows}
+
+
+def _collect_both(
+    stack: Stack, spelled: list[str], out: Path, cwd: Path = REPO_ROOT, env: dict[str, str] | None = None
+) -> tuple[Indexed, Indexed]:
+    """The same NeMo Gym command line run by ``gym eval run`` (into ``out/ng.jsonl``) and by ``gymslurm
+    collect`` (quiet, into ``out/gs.jsonl``; from ``cwd``, with ``env`` when given): both must exit 0,
+    gymslurm's rows one per index. Their rows by index, NeMo Gym's first."""
+    theirs = stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={out}/ng.jsonl")
+    assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
+    command = [sys.executable, "-m", "gymslurm", "collect", *spelled, f"+output_jsonl_fpath={out}/gs.jsonl"]
+    ours = subprocess.run(
+        [*command, *QUIET], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
+    mine = _rows(out / "gs.jsonl")
+    gymslurm = _by_index(mine)
+    assert len(gymslurm) == len(mine), "two rows of one (task, rollout) index"
+    return _by_index(_rows(out / "ng.jsonl")), gymslurm
+
+
+def _assert_alike(
+    index: tuple[int, int], row: dict[str, Any], mine: dict[str, Any], left_out: set[str]
+) -> None:
+    """gymslurm's row has NeMo Gym's fields plus its own stamps, and every field but ``left_out`` equal
+    to NeMo Gym's (but for what openai_model makes anew on each call)."""
+    assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
+    differ = _differences(
+        _without_per_call({k: v for k, v in row.items() if k not in left_out}),
+        _without_per_call({k: mine[k] for k in row if k not in left_out}),
+    )
+    assert not differ, (index, differ[:5])
+
+
 @pytest.mark.parametrize("server", sorted(SHIPPED))
 def test_a_shipped_config_gives_gymslurm_the_rows_nemo_gym_gets(
     shipped_stack: Stack, server: str, tmp_path: Path
@@ -107,33 +148,10 @@ def test_a_shipped_config_gives_gymslurm_the_rows_nemo_gym_gets(
         f"+environment_server_name={server}",
         f"+input_jsonl_fpath={dataset}",
     ]
-    theirs = shipped_stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={tmp_path}/ng.jsonl")
-    assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
-    ours = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gymslurm",
-            "collect",
-            *spelled,
-            f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
-            "+progress=none",
-            "+summary=false",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
-    nemo_gym = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "ng.jsonl")}
-    gymslurm = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "gs.jsonl")}
-    assert len(gymslurm) == len(_rows(tmp_path / "gs.jsonl")), "two rows of one (task, rollout) index"
+    nemo_gym, gymslurm = _collect_both(shipped_stack, spelled, tmp_path)
     assert sorted(gymslurm) == sorted(nemo_gym) and nemo_gym, (sorted(gymslurm), sorted(nemo_gym))
     for index, row in nemo_gym.items():
         mine = gymslurm[index]
-        assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
         dealt = DEALT.get(server, set())
         assert dealt <= set(row), sorted(dealt - set(row))
         if dealt:
@@ -141,16 +159,11 @@ def test_a_shipped_config_gives_gymslurm_the_rows_nemo_gym_gets(
             for either in (row, mine):
                 said = [(m["role"], m["content"]) for m in either["responses_create_params"]["input"]]
                 assert said[: len(sent)] == sent, said
-        differ = _differences(
-            _without_per_call({k: v for k, v in row.items() if k not in dealt}),
-            _without_per_call({k: mine[k] for k in row if k not in dealt}),
-        )
-        assert not differ, (index, differ[:5])
+        _assert_alike(index, row, mine, dealt)
     assert len(_rows(tmp_path / "gs_failures.jsonl")) == len(_rows(tmp_path / "ng_failures.jsonl"))
 
 
 MIXED = ("lc_equivalence_rule_environment_server", "circle_count_environment_server")
-QUIET = ["+progress=none", "+summary=false"]
 
 
 def test_rows_routed_by_their_agent_ref_get_nemo_gyms_rows(shipped_stack: Stack, tmp_path: Path) -> None:
@@ -164,36 +177,13 @@ def test_rows_routed_by_their_agent_ref_get_nemo_gyms_rows(shipped_stack: Stack,
     head = shipped_stack.head_url.rsplit(":", 1)[1]
     spelled = ["--no-serve", "+head_server.host=127.0.0.1", f"+head_server.port={head}"]
     spelled += ["+disable_health_check=true", f"+input_jsonl_fpath={dataset}"]
-    theirs = shipped_stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={tmp_path}/ng.jsonl")
-    assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
-    ours = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gymslurm",
-            "collect",
-            *spelled,
-            f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
-            *QUIET,
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
-    nemo_gym = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "ng.jsonl")}
-    gymslurm = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "gs.jsonl")}
+    nemo_gym, gymslurm = _collect_both(shipped_stack, spelled, tmp_path)
     assert sorted(gymslurm) == sorted(nemo_gym) and len(nemo_gym) == len(mixed), (
         sorted(gymslurm),
         sorted(nemo_gym),
     )
     for index, row in nemo_gym.items():
-        mine = gymslurm[index]
-        assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
-        differ = _differences(_without_per_call(row), _without_per_call({k: mine[k] for k in row}))
-        assert not differ, (index, differ[:5])
+        _assert_alike(index, row, gymslurm[index], set())
     servers = {row["agent_ref"]["name"]: row["_ng_environment_server"] for row in gymslurm.values()}
     assert sorted(servers.values()) == sorted(MIXED)  # each agent's rows went through its own server
 
@@ -219,28 +209,8 @@ def test_a_no_serve_line_with_a_config_gets_the_collection_settings_it_sets(
     ]
     spelled += ["+disable_health_check=true", "+environment_routing_mode=legacy"]
     spelled += [f"+environment_server_name={server}", f"+input_jsonl_fpath={dataset}"]
-    theirs = shipped_stack.gym_command("eval", "run", *spelled, f"+output_jsonl_fpath={tmp_path}/ng.jsonl")
-    assert theirs.returncode == 0, theirs.stdout[-3000:] + theirs.stderr[-3000:]
-    ours = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gymslurm",
-            "collect",
-            *spelled,
-            f"+output_jsonl_fpath={tmp_path}/gs.jsonl",
-            *QUIET,
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "NEMO_GYM_VENV": str(shipped_stack.venv), "RAY_USAGE_STATS_ENABLED": "0"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-3000:]
-    nemo_gym = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "ng.jsonl")}
-    gymslurm = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in _rows(tmp_path / "gs.jsonl")}
+    env = {**os.environ, "NEMO_GYM_VENV": str(shipped_stack.venv), "RAY_USAGE_STATS_ENABLED": "0"}
+    nemo_gym, gymslurm = _collect_both(shipped_stack, spelled, tmp_path, cwd=tmp_path, env=env)
     assert sorted(gymslurm) == sorted(nemo_gym) and len(nemo_gym) == 2 * len(_rows(dataset))
     for index, row in nemo_gym.items():
         mine = gymslurm[index]
@@ -249,6 +219,4 @@ def test_a_no_serve_line_with_a_config_gets_the_collection_settings_it_sets(
             == 0.25
             == mine["responses_create_params"]["temperature"]
         )
-        assert set(mine) - set(row) <= GYMSLURM_STAMPS, sorted(set(mine) - set(row))
-        differ = _differences(_without_per_call(row), _without_per_call({k: mine[k] for k in row}))
-        assert not differ, (index, differ[:5])
+        _assert_alike(index, row, mine, set())

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.nemogym import HERE, NemoGymSetupError, ensure_nemo_gym, stop_session
+from tests.compat.gym_eval import benchmark_env, fake_policy, nemo_gym_or_fail
 
 from .helpers import REPO_ROOT, SlurmCluster, SlurmUser
 from .nemo_gym_venv import job_nemo_gym_venv
@@ -36,39 +36,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nemogym]
 CONTROLLER = "ctl-a"  # /etc/hosts maps it to the host's bridge address (docs/slurm-sandbox.md)
 
 
-def _bridge_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_nemo_gym_benchmark_runs_on_slurm_from_a_fresh_checkout_in_one_command(
     slurm_cluster: SlurmCluster, slurm_python: Path, slurm_user: SlurmUser
 ) -> None:
     """Fresh clone, one `gymslurm submit configs/benchmarks/nemo_gym_weather.yaml --wait` on the
     sandbox as the job user: exit 0, the shard DONE on a node, 5/5 merged rows with reward 1.0."""
-    try:
-        venv = job_nemo_gym_venv(ensure_nemo_gym(), slurm_user.name)
-    except NemoGymSetupError as error:
-        pytest.fail(f"NeMo Gym could not be installed: {error}", pytrace=False)
+    venv = job_nemo_gym_venv(nemo_gym_or_fail(), slurm_user.name)
     checkout = slurm_user.workdir / "checkout"
     subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(checkout)], check=True, timeout=120)
     if slurm_user.as_root:
         subprocess.run(["chown", "-R", f"{slurm_user.name}:", str(checkout)], check=True, timeout=120)
-    host = socket.gethostbyname(CONTROLLER)
-    port = _bridge_port(host)
-    fake = subprocess.Popen(
-        [sys.executable, str(HERE / "fake_openai.py"), str(port), host],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    env = {
-        "NEMO_GYM_VENV": str(venv),
-        "POLICY_BASE_URL": f"http://{host}:{port}/v1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-    }
     runs = slurm_user.workdir / "runs"
     argv = [
         str(slurm_python),
@@ -79,7 +56,8 @@ def test_the_nemo_gym_benchmark_runs_on_slurm_from_a_fresh_checkout_in_one_comma
         "--wait",
         f"run_root={runs}",
     ]
-    try:
+    with fake_policy(sys.executable, socket.gethostbyname(CONTROLLER)) as policy_url:
+        env = {**benchmark_env(venv, policy_url), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         done = subprocess.run(
             ["runuser", "-u", slurm_user.name, "--", "env", *[f"{k}={v}" for k, v in env.items()], *argv]
             if slurm_user.as_root
@@ -91,8 +69,6 @@ def test_the_nemo_gym_benchmark_runs_on_slurm_from_a_fresh_checkout_in_one_comma
             timeout=1500,
             check=False,
         )
-    finally:
-        stop_session(fake.pid)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"^0\s+DONE\s", done.stdout, re.MULTILINE), done.stdout[-3000:]
     made = sorted(runs.iterdir())
