@@ -18,7 +18,13 @@ said it holds what was sent (``running`` and ``waiting`` together at least half 
 collection's in-flight requests): then a longer latency is the model's own, its batching (a step
 computes every running request) or its queue (which the queue rule cuts, exactly), so latency
 neither cuts the limit again nor ends the doubling, and the lowest mean rises to it
-(:meth:`AdaptiveLimit.server_queue`).
+(:meth:`AdaptiveLimit.server_queue`). The queue also reveals the model's batch: ``running`` at a
+poll where requests wait (its ``--max-num-seqs``, or what its KV cache holds). From then on the
+limit grows no further than that batch plus what was out elsewhere at that poll (the *ceiling*,
+measured again at each such poll), and while nothing waits at the model a latency cut stops at the
+batch (:meth:`AdaptiveLimit._batch_floor`): requests held in front of the model (its API server,
+the Environment Server) are what the latency rule is for, but not below what a batching server
+serves best and the front ends once carried.
 
 Why: a real vLLM computes a step for every running request at once, so its latency grows with the
 batch while its throughput still grows, up to ``--max-num-seqs``; only past that do requests wait.
@@ -81,7 +87,8 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
-    capacity: int | None = None  # the model server's ``running`` when it was last seen full
+    capacity: int | None = None  # the model server's ``running`` when it was last seen full: its batch
+    ceiling: int | None = None  # that batch plus what was out elsewhere then (alone at the server)
     model_holds: bool = False  # a poll of this window: the model serves or queues what was sent
     _count: int = 0
     _total_s: float = 0.0
@@ -142,12 +149,31 @@ class AdaptiveLimit:
         if mean > self.tolerance * self.baseline_s:  # the further past, the deeper the cut (to half)
             self.slow_start = False
             cut = max(0.5, min(self.decrease, self.tolerance * self.baseline_s / mean))
-            self._cut = _Cut(mean_s=mean, factor=cut)
-            self.limit = max(1.0, self.limit * cut)
+            lowered = min(self.limit, max(self._batch_floor(), self.limit * cut))
+            if lowered < self.limit:
+                self._cut = _Cut(mean_s=mean, factor=lowered / self.limit)
+                self.limit = lowered
         elif busy and not self.queue_says_full:
             if mean > SLOW_START_END * self.baseline_s:  # latency starts to climb: grow by one from here
                 self.slow_start = False
-            self.limit = min(float(self.cap), self.limit * 2 if self.slow_start else self.limit + 1)
+            grown = self.limit * 2 if self.slow_start else self.limit + 1
+            self.limit = max(self.limit, min(float(self.cap), float(self.ceiling or self.cap), grown))
+
+    def _batch_floor(self) -> float:
+        """The lowest a latency cut takes the limit: the model's batch as its queue revealed it (this
+        collection's share of it), while the model server holds nothing waiting; else 1.
+
+        The front ends (the Environment Server, the model's API server) carried that batch and the
+        queue behind it to the model when it was revealed, and a fixed concurrency of the batch is
+        what a batching server serves best. A window made slow by requests held in front of the
+        model (vLLM on CPU reported 0-1 running with 33-45 out for 4-10 s after an overshoot to 64,
+        the front ends sharing its 2 cores) cut the limit to 15-23, half the batch, and it grew back
+        by one request per window: 0.82 of the best fixed concurrency (``bench/adaptive.py
+        --vllm``). Requests waiting at the model are cut by the queue rule, exactly, below it too.
+        """
+        if self.capacity is None or self.queue_says_full:
+            return 1.0
+        return float(max(1, math.ceil(self.share * self.capacity - 1e-9)))
 
     def _judge_cut(self, mean: float) -> bool:
         """Judge the last cut by a window's mean; False when the window is spent on it.
@@ -202,6 +228,8 @@ class AdaptiveLimit:
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         if full and running:
             self.capacity = running
+            if self.share >= 1.0 and in_flight > 0:  # alone: its requests are the batch, the queue, the rest
+                self.ceiling = running + max(0, in_flight - running - waiting)
         excess = float(waiting)
         if self.share < 1.0 and running is not None and full:
             fair = float(math.ceil(self.share * max(running, 1) - 1e-9))  # whole requests, rounded up

@@ -467,3 +467,76 @@ def test_a_larger_share_raises_the_limit_at_once_to_its_part_of_the_servers_capa
     assert limit.current == 8
     limit.set_share(0.5)  # a smaller share waits for the next poll of a full server
     assert limit.current == 8
+
+
+def _revealed(limit: int = 64) -> AdaptiveLimit:
+    """A limit past slow start whose queue showed vLLM's batch: 64 out, 32 running, 19 waiting, 13
+    elsewhere (the overshoot ``bench/adaptive.py --vllm`` logged); the queue rule cut it to 45."""
+    adaptive = AdaptiveLimit(cap=64, limit=limit)
+    _window(adaptive, 1.0)
+    adaptive.server_queue(waiting=19, running=32, in_flight=64)
+    return adaptive
+
+
+def test_the_queue_reveals_the_batch_and_the_ceiling() -> None:
+    """A poll with requests waiting gives the engine's batch (``running``) and the ceiling: that batch
+    plus what was out elsewhere (64 out, 32 + 19 at the model: 13 elsewhere)."""
+    limit = _revealed()
+    assert (limit.capacity, limit.ceiling, limit.current) == (32, 45, 45)
+
+
+def test_the_limit_does_not_grow_past_the_revealed_batch_and_what_was_out_elsewhere() -> None:
+    """Fast windows with none waiting leave the limit at the ceiling (before, it grew one a window
+    until the queue cut it again)."""
+    limit = _revealed()
+    for _ in range(5):
+        limit.server_queue(waiting=0, running=32, in_flight=45)
+        _window(limit, 1.0)
+    assert limit.current == 45
+
+
+def test_a_later_queue_moves_the_ceiling() -> None:
+    """Each poll with requests waiting measures the ceiling again (2 waiting of 40 out, 32 running:
+    38), so fewer requests elsewhere lower it and more raise it."""
+    limit = _revealed()
+    limit.server_queue(waiting=2, running=32, in_flight=40)
+    assert (limit.ceiling, limit.current) == (38, 38)
+
+
+def test_a_latency_cut_stops_at_the_revealed_batch_while_none_waits() -> None:
+    """The front ends hold what is out (vLLM: 1 running, none waiting, 40 out) and a window is 3x
+    slower: the latency rule cuts, but not below the batch of 32 (it cut to 15-23 against vLLM)."""
+    limit = _revealed()
+    limit.server_queue(waiting=0, running=1, in_flight=40)
+    _window(limit, 3.0)
+    assert limit.current == 32
+
+
+def test_at_the_revealed_batch_a_slow_window_with_none_waiting_does_not_cut() -> None:
+    """A limit at the batch is not cut on latency while the model holds nothing waiting."""
+    limit = _revealed()
+    limit.server_queue(waiting=0, running=32, in_flight=32)
+    limit.limit = 32.0
+    limit.server_queue(waiting=0, running=1, in_flight=32)
+    _window(limit, 5.0)
+    assert limit.current == 32
+
+
+def test_without_a_revealed_batch_latency_cuts_as_deep_as_it_says() -> None:
+    """No poll ever showed requests waiting: a slow window cuts in proportion (to half), as before."""
+    limit = AdaptiveLimit(cap=64, limit=40, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=1, in_flight=40)
+    _window(limit, 5.0)
+    assert limit.current == 20
+
+
+def test_a_shared_limit_is_cut_on_latency_to_its_share_of_the_revealed_batch_and_has_no_ceiling() -> None:
+    """Sharing the server, the floor is its share of the batch (a half of 32: 16); the server's
+    ``running`` counts others' requests too, so no ceiling is drawn from it."""
+    limit = AdaptiveLimit(cap=64, share=0.5, limit=30, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=4, running=32, in_flight=20)
+    limit.server_queue(waiting=0, running=2, in_flight=20)
+    _window(limit, 5.0)
+    assert (limit.ceiling, limit.current) == (None, 16)
