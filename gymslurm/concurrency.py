@@ -89,7 +89,7 @@ class AdaptiveLimit:
     queue_says_full: bool = False
     capacity: int | None = None  # the model server's ``running`` when it was last seen full: its batch
     ceiling: int | None = None  # that batch plus what was out elsewhere then (alone at the server)
-    model_holds: bool = False  # a poll of this window: the model serves or queues what was sent
+    model_holds: bool = False  # a poll of this window found the model serving or queuing what was sent
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
@@ -224,6 +224,11 @@ class AdaptiveLimit:
         window is the model's (:meth:`completed`): its batching, or its queue, which the rule above
         cuts by exactly what waits. Cut on latency too, the same queue cut the limit twice
         (``bench/adaptive.py --vllm``, 3,000 episodes: up to 30 waiting, the limit ending at 17).
+        One poll of the window that finds this is enough: requests of equal length enter vLLM's
+        batch together and leave it together, so a poll finds the whole batch at the model or none
+        of it (16 out: 16 running at one poll, 0-1 at the next). Judged on the window's last poll,
+        the doubling ended at 16 on such a coin toss and the limit took 60 s to grow by one a
+        window to vLLM's 32 (``bench/adaptive.py --vllm --trace``).
         """
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         if full and running:
@@ -237,7 +242,8 @@ class AdaptiveLimit:
             full = max(in_flight, self.limit) >= fair
         self.queue_says_full = full
         at_model = (running or 0) + waiting
-        self.model_holds = running is not None and in_flight > 0 and at_model >= MODEL_HOLDS * in_flight
+        holds = running is not None and in_flight > 0 and at_model >= MODEL_HOLDS * in_flight
+        self.model_holds = self.model_holds or holds  # any poll of the window: a batch moves in step
         if excess > 0:  # what is out less what waits: the same queue polled again cuts no further
             self.slow_start = False
             held = float(in_flight) if in_flight > 0 else self.limit

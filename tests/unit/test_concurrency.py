@@ -507,6 +507,7 @@ def test_a_latency_cut_stops_at_the_revealed_batch_while_none_waits() -> None:
     """The front ends hold what is out (vLLM: 1 running, none waiting, 40 out) and a window is 3x
     slower: the latency rule cuts, but not below the batch of 32 (it cut to 15-23 against vLLM)."""
     limit = _revealed()
+    _window(limit, 1.0)  # the window of the revealing poll: the model held what was out
     limit.server_queue(waiting=0, running=1, in_flight=40)
     _window(limit, 3.0)
     assert limit.current == 32
@@ -515,8 +516,8 @@ def test_a_latency_cut_stops_at_the_revealed_batch_while_none_waits() -> None:
 def test_at_the_revealed_batch_a_slow_window_with_none_waiting_does_not_cut() -> None:
     """A limit at the batch is not cut on latency while the model holds nothing waiting."""
     limit = _revealed()
-    limit.server_queue(waiting=0, running=32, in_flight=32)
     limit.limit = 32.0
+    _window(limit, 1.0)
     limit.server_queue(waiting=0, running=1, in_flight=32)
     _window(limit, 5.0)
     assert limit.current == 32
@@ -532,11 +533,25 @@ def test_without_a_revealed_batch_latency_cuts_as_deep_as_it_says() -> None:
 
 
 def test_a_shared_limit_is_cut_on_latency_to_its_share_of_the_revealed_batch_and_has_no_ceiling() -> None:
-    """Sharing the server, the floor is its share of the batch (a half of 32: 16); the server's
+    """Sharing the server, the floor is its share of the batch (a half of 32: 16, not the 15 the
+    latency asks for); the server's
     ``running`` counts others' requests too, so no ceiling is drawn from it."""
     limit = AdaptiveLimit(cap=64, share=0.5, limit=30, slow_start=False)
     _window(limit, 1.0)
-    limit.server_queue(waiting=4, running=32, in_flight=20)
-    limit.server_queue(waiting=0, running=2, in_flight=20)
+    limit.server_queue(waiting=0, kv_usage=0.97, running=32, in_flight=20)  # full: its batch is 32
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, kv_usage=0.1, running=2, in_flight=20)
     _window(limit, 5.0)
     assert (limit.ceiling, limit.current) == (None, 16)
+
+
+def test_one_poll_of_the_window_finding_the_batch_at_the_model_makes_the_latency_its_own() -> None:
+    """A batch of equal generations moves in step: one poll finds all 16 out at the model, the next
+    none (they make their round trip through the front ends). The window's slower mean is the
+    model's batching, so the doubling goes on (judged on the last poll, it ended at 16)."""
+    limit = AdaptiveLimit(cap=64)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=16, in_flight=16)
+    limit.server_queue(waiting=0, running=0, in_flight=16)
+    _window(limit, 3.0)
+    assert (limit.current, limit.slow_start) == (32, True)
