@@ -22,6 +22,9 @@ figure's median: on a shared machine the load drifts over minutes, and settings 
 another each met a different load (fixed 16 measured at 0.48 of fixed 32 and fixed 8 at 0.71 in one
 run). Each adaptive mode keeps one limit across its rounds, as one long collection would.
 ``--vllm-url URL`` uses a vLLM already running there instead (bench/gpu_vllm.sh: a GPU one).
+``--trace FILE`` writes each adaptive mode's metrics polls (running, waiting) and, each half second,
+its limit and what is out, as JSON lines: what the limit did, not only where it ended. ``--only``
+measures some settings while iterating; a figure against the best fixed setting needs them all.
 
 The default model server (32 slots, 250 ms) is what bounds the throughput, as a model server does
 in an evaluation. With a fast one (``--latency-ms 40``: 800 completions/s) this machine's CPU and the
