@@ -18,13 +18,15 @@ said it holds what was sent (``running`` and ``waiting`` together at least half 
 collection's in-flight requests): then a longer latency is the model's own, its batching (a step
 computes every running request) or its queue (which the queue rule cuts, exactly), so latency
 neither cuts the limit again nor ends the doubling, and the lowest mean rises to it
-(:meth:`AdaptiveLimit.server_queue`). The queue also reveals the model's batch: ``running`` at a
-poll where requests wait (its ``--max-num-seqs``, or what its KV cache holds). From then on the
-limit grows no further than that batch plus what was out elsewhere at that poll (the *ceiling*,
-measured again at each such poll), and while nothing waits at the model a latency cut stops at the
-batch (:meth:`AdaptiveLimit._batch_floor`): requests held in front of the model (its API server,
-the Environment Server) are what the latency rule is for, but not below what a batching server
-serves best and the front ends once carried.
+(:meth:`AdaptiveLimit.server_queue`). In slow start with the model's metrics, a slower window whose
+throughput (the limit over its mean, Little's law) is still 1.2x the window's before is what the
+doubled limit costs while it pays: the doubling goes on (:meth:`AdaptiveLimit._gaining`). The queue
+also reveals the model's batch: ``running`` at a poll where requests wait (its ``--max-num-seqs``,
+or what its KV cache holds). From then on the limit grows no further than that batch plus what was
+out elsewhere at that poll (the *ceiling*, measured again at each such poll), and while nothing
+waits at the model a latency cut stops at the batch (:meth:`AdaptiveLimit._batch_floor`): requests
+held in front of the model (its API server, the Environment Server) are what the latency rule is
+for, but not below what a batching server serves best and the front ends once carried.
 
 Why: a real vLLM computes a step for every running request at once, so its latency grows with the
 batch while its throughput still grows, up to ``--max-num-seqs``; only past that do requests wait.
@@ -62,6 +64,7 @@ SLOW_START_END = 1.3  # a window mean this far past the lowest ends the doubling
 DECREASE = 0.9
 KV_FULL = 0.95  # a model server's KV cache this full takes no more requests without queuing them
 MODEL_HOLDS = 0.5  # the model serves or queues at least this share of what is out: latency is its own
+SLOW_START_GAIN = 1.2  # metrics: a doubled limit giving this much more throughput doubles on
 BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (the server may slow for good)
 
 
@@ -89,10 +92,12 @@ class AdaptiveLimit:
     queue_says_full: bool = False
     capacity: int | None = None  # the model server's ``running`` when it was last seen full: its batch
     ceiling: int | None = None  # that batch plus what was out elsewhere then (alone at the server)
+    model_reports: bool = False  # a poll gave the model server's running count (``metrics``)
     model_holds: bool = False  # a poll of this window found the model serving or queuing what was sent
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
+    _rate: float | None = None  # the last slow-start window's throughput (limit / mean latency)
     _cut: _Cut | None = None  # the last cut, until a window after it has judged it
 
     def __post_init__(self) -> None:
@@ -141,6 +146,8 @@ class AdaptiveLimit:
         self._count, self._total_s, self._busy = 0, 0.0, 0
         self.baseline_s = mean if self.baseline_s is None else min(mean, self.baseline_s * BASELINE_DRIFT)
         the_models, self.model_holds = self.model_holds, False  # each window needs a poll of its own
+        if self._gaining(mean, busy):  # the doubled limit still pays: a longer latency is the price
+            the_models = True
         if the_models:  # the model's own latency (its batch, or a queue the queue rule cuts): neither
             self.baseline_s = max(self.baseline_s, mean / SLOW_START_END)  # a cut nor the doubling's end
             self._cut = None
@@ -158,6 +165,24 @@ class AdaptiveLimit:
                 self.slow_start = False
             grown = self.limit * 2 if self.slow_start else self.limit + 1
             self.limit = max(self.limit, min(float(self.cap), float(self.ceiling or self.cap), grown))
+
+    def _gaining(self, mean: float, busy: bool) -> bool:
+        """In slow start, with the model server's metrics read: whether this window's throughput,
+        the limit over its mean latency (Little's law: no clock needed), is at least
+        :data:`SLOW_START_GAIN` times the window's before it. Then its longer latency is what the
+        doubled limit costs while it still pays, and it neither ends the doubling nor cuts.
+
+        Against CPU vLLM the front ends (the Environment Server, vLLM's API server: Python on the 2
+        cores vLLM's worker shares) doubled the latency between 8 and 32 in flight while fixed 32
+        gave 1.7x the throughput of fixed 16; judged on latency, the doubling ended at 16 and the
+        limit was cut to 12-15 with nothing waiting at the model: 0.66 of fixed 32
+        (``bench/adaptive.py --vllm --trace``). Without metrics (``latency``) this does not apply.
+        """
+        rate, before = self.current / mean, self._rate
+        self._rate = rate if busy and self.slow_start else None
+        if not (self.slow_start and busy and self.model_reports) or before is None:
+            return False
+        return rate >= SLOW_START_GAIN * before
 
     def _batch_floor(self) -> float:
         """The lowest a latency cut takes the limit: the model's batch as its queue revealed it (this
@@ -242,6 +267,7 @@ class AdaptiveLimit:
             full = max(in_flight, self.limit) >= fair
         self.queue_says_full = full
         at_model = (running or 0) + waiting
+        self.model_reports = self.model_reports or running is not None
         holds = running is not None and in_flight > 0 and at_model >= MODEL_HOLDS * in_flight
         self.model_holds = self.model_holds or holds  # any poll of the window: a batch moves in step
         if excess > 0:  # what is out less what waits: the same queue polled again cuts no further

@@ -555,3 +555,34 @@ def test_one_poll_of_the_window_finding_the_batch_at_the_model_makes_the_latency
     limit.server_queue(waiting=0, running=0, in_flight=16)
     _window(limit, 3.0)
     assert (limit.current, limit.slow_start) == (32, True)
+
+
+def _doubled_window(latency_s: float, *, metrics: bool) -> AdaptiveLimit:
+    """A window at 8 (1 s), then one at 16 taking ``latency_s``; with ``metrics`` each window has
+    a poll finding nothing at the model (the front ends hold what is out)."""
+    limit = AdaptiveLimit(cap=64)
+    for latency in (1.0, latency_s):
+        if metrics:
+            limit.server_queue(waiting=0, running=0, in_flight=limit.current)
+        _window(limit, latency)
+    return limit
+
+
+def test_in_slow_start_a_slower_window_that_still_gains_throughput_doubles_on() -> None:
+    """16 in flight at 1.6 s is 10 a second against 8 at 1 s (1.25x): the doubled limit still pays,
+    so the longer latency neither ends the doubling nor counts against it (it ended at 16 against
+    CPU vLLM, whose front ends' latency doubled while fixed 32 gave 1.7x fixed 16)."""
+    limit = _doubled_window(1.6, metrics=True)
+    assert (limit.current, limit.slow_start) == (32, True)
+
+
+def test_in_slow_start_a_slower_window_gaining_too_little_ends_the_doubling() -> None:
+    """16 at 1.8 s is 8.9 a second, under 1.2x the 8 a second before: the doubling ends."""
+    limit = _doubled_window(1.8, metrics=True)
+    assert (limit.current, limit.slow_start) == (17, False)
+
+
+def test_without_the_model_servers_metrics_a_climbing_latency_ends_the_doubling() -> None:
+    """``latency`` mode (no poll) keeps its rule: 1.6x the lowest mean ends the doubling."""
+    limit = _doubled_window(1.6, metrics=False)
+    assert (limit.current, limit.slow_start) == (17, False)
