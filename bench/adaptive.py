@@ -22,6 +22,9 @@ figure's median: on a shared machine the load drifts over minutes, and settings 
 another each met a different load (fixed 16 measured at 0.48 of fixed 32 and fixed 8 at 0.71 in one
 run). Each adaptive mode keeps one limit across its rounds, as one long collection would.
 ``--vllm-url URL`` uses a vLLM already running there instead (bench/gpu_vllm.sh: a GPU one).
+``--trace FILE`` writes each adaptive mode's metrics polls (running, waiting) and, each half second,
+its limit and what is out, as JSON lines: what the limit did, not only where it ended. ``--only``
+measures some settings while iterating; a figure against the best fixed setting needs them all.
 
 The default model server (32 slots, 250 ms) is what bounds the throughput, as a model server does
 in an evaluation. With a fast one (``--latency-ms 40``: 800 completions/s) this machine's CPU and the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import subprocess
 import sys
@@ -85,7 +89,14 @@ class Timed:
 
 
 async def measure(
-    env_url: str, metrics_url: str, n: int, cap: int, mode: str, *, limit: AdaptiveLimit | None = None
+    env_url: str,
+    metrics_url: str,
+    n: int,
+    cap: int,
+    mode: str,
+    *,
+    limit: AdaptiveLimit | None = None,
+    trace: Any = None,
 ) -> dict[str, float]:
     policy = BudgetPolicy(max_rollout_attempts=3)
     tasks = [
@@ -136,11 +147,29 @@ async def measure(
                 peak_queue = max(peak_queue, waiting)
                 await asyncio.sleep(0.2)
 
+    t0 = time.monotonic()
+
+    def note(**fields: Any) -> None:
+        """One line of the limit's trace (``--trace``): what it was told and where it stood."""
+        if trace is not None and loop.limit is not None:
+            fields.update(t=round(time.monotonic() - t0, 2), mode=mode, out=loop.counters.in_flight)
+            trace.write(json.dumps({**fields, "limit": loop.limit.current}) + "\n")
+
+    def tell(load: Any) -> None:
+        loop.server_queue(load)
+        note(running=load.running, waiting=load.waiting, kv=load.kv_usage)
+
+    async def sample_limit() -> None:
+        while True:
+            note()
+            await asyncio.sleep(0.5)
+
     samplers = [asyncio.create_task(sample_queue())]
+    if trace is not None:
+        samplers.append(asyncio.create_task(sample_limit()))
     if mode == "metrics":
         # Polled as often as the collector polls (1 s), so the figure is what a collection gets.
-        samplers.append(asyncio.create_task(watch_model_queue([metrics_url], loop.server_queue)))
-    t0 = time.monotonic()
+        samplers.append(asyncio.create_task(watch_model_queue([metrics_url], tell)))
     await loop.run(pending_order(view, view.states, False))
     wall = time.monotonic() - t0
     for task in samplers:
@@ -157,7 +186,8 @@ async def measure(
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The bench's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--slots", type=int, default=32)
@@ -165,7 +195,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="settings interleaved, the median of each")
     parser.add_argument("--vllm", action="store_true", help="a real vLLM (CPU) as the model server")
     parser.add_argument("--vllm-url", default=None, help="a vLLM already serving there (model 'tiny')")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="only these settings, while iterating: e.g. 'fixed 32,metrics' (a final figure needs all)",
+    )
+    parser.add_argument(
+        "--trace", default=None, help="write the adaptive limits' moves and polls here (JSON lines)"
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     vllm = None
     if args.vllm_url:
         model, model_url, name = None, args.vllm_url.rstrip("/"), "tiny"
@@ -187,10 +229,9 @@ def main() -> None:
             "listening on",
         )
         name, what = "demo-arith-policy", f"demo: {args.slots} slots, {args.latency_ms:g} ms"
-    fixed, cap = ((4, 8, 16, 32, 64), 64) if args.vllm or args.vllm_url else ((8, 32, 128, 512), 512)
-    settings = [(f"fixed {f}", f, "fixed") for f in fixed]
-    settings += [(f"adaptive {mode} (cap {cap})", cap, mode) for mode in ("latency", "metrics")]
+    settings, cap = bench_settings(bool(args.vllm or args.vllm_url), args.only)
     limits = {mode: AdaptiveLimit(cap=cap) for mode in ("latency", "metrics")}  # one long collection each
+    trace = open(args.trace, "w") if args.trace else None  # noqa: SIM115 (closed at the end)
     env, env_url = start(
         ["demo-server", "--port", "0", "--policy-url", model_url, "--model-name", name], "listening on"
     )
@@ -201,12 +242,14 @@ def main() -> None:
             for label, setting, mode in settings[shift:] + settings[:shift]:
                 limit = limits.get(mode)
                 row = asyncio.run(
-                    measure(env_url, f"{model_url}/metrics", args.n, setting, mode, limit=limit)
+                    measure(env_url, f"{model_url}/metrics", args.n, setting, mode, limit=limit, trace=trace)
                 )
                 runs[label].append(row)
                 print(f"  round {round_ + 1}: {label}: {row['rate']:.1f} rollouts/s", flush=True)
         rows = {label: median_row(rounds) for label, rounds in runs.items()}
     finally:
+        if trace is not None:
+            trace.close()
         for process in (env, model):
             if process is not None:
                 process.terminate()
@@ -229,6 +272,18 @@ def main() -> None:
             f"{row['limit']:9.0f}"
         )
     print(f"best fixed setting: {best_name}; target: adaptive >= 0.95 of its rate, p99 <= its p99")
+
+
+def bench_settings(vllm: bool, only: str | None) -> tuple[list[tuple[str, int, str]], int]:
+    """The settings measured (label, concurrency or cap, mode) and the adaptive modes' cap; ``only``
+    (comma-separated labels or modes) keeps some of them, for iterating."""
+    fixed, cap = ((4, 8, 16, 32, 64), 64) if vllm else ((8, 32, 128, 512), 512)
+    settings = [(f"fixed {f}", f, "fixed") for f in fixed]
+    settings += [(f"adaptive {mode} (cap {cap})", cap, mode) for mode in ("latency", "metrics")]
+    if only:
+        wanted = {part.strip() for part in only.split(",")}
+        settings = [s for s in settings if s[0] in wanted or s[2] in wanted]
+    return settings, cap
 
 
 def median_row(rounds: list[dict[str, float]]) -> dict[str, float]:

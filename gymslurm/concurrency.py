@@ -18,7 +18,15 @@ said it holds what was sent (``running`` and ``waiting`` together at least half 
 collection's in-flight requests): then a longer latency is the model's own, its batching (a step
 computes every running request) or its queue (which the queue rule cuts, exactly), so latency
 neither cuts the limit again nor ends the doubling, and the lowest mean rises to it
-(:meth:`AdaptiveLimit.server_queue`).
+(:meth:`AdaptiveLimit.server_queue`). In slow start with the model's metrics, a slower window whose
+throughput (the limit over its mean, Little's law) is still 1.2x the window's before is what the
+doubled limit costs while it pays: the doubling goes on (:meth:`AdaptiveLimit._gaining`). The queue
+also reveals the model's batch: ``running`` at a poll where requests wait (its ``--max-num-seqs``,
+or what its KV cache holds). From then on the limit grows no further than that batch plus what was
+out elsewhere at that poll (the *ceiling*, measured again at each such poll), and while nothing
+waits at the model a latency cut stops at the batch (:meth:`AdaptiveLimit._batch_floor`): requests
+held in front of the model (its API server, the Environment Server) are what the latency rule is
+for, but not below what a batching server serves best and the front ends once carried.
 
 Why: a real vLLM computes a step for every running request at once, so its latency grows with the
 batch while its throughput still grows, up to ``--max-num-seqs``; only past that do requests wait.
@@ -56,6 +64,7 @@ SLOW_START_END = 1.3  # a window mean this far past the lowest ends the doubling
 DECREASE = 0.9
 KV_FULL = 0.95  # a model server's KV cache this full takes no more requests without queuing them
 MODEL_HOLDS = 0.5  # the model serves or queues at least this share of what is out: latency is its own
+SLOW_START_GAIN = 1.2  # metrics: a doubled limit giving this much more throughput doubles on
 BASELINE_DRIFT = 1.002  # per window: the lowest mean seen is forgotten slowly (the server may slow for good)
 
 
@@ -81,11 +90,14 @@ class AdaptiveLimit:
     baseline_s: float | None = None  # the lowest window mean latency seen lately
     slow_start: bool = True
     queue_says_full: bool = False
-    capacity: int | None = None  # the model server's ``running`` when it was last seen full
-    model_holds: bool = False  # a poll of this window: the model serves or queues what was sent
+    capacity: int | None = None  # the model server's ``running`` when it was last seen full: its batch
+    ceiling: int | None = None  # that batch plus what was out elsewhere then (alone at the server)
+    model_reports: bool = False  # a poll gave the model server's running count (``metrics``)
+    model_holds: bool = False  # a poll of this window found the model serving or queuing what was sent
     _count: int = 0
     _total_s: float = 0.0
     _busy: int = 0
+    _rate: float | None = None  # the last slow-start window's throughput (limit / mean latency)
     _cut: _Cut | None = None  # the last cut, until a window after it has judged it
 
     def __post_init__(self) -> None:
@@ -134,6 +146,8 @@ class AdaptiveLimit:
         self._count, self._total_s, self._busy = 0, 0.0, 0
         self.baseline_s = mean if self.baseline_s is None else min(mean, self.baseline_s * BASELINE_DRIFT)
         the_models, self.model_holds = self.model_holds, False  # each window needs a poll of its own
+        if self._gaining(mean, busy):  # the doubled limit still pays: a longer latency is the price
+            the_models = True
         if the_models:  # the model's own latency (its batch, or a queue the queue rule cuts): neither
             self.baseline_s = max(self.baseline_s, mean / SLOW_START_END)  # a cut nor the doubling's end
             self._cut = None
@@ -142,12 +156,49 @@ class AdaptiveLimit:
         if mean > self.tolerance * self.baseline_s:  # the further past, the deeper the cut (to half)
             self.slow_start = False
             cut = max(0.5, min(self.decrease, self.tolerance * self.baseline_s / mean))
-            self._cut = _Cut(mean_s=mean, factor=cut)
-            self.limit = max(1.0, self.limit * cut)
+            lowered = min(self.limit, max(self._batch_floor(), self.limit * cut))
+            if lowered < self.limit:
+                self._cut = _Cut(mean_s=mean, factor=lowered / self.limit)
+                self.limit = lowered
         elif busy and not self.queue_says_full:
             if mean > SLOW_START_END * self.baseline_s:  # latency starts to climb: grow by one from here
                 self.slow_start = False
-            self.limit = min(float(self.cap), self.limit * 2 if self.slow_start else self.limit + 1)
+            grown = self.limit * 2 if self.slow_start else self.limit + 1
+            self.limit = max(self.limit, min(float(self.cap), float(self.ceiling or self.cap), grown))
+
+    def _gaining(self, mean: float, busy: bool) -> bool:
+        """In slow start, with the model server's metrics read: whether this window's throughput,
+        the limit over its mean latency (Little's law: no clock needed), is at least
+        :data:`SLOW_START_GAIN` times the window's before it. Then its longer latency is what the
+        doubled limit costs while it still pays, and it neither ends the doubling nor cuts.
+
+        Against CPU vLLM the front ends (the Environment Server, vLLM's API server: Python on the 2
+        cores vLLM's worker shares) doubled the latency between 8 and 32 in flight while fixed 32
+        gave 1.7x the throughput of fixed 16; judged on latency, the doubling ended at 16 and the
+        limit was cut to 12-15 with nothing waiting at the model: 0.66 of fixed 32
+        (``bench/adaptive.py --vllm --trace``). Without metrics (``latency``) this does not apply.
+        """
+        rate, before = self.current / mean, self._rate
+        self._rate = rate if busy and self.slow_start else None
+        if not (self.slow_start and busy and self.model_reports) or before is None:
+            return False
+        return rate >= SLOW_START_GAIN * before
+
+    def _batch_floor(self) -> float:
+        """The lowest a latency cut takes the limit: the model's batch as its queue revealed it (this
+        collection's share of it), while the model server holds nothing waiting; else 1.
+
+        The front ends (the Environment Server, the model's API server) carried that batch and the
+        queue behind it to the model when it was revealed, and a fixed concurrency of the batch is
+        what a batching server serves best. A window made slow by requests held in front of the
+        model (vLLM on CPU reported 0-1 running with 33-45 out for 4-10 s after an overshoot to 64,
+        the front ends sharing its 2 cores) cut the limit to 15-23, half the batch, and it grew back
+        by one request per window: 0.82 of the best fixed concurrency (``bench/adaptive.py
+        --vllm``). Requests waiting at the model are cut by the queue rule, exactly, below it too.
+        """
+        if self.capacity is None or self.queue_says_full:
+            return 1.0
+        return float(max(1, math.ceil(self.share * self.capacity - 1e-9)))
 
     def _judge_cut(self, mean: float) -> bool:
         """Judge the last cut by a window's mean; False when the window is spent on it.
@@ -198,10 +249,17 @@ class AdaptiveLimit:
         window is the model's (:meth:`completed`): its batching, or its queue, which the rule above
         cuts by exactly what waits. Cut on latency too, the same queue cut the limit twice
         (``bench/adaptive.py --vllm``, 3,000 episodes: up to 30 waiting, the limit ending at 17).
+        One poll of the window that finds this is enough: requests of equal length enter vLLM's
+        batch together and leave it together, so a poll finds the whole batch at the model or none
+        of it (16 out: 16 running at one poll, 0-1 at the next). Judged on the window's last poll,
+        the doubling ended at 16 on such a coin toss and the limit took 60 s to grow by one a
+        window to vLLM's 32 (``bench/adaptive.py --vllm --trace``).
         """
         full = waiting > 0 or (kv_usage is not None and kv_usage >= KV_FULL)
         if full and running:
             self.capacity = running
+            if self.share >= 1.0 and in_flight > 0:  # alone: its requests are the batch, the queue, the rest
+                self.ceiling = running + max(0, in_flight - running - waiting)
         excess = float(waiting)
         if self.share < 1.0 and running is not None and full:
             fair = float(math.ceil(self.share * max(running, 1) - 1e-9))  # whole requests, rounded up
@@ -209,7 +267,9 @@ class AdaptiveLimit:
             full = max(in_flight, self.limit) >= fair
         self.queue_says_full = full
         at_model = (running or 0) + waiting
-        self.model_holds = running is not None and in_flight > 0 and at_model >= MODEL_HOLDS * in_flight
+        self.model_reports = self.model_reports or running is not None
+        holds = running is not None and in_flight > 0 and at_model >= MODEL_HOLDS * in_flight
+        self.model_holds = self.model_holds or holds  # any poll of the window: a batch moves in step
         if excess > 0:  # what is out less what waits: the same queue polled again cuts no further
             self.slow_start = False
             held = float(in_flight) if in_flight > 0 else self.limit

@@ -467,3 +467,122 @@ def test_a_larger_share_raises_the_limit_at_once_to_its_part_of_the_servers_capa
     assert limit.current == 8
     limit.set_share(0.5)  # a smaller share waits for the next poll of a full server
     assert limit.current == 8
+
+
+def _revealed(limit: int = 64) -> AdaptiveLimit:
+    """A limit past slow start whose queue showed vLLM's batch: 64 out, 32 running, 19 waiting, 13
+    elsewhere (the overshoot ``bench/adaptive.py --vllm`` logged); the queue rule cut it to 45."""
+    adaptive = AdaptiveLimit(cap=64, limit=limit)
+    _window(adaptive, 1.0)
+    adaptive.server_queue(waiting=19, running=32, in_flight=64)
+    return adaptive
+
+
+def test_the_queue_reveals_the_batch_and_the_ceiling() -> None:
+    """A poll with requests waiting gives the engine's batch (``running``) and the ceiling: that batch
+    plus what was out elsewhere (64 out, 32 + 19 at the model: 13 elsewhere)."""
+    limit = _revealed()
+    assert (limit.capacity, limit.ceiling, limit.current) == (32, 45, 45)
+
+
+def test_the_limit_does_not_grow_past_the_revealed_batch_and_what_was_out_elsewhere() -> None:
+    """Fast windows with none waiting leave the limit at the ceiling (before, it grew one a window
+    until the queue cut it again)."""
+    limit = _revealed()
+    for _ in range(5):
+        limit.server_queue(waiting=0, running=32, in_flight=45)
+        _window(limit, 1.0)
+    assert limit.current == 45
+
+
+def test_a_later_queue_moves_the_ceiling() -> None:
+    """Each poll with requests waiting measures the ceiling again (2 waiting of 40 out, 32 running:
+    38), so fewer requests elsewhere lower it and more raise it."""
+    limit = _revealed()
+    limit.server_queue(waiting=2, running=32, in_flight=40)
+    assert (limit.ceiling, limit.current) == (38, 38)
+
+
+def test_a_latency_cut_stops_at_the_revealed_batch_while_none_waits() -> None:
+    """The front ends hold what is out (vLLM: 1 running, none waiting, 40 out) and a window is 3x
+    slower: the latency rule cuts, but not below the batch of 32 (it cut to 15-23 against vLLM)."""
+    limit = _revealed()
+    _window(limit, 1.0)  # the window of the revealing poll: the model held what was out
+    limit.server_queue(waiting=0, running=1, in_flight=40)
+    _window(limit, 3.0)
+    assert limit.current == 32
+
+
+def test_at_the_revealed_batch_a_slow_window_with_none_waiting_does_not_cut() -> None:
+    """A limit at the batch is not cut on latency while the model holds nothing waiting."""
+    limit = _revealed()
+    limit.limit = 32.0
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=1, in_flight=32)
+    _window(limit, 5.0)
+    assert limit.current == 32
+
+
+def test_without_a_revealed_batch_latency_cuts_as_deep_as_it_says() -> None:
+    """No poll ever showed requests waiting: a slow window cuts in proportion (to half), as before."""
+    limit = AdaptiveLimit(cap=64, limit=40, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=1, in_flight=40)
+    _window(limit, 5.0)
+    assert limit.current == 20
+
+
+def test_a_shared_limit_is_cut_on_latency_to_its_share_of_the_revealed_batch_and_has_no_ceiling() -> None:
+    """Sharing the server, the floor is its share of the batch (a half of 32: 16, not the 15 the
+    latency asks for); the server's
+    ``running`` counts others' requests too, so no ceiling is drawn from it."""
+    limit = AdaptiveLimit(cap=64, share=0.5, limit=30, slow_start=False)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, kv_usage=0.97, running=32, in_flight=20)  # full: its batch is 32
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, kv_usage=0.1, running=2, in_flight=20)
+    _window(limit, 5.0)
+    assert (limit.ceiling, limit.current) == (None, 16)
+
+
+def test_one_poll_of_the_window_finding_the_batch_at_the_model_makes_the_latency_its_own() -> None:
+    """A batch of equal generations moves in step: one poll finds all 16 out at the model, the next
+    none (they make their round trip through the front ends). The window's slower mean is the
+    model's batching, so the doubling goes on (judged on the last poll, it ended at 16)."""
+    limit = AdaptiveLimit(cap=64)
+    _window(limit, 1.0)
+    limit.server_queue(waiting=0, running=16, in_flight=16)
+    limit.server_queue(waiting=0, running=0, in_flight=16)
+    _window(limit, 3.0)
+    assert (limit.current, limit.slow_start) == (32, True)
+
+
+def _doubled_window(latency_s: float, *, metrics: bool) -> AdaptiveLimit:
+    """A window at 8 (1 s), then one at 16 taking ``latency_s``; with ``metrics`` each window has
+    a poll finding nothing at the model (the front ends hold what is out)."""
+    limit = AdaptiveLimit(cap=64)
+    for latency in (1.0, latency_s):
+        if metrics:
+            limit.server_queue(waiting=0, running=0, in_flight=limit.current)
+        _window(limit, latency)
+    return limit
+
+
+def test_in_slow_start_a_slower_window_that_still_gains_throughput_doubles_on() -> None:
+    """16 in flight at 1.6 s is 10 a second against 8 at 1 s (1.25x): the doubled limit still pays,
+    so the longer latency neither ends the doubling nor counts against it (it ended at 16 against
+    CPU vLLM, whose front ends' latency doubled while fixed 32 gave 1.7x fixed 16)."""
+    limit = _doubled_window(1.6, metrics=True)
+    assert (limit.current, limit.slow_start) == (32, True)
+
+
+def test_in_slow_start_a_slower_window_gaining_too_little_ends_the_doubling() -> None:
+    """16 at 1.8 s is 8.9 a second, under 1.2x the 8 a second before: the doubling ends."""
+    limit = _doubled_window(1.8, metrics=True)
+    assert (limit.current, limit.slow_start) == (17, False)
+
+
+def test_without_the_model_servers_metrics_a_climbing_latency_ends_the_doubling() -> None:
+    """``latency`` mode (no poll) keeps its rule: 1.6x the lowest mean ends the doubling."""
+    limit = _doubled_window(1.6, metrics=False)
+    assert (limit.current, limit.slow_start) == (17, False)
