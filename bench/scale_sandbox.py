@@ -62,6 +62,19 @@ SDIAG_ROW = re.compile(r"^\s+(\S+)\s+\(\s*(\d+)\)\s+count:(\d+)\s+ave_time:\d+\s
 SQUEUE_FORMAT = "%i|%j|%T|%r|%E|%M|%l|%S"
 
 
+def counted_user(folder: str, name: str) -> tuple[Path, SlurmUser, Path, Path]:
+    """The test user's job python, its scenario folder under SCRATCH_ROOT/``folder``, and the
+    counter file (theirs to append to) and ``bin`` folder of the Slurm commands' timing wrappers."""
+    python = job_python_for(TEST_USER, as_root=True, repo=ROOT)
+    user = scenario_user(SCRATCH_ROOT / folder, name)
+    counter = user.workdir / "calls.txt"
+    counter.touch()
+    shutil.chown(counter, TEST_USER, TEST_USER)
+    bin_dir = user.workdir / "bin"
+    wrappers(bin_dir, counter, (*COMMANDS, "sacctmgr"))
+    return python, user, counter, bin_dir
+
+
 def sdiag() -> dict[str, dict[str, tuple[int, int]]]:
     """``sdiag -M b``'s RPC tables: {"type": {name: (count, total µs)}, "user": {...}}."""
     out = subprocess.run(["sdiag", "-M", CLUSTER], capture_output=True, text=True, check=True).stdout
@@ -232,13 +245,7 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=120.0, help="seconds of links sampled")
     parser.add_argument("--max-running", type=int, default=10)
     args = parser.parse_args()
-    python = job_python_for(TEST_USER, as_root=True, repo=ROOT)
-    user = scenario_user(SCRATCH_ROOT / "bench-scale", f"scale-{args.shards}")
-    counter = user.workdir / "calls.txt"
-    counter.touch()
-    shutil.chown(counter, TEST_USER, TEST_USER)
-    bin_dir = user.workdir / "bin"
-    wrappers(bin_dir, counter, (*COMMANDS, "sacctmgr"))
+    python, user, counter, bin_dir = counted_user("bench-scale", f"scale-{args.shards}")
     runs: list[Path] = []
     f: dict[str, Any] = {"shards": args.shards, "max_running": args.max_running}
     try:

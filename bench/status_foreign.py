@@ -31,7 +31,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import shutil
 import subprocess
 import sys
 import time
@@ -49,6 +48,7 @@ from bench.scale_sandbox import (  # noqa: E402
     bare_squeue,
     benchmark,
     cleanup,
+    counted_user,
     link_use,
     run_names,
     status_cli,
@@ -56,8 +56,8 @@ from bench.scale_sandbox import (  # noqa: E402
     submit,
 )
 from bench.status import _interpreter  # noqa: E402
-from bench.submit import COMMANDS, call_seconds, wrappers  # noqa: E402
-from tests.slurm.helpers import SCRATCH_ROOT, TEST_USER, SlurmUser, job_python_for, scenario_user  # noqa: E402
+from bench.submit import call_seconds  # noqa: E402
+from tests.slurm.helpers import SlurmUser  # noqa: E402
 
 ARRAY = 1000  # tasks per foreign array (the sandbox's MaxArraySize is 1001)
 
@@ -115,13 +115,7 @@ def arguments() -> tuple[argparse.Namespace, dict[str, Path | None]]:
 def main() -> int:
     """Queue the foreign arrays, run, measure, submit the large run, measure, clean up, print."""
     args, profiles = arguments()
-    python = job_python_for(TEST_USER, as_root=True, repo=ROOT)
-    user = scenario_user(SCRATCH_ROOT / "bench-status", "status-foreign")
-    counter = user.workdir / "calls.txt"
-    counter.touch()
-    shutil.chown(counter, TEST_USER, TEST_USER)
-    bin_dir = user.workdir / "bin"
-    wrappers(bin_dir, counter, (*COMMANDS, "sacctmgr"))
+    python, user, counter, bin_dir = counted_user("bench-status", "status-foreign")
     runs: list[Path] = []
     foreign: list[str] = []
     f: dict[str, Any] = {}

@@ -37,10 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.scale_sandbox import STATUS_LIMIT, bare_squeue, cleanup, run_names, submit  # noqa: E402
+from bench.scale_sandbox import STATUS_LIMIT, bare_squeue, cleanup, counted_user, run_names, submit  # noqa: E402
 from bench.status_foreign import held_benchmark  # noqa: E402
-from bench.submit import COMMANDS, wrappers  # noqa: E402
-from tests.slurm.helpers import SCRATCH_ROOT, TEST_USER, job_python_for, scenario_user  # noqa: E402
 
 # One status in-process, by the code on sys.path[0], printed as JSON: wall, CPU, queries, counts.
 MEASURE = """
@@ -110,13 +108,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="a checkout of the code before the change")
     parser.add_argument("--after", type=Path, default=ROOT, help="the code measured (default: this checkout)")
     args = parser.parse_args()
-    python = job_python_for(TEST_USER, as_root=True, repo=ROOT)
-    user = scenario_user(SCRATCH_ROOT / "bench-held", "status-held")
-    counter = user.workdir / "calls.txt"
-    counter.touch()
-    shutil.chown(counter, TEST_USER, TEST_USER)
-    bin_dir = user.workdir / "bin"
-    wrappers(bin_dir, counter, (*COMMANDS, "sacctmgr"))
+    python, user, _counter, bin_dir = counted_user("bench-held", "status-held")
     runs: list[Path] = []
     f: dict[str, Any] = {"load0": os.getloadavg()}
     try:
