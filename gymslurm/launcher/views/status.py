@@ -381,6 +381,33 @@ class RowContext:
     logs: LogIndex
     queuing: str | None
 
+    def row(
+        self,
+        shard: int,
+        st: ChainState,
+        queue: dict[str, QueueRow],
+        *,
+        files: ShardFiles,
+        live: list[QueueRow],
+        cost: Cost,
+        excluded: dict[str, int],
+    ) -> ShardRow:
+        """Shard ``shard``'s row by :func:`shard_status`, in this status's context."""
+        return shard_status(
+            shard,
+            st,
+            queue,
+            self.accounting,
+            info=self.info,
+            files=files,
+            now=self.now,
+            logs=self.logs,
+            live=live,
+            cost=cost,
+            queuing=self.queuing,
+            excluded=excluded,
+        )
+
 
 def _template_cost(templates: dict[Shape, Template | None], shape: Shape) -> Cost:
     """The cost of a chain whose row its shape's template made (one exists: the loop made the row)."""
@@ -408,21 +435,9 @@ def _plain_row(
     # bad_nodes only where it may find one: a chain with two node failures at least
     failures = cost.faults.get("node_failure", 0)
     excluded = bad_nodes(records) if failures >= BAD_NODE_FAILURES else {}
-    row = shard_status(
-        i,
-        st,
-        context.queue,
-        context.accounting,
-        info=context.info,
-        files=files,
-        now=context.now,
-        logs=context.logs,
-        live=live_jobs,
-        cost=cost,
-        queuing=context.queuing,
-        excluded=excluded,
-    )
-    return row, live_jobs
+    return context.row(
+        i, st, context.queue, files=files, live=live_jobs, cost=cost, excluded=excluded
+    ), live_jobs
 
 
 Shape = tuple[tuple[str, str], ...]
@@ -507,20 +522,7 @@ def template_of(shard: int, jobs: list[str], records: list[Record], context: Row
     st = summarize(renamed)
     live_jobs = _live_jobs(st, queue)
     cost = Cost.of(renamed, context.now, None)
-    row = shard_status(
-        shard,
-        st,
-        queue,
-        context.accounting,
-        info=context.info,
-        files=NO_FILES,
-        now=context.now,
-        logs=context.logs,
-        live=live_jobs,
-        cost=cost,
-        queuing=context.queuing,
-        excluded={},
-    )
+    row = context.row(shard, st, queue, files=NO_FILES, live=live_jobs, cost=cost, excluded={})
     fields = row_fields(row)
     if any("\\x00job" in repr(value) for name, value in fields.items() if name not in _PUT_BACK):
         return None
