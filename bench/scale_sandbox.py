@@ -156,16 +156,24 @@ def _cpu() -> float:
     return mine.ru_utime + mine.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def bare_squeue(names: list[str] | None = None) -> tuple[float, float, int]:
+def bare_squeue(names: list[str] | None = None, *, per_task: bool = True) -> tuple[float, float, int]:
     """Wall and CPU seconds of a squeue of the user's jobs on b (``names``: of these job names only,
-    the command status runs for a run) plus splitting its rows; its rows."""
-    argv = ["squeue", f"--clusters={CLUSTER}", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT, "-u", TEST_USER]
+    the command status runs for a run) plus splitting its rows; its rows (array tasks). ``per_task``
+    False: without ``-r`` (an array's pending tasks on one line, as status asks since issue 32's
+    compact query), each such line's task ids then made from its list."""
+    from gymslurm.site.slurm import SQUEUE_ENV, pending_task_ids
+
+    argv = ["squeue", f"--clusters={CLUSTER}", "-h", "-t", "all", "-o", SQUEUE_FORMAT, "-u", TEST_USER]
+    if per_task:
+        argv.insert(2, "-r")
     if names:
         argv.append(f"--name={','.join(names)}")
     cpu, t0 = _cpu(), time.perf_counter()
-    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    env = {**os.environ, **SQUEUE_ENV}
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
     rows = [line.split("|") for line in out.splitlines() if "|" in line]
-    return time.perf_counter() - t0, _cpu() - cpu, len(rows)
+    tasks = sum(len(pending_task_ids(row[0]) or [row[0]]) for row in rows)
+    return time.perf_counter() - t0, _cpu() - cpu, tasks
 
 
 def run_names(run: Path) -> list[str]:

@@ -9,8 +9,10 @@ spares, every task one ``squeue -r`` row). Then, best of ``--repeat`` each, in t
   ``status_in_process``, the garbage collector off as ``gymslurm status`` runs it) with its counts,
   which do not depend on noise: scheduler queries, queue rows typed, files opened (an audit hook on
   ``open``);
-- the bare command status runs before this change (``squeue -u USER -r -t all --name=gs-R,gs-R-agg``)
-  plus splitting its rows: the limit, 1.5× it;
+- the bare squeue of the run's jobs, a line per array task (``squeue -u USER -r -t all
+  --name=gs-R,gs-R-agg``), plus splitting its rows: the limit, 1.5× it; and beside it (printed, not
+  the limit) the same without ``-r``, an array's pending tasks on one line, the form status asks
+  for since then, plus making the task ids of each such line;
 - ``--after DIR``: the status of the code in DIR (default this checkout; a copy keeps edits made
   while the bench waits for the heavy lock out of it);
 - with ``--before DIR`` (a checkout of the code before, e.g. ``git archive HEAD~1``): the same status
@@ -116,13 +118,15 @@ def main() -> int:
             user, python, held_benchmark(user, python, args.shards), bin_dir, f"shards={args.shards}"
         )
         runs.append(run)
-        after, before, bare = [], [], []
+        after, before, bare, compact = [], [], [], []
         for _ in range(args.repeat):  # interleaved: each figure sees the same minutes
             bare.append(bare_squeue(run_names(run)))
+            compact.append(bare_squeue(run_names(run), per_task=False))
             after.append(in_child(args.after, run))
             if args.before:
                 before.append(in_child(args.before, run))
         f["bare"] = min(bare)
+        f["compact"] = min(compact)
         f["after"] = best(after)
         f["before"] = best(before) if before else None
     finally:
@@ -144,6 +148,12 @@ def report(f: dict[str, Any], shards: int) -> int:
     print(
         f"bare squeue of the run's jobs -r ({rows} rows) + split: {bare_s:.3f} s wall, {bare_cpu:.3f} s CPU"
     )
+    compact_s, compact_cpu, _ = f["compact"]
+    print(
+        f"bare squeue of the run's jobs without -r (an array's pending tasks one line) + split + task ids: "
+        f"{compact_s:.3f} s wall, {compact_cpu:.3f} s CPU (the query status runs since issue 32's compact "
+        "form; not the limit)"
+    )
     ok = True
     for key in ("before", "after"):
         m = f.get(key)
@@ -153,7 +163,8 @@ def report(f: dict[str, Any], shards: int) -> int:
         ok = ok and met if key == "after" else ok
         print(
             f"status {key}: {m['wall']:.3f} s wall, {m['cpu']:.3f} s CPU: {m['wall'] / bare_s:.2f}x wall, "
-            f"{m['cpu'] / bare_cpu:.2f}x CPU (limit {STATUS_LIMIT}x{'' if met else ': MISSED'}); "
+            f"{m['cpu'] / bare_cpu:.2f}x CPU (limit {STATUS_LIMIT}x{'' if met else ': MISSED'}; "
+            f"{m['wall'] / compact_s:.2f}x the wall without -r); "
             f"{m['queries']} queries, {m['typed']} queue rows typed, {m['opened']} files opened"
         )
     print(f"cleanup: {f['remaining']} job(s) of the run left in the queue; directory deleted")

@@ -30,10 +30,15 @@ from gymslurm.site.scontrol import (
     run_time_s,
 )
 
-# %i job id (``ARRAY_TASK`` form for array tasks, e.g. 162_7; -r lists each pending task on its own
-# line), %j name, %T state, %r reason, %E dependency, %M time used, %l limit, %S start time.
+# %i job id (``ARRAY_TASK`` form for array tasks, e.g. 162_7; an array's tasks that have not started
+# share one line, ``162_[0-3,7%2]``, which parse_squeue expands), %j name, %T state, %r reason,
+# %E dependency, %M time used, %l limit, %S start time.
 SQUEUE_FORMAT = "%i|%j|%T|%r|%E|%M|%l|%S"
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+# An array's pending tasks in one squeue line: ARRAY_[LIST%THROTTLE], LIST items N, N-M or N-M:STEP.
+_PENDING_TASKS = re.compile(r"^(\d+)_\[((?:\d+(?:-\d+(?::\d+)?)?,)*\d+(?:-\d+(?::\d+)?)?)(?:%\d+)?\]$")
+# squeue cuts an array's task list at 64 bytes unless told otherwise (man squeue, %i): 0 prints it whole.
+SQUEUE_ENV = {"SLURM_BITSTR_LEN": "0"}
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
 MAX_JOB_COUNT = 10000  # Slurm's default MaxJobCount: job records slurmctld holds at once
 # What sbatch passes on from the submitting environment (--export=ALL) but Slurm sets only for some
@@ -114,11 +119,33 @@ def parse_squeue(stdout: str | Iterable[str]) -> list[QueueRow]:
                 continue
             fields = [field.strip() for field in fields]
         if len(fields) != 8 or not _JOB_ID.match(fields[0]):
+            if len(fields) == 8 and (tasks := pending_task_ids(fields[0])) is not None:
+                rows.extend([QueueRow(task, *fields[1:]) for task in tasks])
+                continue
             if not line:
                 continue
-            raise SlurmError(f"unexpected squeue line (format {SQUEUE_FORMAT}): {quote(line)!r}")
+            cut = " (an array's task list cut short: squeue must run with SLURM_BITSTR_LEN=0)"
+            raise SlurmError(
+                f"unexpected squeue line (format {SQUEUE_FORMAT}): {quote(line)!r}"
+                + (cut if "_[" in fields[0] else "")
+            )
         rows.append(QueueRow(*fields))
     return rows
+
+
+def pending_task_ids(job_id: str) -> list[str] | None:
+    """The task ids of squeue's line of an array's tasks that have not started (pure):
+    ``162_[0-2,7,9-13:2%4]`` → 162_0, 162_1, 162_2, 162_7, 162_9, 162_11, 162_13; None for any other
+    id. One line stands for every task ``squeue -r`` would list on its own, with the same fields."""
+    match = _PENDING_TASKS.match(job_id)
+    if match is None:
+        return None
+    array, tasks = match.group(1), []
+    for part in match.group(2).split(","):
+        span, _, step = part.partition(":")
+        low, _, high = span.partition("-")
+        tasks += [f"{array}_{k}" for k in range(int(low), int(high or low) + 1, int(step or 1))]
+    return tasks
 
 
 def queue_row_of(job_id: str, fields: Mapping[str, str]) -> QueueRow:
@@ -333,15 +360,16 @@ class SlurmClient:
 
     def queue_text(self, names: Sequence[str] | None = None) -> str:
         """squeue's text of every job of the current user that it still knows (finished ones for
-        MinJobAge), one line per array task; ``names``: only the jobs of these names (``--name``,
-        which squeue applies before it expands an array into its tasks). One call."""
+        MinJobAge), an array's tasks that have not started on one line (not ``-r``'s line per task:
+        a held 10,000-shard run is 30 lines, not 30,000; parse_squeue expands them); ``names``: only
+        the jobs of these names (``--name``). One call."""
         user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
-        argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT]
+        argv = ["squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT]
         if user:
             argv += ["-u", user]
         if names:
             argv.append(f"--name={','.join(names)}")
-        return self.run(argv).stdout
+        return self.run(argv, env={**(os.environ if self._env is None else self._env), **SQUEUE_ENV}).stdout
 
     def queue(self, jobs: RunJobs | None = None) -> list[QueueRow]:
         """:meth:`queue_text`'s rows; ``jobs``: one run's rows only, asked by name, or (too many names

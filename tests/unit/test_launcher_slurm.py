@@ -134,8 +134,50 @@ def test_parse_squeue_rejects_other_format() -> None:
     """A squeue line with the wrong number of fields raises SlurmError quoting it."""
     with pytest.raises(SlurmError, match="JOBID PARTITION"):
         parse_squeue("JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)\n")
-    with pytest.raises(SlurmError, match=r"167_\[2-3%2\]"):  # a collapsed pending array: -r was not given
-        parse_squeue("167_[2-3%2]|arrB|PENDING|JobArrayTaskLimit|(null)|0:00|UNLIMITED|N/A\n")
+    with pytest.raises(SlurmError, match=r"167_\[0,3,9,1.*SLURM_BITSTR_LEN=0"):  # squeue's 64-byte cut
+        parse_squeue("167_[0,3,9,1|arrB|PENDING|JobHeldUser|(null)|0:00|UNLIMITED|N/A\n")
+
+
+# squeue's id of an array's tasks that have not started (one line for them all, without -r), and the
+# ids -r lists for the same tasks (shapes seen on the sandbox's Slurm 22.05.8)
+PENDING_TASKS = [
+    ("167_[2-3%2]", ["167_2", "167_3"]),
+    ("31_[0,3,9]", ["31_0", "31_3", "31_9"]),
+    ("32_[0-2,6,8-9,30%4]", ["32_0", "32_1", "32_2", "32_6", "32_8", "32_9", "32_30"]),
+    ("33_[0-6:3]", ["33_0", "33_3", "33_6"]),
+    ("34_[1000]", ["34_1000"]),
+    ("167_2", None),
+    ("167", None),
+    ("167_[2-3", None),
+    ("167_[]", None),
+    ("167_[2-]", None),
+]
+
+
+@pytest.mark.parametrize(("job_id", "tasks"), PENDING_TASKS)
+def test_pending_task_ids(job_id: str, tasks: list[str] | None) -> None:
+    """An array's pending tasks on one squeue line stand for each task id its list names (ranges,
+    steps, a throttle after %); any other id is no such line."""
+    from gymslurm.site.slurm import pending_task_ids
+
+    assert pending_task_ids(job_id) == tasks
+
+
+def test_parse_squeue_expands_an_arrays_pending_tasks_into_the_rows_squeue_r_prints() -> None:
+    """squeue without -r prints an array's tasks that have not started on one line; parse_squeue gives
+    each its own row with that line's fields, as -r's line per task would (a started task has its own
+    line either way)."""
+    compact = (
+        "32_[0-1,4%2]|arrB|PENDING|JobArrayTaskLimit|(null)|0:00|5:00|N/A\n"
+        "32_2|arrB|RUNNING|None|(null)|0:05|5:00|2026-12-07T23:52:52\n"
+    )
+    per_task = (
+        "32_0|arrB|PENDING|JobArrayTaskLimit|(null)|0:00|5:00|N/A\n"
+        "32_1|arrB|PENDING|JobArrayTaskLimit|(null)|0:00|5:00|N/A\n"
+        "32_4|arrB|PENDING|JobArrayTaskLimit|(null)|0:00|5:00|N/A\n"
+        "32_2|arrB|RUNNING|None|(null)|0:05|5:00|2026-12-07T23:52:52\n"
+    )
+    assert parse_squeue(compact) == parse_squeue(per_task)
 
 
 def test_parse_sacct_rows() -> None:

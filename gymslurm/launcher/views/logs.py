@@ -145,7 +145,7 @@ class LogIndex:
         ``logs/shard-BASE+TASK-<job>.out``), if it exists. Slurm names the file by its own id: a run
         across clusters' ``b:12_3`` is ``12_3`` there, and the same id of another cluster is another
         shard's file, told apart by the shard the name gives."""
-        if job is None:
+        if job is None or not self.names:  # (a held run's logs/ is empty: nothing to look up)
             return None
         raw = split_job_id(job)[1]
         name = f"{'aggregate' if shard is None else f'shard-{shard:03d}'}-{raw}.out"
@@ -167,7 +167,7 @@ class LogIndex:
 
     def server_logs(self, shard: int) -> list[str]:
         """The shard's Environment Server logs (``logs/server-<name>-sNNN.log``)."""
-        return self._servers.get(f"s{shard:03d}", [])
+        return self._servers.get(f"s{shard:03d}", []) if self._servers else []
 
     @functools.cached_property
     def _servers(self) -> dict[str, list[str]]:
