@@ -20,7 +20,11 @@ and 64, the adaptive ones capped at 64, all against the same vLLM in the same ru
 ``--rounds R`` interleaves the settings R times, each round in another order, and prints each
 figure's median: on a shared machine the load drifts over minutes, and settings measured one after
 another each met a different load (fixed 16 measured at 0.48 of fixed 32 and fixed 8 at 0.71 in one
-run). Each adaptive mode keeps one limit across its rounds, as one long collection would.
+run). Each adaptive mode keeps one limit across its rounds, as one long collection would; with
+``--fresh-limit`` it starts again every round, so each round pays its slow start and the median
+cannot leave the start-up out (the stricter reading). Each setting's row ends with every round's
+figure: on 2 cores shared with CPU vLLM one fixed setting measured 101 and 38 rollouts/s in two
+rounds of one run, nothing else running.
 ``--vllm-url URL`` uses a vLLM already running there instead (bench/gpu_vllm.sh: a GPU one).
 ``--trace FILE`` writes each adaptive mode's metrics polls (running, waiting) and, each half second,
 its limit and what is out, as JSON lines: what the limit did, not only where it ended. ``--only``
@@ -193,6 +197,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=32)
     parser.add_argument("--latency-ms", type=float, default=250.0)
     parser.add_argument("--rounds", type=int, default=1, help="settings interleaved, the median of each")
+    parser.add_argument(
+        "--fresh-limit",
+        action="store_true",
+        help="each adaptive mode starts from its first limit every round (each pays its slow start)",
+    )
     parser.add_argument("--vllm", action="store_true", help="a real vLLM (CPU) as the model server")
     parser.add_argument("--vllm-url", default=None, help="a vLLM already serving there (model 'tiny')")
     parser.add_argument(
@@ -240,6 +249,8 @@ def main() -> None:
         for round_ in range(args.rounds):  # each round in another order: the load drifts, not the order
             shift = round_ % len(settings)
             for label, setting, mode in settings[shift:] + settings[:shift]:
+                if args.fresh_limit and mode in limits:
+                    limits[mode] = AdaptiveLimit(cap=cap)
                 limit = limits.get(mode)
                 row = asyncio.run(
                     measure(env_url, f"{model_url}/metrics", args.n, setting, mode, limit=limit, trace=trace)
@@ -260,16 +271,18 @@ def main() -> None:
             stop_vllm(vllm)
     best_name = max((k for k in rows if k.startswith("fixed")), key=lambda k: rows[k]["rate"])
     best = rows[best_name]
-    print(f"model server: {what}; {args.rounds} rounds of {args.n} episodes per setting, medians")
+    each = "a fresh adaptive limit each round" if args.fresh_limit else "one adaptive limit across the rounds"
+    print(f"model server: {what}; {args.rounds} rounds of {args.n} episodes per setting, medians; {each}")
     print(
         f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
-        f"{'max queue':>9} {'end limit':>9}"
+        f"{'max queue':>9} {'end limit':>9} {'rounds (rollouts/s)':>20}"
     )
     for name, row in rows.items():
+        spread = " ".join(f"{r['rate']:.0f}" for r in runs[name])  # each round's: the noise in view
         print(
             f"{name:28} {row['rate']:10.1f} {row['rate'] / best['rate']:7.2f} {row['p50'] * 1e3:8.0f} "
             f"{row['p99'] * 1e3:8.0f} {row['p99'] / best['p99']:10.2f} {row['queue']:9.0f} "
-            f"{row['limit']:9.0f}"
+            f"{row['limit']:9.0f}  {spread:>20}"
         )
     print(f"best fixed setting: {best_name}; target: adaptive >= 0.95 of its rate, p99 <= its p99")
 
