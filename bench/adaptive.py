@@ -202,6 +202,9 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="each adaptive mode starts from its first limit every round (each pays its slow start)",
     )
+    parser.add_argument(
+        "--max-tokens", type=int, default=16, help="each model call's max_tokens (the demo server's flag)"
+    )
     parser.add_argument("--vllm", action="store_true", help="a real vLLM (CPU) as the model server")
     parser.add_argument("--vllm-url", default=None, help="a vLLM already serving there (model 'tiny')")
     parser.add_argument(
@@ -242,7 +245,18 @@ def main() -> None:
     limits = {mode: AdaptiveLimit(cap=cap) for mode in ("latency", "metrics")}  # one long collection each
     trace = open(args.trace, "w") if args.trace else None  # noqa: SIM115 (closed at the end)
     env, env_url = start(
-        ["demo-server", "--port", "0", "--policy-url", model_url, "--model-name", name], "listening on"
+        [
+            "demo-server",
+            "--port",
+            "0",
+            "--policy-url",
+            model_url,
+            "--model-name",
+            name,
+            "--policy-max-tokens",
+            str(args.max_tokens),
+        ],
+        "listening on",
     )
     try:
         runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in settings}
@@ -272,7 +286,10 @@ def main() -> None:
     best_name = max((k for k in rows if k.startswith("fixed")), key=lambda k: rows[k]["rate"])
     best = rows[best_name]
     each = "a fresh adaptive limit each round" if args.fresh_limit else "one adaptive limit across the rounds"
-    print(f"model server: {what}; {args.rounds} rounds of {args.n} episodes per setting, medians; {each}")
+    print(
+        f"model server: {what}; {args.rounds} rounds of {args.n} episodes per setting (max_tokens "
+        f"{args.max_tokens}), medians; {each}"
+    )
     print(
         f"{'setting':28} {'rollouts/s':>10} {'÷ best':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99 ÷ best':>10} "
         f"{'max queue':>9} {'end limit':>9} {'rounds (rollouts/s)':>20}"

@@ -77,6 +77,7 @@ class DemoConfig:
     die_after: int | None = None  # answer this many /run requests, then die on the next one
     policy_url: str | None = None  # an OpenAI-compatible model server answering for the policy
     policy_turns: int = 1  # model calls per episode (an agentic rollout of several turns): the last answers
+    policy_max_tokens: int = 16  # each call's max_tokens: how much of a call is the model's own work
     api_key: str = field(default="", repr=False)  # its own key (DEMO_API_KEY): rejected_key echoes it
 
     def problems(self) -> list[str]:
@@ -93,6 +94,8 @@ class DemoConfig:
             problems.append(f"--latency-ms must be >= 0, got {self.latency_ms}")
         if self.policy_turns < 1:
             problems.append(f"--policy-turns must be >= 1, got {self.policy_turns}")
+        if self.policy_max_tokens < 1:
+            problems.append(f"--policy-max-tokens must be >= 1, got {self.policy_max_tokens}")
         if self.die_after is not None and self.die_after < 0:
             problems.append(f"--die-after must be >= 0, got {self.die_after}")
         return problems
@@ -185,7 +188,13 @@ class DemoApp:
         for _turn in range(
             self.config.policy_turns
         ):  # each turn holds a model server slot, as an agent's does
-            answer, problem = await ask(self.config.policy_url, self.config.model_name, question, seed)
+            answer, problem = await ask(
+                self.config.policy_url,
+                self.config.model_name,
+                question,
+                seed,
+                max_tokens=self.config.policy_max_tokens,
+            )
             if problem is not None:
                 break
         if problem is not None:

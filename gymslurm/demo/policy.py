@@ -37,12 +37,15 @@ def openai_seed(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=6).digest(), "big")
 
 
-async def ask(policy_url: str, model_name: str, question: str, seed: str) -> tuple[str, str | None]:
-    """The model's answer to ``question``, or ``("", problem)`` when the call failed."""
+async def ask(
+    policy_url: str, model_name: str, question: str, seed: str, *, max_tokens: int = 16
+) -> tuple[str, str | None]:
+    """The model's answer to ``question`` (at most ``max_tokens``), or ``("", problem)`` when the call
+    failed."""
     body: dict[str, Any] = {
         "model": model_name,
         "messages": [{"role": "user", "content": question}],
-        "max_tokens": 16,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "seed": openai_seed(seed),
     }

@@ -77,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --policy-url: ask the model N times per episode, as an agent's turns (default 1)",
     )
     parser.add_argument(
+        "--policy-max-tokens",
+        type=int,
+        default=16,
+        metavar="N",
+        help="with --policy-url: each model call's max_tokens (default 16)",
+    )
+    parser.add_argument(
         "--die-after", type=int, default=None, metavar="N", help="answer N /run requests, die on the next"
     )
     parser.add_argument(
@@ -108,6 +115,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
         die_after=args.die_after,
         policy_url=args.policy_url,
         policy_turns=args.policy_turns,
+        policy_max_tokens=args.policy_max_tokens,
         api_key=os.environ.get(API_KEY_ENV, ""),
     )
     problems = config.problems()

@@ -230,3 +230,14 @@ def test_the_demo_policy_sends_an_integer_seed_stable_per_attempt() -> None:
 
     assert isinstance(openai_seed("r1/0"), int) and 0 <= openai_seed("r1/0") < 2**63
     assert openai_seed("r1/0") == openai_seed("r1/0") != openai_seed("r1/1")
+
+
+def test_the_demo_policys_max_tokens_is_a_flag_and_a_bad_one_is_named() -> None:
+    """``--policy-max-tokens N`` sets each model call's max_tokens (16 by default: bench/adaptive.py
+    asks for longer answers, so that the model's own work weighs in a call); 0 is a named problem."""
+    from gymslurm.demo.app import DemoConfig
+    from gymslurm.demo.server import _parser, config_from_args
+
+    assert config_from_args(_parser().parse_args([])).policy_max_tokens == 16
+    assert config_from_args(_parser().parse_args(["--policy-max-tokens", "128"])).policy_max_tokens == 128
+    assert any("--policy-max-tokens" in p for p in DemoConfig(policy_max_tokens=0).problems())
