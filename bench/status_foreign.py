@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
 import subprocess
@@ -76,8 +77,13 @@ def foreign_queue(user: SlurmUser, tasks: int, jobs: list[str]) -> None:
 def status_pair(run: Path, profile: Path | None = None) -> dict[str, Any]:
     """The run's status in-process and its bare squeue (and the user's whole queue), best of 3 each;
     ``profile``: then one more status under cProfile (CPU time), its statistics written there."""
+    gc.disable()  # as `gymslurm status` runs (commands/status.py), and bench/status_held.py measures
+    try:
+        status = min(status_in_process(run) for _ in range(3))
+    finally:
+        gc.enable()
     pair = {
-        "status": min(status_in_process(run) for _ in range(3)),
+        "status": status,
         "bare": min(bare_squeue(run_names(run)) for _ in range(3)),
         "whole": min(bare_squeue(None) for _ in range(3)),
     }
