@@ -25,6 +25,10 @@ run). Each adaptive mode keeps one limit across its rounds, as one long collecti
 cannot leave the start-up out (the stricter reading). Each setting's row ends with every round's
 figure: on 2 cores shared with CPU vLLM one fixed setting measured 101 and 38 rollouts/s in two
 rounds of one run, nothing else running.
+``--max-tokens N`` asks for answers of up to N tokens (the demo Environment Server's
+``--policy-max-tokens``; 16 by default): with 16, CPU vLLM of the tiny model is not what bounds the
+bench (polls find it running a few of the requests out, none waiting; the front ends' Python is),
+with 128 it is, as a model under evaluation is (docs/servers.md, the quiet machine's runs).
 ``--vllm-url URL`` uses a vLLM already running there instead (bench/gpu_vllm.sh: a GPU one).
 ``--trace FILE`` writes each adaptive mode's metrics polls (running, waiting) and, each half second,
 its limit and what is out, as JSON lines: what the limit did, not only where it ended. ``--only``
