@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -224,6 +225,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    # kill/pkill (SIGTERM) ends the bench through its `finally`, which stops vLLM and the demo servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     vllm = None
     if args.vllm_url:
         model, model_url, name = None, args.vllm_url.rstrip("/"), "tiny"

@@ -144,6 +144,12 @@ def main() -> int:
                 )
             except subprocess.CalledProcessError as error:  # e.g. MaxJobCount: the small run's figures stand
                 print(f"the large submit failed: {error.stderr}", file=sys.stderr)
+                if "temporarily unavailable" in (error.stderr or ""):
+                    print(
+                        "(MaxJobCount: an earlier run's ended tasks count until MinJobAge passes, 600 s on "
+                        "cluster b; run the bench again then)",
+                        file=sys.stderr,
+                    )
                 runs += sorted((user.workdir / "runs").glob("large-*"))  # what it queued is cancelled
                 f["large_failed"] = True
             else:
