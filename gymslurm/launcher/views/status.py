@@ -483,7 +483,7 @@ class Template:
 
     def row(self, shard: int, jobs: list[str], logs: LogIndex) -> ShardRow:
         """Shard ``shard``'s row: the template's, its jobs' ids in place of the stand-ins (by position:
-        a row of 40 fields made by keyword costs twice as much, 10,000 times in a held run's status)."""
+        why, :class:`ShardRow`'s docstring)."""
         values = list(self.fields.values())
         for name, text in self.texts.items():
             values[_AT[name]] = text.format(*jobs)
